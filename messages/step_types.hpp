@@ -1,0 +1,67 @@
+#pragma once
+// Plain data shared by the engine core's scheduler and the workers' model runner: what one data-parallel
+// rank computes in one step, and what it reports back. No ZeroMQ, no msgpack here: the codec for these
+// lives in worker_protocol.hpp; the scheduler and the model runner use these structs directly, so both can be
+// unit-tested without sockets.
+
+#include <cstdint>
+#include <vector>
+
+namespace zmoe {
+
+/// Stands in for "the token this worker sampled for this request in its previous step". Async scheduling
+/// sends step N+1 before step N's tokens reach the engine core; the worker substitutes the token it kept.
+constexpr int32_t kPlaceholderToken = -1;
+
+/// Sampling of one request. temperature 0 means greedy (top_p/top_k ignored). Sampling is always seeded:
+/// the frontend draws a seed when the client gives none, and a worker draws the token for the request's
+/// n-th generated token from a counter-based RNG keyed on (seed, n), so the same seed gives the same
+/// output whatever the batch, the rank or the step timing.
+struct sampling_params {
+    float temperature = 0.f;
+    float top_p = 1.f;    ///< (0, 1]
+    int32_t top_k = 0;    ///< 0 = off
+    uint64_t seed = 0;
+};
+
+/// One sequence's share of a step on one data-parallel rank.
+struct scheduled_seq {
+    uint64_t request_id = 0;
+    /// Tokens to run this step: a prefill chunk, or one decode token (which may be kPlaceholderToken).
+    std::vector<int32_t> token_ids;
+    /// Position of token_ids[0]; equals the number of this sequence's tokens already in the KV cache.
+    int32_t start_pos = 0;
+    /// Physical KV block ids of this sequence on this rank, covering positions [0, start_pos + token_ids.size()).
+    std::vector<int32_t> block_table;
+    /// Sample a token after the last fed token (true for decodes and for the last chunk of a prompt).
+    bool do_sample = false;
+    /// Number of tokens this request has generated before this sample (the RNG counter).
+    uint32_t sample_index = 0;
+    sampling_params sampling;
+};
+
+/// What the engine core sends one rank for one step. Every rank gets one every step, empty or not:
+/// the MoE all-to-all is a collective.
+struct step_request {
+    uint64_t step_id = 0;
+    std::vector<scheduled_seq> seqs;
+    /// Requests whose per-request worker state (kept sampled token) can be dropped.
+    std::vector<uint64_t> finished_ids;
+};
+
+struct sampled_token {
+    uint64_t request_id = 0;
+    int32_t token_id = 0;
+};
+
+/// What one rank reports for one step.
+struct step_result {
+    uint64_t step_id = 0;
+    int32_t rank = 0;
+    std::vector<sampled_token> tokens;  ///< one per scheduled_seq with do_sample, in step order
+    /// Tokens routed to each logical expert by this rank's tokens: [num_moe_layers * num_experts], row-major.
+    std::vector<uint32_t> expert_counts;
+    double compute_ms = 0.0;
+};
+
+}  // namespace zmoe
