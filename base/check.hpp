@@ -15,11 +15,11 @@ namespace zmoe::detail {
 }
 }  // namespace zmoe::detail
 
-#define ZMOE_CHECK(cond, msg)                                                     \
-    do {                                                                          \
-        if (!(cond)) [[unlikely]] {                                               \
-            std::ostringstream zmoe_check_os_;                                    \
-            zmoe_check_os_ << msg;                                                \
+#define ZMOE_CHECK(cond, msg)                                                              \
+    do {                                                                                   \
+        if (!(cond)) [[unlikely]] {                                                        \
+            std::ostringstream zmoe_check_os_;                                             \
+            zmoe_check_os_ << msg;                                                         \
             ::zmoe::detail::check_failed(__FILE__, __LINE__, #cond, zmoe_check_os_.str()); \
-        }                                                                         \
+        }                                                                                  \
     } while (0)

@@ -12,25 +12,25 @@ namespace zmoe {
 /// Error codes carried in replies. Append only: the numbers are part of the wire protocol.
 enum class errc : uint8_t {
     ok = 0,
-    invalid_argument = 1,     ///< a request or command-line field is malformed or out of range
-    invalid_checkpoint = 2,   ///< config.json / safetensors missing, truncated, corrupt or inconsistent
-    unsupported = 3,          ///< an architecture, dtype, tokenizer component we do not implement
-    io = 4,                   ///< a file could not be read or written
-    out_of_memory = 5,        ///< no KV blocks / device memory for the request
-    peer_dead = 6,            ///< a worker or the engine core stopped answering
-    aborted = 7,              ///< the client aborted the request
-    protocol = 8,             ///< malformed or version-mismatched message
-    internal = 9,             ///< a bug: should never reach a client
+    invalid_argument = 1,    ///< a request or command-line field is malformed or out of range
+    invalid_checkpoint = 2,  ///< config.json / safetensors missing, truncated, corrupt or inconsistent
+    unsupported = 3,         ///< an architecture, dtype, tokenizer component we do not implement
+    io = 4,                  ///< a file could not be read or written
+    out_of_memory = 5,       ///< no KV blocks / device memory for the request
+    peer_dead = 6,           ///< a worker or the engine core stopped answering
+    aborted = 7,             ///< the client aborted the request
+    protocol = 8,            ///< malformed or version-mismatched message
+    internal = 9,            ///< a bug: should never reach a client
 };
 
 const char* errc_name(errc e);
 
 class error : public std::runtime_error {
-public:
+  public:
     error(errc code, const std::string& what) : std::runtime_error(what), code_(code) {}
     errc code() const { return code_; }
 
-private:
+  private:
     errc code_;
 };
 

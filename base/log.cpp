@@ -37,9 +37,9 @@ bool log_enabled(log_level level) { return level >= threshold(); }
 void log_write(log_level level, const std::string& line) {
     static std::mutex mu;
     static const char* names[] = {"D", "I", "W", "E"};
-    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
+    const auto now =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
     std::lock_guard<std::mutex> lock(mu);
     std::fprintf(stderr, "%s %lld.%03lld %s[%d] %s\n", names[static_cast<int>(level)],
                  static_cast<long long>(now / 1000), static_cast<long long>(now % 1000), log_name().c_str(),

@@ -15,11 +15,11 @@ void log_write(log_level level, const std::string& line);
 
 }  // namespace zmoe
 
-#define ZMOE_LOG(level, msg)                                                     \
-    do {                                                                         \
-        if (::zmoe::log_enabled(::zmoe::log_level::level)) {                     \
-            std::ostringstream zmoe_log_os_;                                     \
-            zmoe_log_os_ << msg;                                                 \
-            ::zmoe::log_write(::zmoe::log_level::level, zmoe_log_os_.str());     \
-        }                                                                        \
+#define ZMOE_LOG(level, msg)                                                 \
+    do {                                                                     \
+        if (::zmoe::log_enabled(::zmoe::log_level::level)) {                 \
+            std::ostringstream zmoe_log_os_;                                 \
+            zmoe_log_os_ << msg;                                             \
+            ::zmoe::log_write(::zmoe::log_level::level, zmoe_log_os_.str()); \
+        }                                                                    \
     } while (0)

@@ -1,7 +1,8 @@
+#include "base/error.hpp"
+
 #include <gtest/gtest.h>
 
 #include "base/check.hpp"
-#include "base/error.hpp"
 
 TEST(Error, CarriesCodeAndMessage) {
     try {
@@ -14,5 +15,7 @@ TEST(Error, CarriesCodeAndMessage) {
 }
 
 TEST(Check, AbortsWithFileAndLine) {
-    EXPECT_DEATH(ZMOE_CHECK(1 + 1 == 3, "arithmetic is " << "broken"), "error_test.cpp:[0-9]+.*arithmetic is broken");
+    EXPECT_DEATH(ZMOE_CHECK(1 + 1 == 3, "arithmetic is "
+                                            << "broken"),
+                 "error_test.cpp:[0-9]+.*arithmetic is broken");
 }
