@@ -1,0 +1,122 @@
+#pragma once
+// Client <-> frontend protocol (docs/protocol.md is the reference for client writers). A client connects a
+// DEALER socket to the frontend's ROUTER and sends one-frame messages; every reply is one frame too.
+//
+//   client -> frontend: generate, abort, health, metrics, heartbeat
+//   frontend -> client: delta, error, health_reply, metrics_reply, heartbeat
+//
+// A generate request's stream is the deltas carrying its client_request_id; it ends with exactly one terminal
+// message: a delta with finished = true, or an error naming the request.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "base/error.hpp"
+#include "messages/finish_reason.hpp"
+
+namespace zmoe {
+
+constexpr uint32_t kClientProtocolVersion = 1;
+constexpr uint32_t kMaxStopStrings = 64;
+
+enum class client_kind : uint8_t {
+    generate = 1,
+    abort = 2,
+    health = 3,
+    metrics = 4,
+    heartbeat = 5,  ///< both directions
+    delta = 16,
+    error = 17,
+    health_reply = 18,
+    metrics_reply = 19,
+};
+
+/// Starts a request. The client chooses client_request_id (unique among its own live requests); the frontend
+/// keys the stream on (client identity, client_request_id).
+struct client_generate {
+    std::string client_request_id;
+    /// Text to tokenize, or token ids to use as they are. Wire: one field, str or array of int.
+    std::variant<std::string, std::vector<int32_t>> prompt;
+    uint32_t max_tokens = 16;
+    float temperature = 1.f;  ///< 0 = greedy
+    float top_p = 1.f;        ///< (0, 1]
+    int32_t top_k = 0;        ///< 0 or -1 = off
+    std::optional<uint64_t> seed;  ///< nil = the frontend draws one
+    std::vector<std::string> stop;
+    bool ignore_eos = false;
+    /// true: a delta as tokens are produced; false: one final delta with everything.
+    bool stream = true;
+};
+
+struct client_abort {
+    std::string client_request_id;
+};
+
+/// tag is echoed in the reply so a client can match replies to requests.
+struct client_health {
+    std::string tag;
+};
+
+struct client_metrics {
+    std::string tag;
+};
+
+struct client_heartbeat {};
+
+/// New output of one request since its previous delta.
+struct client_delta {
+    std::string client_request_id;
+    std::vector<int32_t> token_ids;  ///< new token ids
+    std::string text;                ///< new detokenized text (valid UTF-8; may lag token_ids by a few bytes)
+    bool finished = false;
+    finish_reason reason = finish_reason::none;  ///< wire: "" | "length" | "stop" | "abort" | "error"
+    uint32_t prompt_tokens = 0;      ///< prompt length in tokens
+    uint32_t completion_tokens = 0;  ///< tokens generated so far, this delta's included
+};
+
+struct client_error {
+    std::string client_request_id;  ///< empty when the error is not about one request (e.g. an undecodable frame)
+    errc code = errc::internal;
+    std::string message;
+};
+
+struct client_health_reply {
+    std::string tag;
+    std::string status;  ///< "ok", "starting", "degraded" (a worker is dead) or "draining"
+    std::string model;
+    uint32_t num_workers = 0;
+    uint32_t num_workers_alive = 0;
+    uint32_t num_running = 0;  ///< requests being generated
+    uint32_t num_waiting = 0;  ///< requests queued
+    double uptime_s = 0.0;
+    std::string version;  ///< zmoe version string
+};
+
+struct client_metrics_reply {
+    std::string tag;
+    std::string json;  ///< one JSON object: every actor's metrics
+};
+
+using client_request = std::variant<client_generate, client_abort, client_health, client_metrics, client_heartbeat>;
+using client_reply = std::variant<client_delta, client_error, client_health_reply, client_metrics_reply, client_heartbeat>;
+
+std::string encode(const client_generate& m);
+std::string encode(const client_abort& m);
+std::string encode(const client_health& m);
+std::string encode(const client_metrics& m);
+std::string encode(const client_heartbeat& m);
+std::string encode(const client_delta& m);
+std::string encode(const client_error& m);
+std::string encode(const client_health_reply& m);
+std::string encode(const client_metrics_reply& m);
+
+/// Decodes a client -> frontend frame; throws zmoe::error(errc::protocol) on anything malformed.
+client_request decode_client_request(std::string_view bytes);
+/// Decodes a frontend -> client frame; throws zmoe::error(errc::protocol) on anything malformed.
+client_reply decode_client_reply(std::string_view bytes);
+
+}  // namespace zmoe

@@ -1,0 +1,131 @@
+#pragma once
+// Engine core <-> worker protocol. Each worker connects a DEALER to the engine core's ROUTER and sends hello;
+// the engine core answers welcome with the run's configuration; the worker loads its weights, sizes its KV cache
+// and sends ready. Then the engine core sends every worker one step per engine step (empty ones included: the
+// MoE all-to-all is a collective) and each worker answers one step_result per step, in step order.
+//
+//   engine core -> worker: welcome, step, heartbeat, shutdown, expert_move
+//   worker -> engine core: hello, ready, step_result, heartbeat, expert_move_done, error
+//
+// step and step_result are on the hot path: their int vectors travel as packed little-endian bins.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "base/error.hpp"
+#include "messages/step_types.hpp"
+
+namespace zmoe {
+
+constexpr uint32_t kWorkerProtocolVersion = 1;
+
+enum class worker_kind : uint8_t {
+    hello = 1,
+    welcome = 2,
+    ready = 3,
+    step = 4,
+    step_result = 5,
+    heartbeat = 6,  ///< both directions
+    shutdown = 7,
+    expert_move = 8,
+    expert_move_done = 9,
+    error = 10,
+};
+
+struct worker_hello {
+    int32_t rank = 0;
+    std::string device;  ///< "cpu" or "cuda:<ordinal>"
+    uint64_t free_memory = 0;  ///< bytes free on the device (host memory for cpu)
+    uint32_t protocol_version = kWorkerProtocolVersion;
+    int64_t pid = 0;
+    /// Where this worker accepts traffic from its peers (the CPU all-to-all); empty when it needs none.
+    std::string data_endpoint;
+};
+
+struct eplb_options {
+    bool enabled = false;
+    uint32_t step_interval = 0;  ///< rebalance every this many steps
+    uint32_t window_steps = 0;   ///< load statistics window
+    uint32_t num_redundant_experts = 0;
+};
+
+struct worker_welcome {
+    int32_t rank = 0;
+    int32_t world_size = 1;
+    std::string model_dir;
+    std::string device;          ///< "cpu" or "cuda"
+    uint64_t num_kv_blocks = 0;  ///< 0: as many as fit
+    uint32_t block_size = 16;
+    uint32_t max_num_batched_tokens = 0;
+    uint32_t max_num_seqs = 0;
+    uint32_t max_model_len = 0;
+    /// [num_moe_layers][num_physical_slots]: logical expert held by each physical slot. Slots are split evenly
+    /// and contiguously across ranks (rank r holds slots [r*n/world_size, (r+1)*n/world_size)).
+    std::vector<std::vector<int32_t>> expert_placement;
+    std::string nccl_unique_id;  ///< raw bytes of ncclUniqueId; empty when not using NCCL
+    bool async_scheduling = false;
+    eplb_options eplb;
+    uint32_t heartbeat_interval_ms = 0;
+    std::vector<std::string> peer_endpoints;  ///< every rank's data_endpoint, by rank
+};
+
+struct worker_ready {
+    int32_t rank = 0;
+    uint64_t num_kv_blocks = 0;  ///< KV blocks this worker allocated
+};
+
+struct worker_heartbeat {};
+struct worker_shutdown {};
+
+/// One physical slot's new content: copy logical expert `logical_expert`'s weights from (src_rank, src_slot).
+struct expert_slot_move {
+    uint32_t layer = 0;
+    uint32_t slot = 0;  ///< global physical slot index
+    int32_t logical_expert = 0;
+    int32_t src_rank = 0;
+    uint32_t src_slot = 0;
+};
+
+/// An EPLB rebalance: every rank takes part (as source and/or destination), and applies the new placement
+/// before running step apply_at_step.
+struct worker_expert_move {
+    uint64_t move_id = 0;
+    uint64_t apply_at_step = 0;
+    std::vector<expert_slot_move> moves;
+};
+
+struct worker_expert_move_done {
+    uint64_t move_id = 0;
+    int32_t rank = 0;
+};
+
+/// A fatal worker failure (weights could not be loaded, device lost).
+struct worker_error {
+    int32_t rank = 0;
+    errc code = errc::internal;
+    std::string message;
+};
+
+using engine_to_worker = std::variant<worker_welcome, step_request, worker_heartbeat, worker_shutdown, worker_expert_move>;
+using worker_to_engine = std::variant<worker_hello, worker_ready, step_result, worker_heartbeat, worker_expert_move_done,
+                                      worker_error>;
+
+std::string encode(const worker_hello& m);
+std::string encode(const worker_welcome& m);
+std::string encode(const worker_ready& m);
+std::string encode(const step_request& m);
+std::string encode(const step_result& m);
+std::string encode(const worker_heartbeat& m);
+std::string encode(const worker_shutdown& m);
+std::string encode(const worker_expert_move& m);
+std::string encode(const worker_expert_move_done& m);
+std::string encode(const worker_error& m);
+
+/// Throw zmoe::error(errc::protocol) on anything malformed.
+engine_to_worker decode_engine_to_worker(std::string_view bytes);
+worker_to_engine decode_worker_to_engine(std::string_view bytes);
+
+}  // namespace zmoe
