@@ -1,0 +1,42 @@
+#pragma once
+// What the engine core's scheduler takes in (a new request) and hands back (a request's new tokens and its end).
+
+#include <cstdint>
+#include <vector>
+
+#include "messages/step_types.hpp"
+
+namespace zmoe {
+
+/// Why a request ended. `none` while it is still running.
+enum class finish_reason : uint8_t {
+    none = 0,
+    length = 1,  ///< max_tokens generated
+    stop = 2,    ///< generated a token in stop_token_ids (that token is part of the output)
+    abort = 3,   ///< the client (or the engine on its behalf) aborted it
+    error = 4,   ///< the engine could not serve it (dead worker, ...)
+};
+
+const char* finish_reason_name(finish_reason r);
+
+/// A tokenized request, as the frontend hands it over. The id is assigned by the frontend and must be unique among
+/// the requests the scheduler currently holds.
+struct new_request {
+    uint64_t id = 0;
+    std::vector<int32_t> prompt;
+    sampling_params sampling;
+    int32_t max_tokens = 16;
+    /// Tokens that end generation (eos and the like); ignored when ignore_eos.
+    std::vector<int32_t> stop_token_ids;
+    bool ignore_eos = false;
+};
+
+/// One request's share of a step's results: the tokens it gained and whether it ended.
+struct request_output {
+    uint64_t id = 0;
+    std::vector<int32_t> new_tokens;
+    bool finished = false;
+    finish_reason reason = finish_reason::none;
+};
+
+}  // namespace zmoe

@@ -1,0 +1,119 @@
+#pragma once
+// The continuous-batching scheduler of the engine core: owns every request of every data-parallel rank, decides
+// what each rank computes in each step, and folds the workers' sampled tokens back in. Plain class: no sockets,
+// no device; the engine core's actor drives it as schedule -> send -> collect -> update. Policy: docs/scheduler.md.
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "engine_core/kv_block_pool.hpp"
+#include "engine_core/request.hpp"
+#include "messages/step_types.hpp"
+
+namespace zmoe {
+
+struct scheduler_config {
+    int32_t max_num_batched_tokens = 2048;     ///< tokens per rank per step (prefill chunks + decodes), >= 1
+    int32_t max_num_seqs = 64;                 ///< running requests per rank (and so sequences per step), >= 1
+    int32_t block_size = 16;                   ///< token slots per KV block
+    std::vector<int32_t> num_blocks_per_rank;  ///< KV blocks of each data-parallel rank; its size is the rank count
+    int32_t max_model_len = 0;                 ///< prompt + max_tokens limit, >= 1
+    /// Allow schedule() for step N+1 before update() of step N (at most two steps in flight).
+    bool async_scheduling = true;
+};
+
+/// Counters for metrics. Per-rank vectors are indexed by rank.
+struct scheduler_stats {
+    std::vector<int32_t> num_running;
+    std::vector<int32_t> num_waiting;
+    std::vector<int32_t> num_blocks_used;
+    std::vector<int32_t> num_blocks_total;
+    std::vector<int32_t> num_tokens_scheduled;         ///< in the latest schedule()
+    std::vector<uint64_t> num_tokens_scheduled_total;  ///< since construction
+    uint64_t num_steps = 0;
+    uint64_t num_preemptions = 0;
+    uint64_t num_discarded_tokens = 0;  ///< sampled for a request that had already finished (the step past a stop)
+};
+
+class scheduler {
+  public:
+    /// Throws zmoe::error(invalid_argument) naming the bad field of `config`.
+    explicit scheduler(scheduler_config config);
+    ~scheduler();
+    scheduler(const scheduler&) = delete;
+    scheduler& operator=(const scheduler&) = delete;
+
+    /// Queues a request on the least-loaded rank that can hold it and returns that rank. Load is the number of
+    /// unfinished (running + waiting) requests, ties broken by their total known tokens, then by the lower rank.
+    /// Throws zmoe::error: invalid_argument for an empty prompt, a negative prompt token, max_tokens < 1,
+    /// prompt + max_tokens > max_model_len or an id already held; out_of_memory when prompt + max_tokens can never
+    /// fit in any rank's KV pool. Ids must not be reused while a previous holder's id is still to be reported in a
+    /// step's finished_ids.
+    int32_t add_request(new_request req);
+
+    /// Ends a request wherever it is (waiting, running, with a step in flight) and frees its blocks. Returns its
+    /// final output (no new tokens, finished, `reason`), or nullopt when the id is unknown (already finished).
+    /// Tokens still in flight for it are discarded when they arrive.
+    std::optional<request_output> abort_request(uint64_t id, finish_reason reason = finish_reason::abort);
+
+    /// Whether schedule() may be called now: no step in flight (sync), fewer than two (async).
+    bool can_schedule() const;
+    /// Steps returned by schedule() whose results have not yet been given to update().
+    int32_t num_in_flight() const;
+    /// Whether a schedule() now could give some rank work (a waiting request or a running one still to sample).
+    /// False while the only unfinished requests wait for their last in-flight token.
+    bool has_pending_work() const;
+    /// Requests held (running or waiting, not finished).
+    int32_t num_unfinished() const { return static_cast<int32_t>(requests_.size()); }
+
+    /// Plans the next step: exactly one step_request per rank, index = rank, all with the same step_id (empty seqs
+    /// where a rank has nothing to do). Requires can_schedule().
+    std::vector<step_request> schedule();
+
+    /// Takes the results of the oldest step in flight, one step_result per rank (any order). Appends sampled
+    /// tokens, applies stop conditions and returns, per request that gained a token or finished, its output
+    /// (ordered by rank, then by position in the step). Throws zmoe::error(protocol), changing nothing, when the
+    /// results do not match that step (wrong step id, missing/duplicate rank, tokens not matching the sampled
+    /// sequences).
+    std::vector<request_output> update(const std::vector<step_result>& results);
+
+    scheduler_stats stats() const;
+    const scheduler_config& config() const { return config_; }
+    int32_t num_ranks() const;
+    /// Rank holding request `id`, or -1.
+    int32_t rank_of(uint64_t id) const;
+    const kv_block_pool& pool(int32_t rank) const;
+
+  private:
+    struct request_state;
+    struct rank_state;
+    // Who sampled in a step that is still out, per rank in step order, so results can be matched and stale tokens
+    // (for a request that ended meanwhile) told apart from live ones.
+    struct in_flight_step {
+        uint64_t step_id = 0;
+        std::vector<std::vector<std::pair<uint64_t, uint64_t>>> samples;  // [rank] -> (request id, serial)
+    };
+
+    void schedule_rank(rank_state& rank, step_request& out, in_flight_step& flight);
+    bool grow_blocks(rank_state& rank, request_state& req, int32_t num_new_tokens, uint64_t step_id, bool& preempted);
+    void preempt(rank_state& rank, request_state& req);
+    void finish(request_state& req);
+    void emit(request_state& req, int32_t num_tokens, uint64_t step_id, step_request& out, in_flight_step& flight);
+
+    scheduler_config config_;
+    std::vector<rank_state> ranks_;
+    std::unordered_map<uint64_t, std::unique_ptr<request_state>> requests_;
+    std::deque<in_flight_step> in_flight_;
+    uint64_t next_step_id_ = 0;
+    uint64_t next_serial_ = 0;
+    uint64_t num_steps_ = 0;
+    uint64_t num_preemptions_ = 0;
+    uint64_t num_discarded_tokens_ = 0;
+};
+
+}  // namespace zmoe
