@@ -1,0 +1,46 @@
+#pragma once
+// The forward pass of every supported architecture on the CPU, fp32, for one rank's flattened batch.
+
+#include <cstdint>
+#include <vector>
+
+#include "workers/expert_comm.hpp"
+#include "workers/expert_placement.hpp"
+#include "workers/kv_cache.hpp"
+#include "workers/model_weights.hpp"
+#include "workers/paged_attention.hpp"
+#include "workers/thread_pool.hpp"
+
+namespace zmoe {
+
+/// One step's tokens on this rank, flattened in sequence order.
+struct forward_batch {
+    std::vector<int32_t> tokens;      ///< [num_rows], resolved (no placeholders), each in [0, vocab)
+    std::vector<int64_t> positions;   ///< [num_rows]
+    std::vector<attention_seq> seqs;  ///< rows of each sequence, with its block table
+    std::vector<int64_t> logit_rows;  ///< rows whose next-token logits are wanted
+};
+
+class cpu_model {
+  public:
+    /// All references must outlive the model.
+    cpu_model(const model_weights& weights, const expert_placement& placement, expert_comm& comm, thread_pool& pool);
+
+    /// Runs `batch` through the model, storing its K/V in `cache`. logits: resized to [logit_rows, vocab].
+    /// expert_counts: [num_moe_layers * num_experts], incremented for this rank's routed tokens. With an empty
+    /// batch it still joins every MoE layer's exchanges.
+    void forward(const forward_batch& batch, kv_cache& cache, std::vector<float>& logits,
+                 std::vector<uint32_t>& expert_counts);
+
+  private:
+    void attention(int64_t layer, const forward_batch& batch, kv_cache& cache, const float* x, float* out);
+
+    const model_weights& weights_;
+    const model_config& config_;
+    const expert_placement& placement_;
+    expert_comm& comm_;
+    thread_pool& pool_;
+    std::vector<float> rope_cos_, rope_sin_;  // [num_rows, head_dim / 2] of the current batch
+};
+
+}  // namespace zmoe

@@ -1,0 +1,131 @@
+#include "workers/model_runner.hpp"
+
+#include <chrono>
+#include <unordered_set>
+
+#include "base/error.hpp"
+#include "workers/sampler.hpp"
+
+namespace zmoe {
+namespace {
+
+expert_placement make_placement(const model_config& c, const runner_options& o) {
+    if (o.placement) return *o.placement;
+    return expert_placement::make_default(c.num_moe_layers(), c.num_experts, o.world_size);
+}
+
+expert_comm* check_comm(expert_comm* comm, const runner_options& o) {
+    if (o.world_size <= 0 || o.rank < 0 || o.rank >= o.world_size)
+        throw error(errc::invalid_argument,
+                    "rank " + std::to_string(o.rank) + " of world " + std::to_string(o.world_size));
+    if (comm->world_size() != o.world_size || comm->rank() != o.rank)
+        throw error(errc::invalid_argument, "expert_comm is rank " + std::to_string(comm->rank()) + " of " +
+                                                std::to_string(comm->world_size()) + ", options say " +
+                                                std::to_string(o.rank) + " of " + std::to_string(o.world_size));
+    return comm;
+}
+
+[[noreturn]] void bad_request(const step_request& r, const std::string& what) {
+    throw error(errc::invalid_argument, "step " + std::to_string(r.step_id) + ": " + what);
+}
+
+}  // namespace
+
+int64_t kv_blocks_for_budget(const model_config& config, int64_t block_size, int64_t budget_bytes) {
+    return kv_cache::blocks_for_budget(config, block_size, budget_bytes);
+}
+
+model_runner::model_runner(const std::string& model_dir, const runner_options& options)
+    : config_(model_config::load(model_dir)),
+      options_(options),
+      placement_(make_placement(config_, options)),
+      own_comm_(options.comm ? nullptr : std::make_unique<local_expert_comm>()),
+      comm_(check_comm(options.comm ? options.comm : own_comm_.get(), options)),
+      weights_(model_dir, config_, placement_, options.rank),
+      pool_(options.num_threads),
+      cache_(config_.num_layers, options.num_kv_blocks, options.block_size, config_.num_kv_heads, config_.head_dim),
+      model_(weights_, placement_, *comm_, pool_) {
+    if (placement_.world_size() != options.world_size)
+        throw error(errc::invalid_argument, "expert placement spans " + std::to_string(placement_.world_size()) +
+                                                " ranks, world size is " + std::to_string(options.world_size));
+}
+
+forward_batch model_runner::prepare(const step_request& request) const {
+    forward_batch b;
+    std::unordered_set<uint64_t> seen;
+    const int64_t bs = cache_.block_size();
+    for (const scheduled_seq& s : request.seqs) {
+        const std::string who = "request " + std::to_string(s.request_id);
+        if (!seen.insert(s.request_id).second) bad_request(request, who + " scheduled twice");
+        if (s.token_ids.empty()) bad_request(request, who + " has no tokens");
+        if (s.start_pos < 0) bad_request(request, who + " has negative start_pos");
+        const int64_t end = s.start_pos + static_cast<int64_t>(s.token_ids.size());
+        if (static_cast<int64_t>(s.block_table.size()) * bs < end)
+            bad_request(request, who + ": block table of " + std::to_string(s.block_table.size()) + " blocks of " +
+                                     std::to_string(bs) + " does not cover position " + std::to_string(end - 1));
+        for (int32_t blk : s.block_table)
+            if (blk < 0 || blk >= cache_.num_blocks())
+                bad_request(request, who + ": KV block " + std::to_string(blk) + " outside [0, " +
+                                         std::to_string(cache_.num_blocks()) + ")");
+        if (s.do_sample && (!(s.sampling.temperature >= 0.f) || !(s.sampling.top_p > 0.f && s.sampling.top_p <= 1.f) ||
+                            s.sampling.top_k < 0))
+            bad_request(request, who + ": sampling needs temperature >= 0, top_p in (0, 1], top_k >= 0");
+        attention_seq a;
+        a.first_row = static_cast<int64_t>(b.tokens.size());
+        a.num_tokens = static_cast<int64_t>(s.token_ids.size());
+        a.start_pos = s.start_pos;
+        a.block_table = s.block_table.data();
+        b.seqs.push_back(a);
+        for (size_t i = 0; i < s.token_ids.size(); ++i) {
+            int32_t tok = s.token_ids[i];
+            if (tok == kPlaceholderToken) {
+                auto it = last_sampled_.find(s.request_id);
+                if (it == last_sampled_.end())
+                    bad_request(request, who + ": placeholder token but no token was sampled for it before");
+                tok = it->second;
+            }
+            if (tok < 0 || tok >= config_.vocab_size)
+                bad_request(request, who + ": token " + std::to_string(tok) + " outside the vocabulary of " +
+                                         std::to_string(config_.vocab_size));
+            b.tokens.push_back(tok);
+            b.positions.push_back(s.start_pos + static_cast<int64_t>(i));
+        }
+        if (s.do_sample) b.logit_rows.push_back(static_cast<int64_t>(b.tokens.size()) - 1);
+    }
+    return b;
+}
+
+step_result model_runner::execute(const step_request& request, std::vector<std::vector<float>>* logits_out) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (uint64_t id : request.finished_ids) last_sampled_.erase(id);
+    step_result result;
+    result.step_id = request.step_id;
+    result.rank = options_.rank;
+    forward_batch batch;
+    std::vector<float> logits;
+    try {
+        batch = prepare(request);
+    } catch (const error&) {
+        // Keep the collective whole: the other ranks are already waiting in this step's exchanges.
+        model_.forward(forward_batch{}, cache_, logits, result.expert_counts);
+        throw;
+    }
+    model_.forward(batch, cache_, logits, result.expert_counts);
+
+    const int64_t V = config_.vocab_size;
+    if (logits_out) logits_out->clear();
+    size_t out = 0;
+    for (const scheduled_seq& s : request.seqs) {
+        if (!s.do_sample) continue;
+        const float* row = logits.data() + out * V;
+        const int32_t tok = sample_token(row, V, s.sampling, s.sample_index);
+        result.tokens.push_back({s.request_id, tok});
+        last_sampled_[s.request_id] = tok;
+        if (logits_out) logits_out->emplace_back(row, row + V);
+        ++out;
+    }
+    result.compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return result;
+}
+
+}  // namespace zmoe

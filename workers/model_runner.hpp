@@ -1,0 +1,70 @@
+#pragma once
+// What a CPU worker runs each step: resolve placeholders, check the request, run the forward pass over the
+// paged KV cache, sample, and report tokens and per-expert counts.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "messages/step_types.hpp"
+#include "workers/cpu_model.hpp"
+#include "workers/expert_comm.hpp"
+#include "workers/expert_placement.hpp"
+#include "workers/kv_cache.hpp"
+#include "workers/model_config.hpp"
+#include "workers/model_weights.hpp"
+#include "workers/thread_pool.hpp"
+
+namespace zmoe {
+
+struct runner_options {
+    int64_t num_kv_blocks = 256;
+    int64_t block_size = 16;
+    int rank = 0;
+    int world_size = 1;
+    /// The expert-parallel collective; null means a local_expert_comm (world_size must be 1). Not owned.
+    expert_comm* comm = nullptr;
+    /// Expert placement; null means expert_placement::make_default over world_size ranks. Copied.
+    const expert_placement* placement = nullptr;
+    /// Threads of the CPU kernels; 0 = all cores.
+    int num_threads = 0;
+};
+
+class model_runner {
+  public:
+    /// Loads config and weights from `model_dir` (throws zmoe::error naming the file/tensor/field at fault) and
+    /// allocates the KV cache.
+    model_runner(const std::string& model_dir, const runner_options& options);
+
+    /// Runs one step. Throws zmoe::error(invalid_argument) for a malformed request (token out of the vocabulary,
+    /// block table too short or out of range, unknown placeholder, duplicate request, bad sampling params) —
+    /// after still joining the step's expert exchanges with an empty batch, so the other ranks do not hang.
+    /// logits_out, if given, receives the last-position logits of every do_sample sequence in step order.
+    step_result execute(const step_request& request, std::vector<std::vector<float>>* logits_out = nullptr);
+
+    const model_config& config() const { return config_; }
+    const expert_placement& placement() const { return placement_; }
+    int64_t num_kv_blocks() const { return cache_.num_blocks(); }
+    int64_t block_size() const { return cache_.block_size(); }
+
+  private:
+    forward_batch prepare(const step_request& request) const;
+
+    model_config config_;
+    runner_options options_;
+    expert_placement placement_;
+    std::unique_ptr<expert_comm> own_comm_;
+    expert_comm* comm_;
+    model_weights weights_;
+    thread_pool pool_;
+    kv_cache cache_;
+    cpu_model model_;
+    std::unordered_map<uint64_t, int32_t> last_sampled_;  // request id -> token sampled for it last
+};
+
+/// How many KV blocks of `block_size` fit in `budget_bytes` for `config` (fp32 K and V, all layers).
+int64_t kv_blocks_for_budget(const model_config& config, int64_t block_size, int64_t budget_bytes);
+
+}  // namespace zmoe

@@ -1,0 +1,125 @@
+#include "workers/model_weights.hpp"
+
+#include "base/error.hpp"
+
+namespace zmoe {
+namespace {
+
+// The MoE block's name prefix in layer `l`: "mlp." everywhere except Mixtral checkpoints written by transformers
+// 4.x, which say "block_sparse_moe.".
+std::string moe_prefix(const safetensors_checkpoint& ck, const model_config& c, const std::string& layer) {
+    if (c.arch == model_arch::mixtral && (ck.contains(layer + "block_sparse_moe.gate.weight")))
+        return layer + "block_sparse_moe.";
+    return layer + "mlp.";
+}
+
+mlp_weights load_mlp(const safetensors_checkpoint& ck, const std::string& prefix, int64_t hidden, int64_t inter) {
+    return {ck.get_matrix(prefix + "gate_proj.weight", inter, hidden),
+            ck.get_matrix(prefix + "up_proj.weight", inter, hidden),
+            ck.get_matrix(prefix + "down_proj.weight", hidden, inter)};
+}
+
+// One expert of a per-expert checkpoint: gate_proj/up_proj/down_proj, or Mixtral's w1/w3/w2.
+mlp_weights load_expert(const safetensors_checkpoint& ck, const std::string& prefix, int64_t e, int64_t hidden,
+                        int64_t inter) {
+    const std::string p = prefix + "experts." + std::to_string(e) + ".";
+    if (!ck.contains(p + "gate_proj.weight") && ck.contains(p + "w1.weight")) {
+        return {ck.get_matrix(p + "w1.weight", inter, hidden), ck.get_matrix(p + "w3.weight", inter, hidden),
+                ck.get_matrix(p + "w2.weight", hidden, inter)};
+    }
+    return load_mlp(ck, p, hidden, inter);
+}
+
+}  // namespace
+
+model_weights::model_weights(const std::string& model_dir, const model_config& config,
+                             const expert_placement& placement, int rank)
+    : config_(config), checkpoint_(std::make_unique<safetensors_checkpoint>(model_dir)) {
+    const safetensors_checkpoint& ck = *checkpoint_;
+    const model_config& c = config_;
+    const int64_t H = c.hidden_size, V = c.vocab_size, D = c.head_dim;
+    const int64_t q_dim = c.num_heads * D, kv_dim = c.num_kv_heads * D;
+    if (placement.num_moe_layers() != c.num_moe_layers() || placement.num_experts() != c.num_experts)
+        throw error(errc::invalid_argument, "expert placement has " + std::to_string(placement.num_moe_layers()) +
+                                                " MoE layers x " + std::to_string(placement.num_experts()) +
+                                                " experts, the model " + std::to_string(c.num_moe_layers()) + " x " +
+                                                std::to_string(c.num_experts));
+    if (rank < 0 || rank >= placement.world_size())
+        throw error(errc::invalid_argument, "rank " + std::to_string(rank) +
+                                                " outside the expert placement's world of " +
+                                                std::to_string(placement.world_size()));
+
+    embed_ = ck.get_matrix("model.embed_tokens.weight", V, H);
+    final_norm_ = ck.get_vector("model.norm.weight", H);
+    if (c.tie_word_embeddings || !ck.contains("lm_head.weight")) {
+        if (!c.tie_word_embeddings) ck.get("lm_head.weight");  // throws: missing tensor, naming the file
+        lm_head_ = embed_;
+    } else {
+        lm_head_ = ck.get_matrix("lm_head.weight", V, H);
+    }
+
+    const std::vector<int64_t> moe_index = c.moe_layer_indices();
+    layers_.resize(static_cast<size_t>(c.num_layers));
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        layer_weights& lw = layers_[l];
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        lw.input_norm = ck.get_vector(p + "input_layernorm.weight", H);
+        lw.post_norm = ck.get_vector(p + "post_attention_layernorm.weight", H);
+
+        attention_weights& a = lw.attn;
+        const std::string ap = p + "self_attn.";
+        a.q = ck.get_matrix(ap + "q_proj.weight", q_dim, H);
+        a.k = ck.get_matrix(ap + "k_proj.weight", kv_dim, H);
+        a.v = ck.get_matrix(ap + "v_proj.weight", kv_dim, H);
+        a.o = ck.get_matrix(ap + "o_proj.weight", H, q_dim);
+        if (c.qkv_bias) {
+            a.q_bias = ck.get_vector(ap + "q_proj.bias", q_dim);
+            a.k_bias = ck.get_vector(ap + "k_proj.bias", kv_dim);
+            a.v_bias = ck.get_vector(ap + "v_proj.bias", kv_dim);
+        }
+        if (c.o_bias) a.o_bias = ck.get_vector(ap + "o_proj.bias", H);
+        if (c.qk_norm == qk_norm_kind::per_head) {
+            a.q_norm = ck.get_vector(ap + "q_norm.weight", D);
+            a.k_norm = ck.get_vector(ap + "k_norm.weight", D);
+        } else if (c.qk_norm == qk_norm_kind::full) {
+            a.q_norm = ck.get_vector(ap + "q_norm.weight", q_dim);
+            a.k_norm = ck.get_vector(ap + "k_norm.weight", kv_dim);
+        }
+
+        lw.moe_index = moe_index[l];
+        if (lw.moe_index < 0) {
+            lw.dense = load_mlp(ck, p + "mlp.", H, c.dense_intermediate_size);
+            continue;
+        }
+        moe_weights& m = lw.moe;
+        const std::string mp = moe_prefix(ck, c, p);
+        const int64_t E = c.num_experts, I = c.moe_intermediate_size;
+        m.router = ck.get_matrix(mp + "gate.weight", E, H);
+        m.slot_expert = placement.slots(lw.moe_index, rank);
+        const bool fused = ck.contains(mp + "experts.gate_up_proj");
+        fused_experts_ = fused_experts_ || fused;
+        matrix_view gate_up, down;
+        if (fused) {
+            const tensor_view gu = ck.get(mp + "experts.gate_up_proj", {E, 2 * I, H});
+            const tensor_view dn = ck.get(mp + "experts.down_proj", {E, H, I});
+            gate_up = matrix_view{gu.type, gu.data, E * 2 * I, H};
+            down = matrix_view{dn.type, dn.data, E * H, I};
+        }
+        for (const int32_t e : m.slot_expert) {
+            if (fused) {
+                // gate rows first, then up rows, within expert e's [2I, H] block.
+                m.experts.push_back({gate_up.slice_rows(e * 2 * I, I), gate_up.slice_rows(e * 2 * I + I, I),
+                                     down.slice_rows(e * H, H)});
+            } else {
+                m.experts.push_back(load_expert(ck, mp, e, H, I));
+            }
+        }
+        if (c.arch == model_arch::qwen2_moe && c.shared_expert_intermediate_size > 0) {
+            m.has_shared = true;
+            m.shared = load_mlp(ck, mp + "shared_expert.", H, c.shared_expert_intermediate_size);
+            m.shared_gate = ck.get_matrix(mp + "shared_expert_gate.weight", 1, H);
+        }
+    }
+}
+
+}  // namespace zmoe

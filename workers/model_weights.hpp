@@ -1,0 +1,76 @@
+#pragma once
+// The weights of one rank, mapped from Hugging Face tensor names per architecture. Views point into the
+// memory-mapped checkpoint and keep its dtype; only the 1D tensors (norms, biases) are widened to fp32 at load.
+// A rank holds every attention/dense/router weight and only the experts of its slots in the expert placement.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "workers/expert_placement.hpp"
+#include "workers/model_config.hpp"
+#include "workers/safetensors.hpp"
+#include "workers/tensor_view.hpp"
+
+namespace zmoe {
+
+/// A gated MLP: down(silu(gate x) * up x). gate/up: [I, H], down: [H, I].
+struct mlp_weights {
+    matrix_view gate;
+    matrix_view up;
+    matrix_view down;
+};
+
+struct attention_weights {
+    matrix_view q;                                      ///< [heads * head_dim, H]
+    matrix_view k;                                      ///< [kv_heads * head_dim, H]
+    matrix_view v;                                      ///< [kv_heads * head_dim, H]
+    matrix_view o;                                      ///< [H, heads * head_dim]
+    std::vector<float> q_bias, k_bias, v_bias, o_bias;  ///< empty when the architecture has none
+    std::vector<float> q_norm, k_norm;  ///< [head_dim] (per_head) or [heads|kv_heads * head_dim] (full); or empty
+};
+
+struct moe_weights {
+    matrix_view router;                ///< [E, H]
+    std::vector<mlp_weights> experts;  ///< this rank's slots, in placement order
+    std::vector<int32_t> slot_expert;  ///< logical expert of each slot
+    bool has_shared = false;           ///< qwen2_moe shared expert
+    mlp_weights shared;
+    matrix_view shared_gate;  ///< [1, H]
+};
+
+struct layer_weights {
+    std::vector<float> input_norm;  ///< [H]
+    std::vector<float> post_norm;   ///< [H]
+    attention_weights attn;
+    int64_t moe_index = -1;  ///< index among MoE layers, -1 for a dense layer
+    mlp_weights dense;       ///< dense layers only
+    moe_weights moe;         ///< MoE layers only
+};
+
+class model_weights {
+  public:
+    /// Maps the checkpoint in `model_dir` for `rank` of `placement`. Throws zmoe::error(invalid_checkpoint) naming
+    /// the file and tensor for a missing tensor or a wrong shape (expected vs got), (unsupported) for a dtype.
+    model_weights(const std::string& model_dir, const model_config& config, const expert_placement& placement,
+                  int rank);
+
+    const model_config& config() const { return config_; }
+    const matrix_view& embed() const { return embed_; }      ///< [V, H]
+    const matrix_view& lm_head() const { return lm_head_; }  ///< [V, H] (the embedding when tied)
+    const std::vector<float>& final_norm() const { return final_norm_; }
+    const std::vector<layer_weights>& layers() const { return layers_; }
+    /// Whether the checkpoint stores experts as fused 3D tensors (transformers 5) rather than one 2D tensor each.
+    bool fused_experts() const { return fused_experts_; }
+
+  private:
+    model_config config_;
+    std::unique_ptr<safetensors_checkpoint> checkpoint_;
+    matrix_view embed_;
+    matrix_view lm_head_;
+    std::vector<float> final_norm_;
+    std::vector<layer_weights> layers_;
+    bool fused_experts_ = false;
+};
+
+}  // namespace zmoe
