@@ -1,0 +1,260 @@
+#pragma once
+// The CUDA kernels of zmoe (Hopper, sm_90a). Every kernel is reached through one host launcher
+// `launch_*(const *_params&, cudaStream_t)`; the params structs are plain data whose every pointer field states
+// its shape. Storage is BF16, accumulation and all arithmetic fp32. Launchers only enqueue work on the stream
+// (no synchronisation, no allocation), so they can be captured in CUDA graphs. A precondition a caller breaks
+// (an unsupported size) aborts with file:line: validate model configurations at load time.
+//
+// The CPU references that define what each kernel computes live in kernels/reference/reference.hpp.
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace zmoe::kernels {
+
+using bf16 = __nv_bfloat16;
+
+// ---------------------------------------------------------------------------------------------------------
+// Embedding
+
+struct embedding_params {
+    const int32_t* token_ids = nullptr;  // [num_tokens]
+    const bf16* table = nullptr;         // [vocab_size, hidden]
+    bf16* out = nullptr;                 // [num_tokens, hidden]
+    int32_t num_tokens = 0;
+    int32_t hidden = 0;
+    int32_t vocab_size = 0;
+};
+
+/// out[t] = table[token_ids[t]]. An id outside [0, vocab_size) yields a zero row (ids are validated upstream;
+/// this only keeps a stray placeholder from reading out of bounds).
+void launch_embedding(const embedding_params& p, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------
+// RMSNorm with fused residual add
+
+struct rms_norm_params {
+    const bf16* x = nullptr;       // [num_tokens, hidden]
+    bf16* residual = nullptr;      // [num_tokens, hidden], in/out; nullptr for a plain norm
+    const bf16* weight = nullptr;  // [hidden]
+    bf16* out = nullptr;           // [num_tokens, hidden]; may alias x
+    int32_t num_tokens = 0;
+    int32_t hidden = 0;  ///< multiple of 8
+    float eps = 1e-6f;
+};
+
+/// With residual: s = bf16(x + residual); residual = s; out = bf16(s * rsqrt(mean(s^2) + eps) * weight).
+/// Without: the same with s = x. As Hugging Face's decoder layers, where the sum is kept in BF16.
+void launch_rms_norm(const rms_norm_params& p, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------
+// RoPE (neox rotate-half) fused with q/k RMSNorm and the paged KV-cache write
+
+enum class qk_norm_mode : int32_t {
+    none = 0,
+    per_head = 1,  ///< Qwen3: RMSNorm over each head's head_dim, one weight [head_dim] shared by all heads
+    whole = 2,     ///< OLMoE: RMSNorm over the whole q (k) projection, weight [num_heads * head_dim]
+};
+
+struct rope_qk_norm_kv_params {
+    const bf16* qkv = nullptr;              // [num_tokens, (num_q_heads + 2 * num_kv_heads) * head_dim]: q | k | v
+    const int32_t* positions = nullptr;     // [num_tokens]
+    const int32_t* slot_mapping = nullptr;  // [num_tokens]: block * block_size + offset; < 0 skips the write
+    const bf16* q_norm_weight = nullptr;    // per_head: [head_dim]; whole: [num_q_heads * head_dim]; none: unused
+    const bf16* k_norm_weight = nullptr;    // per_head: [head_dim]; whole: [num_kv_heads * head_dim]; none: unused
+    bf16* q_out = nullptr;                  // [num_tokens, num_q_heads, head_dim]
+    bf16* k_cache = nullptr;                // [num_blocks, block_size, num_kv_heads, head_dim]
+    bf16* v_cache = nullptr;                // [num_blocks, block_size, num_kv_heads, head_dim]
+    int32_t num_tokens = 0;
+    int32_t num_q_heads = 0;
+    int32_t num_kv_heads = 0;
+    int32_t head_dim = 0;  ///< even, multiple of 8
+    int32_t block_size = 0;
+    float rope_theta = 10000.f;
+    float eps = 1e-6f;
+    qk_norm_mode norm = qk_norm_mode::none;
+};
+
+/// q_out = rope(norm_q(q)); k_cache[slot] = rope(norm_k(k)); v_cache[slot] = v. Rotation over the full head_dim,
+/// inv_freq[i] = theta^(-2i / head_dim), angle = position * inv_freq[i] in fp32 (as transformers computes it).
+void launch_rope_qk_norm_kv(const rope_qk_norm_kv_params& p, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------
+// Paged attention for mixed batches (prefill chunks and decodes in one launch)
+
+/// Rows (query token x query head of one KV head group) one attention work item covers.
+constexpr int32_t kAttentionRowsPerItem = 64;
+
+struct paged_attention_params {
+    const bf16* q = nullptr;                // [num_tokens, num_q_heads, head_dim]
+    const bf16* k_cache = nullptr;          // [num_blocks, block_size, num_kv_heads, head_dim]
+    const bf16* v_cache = nullptr;          // [num_blocks, block_size, num_kv_heads, head_dim]
+    const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+    const int32_t* query_start = nullptr;   // [num_seqs + 1]: cumulative query tokens; seq s owns [qs[s], qs[s+1])
+    const int32_t* start_pos = nullptr;     // [num_seqs]: position of each sequence's first query token
+    const int32_t* work_items = nullptr;    // [num_work_items, 2]: (seq, first row), from paged_attention_plan
+    bf16* out = nullptr;                    // [num_tokens, num_q_heads, head_dim]
+    int32_t num_seqs = 0;
+    int32_t num_work_items = 0;
+    int32_t num_q_heads = 0;
+    int32_t num_kv_heads = 0;  ///< divides num_q_heads
+    int32_t head_dim = 0;      ///< 16, 32, 64, 128 or 256
+    int32_t block_size = 0;
+    int32_t max_blocks_per_seq = 0;
+    float scale = 1.f;  ///< usually 1/sqrt(head_dim)
+};
+
+/// Host-side plan: the work items for one step, from the host copy of query_start. Each item is a tile of
+/// kAttentionRowsPerItem rows of one sequence, where row r of sequence s is query token r / group and query head
+/// kv_head * group + r % group (group = num_q_heads / num_kv_heads): the heads that share a KV head share the
+/// K/V tiles. Returns [num_items * 2] ints to upload as work_items.
+std::vector<int32_t> paged_attention_plan(std::span<const int32_t> query_start_host, int32_t num_q_heads,
+                                          int32_t num_kv_heads);
+
+/// Host-side helper: positions and KV-cache slots of one sequence's query tokens [start_pos, start_pos + n).
+void kv_slots_plan(std::span<const int32_t> block_table, int32_t start_pos, int32_t n, int32_t block_size,
+                   int32_t* positions_out, int32_t* slots_out);
+
+/// Each query token at position pos = start_pos[s] + t attends causally to KV positions [0, pos] of its sequence,
+/// read through its block table; softmax in fp32 with scale; the K/V of the query tokens must be in the cache
+/// already (launch_rope_qk_norm_kv first).
+void launch_paged_attention(const paged_attention_params& p, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------
+// MoE router
+
+struct router_topk_params {
+    const float* logits = nullptr;     // [num_tokens, num_experts]
+    int32_t* topk_ids = nullptr;       // [num_tokens, top_k]
+    float* topk_weights = nullptr;     // [num_tokens, top_k]
+    int32_t* expert_counts = nullptr;  // [num_experts]: zeroed, then counted, by the launcher
+    int32_t num_tokens = 0;
+    int32_t num_experts = 0;   ///< <= 512
+    int32_t top_k = 0;         ///< 1..16, <= num_experts
+    bool renormalize = false;  ///< divide the top-k probabilities by their sum (norm_topk_prob)
+};
+
+/// probs = softmax(logits); ids = top-k of probs in descending order (lower expert index first on ties);
+/// weights = their probabilities, renormalised to sum 1 if asked. Mixtral's top-k-then-softmax is the
+/// renormalised form.
+void launch_router_topk(const router_topk_params& p, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------
+// Token permutation into expert-contiguous order, and the weighted combine back
+
+/// Upper bound on the rows of the permuted buffer: every expert's group padded to a multiple of row_align.
+constexpr int32_t moe_permuted_rows_bound(int32_t num_tokens, int32_t top_k, int32_t num_experts, int32_t row_align) {
+    return num_tokens * top_k + num_experts * (row_align - 1);
+}
+
+/// The row alignment the grouped GEMM runs best with at this batch size (16 or 64).
+int32_t moe_row_align_for(int32_t num_tokens, int32_t top_k, int32_t num_experts);
+
+/// Scratch bytes launch_moe_permute needs.
+size_t moe_permute_workspace_bytes(int32_t num_tokens, int32_t top_k, int32_t num_experts);
+
+struct moe_permute_params {
+    const int32_t* topk_ids = nullptr;  // [num_tokens, top_k]; ids in [0, num_experts)
+    const bf16* x = nullptr;            // [num_tokens, hidden]; nullptr: plan only
+    int32_t* expert_offsets = nullptr;  // [num_experts + 1]: padded first row of each expert; [E] = rows used
+    int32_t* dest_rows = nullptr;       // [num_tokens, top_k]: permuted row of each (token, slot)
+    int32_t* row_token = nullptr;       // [max_rows]: token in each permuted row, -1 for padding
+    bf16* x_permuted = nullptr;         // [max_rows, hidden]: x gathered, zero rows for padding
+    void* workspace = nullptr;          // moe_permute_workspace_bytes(num_tokens, top_k, num_experts)
+    int32_t num_tokens = 0;
+    int32_t top_k = 0;
+    int32_t num_experts = 0;  ///< <= 1024
+    int32_t hidden = 0;       ///< multiple of 8
+    int32_t row_align = 16;   ///< 16 or a multiple of 64
+    int32_t max_rows = 0;     ///< moe_permuted_rows_bound(...)
+};
+
+/// Exact and deterministic: expert e's group starts at expert_offsets[e] (padded to row_align, empty experts take
+/// no rows), and within a group rows follow (token, slot) order.
+void launch_moe_permute(const moe_permute_params& p, cudaStream_t stream);
+
+struct moe_combine_params {
+    const bf16* y = nullptr;              // [max_rows, hidden]: expert outputs in permuted order
+    const int32_t* dest_rows = nullptr;   // [num_tokens, top_k]
+    const float* topk_weights = nullptr;  // [num_tokens, top_k]
+    bf16* out = nullptr;                  // [num_tokens, hidden]
+    int32_t num_tokens = 0;
+    int32_t top_k = 0;
+    int32_t hidden = 0;  ///< multiple of 8
+};
+
+/// out[t] = bf16(sum_j topk_weights[t, j] * y[dest_rows[t, j]]), summed in fp32 in top-k order.
+void launch_moe_combine(const moe_combine_params& p, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------
+// Grouped expert GEMM
+
+struct grouped_gemm_params {
+    const bf16* a = nullptr;                  // [max_rows, k]: permuted activations
+    const bf16* b = nullptr;                  // [num_experts, swiglu ? 2 * n : n, k], row-major per expert
+    const int32_t* expert_offsets = nullptr;  // [num_experts + 1], from launch_moe_permute
+    bf16* c = nullptr;                        // [max_rows, n]
+    int32_t max_rows = 0;
+    int32_t n = 0;
+    int32_t k = 0;  ///< multiple of 8
+    int32_t num_experts = 0;
+    int32_t row_align = 16;  ///< as given to launch_moe_permute
+    bool swiglu = false;
+};
+
+/// For each expert e and row r in [offsets[e], offsets[e+1]): c[r] = a[r] . b[e]^T on the tensor cores (fp32
+/// accumulate). With swiglu, b[e] holds gate rows [0, n) then up rows [n, 2n), and c[r, j] = silu(g_j) * u_j.
+/// Rows past offsets[num_experts] are not written.
+void launch_grouped_gemm(const grouped_gemm_params& p, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------
+// Sampling
+
+struct sample_seq_params {
+    float temperature = 0.f;  ///< 0: greedy
+    float top_p = 1.f;        ///< (0, 1]
+    int32_t top_k = 0;        ///< 0: off
+    uint32_t counter = 0;     ///< the RNG counter: tokens this request generated before
+    uint64_t seed = 0;
+};
+
+struct sample_params {
+    const float* logits = nullptr;            // [num_seqs, vocab_size]
+    const sample_seq_params* seqs = nullptr;  // [num_seqs]
+    int32_t* tokens = nullptr;                // [num_seqs]
+    int32_t num_seqs = 0;
+    int32_t vocab_size = 0;
+};
+
+/// Greedy: argmax, lowest index on ties. Otherwise z = logits / temperature; keep z >= the k-th largest
+/// (ties kept) when top_k > 0; then keep the smallest set of largest z whose softmax mass reaches top_p;
+/// draw by Gumbel-max: argmax over kept i of z_i - log(-log(u_i)), u_i = sample_uniform(seed, counter, i).
+/// The same (seed, counter) gives the same token whatever the batch.
+void launch_sample(const sample_params& p, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------
+// Dense GEMM through cuBLASLt
+
+struct gemm_bf16_params {
+    cublasLtHandle_t handle = nullptr;
+    void* workspace = nullptr;  // [workspace_bytes] device scratch for cuBLASLt
+    size_t workspace_bytes = 0;
+    const bf16* x = nullptr;  // [m, k]
+    const bf16* w = nullptr;  // [n, k]
+    void* y = nullptr;        // [m, n]: bf16, or fp32 when y_fp32
+    int32_t m = 0;
+    int32_t n = 0;
+    int32_t k = 0;
+    bool y_fp32 = false;
+};
+
+/// Row-major y = x . w^T, fp32 accumulate. m == 0 is a no-op.
+void launch_gemm_bf16(const gemm_bf16_params& p, cudaStream_t stream);
+
+}  // namespace zmoe::kernels

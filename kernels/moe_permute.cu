@@ -1,0 +1,135 @@
+// Token permutation into expert-contiguous order. Deterministic and exact: a (token, slot) assignment's row is
+// its expert's padded start + the number of earlier assignments (in (token, slot) order) to the same expert.
+//   1. chunk_count:  per chunk of kChunk assignments, a histogram over experts.
+//   2. scan:         per expert, exclusive prefix over chunks; padded group sizes; prefix over experts.
+//   3. assign:       within a chunk, ranks from warp match masks plus per-warp counts; writes dest_rows/row_token.
+//   4. gather:       x_permuted[row] = x[row_token[row]], zero rows for padding.
+
+#include <algorithm>
+
+#include "kernels/api.hpp"
+#include "kernels/cuda_check.hpp"
+#include "kernels/device_utils.cuh"
+
+namespace zmoe::kernels {
+namespace {
+
+constexpr int kChunk = 256;  // assignments per chunk = threads per block of kernels 1 and 3
+constexpr int kChunkWarps = kChunk / 32;
+constexpr int kMaxExperts = 1024;
+
+int32_t num_chunks(int32_t num_tokens, int32_t top_k) { return (num_tokens * top_k + kChunk - 1) / kChunk; }
+
+__global__ void __launch_bounds__(kChunk) chunk_count_kernel(const moe_permute_params p, int32_t* chunk_counts) {
+    extern __shared__ int32_t hist[];  // [num_experts] int32
+    for (int32_t e = threadIdx.x; e < p.num_experts; e += kChunk) hist[e] = 0;
+    __syncthreads();
+    const int32_t a = blockIdx.x * kChunk + threadIdx.x;
+    if (a < p.num_tokens * p.top_k) atomicAdd(&hist[p.topk_ids[a]], 1);
+    __syncthreads();
+    for (int32_t e = threadIdx.x; e < p.num_experts; e += kChunk)
+        chunk_counts[size_t(blockIdx.x) * p.num_experts + e] = hist[e];
+}
+
+__global__ void __launch_bounds__(kMaxExperts)
+    scan_kernel(const moe_permute_params p, int32_t* chunk_counts, int32_t chunks) {
+    __shared__ int32_t padded[kMaxExperts + 1];  // padded group size of each expert, then its start row
+    const int32_t e = threadIdx.x;
+    int32_t running = 0;
+    if (e < p.num_experts) {
+        for (int32_t c = 0; c < chunks; ++c) {
+            const int32_t n = chunk_counts[size_t(c) * p.num_experts + e];
+            chunk_counts[size_t(c) * p.num_experts + e] = running;
+            running += n;
+        }
+        padded[e] = (running + p.row_align - 1) / p.row_align * p.row_align;
+    }
+    __syncthreads();
+    if (e == 0) {
+        int32_t total = 0;
+        for (int32_t i = 0; i < p.num_experts; ++i) {
+            const int32_t n = padded[i];
+            padded[i] = total;
+            total += n;
+        }
+        padded[p.num_experts] = total;
+        p.expert_offsets[p.num_experts] = total;
+    }
+    __syncthreads();
+    if (e < p.num_experts) {
+        p.expert_offsets[e] = padded[e];
+        for (int32_t c = 0; c < chunks; ++c) chunk_counts[size_t(c) * p.num_experts + e] += padded[e];
+    }
+}
+
+__global__ void __launch_bounds__(kChunk) assign_kernel(const moe_permute_params p, const int32_t* chunk_base) {
+    extern __shared__ int32_t warp_counts[];  // [kChunkWarps][num_experts] int32: assignments per warp and expert
+    for (int32_t i = threadIdx.x; i < kChunkWarps * p.num_experts; i += kChunk) warp_counts[i] = 0;
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int32_t a = blockIdx.x * kChunk + threadIdx.x;
+    const bool valid = a < p.num_tokens * p.top_k;
+    const int32_t id = valid ? p.topk_ids[a] : -1;
+    const unsigned peers = __match_any_sync(detail::kFullMask, id);
+    const int32_t rank = __popc(peers & ((1u << lane) - 1));
+    if (valid && rank == 0) warp_counts[warp * p.num_experts + id] = __popc(peers);
+    __syncthreads();
+    if (!valid) return;
+    int32_t row = chunk_base[size_t(blockIdx.x) * p.num_experts + id] + rank;
+    for (int w = 0; w < warp; ++w) row += warp_counts[w * p.num_experts + id];
+    p.dest_rows[a] = row;
+    p.row_token[row] = a / p.top_k;
+}
+
+__global__ void gather_kernel(const moe_permute_params p) {
+    const int32_t row = blockIdx.x;
+    if (row >= p.expert_offsets[p.num_experts]) return;
+    const int32_t token = p.row_token[row];
+    const auto* src = reinterpret_cast<const detail::bf16x8*>(p.x + size_t(token < 0 ? 0 : token) * p.hidden);
+    auto* dst = reinterpret_cast<detail::bf16x8*>(p.x_permuted + size_t(row) * p.hidden);
+    for (int32_t i = threadIdx.x; i < p.hidden / 8; i += blockDim.x) {
+        detail::bf16x8 v{};
+        if (token >= 0) v = src[i];
+        dst[i] = v;
+    }
+}
+
+}  // namespace
+
+int32_t moe_row_align_for(int32_t num_tokens, int32_t top_k, int32_t num_experts) {
+    // Small batches are bound by streaming expert weights: pad little. Large ones fill 64-row tensor-core tiles.
+    return num_tokens * top_k <= 8 * num_experts ? 16 : 64;
+}
+
+size_t moe_permute_workspace_bytes(int32_t num_tokens, int32_t top_k, int32_t num_experts) {
+    return size_t(std::max(num_chunks(num_tokens, top_k), 1)) * num_experts * sizeof(int32_t);
+}
+
+void launch_moe_permute(const moe_permute_params& p, cudaStream_t stream) {
+    ZMOE_KERNEL_REQUIRE(p.num_experts >= 1 && p.num_experts <= kMaxExperts, "moe_permute: num_experts in [1, 1024]");
+    ZMOE_KERNEL_REQUIRE(p.row_align == 16 || (p.row_align > 0 && p.row_align % 64 == 0),
+                        "moe_permute: row_align must be 16 or a multiple of 64");
+    ZMOE_KERNEL_REQUIRE(p.max_rows >= moe_permuted_rows_bound(p.num_tokens, p.top_k, p.num_experts, p.row_align),
+                        "moe_permute: max_rows below moe_permuted_rows_bound");
+    ZMOE_KERNEL_REQUIRE(p.x == nullptr || p.hidden % 8 == 0, "moe_permute: hidden must be a multiple of 8");
+    auto* chunk_counts = static_cast<int32_t*>(p.workspace);
+    const int32_t chunks = num_chunks(p.num_tokens, p.top_k);
+    ZMOE_CUDA_CHECK(cudaMemsetAsync(p.row_token, 0xff, size_t(p.max_rows) * sizeof(int32_t), stream));
+    const size_t hist_bytes = size_t(p.num_experts) * sizeof(int32_t);
+    if (chunks > 0) {
+        chunk_count_kernel<<<chunks, kChunk, hist_bytes, stream>>>(p, chunk_counts);
+        ZMOE_CUDA_CHECK_LAUNCH();
+    }
+    scan_kernel<<<1, kMaxExperts, 0, stream>>>(p, chunk_counts, chunks);
+    ZMOE_CUDA_CHECK_LAUNCH();
+    if (chunks > 0) {
+        assign_kernel<<<chunks, kChunk, hist_bytes * kChunkWarps, stream>>>(p, chunk_counts);
+        ZMOE_CUDA_CHECK_LAUNCH();
+    }
+    if (p.x != nullptr && p.x_permuted != nullptr && p.max_rows > 0) {
+        gather_kernel<<<p.max_rows, 128, 0, stream>>>(p);
+        ZMOE_CUDA_CHECK_LAUNCH();
+    }
+}
+
+}  // namespace zmoe::kernels

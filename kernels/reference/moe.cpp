@@ -1,0 +1,88 @@
+// CPU references of the MoE pipeline: router top-k, permutation plan, grouped GEMM, weighted combine.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+#include "kernels/reference/bf16.hpp"
+#include "kernels/reference/reference.hpp"
+
+namespace zmoe::kernels::ref {
+
+void router_topk(const float* logits, int32_t* topk_ids, float* topk_weights, int32_t* counts, int32_t num_tokens,
+                 int32_t num_experts, int32_t top_k, bool renormalize) {
+    std::fill(counts, counts + num_experts, 0);
+    std::vector<int32_t> order(num_experts);
+    for (int32_t t = 0; t < num_tokens; ++t) {
+        const float* row = logits + size_t(t) * num_experts;
+        const float max_logit = *std::max_element(row, row + num_experts);
+        double denom = 0;
+        for (int32_t e = 0; e < num_experts; ++e) denom += std::exp(double(row[e]) - max_logit);
+        for (int32_t e = 0; e < num_experts; ++e) order[e] = e;
+        // Selection on the logits: softmax is monotonic, and comparing logits keeps ties exact.
+        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+        double sum = 0;
+        for (int32_t j = 0; j < top_k; ++j) {
+            const int32_t e = order[j];
+            topk_ids[size_t(t) * top_k + j] = e;
+            topk_weights[size_t(t) * top_k + j] = float(std::exp(double(row[e]) - max_logit) / denom);
+            sum += topk_weights[size_t(t) * top_k + j];
+            ++counts[e];
+        }
+        if (renormalize)
+            for (int32_t j = 0; j < top_k; ++j)
+                topk_weights[size_t(t) * top_k + j] = float(topk_weights[size_t(t) * top_k + j] / sum);
+    }
+}
+
+void moe_permute_plan(const int32_t* topk_ids, int32_t num_tokens, int32_t top_k, int32_t num_experts,
+                      int32_t row_align, int32_t max_rows, int32_t* expert_offsets, int32_t* dest_rows,
+                      int32_t* row_token) {
+    const int32_t num_assign = num_tokens * top_k;
+    std::vector<int32_t> counts(num_experts, 0);
+    for (int32_t a = 0; a < num_assign; ++a) ++counts[topk_ids[a]];
+    expert_offsets[0] = 0;
+    for (int32_t e = 0; e < num_experts; ++e)
+        expert_offsets[e + 1] = expert_offsets[e] + (counts[e] + row_align - 1) / row_align * row_align;
+    std::fill(row_token, row_token + max_rows, -1);
+    std::vector<int32_t> next(expert_offsets, expert_offsets + num_experts);
+    for (int32_t a = 0; a < num_assign; ++a) {
+        const int32_t row = next[topk_ids[a]]++;
+        dest_rows[a] = row;
+        row_token[row] = a / top_k;
+    }
+}
+
+void grouped_gemm(const float* a, const float* b, const int32_t* expert_offsets, float* c, int32_t n, int32_t k,
+                  int32_t num_experts, bool swiglu) {
+    const int32_t n_b = swiglu ? 2 * n : n;
+    for (int32_t e = 0; e < num_experts; ++e) {
+        const float* be = b + size_t(e) * n_b * k;
+        for (int32_t r = expert_offsets[e]; r < expert_offsets[e + 1]; ++r) {
+            const float* ar = a + size_t(r) * k;
+            for (int32_t j = 0; j < n; ++j) {
+                double g = 0, u = 0;
+                for (int32_t l = 0; l < k; ++l) g += double(ar[l]) * be[size_t(j) * k + l];
+                if (swiglu) {
+                    for (int32_t l = 0; l < k; ++l) u += double(ar[l]) * be[size_t(n + j) * k + l];
+                    g = g / (1.0 + std::exp(-g)) * u;
+                }
+                c[size_t(r) * n + j] = round_bf16(float(g));
+            }
+        }
+    }
+}
+
+void moe_combine(const float* y, const int32_t* dest_rows, const float* topk_weights, float* out, int32_t num_tokens,
+                 int32_t top_k, int32_t hidden) {
+    for (int32_t t = 0; t < num_tokens; ++t)
+        for (int32_t h = 0; h < hidden; ++h) {
+            float acc = 0.f;
+            for (int32_t j = 0; j < top_k; ++j)
+                acc += topk_weights[size_t(t) * top_k + j] * y[size_t(dest_rows[size_t(t) * top_k + j]) * hidden + h];
+            out[size_t(t) * hidden + h] = round_bf16(acc);
+        }
+}
+
+}  // namespace zmoe::kernels::ref

@@ -1,0 +1,73 @@
+#pragma once
+// CPU references of the CUDA kernels in kernels/api.hpp: plain C++, single-threaded, no CUDA, so they build
+// and run anywhere. Each one is the definition of what its kernel computes: inputs are floats holding
+// BF16-representable values, arithmetic is fp32 or wider, and intermediates the kernel stores in BF16 are
+// rounded to BF16 here at the same points. Shapes follow the kernels' params structs.
+
+#include <cstdint>
+
+namespace zmoe::kernels::ref {
+
+/// out[t] = table[ids[t]], zero rows for ids outside [0, vocab_size).
+void embedding(const int32_t* ids, const float* table, float* out, int32_t num_tokens, int32_t hidden,
+               int32_t vocab_size);
+
+/// residual may be nullptr. See launch_rms_norm.
+void rms_norm(const float* x, float* residual, const float* weight, float* out, int32_t num_tokens, int32_t hidden,
+              float eps);
+
+struct rope_shape {
+    int32_t num_tokens = 0;
+    int32_t num_q_heads = 0;
+    int32_t num_kv_heads = 0;
+    int32_t head_dim = 0;
+    int32_t block_size = 0;
+    float rope_theta = 10000.f;
+    float eps = 1e-6f;
+    int32_t norm = 0;  ///< qk_norm_mode: 0 none, 1 per head, 2 whole projection
+};
+
+/// See launch_rope_qk_norm_kv.
+void rope_qk_norm_kv(const rope_shape& s, const float* qkv, const int32_t* positions, const int32_t* slots,
+                     const float* q_norm_weight, const float* k_norm_weight, float* q_out, float* k_cache,
+                     float* v_cache);
+
+struct attention_shape {
+    int32_t num_seqs = 0;
+    int32_t num_q_heads = 0;
+    int32_t num_kv_heads = 0;
+    int32_t head_dim = 0;
+    int32_t block_size = 0;
+    int32_t max_blocks_per_seq = 0;
+    float scale = 1.f;
+};
+
+/// See launch_paged_attention.
+void paged_attention(const attention_shape& s, const float* q, const float* k_cache, const float* v_cache,
+                     const int32_t* block_tables, const int32_t* query_start, const int32_t* start_pos, float* out);
+
+/// See launch_router_topk; counts [num_experts] are overwritten.
+void router_topk(const float* logits, int32_t* topk_ids, float* topk_weights, int32_t* counts, int32_t num_tokens,
+                 int32_t num_experts, int32_t top_k, bool renormalize);
+
+/// See launch_moe_permute (the plan part): expert_offsets [E+1], dest_rows [T*k], row_token [max_rows].
+void moe_permute_plan(const int32_t* topk_ids, int32_t num_tokens, int32_t top_k, int32_t num_experts,
+                      int32_t row_align, int32_t max_rows, int32_t* expert_offsets, int32_t* dest_rows,
+                      int32_t* row_token);
+
+/// See launch_grouped_gemm; c is written for rows [0, expert_offsets[num_experts]).
+void grouped_gemm(const float* a, const float* b, const int32_t* expert_offsets, float* c, int32_t n, int32_t k,
+                  int32_t num_experts, bool swiglu);
+
+/// See launch_moe_combine.
+void moe_combine(const float* y, const int32_t* dest_rows, const float* topk_weights, float* out, int32_t num_tokens,
+                 int32_t top_k, int32_t hidden);
+
+/// See launch_sample: the token drawn for one sequence.
+int32_t sample(const float* logits, int32_t vocab_size, float temperature, float top_p, int32_t top_k, uint64_t seed,
+               uint32_t counter);
+
+/// Row-major y[m, n] = x[m, k] . w[n, k]^T, accumulated in double.
+void gemm(const float* x, const float* w, float* y, int32_t m, int32_t n, int32_t k);
+
+}  // namespace zmoe::kernels::ref
