@@ -127,11 +127,20 @@ client_request decode_client_request(std::string_view bytes) {
             out = std::move(m);
             break;
         }
-        case client_kind::abort: out = client_abort{f.read_string("abort.client_request_id", kMaxNameBytes)}; break;
-        case client_kind::health: out = client_health{f.read_string("health.tag", kMaxNameBytes)}; break;
-        case client_kind::metrics: out = client_metrics{f.read_string("metrics.tag", kMaxNameBytes)}; break;
-        case client_kind::heartbeat: out = client_heartbeat{}; break;
-        default: r.fail("kind", "unknown client request kind " + std::to_string(kind));
+        case client_kind::abort:
+            out = client_abort{f.read_string("abort.client_request_id", kMaxNameBytes)};
+            break;
+        case client_kind::health:
+            out = client_health{f.read_string("health.tag", kMaxNameBytes)};
+            break;
+        case client_kind::metrics:
+            out = client_metrics{f.read_string("metrics.tag", kMaxNameBytes)};
+            break;
+        case client_kind::heartbeat:
+            out = client_heartbeat{};
+            break;
+        default:
+            r.fail("kind", "unknown client request kind " + std::to_string(kind));
     }
     close_message(r, f);
     return out;
@@ -186,8 +195,11 @@ client_reply decode_client_reply(std::string_view bytes) {
             out = std::move(m);
             break;
         }
-        case client_kind::heartbeat: out = client_heartbeat{}; break;
-        default: r.fail("kind", "unknown client reply kind " + std::to_string(kind));
+        case client_kind::heartbeat:
+            out = client_heartbeat{};
+            break;
+        default:
+            r.fail("kind", "unknown client reply kind " + std::to_string(kind));
     }
     close_message(r, f);
     return out;

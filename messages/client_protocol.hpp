@@ -42,30 +42,36 @@ struct client_generate {
     /// Text to tokenize, or token ids to use as they are. Wire: one field, str or array of int.
     std::variant<std::string, std::vector<int32_t>> prompt;
     uint32_t max_tokens = 16;
-    float temperature = 1.f;  ///< 0 = greedy
-    float top_p = 1.f;        ///< (0, 1]
-    int32_t top_k = 0;        ///< 0 or -1 = off
+    float temperature = 1.f;       ///< 0 = greedy
+    float top_p = 1.f;             ///< (0, 1]
+    int32_t top_k = 0;             ///< 0 or -1 = off
     std::optional<uint64_t> seed;  ///< nil = the frontend draws one
     std::vector<std::string> stop;
     bool ignore_eos = false;
     /// true: a delta as tokens are produced; false: one final delta with everything.
     bool stream = true;
+    bool operator==(const client_generate&) const = default;
 };
 
 struct client_abort {
     std::string client_request_id;
+    bool operator==(const client_abort&) const = default;
 };
 
 /// tag is echoed in the reply so a client can match replies to requests.
 struct client_health {
     std::string tag;
+    bool operator==(const client_health&) const = default;
 };
 
 struct client_metrics {
     std::string tag;
+    bool operator==(const client_metrics&) const = default;
 };
 
-struct client_heartbeat {};
+struct client_heartbeat {
+    bool operator==(const client_heartbeat&) const = default;
+};
 
 /// New output of one request since its previous delta.
 struct client_delta {
@@ -74,14 +80,16 @@ struct client_delta {
     std::string text;                ///< new detokenized text (valid UTF-8; may lag token_ids by a few bytes)
     bool finished = false;
     finish_reason reason = finish_reason::none;  ///< wire: "" | "length" | "stop" | "abort" | "error"
-    uint32_t prompt_tokens = 0;      ///< prompt length in tokens
-    uint32_t completion_tokens = 0;  ///< tokens generated so far, this delta's included
+    uint32_t prompt_tokens = 0;                  ///< prompt length in tokens
+    uint32_t completion_tokens = 0;              ///< tokens generated so far, this delta's included
+    bool operator==(const client_delta&) const = default;
 };
 
 struct client_error {
     std::string client_request_id;  ///< empty when the error is not about one request (e.g. an undecodable frame)
     errc code = errc::internal;
     std::string message;
+    bool operator==(const client_error&) const = default;
 };
 
 struct client_health_reply {
@@ -94,15 +102,18 @@ struct client_health_reply {
     uint32_t num_waiting = 0;  ///< requests queued
     double uptime_s = 0.0;
     std::string version;  ///< zmoe version string
+    bool operator==(const client_health_reply&) const = default;
 };
 
 struct client_metrics_reply {
     std::string tag;
     std::string json;  ///< one JSON object: every actor's metrics
+    bool operator==(const client_metrics_reply&) const = default;
 };
 
 using client_request = std::variant<client_generate, client_abort, client_health, client_metrics, client_heartbeat>;
-using client_reply = std::variant<client_delta, client_error, client_health_reply, client_metrics_reply, client_heartbeat>;
+using client_reply =
+    std::variant<client_delta, client_error, client_health_reply, client_metrics_reply, client_heartbeat>;
 
 std::string encode(const client_generate& m);
 std::string encode(const client_abort& m);

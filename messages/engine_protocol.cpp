@@ -121,11 +121,20 @@ frontend_to_engine decode_frontend_to_engine(std::string_view bytes) {
             out = std::move(m);
             break;
         }
-        case engine_kind::abort: out = engine_abort{f.read_uint("abort.request_id")}; break;
-        case engine_kind::metrics: out = engine_metrics{f.read_string("metrics.tag", kMaxNameBytes)}; break;
-        case engine_kind::heartbeat: out = engine_heartbeat{}; break;
-        case engine_kind::shutdown: out = engine_shutdown{}; break;
-        default: r.fail("kind", "unknown frontend-to-engine kind " + std::to_string(kind));
+        case engine_kind::abort:
+            out = engine_abort{f.read_uint("abort.request_id")};
+            break;
+        case engine_kind::metrics:
+            out = engine_metrics{f.read_string("metrics.tag", kMaxNameBytes)};
+            break;
+        case engine_kind::heartbeat:
+            out = engine_heartbeat{};
+            break;
+        case engine_kind::shutdown:
+            out = engine_shutdown{};
+            break;
+        default:
+            r.fail("kind", "unknown frontend-to-engine kind " + std::to_string(kind));
     }
     close_message(r, f);
     return out;
@@ -173,7 +182,9 @@ engine_to_frontend decode_engine_to_frontend(std::string_view bytes) {
             out = std::move(m);
             break;
         }
-        case engine_kind::heartbeat: out = engine_heartbeat{}; break;
+        case engine_kind::heartbeat:
+            out = engine_heartbeat{};
+            break;
         case engine_kind::error: {
             engine_error m;
             m.code = static_cast<errc>(f.read_uint("error.code", 255));
@@ -181,7 +192,8 @@ engine_to_frontend decode_engine_to_frontend(std::string_view bytes) {
             out = std::move(m);
             break;
         }
-        default: r.fail("kind", "unknown engine-to-frontend kind " + std::to_string(kind));
+        default:
+            r.fail("kind", "unknown engine-to-frontend kind " + std::to_string(kind));
     }
     close_message(r, f);
     return out;

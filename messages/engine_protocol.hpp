@@ -36,6 +36,7 @@ enum class engine_kind : uint8_t {
 struct engine_hello {
     std::string name;  ///< the frontend's name, for logs
     int64_t pid = 0;
+    bool operator==(const engine_hello&) const = default;
 };
 
 /// The engine core's answer to hello: what the frontend must know to validate requests.
@@ -46,6 +47,7 @@ struct engine_welcome {
     uint32_t block_size = 0;
     uint64_t num_kv_blocks = 0;  ///< per data-parallel rank
     uint32_t heartbeat_interval_ms = 0;
+    bool operator==(const engine_welcome&) const = default;
 };
 
 struct engine_add_request {
@@ -59,6 +61,7 @@ struct engine_add_request {
 
 struct engine_abort {
     uint64_t request_id = 0;
+    bool operator==(const engine_abort&) const = default;
 };
 
 /// New tokens of one request. When finished, reason says why; for finish_reason::error, code/message say what.
@@ -70,31 +73,40 @@ struct engine_request_output {
     errc error_code = errc::ok;
     std::string error_message;
     uint32_t num_prompt_tokens = 0;
+    bool operator==(const engine_request_output&) const = default;
 };
 
 /// Everything one engine step produced, for every request that produced something: one message per step.
 struct engine_outputs {
     uint64_t step_id = 0;
     std::vector<engine_request_output> outputs;
+    bool operator==(const engine_outputs&) const = default;
 };
 
 struct engine_metrics {
     std::string tag;
+    bool operator==(const engine_metrics&) const = default;
 };
 
 struct engine_metrics_reply {
     std::string tag;
     std::string json;  ///< JSON object: the engine core's and the workers' metrics
+    bool operator==(const engine_metrics_reply&) const = default;
 };
 
-struct engine_heartbeat {};
+struct engine_heartbeat {
+    bool operator==(const engine_heartbeat&) const = default;
+};
 /// Drain: stop accepting requests, finish the running ones, then stop the workers and exit.
-struct engine_shutdown {};
+struct engine_shutdown {
+    bool operator==(const engine_shutdown&) const = default;
+};
 
 /// A failure not tied to one request (e.g. hello refused).
 struct engine_error {
     errc code = errc::internal;
     std::string message;
+    bool operator==(const engine_error&) const = default;
 };
 
 using frontend_to_engine =

@@ -4,11 +4,16 @@ namespace zmoe {
 
 std::string_view finish_reason_name(finish_reason r) {
     switch (r) {
-        case finish_reason::none: return "";
-        case finish_reason::length: return "length";
-        case finish_reason::stop: return "stop";
-        case finish_reason::abort: return "abort";
-        case finish_reason::error: return "error";
+        case finish_reason::none:
+            return "";
+        case finish_reason::length:
+            return "length";
+        case finish_reason::stop:
+            return "stop";
+        case finish_reason::abort:
+            return "abort";
+        case finish_reason::error:
+            return "error";
     }
     return "error";
 }

@@ -18,23 +18,32 @@ const char* type_name(uint8_t b) {
     if (b <= 0x9f) return "array";
     if (b <= 0xbf) return "str";
     switch (b) {
-        case 0xc0: return "nil";
+        case 0xc0:
+            return "nil";
         case 0xc2:
-        case 0xc3: return "bool";
+        case 0xc3:
+            return "bool";
         case 0xc4:
         case 0xc5:
-        case 0xc6: return "bin";
+        case 0xc6:
+            return "bin";
         case 0xca:
-        case 0xcb: return "float";
+        case 0xcb:
+            return "float";
         case 0xd9:
         case 0xda:
-        case 0xdb: return "str";
+        case 0xdb:
+            return "str";
         case 0xdc:
-        case 0xdd: return "array";
+        case 0xdd:
+            return "array";
         case 0xde:
-        case 0xdf: return "map";
-        case 0xc1: return "invalid byte 0xc1";
-        default: break;
+        case 0xdf:
+            return "map";
+        case 0xc1:
+            return "invalid byte 0xc1";
+        default:
+            break;
     }
     if (b >= 0xcc && b <= 0xd3) return "integer";
     return "ext";
@@ -72,16 +81,22 @@ msgpack_type msgpack_reader::peek(const char* field) const {
     if (b <= 0x9f || b == 0xdc || b == 0xdd) return msgpack_type::array;
     if (b <= 0xbf || (b >= 0xd9 && b <= 0xdb)) return msgpack_type::str;
     switch (b) {
-        case 0xc0: return msgpack_type::nil;
+        case 0xc0:
+            return msgpack_type::nil;
         case 0xc2:
-        case 0xc3: return msgpack_type::boolean;
+        case 0xc3:
+            return msgpack_type::boolean;
         case 0xc4:
         case 0xc5:
-        case 0xc6: return msgpack_type::bin;
+        case 0xc6:
+            return msgpack_type::bin;
         case 0xca:
-        case 0xcb: return msgpack_type::floating;
-        case 0xc1: return msgpack_type::invalid;
-        default: return msgpack_type::ext;
+        case 0xcb:
+            return msgpack_type::floating;
+        case 0xc1:
+            return msgpack_type::invalid;
+        default:
+            return msgpack_type::ext;
     }
 }
 
@@ -98,7 +113,8 @@ uint32_t msgpack_reader::read_array_header(uint32_t max_len, const char* field) 
         --pos_;
         fail(field, std::string("expected array, got ") + type_name(b));
     }
-    if (n > max_len) fail(field, "array of " + std::to_string(n) + " elements exceeds the limit of " + std::to_string(max_len));
+    if (n > max_len)
+        fail(field, "array of " + std::to_string(n) + " elements exceeds the limit of " + std::to_string(max_len));
     if (n > remaining()) fail(field, "array of " + std::to_string(n) + " elements is longer than the message");
     return static_cast<uint32_t>(n);
 }
@@ -172,7 +188,8 @@ int64_t msgpack_reader::read_int(const char* field, int64_t min, int64_t max) {
         fail(field, std::string("expected integer, got ") + type_name(b));
     }
     if (v < min || v > max) {
-        fail(field, "integer " + std::to_string(v) + " outside [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+        fail(field,
+             "integer " + std::to_string(v) + " outside [" + std::to_string(min) + ", " + std::to_string(max) + "]");
     }
     return v;
 }
@@ -203,7 +220,8 @@ std::string_view msgpack_reader::read_str(const char* field, size_t max_len) {
         --pos_;
         fail(field, std::string("expected str, got ") + type_name(b));
     }
-    if (n > max_len) fail(field, "string of " + std::to_string(n) + " bytes exceeds the limit of " + std::to_string(max_len));
+    if (n > max_len)
+        fail(field, "string of " + std::to_string(n) + " bytes exceeds the limit of " + std::to_string(max_len));
     return {take(n, field), n};
 }
 
@@ -216,7 +234,8 @@ std::string_view msgpack_reader::read_bin(const char* field, size_t max_len) {
         --pos_;
         fail(field, std::string("expected bin, got ") + type_name(b));
     }
-    if (n > max_len) fail(field, "bin of " + std::to_string(n) + " bytes exceeds the limit of " + std::to_string(max_len));
+    if (n > max_len)
+        fail(field, "bin of " + std::to_string(n) + " bytes exceeds the limit of " + std::to_string(max_len));
     return {take(n, field), n};
 }
 
@@ -236,36 +255,63 @@ void msgpack_reader::skip_depth(const char* field, int depth) {
         return;
     } else {
         switch (b) {
-            case 0xc1: --pos_; fail(field, "invalid byte 0xc1");
+            case 0xc1:
+                --pos_;
+                fail(field, "invalid byte 0xc1");
             case 0xc4:
             case 0xc5:
-            case 0xc6: take(read_be(size_t{1} << (b - 0xc4), field), field); return;
+            case 0xc6:
+                take(read_be(size_t{1} << (b - 0xc4), field), field);
+                return;
             case 0xc7:
             case 0xc8:
-            case 0xc9: take(read_be(size_t{1} << (b - 0xc7), field) + 1, field); return;
-            case 0xca: take(4, field); return;
-            case 0xcb: take(8, field); return;
+            case 0xc9:
+                take(read_be(size_t{1} << (b - 0xc7), field) + 1, field);
+                return;
+            case 0xca:
+                take(4, field);
+                return;
+            case 0xcb:
+                take(8, field);
+                return;
             case 0xcc:
             case 0xcd:
             case 0xce:
-            case 0xcf: take(size_t{1} << (b - 0xcc), field); return;
+            case 0xcf:
+                take(size_t{1} << (b - 0xcc), field);
+                return;
             case 0xd0:
             case 0xd1:
             case 0xd2:
-            case 0xd3: take(size_t{1} << (b - 0xd0), field); return;
+            case 0xd3:
+                take(size_t{1} << (b - 0xd0), field);
+                return;
             case 0xd4:
             case 0xd5:
             case 0xd6:
             case 0xd7:
-            case 0xd8: take((size_t{1} << (b - 0xd4)) + 1, field); return;
+            case 0xd8:
+                take((size_t{1} << (b - 0xd4)) + 1, field);
+                return;
             case 0xd9:
             case 0xda:
-            case 0xdb: take(read_be(size_t{1} << (b - 0xd9), field), field); return;
-            case 0xdc: num_children = read_be(2, field); break;
-            case 0xdd: num_children = read_be(4, field); break;
-            case 0xde: num_children = 2 * read_be(2, field); break;
-            case 0xdf: num_children = 2 * read_be(4, field); break;
-            default: fail(field, "unreachable msgpack byte");
+            case 0xdb:
+                take(read_be(size_t{1} << (b - 0xd9), field), field);
+                return;
+            case 0xdc:
+                num_children = read_be(2, field);
+                break;
+            case 0xdd:
+                num_children = read_be(4, field);
+                break;
+            case 0xde:
+                num_children = 2 * read_be(2, field);
+                break;
+            case 0xdf:
+                num_children = 2 * read_be(4, field);
+                break;
+            default:
+                fail(field, "unreachable msgpack byte");
         }
     }
     if (num_children > remaining()) fail(field, "container longer than the message");
@@ -300,7 +346,8 @@ std::vector<std::string> field_cursor::read_string_array(const char* f, uint32_t
 std::vector<int32_t> field_cursor::read_int32_le(const char* f, uint32_t max_len) {
     msgpack_reader& r = next(f);
     std::string_view b = r.read_bin(f, size_t{max_len} * 4);
-    if (b.size() % 4 != 0) r.fail(f, "packed int32 bin of " + std::to_string(b.size()) + " bytes (not a multiple of 4)");
+    if (b.size() % 4 != 0)
+        r.fail(f, "packed int32 bin of " + std::to_string(b.size()) + " bytes (not a multiple of 4)");
     std::vector<int32_t> out(b.size() / 4);
     if (!b.empty()) std::memcpy(out.data(), b.data(), b.size());
     return out;
@@ -309,7 +356,8 @@ std::vector<int32_t> field_cursor::read_int32_le(const char* f, uint32_t max_len
 std::vector<uint32_t> field_cursor::read_uint32_le(const char* f, uint32_t max_len) {
     msgpack_reader& r = next(f);
     std::string_view b = r.read_bin(f, size_t{max_len} * 4);
-    if (b.size() % 4 != 0) r.fail(f, "packed uint32 bin of " + std::to_string(b.size()) + " bytes (not a multiple of 4)");
+    if (b.size() % 4 != 0)
+        r.fail(f, "packed uint32 bin of " + std::to_string(b.size()) + " bytes (not a multiple of 4)");
     std::vector<uint32_t> out(b.size() / 4);
     if (!b.empty()) std::memcpy(out.data(), b.data(), b.size());
     return out;

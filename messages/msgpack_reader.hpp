@@ -17,7 +17,7 @@ namespace zmoe {
 enum class msgpack_type : uint8_t { nil, boolean, integer, floating, str, bin, array, map, ext, invalid };
 
 class msgpack_reader {
-public:
+  public:
     /// `what` names the protocol in error messages (e.g. "client protocol"); it must outlive the reader.
     msgpack_reader(std::string_view bytes, const char* what) : data_(bytes), what_(what) {}
 
@@ -51,7 +51,7 @@ public:
     /// Throws zmoe::error(errc::protocol) with "<what>: <field>: <message>".
     [[noreturn]] void fail(const char* field, const std::string& message) const;
 
-private:
+  private:
     uint8_t next_byte(const char* field);
     const char* take(size_t n, const char* field);
     uint64_t read_be(size_t n, const char* field);
@@ -66,7 +66,7 @@ private:
 /// not have throws "missing field"; finish() skips fields appended by a newer peer, so decoders stay compatible
 /// with append-only schema changes.
 class field_cursor {
-public:
+  public:
     field_cursor(msgpack_reader& r, uint32_t num_fields) : r_(r), left_(num_fields) {}
 
     uint32_t left() const { return left_; }
@@ -104,7 +104,7 @@ public:
         }
     }
 
-private:
+  private:
     msgpack_reader& r_;
     uint32_t left_;
 };

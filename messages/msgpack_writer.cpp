@@ -13,11 +13,11 @@ struct string_sink {
 using packer = msgpack::packer<string_sink>;
 }  // namespace
 
-#define ZMOE_PACK(call)           \
-    do {                          \
-        string_sink sink{buf_};   \
-        packer pk(sink);          \
-        pk.call;                  \
+#define ZMOE_PACK(call)         \
+    do {                        \
+        string_sink sink{buf_}; \
+        packer pk(sink);        \
+        pk.call;                \
     } while (0)
 
 void msgpack_writer::array_header(uint32_t n) { ZMOE_PACK(pack_array(n)); }

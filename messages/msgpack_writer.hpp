@@ -11,7 +11,7 @@
 namespace zmoe {
 
 class msgpack_writer {
-public:
+  public:
     explicit msgpack_writer(size_t reserve_bytes = 64) { buf_.reserve(reserve_bytes); }
 
     void array_header(uint32_t n);
@@ -34,7 +34,7 @@ public:
     const std::string& bytes() const { return buf_; }
     std::string take() { return std::move(buf_); }
 
-private:
+  private:
     std::string buf_;
 };
 

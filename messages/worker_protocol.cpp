@@ -209,9 +209,15 @@ engine_to_worker decode_engine_to_worker(std::string_view bytes) {
             out = std::move(m);
             break;
         }
-        case worker_kind::step: out = read_step(f, r); break;
-        case worker_kind::heartbeat: out = worker_heartbeat{}; break;
-        case worker_kind::shutdown: out = worker_shutdown{}; break;
+        case worker_kind::step:
+            out = read_step(f, r);
+            break;
+        case worker_kind::heartbeat:
+            out = worker_heartbeat{};
+            break;
+        case worker_kind::shutdown:
+            out = worker_shutdown{};
+            break;
         case worker_kind::expert_move: {
             worker_expert_move m;
             m.move_id = f.read_uint("expert_move.move_id");
@@ -230,7 +236,8 @@ engine_to_worker decode_engine_to_worker(std::string_view bytes) {
             out = std::move(m);
             break;
         }
-        default: r.fail("kind", "unknown engine-to-worker kind " + std::to_string(kind));
+        default:
+            r.fail("kind", "unknown engine-to-worker kind " + std::to_string(kind));
     }
     close_message(r, f);
     return out;
@@ -259,8 +266,12 @@ worker_to_engine decode_worker_to_engine(std::string_view bytes) {
             out = m;
             break;
         }
-        case worker_kind::step_result: out = read_step_result(f, r); break;
-        case worker_kind::heartbeat: out = worker_heartbeat{}; break;
+        case worker_kind::step_result:
+            out = read_step_result(f, r);
+            break;
+        case worker_kind::heartbeat:
+            out = worker_heartbeat{};
+            break;
         case worker_kind::expert_move_done: {
             worker_expert_move_done m;
             m.move_id = f.read_uint("expert_move_done.move_id");
@@ -276,7 +287,8 @@ worker_to_engine decode_worker_to_engine(std::string_view bytes) {
             out = std::move(m);
             break;
         }
-        default: r.fail("kind", "unknown worker-to-engine kind " + std::to_string(kind));
+        default:
+            r.fail("kind", "unknown worker-to-engine kind " + std::to_string(kind));
     }
     close_message(r, f);
     return out;

@@ -37,12 +37,13 @@ enum class worker_kind : uint8_t {
 
 struct worker_hello {
     int32_t rank = 0;
-    std::string device;  ///< "cpu" or "cuda:<ordinal>"
+    std::string device;        ///< "cpu" or "cuda:<ordinal>"
     uint64_t free_memory = 0;  ///< bytes free on the device (host memory for cpu)
     uint32_t protocol_version = kWorkerProtocolVersion;
     int64_t pid = 0;
     /// Where this worker accepts traffic from its peers (the CPU all-to-all); empty when it needs none.
     std::string data_endpoint;
+    bool operator==(const worker_hello&) const = default;
 };
 
 struct eplb_options {
@@ -50,6 +51,7 @@ struct eplb_options {
     uint32_t step_interval = 0;  ///< rebalance every this many steps
     uint32_t window_steps = 0;   ///< load statistics window
     uint32_t num_redundant_experts = 0;
+    bool operator==(const eplb_options&) const = default;
 };
 
 struct worker_welcome {
@@ -70,15 +72,21 @@ struct worker_welcome {
     eplb_options eplb;
     uint32_t heartbeat_interval_ms = 0;
     std::vector<std::string> peer_endpoints;  ///< every rank's data_endpoint, by rank
+    bool operator==(const worker_welcome&) const = default;
 };
 
 struct worker_ready {
     int32_t rank = 0;
     uint64_t num_kv_blocks = 0;  ///< KV blocks this worker allocated
+    bool operator==(const worker_ready&) const = default;
 };
 
-struct worker_heartbeat {};
-struct worker_shutdown {};
+struct worker_heartbeat {
+    bool operator==(const worker_heartbeat&) const = default;
+};
+struct worker_shutdown {
+    bool operator==(const worker_shutdown&) const = default;
+};
 
 /// One physical slot's new content: copy logical expert `logical_expert`'s weights from (src_rank, src_slot).
 struct expert_slot_move {
@@ -87,6 +95,7 @@ struct expert_slot_move {
     int32_t logical_expert = 0;
     int32_t src_rank = 0;
     uint32_t src_slot = 0;
+    bool operator==(const expert_slot_move&) const = default;
 };
 
 /// An EPLB rebalance: every rank takes part (as source and/or destination), and applies the new placement
@@ -95,11 +104,13 @@ struct worker_expert_move {
     uint64_t move_id = 0;
     uint64_t apply_at_step = 0;
     std::vector<expert_slot_move> moves;
+    bool operator==(const worker_expert_move&) const = default;
 };
 
 struct worker_expert_move_done {
     uint64_t move_id = 0;
     int32_t rank = 0;
+    bool operator==(const worker_expert_move_done&) const = default;
 };
 
 /// A fatal worker failure (weights could not be loaded, device lost).
@@ -107,11 +118,13 @@ struct worker_error {
     int32_t rank = 0;
     errc code = errc::internal;
     std::string message;
+    bool operator==(const worker_error&) const = default;
 };
 
-using engine_to_worker = std::variant<worker_welcome, step_request, worker_heartbeat, worker_shutdown, worker_expert_move>;
-using worker_to_engine = std::variant<worker_hello, worker_ready, step_result, worker_heartbeat, worker_expert_move_done,
-                                      worker_error>;
+using engine_to_worker =
+    std::variant<worker_welcome, step_request, worker_heartbeat, worker_shutdown, worker_expert_move>;
+using worker_to_engine =
+    std::variant<worker_hello, worker_ready, step_result, worker_heartbeat, worker_expert_move_done, worker_error>;
 
 std::string encode(const worker_hello& m);
 std::string encode(const worker_welcome& m);

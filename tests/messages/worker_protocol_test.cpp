@@ -1,0 +1,150 @@
+#include "messages/worker_protocol.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "tests/messages/step_compare.hpp"
+#include "tests/messages/wire_test_util.hpp"
+
+namespace zmoe {
+namespace {
+
+step_request sample_step(int num_seqs, int prefill_len) {
+    step_request m;
+    m.step_id = 41;
+    for (int i = 0; i < num_seqs; ++i) {
+        scheduled_seq s;
+        s.request_id = 1000 + i;
+        if (i == 0) {
+            for (int t = 0; t < prefill_len; ++t) s.token_ids.push_back(t * 7 % 151936);
+            s.start_pos = 0;
+        } else {
+            s.token_ids = {i % 3 == 0 ? kPlaceholderToken : 42 + i};
+            s.start_pos = 100 + i;
+        }
+        for (int b = 0; b <= (s.start_pos + static_cast<int>(s.token_ids.size())) / 16; ++b)
+            s.block_table.push_back(b * 3 + i);
+        s.do_sample = i % 2 == 0;
+        s.sample_index = i;
+        s.sampling = {i % 4 == 0 ? 0.f : 0.7f, 0.9f, i % 5, 777u + i};
+        m.seqs.push_back(std::move(s));
+    }
+    m.finished_ids = {3, 4, uint64_t{1} << 50};
+    return m;
+}
+
+step_result sample_result(int num_tokens, int num_counts) {
+    step_result m;
+    m.step_id = 41;
+    m.rank = 3;
+    for (int i = 0; i < num_tokens; ++i) m.tokens.push_back({uint64_t(1000 + i), 151000 + i});
+    for (int i = 0; i < num_counts; ++i) m.expert_counts.push_back(i * 13 % 97);
+    m.compute_ms = 3.25;
+    return m;
+}
+
+TEST(WorkerProtocol, Hello) {
+    test::check_wire_contract(
+        worker_hello{1, "cuda:1", uint64_t{80} << 30, kWorkerProtocolVersion, 999, "tcp://10.0.0.2:6001"},
+        decode_worker_to_engine);
+}
+
+TEST(WorkerProtocol, Welcome) {
+    worker_welcome m;
+    m.rank = 1;
+    m.world_size = 2;
+    m.model_dir = "/models/qwen3-moe";
+    m.device = "cuda";
+    m.num_kv_blocks = 0;
+    m.block_size = 16;
+    m.max_num_batched_tokens = 8192;
+    m.max_num_seqs = 256;
+    m.max_model_len = 32768;
+    m.expert_placement = {{0, 1, 2, 3, 0, 1}, {3, 2, 1, 0, 2, 3}};
+    m.nccl_unique_id = std::string(128, '\0') + "\xff";
+    m.async_scheduling = true;
+    m.eplb = {true, 3000, 1000, 2};
+    m.heartbeat_interval_ms = 1000;
+    m.peer_endpoints = {"tcp://a:1", "tcp://b:2"};
+    test::check_wire_contract(m, decode_engine_to_worker);
+}
+
+TEST(WorkerProtocol, Ready) { test::check_wire_contract(worker_ready{1, 12345}, decode_worker_to_engine); }
+
+TEST(WorkerProtocol, Step) {
+    test::check_wire_contract(sample_step(5, 37), decode_engine_to_worker, test::same_step);
+    test::check_wire_contract(step_request{}, decode_engine_to_worker, test::same_step);  // the empty step
+}
+
+TEST(WorkerProtocol, StepResult) {
+    test::check_wire_contract(sample_result(4, 48), decode_worker_to_engine, test::same_step_result);
+    test::check_wire_contract(step_result{}, decode_worker_to_engine, test::same_step_result);
+}
+
+TEST(WorkerProtocol, StepRejectsMalformedSeq) {
+    step_request m = sample_step(1, 3);
+    std::string b = encode(m);
+    msgpack_writer w;  // seqs = [[5, <bin of 3 bytes>, ...]]: token ids not whole int32s
+    w.array_header(1);
+    w.array_header(7);
+    w.uint(5);
+    w.bin("abc");
+    w.sint(0);
+    w.int32_le(std::vector<int32_t>{0});
+    w.boolean(true);
+    w.uint(0);
+    w.array_header(4);
+    w.f32(0);
+    w.f32(1);
+    w.sint(0);
+    w.uint(0);
+    EXPECT_THROW(decode_engine_to_worker(test::with_field_replaced(b, 3, w)), error);
+}
+
+TEST(WorkerProtocol, HeartbeatShutdown) {
+    test::check_wire_contract(worker_heartbeat{}, decode_worker_to_engine);
+    test::check_wire_contract(worker_heartbeat{}, decode_engine_to_worker);
+    test::check_wire_contract(worker_shutdown{}, decode_engine_to_worker);
+}
+
+TEST(WorkerProtocol, ExpertMove) {
+    worker_expert_move m{5, 3000, {{0, 4, 17, 1, 9}, {47, 130, 3, 0, 2}}};
+    test::check_wire_contract(m, decode_engine_to_worker);
+    test::check_wire_contract(worker_expert_move_done{5, 1}, decode_worker_to_engine);
+}
+
+TEST(WorkerProtocol, Error) {
+    test::check_wire_contract(worker_error{2, errc::invalid_checkpoint, "model.safetensors: truncated"},
+                              decode_worker_to_engine);
+}
+
+TEST(WorkerProtocol, DirectionsDoNotMix) {
+    EXPECT_THROW(decode_worker_to_engine(encode(sample_step(1, 1))), error);
+    EXPECT_THROW(decode_engine_to_worker(encode(sample_result(1, 1))), error);
+}
+
+// Not a benchmark, a guard: a decode-sized step (256 seqs) must round-trip in well under a millisecond.
+TEST(WorkerProtocol, StepCodecIsCheap) {
+    step_request m = sample_step(256, 1);
+    step_result res = sample_result(256, 48 * 128);
+    constexpr int kIters = 200;
+    auto t0 = std::chrono::steady_clock::now();
+    size_t bytes = 0;
+    for (int i = 0; i < kIters; ++i) {
+        std::string b = encode(m);
+        bytes += b.size();
+        auto back = decode_engine_to_worker(b);
+        ASSERT_EQ(std::get<step_request>(back).seqs.size(), 256u);
+        std::string r = encode(res);
+        auto rb = decode_worker_to_engine(r);
+        ASSERT_EQ(std::get<step_result>(rb).expert_counts.size(), size_t{48 * 128});
+    }
+    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kIters;
+    std::printf("step(256 seqs, %zu B) + step_result(6144 counts) encode+decode: %.1f us\n", bytes / kIters, us);
+    EXPECT_LT(us, 2000.0);
+}
+
+}  // namespace
+}  // namespace zmoe
