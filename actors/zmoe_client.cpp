@@ -1,0 +1,191 @@
+#include "actors/zmoe_client.hpp"
+
+#include <deque>
+#include <map>
+#include <set>
+#include <zmq.hpp>
+
+#include "actors/zmq_context.hpp"
+#include "base/log.hpp"
+#include "messages/envelope.hpp"
+
+namespace zmoe {
+
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+// Built by appending: GCC 12 warns (-Wrestrict, a false positive) on "literal" + std::to_string(...).
+std::string numbered(const char* prefix, uint64_t n) {
+    std::string s(prefix);
+    s += std::to_string(n);
+    return s;
+}
+}  // namespace
+
+struct zmoe_client::impl {
+    zmq::socket_t sock;
+    uint64_t next_id = 0;
+    uint64_t next_tag = 0;
+    std::set<std::string> live;
+    std::deque<client_event> events;  // arrival order
+    std::map<std::string, client_health_reply> health_replies;
+    std::map<std::string, client_metrics_reply> metrics_replies;
+
+    void send(const std::string& bytes) { sock.send(zmq::buffer(bytes), zmq::send_flags::none); }
+
+    /// Receives at most one frame, waiting until deadline; false when nothing arrived.
+    bool receive_one(clock_type::time_point deadline) {
+        auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock_type::now());
+        if (left.count() < 0) left = std::chrono::milliseconds(0);
+        zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
+        zmq::poll(&item, 1, left);
+        if (!(item.revents & ZMQ_POLLIN)) return false;
+        zmq::message_t msg;
+        if (!sock.recv(msg, zmq::recv_flags::dontwait)) return false;
+        bool more = msg.more();
+        while (more) {  // a reply is one frame; drop any extra ones
+            zmq::message_t extra;
+            (void)sock.recv(extra, zmq::recv_flags::none);
+            more = extra.more();
+        }
+        try {
+            client_reply reply = decode_client_reply({msg.data<char>(), msg.size()});
+            std::visit(
+                [&](auto&& m) {
+                    using T = std::decay_t<decltype(m)>;
+                    if constexpr (std::is_same_v<T, client_delta>) {
+                        if (m.finished) live.erase(m.client_request_id);
+                        events.emplace_back(std::move(m));
+                    } else if constexpr (std::is_same_v<T, client_error>) {
+                        live.erase(m.client_request_id);
+                        events.emplace_back(std::move(m));
+                    } else if constexpr (std::is_same_v<T, client_health_reply>) {
+                        health_replies[m.tag] = std::move(m);
+                    } else if constexpr (std::is_same_v<T, client_metrics_reply>) {
+                        metrics_replies[m.tag] = std::move(m);
+                    }
+                },
+                std::move(reply));
+        } catch (const error& e) {
+            ZMOE_LOG(warn, "zmoe_client: dropped an undecodable reply: " << e.what());
+        }
+        return true;
+    }
+
+    static const std::string& id_of(const client_event& e) {
+        return std::visit([](const auto& m) -> const std::string& { return m.client_request_id; }, e);
+    }
+};
+
+zmoe_client::zmoe_client(const std::string& endpoint) : impl_(std::make_unique<impl>()) {
+    impl_->sock = zmq::socket_t(process_zmq_context(), zmq::socket_type::dealer);
+    impl_->sock.set(zmq::sockopt::linger, 0);
+    impl_->sock.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxFrameBytes));
+    try {
+        impl_->sock.connect(endpoint);
+    } catch (const zmq::error_t& e) {
+        throw error(errc::invalid_argument, "zmoe_client: cannot connect to '" + endpoint + "': " + e.what());
+    }
+}
+
+zmoe_client::~zmoe_client() = default;
+
+std::string zmoe_client::generate(client_generate request) {
+    if (request.client_request_id.empty()) request.client_request_id = numbered("c", impl_->next_id++);
+    if (impl_->live.count(request.client_request_id)) {
+        throw error(errc::invalid_argument, "zmoe_client: request id '" + request.client_request_id + "' is in use");
+    }
+    impl_->send(encode(request));
+    impl_->live.insert(request.client_request_id);
+    return request.client_request_id;
+}
+
+std::optional<client_event> zmoe_client::next(const std::string& id, std::chrono::milliseconds timeout) {
+    auto deadline = clock_type::now() + timeout;
+    size_t scanned = 0;
+    for (;;) {
+        for (auto it = impl_->events.begin() + static_cast<std::ptrdiff_t>(scanned); it != impl_->events.end(); ++it) {
+            if (impl::id_of(*it) == id) {
+                client_event e = std::move(*it);
+                impl_->events.erase(it);
+                return e;
+            }
+        }
+        scanned = impl_->events.size();
+        if (!impl_->live.count(id)) {
+            throw error(errc::invalid_argument, "zmoe_client: no live request '" + id + "'");
+        }
+        if (!impl_->receive_one(deadline) && clock_type::now() >= deadline) return std::nullopt;
+    }
+}
+
+std::optional<client_event> zmoe_client::next_any(std::chrono::milliseconds timeout) {
+    auto deadline = clock_type::now() + timeout;
+    while (impl_->events.empty()) {
+        if (!impl_->receive_one(deadline) && clock_type::now() >= deadline) return std::nullopt;
+    }
+    client_event e = std::move(impl_->events.front());
+    impl_->events.pop_front();
+    return e;
+}
+
+client_completion zmoe_client::collect(const std::string& id, std::chrono::milliseconds timeout) {
+    auto deadline = clock_type::now() + timeout;
+    client_completion out;
+    out.client_request_id = id;
+    for (;;) {
+        auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock_type::now());
+        auto e = next(id, std::max(left, std::chrono::milliseconds(0)));
+        if (!e) throw error(errc::peer_dead, "zmoe_client: request '" + id + "' timed out");
+        if (const auto* err = std::get_if<client_error>(&*e)) throw error(err->code, err->message);
+        auto& d = std::get<client_delta>(*e);
+        out.token_ids.insert(out.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
+        out.text += d.text;
+        out.prompt_tokens = d.prompt_tokens;
+        out.completion_tokens = d.completion_tokens;
+        if (d.finished) {
+            out.reason = d.reason;
+            return out;
+        }
+    }
+}
+
+void zmoe_client::abort(const std::string& id) { impl_->send(encode(client_abort{id})); }
+
+client_health_reply zmoe_client::health(std::chrono::milliseconds timeout) {
+    std::string tag = numbered("h", impl_->next_tag++);
+    impl_->send(encode(client_health{tag}));
+    auto deadline = clock_type::now() + timeout;
+    for (;;) {
+        auto it = impl_->health_replies.find(tag);
+        if (it != impl_->health_replies.end()) {
+            client_health_reply r = std::move(it->second);
+            impl_->health_replies.erase(it);
+            return r;
+        }
+        if (!impl_->receive_one(deadline) && clock_type::now() >= deadline) {
+            throw error(errc::peer_dead, "zmoe_client: no health reply within the timeout");
+        }
+    }
+}
+
+std::string zmoe_client::metrics(std::chrono::milliseconds timeout) {
+    std::string tag = numbered("m", impl_->next_tag++);
+    impl_->send(encode(client_metrics{tag}));
+    auto deadline = clock_type::now() + timeout;
+    for (;;) {
+        auto it = impl_->metrics_replies.find(tag);
+        if (it != impl_->metrics_replies.end()) {
+            std::string json = std::move(it->second.json);
+            impl_->metrics_replies.erase(it);
+            return json;
+        }
+        if (!impl_->receive_one(deadline) && clock_type::now() >= deadline) {
+            throw error(errc::peer_dead, "zmoe_client: no metrics reply within the timeout");
+        }
+    }
+}
+
+size_t zmoe_client::num_live() const { return impl_->live.size(); }
+
+}  // namespace zmoe
