@@ -1,0 +1,71 @@
+#include "engine_core/expert_placement.hpp"
+
+#include <string>
+
+#include "base/check.hpp"
+#include "base/error.hpp"
+
+namespace zmoe {
+
+expert_placement expert_placement::identity(int32_t num_moe_layers, int32_t num_experts, int32_t num_ranks) {
+    if (num_moe_layers < 0 || num_experts < 1 || num_ranks < 1 || num_experts % num_ranks != 0) {
+        throw error(errc::invalid_argument, "expert_placement::identity: num_experts (" + std::to_string(num_experts) +
+                                                ") must be a positive multiple of num_ranks (" +
+                                                std::to_string(num_ranks) + ") without redundant experts");
+    }
+    expert_placement p;
+    p.num_experts = num_experts;
+    p.num_ranks = num_ranks;
+    p.slots_per_rank = num_experts / num_ranks;
+    std::vector<int32_t> layer(static_cast<size_t>(num_experts));
+    for (int32_t e = 0; e < num_experts; ++e) layer[static_cast<size_t>(e)] = e;
+    p.physical_to_logical.assign(static_cast<size_t>(num_moe_layers), layer);
+    return p;
+}
+
+void expert_placement::validate() const {
+    if (num_experts < 1 || num_ranks < 1 || slots_per_rank < 1 || num_physical() < num_experts) {
+        throw error(errc::invalid_argument, "expert_placement: num_experts " + std::to_string(num_experts) +
+                                                ", num_ranks " + std::to_string(num_ranks) + ", slots_per_rank " +
+                                                std::to_string(slots_per_rank) + " cannot hold every expert");
+    }
+    for (int32_t l = 0; l < num_moe_layers(); ++l) {
+        const auto& layer = physical_to_logical[static_cast<size_t>(l)];
+        const std::string where = "expert_placement layer " + std::to_string(l);
+        if (static_cast<int32_t>(layer.size()) != num_physical()) {
+            throw error(errc::invalid_argument, where + ": " + std::to_string(layer.size()) + " slots, expected " +
+                                                    std::to_string(num_physical()));
+        }
+        std::vector<int32_t> seen(static_cast<size_t>(num_experts), 0);
+        for (size_t p = 0; p < layer.size(); ++p) {
+            if (layer[p] < 0 || layer[p] >= num_experts) {
+                throw error(errc::invalid_argument, where + " slot " + std::to_string(p) + ": expert " +
+                                                        std::to_string(layer[p]) + " out of range");
+            }
+            ++seen[static_cast<size_t>(layer[p])];
+        }
+        for (int32_t e = 0; e < num_experts; ++e) {
+            if (seen[static_cast<size_t>(e)] == 0) {
+                throw error(errc::invalid_argument,
+                            where + ": logical expert " + std::to_string(e) + " has no replica");
+            }
+        }
+    }
+}
+
+std::vector<int32_t> expert_placement::replica_counts(int32_t layer) const {
+    ZMOE_CHECK(layer >= 0 && layer < num_moe_layers(), "expert_placement: no layer " << layer);
+    std::vector<int32_t> counts(static_cast<size_t>(num_experts), 0);
+    for (const int32_t e : physical_to_logical[static_cast<size_t>(layer)]) ++counts[static_cast<size_t>(e)];
+    return counts;
+}
+
+std::vector<std::vector<int32_t>> expert_placement::logical_to_physical(int32_t layer) const {
+    ZMOE_CHECK(layer >= 0 && layer < num_moe_layers(), "expert_placement: no layer " << layer);
+    std::vector<std::vector<int32_t>> out(static_cast<size_t>(num_experts));
+    const auto& slots = physical_to_logical[static_cast<size_t>(layer)];
+    for (size_t p = 0; p < slots.size(); ++p) out[static_cast<size_t>(slots[p])].push_back(static_cast<int32_t>(p));
+    return out;
+}
+
+}  // namespace zmoe
