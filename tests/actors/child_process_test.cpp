@@ -11,6 +11,7 @@
 
 #include "actors/stop_signals.hpp"
 #include "base/error.hpp"
+#include "tests/actors/fake_frontend.hpp"
 #include "tests/actors/test_actors.hpp"
 
 namespace zmoe {
@@ -67,6 +68,38 @@ TEST(ChildProcess, ActorProcessPingPongAndGracefulStop) {
     ASSERT_TRUE(status.has_value()) << "the actor process did not stop on SIGTERM";
     EXPECT_EQ(*status, 0);
 }
+
+// Interoperability: the Python client (clients/python) against a C++ frontend stand-in, each decoding what the
+// other encodes.
+#ifdef ZMOE_PYTHON3
+TEST(ChildProcess, PythonClientTalksToACppFrontend) {
+    test::fake_frontend server;
+    server.start();
+    const char* script = R"(
+import sys
+sys.path.insert(0, sys.argv[1])
+import zmoe_client
+c = zmoe_client.Client(sys.argv[2], timeout=10)
+out = c.generate(prompt_token_ids=[41, 42], max_tokens=3, temperature=0.0, seed=5, stop=["x"]).collect()
+assert out.token_ids == [43, 44, 45], out
+assert out.text == "<0><1><2>", out
+assert out.finish_reason == "length" and out.prompt_tokens == 2 and out.completion_tokens == 3, out
+one = list(c.generate("text prompt", max_tokens=2, stream=False))
+assert len(one) == 1 and one[0].token_ids == [1, 2], one
+try:
+    list(c.generate("fail"))
+    sys.exit("no error raised")
+except zmoe_client.ZmoeError as e:
+    assert e.code == "invalid_argument" and e.message == "bad prompt", e
+assert c.health()["model"] == "fake-moe"
+assert c.metrics() == {"requests": 1}
+)";
+    auto py = child_process::spawn({ZMOE_PYTHON3, "-c", script, ZMOE_SOURCE_DIR "/clients/python", server.endpoint()});
+    auto status = py.wait_for(std::chrono::milliseconds(30000));
+    ASSERT_TRUE(status.has_value()) << "python client hung";
+    EXPECT_EQ(*status, 0) << "python client failed (its stderr is above)";
+}
+#endif
 
 }  // namespace
 }  // namespace zmoe

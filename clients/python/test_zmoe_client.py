@@ -1,0 +1,161 @@
+"""Tests of zmoe_client.py against a fake frontend (a ROUTER thread speaking the protocol of docs/protocol.md)."""
+
+import os
+import sys
+import threading
+import unittest
+
+import msgpack
+import zmq
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import zmoe_client  # noqa: E402
+from zmoe_client import PROTOCOL_VERSION as V  # noqa: E402
+
+
+class FakeFrontend(threading.Thread):
+    """Echo-style generator: token i of a request = last prompt token + 1 + i (prompt text counts as token 0),
+    text "<i>". Prompt "fail" gets an error reply, "hang" waits for an abort. It checks every request it gets
+    has the documented shape, so the client's encoding is tested too."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.ctx = zmq.Context.instance()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind("tcp://127.0.0.1:*")
+        self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.stop_event = threading.Event()
+        self.hanging = {}
+        self.malformed = []
+        self.seen = []
+
+    def send(self, peer, *msg):
+        self.sock.send_multipart([peer, msgpack.packb([V, *msg], use_bin_type=True)])
+
+    def run(self):
+        while not self.stop_event.is_set():
+            if not self.sock.poll(20):
+                continue
+            peer, frame = self.sock.recv_multipart()
+            msg = msgpack.unpackb(frame, raw=False)
+            self.seen.append(msg)
+            if msg[0] != V:
+                self.malformed.append(msg)
+                continue
+            kind, f = msg[1], msg[2:]
+            if kind == zmoe_client.GENERATE:
+                rid, prompt, max_tokens, temperature, top_p, top_k, seed, stop, ignore_eos, stream = f[:10]
+                ok = (isinstance(rid, str) and isinstance(prompt, (str, list)) and isinstance(max_tokens, int)
+                      and isinstance(temperature, float) and isinstance(top_p, float) and isinstance(top_k, int)
+                      and (seed is None or isinstance(seed, int)) and isinstance(stop, list)
+                      and isinstance(ignore_eos, bool) and isinstance(stream, bool))
+                if not ok:
+                    self.malformed.append(msg)
+                if prompt == "fail":
+                    self.send(peer, zmoe_client.ERROR, rid, 1, "bad prompt")
+                    continue
+                if prompt == "hang":
+                    self.hanging[rid] = peer
+                    continue
+                base = prompt[-1] if isinstance(prompt, list) and prompt else 0
+                n_prompt = len(prompt) if isinstance(prompt, list) else 1
+                ids = [base + 1 + i for i in range(max_tokens)]
+                if stream:
+                    for i, t in enumerate(ids):
+                        last = i + 1 == max_tokens
+                        self.send(peer, zmoe_client.DELTA, rid, [t], f"<{i}>", last, "length" if last else "",
+                                  n_prompt, i + 1, "a field from the future")
+                else:
+                    self.send(peer, zmoe_client.DELTA, rid, ids, "".join(f"<{i}>" for i in range(max_tokens)), True,
+                              "length", n_prompt, max_tokens)
+            elif kind == zmoe_client.ABORT:
+                peer_of = self.hanging.pop(f[0], None)
+                if peer_of is not None:
+                    self.send(peer_of, zmoe_client.DELTA, f[0], [], "", True, "abort", 1, 0)
+            elif kind == zmoe_client.HEALTH:
+                self.send(peer, zmoe_client.HEALTH_REPLY, f[0], "ok", "fake-moe", 2, 2, 0, 0, 1.5, "test")
+            elif kind == zmoe_client.METRICS:
+                self.send(peer, zmoe_client.METRICS_REPLY, f[0], '{"requests": 3}')
+        self.sock.close(0)
+
+
+class ClientTest(unittest.TestCase):
+    def setUp(self):
+        self.server = FakeFrontend()
+        self.server.start()
+        self.client = zmoe_client.Client(self.server.endpoint, timeout=5.0)
+
+    def tearDown(self):
+        self.client.close()
+        self.server.stop_event.set()
+        self.server.join(5)
+        self.assertEqual(self.server.malformed, [], "the client sent a message outside the protocol")
+
+    def test_streams_deltas(self):
+        deltas = list(self.client.generate(prompt_token_ids=[10, 20], max_tokens=3, temperature=0))
+        self.assertEqual([d.token_ids for d in deltas], [[21], [22], [23]])
+        self.assertEqual([d.finished for d in deltas], [False, False, True])
+        self.assertEqual(deltas[-1].finish_reason, "length")
+        self.assertEqual(deltas[-1].completion_tokens, 3)
+        self.assertEqual(deltas[-1].prompt_tokens, 2)
+
+    def test_concurrent_streams_are_demultiplexed(self):
+        a = self.client.generate("hello", max_tokens=4, seed=7, stop=["\n"])
+        b = self.client.generate(prompt_token_ids=[100], max_tokens=2)
+        cb = b.collect()  # a's deltas arrive meanwhile and wait in a's queue
+        ca = a.collect()
+        self.assertEqual(cb.token_ids, [101, 102])
+        self.assertEqual(ca.token_ids, [1, 2, 3, 4])
+        self.assertEqual(ca.text, "<0><1><2><3>")
+        gen = [m for m in self.server.seen if m[1] == zmoe_client.GENERATE]
+        self.assertEqual(gen[0][2:], [a.request_id, "hello", 4, 1.0, 1.0, 0, 7, ["\n"], False, True])
+
+    def test_non_streaming(self):
+        deltas = list(self.client.generate(prompt_token_ids=[5], max_tokens=3, stream=False))
+        self.assertEqual(len(deltas), 1)
+        self.assertEqual(deltas[0].token_ids, [6, 7, 8])
+
+    def test_error_reply_raises(self):
+        with self.assertRaises(zmoe_client.ZmoeError) as ctx:
+            list(self.client.generate("fail"))
+        self.assertEqual(ctx.exception.code, "invalid_argument")
+        self.assertEqual(ctx.exception.message, "bad prompt")
+
+    def test_abort(self):
+        s = self.client.generate("hang", request_id="mine")
+        self.assertEqual(s.request_id, "mine")
+        with self.assertRaises(ValueError):
+            self.client.generate("hang", request_id="mine")
+        self.client.abort("mine")
+        self.assertEqual(s.collect().finish_reason, "abort")
+
+    def test_health_and_metrics(self):
+        h = self.client.health()
+        self.assertEqual(h["status"], "ok")
+        self.assertEqual(h["num_workers"], 2)
+        self.assertEqual(self.client.metrics(), {"requests": 3})
+
+    def test_timeout(self):
+        s = self.client.generate("hang", timeout=0.1)
+        with self.assertRaises(zmoe_client.ZmoeError) as ctx:
+            next(s)
+        self.assertEqual(ctx.exception.code, "timeout")
+
+    def test_argument_checks(self):
+        with self.assertRaises(ValueError):
+            self.client.generate()
+        with self.assertRaises(ValueError):
+            self.client.generate("x", prompt_token_ids=[1])
+
+
+class DecodeTest(unittest.TestCase):
+    def test_rejects_malformed_frames(self):
+        for frame in [b"", b"\xc1", msgpack.packb({"a": 1}), msgpack.packb([2, 16]), msgpack.packb([V, 99]),
+                      msgpack.packb([V, zmoe_client.DELTA, "r"])]:
+            with self.assertRaises(zmoe_client.ZmoeError):
+                zmoe_client._fields(frame, zmoe_client._REPLY_FIELDS)
+
+
+if __name__ == "__main__":
+    unittest.main()

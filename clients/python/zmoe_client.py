@@ -1,0 +1,240 @@
+"""Python client of a zmoe frontend: ZeroMQ (DEALER) + msgpack, as specified in docs/protocol.md.
+
+    from zmoe_client import Client
+    with Client("tcp://127.0.0.1:5555") as c:
+        for delta in c.generate("The capital of France is", max_tokens=16, temperature=0):
+            print(delta.text, end="", flush=True)
+        print(c.health())
+
+Needs only python3-zmq and python3-msgpack. One Client is used from one thread; it multiplexes any number of
+concurrent request streams over its socket.
+"""
+
+import collections
+import dataclasses
+import itertools
+import json
+import time
+
+import msgpack
+import zmq
+
+PROTOCOL_VERSION = 1
+
+# Message kinds (the second element of every message).
+GENERATE, ABORT, HEALTH, METRICS, HEARTBEAT = 1, 2, 3, 4, 5
+DELTA, ERROR, HEALTH_REPLY, METRICS_REPLY = 16, 17, 18, 19
+
+# zmoe::errc, as carried in error messages.
+ERROR_CODES = {
+    0: "ok",
+    1: "invalid_argument",
+    2: "invalid_checkpoint",
+    3: "unsupported",
+    4: "io",
+    5: "out_of_memory",
+    6: "peer_dead",
+    7: "aborted",
+    8: "protocol",
+    9: "internal",
+}
+
+MAX_FRAME_BYTES = 64 << 20
+
+
+class ZmoeError(Exception):
+    """An error reply from the server (code is a zmoe errc name), a timeout ("timeout") or a malformed reply."""
+
+    def __init__(self, code, message, client_request_id=""):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.client_request_id = client_request_id
+
+
+@dataclasses.dataclass
+class Delta:
+    client_request_id: str
+    token_ids: list
+    text: str
+    finished: bool
+    finish_reason: str  # "" while running, then "length" | "stop" | "abort" | "error"
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclasses.dataclass
+class Completion:
+    client_request_id: str
+    token_ids: list
+    text: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def _fields(frame, expected_kinds):
+    """Decodes one frame into (kind, fields); raises ZmoeError("protocol") when malformed."""
+    if len(frame) > MAX_FRAME_BYTES:
+        raise ZmoeError("protocol", f"frame of {len(frame)} bytes")
+    try:
+        msg = msgpack.unpackb(frame, raw=False, strict_map_key=True)
+    except Exception as e:  # msgpack raises several exception types for bad input
+        raise ZmoeError("protocol", f"undecodable frame: {e}") from None
+    if not isinstance(msg, list) or len(msg) < 2:
+        raise ZmoeError("protocol", "a message is an array [version, kind, fields...]")
+    version, kind = msg[0], msg[1]
+    if version != PROTOCOL_VERSION:
+        raise ZmoeError("protocol", f"protocol version {version!r}, this client speaks {PROTOCOL_VERSION}")
+    if kind not in expected_kinds:
+        raise ZmoeError("protocol", f"unexpected message kind {kind!r}")
+    fields = msg[2:]
+    if len(fields) < expected_kinds[kind]:
+        raise ZmoeError("protocol", f"kind {kind}: {len(fields)} fields, expected {expected_kinds[kind]}")
+    return kind, fields  # fields beyond the known ones come from a newer server: ignored
+
+
+_REPLY_FIELDS = {DELTA: 7, ERROR: 3, HEALTH_REPLY: 9, METRICS_REPLY: 2, HEARTBEAT: 0}
+
+
+class Stream:
+    """Iterator over the deltas of one request. Raises ZmoeError when the request fails or times out."""
+
+    def __init__(self, client, request_id, timeout):
+        self._client = client
+        self.request_id = request_id
+        self._timeout = timeout
+        self._done = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        event = self._client._next_event(self.request_id, self._timeout)
+        if isinstance(event, ZmoeError):
+            self._done = True
+            raise event
+        if event.finished:
+            self._done = True
+        return event
+
+    def abort(self):
+        self._client.abort(self.request_id)
+
+    def collect(self):
+        """Consumes the rest of the stream and returns the whole output."""
+        ids, text, last = [], [], None
+        for d in self:
+            ids.extend(d.token_ids)
+            text.append(d.text)
+            last = d
+        return Completion(self.request_id, ids, "".join(text), last.finish_reason, last.prompt_tokens,
+                          last.completion_tokens)
+
+
+class Client:
+    def __init__(self, endpoint, timeout=60.0, context=None):
+        """endpoint: the frontend's ROUTER, e.g. "tcp://127.0.0.1:5555". timeout: default seconds to wait for
+        each reply (each delta of a stream)."""
+        self._ctx = context or zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.connect(endpoint)
+        self._timeout = timeout
+        self._ids = itertools.count()
+        self._live = set()
+        self._events = collections.defaultdict(collections.deque)  # request id -> Delta | ZmoeError
+        self._replies = {}  # tag -> health / metrics reply fields
+        self._orphan_errors = collections.deque()  # errors naming no request
+
+    def close(self):
+        self._sock.close(0)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _send(self, kind, *fields):
+        self._sock.send(msgpack.packb([PROTOCOL_VERSION, kind, *fields], use_bin_type=True))
+
+    def generate(self, prompt=None, prompt_token_ids=None, *, max_tokens=16, temperature=1.0, top_p=1.0, top_k=0,
+                 seed=None, stop=(), ignore_eos=False, stream=True, request_id=None, timeout=None):
+        """Starts a request (text prompt or prompt_token_ids, exactly one) and returns a Stream of its deltas.
+        stream=False: the server sends one final delta holding everything."""
+        if (prompt is None) == (prompt_token_ids is None):
+            raise ValueError("give exactly one of prompt and prompt_token_ids")
+        request_id = request_id if request_id is not None else f"py{next(self._ids)}"
+        if request_id in self._live:
+            raise ValueError(f"request id {request_id!r} is in use")
+        wire_prompt = prompt if prompt is not None else [int(t) for t in prompt_token_ids]
+        self._send(GENERATE, request_id, wire_prompt, int(max_tokens), float(temperature), float(top_p), int(top_k),
+                   None if seed is None else int(seed), [str(s) for s in stop], bool(ignore_eos), bool(stream))
+        self._live.add(request_id)
+        return Stream(self, request_id, self._timeout if timeout is None else timeout)
+
+    def abort(self, request_id):
+        """Asks the server to stop a request; its stream then ends with finish_reason "abort"."""
+        self._send(ABORT, request_id)
+
+    def health(self, timeout=None):
+        """The server's health as a dict (status, model, worker and request counts, uptime, version)."""
+        tag = f"h{next(self._ids)}"
+        self._send(HEALTH, tag)
+        f = self._wait_reply(tag, timeout)
+        keys = ["tag", "status", "model", "num_workers", "num_workers_alive", "num_running", "num_waiting",
+                "uptime_s", "version"]
+        return dict(zip(keys, f[:9]))
+
+    def metrics(self, timeout=None):
+        """Every actor's metrics, as the parsed JSON object."""
+        tag = f"m{next(self._ids)}"
+        self._send(METRICS, tag)
+        return json.loads(self._wait_reply(tag, timeout)[1])
+
+    def _wait_reply(self, tag, timeout):
+        deadline = time.monotonic() + (self._timeout if timeout is None else timeout)
+        while tag not in self._replies:
+            if not self._receive(deadline):
+                raise ZmoeError("timeout", f"no reply to {tag} within the timeout")
+        return self._replies.pop(tag)
+
+    def _next_event(self, request_id, timeout):
+        deadline = time.monotonic() + timeout
+        while not self._events[request_id]:
+            if request_id not in self._live:
+                raise ZmoeError("invalid_argument", f"no live request {request_id!r}", request_id)
+            if not self._receive(deadline):
+                raise ZmoeError("timeout", f"request {request_id!r}: no reply within {timeout} s", request_id)
+        return self._events[request_id].popleft()
+
+    def _receive(self, deadline):
+        """Receives and files one reply; False once the deadline passed with nothing received."""
+        while True:
+            left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            if not self._sock.poll(left_ms, zmq.POLLIN):
+                return False
+            frames = self._sock.recv_multipart(zmq.NOBLOCK)
+            try:
+                kind, f = _fields(frames[-1], _REPLY_FIELDS)
+            except ZmoeError:
+                continue  # a reply we cannot read; nothing to file it under
+            if kind == DELTA:
+                d = Delta(f[0], list(f[1]), f[2], bool(f[3]), f[4], f[5], f[6])
+                if d.finished:
+                    self._live.discard(d.client_request_id)
+                self._events[d.client_request_id].append(d)
+            elif kind == ERROR:
+                rid, code, message = f[0], f[1], f[2]
+                err = ZmoeError(ERROR_CODES.get(code, f"error {code}"), message, rid)
+                if rid:
+                    self._live.discard(rid)
+                    self._events[rid].append(err)
+                else:
+                    self._orphan_errors.append(err)
+            elif kind in (HEALTH_REPLY, METRICS_REPLY):
+                self._replies[f[0]] = f
+            return True
