@@ -63,6 +63,7 @@ struct scheduler::rank_state {
     std::deque<request_state*> waiting;   // FCFS; preempted requests go back to the front
     std::vector<request_state*> running;  // in order of (re)admission: back() is the newest
     std::vector<uint64_t> finished_ids;   // for the next step_request
+    uint64_t num_known_tokens = 0;        // over running + waiting requests, for placement
     int32_t num_tokens_last = 0;
     uint64_t num_tokens_total = 0;
 };
@@ -120,10 +121,7 @@ int32_t scheduler::add_request(new_request req) {
     for (int32_t r = 0; r < num_ranks(); ++r) {
         const rank_state& rank = ranks_[static_cast<size_t>(r)];
         if (rank.pool.blocks_for_tokens(kv_tokens) > rank.pool.num_blocks()) continue;
-        uint64_t num_tokens = 0;
-        for (const request_state* q : rank.running) num_tokens += q->tokens.size();
-        for (const request_state* q : rank.waiting) num_tokens += q->tokens.size();
-        const std::pair<size_t, uint64_t> load{rank.running.size() + rank.waiting.size(), num_tokens};
+        const std::pair<size_t, uint64_t> load{rank.running.size() + rank.waiting.size(), rank.num_known_tokens};
         if (best < 0 || load < best_load) {
             best = r;
             best_load = load;
@@ -146,6 +144,7 @@ int32_t scheduler::add_request(new_request req) {
     state->stop_token_ids = std::move(req.stop_token_ids);
     state->ignore_eos = req.ignore_eos;
     ranks_[static_cast<size_t>(best)].waiting.push_back(state.get());
+    ranks_[static_cast<size_t>(best)].num_known_tokens += state->tokens.size();
     requests_.emplace(state->id, std::move(state));
     return best;
 }
@@ -311,6 +310,7 @@ void scheduler::finish(request_state& req) {
         std::erase(rank.waiting, &req);
     }
     if (req.ever_scheduled) rank.finished_ids.push_back(req.id);
+    rank.num_known_tokens -= req.tokens.size();
     requests_.erase(req.id);  // destroys req
 }
 
@@ -360,6 +360,7 @@ std::vector<request_output> scheduler::update(const std::vector<step_result>& re
             --req.num_pending;
             const int32_t token = by_rank[r]->tokens[i].token_id;
             req.tokens.push_back(token);
+            ++ranks_[r].num_known_tokens;
             request_output out{.id = req.id, .new_tokens = {token}, .finished = false, .reason = finish_reason::none};
             const bool is_stop = !req.ignore_eos && std::find(req.stop_token_ids.begin(), req.stop_token_ids.end(),
                                                               token) != req.stop_token_ids.end();

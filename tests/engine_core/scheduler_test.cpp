@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <numeric>
+#include <set>
 
 #include "base/error.hpp"
 #include "scheduler_harness.hpp"
@@ -378,6 +380,64 @@ TEST(Scheduler, AbortedRequestsLeaveOthersIntact) {
         EXPECT_EQ(out.tokens.at(r.id), reference_output(r)) << "request " << r.id;
     }
     EXPECT_EQ(out.stats.num_blocks_used, (std::vector<int32_t>{0, 0}));
+}
+
+TEST(Scheduler, RandomConfigurationsAndAbortsStillMatchTheReference) {
+    uint64_t num_preemptions = 0;
+    size_t num_aborted = 0;
+    for (uint32_t seed = 0; seed < 40; ++seed) {
+        SCOPED_TRACE("seed " + std::to_string(seed));
+        std::mt19937 rng(seed);
+        auto pick = [&](int32_t lo, int32_t hi) { return std::uniform_int_distribution<int32_t>(lo, hi)(rng); };
+        const int32_t num_ranks = pick(1, 3);
+        const int32_t block_size = pick(1, 8);
+        std::vector<int32_t> blocks;
+        // Each pool holds at least one maximal request: prompt 30 + new 20 - 1 slots.
+        for (int32_t r = 0; r < num_ranks; ++r) blocks.push_back((49 + block_size - 1) / block_size + pick(0, 12));
+        harness h(make_config(blocks, pick(0, 1) == 1, pick(1, 40), pick(1, 6), block_size));
+        const auto reqs = random_workload(seed * 7 + 1, pick(5, 30), 30, 20);
+        std::map<int64_t, std::vector<new_request>> arrivals;
+        for (const auto& r : reqs) arrivals[pick(0, 40)].push_back(r);
+        // Run the arrivals, aborting a random unfinished request now and then.
+        std::set<uint64_t> aborted;
+        for (int64_t iter = 0; iter < 100000; ++iter) {
+            for (auto it = arrivals.begin(); it != arrivals.end() && it->first <= iter;) {
+                for (const new_request& r : it->second) h.add(r);
+                it = arrivals.erase(it);
+            }
+            if (h.sched.num_unfinished() == 0 && h.pending.empty() && arrivals.empty()) break;
+            if (pick(0, 30) == 0) {
+                const uint64_t id = reqs[static_cast<size_t>(pick(0, static_cast<int32_t>(reqs.size()) - 1))].id;
+                if (auto o = h.sched.abort_request(id)) {
+                    h.record({*o});
+                    aborted.insert(id);
+                }
+            }
+            if (h.sched.can_schedule() && h.sched.has_pending_work()) {
+                h.send();
+            } else if (!h.pending.empty()) {
+                h.collect();
+            }
+        }
+        ASSERT_EQ(h.sched.num_unfinished(), 0);
+        for (const auto& r : reqs) {
+            ASSERT_TRUE(h.outcome.reasons.contains(r.id)) << "request " << r.id;
+            if (aborted.contains(r.id)) {
+                EXPECT_EQ(h.outcome.reasons.at(r.id), finish_reason::abort);
+                const std::vector<int32_t> want = reference_output(r);
+                const std::vector<int32_t>& got = h.outcome.tokens[r.id];
+                EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "prefix of request " << r.id;
+            } else {
+                EXPECT_EQ(h.outcome.tokens.at(r.id), reference_output(r)) << "request " << r.id;
+            }
+        }
+        for (int32_t used : h.sched.stats().num_blocks_used) EXPECT_EQ(used, 0);
+        num_preemptions += h.sched.stats().num_preemptions;
+        num_aborted += aborted.size();
+    }
+    // The random configurations did exercise preemption and aborts.
+    EXPECT_GT(num_preemptions, 0u);
+    EXPECT_GT(num_aborted, 0u);
 }
 
 TEST(Scheduler, UpdateRejectsResultsThatDoNotMatchTheStep) {
