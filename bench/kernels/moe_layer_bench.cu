@@ -1,0 +1,277 @@
+// One MoE layer at Qwen3-30B-A3B shapes (hidden 2048, 128 experts, top-8, expert FFN 768, BF16) for 1..16384
+// tokens: router GEMM (cuBLASLt, fp32 logits) + softmax/top-k + permutation + gate/up GEMM with SiLU*up + down
+// GEMM + weighted combine. Timed with CUDA events (warm-up, then the median of --iters runs), once launched
+// stream-ordered and once as a CUDA graph replay, beside the floor from the bytes the layer must move (expert
+// weights touched, activations in and out) and its FLOPs at H100 peak (3.35 TB/s, 989 TFLOP/s dense BF16).
+//   moe_layer_bench [--tokens 1,4,...] [--iters N] [--warmup N] [--json PATH]
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/api.hpp"
+#include "kernels/cuda_check.hpp"
+
+namespace {
+
+using zmoe::kernels::bf16;
+
+constexpr int32_t kHidden = 2048, kExperts = 128, kTopK = 8, kInter = 768;
+constexpr double kPeakBytesPerS = 3.35e12, kPeakFlopsPerS = 989e12;
+constexpr int kStages = 6;
+const char* const kStageNames[kStages] = {"router_gemm",  "router_topk", "permute",
+                                          "gemm_gate_up", "gemm_down",   "combine"};
+
+__global__ void fill_uniform(bf16* out, size_t n, float scale, uint32_t seed) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+        uint32_t h = uint32_t(i) * 0x9e3779b9u ^ seed ^ uint32_t(i >> 32) * 0x85ebca6bu;
+        h ^= h >> 16;
+        h *= 0x7feb352du;
+        h ^= h >> 15;
+        h *= 0x846ca68bu;
+        h ^= h >> 16;
+        out[i] = __float2bfloat16((float(h >> 8) * (1.f / 16777216.f) * 2.f - 1.f) * scale);
+    }
+}
+
+template <typename T>
+T* device_alloc(size_t n) {
+    void* p = nullptr;
+    ZMOE_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+    return static_cast<T*>(p);
+}
+
+void fill(bf16* p, size_t n, float scale, uint32_t seed) {
+    fill_uniform<<<1024, 256>>>(p, n, scale, seed);
+    ZMOE_CUDA_CHECK_LAUNCH();
+}
+
+struct layer_buffers {
+    bf16 *x, *gate_w, *w1, *w2, *xp, *act, *y, *out;
+    float *logits, *weights;
+    int32_t *ids, *counts, *offsets, *dest, *row_token;
+    void *permute_ws, *blas_ws;
+    size_t blas_ws_bytes;
+    cublasLtHandle_t blas;
+};
+
+/// Enqueues the layer for num_tokens tokens; records events[i] before stage i and events[kStages] at the end
+/// when events is not null.
+void enqueue_layer(const layer_buffers& b, int32_t num_tokens, cudaStream_t stream, cudaEvent_t* events) {
+    using namespace zmoe::kernels;
+    const int32_t align = moe_row_align_for(num_tokens, kTopK, kExperts);
+    const int32_t max_rows = moe_permuted_rows_bound(num_tokens, kTopK, kExperts, align);
+    const auto mark = [&](int i) {
+        if (events) ZMOE_CUDA_CHECK(cudaEventRecord(events[i], stream));
+    };
+    mark(0);
+    gemm_bf16_params g;
+    g.handle = b.blas;
+    g.workspace = b.blas_ws;
+    g.workspace_bytes = b.blas_ws_bytes;
+    g.x = b.x;
+    g.w = b.gate_w;
+    g.y = b.logits;
+    g.m = num_tokens;
+    g.n = kExperts;
+    g.k = kHidden;
+    g.y_fp32 = true;
+    launch_gemm_bf16(g, stream);
+    mark(1);
+    launch_router_topk({b.logits, b.ids, b.weights, b.counts, num_tokens, kExperts, kTopK, true}, stream);
+    mark(2);
+    moe_permute_params pp;
+    pp.topk_ids = b.ids;
+    pp.x = b.x;
+    pp.expert_offsets = b.offsets;
+    pp.dest_rows = b.dest;
+    pp.row_token = b.row_token;
+    pp.x_permuted = b.xp;
+    pp.workspace = b.permute_ws;
+    pp.num_tokens = num_tokens;
+    pp.top_k = kTopK;
+    pp.num_experts = kExperts;
+    pp.hidden = kHidden;
+    pp.row_align = align;
+    pp.max_rows = max_rows;
+    launch_moe_permute(pp, stream);
+    mark(3);
+    launch_grouped_gemm({b.xp, b.w1, b.offsets, b.act, max_rows, kInter, kHidden, kExperts, align, true}, stream);
+    mark(4);
+    launch_grouped_gemm({b.act, b.w2, b.offsets, b.y, max_rows, kHidden, kInter, kExperts, align, false}, stream);
+    mark(5);
+    launch_moe_combine({b.y, b.dest, b.weights, b.out, num_tokens, kTopK, kHidden}, stream);
+    mark(6);
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+struct result {
+    int32_t tokens = 0, row_align = 0, active_experts = 0;
+    double median_ms = 0, graph_median_ms = 0, floor_ms = 0, bytes = 0, flops = 0;
+    double stage_ms[kStages] = {};
+};
+
+std::vector<int32_t> parse_list(const char* s) {
+    std::vector<int32_t> out;
+    std::stringstream ss(s);
+    for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
+    return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<int32_t> token_counts{1, 4, 16, 64, 256, 1024, 4096, 16384};
+    int iters = 20, warmup = 5;
+    std::string json_path;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--tokens" && i + 1 < argc)
+            token_counts = parse_list(argv[++i]);
+        else if (a == "--iters" && i + 1 < argc)
+            iters = std::stoi(argv[++i]);
+        else if (a == "--warmup" && i + 1 < argc)
+            warmup = std::stoi(argv[++i]);
+        else if (a == "--json" && i + 1 < argc)
+            json_path = argv[++i];
+        else {
+            std::fprintf(stderr, "usage: %s [--tokens 1,4,...] [--iters N] [--warmup N] [--json PATH]\n", argv[0]);
+            return 2;
+        }
+    }
+    const int32_t max_tokens = *std::max_element(token_counts.begin(), token_counts.end());
+    const int32_t max_rows = std::max(zmoe::kernels::moe_permuted_rows_bound(max_tokens, kTopK, kExperts, 64),
+                                      zmoe::kernels::moe_permuted_rows_bound(max_tokens, kTopK, kExperts, 16));
+
+    cudaDeviceProp prop{};
+    ZMOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    layer_buffers b{};
+    b.x = device_alloc<bf16>(size_t(max_tokens) * kHidden);
+    b.gate_w = device_alloc<bf16>(size_t(kExperts) * kHidden);
+    b.w1 = device_alloc<bf16>(size_t(kExperts) * 2 * kInter * kHidden);
+    b.w2 = device_alloc<bf16>(size_t(kExperts) * kHidden * kInter);
+    b.xp = device_alloc<bf16>(size_t(max_rows) * kHidden);
+    b.act = device_alloc<bf16>(size_t(max_rows) * kInter);
+    b.y = device_alloc<bf16>(size_t(max_rows) * kHidden);
+    b.out = device_alloc<bf16>(size_t(max_tokens) * kHidden);
+    b.logits = device_alloc<float>(size_t(max_tokens) * kExperts);
+    b.weights = device_alloc<float>(size_t(max_tokens) * kTopK);
+    b.ids = device_alloc<int32_t>(size_t(max_tokens) * kTopK);
+    b.counts = device_alloc<int32_t>(kExperts);
+    b.offsets = device_alloc<int32_t>(kExperts + 1);
+    b.dest = device_alloc<int32_t>(size_t(max_tokens) * kTopK);
+    b.row_token = device_alloc<int32_t>(max_rows);
+    b.permute_ws = device_alloc<uint8_t>(zmoe::kernels::moe_permute_workspace_bytes(max_tokens, kTopK, kExperts));
+    b.blas_ws_bytes = 32u << 20;
+    b.blas_ws = device_alloc<uint8_t>(b.blas_ws_bytes);
+    ZMOE_CUBLAS_CHECK(cublasLtCreate(&b.blas));
+    fill(b.x, size_t(max_tokens) * kHidden, 1.f, 1);
+    fill(b.gate_w, size_t(kExperts) * kHidden, 0.05f, 2);
+    fill(b.w1, size_t(kExperts) * 2 * kInter * kHidden, 0.03f, 3);
+    fill(b.w2, size_t(kExperts) * kHidden * kInter, 0.03f, 4);
+    ZMOE_CUDA_CHECK(cudaDeviceSynchronize());
+
+    cudaStream_t stream;
+    ZMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaEvent_t events[kStages + 1];
+    for (auto& e : events) ZMOE_CUDA_CHECK(cudaEventCreate(&e));
+
+    std::vector<result> results;
+    for (int32_t tokens : token_counts) {
+        result r;
+        r.tokens = tokens;
+        r.row_align = zmoe::kernels::moe_row_align_for(tokens, kTopK, kExperts);
+        for (int i = 0; i < warmup; ++i) enqueue_layer(b, tokens, stream, nullptr);
+        ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+        std::vector<double> total, stage[kStages];
+        for (int i = 0; i < iters; ++i) {
+            enqueue_layer(b, tokens, stream, events);
+            ZMOE_CUDA_CHECK(cudaEventSynchronize(events[kStages]));
+            float ms = 0;
+            ZMOE_CUDA_CHECK(cudaEventElapsedTime(&ms, events[0], events[kStages]));
+            total.push_back(ms);
+            for (int s = 0; s < kStages; ++s) {
+                ZMOE_CUDA_CHECK(cudaEventElapsedTime(&ms, events[s], events[s + 1]));
+                stage[s].push_back(ms);
+            }
+        }
+        r.median_ms = median(total);
+        for (int s = 0; s < kStages; ++s) r.stage_ms[s] = median(stage[s]);
+
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        ZMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+        enqueue_layer(b, tokens, stream, nullptr);
+        ZMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+        ZMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        for (int i = 0; i < warmup; ++i) ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+        std::vector<double> replays;
+        for (int i = 0; i < iters; ++i) {
+            ZMOE_CUDA_CHECK(cudaEventRecord(events[0], stream));
+            ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+            ZMOE_CUDA_CHECK(cudaEventRecord(events[1], stream));
+            ZMOE_CUDA_CHECK(cudaEventSynchronize(events[1]));
+            float ms = 0;
+            ZMOE_CUDA_CHECK(cudaEventElapsedTime(&ms, events[0], events[1]));
+            replays.push_back(ms);
+        }
+        r.graph_median_ms = median(replays);
+        ZMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+        ZMOE_CUDA_CHECK(cudaGraphDestroy(graph));
+
+        std::vector<int32_t> counts(kExperts);
+        ZMOE_CUDA_CHECK(cudaMemcpy(counts.data(), b.counts, sizeof(int32_t) * kExperts, cudaMemcpyDeviceToHost));
+        r.active_experts = int32_t(std::count_if(counts.begin(), counts.end(), [](int32_t c) { return c > 0; }));
+        // Fewest bytes: each touched expert's weights once, the gate weights, x in and the output out.
+        r.bytes = double(r.active_experts) * 3.0 * kHidden * kInter * 2 + double(kExperts) * kHidden * 2 +
+                  2.0 * tokens * kHidden * 2;
+        r.flops = 2.0 * tokens * kTopK * 3.0 * kHidden * kInter + 2.0 * tokens * kHidden * kExperts;
+        r.floor_ms = std::max(r.bytes / kPeakBytesPerS, r.flops / kPeakFlopsPerS) * 1e3;
+        results.push_back(r);
+    }
+
+    std::printf("MoE layer, hidden %d, %d experts, top-%d, expert FFN %d, BF16 on %s (median of %d)\n", kHidden,
+                kExperts, kTopK, kInter, prop.name, iters);
+    std::printf("%7s %5s %6s %10s %10s %10s %7s %8s %8s | %s\n", "tokens", "align", "active", "median_ms", "graph_ms",
+                "floor_ms", "floor%", "TFLOP/s", "GB/s", "router_gemm topk permute gate_up down combine");
+    for (const auto& r : results) {
+        const double best = std::min(r.median_ms, r.graph_median_ms);
+        std::printf("%7d %5d %6d %10.4f %10.4f %10.4f %6.1f%% %8.1f %8.0f | %.4f %.4f %.4f %.4f %.4f %.4f\n", r.tokens,
+                    r.row_align, r.active_experts, r.median_ms, r.graph_median_ms, r.floor_ms,
+                    100.0 * r.floor_ms / best, r.flops / best * 1e-9, r.bytes / best * 1e-6, r.stage_ms[0],
+                    r.stage_ms[1], r.stage_ms[2], r.stage_ms[3], r.stage_ms[4], r.stage_ms[5]);
+    }
+
+    if (!json_path.empty()) {
+        char date[32];
+        const std::time_t now = std::time(nullptr);
+        std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+        std::ofstream f(json_path);
+        f << "{\"bench\":\"moe_layer\",\"impl\":\"zmoe\",\"device\":\"" << prop.name << "\",\"date\":\"" << date
+          << "\",\"shape\":{\"hidden\":" << kHidden << ",\"experts\":" << kExperts << ",\"top_k\":" << kTopK
+          << ",\"inter\":" << kInter << ",\"dtype\":\"bf16\"},\"peak\":{\"hbm_bytes_per_s\":" << kPeakBytesPerS
+          << ",\"bf16_flops_per_s\":" << kPeakFlopsPerS << "},\"iters\":" << iters << ",\"results\":[";
+        for (size_t i = 0; i < results.size(); ++i) {
+            const auto& r = results[i];
+            f << (i ? "," : "") << "{\"tokens\":" << r.tokens << ",\"median_ms\":" << r.median_ms
+              << ",\"graph_median_ms\":" << r.graph_median_ms << ",\"floor_ms\":" << r.floor_ms
+              << ",\"bytes\":" << r.bytes << ",\"flops\":" << r.flops << ",\"active_experts\":" << r.active_experts
+              << ",\"row_align\":" << r.row_align << ",\"stages_ms\":{";
+            for (int s = 0; s < kStages; ++s) f << (s ? "," : "") << "\"" << kStageNames[s] << "\":" << r.stage_ms[s];
+            f << "}}";
+        }
+        f << "]}\n";
+        std::printf("wrote %s\n", json_path.c_str());
+    }
+    return 0;
+}

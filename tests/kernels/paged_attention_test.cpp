@@ -1,0 +1,122 @@
+// launch_paged_attention against ref::paged_attention over mixed batches: decodes, prefill chunks on top of
+// cached context, whole prompts, GQA groups from 1 to 8, block tables in shuffled physical order.
+
+#include <numeric>
+
+#include "kernels/reference/reference.hpp"
+#include "tests/kernels/test_util.hpp"
+
+namespace zmoe::kernels::test {
+namespace {
+
+struct seq_spec {
+    int32_t start_pos, num_query;
+};
+
+struct attention_case {
+    std::string name;
+    std::vector<seq_spec> seqs;
+    int32_t num_q_heads, num_kv_heads, head_dim, block_size;
+};
+
+class PagedAttention : public ::testing::TestWithParam<attention_case> {};
+
+TEST_P(PagedAttention, MatchesReference) {
+    const auto& c = GetParam();
+    std::mt19937 rng(c.head_dim * 101 + c.num_q_heads + int(c.seqs.size()));
+    const int32_t num_seqs = int32_t(c.seqs.size());
+    std::vector<int32_t> query_start(num_seqs + 1, 0), start_pos(num_seqs);
+    int32_t max_blocks = 1, total_blocks = 0;
+    for (int32_t s = 0; s < num_seqs; ++s) {
+        query_start[s + 1] = query_start[s] + c.seqs[s].num_query;
+        start_pos[s] = c.seqs[s].start_pos;
+        const int32_t blocks = (c.seqs[s].start_pos + c.seqs[s].num_query + c.block_size - 1) / c.block_size;
+        max_blocks = std::max(max_blocks, blocks);
+        total_blocks += blocks;
+    }
+    const int32_t num_blocks = total_blocks + 2;
+    std::vector<int32_t> physical(num_blocks);
+    std::iota(physical.begin(), physical.end(), 0);
+    std::shuffle(physical.begin(), physical.end(), rng);
+    std::vector<int32_t> tables(size_t(num_seqs) * max_blocks, -1);  // -1: unused entries are never read
+    for (int32_t s = 0, next = 0; s < num_seqs; ++s) {
+        const int32_t blocks = (c.seqs[s].start_pos + c.seqs[s].num_query + c.block_size - 1) / c.block_size;
+        for (int32_t b = 0; b < blocks; ++b) tables[size_t(s) * max_blocks + b] = physical[next++];
+    }
+    const int32_t num_tokens = query_start[num_seqs];
+    const size_t cache_elems = size_t(num_blocks) * c.block_size * c.num_kv_heads * c.head_dim;
+    const auto q = random_bf16(size_t(num_tokens) * c.num_q_heads * c.head_dim, 1.f, rng);
+    const auto k_cache = random_bf16(cache_elems, 1.f, rng);
+    const auto v_cache = random_bf16(cache_elems, 1.f, rng);
+
+    const auto items = paged_attention_plan(query_start, c.num_q_heads, c.num_kv_heads);
+    auto d_q = upload_bf16(q);
+    auto d_k = upload_bf16(k_cache);
+    auto d_v = upload_bf16(v_cache);
+    auto d_tables = upload(tables);
+    auto d_qs = upload(query_start);
+    auto d_sp = upload(start_pos);
+    auto d_items = upload(items);
+    device_buffer<bf16> d_out(q.size());
+    d_out.poison();
+    paged_attention_params p;
+    p.q = d_q.get();
+    p.k_cache = d_k.get();
+    p.v_cache = d_v.get();
+    p.block_tables = d_tables.get();
+    p.query_start = d_qs.get();
+    p.start_pos = d_sp.get();
+    p.work_items = d_items.get();
+    p.out = d_out.get();
+    p.num_seqs = num_seqs;
+    p.num_work_items = int32_t(items.size() / 2);
+    p.num_q_heads = c.num_q_heads;
+    p.num_kv_heads = c.num_kv_heads;
+    p.head_dim = c.head_dim;
+    p.block_size = c.block_size;
+    p.max_blocks_per_seq = max_blocks;
+    p.scale = 1.f / std::sqrt(float(c.head_dim));
+    launch_paged_attention(p, nullptr);
+    sync_and_check();
+
+    ref::attention_shape s{num_seqs, c.num_q_heads, c.num_kv_heads, c.head_dim, c.block_size, max_blocks, p.scale};
+    std::vector<float> want(q.size());
+    ref::paged_attention(s, q.data(), k_cache.data(), v_cache.data(), tables.data(), query_start.data(),
+                         start_pos.data(), want.data());
+    EXPECT_LT(rel_error(download_bf16(d_out), want), kBf16Tolerance);
+}
+
+TEST(PagedAttentionPlan, CoversEveryRowOnce) {
+    const std::vector<int32_t> query_start{0, 1, 1, 40, 41};      // a decode, an empty seq, a chunk of 39, a decode
+    const auto items = paged_attention_plan(query_start, 32, 4);  // group 8
+    std::vector<int32_t> covered(4, 0);
+    for (size_t i = 0; i < items.size(); i += 2) {
+        const int32_t seq = items[i], rows = (query_start[seq + 1] - query_start[seq]) * 8;
+        covered[seq] += std::min(kAttentionRowsPerItem, rows - items[i + 1]);
+    }
+    EXPECT_EQ(covered, (std::vector<int32_t>{8, 0, 39 * 8, 8}));
+}
+
+std::vector<attention_case> cases() {
+    std::vector<seq_spec> decodes;
+    for (int32_t i = 0; i < 24; ++i) decodes.push_back({1 + 37 * i, 1});
+    return {
+        {"fixture_decode", {{5, 1}}, 4, 2, 16, 16},
+        {"fixture_prefill", {{0, 7}}, 4, 2, 16, 16},
+        {"qwen3_decodes", decodes, 32, 4, 128, 16},
+        {"qwen3_mixed", {{300, 1}, {0, 77}, {129, 64}, {1000, 1}, {64, 200}}, 32, 4, 128, 16},
+        {"olmoe_mixed", {{0, 33}, {17, 1}, {500, 3}}, 16, 16, 128, 32},
+        {"long_prefill", {{0, 1500}}, 8, 2, 128, 16},
+        {"chunk_on_long_context", {{3000, 256}, {4000, 1}}, 8, 1, 64, 64},
+        {"head_dim_256", {{10, 20}, {0, 1}}, 4, 4, 256, 16},
+        {"head_dim_32", {{100, 50}}, 6, 3, 32, 8},
+    };
+}
+
+INSTANTIATE_TEST_SUITE_P(Batches, PagedAttention, ::testing::ValuesIn(cases()), [](const auto& info) {
+    const auto& c = info.param;
+    return make_name(c.name, "_q", c.num_q_heads, "_kv", c.num_kv_heads, "_d", c.head_dim);
+});
+
+}  // namespace
+}  // namespace zmoe::kernels::test
