@@ -4,20 +4,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "messages/finish_reason.hpp"
 #include "messages/step_types.hpp"
 
 namespace zmoe {
 
-/// Why a request ended. `none` while it is still running.
-enum class finish_reason : uint8_t {
-    none = 0,
-    length = 1,  ///< max_tokens generated
-    stop = 2,    ///< generated a token in stop_token_ids (that token is part of the output)
-    abort = 3,   ///< the client (or the engine on its behalf) aborted it
-    error = 4,   ///< the engine could not serve it (dead worker, ...)
-};
 
-const char* finish_reason_name(finish_reason r);
 
 /// A tokenized request, as the frontend hands it over. The id is assigned by the frontend and must be unique among
 /// the requests the scheduler currently holds.

@@ -9,21 +9,6 @@
 
 namespace zmoe {
 
-const char* finish_reason_name(finish_reason r) {
-    switch (r) {
-        case finish_reason::none:
-            return "none";
-        case finish_reason::length:
-            return "length";
-        case finish_reason::stop:
-            return "stop";
-        case finish_reason::abort:
-            return "abort";
-        case finish_reason::error:
-            return "error";
-    }
-    return "unknown";
-}
 
 // Token accounting of one request. `tokens` holds the prompt followed by every generated token the engine core
 // knows. Sent-but-unanswered samples (num_pending, 0..2) extend the sequence by tokens only the worker knows.
