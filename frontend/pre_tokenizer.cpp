@@ -179,11 +179,9 @@ void pre_tokenizer::split(std::string_view text, std::vector<std::string_view>& 
                     next.push_back(piece);
                     continue;
                 }
-                find_matches(st, piece, tmp, spans);  // GPT-2 pattern, Isolated
-            } else {
-                find_matches(st, piece, tmp, spans);
-                apply_behavior(st.behavior, st.invert, spans);
             }
+            find_matches(st, piece, tmp, spans);
+            apply_behavior(st.behavior, st.invert, spans);  // ByteLevel's own split: Isolated, not inverted
             for (const auto& s : spans)
                 if (!s.is_match && s.end > s.begin) next.push_back(piece.substr(s.begin, s.end - s.begin));
         }
