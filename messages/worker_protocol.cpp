@@ -98,9 +98,14 @@ std::string encode(const worker_welcome& m) {
 }
 
 std::string encode(const worker_ready& m) {
-    auto w = start(worker_kind::ready, 2);
+    auto w = start(worker_kind::ready, 7);
     w.sint(m.rank);
     w.uint(m.num_kv_blocks);
+    w.str(m.model_type);
+    w.int32_array(m.eos_token_ids);
+    w.uint(m.max_position_embeddings);
+    w.uint(m.num_moe_layers);
+    w.uint(m.num_experts);
     return w.take();
 }
 
@@ -263,7 +268,12 @@ worker_to_engine decode_worker_to_engine(std::string_view bytes) {
             worker_ready m;
             m.rank = f.read_int32("ready.rank");
             m.num_kv_blocks = f.read_uint("ready.num_kv_blocks");
-            out = m;
+            m.model_type = f.read_string("ready.model_type", kMaxNameBytes);
+            m.eos_token_ids = f.read_int32_array("ready.eos_token_ids", 1024);
+            m.max_position_embeddings = f.read_uint32("ready.max_position_embeddings");
+            m.num_moe_layers = f.read_uint32("ready.num_moe_layers");
+            m.num_experts = f.read_uint32("ready.num_experts");
+            out = std::move(m);
             break;
         }
         case worker_kind::step_result:

@@ -78,6 +78,12 @@ struct worker_welcome {
 struct worker_ready {
     int32_t rank = 0;
     uint64_t num_kv_blocks = 0;  ///< KV blocks this worker allocated
+    /// What the worker read from the checkpoint and the engine core needs for scheduling and EPLB.
+    std::string model_type;
+    std::vector<int32_t> eos_token_ids;
+    uint32_t max_position_embeddings = 0;
+    uint32_t num_moe_layers = 0;
+    uint32_t num_experts = 0;  ///< logical experts per MoE layer
     bool operator==(const worker_ready&) const = default;
 };
 

@@ -71,7 +71,8 @@ TEST(WorkerProtocol, Welcome) {
     test::check_wire_contract(m, decode_engine_to_worker);
 }
 
-TEST(WorkerProtocol, Ready) { test::check_wire_contract(worker_ready{1, 12345}, decode_worker_to_engine); }
+TEST(WorkerProtocol, Ready) { test::check_wire_contract(worker_ready{1, 12345, "qwen3_moe", {151643, 151645}, 40960, 48, 128},
+                                                             decode_worker_to_engine); }
 
 TEST(WorkerProtocol, Step) {
     test::check_wire_contract(sample_step(5, 37), decode_engine_to_worker, test::same_step);
