@@ -164,9 +164,10 @@ std::string encode(const worker_expert_move& m) {
 }
 
 std::string encode(const worker_expert_move_done& m) {
-    auto w = start(worker_kind::expert_move_done, 2);
+    auto w = start(worker_kind::expert_move_done, 3);
     w.uint(m.move_id);
     w.sint(m.rank);
+    w.uint(m.bytes_moved);
     return w.take();
 }
 
@@ -286,6 +287,7 @@ worker_to_engine decode_worker_to_engine(std::string_view bytes) {
             worker_expert_move_done m;
             m.move_id = f.read_uint("expert_move_done.move_id");
             m.rank = f.read_int32("expert_move_done.rank");
+            m.bytes_moved = f.read_uint("expert_move_done.bytes_moved");
             out = m;
             break;
         }

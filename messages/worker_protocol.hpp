@@ -116,6 +116,7 @@ struct worker_expert_move {
 struct worker_expert_move_done {
     uint64_t move_id = 0;
     int32_t rank = 0;
+    uint64_t bytes_moved = 0;  ///< expert weight bytes this rank received
     bool operator==(const worker_expert_move_done&) const = default;
 };
 

@@ -113,7 +113,7 @@ TEST(WorkerProtocol, HeartbeatShutdown) {
 TEST(WorkerProtocol, ExpertMove) {
     worker_expert_move m{5, 3000, {{0, 4, 17, 1, 9}, {47, 130, 3, 0, 2}}};
     test::check_wire_contract(m, decode_engine_to_worker);
-    test::check_wire_contract(worker_expert_move_done{5, 1}, decode_worker_to_engine);
+    test::check_wire_contract(worker_expert_move_done{5, 1, 1 << 20}, decode_worker_to_engine);
 }
 
 TEST(WorkerProtocol, Error) {

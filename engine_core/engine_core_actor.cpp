@@ -1,0 +1,563 @@
+#include "engine_core/engine_core_actor.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include "base/check.hpp"
+#include "base/log.hpp"
+#include "engine_core/eplb.hpp"
+#include "engine_core/expert_move_plan.hpp"
+
+namespace zmoe {
+
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+double ms_since(clock_type::time_point t) {
+    return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
+}
+
+}  // namespace
+
+engine_core_actor::engine_core_actor(engine_core_options options)
+    : actor("engine_core", actor_options{.heartbeat_interval = options.heartbeat_interval}),
+      options_(std::move(options)) {
+    ZMOE_CHECK(options_.num_workers >= 1, "num_workers " << options_.num_workers);
+    workers_.resize(options_.num_workers);
+}
+
+engine_core_actor::~engine_core_actor() {
+    request_stop();
+    join();
+}
+
+void engine_core_actor::on_start() {
+    started_at_ = clock_type::now();
+    worker_sock_ = add_socket(socket_kind::router, [this](const inbound_message& m) { on_worker_message(m); });
+    frontend_sock_ = add_socket(socket_kind::router, [this](const inbound_message& m) { on_frontend_message(m); });
+    bound_worker_endpoint_ = bind(worker_sock_, options_.worker_endpoint);
+    bound_frontend_endpoint_ = bind(frontend_sock_, options_.frontend_endpoint);
+    ZMOE_LOG(info, "engine core: waiting for " << options_.num_workers << " worker(s) on " << bound_worker_endpoint_
+                                               << ", frontend on " << bound_frontend_endpoint_);
+}
+
+bool engine_core_actor::on_stop_requested() {
+    // SIGTERM to the engine core itself: drain like a frontend shutdown would.
+    if (phase_ == phase::serving) {
+        phase_ = phase::draining;
+        maybe_finish_drain();
+        return false;
+    }
+    if (phase_ == phase::draining) return false;
+    broadcast_shutdown();
+    return true;
+}
+
+void engine_core_actor::on_exit() { broadcast_shutdown(); }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Workers
+
+void engine_core_actor::on_worker_message(const inbound_message& msg) {
+    worker_to_engine decoded;
+    try {
+        decoded = decode_worker_to_engine(msg.payload);
+    } catch (const error& e) {
+        ZMOE_LOG(warn, "engine core: dropped a malformed worker message: " << e.what());
+        return;
+    }
+    const std::string identity(msg.peer);
+    if (auto* hello = std::get_if<worker_hello>(&decoded)) {
+        handle_hello(identity, *hello);
+        return;
+    }
+    auto it = rank_of_identity_.find(identity);
+    if (it == rank_of_identity_.end()) {
+        ZMOE_LOG(warn, "engine core: message from a worker that never said hello; dropped");
+        return;
+    }
+    const int32_t rank = it->second;
+    std::visit(
+        [&](auto&& m) {
+            using T = std::decay_t<decltype(m)>;
+            if constexpr (std::is_same_v<T, worker_ready>) {
+                handle_ready(rank, m);
+            } else if constexpr (std::is_same_v<T, step_result>) {
+                handle_step_result(rank, std::move(m));
+            } else if constexpr (std::is_same_v<T, worker_expert_move_done>) {
+                handle_move_done(m);
+            } else if constexpr (std::is_same_v<T, worker_error>) {
+                worker_died(rank, "worker " + std::to_string(rank) + " failed: " + m.message);
+            }
+            // heartbeats only count as signs of life, which the runtime already noted
+        },
+        std::move(decoded));
+}
+
+void engine_core_actor::handle_hello(const std::string& identity, const worker_hello& m) {
+    if (phase_ != phase::waiting_hello) {
+        ZMOE_LOG(warn, "engine core: late hello from rank " << m.rank << "; ignored");
+        return;
+    }
+    if (m.protocol_version != kWorkerProtocolVersion || m.rank < 0 || m.rank >= options_.num_workers ||
+        !workers_[m.rank].identity.empty()) {
+        worker_error err{m.rank, errc::protocol,
+                         "hello refused: rank " + std::to_string(m.rank) + " of " +
+                             std::to_string(options_.num_workers) + ", protocol " +
+                             std::to_string(m.protocol_version)};
+        send_to(worker_sock_, identity, encode(err));
+        ZMOE_LOG(warn, "engine core: " << err.message);
+        return;
+    }
+    auto& w = workers_[m.rank];
+    w.identity = identity;
+    w.pid = m.pid;
+    w.device = m.device;
+    w.data_endpoint = m.data_endpoint;
+    rank_of_identity_[identity] = m.rank;
+    const int32_t rank = m.rank;
+    watch_peer(worker_sock_, identity, encode(worker_heartbeat{}), [this, rank] {
+        worker_died(rank, "worker " + std::to_string(rank) + " (pid " + std::to_string(workers_[rank].pid) +
+                              ") stopped answering");
+    });
+    ZMOE_LOG(info, "engine core: worker " << rank << " (pid " << m.pid << ", " << m.device << ") said hello");
+    if (rank_of_identity_.size() < static_cast<size_t>(options_.num_workers)) return;
+
+    phase_ = phase::waiting_ready;
+    std::vector<std::string> peers;
+    for (const auto& wi : workers_) peers.push_back(wi.data_endpoint);
+    for (int32_t r = 0; r < options_.num_workers; ++r) {
+        worker_welcome wel;
+        wel.rank = r;
+        wel.world_size = options_.num_workers;
+        wel.model_dir = options_.model_dir;
+        wel.device = options_.device;
+        wel.num_kv_blocks = static_cast<uint64_t>(options_.num_kv_blocks);
+        wel.block_size = static_cast<uint32_t>(options_.block_size);
+        wel.max_num_batched_tokens = static_cast<uint32_t>(options_.max_num_batched_tokens);
+        wel.max_num_seqs = static_cast<uint32_t>(options_.max_num_seqs);
+        wel.max_model_len = static_cast<uint32_t>(options_.max_model_len);
+        wel.async_scheduling = options_.async_scheduling;
+        wel.eplb = options_.eplb;
+        wel.heartbeat_interval_ms = static_cast<uint32_t>(options_.heartbeat_interval.count());
+        wel.peer_endpoints = peers;
+        send_to(worker_sock_, workers_[r].identity, encode(wel));
+    }
+}
+
+void engine_core_actor::handle_ready(int32_t rank, const worker_ready& m) {
+    if (phase_ != phase::waiting_ready || workers_[rank].ready) return;
+    workers_[rank].ready = true;
+    workers_[rank].num_kv_blocks = static_cast<int64_t>(m.num_kv_blocks);
+    if (rank == 0) model_facts_ = m;
+    ZMOE_LOG(info, "engine core: worker " << rank << " ready with " << m.num_kv_blocks << " KV blocks");
+    for (const auto& w : workers_)
+        if (!w.ready) return;
+
+    // Every worker is ready: size the scheduler from what each one could allocate.
+    scheduler_config cfg;
+    cfg.max_num_batched_tokens = options_.max_num_batched_tokens;
+    cfg.max_num_seqs = options_.max_num_seqs;
+    cfg.block_size = options_.block_size;
+    cfg.async_scheduling = options_.async_scheduling;
+    cfg.max_model_len = options_.max_model_len > 0 ? options_.max_model_len
+                                                   : static_cast<int32_t>(model_facts_.max_position_embeddings);
+    if (cfg.max_model_len <= 0) cfg.max_model_len = 4096;
+    for (const auto& w : workers_) cfg.num_blocks_per_rank.push_back(static_cast<int32_t>(w.num_kv_blocks));
+    scheduler_ = std::make_unique<scheduler>(cfg);
+    max_model_len_ = cfg.max_model_len;
+    phase_ = phase::serving;
+    if (model_facts_.num_moe_layers > 0 && model_facts_.num_experts > 0) {
+        const int32_t window = options_.eplb.window_steps > 0 ? static_cast<int32_t>(options_.eplb.window_steps) : 32;
+        load_window_ = std::make_unique<expert_load_window>(model_facts_.num_moe_layers, model_facts_.num_experts,
+                                                            window);
+    }
+    ZMOE_LOG(info, "engine core: serving (" << options_.num_workers << " rank(s), max_model_len "
+                                            << cfg.max_model_len << ", async "
+                                            << (options_.async_scheduling ? "on" : "off") << ")");
+    if (!frontend_identity_.empty()) send_frontend_welcome();
+    if (model_facts_.num_moe_layers > 0) {
+        // The initial placement both sides derive from the welcome (docs/protocol.md): E + R slots, slot p holds
+        // logical expert p mod E.
+        const int32_t num_experts = static_cast<int32_t>(model_facts_.num_experts);
+        const int32_t num_slots = num_experts + static_cast<int32_t>(options_.eplb.num_redundant_experts);
+        expert_placement p;
+        p.num_experts = num_experts;
+        p.num_ranks = options_.num_workers;
+        p.slots_per_rank = num_slots / options_.num_workers;
+        for (uint32_t l = 0; l < model_facts_.num_moe_layers; ++l) {
+            std::vector<int32_t> row(num_slots);
+            for (int32_t s = 0; s < num_slots; ++s) row[s] = s % num_experts;
+            p.physical_to_logical.push_back(std::move(row));
+        }
+        placement_ = std::move(p);
+    }
+    update_gauges();
+}
+
+void engine_core_actor::send_frontend_welcome() {
+    engine_welcome wel;
+    wel.num_workers = static_cast<uint32_t>(options_.num_workers);
+    wel.max_num_seqs = static_cast<uint32_t>(options_.max_num_seqs);
+    wel.max_model_len = static_cast<uint32_t>(max_model_len_);
+    wel.block_size = static_cast<uint32_t>(options_.block_size);
+    wel.num_kv_blocks = workers_.empty() ? 0 : static_cast<uint64_t>(workers_[0].num_kv_blocks);
+    wel.heartbeat_interval_ms = static_cast<uint32_t>(options_.heartbeat_interval.count());
+    send_to_frontend(encode(wel));
+}
+
+void engine_core_actor::handle_step_result(int32_t rank, step_result&& m) {
+    auto it = results_.find(m.step_id);
+    if (it == results_.end() || rank >= static_cast<int32_t>(it->second.size()) || it->second[rank]) {
+        ZMOE_LOG(warn, "engine core: unexpected result of step " << m.step_id << " from rank " << rank);
+        return;
+    }
+    auto& w = workers_[rank].metrics;
+    w.observe("step_compute_ms", m.compute_ms);
+    w.counter_add("steps");
+    w.counter_add("sampled_tokens", static_cast<double>(m.tokens.size()));
+    it->second[rank] = std::move(m);
+    while (!in_flight_.empty()) {
+        auto& slot = results_[in_flight_.front()];
+        if (!std::all_of(slot.begin(), slot.end(), [](const auto& r) { return r.has_value(); })) break;
+        finish_step();
+    }
+    pump();
+}
+
+void engine_core_actor::finish_step() {
+    const uint64_t step_id = in_flight_.front();
+    in_flight_.pop_front();
+    std::vector<step_result> results;
+    for (auto& r : results_[step_id]) results.push_back(std::move(*r));
+    results_.erase(step_id);
+    metrics_.observe("step_ms", ms_since(step_sent_at_[step_id]));
+    step_sent_at_.erase(step_id);
+    std::vector<request_output> outs;
+    try {
+        outs = scheduler_->update(results);
+    } catch (const error& e) {
+        fail_everything(errc::internal, std::string("step results rejected: ") + e.what());
+        return;
+    }
+    if (load_window_) {
+        try {
+            load_window_->add_step(results);
+            for (const auto& r : results) {
+                const uint32_t num_experts = model_facts_.num_experts;
+                for (size_t i = 0; i < r.expert_counts.size(); ++i)
+                    if (r.expert_counts[i])
+                        metrics_.counter_add("expert_tokens{layer=\"" + std::to_string(i / num_experts) +
+                                                 "\",expert=\"" + std::to_string(i % num_experts) + "\"}",
+                                             r.expert_counts[i]);
+            }
+        } catch (const error& e) {
+            ZMOE_LOG(warn, "engine core: expert counts ignored: " << e.what());
+        }
+    }
+    for (const auto& r : results)
+        metrics_.counter_add("tokens_sampled{rank=\"" + std::to_string(r.rank) + "\"}",
+                             static_cast<double>(r.tokens.size()));
+    emit_outputs(step_id, outs);
+    ++steps_since_rebalance_;
+    maybe_rebalance();
+    update_gauges();
+    maybe_finish_drain();
+}
+
+void engine_core_actor::pump() {
+    if (phase_ != phase::serving && phase_ != phase::draining) return;
+    if (!move_acks_pending_.empty()) return;  // an expert move is in progress: steps wait for it
+    while (scheduler_->has_pending_work() && scheduler_->can_schedule()) {
+        auto steps = scheduler_->schedule();
+        const uint64_t step_id = steps.front().step_id;
+        next_step_id_ = step_id + 1;
+        in_flight_.push_back(step_id);
+        results_[step_id].assign(options_.num_workers, std::nullopt);
+        step_sent_at_[step_id] = clock_type::now();
+        size_t num_tokens = 0;
+        for (int32_t r = 0; r < options_.num_workers; ++r) {
+            for (const auto& s : steps[r].seqs) num_tokens += s.token_ids.size();
+            send_to(worker_sock_, workers_[r].identity, encode(steps[r]));
+        }
+        metrics_.counter_add("steps");
+        metrics_.observe("step_tokens", static_cast<double>(num_tokens));
+    }
+    update_gauges();
+}
+
+void engine_core_actor::emit_outputs(uint64_t step_id, const std::vector<request_output>& outs) {
+    if (outs.empty()) return;
+    engine_outputs msg;
+    msg.step_id = step_id;
+    for (const auto& o : outs) {
+        engine_request_output e;
+        e.request_id = o.id;
+        e.new_token_ids = o.new_tokens;
+        e.finished = o.finished;
+        e.reason = o.reason;
+        auto p = prompt_len_.find(o.id);
+        e.num_prompt_tokens = p == prompt_len_.end() ? 0 : p->second;
+        metrics_.counter_add("generation_tokens", static_cast<double>(o.new_tokens.size()));
+        if (o.finished) {
+            prompt_len_.erase(o.id);
+            metrics_.counter_add(std::string("requests_finished{reason=\"") +
+                                 std::string(finish_reason_name(o.reason)) + "\"}");
+        }
+        msg.outputs.push_back(std::move(e));
+    }
+    send_to_frontend(encode(msg));
+}
+
+void engine_core_actor::maybe_rebalance() {
+    if (!options_.eplb.enabled || !placement_ || !load_window_ || !move_acks_pending_.empty()) return;
+    if (options_.eplb.step_interval == 0 || steps_since_rebalance_ < options_.eplb.step_interval) return;
+    steps_since_rebalance_ = 0;
+    const auto load = load_window_->load();
+    rebalance_plan plan;
+    try {
+        plan = plan_rebalance(load, *placement_, options_.num_nodes);
+    } catch (const error& e) {
+        ZMOE_LOG(warn, "engine core: EPLB skipped: " << e.what());
+        return;
+    }
+    metrics_.gauge_set("eplb_balancedness_before", plan.balancedness_before);
+    metrics_.gauge_set("eplb_balancedness_after", plan.balancedness_after);
+    for (size_t l = 0; l < load.size(); ++l) {
+        metrics_.gauge_set("eplb_layer_balancedness_before{layer=\"" + std::to_string(l) + "\"}",
+                           layer_balancedness(load[l], placement_->physical_to_logical[l], options_.num_workers));
+        metrics_.gauge_set("eplb_layer_balancedness_after{layer=\"" + std::to_string(l) + "\"}",
+                           layer_balancedness(load[l], plan.placement.physical_to_logical[l], options_.num_workers));
+    }
+    if (plan.changed_layers.empty()) {
+        metrics_.counter_add("eplb_rebalances_skipped");
+        return;
+    }
+    const auto moves = plan_expert_moves(*placement_, plan.placement, options_.num_nodes);
+    worker_expert_move msg;
+    msg.move_id = next_move_id_++;
+    msg.apply_at_step = next_step_id_;
+    for (const auto& m : moves)
+        msg.moves.push_back(expert_slot_move{static_cast<uint32_t>(m.layer), static_cast<uint32_t>(m.dst_slot),
+                                             m.logical_expert, m.src_rank, static_cast<uint32_t>(m.src_slot)});
+    for (int32_t r = 0; r < options_.num_workers; ++r) {
+        move_acks_pending_.insert(r);
+        send_to(worker_sock_, workers_[r].identity, encode(msg));
+    }
+    move_started_at_ = clock_type::now();
+    placement_ = std::move(plan.placement);
+    metrics_.counter_add("eplb_expert_moves", static_cast<double>(moves.size()));
+    ZMOE_LOG(info, "engine core: EPLB rebalance " << msg.move_id << ": " << moves.size() << " slot move(s), "
+                                                  << "balancedness " << plan.balancedness_before << " -> "
+                                                  << plan.balancedness_after);
+}
+
+void engine_core_actor::handle_move_done(const worker_expert_move_done& m) {
+    if (!move_acks_pending_.erase(m.rank)) return;
+    metrics_.counter_add("eplb_bytes_moved", static_cast<double>(m.bytes_moved));
+    if (!move_acks_pending_.empty()) return;
+    metrics_.counter_add("eplb_rebalances");
+    metrics_.observe("eplb_rebalance_ms", ms_since(move_started_at_));
+    pump();
+}
+
+void engine_core_actor::worker_died(int32_t rank, const std::string& why) {
+    if (!workers_[rank].alive) return;
+    workers_[rank].alive = false;
+    ZMOE_LOG(error, "engine core: " << why);
+    fail_everything(errc::peer_dead, why);
+}
+
+void engine_core_actor::fail_everything(errc code, const std::string& why) {
+    if (phase_ == phase::failed) return;
+    phase_ = phase::failed;
+    exit_code_ = 1;
+    metrics_.counter_add("failures");
+    if (scheduler_) {
+        engine_outputs msg;
+        for (auto& [id, len] : prompt_len_) {
+            scheduler_->abort_request(id, finish_reason::error);
+            engine_request_output e;
+            e.request_id = id;
+            e.finished = true;
+            e.reason = finish_reason::error;
+            e.error_code = code;
+            e.error_message = why;
+            e.num_prompt_tokens = len;
+            msg.outputs.push_back(std::move(e));
+        }
+        prompt_len_.clear();
+        if (!msg.outputs.empty()) send_to_frontend(encode(msg));
+    }
+    send_to_frontend(encode(engine_error{code, why}));
+    broadcast_shutdown();
+    // Let the error replies leave before the process goes.
+    add_timer(std::chrono::milliseconds(300), [this] { stop_now(); });
+}
+
+void engine_core_actor::broadcast_shutdown() {
+    if (shutdown_sent_) return;
+    shutdown_sent_ = true;
+    for (const auto& w : workers_)
+        if (!w.identity.empty() && w.alive) send_to(worker_sock_, w.identity, encode(worker_shutdown{}));
+}
+
+void engine_core_actor::maybe_finish_drain() {
+    if (phase_ != phase::draining) return;
+    if (scheduler_ && (scheduler_->num_unfinished() > 0 || !in_flight_.empty())) return;
+    ZMOE_LOG(info, "engine core: drained; stopping workers");
+    broadcast_shutdown();
+    add_timer(std::chrono::milliseconds(100), [this] { stop_now(); });
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Frontend
+
+void engine_core_actor::send_to_frontend(const std::string& bytes) {
+    if (!frontend_identity_.empty()) send_to(frontend_sock_, frontend_identity_, bytes);
+}
+
+void engine_core_actor::on_frontend_message(const inbound_message& msg) {
+    frontend_to_engine decoded;
+    try {
+        decoded = decode_frontend_to_engine(msg.payload);
+    } catch (const error& e) {
+        ZMOE_LOG(warn, "engine core: dropped a malformed frontend message: " << e.what());
+        send_to(frontend_sock_, msg.peer, encode(engine_error{errc::protocol, e.what()}));
+        return;
+    }
+    const std::string identity(msg.peer);
+    if (std::holds_alternative<engine_hello>(decoded)) {
+        if (!frontend_identity_.empty() && frontend_identity_ != identity) unwatch_peer(frontend_sock_, frontend_identity_);
+        frontend_identity_ = identity;
+        watch_peer(frontend_sock_, identity, encode(engine_heartbeat{}), [this] {
+            ZMOE_LOG(warn, "engine core: the frontend stopped answering; aborting its requests");
+            for (auto& [id, len] : prompt_len_) scheduler_->abort_request(id);
+            prompt_len_.clear();
+            frontend_identity_.clear();
+        });
+        if (phase_ == phase::serving || phase_ == phase::draining) send_frontend_welcome();
+        return;
+    }
+    if (identity != frontend_identity_) {
+        send_to(frontend_sock_, identity, encode(engine_error{errc::protocol, "send hello first"}));
+        return;
+    }
+    std::visit(
+        [&](auto&& m) {
+            using T = std::decay_t<decltype(m)>;
+            if constexpr (std::is_same_v<T, engine_add_request>) {
+                handle_add_request(std::move(m));
+            } else if constexpr (std::is_same_v<T, engine_abort>) {
+                handle_abort(m);
+            } else if constexpr (std::is_same_v<T, engine_metrics>) {
+                send_to_frontend(encode(engine_metrics_reply{m.tag, metrics_json().dump()}));
+            } else if constexpr (std::is_same_v<T, engine_shutdown>) {
+                ZMOE_LOG(info, "engine core: shutdown requested; draining");
+                if (phase_ == phase::serving) phase_ = phase::draining;
+                if (phase_ == phase::draining) {
+                    maybe_finish_drain();
+                } else {
+                    broadcast_shutdown();
+                    add_timer(std::chrono::milliseconds(100), [this] { stop_now(); });
+                }
+            }
+        },
+        std::move(decoded));
+}
+
+void engine_core_actor::handle_add_request(engine_add_request&& m) {
+    auto reject = [&](errc code, const std::string& why) {
+        engine_outputs msg;
+        engine_request_output e;
+        e.request_id = m.request_id;
+        e.finished = true;
+        e.reason = finish_reason::error;
+        e.error_code = code;
+        e.error_message = why;
+        e.num_prompt_tokens = static_cast<uint32_t>(m.prompt_token_ids.size());
+        msg.outputs.push_back(std::move(e));
+        send_to_frontend(encode(msg));
+    };
+    if (phase_ != phase::serving) {
+        reject(phase_ == phase::failed ? errc::peer_dead : errc::unsupported,
+               phase_ == phase::failed ? "the engine has failed" : "the engine is not serving");
+        return;
+    }
+    new_request req;
+    req.id = m.request_id;
+    req.prompt = std::move(m.prompt_token_ids);
+    req.sampling = m.sampling;
+    req.max_tokens = static_cast<int32_t>(std::min<uint32_t>(m.max_tokens, INT32_MAX));
+    req.stop_token_ids = m.stop_token_ids;
+    if (!m.ignore_eos)
+        req.stop_token_ids.insert(req.stop_token_ids.end(), model_facts_.eos_token_ids.begin(),
+                                  model_facts_.eos_token_ids.end());
+    req.ignore_eos = false;  // eos ids are already folded into stop_token_ids (or left out)
+    const uint32_t prompt_len = static_cast<uint32_t>(req.prompt.size());
+    try {
+        scheduler_->add_request(std::move(req));
+    } catch (const error& e) {
+        m.prompt_token_ids.assign(prompt_len, 0);
+        reject(e.code(), e.what());
+        return;
+    }
+    prompt_len_[m.request_id] = prompt_len;
+    metrics_.counter_add("requests_added");
+    metrics_.counter_add("prompt_tokens", prompt_len);
+    pump();
+}
+
+void engine_core_actor::handle_abort(const engine_abort& m) {
+    if (!scheduler_) return;
+    auto out = scheduler_->abort_request(m.request_id);
+    if (!out) return;
+    prompt_len_.erase(m.request_id);
+    emit_outputs(next_step_id_, {*out});
+    update_gauges();
+    maybe_finish_drain();
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Metrics
+
+void engine_core_actor::update_gauges() {
+    if (!scheduler_) return;
+    const auto st = scheduler_->stats();
+    double running = 0, waiting = 0;
+    for (size_t r = 0; r < st.num_running.size(); ++r) {
+        const std::string label = "{rank=\"" + std::to_string(r) + "\"}";
+        metrics_.gauge_set("requests_running" + label, st.num_running[r]);
+        metrics_.gauge_set("requests_waiting" + label, st.num_waiting[r]);
+        metrics_.gauge_set("kv_blocks_used" + label, st.num_blocks_used[r]);
+        metrics_.gauge_set("kv_blocks_total" + label, st.num_blocks_total[r]);
+        metrics_.gauge_set("tokens_scheduled_total" + label, static_cast<double>(st.num_tokens_scheduled_total[r]));
+        running += st.num_running[r];
+        waiting += st.num_waiting[r];
+    }
+    metrics_.gauge_set("requests_running", running);
+    metrics_.gauge_set("requests_waiting", waiting);
+    metrics_.gauge_set("preemptions", static_cast<double>(st.num_preemptions));
+    metrics_.gauge_set("discarded_tokens", static_cast<double>(st.num_discarded_tokens));
+    metrics_.gauge_set("steps_in_flight", static_cast<double>(in_flight_.size()));
+}
+
+nlohmann::json engine_core_actor::metrics_json() {
+    update_gauges();
+    int alive = 0;
+    for (const auto& w : workers_) alive += w.alive ? 1 : 0;
+    metrics_.gauge_set("workers_alive", alive);
+    metrics_.gauge_set("workers", options_.num_workers);
+    metrics_.gauge_set("uptime_s", ms_since(started_at_) / 1000.0);
+    nlohmann::json out;
+    out["engine_core"] = metrics_.to_json();
+    for (size_t r = 0; r < workers_.size(); ++r) {
+        workers_[r].metrics.gauge_set("alive", workers_[r].alive ? 1 : 0);
+        out["worker_" + std::to_string(r)] = workers_[r].metrics.to_json();
+    }
+    if (placement_) out["eplb_placement"] = placement_->physical_to_logical;
+    return out;
+}
+
+}  // namespace zmoe

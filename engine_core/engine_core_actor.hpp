@@ -1,0 +1,134 @@
+#pragma once
+// The engine core as an actor: owns the scheduler, the per-rank KV block accounting, EPLB and the step loop,
+// and nothing on a device. Two ROUTER sockets: one the workers connect to, one the frontend connects to.
+//
+// Takes from workers:  hello, ready, step_result, heartbeat, expert_move_done, error
+// Sends to workers:    welcome, step (every rank, every step), heartbeat, shutdown, expert_move
+// Takes from frontend: hello, add_request, abort, metrics, heartbeat, shutdown
+// Sends to frontend:   welcome, outputs (one per step), metrics_reply, heartbeat, error
+//
+// Life: waiting for num_workers hellos -> welcome every worker -> waiting for every ready -> serving ->
+// (shutdown from the frontend: drain, stop workers, exit 0) or (a worker dies: fail every request with a clear
+// error, stop the other workers, exit 1).
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "actors/actor.hpp"
+#include "base/metrics.hpp"
+#include "engine_core/expert_load.hpp"
+#include "engine_core/expert_placement.hpp"
+#include "engine_core/scheduler.hpp"
+#include "messages/engine_protocol.hpp"
+#include "messages/worker_protocol.hpp"
+
+namespace zmoe {
+
+struct engine_core_options {
+    std::string worker_endpoint;    ///< bound; workers connect here
+    std::string frontend_endpoint;  ///< bound; the frontend connects here
+    int32_t num_workers = 1;
+    int32_t num_nodes = 1;  ///< for hierarchical EPLB packing
+    std::string model_dir;
+    std::string device = "cpu";
+    int32_t max_num_batched_tokens = 2048;
+    int32_t max_num_seqs = 64;
+    int32_t block_size = 16;
+    int64_t num_kv_blocks = 0;  ///< per rank; 0 = as many as the worker can hold
+    int32_t max_model_len = 0;  ///< 0 = the model's max_position_embeddings
+    bool async_scheduling = true;
+    eplb_options eplb;
+    std::chrono::milliseconds heartbeat_interval{1000};
+};
+
+class engine_core_actor : public actor {
+  public:
+    explicit engine_core_actor(engine_core_options options);
+    ~engine_core_actor() override;
+
+    /// 0 after a clean shutdown, 1 after a failure (dead worker, failed handshake).
+    int exit_code() const { return exit_code_; }
+    /// Resolved bound endpoints (after start).
+    const std::string& worker_endpoint() const { return bound_worker_endpoint_; }
+    const std::string& frontend_endpoint() const { return bound_frontend_endpoint_; }
+
+  protected:
+    void on_start() override;
+    bool on_stop_requested() override;
+    void on_exit() override;
+
+  private:
+    enum class phase { waiting_hello, waiting_ready, serving, draining, failed };
+    struct worker_info {
+        std::string identity;
+        int64_t pid = 0;
+        std::string device;
+        std::string data_endpoint;
+        bool ready = false;
+        int64_t num_kv_blocks = 0;
+        bool alive = true;
+        metrics_registry metrics;
+    };
+
+    // Worker link.
+    void on_worker_message(const inbound_message& msg);
+    void handle_hello(const std::string& identity, const worker_hello& m);
+    void handle_ready(int32_t rank, const worker_ready& m);
+    void handle_step_result(int32_t rank, step_result&& m);
+    void handle_move_done(const worker_expert_move_done& m);
+    void worker_died(int32_t rank, const std::string& why);
+    // Frontend link.
+    void on_frontend_message(const inbound_message& msg);
+    void handle_add_request(engine_add_request&& m);
+    void handle_abort(const engine_abort& m);
+    void send_to_frontend(const std::string& bytes);
+    void send_frontend_welcome();
+    // The step loop.
+    void pump();
+    void finish_step();
+    void emit_outputs(uint64_t step_id, const std::vector<request_output>& outs);
+    void maybe_rebalance();
+    void fail_everything(errc code, const std::string& why);
+    void broadcast_shutdown();
+    void maybe_finish_drain();
+    void update_gauges();
+    nlohmann::json metrics_json();
+
+    engine_core_options options_;
+    phase phase_ = phase::waiting_hello;
+    int exit_code_ = 0;
+    socket_id worker_sock_ = -1;
+    socket_id frontend_sock_ = -1;
+    std::string bound_worker_endpoint_;
+    std::string bound_frontend_endpoint_;
+    std::string frontend_identity_;
+    std::vector<worker_info> workers_;  // by rank
+    std::map<std::string, int32_t> rank_of_identity_;
+    worker_ready model_facts_;  // from rank 0's ready
+    int32_t max_model_len_ = 0;
+    std::unique_ptr<scheduler> scheduler_;
+    std::deque<uint64_t> in_flight_;                           // step ids sent, oldest first
+    std::map<uint64_t, std::vector<std::optional<step_result>>> results_;  // step id -> by rank
+    std::map<uint64_t, std::chrono::steady_clock::time_point> step_sent_at_;
+    std::map<uint64_t, uint32_t> prompt_len_;  // unfinished request id -> prompt tokens
+    // EPLB.
+    std::unique_ptr<expert_load_window> load_window_;
+    std::optional<expert_placement> placement_;
+    uint64_t steps_since_rebalance_ = 0;
+    uint64_t next_move_id_ = 1;
+    uint64_t next_step_id_ = 0;
+    bool shutdown_sent_ = false;
+    std::chrono::steady_clock::time_point move_started_at_;
+    std::set<int32_t> move_acks_pending_;
+    metrics_registry metrics_;
+    std::chrono::steady_clock::time_point started_at_;
+};
+
+}  // namespace zmoe
