@@ -20,9 +20,8 @@ struct peer_mesh::sockets {
     std::vector<zmq::socket_t> push;  // by rank; empty socket for this rank
 };
 
-peer_mesh::peer_mesh(int rank, int world_size, const std::string& bind_endpoint)
-    : rank_(rank), world_size_(world_size), sockets_(std::make_unique<sockets>()) {
-    ZMOE_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "rank " << rank << " of " << world_size);
+peer_mesh::peer_mesh(int rank, const std::string& bind_endpoint) : rank_(rank), sockets_(std::make_unique<sockets>()) {
+    ZMOE_CHECK(rank >= 0, "rank " << rank);
     sockets_->pull = zmq::socket_t(process_zmq_context(), zmq::socket_type::pull);
     sockets_->pull.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxFrameBytes));
     sockets_->pull.set(zmq::sockopt::linger, 0);
@@ -33,9 +32,10 @@ peer_mesh::peer_mesh(int rank, int world_size, const std::string& bind_endpoint)
 peer_mesh::~peer_mesh() = default;
 
 void peer_mesh::connect(const std::vector<std::string>& endpoints) {
-    if (static_cast<int>(endpoints.size()) != world_size_)
-        throw error(errc::invalid_argument, "peer_mesh: " + std::to_string(endpoints.size()) + " endpoints for " +
-                                                std::to_string(world_size_) + " ranks");
+    if (static_cast<int>(endpoints.size()) <= rank_)
+        throw error(errc::invalid_argument, "peer_mesh: " + std::to_string(endpoints.size()) +
+                                                " endpoints do not include rank " + std::to_string(rank_));
+    world_size_ = static_cast<int>(endpoints.size());
     sockets_->push.clear();
     for (int r = 0; r < world_size_; ++r) {
         sockets_->push.emplace_back();

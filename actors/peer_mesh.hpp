@@ -17,8 +17,9 @@ namespace zmoe {
 
 class peer_mesh {
   public:
-    /// Binds this rank's PULL socket (e.g. "tcp://127.0.0.1:*"); endpoint() returns the resolved address.
-    peer_mesh(int rank, int world_size, const std::string& bind_endpoint);
+    /// Binds this rank's PULL socket (e.g. "tcp://127.0.0.1:*"); endpoint() returns the resolved address. The
+    /// world size is known once connect() names every rank's endpoint.
+    peer_mesh(int rank, const std::string& bind_endpoint);
     ~peer_mesh();
     peer_mesh(const peer_mesh&) = delete;
     peer_mesh& operator=(const peer_mesh&) = delete;
@@ -27,7 +28,7 @@ class peer_mesh {
     int world_size() const { return world_size_; }
     const std::string& endpoint() const { return endpoint_; }
 
-    /// Connects to every rank's endpoint (endpoints.size() == world_size, by rank).
+    /// Connects to every rank's endpoint, by rank; their number is the world size (rank() must be below it).
     void connect(const std::vector<std::string>& endpoints);
 
     /// send[r] goes to rank r; returns what each rank sent to this one (result[rank()] is send[rank()]).
@@ -39,7 +40,7 @@ class peer_mesh {
   private:
     struct sockets;
     int rank_;
-    int world_size_;
+    int world_size_ = 0;
     std::string endpoint_;
     std::unique_ptr<sockets> sockets_;
     uint64_t round_ = 0;

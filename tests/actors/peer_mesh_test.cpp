@@ -27,7 +27,7 @@ TEST(PeerMesh, AllToAllDeliversEveryShareInRoundOrder) {
     std::vector<std::unique_ptr<zmoe::peer_mesh>> meshes;
     std::vector<std::string> endpoints;
     for (int r = 0; r < kWorld; ++r) {
-        meshes.push_back(std::make_unique<zmoe::peer_mesh>(r, kWorld, "tcp://127.0.0.1:*"));
+        meshes.push_back(std::make_unique<zmoe::peer_mesh>(r, "tcp://127.0.0.1:*"));
         endpoints.push_back(meshes.back()->endpoint());
     }
     for (auto& m : meshes) m->connect(endpoints);
@@ -51,8 +51,8 @@ TEST(PeerMesh, AllToAllDeliversEveryShareInRoundOrder) {
 }
 
 TEST(PeerMesh, SilentRankTimesOutWithPeerDead) {
-    zmoe::peer_mesh a(0, 2, "tcp://127.0.0.1:*");
-    zmoe::peer_mesh b(1, 2, "tcp://127.0.0.1:*");
+    zmoe::peer_mesh a(0, "tcp://127.0.0.1:*");
+    zmoe::peer_mesh b(1, "tcp://127.0.0.1:*");
     a.connect({a.endpoint(), b.endpoint()});
     try {
         a.all_to_all({"x", "y"}, 200ms);
@@ -63,8 +63,8 @@ TEST(PeerMesh, SilentRankTimesOutWithPeerDead) {
 }
 
 TEST(PeerMesh, CancelFlagAbortsWait) {
-    zmoe::peer_mesh a(0, 2, "tcp://127.0.0.1:*");
-    zmoe::peer_mesh b(1, 2, "tcp://127.0.0.1:*");
+    zmoe::peer_mesh a(0, "tcp://127.0.0.1:*");
+    zmoe::peer_mesh b(1, "tcp://127.0.0.1:*");
     a.connect({a.endpoint(), b.endpoint()});
     std::atomic<bool> cancel{true};
     try {
