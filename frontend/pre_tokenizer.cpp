@@ -162,9 +162,10 @@ void pre_tokenizer::split(std::string_view text, std::vector<std::string_view>& 
     if (text.empty()) return;
     const size_t first = pieces.size();
     pieces.push_back(text);
-    std::vector<std::string_view> next;
-    std::vector<std::pair<uint32_t, uint32_t>> tmp;
-    std::vector<span> spans;
+    // Scratch reused across calls: encode() pre-tokenizes once per text segment, often for tiny segments.
+    thread_local std::vector<std::string_view> next;
+    thread_local std::vector<std::pair<uint32_t, uint32_t>> tmp;
+    thread_local std::vector<span> spans;
     for (const stage& st : stages_) {
         next.clear();
         for (size_t i = first; i < pieces.size(); ++i) {

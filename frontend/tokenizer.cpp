@@ -32,10 +32,13 @@ struct tokenizer::impl {
     impl(normalizer n, pre_tokenizer p, bpe_model m) : norm(std::move(n)), pre(std::move(p)), model(std::move(m)) {}
 
     void encode_plain(std::string_view text, std::vector<int32_t>& out) const {
-        std::vector<std::string_view> pieces;
-        std::deque<std::string> storage;
+        // Per-thread scratch: built once (a deque allocates even when empty), cleared after every use.
+        thread_local std::vector<std::string_view> pieces;
+        thread_local std::deque<std::string> storage;
+        pieces.clear();
         pre.split(text, pieces, storage);
         for (std::string_view piece : pieces) model.encode(piece, out);
+        storage.clear();
     }
 
     void encode_text(std::string_view text, std::vector<int32_t>& out) const {
