@@ -78,7 +78,7 @@ std::string encode(const client_error& m) {
 }
 
 std::string encode(const client_health_reply& m) {
-    auto w = start(client_kind::health_reply, 9);
+    auto w = start(client_kind::health_reply, 10);
     w.str(m.tag);
     w.str(m.status);
     w.str(m.model);
@@ -88,6 +88,7 @@ std::string encode(const client_health_reply& m) {
     w.uint(m.num_waiting);
     w.f64(m.uptime_s);
     w.str(m.version);
+    w.str(m.detail);
     return w.take();
 }
 
@@ -185,6 +186,7 @@ client_reply decode_client_reply(std::string_view bytes) {
             m.num_waiting = f.read_uint32("health_reply.num_waiting");
             m.uptime_s = f.read_double("health_reply.uptime_s");
             m.version = f.read_string("health_reply.version", kMaxNameBytes);
+            m.detail = f.read_string("health_reply.detail", kMaxStringBytes);
             out = std::move(m);
             break;
         }

@@ -102,6 +102,7 @@ struct client_health_reply {
     uint32_t num_waiting = 0;  ///< requests queued
     double uptime_s = 0.0;
     std::string version;  ///< zmoe version string
+    std::string detail;   ///< why the status is not "ok" (e.g. which worker died); empty otherwise
     bool operator==(const client_health_reply&) const = default;
 };
 

@@ -74,7 +74,7 @@ class FakeFrontend(threading.Thread):
                 if peer_of is not None:
                     self.send(peer_of, zmoe_client.DELTA, f[0], [], "", True, "abort", 1, 0)
             elif kind == zmoe_client.HEALTH:
-                self.send(peer, zmoe_client.HEALTH_REPLY, f[0], "ok", "fake-moe", 2, 2, 0, 0, 1.5, "test")
+                self.send(peer, zmoe_client.HEALTH_REPLY, f[0], "ok", "fake-moe", 2, 2, 0, 0, 1.5, "test", "")
             elif kind == zmoe_client.METRICS:
                 self.send(peer, zmoe_client.METRICS_REPLY, f[0], '{"requests": 3}')
         self.sock.close(0)

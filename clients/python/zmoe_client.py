@@ -94,7 +94,7 @@ def _fields(frame, expected_kinds):
     return kind, fields  # fields beyond the known ones come from a newer server: ignored
 
 
-_REPLY_FIELDS = {DELTA: 7, ERROR: 3, HEALTH_REPLY: 9, METRICS_REPLY: 2, HEARTBEAT: 0}
+_REPLY_FIELDS = {DELTA: 7, ERROR: 3, HEALTH_REPLY: 10, METRICS_REPLY: 2, HEARTBEAT: 0}
 
 
 class Stream:
@@ -181,13 +181,13 @@ class Client:
         self._send(ABORT, request_id)
 
     def health(self, timeout=None):
-        """The server's health as a dict (status, model, worker and request counts, uptime, version)."""
+        """The server's health as a dict (status, model, worker and request counts, uptime, version, detail)."""
         tag = f"h{next(self._ids)}"
         self._send(HEALTH, tag)
         f = self._wait_reply(tag, timeout)
         keys = ["tag", "status", "model", "num_workers", "num_workers_alive", "num_running", "num_waiting",
-                "uptime_s", "version"]
-        return dict(zip(keys, f[:9]))
+                "uptime_s", "version", "detail"]
+        return dict(zip(keys, f[:10]))
 
     def metrics(self, timeout=None):
         """Every actor's metrics, as the parsed JSON object."""

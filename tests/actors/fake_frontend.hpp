@@ -68,7 +68,7 @@ class fake_frontend : public actor {
         hanging_.erase(it);
     }
     void handle(const std::string& peer, const client_health& h) {
-        send_to(sock_, peer, encode(client_health_reply{h.tag, "ok", "fake-moe", 2, 2, 0, 0, 1.5, "test"}));
+        send_to(sock_, peer, encode(client_health_reply{h.tag, "ok", "fake-moe", 2, 2, 0, 0, 1.5, "test", ""}));
     }
     void handle(const std::string& peer, const client_metrics& m) {
         send_to(sock_, peer, encode(client_metrics_reply{m.tag, R"({"requests":1})"}));
