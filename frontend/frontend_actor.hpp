@@ -99,7 +99,9 @@ class frontend_actor : public actor {
     std::map<uint64_t, live_request> live_;
     std::map<std::pair<std::string, std::string>, uint64_t> by_client_id_;  // (client, client_request_id) -> id
     std::map<std::string, client_info> clients_;
-    std::map<std::string, std::string> metrics_waiters_;  // tag -> client identity
+    std::map<std::string, std::pair<std::string, std::string>> metrics_waiters_;  // our tag -> (client, its tag)
+    int64_t model_vocab_size_ = 0;
+    bool drain_done_ = false;
     uint64_t next_tag_ = 1;
     metrics_registry metrics_;
     std::chrono::steady_clock::time_point started_at_;

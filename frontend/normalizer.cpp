@@ -1,7 +1,9 @@
 #include "frontend/normalizer.hpp"
 
+#ifdef ZMOE_WITH_ICU
 #include <unicode/bytestream.h>
 #include <unicode/normalizer2.h>
+#endif
 
 #include <nlohmann/json.hpp>
 
@@ -46,6 +48,7 @@ uint8_t stable_below(normalizer::form f) {
     }
 }
 
+#ifdef ZMOE_WITH_ICU
 const icu::Normalizer2* instance(normalizer::form f) {
     UErrorCode status = U_ZERO_ERROR;
     const icu::Normalizer2* n = nullptr;
@@ -68,12 +71,19 @@ const icu::Normalizer2* instance(normalizer::form f) {
     return n;
 }
 
+#endif
+
 }  // namespace
 
 normalizer normalizer::from_json(const nlohmann::json& j) {
     std::vector<form> steps;
     parse_into(j, steps);
+#ifdef ZMOE_WITH_ICU
     for (form f : steps) instance(f);  // fail at load time, not on the first request
+#else
+    if (!steps.empty())
+        throw error(errc::unsupported, "tokenizer.json: Unicode normalizers need ICU; zmoe was built without it");
+#endif
     return normalizer(std::move(steps));
 }
 
@@ -90,6 +100,7 @@ std::string_view normalizer::normalize(std::string_view text, std::string& stora
             }
         }
         if (stable) continue;
+#ifdef ZMOE_WITH_ICU
         UErrorCode status = U_ZERO_ERROR;
         const icu::Normalizer2* n = instance(f);
         const icu::StringPiece piece(current.data(), static_cast<int32_t>(current.size()));
@@ -102,6 +113,9 @@ std::string_view normalizer::normalize(std::string_view text, std::string& stora
             throw error(errc::internal, std::string("ICU normalization failed: ") + u_errorName(status));
         storage.swap(scratch);
         current = storage;
+#else
+        (void)storage;  // unreachable: from_json refuses normalizers without ICU
+#endif
     }
     return current;
 }

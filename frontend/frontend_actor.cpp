@@ -1,0 +1,448 @@
+#include "frontend/frontend_actor.hpp"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "base/check.hpp"
+#include "base/log.hpp"
+
+namespace zmoe {
+
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kVersion = "0.1.0";
+
+double ms_between(clock_type::time_point a, clock_type::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+/// Length of the longest suffix of `text` that is a proper prefix of some stop string: text that must be held
+/// back because the next tokens could complete a stop string.
+size_t stop_prefix_hold(const std::string& text, const std::vector<std::string>& stops) {
+    size_t hold = 0;
+    for (const auto& s : stops) {
+        for (size_t n = std::min(s.size() - 1, text.size()); n > hold; --n) {
+            if (text.compare(text.size() - n, n, s, 0, n) == 0) {
+                hold = n;
+                break;
+            }
+        }
+    }
+    return hold;
+}
+
+int64_t read_vocab_size(const std::string& model_dir) {
+    std::ifstream in(std::filesystem::path(model_dir) / "config.json");
+    if (!in) return 0;
+    try {
+        const auto j = nlohmann::json::parse(in);
+        return j.value("vocab_size", int64_t{0});
+    } catch (const std::exception&) {
+        return 0;
+    }
+}
+
+}  // namespace
+
+frontend_actor::frontend_actor(frontend_options options)
+    : actor("frontend", actor_options{.heartbeat_interval = options.heartbeat_interval}), options_(std::move(options)) {}
+
+frontend_actor::~frontend_actor() {
+    request_stop();
+    join();
+}
+
+void frontend_actor::on_start() {
+    started_at_ = clock_type::now();
+    const std::string tok_path = options_.tokenizer_path.empty() ? options_.model_dir : options_.tokenizer_path;
+    const auto json_path = std::filesystem::is_directory(tok_path)
+                               ? std::filesystem::path(tok_path) / "tokenizer.json"
+                               : std::filesystem::path(tok_path);
+    if (std::filesystem::exists(json_path)) {
+        tokenizer_ = tokenizer::from_file(tok_path);
+        ZMOE_LOG(info, "frontend: tokenizer " << json_path.string() << " (" << tokenizer_->vocab_size() << " ids)");
+    } else {
+        ZMOE_LOG(info, "frontend: no tokenizer.json in " << tok_path << "; only prompt_token_ids are accepted");
+    }
+    model_vocab_size_ = read_vocab_size(options_.model_dir);
+    client_sock_ = add_socket(socket_kind::router, [this](const inbound_message& m) { on_client_message(m); });
+    engine_sock_ = add_socket(socket_kind::dealer, [this](const inbound_message& m) { on_engine_message(m); });
+    bound_client_endpoint_ = bind(client_sock_, options_.client_endpoint);
+    set_routing_id(engine_sock_, "frontend-" + std::to_string(getpid()));
+    connect(engine_sock_, options_.engine_endpoint);
+    send(engine_sock_, encode(engine_hello{"frontend", getpid()}));
+    watch_peer(engine_sock_, "", encode(engine_heartbeat{}), [this] {
+        engine_failed_ = true;
+        engine_failure_ = "the engine core stopped answering";
+        exit_code_ = 1;
+        fail_all(errc::peer_dead, engine_failure_);
+    });
+    add_timer(options_.heartbeat_interval, [this] { check_clients(); }, true);
+    ZMOE_LOG(info, "frontend: clients on " << bound_client_endpoint_);
+}
+
+bool frontend_actor::on_stop_requested() {
+    if (!draining_) {
+        draining_ = true;
+        ZMOE_LOG(info, "frontend: draining " << live_.size() << " request(s)");
+        add_timer(options_.drain_timeout, [this] {
+            for (auto it = live_.begin(); it != live_.end();) {
+                const uint64_t id = (it++)->first;
+                send(engine_sock_, encode(engine_abort{id}));
+                finish_request(id, finish_reason::abort);
+            }
+            maybe_finish_drain();
+        });
+        maybe_finish_drain();
+    }
+    return false;
+}
+
+void frontend_actor::maybe_finish_drain() {
+    if (!draining_ || !live_.empty() || drain_done_) return;
+    drain_done_ = true;
+    send(engine_sock_, encode(engine_shutdown{}));
+    // The engine core drains its side and stops the workers; give the shutdown a moment to leave.
+    add_timer(std::chrono::milliseconds(200), [this] { stop_now(); });
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Clients
+
+void frontend_actor::send_client_error(const std::string& client, const std::string& client_request_id, errc code,
+                                       const std::string& message) {
+    metrics_.counter_add(std::string("request_errors{code=\"") + errc_name(code) + "\"}");
+    send_to(client_sock_, client, encode(client_error{client_request_id, code, message}));
+}
+
+void frontend_actor::on_client_message(const inbound_message& msg) {
+    const std::string client(msg.peer);
+    auto& info = clients_[client];
+    info.last_seen = clock_type::now();
+    client_request decoded;
+    try {
+        decoded = decode_client_request(msg.payload);
+    } catch (const error& e) {
+        send_client_error(client, "", errc::protocol, e.what());
+        return;
+    }
+    std::visit(
+        [&](auto&& m) {
+            using T = std::decay_t<decltype(m)>;
+            if constexpr (std::is_same_v<T, client_generate>) {
+                handle_generate(client, std::move(m));
+            } else if constexpr (std::is_same_v<T, client_abort>) {
+                handle_abort(client, m);
+            } else if constexpr (std::is_same_v<T, client_heartbeat>) {
+                info.sends_heartbeats = true;
+                send_to(client_sock_, client, encode(client_heartbeat{}));
+            } else if constexpr (std::is_same_v<T, client_health>) {
+                client_health_reply r;
+                r.tag = m.tag;
+                r.status = engine_failed_ ? "degraded" : draining_ ? "draining" : engine_ready_ ? "ok" : "starting";
+                r.model = std::filesystem::path(options_.model_dir).filename().string();
+                r.num_workers = engine_ready_ ? welcome_.num_workers : options_.num_workers;
+                r.num_workers_alive = engine_failed_ ? 0 : engine_ready_ ? welcome_.num_workers : 0;
+                r.num_running = static_cast<uint32_t>(live_.size());
+                r.num_waiting = 0;
+                r.uptime_s = ms_between(started_at_, clock_type::now()) / 1000.0;
+                r.version = kVersion;
+                r.detail = engine_failure_;
+                send_to(client_sock_, client, encode(r));
+            } else if constexpr (std::is_same_v<T, client_metrics>) {
+                if (!engine_ready_ || engine_failed_) {
+                    nlohmann::json all = {{"frontend", metrics_json()}};
+                    send_to(client_sock_, client, encode(client_metrics_reply{m.tag, all.dump()}));
+                    return;
+                }
+                const std::string tag = "m" + std::to_string(next_tag_++);
+                metrics_waiters_[tag] = {client, m.tag};
+                send(engine_sock_, encode(engine_metrics{tag}));
+                add_timer(std::chrono::milliseconds(3000), [this, tag] {
+                    auto it = metrics_waiters_.find(tag);
+                    if (it == metrics_waiters_.end()) return;
+                    nlohmann::json all = {{"frontend", metrics_json()}, {"engine_core", "no answer"}};
+                    send_to(client_sock_, it->second.first, encode(client_metrics_reply{it->second.second, all.dump()}));
+                    metrics_waiters_.erase(it);
+                });
+            }
+        },
+        std::move(decoded));
+}
+
+void frontend_actor::handle_generate(const std::string& client, client_generate&& m) {
+    metrics_.counter_add("requests_received");
+    const std::string& cid = m.client_request_id;
+    if (cid.empty()) return send_client_error(client, cid, errc::invalid_argument, "client_request_id is empty");
+    if (by_client_id_.count({client, cid}))
+        return send_client_error(client, cid, errc::invalid_argument,
+                                 "client_request_id '" + cid + "' is already in use by a live request");
+    if (draining_) return send_client_error(client, cid, errc::aborted, "the server is shutting down");
+    if (engine_failed_) return send_client_error(client, cid, errc::peer_dead, engine_failure_);
+    if (!engine_ready_) return send_client_error(client, cid, errc::unsupported, "the engine is still starting");
+    if (m.max_tokens < 1) return send_client_error(client, cid, errc::invalid_argument, "max_tokens must be >= 1");
+    if (!std::isfinite(m.temperature) || m.temperature < 0.f)
+        return send_client_error(client, cid, errc::invalid_argument, "temperature must be a finite number >= 0");
+    if (!std::isfinite(m.top_p) || !(m.top_p > 0.f && m.top_p <= 1.f))
+        return send_client_error(client, cid, errc::invalid_argument, "top_p must be in (0, 1]");
+    if (m.top_k < -1) return send_client_error(client, cid, errc::invalid_argument, "top_k must be -1, 0 or > 0");
+    for (const auto& s : m.stop)
+        if (s.empty()) return send_client_error(client, cid, errc::invalid_argument, "stop strings must not be empty");
+
+    std::vector<int32_t> ids;
+    if (auto* text = std::get_if<std::string>(&m.prompt)) {
+        if (!tokenizer_)
+            return send_client_error(client, cid, errc::unsupported,
+                                     "this model has no tokenizer.json: send prompt_token_ids");
+        try {
+            ids = tokenizer_->encode(*text, /*add_special_tokens=*/true);
+        } catch (const error& e) {
+            return send_client_error(client, cid, e.code(), std::string("prompt: ") + e.what());
+        }
+    } else {
+        ids = std::move(std::get<std::vector<int32_t>>(m.prompt));
+        const int64_t vocab = model_vocab_size_ > 0 ? model_vocab_size_ : (tokenizer_ ? tokenizer_->vocab_size() : 0);
+        for (size_t i = 0; i < ids.size(); ++i)
+            if (ids[i] < 0 || (vocab > 0 && ids[i] >= vocab))
+                return send_client_error(client, cid, errc::invalid_argument,
+                                         "prompt_token_ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) +
+                                             " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+    if (ids.empty()) return send_client_error(client, cid, errc::invalid_argument, "the prompt is empty");
+    const uint64_t max_len = welcome_.max_model_len;
+    if (ids.size() >= max_len)
+        return send_client_error(client, cid, errc::invalid_argument,
+                                 "the prompt has " + std::to_string(ids.size()) +
+                                     " tokens, longer than the model's context of " + std::to_string(max_len));
+    if (ids.size() + m.max_tokens > max_len)
+        return send_client_error(client, cid, errc::invalid_argument,
+                                 "prompt (" + std::to_string(ids.size()) + " tokens) + max_tokens (" +
+                                     std::to_string(m.max_tokens) + ") exceeds the model's context of " +
+                                     std::to_string(max_len));
+
+    const uint64_t id = next_request_id_++;
+    engine_add_request req;
+    req.request_id = id;
+    req.prompt_token_ids = ids;
+    req.sampling.temperature = m.temperature;
+    req.sampling.top_p = m.top_p;
+    req.sampling.top_k = m.top_k < 0 ? 0 : m.top_k;
+    if (m.seed) {
+        req.sampling.seed = *m.seed;
+    } else {
+        static std::random_device rd;
+        req.sampling.seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+    }
+    req.max_tokens = m.max_tokens;
+    req.ignore_eos = m.ignore_eos;
+
+    live_request lr;
+    lr.client = client;
+    lr.client_request_id = cid;
+    if (tokenizer_) lr.detok = std::make_unique<incremental_detokenizer>(*tokenizer_);
+    lr.stop = std::move(m.stop);
+    lr.stream = m.stream;
+    lr.prompt_tokens = static_cast<uint32_t>(ids.size());
+    lr.arrived = clock_type::now();
+    live_.emplace(id, std::move(lr));
+    by_client_id_[{client, cid}] = id;
+    metrics_.counter_add("requests_accepted");
+    metrics_.counter_add("prompt_tokens", static_cast<double>(ids.size()));
+    metrics_.gauge_set("requests_live", static_cast<double>(live_.size()));
+    send(engine_sock_, encode(req));
+}
+
+void frontend_actor::handle_abort(const std::string& client, const client_abort& m) {
+    auto it = by_client_id_.find({client, m.client_request_id});
+    if (it == by_client_id_.end())
+        return send_client_error(client, m.client_request_id, errc::invalid_argument,
+                                 "abort: unknown request id '" + m.client_request_id + "'");
+    const uint64_t id = it->second;
+    send(engine_sock_, encode(engine_abort{id}));
+    finish_request(id, finish_reason::abort);
+    maybe_finish_drain();
+}
+
+void frontend_actor::check_clients() {
+    // A client that heartbeats and then falls silent for 3 intervals has gone: abort its requests.
+    const auto now = clock_type::now();
+    for (auto& [client, info] : clients_) {
+        if (!info.sends_heartbeats || now - info.last_seen < 3 * options_.heartbeat_interval) continue;
+        for (auto it = live_.begin(); it != live_.end();) {
+            const uint64_t id = it->first;
+            const bool mine = it->second.client == client;
+            ++it;
+            if (!mine) continue;
+            send(engine_sock_, encode(engine_abort{id}));
+            finish_request(id, finish_reason::abort);
+            metrics_.counter_add("requests_aborted_client_gone");
+        }
+        info.sends_heartbeats = false;
+    }
+    maybe_finish_drain();
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Engine core
+
+void frontend_actor::on_engine_message(const inbound_message& msg) {
+    engine_to_frontend decoded;
+    try {
+        decoded = decode_engine_to_frontend(msg.payload);
+    } catch (const error& e) {
+        ZMOE_LOG(warn, "frontend: dropped a malformed engine message: " << e.what());
+        return;
+    }
+    std::visit(
+        [&](auto&& m) {
+            using T = std::decay_t<decltype(m)>;
+            if constexpr (std::is_same_v<T, engine_welcome>) {
+                welcome_ = m;
+                engine_ready_ = true;
+                ZMOE_LOG(info, "frontend: engine ready (" << m.num_workers << " worker(s), context "
+                                                          << m.max_model_len << ")");
+            } else if constexpr (std::is_same_v<T, engine_outputs>) {
+                handle_outputs(m);
+            } else if constexpr (std::is_same_v<T, engine_metrics_reply>) {
+                auto it = metrics_waiters_.find(m.tag);
+                if (it == metrics_waiters_.end()) return;
+                nlohmann::json all;
+                try {
+                    all = nlohmann::json::parse(m.json);
+                } catch (const std::exception&) {
+                    all = nlohmann::json::object();
+                }
+                all["frontend"] = metrics_json();
+                send_to(client_sock_, it->second.first, encode(client_metrics_reply{it->second.second, all.dump()}));
+                metrics_waiters_.erase(it);
+            } else if constexpr (std::is_same_v<T, engine_error>) {
+                ZMOE_LOG(error, "frontend: engine core error: " << m.message);
+                if (m.code == errc::peer_dead || m.code == errc::internal) {
+                    engine_failed_ = true;
+                    engine_failure_ = m.message;
+                    exit_code_ = 1;
+                    fail_all(m.code, m.message);
+                }
+            }
+        },
+        std::move(decoded));
+}
+
+void frontend_actor::handle_outputs(const engine_outputs& m) {
+    const auto now = clock_type::now();
+    for (const auto& o : m.outputs) {
+        auto it = live_.find(o.request_id);
+        if (it == live_.end()) continue;  // aborted or stopped here already
+        auto& r = it->second;
+        if (o.reason == finish_reason::error) {
+            finish_request(o.request_id, finish_reason::error, o.error_code, o.error_message);
+            continue;
+        }
+        std::vector<int32_t> new_ids;
+        std::string new_text;
+        bool stopped = false;
+        for (int32_t tok : o.new_token_ids) {
+            if (!r.first_token_seen) {
+                r.first_token_seen = true;
+                metrics_.observe("ttft_ms", ms_between(r.arrived, now));
+            } else {
+                metrics_.observe("inter_token_ms", ms_between(r.last_token, now));
+            }
+            r.last_token = now;
+            ++r.completion_tokens;
+            metrics_.counter_add("generation_tokens");
+            new_ids.push_back(tok);
+            if (r.detok) new_text += r.detok->push(tok);
+            if (!r.stop.empty()) {
+                // Search the text not yet emitted (held back + new) for a stop string.
+                const std::string window = r.held_text + new_text;
+                size_t best = std::string::npos;
+                for (const auto& s : r.stop) best = std::min(best, window.find(s));
+                if (best != std::string::npos) {
+                    r.held_text.clear();
+                    new_text = window.substr(0, best);
+                    stopped = true;
+                    break;
+                }
+            }
+        }
+        const bool finished = stopped || o.finished;
+        if (!stopped && r.detok && o.finished) new_text += r.detok->flush();
+        if (!stopped) {
+            std::string window = r.held_text + new_text;
+            const size_t hold = finished ? 0 : stop_prefix_hold(window, r.stop);
+            r.held_text = window.substr(window.size() - hold);
+            new_text = window.substr(0, window.size() - hold);
+        }
+        r.pending_ids.insert(r.pending_ids.end(), new_ids.begin(), new_ids.end());
+        r.pending_text += new_text;
+        if (stopped) send(engine_sock_, encode(engine_abort{o.request_id}));
+        if (finished) {
+            finish_request(o.request_id, stopped ? finish_reason::stop : o.reason);
+        } else if (r.stream && (!r.pending_ids.empty() || !r.pending_text.empty())) {
+            client_delta d;
+            d.client_request_id = r.client_request_id;
+            d.token_ids = std::move(r.pending_ids);
+            d.text = std::move(r.pending_text);
+            d.prompt_tokens = r.prompt_tokens;
+            d.completion_tokens = r.completion_tokens;
+            r.pending_ids.clear();
+            r.pending_text.clear();
+            if (!send_to(client_sock_, r.client, encode(d))) {
+                // The client is gone: nothing left to stream to.
+                send(engine_sock_, encode(engine_abort{o.request_id}));
+                finish_request(o.request_id, finish_reason::abort);
+            }
+        }
+    }
+    maybe_finish_drain();
+}
+
+void frontend_actor::finish_request(uint64_t id, finish_reason reason, errc code, const std::string& message) {
+    auto it = live_.find(id);
+    if (it == live_.end()) return;
+    auto& r = it->second;
+    if (reason == finish_reason::error) {
+        send_client_error(r.client, r.client_request_id, code, message);
+    } else {
+        client_delta d;
+        d.client_request_id = r.client_request_id;
+        d.token_ids = std::move(r.pending_ids);
+        d.text = std::move(r.pending_text);
+        d.text += r.held_text;  // empty after a stop string: the match and what followed are dropped
+        d.finished = true;
+        d.reason = reason;
+        d.prompt_tokens = r.prompt_tokens;
+        d.completion_tokens = r.completion_tokens;
+        send_to(client_sock_, r.client, encode(d));
+        metrics_.counter_add(std::string("requests_finished{reason=\"") + std::string(finish_reason_name(reason)) +
+                             "\"}");
+        metrics_.observe("request_latency_ms", ms_between(r.arrived, clock_type::now()));
+    }
+    by_client_id_.erase({r.client, r.client_request_id});
+    live_.erase(it);
+    metrics_.gauge_set("requests_live", static_cast<double>(live_.size()));
+}
+
+void frontend_actor::fail_all(errc code, const std::string& why) {
+    for (auto it = live_.begin(); it != live_.end();) {
+        const uint64_t id = (it++)->first;
+        finish_request(id, finish_reason::error, code, why);
+    }
+    maybe_finish_drain();
+}
+
+nlohmann::json frontend_actor::metrics_json() const {
+    auto copy = metrics_;
+    copy.gauge_set("clients", static_cast<double>(clients_.size()));
+    copy.gauge_set("uptime_s", ms_between(started_at_, clock_type::now()) / 1000.0);
+    return copy.to_json();
+}
+
+}  // namespace zmoe
