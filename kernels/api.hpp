@@ -153,7 +153,7 @@ constexpr int32_t moe_permuted_rows_bound(int32_t num_tokens, int32_t top_k, int
     return num_tokens * top_k + num_experts * (row_align - 1);
 }
 
-/// The row alignment the grouped GEMM runs best with at this batch size (16 or 64).
+/// The row alignment the grouped GEMM runs best with at this batch size (16, 64 or 128).
 int32_t moe_row_align_for(int32_t num_tokens, int32_t top_k, int32_t num_experts);
 
 /// Scratch bytes launch_moe_permute needs.

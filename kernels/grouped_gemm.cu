@@ -16,12 +16,15 @@ namespace wmma = nvcuda::wmma;
 
 constexpr int kThreads = 256;
 constexpr int kBN = 128;  // rows of b per tile (with swiglu: 64 gate rows then the 64 matching up rows)
-constexpr int kBK = 32;
-constexpr int kStages = 4;
-constexpr int kStride = kBK + 8;  // bf16 per smem row: 80 bytes, keeps ldmatrix-style loads off one bank
 
+/// Tile shapes: 16 rows (8 warps side by side, for small batches bound by streaming weights: deep 128-wide K
+/// steps keep ~120 KB of weights in flight per SM), 64 rows (2x4 warps of 32x32) and 128 rows (2x4 warps of
+/// 64x32: more tensor-core work per shared-memory fragment load).
 template <int kBM, bool kSwiglu>
 struct gemm_tile {
+    static constexpr int kBK = kBM == 16 ? 128 : 64;
+    static constexpr int kStride = kBK + 8;  // bf16 per smem row: the 16-byte pad staggers rows across banks
+    static constexpr int kStages = kBM == 128 ? 3 : 4;
     static constexpr int kWarpsM = kBM == 16 ? 1 : 2;
     static constexpr int kWarpsN = 8 / kWarpsM;
     static constexpr int kFragsM = kBM / kWarpsM / 16;
@@ -32,6 +35,7 @@ struct gemm_tile {
     //   stage s (s < kStages): a [kBM][kStride] bf16, then b [kBN][kStride] bf16
     //   epilogue:              c [kBM][kCStride] fp32
     static constexpr size_t kStageBytes = size_t(kBM + kBN) * kStride * 2;
+    static_assert((16 * kStride * 2) % 32 == 0, "WMMA fragment pointers must stay 32-byte aligned");
     static constexpr size_t kPipeBytes = kStageBytes * kStages;
     static constexpr size_t kCBytes = size_t(kBM) * kCStride * 4;
     static constexpr size_t kSmemBytes = kPipeBytes > kCBytes ? kPipeBytes : kCBytes;
@@ -49,7 +53,7 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 template <int kBM, bool kSwiglu>
-__global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(const grouped_gemm_params p) {
+__global__ void __launch_bounds__(kThreads, 2) grouped_gemm_kernel(const grouped_gemm_params p) {
     using tile = gemm_tile<kBM, kSwiglu>;
     extern __shared__ __align__(128) unsigned char smem[];
 
@@ -71,15 +75,15 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(const grouped_ge
 
     const auto load_stage = [&](int32_t kt, int stage) {
         bf16* a_s = reinterpret_cast<bf16*>(smem + stage * tile::kStageBytes);
-        bf16* b_s = a_s + kBM * kStride;
-        const int32_t k0 = kt * kBK;
-        for (int v = threadIdx.x; v < kBM * (kBK / 8); v += kThreads) {
-            const int r = v / (kBK / 8), c = v % (kBK / 8);
+        bf16* b_s = a_s + kBM * tile::kStride;
+        const int32_t k0 = kt * tile::kBK;
+        for (int v = threadIdx.x; v < kBM * (tile::kBK / 8); v += kThreads) {
+            const int r = v / (tile::kBK / 8), c = v % (tile::kBK / 8);
             const bool valid = k0 + c * 8 < p.k;
-            cp_async_16(a_s + r * kStride + c * 8, valid ? a + size_t(r) * p.k + k0 + c * 8 : p.a, valid);
+            cp_async_16(a_s + r * tile::kStride + c * 8, valid ? a + size_t(r) * p.k + k0 + c * 8 : p.a, valid);
         }
-        for (int v = threadIdx.x; v < kBN * (kBK / 8); v += kThreads) {
-            const int r = v / (kBK / 8), c = v % (kBK / 8);
+        for (int v = threadIdx.x; v < kBN * (tile::kBK / 8); v += kThreads) {
+            const int r = v / (tile::kBK / 8), c = v % (tile::kBK / 8);
             int32_t src_row, out_col;
             if constexpr (kSwiglu) {
                 out_col = n0 + r % tile::kOutN;
@@ -89,7 +93,7 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(const grouped_ge
                 src_row = out_col;
             }
             const bool valid = out_col < p.n && k0 + c * 8 < p.k;
-            cp_async_16(b_s + r * kStride + c * 8, valid ? b + size_t(src_row) * p.k + k0 + c * 8 : p.b, valid);
+            cp_async_16(b_s + r * tile::kStride + c * 8, valid ? b + size_t(src_row) * p.k + k0 + c * 8 : p.b, valid);
         }
     };
 
@@ -101,30 +105,33 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(const grouped_ge
 #pragma unroll
         for (int j = 0; j < tile::kFragsN; ++j) wmma::fill_fragment(acc[i][j], 0.f);
 
-    const int32_t k_tiles = (p.k + kBK - 1) / kBK;
+    const int32_t k_tiles = (p.k + tile::kBK - 1) / tile::kBK;
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
+    for (int s = 0; s < tile::kStages - 1; ++s) {
         if (s < k_tiles) load_stage(s, s);
         cp_async_commit();
     }
     for (int32_t kt = 0; kt < k_tiles; ++kt) {
-        cp_async_wait<kStages - 2>();
+        cp_async_wait<tile::kStages - 2>();
         __syncthreads();  // tile kt landed for every thread; the stage refilled below was consumed at kt - 1
-        if (kt + kStages - 1 < k_tiles) load_stage(kt + kStages - 1, (kt + kStages - 1) % kStages);
+        if (kt + tile::kStages - 1 < k_tiles)
+            load_stage(kt + tile::kStages - 1, (kt + tile::kStages - 1) % tile::kStages);
         cp_async_commit();
 
-        const bf16* a_s = reinterpret_cast<const bf16*>(smem + (kt % kStages) * tile::kStageBytes);
-        const bf16* b_s = a_s + kBM * kStride;
+        const bf16* a_s = reinterpret_cast<const bf16*>(smem + (kt % tile::kStages) * tile::kStageBytes);
+        const bf16* b_s = a_s + kBM * tile::kStride;
 #pragma unroll
-        for (int kk = 0; kk < kBK / 16; ++kk) {
+        for (int kk = 0; kk < tile::kBK / 16; ++kk) {
             wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa[tile::kFragsM];
             wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb[tile::kFragsN];
 #pragma unroll
             for (int i = 0; i < tile::kFragsM; ++i)
-                wmma::load_matrix_sync(fa[i], a_s + ((wm * tile::kFragsM + i) * 16) * kStride + kk * 16, kStride);
+                wmma::load_matrix_sync(fa[i], a_s + ((wm * tile::kFragsM + i) * 16) * tile::kStride + kk * 16,
+                                       tile::kStride);
 #pragma unroll
             for (int j = 0; j < tile::kFragsN; ++j)
-                wmma::load_matrix_sync(fb[j], b_s + ((wn * tile::kFragsN + j) * 16) * kStride + kk * 16, kStride);
+                wmma::load_matrix_sync(fb[j], b_s + ((wn * tile::kFragsN + j) * 16) * tile::kStride + kk * 16,
+                                       tile::kStride);
 #pragma unroll
             for (int i = 0; i < tile::kFragsM; ++i)
 #pragma unroll
@@ -186,6 +193,11 @@ void launch_grouped_gemm(const grouped_gemm_params& p, cudaStream_t stream) {
             launch_tile<16, true>(p, stream);
         else
             launch_tile<16, false>(p, stream);
+    } else if (p.row_align % 128 == 0) {
+        if (p.swiglu)
+            launch_tile<128, true>(p, stream);
+        else
+            launch_tile<128, false>(p, stream);
     } else {
         if (p.swiglu)
             launch_tile<64, true>(p, stream);

@@ -97,8 +97,11 @@ __global__ void gather_kernel(const moe_permute_params p) {
 }  // namespace
 
 int32_t moe_row_align_for(int32_t num_tokens, int32_t top_k, int32_t num_experts) {
-    // Small batches are bound by streaming expert weights: pad little. Large ones fill 64-row tensor-core tiles.
-    return num_tokens * top_k <= 8 * num_experts ? 16 : 64;
+    // Small batches are bound by streaming expert weights: pad little. Larger ones fill 64-row tensor-core tiles,
+    // and from about 256 rows per expert on, 128-row tiles (padding then costs at most a quarter).
+    const int64_t rows = int64_t(num_tokens) * top_k;
+    if (rows <= 8 * int64_t(num_experts)) return 16;
+    return rows >= 256 * int64_t(num_experts) ? 128 : 64;
 }
 
 size_t moe_permute_workspace_bytes(int32_t num_tokens, int32_t top_k, int32_t num_experts) {

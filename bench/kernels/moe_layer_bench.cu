@@ -3,7 +3,8 @@
 // GEMM + weighted combine. Timed with CUDA events (warm-up, then the median of --iters runs), once launched
 // stream-ordered and once as a CUDA graph replay, beside the floor from the bytes the layer must move (expert
 // weights touched, activations in and out) and its FLOPs at H100 peak (3.35 TB/s, 989 TFLOP/s dense BF16).
-//   moe_layer_bench [--tokens 1,4,...] [--iters N] [--warmup N] [--json PATH]
+//   moe_layer_bench [--tokens 1,4,...] [--iters N] [--warmup N] [--align 16|64|128] [--json PATH]
+// (--align forces the row alignment, hence the grouped GEMM's tile height, instead of moe_row_align_for's.)
 
 #include <algorithm>
 #include <chrono>
@@ -25,6 +26,12 @@ using zmoe::kernels::bf16;
 constexpr int32_t kHidden = 2048, kExperts = 128, kTopK = 8, kInter = 768;
 constexpr double kPeakBytesPerS = 3.35e12, kPeakFlopsPerS = 989e12;
 constexpr int kStages = 6;
+int32_t g_forced_align = 0;  // --align: 0 picks moe_row_align_for
+
+int32_t row_align_for(int32_t num_tokens) {
+    return g_forced_align ? g_forced_align : zmoe::kernels::moe_row_align_for(num_tokens, kTopK, kExperts);
+}
+
 const char* const kStageNames[kStages] = {"router_gemm",  "router_topk", "permute",
                                           "gemm_gate_up", "gemm_down",   "combine"};
 
@@ -65,7 +72,7 @@ struct layer_buffers {
 /// when events is not null.
 void enqueue_layer(const layer_buffers& b, int32_t num_tokens, cudaStream_t stream, cudaEvent_t* events) {
     using namespace zmoe::kernels;
-    const int32_t align = moe_row_align_for(num_tokens, kTopK, kExperts);
+    const int32_t align = row_align_for(num_tokens);
     const int32_t max_rows = moe_permuted_rows_bound(num_tokens, kTopK, kExperts, align);
     const auto mark = [&](int i) {
         if (events) ZMOE_CUDA_CHECK(cudaEventRecord(events[i], stream));
@@ -144,14 +151,17 @@ int main(int argc, char** argv) {
             warmup = std::stoi(argv[++i]);
         else if (a == "--json" && i + 1 < argc)
             json_path = argv[++i];
+        else if (a == "--align" && i + 1 < argc)
+            g_forced_align = std::stoi(argv[++i]);
         else {
-            std::fprintf(stderr, "usage: %s [--tokens 1,4,...] [--iters N] [--warmup N] [--json PATH]\n", argv[0]);
+            std::fprintf(stderr,
+                         "usage: %s [--tokens 1,4,...] [--iters N] [--warmup N] [--align 16|64|128] [--json PATH]\n",
+                         argv[0]);
             return 2;
         }
     }
     const int32_t max_tokens = *std::max_element(token_counts.begin(), token_counts.end());
-    const int32_t max_rows = std::max(zmoe::kernels::moe_permuted_rows_bound(max_tokens, kTopK, kExperts, 64),
-                                      zmoe::kernels::moe_permuted_rows_bound(max_tokens, kTopK, kExperts, 16));
+    const int32_t max_rows = zmoe::kernels::moe_permuted_rows_bound(max_tokens, kTopK, kExperts, 128);
 
     cudaDeviceProp prop{};
     ZMOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -190,7 +200,7 @@ int main(int argc, char** argv) {
     for (int32_t tokens : token_counts) {
         result r;
         r.tokens = tokens;
-        r.row_align = zmoe::kernels::moe_row_align_for(tokens, kTopK, kExperts);
+        r.row_align = row_align_for(tokens);
         for (int i = 0; i < warmup; ++i) enqueue_layer(b, tokens, stream, nullptr);
         ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
         std::vector<double> total, stage[kStages];

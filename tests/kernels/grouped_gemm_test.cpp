@@ -75,7 +75,8 @@ INSTANTIATE_TEST_SUITE_P(
                       gemm_case{1, 8, 128, 2048, 768, true, 16}, gemm_case{1, 8, 128, 768, 2048, false, 16},
                       gemm_case{64, 8, 128, 2048, 768, true, 16}, gemm_case{4096, 8, 64, 256, 128, true, 64},
                       gemm_case{4096, 8, 64, 128, 256, false, 64}, gemm_case{200, 4, 60, 512, 1408, true, 64},
-                      gemm_case{500, 2, 8, 96, 40, true, 128}, gemm_case{500, 2, 8, 40, 96, false, 128}),
+                      gemm_case{500, 2, 8, 96, 40, true, 128}, gemm_case{500, 2, 8, 40, 96, false, 128},
+                      gemm_case{2048, 8, 32, 256, 128, true, 128}, gemm_case{2048, 8, 32, 128, 256, false, 128}),
     [](const auto& info) {
         const auto& c = info.param;
         return make_name("t", c.num_tokens, "_k", c.top_k, "_e", c.num_experts, "_K", c.k, "_N", c.n,
