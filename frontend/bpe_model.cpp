@@ -309,6 +309,13 @@ void bpe_model::merge_word(std::string_view piece, std::vector<int32_t>& out) co
         }
     }
     for (int32_t i = n > 0 ? 0 : -1; i >= 0; i = syms[i].next) out.push_back(syms[i].id);
+    if (n > (1 << 16)) {
+        // Do not keep a huge piece's scratch alive in every thread that once saw one.
+        std::vector<int32_t>().swap(ids);
+        std::vector<uint32_t>().swap(lens);
+        std::vector<symbol>().swap(syms);
+        std::vector<candidate>().swap(heap);
+    }
 }
 
 void bpe_model::encode(std::string_view piece, std::vector<int32_t>& out) const {
