@@ -2,8 +2,9 @@
 // Expert-parallel ranks as threads of one process: a shared hub of mailboxes and a barrier. For tests (and any
 // single-process multi-rank CPU run); each rank's thread holds its own inproc_expert_comm.
 
-#include <barrier>
-#include <memory>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include "workers/expert_comm.hpp"
@@ -15,11 +16,20 @@ class inproc_expert_hub {
   public:
     explicit inproc_expert_hub(int world_size);
     int world_size() const { return world_size_; }
+    /// Marks the world dead (a rank failed): every pending and later all_to_all throws zmoe::error(peer_dead)
+    /// instead of waiting forever for the failed rank.
+    void abort();
 
   private:
     friend class inproc_expert_comm;
+    void arrive_and_wait();
+
     int world_size_;
-    std::barrier<> barrier_;
+    std::mutex mutex_;
+    std::condition_variable cv_;
+    int arrived_ = 0;
+    uint64_t phase_ = 0;
+    bool aborted_ = false;
     std::vector<std::vector<std::vector<float>>> mailbox_;  // [dst][src]
 };
 

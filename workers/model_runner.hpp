@@ -2,13 +2,16 @@
 // What a CPU worker runs each step: resolve placeholders, check the request, run the forward pass over the
 // paged KV cache, sample, and report tokens and per-expert counts.
 
+#include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "messages/step_types.hpp"
+#include "messages/worker_protocol.hpp"
 #include "workers/cpu_model.hpp"
 #include "workers/expert_comm.hpp"
 #include "workers/expert_placement.hpp"
@@ -44,6 +47,11 @@ class model_runner {
     /// logits_out, if given, receives the last-position logits of every do_sample sequence in step order.
     step_result execute(const step_request& request, std::vector<std::vector<float>>* logits_out = nullptr);
 
+    /// An EPLB rebalance, a collective: every rank calls it with the same moves (each a physical slot, global
+    /// index, that receives logical expert `logical_expert`'s weights from (src_rank, src_slot)). Sources are read
+    /// before any slot is overwritten; weights travel through `comm`. Afterwards tokens route by the new placement.
+    /// Returns the expert weight bytes this rank installed.
+    uint64_t apply_expert_moves(const std::vector<expert_slot_move>& moves, expert_comm& comm);
     const model_config& config() const { return config_; }
     const expert_placement& placement() const { return placement_; }
     int64_t num_kv_blocks() const { return cache_.num_blocks(); }
@@ -62,6 +70,7 @@ class model_runner {
     kv_cache cache_;
     cpu_model model_;
     std::unordered_map<uint64_t, int32_t> last_sampled_;  // request id -> token sampled for it last
+    std::map<std::pair<int64_t, int64_t>, std::unique_ptr<std::byte[]>> moved_experts_;  // (layer, slot) -> weights
 };
 
 /// How many KV blocks of `block_size` fit in `budget_bytes` for `config` (fp32 K and V, all layers).

@@ -60,6 +60,8 @@ class model_weights {
     const matrix_view& lm_head() const { return lm_head_; }  ///< [V, H] (the embedding when tied)
     const std::vector<float>& final_norm() const { return final_norm_; }
     const std::vector<layer_weights>& layers() const { return layers_; }
+    /// For EPLB expert moves (model_runner::apply_expert_moves): slots are re-pointed at received weights.
+    std::vector<layer_weights>& mutable_layers() { return layers_; }
     /// Whether the checkpoint stores experts as fused 3D tensors (transformers 5) rather than one 2D tensor each.
     bool fused_experts() const { return fused_experts_; }
 

@@ -1,0 +1,120 @@
+// EPLB expert moves on a CPU worker: the weights of re-placed expert slots travel between ranks through the
+// expert-parallel collective, then every rank switches to the new placement at the same step boundary.
+
+#include <cstring>
+
+#include "base/check.hpp"
+#include "base/error.hpp"
+#include "workers/model_runner.hpp"
+
+namespace zmoe {
+
+namespace {
+
+size_t matrix_bytes(const matrix_view& m) { return static_cast<size_t>(m.rows * m.cols) * dtype_size(m.type); }
+
+size_t expert_bytes(const mlp_weights& e) { return matrix_bytes(e.gate) + matrix_bytes(e.up) + matrix_bytes(e.down); }
+
+/// Byte layout of one expert on the wire and in its owned buffer: gate | up | down, each in its checkpoint dtype.
+void copy_expert(const mlp_weights& e, std::byte* dst) {
+    for (const matrix_view* m : {&e.gate, &e.up, &e.down}) {
+        std::memcpy(dst, m->data, matrix_bytes(*m));
+        dst += matrix_bytes(*m);
+    }
+}
+
+mlp_weights view_expert(const mlp_weights& shape, const std::byte* src) {
+    mlp_weights out = shape;
+    for (matrix_view* m : {&out.gate, &out.up, &out.down}) {
+        m->data = src;
+        src += matrix_bytes(*m);
+    }
+    return out;
+}
+
+}  // namespace
+
+uint64_t model_runner::apply_expert_moves(const std::vector<expert_slot_move>& moves, expert_comm& comm) {
+    const int world = comm.world_size();
+    const int rank = options_.rank;
+    auto& layers = weights_.mutable_layers();
+    std::vector<int64_t> layer_of_moe;  // moe index -> decoder layer
+    for (size_t l = 0; l < layers.size(); ++l)
+        if (layers[l].moe_index >= 0) layer_of_moe.push_back(static_cast<int64_t>(l));
+    const int64_t num_moe = static_cast<int64_t>(layer_of_moe.size());
+    const int64_t per_rank = num_moe > 0 ? static_cast<int64_t>(placement_.slots(0, rank).size()) : 0;
+    for (const auto& m : moves) {
+        if (static_cast<int64_t>(m.layer) >= num_moe || m.src_rank < 0 || m.src_rank >= world ||
+            static_cast<int64_t>(m.slot) >= per_rank * world || static_cast<int64_t>(m.src_slot) >= per_rank * world ||
+            m.logical_expert < 0 || m.logical_expert >= placement_.num_experts())
+            throw error(errc::invalid_argument, "expert move out of range: layer " + std::to_string(m.layer) +
+                                                    " slot " + std::to_string(m.slot) + " from rank " +
+                                                    std::to_string(m.src_rank));
+    }
+    auto local_expert = [&](uint32_t layer, uint32_t global_slot) -> const mlp_weights& {
+        return layers[layer_of_moe[layer]].moe.experts[global_slot - rank * per_rank];
+    };
+
+    // 1. Every source slot this rank holds is read before anything is overwritten.
+    std::vector<std::vector<std::byte>> send_bytes(world);
+    for (const auto& m : moves) {
+        if (m.src_rank != rank) continue;
+        const int dst_rank = static_cast<int>(m.slot / per_rank);
+        const auto& e = local_expert(m.layer, m.src_slot);
+        auto& buf = send_bytes[dst_rank];
+        const size_t at = buf.size();
+        buf.resize(at + expert_bytes(e));
+        copy_expert(e, buf.data() + at);
+    }
+    std::vector<std::vector<float>> send(world);
+    for (int r = 0; r < world; ++r) {
+        send[r].resize((send_bytes[r].size() + sizeof(float) - 1) / sizeof(float));
+        if (!send_bytes[r].empty()) std::memcpy(send[r].data(), send_bytes[r].data(), send_bytes[r].size());
+    }
+    const auto recv = comm.all_to_all(std::move(send));
+
+    // 2. Stage the received experts in owned buffers, in move order (the order the sources packed them).
+    std::vector<size_t> offset(world, 0);
+    uint64_t installed = 0;
+    struct staged {
+        uint32_t layer;
+        int64_t local_slot;
+        std::unique_ptr<std::byte[]> bytes;
+        mlp_weights view;
+    };
+    std::vector<staged> incoming;
+    for (const auto& m : moves) {
+        if (static_cast<int>(m.slot / per_rank) != rank) continue;
+        const int64_t local = static_cast<int64_t>(m.slot) - rank * per_rank;
+        const mlp_weights& shape = layers[layer_of_moe[m.layer]].moe.experts[local];
+        const size_t n = expert_bytes(shape);
+        const auto* src = reinterpret_cast<const std::byte*>(recv[m.src_rank].data());
+        const size_t have = recv[m.src_rank].size() * sizeof(float);
+        if (offset[m.src_rank] + n > have)
+            throw error(errc::protocol, "expert move: rank " + std::to_string(m.src_rank) + " sent " +
+                                            std::to_string(have) + " bytes, short of layer " + std::to_string(m.layer) +
+                                            " slot " + std::to_string(m.slot));
+        staged s{m.layer, local, std::make_unique<std::byte[]>(n), {}};
+        std::memcpy(s.bytes.get(), src + offset[m.src_rank], n);
+        offset[m.src_rank] += n;
+        s.view = view_expert(shape, s.bytes.get());
+        installed += n;
+        incoming.push_back(std::move(s));
+    }
+
+    // 3. Swap in, and move to the new placement (every rank applies every move to its copy of the map).
+    std::vector<std::vector<std::vector<int32_t>>> slots(num_moe, std::vector<std::vector<int32_t>>(world));
+    for (int64_t l = 0; l < num_moe; ++l)
+        for (int r = 0; r < world; ++r) slots[l][r] = placement_.slots(l, r);
+    for (const auto& m : moves) slots[m.layer][m.slot / per_rank][m.slot % per_rank] = m.logical_expert;
+    for (auto& s : incoming) {
+        auto& moe = layers[layer_of_moe[s.layer]].moe;
+        moe.experts[s.local_slot] = s.view;
+        moe.slot_expert[s.local_slot] = slots[s.layer][rank][s.local_slot];
+        moved_experts_[{s.layer, s.local_slot}] = std::move(s.bytes);  // frees what the slot held before, if ours
+    }
+    placement_ = expert_placement(placement_.num_experts(), std::move(slots));
+    return installed;
+}
+
+}  // namespace zmoe

@@ -1,0 +1,245 @@
+#include "workers/worker_actor.hpp"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "actors/peer_mesh.hpp"
+#include "base/check.hpp"
+#include "base/log.hpp"
+#include "workers/expert_comm.hpp"
+#include "workers/expert_placement.hpp"
+#include "workers/model_config.hpp"
+#include "workers/model_runner.hpp"
+
+namespace zmoe {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+/// The CPU expert-parallel collective: float buffers over the ZeroMQ peer mesh.
+class mesh_expert_comm final : public expert_comm {
+  public:
+    mesh_expert_comm(peer_mesh& mesh, const std::atomic<bool>& cancel) : mesh_(mesh), cancel_(cancel) {}
+    int rank() const override { return mesh_.rank(); }
+    int world_size() const override { return mesh_.world_size(); }
+    std::vector<std::vector<float>> all_to_all(std::vector<std::vector<float>> send) override {
+        std::vector<std::string> bytes(send.size());
+        for (size_t r = 0; r < send.size(); ++r)
+            bytes[r].assign(reinterpret_cast<const char*>(send[r].data()), send[r].size() * sizeof(float));
+        auto got = mesh_.all_to_all(std::move(bytes), std::chrono::seconds(120), &cancel_);
+        std::vector<std::vector<float>> out(got.size());
+        for (size_t r = 0; r < got.size(); ++r) {
+            ZMOE_CHECK(got[r].size() % sizeof(float) == 0, "all_to_all share of " << got[r].size() << " bytes");
+            out[r].resize(got[r].size() / sizeof(float));
+            std::memcpy(out[r].data(), got[r].data(), got[r].size());
+        }
+        return out;
+    }
+
+  private:
+    peer_mesh& mesh_;
+    const std::atomic<bool>& cancel_;
+};
+
+uint64_t host_free_memory() {
+    std::ifstream in("/proc/meminfo");
+    std::string key;
+    uint64_t kb = 0;
+    std::string unit;
+    while (in >> key >> kb >> unit)
+        if (key == "MemAvailable:") return kb * 1024;
+    return 0;
+}
+
+/// The initial placement of the protocol (docs/protocol.md, welcome): E + R slots, slot p holds logical expert
+/// p mod E, split contiguously across ranks; or the engine core's explicit one.
+expert_placement initial_placement(const model_config& cfg, const worker_welcome& w) {
+    const int64_t num_layers = cfg.num_moe_layers();
+    const int64_t num_experts = cfg.num_experts;
+    std::vector<std::vector<int32_t>> rows = w.expert_placement;
+    if (rows.empty()) {
+        const int64_t num_slots = num_experts + w.eplb.num_redundant_experts;
+        for (int64_t l = 0; l < num_layers; ++l) {
+            std::vector<int32_t> row(num_slots);
+            for (int64_t s = 0; s < num_slots; ++s) row[s] = static_cast<int32_t>(s % num_experts);
+            rows.push_back(std::move(row));
+        }
+    }
+    if (static_cast<int64_t>(rows.size()) != num_layers)
+        throw error(errc::invalid_argument, "welcome: expert placement has " + std::to_string(rows.size()) +
+                                                " layers, the model " + std::to_string(num_layers));
+    std::vector<std::vector<std::vector<int32_t>>> slots(num_layers);
+    for (int64_t l = 0; l < num_layers; ++l) {
+        const int64_t n = static_cast<int64_t>(rows[l].size());
+        if (n % w.world_size != 0)
+            throw error(errc::invalid_argument, std::to_string(n) +
+                                                    " expert slots per layer (experts + redundant) "
+                                                    "do not split evenly over " +
+                                                    std::to_string(w.world_size) + " workers");
+        const int64_t per_rank = n / w.world_size;
+        slots[l].resize(w.world_size);
+        for (int r = 0; r < w.world_size; ++r)
+            slots[l][r].assign(rows[l].begin() + r * per_rank, rows[l].begin() + (r + 1) * per_rank);
+    }
+    return expert_placement(num_experts, std::move(slots));
+}
+
+}  // namespace
+
+worker_actor::worker_actor(worker_options options)
+    : actor("worker_" + std::to_string(options.rank), actor_options{.heartbeat_interval = options.heartbeat_interval}),
+      options_(std::move(options)) {}
+
+worker_actor::~worker_actor() {
+    cancel_ = true;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        compute_stop_ = true;
+    }
+    cv_.notify_all();
+    if (compute_.joinable()) compute_.join();
+    request_stop();
+    join();
+}
+
+void worker_actor::on_start() {
+    engine_sock_ = add_socket(socket_kind::dealer, [this](const inbound_message& m) { on_engine_message(m); });
+    set_routing_id(engine_sock_, "worker-" + std::to_string(options_.rank) + "-" + std::to_string(getpid()));
+    connect(engine_sock_, options_.engine_endpoint);
+    mesh_ = std::make_unique<peer_mesh>(options_.rank, options_.data_bind);
+    worker_hello hello;
+    hello.rank = options_.rank;
+    hello.device = options_.device;
+    hello.free_memory = host_free_memory();
+    hello.pid = getpid();
+    hello.data_endpoint = mesh_->endpoint();
+    send(engine_sock_, encode(hello));
+    watch_peer(engine_sock_, "", encode(worker_heartbeat{}),
+               [this] { fail(errc::peer_dead, "the engine core stopped answering"); });
+    compute_ = std::thread([this] { compute_loop(); });
+    ZMOE_LOG(info, "worker " << options_.rank << ": hello sent to " << options_.engine_endpoint);
+}
+
+bool worker_actor::on_stop_requested() {
+    // SIGTERM/SIGINT: stop computing and leave. A serve-driven shutdown arrives as a message instead.
+    cancel_ = true;
+    return true;
+}
+
+void worker_actor::fail(errc code, const std::string& why) {
+    ZMOE_LOG(error, "worker " << options_.rank << ": " << why);
+    exit_code_ = 1;
+    send(engine_sock_, encode(worker_error{options_.rank, code, why}));
+    cancel_ = true;
+    stop_now();
+}
+
+void worker_actor::on_engine_message(const inbound_message& msg) {
+    engine_to_worker decoded;
+    try {
+        decoded = decode_engine_to_worker(msg.payload);
+    } catch (const error& e) {
+        ZMOE_LOG(warn, "worker " << options_.rank << ": dropped a malformed message: " << e.what());
+        return;
+    }
+    std::visit(
+        [&](auto&& m) {
+            using T = std::decay_t<decltype(m)>;
+            if constexpr (std::is_same_v<T, worker_welcome>) {
+                handle_welcome(m);
+            } else if constexpr (std::is_same_v<T, step_request>) {
+                submit([this, req = std::move(m)] {
+                    const auto t0 = clock_type::now();
+                    step_result res = runner_->execute(req);
+                    res.rank = options_.rank;
+                    res.compute_ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+                    post([this, bytes = encode(res)] { send(engine_sock_, bytes); });
+                });
+            } else if constexpr (std::is_same_v<T, worker_expert_move>) {
+                submit([this, mv = std::move(m)] { run_expert_move(mv); });
+            } else if constexpr (std::is_same_v<T, worker_shutdown>) {
+                ZMOE_LOG(info, "worker " << options_.rank << ": shutdown");
+                cancel_ = true;
+                stop_now();
+            }
+        },
+        std::move(decoded));
+}
+
+void worker_actor::handle_welcome(const worker_welcome& m) {
+    if (welcomed_) return;
+    welcomed_ = true;
+    welcome_ = m;
+    if (m.rank != options_.rank) {
+        fail(errc::protocol, "welcome for rank " + std::to_string(m.rank));
+        return;
+    }
+    submit([this] {
+        const auto& w = welcome_;
+        mesh_->connect(w.peer_endpoints);
+        comm_ = std::make_unique<mesh_expert_comm>(*mesh_, cancel_);
+        const model_config cfg = model_config::load(w.model_dir);
+        const expert_placement placement = initial_placement(cfg, w);
+        runner_options ro;
+        ro.block_size = w.block_size;
+        ro.num_kv_blocks = w.num_kv_blocks > 0 ? static_cast<int64_t>(w.num_kv_blocks)
+                                               : kv_blocks_for_budget(cfg, w.block_size, options_.kv_cache_bytes);
+        ro.rank = options_.rank;
+        ro.world_size = w.world_size;
+        ro.comm = comm_.get();
+        ro.placement = &placement;
+        ro.num_threads = options_.num_threads;
+        runner_ = std::make_unique<model_runner>(w.model_dir, ro);
+        worker_ready ready;
+        ready.rank = options_.rank;
+        ready.num_kv_blocks = static_cast<uint64_t>(runner_->num_kv_blocks());
+        ready.model_type = model_arch_name(cfg.arch);
+        ready.eos_token_ids = cfg.eos_token_ids;
+        ready.max_position_embeddings = static_cast<uint32_t>(cfg.max_position_embeddings);
+        ready.num_moe_layers = static_cast<uint32_t>(cfg.num_moe_layers());
+        ready.num_experts = static_cast<uint32_t>(cfg.num_experts);
+        post([this, bytes = encode(ready)] { send(engine_sock_, bytes); });
+        ZMOE_LOG(info, "worker " << options_.rank << ": model loaded from " << w.model_dir << ", "
+                                 << runner_->num_kv_blocks() << " KV blocks");
+    });
+}
+
+void worker_actor::run_expert_move(const worker_expert_move& m) {
+    const uint64_t bytes = runner_->apply_expert_moves(m.moves, *comm_);
+    post([this, done = worker_expert_move_done{m.move_id, options_.rank, bytes}] { send(engine_sock_, encode(done)); });
+}
+
+void worker_actor::submit(std::function<void()> task) {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        tasks_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+}
+
+void worker_actor::compute_loop() {
+    for (;;) {
+        std::function<void()> task;
+        {
+            std::unique_lock<std::mutex> lock(mu_);
+            cv_.wait(lock, [this] { return compute_stop_ || !tasks_.empty(); });
+            if (compute_stop_) return;
+            task = std::move(tasks_.front());
+            tasks_.pop_front();
+        }
+        try {
+            task();
+        } catch (const std::exception& e) {
+            if (cancel_) return;
+            const errc code = dynamic_cast<const error*>(&e) ? static_cast<const error&>(e).code() : errc::internal;
+            const std::string why = e.what();
+            post([this, code, why] { fail(code, why); });
+            return;
+        }
+    }
+}
+
+}  // namespace zmoe

@@ -1,0 +1,74 @@
+#pragma once
+// A worker as an actor: one per GPU (or CPU shard). The actor thread only moves messages and heartbeats; a
+// compute thread owns the model runner and runs steps and expert moves in arrival order, so a long step never
+// silences the heartbeat.
+//
+// Takes from the engine core: welcome, step, expert_move, heartbeat, shutdown
+// Sends to the engine core:   hello, ready, step_result, expert_move_done, heartbeat, error
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "actors/actor.hpp"
+#include "messages/worker_protocol.hpp"
+
+namespace zmoe {
+
+class peer_mesh;
+class model_runner;
+class expert_comm;
+
+struct worker_options {
+    std::string engine_endpoint;  ///< the engine core's worker ROUTER
+    int32_t rank = 0;
+    std::string device = "cpu";
+    std::string data_bind = "tcp://127.0.0.1:*";  ///< where peers reach this worker for the all-to-all
+    int num_threads = 0;                          ///< CPU kernel threads; 0 = all cores
+    int64_t kv_cache_bytes = 256ll << 20;         ///< KV budget when the engine core leaves the size to us
+    std::chrono::milliseconds heartbeat_interval{1000};
+};
+
+class worker_actor : public actor {
+  public:
+    explicit worker_actor(worker_options options);
+    ~worker_actor() override;
+    /// 0 after a shutdown from the engine core; 1 after a failure (engine core gone, model load failed).
+    int exit_code() const { return exit_code_; }
+
+  protected:
+    void on_start() override;
+    bool on_stop_requested() override;
+
+  private:
+    void on_engine_message(const inbound_message& msg);
+    void handle_welcome(const worker_welcome& m);
+    void fail(errc code, const std::string& why);
+    /// Queues work for the compute thread.
+    void submit(std::function<void()> task);
+    void compute_loop();
+    void run_expert_move(const worker_expert_move& m);
+
+    worker_options options_;
+    socket_id engine_sock_ = -1;
+    int exit_code_ = 0;
+    bool welcomed_ = false;
+    worker_welcome welcome_;
+    std::unique_ptr<peer_mesh> mesh_;
+    std::unique_ptr<expert_comm> comm_;
+    std::unique_ptr<model_runner> runner_;  // touched only by the compute thread once created
+    std::atomic<bool> cancel_{false};
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<std::function<void()>> tasks_;
+    bool compute_stop_ = false;
+    std::thread compute_;
+};
+
+}  // namespace zmoe
