@@ -26,9 +26,7 @@ std::string error_of(F&& fn, errc code) {
     return "";
 }
 
-void write_bytes(const std::string& path, const std::string& bytes) {
-    std::ofstream(path, std::ios::binary) << bytes;
-}
+void write_bytes(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
 std::vector<tensor_to_write> sample_tensors() {
     return {{"a.bf16", dtype::bf16, {2, 3}, {1.f, -2.f, 0.5f, 3.25f, -0.125f, 100.f}},

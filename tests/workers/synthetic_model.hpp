@@ -2,6 +2,8 @@
 // Writes a tiny random checkpoint (config.json + model.safetensors) of a supported architecture into a
 // temporary directory, with hooks to break it: the way the loader's error tests get bad checkpoints.
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -12,15 +14,13 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include "workers/safetensors_writer.hpp"
 
 namespace zmoe::testing {
 
 /// A fresh empty directory under the system temp dir, removed on destruction.
 class temp_dir {
-public:
+  public:
     temp_dir() {
         static int counter = 0;
         path_ = std::filesystem::temp_directory_path() /
@@ -32,7 +32,7 @@ public:
     std::string str() const { return path_.string(); }
     std::string file(const std::string& name) const { return (path_ / name).string(); }
 
-private:
+  private:
     std::filesystem::path path_;
 };
 
