@@ -13,7 +13,7 @@ void linear_rows(const float* x, int64_t num_tokens, int64_t x_stride, const mat
     for (int64_t r0 = row_begin; r0 < row_end; r0 += kLinearRowBlock) {
         const int64_t r1 = std::min(row_end, r0 + kLinearRowBlock);
         const float* rows;
-        if (w.type == dtype::f32) {
+        if (w.type == dtype::f32 && reinterpret_cast<uintptr_t>(w.data) % alignof(float) == 0) {
             rows = wf + r0 * in;
         } else {
             for (int64_t r = r0; r < r1; ++r) w.row_to_f32(r, scratch + (r - r0) * in);

@@ -91,14 +91,23 @@ void convert_to_f32(dtype t, const void* src, float* dst, size_t n) {
         case dtype::f32:
             std::memcpy(dst, src, n * sizeof(float));
             return;
+        // Element reads go through memcpy: safetensors does not promise aligned tensor data.
         case dtype::bf16: {
-            const auto* s = static_cast<const uint16_t*>(src);
-            for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+            const auto* s = static_cast<const std::byte*>(src);
+            for (size_t i = 0; i < n; ++i) {
+                uint16_t h;
+                std::memcpy(&h, s + 2 * i, 2);
+                dst[i] = bf16_to_f32(h);
+            }
             return;
         }
         case dtype::f16: {
-            const auto* s = static_cast<const uint16_t*>(src);
-            for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+            const auto* s = static_cast<const std::byte*>(src);
+            for (size_t i = 0; i < n; ++i) {
+                uint16_t h;
+                std::memcpy(&h, s + 2 * i, 2);
+                dst[i] = f16_to_f32(h);
+            }
             return;
         }
     }
