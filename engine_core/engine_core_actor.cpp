@@ -104,8 +104,7 @@ void engine_core_actor::handle_hello(const std::string& identity, const worker_h
         !workers_[m.rank].identity.empty()) {
         worker_error err{m.rank, errc::protocol,
                          "hello refused: rank " + std::to_string(m.rank) + " of " +
-                             std::to_string(options_.num_workers) + ", protocol " +
-                             std::to_string(m.protocol_version)};
+                             std::to_string(options_.num_workers) + ", protocol " + std::to_string(m.protocol_version)};
         send_to(worker_sock_, identity, encode(err));
         ZMOE_LOG(warn, "engine core: " << err.message);
         return;
@@ -170,12 +169,11 @@ void engine_core_actor::handle_ready(int32_t rank, const worker_ready& m) {
     phase_ = phase::serving;
     if (model_facts_.num_moe_layers > 0 && model_facts_.num_experts > 0) {
         const int32_t window = options_.eplb.window_steps > 0 ? static_cast<int32_t>(options_.eplb.window_steps) : 32;
-        load_window_ = std::make_unique<expert_load_window>(model_facts_.num_moe_layers, model_facts_.num_experts,
-                                                            window);
+        load_window_ =
+            std::make_unique<expert_load_window>(model_facts_.num_moe_layers, model_facts_.num_experts, window);
     }
-    ZMOE_LOG(info, "engine core: serving (" << options_.num_workers << " rank(s), max_model_len "
-                                            << cfg.max_model_len << ", async "
-                                            << (options_.async_scheduling ? "on" : "off") << ")");
+    ZMOE_LOG(info, "engine core: serving (" << options_.num_workers << " rank(s), max_model_len " << cfg.max_model_len
+                                            << ", async " << (options_.async_scheduling ? "on" : "off") << ")");
     if (!frontend_identity_.empty()) send_frontend_welcome();
     if (model_facts_.num_moe_layers > 0) {
         // The initial placement both sides derive from the welcome (docs/protocol.md): E + R slots, slot p holds
@@ -429,7 +427,8 @@ void engine_core_actor::on_frontend_message(const inbound_message& msg) {
     }
     const std::string identity(msg.peer);
     if (std::holds_alternative<engine_hello>(decoded)) {
-        if (!frontend_identity_.empty() && frontend_identity_ != identity) unwatch_peer(frontend_sock_, frontend_identity_);
+        if (!frontend_identity_.empty() && frontend_identity_ != identity)
+            unwatch_peer(frontend_sock_, frontend_identity_);
         frontend_identity_ = identity;
         watch_peer(frontend_sock_, identity, encode(engine_heartbeat{}), [this] {
             ZMOE_LOG(warn, "engine core: the frontend stopped answering; aborting its requests");

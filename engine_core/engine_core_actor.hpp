@@ -114,7 +114,7 @@ class engine_core_actor : public actor {
     worker_ready model_facts_;  // from rank 0's ready
     int32_t max_model_len_ = 0;
     std::unique_ptr<scheduler> scheduler_;
-    std::deque<uint64_t> in_flight_;                           // step ids sent, oldest first
+    std::deque<uint64_t> in_flight_;                                       // step ids sent, oldest first
     std::map<uint64_t, std::vector<std::optional<step_result>>> results_;  // step id -> by rank
     std::map<uint64_t, std::chrono::steady_clock::time_point> step_sent_at_;
     std::map<uint64_t, uint32_t> prompt_len_;  // unfinished request id -> prompt tokens

@@ -51,7 +51,8 @@ int64_t read_vocab_size(const std::string& model_dir) {
 }  // namespace
 
 frontend_actor::frontend_actor(frontend_options options)
-    : actor("frontend", actor_options{.heartbeat_interval = options.heartbeat_interval}), options_(std::move(options)) {}
+    : actor("frontend", actor_options{.heartbeat_interval = options.heartbeat_interval}),
+      options_(std::move(options)) {}
 
 frontend_actor::~frontend_actor() {
     request_stop();
@@ -61,9 +62,8 @@ frontend_actor::~frontend_actor() {
 void frontend_actor::on_start() {
     started_at_ = clock_type::now();
     const std::string tok_path = options_.tokenizer_path.empty() ? options_.model_dir : options_.tokenizer_path;
-    const auto json_path = std::filesystem::is_directory(tok_path)
-                               ? std::filesystem::path(tok_path) / "tokenizer.json"
-                               : std::filesystem::path(tok_path);
+    const auto json_path = std::filesystem::is_directory(tok_path) ? std::filesystem::path(tok_path) / "tokenizer.json"
+                                                                   : std::filesystem::path(tok_path);
     if (std::filesystem::exists(json_path)) {
         tokenizer_ = tokenizer::from_file(tok_path);
         ZMOE_LOG(info, "frontend: tokenizer " << json_path.string() << " (" << tokenizer_->vocab_size() << " ids)");
@@ -83,7 +83,8 @@ void frontend_actor::on_start() {
         exit_code_ = 1;
         fail_all(errc::peer_dead, engine_failure_);
     });
-    add_timer(options_.heartbeat_interval, [this] { check_clients(); }, true);
+    add_timer(
+        options_.heartbeat_interval, [this] { check_clients(); }, true);
     ZMOE_LOG(info, "frontend: clients on " << bound_client_endpoint_);
 }
 
@@ -168,7 +169,8 @@ void frontend_actor::on_client_message(const inbound_message& msg) {
                     auto it = metrics_waiters_.find(tag);
                     if (it == metrics_waiters_.end()) return;
                     nlohmann::json all = {{"frontend", metrics_json()}, {"engine_core", "no answer"}};
-                    send_to(client_sock_, it->second.first, encode(client_metrics_reply{it->second.second, all.dump()}));
+                    send_to(client_sock_, it->second.first,
+                            encode(client_metrics_reply{it->second.second, all.dump()}));
                     metrics_waiters_.erase(it);
                 });
             }
@@ -305,8 +307,8 @@ void frontend_actor::on_engine_message(const inbound_message& msg) {
             if constexpr (std::is_same_v<T, engine_welcome>) {
                 welcome_ = m;
                 engine_ready_ = true;
-                ZMOE_LOG(info, "frontend: engine ready (" << m.num_workers << " worker(s), context "
-                                                          << m.max_model_len << ")");
+                ZMOE_LOG(info, "frontend: engine ready (" << m.num_workers << " worker(s), context " << m.max_model_len
+                                                          << ")");
             } else if constexpr (std::is_same_v<T, engine_outputs>) {
                 handle_outputs(m);
             } else if constexpr (std::is_same_v<T, engine_metrics_reply>) {

@@ -29,9 +29,9 @@ namespace zmoe {
 
 struct frontend_options {
     std::string client_endpoint = "tcp://127.0.0.1:5555";  ///< bound; clients connect here
-    std::string engine_endpoint;                            ///< the engine core's frontend ROUTER
-    std::string model_dir;                                  ///< for tokenizer.json and the name in health
-    std::string tokenizer_path;                             ///< empty = model_dir
+    std::string engine_endpoint;                           ///< the engine core's frontend ROUTER
+    std::string model_dir;                                 ///< for tokenizer.json and the name in health
+    std::string tokenizer_path;                            ///< empty = model_dir
     std::chrono::milliseconds heartbeat_interval{1000};
     std::chrono::milliseconds drain_timeout{5000};  ///< on stop: how long running requests may finish
     uint32_t num_workers = 0;
@@ -58,8 +58,8 @@ class frontend_actor : public actor {
         bool stream = true;
         uint32_t prompt_tokens = 0;
         uint32_t completion_tokens = 0;
-        std::string text;          // text emitted so far (for stop-string search)
-        std::string held_text;     // decoded but held back: could be the start of a stop string
+        std::string text;                  // text emitted so far (for stop-string search)
+        std::string held_text;             // decoded but held back: could be the start of a stop string
         std::vector<int32_t> pending_ids;  // not yet sent (non-streaming requests, or held with held_text)
         std::string pending_text;
         std::chrono::steady_clock::time_point arrived;

@@ -1,0 +1,110 @@
+// One actor per process: `zmoe engine-core`, `zmoe worker`, `zmoe frontend`. `zmoe serve` and
+// scripts/launch.sh start these; each runs until told to stop (SIGTERM/SIGINT or its peer's shutdown) and exits
+// 0 after a clean stop, 1 after a failure.
+
+#include <boost/program_options.hpp>
+#include <iostream>
+
+#include "actors/stop_signals.hpp"
+#include "base/log.hpp"
+#include "cli/command.hpp"
+#include "cli/engine_flags.hpp"
+#include "engine_core/engine_core_actor.hpp"
+#include "frontend/frontend_actor.hpp"
+#include "workers/worker_actor.hpp"
+
+namespace po = boost::program_options;
+
+namespace {
+
+bool parse(int argc, char** argv, po::options_description& opts) {
+    opts.add_options()("help,h", "show this help");
+    po::variables_map vm;
+    po::store(po::parse_command_line(argc, argv, opts), vm);
+    if (vm.count("help")) {
+        std::cout << opts << "\n";
+        return false;
+    }
+    po::notify(vm);
+    return true;
+}
+
+int cmd_engine_core(int argc, char** argv) {
+    zmoe::cli::engine_flags f;
+    std::string worker_ep, frontend_ep;
+    po::options_description opts("zmoe engine-core options");
+    opts.add_options()("worker-endpoint", po::value(&worker_ep)->required(), "bind: workers connect here")(
+        "frontend-endpoint", po::value(&frontend_ep)->required(), "bind: the frontend connects here");
+    f.add_engine_options(opts);
+    if (!parse(argc, argv, opts)) return 0;
+    zmoe::log_set_name("engine_core");
+    zmoe::install_stop_signal_handlers();
+    zmoe::engine_core_options o;
+    o.worker_endpoint = worker_ep;
+    o.frontend_endpoint = frontend_ep;
+    o.num_workers = f.workers;
+    o.num_nodes = f.num_nodes;
+    o.model_dir = f.model;
+    o.device = f.device;
+    o.max_num_batched_tokens = f.max_num_batched_tokens;
+    o.max_num_seqs = f.max_num_seqs;
+    o.block_size = f.block_size;
+    o.num_kv_blocks = f.num_kv_blocks;
+    o.max_model_len = f.max_model_len;
+    o.async_scheduling = !f.no_async;
+    o.eplb.enabled = f.enable_eplb;
+    o.eplb.step_interval = static_cast<uint32_t>(f.eplb_interval);
+    o.eplb.window_steps = static_cast<uint32_t>(f.eplb_window);
+    o.eplb.num_redundant_experts = static_cast<uint32_t>(f.num_redundant_experts);
+    o.heartbeat_interval = std::chrono::milliseconds(f.heartbeat_ms);
+    zmoe::engine_core_actor a(o);
+    a.run();
+    return a.exit_code();
+}
+
+int cmd_worker(int argc, char** argv) {
+    zmoe::cli::engine_flags f;
+    zmoe::worker_options o;
+    po::options_description opts("zmoe worker options");
+    opts.add_options()("engine", po::value(&o.engine_endpoint)->required(), "the engine core's worker endpoint")(
+        "rank", po::value(&o.rank)->required(), "this worker's rank")(
+        "device", po::value(&f.device)->default_value("cpu"), "cpu or cuda")(
+        "data-bind", po::value(&o.data_bind)->default_value(o.data_bind), "where peers reach this worker")(
+        "heartbeat-ms", po::value(&f.heartbeat_ms)->default_value(f.heartbeat_ms), "heartbeat interval");
+    f.add_worker_options(opts);
+    if (!parse(argc, argv, opts)) return 0;
+    zmoe::log_set_name("worker_" + std::to_string(o.rank));
+    zmoe::install_stop_signal_handlers();
+    o.device = f.device;
+    o.num_threads = f.threads;
+    o.kv_cache_bytes = f.kv_cache_mb << 20;
+    o.heartbeat_interval = std::chrono::milliseconds(f.heartbeat_ms);
+    zmoe::worker_actor a(o);
+    a.run();
+    return a.exit_code();
+}
+
+int cmd_frontend(int argc, char** argv) {
+    zmoe::frontend_options o;
+    int heartbeat_ms = 1000;
+    po::options_description opts("zmoe frontend options");
+    opts.add_options()("engine", po::value(&o.engine_endpoint)->required(), "the engine core's frontend endpoint")(
+        "bind", po::value(&o.client_endpoint)->default_value(o.client_endpoint), "where clients connect")(
+        "model", po::value(&o.model_dir)->required(), "checkpoint directory (tokenizer.json, config.json)")(
+        "tokenizer", po::value(&o.tokenizer_path), "tokenizer.json or its directory (default: --model)")(
+        "workers", po::value(&o.num_workers)->default_value(1), "workers of the run (for health before ready)")(
+        "heartbeat-ms", po::value(&heartbeat_ms)->default_value(heartbeat_ms), "heartbeat interval");
+    if (!parse(argc, argv, opts)) return 0;
+    zmoe::log_set_name("frontend");
+    zmoe::install_stop_signal_handlers();
+    o.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
+    zmoe::frontend_actor a(o);
+    a.run();
+    return a.exit_code();
+}
+
+}  // namespace
+
+ZMOE_COMMAND("engine-core", "run the engine core actor (started by serve / launch.sh)", cmd_engine_core);
+ZMOE_COMMAND("worker", "run one worker actor (started by serve / launch.sh)", cmd_worker);
+ZMOE_COMMAND("frontend", "run the frontend actor (started by serve / launch.sh)", cmd_frontend);

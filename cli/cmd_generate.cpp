@@ -1,0 +1,66 @@
+// `zmoe generate --model DIR --input IN.jsonl --output OUT.jsonl [--workers N] [--device cpu|cuda]
+// [--metrics-json FILE]`: offline batch generation through the same actors as `serve`, on a private endpoint.
+
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <iostream>
+
+#include "actors/zmoe_client.hpp"
+#include "base/error.hpp"
+#include "base/log.hpp"
+#include "cli/command.hpp"
+#include "cli/engine_flags.hpp"
+#include "cli/local_cluster.hpp"
+#include "cli/request_io.hpp"
+
+namespace po = boost::program_options;
+
+namespace {
+
+int cmd_generate(int argc, char** argv) {
+    zmoe::cli::engine_flags f;
+    std::string input, output, metrics_json, tokenizer;
+    po::options_description opts("zmoe generate options");
+    opts.add_options()("help,h", "show this help")("input", po::value(&input)->required(),
+                                                   "requests, one JSON object per line (- = stdin)")(
+        "output", po::value(&output)->required(), "results, one JSON object per line, input order (- = stdout)")(
+        "metrics-json", po::value(&metrics_json), "write every actor's metrics here at the end")(
+        "tokenizer", po::value(&tokenizer), "tokenizer.json or its directory (default: --model)");
+    f.add_engine_options(opts);
+    f.add_worker_options(opts);
+    po::variables_map vm;
+    po::store(po::parse_command_line(argc, argv, opts), vm);
+    if (vm.count("help")) {
+        std::cout << opts << "\n";
+        return 0;
+    }
+    po::notify(vm);
+    zmoe::log_set_name("generate");
+    auto requests = zmoe::cli::read_requests(input);
+
+    zmoe::cli::local_cluster cluster(f, "", tokenizer);
+    cluster.wait_ready(std::chrono::minutes(10));
+    std::vector<zmoe::cli::request_result> results;
+    {
+        zmoe::zmoe_client client(cluster.client_endpoint());
+        results = zmoe::cli::run_requests(client, std::move(requests), std::chrono::minutes(10));
+        if (!metrics_json.empty()) {
+            const auto text = client.metrics(std::chrono::seconds(10));
+            std::ofstream out(metrics_json);
+            if (!out) throw zmoe::error(zmoe::errc::io, "cannot write " + metrics_json);
+            out << text << "\n";
+        }
+    }
+    zmoe::cli::write_results(output, results);
+    const bool clean = cluster.shutdown(std::chrono::seconds(10));
+    size_t failed = 0;
+    for (const auto& r : results) failed += r.failed ? 1 : 0;
+    if (failed)
+        std::cerr << "zmoe generate: " << failed << " request(s) failed (see their error in " << output << ")\n";
+    if (!clean) std::cerr << "zmoe generate: an actor exited with an error\n";
+    return failed == 0 && clean ? 0 : 1;
+}
+
+}  // namespace
+
+ZMOE_COMMAND("generate", "offline batch generation from a JSONL file through the actors", cmd_generate);

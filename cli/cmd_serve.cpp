@@ -1,0 +1,73 @@
+// `zmoe serve --model DIR [--workers N] [--device cpu|cuda] [--port P]`: every actor of one node as its own
+// process, serving clients on tcp://HOST:PORT until SIGINT/SIGTERM, which drains and exits 0. A failing actor
+// makes serve report it, keep answering health for a moment (so clients see the failure), and exit 1.
+
+#include <boost/program_options.hpp>
+#include <iostream>
+#include <thread>
+
+#include "actors/stop_signals.hpp"
+#include "base/error.hpp"
+#include "base/log.hpp"
+#include "cli/command.hpp"
+#include "cli/engine_flags.hpp"
+#include "cli/local_cluster.hpp"
+
+namespace po = boost::program_options;
+
+namespace {
+
+int cmd_serve(int argc, char** argv) {
+    zmoe::cli::engine_flags f;
+    int port = 5555;
+    std::string host = "127.0.0.1";
+    std::string tokenizer;
+    int failure_grace_ms = 3000;
+    po::options_description opts("zmoe serve options");
+    opts.add_options()("help,h", "show this help")("port", po::value(&port)->default_value(port),
+                                                   "client port of the frontend")(
+        "host", po::value(&host)->default_value(host), "address the frontend binds (loopback unless told)")(
+        "tokenizer", po::value(&tokenizer), "tokenizer.json or its directory (default: --model)")(
+        "failure-grace-ms", po::value(&failure_grace_ms)->default_value(failure_grace_ms),
+        "after an actor fails: how long health keeps reporting it before serve exits 1");
+    f.add_engine_options(opts);
+    f.add_worker_options(opts);
+    po::variables_map vm;
+    po::store(po::parse_command_line(argc, argv, opts), vm);
+    if (vm.count("help")) {
+        std::cout << opts << "\n";
+        return 0;
+    }
+    po::notify(vm);
+    zmoe::log_set_name("serve");
+    zmoe::install_stop_signal_handlers();
+
+    const std::string endpoint = "tcp://" + host + ":" + std::to_string(port);
+    zmoe::cli::local_cluster cluster(f, endpoint, tokenizer);
+    try {
+        cluster.wait_ready(std::chrono::minutes(10));
+    } catch (const zmoe::error& e) {
+        ZMOE_LOG(error, "zmoe serve: " << e.what());
+        cluster.shutdown(std::chrono::milliseconds(3000));
+        return 1;
+    }
+    ZMOE_LOG(info, "zmoe serve: ready on " << endpoint << " (" << f.workers << " worker(s), " << f.device << ")");
+    std::cout << "zmoe serve: ready on " << endpoint << std::endl;
+    while (!zmoe::stop_signal_received()) {
+        if (auto gone = cluster.check_exited()) {
+            ZMOE_LOG(error, "zmoe serve: " << *gone << "; shutting down");
+            std::this_thread::sleep_for(std::chrono::milliseconds(failure_grace_ms));
+            cluster.shutdown(std::chrono::milliseconds(3000));
+            return 1;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ZMOE_LOG(info, "zmoe serve: stop requested; draining");
+    const bool clean = cluster.shutdown(std::chrono::milliseconds(8000));
+    if (!clean) ZMOE_LOG(error, "zmoe serve: an actor exited with an error while stopping");
+    return clean ? 0 : 1;
+}
+
+}  // namespace
+
+ZMOE_COMMAND("serve", "serve a model: frontend, engine core and workers as processes", cmd_serve);

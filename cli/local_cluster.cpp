@@ -1,0 +1,119 @@
+#include "cli/local_cluster.hpp"
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "actors/zmoe_client.hpp"
+#include "base/error.hpp"
+#include "base/log.hpp"
+
+namespace zmoe::cli {
+
+local_cluster::local_cluster(const engine_flags& flags, std::string client_endpoint, const std::string& tokenizer) {
+    // Fail before starting anything when the checkpoint is not even there; deeper problems come from the workers.
+    if (!std::filesystem::exists(std::filesystem::path(flags.model) / "config.json"))
+        throw error(errc::invalid_checkpoint, flags.model + ": no config.json (not a checkpoint directory)");
+    if (flags.workers < 1) throw error(errc::invalid_argument, "--workers must be >= 1");
+    char tmpl[] = "/tmp/zmoe-XXXXXX";
+    if (!mkdtemp(tmpl)) throw error(errc::io, "cannot create a private directory under /tmp");
+    dir_ = tmpl;
+    const std::string worker_ep = "ipc://" + dir_ + "/workers";
+    const std::string engine_fe = "ipc://" + dir_ + "/engine";
+    client_endpoint_ = client_endpoint.empty() ? "ipc://" + dir_ + "/clients" : std::move(client_endpoint);
+    const std::string exe = self_executable_path();
+
+    std::vector<std::string> argv = {exe,       "engine-core",         "--worker-endpoint",
+                                     worker_ep, "--frontend-endpoint", engine_fe};
+    for (auto& a : flags.engine_core_args()) argv.push_back(a);
+    members_.push_back({"engine core", child_process::spawn(argv), std::nullopt});
+    for (int r = 0; r < flags.workers; ++r) {
+        std::vector<std::string> w = {exe, "worker", "--engine", worker_ep, "--rank", std::to_string(r)};
+        for (auto& a : flags.worker_args()) w.push_back(a);
+        members_.push_back({"worker " + std::to_string(r), child_process::spawn(w), std::nullopt});
+    }
+    std::vector<std::string> fe = {exe,
+                                   "frontend",
+                                   "--engine",
+                                   engine_fe,
+                                   "--bind",
+                                   client_endpoint_,
+                                   "--model",
+                                   flags.model,
+                                   "--workers",
+                                   std::to_string(flags.workers),
+                                   "--heartbeat-ms",
+                                   std::to_string(flags.heartbeat_ms)};
+    if (!tokenizer.empty()) {
+        fe.push_back("--tokenizer");
+        fe.push_back(tokenizer);
+    }
+    members_.push_back({"frontend", child_process::spawn(fe), std::nullopt});
+}
+
+local_cluster::~local_cluster() {
+    shutdown(std::chrono::milliseconds(5000));
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+}
+
+void local_cluster::wait_ready(std::chrono::milliseconds timeout) {
+    zmoe_client client(client_endpoint_);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (auto gone = check_exited()) throw error(errc::peer_dead, *gone + " before the engine was ready");
+        std::optional<client_health_reply> h;
+        try {
+            h = client.health(std::chrono::milliseconds(500));
+        } catch (const error&) {
+            // not answering yet: the frontend may still be starting
+        }
+        if (h && h->status == "ok") return;
+        if (h && h->status == "degraded") throw error(errc::peer_dead, "the engine failed to start: " + h->detail);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    throw error(errc::peer_dead, "the engine was not ready within " + std::to_string(timeout.count()) + " ms");
+}
+
+std::optional<std::string> local_cluster::check_exited() {
+    for (auto& m : members_) {
+        if (m.status) continue;
+        if (auto st = m.proc.wait_for(std::chrono::milliseconds(0))) {
+            m.status = *st;
+            return m.name + " (pid " + std::to_string(m.proc.pid()) + ") exited with status " + std::to_string(*st);
+        }
+    }
+    return std::nullopt;
+}
+
+bool local_cluster::shutdown(std::chrono::milliseconds timeout) {
+    auto& frontend = members_.back();
+    if (!frontend.status && frontend.proc.running()) frontend.proc.kill(SIGTERM);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    bool all_zero = true;
+    // The frontend drains, then tells the engine core, which stops the workers: wait in that order.
+    for (auto it = members_.rbegin(); it != members_.rend(); ++it) {
+        if (!it->status) {
+            const auto left =
+                std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+            it->status = it->proc.wait_for(std::max(left, std::chrono::milliseconds(0)));
+        }
+    }
+    for (auto& m : members_) {
+        if (!m.status) {
+            ZMOE_LOG(warn, m.name << " (pid " << m.proc.pid() << ") did not stop in time; terminating it");
+            m.proc.kill(SIGTERM);
+            m.status = m.proc.wait_for(std::chrono::milliseconds(1000));
+            if (!m.status) {
+                m.proc.kill(SIGKILL);
+                m.status = m.proc.wait();
+            }
+        }
+        if (*m.status != 0) all_zero = false;
+    }
+    return all_zero;
+}
+
+}  // namespace zmoe::cli

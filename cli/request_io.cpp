@@ -1,0 +1,158 @@
+#include "cli/request_io.hpp"
+
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "base/error.hpp"
+
+namespace zmoe::cli {
+
+namespace {
+
+client_generate parse_request(const nlohmann::json& j, size_t line_no) {
+    auto bad = [&](const std::string& what) {
+        return error(errc::invalid_argument, "input line " + std::to_string(line_no) + ": " + what);
+    };
+    if (!j.is_object()) throw bad("not a JSON object");
+    static const char* known[] = {"prompt", "prompt_token_ids", "max_tokens", "temperature", "top_p", "top_k", "seed",
+                                  "stop",   "ignore_eos"};
+    for (const auto& [k, v] : j.items())
+        if (std::find(std::begin(known), std::end(known), k) == std::end(known)) throw bad("unknown field '" + k + "'");
+    client_generate g;
+    g.client_request_id = std::to_string(line_no);
+    g.temperature = 0.f;
+    try {
+        if (j.contains("prompt_token_ids")) {
+            if (j.contains("prompt")) throw bad("give either prompt or prompt_token_ids, not both");
+            g.prompt = j.at("prompt_token_ids").get<std::vector<int32_t>>();
+        } else if (j.contains("prompt")) {
+            g.prompt = j.at("prompt").get<std::string>();
+        } else {
+            throw bad("missing prompt or prompt_token_ids");
+        }
+        if (j.contains("max_tokens")) {
+            const auto v = j.at("max_tokens").get<int64_t>();
+            if (v < 1 || v > 1000000) throw bad("max_tokens must be in [1, 1000000]");
+            g.max_tokens = static_cast<uint32_t>(v);
+        }
+        if (j.contains("temperature")) g.temperature = j.at("temperature").get<float>();
+        if (j.contains("top_p")) g.top_p = j.at("top_p").get<float>();
+        if (j.contains("top_k")) g.top_k = j.at("top_k").get<int32_t>();
+        if (j.contains("seed") && !j.at("seed").is_null()) g.seed = j.at("seed").get<uint64_t>();
+        if (j.contains("stop")) {
+            const auto& s = j.at("stop");
+            if (s.is_string()) {
+                g.stop = {s.get<std::string>()};
+            } else if (!s.is_null()) {
+                g.stop = s.get<std::vector<std::string>>();
+            }
+        }
+        if (j.contains("ignore_eos")) g.ignore_eos = j.at("ignore_eos").get<bool>();
+    } catch (const nlohmann::json::exception& e) {
+        throw bad(std::string("wrong type: ") + e.what());
+    }
+    return g;
+}
+
+}  // namespace
+
+std::vector<client_generate> read_requests(const std::string& path) {
+    std::ifstream file;
+    if (path != "-") {
+        file.open(path);
+        if (!file) throw error(errc::io, "cannot read " + path);
+    }
+    std::istream& in = path == "-" ? std::cin : file;
+    std::vector<client_generate> out;
+    std::string line;
+    size_t line_no = 0;
+    while (std::getline(in, line)) {
+        ++line_no;
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        nlohmann::json j;
+        try {
+            j = nlohmann::json::parse(line);
+        } catch (const nlohmann::json::exception& e) {
+            throw error(errc::invalid_argument, "input line " + std::to_string(line_no) + ": " + e.what());
+        }
+        out.push_back(parse_request(j, line_no));
+        out.back().client_request_id = std::to_string(out.size() - 1);
+    }
+    return out;
+}
+
+std::vector<request_result> run_requests(zmoe_client& client, std::vector<client_generate> requests,
+                                         std::chrono::milliseconds idle_timeout) {
+    std::vector<request_result> results(requests.size());
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < requests.size(); ++i) {
+        requests[i].client_request_id = std::to_string(i);
+        requests[i].stream = true;
+        results[i].completion.client_request_id = requests[i].client_request_id;
+        index[requests[i].client_request_id] = i;
+        client.generate(requests[i]);
+    }
+    size_t left = requests.size();
+    while (left > 0) {
+        auto ev = client.next_any(idle_timeout);
+        if (!ev)
+            throw error(errc::peer_dead, "no answer from the server for " + std::to_string(idle_timeout.count()) +
+                                             " ms with " + std::to_string(left) + " request(s) unfinished");
+        if (auto* d = std::get_if<client_delta>(&*ev)) {
+            auto it = index.find(d->client_request_id);
+            if (it == index.end()) continue;
+            auto& c = results[it->second].completion;
+            c.token_ids.insert(c.token_ids.end(), d->token_ids.begin(), d->token_ids.end());
+            c.text += d->text;
+            c.prompt_tokens = d->prompt_tokens;
+            c.completion_tokens = d->completion_tokens;
+            if (d->finished) {
+                c.reason = d->reason;
+                --left;
+            }
+        } else {
+            const auto& e = std::get<client_error>(*ev);
+            auto it = index.find(e.client_request_id);
+            if (it == index.end()) throw error(e.code, "server error: " + e.message);
+            auto& r = results[it->second];
+            r.failed = true;
+            r.code = e.code;
+            r.message = e.message;
+            --left;
+        }
+    }
+    return results;
+}
+
+void write_results(const std::string& path, const std::vector<request_result>& results) {
+    std::ofstream file;
+    if (path != "-") {
+        file.open(path);
+        if (!file) throw error(errc::io, "cannot write " + path);
+    }
+    std::ostream& out = path == "-" ? std::cout : file;
+    for (size_t i = 0; i < results.size(); ++i) {
+        const auto& r = results[i];
+        nlohmann::ordered_json j;
+        j["index"] = i;
+        if (r.failed) {
+            j["token_ids"] = nlohmann::json::array();
+            j["text"] = "";
+            j["finish_reason"] = "error";
+            j["error"] = {{"code", errc_name(r.code)}, {"message", r.message}};
+        } else {
+            j["token_ids"] = r.completion.token_ids;
+            j["text"] = r.completion.text;
+            j["finish_reason"] = std::string(finish_reason_name(r.completion.reason));
+            j["usage"] = {{"prompt_tokens", r.completion.prompt_tokens},
+                          {"completion_tokens", r.completion.completion_tokens}};
+        }
+        out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    }
+    out.flush();
+    if (!out) throw error(errc::io, "short write to " + path);
+}
+
+}  // namespace zmoe::cli
