@@ -9,6 +9,8 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "actors/zmq_poll.hpp"
+
 #include "actors/stop_signals.hpp"
 #include "actors/zmq_context.hpp"
 #include "base/check.hpp"
@@ -414,7 +416,7 @@ void actor::loop_once(std::chrono::milliseconds max_wait) {
             std::chrono::ceil<std::chrono::milliseconds>(impl_->timer_queue.begin()->first - clock_type::now());
         wait = std::clamp(until, std::chrono::milliseconds(0), max_wait);
     }
-    zmq::poll(items, wait);
+    poll_interruptible(items.data(), items.size(), wait);
 
     if (items[0].revents & ZMQ_POLLIN) drain_mailbox();
     for (size_t i = 0; i < ids.size() && !impl_->should_break(); ++i) {

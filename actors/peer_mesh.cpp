@@ -3,6 +3,8 @@
 #include <cstring>
 #include <zmq.hpp>
 
+#include "actors/zmq_poll.hpp"
+
 #include "actors/zmq_context.hpp"
 #include "base/check.hpp"
 #include "base/error.hpp"
@@ -84,7 +86,7 @@ std::vector<std::string> peer_mesh::all_to_all(std::vector<std::string> send, st
             throw error(errc::peer_dead, "all_to_all: " + std::to_string(missing) + " rank(s) silent for " +
                                              std::to_string(timeout.count()) + " ms in round " + std::to_string(round));
         zmq::pollitem_t item{sockets_->pull.handle(), 0, ZMQ_POLLIN, 0};
-        zmq::poll(&item, 1, std::chrono::milliseconds(50));
+        poll_interruptible(&item, 1, std::chrono::milliseconds(50));
         zmq::message_t msg;
         while (sockets_->pull.recv(msg, zmq::recv_flags::dontwait)) {
             if (msg.size() < kHeaderBytes) continue;  // not one of ours: ignore

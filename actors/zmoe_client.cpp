@@ -5,6 +5,8 @@
 #include <set>
 #include <zmq.hpp>
 
+#include "actors/zmq_poll.hpp"
+
 #include "actors/zmq_context.hpp"
 #include "base/log.hpp"
 #include "messages/envelope.hpp"
@@ -38,7 +40,7 @@ struct zmoe_client::impl {
         auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock_type::now());
         if (left.count() < 0) left = std::chrono::milliseconds(0);
         zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
-        zmq::poll(&item, 1, left);
+        poll_interruptible(&item, 1, left);
         if (!(item.revents & ZMQ_POLLIN)) return false;
         zmq::message_t msg;
         if (!sock.recv(msg, zmq::recv_flags::dontwait)) return false;

@@ -39,7 +39,7 @@ int cmd_generate(int argc, char** argv) {
     auto requests = zmoe::cli::read_requests(input);
 
     zmoe::cli::local_cluster cluster(f, "", tokenizer);
-    cluster.wait_ready(std::chrono::minutes(10));
+    if (!cluster.wait_ready(std::chrono::minutes(10))) return 130;
     std::vector<zmoe::cli::request_result> results;
     {
         zmoe::zmoe_client client(cluster.client_endpoint());

@@ -45,7 +45,10 @@ int cmd_serve(int argc, char** argv) {
     const std::string endpoint = "tcp://" + host + ":" + std::to_string(port);
     zmoe::cli::local_cluster cluster(f, endpoint, tokenizer);
     try {
-        cluster.wait_ready(std::chrono::minutes(10));
+        if (!cluster.wait_ready(std::chrono::minutes(10))) {
+            ZMOE_LOG(info, "zmoe serve: stop requested while starting");
+            return cluster.shutdown(std::chrono::milliseconds(8000)) ? 0 : 1;
+        }
     } catch (const zmoe::error& e) {
         ZMOE_LOG(error, "zmoe serve: " << e.what());
         cluster.shutdown(std::chrono::milliseconds(3000));

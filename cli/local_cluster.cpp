@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "actors/stop_signals.hpp"
 #include "actors/zmoe_client.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"
@@ -59,10 +60,11 @@ local_cluster::~local_cluster() {
     std::filesystem::remove_all(dir_, ec);
 }
 
-void local_cluster::wait_ready(std::chrono::milliseconds timeout) {
+bool local_cluster::wait_ready(std::chrono::milliseconds timeout) {
     zmoe_client client(client_endpoint_);
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < deadline) {
+        if (stop_signal_received()) return false;
         if (auto gone = check_exited()) throw error(errc::peer_dead, *gone + " before the engine was ready");
         std::optional<client_health_reply> h;
         try {
@@ -70,7 +72,7 @@ void local_cluster::wait_ready(std::chrono::milliseconds timeout) {
         } catch (const error&) {
             // not answering yet: the frontend may still be starting
         }
-        if (h && h->status == "ok") return;
+        if (h && h->status == "ok") return true;
         if (h && h->status == "degraded") throw error(errc::peer_dead, "the engine failed to start: " + h->detail);
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }

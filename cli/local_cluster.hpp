@@ -24,9 +24,10 @@ class local_cluster {
 
     const std::string& client_endpoint() const { return client_endpoint_; }
 
-    /// Waits for the frontend to report "ok" health. Throws zmoe::error(peer_dead) naming the actor when one
-    /// exits first, or when timeout passes.
-    void wait_ready(std::chrono::milliseconds timeout);
+    /// Waits for the frontend to report "ok" health: true; false when SIGINT/SIGTERM arrived first (with
+    /// install_stop_signal_handlers). Throws zmoe::error(peer_dead) naming the actor when one exits first, or when
+    /// timeout passes.
+    bool wait_ready(std::chrono::milliseconds timeout);
     /// The first actor found to have exited since the last call: "worker 1 (pid 123) exited with status 1".
     std::optional<std::string> check_exited();
     /// Graceful stop: SIGTERM to the frontend (which drains and shuts the engine core and workers down), wait up to

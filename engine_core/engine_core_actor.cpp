@@ -431,10 +431,15 @@ void engine_core_actor::on_frontend_message(const inbound_message& msg) {
             unwatch_peer(frontend_sock_, frontend_identity_);
         frontend_identity_ = identity;
         watch_peer(frontend_sock_, identity, encode(engine_heartbeat{}), [this] {
-            ZMOE_LOG(warn, "engine core: the frontend stopped answering; aborting its requests");
-            for (auto& [id, len] : prompt_len_) scheduler_->abort_request(id);
+            ZMOE_LOG(error, "engine core: the frontend stopped answering; stopping the run");
+            if (scheduler_)
+                for (auto& [id, len] : prompt_len_) scheduler_->abort_request(id);
             prompt_len_.clear();
             frontend_identity_.clear();
+            exit_code_ = 1;
+            phase_ = phase::failed;
+            broadcast_shutdown();
+            add_timer(std::chrono::milliseconds(300), [this] { stop_now(); });
         });
         if (phase_ == phase::serving || phase_ == phase::draining) send_frontend_welcome();
         return;

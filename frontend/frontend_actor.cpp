@@ -82,6 +82,8 @@ void frontend_actor::on_start() {
         engine_failure_ = "the engine core stopped answering";
         exit_code_ = 1;
         fail_all(errc::peer_dead, engine_failure_);
+        // Keep reporting the failure to health checks for a while, then leave: nothing can be served any more.
+        add_timer(std::chrono::seconds(5), [this] { stop_now(); });
     });
     add_timer(
         options_.heartbeat_interval, [this] { check_clients(); }, true);

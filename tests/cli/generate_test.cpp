@@ -1,0 +1,132 @@
+// `zmoe generate` end to end: real processes (engine core, workers, frontend) on private ipc endpoints, against
+// the transformers reference fixtures.
+
+#include <gtest/gtest.h>
+
+#include "tests/cli/e2e_util.hpp"
+
+using namespace zmoe::test;
+
+namespace {
+
+std::vector<nlohmann::json> generate(const std::string& model, const std::vector<std::string>& extra,
+                                     const temp_dir& dir, const std::string& tag) {
+    const auto ref = read_json(kFixtures + "/models/" + model + "/reference.json");
+    write_reference_requests(ref, dir / (tag + ".in.jsonl"));
+    std::vector<std::string> args = {"generate",
+                                     "--model",
+                                     kFixtures + "/models/" + model,
+                                     "--input",
+                                     dir / (tag + ".in.jsonl"),
+                                     "--output",
+                                     dir / (tag + ".out.jsonl"),
+                                     "--threads",
+                                     "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    EXPECT_EQ(run_zmoe(args), 0) << "zmoe generate failed for " << model << " " << tag;
+    return read_jsonl(dir / (tag + ".out.jsonl"));
+}
+
+void expect_reference_tokens(const std::string& model, const std::vector<nlohmann::json>& out) {
+    const auto ref = read_json(kFixtures + "/models/" + model + "/reference.json");
+    ASSERT_EQ(out.size(), ref["prompts"].size()) << model;
+    for (size_t i = 0; i < out.size(); ++i) {
+        const auto& p = ref["prompts"][i];
+        EXPECT_EQ(out[i]["index"].get<size_t>(), i);
+        EXPECT_EQ(out[i]["finish_reason"], "length") << model << " prompt " << i;
+        const auto got = out[i]["token_ids"].get<std::vector<int>>();
+        const auto want = p["greedy"].get<std::vector<int>>();
+        ASSERT_EQ(got.size(), want.size()) << model << " prompt " << i;
+        const size_t n = comparable_prefix(p);
+        EXPECT_GE(n, 1u) << model << " prompt " << i << ": reference has a near-tie at its first step";
+        for (size_t t = 0; t < n; ++t)
+            ASSERT_EQ(got[t], want[t]) << model << " prompt " << i << " (length " << p["token_ids"].size()
+                                       << ") differs at generated token " << t;
+    }
+}
+
+class GenerateMatchesTransformers : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GenerateMatchesTransformers, GreedyTokens) {
+    temp_dir dir;
+    expect_reference_tokens(GetParam(), generate(GetParam(), {}, dir, "one"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateMatchesTransformers,
+                         ::testing::Values("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "qwen3_moe_alt",
+                                           "mixtral_alt"),
+                         [](const auto& info) { return info.param; });
+
+TEST(Generate, ExpertParallelAndSyncSchedulingGiveTheSameTokens) {
+    temp_dir dir;
+    const auto one = generate("qwen3_moe", {}, dir, "w1");
+    expect_reference_tokens("qwen3_moe", one);
+    for (const auto& [tag, extra] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+             {"w2", {"--workers", "2"}}, {"w4", {"--workers", "4"}}, {"w2sync", {"--workers", "2", "--no-async"}}}) {
+        const auto out = generate("qwen3_moe", extra, dir, tag);
+        ASSERT_EQ(out.size(), one.size()) << tag;
+        for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i]["token_ids"], one[i]["token_ids"]) << tag << " " << i;
+    }
+}
+
+TEST(Generate, EplbRebalancesWithoutChangingTokens) {
+    temp_dir dir;
+    const auto base = generate("olmoe", {"--workers", "4"}, dir, "plain");
+    const auto out = generate("olmoe",
+                              {"--workers", "4", "--enable-eplb", "--eplb-interval", "4", "--num-redundant-experts",
+                               "4", "--metrics-json", dir / "metrics.json"},
+                              dir, "eplb");
+    ASSERT_EQ(out.size(), base.size());
+    for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i]["token_ids"], base[i]["token_ids"]) << i;
+    const auto metrics = read_json(dir / "metrics.json");
+    const auto& counters = metrics["engine_core"]["counters"];
+    ASSERT_TRUE(counters.contains("eplb_rebalances")) << metrics.dump();
+    EXPECT_GT(counters["eplb_rebalances"].get<double>(), 0);
+    EXPECT_GT(counters["eplb_bytes_moved"].get<double>(), 0);
+}
+
+TEST(Generate, TextPromptsAndBadInput) {
+    temp_dir dir;
+    // The demo checkpoint pairs a random model with the real Qwen3 tokenizer.
+    ASSERT_EQ(run_zmoe({"make-demo", "--out", dir / "demo", "--tokenizer",
+                        std::string(ZMOE_SOURCE_DIR) + "/third_party/tokenizers/qwen3"}),
+              0);
+    {
+        std::ofstream in(dir / "in.jsonl");
+        in << R"({"prompt": "Hello, world!", "max_tokens": 8, "ignore_eos": true})"
+           << "\n";
+        in << R"({"prompt": "The capital of France is", "max_tokens": 4, "temperature": 0.8, "seed": 7, "ignore_eos": true})"
+           << "\n";
+    }
+    ASSERT_EQ(run_zmoe({"generate", "--model", dir / "demo", "--input", dir / "in.jsonl", "--output", dir / "out.jsonl",
+                        "--threads", "1"}),
+              0);
+    const auto out = read_jsonl(dir / "out.jsonl");
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_EQ(out[0]["token_ids"].size(), 8u);
+    EXPECT_EQ(out[1]["token_ids"].size(), 4u);
+    EXPECT_FALSE(out[0]["text"].get<std::string>().empty());
+    // Same seed, same output.
+    ASSERT_EQ(run_zmoe({"generate", "--model", dir / "demo", "--input", dir / "in.jsonl", "--output",
+                        dir / "out2.jsonl", "--threads", "1"}),
+              0);
+    EXPECT_EQ(read_jsonl(dir / "out2.jsonl")[1]["token_ids"], out[1]["token_ids"]);
+
+    // A malformed input line is reported with its number and nothing runs.
+    {
+        std::ofstream in(dir / "bad.jsonl");
+        in << R"({"prompt_token_ids": [1, 2], "max_tokens": 2})"
+           << "\n"
+           << R"({"max_tokens": 2})"
+           << "\n";
+    }
+    EXPECT_EQ(run_zmoe({"generate", "--model", dir / "demo", "--input", dir / "bad.jsonl", "--output",
+                        dir / "bad.out.jsonl"}),
+              1);
+    // A missing checkpoint fails cleanly.
+    EXPECT_EQ(
+        run_zmoe({"generate", "--model", dir / "nowhere", "--input", dir / "in.jsonl", "--output", dir / "x.jsonl"}),
+        1);
+}
+
+}  // namespace
