@@ -2,7 +2,13 @@
 // scripts/launch.sh start these; each runs until told to stop (SIGTERM/SIGINT or its peer's shutdown) and exits
 // 0 after a clean stop, 1 after a failure.
 
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
+#include <csignal>
+#include <cstdlib>
 #include <iostream>
 
 #include "actors/stop_signals.hpp"
@@ -17,6 +23,16 @@ namespace po = boost::program_options;
 
 namespace {
 
+/// Actors started by serve/generate/launch.sh (ZMOE_DIE_WITH_PARENT=1) stop when their parent dies, even by
+/// SIGKILL: no orphaned actors keep a port or a GPU.
+void follow_parent() {
+    const char* env = std::getenv("ZMOE_DIE_WITH_PARENT");
+    if (!env || std::string(env) != "1") return;
+    const pid_t parent = getppid();
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) std::raise(SIGTERM);  // the parent died before prctl took effect
+}
+
 bool parse(int argc, char** argv, po::options_description& opts) {
     opts.add_options()("help,h", "show this help");
     po::variables_map vm;
@@ -26,6 +42,7 @@ bool parse(int argc, char** argv, po::options_description& opts) {
         return false;
     }
     po::notify(vm);
+    follow_parent();
     return true;
 }
 

@@ -29,11 +29,12 @@ local_cluster::local_cluster(const engine_flags& flags, std::string client_endpo
     std::vector<std::string> argv = {exe,       "engine-core",         "--worker-endpoint",
                                      worker_ep, "--frontend-endpoint", engine_fe};
     for (auto& a : flags.engine_core_args()) argv.push_back(a);
-    members_.push_back({"engine core", child_process::spawn(argv), std::nullopt});
+    const std::vector<std::string> env = {"ZMOE_DIE_WITH_PARENT=1"};
+    members_.push_back({"engine core", child_process::spawn(argv, env), std::nullopt});
     for (int r = 0; r < flags.workers; ++r) {
         std::vector<std::string> w = {exe, "worker", "--engine", worker_ep, "--rank", std::to_string(r)};
         for (auto& a : flags.worker_args()) w.push_back(a);
-        members_.push_back({"worker " + std::to_string(r), child_process::spawn(w), std::nullopt});
+        members_.push_back({"worker " + std::to_string(r), child_process::spawn(w, env), std::nullopt});
     }
     std::vector<std::string> fe = {exe,
                                    "frontend",
@@ -51,7 +52,7 @@ local_cluster::local_cluster(const engine_flags& flags, std::string client_endpo
         fe.push_back("--tokenizer");
         fe.push_back(tokenizer);
     }
-    members_.push_back({"frontend", child_process::spawn(fe), std::nullopt});
+    members_.push_back({"frontend", child_process::spawn(fe, env), std::nullopt});
 }
 
 local_cluster::~local_cluster() {

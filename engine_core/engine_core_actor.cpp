@@ -114,6 +114,7 @@ void engine_core_actor::handle_hello(const std::string& identity, const worker_h
     w.pid = m.pid;
     w.device = m.device;
     w.data_endpoint = m.data_endpoint;
+    w.collective_id = m.collective_id;
     rank_of_identity_[identity] = m.rank;
     const int32_t rank = m.rank;
     watch_peer(worker_sock_, identity, encode(worker_heartbeat{}), [this, rank] {
@@ -141,6 +142,7 @@ void engine_core_actor::handle_hello(const std::string& identity, const worker_h
         wel.eplb = options_.eplb;
         wel.heartbeat_interval_ms = static_cast<uint32_t>(options_.heartbeat_interval.count());
         wel.peer_endpoints = peers;
+        wel.nccl_unique_id = workers_[0].collective_id;
         send_to(worker_sock_, workers_[r].identity, encode(wel));
     }
 }

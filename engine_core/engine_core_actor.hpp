@@ -71,6 +71,7 @@ class engine_core_actor : public actor {
         int64_t pid = 0;
         std::string device;
         std::string data_endpoint;
+        std::string collective_id;  // rank 0: NCCL unique id for the welcome
         bool ready = false;
         int64_t num_kv_blocks = 0;
         bool alive = true;

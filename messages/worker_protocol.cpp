@@ -62,13 +62,14 @@ step_result read_step_result(field_cursor& f, msgpack_reader& r) {
 }  // namespace
 
 std::string encode(const worker_hello& m) {
-    auto w = start(worker_kind::hello, 6);
+    auto w = start(worker_kind::hello, 7);
     w.sint(m.rank);
     w.str(m.device);
     w.uint(m.free_memory);
     w.uint(m.protocol_version);
     w.sint(m.pid);
     w.str(m.data_endpoint);
+    w.bin(m.collective_id);
     return w.take();
 }
 
@@ -262,6 +263,7 @@ worker_to_engine decode_worker_to_engine(std::string_view bytes) {
             m.protocol_version = f.read_uint32("hello.protocol_version");
             m.pid = f.read_int("hello.pid");
             m.data_endpoint = f.read_string("hello.data_endpoint", kMaxNameBytes);
+            m.collective_id = f.read_bin_string("hello.collective_id", 1024);
             out = std::move(m);
             break;
         }

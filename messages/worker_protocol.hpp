@@ -43,6 +43,8 @@ struct worker_hello {
     int64_t pid = 0;
     /// Where this worker accepts traffic from its peers (the CPU all-to-all); empty when it needs none.
     std::string data_endpoint;
+    /// Rank 0 of a CUDA run: the NCCL unique id (raw bytes) the engine core hands every rank; empty otherwise.
+    std::string collective_id;
     bool operator==(const worker_hello&) const = default;
 };
 

@@ -52,6 +52,7 @@ total=$((nodes * workers_per_node))
 worker_ep=tcp://$engine_host:$engine_port
 frontend_ep=tcp://$engine_host:$((engine_port + 1))
 pids=()
+export ZMOE_DIE_WITH_PARENT=1  # the actors stop if this launcher dies
 stop() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }
 
 # The engine core binds the engine host's address when it is one (a hostname cannot be bound: all interfaces then).

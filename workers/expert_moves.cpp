@@ -34,7 +34,8 @@ mlp_weights view_expert(const mlp_weights& shape, const std::byte* src) {
 
 }  // namespace
 
-uint64_t model_runner::apply_expert_moves(const std::vector<expert_slot_move>& moves, expert_comm& comm) {
+uint64_t model_runner::apply_expert_moves(const std::vector<expert_slot_move>& moves) {
+    expert_comm& comm = *comm_;
     const int world = comm.world_size();
     const int rank = options_.rank;
     auto& layers = weights_.mutable_layers();

@@ -18,6 +18,7 @@
 #include "workers/kv_cache.hpp"
 #include "workers/model_config.hpp"
 #include "workers/model_weights.hpp"
+#include "workers/step_executor.hpp"
 #include "workers/thread_pool.hpp"
 
 namespace zmoe {
@@ -35,7 +36,7 @@ struct runner_options {
     int num_threads = 0;
 };
 
-class model_runner {
+class model_runner final : public step_executor {
   public:
     /// Loads config and weights from `model_dir` (throws zmoe::error naming the file/tensor/field at fault) and
     /// allocates the KV cache.
@@ -45,16 +46,16 @@ class model_runner {
     /// block table too short or out of range, unknown placeholder, duplicate request, bad sampling params) —
     /// after still joining the step's expert exchanges with an empty batch, so the other ranks do not hang.
     /// logits_out, if given, receives the last-position logits of every do_sample sequence in step order.
-    step_result execute(const step_request& request, std::vector<std::vector<float>>* logits_out = nullptr);
+    step_result execute(const step_request& request, std::vector<std::vector<float>>* logits_out = nullptr) override;
 
     /// An EPLB rebalance, a collective: every rank calls it with the same moves (each a physical slot, global
     /// index, that receives logical expert `logical_expert`'s weights from (src_rank, src_slot)). Sources are read
-    /// before any slot is overwritten; weights travel through `comm`. Afterwards tokens route by the new placement.
-    /// Returns the expert weight bytes this rank installed.
-    uint64_t apply_expert_moves(const std::vector<expert_slot_move>& moves, expert_comm& comm);
-    const model_config& config() const { return config_; }
+    /// before any slot is overwritten; weights travel through the runner's expert_comm. Afterwards tokens route by the
+    /// new placement. Returns the expert weight bytes this rank installed.
+    uint64_t apply_expert_moves(const std::vector<expert_slot_move>& moves) override;
+    const model_config& config() const override { return config_; }
     const expert_placement& placement() const { return placement_; }
-    int64_t num_kv_blocks() const { return cache_.num_blocks(); }
+    int64_t num_kv_blocks() const override { return cache_.num_blocks(); }
     int64_t block_size() const { return cache_.block_size(); }
 
   private:

@@ -12,6 +12,7 @@
 #include "workers/expert_placement.hpp"
 #include "workers/model_config.hpp"
 #include "workers/model_runner.hpp"
+#include "workers/step_executor.hpp"
 
 namespace zmoe {
 
@@ -116,6 +117,8 @@ void worker_actor::on_start() {
     hello.free_memory = host_free_memory();
     hello.pid = getpid();
     hello.data_endpoint = mesh_->endpoint();
+    // Rank 0 makes the NCCL unique id (CUDA); the engine core hands it to every rank in the welcome.
+    if (options_.rank == 0) hello.collective_id = make_collective_id(options_.device);
     send(engine_sock_, encode(hello));
     watch_peer(engine_sock_, "", encode(worker_heartbeat{}),
                [this] { fail(errc::peer_dead, "the engine core stopped answering"); });
@@ -183,16 +186,18 @@ void worker_actor::handle_welcome(const worker_welcome& m) {
         comm_ = std::make_unique<mesh_expert_comm>(*mesh_, cancel_);
         const model_config cfg = model_config::load(w.model_dir);
         const expert_placement placement = initial_placement(cfg, w);
-        runner_options ro;
-        ro.block_size = w.block_size;
-        ro.num_kv_blocks = w.num_kv_blocks > 0 ? static_cast<int64_t>(w.num_kv_blocks)
-                                               : kv_blocks_for_budget(cfg, w.block_size, options_.kv_cache_bytes);
-        ro.rank = options_.rank;
-        ro.world_size = w.world_size;
-        ro.comm = comm_.get();
-        ro.placement = &placement;
-        ro.num_threads = options_.num_threads;
-        runner_ = std::make_unique<model_runner>(w.model_dir, ro);
+        executor_options eo;
+        eo.device = w.device;
+        eo.rank = options_.rank;
+        eo.world_size = w.world_size;
+        eo.num_kv_blocks = static_cast<int64_t>(w.num_kv_blocks);
+        eo.block_size = w.block_size;
+        eo.kv_cache_bytes = options_.kv_cache_bytes;
+        eo.gpu_memory_utilization = options_.gpu_memory_utilization;
+        eo.num_threads = options_.num_threads;
+        eo.comm = comm_.get();
+        eo.collective_id = w.nccl_unique_id;
+        runner_ = make_step_executor(w.model_dir, eo, placement);
         worker_ready ready;
         ready.rank = options_.rank;
         ready.num_kv_blocks = static_cast<uint64_t>(runner_->num_kv_blocks());
@@ -208,7 +213,7 @@ void worker_actor::handle_welcome(const worker_welcome& m) {
 }
 
 void worker_actor::run_expert_move(const worker_expert_move& m) {
-    const uint64_t bytes = runner_->apply_expert_moves(m.moves, *comm_);
+    const uint64_t bytes = runner_->apply_expert_moves(m.moves);
     post([this, done = worker_expert_move_done{m.move_id, options_.rank, bytes}] { send(engine_sock_, encode(done)); });
 }
 

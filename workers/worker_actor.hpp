@@ -22,7 +22,7 @@
 namespace zmoe {
 
 class peer_mesh;
-class model_runner;
+class step_executor;
 class expert_comm;
 
 struct worker_options {
@@ -32,6 +32,7 @@ struct worker_options {
     std::string data_bind = "tcp://127.0.0.1:*";  ///< where peers reach this worker for the all-to-all
     int num_threads = 0;                          ///< CPU kernel threads; 0 = all cores
     int64_t kv_cache_bytes = 256ll << 20;         ///< KV budget when the engine core leaves the size to us
+    double gpu_memory_utilization = 0.9;          ///< CUDA: fraction of device memory for weights + KV
     std::chrono::milliseconds heartbeat_interval{1000};
 };
 
@@ -62,7 +63,7 @@ class worker_actor : public actor {
     worker_welcome welcome_;
     std::unique_ptr<peer_mesh> mesh_;
     std::unique_ptr<expert_comm> comm_;
-    std::unique_ptr<model_runner> runner_;  // touched only by the compute thread once created
+    std::unique_ptr<step_executor> runner_;  // touched only by the compute thread once created
     std::atomic<bool> cancel_{false};
     std::mutex mu_;
     std::condition_variable cv_;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -98,12 +99,21 @@ inline size_t comparable_prefix(const nlohmann::json& prompt) {
     return n;
 }
 
-/// Pids of this process's grandchildren whose command line contains every word of `words`.
-inline std::vector<pid_t> find_processes(const std::vector<std::string>& words) {
+/// Pids of the children of `parent` whose command line contains every word of `words`.
+inline std::vector<pid_t> find_processes(pid_t parent, const std::vector<std::string>& words) {
     std::vector<pid_t> out;
     for (const auto& e : std::filesystem::directory_iterator("/proc")) {
         const auto name = e.path().filename().string();
         if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+        std::ifstream stat(e.path() / "stat");
+        std::string stat_line((std::istreambuf_iterator<char>(stat)), {});
+        const auto close_paren = stat_line.rfind(')');
+        if (close_paren == std::string::npos) continue;
+        std::istringstream fields(stat_line.substr(close_paren + 2));
+        std::string state;
+        long ppid = 0;
+        fields >> state >> ppid;
+        if (ppid != parent) continue;
         std::ifstream in(e.path() / "cmdline");
         std::string cmd((std::istreambuf_iterator<char>(in)), {});
         for (auto& c : cmd)

@@ -198,7 +198,7 @@ TEST(Serve, KilledWorkerFailsItsRequestsWithinTheHeartbeatBound) {
     zmoe::zmoe_client client(s.endpoint());
     for (int k = 0; k < 8; ++k) client.generate(greedy(std::to_string(k), prompt_of(k), 400));
     std::this_thread::sleep_for(200ms);
-    const auto victims = find_processes({" worker ", "--rank 1"});
+    const auto victims = find_processes(s.proc.pid(), {" worker ", "--rank 1"});
     ASSERT_EQ(victims.size(), 1u);
     const auto killed_at = std::chrono::steady_clock::now();
     kill(victims[0], SIGKILL);

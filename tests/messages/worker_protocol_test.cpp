@@ -46,9 +46,9 @@ step_result sample_result(int num_tokens, int num_counts) {
 }
 
 TEST(WorkerProtocol, Hello) {
-    test::check_wire_contract(
-        worker_hello{1, "cuda:1", uint64_t{80} << 30, kWorkerProtocolVersion, 999, "tcp://10.0.0.2:6001"},
-        decode_worker_to_engine);
+    test::check_wire_contract(worker_hello{1, "cuda:1", uint64_t{80} << 30, kWorkerProtocolVersion, 999,
+                                           "tcp://10.0.0.2:6001", std::string(128, '\x07')},
+                              decode_worker_to_engine);
 }
 
 TEST(WorkerProtocol, Welcome) {
@@ -71,8 +71,10 @@ TEST(WorkerProtocol, Welcome) {
     test::check_wire_contract(m, decode_engine_to_worker);
 }
 
-TEST(WorkerProtocol, Ready) { test::check_wire_contract(worker_ready{1, 12345, "qwen3_moe", {151643, 151645}, 40960, 48, 128},
-                                                             decode_worker_to_engine); }
+TEST(WorkerProtocol, Ready) {
+    test::check_wire_contract(worker_ready{1, 12345, "qwen3_moe", {151643, 151645}, 40960, 48, 128},
+                              decode_worker_to_engine);
+}
 
 TEST(WorkerProtocol, Step) {
     test::check_wire_contract(sample_step(5, 37), decode_engine_to_worker, test::same_step);
