@@ -285,3 +285,51 @@ TEST(Launch, TwoNodesOnLoopbackServeLikeOne) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Serve, KilledClientLosesNothingOfOthersAndItsRequestsAreReaped) {
+    server s({"--workers", "2", "--max-num-seqs", "2"});
+    // A Python client that starts long requests and is then killed mid-stream.
+    const std::string code =
+        "import sys, time; sys.path.insert(0, '" + std::string(ZMOE_SOURCE_DIR) +
+        "/clients/python'); import zmoe_client\n"
+        "c = zmoe_client.Client(sys.argv[1])\n"
+        "streams = [c.generate(prompt_token_ids=[3, 4, 5, i + 6], max_tokens=450, temperature=0, ignore_eos=True)"
+        " for i in range(4)]\n"
+        "next(iter(streams[0]))\n"
+        "print('streaming', flush=True)\n"
+        "time.sleep(60)\n";
+    auto doomed = zmoe::child_process::spawn({ZMOE_PYTHON3, "-c", code, s.endpoint()});
+    zmoe::zmoe_client client(s.endpoint());
+    // Wait until the doomed client's requests are running, then kill it.
+    bool running = false;
+    for (int i = 0; i < 100 && !running; ++i) {
+        running = client.health(2s).num_running >= 4;
+        if (!running) std::this_thread::sleep_for(50ms);
+    }
+    ASSERT_TRUE(running);
+    doomed.kill(SIGKILL);
+    doomed.wait();
+    // Another client is served in full.
+    for (int k = 0; k < 4; ++k) client.generate(greedy("k" + std::to_string(k), prompt_of(k), 20));
+    for (int k = 0; k < 4; ++k) {
+        const auto done = client.collect("k" + std::to_string(k), 60s);
+        EXPECT_EQ(done.token_ids.size(), 20u);
+        EXPECT_EQ(done.reason, zmoe::finish_reason::length);
+    }
+    // The dead client's requests do not run to completion for nobody: they are aborted once their stream has no
+    // one to go to.
+    bool reaped = false;
+    for (int i = 0; i < 100 && !reaped; ++i) {
+        reaped = client.health(2s).num_running == 0;
+        if (!reaped) std::this_thread::sleep_for(50ms);
+    }
+    EXPECT_TRUE(reaped);
+    const auto m = nlohmann::json::parse(client.metrics(5s));
+    EXPECT_GE(m["frontend"]["counters"].value("requests_finished{reason=\"abort\"}", 0.0), 1.0) << m["frontend"].dump();
+    s.proc.kill(SIGTERM);
+    EXPECT_EQ(s.proc.wait_for(10s).value_or(-1), 0);
+}
+
+}  // namespace
