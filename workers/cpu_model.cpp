@@ -49,7 +49,7 @@ void cpu_model::attention(int64_t layer, const forward_batch& batch, kv_cache& c
     kv_cache_store(pool_, cache, layer, batch.seqs, k.data(), v.data());
     std::vector<float> attn(static_cast<size_t>(T * q_dim));
     paged_attention(pool_, cache, layer, batch.seqs, q.data(), c.num_heads, 1.0f / std::sqrt(static_cast<float>(D)),
-                    attn.data());
+                    attn.data(), c.sliding_window);
     linear(pool_, attn.data(), T, a.o, bias(a.o_bias), out);
 }
 

@@ -255,7 +255,7 @@ model_config model_config::parse(const std::string& config_text, const std::stri
         throw error(errc::unsupported, file + ": use_sliding_window=true is not supported");
     if (c.arch == model_arch::mixtral && present(j, "sliding_window") && j["sliding_window"].is_number_integer() &&
         j["sliding_window"].get<int64_t>() < c.max_position_embeddings)
-        throw error(errc::unsupported, file + ": sliding_window " + j["sliding_window"].dump() + " is not supported");
+        c.sliding_window = j["sliding_window"].get<int64_t>();
 
     append_token_ids(j, file, "eos_token_id", c.eos_token_ids);
     if (present(j, "bos_token_id")) {

@@ -48,6 +48,7 @@ struct model_config {
     qk_norm_kind qk_norm = qk_norm_kind::none;
     float clip_qkv = 0.f;  ///< olmoe: clamp q/k/v to [-clip, clip] after the norms; 0 = off
     int64_t max_position_embeddings = 0;
+    int64_t sliding_window = 0;  ///< mixtral: attend to the last this-many positions; 0 = full causal attention
 
     std::vector<int32_t> eos_token_ids;  ///< config.json then generation_config.json, duplicates removed
     int32_t bos_token_id = -1;           ///< -1 = none

@@ -44,7 +44,7 @@ void kv_cache_store(thread_pool& pool, kv_cache& cache, int64_t layer, const std
 }
 
 void paged_attention(thread_pool& pool, const kv_cache& cache, int64_t layer, const std::vector<attention_seq>& seqs,
-                     const float* q, int64_t num_heads, float scale, float* out) {
+                     const float* q, int64_t num_heads, float scale, float* out, int64_t window) {
     const std::vector<row_ref> rows = rows_of(seqs);
     const int64_t dim = cache.head_dim();
     const int64_t group = num_heads / cache.num_kv_heads();
@@ -61,23 +61,25 @@ void paged_attention(thread_pool& pool, const kv_cache& cache, int64_t layer, co
                 const attention_seq& s = *rr.seq;
                 const int64_t row = s.first_row + rr.index;
                 const int64_t len = s.start_pos + rr.index + 1;  // causal: positions [0, pos]
+                // Sliding window: the last `window` positions, the row's own included (HF's kv > q - window).
+                const int64_t first = window > 0 ? std::max<int64_t>(0, len - window) : 0;
                 const float* qh = q + (row * num_heads + h) * dim;
                 scores.resize(static_cast<size_t>(len));
                 float max_score = -INFINITY;
-                for (int64_t j = 0; j < len; ++j) {
+                for (int64_t j = first; j < len; ++j) {
                     const float* kj = cache.k(layer, s.block_table[j / bs], j % bs) + kvh * dim;
                     scores[j] = dot_f32(qh, kj, dim) * scale;
                     max_score = std::max(max_score, scores[j]);
                 }
                 float sum = 0.f;
-                for (int64_t j = 0; j < len; ++j) {
+                for (int64_t j = first; j < len; ++j) {
                     scores[j] = std::exp(scores[j] - max_score);
                     sum += scores[j];
                 }
                 const float inv_sum = 1.0f / sum;
                 float* oh = out + (row * num_heads + h) * dim;
                 std::fill(oh, oh + dim, 0.f);
-                for (int64_t j = 0; j < len; ++j) {
+                for (int64_t j = first; j < len; ++j) {
                     const float p = scores[j] * inv_sum;
                     const float* vj = cache.v(layer, s.block_table[j / bs], j % bs) + kvh * dim;
                     for (int64_t d = 0; d < dim; ++d) oh[d] += p * vj[d];

@@ -24,8 +24,9 @@ void kv_cache_store(thread_pool& pool, kv_cache& cache, int64_t layer, const std
 /// out[row, h*D:(h+1)*D] = softmax_j(q_h . k_j * scale) v_j over positions j in [0, pos(row)] of the row's own
 /// sequence, kv head h / (num_heads / num_kv_heads). q/out: [num_rows, num_heads * head_dim]. The sequences' K/V
 /// for every attended position must already be in `cache` (kv_cache_store first). Scores, softmax and the weighted
-/// sum run in position order, so the result for a row is independent of the batch and of chunking.
+/// sum run in position order, so the result for a row is independent of the batch and of chunking. window > 0
+/// restricts a row to its last `window` positions (sliding-window attention, its own position included).
 void paged_attention(thread_pool& pool, const kv_cache& cache, int64_t layer, const std::vector<attention_seq>& seqs,
-                     const float* q, int64_t num_heads, float scale, float* out);
+                     const float* q, int64_t num_heads, float scale, float* out, int64_t window = 0);
 
 }  // namespace zmoe

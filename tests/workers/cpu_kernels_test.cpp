@@ -126,29 +126,35 @@ TEST(PagedAttention, MatchesDenseCausalGqa) {
     v_rows.insert(v_rows.end(), v_full[1].begin() + 5 * w, v_full[1].end());
     kv_cache_store(pool, cache, 0, seqs, k_rows.data(), v_rows.data());
     const std::vector<float> q = random_vector(9 * heads * dim, 14);
-    std::vector<float> out(q.size());
     const float scale = 1.f / std::sqrt(static_cast<float>(dim));
-    paged_attention(pool, cache, 0, seqs, q.data(), heads, scale, out.data());
-    for (int64_t row = 0; row < 9; ++row) {
-        const int sq = row < 6 ? 0 : 1;
-        const int64_t pos = sq == 0 ? row : 5 + (row - 6);
-        for (int64_t h = 0; h < heads; ++h) {
-            const int64_t kvh = h / (heads / kv_heads);
-            std::vector<double> p(static_cast<size_t>(pos + 1));
-            double mx = -1e300, sum = 0;
-            for (int64_t j = 0; j <= pos; ++j) {
-                double s = 0;
-                for (int64_t d = 0; d < dim; ++d)
-                    s += static_cast<double>(q[(row * heads + h) * dim + d]) *
-                         k_full[sq][(j * kv_heads + kvh) * dim + d];
-                p[j] = s * scale;
-                mx = std::max(mx, p[j]);
-            }
-            for (double& e : p) sum += (e = std::exp(e - mx));
-            for (int64_t d = 0; d < dim; ++d) {
-                double ref = 0;
-                for (int64_t j = 0; j <= pos; ++j) ref += p[j] / sum * v_full[sq][(j * kv_heads + kvh) * dim + d];
-                ASSERT_NEAR(out[(row * heads + h) * dim + d], ref, 1e-5) << "row " << row << " head " << h;
+    // window 0: full causal attention; 3: sliding window (Mixtral), the row's own position and the two before.
+    for (const int64_t window : {int64_t{0}, int64_t{3}}) {
+        std::vector<float> out(q.size());
+        paged_attention(pool, cache, 0, seqs, q.data(), heads, scale, out.data(), window);
+        for (int64_t row = 0; row < 9; ++row) {
+            const int sq = row < 6 ? 0 : 1;
+            const int64_t pos = sq == 0 ? row : 5 + (row - 6);
+            for (int64_t h = 0; h < heads; ++h) {
+                const int64_t kvh = h / (heads / kv_heads);
+                const int64_t first = window > 0 ? std::max<int64_t>(0, pos + 1 - window) : 0;
+                std::vector<double> p(static_cast<size_t>(pos + 1), 0.0);
+                double mx = -1e300, sum = 0;
+                for (int64_t j = first; j <= pos; ++j) {
+                    double s = 0;
+                    for (int64_t d = 0; d < dim; ++d)
+                        s += static_cast<double>(q[(row * heads + h) * dim + d]) *
+                             k_full[sq][(j * kv_heads + kvh) * dim + d];
+                    p[j] = s * scale;
+                    mx = std::max(mx, p[j]);
+                }
+                for (int64_t j = first; j <= pos; ++j) sum += (p[j] = std::exp(p[j] - mx));
+                for (int64_t d = 0; d < dim; ++d) {
+                    double ref = 0;
+                    for (int64_t j = first; j <= pos; ++j)
+                        ref += p[j] / sum * v_full[sq][(j * kv_heads + kvh) * dim + d];
+                    ASSERT_NEAR(out[(row * heads + h) * dim + d], ref, 1e-5)
+                        << "row " << row << " head " << h << " window " << window;
+                }
             }
         }
     }

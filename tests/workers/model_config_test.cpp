@@ -87,6 +87,11 @@ TEST(ModelConfig, ArchitectureDefaults) {
                     {"sliding_window", nullptr}};
     model_config c = model_config::parse(mixtral.dump());
     EXPECT_EQ(c.head_dim, 8);  // hidden / heads
+    EXPECT_EQ(c.sliding_window, 0);
+    mixtral["sliding_window"] = 4096;
+    mixtral["max_position_embeddings"] = 32768;
+    EXPECT_EQ(model_config::parse(mixtral.dump()).sliding_window, 4096);
+    mixtral["sliding_window"] = nullptr;
     EXPECT_TRUE(c.norm_topk_prob);
     EXPECT_EQ(c.moe_intermediate_size, 128);
     EXPECT_EQ(c.num_moe_layers(), 2);
