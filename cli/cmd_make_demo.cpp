@@ -4,6 +4,7 @@
 // on any machine without downloading weights. Its output is random text: it exists to exercise the engine.
 
 #include <boost/program_options.hpp>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -33,6 +34,8 @@ struct tensor_spec {
     std::string name;
     std::vector<int64_t> shape;
     float stddev;  // 0 → a norm weight: 1 + small noise
+    /// Adds row_offset[r] * u to row r, u a fixed unit direction of the hidden space (empty: nothing added).
+    std::vector<float> row_offset = {};
 };
 
 int64_t num_elements(const std::vector<int64_t>& shape) {
@@ -62,7 +65,13 @@ void write_safetensors(const fs::path& path, const std::vector<tensor_spec>& spe
     for (const auto& s : specs) {
         std::normal_distribution<float> dist(0.f, s.stddev == 0.f ? 0.1f : s.stddev);
         std::vector<uint16_t> data(num_elements(s.shape));
-        for (auto& v : data) v = to_bf16(s.stddev == 0.f ? 1.f + dist(rng) : dist(rng));
+        const int64_t cols = s.shape.back();
+        const float u = 1.f / std::sqrt(static_cast<float>(cols));
+        for (size_t i = 0; i < data.size(); ++i) {
+            float v = s.stddev == 0.f ? 1.f + dist(rng) : dist(rng);
+            if (!s.row_offset.empty()) v += s.row_offset[i / cols] * ((i % cols) % 2 ? -u : u);
+            data[i] = to_bf16(v);
+        }
         out.write(reinterpret_cast<const char*>(data.data()), data.size() * 2);
     }
     if (!out) throw zmoe::error(zmoe::errc::io, "short write to " + path.string());
@@ -72,12 +81,15 @@ int cmd_make_demo(int argc, char** argv) {
     po::options_description opts("zmoe make-demo options");
     std::string out_dir, tokenizer_dir;
     int hidden = 64, layers = 2, experts = 8, top_k = 2, heads = 4, kv_heads = 2, head_dim = 16, moe_inter = 64;
+    float router_skew = 0.f;
     opts.add_options()("help,h", "show this help")("out", po::value(&out_dir)->required(),
                                                    "directory to write the checkpoint into")(
         "tokenizer", po::value(&tokenizer_dir)->default_value("third_party/tokenizers/qwen3"),
         "directory holding tokenizer.json (+ tokenizer_config.json) to pair the checkpoint with")(
         "layers", po::value(&layers)->default_value(layers), "decoder layers")(
-        "experts", po::value(&experts)->default_value(experts), "routed experts per layer");
+        "experts", po::value(&experts)->default_value(experts), "routed experts per layer")(
+        "router-skew", po::value(&router_skew)->default_value(router_skew),
+        "skew the routers towards low expert ids (Zipf-like; 0 = uniform random), to exercise EPLB");
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, opts), vm);
     if (vm.count("help")) {
@@ -134,7 +146,14 @@ int cmd_make_demo(int argc, char** argv) {
         << nlohmann::json{{"eos_token_id", eos_ids}}.dump(2) << "\n";
 
     std::vector<tensor_spec> specs;
-    specs.push_back({"model.embed_tokens.weight", {vocab, hidden}, 0.5f});
+    // With --router-skew, every token embedding shares a component along u and expert e's router row leans
+    // towards u by router_skew * 8 / (e + 1): low expert ids win most routings, as hot experts do in real models.
+    std::vector<float> embed_offset, gate_offset;
+    if (router_skew > 0.f) {
+        embed_offset.assign(vocab, 4.f);
+        for (int e = 0; e < experts; ++e) gate_offset.push_back(router_skew * 8.f / static_cast<float>(e + 1));
+    }
+    specs.push_back({"model.embed_tokens.weight", {vocab, hidden}, 0.5f, embed_offset});
     specs.push_back({"model.norm.weight", {hidden}, 0.f});
     for (int l = 0; l < layers; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -147,7 +166,7 @@ int cmd_make_demo(int argc, char** argv) {
         specs.push_back({p + "self_attn.o_proj.weight", {hidden, heads * head_dim}, s});
         specs.push_back({p + "self_attn.q_norm.weight", {head_dim}, 0.f});
         specs.push_back({p + "self_attn.k_norm.weight", {head_dim}, 0.f});
-        specs.push_back({p + "mlp.gate.weight", {experts, hidden}, s});
+        specs.push_back({p + "mlp.gate.weight", {experts, hidden}, s, gate_offset});
         for (int e = 0; e < experts; ++e) {
             const std::string q = p + "mlp.experts." + std::to_string(e) + ".";
             specs.push_back({q + "gate_proj.weight", {moe_inter, hidden}, s});
