@@ -1,0 +1,59 @@
+#pragma once
+// The weights of one CUDA worker rank in device memory, BF16: every attention, norm, dense and router weight, and
+// the experts of this rank's placement slots stacked as the grouped GEMM reads them. Uploaded from the mapped
+// checkpoint through model_weights (which knows every architecture's tensor names and both expert layouts);
+// F16/F32 tensors are converted to BF16 on the host on the way.
+
+#include <cstdint>
+#include <vector>
+
+#include "workers/cuda/device_buffer.hpp"
+#include "workers/model_weights.hpp"
+
+namespace zmoe::cuda {
+
+/// A gated MLP on the device: gate_up [2 * inter, hidden] (gate rows, then up rows), down [hidden, inter].
+struct cuda_mlp {
+    device_buffer gate_up;
+    device_buffer down;
+    int64_t inter = 0;
+};
+
+struct cuda_layer {
+    device_buffer input_norm;  // [H]
+    device_buffer post_norm;   // [H]
+    device_buffer qkv;         // [(heads + 2 * kv_heads) * head_dim, H]: q | k | v rows
+    device_buffer qkv_bias;    // [(heads + 2 * kv_heads) * head_dim] or empty
+    device_buffer o;           // [H, heads * head_dim]
+    device_buffer o_bias;      // [H] or empty
+    device_buffer q_norm;      // [head_dim] (per head) or [heads * head_dim] (whole), or empty
+    device_buffer k_norm;      // [head_dim] or [kv_heads * head_dim], or empty
+    int64_t moe_index = -1;    // index among MoE layers, -1 for a dense layer
+    cuda_mlp dense;            // dense layers only
+    // MoE layers only:
+    device_buffer router;           // [E, H]
+    device_buffer experts_gate_up;  // [num_slots, 2 * I, H]
+    device_buffer experts_down;     // [num_slots, H, I]
+    int32_t num_slots = 0;
+    bool has_shared = false;
+    cuda_mlp shared;
+    device_buffer shared_gate;  // [1, H]
+};
+
+struct cuda_weights {
+    device_buffer embed;    // [V, H]
+    device_buffer lm_head;  // [V, H]; empty when tied to embed
+    device_buffer final_norm;
+    std::vector<cuda_layer> layers;
+    int64_t bytes = 0;  ///< device bytes the weights take
+
+    const device_buffer& head() const { return lm_head.empty() ? embed : lm_head; }
+
+    /// Uploads `w` (host views) to the current device. Throws zmoe::error(out_of_memory) when it does not fit.
+    static cuda_weights upload(const model_weights& w);
+};
+
+/// Bytes of one expert's weights on the device (gate_up then down, BF16).
+int64_t expert_bytes(const model_config& c);
+
+}  // namespace zmoe::cuda

@@ -1,0 +1,80 @@
+#include "workers/cuda/nccl_comm.hpp"
+
+#include <cstring>
+
+#include "base/error.hpp"
+#include "kernels/cuda_check.hpp"
+
+namespace zmoe::cuda {
+namespace {
+
+void nccl_check(ncclResult_t r, const char* what) {
+    if (r != ncclSuccess) throw error(errc::peer_dead, std::string("NCCL ") + what + ": " + ncclGetErrorString(r));
+}
+
+}  // namespace
+
+std::string nccl_unique_id_bytes() {
+    ncclUniqueId id;
+    nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    return std::string(reinterpret_cast<const char*>(&id), sizeof id);
+}
+
+nccl_comm::nccl_comm(const std::string& unique_id, int rank, int world_size)
+    : rank_(rank), world_size_(world_size), counts_(sizeof(int64_t) * 2 * static_cast<size_t>(world_size)) {
+    ncclUniqueId id;
+    if (unique_id.size() != sizeof id)
+        throw error(errc::invalid_argument, "NCCL unique id of " + std::to_string(unique_id.size()) +
+                                                " bytes, expected " + std::to_string(sizeof id));
+    std::memcpy(&id, unique_id.data(), sizeof id);
+    nccl_check(ncclCommInitRank(&comm_, world_size, id, rank), "ncclCommInitRank");
+}
+
+nccl_comm::~nccl_comm() {
+    if (comm_) ncclCommDestroy(comm_);
+}
+
+std::vector<int64_t> nccl_comm::exchange_counts(const std::vector<int64_t>& send, cudaStream_t stream) {
+    const size_t w = static_cast<size_t>(world_size_);
+    int64_t* d = counts_.as<int64_t>();
+    ZMOE_CUDA_CHECK(cudaMemcpyAsync(d, send.data(), sizeof(int64_t) * w, cudaMemcpyHostToDevice, stream));
+    nccl_check(ncclGroupStart(), "group start");
+    for (int p = 0; p < world_size_; ++p) {
+        nccl_check(ncclSend(d + p, 1, ncclInt64, p, comm_, stream), "send counts");
+        nccl_check(ncclRecv(d + w + p, 1, ncclInt64, p, comm_, stream), "recv counts");
+    }
+    nccl_check(ncclGroupEnd(), "group end");
+    std::vector<int64_t> recv(w);
+    ZMOE_CUDA_CHECK(cudaMemcpyAsync(recv.data(), d + w, sizeof(int64_t) * w, cudaMemcpyDeviceToHost, stream));
+    ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return recv;
+}
+
+void nccl_comm::all_to_all(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                           const std::vector<int64_t>& recv_bytes, cudaStream_t stream) {
+    const auto* s = static_cast<const char*>(send);
+    auto* r = static_cast<char*>(recv);
+    nccl_check(ncclGroupStart(), "group start");
+    for (int p = 0; p < world_size_; ++p) {
+        // Both ends know a chunk's size, so empty chunks are skipped on both.
+        if (send_bytes[p] > 0) nccl_check(ncclSend(s, send_bytes[p], ncclChar, p, comm_, stream), "send");
+        if (recv_bytes[p] > 0) nccl_check(ncclRecv(r, recv_bytes[p], ncclChar, p, comm_, stream), "recv");
+        s += send_bytes[p];
+        r += recv_bytes[p];
+    }
+    nccl_check(ncclGroupEnd(), "group end");
+}
+
+void nccl_comm::exchange(const std::vector<transfer>& transfers, cudaStream_t stream) {
+    nccl_check(ncclGroupStart(), "group start");
+    for (const transfer& t : transfers) {
+        if (t.bytes == 0) continue;
+        if (t.send)
+            nccl_check(ncclSend(t.data, t.bytes, ncclChar, t.peer, comm_, stream), "send");
+        else
+            nccl_check(ncclRecv(t.data, t.bytes, ncclChar, t.peer, comm_, stream), "recv");
+    }
+    nccl_check(ncclGroupEnd(), "group end");
+}
+
+}  // namespace zmoe::cuda
