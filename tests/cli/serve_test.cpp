@@ -196,6 +196,17 @@ TEST(Serve, HostileClientsGetErrorsWhileOthersAreServed) {
     EXPECT_TRUE(abort_refused);
     EXPECT_TRUE(good_done);
     EXPECT_EQ(good_tokens.size(), 16u);
+    // A frame over the 64 MiB limit: the frontend drops that connection, and keeps serving everyone else.
+    {
+        zmq::socket_t huge(ctx, zmq::socket_type::dealer);
+        huge.set(zmq::sockopt::linger, 0);
+        huge.connect(s.endpoint());
+        huge.send(zmq::buffer(std::string((65u << 20), '\x91')), zmq::send_flags::none);
+        std::this_thread::sleep_for(300ms);
+    }
+    EXPECT_EQ(good.health(5s).status, "ok");
+    good.generate(greedy("after", prompt_of(4), 8));
+    EXPECT_EQ(good.collect("after", 30s).token_ids.size(), 8u);
     s.proc.kill(SIGTERM);
     EXPECT_EQ(s.proc.wait_for(10s).value_or(-1), 0);
 }
