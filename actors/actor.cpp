@@ -9,10 +9,9 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "actors/zmq_poll.hpp"
-
 #include "actors/stop_signals.hpp"
 #include "actors/zmq_context.hpp"
+#include "actors/zmq_poll.hpp"
 #include "base/check.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"

@@ -3,9 +3,8 @@
 #include <cstring>
 #include <zmq.hpp>
 
-#include "actors/zmq_poll.hpp"
-
 #include "actors/zmq_context.hpp"
+#include "actors/zmq_poll.hpp"
 #include "base/check.hpp"
 #include "base/error.hpp"
 #include "messages/envelope.hpp"

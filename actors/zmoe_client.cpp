@@ -5,9 +5,8 @@
 #include <set>
 #include <zmq.hpp>
 
-#include "actors/zmq_poll.hpp"
-
 #include "actors/zmq_context.hpp"
+#include "actors/zmq_poll.hpp"
 #include "base/log.hpp"
 #include "messages/envelope.hpp"
 

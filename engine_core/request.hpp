@@ -9,8 +9,6 @@
 
 namespace zmoe {
 
-
-
 /// A tokenized request, as the frontend hands it over. The id is assigned by the frontend and must be unique among
 /// the requests the scheduler currently holds.
 struct new_request {

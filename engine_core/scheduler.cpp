@@ -9,7 +9,6 @@
 
 namespace zmoe {
 
-
 // Token accounting of one request. `tokens` holds the prompt followed by every generated token the engine core
 // knows. Sent-but-unanswered samples (num_pending, 0..2) extend the sequence by tokens only the worker knows.
 // num_computed counts positions whose KV a sent step writes; it runs ahead of the results, so a request in decode

@@ -19,8 +19,8 @@ constexpr int32_t kPlaceholderToken = -1;
 /// output whatever the batch, the rank or the step timing.
 struct sampling_params {
     float temperature = 0.f;
-    float top_p = 1.f;    ///< (0, 1]
-    int32_t top_k = 0;    ///< 0 = off
+    float top_p = 1.f;  ///< (0, 1]
+    int32_t top_k = 0;  ///< 0 = off
     uint64_t seed = 0;
 };
 
