@@ -1,0 +1,212 @@
+// The CUDA worker backend on one GPU against Hugging Face transformers (fp32 reference logits and greedy tokens of
+// the random-initialised fixtures in tests/fixtures/models): logits, greedy tokens, batching, chunked prefill,
+// expert moves within the GPU, malformed steps, and OLMoE's clip_qkv path.
+//
+// Tolerances. Our forward keeps activations in BF16 (8 significant bits, relative rounding 2^-9 ~ 0.2%) through
+// every layer while the reference is fp32, so last-position logits are compared by max |error| / max |reference|
+// <= kLogitTolerance (4%, about ten BF16 roundings compounding over the fixtures' two layers; the measured
+// error per architecture is printed). Greedy tokens must equal the reference's up to the first step whose
+// reference top-2 margin is below kMinMargin = 0.05: with logits of magnitude ~2-3, a 4% relative error bound is
+// ~0.1 absolute at worst but measured errors are a few hundredths, so a margin of 0.05 separates steps where
+// BF16 cannot flip the argmax from coin tosses; after the first coin toss the continuations legitimately diverge.
+// Runs of our own backend against each other (batched vs alone, chunked vs one-shot) differ only by GEMM
+// algorithm choices for different row counts: logits within 1%, tokens equal until a self margin below 0.02.
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "base/error.hpp"
+#include "cuda_test_util.hpp"
+#include "workers/cuda/cuda_step_executor.hpp"
+#include "workers/expert_placement.hpp"
+
+namespace zmoe::cuda {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace zmoe::cuda::testing;
+using zmoe::testing::step_driver;
+
+constexpr double kLogitTolerance = 0.04;
+constexpr double kMinMargin = 0.05;
+constexpr double kSelfTolerance = 0.01;
+constexpr double kSelfMargin = 0.02;
+
+std::unique_ptr<cuda_step_executor> make_executor(const std::string& dir, const executor_options& o = cuda_options()) {
+    const model_config c = model_config::load(dir);
+    const expert_placement p = expert_placement::make_default(c.num_moe_layers(), c.num_experts, o.world_size);
+    return std::make_unique<cuda_step_executor>(dir, o, p);
+}
+
+class CudaReference : public ::testing::TestWithParam<std::string> {
+  protected:
+    void SetUp() override {
+        dir_ = fixture_dir(GetParam());
+        ASSERT_TRUE(fs::exists(dir_ + "/config.json")) << "fixture " << dir_ << " is missing";
+        prompts_ = load_reference(dir_);
+        ASSERT_FALSE(prompts_.empty()) << dir_ << "/reference.json has no prompts";
+    }
+    std::string dir_;
+    std::vector<ref_prompt> prompts_;
+};
+
+TEST_P(CudaReference, LastLogitsMatchTransformers) {
+    double worst = 0;
+    auto ex = make_executor(dir_);
+    for (int64_t chunk : {int64_t{0}, int64_t{7}}) {
+        for (size_t i = 0; i < prompts_.size(); ++i) {
+            step_driver driver(kBlockSize, chunk);
+            driver.add(i + 100 * chunk, prompts_[i].token_ids, 1);
+            run_all(*ex, driver);
+            const double err = relative_error(driver.seqs()[0].logits.at(0), prompts_[i].last_logits);
+            worst = std::max(worst, err);
+            EXPECT_LE(err, kLogitTolerance)
+                << GetParam() << " prompt " << i << " (" << prompts_[i].token_ids.size() << " tokens), chunk " << chunk;
+        }
+    }
+    std::printf("[cuda] %s: max relative logit error vs transformers %.4g\n", GetParam().c_str(), worst);
+}
+
+TEST_P(CudaReference, GreedyTokensMatchTransformers) {
+    auto ex = make_executor(dir_);
+    step_driver driver(kBlockSize, 0);
+    for (size_t i = 0; i < prompts_.size(); ++i)
+        driver.add(i, prompts_[i].token_ids, static_cast<int64_t>(prompts_[i].greedy.size()));
+    run_all(*ex, driver);
+    size_t total = 0;
+    for (size_t i = 0; i < prompts_.size(); ++i) {
+        const ref_prompt& p = prompts_[i];
+        size_t compared = 0;
+        for (size_t t = 0; t < p.greedy.size(); ++t) {
+            if (p.margins[t] < kMinMargin) break;
+            ASSERT_EQ(driver.seqs()[i].generated[t], p.greedy[t]) << GetParam() << " prompt " << i << " step " << t;
+            ++compared;
+        }
+        total += compared;
+    }
+    EXPECT_GT(total, prompts_.size()) << "too few greedy steps above the margin to mean anything";
+    std::printf("[cuda] %s: %zu greedy tokens equal to transformers\n", GetParam().c_str(), total);
+}
+
+TEST_P(CudaReference, BatchedMatchesAlone) {
+    const int64_t n = 6;
+    auto ex = make_executor(dir_);
+    step_driver batched(kBlockSize, 7);
+    for (size_t i = 0; i < prompts_.size(); ++i) batched.add(i, prompts_[i].token_ids, n);
+    run_all(*ex, batched);
+    for (size_t i = 0; i < prompts_.size(); ++i) {
+        auto solo = make_executor(dir_);
+        step_driver alone(kBlockSize, 7);
+        alone.add(i, prompts_[i].token_ids, n);
+        run_all(*solo, alone);
+        expect_same_run(batched.seqs()[i], alone.seqs()[0], kSelfMargin, kSelfTolerance,
+                        GetParam() + " prompt " + std::to_string(i));
+    }
+}
+
+TEST_P(CudaReference, ChunkedPrefillMatchesOneShot) {
+    std::vector<step_driver> runs;
+    for (int64_t chunk : {int64_t{0}, int64_t{7}, int64_t{16}}) {
+        auto ex = make_executor(dir_);
+        step_driver& d = runs.emplace_back(kBlockSize, chunk);
+        d.add(1, prompts_.back().token_ids, 4);
+        run_all(*ex, d);
+    }
+    expect_same_run(runs[1].seqs()[0], runs[0].seqs()[0], kSelfMargin, kSelfTolerance, GetParam() + " chunk 7");
+    expect_same_run(runs[2].seqs()[0], runs[0].seqs()[0], kSelfMargin, kSelfTolerance, GetParam() + " chunk 16");
+}
+
+// Reversing every layer's slots through apply_expert_moves (device copies on one GPU) changes which slot serves
+// an expert, not what the model computes.
+TEST_P(CudaReference, ExpertMovesWithinTheGpuKeepOutputs) {
+    auto base = make_executor(dir_);
+    auto moved = make_executor(dir_);
+    const model_config& c = moved->config();
+    std::vector<expert_slot_move> moves;
+    for (uint32_t l = 0; l < c.num_moe_layers(); ++l)
+        for (uint32_t s = 0; s < c.num_experts; ++s)
+            moves.push_back(
+                {l, s, static_cast<int32_t>(c.num_experts - 1 - s), 0, static_cast<uint32_t>(c.num_experts - 1 - s)});
+    const uint64_t bytes = moved->apply_expert_moves(moves);
+    EXPECT_EQ(bytes, static_cast<uint64_t>(moves.size()) * expert_bytes(c));
+    EXPECT_EQ(moved->placement().slots(0, 0).front(), c.num_experts - 1);
+    step_driver a(kBlockSize, 7), b(kBlockSize, 7);
+    for (size_t i = 0; i < prompts_.size(); ++i) {
+        a.add(i, prompts_[i].token_ids, 4);
+        b.add(i, prompts_[i].token_ids, 4);
+    }
+    run_all(*base, a);
+    run_all(*moved, b);
+    for (size_t i = 0; i < prompts_.size(); ++i)
+        expect_same_run(b.seqs()[i], a.seqs()[i], kSelfMargin, kSelfTolerance,
+                        GetParam() + " prompt " + std::to_string(i));
+}
+
+TEST_P(CudaReference, MalformedStepsThrowAndTheExecutorCarriesOn) {
+    auto ex = make_executor(dir_);
+    auto step = [](std::vector<int32_t> tokens, std::vector<int32_t> blocks) {
+        step_request r;
+        scheduled_seq s;
+        s.request_id = 7;
+        s.token_ids = std::move(tokens);
+        s.block_table = std::move(blocks);
+        s.do_sample = true;
+        r.seqs.push_back(s);
+        return r;
+    };
+    const auto V = static_cast<int32_t>(ex->config().vocab_size);
+    auto expect_invalid = [&](const step_request& r, const std::string& what) {
+        try {
+            ex->execute(r);
+            ADD_FAILURE() << what << ": no error";
+        } catch (const error& e) {
+            EXPECT_EQ(e.code(), errc::invalid_argument) << what << ": " << e.what();
+        }
+    };
+    expect_invalid(step({V}, {0}), "token outside the vocabulary");
+    expect_invalid(step({kPlaceholderToken}, {0}), "placeholder with nothing sampled before");
+    expect_invalid(step({1, 2}, {static_cast<int32_t>(kNumBlocks)}), "KV block out of range");
+    expect_invalid(step(std::vector<int32_t>(kBlockSize + 1, 3), {0}), "block table too short");
+    const step_result ok = ex->execute(step({1, 2, 3}, {0}));
+    ASSERT_EQ(ok.tokens.size(), 1u);
+    EXPECT_GE(ok.tokens[0].token_id, 0);
+    EXPECT_LT(ok.tokens[0].token_id, V);
+    uint32_t routed = 0;
+    for (uint32_t n : ok.expert_counts) routed += n;
+    EXPECT_EQ(routed, 3u * ex->config().num_experts_per_tok * ex->config().num_moe_layers());
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaReference,
+                         ::testing::Values("qwen3_moe", "qwen3_moe_alt", "qwen2_moe", "qwen2_moe_alt", "mixtral",
+                                           "mixtral_alt", "olmoe", "olmoe_alt"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// OLMoE's clip_qkv takes the unfused q/k norm + clamp path; a clip far above every activation must leave the
+// transformers logits as they are.
+TEST(CudaReferenceClipQkv, UnfusedNormPathMatchesTransformers) {
+    const std::string src = fixture_dir("olmoe");
+    const fs::path dir = fs::temp_directory_path() / ("zmoe_clip_qkv_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    for (const char* f : {"model.safetensors", "generation_config.json"})
+        if (fs::exists(src + "/" + f)) fs::copy_file(src + "/" + f, dir / f, fs::copy_options::overwrite_existing);
+    nlohmann::json cfg = nlohmann::json::parse(std::ifstream(src + "/config.json"));
+    cfg["clip_qkv"] = 1000.0;
+    std::ofstream(dir / "config.json") << cfg.dump();
+    const std::vector<ref_prompt> prompts = load_reference(src);
+    auto ex = make_executor(dir.string());
+    ASSERT_GT(ex->config().clip_qkv, 0.f);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        step_driver driver(kBlockSize, 7);
+        driver.add(i, prompts[i].token_ids, 1);
+        run_all(*ex, driver);
+        EXPECT_LE(relative_error(driver.seqs()[0].logits.at(0), prompts[i].last_logits), kLogitTolerance)
+            << "prompt " << i;
+    }
+    fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace zmoe::cuda

@@ -1,0 +1,124 @@
+#pragma once
+// Shared by the CUDA worker tests: the transformers reference of a fixture, error measures, and driving an
+// executor with the test step driver (tests/workers/step_driver.hpp).
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "step_driver.hpp"
+#include "workers/step_executor.hpp"
+
+namespace zmoe::cuda::testing {
+
+constexpr int64_t kBlockSize = 16;
+constexpr int64_t kNumBlocks = 256;
+
+struct ref_prompt {
+    std::vector<int32_t> token_ids;
+    std::vector<float> last_logits;
+    std::vector<int32_t> greedy;
+    std::vector<double> margins;
+};
+
+/// ZMOE_FIXTURES_DIR from the environment (the GPU machine runs a copy of the tree elsewhere), else the build's.
+inline std::string fixture_dir(const std::string& name) {
+    const char* env = std::getenv("ZMOE_FIXTURES_DIR");
+    return std::string(env && *env ? env : ZMOE_FIXTURES_DIR) + "/models/" + name;
+}
+
+inline std::vector<ref_prompt> load_reference(const std::string& dir) {
+    std::ifstream in(dir + "/reference.json");
+    EXPECT_TRUE(in.good()) << dir << "/reference.json is missing";
+    std::vector<ref_prompt> out;
+    if (!in) return out;
+    const nlohmann::json j = nlohmann::json::parse(in);
+    for (const auto& p : j.at("prompts")) {
+        ref_prompt r;
+        r.token_ids = p.at("token_ids").get<std::vector<int32_t>>();
+        r.last_logits = p.at("last_logits").get<std::vector<float>>();
+        r.greedy = p.at("greedy").get<std::vector<int32_t>>();
+        r.margins = p.at("margins").get<std::vector<double>>();
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+/// max |got - ref| / max |ref|.
+inline double relative_error(const std::vector<float>& got, const std::vector<float>& ref) {
+    double max_err = 0, max_ref = 0;
+    for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
+        max_err = std::max(max_err, std::abs(static_cast<double>(got[i]) - ref[i]));
+        max_ref = std::max(max_ref, std::abs(static_cast<double>(ref[i])));
+    }
+    if (got.size() != ref.size()) return INFINITY;
+    return max_err / std::max(max_ref, 1e-30);
+}
+
+/// Top-1 minus top-2 logit.
+inline double margin(const std::vector<float>& logits) {
+    float a = -INFINITY, b = -INFINITY;
+    for (float x : logits) {
+        if (x > a) {
+            b = a;
+            a = x;
+        } else if (x > b) {
+            b = x;
+        }
+    }
+    return static_cast<double>(a) - b;
+}
+
+inline executor_options cuda_options(int rank = 0, int world = 1, std::string collective_id = {}) {
+    executor_options o;
+    o.device = "cuda";
+    o.rank = rank;
+    o.world_size = world;
+    o.num_kv_blocks = kNumBlocks;
+    o.block_size = kBlockSize;
+    o.collective_id = std::move(collective_id);
+    return o;
+}
+
+inline void run_all(step_executor& ex, zmoe::testing::step_driver& driver) {
+    while (!driver.all_done()) {
+        const step_request r = driver.next();
+        std::vector<std::vector<float>> logits;
+        const step_result res = ex.execute(r, &logits);
+        driver.record(r, res, logits);
+    }
+}
+
+/// Steps `driver` needs to finish (its schedule does not depend on the tokens).
+inline int steps_needed(zmoe::testing::step_driver driver) {
+    int n = 0;
+    while (!driver.all_done()) {
+        const step_request q = driver.next();
+        step_result fake;
+        for (const scheduled_seq& x : q.seqs)
+            if (x.do_sample) fake.tokens.push_back({x.request_id, 0});
+        driver.record(q, fake, std::vector<std::vector<float>>(fake.tokens.size()));
+        ++n;
+    }
+    return n;
+}
+
+/// Expects `got` to generate `want`'s tokens up to the first step where `want`'s own top-2 margin is below
+/// `min_margin` (a near-tie BF16 rounding may flip), and the logits before it within `tolerance`.
+inline void expect_same_run(const zmoe::testing::driven_seq& got, const zmoe::testing::driven_seq& want,
+                            double min_margin, double tolerance, const std::string& what) {
+    ASSERT_EQ(got.generated.size(), want.generated.size()) << what;
+    for (size_t t = 0; t < want.generated.size(); ++t) {
+        EXPECT_LE(relative_error(got.logits[t], want.logits[t]), tolerance) << what << " step " << t;
+        if (margin(want.logits[t]) < min_margin) return;
+        ASSERT_EQ(got.generated[t], want.generated[t]) << what << " step " << t;
+    }
+}
+
+}  // namespace zmoe::cuda::testing
