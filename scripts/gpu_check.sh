@@ -47,7 +47,8 @@ done
 SH
   cat >.device/check_generate.py <<'PY'
 # make MODEL: one greedy request per reference prompt; check MODEL OUT: tokens equal to the reference up to the
-# first step whose reference top-2 margin is below 0.05 (BF16 cannot be expected to settle closer calls).
+# first step whose reference top-2 margin is below 0.1 (BF16 activations cannot settle closer calls; see
+# tests/workers_cuda/cuda_reference_test.cpp).
 import json, sys
 ref = json.load(open(sys.argv[2] + "/reference.json"))["prompts"]
 if sys.argv[1] == "make":
@@ -63,7 +64,7 @@ bad, compared = [], 0
 for i, p in enumerate(ref):
     got = out[i]["token_ids"] if i < len(out) else []
     for t, want in enumerate(p["greedy"]):
-        if p["margins"][t] < 0.05: break
+        if p["margins"][t] < 0.1: break
         if t >= len(got) or got[t] != want:
             bad.append(f"prompt {i} step {t}: {got[t] if t < len(got) else None} != {want}"); break
         compared += 1

@@ -4,11 +4,12 @@
 //
 // Tolerances. Our forward keeps activations in BF16 (8 significant bits, relative rounding 2^-9 ~ 0.2%) through
 // every layer while the reference is fp32, so last-position logits are compared by max |error| / max |reference|
-// <= kLogitTolerance (4%, about ten BF16 roundings compounding over the fixtures' two layers; the measured
-// error per architecture is printed). Greedy tokens must equal the reference's up to the first step whose
-// reference top-2 margin is below kMinMargin = 0.05: with logits of magnitude ~2-3, a 4% relative error bound is
-// ~0.1 absolute at worst but measured errors are a few hundredths, so a margin of 0.05 separates steps where
-// BF16 cannot flip the argmax from coin tosses; after the first coin toss the continuations legitimately diverge.
+// <= kLogitTolerance (4%, about ten BF16 roundings compounding over the fixtures' two layers; measured on H100:
+// 0.8% (olmoe) to 1.9% (mixtral), printed per fixture). Greedy tokens must equal the reference's up to the first
+// step whose reference top-2 margin is below kMinMargin = 0.1: the fixtures' logits reach |2.9|, so the worst
+// measured relative error is ~0.05 absolute per logit, and a flip needs the top two to move ~margin/2 apart in
+// opposite directions; decode steps also compound the BF16 KV cache. (At 0.05, qwen3_moe flipped one step whose
+// reference margin is 0.084.) After the first such near-tie the continuations legitimately diverge.
 // Runs of our own backend against each other (batched vs alone, chunked vs one-shot) differ only by GEMM
 // algorithm choices for different row counts: logits within 1%, tokens equal until a self margin below 0.02.
 
@@ -31,7 +32,7 @@ using namespace zmoe::cuda::testing;
 using zmoe::testing::step_driver;
 
 constexpr double kLogitTolerance = 0.04;
-constexpr double kMinMargin = 0.05;
+constexpr double kMinMargin = 0.1;
 constexpr double kSelfTolerance = 0.01;
 constexpr double kSelfMargin = 0.02;
 
