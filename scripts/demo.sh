@@ -23,12 +23,13 @@ for _ in $(seq 1 600); do
   sleep 0.2
 done
 echo "== streaming a reply (interactive client; the model is random, so is its text)"
-echo "Hello! What is a mixture-of-experts model?" | $zmoe client --endpoint "$endpoint" --interactive --max-tokens 32
+echo "Hello! What is a mixture-of-experts model?" | $zmoe client --endpoint "$endpoint" --interactive --max-tokens 32 --temperature 0.8
 echo "== the same request through the JSONL client"
 echo '{"prompt": "Hello! What is a mixture-of-experts model?", "max_tokens": 32}' |
   $zmoe client --endpoint "$endpoint" --input - --output -
 echo "== metrics"
-$zmoe ctl metrics --endpoint "$endpoint" | head -40
+$zmoe ctl metrics --endpoint "$endpoint" >"$model/.metrics.txt"
+head -n 40 "$model/.metrics.txt"
 echo "== stopping the server"
 kill -TERM $server
 trap - EXIT
