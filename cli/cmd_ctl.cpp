@@ -73,9 +73,9 @@ int cmd_ctl(int argc, char** argv) {
         const int workers = static_cast<int>(all["engine_core"]["gauges"].value("workers", 1.0));
         std::cout << "rebalances: " << c.value("eplb_rebalances", 0.0)
                   << "  expert moves: " << c.value("eplb_expert_moves", 0.0)
-                  << "  bytes moved: " << c.value("eplb_bytes_moved", 0.0)
-                  << "  balancedness: " << g.value("eplb_balancedness_before", 1.0) << " -> "
-                  << g.value("eplb_balancedness_after", 1.0) << "\n";
+                  << "  bytes moved: " << c.value("eplb_bytes_moved", 0.0) << "\nlast rebalance: balancedness "
+                  << g.value("eplb_balancedness_before", 1.0) << " -> " << g.value("eplb_balancedness_after", 1.0)
+                  << "; current placement on the latest window: " << g.value("eplb_balancedness_current", 1.0) << "\n";
         for (size_t l = 0; l < placement.size(); ++l) {
             const auto& row = placement[l];
             const size_t per_rank = row.size() / std::max(1, workers);

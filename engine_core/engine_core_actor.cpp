@@ -322,6 +322,12 @@ void engine_core_actor::maybe_rebalance() {
         ZMOE_LOG(warn, "engine core: EPLB skipped: " << e.what());
         return;
     }
+    // The current placement on the latest window, every evaluation; before/after figures of adopted rebalances.
+    metrics_.gauge_set("eplb_balancedness_current", plan.balancedness_before);
+    if (plan.changed_layers.empty()) {
+        metrics_.counter_add("eplb_rebalances_skipped");
+        return;
+    }
     metrics_.gauge_set("eplb_balancedness_before", plan.balancedness_before);
     metrics_.gauge_set("eplb_balancedness_after", plan.balancedness_after);
     for (size_t l = 0; l < load.size(); ++l) {
@@ -329,10 +335,6 @@ void engine_core_actor::maybe_rebalance() {
                            layer_balancedness(load[l], placement_->physical_to_logical[l], options_.num_workers));
         metrics_.gauge_set("eplb_layer_balancedness_after{layer=\"" + std::to_string(l) + "\"}",
                            layer_balancedness(load[l], plan.placement.physical_to_logical[l], options_.num_workers));
-    }
-    if (plan.changed_layers.empty()) {
-        metrics_.counter_add("eplb_rebalances_skipped");
-        return;
     }
     const auto moves = plan_expert_moves(*placement_, plan.placement, options_.num_nodes);
     worker_expert_move msg;
