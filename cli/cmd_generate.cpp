@@ -35,6 +35,7 @@ int cmd_generate(int argc, char** argv) {
         return 0;
     }
     po::notify(vm);
+    f.default_workers_to_gpus(vm);
     zmoe::log_set_name("generate");
     auto requests = zmoe::cli::read_requests(input);
 

@@ -39,6 +39,7 @@ int cmd_serve(int argc, char** argv) {
         return 0;
     }
     po::notify(vm);
+    f.default_workers_to_gpus(vm);
     zmoe::log_set_name("serve");
     zmoe::install_stop_signal_handlers();
 

@@ -1,6 +1,8 @@
 #include "cli/engine_flags.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 namespace po = boost::program_options;
@@ -9,7 +11,7 @@ namespace zmoe::cli {
 
 void engine_flags::add_engine_options(po::options_description& d) {
     d.add_options()("model", po::value(&model)->required(), "checkpoint directory (config.json, *.safetensors)")(
-        "workers", po::value(&workers)->default_value(workers), "worker processes (expert-parallel ranks)")(
+        "workers", po::value(&workers)->default_value(workers), "worker processes (expert-parallel ranks); with --device cuda, default: one per visible GPU")(
         "device", po::value(&device)->default_value(device), "cpu or cuda")(
         "max-num-batched-tokens", po::value(&max_num_batched_tokens)->default_value(max_num_batched_tokens),
         "token budget per rank per step")("max-num-seqs", po::value(&max_num_seqs)->default_value(max_num_seqs),
@@ -33,7 +35,9 @@ void engine_flags::add_engine_options(po::options_description& d) {
 void engine_flags::add_worker_options(po::options_description& d) {
     d.add_options()("threads", po::value(&threads)->default_value(threads),
                     "CPU threads per worker (0 = cores / workers)")(
-        "kv-cache-mb", po::value(&kv_cache_mb)->default_value(kv_cache_mb), "KV cache budget per worker, MiB");
+        "kv-cache-mb", po::value(&kv_cache_mb)->default_value(kv_cache_mb), "CPU: KV cache budget per worker, MiB")(
+        "gpu-memory-utilization", po::value(&gpu_memory_utilization)->default_value(gpu_memory_utilization, "0.9"),
+        "CUDA: fraction of each GPU's memory for weights + KV cache");
 }
 
 std::vector<std::string> engine_flags::engine_core_args() const {
@@ -73,6 +77,22 @@ std::vector<std::string> engine_flags::worker_args() const {
             "--threads",      std::to_string(threads_per_worker()),
             "--kv-cache-mb",  std::to_string(kv_cache_mb),
             "--heartbeat-ms", std::to_string(heartbeat_ms)};
+}
+
+void engine_flags::default_workers_to_gpus(const po::variables_map& vm) {
+    if (device != "cuda" || !vm["workers"].defaulted()) return;
+    int n = 0;
+    if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
+        std::string v = visible;
+        if (!v.empty()) n = 1 + static_cast<int>(std::count(v.begin(), v.end(), ','));
+    } else {
+        std::error_code ec;
+        for (const auto& e : std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+            (void)e;
+            ++n;
+        }
+    }
+    if (n > 0) workers = n;
 }
 
 int engine_flags::threads_per_worker() const {

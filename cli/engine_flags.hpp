@@ -27,6 +27,7 @@ struct engine_flags {
     int heartbeat_ms = 1000;
     int threads = 0;  ///< CPU kernel threads per worker; 0 = the cores divided among the workers
     int64_t kv_cache_mb = 256;
+    double gpu_memory_utilization = 0.9;
 
     /// Options of the engine core's scheduler, EPLB and liveness.
     void add_engine_options(boost::program_options::options_description& d);
@@ -37,6 +38,9 @@ struct engine_flags {
     std::vector<std::string> worker_args() const;
     /// Threads each worker should use when `threads` is 0.
     int threads_per_worker() const;
+    /// With --device cuda and no --workers given: one worker per visible GPU, counted without initialising CUDA
+    /// (CUDA_VISIBLE_DEVICES, else /proc/driver/nvidia/gpus), so the launching process can still fork+exec.
+    void default_workers_to_gpus(const boost::program_options::variables_map& vm);
 };
 
 }  // namespace zmoe::cli

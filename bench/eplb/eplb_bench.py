@@ -69,19 +69,22 @@ def main():
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1, help="CPU threads per worker")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--model", help="use this checkpoint instead of writing a skewed demo one")
     ap.add_argument("--json")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="zmoe-eplb-")
-    model = os.path.join(tmp, "skewed")
-    subprocess.run([args.zmoe, "make-demo", "--out", model, "--experts", str(args.experts), "--layers",
-                    str(args.layers), "--router-skew", str(args.skew)], check=True, stdout=subprocess.DEVNULL)
+    model = args.model or os.path.join(tmp, "skewed")
+    if not args.model:
+        subprocess.run([args.zmoe, "make-demo", "--out", model, "--experts", str(args.experts), "--layers",
+                        str(args.layers), "--router-skew", str(args.skew)], check=True, stdout=subprocess.DEVNULL)
     rng = random.Random(0)
     reqs = os.path.join(tmp, "requests.jsonl")
     with open(reqs, "w") as f:
         for _ in range(args.requests):
             ids = [rng.randrange(1000, 100000) for _ in range(rng.randrange(8, 64))]
             f.write(json.dumps({"prompt_token_ids": ids, "max_tokens": args.max_tokens, "ignore_eos": True}) + "\n")
-    common = ["--threads", str(args.threads)]
+    common = ["--threads", str(args.threads), "--device", args.device]
     base_m, base_wall, base_tokens = run_generate(args.zmoe, model, reqs, args.workers, common, tmp, "base")
     eplb_m, eplb_wall, eplb_tokens = run_generate(
         args.zmoe, model, reqs, args.workers,
@@ -110,11 +113,11 @@ def main():
         ("wall s (incl. start-up)", f"{base_wall:.2f}", f"{eplb_wall:.2f}"),
         ("tokens identical", "", str(base_tokens == eplb_tokens)),
     ]
-    print(f"EPLB bench: {L} MoE layers x {E} experts (skew {args.skew}), {N} CPU workers, {args.requests} requests x "
+    print(f"EPLB bench: {L} MoE layers x {E} experts (skew {args.skew}), {N} {args.device} workers, {args.requests} requests x "
           f"{args.max_tokens} tokens")
     for r in rows:
         print(f"  {r[0]:<34} {r[1]:<24} {r[2]}")
-    result = {"layers": L, "experts": E, "workers": N, "redundant": args.redundant, "skew": args.skew,
+    result = {"device": args.device, "layers": L, "experts": E, "workers": N, "redundant": args.redundant, "skew": args.skew,
               "balancedness_fixed": base_bal, "balancedness_eplb_final": eplb_bal_end,
               "eplb_last_before": g.get("eplb_balancedness_before"), "eplb_last_after": g.get("eplb_balancedness_after"),
               "rebalances": c.get("eplb_rebalances", 0), "expert_moves": c.get("eplb_expert_moves", 0),
