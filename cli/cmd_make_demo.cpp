@@ -87,6 +87,8 @@ int cmd_make_demo(int argc, char** argv) {
         "tokenizer", po::value(&tokenizer_dir)->default_value("third_party/tokenizers/qwen3"),
         "directory holding tokenizer.json (+ tokenizer_config.json) to pair the checkpoint with")(
         "layers", po::value(&layers)->default_value(layers), "decoder layers")(
+        "hidden", po::value(&hidden)->default_value(hidden), "hidden size (a multiple of 64)")(
+        "moe-intermediate", po::value(&moe_inter)->default_value(moe_inter), "expert FFN size")(
         "experts", po::value(&experts)->default_value(experts), "routed experts per layer")(
         "router-skew", po::value(&router_skew)->default_value(router_skew),
         "skew the routers towards low expert ids (Zipf-like; 0 = uniform random), to exercise EPLB");
@@ -147,11 +149,14 @@ int cmd_make_demo(int argc, char** argv) {
 
     std::vector<tensor_spec> specs;
     // With --router-skew, every token embedding shares a component along u and expert e's router row leans
-    // towards u by router_skew * 8 / (e + 1): low expert ids win most routings, as hot experts do in real models.
+    // towards u in proportion to router_skew / (e + 1): low expert ids win most routings, as hot experts do.
     std::vector<float> embed_offset, gate_offset;
     if (router_skew > 0.f) {
-        embed_offset.assign(vocab, 4.f);
-        for (int e = 0; e < experts; ++e) gate_offset.push_back(router_skew * 8.f / static_cast<float>(e + 1));
+        // Offsets scale with sqrt(hidden) so the skew means the same at any width (8 and 4 at hidden 64).
+        const float root = std::sqrt(static_cast<float>(hidden));
+        embed_offset.assign(vocab, 0.5f * root);
+        for (int e = 0; e < experts; ++e)
+            gate_offset.push_back(router_skew * 64.f / (static_cast<float>(e + 1) * root));
     }
     specs.push_back({"model.embed_tokens.weight", {vocab, hidden}, 0.5f, embed_offset});
     specs.push_back({"model.norm.weight", {hidden}, 0.f});

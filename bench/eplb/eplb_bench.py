@@ -64,6 +64,8 @@ def main():
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--experts", type=int, default=16)
     ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--moe-intermediate", type=int, default=64)
     ap.add_argument("--redundant", type=int, default=4)
     ap.add_argument("--skew", type=float, default=0.5)
     ap.add_argument("--requests", type=int, default=64)
@@ -77,7 +79,8 @@ def main():
     model = args.model or os.path.join(tmp, "skewed")
     if not args.model:
         subprocess.run([args.zmoe, "make-demo", "--out", model, "--experts", str(args.experts), "--layers",
-                        str(args.layers), "--router-skew", str(args.skew)], check=True, stdout=subprocess.DEVNULL)
+                        str(args.layers), "--router-skew", str(args.skew), "--hidden", str(args.hidden),
+                        "--moe-intermediate", str(args.moe_intermediate)], check=True, stdout=subprocess.DEVNULL)
     rng = random.Random(0)
     reqs = os.path.join(tmp, "requests.jsonl")
     with open(reqs, "w") as f:
@@ -113,11 +116,11 @@ def main():
         ("wall s (incl. start-up)", f"{base_wall:.2f}", f"{eplb_wall:.2f}"),
         ("tokens identical", "", str(base_tokens == eplb_tokens)),
     ]
-    print(f"EPLB bench: {L} MoE layers x {E} experts (skew {args.skew}), {N} {args.device} workers, {args.requests} requests x "
+    print(f"EPLB bench: hidden {args.hidden}, expert FFN {args.moe_intermediate}, {L} MoE layers x {E} experts (skew {args.skew}), {N} {args.device} workers, {args.requests} requests x "
           f"{args.max_tokens} tokens")
     for r in rows:
         print(f"  {r[0]:<34} {r[1]:<24} {r[2]}")
-    result = {"device": args.device, "layers": L, "experts": E, "workers": N, "redundant": args.redundant, "skew": args.skew,
+    result = {"device": args.device, "hidden": args.hidden, "moe_intermediate": args.moe_intermediate, "layers": L, "experts": E, "workers": N, "redundant": args.redundant, "skew": args.skew,
               "balancedness_fixed": base_bal, "balancedness_eplb_final": eplb_bal_end,
               "eplb_last_before": g.get("eplb_balancedness_before"), "eplb_last_after": g.get("eplb_balancedness_after"),
               "rebalances": c.get("eplb_rebalances", 0), "expert_moves": c.get("eplb_expert_moves", 0),
