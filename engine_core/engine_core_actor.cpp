@@ -325,7 +325,7 @@ void engine_core_actor::maybe_rebalance() {
     // The current placement on the latest window, every evaluation; before/after figures of adopted rebalances.
     metrics_.gauge_set("eplb_balancedness_current", plan.balancedness_before);
     if (plan.changed_layers.empty()) {
-        metrics_.counter_add("eplb_rebalances_skipped");
+        metrics_.counter_add("eplb_plans_not_adopted");  // no layer improved: the placement stays
         return;
     }
     metrics_.gauge_set("eplb_balancedness_before", plan.balancedness_before);
@@ -359,8 +359,9 @@ void engine_core_actor::handle_move_done(const worker_expert_move_done& m) {
     if (!move_acks_pending_.erase(m.rank)) return;
     metrics_.counter_add("eplb_bytes_moved", static_cast<double>(m.bytes_moved));
     if (!move_acks_pending_.empty()) return;
+    // The one metric whose name says "rebalance": completed rebalances (every rank installed the moves).
     metrics_.counter_add("eplb_rebalances");
-    metrics_.observe("eplb_rebalance_ms", ms_since(move_started_at_));
+    metrics_.observe("eplb_move_ms", ms_since(move_started_at_));
     pump();
 }
 
