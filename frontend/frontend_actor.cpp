@@ -152,8 +152,8 @@ void frontend_actor::on_client_message(const inbound_message& msg) {
                 r.model = std::filesystem::path(options_.model_dir).filename().string();
                 r.num_workers = engine_ready_ ? welcome_.num_workers : options_.num_workers;
                 r.num_workers_alive = engine_failed_ ? 0 : engine_ready_ ? welcome_.num_workers : 0;
-                r.num_running = static_cast<uint32_t>(live_.size());
-                r.num_waiting = 0;
+                // Running: producing tokens; waiting: accepted, no token yet (queued or in prefill).
+                for (const auto& [id, lr] : live_) ++(lr.first_token_seen ? r.num_running : r.num_waiting);
                 r.uptime_s = ms_between(started_at_, clock_type::now()) / 1000.0;
                 r.version = kVersion;
                 r.detail = engine_failure_;
