@@ -354,3 +354,34 @@ TEST(Serve, KilledClientLosesNothingOfOthersAndItsRequestsAreReaped) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Serve, KilledEngineCoreFailsEveryRequestAndServeExitsNonZero) {
+    server s({"--workers", "1", "--heartbeat-ms", "200", "--failure-grace-ms", "1000", "--max-num-seqs", "1"});
+    zmoe::zmoe_client client(s.endpoint());
+    for (int k = 0; k < 4; ++k) client.generate(greedy(std::to_string(k), prompt_of(k), 400));
+    std::this_thread::sleep_for(200ms);
+    const auto victims = find_processes(s.proc.pid(), {" engine-core "});
+    ASSERT_EQ(victims.size(), 1u);
+    const auto killed_at = std::chrono::steady_clock::now();
+    kill(victims[0], SIGKILL);
+    int ended = 0;
+    while (ended < 4) {
+        auto ev = client.next_any(5s);
+        ASSERT_TRUE(ev.has_value()) << "a request was left hanging after the engine core died";
+        if (auto* e = std::get_if<zmoe::client_error>(&*ev)) {
+            ++ended;
+            EXPECT_EQ(e->code, zmoe::errc::peer_dead) << e->message;
+        } else if (std::get<zmoe::client_delta>(*ev).finished) {
+            ++ended;
+        }
+    }
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+    EXPECT_LT(waited, 3 * 0.2 + 1.5) << "failure detected too late";
+    const auto st = s.proc.wait_for(15s);
+    ASSERT_TRUE(st.has_value());
+    EXPECT_NE(*st, 0);
+}
+
+}  // namespace
