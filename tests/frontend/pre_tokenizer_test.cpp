@@ -94,6 +94,47 @@ TEST(PreTokenizer, UnsupportedTypesAreNamed) {
     }
 }
 
+json metaspace_json(const std::string& scheme, bool split_pieces) {
+    return json{
+        {"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", scheme}, {"split", split_pieces}};
+}
+
+std::vector<std::string> split_at(const pre_tokenizer& p, std::string_view text, bool at_input_start) {
+    std::vector<std::string_view> pieces;
+    std::deque<std::string> storage;
+    p.split(text, pieces, storage, at_input_start);
+    return {pieces.begin(), pieces.end()};
+}
+
+// Checked against HF `tokenizers` 0.23's Metaspace pre-tokenizer.
+TEST(PreTokenizer, MetaspaceReplacesPrependsAndSplits) {
+    const std::string m = "\xE2\x96\x81";  // "▁"
+    const auto always = pre_tokenizer::from_json(metaspace_json("always", true));
+    EXPECT_EQ(split(always, "hi  there" + m + "x"), (strings{m + "hi", m, m + "there", m + "x"}));
+    // A leading space is the prepended replacement already.
+    EXPECT_EQ(split(always, " Hello  world " + m + "x"), (strings{m + "Hello", m, m + "world", m, m + "x"}));
+    const auto never = pre_tokenizer::from_json(metaspace_json("never", true));
+    EXPECT_EQ(split(never, "hi there"), (strings{"hi", m + "there"}));
+    const auto first = pre_tokenizer::from_json(metaspace_json("first", false));
+    EXPECT_EQ(split_at(first, "hi there", true), (strings{m + "hi" + m + "there"}));
+    EXPECT_EQ(split_at(first, "hi there", false), (strings{"hi" + m + "there"}));  // text after an added token
+    EXPECT_EQ(split_at(first, m + m + "a b", true), (strings{m + m + "a" + m + "b"}));
+    // In a Sequence, "first" means the piece that starts the text, not the first piece of every earlier piece.
+    const auto seq = pre_tokenizer::from_json(json{
+        {"type", "Sequence"}, {"pretokenizers", {split_json("Isolated", false, ","), metaspace_json("first", true)}}});
+    EXPECT_EQ(split(seq, "a,b c"), (strings{m + "a", ",", "b", m + "c"}));
+}
+
+TEST(PreTokenizer, MetaspaceLegacyAddPrefixSpace) {
+    const std::string m = "\xE2\x96\x81";
+    json legacy{{"type", "Metaspace"}, {"replacement", m}, {"add_prefix_space", true}};
+    EXPECT_EQ(split(pre_tokenizer::from_json(legacy), "a b"), (strings{m + "a", m + "b"}));
+    legacy["add_prefix_space"] = false;  // HF refuses false unless prepend_scheme is never
+    EXPECT_THROW(pre_tokenizer::from_json(legacy), error);
+    legacy["prepend_scheme"] = "never";
+    EXPECT_EQ(split(pre_tokenizer::from_json(legacy), "a b"), (strings{"a", m + "b"}));
+}
+
 TEST(PreTokenizer, BadRegexIsAnError) {
     EXPECT_THROW(pre_tokenizer::from_json(split_json("Isolated", false, "(unclosed")), error);
 }
