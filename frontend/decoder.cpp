@@ -98,7 +98,7 @@ decoder decoder::from_json(const nlohmann::json& j) {
     }
     // SentencePiece style: Replace* ByteFallback? Fuse? Strip?, in this order (the only order whose result zmoe can
     // produce token by token: per-token rewrites, then byte runs, then edits of the fused text's start).
-    d.kind_ = kind::pieces;
+    d.kind_ = kind::sentencepiece;
     static const char* const kOrder[] = {"Replace", "ByteFallback", "Fuse", "Strip"};
     int last = -1;
     bool fuse = false;
@@ -160,7 +160,7 @@ void decoder::set_vocabulary(const std::vector<std::string>& spellings) {
                 bytes_[id] = replace_all(s, metaspace_replacement_, " ");
                 if (metaspace_strip_first_) first_bytes_[id] = replace_all(s, metaspace_replacement_, "");
                 break;
-            case kind::pieces: {
+            case kind::sentencepiece: {
                 std::string t = s;
                 for (const auto& r : replaces_) t = std::string(r.apply(t, storage));
                 const int b = byte_fallback_ ? fallback_byte(t) : -1;
@@ -250,7 +250,7 @@ void decoder::stream::push(int32_t id, std::string& out) {
             out.append(first && d.metaspace_strip_first_ ? std::string_view(d.first_bytes_[static_cast<size_t>(id)])
                                                          : bytes);
             return;
-        case kind::pieces:
+        case kind::sentencepiece:
             break;
     }
     if (!d.is_fallback_[static_cast<size_t>(id)]) {
@@ -285,7 +285,7 @@ void decoder::stream::push(int32_t id, std::string& out) {
 }
 
 void decoder::stream::finish(std::string& out) {
-    if (d_->kind_ == kind::pieces) {
+    if (d_->kind_ == kind::sentencepiece) {
         end_run(out);
     } else {
         utf8::append_lossy(out, pending_);

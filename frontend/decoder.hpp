@@ -28,7 +28,7 @@ namespace zmoe {
 
 class decoder {
   public:
-    enum class kind { join_with_space, byte_level, pieces, metaspace };
+    enum class kind { join_with_space, byte_level, sentencepiece, metaspace };
 
     /// Builds from the "decoder" value of tokenizer.json (null: join_with_space).
     static decoder from_json(const nlohmann::json& j);
@@ -78,9 +78,9 @@ class decoder {
 
   private:
     kind kind_ = kind::join_with_space;
-    std::vector<replace_rule> replaces_;  // pieces: applied to every spelling, in order
+    std::vector<replace_rule> replaces_;  // sentencepiece: applied to every spelling, in order
     bool byte_fallback_ = false;
-    std::string strip_content_;  // pieces: the Strip character (empty: no Strip)
+    std::string strip_content_;  // sentencepiece: the Strip character (empty: no Strip)
     int32_t strip_start_ = 0;
     std::string metaspace_replacement_;
     bool metaspace_strip_first_ = false;  // metaspace: the first token drops its replacements
