@@ -181,7 +181,13 @@ void engine_core_actor::handle_ready(int32_t rank, const worker_ready& m) {
         // The initial placement both sides derive from the welcome (docs/protocol.md): E + R slots, slot p holds
         // logical expert p mod E.
         const int32_t num_experts = static_cast<int32_t>(model_facts_.num_experts);
-        const int32_t num_slots = num_experts + static_cast<int32_t>(options_.eplb.num_redundant_experts);
+        // Rounded up so every rank holds as many slots (extra replicas when E + R does not split evenly).
+        const int32_t wanted = num_experts + static_cast<int32_t>(options_.eplb.num_redundant_experts);
+        const int32_t num_slots = (wanted + options_.num_workers - 1) / options_.num_workers * options_.num_workers;
+        if (num_slots != wanted)
+            ZMOE_LOG(info, "engine core: " << num_slots - num_experts << " redundant expert slot(s) per layer so "
+                                           << num_slots << " slots split evenly over " << options_.num_workers
+                                           << " workers");
         expert_placement p;
         p.num_experts = num_experts;
         p.num_ranks = options_.num_workers;

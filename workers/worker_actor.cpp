@@ -55,14 +55,15 @@ uint64_t host_free_memory() {
     return 0;
 }
 
-/// The initial placement of the protocol (docs/protocol.md, welcome): E + R slots, slot p holds logical expert
-/// p mod E, split contiguously across ranks; or the engine core's explicit one.
+/// The initial placement of the protocol (docs/protocol.md, welcome): E + R slots rounded up to a multiple of the
+/// world size, slot p holding logical expert p mod E, split contiguously across ranks; or the engine core's own.
 expert_placement initial_placement(const model_config& cfg, const worker_welcome& w) {
     const int64_t num_layers = cfg.num_moe_layers();
     const int64_t num_experts = cfg.num_experts;
     std::vector<std::vector<int32_t>> rows = w.expert_placement;
     if (rows.empty()) {
-        const int64_t num_slots = num_experts + w.eplb.num_redundant_experts;
+        const int64_t wanted = num_experts + w.eplb.num_redundant_experts;
+        const int64_t num_slots = (wanted + w.world_size - 1) / w.world_size * w.world_size;  // even split
         for (int64_t l = 0; l < num_layers; ++l) {
             std::vector<int32_t> row(num_slots);
             for (int64_t s = 0; s < num_slots; ++s) row[s] = static_cast<int32_t>(s % num_experts);
