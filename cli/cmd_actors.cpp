@@ -15,6 +15,7 @@
 #include "base/log.hpp"
 #include "cli/command.hpp"
 #include "cli/engine_flags.hpp"
+#include "cli/options.hpp"
 #include "engine_core/engine_core_actor.hpp"
 #include "frontend/frontend_actor.hpp"
 #include "workers/worker_actor.hpp"
@@ -34,14 +35,8 @@ void follow_parent() {
 }
 
 bool parse(int argc, char** argv, po::options_description& opts) {
-    opts.add_options()("help,h", "show this help");
     po::variables_map vm;
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    if (vm.count("help")) {
-        std::cout << opts << "\n";
-        return false;
-    }
-    po::notify(vm);
+    if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return false;
     follow_parent();
     return true;
 }

@@ -8,6 +8,7 @@
 #include "actors/zmoe_client.hpp"
 #include "base/error.hpp"
 #include "cli/command.hpp"
+#include "cli/options.hpp"
 #include "cli/request_io.hpp"
 
 namespace po = boost::program_options;
@@ -63,12 +64,7 @@ int cmd_client(int argc, char** argv) {
         "temperature", po::value(&temperature)->default_value(temperature), "interactive: 0 = greedy")(
         "timeout", po::value(&timeout_s)->default_value(timeout_s), "seconds without any answer before giving up");
     po::variables_map vm;
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    if (vm.count("help")) {
-        std::cout << opts << "\n";
-        return 0;
-    }
-    po::notify(vm);
+    if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
     zmoe::zmoe_client client(endpoint);
     if (is_interactive) return interactive(client, max_tokens, temperature, timeout_s);
     auto requests = zmoe::cli::read_requests(input);

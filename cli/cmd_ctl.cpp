@@ -9,6 +9,7 @@
 #include "base/error.hpp"
 #include "base/metrics.hpp"
 #include "cli/command.hpp"
+#include "cli/options.hpp"
 
 namespace po = boost::program_options;
 
@@ -27,12 +28,7 @@ int cmd_ctl(int argc, char** argv) {
     po::positional_options_description pos;
     pos.add("what", 1);
     po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(opts).positional(pos).run(), vm);
-    if (vm.count("help")) {
-        std::cout << opts << "\n";
-        return 0;
-    }
-    po::notify(vm);
+    if (!zmoe::cli::parse_options(argc, argv, opts, vm, &pos)) return 0;
     zmoe::zmoe_client client(endpoint);
     const auto timeout = std::chrono::milliseconds(timeout_ms);
     if (what == "health") {

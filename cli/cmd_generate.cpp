@@ -11,6 +11,7 @@
 #include "cli/command.hpp"
 #include "cli/engine_flags.hpp"
 #include "cli/local_cluster.hpp"
+#include "cli/options.hpp"
 #include "cli/request_io.hpp"
 
 namespace po = boost::program_options;
@@ -29,12 +30,7 @@ int cmd_generate(int argc, char** argv) {
     f.add_engine_options(opts);
     f.add_worker_options(opts);
     po::variables_map vm;
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    if (vm.count("help")) {
-        std::cout << opts << "\n";
-        return 0;
-    }
-    po::notify(vm);
+    if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
     f.default_workers_to_gpus(vm);
     zmoe::log_set_name("generate");
     auto requests = zmoe::cli::read_requests(input);

@@ -17,6 +17,7 @@
 
 #include "base/error.hpp"
 #include "cli/command.hpp"
+#include "cli/options.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -93,12 +94,7 @@ int cmd_make_demo(int argc, char** argv) {
         "router-skew", po::value(&router_skew)->default_value(router_skew),
         "skew the routers towards low expert ids (Zipf-like; 0 = uniform random), to exercise EPLB");
     po::variables_map vm;
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    if (vm.count("help")) {
-        std::cout << opts << "\n";
-        return 0;
-    }
-    po::notify(vm);
+    if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
 
     const fs::path tok_json = fs::path(tokenizer_dir) / "tokenizer.json";
     std::ifstream tok_in(tok_json);

@@ -14,6 +14,7 @@
 
 #include "base/error.hpp"
 #include "cli/command.hpp"
+#include "cli/options.hpp"
 #include "frontend/tokenizer.hpp"
 
 namespace {
@@ -35,16 +36,7 @@ bool parse_options(int argc, char** argv, const char* what, bool detokenize, opt
     if (detokenize)
         desc.add_options()("skip-special-tokens", po::bool_switch(&opt.skip_special), "drop special tokens");
     po::variables_map vm;
-    try {
-        po::store(po::parse_command_line(argc, argv, desc), vm);
-        if (vm.count("help")) {
-            std::cout << desc << "\n";
-            return false;
-        }
-        po::notify(vm);
-    } catch (const po::error& e) {
-        throw zmoe::error(zmoe::errc::invalid_argument, std::string(e.what()) + " (see --help)");
-    }
+    if (!zmoe::cli::parse_options(argc, argv, desc, vm)) return false;
     return true;
 }
 

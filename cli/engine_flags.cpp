@@ -11,7 +11,8 @@ namespace zmoe::cli {
 
 void engine_flags::add_engine_options(po::options_description& d) {
     d.add_options()("model", po::value(&model)->required(), "checkpoint directory (config.json, *.safetensors)")(
-        "workers", po::value(&workers)->default_value(workers), "worker processes (expert-parallel ranks); with --device cuda, default: one per visible GPU")(
+        "workers", po::value(&workers)->default_value(workers),
+        "worker processes (expert-parallel ranks); with --device cuda, default: one per visible GPU")(
         "device", po::value(&device)->default_value(device), "cpu or cuda")(
         "max-num-batched-tokens", po::value(&max_num_batched_tokens)->default_value(max_num_batched_tokens),
         "token budget per rank per step")("max-num-seqs", po::value(&max_num_seqs)->default_value(max_num_seqs),
