@@ -1,10 +1,10 @@
 #include "workers/model_runner.hpp"
 
 #include <chrono>
-#include <unordered_set>
 
 #include "base/error.hpp"
 #include "workers/sampler.hpp"
+#include "workers/step_validation.hpp"
 
 namespace zmoe {
 namespace {
@@ -23,10 +23,6 @@ expert_comm* check_comm(expert_comm* comm, const runner_options& o) {
                                                 std::to_string(comm->world_size()) + ", options say " +
                                                 std::to_string(o.rank) + " of " + std::to_string(o.world_size));
     return comm;
-}
-
-[[noreturn]] void bad_request(const step_request& r, const std::string& what) {
-    throw error(errc::invalid_argument, "step " + std::to_string(r.step_id) + ": " + what);
 }
 
 }  // namespace
@@ -51,44 +47,20 @@ model_runner::model_runner(const std::string& model_dir, const runner_options& o
 }
 
 forward_batch model_runner::prepare(const step_request& request) const {
+    const auto tokens =
+        validate_step(request, cache_.block_size(), cache_.num_blocks(), config_.vocab_size, last_sampled_);
     forward_batch b;
-    std::unordered_set<uint64_t> seen;
-    const int64_t bs = cache_.block_size();
-    for (const scheduled_seq& s : request.seqs) {
-        const std::string who = "request " + std::to_string(s.request_id);
-        if (!seen.insert(s.request_id).second) bad_request(request, who + " scheduled twice");
-        if (s.token_ids.empty()) bad_request(request, who + " has no tokens");
-        if (s.start_pos < 0) bad_request(request, who + " has negative start_pos");
-        const int64_t end = s.start_pos + static_cast<int64_t>(s.token_ids.size());
-        if (static_cast<int64_t>(s.block_table.size()) * bs < end)
-            bad_request(request, who + ": block table of " + std::to_string(s.block_table.size()) + " blocks of " +
-                                     std::to_string(bs) + " does not cover position " + std::to_string(end - 1));
-        for (int32_t blk : s.block_table)
-            if (blk < 0 || blk >= cache_.num_blocks())
-                bad_request(request, who + ": KV block " + std::to_string(blk) + " outside [0, " +
-                                         std::to_string(cache_.num_blocks()) + ")");
-        if (s.do_sample && (!(s.sampling.temperature >= 0.f) || !(s.sampling.top_p > 0.f && s.sampling.top_p <= 1.f) ||
-                            s.sampling.top_k < 0))
-            bad_request(request, who + ": sampling needs temperature >= 0, top_p in (0, 1], top_k >= 0");
+    for (size_t i = 0; i < request.seqs.size(); ++i) {
+        const scheduled_seq& s = request.seqs[i];
         attention_seq a;
         a.first_row = static_cast<int64_t>(b.tokens.size());
         a.num_tokens = static_cast<int64_t>(s.token_ids.size());
         a.start_pos = s.start_pos;
         a.block_table = s.block_table.data();
         b.seqs.push_back(a);
-        for (size_t i = 0; i < s.token_ids.size(); ++i) {
-            int32_t tok = s.token_ids[i];
-            if (tok == kPlaceholderToken) {
-                auto it = last_sampled_.find(s.request_id);
-                if (it == last_sampled_.end())
-                    bad_request(request, who + ": placeholder token but no token was sampled for it before");
-                tok = it->second;
-            }
-            if (tok < 0 || tok >= config_.vocab_size)
-                bad_request(request, who + ": token " + std::to_string(tok) + " outside the vocabulary of " +
-                                         std::to_string(config_.vocab_size));
-            b.tokens.push_back(tok);
-            b.positions.push_back(s.start_pos + static_cast<int64_t>(i));
+        for (size_t t = 0; t < tokens[i].size(); ++t) {
+            b.tokens.push_back(tokens[i][t]);
+            b.positions.push_back(s.start_pos + static_cast<int64_t>(t));
         }
         if (s.do_sample) b.logit_rows.push_back(static_cast<int64_t>(b.tokens.size()) - 1);
     }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <unordered_set>
 
 #include "base/check.hpp"
 #include "base/error.hpp"
@@ -11,6 +10,7 @@
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "workers/cuda/worker_kernels.hpp"
+#include "workers/step_validation.hpp"
 
 namespace zmoe {
 
@@ -31,10 +31,6 @@ using kernels::bf16;
 // Device memory kept out of the KV budget for activations and cuBLASLt: steps grow their scratch on demand.
 constexpr int64_t kActivationReserve = 512ll << 20;
 constexpr size_t kBlasWorkspace = 32u << 20;
-
-[[noreturn]] void bad_request(const step_request& r, const std::string& what) {
-    throw error(errc::invalid_argument, "step " + std::to_string(r.step_id) + ": " + what);
-}
 
 /// Rejects configurations the kernels cannot run, at load time rather than as an abort mid-step.
 void check_supported(const model_config& c) {
@@ -133,37 +129,12 @@ int64_t cuda_step_executor::kv_cache_bytes() const {
 }
 
 cuda_step_executor::host_batch cuda_step_executor::prepare(const step_request& request) const {
+    const auto tokens = validate_step(request, options_.block_size, num_kv_blocks_, config_.vocab_size, last_sampled_);
     host_batch b;
-    std::unordered_set<uint64_t> seen;
     const int64_t bs = options_.block_size;
-    for (const scheduled_seq& s : request.seqs) {
-        const std::string who = "request " + std::to_string(s.request_id);
-        if (!seen.insert(s.request_id).second) bad_request(request, who + " scheduled twice");
-        if (s.token_ids.empty()) bad_request(request, who + " has no tokens");
-        if (s.start_pos < 0) bad_request(request, who + " has negative start_pos");
-        const int64_t end = s.start_pos + static_cast<int64_t>(s.token_ids.size());
-        if (static_cast<int64_t>(s.block_table.size()) * bs < end)
-            bad_request(request, who + ": block table of " + std::to_string(s.block_table.size()) + " blocks of " +
-                                     std::to_string(bs) + " does not cover position " + std::to_string(end - 1));
-        for (int32_t blk : s.block_table)
-            if (blk < 0 || blk >= num_kv_blocks_)
-                bad_request(request, who + ": KV block " + std::to_string(blk) + " outside [0, " +
-                                         std::to_string(num_kv_blocks_) + ")");
-        if (s.do_sample && (!(s.sampling.temperature >= 0.f) || !(s.sampling.top_p > 0.f && s.sampling.top_p <= 1.f) ||
-                            s.sampling.top_k < 0))
-            bad_request(request, who + ": sampling needs temperature >= 0, top_p in (0, 1], top_k >= 0");
-        for (int32_t tok : s.token_ids) {
-            if (tok == kPlaceholderToken) {
-                auto it = last_sampled_.find(s.request_id);
-                if (it == last_sampled_.end())
-                    bad_request(request, who + ": placeholder token but no token was sampled for it before");
-                tok = it->second;
-            }
-            if (tok < 0 || tok >= config_.vocab_size)
-                bad_request(request, who + ": token " + std::to_string(tok) + " outside the vocabulary of " +
-                                         std::to_string(config_.vocab_size));
-            b.tokens.push_back(tok);
-        }
+    for (size_t i = 0; i < request.seqs.size(); ++i) {
+        const scheduled_seq& s = request.seqs[i];
+        b.tokens.insert(b.tokens.end(), tokens[i].begin(), tokens[i].end());
         const auto n = static_cast<int32_t>(s.token_ids.size());
         const size_t at = b.positions.size();
         b.positions.resize(at + n);
