@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "reference_fixture.hpp"
 #include "step_driver.hpp"
 #include "workers/inproc_expert_comm.hpp"
 #include "workers/model_runner.hpp"
@@ -27,31 +28,9 @@ constexpr int64_t kNumBlocks = 256;
 constexpr double kLogitTolerance = 1e-4;  // max abs error / max |reference|
 constexpr double kMinMargin = 1e-3;       // greedy steps whose top-2 margin is below this are a coin toss
 
-struct ref_prompt {
-    std::vector<int32_t> token_ids;
-    std::vector<float> last_logits;
-    std::vector<int32_t> greedy;
-    std::vector<double> margins;
-};
-
-std::string fixture_dir(const std::string& name) { return std::string(ZMOE_FIXTURES_DIR) + "/models/" + name; }
-
-std::vector<ref_prompt> load_reference(const std::string& dir) {
-    std::ifstream in(dir + "/reference.json");
-    EXPECT_TRUE(in.good()) << dir << "/reference.json is missing";
-    std::vector<ref_prompt> out;
-    if (!in) return out;
-    const nlohmann::json j = nlohmann::json::parse(in);
-    for (const auto& p : j.at("prompts")) {
-        ref_prompt r;
-        r.token_ids = p.at("token_ids").get<std::vector<int32_t>>();
-        r.last_logits = p.at("last_logits").get<std::vector<float>>();
-        r.greedy = p.at("greedy").get<std::vector<int32_t>>();
-        r.margins = p.at("margins").get<std::vector<double>>();
-        out.push_back(std::move(r));
-    }
-    return out;
-}
+using testing::fixture_dir;
+using testing::load_reference;
+using testing::ref_prompt;
 
 double relative_error(const std::vector<float>& got, const std::vector<float>& ref) {
     double max_err = 0, max_ref = 0;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "reference_fixture.hpp"
 #include "step_driver.hpp"
 #include "workers/step_executor.hpp"
 
@@ -20,35 +21,9 @@ namespace zmoe::cuda::testing {
 constexpr int64_t kBlockSize = 16;
 constexpr int64_t kNumBlocks = 256;
 
-struct ref_prompt {
-    std::vector<int32_t> token_ids;
-    std::vector<float> last_logits;
-    std::vector<int32_t> greedy;
-    std::vector<double> margins;
-};
-
-/// ZMOE_FIXTURES_DIR from the environment (the GPU machine runs a copy of the tree elsewhere), else the build's.
-inline std::string fixture_dir(const std::string& name) {
-    const char* env = std::getenv("ZMOE_FIXTURES_DIR");
-    return std::string(env && *env ? env : ZMOE_FIXTURES_DIR) + "/models/" + name;
-}
-
-inline std::vector<ref_prompt> load_reference(const std::string& dir) {
-    std::ifstream in(dir + "/reference.json");
-    EXPECT_TRUE(in.good()) << dir << "/reference.json is missing";
-    std::vector<ref_prompt> out;
-    if (!in) return out;
-    const nlohmann::json j = nlohmann::json::parse(in);
-    for (const auto& p : j.at("prompts")) {
-        ref_prompt r;
-        r.token_ids = p.at("token_ids").get<std::vector<int32_t>>();
-        r.last_logits = p.at("last_logits").get<std::vector<float>>();
-        r.greedy = p.at("greedy").get<std::vector<int32_t>>();
-        r.margins = p.at("margins").get<std::vector<double>>();
-        out.push_back(std::move(r));
-    }
-    return out;
-}
+using zmoe::testing::fixture_dir;
+using zmoe::testing::load_reference;
+using zmoe::testing::ref_prompt;
 
 /// max |got - ref| / max |ref|.
 inline double relative_error(const std::vector<float>& got, const std::vector<float>& ref) {
