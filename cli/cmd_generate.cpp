@@ -19,7 +19,7 @@ namespace po = boost::program_options;
 namespace {
 
 int cmd_generate(int argc, char** argv) {
-    zmoe::cli::engine_flags f;
+    zmoe::engine_config f;
     std::string input, output, metrics_json, tokenizer;
     po::options_description opts("zmoe generate options");
     opts.add_options()("help,h", "show this help")("input", po::value(&input)->required(),
@@ -27,11 +27,10 @@ int cmd_generate(int argc, char** argv) {
         "output", po::value(&output)->required(), "results, one JSON object per line, input order (- = stdout)")(
         "metrics-json", po::value(&metrics_json), "write every actor's metrics here at the end")(
         "tokenizer", po::value(&tokenizer), "tokenizer.json or its directory (default: --model)");
-    f.add_engine_options(opts);
-    f.add_worker_options(opts);
+    zmoe::cli::add_engine_options(opts, f);
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
-    f.default_workers_to_gpus(vm);
+    zmoe::cli::default_workers_to_gpus(f, vm);
     zmoe::log_set_name("generate");
     auto requests = zmoe::cli::read_requests(input);
 

@@ -19,7 +19,7 @@ namespace po = boost::program_options;
 namespace {
 
 int cmd_serve(int argc, char** argv) {
-    zmoe::cli::engine_flags f;
+    zmoe::engine_config f;
     int port = 5555;
     std::string host = "127.0.0.1";
     std::string tokenizer;
@@ -31,11 +31,10 @@ int cmd_serve(int argc, char** argv) {
         "tokenizer", po::value(&tokenizer), "tokenizer.json or its directory (default: --model)")(
         "failure-grace-ms", po::value(&failure_grace_ms)->default_value(failure_grace_ms),
         "after an actor fails: how long health keeps reporting it before serve exits 1");
-    f.add_engine_options(opts);
-    f.add_worker_options(opts);
+    zmoe::cli::add_engine_options(opts, f);
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
-    f.default_workers_to_gpus(vm);
+    zmoe::cli::default_workers_to_gpus(f, vm);
     zmoe::log_set_name("serve");
     zmoe::install_stop_signal_handlers();
 

@@ -13,7 +13,7 @@
 
 namespace zmoe::cli {
 
-local_cluster::local_cluster(const engine_flags& flags, std::string client_endpoint, const std::string& tokenizer) {
+local_cluster::local_cluster(const engine_config& flags, std::string client_endpoint, const std::string& tokenizer) {
     // Fail before starting anything when the checkpoint is not even there; deeper problems come from the workers.
     if (!std::filesystem::exists(std::filesystem::path(flags.model) / "config.json"))
         throw error(errc::invalid_checkpoint, flags.model + ": no config.json (not a checkpoint directory)");
@@ -28,12 +28,14 @@ local_cluster::local_cluster(const engine_flags& flags, std::string client_endpo
 
     std::vector<std::string> argv = {exe,       "engine-core",         "--worker-endpoint",
                                      worker_ep, "--frontend-endpoint", engine_fe};
-    for (auto& a : flags.engine_core_args()) argv.push_back(a);
+    for (auto& a : engine_config_args(flags)) argv.push_back(a);
     const std::vector<std::string> env = {"ZMOE_DIE_WITH_PARENT=1"};
     members_.push_back({"engine core", child_process::spawn(argv, env), std::nullopt});
     for (int r = 0; r < flags.workers; ++r) {
-        std::vector<std::string> w = {exe, "worker", "--engine", worker_ep, "--rank", std::to_string(r)};
-        for (auto& a : flags.worker_args()) w.push_back(a);
+        const std::vector<std::string> w = {exe,      "worker",       "--engine",
+                                            worker_ep, "--rank",       std::to_string(r),
+                                            "--device", flags.device,   "--heartbeat-ms",
+                                            std::to_string(flags.heartbeat_ms)};
         members_.push_back({"worker " + std::to_string(r), child_process::spawn(w, env), std::nullopt});
     }
     std::vector<std::string> fe = {exe,

@@ -15,8 +15,9 @@ namespace zmoe::cli {
 
 class local_cluster {
   public:
-    /// Starts every actor. client_endpoint empty: an ipc endpoint in the private directory.
-    local_cluster(const engine_flags& flags, std::string client_endpoint, const std::string& tokenizer = "");
+    /// Starts every actor: the engine core with `config` (engine_config_args), each worker with only what it needs
+    /// before the welcome (rank, device, heartbeat), the frontend. client_endpoint empty: an ipc endpoint in the private directory.
+    local_cluster(const engine_config& config, std::string client_endpoint, const std::string& tokenizer = "");
     /// Anything still running is stopped: SIGTERM, then SIGKILL after a grace period.
     ~local_cluster();
     local_cluster(const local_cluster&) = delete;

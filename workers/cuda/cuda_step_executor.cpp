@@ -14,9 +14,9 @@
 
 namespace zmoe {
 
-std::unique_ptr<step_executor> make_cuda_step_executor(const std::string& model_dir, const executor_options& options,
+std::unique_ptr<step_executor> make_cuda_step_executor(const executor_options& options,
                                                        const expert_placement& placement) {
-    return std::make_unique<cuda::cuda_step_executor>(model_dir, options, placement);
+    return std::make_unique<cuda::cuda_step_executor>(options, placement);
 }
 
 std::string make_nccl_unique_id() { return cuda::nccl_unique_id_bytes(); }
@@ -60,17 +60,18 @@ struct cuda_step_executor::host_batch {
 
 void cuda_step_executor::check(cudaError_t e) { ZMOE_CUDA_CHECK(e); }
 
-cuda_step_executor::cuda_step_executor(const std::string& model_dir, const executor_options& options,
-                                       const expert_placement& placement)
-    : config_(model_config::load(model_dir)), options_(options), placement_(placement) {
+cuda_step_executor::cuda_step_executor(const executor_options& options, const expert_placement& placement)
+    : config_(options.model), options_(options), placement_(placement) {
+    const engine_config& run = options.config;
+    const int world_size = options.world_size();
     check_supported(config_);
-    if (options.world_size <= 0 || options.rank < 0 || options.rank >= options.world_size)
+    if (world_size <= 0 || options.rank < 0 || options.rank >= world_size)
         throw error(errc::invalid_argument,
-                    "rank " + std::to_string(options.rank) + " of world " + std::to_string(options.world_size));
-    if (placement_.world_size() != options.world_size)
+                    "rank " + std::to_string(options.rank) + " of world " + std::to_string(world_size));
+    if (placement_.world_size() != world_size)
         throw error(errc::invalid_argument, "expert placement spans " + std::to_string(placement_.world_size()) +
-                                                " ranks, world size is " + std::to_string(options.world_size));
-    if (options.block_size <= 0) throw error(errc::invalid_argument, "block_size must be positive");
+                                                " ranks, world size is " + std::to_string(world_size));
+    if (run.block_size <= 0) throw error(errc::invalid_argument, "block_size must be positive");
     int num_devices = 0;
     if (cudaGetDeviceCount(&num_devices) != cudaSuccess || num_devices == 0) {
         (void)cudaGetLastError();
@@ -82,28 +83,28 @@ cuda_step_executor::cuda_step_executor(const std::string& model_dir, const execu
     ZMOE_CUBLAS_CHECK(cublasLtCreate(&blas_));
     blas_workspace_ = device_buffer(kBlasWorkspace);
     {
-        const model_weights host(model_dir, config_, placement_, options.rank);
+        const model_weights host(run.model, config_, placement_, options.rank);
         weights_ = cuda_weights::upload(host);
     }  // unmaps the checkpoint
-    if (options.world_size > 1)
-        comm_ = std::make_unique<nccl_comm>(options.collective_id, options.rank, options.world_size);
+    if (world_size > 1)
+        comm_ = std::make_unique<nccl_comm>(options.collective_id, options.rank, world_size);
 
     const int64_t block_bytes =
-        2 * options.block_size * config_.num_kv_heads * config_.head_dim * static_cast<int64_t>(sizeof(bf16));
-    if (options.num_kv_blocks > 0) {
-        num_kv_blocks_ = options.num_kv_blocks;
+        2 * run.block_size * config_.num_kv_heads * config_.head_dim * static_cast<int64_t>(sizeof(bf16));
+    if (run.num_kv_blocks > 0) {
+        num_kv_blocks_ = run.num_kv_blocks;
     } else {
         size_t free_bytes = 0, total_bytes = 0;
         check(cudaMemGetInfo(&free_bytes, &total_bytes));
         const auto used = static_cast<int64_t>(total_bytes - free_bytes);
-        const auto budget = static_cast<int64_t>(options.gpu_memory_utilization * static_cast<double>(total_bytes)) -
+        const auto budget = static_cast<int64_t>(run.gpu_memory_utilization * static_cast<double>(total_bytes)) -
                             used - kActivationReserve;
         num_kv_blocks_ = std::max<int64_t>(0, budget / (block_bytes * config_.num_layers));
         if (num_kv_blocks_ == 0)
             throw error(errc::out_of_memory, "GPU " + std::to_string(device_) + ": no room for one KV block after " +
                                                  std::to_string(weights_.bytes >> 20) +
                                                  " MiB of weights at gpu_memory_utilization " +
-                                                 std::to_string(options.gpu_memory_utilization));
+                                                 std::to_string(run.gpu_memory_utilization));
     }
     for (int64_t l = 0; l < config_.num_layers; ++l) {
         k_cache_.emplace_back(static_cast<size_t>(num_kv_blocks_ * block_bytes / 2));
@@ -129,9 +130,9 @@ int64_t cuda_step_executor::kv_cache_bytes() const {
 }
 
 cuda_step_executor::host_batch cuda_step_executor::prepare(const step_request& request) const {
-    const auto tokens = validate_step(request, options_.block_size, num_kv_blocks_, config_.vocab_size, last_sampled_);
+    const auto tokens = validate_step(request, options_.config.block_size, num_kv_blocks_, config_.vocab_size, last_sampled_);
     host_batch b;
-    const int64_t bs = options_.block_size;
+    const int64_t bs = options_.config.block_size;
     for (size_t i = 0; i < request.seqs.size(); ++i) {
         const scheduled_seq& s = request.seqs[i];
         b.tokens.insert(b.tokens.end(), tokens[i].begin(), tokens[i].end());
@@ -196,7 +197,7 @@ void cuda_step_executor::attention(int64_t layer, const host_batch& b) {
     r.num_q_heads = hq;
     r.num_kv_heads = hkv;
     r.head_dim = D;
-    r.block_size = static_cast<int32_t>(options_.block_size);
+    r.block_size = static_cast<int32_t>(options_.config.block_size);
     r.rope_theta = static_cast<float>(c.rope_theta);
     r.eps = c.rms_norm_eps;
     if (c.clip_qkv > 0.f) {
@@ -224,7 +225,7 @@ void cuda_step_executor::attention(int64_t layer, const host_batch& b) {
     p.num_q_heads = hq;
     p.num_kv_heads = hkv;
     p.head_dim = D;
-    p.block_size = static_cast<int32_t>(options_.block_size);
+    p.block_size = static_cast<int32_t>(options_.config.block_size);
     p.max_blocks_per_seq = b.max_blocks;
     p.scale = 1.f / std::sqrt(static_cast<float>(D));
     kernels::launch_paged_attention(p, stream_);
@@ -250,7 +251,7 @@ void cuda_step_executor::moe(int64_t layer, int32_t T, std::vector<uint32_t>& ex
     const auto H = static_cast<int32_t>(c.hidden_size), E = static_cast<int32_t>(c.num_experts);
     const auto K = static_cast<int32_t>(c.num_experts_per_tok), I = static_cast<int32_t>(c.moe_intermediate_size);
     const int32_t S = w.num_slots;
-    const int world = options_.world_size;
+    const int world = options_.world_size();
     const int64_t TK = int64_t(T) * K;
     bf16* xn = scratch<bf16>("xn", size_t(T) * H);
     bf16* delta = scratch<bf16>("delta", size_t(T) * H);
