@@ -36,8 +36,8 @@ void mla_rope_apply(float* x, const float* cos_v, const float* sin_v, int64_t di
     }
 }
 
-void mla_attention(thread_pool& pool, const model_config& c, const attention_weights& w, kv_cache& cache,
-                   int64_t layer, const std::vector<attention_seq>& seqs, const float* x, int64_t T, const float* cos,
+void mla_attention(thread_pool& pool, const model_config& c, const attention_weights& w, kv_cache& cache, int64_t layer,
+                   const std::vector<attention_seq>& seqs, const float* x, int64_t T, const float* cos,
                    const float* sin, float* out) {
     const mla_params& m = c.mla;
     const int64_t heads = c.num_heads, r = m.kv_lora_rank, dn = m.qk_nope_head_dim, dr = m.qk_rope_head_dim;
@@ -102,7 +102,7 @@ void mla_attention(thread_pool& pool, const model_config& c, const attention_wei
                 const int64_t len = s.start_pos + rr.index + 1;  // causal: positions [0, pos]
                 const float* qh = q.data() + (row * heads + h) * qk;
                 const float* wk = kv_b + h * (dn + dv) * r;  // the head's dn key rows
-                const float* wv = wk + dn * r;              // then its dv value rows
+                const float* wv = wk + dn * r;               // then its dv value rows
                 // Absorb W_k into the query: q_lat = sum_d q_nope[d] * W_k[d, :], d in order.
                 std::fill(q_lat.begin(), q_lat.end(), 0.f);
                 for (int64_t d = 0; d < dn; ++d) {

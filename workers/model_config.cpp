@@ -141,12 +141,14 @@ void parse_deepseek_rope(const json& j, const std::string& file, model_config& c
         r.theta = get_number_or(p, file, "rope_theta", r.theta);
         r.type = get_string_or(p, file, "rope_type", get_string_or(p, file, "type", "default"));
         if (r.type != "default" && r.type != "yarn")
-            unsupported(file, std::string(field) + " rope_type '" + r.type + "' is not supported (supported: default, yarn)");
+            unsupported(file,
+                        std::string(field) + " rope_type '" + r.type + "' is not supported (supported: default, yarn)");
         if (r.type == "yarn") {
-            r.original_max_position_embeddings = get_int_or(
-                p, file, "original_max_position_embeddings",
-                get_int_or(j, file, "original_max_position_embeddings", c.max_position_embeddings));
-            if (r.original_max_position_embeddings <= 0) bad(file, field + std::string(": original_max_position_embeddings must be positive"));
+            r.original_max_position_embeddings =
+                get_int_or(p, file, "original_max_position_embeddings",
+                           get_int_or(j, file, "original_max_position_embeddings", c.max_position_embeddings));
+            if (r.original_max_position_embeddings <= 0)
+                bad(file, field + std::string(": original_max_position_embeddings must be positive"));
             if (!present(p, "factor")) bad(file, std::string(field) + ": yarn needs 'factor'");
             r.factor = get_number_or(p, file, "factor", 1.0);
             const double mscale = get_number_or(p, file, "mscale", 0.0);
@@ -180,9 +182,11 @@ void parse_deepseek(const json& j, const std::string& file, model_config& c) {
         const json& q = j["quantization_config"];
         std::string method = q.is_object() ? get_string_or(q, file, "quant_method", "?") : "?";
         std::string what = "quantization_config (quant_method '" + method + "'";
-        if (q.is_object() && present(q, "weight_block_size")) what += ", weight_block_size " + q["weight_block_size"].dump();
-        unsupported(file, what + ") is not supported: quantised weights (e.g. FP8 block-quantised DeepSeek-V3 "
-                                 "checkpoints) must be converted to BF16 first");
+        if (q.is_object() && present(q, "weight_block_size"))
+            what += ", weight_block_size " + q["weight_block_size"].dump();
+        unsupported(file, what +
+                              ") is not supported: quantised weights (e.g. FP8 block-quantised DeepSeek-V3 "
+                              "checkpoints) must be converted to BF16 first");
     }
     if (get_bool_or(j, file, "attention_bias", false)) unsupported(file, "attention_bias=true is not supported");
     if (get_bool_or(j, file, "mlp_bias", false)) unsupported(file, "mlp_bias=true is not supported");
@@ -204,12 +208,15 @@ void parse_deepseek(const json& j, const std::string& file, model_config& c) {
     m.rope_interleave = v3 ? get_bool_or(j, file, "rope_interleave", true) : true;  // V2 rotates complex pairs
     if (m.q_lora_rank < 0 || m.kv_lora_rank <= 0 || m.qk_nope_head_dim < 0 || m.qk_rope_head_dim <= 0 ||
         m.qk_rope_head_dim % 2 != 0 || m.v_head_dim <= 0)
-        bad(file, "q_lora_rank >= 0, kv_lora_rank > 0, qk_nope_head_dim >= 0, v_head_dim > 0 and an even "
-                  "qk_rope_head_dim > 0 are required");
+        bad(file,
+            "q_lora_rank >= 0, kv_lora_rank > 0, qk_nope_head_dim >= 0, v_head_dim > 0 and an even "
+            "qk_rope_head_dim > 0 are required");
     c.head_dim = m.qk_nope_head_dim + m.qk_rope_head_dim;
     c.num_kv_heads = c.num_heads;  // every head has its own key and value, expanded from the shared latent
 
-    c.num_experts = get_int_any(j, file, {"n_routed_experts", "num_local_experts", "num_experts"});
+    c.num_experts = present(j, "n_routed_experts") || present(j, "num_local_experts") || present(j, "num_experts")
+                        ? get_int_any(j, file, {"n_routed_experts", "num_local_experts", "num_experts"})
+                        : (v3 ? 256 : 64);
     c.num_experts_per_tok = get_int_or(j, file, "num_experts_per_tok", v3 ? 8 : 0);
     if (c.num_experts <= 0 || c.num_experts_per_tok <= 0 || c.num_experts_per_tok > c.num_experts)
         bad(file, "need 0 < num_experts_per_tok <= n_routed_experts");
@@ -232,15 +239,18 @@ void parse_deepseek(const json& j, const std::string& file, model_config& c) {
     if (v3) {
         // transformers always scores with sigmoid and selects with the correction bias ("noaux_tc").
         const std::string scoring = get_string_or(j, file, "scoring_func", "sigmoid");
-        if (scoring != "sigmoid") unsupported(file, "deepseek_v3 scoring_func '" + scoring + "' is not supported (supported: sigmoid)");
+        if (scoring != "sigmoid")
+            unsupported(file, "deepseek_v3 scoring_func '" + scoring + "' is not supported (supported: sigmoid)");
         const std::string method = get_string_or(j, file, "topk_method", "noaux_tc");
-        if (method != "noaux_tc") unsupported(file, "deepseek_v3 topk_method '" + method + "' is not supported (supported: noaux_tc)");
+        if (method != "noaux_tc")
+            unsupported(file, "deepseek_v3 topk_method '" + method + "' is not supported (supported: noaux_tc)");
         c.router = router_kind::sigmoid_group_limited;
         c.router_bias = true;
         c.norm_topk_prob = get_bool_or(j, file, "norm_topk_prob", true);
     } else {
         const std::string scoring = get_string_or(j, file, "scoring_func", "softmax");
-        if (scoring != "softmax") unsupported(file, "deepseek_v2 scoring_func '" + scoring + "' is not supported (supported: softmax)");
+        if (scoring != "softmax")
+            unsupported(file, "deepseek_v2 scoring_func '" + scoring + "' is not supported (supported: softmax)");
         const std::string method = get_string_or(j, file, "topk_method", "greedy");
         if (method == "greedy") {
             c.router = router_kind::softmax_topk;
@@ -248,7 +258,8 @@ void parse_deepseek(const json& j, const std::string& file, model_config& c) {
         } else if (method == "group_limited_greedy") {
             c.router = router_kind::softmax_group_limited;
         } else {
-            unsupported(file, "deepseek_v2 topk_method '" + method + "' is not supported (supported: greedy, group_limited_greedy)");
+            unsupported(file, "deepseek_v2 topk_method '" + method +
+                                  "' is not supported (supported: greedy, group_limited_greedy)");
         }
         // transformers' DeepseekV2 router never renormalises the top-k weights, whatever norm_topk_prob says
         // (the released V2 checkpoints all have it false).
@@ -256,10 +267,12 @@ void parse_deepseek(const json& j, const std::string& file, model_config& c) {
     }
     if (c.router != router_kind::softmax_topk) {
         if (c.n_group <= 0 || c.topk_group <= 0 || c.topk_group > c.n_group || c.num_experts % c.n_group != 0)
-            bad(file, "group-limited routing needs n_group > 0 dividing n_routed_experts and 0 < topk_group <= n_group");
+            bad(file,
+                "group-limited routing needs n_group > 0 dividing n_routed_experts and 0 < topk_group <= n_group");
         const int64_t per_group = c.num_experts / c.n_group;
         if (c.router == router_kind::sigmoid_group_limited && per_group < 2)
-            bad(file, "deepseek_v3 routing scores each group by its top-2 experts: n_routed_experts / n_group must be >= 2");
+            bad(file,
+                "deepseek_v3 routing scores each group by its top-2 experts: n_routed_experts / n_group must be >= 2");
         if (c.num_experts_per_tok > c.topk_group * per_group)
             bad(file, "num_experts_per_tok exceeds the experts of the topk_group kept groups");
     }
@@ -333,8 +346,8 @@ std::vector<float> model_config::rope_inv_freq() const {
     if (low == high) high += 0.001;  // as transformers: no singularity
     const auto factor = static_cast<float>(rope.factor);
     for (int64_t i = 0; i < half; ++i) {
-        const float ramp = std::clamp((static_cast<float>(i) - static_cast<float>(low)) /
-                                          static_cast<float>(high - low), 0.0f, 1.0f);
+        const float ramp =
+            std::clamp((static_cast<float>(i) - static_cast<float>(low)) / static_cast<float>(high - low), 0.0f, 1.0f);
         const float extrapolation_factor = 1.0f - ramp;
         const float extrapolation = 1.0f / pos_freqs[i];
         const float interpolation = 1.0f / (factor * pos_freqs[i]);

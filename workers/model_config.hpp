@@ -22,8 +22,8 @@ enum class qk_norm_kind : uint8_t {
 
 /// How a router turns logits into the top-k experts and their weights (see workers/router.hpp).
 enum class router_kind : uint8_t {
-    softmax_topk,         ///< softmax over all experts, top-k, renormalised iff norm_topk_prob (qwen, mixtral, olmoe,
-                          ///< deepseek_v2 "greedy")
+    softmax_topk,           ///< softmax over all experts, top-k, renormalised iff norm_topk_prob (qwen, mixtral, olmoe,
+                            ///< deepseek_v2 "greedy")
     softmax_group_limited,  ///< deepseek_v2 "group_limited_greedy": softmax; keep the topk_group groups with the
                             ///< highest max score (others scored 0); top-k
     sigmoid_group_limited,  ///< deepseek_v3 "noaux_tc": sigmoid; selection by score + e_score_correction_bias

@@ -35,22 +35,22 @@ void load_attention(const safetensors_checkpoint& ck, const model_config& c, con
     const int64_t H = c.hidden_size, D = c.head_dim;
     const int64_t q_dim = c.num_heads * D, kv_dim = c.num_kv_heads * D;
     a.q = ck.get_matrix(ap + "q_proj.weight", q_dim, H);
-        a.k = ck.get_matrix(ap + "k_proj.weight", kv_dim, H);
-        a.v = ck.get_matrix(ap + "v_proj.weight", kv_dim, H);
-        a.o = ck.get_matrix(ap + "o_proj.weight", H, q_dim);
-        if (c.qkv_bias) {
-            a.q_bias = ck.get_vector(ap + "q_proj.bias", q_dim);
-            a.k_bias = ck.get_vector(ap + "k_proj.bias", kv_dim);
-            a.v_bias = ck.get_vector(ap + "v_proj.bias", kv_dim);
-        }
-        if (c.o_bias) a.o_bias = ck.get_vector(ap + "o_proj.bias", H);
-        if (c.qk_norm == qk_norm_kind::per_head) {
-            a.q_norm = ck.get_vector(ap + "q_norm.weight", D);
-            a.k_norm = ck.get_vector(ap + "k_norm.weight", D);
-        } else if (c.qk_norm == qk_norm_kind::full) {
-            a.q_norm = ck.get_vector(ap + "q_norm.weight", q_dim);
-            a.k_norm = ck.get_vector(ap + "k_norm.weight", kv_dim);
-        }
+    a.k = ck.get_matrix(ap + "k_proj.weight", kv_dim, H);
+    a.v = ck.get_matrix(ap + "v_proj.weight", kv_dim, H);
+    a.o = ck.get_matrix(ap + "o_proj.weight", H, q_dim);
+    if (c.qkv_bias) {
+        a.q_bias = ck.get_vector(ap + "q_proj.bias", q_dim);
+        a.k_bias = ck.get_vector(ap + "k_proj.bias", kv_dim);
+        a.v_bias = ck.get_vector(ap + "v_proj.bias", kv_dim);
+    }
+    if (c.o_bias) a.o_bias = ck.get_vector(ap + "o_proj.bias", H);
+    if (c.qk_norm == qk_norm_kind::per_head) {
+        a.q_norm = ck.get_vector(ap + "q_norm.weight", D);
+        a.k_norm = ck.get_vector(ap + "k_norm.weight", D);
+    } else if (c.qk_norm == qk_norm_kind::full) {
+        a.q_norm = ck.get_vector(ap + "q_norm.weight", q_dim);
+        a.k_norm = ck.get_vector(ap + "k_norm.weight", kv_dim);
+    }
 }
 
 // DeepSeek's multi-head latent attention.

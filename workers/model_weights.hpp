@@ -24,13 +24,13 @@ struct mlp_weights {
 /// Multi-head latent attention (DeepSeek), dn = qk_nope_head_dim, dr = qk_rope_head_dim, dv = v_head_dim,
 /// r = kv_lora_rank.
 struct mla_weights {
-    matrix_view q_a;                ///< [q_lora_rank, H]; empty without q LoRA (attention_weights::q is q_proj then)
-    std::vector<float> q_a_norm;    ///< [q_lora_rank]
-    matrix_view q_b;                ///< [heads * (dn + dr), q_lora_rank]
-    matrix_view kv_a;               ///< [r + dr, H]: the latent, then the shared rope key
-    std::vector<float> kv_a_norm;   ///< [r]
-    std::vector<float> kv_b;        ///< kv_b_proj widened to fp32: [heads * (dn + dv), r], per head dn key rows
-                                    ///< then dv value rows
+    matrix_view q_a;               ///< [q_lora_rank, H]; empty without q LoRA (attention_weights::q is q_proj then)
+    std::vector<float> q_a_norm;   ///< [q_lora_rank]
+    matrix_view q_b;               ///< [heads * (dn + dr), q_lora_rank]
+    matrix_view kv_a;              ///< [r + dr, H]: the latent, then the shared rope key
+    std::vector<float> kv_a_norm;  ///< [r]
+    std::vector<float> kv_b;       ///< kv_b_proj widened to fp32: [heads * (dn + dv), r], per head dn key rows
+                                   ///< then dv value rows
 };
 
 struct attention_weights {

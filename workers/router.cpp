@@ -11,9 +11,8 @@ namespace {
 
 // The `k` largest of score[i] over i in `candidates` (descending, lower index first on ties).
 std::vector<int32_t> top_k_of(const std::vector<float>& score, std::vector<int32_t> candidates, int64_t k) {
-    std::partial_sort(candidates.begin(), candidates.begin() + k, candidates.end(), [&](int32_t a, int32_t b) {
-        return score[a] > score[b] || (score[a] == score[b] && a < b);
-    });
+    std::partial_sort(candidates.begin(), candidates.begin() + k, candidates.end(),
+                      [&](int32_t a, int32_t b) { return score[a] > score[b] || (score[a] == score[b] && a < b); });
     candidates.resize(static_cast<size_t>(k));
     return candidates;
 }

@@ -53,8 +53,8 @@ TEST_P(GenerateMatchesTransformers, GreedyTokens) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateMatchesTransformers,
-                         ::testing::Values("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "qwen3_moe_alt",
-                                           "mixtral_alt", "deepseek_v3", "deepseek_v3_flat", "deepseek_v2"),
+                         ::testing::Values("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "qwen3_moe_alt", "mixtral_alt",
+                                           "deepseek_v3", "deepseek_v3_flat", "deepseek_v2"),
                          [](const auto& info) { return info.param; });
 
 TEST(Generate, ExpertParallelAndSyncSchedulingGiveTheSameTokens) {

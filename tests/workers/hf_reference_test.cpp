@@ -14,8 +14,11 @@
 
 #include "reference_fixture.hpp"
 #include "step_driver.hpp"
+#include "synthetic_model.hpp"
 #include "workers/inproc_expert_comm.hpp"
 #include "workers/model_runner.hpp"
+#include "workers/safetensors.hpp"
+#include "workers/safetensors_writer.hpp"
 
 namespace zmoe {
 namespace {
@@ -245,6 +248,53 @@ TEST_P(HfReference, ExpertParallelWithReplicasMatchesSingleRank) {
         const driven_seq& got = drivers[i % 2].find(i);
         EXPECT_EQ(got.logits, single.seqs()[i].logits) << "prompt " << i;
     }
+}
+
+// DeepSeek-V3 checkpoints carry the multi-token-prediction layer(s) (num_nextn_predict_layers) as
+// model.layers.<num_hidden_layers>.*; they are not part of the next-token forward pass and must be skipped
+// without changing a logit.
+TEST(HfReferenceDeepseek, MtpLayerWeightsAreSkipped) {
+    const std::string src = fixture_dir("deepseek_v3");
+    testing::temp_dir dir;
+    fs::copy_file(src + "/config.json", dir.str() + "/config.json");
+    std::vector<tensor_to_write> tensors;
+    {
+        const safetensors_checkpoint ck(src);
+        for (const std::string& name : ck.names()) {
+            const tensor_view t = ck.get(name);
+            tensors.push_back({.name = name, .type = t.type, .shape = t.shape, .values = t.to_f32()});
+        }
+    }
+    const int64_t H = 64, V = 512;
+    const std::string mtp = "model.layers.3.";  // num_hidden_layers = 3, num_nextn_predict_layers = 1
+    auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+        int64_t n = 1;
+        for (int64_t d : shape) n *= d;
+        tensors.push_back({.name = mtp + name, .shape = shape, .values = std::vector<float>(n, 0.5f)});
+    };
+    add("embed_tokens.weight", {V, H});
+    add("enorm.weight", {H});
+    add("hnorm.weight", {H});
+    add("eh_proj.weight", {H, 2 * H});
+    add("shared_head.norm.weight", {H});
+    add("shared_head.head.weight", {V, H});
+    add("self_attn.kv_a_proj_with_mqa.weight", {40, H});
+    add("mlp.gate.weight", {16, H});
+    add("mlp.gate.e_score_correction_bias", {16});
+    write_safetensors(dir.str() + "/model.safetensors", tensors);
+
+    const std::vector<ref_prompt> prompts = load_reference(src);
+    std::vector<std::vector<float>> logits[2];
+    int k = 0;
+    for (const std::string& d : {src, dir.str()}) {
+        model_runner runner(d, options());
+        step_driver driver(kBlockSize, 0);
+        driver.add(0, prompts.at(3).token_ids, 3);
+        run_all(runner, driver);
+        logits[k++] = driver.seqs()[0].logits;
+    }
+    ASSERT_FALSE(logits[0].empty());
+    EXPECT_EQ(logits[0], logits[1]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfReference,
