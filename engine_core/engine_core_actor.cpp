@@ -143,7 +143,7 @@ void engine_core_actor::handle_hello(const std::string& identity, const worker_h
         wel.heartbeat_interval_ms = static_cast<uint32_t>(options_.heartbeat_interval.count());
         wel.peer_endpoints = peers;
         wel.nccl_unique_id = workers_[0].collective_id;
-        send_to(worker_sock_, workers_[r].identity, encode(wel));
+        send_reliable_to(worker_sock_, workers_[r].identity, encode(wel));
     }
 }
 
@@ -285,7 +285,7 @@ void engine_core_actor::pump() {
         size_t num_tokens = 0;
         for (int32_t r = 0; r < options_.num_workers; ++r) {
             for (const auto& s : steps[r].seqs) num_tokens += s.token_ids.size();
-            send_to(worker_sock_, workers_[r].identity, encode(steps[r]));
+            send_reliable_to(worker_sock_, workers_[r].identity, encode(steps[r]));
         }
         metrics_.counter_add("steps");
         metrics_.observe("step_tokens", static_cast<double>(num_tokens));
@@ -351,7 +351,7 @@ void engine_core_actor::maybe_rebalance() {
                                              m.logical_expert, m.src_rank, static_cast<uint32_t>(m.src_slot)});
     for (int32_t r = 0; r < options_.num_workers; ++r) {
         move_acks_pending_.insert(r);
-        send_to(worker_sock_, workers_[r].identity, encode(msg));
+        send_reliable_to(worker_sock_, workers_[r].identity, encode(msg));
     }
     move_started_at_ = clock_type::now();
     placement_ = std::move(plan.placement);
@@ -409,7 +409,7 @@ void engine_core_actor::broadcast_shutdown() {
     if (shutdown_sent_) return;
     shutdown_sent_ = true;
     for (const auto& w : workers_)
-        if (!w.identity.empty() && w.alive) send_to(worker_sock_, w.identity, encode(worker_shutdown{}));
+        if (!w.identity.empty() && w.alive) send_reliable_to(worker_sock_, w.identity, encode(worker_shutdown{}));
 }
 
 void engine_core_actor::maybe_finish_drain() {
@@ -424,7 +424,7 @@ void engine_core_actor::maybe_finish_drain() {
 // Frontend
 
 void engine_core_actor::send_to_frontend(const std::string& bytes) {
-    if (!frontend_identity_.empty()) send_to(frontend_sock_, frontend_identity_, bytes);
+    if (!frontend_identity_.empty()) send_reliable_to(frontend_sock_, frontend_identity_, bytes);
 }
 
 void engine_core_actor::on_frontend_message(const inbound_message& msg) {
