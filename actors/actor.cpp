@@ -267,11 +267,12 @@ bool actor::send_reliable_to(socket_id s, std::string_view peer, std::string_vie
     const bool router = sit->second.kind == socket_kind::router;
     auto q = impl_->queued.find(std::make_pair(s, std::string(peer)));
     if (q == impl_->queued.end() || q->second.empty()) {
-        const send_status st = router ? try_send_to(s, peer, payload)
-                                      : (send(s, payload) ? send_status::sent : send_status::full);
+        const send_status st =
+            router ? try_send_to(s, peer, payload) : (send(s, payload) ? send_status::sent : send_status::full);
         if (st == send_status::sent) return true;
         if (st == send_status::no_peer) return false;
-        if (q == impl_->queued.end()) q = impl_->queued.emplace(std::make_pair(s, std::string(peer)), std::deque<std::string>{}).first;
+        if (q == impl_->queued.end())
+            q = impl_->queued.emplace(std::make_pair(s, std::string(peer)), std::deque<std::string>{}).first;
     }
     q->second.emplace_back(payload);
     return true;
@@ -510,7 +511,7 @@ void actor::run() {
     }
     guarded(nullptr, [this] { on_exit(); });
     if (!impl_->queued.empty()) flush_queued();  // what still cannot leave is lost with the sockets
-    impl_->sockets.clear();  // closes them, each waiting at most its linger
+    impl_->sockets.clear();                      // closes them, each waiting at most its linger
     impl_->watched.clear();
     impl_->finished = true;
 }

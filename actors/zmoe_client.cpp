@@ -46,10 +46,10 @@ struct zmoe_client::impl {
             // Reported once; a later call starts a fresh count (the frontend may be back by then).
             unanswered_since.reset();
             last_received = now;
-            throw error(errc::peer_dead, "zmoe_client: the frontend stopped answering (no reply to heartbeats for " +
-                                             std::to_string((options.heartbeat_interval *
-                                                             options.heartbeat_max_missed).count()) +
-                                             " ms)");
+            throw error(errc::peer_dead,
+                        "zmoe_client: the frontend stopped answering (no reply to heartbeats for " +
+                            std::to_string((options.heartbeat_interval * options.heartbeat_max_missed).count()) +
+                            " ms)");
         }
         if (now - last_received >= options.heartbeat_interval && now - last_heartbeat >= options.heartbeat_interval) {
             sock.send(zmq::buffer(encode(client_heartbeat{})), zmq::send_flags::dontwait);

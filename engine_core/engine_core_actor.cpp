@@ -1,6 +1,7 @@
 #include "engine_core/engine_core_actor.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 
 #include "base/check.hpp"
@@ -156,7 +157,23 @@ void engine_core_actor::handle_ready(int32_t rank, const worker_ready& m) {
     for (const auto& w : workers_)
         if (!w.ready) return;
 
-    // Every worker is ready: size the scheduler from what each one could allocate.
+    // Every worker is ready. Start-up fails loudly rather than serving a run that fails every request.
+    for (size_t r = 0; r < workers_.size(); ++r)
+        if (workers_[r].num_kv_blocks <= 0)
+            return fail_everything(errc::out_of_memory,
+                                   "worker " + std::to_string(r) +
+                                       " has no KV cache blocks (raise --kv-cache-mb, --num-kv-blocks or "
+                                       "--gpu-memory-utilization)");
+    const int64_t model_len = static_cast<int64_t>(model_facts_.max_position_embeddings);
+    const char* allow_long = std::getenv("ZMOE_ALLOW_LONG_MAX_MODEL_LEN");
+    if (options_.max_model_len > 0 && model_len > 0 && options_.max_model_len > model_len &&
+        !(allow_long && std::string(allow_long) == "1"))
+        return fail_everything(errc::invalid_argument, "--max-model-len " + std::to_string(options_.max_model_len) +
+                                                           " exceeds the model's max_position_embeddings " +
+                                                           std::to_string(model_len) +
+                                                           " (set ZMOE_ALLOW_LONG_MAX_MODEL_LEN=1 to override)");
+
+    // Size the scheduler from what each worker could allocate.
     scheduler_config cfg;
     cfg.max_num_batched_tokens = options_.max_num_batched_tokens;
     cfg.max_num_seqs = options_.max_num_seqs;

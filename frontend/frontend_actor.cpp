@@ -236,8 +236,8 @@ void frontend_actor::flush_clients() {
         } else if (now - c.last_progress >= options_.client_send_timeout) {
             // The client takes nothing: end its requests (the errors wait in its outbox, behind nothing else).
             metrics_.counter_add("clients_stuck");
-            ZMOE_LOG(warn, "frontend: a client took no message for "
-                               << options_.client_send_timeout.count() << " ms; failing its requests");
+            ZMOE_LOG(warn, "frontend: a client took no message for " << options_.client_send_timeout.count()
+                                                                     << " ms; failing its requests");
             c.outbox.clear();
             c.dirty.clear();
             c.last_progress = now;
@@ -550,7 +550,7 @@ void frontend_actor::on_engine_message(const inbound_message& msg) {
                 metrics_waiters_.erase(it);
             } else if constexpr (std::is_same_v<T, engine_error>) {
                 ZMOE_LOG(error, "frontend: engine core error: " << m.message);
-                if (m.code == errc::peer_dead || m.code == errc::internal) {
+                if (m.code != errc::protocol) {  // a failed run (a dead worker, a refused start-up)
                     engine_failed_ = true;
                     engine_failure_ = m.message;
                     exit_code_ = 1;

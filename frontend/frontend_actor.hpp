@@ -53,7 +53,7 @@ struct frontend_options {
     std::chrono::milliseconds client_idle_timeout{60000};
     uint32_t num_workers = 0;
     size_t max_prompt_bytes = size_t{4} << 20;  ///< text prompts longer than this are refused before tokenizing
-    size_t tokenizer_threads = 2;                ///< threads encoding prompts, off the socket thread
+    size_t tokenizer_threads = 2;               ///< threads encoding prompts, off the socket thread
     std::string run_id;  ///< echoed in health replies: who started this frontend knows it reached its own
 };
 

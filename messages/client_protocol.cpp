@@ -200,7 +200,7 @@ client_reply decode_client_reply(std::string_view bytes) {
             m.uptime_s = f.read_double("health_reply.uptime_s");
             m.version = f.read_string("health_reply.version", kMaxNameBytes);
             m.detail = f.read_string("health_reply.detail", kMaxStringBytes);
-            if (f.left() > 0) m.run_id = f.read_string("health_reply.run_id", kMaxNameBytes);
+            m.run_id = f.read_string("health_reply.run_id", kMaxNameBytes);
             out = std::move(m);
             break;
         }

@@ -215,7 +215,9 @@ void worker_actor::handle_welcome(const worker_welcome& m) {
 
 void worker_actor::run_expert_move(const worker_expert_move& m) {
     const uint64_t bytes = runner_->apply_expert_moves(m.moves);
-    post([this, done = worker_expert_move_done{m.move_id, options_.rank, bytes}] { send_reliable(engine_sock_, encode(done)); });
+    post([this, done = worker_expert_move_done{m.move_id, options_.rank, bytes}] {
+        send_reliable(engine_sock_, encode(done));
+    });
 }
 
 void worker_actor::submit(std::function<void()> task) {

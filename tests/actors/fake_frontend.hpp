@@ -82,7 +82,6 @@ class fake_frontend : public actor {
     bool echo_heartbeats = true;
 
   private:
-
     socket_id sock_;
     std::string endpoint_;
     std::map<std::string, std::string> hanging_;

@@ -111,7 +111,8 @@ void expect_all_complete(raw_client& c, size_t num, const std::string& prefix, u
             tokens[d->client_request_id] += static_cast<uint32_t>(d->token_ids.size());
             if (d->finished) {
                 ++done;
-                if (++terminals[d->client_request_id] > 1) ADD_FAILURE() << "two terminals for " << d->client_request_id;
+                if (++terminals[d->client_request_id] > 1)
+                    ADD_FAILURE() << "two terminals for " << d->client_request_id;
             }
         } else if (auto* e = std::get_if<zmoe::client_error>(&*r)) {
             ++done;
@@ -258,7 +259,8 @@ std::string model_with_small_tokenizer(const temp_dir& dir) {
     const std::string model = dir / "model";
     std::filesystem::create_directories(model);
     for (const auto& e : std::filesystem::directory_iterator(kModel))
-        if (e.path().filename() != "reference.json") std::filesystem::copy(e.path(), model + "/" + e.path().filename().string());
+        if (e.path().filename() != "reference.json")
+            std::filesystem::copy(e.path(), model + "/" + e.path().filename().string());
     nlohmann::json vocab = nlohmann::json::object();
     for (int b = 0; b < 256; ++b) vocab[byte_level_char(b)] = b;
     nlohmann::json tok = {{"version", "1.0"},
@@ -291,12 +293,51 @@ TEST(Reliability, SampledIdsBeyondTheTokenizerDecodeToNothing) {
         // Known ids decode to their bytes, unknown ones to nothing: the text is exactly the known ids' bytes
         // (U+FFFD where they do not form valid UTF-8, which this check leaves aside by counting lengths).
         size_t known = 0;
-        for (int32_t t : done.token_ids) (t < 256 ? known : beyond) += 1;
+        for (int32_t t : done.token_ids) {
+            if (t < 256) {
+                ++known;
+            } else {
+                ++beyond;
+            }
+        }
         EXPECT_LE(done.text.size(), known * 3);
-        if (known == 0) EXPECT_EQ(done.text, "");
+        if (known == 0) {
+            EXPECT_EQ(done.text, "");
+        }
     }
     EXPECT_GT(beyond, 0) << "the model never sampled an id past the tokenizer: the test proves nothing";
     EXPECT_GT(counter(s.frontend_counters(), "unknown_token_ids"), 0);
+}
+
+}  // namespace
+
+namespace {
+
+// Failure 6: start-up that lies. Each bad start must exit non-zero without ever printing "ready".
+TEST(Reliability, StartUpFailsLoudly) {
+    server first({"--workers", "1"});
+    auto start = [&](std::vector<std::string> args) {
+        std::vector<std::string> argv = {kZmoe, "serve", "--model", kModel, "--threads", "1"};
+        argv.insert(argv.end(), args.begin(), args.end());
+        auto p = zmoe::child_process::spawn(argv);
+        const auto st = p.wait_for(60s);
+        if (!st) {
+            p.kill(SIGKILL);
+            p.wait();
+            return -1;
+        }
+        return *st;
+    };
+    // The port is taken by `first`: the second frontend cannot bind, and its readiness check must not be fooled
+    // by the first server's answers.
+    EXPECT_NE(start({"--port", std::to_string(first.port)}), 0);
+    EXPECT_EQ(zmoe::zmoe_client(first.endpoint()).health(5s).status, "ok");
+    // Ports outside 1..65535 are refused instead of wrapping.
+    EXPECT_NE(start({"--port", "71337"}), 0);
+    EXPECT_NE(start({"--port", "0"}), 0);
+    // No KV cache at all, and a context longer than the model's positions (512), are refused at start-up.
+    EXPECT_NE(start({"--port", std::to_string(free_port()), "--kv-cache-mb", "0"}), 0);
+    EXPECT_NE(start({"--port", std::to_string(free_port()), "--max-model-len", "100000"}), 0);
 }
 
 }  // namespace
