@@ -22,7 +22,16 @@ struct param_count {
 param_count count_params(const model_config& c) {
     const double h = static_cast<double>(c.hidden_size), d = static_cast<double>(c.head_dim);
     const double embed = static_cast<double>(c.vocab_size) * h * (c.tie_word_embeddings ? 1 : 2);
-    const double attn = h * d * (2.0 * c.num_heads + 2.0 * c.num_kv_heads);
+    double attn = h * d * (2.0 * c.num_heads + 2.0 * c.num_kv_heads);
+    if (c.is_mla()) {  // q (through its LoRA), kv_a, kv_b, o
+        const mla_params& m = c.mla;
+        const double heads = static_cast<double>(c.num_heads), r = static_cast<double>(m.kv_lora_rank);
+        const double qk = static_cast<double>(m.qk_nope_head_dim + m.qk_rope_head_dim);
+        const double q = m.q_lora_rank > 0 ? static_cast<double>(m.q_lora_rank) * (h + heads * qk) : h * heads * qk;
+        attn = q + h * (r + static_cast<double>(m.qk_rope_head_dim)) +
+               r * heads * static_cast<double>(m.qk_nope_head_dim + m.v_head_dim) +
+               heads * static_cast<double>(m.v_head_dim) * h;
+    }
     const double expert = 3.0 * h * static_cast<double>(c.moe_intermediate_size);
     const double shared = 3.0 * h * static_cast<double>(c.shared_expert_intermediate_size);
     const double dense = 3.0 * h * static_cast<double>(c.dense_intermediate_size);
@@ -58,6 +67,9 @@ const published kModels[] = {
     {"qwen1.5-moe-a2.7b", model_arch::qwen2_moe, 14.3, 2.7, 0.05},
     {"qwen3-235b-a22b", model_arch::qwen3_moe, 235, 22, 0.5},
     {"qwen3-30b-a3b", model_arch::qwen3_moe, 30.5, 3.3, 0.05},
+    // DeepSeek-V3: "671B total parameters with 37B activated for each token" (DeepSeek-V3 technical report), the
+    // multi-token-prediction module excluded. Counting the embedding and the LM head both gives 37.55 B active.
+    {"deepseek-v3", model_arch::deepseek_v3, 671, 37, 0.6},
 };
 
 class BenchConfigs : public ::testing::TestWithParam<published> {};
