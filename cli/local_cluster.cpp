@@ -62,15 +62,19 @@ local_cluster::local_cluster(const engine_flags& flags, std::string client_endpo
     const std::string engine_fe = "ipc://" + dir_ + "/engine";
     client_endpoint_ = client_endpoint.empty() ? "ipc://" + dir_ + "/clients" : std::move(client_endpoint);
     const std::string exe = self_executable_path();
+    // Every actor logs at this process's level (set by --log-level).
+    const std::vector<std::string> log_args = {"--log-level", log_level_name(log_get_level())};
 
     std::vector<std::string> argv = {exe,       "engine-core",         "--worker-endpoint",
                                      worker_ep, "--frontend-endpoint", engine_fe};
     for (auto& a : flags.engine_core_args()) argv.push_back(a);
+    argv.insert(argv.end(), log_args.begin(), log_args.end());
     const std::vector<std::string> env = {"ZMOE_DIE_WITH_PARENT=1"};
     members_.push_back({"engine core", child_process::spawn(argv, env), std::nullopt});
     for (int r = 0; r < flags.workers; ++r) {
         std::vector<std::string> w = {exe, "worker", "--engine", worker_ep, "--rank", std::to_string(r)};
         for (auto& a : flags.worker_args()) w.push_back(a);
+        w.insert(w.end(), log_args.begin(), log_args.end());
         members_.push_back({"worker " + std::to_string(r), child_process::spawn(w, env), std::nullopt});
     }
     std::vector<std::string> fe = {exe,
@@ -92,6 +96,7 @@ local_cluster::local_cluster(const engine_flags& flags, std::string client_endpo
         fe.push_back("--tokenizer");
         fe.push_back(tokenizer);
     }
+    fe.insert(fe.end(), log_args.begin(), log_args.end());
     members_.push_back({"frontend", child_process::spawn(fe, env), std::nullopt});
 }
 

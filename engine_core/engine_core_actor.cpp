@@ -186,6 +186,11 @@ void engine_core_actor::handle_ready(int32_t rank, const worker_ready& m) {
     scheduler_ = std::make_unique<scheduler>(cfg);
     max_model_len_ = cfg.max_model_len;
     phase_ = phase::serving;
+    if (options_.stats_interval.count() > 0) {
+        log_stats();  // starts the first interval
+        add_timer(
+            options_.stats_interval, [this] { log_stats(); }, true);
+    }
     if (model_facts_.num_moe_layers > 0 && model_facts_.num_experts > 0) {
         const int32_t window = options_.eplb.window_steps > 0 ? static_cast<int32_t>(options_.eplb.window_steps) : 32;
         load_window_ =
@@ -573,6 +578,26 @@ void engine_core_actor::update_gauges() {
     metrics_.gauge_set("preemptions", static_cast<double>(st.num_preemptions));
     metrics_.gauge_set("discarded_tokens", static_cast<double>(st.num_discarded_tokens));
     metrics_.gauge_set("steps_in_flight", static_cast<double>(in_flight_.size()));
+}
+
+void engine_core_actor::log_stats() {
+    if (!scheduler_ || phase_ == phase::failed) return;
+    const auto st = scheduler_->stats();
+    stats_sample now{.at = clock_type::now(),
+                     .prompt_tokens = metrics_.counter("prompt_tokens"),
+                     .generation_tokens = metrics_.counter("generation_tokens"),
+                     .preemptions = static_cast<double>(st.num_preemptions),
+                     .num_running = 0,
+                     .num_waiting = 0,
+                     .kv_blocks_used = 0,
+                     .kv_blocks_total = 0};
+    for (size_t r = 0; r < st.num_running.size(); ++r) {
+        now.num_running += st.num_running[r];
+        now.num_waiting += st.num_waiting[r];
+        now.kv_blocks_used += st.num_blocks_used[r];
+        now.kv_blocks_total += st.num_blocks_total[r];
+    }
+    if (const auto line = stats_line_.next(now)) ZMOE_LOG(info, "engine core: " << *line);
 }
 
 nlohmann::json engine_core_actor::metrics_json() {

@@ -9,14 +9,13 @@
 
 #include "base/check.hpp"
 #include "base/log.hpp"
+#include "base/version.hpp"
 
 namespace zmoe {
 
 using clock_type = std::chrono::steady_clock;
 
 namespace {
-
-constexpr const char* kVersion = "0.1.0";
 
 double ms_between(clock_type::time_point a, clock_type::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
