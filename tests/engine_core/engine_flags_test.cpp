@@ -121,7 +121,7 @@ TEST(EngineFlags, Workers) {
         engine_add_request r;
         r.request_id = id;
         r.prompt_token_ids = prompt(4, static_cast<int32_t>(id));
-        r.max_tokens = 2;
+        r.max_tokens = 24;  // long enough that the second arrives while the first still runs on rank 0
         r.ignore_eos = true;
         e.client().add_request(r);
     }
