@@ -174,7 +174,7 @@ constexpr int32_t moe_permuted_rows_bound(int32_t num_tokens, int32_t top_k, int
     return num_tokens * top_k + num_experts * (row_align - 1);
 }
 
-/// The row alignment the grouped GEMM runs best with at this batch size (16, 64 or 128).
+/// The row alignment the grouped GEMM runs best with at this batch size (16, 32, 64 or 128).
 int32_t moe_row_align_for(int32_t num_tokens, int32_t top_k, int32_t num_experts);
 
 /// Scratch bytes launch_moe_permute needs.
@@ -192,7 +192,7 @@ struct moe_permute_params {
     int32_t top_k = 0;
     int32_t num_experts = 0;  ///< <= 1024
     int32_t hidden = 0;       ///< multiple of 8
-    int32_t row_align = 16;   ///< 16 or a multiple of 64
+    int32_t row_align = 16;   ///< 16, 32 or a multiple of 64
     int32_t max_rows = 0;     ///< moe_permuted_rows_bound(...)
 };
 

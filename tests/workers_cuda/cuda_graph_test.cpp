@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -24,8 +25,8 @@ std::unique_ptr<cuda_step_executor> make_executor(const std::string& dir, bool e
                                                   const std::string& load_format = "auto") {
     executor_options o = cuda_options();
     o.enforce_eager = eager;
-    o.max_num_seqs = 16;
-    o.max_num_batched_tokens = 512;
+    o.max_num_seqs = 32;
+    o.max_num_batched_tokens = 1024;
     o.load_format = load_format;
     const model_config c = model_config::load(dir);
     return std::make_unique<cuda_step_executor>(
@@ -62,10 +63,10 @@ TEST_P(CudaGraphs, ReplayMatchesEager) {
     auto eager = make_executor(dir_, true);
     auto graphs = make_executor(dir_, false);
     EXPECT_TRUE(eager->graph_batch_sizes().empty());
-    EXPECT_EQ(graphs->graph_batch_sizes(), decode_graph_batch_sizes(16));
+    EXPECT_EQ(graphs->graph_batch_sizes(), decode_graph_batch_sizes(32));
     // 1 sequence (exact bucket), then all prompts (padded up to the next bucket), then 5 copies of them (more
-    // padding, and batches shrinking as sequences finish at different lengths).
-    for (size_t n : {size_t{1}, prompts_.size(), 5 * prompts_.size()}) {
+    // padding, and batches shrinking as sequences finish at different lengths), at most max_num_seqs.
+    for (size_t n : {size_t{1}, prompts_.size(), std::min<size_t>(32, 5 * prompts_.size())}) {
         step_driver a(kBlockSize, 7), b(kBlockSize, 7);
         for (size_t i = 0; i < n; ++i) {
             const auto& p = prompts_[i % prompts_.size()];
@@ -117,13 +118,13 @@ TEST_P(CudaGraphs, DummyWeightsAreDeterministicAndRouteWidely) {
         b.add(i, prompts_[i].token_ids, 4);
     }
     // Routing spread: the prefill's tokens pick many distinct experts in every MoE layer.
-    const step_request r = a.next();
+    const step_request r = a.next(), rb = b.next();
     std::vector<std::vector<float>> logits;
     const step_result res = first->execute(r, &logits);
     a.record(r, res, logits);
     std::vector<std::vector<float>> logits_b;
-    const step_result res_b = second->execute(r, &logits_b);
-    b.record(r, res_b, logits_b);
+    const step_result res_b = second->execute(rb, &logits_b);
+    b.record(rb, res_b, logits_b);
     int64_t tokens = 0;
     for (const scheduled_seq& q : r.seqs) tokens += static_cast<int64_t>(q.token_ids.size());
     for (int64_t l = 0; l < c.num_moe_layers(); ++l) {
