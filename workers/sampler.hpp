@@ -1,6 +1,8 @@
 #pragma once
-// Token sampling from logits: greedy, temperature, top-k, top-p, drawn from a counter-based RNG keyed on
-// (seed, sample_index), so a request's n-th token does not depend on the batch, the rank or the step timing.
+// Token sampling on the CPU backend. There is one definition of sampling in zmoe: the CUDA kernel's
+// (kernels/api.hpp launch_sample), written out on the CPU by its reference kernels::ref::sample. This file only
+// adapts the worker's per-request parameters to it, so a seeded request draws the same tokens on --device cpu
+// and --device cuda wherever the logits agree.
 
 #include <cstdint>
 
@@ -8,16 +10,10 @@
 
 namespace zmoe {
 
-/// A uniform double in [0, 1), a pure function of (seed, counter) (splitmix64 finalisers, 53 bits).
-double counter_uniform(uint64_t seed, uint64_t counter);
-
-/// Index of the largest logit; the lowest index on ties; NaNs are never chosen unless all are NaN (then 0).
-int32_t argmax(const float* logits, int64_t n);
-
-/// Samples one token from `logits` [vocab]. temperature 0 (or top_k 1) is greedy. Otherwise: softmax of
-/// logits / temperature, keep the top_k largest (if top_k > 0), then the smallest prefix of the rest, by
-/// descending probability, whose mass reaches top_p (at least one token); draw from the kept tokens
-/// renormalised, with u = counter_uniform(seed, sample_index). Ties order by lower token id.
+/// Samples one token from `logits` [vocab] as launch_sample does: temperature 0 is greedy (lowest id on ties);
+/// otherwise top-k, then top-p over z = logits / temperature, then a Gumbel-max draw whose noise is
+/// kernels::sample_uniform(seed, sample_index, token): a pure function of the request's seed and its n-th
+/// generated token, so the batch, the rank and the step timing do not change the token.
 int32_t sample_token(const float* logits, int64_t vocab, const sampling_params& params, uint32_t sample_index);
 
 }  // namespace zmoe

@@ -4,32 +4,61 @@
 
 #include <cmath>
 #include <map>
+#include <random>
 #include <set>
+
+#include "kernels/reference/reference.hpp"
+#include "kernels/sample_rng.hpp"
 
 namespace zmoe {
 namespace {
 
 TEST(Sampler, GreedyTakesLowestIndexOnTies) {
     const std::vector<float> l = {0.f, 5.f, NAN, 5.f, -1.f};
-    EXPECT_EQ(argmax(l.data(), 5), 1);
     sampling_params p;  // temperature 0
     EXPECT_EQ(sample_token(l.data(), 5, p, 0), 1);
-    p.temperature = 1.f;
-    p.top_k = 1;
     EXPECT_EQ(sample_token(l.data(), 5, p, 9), 1);
 }
 
-TEST(Sampler, CounterUniformIsAPureFunctionInRange) {
-    std::set<double> seen;
-    for (uint64_t i = 0; i < 1000; ++i) {
-        const double u = counter_uniform(42, i);
-        ASSERT_GE(u, 0.0);
-        ASSERT_LT(u, 1.0);
-        EXPECT_EQ(u, counter_uniform(42, i));
+TEST(Sampler, NoiseIsAPureFunctionInTheOpenUnitInterval) {
+    std::set<float> seen;
+    for (uint32_t i = 0; i < 1000; ++i) {
+        const float u = kernels::sample_uniform(42, i, 7);
+        ASSERT_GT(u, 0.f);
+        ASSERT_LT(u, 1.f);
+        EXPECT_EQ(u, kernels::sample_uniform(42, i, 7));
         seen.insert(u);
     }
-    EXPECT_EQ(seen.size(), 1000u);
-    EXPECT_NE(counter_uniform(1, 0), counter_uniform(2, 0));
+    EXPECT_GT(seen.size(), 990u);  // 24-bit values: a few collisions among 1000 draws are expected
+    EXPECT_NE(kernels::sample_uniform(1, 0, 0), kernels::sample_uniform(2, 0, 0));
+    EXPECT_NE(kernels::sample_uniform(1, 0, 0), kernels::sample_uniform(1, 1, 0));
+    EXPECT_NE(kernels::sample_uniform(1, 0, 0), kernels::sample_uniform(1, 0, 1));
+}
+
+// The CPU backend has no sampling rule of its own: for every parameter combination it draws what the CUDA
+// kernel's reference draws (and kernels_test checks the kernel against that reference, token for token).
+TEST(Sampler, EqualsTheKernelReference) {
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.f, 3.f);
+    const struct {
+        float temperature, top_p;
+        int32_t top_k;
+    } cases[] = {{0.f, 1.f, 0}, {1.f, 1.f, 0}, {0.7f, 1.f, 40}, {1.f, 0.9f, 0}, {0.8f, 0.95f, 20}, {1.3f, 0.5f, 1}};
+    for (const int32_t vocab : {7, 300, 5000}) {
+        std::vector<float> logits(vocab);
+        for (auto& l : logits) l = normal(rng);
+        for (const auto& c : cases) {
+            const sampling_params p{.temperature = c.temperature, .top_p = c.top_p, .top_k = c.top_k, .seed = 1234};
+            std::set<int32_t> drawn;
+            for (uint32_t n = 0; n < 64; ++n) {
+                const int32_t got = sample_token(logits.data(), vocab, p, n);
+                ASSERT_EQ(got, kernels::ref::sample(logits.data(), vocab, c.temperature, c.top_p, c.top_k, 1234, n))
+                    << "vocab " << vocab << " temperature " << c.temperature << " n " << n;
+                drawn.insert(got);
+            }
+            if (c.temperature > 0.f && c.top_k != 1) EXPECT_GT(drawn.size(), 1u) << "it does sample";
+        }
+    }
 }
 
 TEST(Sampler, SameSeedAndIndexSameToken) {

@@ -1,0 +1,254 @@
+// `zmoe bench serve`: the serving benchmark against a running server (vLLM's `vllm bench serve`: same options,
+// metrics and JSON keys). `zmoe bench sweep`: the same at several concurrency caps, a table, JSON and a PNG plot
+// of output throughput against time per output token.
+
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <sstream>
+
+#include "base/error.hpp"
+#include "cli/bench_metrics.hpp"
+#include "cli/bench_plot.hpp"
+#include "cli/bench_serve.hpp"
+#include "cli/cmd_bench.hpp"
+#include "cli/options.hpp"
+
+namespace po = boost::program_options;
+
+namespace {
+
+using zmoe::cli::serve_bench_params;
+
+/// The options shared by serve and sweep, and what they fill in.
+struct bench_options {
+    serve_bench_params params;
+    std::string request_rate = "inf";
+    std::string percentiles = "90,99";
+    std::string model;
+    std::string json_path;
+    bool no_progress = false;
+    double ready_timeout_s = 60.0;
+
+    void add(po::options_description& d) {
+        auto& p = params;
+        d.add_options()("endpoint", po::value(&p.endpoint)->default_value("tcp://127.0.0.1:5555"),
+                        "the server's frontend")("num-prompts", po::value(&p.num_prompts)->default_value(p.num_prompts),
+                                                 "requests to send")(
+            "random-input-len", po::value(&p.input_len)->default_value(p.input_len), "prompt tokens per request")(
+            "random-output-len", po::value(&p.output_len)->default_value(p.output_len),
+            "tokens generated per request (exactly: ignore_eos)")(
+            "random-range-ratio", po::value(&p.range_ratio)->default_value(p.range_ratio, "0"),
+            "lengths drawn uniformly from [len*(1-r), len*(1+r)]")(
+            "request-rate", po::value(&request_rate)->default_value(request_rate),
+            "requests per second, Poisson arrivals; inf = all at once")(
+            "max-concurrency", po::value(&p.max_concurrency)->default_value(p.max_concurrency),
+            "requests in flight at most (0 = no cap)")("seed", po::value(&p.seed)->default_value(p.seed),
+                                                       "seed of the prompts and arrivals")(
+            "model", po::value(&model), "the served model's directory: its config.json gives the vocabulary")(
+            "vocab-size", po::value(&p.vocab_size)->default_value(0),
+            "prompt token ids are drawn from [0, this) (instead of --model)")(
+            "temperature", po::value(&p.temperature)->default_value(p.temperature, "0"), "0 = greedy")(
+            "metric-percentiles", po::value(&percentiles)->default_value(percentiles),
+            "comma-separated percentiles reported beside mean and median")("json", po::value(&json_path),
+                                                                           "write the result here (JSON)")(
+            "timeout", po::value(&p.timeout_s)->default_value(p.timeout_s, "600"),
+            "seconds with requests in flight and no answer before the rest fail")(
+            "ready-timeout", po::value(&ready_timeout_s)->default_value(ready_timeout_s, "60"),
+            "seconds to wait for the server to report healthy")(
+            "no-progress", po::bool_switch(&no_progress),
+            "no progress bar (there is none unless stderr is a terminal)");
+    }
+
+    std::vector<double> percentile_list() const {
+        std::vector<double> out;
+        std::stringstream ss(percentiles);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+            try {
+                const double v = std::stod(item);
+                if (!(v > 0 && v < 100)) throw std::out_of_range("");
+                out.push_back(v);
+            } catch (const std::exception&) {
+                throw zmoe::error(zmoe::errc::invalid_argument, "--metric-percentiles: bad percentile '" + item + "'");
+            }
+        }
+        return out;
+    }
+
+    /// Resolves the rate, the vocabulary and the progress bar; throws invalid_argument on bad values.
+    void finish() {
+        if (request_rate == "inf") {
+            params.request_rate = std::numeric_limits<double>::infinity();
+        } else {
+            try {
+                params.request_rate = std::stod(request_rate);
+            } catch (const std::exception&) {
+                params.request_rate = 0;
+            }
+            if (!(params.request_rate > 0))
+                throw zmoe::error(zmoe::errc::invalid_argument, "--request-rate must be a positive number or inf");
+        }
+        if (params.num_prompts == 0 || params.input_len == 0 || params.output_len == 0)
+            throw zmoe::error(zmoe::errc::invalid_argument, "--num-prompts and the lengths must be positive");
+        if (params.range_ratio < 0 || params.range_ratio >= 1)
+            throw zmoe::error(zmoe::errc::invalid_argument, "--random-range-ratio must be in [0, 1)");
+        if (!model.empty()) read_model_vocabulary();
+        if (params.vocab_size <= 0)
+            throw zmoe::error(zmoe::errc::invalid_argument,
+                              "give --model DIR (its config.json has the vocabulary size) or --vocab-size N");
+        params.progress = !no_progress && isatty(STDERR_FILENO);
+    }
+
+    void read_model_vocabulary() {
+        const auto path = std::filesystem::path(model) / "config.json";
+        std::ifstream in(path);
+        if (!in) throw zmoe::error(zmoe::errc::invalid_argument, "cannot read " + path.string());
+        nlohmann::json cfg;
+        try {
+            cfg = nlohmann::json::parse(in);
+        } catch (const std::exception& e) {
+            throw zmoe::error(zmoe::errc::invalid_argument, path.string() + ": " + e.what());
+        }
+        if (params.vocab_size <= 0) params.vocab_size = cfg.value("vocab_size", int64_t{0});
+        for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {  // never in a random prompt
+            const auto it = cfg.find(key);
+            if (it == cfg.end()) continue;
+            if (it->is_number_integer()) params.excluded_ids.push_back(it->get<int32_t>());
+            if (it->is_array())
+                for (const auto& v : *it)
+                    if (v.is_number_integer()) params.excluded_ids.push_back(v.get<int32_t>());
+        }
+    }
+
+    /// The run's parameters, as vLLM's result files carry them.
+    nlohmann::ordered_json parameters_json() const {
+        char date[32];
+        const std::time_t now = std::time(nullptr);
+        std::strftime(date, sizeof(date), "%Y%m%d-%H%M%S", std::gmtime(&now));
+        nlohmann::ordered_json j;
+        j["date"] = date;
+        j["backend"] = "zmoe";
+        j["endpoint"] = params.endpoint;
+        j["model"] = model;
+        j["num_prompts"] = params.num_prompts;
+        j["random_input_len"] = params.input_len;
+        j["random_output_len"] = params.output_len;
+        j["random_range_ratio"] = params.range_ratio;
+        if (std::isinf(params.request_rate))
+            j["request_rate"] = "inf";
+        else
+            j["request_rate"] = params.request_rate;
+        j["max_concurrency"] = params.max_concurrency ? nlohmann::json(params.max_concurrency) : nlohmann::json();
+        j["seed"] = params.seed;
+        j["temperature"] = params.temperature;
+        return j;
+    }
+};
+
+void write_json(const std::string& path, const nlohmann::ordered_json& j) {
+    std::ofstream out(path);
+    out << j.dump(2) << "\n";
+    if (!out) throw zmoe::error(zmoe::errc::internal, "cannot write " + path);
+}
+
+nlohmann::ordered_json run_one(const bench_options& o) {
+    const auto run = zmoe::cli::run_serve_bench(o.params, o.ready_timeout_s);
+    auto result = o.parameters_json();
+    const auto summary = zmoe::cli::bench_summary(run.records, run.duration_s, o.percentile_list());
+    for (const auto& [k, v] : summary.items()) result[k] = v;
+    return result;
+}
+
+int cmd_bench_serve(int argc, char** argv) {
+    bench_options o;
+    po::options_description opts("zmoe bench serve options (against a running `zmoe serve`)");
+    o.add(opts);
+    po::variables_map vm;
+    if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
+    o.finish();
+    const auto result = run_one(o);
+    std::cout << zmoe::cli::bench_summary_table(result, o.percentile_list()) << std::flush;
+    if (!o.json_path.empty()) write_json(o.json_path, result);
+    return result["completed"].get<uint64_t>() > 0 ? 0 : 1;
+}
+
+int cmd_bench_sweep(int argc, char** argv) {
+    bench_options o;
+    std::string concurrency = "1,4,16,64", plot_path;
+    po::options_description opts("zmoe bench sweep options (zmoe bench serve at each --concurrency)");
+    o.add(opts);
+    opts.add_options()("concurrency", po::value(&concurrency)->default_value(concurrency),
+                       "comma-separated concurrency caps, one run each")(
+        "plot", po::value(&plot_path), "write a PNG plot of output throughput against median TPOT here");
+    po::variables_map vm;
+    if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
+    std::vector<uint32_t> levels;
+    {
+        std::stringstream ss(concurrency);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+            unsigned long v = 0;
+            try {
+                v = std::stoul(item);
+            } catch (const std::exception&) {
+            }
+            if (v == 0) throw zmoe::error(zmoe::errc::invalid_argument, "--concurrency: bad value '" + item + "'");
+            levels.push_back(static_cast<uint32_t>(v));
+        }
+    }
+    if (levels.empty()) throw zmoe::error(zmoe::errc::invalid_argument, "--concurrency is empty");
+    if (!plot_path.empty() && !zmoe::cli::plot_supported())
+        throw zmoe::error(zmoe::errc::invalid_argument, "this zmoe was built without cairo (libcairo2-dev): no --plot");
+    const bool fixed_prompts = !vm["num-prompts"].defaulted();
+    o.finish();
+
+    nlohmann::ordered_json out = o.parameters_json();
+    out.erase("max_concurrency");
+    out["num_prompts"] = fixed_prompts ? nlohmann::json(o.params.num_prompts) : nlohmann::json("4 x concurrency");
+    out["concurrency"] = levels;
+    out["results"] = nlohmann::json::array();
+    zmoe::cli::line_plot plot{.title = "zmoe: output throughput vs time per output token",
+                              .x_label = "median TPOT (ms)",
+                              .y_label = "output throughput (tok/s)",
+                              .points = {}};
+    for (const uint32_t c : levels) {
+        bench_options point = o;
+        point.params.max_concurrency = c;
+        if (!fixed_prompts) point.params.num_prompts = std::max<uint32_t>(8, 4 * c);
+        std::cerr << "bench sweep: concurrency " << c << ", " << point.params.num_prompts << " requests\n";
+        auto r = run_one(point);
+        plot.points.push_back({.x = r["median_tpot_ms"].get<double>(),
+                               .y = r["output_throughput"].get<double>(),
+                               .label = "c=" + std::to_string(c)});
+        out["results"].push_back(std::move(r));
+    }
+    std::printf("%11s %9s %7s %9s %12s %12s %12s %12s %12s\n", "concurrency", "completed", "failed", "req/s",
+                "out tok/s", "total tok/s", "med TTFT ms", "med TPOT ms", "mean ITL ms");
+    for (const auto& r : out["results"]) {
+        std::printf("%11u %9llu %7llu %9.2f %12.1f %12.1f %12.2f %12.2f %12.2f\n", r["max_concurrency"].get<uint32_t>(),
+                    static_cast<unsigned long long>(r["completed"].get<uint64_t>()),
+                    static_cast<unsigned long long>(r["failed"].get<uint64_t>()), r["request_throughput"].get<double>(),
+                    r["output_throughput"].get<double>(), r["total_token_throughput"].get<double>(),
+                    r["median_ttft_ms"].get<double>(), r["median_tpot_ms"].get<double>(),
+                    r["mean_itl_ms"].get<double>());
+    }
+    std::fflush(stdout);
+    if (!o.json_path.empty()) write_json(o.json_path, out);
+    if (!plot_path.empty()) zmoe::cli::write_plot_png(plot, plot_path);
+    for (const auto& r : out["results"])
+        if (r["completed"].get<uint64_t>() == 0) return 1;
+    return 0;
+}
+
+}  // namespace
+
+ZMOE_BENCH_MODE("serve", "the serving benchmark against a running server (vLLM's bench serve)", cmd_bench_serve);
+ZMOE_BENCH_MODE("sweep", "bench serve at several concurrency caps; table, JSON and a PNG plot", cmd_bench_sweep);

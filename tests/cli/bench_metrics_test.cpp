@@ -1,0 +1,96 @@
+// The statistics of `zmoe bench`: percentiles as numpy computes them, and a summary consistent with its records.
+
+#include "cli/bench_metrics.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "cli/bench_plot.hpp"
+
+using zmoe::cli::bench_request_record;
+
+TEST(BenchMetrics, PercentileInterpolatesBetweenClosestRanks) {
+    // numpy.percentile's default ("linear"): rank p/100 * (n-1), interpolated.
+    std::mt19937 rng(3);
+    for (int n : {1, 2, 5, 100}) {
+        std::vector<double> v(n);
+        for (auto& x : v) x = std::uniform_real_distribution<double>(0, 10)(rng);
+        auto sorted = v;
+        std::sort(sorted.begin(), sorted.end());
+        EXPECT_DOUBLE_EQ(zmoe::cli::percentile(v, 0), sorted.front());
+        EXPECT_DOUBLE_EQ(zmoe::cli::percentile(v, 100), sorted.back());
+        for (double p : {25.0, 50.0, 90.0, 99.0}) {
+            const double rank = p / 100.0 * (n - 1);
+            const size_t lo = static_cast<size_t>(rank);
+            const double expect =
+                lo + 1 < sorted.size() ? sorted[lo] + (sorted[lo + 1] - sorted[lo]) * (rank - lo) : sorted[lo];
+            EXPECT_NEAR(zmoe::cli::percentile(v, p), expect, 1e-12) << n << " " << p;
+        }
+    }
+    EXPECT_DOUBLE_EQ(zmoe::cli::percentile({}, 50), 0.0);
+    EXPECT_DOUBLE_EQ(zmoe::cli::percentile({4, 1, 3, 2}, 50), 2.5);
+}
+
+TEST(BenchMetrics, SummaryCountsOnlyCompletedRequests) {
+    std::vector<bench_request_record> rs(3);
+    rs[0] = {.input_len = 10,
+             .output_len = 4,
+             .success = true,
+             .error = {},
+             .prompt_tokens = 10,
+             .output_tokens = 4,
+             .ttft_s = 0.1,
+             .latency_s = 0.4,
+             .itl_s = {0.1, 0.1, 0.1}};
+    rs[1] = {.input_len = 20,
+             .output_len = 2,
+             .success = true,
+             .error = {},
+             .prompt_tokens = 20,
+             .output_tokens = 2,
+             .ttft_s = 0.3,
+             .latency_s = 0.5,
+             .itl_s = {0.2}};
+    rs[2] = {.input_len = 30,
+             .output_len = 5,
+             .success = false,
+             .error = "boom",
+             .prompt_tokens = 0,
+             .output_tokens = 0,
+             .ttft_s = 0,
+             .latency_s = 0,
+             .itl_s = {}};
+    const auto s = zmoe::cli::bench_summary(rs, 2.0, {90, 99.5});
+    EXPECT_EQ(s["completed"].get<int>(), 2);
+    EXPECT_EQ(s["failed"].get<int>(), 1);
+    EXPECT_EQ(s["total_input_tokens"].get<int>(), 30);
+    EXPECT_EQ(s["total_output_tokens"].get<int>(), 6);
+    EXPECT_DOUBLE_EQ(s["request_throughput"].get<double>(), 1.0);
+    EXPECT_DOUBLE_EQ(s["output_throughput"].get<double>(), 3.0);
+    EXPECT_DOUBLE_EQ(s["total_token_throughput"].get<double>(), 18.0);
+    EXPECT_NEAR(s["mean_ttft_ms"].get<double>(), 200.0, 1e-9);
+    // TPOT: (0.4 - 0.1) / 3 and (0.5 - 0.3) / 1.
+    EXPECT_NEAR(s["mean_tpot_ms"].get<double>(), (100.0 + 200.0) / 2, 1e-9);
+    EXPECT_NEAR(s["mean_itl_ms"].get<double>(), 125.0, 1e-9);
+    EXPECT_NEAR(s["median_e2el_ms"].get<double>(), 450.0, 1e-9);
+    EXPECT_TRUE(s.contains("p99.5_itl_ms"));
+    EXPECT_TRUE(s.contains("p90_tpot_ms"));
+    EXPECT_EQ(s["errors"][2].get<std::string>(), "boom");
+    EXPECT_EQ(s["output_lens"][2].get<int>(), 0);
+    const auto table = zmoe::cli::bench_summary_table(s, {90, 99.5});
+    EXPECT_NE(table.find("Successful requests:"), std::string::npos);
+    EXPECT_NE(table.find("P99.5 ITL (ms):"), std::string::npos);
+}
+
+TEST(BenchPlot, TickStepsAreOneTwoOrFiveTimesAPowerOfTen) {
+    for (double max : {0.37, 7.0, 13.0, 980.0, 12345.0}) {
+        const double step = zmoe::cli::nice_tick_step(max, 6);
+        const double mantissa = step / std::pow(10.0, std::floor(std::log10(step)));
+        EXPECT_TRUE(std::abs(mantissa - 1) < 1e-9 || std::abs(mantissa - 2) < 1e-9 || std::abs(mantissa - 5) < 1e-9)
+            << max;
+        EXPECT_GE(step * 6, max);        // six steps reach the maximum ...
+        EXPECT_LT(step * 6, max * 5.1);  // ... without overshooting it by more than one mantissa jump
+    }
+}
