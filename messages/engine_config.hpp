@@ -42,6 +42,8 @@ struct engine_config {
     int32_t threads = 0;      ///< CPU kernel threads per worker; 0 = the node's cores divided among its workers
     int64_t kv_cache_mb = 256;  ///< CPU: KV cache budget per worker when num_kv_blocks is 0
     double gpu_memory_utilization = 0.9;  ///< CUDA: fraction of each GPU's memory for weights + KV cache
+    std::string load_format = "auto";     ///< auto: the checkpoint's weights; dummy: random weights from config.json
+    bool enforce_eager = false;           ///< CUDA: every step launched kernel by kernel (no decode CUDA graphs)
 
     bool operator==(const engine_config&) const = default;
 };
@@ -83,6 +85,10 @@ void for_each_engine_flag(Config& c, Visitor&& visit) {
     visit(engine_flag_info{"kv-cache-mb", "CPU: KV cache budget per worker, MiB"}, c.kv_cache_mb);
     visit(engine_flag_info{"gpu-memory-utilization", "CUDA: fraction of each GPU's memory for weights + KV cache"},
           c.gpu_memory_utilization);
+    visit(engine_flag_info{"load-format", "auto: the checkpoint's weights; dummy: random weights generated from "
+                                          "config.json (benchmarks)"},
+          c.load_format);
+    visit(engine_flag_info{"enforce-eager", "CUDA: run every step eagerly (no decode CUDA graphs)"}, c.enforce_eager);
 }
 
 /// The configuration as `--name value` arguments (switches only when set), parseable by the same flags.

@@ -1,5 +1,9 @@
 #include "workers/step_executor.hpp"
 
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstring>
 #include <thread>
 
 #include "base/error.hpp"
@@ -12,11 +16,14 @@ namespace zmoe {
 std::unique_ptr<step_executor> make_cuda_step_executor(const executor_options& options,
                                                        const expert_placement& placement);
 std::string make_nccl_unique_id();
+double measure_cuda_copy_bandwidth();
 #endif
 
 std::unique_ptr<step_executor> make_step_executor(const executor_options& options, const expert_placement& placement) {
     const engine_config& c = options.config;
     if (c.device == "cpu") {
+        if (c.load_format != "auto")
+            throw error(errc::unsupported, "--load-format " + c.load_format + " on the CPU backend");
         runner_options ro;
         ro.block_size = c.block_size;
         ro.num_kv_blocks =
@@ -36,6 +43,23 @@ std::unique_ptr<step_executor> make_step_executor(const executor_options& option
                                        std::string(", cuda") +
 #endif
                                        ")");
+}
+
+double measure_copy_bandwidth(const std::string& device) {
+#ifdef ZMOE_WITH_CUDA
+    if (device == "cuda") return measure_cuda_copy_bandwidth();
+#endif
+    if (device != "cpu") throw error(errc::unsupported, "device '" + device + "'");
+    const size_t n = 256u << 20;
+    std::vector<std::byte> a(n, std::byte{1}), b(n);
+    double best = 0;
+    for (int i = 0; i < 5; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        std::memcpy(b.data(), a.data(), n);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        best = std::max(best, 2.0 * static_cast<double>(n) / s);
+    }
+    return best;
 }
 
 std::string make_collective_id(const std::string& device) {

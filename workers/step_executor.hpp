@@ -43,6 +43,10 @@ struct executor_options {
 /// Creates the executor for options.config.device. Throws zmoe::error(unsupported) for a device this build lacks.
 std::unique_ptr<step_executor> make_step_executor(const executor_options& options, const expert_placement& placement);
 
+/// Bytes per second one device-to-device copy moves on `device` (read + write counted: "cuda": cudaMemcpy within
+/// GPU 0, 1 GiB; "cpu": memcpy, 256 MiB), the best of a few repeats: the bandwidth floors are computed against.
+double measure_copy_bandwidth(const std::string& device);
+
 /// CUDA builds: rank 0 makes the NCCL unique id (as raw bytes) that every rank joins with; "" for CPU.
 std::string make_collective_id(const std::string& device);
 

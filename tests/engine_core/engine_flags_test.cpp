@@ -63,7 +63,8 @@ TEST(EngineFlags, CommandLineRoundTripsEveryFlag) {
                                    "--num-kv-blocks", "9", "--max-model-len", "33", "--no-async", "--enable-eplb",
                                    "--eplb-interval", "5", "--eplb-window", "6", "--num-redundant-experts", "2",
                                    "--heartbeat-ms", "300", "--threads", "3", "--kv-cache-mb", "17",
-                                   "--gpu-memory-utilization", "0.55"});
+                                   "--gpu-memory-utilization", "0.55", "--load-format", "dummy",
+                                   "--enforce-eager"});
     EXPECT_EQ(c.device, "cuda");
     EXPECT_EQ(c.workers, 4);
     EXPECT_DOUBLE_EQ(c.gpu_memory_utilization, 0.55);
@@ -310,6 +311,24 @@ TEST(EngineFlags, ThreadsAndGpuMemoryUtilization) {
     EXPECT_EQ(w.config.threads, 1);
     EXPECT_DOUBLE_EQ(w.config.gpu_memory_utilization, 0.4);
     EXPECT_TRUE(e.run(1, prompt(4), 2).finished);
+}
+
+TEST(EngineFlags, LoadFormat) {
+    // The worker reads it: the CPU backend has no dummy weights and says so, failing the run at start-up.
+    test::inproc_engine e(parse({"--load-format", "dummy"}));
+    EXPECT_FALSE(e.wait_serving(std::chrono::milliseconds(20000)));
+    ASSERT_TRUE(test::wait_until([&] { return !e.client().errors().empty(); }));
+    EXPECT_NE(e.client().errors().front().message.find("--load-format dummy"), std::string::npos)
+        << e.client().errors().front().message;
+    EXPECT_EQ(welcome_of(e).config.load_format, "dummy");
+}
+
+TEST(EngineFlags, EnforceEager) {
+    // CUDA only (no decode graphs): the value reaches the worker's configuration, which the CUDA executor reads.
+    test::inproc_engine e(parse({"--enforce-eager"}));
+    ASSERT_TRUE(e.wait_serving());
+    EXPECT_TRUE(welcome_of(e).config.enforce_eager);
+    EXPECT_FALSE(parse({}).enforce_eager);
 }
 
 }  // namespace

@@ -73,6 +73,8 @@ engine_config non_default_config() {
     c.threads = 3;
     c.kv_cache_mb = 1024;
     c.gpu_memory_utilization = 0.625;
+    c.load_format = "dummy";
+    c.enforce_eager = true;
     return c;
 }
 
