@@ -156,7 +156,7 @@ int run(int argc, char** argv) {
             block += static_cast<int32_t>(blocks_per_seq);
         }
         for (int32_t pos = 0; pos < o.context;) {
-            const int32_t chunk = std::min(o.context - pos, std::max(1, eo.max_num_batched_tokens / B));
+            const int32_t chunk = std::min(o.context - pos, std::max(1, run.max_num_batched_tokens / B));
             zmoe::step_request r;
             r.step_id = step_id++;
             for (auto& s : seqs) {
