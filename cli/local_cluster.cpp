@@ -13,7 +13,8 @@
 
 namespace zmoe::cli {
 
-local_cluster::local_cluster(const engine_flags& flags, std::string client_endpoint, const std::string& tokenizer) {
+local_cluster::local_cluster(const engine_flags& flags, std::string client_endpoint, const std::string& tokenizer,
+                             const std::string& chat_template) {
     // Fail before starting anything when the checkpoint is not even there; deeper problems come from the workers.
     if (!std::filesystem::exists(std::filesystem::path(flags.model) / "config.json"))
         throw error(errc::invalid_checkpoint, flags.model + ": no config.json (not a checkpoint directory)");
@@ -51,6 +52,10 @@ local_cluster::local_cluster(const engine_flags& flags, std::string client_endpo
     if (!tokenizer.empty()) {
         fe.push_back("--tokenizer");
         fe.push_back(tokenizer);
+    }
+    if (!chat_template.empty()) {
+        fe.push_back("--chat-template");
+        fe.push_back(chat_template);
     }
     members_.push_back({"frontend", child_process::spawn(fe, env), std::nullopt});
 }

@@ -16,7 +16,9 @@ namespace zmoe::cli {
 class local_cluster {
   public:
     /// Starts every actor. client_endpoint empty: an ipc endpoint in the private directory.
-    local_cluster(const engine_flags& flags, std::string client_endpoint, const std::string& tokenizer = "");
+    /// chat_template: a Jinja file replacing the tokenizer's chat template (empty: the tokenizer's).
+    local_cluster(const engine_flags& flags, std::string client_endpoint, const std::string& tokenizer = "",
+                  const std::string& chat_template = "");
     /// Anything still running is stopped: SIGTERM, then SIGKILL after a grace period.
     ~local_cluster();
     local_cluster(const local_cluster&) = delete;

@@ -1,5 +1,7 @@
 #include "frontend/frontend_actor.hpp"
 
+#include "frontend/chat_prompt.hpp"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -67,6 +69,8 @@ void frontend_actor::on_start() {
     if (std::filesystem::exists(json_path)) {
         tokenizer_ = tokenizer::from_file(tok_path);
         ZMOE_LOG(info, "frontend: tokenizer " << json_path.string() << " (" << tokenizer_->vocab_size() << " ids)");
+        chat_template_ = chat_template::from_tokenizer(tok_path, options_.chat_template_path);
+        if (chat_template_) ZMOE_LOG(info, "frontend: chat template loaded");
     } else {
         ZMOE_LOG(info, "frontend: no tokenizer.json in " << tok_path << "; only prompt_token_ids are accepted");
     }
@@ -200,12 +204,17 @@ void frontend_actor::handle_generate(const std::string& client, client_generate&
         if (s.empty()) return send_client_error(client, cid, errc::invalid_argument, "stop strings must not be empty");
 
     std::vector<int32_t> ids;
+    if (!m.chat.empty() && !std::holds_alternative<std::string>(m.prompt))
+        return send_client_error(client, cid, errc::invalid_argument, "give either prompt_token_ids or chat messages");
     if (auto* text = std::get_if<std::string>(&m.prompt)) {
         if (!tokenizer_)
             return send_client_error(client, cid, errc::unsupported,
                                      "this model has no tokenizer.json: send prompt_token_ids");
+        if (!m.chat.empty() && !text->empty())
+            return send_client_error(client, cid, errc::invalid_argument, "give either a prompt or chat messages");
         try {
-            ids = tokenizer_->encode(*text, /*add_special_tokens=*/true);
+            ids = m.chat.empty() ? tokenizer_->encode(*text, /*add_special_tokens=*/true)
+                                 : chat_prompt_ids(chat_template_, *tokenizer_, m.chat);
         } catch (const error& e) {
             return send_client_error(client, cid, e.code(), std::string("prompt: ") + e.what());
         }

@@ -20,6 +20,7 @@
 
 #include "actors/actor.hpp"
 #include "base/metrics.hpp"
+#include "frontend/chat_template.hpp"
 #include "frontend/incremental_detokenizer.hpp"
 #include "frontend/tokenizer.hpp"
 #include "messages/client_protocol.hpp"
@@ -32,6 +33,7 @@ struct frontend_options {
     std::string engine_endpoint;                           ///< the engine core's frontend ROUTER
     std::string model_dir;                                 ///< for tokenizer.json and the name in health
     std::string tokenizer_path;                            ///< empty = model_dir
+    std::string chat_template_path;  ///< a Jinja file replacing the tokenizer's chat template; empty = the tokenizer's
     std::chrono::milliseconds heartbeat_interval{1000};
     std::chrono::milliseconds drain_timeout{5000};  ///< on stop: how long running requests may finish
     uint32_t num_workers = 0;
@@ -86,6 +88,7 @@ class frontend_actor : public actor {
 
     frontend_options options_;
     std::optional<tokenizer> tokenizer_;
+    std::optional<chat_template> chat_template_;  ///< renders client_generate.chat (docs/chat_templates.md)
     socket_id client_sock_ = -1;
     socket_id engine_sock_ = -1;
     std::string bound_client_endpoint_;
