@@ -28,6 +28,8 @@ int cmd_serve(int argc, char** argv) {
     std::string tokenizer, chat_template;
     int http_port = -1;
     int failure_grace_ms = 3000;
+    double shutdown_timeout_s = 5.0, client_send_timeout_s = 30.0;
+    size_t max_prompt_bytes = size_t{4} << 20;
     po::options_description opts("zmoe serve options");
     opts.add_options()("help,h", "show this help")("port", po::value(&port)->default_value(port),
                                                    "client port of the frontend")(
@@ -36,7 +38,13 @@ int cmd_serve(int argc, char** argv) {
         "chat-template", po::value(&chat_template), "a Jinja file replacing the tokenizer's chat template")(
         "http-port", po::value(&http_port), "also serve the OpenAI-compatible HTTP API on this port (on --host)")(
         "failure-grace-ms", po::value(&failure_grace_ms)->default_value(failure_grace_ms),
-        "after an actor fails: how long health keeps reporting it before serve exits 1");
+        "after an actor fails: how long health keeps reporting it before serve exits 1")(
+        "shutdown-timeout", po::value(&shutdown_timeout_s)->default_value(shutdown_timeout_s),
+        "on SIGTERM: seconds running requests may finish; then they end with error 7 (aborted)")(
+        "client-send-timeout", po::value(&client_send_timeout_s)->default_value(client_send_timeout_s),
+        "seconds a client may read nothing before its requests end with an error")(
+        "max-prompt-bytes", po::value(&max_prompt_bytes)->default_value(max_prompt_bytes),
+        "text prompts longer than this are refused with a clear error");
     f.add_engine_options(opts);
     f.add_worker_options(opts);
     po::variables_map vm;
@@ -45,12 +53,22 @@ int cmd_serve(int argc, char** argv) {
     zmoe::log_set_name("serve");
     zmoe::install_stop_signal_handlers();
 
+    if (port < 1 || port > 65535)
+        throw zmoe::error(zmoe::errc::invalid_argument, "--port " + std::to_string(port) + " is not in 1..65535");
+    if (shutdown_timeout_s < 0 || client_send_timeout_s <= 0)
+        throw zmoe::error(zmoe::errc::invalid_argument, "--shutdown-timeout / --client-send-timeout must be positive");
     const std::string endpoint = "tcp://" + host + ":" + std::to_string(port);
-    zmoe::cli::local_cluster cluster(f, endpoint, tokenizer, chat_template);
+    const std::vector<std::string> frontend_args = {"--shutdown-timeout",    std::to_string(shutdown_timeout_s),
+                                                    "--client-send-timeout", std::to_string(client_send_timeout_s),
+                                                    "--max-prompt-bytes",    std::to_string(max_prompt_bytes)};
+    const auto stop_wait = std::chrono::milliseconds(static_cast<int64_t>(shutdown_timeout_s * 1000) + 5000);
+    std::vector<std::string> fe_args = frontend_args;
+    if (!chat_template.empty()) fe_args.insert(fe_args.end(), {"--chat-template", chat_template});
+    zmoe::cli::local_cluster cluster(f, endpoint, tokenizer, fe_args);
     try {
         if (!cluster.wait_ready(std::chrono::minutes(10))) {
             ZMOE_LOG(info, "zmoe serve: stop requested while starting");
-            return cluster.shutdown(std::chrono::milliseconds(8000)) ? 0 : 1;
+            return cluster.shutdown(stop_wait) ? 0 : 1;
         }
     } catch (const zmoe::error& e) {
         ZMOE_LOG(error, "zmoe serve: " << e.what());
@@ -88,7 +106,7 @@ int cmd_serve(int argc, char** argv) {
     }
     ZMOE_LOG(info, "zmoe serve: stop requested; draining");
     stop_gateway();
-    const bool clean = cluster.shutdown(std::chrono::milliseconds(8000));
+    const bool clean = cluster.shutdown(stop_wait);
     if (!clean) ZMOE_LOG(error, "zmoe serve: an actor exited with an error while stopping");
     return clean ? 0 : 1;
 }

@@ -26,6 +26,7 @@
 #include "engine_core/expert_load.hpp"
 #include "engine_core/expert_placement.hpp"
 #include "engine_core/scheduler.hpp"
+#include "engine_core/stats_line.hpp"
 #include "messages/engine_protocol.hpp"
 #include "messages/worker_protocol.hpp"
 
@@ -46,6 +47,8 @@ struct engine_core_options {
     bool async_scheduling = true;
     eplb_options eplb;
     std::chrono::milliseconds heartbeat_interval{1000};
+    /// How often the stats line (throughput, running/waiting, KV usage) is logged while serving; 0 = never.
+    std::chrono::milliseconds stats_interval{5000};
 };
 
 class engine_core_actor : public actor {
@@ -129,6 +132,9 @@ class engine_core_actor : public actor {
     std::chrono::steady_clock::time_point move_started_at_;
     std::set<int32_t> move_acks_pending_;
     metrics_registry metrics_;
+    stats_line stats_line_;
+    /// Logs the stats line (on a timer, every options_.stats_interval while serving).
+    void log_stats();
     std::chrono::steady_clock::time_point started_at_;
 };
 

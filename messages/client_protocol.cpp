@@ -79,7 +79,7 @@ std::string encode(const client_error& m) {
 }
 
 std::string encode(const client_health_reply& m) {
-    auto w = start(client_kind::health_reply, 10);
+    auto w = start(client_kind::health_reply, 11);
     w.str(m.tag);
     w.str(m.status);
     w.str(m.model);
@@ -90,6 +90,7 @@ std::string encode(const client_health_reply& m) {
     w.f64(m.uptime_s);
     w.str(m.version);
     w.str(m.detail);
+    w.str(m.run_id);
     return w.take();
 }
 
@@ -149,6 +150,18 @@ client_request decode_client_request(std::string_view bytes) {
     return out;
 }
 
+std::string peek_client_request_id(std::string_view bytes) noexcept {
+    try {
+        msgpack_reader r(bytes, kWhat);
+        auto [kind, f] = open_message(r, bytes, kClientProtocolVersion, kWhat);
+        const auto k = static_cast<client_kind>(kind);
+        if (k != client_kind::generate && k != client_kind::abort) return {};
+        return f.read_string("client_request_id", kMaxNameBytes);
+    } catch (...) {
+        return {};
+    }
+}
+
 client_reply decode_client_reply(std::string_view bytes) {
     msgpack_reader r(bytes, kWhat);
     auto [kind, f] = open_message(r, bytes, kClientProtocolVersion, kWhat);
@@ -189,6 +202,7 @@ client_reply decode_client_reply(std::string_view bytes) {
             m.uptime_s = f.read_double("health_reply.uptime_s");
             m.version = f.read_string("health_reply.version", kMaxNameBytes);
             m.detail = f.read_string("health_reply.detail", kMaxStringBytes);
+            m.run_id = f.read_string("health_reply.run_id", kMaxNameBytes);
             out = std::move(m);
             break;
         }

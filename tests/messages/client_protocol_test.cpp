@@ -67,7 +67,8 @@ TEST(ClientProtocol, Error) {
 }
 
 TEST(ClientProtocol, HealthReply) {
-    client_health_reply m{"h1", "degraded", "qwen3-moe-tiny", 2, 1, 5, 1, 12.5, "0.1.0", "worker 1 stopped answering"};
+    client_health_reply m{"h1",   "degraded", "qwen3-moe-tiny", 2, 1, 5, 1, 12.5, "0.1.0", "worker 1 stopped answering",
+                          "run-7"};
     test::check_wire_contract(m, decode_client_reply);
 }
 
