@@ -56,7 +56,10 @@ api_error error_from_errc(errc code, const std::string& message) {
     switch (code) {
         case errc::invalid_argument:
         case errc::unsupported:
+        case errc::duplicate_request:
             return {.status = 400, .message = message, .type = "invalid_request_error", .param = {}};
+        case errc::overloaded:
+            return {.status = 429, .message = message, .type = "rate_limit_error", .param = {}};
         case errc::out_of_memory:
         case errc::peer_dead:
         case errc::aborted:

@@ -75,6 +75,7 @@ TEST(OpenaiApi, ErrorBodyIsOpenAIs) {
     EXPECT_EQ(error_from_errc(errc::invalid_argument, "x").status, 400);
     EXPECT_EQ(error_from_errc(errc::peer_dead, "x").status, 503);
     EXPECT_EQ(error_from_errc(errc::internal, "x").status, 500);
+    EXPECT_EQ(error_from_errc(errc::overloaded, "x").status, 429);
 }
 
 TEST(OpenaiApi, ResponseAndChunkShapes) {
