@@ -60,6 +60,9 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1, help="CPU threads per worker")
     ap.add_argument("--model", help="use this checkpoint instead of writing a demo one")
+    # Synchronous scheduling by default: under async scheduling the steps depend on timing, and on this random
+    # checkpoint two runs may then differ in tokens with DBO off too, which would hide the comparison.
+    ap.add_argument("--extra", default="--no-async", help="more engine options for both runs")
     ap.add_argument("--json")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="zmoe-dbo-")
@@ -74,7 +77,7 @@ def main():
         for _ in range(args.requests):
             ids = [rng.randrange(1000, 100000) for _ in range(args.prompt_len)]
             f.write(json.dumps({"prompt_token_ids": ids, "max_tokens": args.max_tokens, "ignore_eos": True}) + "\n")
-    common = ["--threads", str(args.threads)]
+    common = ["--threads", str(args.threads)] + args.extra.split()
     off_m, off_wall, off_tokens = run_generate(args.zmoe, model, reqs, args.workers, common, tmp, "off")
     on_m, on_wall, on_tokens = run_generate(
         args.zmoe, model, reqs, args.workers,

@@ -39,19 +39,25 @@ double counter(const temp_dir& dir, const std::string& tag, const std::string& n
     return counters.contains(name) ? counters[name].get<double>() : 0.0;
 }
 
-class DualBatchOverlap : public ::testing::TestWithParam<std::string> {};
+// (model, scheduling): async scheduling feeds placeholders into split steps; synchronous scheduling fixes the
+// steps' composition.
+class DualBatchOverlap : public ::testing::TestWithParam<std::pair<std::string, bool>> {};
 
 TEST_P(DualBatchOverlap, ForcedOnGivesTheTokensOfOff) {
-    const std::string model = GetParam();
+    const std::string model = GetParam().first;
+    const std::vector<std::string> sched =
+        GetParam().second ? std::vector<std::string>{} : std::vector<std::string>{"--no-async"};
     const auto ref = read_json(kFixtures + "/models/" + model + "/reference.json");
     size_t longest = 0;
     for (const auto& p : ref["prompts"]) longest = std::max(longest, p["token_ids"].size());
     ASSERT_GT(longest, 16u) << "the fixture's prompts no longer exercise chunked prefill";
 
     temp_dir dir;
-    const auto off = generate(model, {}, dir, "off");
-    const auto on = generate(
-        model, {"--enable-dbo", "--dbo-decode-token-threshold", "1", "--dbo-prefill-token-threshold", "1"}, dir, "on");
+    const auto off = generate(model, sched, dir, "off");
+    std::vector<std::string> dbo = {"--enable-dbo", "--dbo-decode-token-threshold", "1",
+                                    "--dbo-prefill-token-threshold", "1"};
+    dbo.insert(dbo.end(), sched.begin(), sched.end());
+    const auto on = generate(model, dbo, dir, "on");
     ASSERT_EQ(on.size(), off.size());
     ASSERT_EQ(off.size(), ref["prompts"].size());
     for (size_t i = 0; i < on.size(); ++i) {
@@ -65,7 +71,9 @@ TEST_P(DualBatchOverlap, ForcedOnGivesTheTokensOfOff) {
 }
 
 // qwen2_moe: a sigmoid-gated shared expert; deepseek_v3: MLA, grouped routing, a dense first layer.
-INSTANTIATE_TEST_SUITE_P(Fixtures, DualBatchOverlap, ::testing::Values("qwen2_moe", "deepseek_v3"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Fixtures, DualBatchOverlap,
+                         ::testing::Values(std::make_pair(std::string("qwen2_moe"), true),
+                                           std::make_pair(std::string("deepseek_v3"), false)),
+                         [](const auto& info) { return info.param.first + (info.param.second ? "_async" : "_sync"); });
 
 }  // namespace
