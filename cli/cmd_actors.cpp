@@ -94,6 +94,8 @@ int cmd_worker(int argc, char** argv) {
     o.num_threads = f.threads;
     o.kv_cache_bytes = f.kv_cache_mb << 20;
     o.gpu_memory_utilization = f.gpu_memory_utilization;
+    o.load_format = f.load_format;
+    o.enforce_eager = f.enforce_eager;
     o.heartbeat_interval = std::chrono::milliseconds(f.heartbeat_ms);
     zmoe::worker_actor a(o);
     a.run();

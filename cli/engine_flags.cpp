@@ -46,7 +46,10 @@ void engine_flags::add_worker_options(po::options_description& d) {
                     "CPU threads per worker (0 = cores / workers)")(
         "kv-cache-mb", po::value(&kv_cache_mb)->default_value(kv_cache_mb), "CPU: KV cache budget per worker, MiB")(
         "gpu-memory-utilization", po::value(&gpu_memory_utilization)->default_value(gpu_memory_utilization, "0.9"),
-        "CUDA: fraction of each GPU's memory for weights + KV cache");
+        "CUDA: fraction of each GPU's memory for weights + KV cache")(
+        "load-format", po::value(&load_format)->default_value(load_format),
+        "auto: the checkpoint's weights; dummy: random weights generated from config.json (benchmarks)")(
+        "enforce-eager", po::bool_switch(&enforce_eager), "CUDA: run every step eagerly (no decode CUDA graphs)");
 }
 
 std::vector<std::string> engine_flags::engine_core_args() const {
@@ -87,10 +90,20 @@ std::vector<std::string> engine_flags::engine_core_args() const {
 }
 
 std::vector<std::string> engine_flags::worker_args() const {
-    return {"--device",       device,
-            "--threads",      std::to_string(threads_per_worker()),
-            "--kv-cache-mb",  std::to_string(kv_cache_mb),
-            "--heartbeat-ms", std::to_string(heartbeat_ms)};
+    std::vector<std::string> a = {"--device",
+                                  device,
+                                  "--threads",
+                                  std::to_string(threads_per_worker()),
+                                  "--kv-cache-mb",
+                                  std::to_string(kv_cache_mb),
+                                  "--gpu-memory-utilization",
+                                  std::to_string(gpu_memory_utilization),
+                                  "--load-format",
+                                  load_format,
+                                  "--heartbeat-ms",
+                                  std::to_string(heartbeat_ms)};
+    if (enforce_eager) a.push_back("--enforce-eager");
+    return a;
 }
 
 void engine_flags::default_workers_to_gpus(const po::variables_map& vm) {

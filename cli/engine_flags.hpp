@@ -31,6 +31,8 @@ struct engine_flags {
     int threads = 0;  ///< CPU kernel threads per worker; 0 = the cores divided among the workers
     int64_t kv_cache_mb = 256;
     double gpu_memory_utilization = 0.9;
+    std::string load_format = "auto";  ///< auto (the checkpoint) or dummy (random weights from config.json)
+    bool enforce_eager = false;        ///< CUDA: no decode graphs
 
     /// Options of the engine core's scheduler, EPLB and liveness.
     void add_engine_options(boost::program_options::options_description& d);
