@@ -68,6 +68,9 @@ int cmd_engine_core(int argc, char** argv) {
     o.eplb.step_interval = static_cast<uint32_t>(f.eplb_interval);
     o.eplb.window_steps = static_cast<uint32_t>(f.eplb_window);
     o.eplb.num_redundant_experts = static_cast<uint32_t>(f.num_redundant_experts);
+    o.dbo.enabled = f.enable_dbo;
+    o.dbo.decode_token_threshold = f.dbo_decode_token_threshold;
+    o.dbo.prefill_token_threshold = f.dbo_prefill_token_threshold;
     o.heartbeat_interval = std::chrono::milliseconds(f.heartbeat_ms);
     zmoe::engine_core_actor a(o);
     a.run();
