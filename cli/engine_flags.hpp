@@ -23,6 +23,9 @@ struct engine_flags {
     int eplb_interval = 32;
     int eplb_window = 64;
     int num_redundant_experts = 0;
+    bool enable_dbo = false;
+    int dbo_decode_token_threshold = 32;
+    int dbo_prefill_token_threshold = 512;
     int num_nodes = 1;
     int heartbeat_ms = 1000;
     int threads = 0;  ///< CPU kernel threads per worker; 0 = the cores divided among the workers
