@@ -28,6 +28,14 @@ engine_core_actor::engine_core_actor(engine_core_options options)
     const engine_config& c = options_.config;
     if (c.workers < 1) throw error(errc::invalid_argument, "--workers must be >= 1");
     workers_.resize(c.workers);
+    dbo_ = dbo_options{.enabled = c.enable_dbo,
+                       .decode_token_threshold = c.dbo_decode_token_threshold,
+                       .prefill_token_threshold = c.dbo_prefill_token_threshold};
+    if (dbo_.enabled && c.device != "cpu") {
+        ZMOE_LOG(warn, "engine core: --enable-dbo is ignored: the " << c.device
+                                                                    << " backend does not do dual-batch overlap yet");
+        dbo_.enabled = false;
+    }
     if (model_.num_moe_layers() > 0) {
         placement_ = expert_placement::initial(static_cast<int32_t>(model_.num_moe_layers()),
                                                static_cast<int32_t>(model_.num_experts), c.num_redundant_experts,
@@ -287,8 +295,11 @@ void engine_core_actor::pump() {
         in_flight_.push_back(step_id);
         results_[step_id].assign(options_.config.workers, std::nullopt);
         step_sent_at_[step_id] = clock_type::now();
+        const bool dual_batch = should_split_step(steps, dbo_);
+        if (dual_batch) metrics_.counter_add("dbo_steps");
         size_t num_tokens = 0;
         for (int32_t r = 0; r < options_.config.workers; ++r) {
+            steps[r].dual_batch = dual_batch;
             for (const auto& s : steps[r].seqs) num_tokens += s.token_ids.size();
             send_reliable_to(worker_sock_, workers_[r].identity, encode(steps[r]));
         }

@@ -23,6 +23,7 @@
 
 #include "actors/actor.hpp"
 #include "base/metrics.hpp"
+#include "engine_core/dual_batch.hpp"
 #include "engine_core/expert_load.hpp"
 #include "engine_core/expert_placement.hpp"
 #include "engine_core/scheduler.hpp"
@@ -108,6 +109,9 @@ class engine_core_actor : public actor {
     std::vector<worker_info> workers_;  // by rank
     std::map<std::string, int32_t> rank_of_identity_;
     model_config model_;  // config.json, read once at construction
+    /// Dual-batch overlap: which steps run as two micro-batches (decided here, sent in every rank's step). The CUDA
+    /// backend does not do DBO yet: with device "cuda" it is turned off with a warning.
+    dbo_options dbo_;
     int32_t max_model_len_ = 0;
     std::unique_ptr<scheduler> scheduler_;
     std::deque<uint64_t> in_flight_;                                       // step ids sent, oldest first

@@ -36,6 +36,10 @@ struct engine_config {
     int32_t eplb_interval = 32;  ///< steps between rebalances
     int32_t eplb_window = 64;    ///< steps of expert load kept
     int32_t num_redundant_experts = 0;
+    // Dual-batch overlap (engine_core/dual_batch.hpp).
+    bool enable_dbo = false;
+    int32_t dbo_decode_token_threshold = 32;
+    int32_t dbo_prefill_token_threshold = 512;
     // Liveness.
     int32_t heartbeat_ms = 1000;
     // Worker resources.
@@ -79,6 +83,16 @@ void for_each_engine_flag(Config& c, Visitor&& visit) {
     visit(engine_flag_info{"eplb-interval", "steps between rebalances"}, c.eplb_interval);
     visit(engine_flag_info{"eplb-window", "steps of expert load kept"}, c.eplb_window);
     visit(engine_flag_info{"num-redundant-experts", "extra expert replicas per MoE layer"}, c.num_redundant_experts);
+    visit(engine_flag_info{"enable-dbo", "dual-batch overlap: split big steps into two micro-batches, one's expert "
+                                         "all-to-all in flight while the other computes (CPU workers; ignored with a "
+                                         "warning on cuda)"},
+          c.enable_dbo);
+    visit(engine_flag_info{"dbo-decode-token-threshold", "with --enable-dbo: a decode-only step splits when some rank "
+                                                         "has at least this many tokens"},
+          c.dbo_decode_token_threshold);
+    visit(engine_flag_info{"dbo-prefill-token-threshold", "with --enable-dbo: a step with prefill splits when some "
+                                                          "rank has at least this many tokens"},
+          c.dbo_prefill_token_threshold);
     visit(engine_flag_info{"heartbeat-ms", "heartbeat interval; a peer silent for 3 intervals is dead"},
           c.heartbeat_ms);
     visit(engine_flag_info{"threads", "CPU threads per worker (0 = the node's cores / its workers)"}, c.threads);

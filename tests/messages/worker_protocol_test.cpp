@@ -74,6 +74,9 @@ engine_config non_default_config() {
     c.kv_cache_mb = 1024;
     c.gpu_memory_utilization = 0.625;
     c.load_format = "dummy";
+    c.enable_dbo = true;
+    c.dbo_decode_token_threshold = 7;
+    c.dbo_prefill_token_threshold = 70;
     c.enforce_eager = true;
     return c;
 }
@@ -137,6 +140,9 @@ TEST(WorkerProtocol, Ready) { test::check_wire_contract(worker_ready{1, 12345}, 
 TEST(WorkerProtocol, Step) {
     test::check_wire_contract(sample_step(5, 37), decode_engine_to_worker, test::same_step);
     test::check_wire_contract(step_request{}, decode_engine_to_worker, test::same_step);  // the empty step
+    step_request split = sample_step(3, 9);
+    split.dual_batch = true;
+    test::check_wire_contract(split, decode_engine_to_worker, test::same_step);
 }
 
 TEST(WorkerProtocol, StepResult) {
