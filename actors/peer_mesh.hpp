@@ -48,12 +48,12 @@ class peer_mesh {
 
   private:
     struct sockets;
-    std::string secret_;
-    uint64_t num_dropped_ = 0;
     int rank_;
     int world_size_ = 0;
     std::string endpoint_;
     std::unique_ptr<sockets> sockets_;
+    std::string secret_;
+    uint64_t num_dropped_ = 0;
     uint64_t round_ = 0;
     std::map<std::pair<uint64_t, int>, std::string> early_;  // (round, sender) -> payload that came ahead
 };
