@@ -68,6 +68,9 @@ int cmd_engine_core(int argc, char** argv) {
     o.eplb.step_interval = static_cast<uint32_t>(f.eplb_interval);
     o.eplb.window_steps = static_cast<uint32_t>(f.eplb_window);
     o.eplb.num_redundant_experts = static_cast<uint32_t>(f.num_redundant_experts);
+    o.dbo.enabled = f.enable_dbo;
+    o.dbo.decode_token_threshold = f.dbo_decode_token_threshold;
+    o.dbo.prefill_token_threshold = f.dbo_prefill_token_threshold;
     o.heartbeat_interval = std::chrono::milliseconds(f.heartbeat_ms);
     zmoe::engine_core_actor a(o);
     a.run();
@@ -91,6 +94,8 @@ int cmd_worker(int argc, char** argv) {
     o.num_threads = f.threads;
     o.kv_cache_bytes = f.kv_cache_mb << 20;
     o.gpu_memory_utilization = f.gpu_memory_utilization;
+    o.load_format = f.load_format;
+    o.enforce_eager = f.enforce_eager;
     o.heartbeat_interval = std::chrono::milliseconds(f.heartbeat_ms);
     zmoe::worker_actor a(o);
     a.run();

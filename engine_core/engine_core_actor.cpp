@@ -26,6 +26,11 @@ engine_core_actor::engine_core_actor(engine_core_options options)
     : actor("engine_core", actor_options{.heartbeat_interval = options.heartbeat_interval}),
       options_(std::move(options)) {
     ZMOE_CHECK(options_.num_workers >= 1, "num_workers " << options_.num_workers);
+    if (options_.dbo.enabled && options_.device != "cpu") {
+        ZMOE_LOG(warn, "engine core: --enable-dbo is ignored: the " << options_.device
+                                                                    << " backend does not do dual-batch overlap yet");
+        options_.dbo.enabled = false;
+    }
     workers_.resize(options_.num_workers);
 }
 
@@ -311,8 +316,11 @@ void engine_core_actor::pump() {
         in_flight_.push_back(step_id);
         results_[step_id].assign(options_.num_workers, std::nullopt);
         step_sent_at_[step_id] = clock_type::now();
+        const bool dual_batch = should_split_step(steps, options_.dbo);
+        if (dual_batch) metrics_.counter_add("dbo_steps");
         size_t num_tokens = 0;
         for (int32_t r = 0; r < options_.num_workers; ++r) {
+            steps[r].dual_batch = dual_batch;
             for (const auto& s : steps[r].seqs) num_tokens += s.token_ids.size();
             send_reliable_to(worker_sock_, workers_[r].identity, encode(steps[r]));
         }

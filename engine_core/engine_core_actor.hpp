@@ -24,6 +24,7 @@
 #include "actors/actor.hpp"
 #include "actors/run_secret.hpp"
 #include "base/metrics.hpp"
+#include "engine_core/dual_batch.hpp"
 #include "engine_core/expert_load.hpp"
 #include "engine_core/expert_placement.hpp"
 #include "engine_core/scheduler.hpp"
@@ -47,6 +48,9 @@ struct engine_core_options {
     int32_t max_model_len = 0;  ///< 0 = the model's max_position_embeddings
     bool async_scheduling = true;
     eplb_options eplb;
+    /// Dual-batch overlap: which steps run as two micro-batches (decided here, sent in every rank's step). The CUDA
+    /// backend does not do DBO yet: with device "cuda" it is turned off with a warning.
+    dbo_options dbo;
     std::chrono::milliseconds heartbeat_interval{1000};
     /// How often the stats line (throughput, running/waiting, KV usage) is logged while serving; 0 = never.
     std::chrono::milliseconds stats_interval{5000};

@@ -39,11 +39,20 @@ struct executor_options {
     int num_threads = 0;                   ///< CPU kernel threads; 0 = all cores
     expert_comm* comm = nullptr;           ///< CPU expert-parallel collective (not owned)
     std::string collective_id;             ///< CUDA: the NCCL unique id bytes rank 0 made (welcome)
+    int32_t max_num_batched_tokens = 2048;  ///< tokens per step: sizes the CUDA workspace
+    int32_t max_num_seqs = 64;              ///< sequences per step: sizes the CUDA workspace and decode graphs
+    int32_t max_model_len = 0;              ///< longest sequence; 0: the model's max_position_embeddings
+    bool enforce_eager = false;             ///< CUDA: no decode graphs, every step launched kernel by kernel
+    std::string load_format = "auto";       ///< "auto": the checkpoint; "dummy": random weights from config.json
 };
 
 /// Creates the executor for options.device. Throws zmoe::error(unsupported) for a device this build lacks.
 std::unique_ptr<step_executor> make_step_executor(const std::string& model_dir, const executor_options& options,
                                                   const expert_placement& placement);
+
+/// Bytes per second one device-to-device copy moves on `device` (read + write counted: "cuda": cudaMemcpy within
+/// GPU 0, 1 GiB; "cpu": memcpy, 256 MiB), the best of a few repeats: the bandwidth floors are computed against.
+double measure_copy_bandwidth(const std::string& device);
 
 /// CUDA builds: rank 0 makes the NCCL unique id (as raw bytes) that every rank joins with; "" for CPU.
 std::string make_collective_id(const std::string& device);

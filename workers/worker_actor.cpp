@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -197,6 +198,12 @@ void worker_actor::handle_welcome(const worker_welcome& m) {
         eo.block_size = w.block_size;
         eo.kv_cache_bytes = options_.kv_cache_bytes;
         eo.gpu_memory_utilization = options_.gpu_memory_utilization;
+        eo.load_format = options_.load_format;
+        eo.enforce_eager = options_.enforce_eager;
+        if (w.max_num_batched_tokens > 0) eo.max_num_batched_tokens = static_cast<int32_t>(w.max_num_batched_tokens);
+        if (w.max_num_seqs > 0) eo.max_num_seqs = static_cast<int32_t>(w.max_num_seqs);
+        eo.max_num_batched_tokens = std::max(eo.max_num_batched_tokens, eo.max_num_seqs);
+        eo.max_model_len = static_cast<int32_t>(w.max_model_len);
         eo.num_threads = options_.num_threads;
         eo.comm = comm_.get();
         eo.collective_id = w.nccl_unique_id;
