@@ -112,6 +112,7 @@ int cmd_frontend(int argc, char** argv) {
         "bind", po::value(&o.client_endpoint)->default_value(o.client_endpoint), "where clients connect")(
         "model", po::value(&o.model_dir)->required(), "checkpoint directory (tokenizer.json, config.json)")(
         "tokenizer", po::value(&o.tokenizer_path), "tokenizer.json or its directory (default: --model)")(
+        "chat-template", po::value(&o.chat_template_path), "a Jinja file replacing the tokenizer's chat template")(
         "workers", po::value(&o.num_workers)->default_value(1), "workers of the run (for health before ready)")(
         "heartbeat-ms", po::value(&heartbeat_ms)->default_value(heartbeat_ms), "heartbeat interval")(
         "heartbeat-max-missed", po::value(&o.heartbeat_max_missed)->default_value(o.heartbeat_max_missed),

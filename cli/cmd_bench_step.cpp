@@ -95,8 +95,8 @@ int run(int argc, char** argv) {
         "max-num-batched-tokens", po::value(&o.max_num_batched_tokens)->default_value(o.max_num_batched_tokens),
         "tokens per step (prefill chunks); 0 = max(2048, largest batch)")(
         "gpu-memory-utilization", po::value(&o.gpu_memory_utilization)->default_value(o.gpu_memory_utilization, "0.9"),
-        "fraction of the GPU for weights, workspace and KV cache")(
-        "enforce-eager", po::bool_switch(&o.enforce_eager), "no decode graphs")(
+        "fraction of the GPU for weights, workspace and KV cache")("enforce-eager", po::bool_switch(&o.enforce_eager),
+                                                                   "no decode graphs")(
         "json", po::value(&o.json), "write the results as JSON to this file");
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, desc, vm)) return 0;
@@ -182,7 +182,8 @@ int run(int argc, char** argv) {
             }
             const auto t0 = std::chrono::steady_clock::now();
             const zmoe::step_result res = ex->execute(r);
-            const double step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            const double step_ms =
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             if (i < o.warmup) continue;
             ms.push_back(step_ms);
             int64_t touched = 0;
@@ -196,8 +197,8 @@ int run(int argc, char** argv) {
         const double step_ms = median(ms);
         const double mean_ms = std::accumulate(ms.begin(), ms.end(), 0.0) / static_cast<double>(ms.size());
         const double floor_ms = floor_bytes / bandwidth * 1e3;
-        std::printf("%6d %10.3f %12.0f %14.1f %10.2f %10.3f %7.0f%%\n", B, step_ms, B / step_ms * 1e3,
-                    experts_touched, floor_bytes / 1e9, floor_ms, 100 * floor_ms / step_ms);
+        std::printf("%6d %10.3f %12.0f %14.1f %10.2f %10.3f %7.0f%%\n", B, step_ms, B / step_ms * 1e3, experts_touched,
+                    floor_bytes / 1e9, floor_ms, 100 * floor_ms / step_ms);
         std::fflush(stdout);
         results.push_back({{"batch", B},
                            {"median_step_ms", step_ms},

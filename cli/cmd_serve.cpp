@@ -3,9 +3,12 @@
 // makes serve report it, keep answering health for a moment (so clients see the failure), and exit 1.
 
 #include <boost/program_options.hpp>
+#include <csignal>
 #include <iostream>
+#include <optional>
 #include <thread>
 
+#include "actors/child_process.hpp"
 #include "actors/stop_signals.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"
@@ -22,7 +25,8 @@ int cmd_serve(int argc, char** argv) {
     zmoe::cli::engine_flags f;
     int port = 5555;
     std::string host = "127.0.0.1";
-    std::string tokenizer;
+    std::string tokenizer, chat_template;
+    int http_port = -1;
     int failure_grace_ms = 3000;
     double shutdown_timeout_s = 5.0, client_send_timeout_s = 30.0;
     size_t max_prompt_bytes = size_t{4} << 20;
@@ -31,6 +35,8 @@ int cmd_serve(int argc, char** argv) {
                                                    "client port of the frontend")(
         "host", po::value(&host)->default_value(host), "address the frontend binds (loopback unless told)")(
         "tokenizer", po::value(&tokenizer), "tokenizer.json or its directory (default: --model)")(
+        "chat-template", po::value(&chat_template), "a Jinja file replacing the tokenizer's chat template")(
+        "http-port", po::value(&http_port), "also serve the OpenAI-compatible HTTP API on this port (on --host)")(
         "failure-grace-ms", po::value(&failure_grace_ms)->default_value(failure_grace_ms),
         "after an actor fails: how long health keeps reporting it before serve exits 1")(
         "shutdown-timeout", po::value(&shutdown_timeout_s)->default_value(shutdown_timeout_s),
@@ -56,7 +62,9 @@ int cmd_serve(int argc, char** argv) {
                                                     "--client-send-timeout", std::to_string(client_send_timeout_s),
                                                     "--max-prompt-bytes",    std::to_string(max_prompt_bytes)};
     const auto stop_wait = std::chrono::milliseconds(static_cast<int64_t>(shutdown_timeout_s * 1000) + 5000);
-    zmoe::cli::local_cluster cluster(f, endpoint, tokenizer, frontend_args);
+    std::vector<std::string> fe_args = frontend_args;
+    if (!chat_template.empty()) fe_args.insert(fe_args.end(), {"--chat-template", chat_template});
+    zmoe::cli::local_cluster cluster(f, endpoint, tokenizer, fe_args);
     try {
         if (!cluster.wait_ready(std::chrono::minutes(10))) {
             ZMOE_LOG(info, "zmoe serve: stop requested while starting");
@@ -67,18 +75,37 @@ int cmd_serve(int argc, char** argv) {
         cluster.shutdown(std::chrono::milliseconds(3000));
         return 1;
     }
+    // The HTTP gateway: a client of the frontend like any other, in its own process.
+    std::optional<zmoe::child_process> gateway;
+    if (http_port >= 0) {
+        gateway = zmoe::child_process::spawn({zmoe::self_executable_path(), "api-server", "--endpoint", endpoint,
+                                              "--port", std::to_string(http_port), "--host", host},
+                                             {"ZMOE_DIE_WITH_PARENT=1"});
+        std::cout << "zmoe serve: OpenAI API on http://" << host << ":" << http_port << std::endl;
+    }
+    const auto stop_gateway = [&gateway] {
+        if (gateway && gateway->running()) {
+            gateway->kill(SIGTERM);
+            if (!gateway->wait_for(std::chrono::seconds(5))) {
+                gateway->kill(SIGKILL);
+                gateway->wait();
+            }
+        }
+    };
     ZMOE_LOG(info, "zmoe serve: ready on " << endpoint << " (" << f.workers << " worker(s), " << f.device << ")");
     std::cout << "zmoe serve: ready on " << endpoint << std::endl;
     while (!zmoe::stop_signal_received()) {
         if (auto gone = cluster.check_exited()) {
             ZMOE_LOG(error, "zmoe serve: " << *gone << "; shutting down");
             std::this_thread::sleep_for(std::chrono::milliseconds(failure_grace_ms));
+            stop_gateway();
             cluster.shutdown(std::chrono::milliseconds(3000));
             return 1;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     ZMOE_LOG(info, "zmoe serve: stop requested; draining");
+    stop_gateway();
     const bool clean = cluster.shutdown(stop_wait);
     if (!clean) ZMOE_LOG(error, "zmoe serve: an actor exited with an error while stopping");
     return clean ? 0 : 1;

@@ -1,5 +1,7 @@
 #include "frontend/frontend_actor.hpp"
 
+#include "frontend/chat_prompt.hpp"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -69,6 +71,8 @@ void frontend_actor::on_start() {
         tokenizer_ = tokenizer::from_file(tok_path);
         tokenize_pool_ = std::make_unique<work_pool>(std::max<size_t>(1, options_.tokenizer_threads));
         ZMOE_LOG(info, "frontend: tokenizer " << json_path.string() << " (" << tokenizer_->vocab_size() << " ids)");
+        chat_template_ = chat_template::from_tokenizer(tok_path, options_.chat_template_path);
+        if (chat_template_) ZMOE_LOG(info, "frontend: chat template loaded");
     } else {
         ZMOE_LOG(info, "frontend: no tokenizer.json in " << tok_path << "; only prompt_token_ids are accepted");
     }
@@ -366,10 +370,19 @@ void frontend_actor::handle_generate(const std::string& client, client_generate&
     for (const auto& s : m.stop)
         if (s.empty()) return send_client_error(client, cid, errc::invalid_argument, "stop strings must not be empty");
 
+    if (!m.chat.empty() && !std::holds_alternative<std::string>(m.prompt))
+        return send_client_error(client, cid, errc::invalid_argument, "give either prompt_token_ids or chat messages");
     if (auto* text = std::get_if<std::string>(&m.prompt)) {
         if (!tokenizer_)
             return send_client_error(client, cid, errc::unsupported,
                                      "this model has no tokenizer.json: send prompt_token_ids");
+        if (!m.chat.empty() && !text->empty())
+            return send_client_error(client, cid, errc::invalid_argument, "give either a prompt or chat messages");
+        if (m.chat.size() > options_.max_prompt_bytes)
+            return send_client_error(client, cid, errc::invalid_argument,
+                                     "the chat request has " + std::to_string(m.chat.size()) +
+                                         " bytes, over the limit of " + std::to_string(options_.max_prompt_bytes) +
+                                         " (--max-prompt-bytes)");
         if (text->size() > options_.max_prompt_bytes)
             return send_client_error(client, cid, errc::invalid_argument,
                                      "the prompt has " + std::to_string(text->size()) + " bytes, over the limit of " +
@@ -383,7 +396,10 @@ void frontend_actor::handle_generate(const std::string& client, client_generate&
             std::vector<int32_t> ids;
             std::optional<error> failed;
             try {
-                ids = tokenizer_->encode(std::get<std::string>(req->prompt), /*add_special_tokens=*/true);
+                // A chat request: its conversation rendered by the chat template (docs/chat_templates.md).
+                ids = req->chat.empty()
+                          ? tokenizer_->encode(std::get<std::string>(req->prompt), /*add_special_tokens=*/true)
+                          : chat_prompt_ids(chat_template_, *tokenizer_, req->chat);
             } catch (const error& e) {
                 failed = e;
             } catch (const std::exception& e) {

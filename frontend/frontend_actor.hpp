@@ -29,6 +29,7 @@
 
 #include "actors/actor.hpp"
 #include "base/metrics.hpp"
+#include "frontend/chat_template.hpp"
 #include "frontend/incremental_detokenizer.hpp"
 #include "frontend/tokenizer.hpp"
 #include "frontend/work_pool.hpp"
@@ -42,6 +43,7 @@ struct frontend_options {
     std::string engine_endpoint;                           ///< the engine core's frontend ROUTER
     std::string model_dir;                                 ///< for tokenizer.json and the name in health
     std::string tokenizer_path;                            ///< empty = model_dir
+    std::string chat_template_path;  ///< a Jinja file replacing the tokenizer's chat template; empty = the tokenizer's
     std::chrono::milliseconds heartbeat_interval{1000};
     std::chrono::milliseconds drain_timeout{5000};  ///< on stop: how long running requests may finish
     int heartbeat_max_missed = 3;                   ///< intervals of silence before the engine core is dead
@@ -123,6 +125,7 @@ class frontend_actor : public actor {
 
     frontend_options options_;
     std::optional<tokenizer> tokenizer_;
+    std::optional<chat_template> chat_template_;  ///< renders client_generate.chat (docs/chat_templates.md)
     /// After tokenizer_: destroyed (its jobs finished) before the tokenizer they use.
     std::unique_ptr<work_pool> tokenize_pool_;
     /// Text prompts being tokenized, by (client, client_request_id) -> aborted meanwhile.

@@ -15,7 +15,7 @@ msgpack_writer start(client_kind kind, uint32_t num_fields, size_t reserve = 64)
 }  // namespace
 
 std::string encode(const client_generate& m) {
-    auto w = start(client_kind::generate, 10);
+    auto w = start(client_kind::generate, 11);
     w.str(m.client_request_id);
     if (const auto* text = std::get_if<std::string>(&m.prompt)) {
         w.str(*text);
@@ -34,6 +34,7 @@ std::string encode(const client_generate& m) {
     w.string_array(m.stop);
     w.boolean(m.ignore_eos);
     w.boolean(m.stream);
+    w.str(m.chat);
     return w.take();
 }
 
@@ -126,6 +127,7 @@ client_request decode_client_request(std::string_view bytes) {
             m.stop = f.read_string_array("generate.stop", kMaxStopStrings, kMaxNameBytes);
             m.ignore_eos = f.read_bool("generate.ignore_eos");
             m.stream = f.read_bool("generate.stream");
+            m.chat = f.read_string("generate.chat", kMaxStringBytes);
             out = std::move(m);
             break;
         }

@@ -50,6 +50,11 @@ struct client_generate {
     bool ignore_eos = false;
     /// true: a delta as tokens are produced; false: one final delta with everything.
     bool stream = true;
+    /// Appended. Non-empty: a chat request, the JSON text of {"messages": [...], "add_generation_prompt"?: bool,
+    /// "tools"?: [...], "chat_template_kwargs"?: {...}}; the frontend renders it with the model's chat template and
+    /// tokenizes the rendering without adding special tokens (as apply_chat_template(tokenize=True)); `prompt`
+    /// must then be an empty string.
+    std::string chat;
     bool operator==(const client_generate&) const = default;
 };
 

@@ -34,11 +34,11 @@ struct executor_options {
     int world_size = 1;
     int64_t num_kv_blocks = 0;  ///< 0: as many as the budget holds
     int64_t block_size = 16;
-    int64_t kv_cache_bytes = 256ll << 20;  ///< CPU KV budget when num_kv_blocks is 0
-    double gpu_memory_utilization = 0.9;   ///< CUDA: fraction of device memory for weights + KV
-    int num_threads = 0;                   ///< CPU kernel threads; 0 = all cores
-    expert_comm* comm = nullptr;           ///< CPU expert-parallel collective (not owned)
-    std::string collective_id;             ///< CUDA: the NCCL unique id bytes rank 0 made (welcome)
+    int64_t kv_cache_bytes = 256ll << 20;   ///< CPU KV budget when num_kv_blocks is 0
+    double gpu_memory_utilization = 0.9;    ///< CUDA: fraction of device memory for weights + KV
+    int num_threads = 0;                    ///< CPU kernel threads; 0 = all cores
+    expert_comm* comm = nullptr;            ///< CPU expert-parallel collective (not owned)
+    std::string collective_id;              ///< CUDA: the NCCL unique id bytes rank 0 made (welcome)
     int32_t max_num_batched_tokens = 2048;  ///< tokens per step: sizes the CUDA workspace
     int32_t max_num_seqs = 64;              ///< sequences per step: sizes the CUDA workspace and decode graphs
     int32_t max_model_len = 0;              ///< longest sequence; 0: the model's max_position_embeddings

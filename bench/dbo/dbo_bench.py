@@ -63,6 +63,7 @@ def main():
     # Synchronous scheduling by default: under async scheduling the steps depend on timing, and on this random
     # checkpoint two runs may then differ in tokens with DBO off too, which would hide the comparison.
     ap.add_argument("--extra", default="--no-async", help="more engine options for both runs")
+    ap.add_argument("--repeat", type=int, default=3, help="off/on run pairs, alternated (this machine is noisy)")
     ap.add_argument("--json")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="zmoe-dbo-")
@@ -78,16 +79,29 @@ def main():
             ids = [rng.randrange(1000, 100000) for _ in range(args.prompt_len)]
             f.write(json.dumps({"prompt_token_ids": ids, "max_tokens": args.max_tokens, "ignore_eos": True}) + "\n")
     common = ["--threads", str(args.threads)] + args.extra.split()
-    off_m, off_wall, off_tokens = run_generate(args.zmoe, model, reqs, args.workers, common, tmp, "off")
-    on_m, on_wall, on_tokens = run_generate(
-        args.zmoe, model, reqs, args.workers,
-        common + ["--enable-dbo", "--dbo-decode-token-threshold", "1", "--dbo-prefill-token-threshold", "1"], tmp,
-        "on")
-    off, on = step_stats(off_m), step_stats(on_m)
-    same = off_tokens == on_tokens
+    dbo = ["--enable-dbo", "--dbo-decode-token-threshold", "1", "--dbo-prefill-token-threshold", "1"]
+    runs = {"off": [], "on": []}
+    same = True
+    for i in range(args.repeat):
+        for tag, extra in (("off", []), ("on", dbo)):
+            m, wall, tokens = run_generate(args.zmoe, model, reqs, args.workers, common + extra, tmp, f"{tag}{i}")
+            st = step_stats(m)
+            st["wall_s"] = wall
+            runs[tag].append(st)
+            if i == 0 and tag == "off":
+                ref_tokens = tokens
+            same = same and tokens == ref_tokens
+
+    def mean(tag, key):
+        return sum(r[key] for r in runs[tag]) / len(runs[tag])
+
+    off = {k: mean("off", k) for k in runs["off"][0]}
+    on = {k: mean("on", k) for k in runs["on"][0]}
+    off_wall, on_wall = off["wall_s"], on["wall_s"]
     print(f"DBO bench: hidden {args.hidden}, expert FFN {args.moe_intermediate}, {args.layers} MoE layers x "
           f"{args.experts} experts, {args.workers} CPU workers x {args.threads} thread(s), {args.requests} requests x "
           f"{args.prompt_len} prompt tokens + {args.max_tokens} new")
+    print(f"  means over {args.repeat} run(s) each")
     print(f"  {'':<30} {'DBO off':>12} {'DBO on':>12}")
     for key, label in [("steps", "steps"), ("dbo_steps", "steps run with DBO"), ("step_ms_mean", "step ms mean"),
                        ("step_ms_p50", "step ms p50 (bucket bound)"), ("step_ms_p90", "step ms p90 (bucket bound)"),
@@ -98,7 +112,7 @@ def main():
     result = {"workers": args.workers, "threads": args.threads, "hidden": args.hidden,
               "moe_intermediate": args.moe_intermediate, "layers": args.layers, "experts": args.experts,
               "requests": args.requests, "prompt_len": args.prompt_len, "max_tokens": args.max_tokens,
-              "dbo_off": off, "dbo_on": on, "wall_s_off": off_wall, "wall_s_on": on_wall, "tokens_identical": same}
+              "repeat": args.repeat, "runs": runs, "dbo_off": off, "dbo_on": on, "wall_s_off": off_wall, "wall_s_on": on_wall, "tokens_identical": same}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

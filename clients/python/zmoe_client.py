@@ -172,17 +172,28 @@ class Client:
         self._sock.send(msgpack.packb([PROTOCOL_VERSION, kind, *fields], use_bin_type=True))
 
     def generate(self, prompt=None, prompt_token_ids=None, *, max_tokens=16, temperature=1.0, top_p=1.0, top_k=0,
-                 seed=None, stop=(), ignore_eos=False, stream=True, request_id=None, timeout=None):
-        """Starts a request (text prompt or prompt_token_ids, exactly one) and returns a Stream of its deltas.
-        stream=False: the server sends one final delta holding everything."""
-        if (prompt is None) == (prompt_token_ids is None):
-            raise ValueError("give exactly one of prompt and prompt_token_ids")
+                 seed=None, stop=(), ignore_eos=False, stream=True, request_id=None, timeout=None, messages=None,
+                 add_generation_prompt=True, tools=None, chat_template_kwargs=None):
+        """Starts a request (text prompt, prompt_token_ids or chat messages, exactly one) and returns a Stream of its
+        deltas. messages: the server renders them with the model's chat template (with tools and
+        chat_template_kwargs). stream=False: the server sends one final delta holding everything."""
+        if sum(x is not None for x in (prompt, prompt_token_ids, messages)) != 1:
+            raise ValueError("give exactly one of prompt, prompt_token_ids and messages")
+        chat = ""
+        if messages is not None:
+            req = {"messages": list(messages), "add_generation_prompt": bool(add_generation_prompt)}
+            if tools is not None:
+                req["tools"] = list(tools)
+            if chat_template_kwargs is not None:
+                req["chat_template_kwargs"] = dict(chat_template_kwargs)
+            chat = json.dumps(req, ensure_ascii=False)
+            prompt = ""
         request_id = request_id if request_id is not None else f"py{next(self._ids)}"
         if request_id in self._live:
             raise ValueError(f"request id {request_id!r} is in use")
         wire_prompt = prompt if prompt is not None else [int(t) for t in prompt_token_ids]
         self._send(GENERATE, request_id, wire_prompt, int(max_tokens), float(temperature), float(top_p), int(top_k),
-                   None if seed is None else int(seed), [str(s) for s in stop], bool(ignore_eos), bool(stream))
+                   None if seed is None else int(seed), [str(s) for s in stop], bool(ignore_eos), bool(stream), chat)
         self._live.add(request_id)
         return Stream(self, request_id, self._timeout if timeout is None else timeout)
 

@@ -104,8 +104,8 @@ TEST_P(CudaGraphs, ReplayAfterExpertMovesMatchesEager) {
     run_counting(*graphs, b);
     EXPECT_GT(graphs->graph_replays(), 0);
     for (size_t i = 0; i < prompts_.size(); ++i)
-        expect_same_run(b.seqs()[i], a.seqs()[i], kSelfMargin, kSelfTolerance, GetParam() + " moved, seq " +
-                                                                                   std::to_string(i));
+        expect_same_run(b.seqs()[i], a.seqs()[i], kSelfMargin, kSelfTolerance,
+                        GetParam() + " moved, seq " + std::to_string(i));
 }
 
 TEST_P(CudaGraphs, DummyWeightsAreDeterministicAndRouteWidely) {
@@ -138,8 +138,8 @@ TEST_P(CudaGraphs, DummyWeightsAreDeterministicAndRouteWidely) {
     run_all(*first, a);
     run_all(*second, b);
     for (size_t i = 0; i < prompts_.size(); ++i)
-        expect_same_run(a.seqs()[i], b.seqs()[i], kSelfMargin, kSelfTolerance, GetParam() + " dummy seq " +
-                                                                                   std::to_string(i));
+        expect_same_run(a.seqs()[i], b.seqs()[i], kSelfMargin, kSelfTolerance,
+                        GetParam() + " dummy seq " + std::to_string(i));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGraphs,

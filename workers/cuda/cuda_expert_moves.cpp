@@ -1,6 +1,6 @@
 // EPLB expert moves on a CUDA worker: the weights of re-placed expert slots travel between GPUs with NCCL
-// send/recv into fresh device buffers copied over the slots in place, then every rank switches to the new placement at the same step boundary.
-// Same semantics as the CPU runner's (workers/expert_moves.cpp).
+// send/recv into fresh device buffers copied over the slots in place, then every rank switches to the new placement at
+// the same step boundary. Same semantics as the CPU runner's (workers/expert_moves.cpp).
 
 #include <map>
 

@@ -214,11 +214,10 @@ cuda_step_executor::step_shape cuda_step_executor::stage(const step_request& req
     int64_t total = 0;
     for (const auto& t : tokens) total += static_cast<int64_t>(t.size());
     if (total > cap.max_tokens || static_cast<int64_t>(request.seqs.size()) > cap.max_seqs)
-        throw error(errc::invalid_argument, "step of " + std::to_string(total) + " tokens in " +
-                                                std::to_string(request.seqs.size()) +
-                                                " sequences exceeds max_num_batched_tokens " +
-                                                std::to_string(cap.max_tokens) + " / max_num_seqs " +
-                                                std::to_string(cap.max_seqs));
+        throw error(errc::invalid_argument,
+                    "step of " + std::to_string(total) + " tokens in " + std::to_string(request.seqs.size()) +
+                        " sequences exceeds max_num_batched_tokens " + std::to_string(cap.max_tokens) +
+                        " / max_num_seqs " + std::to_string(cap.max_seqs));
     for (const scheduled_seq& s : request.seqs)
         if (static_cast<int64_t>(s.block_table.size()) > cap.max_blocks_per_seq)
             throw error(errc::invalid_argument, "request " + std::to_string(s.request_id) + ": block table of " +
@@ -271,9 +270,10 @@ void cuda_step_executor::pad_decode(step_shape& s, int32_t batch) {
 
 void cuda_step_executor::finish_staging(step_shape& s, int32_t num_valid) {
     const std::vector<int32_t> items = kernels::paged_attention_plan(
-        std::span<const int32_t>(ws_.query_start.host, static_cast<size_t>(s.num_seqs) + 1),
-        i32(config_.num_heads), i32(config_.num_kv_heads));
-    ZMOE_CHECK(static_cast<int32_t>(items.size() / 2) <= ws_.max_work_items, "attention work items beyond the workspace");
+        std::span<const int32_t>(ws_.query_start.host, static_cast<size_t>(s.num_seqs) + 1), i32(config_.num_heads),
+        i32(config_.num_kv_heads));
+    ZMOE_CHECK(static_cast<int32_t>(items.size() / 2) <= ws_.max_work_items,
+               "attention work items beyond the workspace");
     std::copy(items.begin(), items.end(), ws_.work_items.host);
     s.num_work_items = static_cast<int32_t>(items.size() / 2);
     ws_.num_valid.host[0] = num_valid;
@@ -389,17 +389,17 @@ void cuda_step_executor::moe(int64_t layer, const step_shape& s) {
                                      .top_k = K,
                                      .renormalize = c.norm_topk_prob},
                                     stream_);
-        kernels::launch_moe_route({.topk_ids = ws_.topk_ids.as<int32_t>(),
-                                   .replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1),
-                                   .replica_slots = ws_.replica_slots.as<int32_t>() +
-                                                    mi * int64_t(ws_.shape.num_slots) * options_.world_size,
-                                   .num_valid = ws_.num_valid.device,
-                                   .slot_ids = ws_.slot_ids.as<int32_t>(),
-                                   .expert_counts = ws_.expert_counts.device + mi * E,
-                                   .num_tokens = T,
-                                   .top_k = K,
-                                   .num_experts = E},
-                                  stream_);
+        kernels::launch_moe_route(
+            {.topk_ids = ws_.topk_ids.as<int32_t>(),
+             .replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1),
+             .replica_slots = ws_.replica_slots.as<int32_t>() + mi * int64_t(ws_.shape.num_slots) * options_.world_size,
+             .num_valid = ws_.num_valid.device,
+             .slot_ids = ws_.slot_ids.as<int32_t>(),
+             .expert_counts = ws_.expert_counts.device + mi * E,
+             .num_tokens = T,
+             .top_k = K,
+             .num_experts = E},
+            stream_);
     }
     if (comm_)
         moe_expert_parallel(w, T);  // a collective: joined with no tokens too

@@ -64,13 +64,13 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
     const size_t T = static_cast<size_t>(s.max_tokens), S = static_cast<size_t>(s.max_seqs);
     const size_t H = static_cast<size_t>(s.hidden), K = static_cast<size_t>(s.top_k);
     const int32_t group = s.num_q_heads / std::max(s.num_kv_heads, 1);
-    max_work_items = (s.max_tokens * group + kernels::kAttentionRowsPerItem - 1) / kernels::kAttentionRowsPerItem +
-                     s.max_seqs;
+    max_work_items =
+        (s.max_tokens * group + kernels::kAttentionRowsPerItem - 1) / kernels::kAttentionRowsPerItem + s.max_seqs;
     const bool ep = s.world_size > 1;
     max_recv_rows = ep ? s.world_size * s.max_tokens * s.top_k : 0;
     max_moe_rows = s.num_experts == 0 ? 0
-                   : ep ? kernels::moe_permuted_rows_bound(max_recv_rows, 1, s.num_slots, 128)
-                        : kernels::moe_permuted_rows_bound(s.max_tokens, s.top_k, s.num_slots, 128);
+                   : ep               ? kernels::moe_permuted_rows_bound(max_recv_rows, 1, s.num_slots, 128)
+                                      : kernels::moe_permuted_rows_bound(s.max_tokens, s.top_k, s.num_slots, 128);
 
     auto alloc = [&](device_buffer& b, size_t bytes) {
         b = device_buffer(bytes);
@@ -136,8 +136,8 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
     alloc(perm_y, moe_rows * H * bf);
     alloc(perm_act, moe_rows * s.moe_inter * bf);
     alloc(perm_workspace, E == 0 ? 0
-                          : ep ? kernels::moe_permute_workspace_bytes(max_recv_rows, 1, s.num_slots)
-                               : kernels::moe_permute_workspace_bytes(s.max_tokens, s.top_k, s.num_slots));
+                          : ep   ? kernels::moe_permute_workspace_bytes(max_recv_rows, 1, s.num_slots)
+                                 : kernels::moe_permute_workspace_bytes(s.max_tokens, s.top_k, s.num_slots));
     alloc(combine_ones, recv * f32);
     if (ep) {
         std::vector<float> ones(recv, 1.f);

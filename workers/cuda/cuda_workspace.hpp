@@ -72,15 +72,15 @@ struct cuda_workspace {
     // Step inputs: [small fields | block tables] in `inputs`, mirrored in `inputs_host`.
     device_buffer inputs;
     pinned_buffer inputs_host;
-    size_t small_inputs_bytes = 0;                   ///< bytes of the first copy
-    mirrored<kernels::sample_seq_params> sampling;   // [max_seqs]
-    mirrored<int32_t> tokens, positions, kv_slots;   // [max_tokens]
-    mirrored<int32_t> query_start;                   // [max_seqs + 1]
-    mirrored<int32_t> start_pos;                     // [max_seqs]
-    mirrored<int32_t> logit_rows;                    // [max_seqs]: the token row each sampled sequence reads
-    mirrored<int32_t> work_items;                    // [max_work_items * 2]
-    mirrored<int32_t> num_valid;                     // [1]: real tokens (the rest of a graph's batch is padding)
-    mirrored<int32_t> block_tables;                  // [max_seqs, max_blocks_per_seq], last
+    size_t small_inputs_bytes = 0;                  ///< bytes of the first copy
+    mirrored<kernels::sample_seq_params> sampling;  // [max_seqs]
+    mirrored<int32_t> tokens, positions, kv_slots;  // [max_tokens]
+    mirrored<int32_t> query_start;                  // [max_seqs + 1]
+    mirrored<int32_t> start_pos;                    // [max_seqs]
+    mirrored<int32_t> logit_rows;                   // [max_seqs]: the token row each sampled sequence reads
+    mirrored<int32_t> work_items;                   // [max_work_items * 2]
+    mirrored<int32_t> num_valid;                    // [1]: real tokens (the rest of a graph's batch is padding)
+    mirrored<int32_t> block_tables;                 // [max_seqs, max_blocks_per_seq], last
 
     // Step outputs: [sampled | expert counts] in `outputs`, mirrored in `outputs_host`.
     device_buffer outputs;
@@ -98,26 +98,26 @@ struct cuda_workspace {
     device_buffer shared_gate;          // [max_tokens] fp32
 
     // Routing and the rank-local expert computation.
-    device_buffer router_logits;  // [max_tokens, num_experts] fp32
-    device_buffer router_counts;  // [num_experts]: launch_router_topk's own counts (unused)
-    device_buffer topk_ids;       // [max_tokens, top_k]
-    device_buffer topk_weights;   // [max_tokens, top_k] fp32
-    device_buffer slot_ids;       // [max_tokens, top_k]: the slot serving each choice
+    device_buffer router_logits;    // [max_tokens, num_experts] fp32
+    device_buffer router_counts;    // [num_experts]: launch_router_topk's own counts (unused)
+    device_buffer topk_ids;         // [max_tokens, top_k]
+    device_buffer topk_weights;     // [max_tokens, top_k] fp32
+    device_buffer slot_ids;         // [max_tokens, top_k]: the slot serving each choice
     device_buffer replica_offsets;  // [num_moe_layers, num_experts + 1]
     device_buffer replica_slots;    // [num_moe_layers, num_slots * world_size]
-    device_buffer perm_offsets;   // [num_slots + 1]
-    device_buffer perm_dest;      // [max(max_tokens * top_k, max_recv_rows)]
-    device_buffer perm_row_token; // [max_moe_rows]
-    device_buffer perm_x, perm_y; // [max_moe_rows, hidden]
-    device_buffer perm_act;       // [max_moe_rows, moe_inter]
-    device_buffer perm_workspace; // launch_moe_permute's scratch
-    device_buffer combine_ones;   // [max_recv_rows] fp32 ones (expert parallelism: the un-permute weights)
+    device_buffer perm_offsets;     // [num_slots + 1]
+    device_buffer perm_dest;        // [max(max_tokens * top_k, max_recv_rows)]
+    device_buffer perm_row_token;   // [max_moe_rows]
+    device_buffer perm_x, perm_y;   // [max_moe_rows, hidden]
+    device_buffer perm_act;         // [max_moe_rows, moe_inter]
+    device_buffer perm_workspace;   // launch_moe_permute's scratch
+    device_buffer combine_ones;     // [max_recv_rows] fp32 ones (expert parallelism: the un-permute weights)
 
     // Expert parallelism (world_size > 1): rows sent to / received from the other ranks.
-    device_buffer moe_plan;             // [3 * max_tokens * top_k]
-    device_buffer send_x, y_back;       // [max_tokens * top_k, hidden]
-    device_buffer recv_x, y_recv;       // [max_recv_rows, hidden]
-    device_buffer recv_slot;            // [max_recv_rows]
+    device_buffer moe_plan;        // [3 * max_tokens * top_k]
+    device_buffer send_x, y_back;  // [max_tokens * top_k, hidden]
+    device_buffer recv_x, y_recv;  // [max_recv_rows, hidden]
+    device_buffer recv_slot;       // [max_recv_rows]
 
     // LM head and sampling.
     device_buffer last_rows;  // [max_seqs, hidden]
