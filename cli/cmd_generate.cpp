@@ -1,6 +1,8 @@
 // `zmoe generate --model DIR --input IN.jsonl --output OUT.jsonl [--workers N] [--device cpu|cuda]
 // [--metrics-json FILE]`: offline batch generation through the same actors as `serve`, on a private endpoint.
 
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
 #include <fstream>
 #include <iostream>
@@ -32,14 +34,17 @@ int cmd_generate(int argc, char** argv) {
     if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
     zmoe::cli::default_workers_to_gpus(f, vm);
     zmoe::log_set_name("generate");
-    auto requests = zmoe::cli::read_requests(input);
+    const auto lines = zmoe::cli::read_request_lines(input);
+    // The output is opened first: a bad path fails before any work is done.
+    zmoe::cli::result_writer writer(output, lines.size());
 
     zmoe::cli::local_cluster cluster(f, "", tokenizer);
     if (!cluster.wait_ready(std::chrono::minutes(10))) return 130;
-    std::vector<zmoe::cli::request_result> results;
+    size_t failed = 0;
     {
         zmoe::zmoe_client client(cluster.client_endpoint());
-        results = zmoe::cli::run_requests(client, std::move(requests), std::chrono::minutes(10));
+        failed =
+            zmoe::cli::run_request_lines(client, lines, std::chrono::minutes(10), writer, isatty(STDERR_FILENO) != 0);
         if (!metrics_json.empty()) {
             const auto text = client.metrics(std::chrono::seconds(10));
             std::ofstream out(metrics_json);
@@ -47,10 +52,7 @@ int cmd_generate(int argc, char** argv) {
             out << text << "\n";
         }
     }
-    zmoe::cli::write_results(output, results);
     const bool clean = cluster.shutdown(std::chrono::seconds(10));
-    size_t failed = 0;
-    for (const auto& r : results) failed += r.failed ? 1 : 0;
     if (failed)
         std::cerr << "zmoe generate: " << failed << " request(s) failed (see their error in " << output << ")\n";
     if (!clean) std::cerr << "zmoe generate: an actor exited with an error\n";

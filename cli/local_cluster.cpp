@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "actors/run_secret.hpp"
 #include "actors/stop_signals.hpp"
 #include "actors/zmoe_client.hpp"
 #include "base/error.hpp"
@@ -69,7 +70,10 @@ local_cluster::local_cluster(const engine_config& flags, std::string client_endp
                                      worker_ep, "--frontend-endpoint", engine_fe};
     for (auto& a : engine_config_args(flags)) argv.push_back(a);
     argv.insert(argv.end(), log_args.begin(), log_args.end());
-    const std::vector<std::string> env = {"ZMOE_DIE_WITH_PARENT=1"};
+    // A fresh secret per run unless one was given: the actors refuse hellos and all-to-all frames without it.
+    const std::string inherited = run_secret();
+    const std::vector<std::string> env = {"ZMOE_DIE_WITH_PARENT=1",
+                                          "ZMOE_RUN_SECRET=" + (inherited.empty() ? random_run_id() : inherited)};
     members_.push_back({"engine core", child_process::spawn(argv, env), std::nullopt});
     for (int r = 0; r < flags.workers; ++r) {
         std::vector<std::string> w = {exe,      "worker",     "--engine",     worker_ep,

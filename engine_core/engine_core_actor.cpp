@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <numeric>
 
+#include "actors/run_secret.hpp"
 #include "base/check.hpp"
 #include "base/log.hpp"
 #include "engine_core/eplb.hpp"
@@ -116,6 +117,12 @@ void engine_core_actor::on_worker_message(const inbound_message& msg) {
 }
 
 void engine_core_actor::handle_hello(const std::string& identity, const worker_hello& m) {
+    if (!secrets_equal(m.auth, secret_)) {
+        metrics_.counter_add("hellos_refused");
+        ZMOE_LOG(warn, "engine core: a worker hello without this run's secret; refused");
+        send_to(worker_sock_, identity, encode(worker_error{m.rank, errc::protocol, "hello refused: not of this run"}));
+        return;
+    }
     if (phase_ != phase::waiting_hello) {
         ZMOE_LOG(warn, "engine core: late hello from rank " << m.rank << "; ignored");
         return;
@@ -454,7 +461,14 @@ void engine_core_actor::on_frontend_message(const inbound_message& msg) {
         return;
     }
     const std::string identity(msg.peer);
-    if (std::holds_alternative<engine_hello>(decoded)) {
+    if (auto* hello = std::get_if<engine_hello>(&decoded)) {
+        // Only this run's frontend may take the frontend's place: anyone else's hello is refused and changes nothing.
+        if (!secrets_equal(hello->auth, secret_)) {
+            metrics_.counter_add("hellos_refused");
+            ZMOE_LOG(warn, "engine core: a frontend hello without this run's secret; refused");
+            send_to(frontend_sock_, identity, encode(engine_error{errc::protocol, "hello refused: not of this run"}));
+            return;
+        }
         if (!frontend_identity_.empty() && frontend_identity_ != identity)
             unwatch_peer(frontend_sock_, frontend_identity_);
         frontend_identity_ = identity;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "actors/actor.hpp"
+#include "actors/run_secret.hpp"
 #include "base/metrics.hpp"
 #include "engine_core/dual_batch.hpp"
 #include "engine_core/expert_load.hpp"
@@ -99,6 +100,7 @@ class engine_core_actor : public actor {
     nlohmann::json metrics_json();
 
     engine_core_options options_;
+    std::string secret_ = run_secret();  ///< the run's secret; every hello must carry it
     phase phase_ = phase::waiting_hello;
     int exit_code_ = 0;
     socket_id worker_sock_ = -1;

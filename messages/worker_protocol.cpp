@@ -63,7 +63,7 @@ step_result read_step_result(field_cursor& f, msgpack_reader& r) {
 }  // namespace
 
 std::string encode(const worker_hello& m) {
-    auto w = start(worker_kind::hello, 7);
+    auto w = start(worker_kind::hello, 8);
     w.sint(m.rank);
     w.str(m.device);
     w.uint(m.free_memory);
@@ -71,6 +71,7 @@ std::string encode(const worker_hello& m) {
     w.sint(m.pid);
     w.str(m.data_endpoint);
     w.bin(m.collective_id);
+    w.str(m.auth);
     return w.take();
 }
 
@@ -234,6 +235,7 @@ worker_to_engine decode_worker_to_engine(std::string_view bytes) {
             m.pid = f.read_int("hello.pid");
             m.data_endpoint = f.read_string("hello.data_endpoint", kMaxNameBytes);
             m.collective_id = f.read_bin_string("hello.collective_id", 1024);
+            m.auth = f.read_string("hello.auth", kMaxNameBytes);
             out = std::move(m);
             break;
         }

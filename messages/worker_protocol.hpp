@@ -46,6 +46,8 @@ struct worker_hello {
     std::string data_endpoint;
     /// Rank 0 of a CUDA run: the NCCL unique id (raw bytes) the engine core hands every rank; empty otherwise.
     std::string collective_id;
+    /// Appended: the run's secret (ZMOE_RUN_SECRET); the engine core refuses a hello without it.
+    std::string auth;
     bool operator==(const worker_hello&) const = default;
 };
 

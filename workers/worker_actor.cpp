@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "actors/peer_mesh.hpp"
+#include "actors/run_secret.hpp"
 #include "base/check.hpp"
 #include "base/log.hpp"
 #include "workers/expert_comm.hpp"
@@ -101,7 +102,7 @@ void worker_actor::on_start() {
     engine_sock_ = add_socket(socket_kind::dealer, [this](const inbound_message& m) { on_engine_message(m); });
     set_routing_id(engine_sock_, "worker-" + std::to_string(options_.rank) + "-" + std::to_string(getpid()));
     connect(engine_sock_, options_.engine_endpoint);
-    mesh_ = std::make_unique<peer_mesh>(options_.rank, options_.data_bind);
+    mesh_ = std::make_unique<peer_mesh>(options_.rank, options_.data_bind, run_secret());
     worker_hello hello;
     hello.rank = options_.rank;
     hello.device = options_.device;
@@ -110,6 +111,7 @@ void worker_actor::on_start() {
     hello.data_endpoint = mesh_->endpoint();
     // Rank 0 makes the NCCL unique id (CUDA); the engine core hands it to every rank in the welcome.
     if (options_.rank == 0) hello.collective_id = make_collective_id(options_.device);
+    hello.auth = run_secret();
     send_reliable(engine_sock_, encode(hello));
     watch_peer(engine_sock_, "", encode(worker_heartbeat{}),
                [this] { fail(errc::peer_dead, "the engine core stopped answering"); });

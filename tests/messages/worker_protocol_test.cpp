@@ -48,7 +48,7 @@ step_result sample_result(int num_tokens, int num_counts) {
 
 TEST(WorkerProtocol, Hello) {
     test::check_wire_contract(worker_hello{1, "cuda:1", uint64_t{80} << 30, kWorkerProtocolVersion, 999,
-                                           "tcp://10.0.0.2:6001", std::string(128, '\x07')},
+                                           "tcp://10.0.0.2:6001", std::string(128, '\x07'), "s3cret"},
                               decode_worker_to_engine);
 }
 
