@@ -494,3 +494,45 @@ TEST(Reliability, BatchClientServesGoodLinesAndReportsBadOnes) {
 }
 
 }  // namespace
+
+namespace {
+
+// Failure 3: large prompts tokenized on the frontend's only thread starved its heartbeats, and the engine core
+// declared it dead. Now they are tokenized on a pool (and refused past --max-prompt-bytes) while others are served.
+TEST(Reliability, HugePromptsGetErrorsWhileOthersAreServed) {
+    temp_dir dir;
+    server s({"--workers", "1", "--heartbeat-ms", "250", "--max-prompt-bytes", "3000000"},
+             model_with_small_tokenizer(dir));
+    raw_client big(s.endpoint());
+    std::string text;
+    for (int i = 0; text.size() < 2500000; ++i) text += "word" + std::to_string(i % 977) + " ";
+    for (int i = 0; i < 3; ++i) {
+        zmoe::client_generate g;
+        g.client_request_id = "big" + std::to_string(i);
+        g.prompt = text;
+        g.max_tokens = 1;
+        big.send(zmoe::encode(g));
+    }
+    zmoe::client_generate over;
+    over.client_request_id = "over";
+    over.prompt = text + text;  // past --max-prompt-bytes
+    big.send(zmoe::encode(over));
+    // Another client is served meanwhile.
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(run_one(s, i, 4).token_ids.size(), 4u);
+    // Each large prompt ends with a clear error (too long for the context, or over the byte limit).
+    std::set<std::string> errored;
+    for (int i = 0; i < 4; ++i) {
+        auto r = big.recv(120s);
+        ASSERT_TRUE(r) << "a large prompt got no answer";
+        auto* e = std::get_if<zmoe::client_error>(&*r);
+        ASSERT_NE(e, nullptr);
+        EXPECT_EQ(e->code, zmoe::errc::invalid_argument) << e->message;
+        errored.insert(e->client_request_id);
+    }
+    EXPECT_EQ(errored.size(), 4u);
+    // The run lived through it.
+    EXPECT_EQ(zmoe::zmoe_client(s.endpoint()).health(5s).status, "ok");
+    EXPECT_TRUE(s.proc.running());
+}
+
+}  // namespace
