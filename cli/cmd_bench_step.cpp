@@ -20,7 +20,7 @@
 #include "base/error.hpp"
 #include "cli/cmd_bench.hpp"
 #include "cli/options.hpp"
-#include "workers/expert_placement.hpp"
+#include "messages/expert_placement.hpp"
 #include "workers/step_executor.hpp"
 
 namespace {
@@ -121,7 +121,7 @@ int run(int argc, char** argv) {
     run.load_format = o.load_format;
     const int64_t blocks_per_seq = (len + o.block_size - 1) / o.block_size;
     run.num_kv_blocks = o.device == "cpu" ? blocks_per_seq * max_batch : 0;
-    const auto placement = zmoe::expert_placement::make_default(cfg.num_moe_layers(), cfg.num_experts, 1);
+    const auto placement = zmoe::expert_placement::initial(cfg.num_moe_layers(), cfg.num_experts, 0, 1);
 
     std::fprintf(stderr, "measuring copy bandwidth on %s...\n", o.device.c_str());
     const double bandwidth = zmoe::measure_copy_bandwidth(o.device);

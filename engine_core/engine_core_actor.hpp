@@ -26,7 +26,7 @@
 #include "base/metrics.hpp"
 #include "engine_core/dual_batch.hpp"
 #include "engine_core/expert_load.hpp"
-#include "engine_core/expert_placement.hpp"
+#include "messages/expert_placement.hpp"
 #include "engine_core/scheduler.hpp"
 #include "engine_core/stats_line.hpp"
 #include "messages/engine_protocol.hpp"

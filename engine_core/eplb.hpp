@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "engine_core/expert_placement.hpp"
+#include "messages/expert_placement.hpp"
 
 namespace zmoe {
 

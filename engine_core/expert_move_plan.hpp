@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine_core/expert_placement.hpp"
+#include "messages/expert_placement.hpp"
 
 namespace zmoe {
 

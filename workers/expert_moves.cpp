@@ -42,16 +42,8 @@ uint64_t model_runner::apply_expert_moves(const std::vector<expert_slot_move>& m
     std::vector<int64_t> layer_of_moe;  // moe index -> decoder layer
     for (size_t l = 0; l < layers.size(); ++l)
         if (layers[l].moe_index >= 0) layer_of_moe.push_back(static_cast<int64_t>(l));
-    const int64_t num_moe = static_cast<int64_t>(layer_of_moe.size());
-    const int64_t per_rank = num_moe > 0 ? static_cast<int64_t>(placement_.slots(0, rank).size()) : 0;
-    for (const auto& m : moves) {
-        if (static_cast<int64_t>(m.layer) >= num_moe || m.src_rank < 0 || m.src_rank >= world ||
-            static_cast<int64_t>(m.slot) >= per_rank * world || static_cast<int64_t>(m.src_slot) >= per_rank * world ||
-            m.logical_expert < 0 || m.logical_expert >= placement_.num_experts())
-            throw error(errc::invalid_argument, "expert move out of range: layer " + std::to_string(m.layer) +
-                                                    " slot " + std::to_string(m.slot) + " from rank " +
-                                                    std::to_string(m.src_rank));
-    }
+    const int64_t per_rank = placement_.slots_per_rank;
+    placement_.check_moves(moves);
     auto local_expert = [&](uint32_t layer, uint32_t global_slot) -> const mlp_weights& {
         return layers[layer_of_moe[layer]].moe.experts[global_slot - rank * per_rank];
     };
@@ -104,17 +96,13 @@ uint64_t model_runner::apply_expert_moves(const std::vector<expert_slot_move>& m
     }
 
     // 3. Swap in, and move to the new placement (every rank applies every move to its copy of the map).
-    std::vector<std::vector<std::vector<int32_t>>> slots(num_moe, std::vector<std::vector<int32_t>>(world));
-    for (int64_t l = 0; l < num_moe; ++l)
-        for (int r = 0; r < world; ++r) slots[l][r] = placement_.slots(l, r);
-    for (const auto& m : moves) slots[m.layer][m.slot / per_rank][m.slot % per_rank] = m.logical_expert;
+    placement_.apply_moves(moves);
     for (auto& s : incoming) {
         auto& moe = layers[layer_of_moe[s.layer]].moe;
         moe.experts[s.local_slot] = s.view;
-        moe.slot_expert[s.local_slot] = slots[s.layer][rank][s.local_slot];
+        moe.slot_expert[s.local_slot] = placement_.slots(static_cast<int32_t>(s.layer), rank)[s.local_slot];
         moved_experts_[{s.layer, s.local_slot}] = std::move(s.bytes);  // frees what the slot held before, if ours
     }
-    placement_ = expert_placement(placement_.num_experts(), std::move(slots));
     return installed;
 }
 

@@ -11,8 +11,12 @@ namespace zmoe {
 namespace {
 
 expert_placement make_placement(const model_config& c, const runner_options& o) {
-    if (o.placement) return *o.placement;
-    return expert_placement::make_default(c.num_moe_layers(), c.num_experts, o.world_size);
+    if (o.placement) {
+        if (o.placement->num_moe_layers() > 0) o.placement->validate();
+        return *o.placement;
+    }
+    return expert_placement::initial(static_cast<int32_t>(c.num_moe_layers()), static_cast<int32_t>(c.num_experts), 0,
+                                     o.world_size);
 }
 
 expert_comm* check_comm(expert_comm* comm, const runner_options& o) {
@@ -45,8 +49,8 @@ model_runner::model_runner(const model_config& config, const std::string& model_
       pool_(options.num_threads),
       cache_(kv_cache::for_model(config_, options.num_kv_blocks, options.block_size)),
       model_(weights_, placement_, *comm_, pool_) {
-    if (placement_.world_size() != options.world_size)
-        throw error(errc::invalid_argument, "expert placement spans " + std::to_string(placement_.world_size()) +
+    if (placement_.num_ranks != options.world_size)
+        throw error(errc::invalid_argument, "expert placement spans " + std::to_string(placement_.num_ranks) +
                                                 " ranks, world size is " + std::to_string(options.world_size));
 }
 

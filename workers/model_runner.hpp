@@ -14,7 +14,7 @@
 #include "messages/worker_protocol.hpp"
 #include "workers/cpu_model.hpp"
 #include "workers/expert_comm.hpp"
-#include "workers/expert_placement.hpp"
+#include "messages/expert_placement.hpp"
 #include "workers/kv_cache.hpp"
 #include "workers/model_config.hpp"
 #include "workers/model_weights.hpp"

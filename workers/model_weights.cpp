@@ -82,15 +82,15 @@ model_weights::model_weights(const std::string& model_dir, const model_config& c
     const safetensors_checkpoint& ck = *checkpoint_;
     const model_config& c = config_;
     const int64_t H = c.hidden_size, V = c.vocab_size;
-    if (placement.num_moe_layers() != c.num_moe_layers() || placement.num_experts() != c.num_experts)
+    if (placement.num_moe_layers() != c.num_moe_layers() || placement.num_experts != c.num_experts)
         throw error(errc::invalid_argument, "expert placement has " + std::to_string(placement.num_moe_layers()) +
-                                                " MoE layers x " + std::to_string(placement.num_experts()) +
+                                                " MoE layers x " + std::to_string(placement.num_experts) +
                                                 " experts, the model " + std::to_string(c.num_moe_layers()) + " x " +
                                                 std::to_string(c.num_experts));
-    if (rank < 0 || rank >= placement.world_size())
+    if (rank < 0 || rank >= placement.num_ranks)
         throw error(errc::invalid_argument, "rank " + std::to_string(rank) +
                                                 " outside the expert placement's world of " +
-                                                std::to_string(placement.world_size()));
+                                                std::to_string(placement.num_ranks));
 
     embed_ = ck.get_matrix("model.embed_tokens.weight", V, H);
     final_norm_ = ck.get_vector("model.norm.weight", H);
@@ -127,7 +127,8 @@ model_weights::model_weights(const std::string& model_dir, const model_config& c
         const int64_t E = c.num_experts, I = c.moe_intermediate_size;
         m.router = ck.get_matrix(mp + "gate.weight", E, H);
         if (c.router_bias) m.router_bias = ck.get_vector(mp + "gate.e_score_correction_bias", E);
-        m.slot_expert = placement.slots(lw.moe_index, rank);
+        const auto slots = placement.slots(static_cast<int32_t>(lw.moe_index), rank);
+        m.slot_expert.assign(slots.begin(), slots.end());
         const bool fused = ck.contains(mp + "experts.gate_up_proj");
         fused_experts_ = fused_experts_ || fused;
         matrix_view gate_up, down;

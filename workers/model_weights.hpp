@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "workers/expert_placement.hpp"
+#include "messages/expert_placement.hpp"
 #include "workers/model_config.hpp"
 #include "workers/safetensors.hpp"
 #include "workers/tensor_view.hpp"

@@ -115,7 +115,7 @@ moe_exchange route_and_pack(thread_pool& pool, const model_config& config, const
     ex.where.resize(static_cast<size_t>(n * K));
     for (int64_t t = 0; t < n; ++t) {
         for (int64_t k = 0; k < K; ++k) {
-            const expert_replica& rep = placement.pick(moe_layer, ex.routes[t].experts[k], first_token + t);
+            const expert_replica rep = placement.pick(static_cast<int32_t>(moe_layer), ex.routes[t].experts[k], first_token + t);
             std::vector<float>& buf = ex.send[rep.rank];
             ex.where[t * K + k] = {rep.rank, static_cast<int64_t>(buf.size()) / rec};
             buf.push_back(static_cast<float>(rep.slot));
@@ -223,7 +223,7 @@ void moe_forward(thread_pool& pool, const model_config& config, const moe_weight
                  const expert_placement& placement, int64_t moe_layer, expert_comm& comm, const float* x,
                  int64_t num_tokens, float* out, uint32_t* expert_counts) {
     const int world = comm.world_size();
-    ZMOE_CHECK(placement.world_size() == world, "placement world " << placement.world_size() << " vs comm " << world);
+    ZMOE_CHECK(placement.num_ranks == world, "placement world " << placement.num_ranks << " vs comm " << world);
     moe_exchange ex =
         route_and_pack(pool, config, weights, placement, moe_layer, world, x, 0, num_tokens, expert_counts);
     const auto received = comm.all_to_all(std::move(ex.send));
@@ -236,7 +236,7 @@ void moe_forward(thread_pool& pool, const model_config& config, const moe_weight
 void moe_forward_dual(thread_pool& pool, const model_config& config, const moe_weights& weights,
                       const expert_placement& placement, int64_t moe_layer, comm_stream& stream, int rank, int world,
                       const float* x, int64_t num_tokens, int64_t split_row, float* out, uint32_t* expert_counts) {
-    ZMOE_CHECK(placement.world_size() == world, "placement world " << placement.world_size() << " vs comm " << world);
+    ZMOE_CHECK(placement.num_ranks == world, "placement world " << placement.num_ranks << " vs comm " << world);
     ZMOE_CHECK(split_row >= 0 && split_row <= num_tokens, "split row " << split_row << " of " << num_tokens);
     const int64_t H = config.hidden_size;
     const int64_t n_a = split_row, n_b = num_tokens - split_row;

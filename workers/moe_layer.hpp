@@ -12,7 +12,7 @@
 
 #include "workers/comm_stream.hpp"
 #include "workers/expert_comm.hpp"
-#include "workers/expert_placement.hpp"
+#include "messages/expert_placement.hpp"
 #include "workers/model_config.hpp"
 #include "workers/model_weights.hpp"
 #include "workers/router.hpp"

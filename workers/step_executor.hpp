@@ -15,7 +15,7 @@
 namespace zmoe {
 
 class expert_comm;
-class expert_placement;
+struct expert_placement;
 
 class step_executor {
   public:

@@ -10,7 +10,7 @@
 #include "base/check.hpp"
 #include "base/log.hpp"
 #include "workers/expert_comm.hpp"
-#include "workers/expert_placement.hpp"
+#include "messages/expert_placement.hpp"
 #include "workers/model_config.hpp"
 #include "workers/model_runner.hpp"
 #include "workers/step_executor.hpp"
@@ -65,19 +65,17 @@ expert_placement placement_from_welcome(const model_config& cfg, const worker_we
     if (static_cast<int64_t>(rows.size()) != num_layers)
         throw error(errc::invalid_argument, "welcome: expert placement has " + std::to_string(rows.size()) +
                                                 " layers, the model " + std::to_string(num_layers));
-    std::vector<std::vector<std::vector<int32_t>>> slots(num_layers);
-    for (int64_t l = 0; l < num_layers; ++l) {
-        const int64_t n = static_cast<int64_t>(rows[l].size());
-        if (n % world != 0)
-            throw error(errc::invalid_argument, "welcome: " + std::to_string(n) +
-                                                    " expert slots per layer do not split evenly over " +
-                                                    std::to_string(world) + " workers");
-        const int64_t per_rank = n / world;
-        slots[l].resize(world);
-        for (int r = 0; r < world; ++r)
-            slots[l][r].assign(rows[l].begin() + r * per_rank, rows[l].begin() + (r + 1) * per_rank);
-    }
-    return expert_placement(cfg.num_experts, std::move(slots));
+    const int64_t n = rows.empty() ? 0 : static_cast<int64_t>(rows[0].size());
+    if (world < 1 || n % world != 0)
+        throw error(errc::invalid_argument, "welcome: " + std::to_string(n) +
+                                                " expert slots per layer do not split evenly over " +
+                                                std::to_string(world) + " workers");
+    expert_placement p{.num_experts = static_cast<int32_t>(cfg.num_experts),
+                       .num_ranks = world,
+                       .slots_per_rank = static_cast<int32_t>(n / world),
+                       .physical_to_logical = rows};
+    if (num_layers > 0) p.validate();  // every layer as long as the first, every expert id in range and placed
+    return p;
 }
 
 }  // namespace

@@ -236,13 +236,14 @@ TEST_P(HfReference, ExpertParallelWithReplicasMatchesSingleRank) {
     model_runner one(dir_, options(1));
     run_all(one, single);
     const model_config& c = one.config();
-    std::vector<std::vector<std::vector<int32_t>>> slots(static_cast<size_t>(c.num_moe_layers()),
-                                                         std::vector<std::vector<int32_t>>(2));
-    for (auto& layer : slots) {
-        for (int32_t e = static_cast<int32_t>(c.num_experts) - 1; e >= 0; --e) layer[0].push_back(e);  // all, reversed
-        for (int32_t e = 0; e < c.num_experts; e += 2) layer[1].push_back(e);  // replicas of the even experts
-    }
-    const expert_placement placement(c.num_experts, slots);
+    const auto E = static_cast<int32_t>(c.num_experts);
+    std::vector<int32_t> row;
+    for (int32_t e = E - 1; e >= 0; --e) row.push_back(e);                    // rank 0: all, reversed
+    for (int32_t e = 0; e < E; ++e) row.push_back(e % 2 == 0 ? e : e - 1);  // rank 1: the even experts, twice
+    const expert_placement placement{.num_experts = E,
+                                     .num_ranks = 2,
+                                     .slots_per_rank = E,
+                                     .physical_to_logical = std::vector(static_cast<size_t>(c.num_moe_layers()), row)};
     std::vector<step_driver> drivers = run_expert_parallel(dir_, prompts_, 2, 2, n, &placement);
     for (size_t i = 0; i < prompts_.size(); ++i) {
         const driven_seq& got = drivers[i % 2].find(i);

@@ -36,7 +36,7 @@ TEST(ModelWeights, LoadsEveryDtypeAndMapsLayers) {
         temp_dir dir;
         synthetic_model::qwen3_moe(t).write(dir.str());
         const model_config c = model_config::load(dir.str());
-        const model_weights w(dir.str(), c, expert_placement::make_default(c.num_moe_layers(), c.num_experts, 2), 1);
+        const model_weights w(dir.str(), c, expert_placement::initial(c.num_moe_layers(), c.num_experts, 0, 2), 1);
         ASSERT_EQ(w.layers().size(), 2u);
         EXPECT_EQ(w.layers()[0].moe_index, 0);
         EXPECT_EQ(w.layers()[1].moe_index, -1);

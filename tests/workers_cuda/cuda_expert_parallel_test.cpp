@@ -12,7 +12,7 @@
 
 #include "cuda_test_util.hpp"
 #include "workers/cuda/cuda_step_executor.hpp"
-#include "workers/expert_placement.hpp"
+#include "messages/expert_placement.hpp"
 
 namespace zmoe::cuda {
 namespace {
@@ -42,7 +42,7 @@ std::vector<step_driver> run_expert_parallel(const std::string& dir, const std::
     setenv("NCCL_NVLS_ENABLE", "0", 1);  // NVLink multicast stays off
     const model_config c = model_config::load(dir);
     const expert_placement placement =
-        run.placement ? *run.placement : expert_placement::make_default(c.num_moe_layers(), c.num_experts, run.world);
+        run.placement ? *run.placement : expert_placement::initial(c.num_moe_layers(), c.num_experts, 0, run.world);
     std::vector<step_driver> drivers;
     for (int r = 0; r < run.world; ++r) drivers.emplace_back(kBlockSize, 7);
     for (size_t i = 0; i < prompts.size(); ++i) drivers[i % run.active].add(i, prompts[i].token_ids, kNewTokens);
@@ -81,7 +81,7 @@ class CudaExpertParallel : public ::testing::TestWithParam<std::string> {
         ASSERT_FALSE(prompts_.empty());
         const model_config c = model_config::load(dir_);
         auto ex = std::make_unique<cuda_step_executor>(
-            cuda_options(dir_), expert_placement::make_default(c.num_moe_layers(), c.num_experts, 1));
+            cuda_options(dir_), expert_placement::initial(c.num_moe_layers(), c.num_experts, 0, 1));
         single_ = std::make_unique<step_driver>(kBlockSize, 7);
         for (size_t i = 0; i < prompts_.size(); ++i) single_->add(i, prompts_[i].token_ids, kNewTokens);
         run_all(*ex, *single_);
@@ -115,13 +115,13 @@ TEST_P(CudaExpertParallel, ReplicasAndMovesAcrossGpusMatchOne) {
     if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs";
     const model_config c = model_config::load(dir_);
     const auto E = static_cast<int32_t>(c.num_experts);
-    std::vector<std::vector<std::vector<int32_t>>> slots(static_cast<size_t>(c.num_moe_layers()),
-                                                         std::vector<std::vector<int32_t>>(2));
-    for (auto& layer : slots) {
-        for (int32_t e = E - 1; e >= 0; --e) layer[0].push_back(e);
-        for (int32_t e = 0; e < E; ++e) layer[1].push_back(e % 2 == 0 ? e : e - 1);  // even experts, twice
-    }
-    const expert_placement placement(E, slots);
+    std::vector<int32_t> row;
+    for (int32_t e = E - 1; e >= 0; --e) row.push_back(e);                    // rank 0: all, reversed
+    for (int32_t e = 0; e < E; ++e) row.push_back(e % 2 == 0 ? e : e - 1);  // rank 1: the even experts, twice
+    const expert_placement placement{.num_experts = E,
+                                     .num_ranks = 2,
+                                     .slots_per_rank = E,
+                                     .physical_to_logical = std::vector(static_cast<size_t>(c.num_moe_layers()), row)};
     std::vector<step_driver> replicas = run_expert_parallel(dir_, prompts_, {2, 2, &placement, {}});
     expect_matches_single(replicas, 2, "replicas");
 

@@ -10,7 +10,7 @@
 
 #include "cuda_test_util.hpp"
 #include "workers/cuda/cuda_step_executor.hpp"
-#include "workers/expert_placement.hpp"
+#include "messages/expert_placement.hpp"
 
 namespace zmoe::cuda {
 namespace {
@@ -30,7 +30,7 @@ std::unique_ptr<cuda_step_executor> make_executor(const std::string& dir, bool e
     o.config.load_format = load_format;
     const model_config& c = o.model;
     return std::make_unique<cuda_step_executor>(
-        o, expert_placement::make_default(c.num_moe_layers(), c.num_experts, o.world_size()));
+        o, expert_placement::initial(c.num_moe_layers(), c.num_experts, 0, o.world_size()));
 }
 
 /// Runs `driver` to the end, checking after every step that the load counts add up to the real tokens' choices.

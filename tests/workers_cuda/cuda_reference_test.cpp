@@ -22,7 +22,7 @@
 #include "base/error.hpp"
 #include "cuda_test_util.hpp"
 #include "workers/cuda/cuda_step_executor.hpp"
-#include "workers/expert_placement.hpp"
+#include "messages/expert_placement.hpp"
 
 namespace zmoe::cuda {
 namespace {
@@ -39,7 +39,7 @@ constexpr double kSelfMargin = 0.02;
 std::unique_ptr<cuda_step_executor> make_executor(const std::string& dir) {
     const executor_options o = cuda_options(dir);
     const expert_placement p =
-        expert_placement::make_default(o.model.num_moe_layers(), o.model.num_experts, o.world_size());
+        expert_placement::initial(o.model.num_moe_layers(), o.model.num_experts, 0, o.world_size());
     return std::make_unique<cuda_step_executor>(o, p);
 }
 

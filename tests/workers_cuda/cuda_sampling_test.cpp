@@ -20,7 +20,7 @@
 #include "kernels/sample_rng.hpp"
 #include "workers/cuda/cuda_step_executor.hpp"
 #include "workers/cuda/device_buffer.hpp"
-#include "workers/expert_placement.hpp"
+#include "messages/expert_placement.hpp"
 #include "workers/model_runner.hpp"
 #include "workers/sampler.hpp"
 
@@ -117,7 +117,7 @@ TEST_P(CudaSampling, SeededGenerationMatchesCpu) {
     model_runner cpu(dir_, ro);
     const executor_options o = cuda_options(dir_);
     const model_config& c = o.model;
-    cuda_step_executor gpu(o, expert_placement::make_default(c.num_moe_layers(), c.num_experts, o.world_size()));
+    cuda_step_executor gpu(o, expert_placement::initial(c.num_moe_layers(), c.num_experts, 0, o.world_size()));
     step_driver on_cpu(kBlockSize, 7), on_gpu(kBlockSize, 7);
     for (size_t i = 0; i < prompts_.size(); ++i) {
         const sampling_params s{.temperature = 0.8f, .seed = 7 + i};

@@ -13,21 +13,12 @@ namespace zmoe::cuda {
 
 uint64_t cuda_step_executor::apply_expert_moves(const std::vector<expert_slot_move>& moves) {
     check(cudaSetDevice(device_));
-    const int world = options_.world_size();
     const int rank = options_.rank;
     std::vector<int64_t> layer_of_moe;  // moe index -> decoder layer
     for (size_t l = 0; l < weights_.layers.size(); ++l)
         if (weights_.layers[l].moe_index >= 0) layer_of_moe.push_back(static_cast<int64_t>(l));
-    const auto num_moe = static_cast<int64_t>(layer_of_moe.size());
-    const int64_t per_rank = num_moe > 0 ? static_cast<int64_t>(placement_.slots(0, rank).size()) : 0;
-    for (const auto& m : moves) {
-        if (static_cast<int64_t>(m.layer) >= num_moe || m.src_rank < 0 || m.src_rank >= world ||
-            static_cast<int64_t>(m.slot) >= per_rank * world || static_cast<int64_t>(m.src_slot) >= per_rank * world ||
-            m.logical_expert < 0 || m.logical_expert >= placement_.num_experts())
-            throw error(errc::invalid_argument, "expert move out of range: layer " + std::to_string(m.layer) +
-                                                    " slot " + std::to_string(m.slot) + " from rank " +
-                                                    std::to_string(m.src_rank));
-    }
+    const int64_t per_rank = placement_.slots_per_rank;
+    placement_.check_moves(moves);
     const size_t gate_up_bytes = static_cast<size_t>(2 * config_.moe_intermediate_size * config_.hidden_size) * 2;
     const size_t down_bytes = gate_up_bytes / 2;
 
@@ -98,11 +89,7 @@ uint64_t cuda_step_executor::apply_expert_moves(const std::vector<expert_slot_mo
                               stream_));
     }
     check(cudaStreamSynchronize(stream_));  // before the fresh buffers are freed
-    std::vector<std::vector<std::vector<int32_t>>> slots(num_moe, std::vector<std::vector<int32_t>>(world));
-    for (int64_t l = 0; l < num_moe; ++l)
-        for (int r = 0; r < world; ++r) slots[l][r] = placement_.slots(l, r);
-    for (const auto& m : moves) slots[m.layer][m.slot / per_rank][m.slot % per_rank] = m.logical_expert;
-    placement_ = expert_placement(placement_.num_experts(), std::move(slots));
+    placement_.apply_moves(moves);
     upload_replica_tables();
     return installed;
 }

@@ -74,8 +74,8 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
     if (world_size <= 0 || options.rank < 0 || options.rank >= world_size)
         throw error(errc::invalid_argument,
                     "rank " + std::to_string(options.rank) + " of world " + std::to_string(world_size));
-    if (placement_.world_size() != world_size)
-        throw error(errc::invalid_argument, "expert placement spans " + std::to_string(placement_.world_size()) +
+    if (placement_.num_ranks != world_size)
+        throw error(errc::invalid_argument, "expert placement spans " + std::to_string(placement_.num_ranks) +
                                                 " ranks, world size is " + std::to_string(world_size));
     if (run.block_size <= 0) throw error(errc::invalid_argument, "block_size must be positive");
     if (run.max_num_seqs <= 0 || max_tokens < run.max_num_seqs)
@@ -189,14 +189,14 @@ void cuda_step_executor::upload_replica_tables() {
     const auto E = config_.num_experts;
     const int64_t L = config_.num_moe_layers();
     if (L == 0 || E == 0) return;
-    const int64_t per_rank = static_cast<int64_t>(placement_.slots(0, 0).size());
+    const int64_t per_rank = placement_.slots_per_rank;
     const size_t slots_stride = static_cast<size_t>(ws_.shape.num_slots) * options_.world_size();
     std::vector<int32_t> offsets(static_cast<size_t>(L * (E + 1))), slots(static_cast<size_t>(L) * slots_stride, 0);
     for (int64_t l = 0; l < L; ++l) {
         int32_t at = 0;
         for (int64_t e = 0; e < E; ++e) {
             offsets[l * (E + 1) + e] = at;
-            for (const expert_replica& r : placement_.replicas(l, e))
+            for (const expert_replica& r : placement_.replicas(static_cast<int32_t>(l), static_cast<int32_t>(e)))
                 slots[l * slots_stride + at++] = i32(r.rank * per_rank + r.slot);
         }
         offsets[l * (E + 1) + E] = at;

@@ -24,7 +24,7 @@
 #include "workers/cuda/cuda_workspace.hpp"
 #include "workers/cuda/device_buffer.hpp"
 #include "workers/cuda/nccl_comm.hpp"
-#include "workers/expert_placement.hpp"
+#include "messages/expert_placement.hpp"
 #include "workers/step_executor.hpp"
 
 namespace zmoe::cuda {

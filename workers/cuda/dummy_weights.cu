@@ -98,7 +98,7 @@ cuda_weights cuda_weights::dummy(const model_config& c, const expert_placement& 
             continue;
         }
         l.router = g.matrix(static_cast<size_t>(c.num_experts) * H, stream_of(li, 7));
-        const std::vector<int32_t>& slots = placement.slots(l.moe_index, rank);
+        const auto slots = placement.slots(static_cast<int32_t>(l.moe_index), rank);
         l.num_slots = static_cast<int32_t>(slots.size());
         const size_t I = static_cast<size_t>(c.moe_intermediate_size);
         l.experts_gate_up = device_buffer(slots.size() * 2 * I * H * 2);

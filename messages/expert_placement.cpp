@@ -1,9 +1,10 @@
-#include "engine_core/expert_placement.hpp"
+#include "messages/expert_placement.hpp"
 
 #include <string>
 
 #include "base/check.hpp"
 #include "base/error.hpp"
+#include "messages/worker_protocol.hpp"
 
 namespace zmoe {
 
@@ -85,6 +86,59 @@ std::vector<std::vector<int32_t>> expert_placement::logical_to_physical(int32_t 
     const auto& slots = physical_to_logical[static_cast<size_t>(layer)];
     for (size_t p = 0; p < slots.size(); ++p) out[static_cast<size_t>(slots[p])].push_back(static_cast<int32_t>(p));
     return out;
+}
+
+std::span<const int32_t> expert_placement::slots(int32_t layer, int32_t rank) const {
+    ZMOE_CHECK(layer >= 0 && layer < num_moe_layers() && rank >= 0 && rank < num_ranks,
+               "expert_placement: no layer " << layer << " rank " << rank);
+    const auto& row = physical_to_logical[static_cast<size_t>(layer)];
+    return std::span<const int32_t>(row).subspan(static_cast<size_t>(rank) * static_cast<size_t>(slots_per_rank),
+                                                 static_cast<size_t>(slots_per_rank));
+}
+
+std::vector<expert_replica> expert_placement::replicas(int32_t layer, int32_t expert) const {
+    std::vector<expert_replica> out;
+    const auto& row = physical_to_logical[static_cast<size_t>(layer)];
+    for (size_t p = 0; p < row.size(); ++p) {
+        if (row[p] == expert) {
+            const auto q = static_cast<int32_t>(p);
+            out.push_back({.rank = q / slots_per_rank, .slot = q % slots_per_rank});
+        }
+    }
+    return out;
+}
+
+expert_replica expert_placement::pick(int32_t layer, int32_t expert, int64_t token_index) const {
+    // A scan of one layer's slots (a few hundred at most) instead of a cached table keeps this plain data.
+    const auto& row = physical_to_logical[static_cast<size_t>(layer)];
+    int64_t count = 0;
+    for (const int32_t e : row) count += e == expert ? 1 : 0;
+    ZMOE_CHECK(count > 0, "expert_placement: layer " << layer << " has no replica of expert " << expert);
+    int64_t nth = token_index % count;
+    for (size_t p = 0; p < row.size(); ++p) {
+        if (row[p] == expert && nth-- == 0) {
+            const auto q = static_cast<int32_t>(p);
+            return {.rank = q / slots_per_rank, .slot = q % slots_per_rank};
+        }
+    }
+    return {};  // unreachable: count > 0
+}
+
+void expert_placement::check_moves(const std::vector<expert_slot_move>& moves) const {
+    const auto physical = static_cast<int64_t>(num_physical());
+    for (const auto& m : moves) {
+        if (static_cast<int64_t>(m.layer) >= num_moe_layers() || m.src_rank < 0 || m.src_rank >= num_ranks ||
+            static_cast<int64_t>(m.slot) >= physical || static_cast<int64_t>(m.src_slot) >= physical ||
+            m.logical_expert < 0 || m.logical_expert >= num_experts)
+            throw error(errc::invalid_argument, "expert move out of range: layer " + std::to_string(m.layer) +
+                                                    " slot " + std::to_string(m.slot) + " from rank " +
+                                                    std::to_string(m.src_rank));
+    }
+}
+
+void expert_placement::apply_moves(const std::vector<expert_slot_move>& moves) {
+    check_moves(moves);
+    for (const auto& m : moves) physical_to_logical[m.layer][m.slot] = m.logical_expert;
 }
 
 }  // namespace zmoe

@@ -1,12 +1,22 @@
 #pragma once
-// Which logical expert's weights sit in which physical expert slot of which rank, per MoE layer. Plain data: the
-// engine core computes it (eplb.hpp) and sends it to the workers, which route each token to one of the physical
-// replicas of the logical experts it picked.
+// Which logical expert's weights sit in which physical expert slot of which rank, per MoE layer: the one placement
+// type of the engine. Plain data: the engine core decides it (expert_placement::initial, then EPLB in
+// engine_core/eplb.hpp) and sends physical_to_logical in the welcome and as expert moves; the workers apply it and
+// route each token to one of the physical replicas of the logical experts it picked (pick).
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace zmoe {
+
+struct expert_slot_move;  // messages/worker_protocol.hpp
+
+/// A physical copy of a logical expert.
+struct expert_replica {
+    int32_t rank = 0;
+    int32_t slot = 0;  ///< index into that rank's slots (physical slot - rank * slots_per_rank)
+};
 
 /// Rank r owns physical slots [r * slots_per_rank, (r + 1) * slots_per_rank). Every logical expert has at least one
 /// replica in every layer; num_ranks * slots_per_rank - num_experts slots are redundant replicas.
@@ -39,6 +49,20 @@ struct expert_placement {
     std::vector<int32_t> replica_counts(int32_t layer) const;
     /// Physical slots of each logical expert in `layer`, ascending, [num_experts][replicas].
     std::vector<std::vector<int32_t>> logical_to_physical(int32_t layer) const;
+
+    /// Logical experts of `rank`'s slots in `layer` (a view into physical_to_logical).
+    std::span<const int32_t> slots(int32_t layer, int32_t rank) const;
+    /// Replicas of `expert` in `layer`, ordered by physical slot, i.e. by (rank, slot).
+    std::vector<expert_replica> replicas(int32_t layer, int32_t expert) const;
+    /// The replica serving the `token_index`-th routed token of `expert`: replicas(layer, expert)[token_index mod
+    /// their count], the deterministic spread every worker (CPU and CUDA, kernels/moe_route.cu) uses.
+    expert_replica pick(int32_t layer, int32_t expert, int64_t token_index) const;
+
+    /// Throws zmoe::error(invalid_argument) unless every move names an existing layer, physical slots, source rank
+    /// and logical expert of this placement. The one check of an EPLB move every worker backend runs first.
+    void check_moves(const std::vector<expert_slot_move>& moves) const;
+    /// The placement after `moves` (checked as check_moves does): each move's slot holds its logical expert.
+    void apply_moves(const std::vector<expert_slot_move>& moves);
 
     bool operator==(const expert_placement&) const = default;
 };
