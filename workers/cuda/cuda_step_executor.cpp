@@ -53,7 +53,8 @@ struct cuda_step_executor::host_batch {
     std::vector<int32_t> query_start{0}, start_pos, block_tables;
     int32_t max_blocks = 0;
     std::vector<int32_t> logit_rows;
-    std::vector<kernels::sample_seq_params> sampling;
+    sample_batch samples;  // one row per logit row
+    std::vector<uint64_t> sample_ids;
     int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
     int32_t num_seqs() const { return static_cast<int32_t>(start_pos.size()); }
 };
@@ -79,6 +80,7 @@ cuda_step_executor::cuda_step_executor(const std::string& model_dir, const execu
     device_ = options.rank % num_devices;
     check(cudaSetDevice(device_));
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    sampler_ = std::make_unique<cuda_sampler>(static_cast<int32_t>(config_.vocab_size));
     ZMOE_CUBLAS_CHECK(cublasLtCreate(&blas_));
     blas_workspace_ = device_buffer(kBlasWorkspace);
     {
@@ -128,9 +130,10 @@ int64_t cuda_step_executor::kv_cache_bytes() const {
     return n;
 }
 
-cuda_step_executor::host_batch cuda_step_executor::prepare(const step_request& request) const {
+cuda_step_executor::host_batch cuda_step_executor::prepare(const step_request& request) {
     const auto tokens = validate_step(request, options_.block_size, num_kv_blocks_, config_.vocab_size, last_sampled_);
     host_batch b;
+    b.samples = gather_samples(request, tokens, history_, b.sample_ids);
     const int64_t bs = options_.block_size;
     for (size_t i = 0; i < request.seqs.size(); ++i) {
         const scheduled_seq& s = request.seqs[i];
@@ -144,11 +147,7 @@ cuda_step_executor::host_batch cuda_step_executor::prepare(const step_request& r
         b.start_pos.push_back(s.start_pos);
         b.query_start.push_back(b.num_tokens());
         b.max_blocks = std::max(b.max_blocks, static_cast<int32_t>(s.block_table.size()));
-        if (s.do_sample) {
-            b.logit_rows.push_back(b.num_tokens() - 1);
-            b.sampling.push_back(
-                {s.sampling.temperature, s.sampling.top_p, s.sampling.top_k, s.sample_index, s.sampling.seed});
-        }
+        if (s.do_sample) b.logit_rows.push_back(b.num_tokens() - 1);
     }
     b.block_tables.assign(static_cast<size_t>(b.num_seqs()) * b.max_blocks, 0);
     for (size_t i = 0; i < request.seqs.size(); ++i)
@@ -404,7 +403,7 @@ void cuda_step_executor::forward(const host_batch& b, std::vector<uint32_t>& exp
     launch_gather_rows(xn, upload("logit_rows", b.logit_rows), last, R, H, stream_);
     float* logits = scratch<float>("logits", size_t(R) * V);
     gemm(last, weights_.head().as<bf16>(), logits, R, V, H, true);
-    kernels::launch_sample({logits, upload("sampling", b.sampling), scratch<int32_t>("sampled", R), R, V}, stream_);
+    sampler_->sample(logits, stream_);
 }
 
 step_result cuda_step_executor::execute(const step_request& request, std::vector<std::vector<float>>* logits_out) {
@@ -424,13 +423,12 @@ step_result cuda_step_executor::execute(const step_request& request, std::vector
         check(cudaStreamSynchronize(stream_));
         throw;
     }
+    sampler_->upload(std::move(batch.samples), stream_);
     forward(batch, result.expert_counts);
     const size_t R = batch.logit_rows.size();
-    std::vector<int32_t> tokens(R);
     std::vector<float> logits;
     if (R > 0) {
-        check(cudaMemcpyAsync(tokens.data(), scratch<int32_t>("sampled", R), R * sizeof(int32_t),
-                              cudaMemcpyDeviceToHost, stream_));
+        sampler_->download(stream_);
         if (logits_out) {
             logits.resize(R * config_.vocab_size);
             check(cudaMemcpyAsync(logits.data(), scratch<float>("logits", logits.size()), logits.size() * sizeof(float),
@@ -439,15 +437,12 @@ step_result cuda_step_executor::execute(const step_request& request, std::vector
     }
     check(cudaStreamSynchronize(stream_));
     if (logits_out) logits_out->clear();
-    size_t out = 0;
-    for (const scheduled_seq& s : request.seqs) {
-        if (!s.do_sample) continue;
-        result.tokens.push_back({s.request_id, tokens[out]});
-        last_sampled_[s.request_id] = tokens[out];
+    if (R > 0) result.tokens = sampler_->results(batch.sample_ids);
+    for (size_t out = 0; out < result.tokens.size(); ++out) {
+        last_sampled_[result.tokens[out].request_id] = result.tokens[out].token_id;
         if (logits_out)
             logits_out->emplace_back(logits.begin() + static_cast<int64_t>(out * config_.vocab_size),
                                      logits.begin() + static_cast<int64_t>((out + 1) * config_.vocab_size));
-        ++out;
     }
     result.compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return result;

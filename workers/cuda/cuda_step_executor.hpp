@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/api.hpp"
+#include "workers/cuda/cuda_sampler.hpp"
 #include "workers/cuda/cuda_weights.hpp"
 #include "workers/cuda/device_buffer.hpp"
 #include "workers/cuda/nccl_comm.hpp"
@@ -53,7 +54,7 @@ class cuda_step_executor final : public step_executor {
 
   private:
     struct host_batch;
-    host_batch prepare(const step_request& request) const;
+    host_batch prepare(const step_request& request);
     void forward(const host_batch& b, std::vector<uint32_t>& expert_counts);
     void attention(int64_t layer, const host_batch& b);
     void dense_mlp(const cuda_mlp& m, const kernels::bf16* x, int32_t num_tokens, kernels::bf16* out);
@@ -72,6 +73,8 @@ class cuda_step_executor final : public step_executor {
     int64_t num_kv_blocks_ = 0;
     std::vector<device_buffer> k_cache_, v_cache_;  // per layer [num_blocks, block_size, kv_heads, head_dim]
     std::unordered_map<uint64_t, int32_t> last_sampled_;
+    token_history history_;  // fed tokens of the requests with penalties
+    std::unique_ptr<cuda_sampler> sampler_;
     int32_t num_work_items_ = 0;  // attention work items of the current step
 
     // Per-step scratch, grown on demand (see device_buffer::ensure).
