@@ -43,9 +43,24 @@ class metrics_registry {
     std::map<std::string, histogram> histograms_;
 };
 
-/// Prometheus text exposition of several actors' metrics JSON ({actor name: to_json() output}); each metric is
-/// prefixed `zmoe_` and labelled with actor="...".
-std::string metrics_to_prometheus(const nlohmann::json& actors);
+struct prometheus_options {
+    /// Also export the per-expert series (`zmoe_expert_tokens_total{layer,expert}`): layers x experts series, so
+    /// off by default.
+    bool per_expert = false;
+};
+
+/// Prometheus text exposition (format 0.0.4) of several actors' metrics JSON ({actor name: to_json() output}).
+/// Every family has one `# HELP` and one `# TYPE` line and its samples together; names are `zmoe_` + the metric's
+/// name with these conventions (docs/operations.md lists the families):
+/// - times in seconds: a metric named `*_ms` is exported as `*_seconds` with its values, sums and bucket bounds
+///   divided by 1000 (`*_s` as `*_seconds`);
+/// - counters (and the engine's monotone gauges, e.g. preemptions) end in `_total`;
+/// - a series labelled with rank="r" belongs to a family of its own, `<name>_per_rank`, so that the total
+///   (unlabelled) series and the per-rank ones are never summed together;
+/// - histograms always carry the same fixed bucket bounds (1-2-5 steps: 1 ms to 500 s for times, 1 to 100000
+///   otherwise) and +Inf, whatever has been observed;
+/// - every sample is labelled actor="..." (engine_core, frontend, worker_0, ...).
+std::string metrics_to_prometheus(const nlohmann::json& actors, const prometheus_options& options = {});
 /// A plain table (actor, metric, value) of the same JSON, histograms as count/p50/p90/p99/max.
 std::string metrics_to_table(const nlohmann::json& actors);
 

@@ -17,12 +17,13 @@ namespace {
 
 int cmd_ctl(int argc, char** argv) {
     std::string what, endpoint;
-    bool prometheus = false, as_json = false;
+    bool prometheus = false, as_json = false, per_expert = false;
     int timeout_ms = 5000;
     po::options_description opts("zmoe ctl options (zmoe ctl metrics|health|eplb --endpoint E)");
     opts.add_options()("help,h", "show this help")("what", po::value(&what)->required(), "metrics, health or eplb")(
         "endpoint", po::value(&endpoint)->default_value("tcp://127.0.0.1:5555"), "the frontend")(
         "prometheus", po::bool_switch(&prometheus), "metrics in Prometheus text format")(
+        "per-expert", po::bool_switch(&per_expert), "with --prometheus: also the per-expert series (layers x experts)")(
         "json", po::bool_switch(&as_json), "raw JSON")("timeout-ms", po::value(&timeout_ms)->default_value(timeout_ms),
                                                        "how long to wait for the answer");
     po::positional_options_description pos;
@@ -55,7 +56,8 @@ int cmd_ctl(int argc, char** argv) {
         nlohmann::json actors = nlohmann::json::object();
         for (const auto& [k, v] : all.items())
             if (v.is_object() && v.contains("counters")) actors[k] = v;
-        std::cout << (prometheus ? zmoe::metrics_to_prometheus(actors) : zmoe::metrics_to_table(actors));
+        std::cout << (prometheus ? zmoe::metrics_to_prometheus(actors, {.per_expert = per_expert})
+                                 : zmoe::metrics_to_table(actors));
         return 0;
     }
     if (what == "eplb") {

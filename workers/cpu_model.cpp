@@ -5,18 +5,28 @@
 
 #include "base/check.hpp"
 #include "workers/cpu_kernels.hpp"
+#include "workers/mla_attention.hpp"
 #include "workers/moe_layer.hpp"
 
 namespace zmoe {
 
 cpu_model::cpu_model(const model_weights& weights, const expert_placement& placement, expert_comm& comm,
                      thread_pool& pool)
-    : weights_(weights), config_(weights.config()), placement_(placement), comm_(comm), pool_(pool) {}
+    : weights_(weights),
+      config_(weights.config()),
+      placement_(placement),
+      comm_(comm),
+      pool_(pool),
+      rope_inv_freq_(config_.rope_inv_freq()) {}
 
 void cpu_model::attention(int64_t layer, const forward_batch& batch, kv_cache& cache, const float* x, float* out) {
     const model_config& c = config_;
     const attention_weights& a = weights_.layers()[layer].attn;
     const int64_t T = static_cast<int64_t>(batch.tokens.size());
+    if (c.is_mla()) {
+        mla_attention(pool_, c, a, cache, layer, batch.seqs, x, T, rope_cos_.data(), rope_sin_.data(), out);
+        return;
+    }
     const int64_t D = c.head_dim, q_dim = c.num_heads * D, kv_dim = c.num_kv_heads * D;
     auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
     std::vector<float> q(static_cast<size_t>(T * q_dim)), k(static_cast<size_t>(T * kv_dim)), v(k.size());
@@ -61,12 +71,18 @@ void cpu_model::forward(const forward_batch& batch, kv_cache& cache, std::vector
     ZMOE_CHECK(static_cast<int64_t>(batch.positions.size()) == T, "positions vs tokens");
     expert_counts.resize(static_cast<size_t>(c.num_moe_layers() * E), 0);
 
-    const int64_t half = c.head_dim / 2;
+    const int64_t half = (c.is_mla() ? c.mla.qk_rope_head_dim : c.head_dim) / 2;
     rope_cos_.resize(static_cast<size_t>(T * half));
     rope_sin_.resize(rope_cos_.size());
-    for (int64_t t = 0; t < T; ++t)
-        rope_cos_sin(batch.positions[t], c.head_dim, c.rope_theta, rope_cos_.data() + t * half,
-                     rope_sin_.data() + t * half);
+    for (int64_t t = 0; t < T; ++t) {
+        if (c.is_mla()) {
+            mla_rope_cos_sin(batch.positions[t], rope_inv_freq_, static_cast<float>(c.rope.attention_factor),
+                             rope_cos_.data() + t * half, rope_sin_.data() + t * half);
+        } else {
+            rope_cos_sin(batch.positions[t], c.head_dim, c.rope_theta, rope_cos_.data() + t * half,
+                         rope_sin_.data() + t * half);
+        }
+    }
 
     std::vector<float> h(static_cast<size_t>(T * H)), xn(h.size()), delta(h.size());
     pool_.parallel_for(T, [&](int64_t t0, int64_t t1) {

@@ -40,7 +40,8 @@ class cpu_model {
     const expert_placement& placement_;
     expert_comm& comm_;
     thread_pool& pool_;
-    std::vector<float> rope_cos_, rope_sin_;  // [num_rows, head_dim / 2] of the current batch
+    std::vector<float> rope_inv_freq_;        // MLA: model_config::rope_inv_freq()
+    std::vector<float> rope_cos_, rope_sin_;  // [num_rows, rotated dims / 2] of the current batch
 };
 
 }  // namespace zmoe

@@ -1,6 +1,7 @@
 #include "workers/model_config.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,7 +14,7 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr const char* kSupported = "qwen3_moe, qwen2_moe, mixtral, olmoe";
+constexpr const char* kSupported = "qwen3_moe, qwen2_moe, mixtral, olmoe, deepseek_v2, deepseek_v3 (kimi_k2)";
 
 [[noreturn]] void bad(const std::string& file, const std::string& what) {
     throw error(errc::invalid_checkpoint, file + ": " + what);
@@ -83,6 +84,10 @@ model_arch parse_arch(const json& j, const std::string& file) {
             type = "mixtral";
         } else if (a.rfind("Olmoe", 0) == 0) {
             type = "olmoe";
+        } else if (a.rfind("DeepseekV3", 0) == 0) {
+            type = "deepseek_v3";
+        } else if (a.rfind("DeepseekV2", 0) == 0) {
+            type = "deepseek_v2";
         } else {
             throw error(errc::unsupported,
                         file + ": architecture '" + a + "' is not supported (supported: " + kSupported + ")");
@@ -94,8 +99,188 @@ model_arch parse_arch(const json& j, const std::string& file) {
     if (type == "qwen2_moe") return model_arch::qwen2_moe;
     if (type == "mixtral") return model_arch::mixtral;
     if (type == "olmoe") return model_arch::olmoe;
+    if (type == "deepseek_v2") return model_arch::deepseek_v2;
+    // Kimi-K2 ships the DeepSeek-V3 architecture under its own model_type.
+    if (type == "deepseek_v3" || type == "kimi_k2") return model_arch::deepseek_v3;
     throw error(errc::unsupported,
                 file + ": model_type '" + type + "' is not supported (supported: " + kSupported + ")");
+}
+
+void parse_special_tokens(const json& j, const std::string& file, model_config& c) {
+    append_token_ids(j, file, "eos_token_id", c.eos_token_ids);
+    if (present(j, "bos_token_id")) {
+        if (!j["bos_token_id"].is_number_integer()) bad(file, "field 'bos_token_id' is not an integer");
+        c.bos_token_id = static_cast<int32_t>(j["bos_token_id"].get<int64_t>());
+    }
+}
+
+[[noreturn]] void unsupported(const std::string& file, const std::string& what) {
+    throw error(errc::unsupported, file + ": " + what);
+}
+
+std::string get_string_or(const json& j, const std::string& file, const char* key, const std::string& fallback) {
+    if (!present(j, key)) return fallback;
+    if (!j[key].is_string()) bad(file, std::string("field '") + key + "' is not a string");
+    return j[key].get<std::string>();
+}
+
+// RoPE of the DeepSeek family: transformers 5 nests everything in rope_parameters; 4.x has rope_theta at the top
+// and an optional rope_scaling {"type"/"rope_type": "yarn", factor, original_max_position_embeddings, mscale,
+// mscale_all_dim, beta_fast, beta_slow}. Defaults are transformers' _compute_yarn_parameters'.
+void parse_deepseek_rope(const json& j, const std::string& file, model_config& c) {
+    rope_params& r = c.rope;
+    r.theta = get_number_or(j, file, "rope_theta", 10000.0);
+    const char* field = nullptr;
+    for (const char* f : {"rope_parameters", "rope_scaling"}) {
+        if (!present(j, f)) continue;
+        if (!j[f].is_object()) bad(file, std::string("field '") + f + "' is not an object");
+        field = field ? field : f;  // rope_parameters wins when both are present
+    }
+    if (field) {
+        const json& p = j[field];
+        r.theta = get_number_or(p, file, "rope_theta", r.theta);
+        r.type = get_string_or(p, file, "rope_type", get_string_or(p, file, "type", "default"));
+        if (r.type != "default" && r.type != "yarn")
+            unsupported(file,
+                        std::string(field) + " rope_type '" + r.type + "' is not supported (supported: default, yarn)");
+        if (r.type == "yarn") {
+            r.original_max_position_embeddings =
+                get_int_or(p, file, "original_max_position_embeddings",
+                           get_int_or(j, file, "original_max_position_embeddings", c.max_position_embeddings));
+            if (r.original_max_position_embeddings <= 0)
+                bad(file, field + std::string(": original_max_position_embeddings must be positive"));
+            if (!present(p, "factor")) bad(file, std::string(field) + ": yarn needs 'factor'");
+            r.factor = get_number_or(p, file, "factor", 1.0);
+            const double mscale = get_number_or(p, file, "mscale", 0.0);
+            r.mscale_all_dim = get_number_or(p, file, "mscale_all_dim", 0.0);
+            auto get_mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+            if (present(p, "attention_factor")) {
+                r.attention_factor = get_number_or(p, file, "attention_factor", 1.0);
+            } else if (mscale != 0 && r.mscale_all_dim != 0) {
+                r.attention_factor = get_mscale(r.factor, mscale) / get_mscale(r.factor, r.mscale_all_dim);
+            } else {
+                r.attention_factor = get_mscale(r.factor, 1.0);
+            }
+            // transformers: `get("beta_fast") or 32`, so 0 means the default too.
+            r.beta_fast = get_number_or(p, file, "beta_fast", 0.0);
+            r.beta_slow = get_number_or(p, file, "beta_slow", 0.0);
+            if (r.beta_fast == 0) r.beta_fast = 32.0;
+            if (r.beta_slow == 0) r.beta_slow = 1.0;
+            r.truncate = get_bool_or(p, file, "truncate", true);
+        }
+    }
+    if (r.theta <= 0) bad(file, "rope_theta must be positive");
+    c.rope_theta = r.theta;
+}
+
+// deepseek_v2 / deepseek_v3 (and kimi_k2): as transformers' DeepseekV2Config / DeepseekV3Config read them, with
+// their defaults where a field is absent.
+void parse_deepseek(const json& j, const std::string& file, model_config& c) {
+    const bool v3 = c.arch == model_arch::deepseek_v3;
+    // Refuse what the forward pass does not implement, naming the field.
+    if (present(j, "quantization_config")) {
+        const json& q = j["quantization_config"];
+        std::string method = q.is_object() ? get_string_or(q, file, "quant_method", "?") : "?";
+        std::string what = "quantization_config (quant_method '" + method + "'";
+        if (q.is_object() && present(q, "weight_block_size"))
+            what += ", weight_block_size " + q["weight_block_size"].dump();
+        unsupported(file, what +
+                              ") is not supported: quantised weights (e.g. FP8 block-quantised DeepSeek-V3 "
+                              "checkpoints) must be converted to BF16 first");
+    }
+    if (get_bool_or(j, file, "attention_bias", false)) unsupported(file, "attention_bias=true is not supported");
+    if (get_bool_or(j, file, "mlp_bias", false)) unsupported(file, "mlp_bias=true is not supported");
+    const std::string act = get_string_or(j, file, "hidden_act", "silu");
+    if (act != "silu") unsupported(file, "hidden_act '" + act + "' is not supported (supported: silu)");
+    if (present(j, "moe_layer_freq") && get_int(j, file, "moe_layer_freq") != 1)
+        unsupported(file, "moe_layer_freq != 1 is not supported");
+
+    mla_params& m = c.mla;
+    if (present(j, "q_lora_rank")) {
+        m.q_lora_rank = get_int(j, file, "q_lora_rank");
+    } else if (!j.contains("q_lora_rank")) {
+        m.q_lora_rank = 1536;  // both config classes' default; an explicit null means none
+    }
+    m.kv_lora_rank = get_int_or(j, file, "kv_lora_rank", 512);
+    m.qk_nope_head_dim = get_int_or(j, file, "qk_nope_head_dim", 128);
+    m.qk_rope_head_dim = get_int_or(j, file, "qk_rope_head_dim", 64);
+    m.v_head_dim = get_int_or(j, file, "v_head_dim", 128);
+    m.rope_interleave = v3 ? get_bool_or(j, file, "rope_interleave", true) : true;  // V2 rotates complex pairs
+    if (m.q_lora_rank < 0 || m.kv_lora_rank <= 0 || m.qk_nope_head_dim < 0 || m.qk_rope_head_dim <= 0 ||
+        m.qk_rope_head_dim % 2 != 0 || m.v_head_dim <= 0)
+        bad(file,
+            "q_lora_rank >= 0, kv_lora_rank > 0, qk_nope_head_dim >= 0, v_head_dim > 0 and an even "
+            "qk_rope_head_dim > 0 are required");
+    c.head_dim = m.qk_nope_head_dim + m.qk_rope_head_dim;
+    c.num_kv_heads = c.num_heads;  // every head has its own key and value, expanded from the shared latent
+
+    c.num_experts = present(j, "n_routed_experts") || present(j, "num_local_experts") || present(j, "num_experts")
+                        ? get_int_any(j, file, {"n_routed_experts", "num_local_experts", "num_experts"})
+                        : (v3 ? 256 : 64);
+    c.num_experts_per_tok = get_int_or(j, file, "num_experts_per_tok", v3 ? 8 : 0);
+    if (c.num_experts <= 0 || c.num_experts_per_tok <= 0 || c.num_experts_per_tok > c.num_experts)
+        bad(file, "need 0 < num_experts_per_tok <= n_routed_experts");
+    c.moe_intermediate_size = get_int_or(j, file, "moe_intermediate_size", v3 ? 2048 : 1407);
+    const int64_t n_shared = get_int_or(j, file, "n_shared_experts", v3 ? 1 : 2);
+    if (n_shared < 0) bad(file, "field 'n_shared_experts' must not be negative");
+    c.shared_expert_intermediate_size = c.moe_intermediate_size * n_shared;
+    c.shared_expert_gated = false;
+    const int64_t first_dense = get_int_or(j, file, "first_k_dense_replace", v3 ? 3 : 0);
+    if (first_dense < 0) bad(file, "field 'first_k_dense_replace' must not be negative");
+    for (int64_t l = 0; l < std::min(first_dense, c.num_layers); ++l) c.mlp_only_layers.push_back(l);
+    c.decoder_sparse_step = 1;
+    c.dense_intermediate_size = get_int_or(j, file, "intermediate_size", 0);
+    if (first_dense > 0 && c.dense_intermediate_size <= 0)
+        bad(file, "missing required field 'intermediate_size' (the config has dense MLP layers)");
+
+    c.routed_scaling_factor = get_number_or(j, file, "routed_scaling_factor", v3 ? 2.5 : 1.0);
+    c.n_group = get_int_or(j, file, "n_group", v3 ? 8 : 0);
+    c.topk_group = get_int_or(j, file, "topk_group", v3 ? 4 : 0);
+    if (v3) {
+        // transformers always scores with sigmoid and selects with the correction bias ("noaux_tc").
+        const std::string scoring = get_string_or(j, file, "scoring_func", "sigmoid");
+        if (scoring != "sigmoid")
+            unsupported(file, "deepseek_v3 scoring_func '" + scoring + "' is not supported (supported: sigmoid)");
+        const std::string method = get_string_or(j, file, "topk_method", "noaux_tc");
+        if (method != "noaux_tc")
+            unsupported(file, "deepseek_v3 topk_method '" + method + "' is not supported (supported: noaux_tc)");
+        c.router = router_kind::sigmoid_group_limited;
+        c.router_bias = true;
+        c.norm_topk_prob = get_bool_or(j, file, "norm_topk_prob", true);
+    } else {
+        const std::string scoring = get_string_or(j, file, "scoring_func", "softmax");
+        if (scoring != "softmax")
+            unsupported(file, "deepseek_v2 scoring_func '" + scoring + "' is not supported (supported: softmax)");
+        const std::string method = get_string_or(j, file, "topk_method", "greedy");
+        if (method == "greedy") {
+            c.router = router_kind::softmax_topk;
+            c.n_group = c.topk_group = 1;
+        } else if (method == "group_limited_greedy") {
+            c.router = router_kind::softmax_group_limited;
+        } else {
+            unsupported(file, "deepseek_v2 topk_method '" + method +
+                                  "' is not supported (supported: greedy, group_limited_greedy)");
+        }
+        // transformers' DeepseekV2 router never renormalises the top-k weights, whatever norm_topk_prob says
+        // (the released V2 checkpoints all have it false).
+        c.norm_topk_prob = false;
+    }
+    if (c.router != router_kind::softmax_topk) {
+        if (c.n_group <= 0 || c.topk_group <= 0 || c.topk_group > c.n_group || c.num_experts % c.n_group != 0)
+            bad(file,
+                "group-limited routing needs n_group > 0 dividing n_routed_experts and 0 < topk_group <= n_group");
+        const int64_t per_group = c.num_experts / c.n_group;
+        if (c.router == router_kind::sigmoid_group_limited && per_group < 2)
+            bad(file,
+                "deepseek_v3 routing scores each group by its top-2 experts: n_routed_experts / n_group must be >= 2");
+        if (c.num_experts_per_tok > c.topk_group * per_group)
+            bad(file, "num_experts_per_tok exceeds the experts of the topk_group kept groups");
+    }
+
+    c.rms_norm_eps = static_cast<float>(get_number_or(j, file, "rms_norm_eps", 1e-6));
+    c.tie_word_embeddings = get_bool_or(j, file, "tie_word_embeddings", false);
+    c.max_position_embeddings = get_int_or(j, file, "max_position_embeddings", v3 ? 4096 : 2048);
+    parse_deepseek_rope(j, file, c);
 }
 
 std::string read_file(const std::string& path) {
@@ -118,8 +303,70 @@ const char* model_arch_name(model_arch a) {
             return "mixtral";
         case model_arch::olmoe:
             return "olmoe";
+        case model_arch::deepseek_v2:
+            return "deepseek_v2";
+        case model_arch::deepseek_v3:
+            return "deepseek_v3";
     }
     return "?";
+}
+
+int64_t model_config::kv_width() const {
+    return is_mla() ? mla.kv_lora_rank + mla.qk_rope_head_dim : num_kv_heads * head_dim;
+}
+
+std::vector<float> model_config::rope_inv_freq() const {
+    const int64_t dim = is_mla() ? mla.qk_rope_head_dim : head_dim;
+    const int64_t half = dim / 2;
+    std::vector<float> inv(static_cast<size_t>(half));
+    // base ** (arange(0, dim, 2) / dim) in fp32, as transformers.
+    std::vector<float> pos_freqs(inv.size());
+    for (int64_t i = 0; i < half; ++i) {
+        const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+        pos_freqs[i] = static_cast<float>(std::pow(rope.theta, static_cast<double>(exponent)));
+    }
+    if (rope.type != "yarn") {
+        for (int64_t i = 0; i < half; ++i) inv[i] = 1.0f / pos_freqs[i];
+        return inv;
+    }
+    // YaRN (transformers' _compute_yarn_parameters): interpolate the low frequencies by `factor`, keep the high
+    // ones, with a linear ramp between the correction dimensions of beta_fast and beta_slow rotations.
+    const double base = rope.theta;
+    const auto orig = static_cast<double>(rope.original_max_position_embeddings);
+    auto correction_dim = [&](double num_rotations) {
+        return (static_cast<double>(dim) * std::log(orig / (num_rotations * 2 * M_PI))) / (2 * std::log(base));
+    };
+    double low = correction_dim(rope.beta_fast), high = correction_dim(rope.beta_slow);
+    if (rope.truncate) {
+        low = std::floor(low);
+        high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, static_cast<double>(dim - 1));
+    if (low == high) high += 0.001;  // as transformers: no singularity
+    const auto factor = static_cast<float>(rope.factor);
+    for (int64_t i = 0; i < half; ++i) {
+        const float ramp =
+            std::clamp((static_cast<float>(i) - static_cast<float>(low)) / static_cast<float>(high - low), 0.0f, 1.0f);
+        const float extrapolation_factor = 1.0f - ramp;
+        const float extrapolation = 1.0f / pos_freqs[i];
+        const float interpolation = 1.0f / (factor * pos_freqs[i]);
+        inv[i] = interpolation * (1.0f - extrapolation_factor) + extrapolation * extrapolation_factor;
+    }
+    return inv;
+}
+
+namespace {
+double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+}  // namespace
+
+float model_config::softmax_scale() const {
+    double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+    if (is_mla() && rope.type != "default" && rope.mscale_all_dim != 0) {
+        const double m = yarn_mscale(rope.factor, rope.mscale_all_dim);
+        scale = scale * m * m;
+    }
+    return static_cast<float>(scale);
 }
 
 bool model_config::is_moe_layer(int64_t layer) const {
@@ -168,6 +415,11 @@ model_config model_config::parse(const std::string& config_text, const std::stri
     if (c.num_heads % c.num_kv_heads != 0)
         bad(file, "num_attention_heads " + std::to_string(c.num_heads) + " is not a multiple of num_key_value_heads " +
                       std::to_string(c.num_kv_heads));
+    if (c.arch == model_arch::deepseek_v2 || c.arch == model_arch::deepseek_v3) {
+        parse_deepseek(j, file, c);
+        parse_special_tokens(j, file, c);
+        return c;
+    }
     if (present(j, "head_dim")) {
         c.head_dim = get_int(j, file, "head_dim");
     } else {
@@ -188,8 +440,10 @@ model_config model_config::parse(const std::string& config_text, const std::stri
         // mixtral and olmoe have no dense layers: intermediate_size is the expert's.
         c.moe_intermediate_size = get_int(j, file, "intermediate_size");
     }
-    if (c.arch == model_arch::qwen2_moe)
+    if (c.arch == model_arch::qwen2_moe) {
         c.shared_expert_intermediate_size = get_int_or(j, file, "shared_expert_intermediate_size", 0);
+        c.shared_expert_gated = true;
+    }
 
     // HF defaults per config class where the field is absent.
     c.norm_topk_prob = c.arch == model_arch::mixtral ? true : get_bool_or(j, file, "norm_topk_prob", false);
@@ -223,6 +477,9 @@ model_config model_config::parse(const std::string& config_text, const std::stri
             c.qkv_bias = attention_bias;
             c.o_bias = attention_bias;
             break;
+        case model_arch::deepseek_v2:
+        case model_arch::deepseek_v3:
+            break;  // parse_deepseek
     }
     c.qk_norm = c.arch == model_arch::qwen3_moe ? qk_norm_kind::per_head
                 : c.arch == model_arch::olmoe   ? qk_norm_kind::full
@@ -249,6 +506,7 @@ model_config model_config::parse(const std::string& config_text, const std::stri
     }
     if (present(j, "rope_scaling")) check_rope_type(j["rope_scaling"], "rope_scaling");
     if (c.rope_theta <= 0) bad(file, "rope_theta must be positive");
+    c.rope.theta = c.rope_theta;
 
     // Sliding-window attention is not implemented; refuse rather than silently attend to everything.
     if (c.arch == model_arch::qwen2_moe && get_bool_or(j, file, "use_sliding_window", false))
@@ -257,11 +515,7 @@ model_config model_config::parse(const std::string& config_text, const std::stri
         j["sliding_window"].get<int64_t>() < c.max_position_embeddings)
         c.sliding_window = j["sliding_window"].get<int64_t>();
 
-    append_token_ids(j, file, "eos_token_id", c.eos_token_ids);
-    if (present(j, "bos_token_id")) {
-        if (!j["bos_token_id"].is_number_integer()) bad(file, "field 'bos_token_id' is not an integer");
-        c.bos_token_id = static_cast<int32_t>(j["bos_token_id"].get<int64_t>());
-    }
+    parse_special_tokens(j, file, c);
     return c;
 }
 

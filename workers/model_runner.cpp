@@ -39,7 +39,7 @@ model_runner::model_runner(const std::string& model_dir, const runner_options& o
       comm_(check_comm(options.comm ? options.comm : own_comm_.get(), options)),
       weights_(model_dir, config_, placement_, options.rank),
       pool_(options.num_threads),
-      cache_(config_.num_layers, options.num_kv_blocks, options.block_size, config_.num_kv_heads, config_.head_dim),
+      cache_(kv_cache::for_model(config_, options.num_kv_blocks, options.block_size)),
       model_(weights_, placement_, *comm_, pool_) {
     if (placement_.world_size() != options.world_size)
         throw error(errc::invalid_argument, "expert placement spans " + std::to_string(placement_.world_size()) +

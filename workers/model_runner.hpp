@@ -76,7 +76,8 @@ class model_runner final : public step_executor {
     std::map<std::pair<int64_t, int64_t>, std::unique_ptr<std::byte[]>> moved_experts_;  // (layer, slot) -> weights
 };
 
-/// How many KV blocks of `block_size` fit in `budget_bytes` for `config` (fp32 K and V, all layers).
+/// How many KV blocks of `block_size` fit in `budget_bytes` for `config` (fp32 K and V, all layers; MLA: the
+/// latent and rope key).
 int64_t kv_blocks_for_budget(const model_config& config, int64_t block_size, int64_t budget_bytes);
 
 }  // namespace zmoe

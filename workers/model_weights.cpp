@@ -30,6 +30,50 @@ mlp_weights load_expert(const safetensors_checkpoint& ck, const std::string& pre
     return load_mlp(ck, p, hidden, inter);
 }
 
+void load_attention(const safetensors_checkpoint& ck, const model_config& c, const std::string& ap,
+                    attention_weights& a) {
+    const int64_t H = c.hidden_size, D = c.head_dim;
+    const int64_t q_dim = c.num_heads * D, kv_dim = c.num_kv_heads * D;
+    a.q = ck.get_matrix(ap + "q_proj.weight", q_dim, H);
+    a.k = ck.get_matrix(ap + "k_proj.weight", kv_dim, H);
+    a.v = ck.get_matrix(ap + "v_proj.weight", kv_dim, H);
+    a.o = ck.get_matrix(ap + "o_proj.weight", H, q_dim);
+    if (c.qkv_bias) {
+        a.q_bias = ck.get_vector(ap + "q_proj.bias", q_dim);
+        a.k_bias = ck.get_vector(ap + "k_proj.bias", kv_dim);
+        a.v_bias = ck.get_vector(ap + "v_proj.bias", kv_dim);
+    }
+    if (c.o_bias) a.o_bias = ck.get_vector(ap + "o_proj.bias", H);
+    if (c.qk_norm == qk_norm_kind::per_head) {
+        a.q_norm = ck.get_vector(ap + "q_norm.weight", D);
+        a.k_norm = ck.get_vector(ap + "k_norm.weight", D);
+    } else if (c.qk_norm == qk_norm_kind::full) {
+        a.q_norm = ck.get_vector(ap + "q_norm.weight", q_dim);
+        a.k_norm = ck.get_vector(ap + "k_norm.weight", kv_dim);
+    }
+}
+
+// DeepSeek's multi-head latent attention.
+void load_mla(const safetensors_checkpoint& ck, const model_config& c, const std::string& ap, attention_weights& a) {
+    const mla_params& m = c.mla;
+    const int64_t H = c.hidden_size, heads = c.num_heads;
+    const int64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+    if (m.q_lora_rank > 0) {
+        a.mla.q_a = ck.get_matrix(ap + "q_a_proj.weight", m.q_lora_rank, H);
+        a.mla.q_a_norm = ck.get_vector(ap + "q_a_layernorm.weight", m.q_lora_rank);
+        a.mla.q_b = ck.get_matrix(ap + "q_b_proj.weight", heads * qk, m.q_lora_rank);
+    } else {
+        a.q = ck.get_matrix(ap + "q_proj.weight", heads * qk, H);
+    }
+    a.mla.kv_a = ck.get_matrix(ap + "kv_a_proj_with_mqa.weight", m.kv_lora_rank + m.qk_rope_head_dim, H);
+    a.mla.kv_a_norm = ck.get_vector(ap + "kv_a_layernorm.weight", m.kv_lora_rank);
+    const matrix_view kv_b =
+        ck.get_matrix(ap + "kv_b_proj.weight", heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank);
+    a.mla.kv_b.resize(static_cast<size_t>(kv_b.rows * kv_b.cols));
+    for (int64_t r = 0; r < kv_b.rows; ++r) kv_b.row_to_f32(r, a.mla.kv_b.data() + r * kv_b.cols);
+    a.o = ck.get_matrix(ap + "o_proj.weight", H, heads * m.v_head_dim);
+}
+
 }  // namespace
 
 model_weights::model_weights(const std::string& model_dir, const model_config& config,
@@ -37,8 +81,7 @@ model_weights::model_weights(const std::string& model_dir, const model_config& c
     : config_(config), checkpoint_(std::make_unique<safetensors_checkpoint>(model_dir)) {
     const safetensors_checkpoint& ck = *checkpoint_;
     const model_config& c = config_;
-    const int64_t H = c.hidden_size, V = c.vocab_size, D = c.head_dim;
-    const int64_t q_dim = c.num_heads * D, kv_dim = c.num_kv_heads * D;
+    const int64_t H = c.hidden_size, V = c.vocab_size;
     if (placement.num_moe_layers() != c.num_moe_layers() || placement.num_experts() != c.num_experts)
         throw error(errc::invalid_argument, "expert placement has " + std::to_string(placement.num_moe_layers()) +
                                                 " MoE layers x " + std::to_string(placement.num_experts()) +
@@ -68,22 +111,10 @@ model_weights::model_weights(const std::string& model_dir, const model_config& c
 
         attention_weights& a = lw.attn;
         const std::string ap = p + "self_attn.";
-        a.q = ck.get_matrix(ap + "q_proj.weight", q_dim, H);
-        a.k = ck.get_matrix(ap + "k_proj.weight", kv_dim, H);
-        a.v = ck.get_matrix(ap + "v_proj.weight", kv_dim, H);
-        a.o = ck.get_matrix(ap + "o_proj.weight", H, q_dim);
-        if (c.qkv_bias) {
-            a.q_bias = ck.get_vector(ap + "q_proj.bias", q_dim);
-            a.k_bias = ck.get_vector(ap + "k_proj.bias", kv_dim);
-            a.v_bias = ck.get_vector(ap + "v_proj.bias", kv_dim);
-        }
-        if (c.o_bias) a.o_bias = ck.get_vector(ap + "o_proj.bias", H);
-        if (c.qk_norm == qk_norm_kind::per_head) {
-            a.q_norm = ck.get_vector(ap + "q_norm.weight", D);
-            a.k_norm = ck.get_vector(ap + "k_norm.weight", D);
-        } else if (c.qk_norm == qk_norm_kind::full) {
-            a.q_norm = ck.get_vector(ap + "q_norm.weight", q_dim);
-            a.k_norm = ck.get_vector(ap + "k_norm.weight", kv_dim);
+        if (c.is_mla()) {
+            load_mla(ck, c, ap, a);
+        } else {
+            load_attention(ck, c, ap, a);
         }
 
         lw.moe_index = moe_index[l];
@@ -95,6 +126,7 @@ model_weights::model_weights(const std::string& model_dir, const model_config& c
         const std::string mp = moe_prefix(ck, c, p);
         const int64_t E = c.num_experts, I = c.moe_intermediate_size;
         m.router = ck.get_matrix(mp + "gate.weight", E, H);
+        if (c.router_bias) m.router_bias = ck.get_vector(mp + "gate.e_score_correction_bias", E);
         m.slot_expert = placement.slots(lw.moe_index, rank);
         const bool fused = ck.contains(mp + "experts.gate_up_proj");
         fused_experts_ = fused_experts_ || fused;
@@ -114,10 +146,14 @@ model_weights::model_weights(const std::string& model_dir, const model_config& c
                 m.experts.push_back(load_expert(ck, mp, e, H, I));
             }
         }
-        if (c.arch == model_arch::qwen2_moe && c.shared_expert_intermediate_size > 0) {
+        if (c.shared_expert_intermediate_size > 0) {
             m.has_shared = true;
-            m.shared = load_mlp(ck, mp + "shared_expert.", H, c.shared_expert_intermediate_size);
-            m.shared_gate = ck.get_matrix(mp + "shared_expert_gate.weight", 1, H);
+            if (c.shared_expert_gated) {
+                m.shared = load_mlp(ck, mp + "shared_expert.", H, c.shared_expert_intermediate_size);
+                m.shared_gate = ck.get_matrix(mp + "shared_expert_gate.weight", 1, H);
+            } else {
+                m.shared = load_mlp(ck, mp + "shared_experts.", H, c.shared_expert_intermediate_size);
+            }
         }
     }
 }

@@ -21,22 +21,36 @@ struct mlp_weights {
     matrix_view down;
 };
 
+/// Multi-head latent attention (DeepSeek), dn = qk_nope_head_dim, dr = qk_rope_head_dim, dv = v_head_dim,
+/// r = kv_lora_rank.
+struct mla_weights {
+    matrix_view q_a;               ///< [q_lora_rank, H]; empty without q LoRA (attention_weights::q is q_proj then)
+    std::vector<float> q_a_norm;   ///< [q_lora_rank]
+    matrix_view q_b;               ///< [heads * (dn + dr), q_lora_rank]
+    matrix_view kv_a;              ///< [r + dr, H]: the latent, then the shared rope key
+    std::vector<float> kv_a_norm;  ///< [r]
+    std::vector<float> kv_b;       ///< kv_b_proj widened to fp32: [heads * (dn + dv), r], per head dn key rows
+                                   ///< then dv value rows
+};
+
 struct attention_weights {
-    matrix_view q;                                      ///< [heads * head_dim, H]
+    matrix_view q;                                      ///< [heads * head_dim, H] (MLA: q_proj, or empty)
     matrix_view k;                                      ///< [kv_heads * head_dim, H]
     matrix_view v;                                      ///< [kv_heads * head_dim, H]
     matrix_view o;                                      ///< [H, heads * head_dim]
     std::vector<float> q_bias, k_bias, v_bias, o_bias;  ///< empty when the architecture has none
     std::vector<float> q_norm, k_norm;  ///< [head_dim] (per_head) or [heads|kv_heads * head_dim] (full); or empty
+    mla_weights mla;                    ///< MLA only (k, v unused; o is [H, heads * dv])
 };
 
 struct moe_weights {
     matrix_view router;                ///< [E, H]
+    std::vector<float> router_bias;    ///< deepseek_v3: e_score_correction_bias [E]; else empty
     std::vector<mlp_weights> experts;  ///< this rank's slots, in placement order
     std::vector<int32_t> slot_expert;  ///< logical expert of each slot
-    bool has_shared = false;           ///< qwen2_moe shared expert
+    bool has_shared = false;           ///< qwen2_moe / DeepSeek shared expert(s)
     mlp_weights shared;
-    matrix_view shared_gate;  ///< [1, H]
+    matrix_view shared_gate;  ///< qwen2_moe: [1, H]; empty = ungated (DeepSeek)
 };
 
 struct layer_weights {

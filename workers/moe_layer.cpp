@@ -69,29 +69,10 @@ void run_experts(thread_pool& pool, const moe_weights& w, std::vector<expert_bat
 }  // namespace
 
 routing route_token(const float* logits, int64_t num_experts, int64_t top_k, bool norm_topk_prob) {
-    std::vector<float> p(static_cast<size_t>(num_experts));
-    float max_logit = -INFINITY;
-    for (int64_t e = 0; e < num_experts; ++e) max_logit = std::max(max_logit, logits[e]);
-    float sum = 0.f;
-    for (int64_t e = 0; e < num_experts; ++e) {
-        p[e] = std::exp(logits[e] - max_logit);
-        sum += p[e];
-    }
-    for (int64_t e = 0; e < num_experts; ++e) p[e] /= sum;
-    std::vector<int32_t> order(static_cast<size_t>(num_experts));
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
-                      [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    routing r;
-    r.experts.assign(order.begin(), order.begin() + top_k);
-    float top_sum = 0.f;
-    for (int32_t e : r.experts) {
-        r.weights.push_back(p[e]);
-        top_sum += p[e];
-    }
-    if (norm_topk_prob)
-        for (float& w : r.weights) w /= top_sum;
-    return r;
+    return route(logits, {.kind = router_kind::softmax_topk,
+                          .num_experts = num_experts,
+                          .top_k = top_k,
+                          .norm_topk_prob = norm_topk_prob});
 }
 
 void mlp_forward(thread_pool& pool, const mlp_weights& w, const float* x, int64_t num_tokens, float* out) {
@@ -116,8 +97,10 @@ void moe_forward(thread_pool& pool, const model_config& config, const moe_weight
     std::vector<float> logits(static_cast<size_t>(num_tokens * E));
     linear(pool, x, num_tokens, weights.router, nullptr, logits.data());
     std::vector<routing> routes(static_cast<size_t>(num_tokens));
+    const router_params rp =
+        router_params_of(config, weights.router_bias.empty() ? nullptr : weights.router_bias.data());
     for (int64_t t = 0; t < num_tokens; ++t) {
-        routes[t] = route_token(logits.data() + t * E, E, K, config.norm_topk_prob);
+        routes[t] = route(logits.data() + t * E, rp);
         for (int32_t e : routes[t].experts) ++expert_counts[e];
     }
 
@@ -169,7 +152,7 @@ void moe_forward(thread_pool& pool, const model_config& config, const moe_weight
                         sizeof(float) * H);
     std::vector<std::vector<float>> results = comm.all_to_all(std::move(reply));
 
-    // Combine in top-k order, then the shared expert (qwen2_moe) gated by sigmoid.
+    // Combine in top-k order, then the shared expert: qwen2_moe gates it by sigmoid, DeepSeek adds it as is.
     pool.parallel_for(
         num_tokens,
         [&](int64_t t0, int64_t t1) {
@@ -188,10 +171,14 @@ void moe_forward(thread_pool& pool, const model_config& config, const moe_weight
     if (weights.has_shared && num_tokens > 0) {
         std::vector<float> shared(static_cast<size_t>(num_tokens * H)), gate(static_cast<size_t>(num_tokens));
         mlp_forward(pool, weights.shared, x, num_tokens, shared.data());
-        linear(pool, x, num_tokens, weights.shared_gate, nullptr, gate.data());
-        for (int64_t t = 0; t < num_tokens; ++t) {
-            const float g = 1.0f / (1.0f + std::exp(-gate[t]));
-            for (int64_t i = 0; i < H; ++i) out[t * H + i] += g * shared[t * H + i];
+        if (weights.shared_gate.empty()) {
+            for (int64_t i = 0; i < num_tokens * H; ++i) out[i] += shared[i];
+        } else {
+            linear(pool, x, num_tokens, weights.shared_gate, nullptr, gate.data());
+            for (int64_t t = 0; t < num_tokens; ++t) {
+                const float g = 1.0f / (1.0f + std::exp(-gate[t]));
+                for (int64_t i = 0; i < H; ++i) out[t * H + i] += g * shared[t * H + i];
+            }
         }
     }
 }

@@ -14,18 +14,13 @@
 #include "workers/expert_placement.hpp"
 #include "workers/model_config.hpp"
 #include "workers/model_weights.hpp"
+#include "workers/router.hpp"
 #include "workers/thread_pool.hpp"
 
 namespace zmoe {
 
-/// Router result of one token: the top-k experts (descending probability, lower index first on ties) and their
-/// weights (renormalised iff norm_topk_prob).
-struct routing {
-    std::vector<int32_t> experts;
-    std::vector<float> weights;
-};
-
-/// Softmax over `logits` [num_experts] then top-k, as HF's routers (fp32).
+/// Softmax over `logits` [num_experts] then top-k, renormalised iff norm_topk_prob (route() of a softmax_topk
+/// router).
 routing route_token(const float* logits, int64_t num_experts, int64_t top_k, bool norm_topk_prob);
 
 /// out[t] = the MoE block applied to x[t] (post-attention-normed rows), for x: [num_tokens, hidden].

@@ -37,7 +37,7 @@ void kv_cache_store(thread_pool& pool, kv_cache& cache, int64_t layer, const std
                 const int64_t block = s.block_table[pos / bs];
                 const int64_t row = s.first_row + rows[r].index;
                 std::memcpy(cache.k(layer, block, pos % bs), k_rows + row * width, sizeof(float) * width);
-                std::memcpy(cache.v(layer, block, pos % bs), v_rows + row * width, sizeof(float) * width);
+                if (v_rows) std::memcpy(cache.v(layer, block, pos % bs), v_rows + row * width, sizeof(float) * width);
             }
         },
         64);

@@ -17,7 +17,8 @@ struct attention_seq {
     const int32_t* block_table = nullptr;  ///< covers positions [0, start_pos + num_tokens)
 };
 
-/// Writes rows k_rows/v_rows [num_tokens, num_kv_heads * head_dim] of every sequence into `cache` at its positions.
+/// Writes rows k_rows/v_rows [num_tokens, num_kv_heads * head_dim] of every sequence into `cache` at its positions
+/// (v_rows null: K only, for a cache without V).
 void kv_cache_store(thread_pool& pool, kv_cache& cache, int64_t layer, const std::vector<attention_seq>& seqs,
                     const float* k_rows, const float* v_rows);
 

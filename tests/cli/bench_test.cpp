@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
+#include <sstream>
 
 #include "actors/zmoe_client.hpp"
 #include "base/error.hpp"
+#include "base/metrics.hpp"
 #include "tests/cli/e2e_util.hpp"
 
 using namespace zmoe::test;
@@ -88,6 +91,40 @@ void check_result(const nlohmann::json& r, size_t n, int in_len, int out_len) {
     EXPECT_LE(num(r, "mean_e2el_ms"), duration * 1000.0);
 }
 
+/// The server's metrics as Prometheus text, as `zmoe ctl metrics --prometheus` prints them.
+std::string scrape(const std::string& endpoint) {
+    zmoe::zmoe_client c(endpoint);
+    const auto all = nlohmann::json::parse(c.metrics(5s));
+    nlohmann::json actors = nlohmann::json::object();
+    for (const auto& [k, v] : all.items())
+        if (v.is_object() && v.contains("counters")) actors[k] = v;
+    return zmoe::metrics_to_prometheus(actors);
+}
+
+/// Every family announced by HELP then TYPE; returns each histogram series' bucket bounds, in order.
+std::map<std::string, std::vector<std::string>> check_exposition(const std::string& text) {
+    std::map<std::string, std::vector<std::string>> buckets;
+    std::istringstream in(text);
+    std::string line, help_of, type_of;
+    while (std::getline(in, line)) {
+        if (line.rfind("# HELP ", 0) == 0) {
+            help_of = line.substr(7, line.find(' ', 7) - 7);
+        } else if (line.rfind("# TYPE ", 0) == 0) {
+            type_of = line.substr(7, line.find(' ', 7) - 7);
+            EXPECT_EQ(type_of, help_of) << line;
+        } else {
+            const auto name = line.substr(0, line.find('{'));
+            EXPECT_EQ(name.rfind(type_of, 0), 0u) << "sample outside its family: " << line;
+            if (name.size() > 7 && name.substr(name.size() - 7) == "_bucket") {
+                const auto series = line.substr(0, line.find(",le="));
+                const auto le = line.find("le=\"");
+                buckets[series].push_back(line.substr(le + 4, line.find('"', le + 4) - le - 4));
+            }
+        }
+    }
+    return buckets;
+}
+
 TEST(Bench, ServeAndSweepAgainstTheDemoModel) {
     demo_server s;
     ASSERT_TRUE(s.proc.running());
@@ -103,6 +140,9 @@ TEST(Bench, ServeAndSweepAgainstTheDemoModel) {
     EXPECT_EQ(r["max_concurrency"].get<int>(), 3);
     EXPECT_EQ(r["request_rate"].get<std::string>(), "inf");
     EXPECT_EQ(r["backend"].get<std::string>(), "zmoe");
+    const auto first_scrape = scrape(s.endpoint());
+    const auto first_buckets = check_exposition(first_scrape);
+    EXPECT_NE(first_scrape.find("zmoe_ttft_seconds_bucket{"), std::string::npos) << first_scrape;
 
     // Poisson arrivals and a range of lengths: the lengths vary, and the totals still add up.
     const std::string rated = s.dir / "rated.json";
@@ -126,6 +166,13 @@ TEST(Bench, ServeAndSweepAgainstTheDemoModel) {
     EXPECT_EQ(q["total_input_tokens"].get<size_t>(), in_sum);
     EXPECT_EQ(q["total_output_tokens"].get<size_t>(), out_sum);
     EXPECT_DOUBLE_EQ(q["request_rate"].get<double>(), 50.0);
+    // The served metrics: HELP and TYPE for every family, the same bucket bounds before and after more traffic.
+    const auto second_buckets = check_exposition(scrape(s.endpoint()));
+    EXPECT_FALSE(first_buckets.empty());
+    for (const auto& [series, les] : first_buckets) {
+        ASSERT_TRUE(second_buckets.count(series)) << series;
+        EXPECT_EQ(second_buckets.at(series), les) << series;
+    }
 
     const std::string sweep = s.dir / "sweep.json", png = s.dir / "sweep.png";
     ASSERT_EQ(run_zmoe({"bench", "sweep", "--endpoint", s.endpoint(), "--model", s.model(), "--num-prompts", "3",

@@ -53,8 +53,8 @@ TEST_P(GenerateMatchesTransformers, GreedyTokens) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateMatchesTransformers,
-                         ::testing::Values("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "qwen3_moe_alt",
-                                           "mixtral_alt"),
+                         ::testing::Values("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "qwen3_moe_alt", "mixtral_alt",
+                                           "deepseek_v3", "deepseek_v3_flat", "deepseek_v2"),
                          [](const auto& info) { return info.param; });
 
 TEST(Generate, ExpertParallelAndSyncSchedulingGiveTheSameTokens) {
@@ -83,6 +83,27 @@ TEST(Generate, EplbRebalancesWithoutChangingTokens) {
     ASSERT_TRUE(counters.contains("eplb_rebalances")) << metrics.dump();
     EXPECT_GT(counters["eplb_rebalances"].get<double>(), 0);
     EXPECT_GT(counters["eplb_bytes_moved"].get<double>(), 0);
+}
+
+// DeepSeek-V3 (MLA, grouped sigmoid routing, a shared expert, a dense first layer) over 1, 2 and 4 worker
+// processes, and with EPLB moving experts: always the 1-worker tokens.
+TEST(Generate, DeepseekExpertParallelAndEplbGiveTheOneWorkerTokens) {
+    temp_dir dir;
+    const auto one = generate("deepseek_v3", {}, dir, "w1");
+    expect_reference_tokens("deepseek_v3", one);
+    for (const auto& [tag, extra] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+             {"w2", {"--workers", "2"}},
+             {"w4", {"--workers", "4"}},
+             {"eplb",
+              {"--workers", "4", "--enable-eplb", "--eplb-interval", "4", "--num-redundant-experts", "4",
+               "--metrics-json", dir / "metrics.json"}}}) {
+        const auto out = generate("deepseek_v3", extra, dir, tag);
+        ASSERT_EQ(out.size(), one.size()) << tag;
+        for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i]["token_ids"], one[i]["token_ids"]) << tag << " " << i;
+    }
+    const auto counters = read_json(dir / "metrics.json")["engine_core"]["counters"];
+    ASSERT_TRUE(counters.contains("eplb_rebalances"));
+    EXPECT_GT(counters["eplb_rebalances"].get<double>(), 0);
 }
 
 TEST(Generate, TextPromptsAndBadInput) {

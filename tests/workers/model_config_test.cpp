@@ -7,6 +7,7 @@
 
 #include "base/error.hpp"
 #include "synthetic_model.hpp"
+#include "workers/kv_cache.hpp"
 
 namespace zmoe {
 namespace {
@@ -179,6 +180,148 @@ TEST(ModelConfig, LoadMergesGenerationConfigEos) {
     testing::temp_dir empty;
     const std::string msg = error_of([&] { model_config::load(empty.str()); }, errc::invalid_checkpoint);
     EXPECT_NE(msg.find("config.json"), std::string::npos) << msg;
+}
+
+// ---- DeepSeek (deepseek_v2 / deepseek_v3 / kimi_k2) ----
+
+json read_json_file(const std::string& path) {
+    std::ifstream in(path);
+    EXPECT_TRUE(in.good()) << path;
+    return json::parse(in);
+}
+
+std::string deepseek_fixture(const std::string& name) { return std::string(ZMOE_FIXTURES_DIR) + "/models/" + name; }
+
+// transformers 5's spelling, as saved for the fixtures; the RoPE frequencies, YaRN attention factor and softmax
+// scale are the ones transformers computed for them (reference.json).
+TEST(ModelConfig, DeepseekFixturesMatchTransformersRope) {
+    for (const char* name : {"deepseek_v3", "deepseek_v2", "deepseek_v3_flat", "deepseek_v2_greedy"}) {
+        const model_config c = model_config::load(deepseek_fixture(name));
+        const json ref = read_json_file(deepseek_fixture(name) + "/reference.json");
+        const auto want = ref["rope"]["inv_freq"].get<std::vector<float>>();
+        const std::vector<float> got = c.rope_inv_freq();
+        ASSERT_EQ(got.size(), want.size()) << name;
+        for (size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(got[i], want[i]) << name << " inv_freq " << i;
+        EXPECT_NEAR(c.rope.attention_factor, ref["rope"]["attention_scaling"].get<double>(), 1e-12) << name;
+        EXPECT_FLOAT_EQ(c.softmax_scale(), ref["softmax_scale"].get<float>()) << name;
+        EXPECT_TRUE(c.is_mla());
+        EXPECT_EQ(c.kv_width(), c.mla.kv_lora_rank + c.mla.qk_rope_head_dim);
+    }
+}
+
+TEST(ModelConfig, DeepseekV3Fields) {
+    const model_config c = model_config::load(deepseek_fixture("deepseek_v3"));
+    EXPECT_EQ(c.arch, model_arch::deepseek_v3);
+    EXPECT_EQ(c.mla.q_lora_rank, 32);
+    EXPECT_EQ(c.mla.kv_lora_rank, 32);
+    EXPECT_EQ(c.mla.v_head_dim, 12);
+    EXPECT_EQ(c.head_dim, 24);
+    EXPECT_EQ(c.num_kv_heads, c.num_heads);
+    EXPECT_TRUE(c.mla.rope_interleave);
+    EXPECT_EQ(c.rope.type, "yarn");
+    EXPECT_EQ(c.router, router_kind::sigmoid_group_limited);
+    EXPECT_TRUE(c.router_bias);
+    EXPECT_EQ(c.n_group, 4);
+    EXPECT_EQ(c.topk_group, 2);
+    EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 2.5);
+    EXPECT_EQ(c.shared_expert_intermediate_size, 24);
+    EXPECT_FALSE(c.shared_expert_gated);
+    EXPECT_EQ(c.moe_layer_indices(), (std::vector<int64_t>{-1, 0, 1}));  // first_k_dense_replace = 1
+    // MLA caches the latent and the rope key only: one row of kv_lora_rank + qk_rope_head_dim floats, no V.
+    EXPECT_EQ(kv_cache::bytes_per_block(c, 16), 3 * 16 * (32 + 8) * 4);
+
+    const model_config v2 = model_config::load(deepseek_fixture("deepseek_v2"));
+    EXPECT_EQ(v2.router, router_kind::softmax_group_limited);
+    EXPECT_EQ(v2.mla.q_lora_rank, 0);  // q_lora_rank: null (V2-Lite)
+    EXPECT_EQ(v2.shared_expert_intermediate_size, 48);
+    const model_config greedy = model_config::load(deepseek_fixture("deepseek_v2_greedy"));
+    EXPECT_EQ(greedy.router, router_kind::softmax_topk);
+    EXPECT_FALSE(greedy.norm_topk_prob);  // transformers' V2 router never renormalises
+}
+
+// The same checkpoint's config in transformers 4.x spelling (rope_theta + rope_scaling with "type") and as
+// Kimi-K2 ships it (model_type kimi_k2) parses to the same thing.
+TEST(ModelConfig, DeepseekTransformers4AndKimiSpellings) {
+    const model_config v5 = model_config::load(deepseek_fixture("deepseek_v3"));
+    json j = read_json_file(deepseek_fixture("deepseek_v3") + "/config.json");
+    json rope = j["rope_parameters"];
+    j.erase("rope_parameters");
+    j["rope_theta"] = rope["rope_theta"];
+    rope.erase("rope_theta");
+    rope.erase("rope_type");
+    rope["type"] = "yarn";
+    j["rope_scaling"] = rope;
+    j["scoring_func"] = "sigmoid";
+    j["topk_method"] = "noaux_tc";
+    j["moe_layer_freq"] = 1;
+    for (const char* type : {"deepseek_v3", "kimi_k2"}) {
+        j["model_type"] = type;
+        const model_config v4 = model_config::parse(j.dump());
+        EXPECT_EQ(v4.arch, model_arch::deepseek_v3);
+        EXPECT_EQ(v4.rope_inv_freq(), v5.rope_inv_freq()) << type;
+        EXPECT_EQ(v4.rope.attention_factor, v5.rope.attention_factor) << type;
+        EXPECT_EQ(v4.softmax_scale(), v5.softmax_scale()) << type;
+        EXPECT_EQ(v4.router, v5.router);
+        EXPECT_EQ(v4.moe_layer_indices(), v5.moe_layer_indices());
+    }
+    // Kimi-K2 style: one expert group.
+    j["n_group"] = 1;
+    j["topk_group"] = 1;
+    const model_config kimi = model_config::parse(j.dump());
+    EXPECT_EQ(kimi.n_group, 1);
+    EXPECT_EQ(kimi.router, router_kind::sigmoid_group_limited);
+}
+
+TEST(ModelConfig, DeepseekUnsupportedVariantsNameTheField) {
+    const json base = read_json_file(deepseek_fixture("deepseek_v3") + "/config.json");
+    json j = base;
+    j["quantization_config"] = {
+        {"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
+    std::string msg = error_of([&] { model_config::parse(j.dump(), "/m/config.json"); }, errc::unsupported);
+    EXPECT_NE(msg.find("/m/config.json"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("quantization_config"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("fp8"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("weight_block_size"), std::string::npos) << msg;
+
+    j = base;
+    j["scoring_func"] = "softmax";
+    EXPECT_NE(error_of([&] { model_config::parse(j.dump()); }, errc::unsupported).find("scoring_func"),
+              std::string::npos);
+    j = base;
+    j["topk_method"] = "greedy";
+    EXPECT_NE(error_of([&] { model_config::parse(j.dump()); }, errc::unsupported).find("topk_method"),
+              std::string::npos);
+    j = base;
+    j["rope_parameters"]["rope_type"] = "longrope";
+    EXPECT_NE(error_of([&] { model_config::parse(j.dump()); }, errc::unsupported).find("longrope"), std::string::npos);
+    j = base;
+    j["n_group"] = 3;  // does not divide 16 experts
+    EXPECT_NE(error_of([&] { model_config::parse(j.dump()); }, errc::invalid_checkpoint).find("n_group"),
+              std::string::npos);
+    json v2 = read_json_file(deepseek_fixture("deepseek_v2") + "/config.json");
+    v2["topk_method"] = "noaux_tc";
+    EXPECT_NE(error_of([&] { model_config::parse(v2.dump()); }, errc::unsupported).find("topk_method"),
+              std::string::npos);
+}
+
+// Absent fields take the transformers config classes' defaults (DeepSeek-V3's published shape).
+TEST(ModelConfig, DeepseekV3Defaults) {
+    const json j = {{"model_type", "deepseek_v3"}, {"vocab_size", 129280},       {"hidden_size", 7168},
+                    {"num_hidden_layers", 61},     {"num_attention_heads", 128}, {"intermediate_size", 18432}};
+    const model_config c = model_config::parse(j.dump());
+    EXPECT_EQ(c.num_experts, 256);
+    EXPECT_EQ(c.num_experts_per_tok, 8);
+    EXPECT_EQ(c.n_group, 8);
+    EXPECT_EQ(c.topk_group, 4);
+    EXPECT_EQ(c.mla.q_lora_rank, 1536);
+    EXPECT_EQ(c.mla.kv_lora_rank, 512);
+    EXPECT_EQ(c.head_dim, 192);
+    EXPECT_EQ(c.moe_intermediate_size, 2048);
+    EXPECT_EQ(c.shared_expert_intermediate_size, 2048);
+    EXPECT_EQ(c.num_moe_layers(), 58);  // first_k_dense_replace = 3
+    EXPECT_TRUE(c.norm_topk_prob);
+    EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 2.5);
+    EXPECT_EQ(c.rope.type, "default");
 }
 
 }  // namespace

@@ -87,11 +87,11 @@ TEST(ModelWeights, MissingLmHeadUnlessTied) {
 TEST(ModelWeights, UnsupportedArchitectureAndDtype) {
     temp_dir dir;
     synthetic_model m = synthetic_model::qwen3_moe();
-    m.config["model_type"] = "deepseek_v3";
+    m.config["model_type"] = "gpt_oss";
     m.write(dir.str());
     std::string msg = error_of([&] { model_runner r(dir.str(), small_options()); }, errc::unsupported);
     EXPECT_NE(msg.find("config.json"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("'deepseek_v3'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'gpt_oss'"), std::string::npos) << msg;
 
     // A weight in a dtype we do not compute with: patch one F32 tensor's header entry to I32 (same byte size).
     temp_dir dir2;

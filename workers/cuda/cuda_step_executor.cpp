@@ -37,6 +37,11 @@ void check_supported(const model_config& c) {
     auto need = [&](bool ok, const std::string& what) {
         if (!ok) throw error(errc::unsupported, std::string("CUDA backend: ") + model_arch_name(c.arch) + ": " + what);
     };
+    need(!c.is_mla(),
+         "multi-head latent attention (deepseek_v2 / deepseek_v3) is not implemented on the GPU yet; "
+         "run it with --device cpu");
+    need(c.router == router_kind::softmax_topk && c.routed_scaling_factor == 1.0,
+         "only the softmax top-k router is implemented on the GPU");
     need(c.hidden_size % 8 == 0, "hidden_size must be a multiple of 8");
     need(c.head_dim == 16 || c.head_dim == 32 || c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256,
          "head_dim must be 16, 32, 64, 128 or 256");
