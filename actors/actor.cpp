@@ -89,6 +89,9 @@ struct actor::impl {
 
     std::vector<socket_id> closing;
 
+    // Messages waiting for room, per (socket, ROUTER peer or "").
+    std::map<std::pair<socket_id, std::string>, std::deque<std::string>, std::less<>> queued;
+
     std::atomic<bool> stop_requested{false};
     bool stop_seen = false;  // on_stop_requested already called
     bool stop_now = false;
@@ -231,6 +234,10 @@ bool actor::send(socket_id s, std::string_view payload) {
 }
 
 bool actor::send_to(socket_id s, std::string_view peer, std::string_view payload) {
+    return try_send_to(s, peer, payload) == send_status::sent;
+}
+
+send_status actor::try_send_to(socket_id s, std::string_view peer, std::string_view payload) {
     auto it = impl_->sockets.find(s);
     ZMOE_CHECK(it != impl_->sockets.end(), name_ << ": no socket " << s);
     ZMOE_CHECK(it->second.kind == socket_kind::router, name_ << ": send_to needs a ROUTER socket");
@@ -240,12 +247,65 @@ bool actor::send_to(socket_id s, std::string_view peer, std::string_view payload
         // queue is full. Either way nothing has been queued, so the message is dropped whole.
         if (!sock.send(zmq::const_buffer(peer.data(), peer.size()),
                        zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
-            return false;
+            return send_status::full;
         }
-        return sock.send(zmq::const_buffer(payload.data(), payload.size()), zmq::send_flags::dontwait).has_value();
+        return sock.send(zmq::const_buffer(payload.data(), payload.size()), zmq::send_flags::dontwait).has_value()
+                   ? send_status::sent
+                   : send_status::full;
     } catch (const zmq::error_t& e) {
-        if (e.num() != EHOSTUNREACH) ZMOE_LOG(warn, name_ << ": send_to failed: " << e.what());
-        return false;
+        if (e.num() == EHOSTUNREACH) return send_status::no_peer;
+        ZMOE_LOG(warn, name_ << ": send_to failed: " << e.what());
+        return send_status::full;
+    }
+}
+
+bool actor::send_reliable(socket_id s, std::string_view payload) { return send_reliable_to(s, {}, payload); }
+
+bool actor::send_reliable_to(socket_id s, std::string_view peer, std::string_view payload) {
+    auto sit = impl_->sockets.find(s);
+    ZMOE_CHECK(sit != impl_->sockets.end(), name_ << ": no socket " << s);
+    const bool router = sit->second.kind == socket_kind::router;
+    auto q = impl_->queued.find(std::make_pair(s, std::string(peer)));
+    if (q == impl_->queued.end() || q->second.empty()) {
+        const send_status st =
+            router ? try_send_to(s, peer, payload) : (send(s, payload) ? send_status::sent : send_status::full);
+        if (st == send_status::sent) return true;
+        if (st == send_status::no_peer) return false;
+        if (q == impl_->queued.end())
+            q = impl_->queued.emplace(std::make_pair(s, std::string(peer)), std::deque<std::string>{}).first;
+    }
+    q->second.emplace_back(payload);
+    return true;
+}
+
+size_t actor::num_queued(socket_id s, std::string_view peer) const {
+    auto q = impl_->queued.find(std::make_pair(s, std::string(peer)));
+    return q == impl_->queued.end() ? 0 : q->second.size();
+}
+
+void actor::flush_queued() {
+    for (auto q = impl_->queued.begin(); q != impl_->queued.end();) {
+        const auto& [s, peer] = q->first;
+        auto sit = impl_->sockets.find(s);
+        if (sit == impl_->sockets.end() || sit->second.closed) {
+            q = impl_->queued.erase(q);
+            continue;
+        }
+        const bool router = sit->second.kind == socket_kind::router;
+        auto& msgs = q->second;
+        bool gone = false;
+        while (!msgs.empty()) {
+            const send_status st = router ? try_send_to(s, peer, msgs.front())
+                                          : (send(s, msgs.front()) ? send_status::sent : send_status::full);
+            if (st == send_status::full) break;
+            if (st == send_status::no_peer) {
+                gone = true;
+                break;
+            }
+            msgs.pop_front();
+        }
+        if (gone) ZMOE_LOG(warn, name_ << ": " << msgs.size() << " queued message(s) for a departed peer dropped");
+        q = (gone || msgs.empty()) ? impl_->queued.erase(q) : std::next(q);
     }
 }
 
@@ -415,6 +475,8 @@ void actor::loop_once(std::chrono::milliseconds max_wait) {
             std::chrono::ceil<std::chrono::milliseconds>(impl_->timer_queue.begin()->first - clock_type::now());
         wait = std::clamp(until, std::chrono::milliseconds(0), max_wait);
     }
+    // Queued sends are retried every few milliseconds (POLLOUT on a ROUTER says nothing about one peer's pipe).
+    if (!impl_->queued.empty()) wait = std::min(wait, std::chrono::milliseconds(2));
     poll_interruptible(items.data(), items.size(), wait);
 
     if (items[0].revents & ZMQ_POLLIN) drain_mailbox();
@@ -422,6 +484,7 @@ void actor::loop_once(std::chrono::milliseconds max_wait) {
         if (items[i + 1].revents & ZMQ_POLLIN) dispatch(ids[i]);
     }
     fire_due_timers();
+    if (!impl_->queued.empty()) flush_queued();
     for (socket_id s : impl_->closing) impl_->sockets.erase(s);
     impl_->closing.clear();
 }
@@ -447,7 +510,8 @@ void actor::run() {
         }
     }
     guarded(nullptr, [this] { on_exit(); });
-    impl_->sockets.clear();  // closes them, each waiting at most its linger
+    if (!impl_->queued.empty()) flush_queued();  // what still cannot leave is lost with the sockets
+    impl_->sockets.clear();                      // closes them, each waiting at most its linger
     impl_->watched.clear();
     impl_->finished = true;
 }

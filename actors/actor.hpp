@@ -24,6 +24,13 @@ namespace zmoe {
 
 enum class socket_kind { router, dealer, pair, push, pull };
 
+/// What became of one non-blocking send.
+enum class send_status {
+    sent,     ///< handed to ZeroMQ
+    full,     ///< the peer's pipe is at its high-water mark (or not connected yet): nothing was queued
+    no_peer,  ///< a ROUTER has no peer of that identity (it disconnected or never was)
+};
+
 using socket_id = int;
 using timer_id = uint64_t;
 
@@ -90,6 +97,18 @@ class actor {
     bool send(socket_id s, std::string_view payload);
     /// Sends payload to one peer of a ROUTER socket. Never blocks: false for an unknown peer or a full queue.
     bool send_to(socket_id s, std::string_view peer, std::string_view payload);
+    /// send_to that says why a message did not leave.
+    send_status try_send_to(socket_id s, std::string_view peer, std::string_view payload);
+
+    /// Checked sends for links that must never lose a message (engine core <-> frontend, engine core <->
+    /// workers). The message leaves now, or is queued behind what already waits for the same (socket, peer) and
+    /// leaves, in order, as soon as the pipe has room (the loop retries every few milliseconds while anything
+    /// waits). Returns false only when a ROUTER peer is unknown: it is gone, so the message and everything queued
+    /// for it are discarded. The caller bounds the queue (num_queued) by refusing new work: backpressure.
+    bool send_reliable(socket_id s, std::string_view payload);
+    bool send_reliable_to(socket_id s, std::string_view peer, std::string_view payload);
+    /// Messages queued by send_reliable(_to) for (s, peer) and not yet handed to ZeroMQ.
+    size_t num_queued(socket_id s, std::string_view peer = {}) const;
 
     /// Calls fn on this thread after delay, and then every delay if periodic (delay > 0). Timers due at the same
     /// time fire in the order they were added.
@@ -124,6 +143,7 @@ class actor {
     void fire_due_timers();
     void heartbeat_tick();
     void drain_mailbox();
+    void flush_queued();
     template <typename Fn>
     void guarded(const inbound_message* msg, Fn&& fn);
 

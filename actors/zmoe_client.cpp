@@ -2,6 +2,7 @@
 
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 #include <zmq.hpp>
 
@@ -24,7 +25,11 @@ std::string numbered(const char* prefix, uint64_t n) {
 }  // namespace
 
 struct zmoe_client::impl {
+    zmoe_client_options options;
     zmq::socket_t sock;
+    clock_type::time_point last_received = clock_type::now();
+    clock_type::time_point last_heartbeat{};
+    std::optional<clock_type::time_point> unanswered_since;  // the first heartbeat sent since the last frame came
     uint64_t next_id = 0;
     uint64_t next_tag = 0;
     std::set<std::string> live;
@@ -34,15 +39,43 @@ struct zmoe_client::impl {
 
     void send(const std::string& bytes) { sock.send(zmq::buffer(bytes), zmq::send_flags::none); }
 
+    /// Heartbeats the frontend while waiting; throws peer_dead when they go unanswered too long.
+    void keep_alive(clock_type::time_point now) {
+        if (options.heartbeat_max_missed <= 0) return;
+        if (unanswered_since && now - *unanswered_since >= options.heartbeat_interval * options.heartbeat_max_missed) {
+            // Reported once; a later call starts a fresh count (the frontend may be back by then).
+            unanswered_since.reset();
+            last_received = now;
+            throw error(errc::peer_dead,
+                        "zmoe_client: the frontend stopped answering (no reply to heartbeats for " +
+                            std::to_string((options.heartbeat_interval * options.heartbeat_max_missed).count()) +
+                            " ms)");
+        }
+        if (now - last_received >= options.heartbeat_interval && now - last_heartbeat >= options.heartbeat_interval) {
+            sock.send(zmq::buffer(encode(client_heartbeat{})), zmq::send_flags::dontwait);
+            last_heartbeat = now;
+            if (!unanswered_since) unanswered_since = now;
+        }
+    }
+
     /// Receives at most one frame, waiting until deadline; false when nothing arrived.
     bool receive_one(clock_type::time_point deadline) {
-        auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock_type::now());
-        if (left.count() < 0) left = std::chrono::milliseconds(0);
         zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
-        poll_interruptible(&item, 1, left);
-        if (!(item.revents & ZMQ_POLLIN)) return false;
+        for (;;) {
+            const auto now = clock_type::now();
+            keep_alive(now);
+            auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
+            if (left.count() < 0) left = std::chrono::milliseconds(0);
+            // Wake at least every heartbeat interval to heartbeat (and to notice a dead frontend).
+            const bool capped = options.heartbeat_max_missed > 0 && left > options.heartbeat_interval;
+            poll_interruptible(&item, 1, capped ? options.heartbeat_interval : left);
+            if (item.revents & ZMQ_POLLIN) break;
+            if (!capped) return false;
+        }
         zmq::message_t msg;
         if (!sock.recv(msg, zmq::recv_flags::dontwait)) return false;
+        last_received = clock_type::now();
+        unanswered_since.reset();
         bool more = msg.more();
         while (more) {  // a reply is one frame; drop any extra ones
             zmq::message_t extra;
@@ -58,7 +91,8 @@ struct zmoe_client::impl {
                         if (m.finished) live.erase(m.client_request_id);
                         events.emplace_back(std::move(m));
                     } else if constexpr (std::is_same_v<T, client_error>) {
-                        live.erase(m.client_request_id);
+                        // duplicate_request leaves the live request of that id running: not its end.
+                        if (m.code != errc::duplicate_request) live.erase(m.client_request_id);
                         events.emplace_back(std::move(m));
                     } else if constexpr (std::is_same_v<T, client_health_reply>) {
                         health_replies[m.tag] = std::move(m);
@@ -78,7 +112,8 @@ struct zmoe_client::impl {
     }
 };
 
-zmoe_client::zmoe_client(const std::string& endpoint) : impl_(std::make_unique<impl>()) {
+zmoe_client::zmoe_client(const std::string& endpoint, zmoe_client_options options) : impl_(std::make_unique<impl>()) {
+    impl_->options = options;
     impl_->sock = zmq::socket_t(process_zmq_context(), zmq::socket_type::dealer);
     impl_->sock.set(zmq::sockopt::linger, 0);
     impl_->sock.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxFrameBytes));

@@ -16,6 +16,9 @@ namespace zmoe {
 /// One event of a request's stream: a delta, or the error that ended the request.
 using client_event = std::variant<client_delta, client_error>;
 
+/// Every waiting call below may also throw errc::peer_dead when the frontend stops answering heartbeats (see
+/// zmoe_client_options): a dead frontend is noticed within seconds, whatever the call's timeout.
+
 /// A whole request's output, the deltas concatenated.
 struct client_completion {
     std::string client_request_id;
@@ -26,11 +29,19 @@ struct client_completion {
     uint32_t completion_tokens = 0;
 };
 
+struct zmoe_client_options {
+    /// While a call waits and nothing arrives for this long, the client sends a heartbeat (the frontend echoes it).
+    std::chrono::milliseconds heartbeat_interval{1000};
+    /// A heartbeat unanswered for this many intervals means the frontend is dead: the waiting call throws
+    /// errc::peer_dead. 0 = never (wait for the call's own timeout).
+    int heartbeat_max_missed = 3;
+};
+
 class zmoe_client {
   public:
     /// Connects to a frontend ROUTER endpoint (e.g. "tcp://127.0.0.1:5555"); the connection is made lazily by
     /// ZeroMQ, so this does not fail when the frontend is not up yet.
-    explicit zmoe_client(const std::string& endpoint);
+    explicit zmoe_client(const std::string& endpoint, zmoe_client_options options = {});
     ~zmoe_client();
     zmoe_client(const zmoe_client&) = delete;
     zmoe_client& operator=(const zmoe_client&) = delete;

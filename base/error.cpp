@@ -24,6 +24,10 @@ const char* errc_name(errc e) {
             return "protocol";
         case errc::internal:
             return "internal";
+        case errc::duplicate_request:
+            return "duplicate_request";
+        case errc::overloaded:
+            return "overloaded";
     }
     return "unknown";
 }

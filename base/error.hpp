@@ -21,6 +21,8 @@ enum class errc : uint8_t {
     aborted = 7,             ///< the client aborted the request
     protocol = 8,            ///< malformed or version-mismatched message
     internal = 9,            ///< a bug: should never reach a client
+    duplicate_request = 10,  ///< a client_request_id already names a live request; that request is untouched
+    overloaded = 11,         ///< the server's bounded queues are full: retry later
 };
 
 const char* errc_name(errc e);

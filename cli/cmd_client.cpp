@@ -1,9 +1,12 @@
 // `zmoe client --endpoint tcp://HOST:PORT --input IN.jsonl --output OUT.jsonl`: sends every request at once over
-// the frontend socket and writes the same lines as `generate`. `--interactive`: each stdin line is a prompt whose
-// reply streams to stdout as it arrives.
+// the frontend socket and writes the same lines as `generate`. `--interactive`: each stdin line is a user turn of a
+// chat (rendered by the model's chat template; a plain prompt with --raw or without a template) whose reply streams
+// to stdout as it arrives.
 
 #include <boost/program_options.hpp>
 #include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
 
 #include "actors/zmoe_client.hpp"
 #include "base/error.hpp"
@@ -15,33 +18,65 @@ namespace po = boost::program_options;
 
 namespace {
 
-int interactive(zmoe::zmoe_client& client, uint32_t max_tokens, float temperature, int timeout_s) {
+// Sends one turn and streams its reply to stdout; returns the reply text, or nullopt (after printing the error) when
+// the server refused the request. `no_template` is set when the refusal says the model has no chat template.
+std::optional<std::string> run_turn(zmoe::zmoe_client& client, zmoe::client_generate& g, int timeout_s,
+                                    bool& no_template) {
+    client.generate(g);
+    std::string reply;
+    for (;;) {
+        auto ev = client.next(g.client_request_id, std::chrono::seconds(timeout_s));
+        if (!ev) throw zmoe::error(zmoe::errc::peer_dead, "no answer from the server");
+        if (auto* d = std::get_if<zmoe::client_delta>(&*ev)) {
+            std::cout << d->text << std::flush;
+            reply += d->text;
+            if (d->finished) {
+                std::cout << "\n";
+                std::cerr << "[" << zmoe::finish_reason_name(d->reason) << ", " << d->completion_tokens << " tokens]\n";
+                return reply;
+            }
+        } else {
+            const auto& e = std::get<zmoe::client_error>(*ev);
+            no_template = e.message.find("no chat template") != std::string::npos;
+            if (!no_template) std::cerr << "error (" << zmoe::errc_name(e.code) << "): " << e.message << "\n";
+            return std::nullopt;
+        }
+    }
+}
+
+// Each stdin line is a user turn. The conversation is sent as chat messages, rendered by the model's chat template
+// on the server; a model without one (or --raw) gets each line as a plain prompt.
+int interactive(zmoe::zmoe_client& client, uint32_t max_tokens, float temperature, int timeout_s, bool raw) {
     std::string line;
     int n = 0;
+    nlohmann::ordered_json history = nlohmann::ordered_json::array();
     std::cerr << "> " << std::flush;
     while (std::getline(std::cin, line)) {
         zmoe::client_generate g;
         g.client_request_id = "i" + std::to_string(n++);
-        g.prompt = line;
         g.max_tokens = max_tokens;
         g.temperature = temperature;
-        client.generate(g);
-        for (;;) {
-            auto ev = client.next(g.client_request_id, std::chrono::seconds(timeout_s));
-            if (!ev) throw zmoe::error(zmoe::errc::peer_dead, "no answer from the server");
-            if (auto* d = std::get_if<zmoe::client_delta>(&*ev)) {
-                std::cout << d->text << std::flush;
-                if (d->finished) {
-                    std::cout << "\n";
-                    std::cerr << "[" << zmoe::finish_reason_name(d->reason) << ", " << d->completion_tokens
-                              << " tokens]\n";
-                    break;
-                }
+        g.prompt = std::string();
+        bool no_template = false;
+        if (!raw) {
+            history.push_back({{"role", "user"}, {"content", line}});
+            nlohmann::ordered_json chat = {{"messages", history}, {"add_generation_prompt", true}};
+            g.chat = chat.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+            if (auto reply = run_turn(client, g, timeout_s, no_template)) {
+                history.push_back({{"role", "assistant"}, {"content", *reply}});
             } else {
-                const auto& e = std::get<zmoe::client_error>(*ev);
-                std::cerr << "error (" << zmoe::errc_name(e.code) << "): " << e.message << "\n";
-                break;
+                history.erase(history.size() - 1);
+                if (no_template) {
+                    std::cerr << "(the model has no chat template: sending plain prompts)\n";
+                    raw = true;
+                }
             }
+        }
+        if (raw) {
+            g.chat.clear();
+            g.prompt = line;
+            g.client_request_id = "i" + std::to_string(n++);
+            run_turn(client, g, timeout_s, no_template);
         }
         std::cerr << "> " << std::flush;
     }
@@ -51,6 +86,7 @@ int interactive(zmoe::zmoe_client& client, uint32_t max_tokens, float temperatur
 int cmd_client(int argc, char** argv) {
     std::string endpoint, input = "-", output = "-";
     bool is_interactive = false;
+    bool raw = false;
     uint32_t max_tokens = 64;
     float temperature = 0.f;
     int timeout_s = 600;
@@ -59,14 +95,16 @@ int cmd_client(int argc, char** argv) {
                                                    "the frontend, e.g. tcp://127.0.0.1:5555")(
         "input", po::value(&input)->default_value(input), "requests, one JSON object per line (- = stdin)")(
         "output", po::value(&output)->default_value(output), "results, one JSON object per line (- = stdout)")(
-        "interactive", po::bool_switch(&is_interactive), "type prompts, watch replies stream")(
+        "interactive", po::bool_switch(&is_interactive),
+        "type chat turns, watch replies stream (the model's chat template renders the conversation)")(
+        "raw", po::bool_switch(&raw), "interactive: send each line as a plain prompt, no chat template")(
         "max-tokens", po::value(&max_tokens)->default_value(max_tokens), "interactive: tokens per reply")(
         "temperature", po::value(&temperature)->default_value(temperature), "interactive: 0 = greedy")(
         "timeout", po::value(&timeout_s)->default_value(timeout_s), "seconds without any answer before giving up");
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
     zmoe::zmoe_client client(endpoint);
-    if (is_interactive) return interactive(client, max_tokens, temperature, timeout_s);
+    if (is_interactive) return interactive(client, max_tokens, temperature, timeout_s, raw);
     auto requests = zmoe::cli::read_requests(input);
     auto results = zmoe::cli::run_requests(client, std::move(requests), std::chrono::seconds(timeout_s));
     zmoe::cli::write_results(output, results);

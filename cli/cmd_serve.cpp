@@ -3,9 +3,12 @@
 // makes serve report it, keep answering health for a moment (so clients see the failure), and exit 1.
 
 #include <boost/program_options.hpp>
+#include <csignal>
 #include <iostream>
+#include <optional>
 #include <thread>
 
+#include "actors/child_process.hpp"
 #include "actors/stop_signals.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"
@@ -22,15 +25,26 @@ int cmd_serve(int argc, char** argv) {
     zmoe::cli::engine_flags f;
     int port = 5555;
     std::string host = "127.0.0.1";
-    std::string tokenizer;
+    std::string tokenizer, chat_template;
+    int http_port = -1;
     int failure_grace_ms = 3000;
+    double shutdown_timeout_s = 5.0, client_send_timeout_s = 30.0;
+    size_t max_prompt_bytes = size_t{4} << 20;
     po::options_description opts("zmoe serve options");
     opts.add_options()("help,h", "show this help")("port", po::value(&port)->default_value(port),
                                                    "client port of the frontend")(
         "host", po::value(&host)->default_value(host), "address the frontend binds (loopback unless told)")(
         "tokenizer", po::value(&tokenizer), "tokenizer.json or its directory (default: --model)")(
+        "chat-template", po::value(&chat_template), "a Jinja file replacing the tokenizer's chat template")(
+        "http-port", po::value(&http_port), "also serve the OpenAI-compatible HTTP API on this port (on --host)")(
         "failure-grace-ms", po::value(&failure_grace_ms)->default_value(failure_grace_ms),
-        "after an actor fails: how long health keeps reporting it before serve exits 1");
+        "after an actor fails: how long health keeps reporting it before serve exits 1")(
+        "shutdown-timeout", po::value(&shutdown_timeout_s)->default_value(shutdown_timeout_s),
+        "on SIGTERM: seconds running requests may finish; then they end with error 7 (aborted)")(
+        "client-send-timeout", po::value(&client_send_timeout_s)->default_value(client_send_timeout_s),
+        "seconds a client may read nothing before its requests end with an error")(
+        "max-prompt-bytes", po::value(&max_prompt_bytes)->default_value(max_prompt_bytes),
+        "text prompts longer than this are refused with a clear error");
     f.add_engine_options(opts);
     f.add_worker_options(opts);
     po::variables_map vm;
@@ -39,31 +53,60 @@ int cmd_serve(int argc, char** argv) {
     zmoe::log_set_name("serve");
     zmoe::install_stop_signal_handlers();
 
+    if (port < 1 || port > 65535)
+        throw zmoe::error(zmoe::errc::invalid_argument, "--port " + std::to_string(port) + " is not in 1..65535");
+    if (shutdown_timeout_s < 0 || client_send_timeout_s <= 0)
+        throw zmoe::error(zmoe::errc::invalid_argument, "--shutdown-timeout / --client-send-timeout must be positive");
     const std::string endpoint = "tcp://" + host + ":" + std::to_string(port);
-    zmoe::cli::local_cluster cluster(f, endpoint, tokenizer);
+    const std::vector<std::string> frontend_args = {"--shutdown-timeout",    std::to_string(shutdown_timeout_s),
+                                                    "--client-send-timeout", std::to_string(client_send_timeout_s),
+                                                    "--max-prompt-bytes",    std::to_string(max_prompt_bytes)};
+    const auto stop_wait = std::chrono::milliseconds(static_cast<int64_t>(shutdown_timeout_s * 1000) + 5000);
+    std::vector<std::string> fe_args = frontend_args;
+    if (!chat_template.empty()) fe_args.insert(fe_args.end(), {"--chat-template", chat_template});
+    zmoe::cli::local_cluster cluster(f, endpoint, tokenizer, fe_args);
     try {
         if (!cluster.wait_ready(std::chrono::minutes(10))) {
             ZMOE_LOG(info, "zmoe serve: stop requested while starting");
-            return cluster.shutdown(std::chrono::milliseconds(8000)) ? 0 : 1;
+            return cluster.shutdown(stop_wait) ? 0 : 1;
         }
     } catch (const zmoe::error& e) {
         ZMOE_LOG(error, "zmoe serve: " << e.what());
         cluster.shutdown(std::chrono::milliseconds(3000));
         return 1;
     }
+    // The HTTP gateway: a client of the frontend like any other, in its own process.
+    std::optional<zmoe::child_process> gateway;
+    if (http_port >= 0) {
+        gateway = zmoe::child_process::spawn({zmoe::self_executable_path(), "api-server", "--endpoint", endpoint,
+                                              "--port", std::to_string(http_port), "--host", host},
+                                             {"ZMOE_DIE_WITH_PARENT=1"});
+        std::cout << "zmoe serve: OpenAI API on http://" << host << ":" << http_port << std::endl;
+    }
+    const auto stop_gateway = [&gateway] {
+        if (gateway && gateway->running()) {
+            gateway->kill(SIGTERM);
+            if (!gateway->wait_for(std::chrono::seconds(5))) {
+                gateway->kill(SIGKILL);
+                gateway->wait();
+            }
+        }
+    };
     ZMOE_LOG(info, "zmoe serve: ready on " << endpoint << " (" << f.workers << " worker(s), " << f.device << ")");
     std::cout << "zmoe serve: ready on " << endpoint << std::endl;
     while (!zmoe::stop_signal_received()) {
         if (auto gone = cluster.check_exited()) {
             ZMOE_LOG(error, "zmoe serve: " << *gone << "; shutting down");
             std::this_thread::sleep_for(std::chrono::milliseconds(failure_grace_ms));
+            stop_gateway();
             cluster.shutdown(std::chrono::milliseconds(3000));
             return 1;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     ZMOE_LOG(info, "zmoe serve: stop requested; draining");
-    const bool clean = cluster.shutdown(std::chrono::milliseconds(8000));
+    stop_gateway();
+    const bool clean = cluster.shutdown(stop_wait);
     if (!clean) ZMOE_LOG(error, "zmoe serve: an actor exited with an error while stopping");
     return clean ? 0 : 1;
 }

@@ -17,6 +17,9 @@ struct command_info {
 
 std::map<std::string, command_info>& command_table();
 
+/// `zmoe --version`: prints the version line (cli/cmd_version.cpp); returns 0.
+int print_version(int argc, char** argv);
+
 struct command_registrar {
     command_registrar(const char* name, const char* help, command_fn fn) { command_table()[name] = {help, fn}; }
 };

@@ -28,6 +28,14 @@ void engine_flags::add_engine_options(po::options_description& d) {
         "eplb-window", po::value(&eplb_window)->default_value(eplb_window), "steps of expert load kept")(
         "num-redundant-experts", po::value(&num_redundant_experts)->default_value(num_redundant_experts),
         "extra expert replicas per MoE layer (experts + this must split evenly over the workers)")(
+        "enable-dbo", po::bool_switch(&enable_dbo),
+        "dual-batch overlap: split big steps into two micro-batches, one's expert all-to-all in flight while the "
+        "other computes (CPU workers; ignored with a warning on cuda)")(
+        "dbo-decode-token-threshold", po::value(&dbo_decode_token_threshold)->default_value(dbo_decode_token_threshold),
+        "with --enable-dbo: a decode-only step splits when some rank has at least this many tokens")(
+        "dbo-prefill-token-threshold",
+        po::value(&dbo_prefill_token_threshold)->default_value(dbo_prefill_token_threshold),
+        "with --enable-dbo: a step with prefill splits when some rank has at least this many tokens")(
         "num-nodes", po::value(&num_nodes)->default_value(num_nodes), "nodes, for hierarchical EPLB packing")(
         "heartbeat-ms", po::value(&heartbeat_ms)->default_value(heartbeat_ms),
         "heartbeat interval; a peer silent for 3 intervals is dead");
@@ -38,7 +46,10 @@ void engine_flags::add_worker_options(po::options_description& d) {
                     "CPU threads per worker (0 = cores / workers)")(
         "kv-cache-mb", po::value(&kv_cache_mb)->default_value(kv_cache_mb), "CPU: KV cache budget per worker, MiB")(
         "gpu-memory-utilization", po::value(&gpu_memory_utilization)->default_value(gpu_memory_utilization, "0.9"),
-        "CUDA: fraction of each GPU's memory for weights + KV cache");
+        "CUDA: fraction of each GPU's memory for weights + KV cache")(
+        "load-format", po::value(&load_format)->default_value(load_format),
+        "auto: the checkpoint's weights; dummy: random weights generated from config.json (benchmarks)")(
+        "enforce-eager", po::bool_switch(&enforce_eager), "CUDA: run every step eagerly (no decode CUDA graphs)");
 }
 
 std::vector<std::string> engine_flags::engine_core_args() const {
@@ -67,17 +78,32 @@ std::vector<std::string> engine_flags::engine_core_args() const {
                                   "--num-nodes",
                                   std::to_string(num_nodes),
                                   "--heartbeat-ms",
-                                  std::to_string(heartbeat_ms)};
+                                  std::to_string(heartbeat_ms),
+                                  "--dbo-decode-token-threshold",
+                                  std::to_string(dbo_decode_token_threshold),
+                                  "--dbo-prefill-token-threshold",
+                                  std::to_string(dbo_prefill_token_threshold)};
     if (no_async) a.push_back("--no-async");
     if (enable_eplb) a.push_back("--enable-eplb");
+    if (enable_dbo) a.push_back("--enable-dbo");
     return a;
 }
 
 std::vector<std::string> engine_flags::worker_args() const {
-    return {"--device",       device,
-            "--threads",      std::to_string(threads_per_worker()),
-            "--kv-cache-mb",  std::to_string(kv_cache_mb),
-            "--heartbeat-ms", std::to_string(heartbeat_ms)};
+    std::vector<std::string> a = {"--device",
+                                  device,
+                                  "--threads",
+                                  std::to_string(threads_per_worker()),
+                                  "--kv-cache-mb",
+                                  std::to_string(kv_cache_mb),
+                                  "--gpu-memory-utilization",
+                                  std::to_string(gpu_memory_utilization),
+                                  "--load-format",
+                                  load_format,
+                                  "--heartbeat-ms",
+                                  std::to_string(heartbeat_ms)};
+    if (enforce_eager) a.push_back("--enforce-eager");
+    return a;
 }
 
 void engine_flags::default_workers_to_gpus(const po::variables_map& vm) {

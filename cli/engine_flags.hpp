@@ -23,11 +23,16 @@ struct engine_flags {
     int eplb_interval = 32;
     int eplb_window = 64;
     int num_redundant_experts = 0;
+    bool enable_dbo = false;
+    int dbo_decode_token_threshold = 32;
+    int dbo_prefill_token_threshold = 512;
     int num_nodes = 1;
     int heartbeat_ms = 1000;
     int threads = 0;  ///< CPU kernel threads per worker; 0 = the cores divided among the workers
     int64_t kv_cache_mb = 256;
     double gpu_memory_utilization = 0.9;
+    std::string load_format = "auto";  ///< auto (the checkpoint) or dummy (random weights from config.json)
+    bool enforce_eager = false;        ///< CUDA: no decode graphs
 
     /// Options of the engine core's scheduler, EPLB and liveness.
     void add_engine_options(boost::program_options::options_description& d);

@@ -2,8 +2,12 @@
 
 #include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <random>
 #include <thread>
 
 #include "actors/stop_signals.hpp"
@@ -13,27 +17,64 @@
 
 namespace zmoe::cli {
 
-local_cluster::local_cluster(const engine_flags& flags, std::string client_endpoint, const std::string& tokenizer) {
+namespace {
+
+constexpr const char* kDirPrefix = "zmoe-run-";
+
+/// Private directories of earlier runs whose owner is dead (a SIGKILLed serve cannot clean up): the owner's pid
+/// is in the name.
+void remove_orphaned_dirs() {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/tmp", ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.rfind(kDirPrefix, 0) != 0) continue;
+        const auto dash = name.find('-', std::strlen(kDirPrefix));
+        if (dash == std::string::npos) continue;
+        const long pid = std::strtol(name.c_str() + std::strlen(kDirPrefix), nullptr, 10);
+        if (pid <= 0 || pid == getpid()) continue;
+        if (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) continue;  // its owner lives
+        std::error_code rm;
+        std::filesystem::remove_all(e.path(), rm);
+    }
+}
+
+std::string random_run_id() {
+    std::random_device rd;
+    char buf[33];
+    std::snprintf(buf, sizeof buf, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+    return buf;
+}
+
+}  // namespace
+
+local_cluster::local_cluster(const engine_flags& flags, std::string client_endpoint, const std::string& tokenizer,
+                             const std::vector<std::string>& frontend_args) {
     // Fail before starting anything when the checkpoint is not even there; deeper problems come from the workers.
     if (!std::filesystem::exists(std::filesystem::path(flags.model) / "config.json"))
         throw error(errc::invalid_checkpoint, flags.model + ": no config.json (not a checkpoint directory)");
     if (flags.workers < 1) throw error(errc::invalid_argument, "--workers must be >= 1");
-    char tmpl[] = "/tmp/zmoe-XXXXXX";
-    if (!mkdtemp(tmpl)) throw error(errc::io, "cannot create a private directory under /tmp");
+    remove_orphaned_dirs();
+    std::string tmpl = "/tmp/" + std::string(kDirPrefix) + std::to_string(getpid()) + "-XXXXXX";
+    if (!mkdtemp(tmpl.data())) throw error(errc::io, "cannot create a private directory under /tmp");
     dir_ = tmpl;
+    run_id_ = random_run_id();
     const std::string worker_ep = "ipc://" + dir_ + "/workers";
     const std::string engine_fe = "ipc://" + dir_ + "/engine";
     client_endpoint_ = client_endpoint.empty() ? "ipc://" + dir_ + "/clients" : std::move(client_endpoint);
     const std::string exe = self_executable_path();
+    // Every actor logs at this process's level (set by --log-level).
+    const std::vector<std::string> log_args = {"--log-level", log_level_name(log_get_level())};
 
     std::vector<std::string> argv = {exe,       "engine-core",         "--worker-endpoint",
                                      worker_ep, "--frontend-endpoint", engine_fe};
     for (auto& a : flags.engine_core_args()) argv.push_back(a);
+    argv.insert(argv.end(), log_args.begin(), log_args.end());
     const std::vector<std::string> env = {"ZMOE_DIE_WITH_PARENT=1"};
     members_.push_back({"engine core", child_process::spawn(argv, env), std::nullopt});
     for (int r = 0; r < flags.workers; ++r) {
         std::vector<std::string> w = {exe, "worker", "--engine", worker_ep, "--rank", std::to_string(r)};
         for (auto& a : flags.worker_args()) w.push_back(a);
+        w.insert(w.end(), log_args.begin(), log_args.end());
         members_.push_back({"worker " + std::to_string(r), child_process::spawn(w, env), std::nullopt});
     }
     std::vector<std::string> fe = {exe,
@@ -47,11 +88,15 @@ local_cluster::local_cluster(const engine_flags& flags, std::string client_endpo
                                    "--workers",
                                    std::to_string(flags.workers),
                                    "--heartbeat-ms",
-                                   std::to_string(flags.heartbeat_ms)};
+                                   std::to_string(flags.heartbeat_ms),
+                                   "--run-id",
+                                   run_id_};
+    fe.insert(fe.end(), frontend_args.begin(), frontend_args.end());
     if (!tokenizer.empty()) {
         fe.push_back("--tokenizer");
         fe.push_back(tokenizer);
     }
+    fe.insert(fe.end(), log_args.begin(), log_args.end());
     members_.push_back({"frontend", child_process::spawn(fe, env), std::nullopt});
 }
 
@@ -73,6 +118,9 @@ bool local_cluster::wait_ready(std::chrono::milliseconds timeout) {
         } catch (const error&) {
             // not answering yet: the frontend may still be starting
         }
+        if (h && h->run_id != run_id_)
+            throw error(errc::io, "another server answers on " + client_endpoint_ +
+                                      " (not this run's frontend): is the port in use?");
         if (h && h->status == "ok") return true;
         if (h && h->status == "degraded") throw error(errc::peer_dead, "the engine failed to start: " + h->detail);
         std::this_thread::sleep_for(std::chrono::milliseconds(100));

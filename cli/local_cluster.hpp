@@ -15,8 +15,11 @@ namespace zmoe::cli {
 
 class local_cluster {
   public:
-    /// Starts every actor. client_endpoint empty: an ipc endpoint in the private directory.
-    local_cluster(const engine_flags& flags, std::string client_endpoint, const std::string& tokenizer = "");
+    /// Starts every actor. client_endpoint empty: an ipc endpoint in the private directory. frontend_args are
+    /// passed on to `zmoe frontend` (e.g. --shutdown-timeout). Private directories left by runs whose parent died
+    /// (SIGKILL) are removed first.
+    local_cluster(const engine_flags& flags, std::string client_endpoint, const std::string& tokenizer = "",
+                  const std::vector<std::string>& frontend_args = {});
     /// Anything still running is stopped: SIGTERM, then SIGKILL after a grace period.
     ~local_cluster();
     local_cluster(const local_cluster&) = delete;
@@ -24,9 +27,9 @@ class local_cluster {
 
     const std::string& client_endpoint() const { return client_endpoint_; }
 
-    /// Waits for the frontend to report "ok" health: true; false when SIGINT/SIGTERM arrived first (with
-    /// install_stop_signal_handlers). Throws zmoe::error(peer_dead) naming the actor when one exits first, or when
-    /// timeout passes.
+    /// Waits for this run's frontend (its health reply carries this run's id) to report "ok": true; false when
+    /// SIGINT/SIGTERM arrived first (with install_stop_signal_handlers). Throws zmoe::error(peer_dead) naming the actor
+    /// when one exits first, or when timeout passes.
     bool wait_ready(std::chrono::milliseconds timeout);
     /// The first actor found to have exited since the last call: "worker 1 (pid 123) exited with status 1".
     std::optional<std::string> check_exited();
@@ -41,6 +44,7 @@ class local_cluster {
         std::optional<int> status;
     };
     std::string dir_;
+    std::string run_id_;
     std::string client_endpoint_;
     std::vector<member> members_;  // engine core, workers..., frontend last
 };

@@ -15,7 +15,9 @@ std::map<std::string, command_info>& command_table() {
 }  // namespace zmoe::cli
 
 static void usage() {
-    std::fprintf(stderr, "usage: zmoe <command> [options]   (zmoe <command> --help for its options)\n\ncommands:\n");
+    std::fprintf(stderr,
+                 "usage: zmoe <command> [options]   (zmoe <command> --help for its options; zmoe --version)\n\n"
+                 "options every command takes: --config FILE, --log-level debug|info|warn|error\n\ncommands:\n");
     for (const auto& [name, info] : zmoe::cli::command_table())
         std::fprintf(stderr, "  %-12s %s\n", name.c_str(), info.help.c_str());
 }
@@ -25,6 +27,7 @@ int main(int argc, char** argv) {
         usage();
         return argc < 2 ? 2 : 0;
     }
+    if (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "-V")) return zmoe::cli::print_version(argc, argv);
     auto& table = zmoe::cli::command_table();
     auto it = table.find(argv[1]);
     if (it == table.end()) {

@@ -11,20 +11,37 @@ namespace zmoe::cli {
 
 namespace {
 
-client_generate parse_request(const nlohmann::json& j, size_t line_no) {
+// Ordered: a chat request's messages and tools keep their key order (chat templates print them with tojson).
+client_generate parse_request(const nlohmann::ordered_json& j, size_t line_no) {
     auto bad = [&](const std::string& what) {
         return error(errc::invalid_argument, "input line " + std::to_string(line_no) + ": " + what);
     };
     if (!j.is_object()) throw bad("not a JSON object");
-    static const char* known[] = {"prompt", "prompt_token_ids", "max_tokens", "temperature", "top_p", "top_k", "seed",
-                                  "stop",   "ignore_eos"};
+    static const char* known[] = {"prompt",     "prompt_token_ids", "max_tokens", "temperature",
+                                  "top_p",      "top_k",            "seed",       "stop",
+                                  "ignore_eos", "messages",         "tools",      "chat_template_kwargs",
+                                  "add_generation_prompt"};
     for (const auto& [k, v] : j.items())
         if (std::find(std::begin(known), std::end(known), k) == std::end(known)) throw bad("unknown field '" + k + "'");
     client_generate g;
     g.client_request_id = std::to_string(line_no);
     g.temperature = 0.f;
     try {
-        if (j.contains("prompt_token_ids")) {
+        if (j.contains("messages")) {
+            // A chat request: the frontend renders it with the model's chat template (docs/chat_templates.md).
+            if (j.contains("prompt") || j.contains("prompt_token_ids"))
+                throw bad("give either messages or a prompt, not both");
+            if (!j.at("messages").is_array()) throw bad("messages must be an array");
+            nlohmann::ordered_json chat = nlohmann::ordered_json::object();
+            chat["messages"] = j.at("messages");
+            chat["add_generation_prompt"] = j.value("add_generation_prompt", true);
+            for (const char* k : {"tools", "chat_template_kwargs"})
+                if (j.contains(k)) chat[k] = j.at(k);
+            g.chat = chat.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+            g.prompt = std::string();
+        } else if (j.contains("add_generation_prompt") || j.contains("tools") || j.contains("chat_template_kwargs")) {
+            throw bad("add_generation_prompt, tools and chat_template_kwargs need messages");
+        } else if (j.contains("prompt_token_ids")) {
             if (j.contains("prompt")) throw bad("give either prompt or prompt_token_ids, not both");
             g.prompt = j.at("prompt_token_ids").get<std::vector<int32_t>>();
         } else if (j.contains("prompt")) {
@@ -71,9 +88,9 @@ std::vector<client_generate> read_requests(const std::string& path) {
     while (std::getline(in, line)) {
         ++line_no;
         if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        nlohmann::json j;
+        nlohmann::ordered_json j;
         try {
-            j = nlohmann::json::parse(line);
+            j = nlohmann::ordered_json::parse(line);
         } catch (const nlohmann::json::exception& e) {
             throw error(errc::invalid_argument, "input line " + std::to_string(line_no) + ": " + e.what());
         }

@@ -1,6 +1,7 @@
 #include "engine_core/engine_core_actor.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 
 #include "base/check.hpp"
@@ -24,6 +25,11 @@ engine_core_actor::engine_core_actor(engine_core_options options)
     : actor("engine_core", actor_options{.heartbeat_interval = options.heartbeat_interval}),
       options_(std::move(options)) {
     ZMOE_CHECK(options_.num_workers >= 1, "num_workers " << options_.num_workers);
+    if (options_.dbo.enabled && options_.device != "cpu") {
+        ZMOE_LOG(warn, "engine core: --enable-dbo is ignored: the " << options_.device
+                                                                    << " backend does not do dual-batch overlap yet");
+        options_.dbo.enabled = false;
+    }
     workers_.resize(options_.num_workers);
 }
 
@@ -143,7 +149,7 @@ void engine_core_actor::handle_hello(const std::string& identity, const worker_h
         wel.heartbeat_interval_ms = static_cast<uint32_t>(options_.heartbeat_interval.count());
         wel.peer_endpoints = peers;
         wel.nccl_unique_id = workers_[0].collective_id;
-        send_to(worker_sock_, workers_[r].identity, encode(wel));
+        send_reliable_to(worker_sock_, workers_[r].identity, encode(wel));
     }
 }
 
@@ -156,7 +162,23 @@ void engine_core_actor::handle_ready(int32_t rank, const worker_ready& m) {
     for (const auto& w : workers_)
         if (!w.ready) return;
 
-    // Every worker is ready: size the scheduler from what each one could allocate.
+    // Every worker is ready. Start-up fails loudly rather than serving a run that fails every request.
+    for (size_t r = 0; r < workers_.size(); ++r)
+        if (workers_[r].num_kv_blocks <= 0)
+            return fail_everything(errc::out_of_memory,
+                                   "worker " + std::to_string(r) +
+                                       " has no KV cache blocks (raise --kv-cache-mb, --num-kv-blocks or "
+                                       "--gpu-memory-utilization)");
+    const int64_t model_len = static_cast<int64_t>(model_facts_.max_position_embeddings);
+    const char* allow_long = std::getenv("ZMOE_ALLOW_LONG_MAX_MODEL_LEN");
+    if (options_.max_model_len > 0 && model_len > 0 && options_.max_model_len > model_len &&
+        !(allow_long && std::string(allow_long) == "1"))
+        return fail_everything(errc::invalid_argument, "--max-model-len " + std::to_string(options_.max_model_len) +
+                                                           " exceeds the model's max_position_embeddings " +
+                                                           std::to_string(model_len) +
+                                                           " (set ZMOE_ALLOW_LONG_MAX_MODEL_LEN=1 to override)");
+
+    // Size the scheduler from what each worker could allocate.
     scheduler_config cfg;
     cfg.max_num_batched_tokens = options_.max_num_batched_tokens;
     cfg.max_num_seqs = options_.max_num_seqs;
@@ -169,6 +191,11 @@ void engine_core_actor::handle_ready(int32_t rank, const worker_ready& m) {
     scheduler_ = std::make_unique<scheduler>(cfg);
     max_model_len_ = cfg.max_model_len;
     phase_ = phase::serving;
+    if (options_.stats_interval.count() > 0) {
+        log_stats();  // starts the first interval
+        add_timer(
+            options_.stats_interval, [this] { log_stats(); }, true);
+    }
     if (model_facts_.num_moe_layers > 0 && model_facts_.num_experts > 0) {
         const int32_t window = options_.eplb.window_steps > 0 ? static_cast<int32_t>(options_.eplb.window_steps) : 32;
         load_window_ =
@@ -282,10 +309,13 @@ void engine_core_actor::pump() {
         in_flight_.push_back(step_id);
         results_[step_id].assign(options_.num_workers, std::nullopt);
         step_sent_at_[step_id] = clock_type::now();
+        const bool dual_batch = should_split_step(steps, options_.dbo);
+        if (dual_batch) metrics_.counter_add("dbo_steps");
         size_t num_tokens = 0;
         for (int32_t r = 0; r < options_.num_workers; ++r) {
+            steps[r].dual_batch = dual_batch;
             for (const auto& s : steps[r].seqs) num_tokens += s.token_ids.size();
-            send_to(worker_sock_, workers_[r].identity, encode(steps[r]));
+            send_reliable_to(worker_sock_, workers_[r].identity, encode(steps[r]));
         }
         metrics_.counter_add("steps");
         metrics_.observe("step_tokens", static_cast<double>(num_tokens));
@@ -352,7 +382,7 @@ void engine_core_actor::maybe_rebalance() {
                                              m.logical_expert, m.src_rank, static_cast<uint32_t>(m.src_slot)});
     for (int32_t r = 0; r < options_.num_workers; ++r) {
         move_acks_pending_.insert(r);
-        send_to(worker_sock_, workers_[r].identity, encode(msg));
+        send_reliable_to(worker_sock_, workers_[r].identity, encode(msg));
     }
     move_started_at_ = clock_type::now();
     placement_ = std::move(plan.placement);
@@ -410,7 +440,7 @@ void engine_core_actor::broadcast_shutdown() {
     if (shutdown_sent_) return;
     shutdown_sent_ = true;
     for (const auto& w : workers_)
-        if (!w.identity.empty() && w.alive) send_to(worker_sock_, w.identity, encode(worker_shutdown{}));
+        if (!w.identity.empty() && w.alive) send_reliable_to(worker_sock_, w.identity, encode(worker_shutdown{}));
 }
 
 void engine_core_actor::maybe_finish_drain() {
@@ -425,7 +455,7 @@ void engine_core_actor::maybe_finish_drain() {
 // Frontend
 
 void engine_core_actor::send_to_frontend(const std::string& bytes) {
-    if (!frontend_identity_.empty()) send_to(frontend_sock_, frontend_identity_, bytes);
+    if (!frontend_identity_.empty()) send_reliable_to(frontend_sock_, frontend_identity_, bytes);
 }
 
 void engine_core_actor::on_frontend_message(const inbound_message& msg) {
@@ -559,6 +589,26 @@ void engine_core_actor::update_gauges() {
     metrics_.gauge_set("preemptions", static_cast<double>(st.num_preemptions));
     metrics_.gauge_set("discarded_tokens", static_cast<double>(st.num_discarded_tokens));
     metrics_.gauge_set("steps_in_flight", static_cast<double>(in_flight_.size()));
+}
+
+void engine_core_actor::log_stats() {
+    if (!scheduler_ || phase_ == phase::failed) return;
+    const auto st = scheduler_->stats();
+    stats_sample now{.at = clock_type::now(),
+                     .prompt_tokens = metrics_.counter("prompt_tokens"),
+                     .generation_tokens = metrics_.counter("generation_tokens"),
+                     .preemptions = static_cast<double>(st.num_preemptions),
+                     .num_running = 0,
+                     .num_waiting = 0,
+                     .kv_blocks_used = 0,
+                     .kv_blocks_total = 0};
+    for (size_t r = 0; r < st.num_running.size(); ++r) {
+        now.num_running += st.num_running[r];
+        now.num_waiting += st.num_waiting[r];
+        now.kv_blocks_used += st.num_blocks_used[r];
+        now.kv_blocks_total += st.num_blocks_total[r];
+    }
+    if (const auto line = stats_line_.next(now)) ZMOE_LOG(info, "engine core: " << *line);
 }
 
 nlohmann::json engine_core_actor::metrics_json() {

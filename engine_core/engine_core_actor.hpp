@@ -23,9 +23,11 @@
 
 #include "actors/actor.hpp"
 #include "base/metrics.hpp"
+#include "engine_core/dual_batch.hpp"
 #include "engine_core/expert_load.hpp"
 #include "engine_core/expert_placement.hpp"
 #include "engine_core/scheduler.hpp"
+#include "engine_core/stats_line.hpp"
 #include "messages/engine_protocol.hpp"
 #include "messages/worker_protocol.hpp"
 
@@ -45,7 +47,12 @@ struct engine_core_options {
     int32_t max_model_len = 0;  ///< 0 = the model's max_position_embeddings
     bool async_scheduling = true;
     eplb_options eplb;
+    /// Dual-batch overlap: which steps run as two micro-batches (decided here, sent in every rank's step). The CUDA
+    /// backend does not do DBO yet: with device "cuda" it is turned off with a warning.
+    dbo_options dbo;
     std::chrono::milliseconds heartbeat_interval{1000};
+    /// How often the stats line (throughput, running/waiting, KV usage) is logged while serving; 0 = never.
+    std::chrono::milliseconds stats_interval{5000};
 };
 
 class engine_core_actor : public actor {
@@ -129,6 +136,9 @@ class engine_core_actor : public actor {
     std::chrono::steady_clock::time_point move_started_at_;
     std::set<int32_t> move_acks_pending_;
     metrics_registry metrics_;
+    stats_line stats_line_;
+    /// Logs the stats line (on a timer, every options_.stats_interval while serving).
+    void log_stats();
     std::chrono::steady_clock::time_point started_at_;
 };
 

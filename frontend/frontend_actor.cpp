@@ -1,5 +1,7 @@
 #include "frontend/frontend_actor.hpp"
 
+#include "frontend/chat_prompt.hpp"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -9,14 +11,13 @@
 
 #include "base/check.hpp"
 #include "base/log.hpp"
+#include "base/version.hpp"
 
 namespace zmoe {
 
 using clock_type = std::chrono::steady_clock;
 
 namespace {
-
-constexpr const char* kVersion = "0.1.0";
 
 double ms_between(clock_type::time_point a, clock_type::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
@@ -51,7 +52,8 @@ int64_t read_vocab_size(const std::string& model_dir) {
 }  // namespace
 
 frontend_actor::frontend_actor(frontend_options options)
-    : actor("frontend", actor_options{.heartbeat_interval = options.heartbeat_interval}),
+    : actor("frontend", actor_options{.heartbeat_interval = options.heartbeat_interval,
+                                      .heartbeat_max_missed = options.heartbeat_max_missed}),
       options_(std::move(options)) {}
 
 frontend_actor::~frontend_actor() {
@@ -66,17 +68,28 @@ void frontend_actor::on_start() {
                                                                    : std::filesystem::path(tok_path);
     if (std::filesystem::exists(json_path)) {
         tokenizer_ = tokenizer::from_file(tok_path);
+        tokenize_pool_ = std::make_unique<work_pool>(std::max<size_t>(1, options_.tokenizer_threads));
         ZMOE_LOG(info, "frontend: tokenizer " << json_path.string() << " (" << tokenizer_->vocab_size() << " ids)");
+        chat_template_ = chat_template::from_tokenizer(tok_path, options_.chat_template_path);
+        if (chat_template_) ZMOE_LOG(info, "frontend: chat template loaded");
     } else {
         ZMOE_LOG(info, "frontend: no tokenizer.json in " << tok_path << "; only prompt_token_ids are accepted");
     }
     model_vocab_size_ = read_vocab_size(options_.model_dir);
     client_sock_ = add_socket(socket_kind::router, [this](const inbound_message& m) { on_client_message(m); });
     engine_sock_ = add_socket(socket_kind::dealer, [this](const inbound_message& m) { on_engine_message(m); });
-    bound_client_endpoint_ = bind(client_sock_, options_.client_endpoint);
+    try {
+        bound_client_endpoint_ = bind(client_sock_, options_.client_endpoint);
+    } catch (const error& e) {
+        // Fatal: a frontend that cannot take clients must not look alive (or let a check reach another server).
+        ZMOE_LOG(error, "frontend: " << e.what());
+        exit_code_ = 1;
+        stop_now();
+        return;
+    }
     set_routing_id(engine_sock_, "frontend-" + std::to_string(getpid()));
     connect(engine_sock_, options_.engine_endpoint);
-    send(engine_sock_, encode(engine_hello{"frontend", getpid()}));
+    send_reliable(engine_sock_, encode(engine_hello{"frontend", getpid()}));
     watch_peer(engine_sock_, "", encode(engine_heartbeat{}), [this] {
         engine_failed_ = true;
         engine_failure_ = "the engine core stopped answering";
@@ -95,10 +108,13 @@ bool frontend_actor::on_stop_requested() {
         draining_ = true;
         ZMOE_LOG(info, "frontend: draining " << live_.size() << " request(s)");
         add_timer(options_.drain_timeout, [this] {
+            // What did not finish within the shutdown timeout ends with the documented error (errc::aborted).
             for (auto it = live_.begin(); it != live_.end();) {
                 const uint64_t id = (it++)->first;
-                send(engine_sock_, encode(engine_abort{id}));
-                finish_request(id, finish_reason::abort);
+                send_reliable(engine_sock_, encode(engine_abort{id}));
+                finish_request(id, finish_reason::error, errc::aborted,
+                               "the server shut down before this request finished (--shutdown-timeout " +
+                                   std::to_string(options_.drain_timeout.count()) + " ms)");
             }
             maybe_finish_drain();
         });
@@ -108,9 +124,9 @@ bool frontend_actor::on_stop_requested() {
 }
 
 void frontend_actor::maybe_finish_drain() {
-    if (!draining_ || !live_.empty() || drain_done_) return;
+    if (!draining_ || !live_.empty() || !tokenizing_.empty() || drain_done_) return;
     drain_done_ = true;
-    send(engine_sock_, encode(engine_shutdown{}));
+    send_reliable(engine_sock_, encode(engine_shutdown{}));
     // The engine core drains its side and stops the workers; give the shutdown a moment to leave.
     add_timer(std::chrono::milliseconds(200), [this] { stop_now(); });
 }
@@ -121,7 +137,160 @@ void frontend_actor::maybe_finish_drain() {
 void frontend_actor::send_client_error(const std::string& client, const std::string& client_request_id, errc code,
                                        const std::string& message) {
     metrics_.counter_add(std::string("request_errors{code=\"") + errc_name(code) + "\"}");
-    send_to(client_sock_, client, encode(client_error{client_request_id, code, message}));
+    if (code == errc::duplicate_request) metrics_.counter_add("requests_rejected_duplicate");
+    send_to_client(client, encode(client_error{client_request_id, code, message}));
+}
+
+void frontend_actor::send_to_client(const std::string& client, std::string bytes) {
+    auto cit = clients_.find(client);
+    if (cit == clients_.end()) {
+        // Not a client we know (reaped, or gone): one try, nothing kept.
+        send_to(client_sock_, client, bytes);
+        return;
+    }
+    auto& c = cit->second;
+    if (!c.blocked) {
+        const send_status st = try_send_to(client_sock_, client, bytes);
+        if (st == send_status::sent) return;
+        if (st == send_status::no_peer) return client_gone(client);
+        c.blocked = true;
+        c.last_progress = clock_type::now();
+        blocked_clients_.insert(client);
+        metrics_.counter_add("client_pipe_full");
+        arm_client_flush();
+    }
+    c.outbox.push_back(std::move(bytes));
+}
+
+bool frontend_actor::send_pending_delta(uint64_t id) {
+    auto it = live_.find(id);
+    if (it == live_.end()) return true;
+    auto& r = it->second;
+    if (r.pending_ids.empty() && r.pending_text.empty()) return true;
+    client_delta d;
+    d.client_request_id = r.client_request_id;
+    d.token_ids = r.pending_ids;
+    d.text = r.pending_text;
+    d.prompt_tokens = r.prompt_tokens;
+    d.completion_tokens = r.completion_tokens;
+    const send_status st = try_send_to(client_sock_, r.client, encode(d));
+    if (st == send_status::full) return false;
+    r.pending_ids.clear();
+    r.pending_text.clear();
+    if (st == send_status::no_peer) client_gone(r.client);
+    return true;
+}
+
+void frontend_actor::arm_client_flush() {
+    if (flush_armed_) return;
+    flush_armed_ = true;
+    add_timer(std::chrono::milliseconds(5), [this] { flush_clients(); });
+}
+
+void frontend_actor::flush_clients() {
+    const auto now = clock_type::now();
+    for (auto bit = blocked_clients_.begin(); bit != blocked_clients_.end();) {
+        const std::string client = *bit++;
+        auto cit = clients_.find(client);
+        if (cit == clients_.end()) {
+            blocked_clients_.erase(client);
+            continue;
+        }
+        auto& c = cit->second;
+        bool full = false, gone = false;
+        while (!c.outbox.empty()) {
+            const send_status st = try_send_to(client_sock_, client, c.outbox.front());
+            if (st == send_status::full) {
+                full = true;
+                break;
+            }
+            if (st == send_status::no_peer) {
+                gone = true;
+                break;
+            }
+            c.outbox.pop_front();
+            c.last_progress = now;
+        }
+        if (gone) {
+            client_gone(client);
+            continue;
+        }
+        while (!full && !c.dirty.empty()) {
+            const uint64_t id = *c.dirty.begin();
+            if (!send_pending_delta(id)) {
+                full = true;
+                break;
+            }
+            if (!clients_.count(client)) break;  // it went away during the send
+            c.dirty.erase(id);
+            c.last_progress = now;
+        }
+        if (!clients_.count(client)) continue;
+        if (!full) {
+            c.blocked = false;
+            blocked_clients_.erase(client);
+            continue;
+        }
+        if (now - c.last_progress >= options_.client_send_timeout && c.num_live == 0) {
+            // Its requests have already been failed and it still takes nothing: forget it.
+            metrics_.counter_add("clients_dropped");
+            clients_.erase(client);
+            blocked_clients_.erase(client);
+        } else if (now - c.last_progress >= options_.client_send_timeout) {
+            // The client takes nothing: end its requests (the errors wait in its outbox, behind nothing else).
+            metrics_.counter_add("clients_stuck");
+            ZMOE_LOG(warn, "frontend: a client took no message for " << options_.client_send_timeout.count()
+                                                                     << " ms; failing its requests");
+            c.outbox.clear();
+            c.dirty.clear();
+            c.last_progress = now;
+            fail_client_requests(client, errc::aborted,
+                                 "the client read nothing for " + std::to_string(options_.client_send_timeout.count()) +
+                                     " ms: request ended");
+        }
+    }
+    flush_armed_ = false;
+    if (!blocked_clients_.empty()) arm_client_flush();
+    maybe_finish_drain();
+}
+
+void frontend_actor::fail_client_requests(const std::string& client, errc code, const std::string& why) {
+    for (auto it = live_.begin(); it != live_.end();) {
+        const uint64_t id = it->first;
+        const bool mine = it->second.client == client;
+        ++it;
+        if (!mine) continue;
+        send_reliable(engine_sock_, encode(engine_abort{id}));
+        auto lit = live_.find(id);
+        lit->second.pending_ids.clear();
+        lit->second.pending_text.clear();
+        finish_request(id, code == errc::ok ? finish_reason::abort : finish_reason::error, code, why);
+    }
+}
+
+void frontend_actor::client_gone(const std::string& client) {
+    auto cit = clients_.find(client);
+    if (cit == clients_.end()) return;
+    // Its requests end here; nothing can be delivered, so the terminal messages are counted but not sent.
+    size_t n = cit->second.num_live;
+    clients_.erase(cit);
+    blocked_clients_.erase(client);
+    if (n == 0) return;
+    metrics_.counter_add("requests_aborted_client_gone", static_cast<double>(n));
+    fail_client_requests(client, errc::ok, {});
+}
+
+void frontend_actor::reap_clients() {
+    const auto now = clock_type::now();
+    for (auto it = clients_.begin(); it != clients_.end();) {
+        const auto& c = it->second;
+        if (c.num_live == 0 && !c.blocked && c.outbox.empty() && now - c.last_seen >= options_.client_idle_timeout) {
+            it = clients_.erase(it);
+            metrics_.counter_add("clients_reaped");
+        } else {
+            ++it;
+        }
+    }
 }
 
 void frontend_actor::on_client_message(const inbound_message& msg) {
@@ -132,7 +301,8 @@ void frontend_actor::on_client_message(const inbound_message& msg) {
     try {
         decoded = decode_client_request(msg.payload);
     } catch (const error& e) {
-        send_client_error(client, "", errc::protocol, e.what());
+        metrics_.counter_add("client_frames_malformed");
+        send_client_error(client, peek_client_request_id(msg.payload), errc::protocol, e.what());
         return;
     }
     std::visit(
@@ -144,7 +314,7 @@ void frontend_actor::on_client_message(const inbound_message& msg) {
                 handle_abort(client, m);
             } else if constexpr (std::is_same_v<T, client_heartbeat>) {
                 info.sends_heartbeats = true;
-                send_to(client_sock_, client, encode(client_heartbeat{}));
+                if (!info.blocked) send_to(client_sock_, client, encode(client_heartbeat{}));
             } else if constexpr (std::is_same_v<T, client_health>) {
                 client_health_reply r;
                 r.tag = m.tag;
@@ -157,22 +327,22 @@ void frontend_actor::on_client_message(const inbound_message& msg) {
                 r.uptime_s = ms_between(started_at_, clock_type::now()) / 1000.0;
                 r.version = kVersion;
                 r.detail = engine_failure_;
-                send_to(client_sock_, client, encode(r));
+                r.run_id = options_.run_id;
+                send_to_client(client, encode(r));
             } else if constexpr (std::is_same_v<T, client_metrics>) {
                 if (!engine_ready_ || engine_failed_) {
                     nlohmann::json all = {{"frontend", metrics_json()}};
-                    send_to(client_sock_, client, encode(client_metrics_reply{m.tag, all.dump()}));
+                    send_to_client(client, encode(client_metrics_reply{m.tag, all.dump()}));
                     return;
                 }
                 const std::string tag = "m" + std::to_string(next_tag_++);
                 metrics_waiters_[tag] = {client, m.tag};
-                send(engine_sock_, encode(engine_metrics{tag}));
+                send_reliable(engine_sock_, encode(engine_metrics{tag}));
                 add_timer(std::chrono::milliseconds(3000), [this, tag] {
                     auto it = metrics_waiters_.find(tag);
                     if (it == metrics_waiters_.end()) return;
                     nlohmann::json all = {{"frontend", metrics_json()}, {"engine_core", "no answer"}};
-                    send_to(client_sock_, it->second.first,
-                            encode(client_metrics_reply{it->second.second, all.dump()}));
+                    send_to_client(it->second.first, encode(client_metrics_reply{it->second.second, all.dump()}));
                     metrics_waiters_.erase(it);
                 });
             }
@@ -184,9 +354,9 @@ void frontend_actor::handle_generate(const std::string& client, client_generate&
     metrics_.counter_add("requests_received");
     const std::string& cid = m.client_request_id;
     if (cid.empty()) return send_client_error(client, cid, errc::invalid_argument, "client_request_id is empty");
-    if (by_client_id_.count({client, cid}))
-        return send_client_error(client, cid, errc::invalid_argument,
-                                 "client_request_id '" + cid + "' is already in use by a live request");
+    if (by_client_id_.count({client, cid}) || tokenizing_.count({client, cid}))
+        return send_client_error(client, cid, errc::duplicate_request,
+                                 "client_request_id '" + cid + "' is already in use by a live request (left running)");
     if (draining_) return send_client_error(client, cid, errc::aborted, "the server is shutting down");
     if (engine_failed_) return send_client_error(client, cid, errc::peer_dead, engine_failure_);
     if (!engine_ready_) return send_client_error(client, cid, errc::unsupported, "the engine is still starting");
@@ -199,18 +369,77 @@ void frontend_actor::handle_generate(const std::string& client, client_generate&
     for (const auto& s : m.stop)
         if (s.empty()) return send_client_error(client, cid, errc::invalid_argument, "stop strings must not be empty");
 
-    std::vector<int32_t> ids;
+    if (!m.chat.empty() && !std::holds_alternative<std::string>(m.prompt))
+        return send_client_error(client, cid, errc::invalid_argument, "give either prompt_token_ids or chat messages");
     if (auto* text = std::get_if<std::string>(&m.prompt)) {
         if (!tokenizer_)
             return send_client_error(client, cid, errc::unsupported,
                                      "this model has no tokenizer.json: send prompt_token_ids");
-        try {
-            ids = tokenizer_->encode(*text, /*add_special_tokens=*/true);
-        } catch (const error& e) {
-            return send_client_error(client, cid, e.code(), std::string("prompt: ") + e.what());
-        }
-    } else {
-        ids = std::move(std::get<std::vector<int32_t>>(m.prompt));
+        if (!m.chat.empty() && !text->empty())
+            return send_client_error(client, cid, errc::invalid_argument, "give either a prompt or chat messages");
+        if (m.chat.size() > options_.max_prompt_bytes)
+            return send_client_error(client, cid, errc::invalid_argument,
+                                     "the chat request has " + std::to_string(m.chat.size()) +
+                                         " bytes, over the limit of " + std::to_string(options_.max_prompt_bytes) +
+                                         " (--max-prompt-bytes)");
+        if (text->size() > options_.max_prompt_bytes)
+            return send_client_error(client, cid, errc::invalid_argument,
+                                     "the prompt has " + std::to_string(text->size()) + " bytes, over the limit of " +
+                                         std::to_string(options_.max_prompt_bytes) + " (--max-prompt-bytes)");
+        // Off this thread: heartbeats and other clients go on while a large prompt is encoded.
+        tokenizing_[{client, cid}] = false;
+        metrics_.gauge_set("prompts_tokenizing", static_cast<double>(tokenizing_.size()));
+        auto req = std::make_shared<client_generate>(std::move(m));
+        tokenize_pool_->submit([this, client, req] {
+            const auto t0 = clock_type::now();
+            std::vector<int32_t> ids;
+            std::optional<error> failed;
+            try {
+                // A chat request: its conversation rendered by the chat template (docs/chat_templates.md).
+                ids = req->chat.empty()
+                          ? tokenizer_->encode(std::get<std::string>(req->prompt), /*add_special_tokens=*/true)
+                          : chat_prompt_ids(chat_template_, *tokenizer_, req->chat);
+            } catch (const error& e) {
+                failed = e;
+            } catch (const std::exception& e) {
+                failed = error(errc::internal, e.what());
+            }
+            const double ms = ms_between(t0, clock_type::now());
+            post([this, client, req, ids = std::move(ids), failed = std::move(failed), ms]() mutable {
+                metrics_.observe("tokenize_ms", ms);
+                const std::string& cid = req->client_request_id;
+                auto it = tokenizing_.find({client, cid});
+                const bool aborted = it != tokenizing_.end() && it->second;
+                if (it != tokenizing_.end()) tokenizing_.erase(it);
+                metrics_.gauge_set("prompts_tokenizing", static_cast<double>(tokenizing_.size()));
+                if (aborted) {
+                    client_delta d;
+                    d.client_request_id = cid;
+                    d.finished = true;
+                    d.reason = finish_reason::abort;
+                    send_to_client(client, encode(d));
+                } else if (failed) {
+                    send_client_error(client, cid, failed->code(), std::string("prompt: ") + failed->what());
+                } else {
+                    accept_generate(client, std::move(*req), std::move(ids));
+                }
+                maybe_finish_drain();
+            });
+        });
+        return;
+    }
+    accept_generate(client, std::move(m), std::move(std::get<std::vector<int32_t>>(m.prompt)));
+}
+
+void frontend_actor::accept_generate(const std::string& client, client_generate&& m, std::vector<int32_t> ids) {
+    const std::string& cid = m.client_request_id;
+    if (draining_) return send_client_error(client, cid, errc::aborted, "the server is shutting down");
+    if (engine_failed_) return send_client_error(client, cid, errc::peer_dead, engine_failure_);
+    if (num_queued(engine_sock_) >= options_.max_engine_backlog)
+        return send_client_error(client, cid, errc::overloaded,
+                                 "the engine core's queue is full (" + std::to_string(num_queued(engine_sock_)) +
+                                     " messages waiting): retry later");
+    if (std::holds_alternative<std::vector<int32_t>>(m.prompt)) {
         const int64_t vocab = model_vocab_size_ > 0 ? model_vocab_size_ : (tokenizer_ ? tokenizer_->vocab_size() : 0);
         for (size_t i = 0; i < ids.size(); ++i)
             if (ids[i] < 0 || (vocab > 0 && ids[i] >= vocab))
@@ -256,19 +485,27 @@ void frontend_actor::handle_generate(const std::string& client, client_generate&
     lr.arrived = clock_type::now();
     live_.emplace(id, std::move(lr));
     by_client_id_[{client, cid}] = id;
+    ++clients_[client].num_live;
     metrics_.counter_add("requests_accepted");
     metrics_.counter_add("prompt_tokens", static_cast<double>(ids.size()));
     metrics_.gauge_set("requests_live", static_cast<double>(live_.size()));
-    send(engine_sock_, encode(req));
+    send_reliable(engine_sock_, encode(req));
 }
 
 void frontend_actor::handle_abort(const std::string& client, const client_abort& m) {
+    auto tit = tokenizing_.find({client, m.client_request_id});
+    if (tit != tokenizing_.end()) {
+        tit->second = true;  // its stream ends with an abort delta once its tokenization returns
+        return;
+    }
     auto it = by_client_id_.find({client, m.client_request_id});
-    if (it == by_client_id_.end())
-        return send_client_error(client, m.client_request_id, errc::invalid_argument,
-                                 "abort: unknown request id '" + m.client_request_id + "'");
+    if (it == by_client_id_.end()) {
+        // Already finished, or never was: a no-op (an error here could reach a later request reusing the id).
+        metrics_.counter_add("aborts_unknown_id");
+        return;
+    }
     const uint64_t id = it->second;
-    send(engine_sock_, encode(engine_abort{id}));
+    send_reliable(engine_sock_, encode(engine_abort{id}));
     finish_request(id, finish_reason::abort);
     maybe_finish_drain();
 }
@@ -283,12 +520,13 @@ void frontend_actor::check_clients() {
             const bool mine = it->second.client == client;
             ++it;
             if (!mine) continue;
-            send(engine_sock_, encode(engine_abort{id}));
+            send_reliable(engine_sock_, encode(engine_abort{id}));
             finish_request(id, finish_reason::abort);
             metrics_.counter_add("requests_aborted_client_gone");
         }
         info.sends_heartbeats = false;
     }
+    reap_clients();
     maybe_finish_drain();
 }
 
@@ -323,11 +561,11 @@ void frontend_actor::on_engine_message(const inbound_message& msg) {
                     all = nlohmann::json::object();
                 }
                 all["frontend"] = metrics_json();
-                send_to(client_sock_, it->second.first, encode(client_metrics_reply{it->second.second, all.dump()}));
+                send_to_client(it->second.first, encode(client_metrics_reply{it->second.second, all.dump()}));
                 metrics_waiters_.erase(it);
             } else if constexpr (std::is_same_v<T, engine_error>) {
                 ZMOE_LOG(error, "frontend: engine core error: " << m.message);
-                if (m.code == errc::peer_dead || m.code == errc::internal) {
+                if (m.code != errc::protocol) {  // a failed run (a dead worker, a refused start-up)
                     engine_failed_ = true;
                     engine_failure_ = m.message;
                     exit_code_ = 1;
@@ -362,7 +600,15 @@ void frontend_actor::handle_outputs(const engine_outputs& m) {
             ++r.completion_tokens;
             metrics_.counter_add("generation_tokens");
             new_ids.push_back(tok);
-            if (r.detok) new_text += r.detok->push(tok);
+            if (r.detok) {
+                try {
+                    new_text += r.detok->push(tok);
+                } catch (const error&) {
+                    // An id past the tokenizer's vocabulary (checkpoints pad their embedding rows): HF decodes it
+                    // to nothing, and so do we; the request goes on.
+                    metrics_.counter_add("unknown_token_ids");
+                }
+            }
             if (!r.stop.empty()) {
                 // Search the text not yet emitted (held back + new) for a stop string.
                 const std::string window = r.held_text + new_text;
@@ -386,22 +632,22 @@ void frontend_actor::handle_outputs(const engine_outputs& m) {
         }
         r.pending_ids.insert(r.pending_ids.end(), new_ids.begin(), new_ids.end());
         r.pending_text += new_text;
-        if (stopped) send(engine_sock_, encode(engine_abort{o.request_id}));
+        if (stopped) send_reliable(engine_sock_, encode(engine_abort{o.request_id}));
         if (finished) {
             finish_request(o.request_id, stopped ? finish_reason::stop : o.reason);
         } else if (r.stream && (!r.pending_ids.empty() || !r.pending_text.empty())) {
-            client_delta d;
-            d.client_request_id = r.client_request_id;
-            d.token_ids = std::move(r.pending_ids);
-            d.text = std::move(r.pending_text);
-            d.prompt_tokens = r.prompt_tokens;
-            d.completion_tokens = r.completion_tokens;
-            r.pending_ids.clear();
-            r.pending_text.clear();
-            if (!send_to(client_sock_, r.client, encode(d))) {
-                // The client is gone: nothing left to stream to.
-                send(engine_sock_, encode(engine_abort{o.request_id}));
-                finish_request(o.request_id, finish_reason::abort);
+            auto cit = clients_.find(r.client);
+            if (cit != clients_.end() && cit->second.blocked) {
+                cit->second.dirty.insert(o.request_id);  // coalesces with what is already pending
+            } else if (!send_pending_delta(o.request_id)) {
+                // The pipe is full: the client is slow, not gone. Hold this stream's output until it has room.
+                auto& c = clients_[r.client];
+                c.blocked = true;
+                c.last_progress = now;
+                c.dirty.insert(o.request_id);
+                blocked_clients_.insert(r.client);
+                metrics_.counter_add("client_pipe_full");
+                arm_client_flush();
             }
         }
     }
@@ -412,8 +658,14 @@ void frontend_actor::finish_request(uint64_t id, finish_reason reason, errc code
     auto it = live_.find(id);
     if (it == live_.end()) return;
     auto& r = it->second;
+    auto cit = clients_.find(r.client);
+    if (cit != clients_.end()) {
+        --cit->second.num_live;
+        cit->second.dirty.erase(id);
+    }
     if (reason == finish_reason::error) {
-        send_client_error(r.client, r.client_request_id, code, message);
+        metrics_.counter_add("requests_failed");
+        if (cit != clients_.end()) send_client_error(r.client, r.client_request_id, code, message);
     } else {
         client_delta d;
         d.client_request_id = r.client_request_id;
@@ -424,7 +676,8 @@ void frontend_actor::finish_request(uint64_t id, finish_reason reason, errc code
         d.reason = reason;
         d.prompt_tokens = r.prompt_tokens;
         d.completion_tokens = r.completion_tokens;
-        send_to(client_sock_, r.client, encode(d));
+        if (cit != clients_.end()) send_to_client(r.client, encode(d));
+        metrics_.counter_add("requests_finished");
         metrics_.counter_add(std::string("requests_finished{reason=\"") + std::string(finish_reason_name(reason)) +
                              "\"}");
         metrics_.observe("request_latency_ms", ms_between(r.arrived, clock_type::now()));

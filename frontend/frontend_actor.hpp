@@ -8,20 +8,31 @@
 // Takes from engine core:  welcome, outputs, metrics_reply, heartbeat, error
 // Sends to engine core:    hello, add_request, abort, metrics, heartbeat, shutdown
 //
-// Every accepted request's stream ends with exactly one terminal message (a finished delta or an error).
+// Every accepted request's stream ends with exactly one terminal message (a finished delta or an error), and the
+// metrics prove it: requests_accepted = requests_finished + requests_failed + requests_live.
+//
+// Flow control (docs/reliability.md): the engine-core link never drops a message (checked sends, queued when the
+// pipe is full; new requests are refused with `overloaded` while that queue is over max_engine_backlog). A client
+// whose pipe is full is never taken for gone: its messages wait in its outbox and its streams' deltas coalesce in
+// their requests; if it takes nothing for client_send_timeout, its requests end with an error. Only a client
+// ZeroMQ no longer knows (disconnected) is gone, and its requests are aborted.
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "actors/actor.hpp"
 #include "base/metrics.hpp"
+#include "frontend/chat_template.hpp"
 #include "frontend/incremental_detokenizer.hpp"
 #include "frontend/tokenizer.hpp"
+#include "frontend/work_pool.hpp"
 #include "messages/client_protocol.hpp"
 #include "messages/engine_protocol.hpp"
 
@@ -32,9 +43,20 @@ struct frontend_options {
     std::string engine_endpoint;                           ///< the engine core's frontend ROUTER
     std::string model_dir;                                 ///< for tokenizer.json and the name in health
     std::string tokenizer_path;                            ///< empty = model_dir
+    std::string chat_template_path;  ///< a Jinja file replacing the tokenizer's chat template; empty = the tokenizer's
     std::chrono::milliseconds heartbeat_interval{1000};
     std::chrono::milliseconds drain_timeout{5000};  ///< on stop: how long running requests may finish
+    int heartbeat_max_missed = 3;                   ///< intervals of silence before the engine core is dead
+    /// A client that takes none of its messages for this long has its requests failed (errc::aborted).
+    std::chrono::milliseconds client_send_timeout{30000};
+    /// Messages queued for the engine core beyond which new requests are refused (errc::overloaded).
+    size_t max_engine_backlog = 65536;
+    /// Clients without live requests and silent this long are forgotten (the per-client map stays bounded).
+    std::chrono::milliseconds client_idle_timeout{60000};
     uint32_t num_workers = 0;
+    size_t max_prompt_bytes = size_t{4} << 20;  ///< text prompts longer than this are refused before tokenizing
+    size_t tokenizer_threads = 2;               ///< threads encoding prompts, off the socket thread
+    std::string run_id;  ///< echoed in health replies: who started this frontend knows it reached its own
 };
 
 class frontend_actor : public actor {
@@ -69,16 +91,33 @@ class frontend_actor : public actor {
     struct client_info {
         std::chrono::steady_clock::time_point last_seen;
         bool sends_heartbeats = false;
+        size_t num_live = 0;
+        /// The pipe was full: messages wait here, in order, and streaming deltas coalesce in their requests.
+        bool blocked = false;
+        std::chrono::steady_clock::time_point last_progress;  // last message taken while blocked
+        std::deque<std::string> outbox;
+        std::set<uint64_t> dirty;  // live requests with output not yet sent
     };
 
     void on_client_message(const inbound_message& msg);
     void handle_generate(const std::string& client, client_generate&& m);
+    /// After tokenization (or at once for prompt_token_ids): the checks that need the ids, then acceptance.
+    void accept_generate(const std::string& client, client_generate&& m, std::vector<int32_t> ids);
     void handle_abort(const std::string& client, const client_abort& m);
     void on_engine_message(const inbound_message& msg);
     void handle_outputs(const engine_outputs& m);
     void finish_request(uint64_t id, finish_reason reason, errc code = errc::ok, const std::string& message = {});
     void send_client_error(const std::string& client, const std::string& client_request_id, errc code,
                            const std::string& message);
+    /// Sends to a client, or queues behind what already waits for it; never takes a full pipe for a gone client.
+    void send_to_client(const std::string& client, std::string bytes);
+    /// Sends the coalesced output of a streaming request; false when the client's pipe is full.
+    bool send_pending_delta(uint64_t id);
+    void flush_clients();
+    void arm_client_flush();
+    void client_gone(const std::string& client);
+    void fail_client_requests(const std::string& client, errc code, const std::string& why);
+    void reap_clients();
     void fail_all(errc code, const std::string& why);
     void check_clients();
     void maybe_finish_drain();
@@ -86,6 +125,11 @@ class frontend_actor : public actor {
 
     frontend_options options_;
     std::optional<tokenizer> tokenizer_;
+    std::optional<chat_template> chat_template_;  ///< renders client_generate.chat (docs/chat_templates.md)
+    /// After tokenizer_: destroyed (its jobs finished) before the tokenizer they use.
+    std::unique_ptr<work_pool> tokenize_pool_;
+    /// Text prompts being tokenized, by (client, client_request_id) -> aborted meanwhile.
+    std::map<std::pair<std::string, std::string>, bool> tokenizing_;
     socket_id client_sock_ = -1;
     socket_id engine_sock_ = -1;
     std::string bound_client_endpoint_;
@@ -99,6 +143,8 @@ class frontend_actor : public actor {
     std::map<uint64_t, live_request> live_;
     std::map<std::pair<std::string, std::string>, uint64_t> by_client_id_;  // (client, client_request_id) -> id
     std::map<std::string, client_info> clients_;
+    std::set<std::string> blocked_clients_;
+    bool flush_armed_ = false;
     std::map<std::string, std::pair<std::string, std::string>> metrics_waiters_;  // our tag -> (client, its tag)
     int64_t model_vocab_size_ = 0;
     bool drain_done_ = false;

@@ -148,6 +148,27 @@ struct router_topk_params {
 void launch_router_topk(const router_topk_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
+// Replica choice (logical expert -> physical slot) and the EPLB load counts
+
+struct moe_route_params {
+    const int32_t* topk_ids = nullptr;         // [num_tokens, top_k]: logical experts, from launch_router_topk
+    const int32_t* replica_offsets = nullptr;  // [num_experts + 1]: expert e's replicas are replica_slots[o[e], o[e+1])
+    const int32_t* replica_slots = nullptr;    // [replica_offsets[num_experts]]: each replica's slot, in (rank, slot)
+                                               // order, numbered rank * slots_per_rank + local slot
+    const int32_t* num_valid = nullptr;        // [1] or nullptr (all valid): tokens from *num_valid on are padding
+    int32_t* slot_ids = nullptr;               // [num_tokens, top_k]: the slot serving each choice
+    int32_t* expert_counts = nullptr;          // [num_experts] or nullptr: += the valid choices of each expert
+    int32_t num_tokens = 0;
+    int32_t top_k = 0;
+    int32_t num_experts = 0;  ///< <= 1024; every expert has at least one replica
+};
+
+/// slot_ids[t, j] = replica_slots[o[e] + t % (o[e+1] - o[e])] with e = topk_ids[t, j] (expert_placement::pick's
+/// rule: the token's index in the batch picks the replica); expert_counts[e] += the number of (t < *num_valid, j)
+/// choosing e. Counts are not zeroed here, so one buffer can collect a whole step.
+void launch_moe_route(const moe_route_params& p, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------
 // Token permutation into expert-contiguous order, and the weighted combine back
 
 /// Upper bound on the rows of the permuted buffer: every expert's group padded to a multiple of row_align.
@@ -155,7 +176,7 @@ constexpr int32_t moe_permuted_rows_bound(int32_t num_tokens, int32_t top_k, int
     return num_tokens * top_k + num_experts * (row_align - 1);
 }
 
-/// The row alignment the grouped GEMM runs best with at this batch size (16, 64 or 128).
+/// The row alignment the grouped GEMM runs best with at this batch size (16, 32, 64 or 128).
 int32_t moe_row_align_for(int32_t num_tokens, int32_t top_k, int32_t num_experts);
 
 /// Scratch bytes launch_moe_permute needs.
@@ -173,7 +194,7 @@ struct moe_permute_params {
     int32_t top_k = 0;
     int32_t num_experts = 0;  ///< <= 1024
     int32_t hidden = 0;       ///< multiple of 8
-    int32_t row_align = 16;   ///< 16 or a multiple of 64
+    int32_t row_align = 16;   ///< 16, 32 or a multiple of 64
     int32_t max_rows = 0;     ///< moe_permuted_rows_bound(...)
 };
 

@@ -17,14 +17,16 @@ namespace wmma = nvcuda::wmma;
 constexpr int kThreads = 256;
 constexpr int kBN = 128;  // rows of b per tile (with swiglu: 64 gate rows then the 64 matching up rows)
 
-/// Tile shapes: 16 rows (8 warps side by side, for small batches bound by streaming weights: deep 128-wide K
-/// steps keep ~120 KB of weights in flight per SM), 64 rows (2x4 warps of 32x32) and 128 rows (2x4 warps of
-/// 64x32: more tensor-core work per shared-memory fragment load).
-template <int kBM, bool kSwiglu>
+/// Tile shapes: 16 and 32 rows (8 warps side by side / 2x4 warps, for decode batches bound by streaming expert
+/// weights: 128-wide K steps, double-buffered, ~78 / 83 KB of shared memory so that two blocks share an SM and
+/// one block's pipeline fill overlaps the other's streaming; measured on H200 against 3-4 stages at one block per
+/// SM: the Qwen3-30B-A3B MoE layer at 64 tokens 0.460 -> 0.387 ms, at 256 tokens 0.617 -> 0.458 ms), 64 rows
+/// (2x4 warps of 32x32) and 128 rows (2x4 warps of 64x32: more tensor-core work per fragment load).
+template <int kBM, bool kSwiglu, int kBKArg, int kStagesArg>
 struct gemm_tile {
-    static constexpr int kBK = kBM == 16 ? 128 : 64;
+    static constexpr int kBK = kBKArg;
     static constexpr int kStride = kBK + 8;  // bf16 per smem row: the 16-byte pad staggers rows across banks
-    static constexpr int kStages = kBM == 128 ? 3 : 4;
+    static constexpr int kStages = kStagesArg;
     static constexpr int kWarpsM = kBM == 16 ? 1 : 2;
     static constexpr int kWarpsN = 8 / kWarpsM;
     static constexpr int kFragsM = kBM / kWarpsM / 16;
@@ -52,9 +54,9 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
-template <int kBM, bool kSwiglu>
+template <int kBM, bool kSwiglu, int kBK, int kStages>
 __global__ void __launch_bounds__(kThreads, 2) grouped_gemm_kernel(const grouped_gemm_params p) {
-    using tile = gemm_tile<kBM, kSwiglu>;
+    using tile = gemm_tile<kBM, kSwiglu, kBK, kStages>;
     extern __shared__ __align__(128) unsigned char smem[];
 
     const int32_t m0 = blockIdx.x * kBM;
@@ -169,40 +171,41 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemm_kernel(const grouped
     }
 }
 
-template <int kBM, bool kSwiglu>
+template <int kBM, bool kSwiglu, int kBK, int kStages>
 void launch_tile(const grouped_gemm_params& p, cudaStream_t stream) {
-    using tile = gemm_tile<kBM, kSwiglu>;
+    using tile = gemm_tile<kBM, kSwiglu, kBK, kStages>;
     constexpr size_t smem = tile::kSmemBytes;
     if (smem > 48 * 1024)
-        ZMOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<kBM, kSwiglu>,
+        ZMOE_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<kBM, kSwiglu, kBK, kStages>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     const dim3 grid((p.max_rows + kBM - 1) / kBM, (p.n + tile::kOutN - 1) / tile::kOutN);
-    grouped_gemm_kernel<kBM, kSwiglu><<<grid, kThreads, smem, stream>>>(p);
+    grouped_gemm_kernel<kBM, kSwiglu, kBK, kStages><<<grid, kThreads, smem, stream>>>(p);
     ZMOE_CUDA_CHECK_LAUNCH();
+}
+
+template <int kBM, int kBK, int kStages>
+void launch_swiglu_or_not(const grouped_gemm_params& p, cudaStream_t stream) {
+    if (p.swiglu)
+        launch_tile<kBM, true, kBK, kStages>(p, stream);
+    else
+        launch_tile<kBM, false, kBK, kStages>(p, stream);
 }
 
 }  // namespace
 
 void launch_grouped_gemm(const grouped_gemm_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(p.k % 8 == 0 && p.n % 8 == 0, "grouped_gemm: n and k must be multiples of 8");
-    ZMOE_KERNEL_REQUIRE(p.row_align == 16 || (p.row_align > 0 && p.row_align % 64 == 0),
-                        "grouped_gemm: row_align must be 16 or a multiple of 64");
+    ZMOE_KERNEL_REQUIRE(p.row_align == 16 || p.row_align == 32 || (p.row_align > 0 && p.row_align % 64 == 0),
+                        "grouped_gemm: row_align must be 16, 32 or a multiple of 64");
     if (p.max_rows == 0 || p.n == 0) return;
     if (p.row_align == 16) {
-        if (p.swiglu)
-            launch_tile<16, true>(p, stream);
-        else
-            launch_tile<16, false>(p, stream);
+        launch_swiglu_or_not<16, 128, 2>(p, stream);
+    } else if (p.row_align == 32) {
+        launch_swiglu_or_not<32, 128, 2>(p, stream);
     } else if (p.row_align % 128 == 0) {
-        if (p.swiglu)
-            launch_tile<128, true>(p, stream);
-        else
-            launch_tile<128, false>(p, stream);
+        launch_swiglu_or_not<128, 64, 3>(p, stream);
     } else {
-        if (p.swiglu)
-            launch_tile<64, true>(p, stream);
-        else
-            launch_tile<64, false>(p, stream);
+        launch_swiglu_or_not<64, 64, 4>(p, stream);
     }
 }
 

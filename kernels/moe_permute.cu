@@ -97,10 +97,13 @@ __global__ void gather_kernel(const moe_permute_params p) {
 }  // namespace
 
 int32_t moe_row_align_for(int32_t num_tokens, int32_t top_k, int32_t num_experts) {
-    // Small batches are bound by streaming expert weights: pad little. Larger ones fill 64-row tensor-core tiles,
-    // and from about 256 rows per expert on, 128-row tiles (padding then costs at most a quarter).
+    // Small batches are bound by streaming expert weights: pad little, and keep an expert's rows in one tile so
+    // its weights are read once (16 rows up to 8 per expert on average, 32 up to 32). Larger ones fill 64-row
+    // tensor-core tiles, and from about 256 rows per expert on, 128-row tiles (padding then costs at most a
+    // quarter).
     const int64_t rows = int64_t(num_tokens) * top_k;
     if (rows <= 8 * int64_t(num_experts)) return 16;
+    if (rows <= 32 * int64_t(num_experts)) return 32;
     return rows >= 256 * int64_t(num_experts) ? 128 : 64;
 }
 
@@ -110,8 +113,8 @@ size_t moe_permute_workspace_bytes(int32_t num_tokens, int32_t top_k, int32_t nu
 
 void launch_moe_permute(const moe_permute_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(p.num_experts >= 1 && p.num_experts <= kMaxExperts, "moe_permute: num_experts in [1, 1024]");
-    ZMOE_KERNEL_REQUIRE(p.row_align == 16 || (p.row_align > 0 && p.row_align % 64 == 0),
-                        "moe_permute: row_align must be 16 or a multiple of 64");
+    ZMOE_KERNEL_REQUIRE(p.row_align == 16 || p.row_align == 32 || (p.row_align > 0 && p.row_align % 64 == 0),
+                        "moe_permute: row_align must be 16, 32 or a multiple of 64");
     ZMOE_KERNEL_REQUIRE(p.max_rows >= moe_permuted_rows_bound(p.num_tokens, p.top_k, p.num_experts, p.row_align),
                         "moe_permute: max_rows below moe_permuted_rows_bound");
     ZMOE_KERNEL_REQUIRE(p.x == nullptr || p.hidden % 8 == 0, "moe_permute: hidden must be a multiple of 8");

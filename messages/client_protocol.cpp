@@ -15,7 +15,7 @@ msgpack_writer start(client_kind kind, uint32_t num_fields, size_t reserve = 64)
 }  // namespace
 
 std::string encode(const client_generate& m) {
-    auto w = start(client_kind::generate, 10);
+    auto w = start(client_kind::generate, 11);
     w.str(m.client_request_id);
     if (const auto* text = std::get_if<std::string>(&m.prompt)) {
         w.str(*text);
@@ -34,6 +34,7 @@ std::string encode(const client_generate& m) {
     w.string_array(m.stop);
     w.boolean(m.ignore_eos);
     w.boolean(m.stream);
+    w.str(m.chat);
     return w.take();
 }
 
@@ -78,7 +79,7 @@ std::string encode(const client_error& m) {
 }
 
 std::string encode(const client_health_reply& m) {
-    auto w = start(client_kind::health_reply, 10);
+    auto w = start(client_kind::health_reply, 11);
     w.str(m.tag);
     w.str(m.status);
     w.str(m.model);
@@ -89,6 +90,7 @@ std::string encode(const client_health_reply& m) {
     w.f64(m.uptime_s);
     w.str(m.version);
     w.str(m.detail);
+    w.str(m.run_id);
     return w.take();
 }
 
@@ -125,6 +127,7 @@ client_request decode_client_request(std::string_view bytes) {
             m.stop = f.read_string_array("generate.stop", kMaxStopStrings, kMaxNameBytes);
             m.ignore_eos = f.read_bool("generate.ignore_eos");
             m.stream = f.read_bool("generate.stream");
+            m.chat = f.read_string("generate.chat", kMaxStringBytes);
             out = std::move(m);
             break;
         }
@@ -145,6 +148,18 @@ client_request decode_client_request(std::string_view bytes) {
     }
     close_message(r, f);
     return out;
+}
+
+std::string peek_client_request_id(std::string_view bytes) noexcept {
+    try {
+        msgpack_reader r(bytes, kWhat);
+        auto [kind, f] = open_message(r, bytes, kClientProtocolVersion, kWhat);
+        const auto k = static_cast<client_kind>(kind);
+        if (k != client_kind::generate && k != client_kind::abort) return {};
+        return f.read_string("client_request_id", kMaxNameBytes);
+    } catch (...) {
+        return {};
+    }
 }
 
 client_reply decode_client_reply(std::string_view bytes) {
@@ -187,6 +202,7 @@ client_reply decode_client_reply(std::string_view bytes) {
             m.uptime_s = f.read_double("health_reply.uptime_s");
             m.version = f.read_string("health_reply.version", kMaxNameBytes);
             m.detail = f.read_string("health_reply.detail", kMaxStringBytes);
+            m.run_id = f.read_string("health_reply.run_id", kMaxNameBytes);
             out = std::move(m);
             break;
         }

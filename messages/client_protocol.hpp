@@ -50,6 +50,11 @@ struct client_generate {
     bool ignore_eos = false;
     /// true: a delta as tokens are produced; false: one final delta with everything.
     bool stream = true;
+    /// Appended. Non-empty: a chat request, the JSON text of {"messages": [...], "add_generation_prompt"?: bool,
+    /// "tools"?: [...], "chat_template_kwargs"?: {...}}; the frontend renders it with the model's chat template and
+    /// tokenizes the rendering without adding special tokens (as apply_chat_template(tokenize=True)); `prompt`
+    /// must then be an empty string.
+    std::string chat;
     bool operator==(const client_generate&) const = default;
 };
 
@@ -103,6 +108,7 @@ struct client_health_reply {
     double uptime_s = 0.0;
     std::string version;  ///< zmoe version string
     std::string detail;   ///< why the status is not "ok" (e.g. which worker died); empty otherwise
+    std::string run_id;   ///< appended: the id its launcher gave this run (empty when none)
     bool operator==(const client_health_reply&) const = default;
 };
 
@@ -128,6 +134,9 @@ std::string encode(const client_metrics_reply& m);
 
 /// Decodes a client -> frontend frame; throws zmoe::error(errc::protocol) on anything malformed.
 client_request decode_client_request(std::string_view bytes);
+/// The client_request_id of a generate or abort frame that may be malformed elsewhere ("" when even that cannot be
+/// read), so that the error about it names the request.
+std::string peek_client_request_id(std::string_view bytes) noexcept;
 /// Decodes a frontend -> client frame; throws zmoe::error(errc::protocol) on anything malformed.
 client_reply decode_client_reply(std::string_view bytes);
 

@@ -71,6 +71,10 @@ struct step_request {
     std::vector<scheduled_seq> seqs;
     /// Requests whose per-request worker state (kept sampled token) can be dropped.
     std::vector<uint64_t> finished_ids;
+    /// Dual-batch overlap: run this step as two micro-batches, one's expert exchanges in flight while the other
+    /// computes. The engine core sets it for every rank of a step alike (dbo_split.hpp), so all ranks make the
+    /// same number of exchanges; a rank with no tokens still joins both micro-batches' exchanges.
+    bool dual_batch = false;
 };
 
 struct sampled_token {

@@ -40,6 +40,7 @@ step_request read_step(field_cursor& f, msgpack_reader& r) {
     }
     auto ids = f.read_uint64_array("step.finished_ids", kMaxSeqsPerStep);
     m.finished_ids.assign(ids.begin(), ids.end());
+    m.dual_batch = f.read_bool("step.dual_batch");
     return m;
 }
 
@@ -114,7 +115,7 @@ std::string encode(const worker_ready& m) {
 std::string encode(const step_request& m) {
     size_t reserve = 32 + 9 * m.finished_ids.size();
     for (const auto& s : m.seqs) reserve += 48 + 4 * (s.token_ids.size() + s.block_table.size());
-    auto w = start(worker_kind::step, 3, reserve);
+    auto w = start(worker_kind::step, 4, reserve);
     w.uint(m.step_id);
     w.array_header(static_cast<uint32_t>(m.seqs.size()));
     for (const auto& s : m.seqs) {
@@ -128,6 +129,7 @@ std::string encode(const step_request& m) {
         write_sampling(w, s.sampling);
     }
     w.uint64_array(m.finished_ids);
+    w.boolean(m.dual_batch);
     return w.take();
 }
 

@@ -84,6 +84,7 @@ void cpu_model::forward(const forward_batch& batch, kv_cache& cache, std::vector
         }
     }
 
+    if (batch.micro_batch_split >= 0 && !stream_) stream_ = std::make_unique<comm_stream>(comm_);
     std::vector<float> h(static_cast<size_t>(T * H)), xn(h.size()), delta(h.size());
     pool_.parallel_for(T, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) weights_.embed().row_to_f32(batch.tokens[t], h.data() + t * H);
@@ -94,7 +95,11 @@ void cpu_model::forward(const forward_batch& batch, kv_cache& cache, std::vector
         attention(l, batch, cache, xn.data(), delta.data());
         for (int64_t i = 0; i < T * H; ++i) h[i] += delta[i];
         rmsnorm(pool_, h.data(), lw.post_norm.data(), T, H, c.rms_norm_eps, xn.data());
-        if (lw.moe_index >= 0) {
+        if (lw.moe_index >= 0 && batch.micro_batch_split >= 0) {
+            moe_forward_dual(pool_, c, lw.moe, placement_, lw.moe_index, *stream_, comm_.rank(), comm_.world_size(),
+                             xn.data(), T, batch.micro_batch_split, delta.data(),
+                             expert_counts.data() + lw.moe_index * E);
+        } else if (lw.moe_index >= 0) {
             moe_forward(pool_, c, lw.moe, placement_, lw.moe_index, comm_, xn.data(), T, delta.data(),
                         expert_counts.data() + lw.moe_index * E);
         } else {

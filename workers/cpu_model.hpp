@@ -2,8 +2,10 @@
 // The forward pass of every supported architecture on the CPU, fp32, for one rank's flattened batch.
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "workers/comm_stream.hpp"
 #include "workers/expert_comm.hpp"
 #include "workers/expert_placement.hpp"
 #include "workers/kv_cache.hpp"
@@ -19,6 +21,9 @@ struct forward_batch {
     std::vector<int64_t> positions;   ///< [num_rows]
     std::vector<attention_seq> seqs;  ///< rows of each sequence, with its block table
     std::vector<int64_t> logit_rows;  ///< rows whose next-token logits are wanted
+    /// Dual-batch overlap: the first row of micro-batch B (workers/micro_batch.hpp), or -1 to run one batch. Every
+    /// rank of a step must agree on whether it is -1 (the exchanges are collectives).
+    int64_t micro_batch_split = -1;
 };
 
 class cpu_model {
@@ -28,7 +33,8 @@ class cpu_model {
 
     /// Runs `batch` through the model, storing its K/V in `cache`. logits: resized to [logit_rows, vocab].
     /// expert_counts: [num_moe_layers * num_experts], incremented for this rank's routed tokens. With an empty
-    /// batch it still joins every MoE layer's exchanges.
+    /// batch it still joins every MoE layer's exchanges. With batch.micro_batch_split >= 0 each MoE layer runs as two
+    /// micro-batches whose exchanges overlap the other's compute, giving the same logits bitwise.
     void forward(const forward_batch& batch, kv_cache& cache, std::vector<float>& logits,
                  std::vector<uint32_t>& expert_counts);
 
@@ -40,6 +46,7 @@ class cpu_model {
     const expert_placement& placement_;
     expert_comm& comm_;
     thread_pool& pool_;
+    std::unique_ptr<comm_stream> stream_;     // created by the first dual-batch step
     std::vector<float> rope_inv_freq_;        // MLA: model_config::rope_inv_freq()
     std::vector<float> rope_cos_, rope_sin_;  // [num_rows, rotated dims / 2] of the current batch
 };

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "base/error.hpp"
+#include "workers/micro_batch.hpp"
 #include "workers/sampler.hpp"
 #include "workers/step_validation.hpp"
 
@@ -66,6 +67,11 @@ forward_batch model_runner::prepare(const step_request& request, sample_batch& s
         }
         if (s.do_sample) b.logit_rows.push_back(static_cast<int64_t>(b.tokens.size()) - 1);
     }
+    if (request.dual_batch) {
+        std::vector<int64_t> seq_tokens;
+        for (const attention_seq& a : b.seqs) seq_tokens.push_back(a.num_tokens);
+        b.micro_batch_split = micro_batch_split_row(seq_tokens);
+    }
     return b;
 }
 
@@ -83,7 +89,9 @@ step_result model_runner::execute(const step_request& request, std::vector<std::
         batch = prepare(request, samples, sample_ids);
     } catch (const error&) {
         // Keep the collective whole: the other ranks are already waiting in this step's exchanges.
-        model_.forward(forward_batch{}, cache_, logits, result.expert_counts);
+        forward_batch empty;
+        if (request.dual_batch) empty.micro_batch_split = 0;
+        model_.forward(empty, cache_, logits, result.expert_counts);
         throw;
     }
     model_.forward(batch, cache_, logits, result.expert_counts);

@@ -85,43 +85,53 @@ void mlp_forward(thread_pool& pool, const mlp_weights& w, const float* x, int64_
     linear(pool, gate.data(), num_tokens, w.down, nullptr, out);
 }
 
-void moe_forward(thread_pool& pool, const model_config& config, const moe_weights& weights,
-                 const expert_placement& placement, int64_t moe_layer, expert_comm& comm, const float* x,
-                 int64_t num_tokens, float* out, uint32_t* expert_counts) {
-    const int64_t H = config.hidden_size, E = config.num_experts, K = config.num_experts_per_tok;
-    const int64_t I = config.moe_intermediate_size;
-    const int world = comm.world_size();
-    ZMOE_CHECK(placement.world_size() == world, "placement world " << placement.world_size() << " vs comm " << world);
+namespace {
 
-    // Route.
-    std::vector<float> logits(static_cast<size_t>(num_tokens * E));
-    linear(pool, x, num_tokens, weights.router, nullptr, logits.data());
-    std::vector<routing> routes(static_cast<size_t>(num_tokens));
+// One micro-batch's routing state between its dispatch and its combine.
+struct moe_exchange {
+    std::vector<routing> routes;                     // [n]
+    std::vector<std::pair<int32_t, int64_t>> where;  // [n * K]: (rank, record index) of every (token, k)
+    std::vector<std::vector<float>> send;            // [world] dispatch records
+};
+
+// Routes rows x[0, n) (global token indices first_token + t, for the replica choice) and packs the dispatch: a
+// record is [slot id, H floats of the row]. Slot ids are small integers, exact in a float.
+moe_exchange route_and_pack(thread_pool& pool, const model_config& config, const moe_weights& weights,
+                            const expert_placement& placement, int64_t moe_layer, int world, const float* x,
+                            int64_t first_token, int64_t n, uint32_t* expert_counts) {
+    const int64_t H = config.hidden_size, E = config.num_experts, K = config.num_experts_per_tok;
+    moe_exchange ex;
+    std::vector<float> logits(static_cast<size_t>(n * E));
+    linear(pool, x, n, weights.router, nullptr, logits.data());
+    ex.routes.resize(static_cast<size_t>(n));
     const router_params rp =
         router_params_of(config, weights.router_bias.empty() ? nullptr : weights.router_bias.data());
-    for (int64_t t = 0; t < num_tokens; ++t) {
-        routes[t] = route(logits.data() + t * E, rp);
-        for (int32_t e : routes[t].experts) ++expert_counts[e];
+    for (int64_t t = 0; t < n; ++t) {
+        ex.routes[t] = route(logits.data() + t * E, rp);
+        for (int32_t e : ex.routes[t].experts) ++expert_counts[e];
     }
-
-    // Dispatch: a record is [slot id, H floats of the row]; (rank, record index) of every (token, k) is kept for
-    // the combine. Slot ids are small integers, exact in a float.
     const int64_t rec = H + 1;
-    std::vector<std::vector<float>> send(static_cast<size_t>(world));
-    std::vector<std::pair<int32_t, int64_t>> where(static_cast<size_t>(num_tokens * K));
-    for (int64_t t = 0; t < num_tokens; ++t) {
+    ex.send.resize(static_cast<size_t>(world));
+    ex.where.resize(static_cast<size_t>(n * K));
+    for (int64_t t = 0; t < n; ++t) {
         for (int64_t k = 0; k < K; ++k) {
-            const expert_replica& rep = placement.pick(moe_layer, routes[t].experts[k], t);
-            std::vector<float>& buf = send[rep.rank];
-            where[t * K + k] = {rep.rank, static_cast<int64_t>(buf.size()) / rec};
+            const expert_replica& rep = placement.pick(moe_layer, ex.routes[t].experts[k], first_token + t);
+            std::vector<float>& buf = ex.send[rep.rank];
+            ex.where[t * K + k] = {rep.rank, static_cast<int64_t>(buf.size()) / rec};
             buf.push_back(static_cast<float>(rep.slot));
             buf.insert(buf.end(), x + t * H, x + (t + 1) * H);
         }
     }
-    std::vector<std::vector<float>> received = comm.all_to_all(std::move(send));
+    return ex;
+}
 
-    // Compute the experts of this rank's slots for every rank's records.
-    const int rank = comm.rank();
+// Computes the experts of this rank's slots for every rank's dispatched records; returns the combine buffers.
+std::vector<std::vector<float>> compute_experts(thread_pool& pool, const model_config& config,
+                                                const moe_weights& weights, const expert_placement& placement,
+                                                int64_t moe_layer, int rank,
+                                                const std::vector<std::vector<float>>& received) {
+    const int64_t H = config.hidden_size, I = config.moe_intermediate_size, rec = H + 1;
+    const int world = static_cast<int>(received.size());
     const auto num_slots = static_cast<int32_t>(weights.experts.size());
     ZMOE_CHECK(static_cast<int64_t>(placement.slots(moe_layer, rank).size()) == num_slots,
                "rank " << rank << " holds " << num_slots << " expert slots, placement says "
@@ -150,37 +160,102 @@ void moe_forward(thread_pool& pool, const model_config& config, const moe_weight
         for (int64_t i = 0; i < b.n(); ++i)
             std::memcpy(reply[b.origin[i].first].data() + b.origin[i].second * H, b.y.data() + i * H,
                         sizeof(float) * H);
-    std::vector<std::vector<float>> results = comm.all_to_all(std::move(reply));
+    return reply;
+}
 
-    // Combine in top-k order, then the shared expert: qwen2_moe gates it by sigmoid, DeepSeek adds it as is.
+// out[t] = the top-k expert outputs of row t summed in top-k order, for rows [0, n) of one micro-batch.
+void combine_rows(thread_pool& pool, const model_config& config, const moe_exchange& ex,
+                  const std::vector<std::vector<float>>& results, int64_t n, float* out) {
+    const int64_t H = config.hidden_size, K = config.num_experts_per_tok;
     pool.parallel_for(
-        num_tokens,
+        n,
         [&](int64_t t0, int64_t t1) {
             for (int64_t t = t0; t < t1; ++t) {
                 float* o = out + t * H;
                 std::fill(o, o + H, 0.f);
                 for (int64_t k = 0; k < K; ++k) {
-                    const auto [r, idx] = where[t * K + k];
+                    const auto [r, idx] = ex.where[t * K + k];
                     const float* y = results[r].data() + idx * H;
-                    const float wk = routes[t].weights[k];
+                    const float wk = ex.routes[t].weights[k];
                     for (int64_t i = 0; i < H; ++i) o[i] += wk * y[i];
                 }
             }
         },
         16);
-    if (weights.has_shared && num_tokens > 0) {
-        std::vector<float> shared(static_cast<size_t>(num_tokens * H)), gate(static_cast<size_t>(num_tokens));
-        mlp_forward(pool, weights.shared, x, num_tokens, shared.data());
-        if (weights.shared_gate.empty()) {
-            for (int64_t i = 0; i < num_tokens * H; ++i) out[i] += shared[i];
-        } else {
-            linear(pool, x, num_tokens, weights.shared_gate, nullptr, gate.data());
-            for (int64_t t = 0; t < num_tokens; ++t) {
-                const float g = 1.0f / (1.0f + std::exp(-gate[t]));
-                for (int64_t i = 0; i < H; ++i) out[t * H + i] += g * shared[t * H + i];
-            }
-        }
+}
+
+// The shared expert's output for rows x[0, n), and its sigmoid gate per row (qwen2_moe; empty for DeepSeek, which
+// adds it as is). Nothing when the layer has no shared expert.
+struct shared_output {
+    std::vector<float> y;     // [n, H]
+    std::vector<float> gate;  // [n] or empty
+};
+
+shared_output shared_expert(thread_pool& pool, const model_config& config, const moe_weights& weights, const float* x,
+                            int64_t n) {
+    shared_output s;
+    if (!weights.has_shared || n == 0) return s;
+    s.y.resize(static_cast<size_t>(n * config.hidden_size));
+    mlp_forward(pool, weights.shared, x, n, s.y.data());
+    if (!weights.shared_gate.empty()) {
+        s.gate.resize(static_cast<size_t>(n));
+        linear(pool, x, n, weights.shared_gate, nullptr, s.gate.data());
     }
+    return s;
+}
+
+void add_shared(const model_config& config, const shared_output& s, int64_t n, float* out) {
+    if (s.y.empty()) return;
+    const int64_t H = config.hidden_size;
+    if (s.gate.empty()) {
+        for (int64_t i = 0; i < n * H; ++i) out[i] += s.y[i];
+        return;
+    }
+    for (int64_t t = 0; t < n; ++t) {
+        const float g = 1.0f / (1.0f + std::exp(-s.gate[t]));
+        for (int64_t i = 0; i < H; ++i) out[t * H + i] += g * s.y[t * H + i];
+    }
+}
+
+}  // namespace
+
+void moe_forward(thread_pool& pool, const model_config& config, const moe_weights& weights,
+                 const expert_placement& placement, int64_t moe_layer, expert_comm& comm, const float* x,
+                 int64_t num_tokens, float* out, uint32_t* expert_counts) {
+    const int world = comm.world_size();
+    ZMOE_CHECK(placement.world_size() == world, "placement world " << placement.world_size() << " vs comm " << world);
+    moe_exchange ex =
+        route_and_pack(pool, config, weights, placement, moe_layer, world, x, 0, num_tokens, expert_counts);
+    const auto received = comm.all_to_all(std::move(ex.send));
+    const auto results =
+        comm.all_to_all(compute_experts(pool, config, weights, placement, moe_layer, comm.rank(), received));
+    combine_rows(pool, config, ex, results, num_tokens, out);
+    add_shared(config, shared_expert(pool, config, weights, x, num_tokens), num_tokens, out);
+}
+
+void moe_forward_dual(thread_pool& pool, const model_config& config, const moe_weights& weights,
+                      const expert_placement& placement, int64_t moe_layer, comm_stream& stream, int rank, int world,
+                      const float* x, int64_t num_tokens, int64_t split_row, float* out, uint32_t* expert_counts) {
+    ZMOE_CHECK(placement.world_size() == world, "placement world " << placement.world_size() << " vs comm " << world);
+    ZMOE_CHECK(split_row >= 0 && split_row <= num_tokens, "split row " << split_row << " of " << num_tokens);
+    const int64_t H = config.hidden_size;
+    const int64_t n_a = split_row, n_b = num_tokens - split_row;
+    const float* x_b = x + n_a * H;
+    // Every wait below follows the queue order (A dispatch, B dispatch, A combine, B combine), the same on every
+    // rank; what runs between a queue and its wait is the other micro-batch's compute, overlapping the exchange.
+    moe_exchange a = route_and_pack(pool, config, weights, placement, moe_layer, world, x, 0, n_a, expert_counts);
+    auto a_dispatch = stream.all_to_all(std::move(a.send));
+    moe_exchange b = route_and_pack(pool, config, weights, placement, moe_layer, world, x_b, n_a, n_b, expert_counts);
+    auto b_dispatch = stream.all_to_all(std::move(b.send));
+    auto a_combine =
+        stream.all_to_all(compute_experts(pool, config, weights, placement, moe_layer, rank, a_dispatch.get()));
+    auto b_combine =
+        stream.all_to_all(compute_experts(pool, config, weights, placement, moe_layer, rank, b_dispatch.get()));
+    // The shared expert needs no exchange: it runs while the combines are in flight.
+    const shared_output shared = shared_expert(pool, config, weights, x, num_tokens);
+    combine_rows(pool, config, a, a_combine.get(), n_a, out);
+    combine_rows(pool, config, b, b_combine.get(), n_b, out + n_a * H);
+    add_shared(config, shared, num_tokens, out);
 }
 
 }  // namespace zmoe

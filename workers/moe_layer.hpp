@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "workers/comm_stream.hpp"
 #include "workers/expert_comm.hpp"
 #include "workers/expert_placement.hpp"
 #include "workers/model_config.hpp"
@@ -28,6 +29,15 @@ routing route_token(const float* logits, int64_t num_experts, int64_t top_k, boo
 void moe_forward(thread_pool& pool, const model_config& config, const moe_weights& weights,
                  const expert_placement& placement, int64_t moe_layer, expert_comm& comm, const float* x,
                  int64_t num_tokens, float* out, uint32_t* expert_counts);
+
+/// moe_forward as two micro-batches (dual-batch overlap): rows [0, split_row) are A, the rest B. A's dispatch is in
+/// flight on `stream` while B routes, A's combine while B's experts run, B's combine while the shared expert runs.
+/// Bitwise the same output as moe_forward (rows are independent, replicas picked by the same global token index).
+/// Every rank of a dual-batch step calls it, each with its own split (an empty micro-batch still joins the
+/// exchanges); rank/world are the stream's comm's.
+void moe_forward_dual(thread_pool& pool, const model_config& config, const moe_weights& weights,
+                      const expert_placement& placement, int64_t moe_layer, comm_stream& stream, int rank, int world,
+                      const float* x, int64_t num_tokens, int64_t split_row, float* out, uint32_t* expert_counts);
 
 /// Dense gated MLP: out = down(silu(gate x) * up x) for x: [num_tokens, H], out: [num_tokens, H].
 void mlp_forward(thread_pool& pool, const mlp_weights& w, const float* x, int64_t num_tokens, float* out);

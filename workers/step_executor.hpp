@@ -34,16 +34,25 @@ struct executor_options {
     int world_size = 1;
     int64_t num_kv_blocks = 0;  ///< 0: as many as the budget holds
     int64_t block_size = 16;
-    int64_t kv_cache_bytes = 256ll << 20;  ///< CPU KV budget when num_kv_blocks is 0
-    double gpu_memory_utilization = 0.9;   ///< CUDA: fraction of device memory for weights + KV
-    int num_threads = 0;                   ///< CPU kernel threads; 0 = all cores
-    expert_comm* comm = nullptr;           ///< CPU expert-parallel collective (not owned)
-    std::string collective_id;             ///< CUDA: the NCCL unique id bytes rank 0 made (welcome)
+    int64_t kv_cache_bytes = 256ll << 20;   ///< CPU KV budget when num_kv_blocks is 0
+    double gpu_memory_utilization = 0.9;    ///< CUDA: fraction of device memory for weights + KV
+    int num_threads = 0;                    ///< CPU kernel threads; 0 = all cores
+    expert_comm* comm = nullptr;            ///< CPU expert-parallel collective (not owned)
+    std::string collective_id;              ///< CUDA: the NCCL unique id bytes rank 0 made (welcome)
+    int32_t max_num_batched_tokens = 2048;  ///< tokens per step: sizes the CUDA workspace
+    int32_t max_num_seqs = 64;              ///< sequences per step: sizes the CUDA workspace and decode graphs
+    int32_t max_model_len = 0;              ///< longest sequence; 0: the model's max_position_embeddings
+    bool enforce_eager = false;             ///< CUDA: no decode graphs, every step launched kernel by kernel
+    std::string load_format = "auto";       ///< "auto": the checkpoint; "dummy": random weights from config.json
 };
 
 /// Creates the executor for options.device. Throws zmoe::error(unsupported) for a device this build lacks.
 std::unique_ptr<step_executor> make_step_executor(const std::string& model_dir, const executor_options& options,
                                                   const expert_placement& placement);
+
+/// Bytes per second one device-to-device copy moves on `device` (read + write counted: "cuda": cudaMemcpy within
+/// GPU 0, 1 GiB; "cpu": memcpy, 256 MiB), the best of a few repeats: the bandwidth floors are computed against.
+double measure_copy_bandwidth(const std::string& device);
 
 /// CUDA builds: rank 0 makes the NCCL unique id (as raw bytes) that every rank joins with; "" for CPU.
 std::string make_collective_id(const std::string& device);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -120,7 +121,7 @@ void worker_actor::on_start() {
     hello.data_endpoint = mesh_->endpoint();
     // Rank 0 makes the NCCL unique id (CUDA); the engine core hands it to every rank in the welcome.
     if (options_.rank == 0) hello.collective_id = make_collective_id(options_.device);
-    send(engine_sock_, encode(hello));
+    send_reliable(engine_sock_, encode(hello));
     watch_peer(engine_sock_, "", encode(worker_heartbeat{}),
                [this] { fail(errc::peer_dead, "the engine core stopped answering"); });
     compute_ = std::thread([this] { compute_loop(); });
@@ -136,7 +137,7 @@ bool worker_actor::on_stop_requested() {
 void worker_actor::fail(errc code, const std::string& why) {
     ZMOE_LOG(error, "worker " << options_.rank << ": " << why);
     exit_code_ = 1;
-    send(engine_sock_, encode(worker_error{options_.rank, code, why}));
+    send_reliable(engine_sock_, encode(worker_error{options_.rank, code, why}));
     cancel_ = true;
     stop_now();
 }
@@ -160,7 +161,7 @@ void worker_actor::on_engine_message(const inbound_message& msg) {
                     step_result res = runner_->execute(req);
                     res.rank = options_.rank;
                     res.compute_ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
-                    post([this, bytes = encode(res)] { send(engine_sock_, bytes); });
+                    post([this, bytes = encode(res)] { send_reliable(engine_sock_, bytes); });
                 });
             } else if constexpr (std::is_same_v<T, worker_expert_move>) {
                 submit([this, mv = std::move(m)] { run_expert_move(mv); });
@@ -195,6 +196,12 @@ void worker_actor::handle_welcome(const worker_welcome& m) {
         eo.block_size = w.block_size;
         eo.kv_cache_bytes = options_.kv_cache_bytes;
         eo.gpu_memory_utilization = options_.gpu_memory_utilization;
+        eo.load_format = options_.load_format;
+        eo.enforce_eager = options_.enforce_eager;
+        if (w.max_num_batched_tokens > 0) eo.max_num_batched_tokens = static_cast<int32_t>(w.max_num_batched_tokens);
+        if (w.max_num_seqs > 0) eo.max_num_seqs = static_cast<int32_t>(w.max_num_seqs);
+        eo.max_num_batched_tokens = std::max(eo.max_num_batched_tokens, eo.max_num_seqs);
+        eo.max_model_len = static_cast<int32_t>(w.max_model_len);
         eo.num_threads = options_.num_threads;
         eo.comm = comm_.get();
         eo.collective_id = w.nccl_unique_id;
@@ -207,7 +214,7 @@ void worker_actor::handle_welcome(const worker_welcome& m) {
         ready.max_position_embeddings = static_cast<uint32_t>(cfg.max_position_embeddings);
         ready.num_moe_layers = static_cast<uint32_t>(cfg.num_moe_layers());
         ready.num_experts = static_cast<uint32_t>(cfg.num_experts);
-        post([this, bytes = encode(ready)] { send(engine_sock_, bytes); });
+        post([this, bytes = encode(ready)] { send_reliable(engine_sock_, bytes); });
         ZMOE_LOG(info, "worker " << options_.rank << ": model loaded from " << w.model_dir << ", "
                                  << runner_->num_kv_blocks() << " KV blocks");
     });
@@ -215,7 +222,9 @@ void worker_actor::handle_welcome(const worker_welcome& m) {
 
 void worker_actor::run_expert_move(const worker_expert_move& m) {
     const uint64_t bytes = runner_->apply_expert_moves(m.moves);
-    post([this, done = worker_expert_move_done{m.move_id, options_.rank, bytes}] { send(engine_sock_, encode(done)); });
+    post([this, done = worker_expert_move_done{m.move_id, options_.rank, bytes}] {
+        send_reliable(engine_sock_, encode(done));
+    });
 }
 
 void worker_actor::submit(std::function<void()> task) {

@@ -33,6 +33,8 @@ struct worker_options {
     int num_threads = 0;                          ///< CPU kernel threads; 0 = all cores
     int64_t kv_cache_bytes = 256ll << 20;         ///< KV budget when the engine core leaves the size to us
     double gpu_memory_utilization = 0.9;          ///< CUDA: fraction of device memory for weights + KV
+    std::string load_format = "auto";             ///< auto or dummy (weights generated from config.json)
+    bool enforce_eager = false;                   ///< CUDA: no decode graphs
     std::chrono::milliseconds heartbeat_interval{1000};
 };
 

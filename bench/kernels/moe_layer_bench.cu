@@ -3,7 +3,7 @@
 // GEMM + weighted combine. Timed with CUDA events (warm-up, then the median of --iters runs), once launched
 // stream-ordered and once as a CUDA graph replay, beside the floor from the bytes the layer must move (expert
 // weights touched, activations in and out) and its FLOPs at H100 peak (3.35 TB/s, 989 TFLOP/s dense BF16).
-//   moe_layer_bench [--tokens 1,4,...] [--iters N] [--warmup N] [--align 16|64|128] [--json PATH]
+//   moe_layer_bench [--tokens 1,4,...] [--iters N] [--warmup N] [--align 16|32|64|128] [--json PATH]
 // (--align forces the row alignment, hence the grouped GEMM's tile height, instead of moe_row_align_for's.)
 
 #include <algorithm>
@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
             g_forced_align = std::stoi(argv[++i]);
         else {
             std::fprintf(stderr,
-                         "usage: %s [--tokens 1,4,...] [--iters N] [--warmup N] [--align 16|64|128] [--json PATH]\n",
+                         "usage: %s [--tokens 1,4,...] [--iters N] [--warmup N] [--align 16|32|64|128] [--json PATH]\n",
                          argv[0]);
             return 2;
         }

@@ -27,6 +27,7 @@ class FakeFrontend(threading.Thread):
         self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.stop_event = threading.Event()
         self.hanging = {}
+        self.echo_heartbeats = True  # False: a frontend whose process hangs (it answers nothing any more)
         self.malformed = []
         self.seen = []
 
@@ -75,6 +76,9 @@ class FakeFrontend(threading.Thread):
                     self.send(peer_of, zmoe_client.DELTA, f[0], [], "", True, "abort", 1, 0)
             elif kind == zmoe_client.HEALTH:
                 self.send(peer, zmoe_client.HEALTH_REPLY, f[0], "ok", "fake-moe", 2, 2, 0, 0, 1.5, "test", "")
+            elif kind == zmoe_client.HEARTBEAT:
+                if self.echo_heartbeats:
+                    self.send(peer, zmoe_client.HEARTBEAT)
             elif kind == zmoe_client.METRICS:
                 self.send(peer, zmoe_client.METRICS_REPLY, f[0], '{"requests": 3}')
         self.sock.close(0)
@@ -141,6 +145,23 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(zmoe_client.ZmoeError) as ctx:
             next(s)
         self.assertEqual(ctx.exception.code, "timeout")
+
+    def test_heartbeats_keep_a_quiet_request_alive(self):
+        c = zmoe_client.Client(self.server.endpoint, timeout=5.0, heartbeat_interval=0.05)
+        s = c.generate("hang", timeout=0.5)  # 10 intervals of silence from the request itself
+        with self.assertRaises(zmoe_client.ZmoeError) as ctx:
+            next(s)
+        self.assertEqual(ctx.exception.code, "timeout")  # the frontend answered every heartbeat
+        c.close()
+
+    def test_dead_frontend_is_detected_by_heartbeat(self):
+        self.server.echo_heartbeats = False
+        c = zmoe_client.Client(self.server.endpoint, timeout=60.0, heartbeat_interval=0.05)
+        s = c.generate("hang")
+        with self.assertRaises(zmoe_client.ZmoeError) as ctx:
+            next(s)
+        self.assertEqual(ctx.exception.code, "peer_dead")  # not "timeout": the heartbeats went unanswered
+        c.close()
 
     def test_argument_checks(self):
         with self.assertRaises(ValueError):

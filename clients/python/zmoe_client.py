@@ -37,7 +37,10 @@ ERROR_CODES = {
     7: "aborted",
     8: "protocol",
     9: "internal",
+    10: "duplicate_request",  # the id names a live request, which is left running: not that request's end
+    11: "overloaded",
 }
+DUPLICATE_REQUEST = 10
 
 MAX_FRAME_BYTES = 64 << 20
 
@@ -135,9 +138,11 @@ class Stream:
 
 
 class Client:
-    def __init__(self, endpoint, timeout=60.0, context=None):
+    def __init__(self, endpoint, timeout=60.0, context=None, heartbeat_interval=1.0, heartbeat_max_missed=3):
         """endpoint: the frontend's ROUTER, e.g. "tcp://127.0.0.1:5555". timeout: default seconds to wait for
-        each reply (each delta of a stream)."""
+        each reply (each delta of a stream). While waiting with nothing arriving, the client heartbeats the
+        frontend every heartbeat_interval seconds and raises ZmoeError("peer_dead") when heartbeat_max_missed
+        intervals pass without an answer (0 = never), so a dead frontend is noticed within seconds."""
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
@@ -148,6 +153,11 @@ class Client:
         self._events = collections.defaultdict(collections.deque)  # request id -> Delta | ZmoeError
         self._replies = {}  # tag -> health / metrics reply fields
         self._orphan_errors = collections.deque()  # errors naming no request
+        self._hb_interval = heartbeat_interval
+        self._hb_max_missed = heartbeat_max_missed
+        self._last_received = time.monotonic()
+        self._last_heartbeat = 0.0
+        self._unanswered_since = None
 
     def close(self):
         self._sock.close(0)
@@ -162,17 +172,28 @@ class Client:
         self._sock.send(msgpack.packb([PROTOCOL_VERSION, kind, *fields], use_bin_type=True))
 
     def generate(self, prompt=None, prompt_token_ids=None, *, max_tokens=16, temperature=1.0, top_p=1.0, top_k=0,
-                 seed=None, stop=(), ignore_eos=False, stream=True, request_id=None, timeout=None):
-        """Starts a request (text prompt or prompt_token_ids, exactly one) and returns a Stream of its deltas.
-        stream=False: the server sends one final delta holding everything."""
-        if (prompt is None) == (prompt_token_ids is None):
-            raise ValueError("give exactly one of prompt and prompt_token_ids")
+                 seed=None, stop=(), ignore_eos=False, stream=True, request_id=None, timeout=None, messages=None,
+                 add_generation_prompt=True, tools=None, chat_template_kwargs=None):
+        """Starts a request (text prompt, prompt_token_ids or chat messages, exactly one) and returns a Stream of its
+        deltas. messages: the server renders them with the model's chat template (with tools and
+        chat_template_kwargs). stream=False: the server sends one final delta holding everything."""
+        if sum(x is not None for x in (prompt, prompt_token_ids, messages)) != 1:
+            raise ValueError("give exactly one of prompt, prompt_token_ids and messages")
+        chat = ""
+        if messages is not None:
+            req = {"messages": list(messages), "add_generation_prompt": bool(add_generation_prompt)}
+            if tools is not None:
+                req["tools"] = list(tools)
+            if chat_template_kwargs is not None:
+                req["chat_template_kwargs"] = dict(chat_template_kwargs)
+            chat = json.dumps(req, ensure_ascii=False)
+            prompt = ""
         request_id = request_id if request_id is not None else f"py{next(self._ids)}"
         if request_id in self._live:
             raise ValueError(f"request id {request_id!r} is in use")
         wire_prompt = prompt if prompt is not None else [int(t) for t in prompt_token_ids]
         self._send(GENERATE, request_id, wire_prompt, int(max_tokens), float(temperature), float(top_p), int(top_k),
-                   None if seed is None else int(seed), [str(s) for s in stop], bool(ignore_eos), bool(stream))
+                   None if seed is None else int(seed), [str(s) for s in stop], bool(ignore_eos), bool(stream), chat)
         self._live.add(request_id)
         return Stream(self, request_id, self._timeout if timeout is None else timeout)
 
@@ -211,13 +232,34 @@ class Client:
                 raise ZmoeError("timeout", f"request {request_id!r}: no reply within {timeout} s", request_id)
         return self._events[request_id].popleft()
 
+    def _keep_alive(self, now):
+        if self._hb_max_missed <= 0:
+            return
+        if self._unanswered_since is not None and now - self._unanswered_since >= self._hb_interval * self._hb_max_missed:
+            self._unanswered_since = None
+            self._last_received = now
+            raise ZmoeError("peer_dead", f"the frontend stopped answering (no reply to heartbeats for "
+                                         f"{self._hb_interval * self._hb_max_missed:g} s)")
+        if now - self._last_received >= self._hb_interval and now - self._last_heartbeat >= self._hb_interval:
+            self._send(HEARTBEAT)
+            self._last_heartbeat = now
+            if self._unanswered_since is None:
+                self._unanswered_since = now
+
     def _receive(self, deadline):
         """Receives and files one reply; False once the deadline passed with nothing received."""
         while True:
-            left_ms = max(0, int((deadline - time.monotonic()) * 1000))
-            if not self._sock.poll(left_ms, zmq.POLLIN):
+            now = time.monotonic()
+            self._keep_alive(now)
+            left = max(0.0, deadline - now)
+            capped = self._hb_max_missed > 0 and left > self._hb_interval
+            if not self._sock.poll(int((self._hb_interval if capped else left) * 1000), zmq.POLLIN):
+                if capped:
+                    continue
                 return False
             frames = self._sock.recv_multipart(zmq.NOBLOCK)
+            self._last_received = time.monotonic()
+            self._unanswered_since = None
             try:
                 kind, f = _fields(frames[-1], _REPLY_FIELDS)
             except ZmoeError:
@@ -230,7 +272,9 @@ class Client:
             elif kind == ERROR:
                 rid, code, message = f[0], f[1], f[2]
                 err = ZmoeError(ERROR_CODES.get(code, f"error {code}"), message, rid)
-                if rid:
+                if rid and code == DUPLICATE_REQUEST:
+                    self._orphan_errors.append(err)
+                elif rid:
                     self._live.discard(rid)
                     self._events[rid].append(err)
                 else:

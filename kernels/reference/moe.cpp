@@ -36,6 +36,17 @@ void router_topk(const float* logits, int32_t* topk_ids, float* topk_weights, in
     }
 }
 
+void moe_route(const int32_t* topk_ids, const int32_t* replica_offsets, const int32_t* replica_slots, int32_t num_valid,
+               int32_t* slot_ids, int32_t* counts, int32_t num_tokens, int32_t top_k) {
+    for (int32_t t = 0; t < num_tokens; ++t)
+        for (int32_t j = 0; j < top_k; ++j) {
+            const int32_t e = topk_ids[size_t(t) * top_k + j];
+            const int32_t replicas = replica_offsets[e + 1] - replica_offsets[e];
+            slot_ids[size_t(t) * top_k + j] = replica_slots[replica_offsets[e] + t % replicas];
+            if (num_valid < 0 || t < num_valid) ++counts[e];
+        }
+}
+
 void moe_permute_plan(const int32_t* topk_ids, int32_t num_tokens, int32_t top_k, int32_t num_experts,
                       int32_t row_align, int32_t max_rows, int32_t* expert_offsets, int32_t* dest_rows,
                       int32_t* row_token) {

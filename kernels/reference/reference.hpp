@@ -52,6 +52,10 @@ void paged_attention(const attention_shape& s, const float* q, const float* k_ca
 void router_topk(const float* logits, int32_t* topk_ids, float* topk_weights, int32_t* counts, int32_t num_tokens,
                  int32_t num_experts, int32_t top_k, bool renormalize);
 
+/// See launch_moe_route; counts [num_experts] are added to; num_valid < 0 counts every token.
+void moe_route(const int32_t* topk_ids, const int32_t* replica_offsets, const int32_t* replica_slots, int32_t num_valid,
+               int32_t* slot_ids, int32_t* counts, int32_t num_tokens, int32_t top_k);
+
 /// See launch_moe_permute (the plan part): expert_offsets [E+1], dest_rows [T*k], row_token [max_rows].
 void moe_permute_plan(const int32_t* topk_ids, int32_t num_tokens, int32_t top_k, int32_t num_experts,
                       int32_t row_align, int32_t max_rows, int32_t* expert_offsets, int32_t* dest_rows,

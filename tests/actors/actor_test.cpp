@@ -267,7 +267,8 @@ class strict_server : public actor {
         sock_ = add_socket(socket_kind::router, [this](const inbound_message& m) {
             auto req = decode_client_request(m.payload);
             if (auto* h = std::get_if<client_health>(&req)) {
-                send_to(sock_, m.peer, encode(client_health_reply{h->tag, "ok", "fake", 1, 1, 0, 0, 0.0, "test", ""}));
+                send_to(sock_, m.peer,
+                        encode(client_health_reply{h->tag, "ok", "fake", 1, 1, 0, 0, 0.0, "test", "", ""}));
             }
         });
         endpoint_ = bind(sock_, "inproc://actor-test-strict");

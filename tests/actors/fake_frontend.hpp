@@ -68,13 +68,20 @@ class fake_frontend : public actor {
         hanging_.erase(it);
     }
     void handle(const std::string& peer, const client_health& h) {
-        send_to(sock_, peer, encode(client_health_reply{h.tag, "ok", "fake-moe", 2, 2, 0, 0, 1.5, "test", ""}));
+        send_to(sock_, peer, encode(client_health_reply{h.tag, "ok", "fake-moe", 2, 2, 0, 0, 1.5, "test", "", ""}));
     }
     void handle(const std::string& peer, const client_metrics& m) {
         send_to(sock_, peer, encode(client_metrics_reply{m.tag, R"({"requests":1})"}));
     }
-    void handle(const std::string& peer, const client_heartbeat&) { send_to(sock_, peer, encode(client_heartbeat{})); }
+    void handle(const std::string& peer, const client_heartbeat&) {
+        if (echo_heartbeats) send_to(sock_, peer, encode(client_heartbeat{}));
+    }
 
+  public:
+    /// false: a frontend that has hung (it answers nothing any more). Set before start().
+    bool echo_heartbeats = true;
+
+  private:
     socket_id sock_;
     std::string endpoint_;
     std::map<std::string, std::string> hanging_;

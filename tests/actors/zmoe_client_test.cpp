@@ -90,6 +90,33 @@ TEST(ZmoeClient, AbortEndsTheStream) {
     EXPECT_EQ(c.reason, finish_reason::abort);
 }
 
+TEST(ZmoeClient, HeartbeatsKeepAQuietRequestAlive) {
+    test::fake_frontend server;
+    server.start();
+    zmoe_client client(server.endpoint(), {.heartbeat_interval = 20ms, .heartbeat_max_missed = 3});
+    client_generate g;
+    g.prompt = std::string("hang");
+    const auto id = client.generate(g);
+    // 25 intervals without a delta: the frontend answers the heartbeats, so this is a plain timeout.
+    EXPECT_EQ(client.next(id, 500ms), std::nullopt);
+}
+
+TEST(ZmoeClient, DeadFrontendIsDetectedByHeartbeat) {
+    test::fake_frontend server;
+    server.echo_heartbeats = false;
+    server.start();
+    zmoe_client client(server.endpoint(), {.heartbeat_interval = 20ms, .heartbeat_max_missed = 3});
+    client_generate g;
+    g.prompt = std::string("hang");
+    const auto id = client.generate(g);
+    try {
+        client.next(id, 60s);
+        FAIL() << "expected peer_dead";
+    } catch (const error& e) {
+        EXPECT_EQ(e.code(), errc::peer_dead) << e.what();
+    }
+}
+
 TEST(ZmoeClient, HealthMetricsAndTimeouts) {
     test::fake_frontend server;
     server.start();

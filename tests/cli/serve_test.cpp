@@ -174,17 +174,16 @@ TEST(Serve, HostileClientsGetErrorsWhileOthersAreServed) {
         ASSERT_NE(e, nullptr) << id;
         EXPECT_EQ(e->code, zmoe::errc::invalid_argument) << id << ": " << e->message;
     }
-    // Aborting an id that was never sent is answered with an error naming it, and the good request is served in
-    // full meanwhile (its events are gathered from the same stream of replies).
+    // Aborting an id that was never sent is a no-op (no reply), and the good request is served in full meanwhile
+    // (its events are gathered from the same stream of replies).
     good.abort("never-sent");
-    bool abort_refused = false, good_done = false;
+    bool good_done = false;
     std::vector<int32_t> good_tokens;
-    for (int i = 0; i < 400 && !(abort_refused && good_done); ++i) {
+    for (int i = 0; i < 400 && !good_done; ++i) {
         auto ev = good.next_any(10s);
         ASSERT_TRUE(ev.has_value());
         if (auto* e = std::get_if<zmoe::client_error>(&*ev)) {
-            abort_refused |= e->client_request_id == "never-sent" && e->code == zmoe::errc::invalid_argument;
-            EXPECT_NE(e->client_request_id, "g") << e->message;
+            ADD_FAILURE() << "unexpected error for '" << e->client_request_id << "': " << e->message;
         } else if (auto* d = std::get_if<zmoe::client_delta>(&*ev); d && d->client_request_id == "g") {
             good_tokens.insert(good_tokens.end(), d->token_ids.begin(), d->token_ids.end());
             if (d->finished) {
@@ -193,7 +192,6 @@ TEST(Serve, HostileClientsGetErrorsWhileOthersAreServed) {
             }
         }
     }
-    EXPECT_TRUE(abort_refused);
     EXPECT_TRUE(good_done);
     EXPECT_EQ(good_tokens.size(), 16u);
     // A frame over the 64 MiB limit: the frontend drops that connection, and keeps serving everyone else.

@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -68,15 +67,12 @@ TEST(BpeModel, IgnoreMergesTakesWholePieceFromVocabulary) {
     EXPECT_EQ(encode(bpe_model::from_json(model, true), "abc"), (std::vector<int32_t>{3}));
 }
 
-TEST(BpeModel, LongRunIsNotQuadratic) {
+TEST(BpeModel, LongRunMergesFully) {
     const auto m = bpe_model::from_json(make_model({"a", "aa", "aaaa"}, {"a a", "aa aa"}), true);
     const std::string run(200000, 'a');
-    const auto start = std::chrono::steady_clock::now();
-    const auto ids = encode(m, run);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const auto ids = encode(m, run);  // its speed: bench/frontend/tokenizer_bench (no timing asserted here)
     ASSERT_EQ(ids.size(), 50000u);
     for (int32_t id : ids) ASSERT_EQ(id, 2);
-    EXPECT_LT(seconds, 1.0) << "200k-byte piece took " << seconds << " s";
 }
 
 TEST(BpeModel, MergeOutsideVocabularyIsRejected) {

@@ -271,7 +271,9 @@ TEST_P(RealTokenizer, BosEosSettings) {
     EXPECT_EQ(t.encode("hi", false), t.encode("hi"));  // never anything added by default
 }
 
-TEST_P(RealTokenizer, HugeInputsAreLinear) {
+// Megabyte-sized inputs and long runs of one character (the shapes that make naive BPE quadratic) encode and
+// round-trip exactly; their speed is measured by bench/frontend/tokenizer_bench, not asserted here.
+TEST_P(RealTokenizer, HugeInputsRoundTrip) {
     std::string mixed;
     const std::string parts[] = {"The quick brown fox jumps over the lazy dog. ",
                                  "数据 1234567 ",
@@ -283,10 +285,9 @@ TEST_P(RealTokenizer, HugeInputsAreLinear) {
     const std::vector<std::string> inputs{mixed, std::string(100000, ' '), std::string(300000, 'a'),
                                           std::string(100000, '\n'), std::string(200000, '7')};
     for (const auto& s : inputs) {
-        const auto start = std::chrono::steady_clock::now();
         const auto v = tok().encode(s);
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        EXPECT_LT(seconds, 3.0) << s.size() << " bytes starting with '" << s.substr(0, 8) << "'";
+        EXPECT_FALSE(v.empty());
+        EXPECT_LE(v.size(), s.size()) << s.size() << " bytes starting with '" << s.substr(0, 8) << "'";
         EXPECT_EQ(tok().decode(v), s);
     }
 }

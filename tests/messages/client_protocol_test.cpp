@@ -35,6 +35,13 @@ TEST(ClientProtocol, GenerateWithTokenIdsAndNoSeed) {
     test::check_wire_contract(m, decode_client_request);
 }
 
+TEST(ClientProtocol, GenerateWithChatMessages) {
+    client_generate m = sample_generate();
+    m.prompt = std::string();
+    m.chat = R"({"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": true})";
+    test::check_wire_contract(m, decode_client_request);
+}
+
 TEST(ClientProtocol, Abort) { test::check_wire_contract(client_abort{"req-7"}, decode_client_request); }
 TEST(ClientProtocol, Health) { test::check_wire_contract(client_health{"h1"}, decode_client_request); }
 TEST(ClientProtocol, Metrics) { test::check_wire_contract(client_metrics{"m1"}, decode_client_request); }
@@ -60,7 +67,8 @@ TEST(ClientProtocol, Error) {
 }
 
 TEST(ClientProtocol, HealthReply) {
-    client_health_reply m{"h1", "degraded", "qwen3-moe-tiny", 2, 1, 5, 1, 12.5, "0.1.0", "worker 1 stopped answering"};
+    client_health_reply m{"h1",   "degraded", "qwen3-moe-tiny", 2, 1, 5, 1, 12.5, "0.1.0", "worker 1 stopped answering",
+                          "run-7"};
     test::check_wire_contract(m, decode_client_reply);
 }
 
@@ -94,7 +102,7 @@ TEST(ClientProtocol, RejectsPromptOfWrongElementType) {
 TEST(ClientProtocol, AcceptsAGenericMsgpackEncoding) {
     msgpack::sbuffer buf;
     msgpack::packer<msgpack::sbuffer> pk(buf);
-    pk.pack_array(12);
+    pk.pack_array(13);
     pk.pack_uint32(kClientProtocolVersion);
     pk.pack_uint64(static_cast<uint8_t>(client_kind::generate));
     pk.pack(std::string("abc"));
@@ -107,6 +115,7 @@ TEST(ClientProtocol, AcceptsAGenericMsgpackEncoding) {
     pk.pack(std::vector<std::string>{"</s>"});
     pk.pack_false();
     pk.pack_true();
+    pk.pack(std::string());  // chat
     auto req = decode_client_request({buf.data(), buf.size()});
     const auto& g = std::get<client_generate>(req);
     EXPECT_EQ(g.client_request_id, "abc");

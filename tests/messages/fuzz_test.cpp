@@ -51,7 +51,7 @@ std::vector<std::string> seeds() {
     return {encode(g),
             encode(client_delta{"r", {1}, "t", true, finish_reason::stop, 1, 1}),
             encode(client_error{"r", errc::aborted, "m"}),
-            encode(client_health_reply{"t", "ok", "m", 1, 1, 0, 0, 1.0, "v", ""}),
+            encode(client_health_reply{"t", "ok", "m", 1, 1, 0, 0, 1.0, "v", "", ""}),
             encode(s),
             encode(res),
             encode(w),

@@ -10,7 +10,9 @@ inline bool same_sampling(const sampling_params& a, const sampling_params& b) {
 }
 
 inline bool same_step(const step_request& a, const step_request& b) {
-    if (a.step_id != b.step_id || a.finished_ids != b.finished_ids || a.seqs.size() != b.seqs.size()) return false;
+    if (a.step_id != b.step_id || a.finished_ids != b.finished_ids || a.dual_batch != b.dual_batch ||
+        a.seqs.size() != b.seqs.size())
+        return false;
     for (size_t i = 0; i < a.seqs.size(); ++i) {
         const auto& x = a.seqs[i];
         const auto& y = b.seqs[i];

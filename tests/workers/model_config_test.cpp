@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -322,6 +323,67 @@ TEST(ModelConfig, DeepseekV3Defaults) {
     EXPECT_TRUE(c.norm_topk_prob);
     EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 2.5);
     EXPECT_EQ(c.rope.type, "default");
+}
+
+// DeepSeek-V2-Lite's published config.json (transformers 4.x spelling, remote-code fields included).
+TEST(ModelConfig, DeepseekV2LitePublishedConfig) {
+    const json j = {{"architectures", {"DeepseekV2ForCausalLM"}},
+                    {"aux_loss_alpha", 0.001},
+                    {"bos_token_id", 100000},
+                    {"eos_token_id", 100001},
+                    {"ep_size", 1},
+                    {"first_k_dense_replace", 1},
+                    {"hidden_act", "silu"},
+                    {"hidden_size", 2048},
+                    {"intermediate_size", 10944},
+                    {"kv_lora_rank", 512},
+                    {"max_position_embeddings", 163840},
+                    {"model_type", "deepseek_v2"},
+                    {"moe_intermediate_size", 1408},
+                    {"moe_layer_freq", 1},
+                    {"n_group", 1},
+                    {"n_routed_experts", 64},
+                    {"n_shared_experts", 2},
+                    {"norm_topk_prob", false},
+                    {"num_attention_heads", 16},
+                    {"num_experts_per_tok", 6},
+                    {"num_hidden_layers", 27},
+                    {"num_key_value_heads", 16},
+                    {"q_lora_rank", nullptr},
+                    {"qk_nope_head_dim", 128},
+                    {"qk_rope_head_dim", 64},
+                    {"rms_norm_eps", 1e-06},
+                    {"rope_scaling",
+                     {{"beta_fast", 32},
+                      {"beta_slow", 1},
+                      {"factor", 40},
+                      {"mscale", 0.707},
+                      {"mscale_all_dim", 0.707},
+                      {"original_max_position_embeddings", 4096},
+                      {"type", "yarn"}}},
+                    {"rope_theta", 10000},
+                    {"routed_scaling_factor", 1.0},
+                    {"scoring_func", "softmax"},
+                    {"seq_aux", true},
+                    {"tie_word_embeddings", false},
+                    {"topk_group", 1},
+                    {"topk_method", "greedy"},
+                    {"torch_dtype", "bfloat16"},
+                    {"v_head_dim", 128},
+                    {"vocab_size", 102400}};
+    const model_config c = model_config::parse(j.dump());
+    EXPECT_EQ(c.arch, model_arch::deepseek_v2);
+    EXPECT_EQ(c.router, router_kind::softmax_topk);
+    EXPECT_EQ(c.mla.q_lora_rank, 0);
+    EXPECT_EQ(c.num_moe_layers(), 26);
+    EXPECT_EQ(c.shared_expert_intermediate_size, 2816);
+    EXPECT_EQ(c.rope.type, "yarn");
+    EXPECT_EQ(c.rope.original_max_position_embeddings, 4096);
+    EXPECT_DOUBLE_EQ(c.rope.attention_factor, 1.0);  // mscale == mscale_all_dim
+    // 1/sqrt(192) * (0.1 * 0.707 * ln 40 + 1)^2
+    const double m = 0.1 * 0.707 * std::log(40.0) + 1.0;
+    EXPECT_FLOAT_EQ(c.softmax_scale(), static_cast<float>(m * m / std::sqrt(192.0)));
+    EXPECT_EQ(c.kv_width(), 576);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // EPLB expert moves on a CUDA worker: the weights of re-placed expert slots travel between GPUs with NCCL
-// send/recv into fresh device buffers, then every rank switches to the new placement at the same step boundary.
-// Same semantics as the CPU runner's (workers/expert_moves.cpp).
+// send/recv into fresh device buffers copied over the slots in place, then every rank switches to the new placement at
+// the same step boundary. Same semantics as the CPU runner's (workers/expert_moves.cpp).
 
 #include <map>
 
@@ -88,17 +88,22 @@ uint64_t cuda_step_executor::apply_expert_moves(const std::vector<expert_slot_mo
     }
     check(cudaStreamSynchronize(stream_));
 
-    // 3. Swap in, and move to the new placement (every rank applies every move to its copy of the map).
+    // 3. Copy in place (the slots keep their addresses, so captured graphs stay valid), and move to the new
+    // placement (every rank applies every move to its copy of the map).
     for (auto& [layer, f] : fresh) {
         cuda_layer& l = weights_.layers[layer_of_moe[layer]];
-        l.experts_gate_up = std::move(f.gate_up);
-        l.experts_down = std::move(f.down);
+        check(cudaMemcpyAsync(l.experts_gate_up.as<void>(), f.gate_up.as<void>(), f.gate_up.bytes(),
+                              cudaMemcpyDeviceToDevice, stream_));
+        check(cudaMemcpyAsync(l.experts_down.as<void>(), f.down.as<void>(), f.down.bytes(), cudaMemcpyDeviceToDevice,
+                              stream_));
     }
+    check(cudaStreamSynchronize(stream_));  // before the fresh buffers are freed
     std::vector<std::vector<std::vector<int32_t>>> slots(num_moe, std::vector<std::vector<int32_t>>(world));
     for (int64_t l = 0; l < num_moe; ++l)
         for (int r = 0; r < world; ++r) slots[l][r] = placement_.slots(l, r);
     for (const auto& m : moves) slots[m.layer][m.slot / per_rank][m.slot % per_rank] = m.logical_expert;
     placement_ = expert_placement(placement_.num_experts(), std::move(slots));
+    upload_replica_tables();
     return installed;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include "base/check.hpp"
 #include "base/error.hpp"
@@ -28,8 +29,6 @@ namespace {
 
 using kernels::bf16;
 
-// Device memory kept out of the KV budget for activations and cuBLASLt: steps grow their scratch on demand.
-constexpr int64_t kActivationReserve = 512ll << 20;
 constexpr size_t kBlasWorkspace = 32u << 20;
 
 /// Rejects configurations the kernels cannot run, at load time rather than as an abort mid-step.
@@ -51,18 +50,17 @@ void check_supported(const model_config& c) {
     need(c.moe_intermediate_size % 8 == 0, "moe_intermediate_size must be a multiple of 8");
 }
 
+int32_t i32(int64_t v) { return static_cast<int32_t>(v); }
+
 }  // namespace
 
-struct cuda_step_executor::host_batch {
-    std::vector<int32_t> tokens, positions, slots;
-    std::vector<int32_t> query_start{0}, start_pos, block_tables;
-    int32_t max_blocks = 0;
-    std::vector<int32_t> logit_rows;
-    sample_batch samples;  // one row per logit row
-    std::vector<uint64_t> sample_ids;
-    int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
-    int32_t num_seqs() const { return static_cast<int32_t>(start_pos.size()); }
-};
+std::vector<int32_t> decode_graph_batch_sizes(int32_t max_num_seqs) {
+    std::vector<int32_t> sizes;
+    for (int32_t b = 1; b <= std::min(max_num_seqs, 8); b *= 2) sizes.push_back(b);
+    for (int32_t b = 16; b <= max_num_seqs; b += b < 64 ? 8 : b < 256 ? 16 : 32) sizes.push_back(b);
+    if (max_num_seqs >= 1 && sizes.back() != max_num_seqs) sizes.push_back(max_num_seqs);
+    return sizes;
+}
 
 void cuda_step_executor::check(cudaError_t e) { ZMOE_CUDA_CHECK(e); }
 
@@ -77,6 +75,10 @@ cuda_step_executor::cuda_step_executor(const std::string& model_dir, const execu
         throw error(errc::invalid_argument, "expert placement spans " + std::to_string(placement_.world_size()) +
                                                 " ranks, world size is " + std::to_string(options.world_size));
     if (options.block_size <= 0) throw error(errc::invalid_argument, "block_size must be positive");
+    if (options.max_num_seqs <= 0 || options.max_num_batched_tokens < options.max_num_seqs)
+        throw error(errc::invalid_argument, "max_num_seqs must be in [1, max_num_batched_tokens]");
+    if (options.load_format != "auto" && options.load_format != "dummy")
+        throw error(errc::invalid_argument, "load format '" + options.load_format + "' (auto or dummy)");
     int num_devices = 0;
     if (cudaGetDeviceCount(&num_devices) != cudaSuccess || num_devices == 0) {
         (void)cudaGetLastError();
@@ -85,15 +87,44 @@ cuda_step_executor::cuda_step_executor(const std::string& model_dir, const execu
     device_ = options.rank % num_devices;
     check(cudaSetDevice(device_));
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    sampler_ = std::make_unique<cuda_sampler>(static_cast<int32_t>(config_.vocab_size));
     ZMOE_CUBLAS_CHECK(cublasLtCreate(&blas_));
     blas_workspace_ = device_buffer(kBlasWorkspace);
-    {
+    if (options.load_format == "dummy") {
+        weights_ = cuda_weights::dummy(config_, placement_, options.rank);
+    } else {
         const model_weights host(model_dir, config_, placement_, options.rank);
         weights_ = cuda_weights::upload(host);
     }  // unmaps the checkpoint
     if (options.world_size > 1)
         comm_ = std::make_unique<nccl_comm>(options.collective_id, options.rank, options.world_size);
+
+    const int64_t bs = options.block_size;
+    const int64_t max_len = options.max_model_len > 0 ? options.max_model_len : config_.max_position_embeddings;
+    int64_t dense_inter = 0;
+    int32_t num_slots = 0;
+    for (const cuda_layer& l : weights_.layers) {
+        dense_inter = std::max({dense_inter, l.dense.inter, l.has_shared ? l.shared.inter : int64_t{0}});
+        num_slots = std::max(num_slots, l.num_slots);
+    }
+    const workspace_shape shape{
+        .max_tokens = options.max_num_batched_tokens,
+        .max_seqs = options.max_num_seqs,
+        .max_blocks_per_seq = i32(std::max<int64_t>(1, (std::max<int64_t>(max_len, 1) + bs - 1) / bs)),
+        .hidden = i32(config_.hidden_size),
+        .num_q_heads = i32(config_.num_heads),
+        .num_kv_heads = i32(config_.num_kv_heads),
+        .head_dim = i32(config_.head_dim),
+        .vocab_size = i32(config_.vocab_size),
+        .num_experts = i32(config_.num_experts),
+        .top_k = i32(config_.num_experts_per_tok),
+        .num_slots = num_slots,
+        .moe_inter = i32(config_.moe_intermediate_size),
+        .dense_inter = i32(dense_inter),
+        .num_moe_layers = i32(config_.num_moe_layers()),
+        .world_size = options.world_size,
+    };
+    ws_ = cuda_workspace(shape);
+    upload_replica_tables();
 
     const int64_t block_bytes =
         2 * options.block_size * config_.num_kv_heads * config_.head_dim * static_cast<int64_t>(sizeof(bf16));
@@ -103,27 +134,37 @@ cuda_step_executor::cuda_step_executor(const std::string& model_dir, const execu
         size_t free_bytes = 0, total_bytes = 0;
         check(cudaMemGetInfo(&free_bytes, &total_bytes));
         const auto used = static_cast<int64_t>(total_bytes - free_bytes);
+        // What cuBLASLt and the graphs still take is small next to the workspace; keep 256 MiB for them.
         const auto budget = static_cast<int64_t>(options.gpu_memory_utilization * static_cast<double>(total_bytes)) -
-                            used - kActivationReserve;
+                            used - (256ll << 20);
         num_kv_blocks_ = std::max<int64_t>(0, budget / (block_bytes * config_.num_layers));
         if (num_kv_blocks_ == 0)
             throw error(errc::out_of_memory, "GPU " + std::to_string(device_) + ": no room for one KV block after " +
-                                                 std::to_string(weights_.bytes >> 20) +
-                                                 " MiB of weights at gpu_memory_utilization " +
+                                                 std::to_string(weights_.bytes >> 20) + " MiB of weights and " +
+                                                 std::to_string(ws_.bytes() >> 20) +
+                                                 " MiB of workspace at gpu_memory_utilization " +
                                                  std::to_string(options.gpu_memory_utilization));
     }
     for (int64_t l = 0; l < config_.num_layers; ++l) {
         k_cache_.emplace_back(static_cast<size_t>(num_kv_blocks_ * block_bytes / 2));
         v_cache_.emplace_back(static_cast<size_t>(num_kv_blocks_ * block_bytes / 2));
+        // Zeroed: a graph's padding rows read block 0, which must hold finite values.
+        check(cudaMemsetAsync(k_cache_.back().as<void>(), 0, k_cache_.back().bytes(), stream_));
+        check(cudaMemsetAsync(v_cache_.back().as<void>(), 0, v_cache_.back().bytes(), stream_));
     }
+    check(cudaStreamSynchronize(stream_));
+    if (options.world_size == 1 && !options.enforce_eager) capture_decode_graphs();
     ZMOE_LOG(info, "cuda worker " << options.rank << " on GPU " << device_ << ": " << (weights_.bytes >> 20)
-                                  << " MiB weights, " << num_kv_blocks_ << " KV blocks (" << (kv_cache_bytes() >> 20)
-                                  << " MiB)");
+                                  << " MiB weights (" << options.load_format << "), " << (ws_.bytes() >> 20)
+                                  << " MiB workspace, " << num_kv_blocks_ << " KV blocks (" << (kv_cache_bytes() >> 20)
+                                  << " MiB), " << graphs_.size() << " decode graphs captured in "
+                                  << static_cast<int64_t>(graph_capture_ms_) << " ms");
 }
 
 cuda_step_executor::~cuda_step_executor() {
     cudaSetDevice(device_);
     if (stream_) cudaStreamSynchronize(stream_);
+    for (decode_graph& g : graphs_) cudaGraphExecDestroy(g.exec);
     comm_.reset();
     if (blas_) cublasLtDestroy(blas_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -135,74 +176,158 @@ int64_t cuda_step_executor::kv_cache_bytes() const {
     return n;
 }
 
-cuda_step_executor::host_batch cuda_step_executor::prepare(const step_request& request) {
-    const auto tokens = validate_step(request, options_.block_size, num_kv_blocks_, config_.vocab_size, last_sampled_);
-    host_batch b;
-    b.samples = gather_samples(request, tokens, history_, b.sample_ids);
-    const int64_t bs = options_.block_size;
-    for (size_t i = 0; i < request.seqs.size(); ++i) {
-        const scheduled_seq& s = request.seqs[i];
-        b.tokens.insert(b.tokens.end(), tokens[i].begin(), tokens[i].end());
-        const auto n = static_cast<int32_t>(s.token_ids.size());
-        const size_t at = b.positions.size();
-        b.positions.resize(at + n);
-        b.slots.resize(at + n);
-        kernels::kv_slots_plan(s.block_table, s.start_pos, n, static_cast<int32_t>(bs), b.positions.data() + at,
-                               b.slots.data() + at);
-        b.start_pos.push_back(s.start_pos);
-        b.query_start.push_back(b.num_tokens());
-        b.max_blocks = std::max(b.max_blocks, static_cast<int32_t>(s.block_table.size()));
-        if (s.do_sample) b.logit_rows.push_back(b.num_tokens() - 1);
-    }
-    b.block_tables.assign(static_cast<size_t>(b.num_seqs()) * b.max_blocks, 0);
-    for (size_t i = 0; i < request.seqs.size(); ++i)
-        std::copy(request.seqs[i].block_table.begin(), request.seqs[i].block_table.end(),
-                  b.block_tables.begin() + static_cast<int64_t>(i) * b.max_blocks);
+std::vector<int32_t> cuda_step_executor::graph_batch_sizes() const {
+    std::vector<int32_t> b;
+    for (const decode_graph& g : graphs_) b.push_back(g.batch);
     return b;
 }
 
-void cuda_step_executor::gemm(const void* x, const void* w, void* y, int32_t m, int32_t n, int32_t k, bool y_fp32) {
-    kernels::gemm_bf16_params g;
-    g.handle = blas_;
-    g.workspace = blas_workspace_.as<void>();
-    g.workspace_bytes = kBlasWorkspace;
-    g.x = static_cast<const bf16*>(x);
-    g.w = static_cast<const bf16*>(w);
-    g.y = y;
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    g.y_fp32 = y_fp32;
-    kernels::launch_gemm_bf16(g, stream_);
+void cuda_step_executor::upload_replica_tables() {
+    const auto E = config_.num_experts;
+    const int64_t L = config_.num_moe_layers();
+    if (L == 0 || E == 0) return;
+    const int64_t per_rank = static_cast<int64_t>(placement_.slots(0, 0).size());
+    const size_t slots_stride = static_cast<size_t>(ws_.shape.num_slots) * options_.world_size;
+    std::vector<int32_t> offsets(static_cast<size_t>(L * (E + 1))), slots(static_cast<size_t>(L) * slots_stride, 0);
+    for (int64_t l = 0; l < L; ++l) {
+        int32_t at = 0;
+        for (int64_t e = 0; e < E; ++e) {
+            offsets[l * (E + 1) + e] = at;
+            for (const expert_replica& r : placement_.replicas(l, e))
+                slots[l * slots_stride + at++] = i32(r.rank * per_rank + r.slot);
+        }
+        offsets[l * (E + 1) + E] = at;
+    }
+    check(cudaMemcpyAsync(ws_.replica_offsets.as<void>(), offsets.data(), offsets.size() * sizeof(int32_t),
+                          cudaMemcpyHostToDevice, stream_));
+    check(cudaMemcpyAsync(ws_.replica_slots.as<void>(), slots.data(), slots.size() * sizeof(int32_t),
+                          cudaMemcpyHostToDevice, stream_));
+    check(cudaStreamSynchronize(stream_));  // the host vectors go out of scope
 }
 
-void cuda_step_executor::attention(int64_t layer, const host_batch& b) {
+// ---------------------------------------------------------------------------------------------------------
+// Staging: the step's inputs into the pinned mirror, then one upload.
+
+cuda_step_executor::step_shape cuda_step_executor::stage(const step_request& request,
+                                                         const std::vector<std::vector<int32_t>>& tokens) {
+    const workspace_shape& cap = ws_.shape;
+    int64_t total = 0;
+    for (const auto& t : tokens) total += static_cast<int64_t>(t.size());
+    if (total > cap.max_tokens || static_cast<int64_t>(request.seqs.size()) > cap.max_seqs)
+        throw error(errc::invalid_argument,
+                    "step of " + std::to_string(total) + " tokens in " + std::to_string(request.seqs.size()) +
+                        " sequences exceeds max_num_batched_tokens " + std::to_string(cap.max_tokens) +
+                        " / max_num_seqs " + std::to_string(cap.max_seqs));
+    for (const scheduled_seq& s : request.seqs)
+        if (static_cast<int64_t>(s.block_table.size()) > cap.max_blocks_per_seq)
+            throw error(errc::invalid_argument, "request " + std::to_string(s.request_id) + ": block table of " +
+                                                    std::to_string(s.block_table.size()) + " blocks exceeds " +
+                                                    std::to_string(cap.max_blocks_per_seq) + " (max_model_len)");
+    step_shape s;
+    const auto bs = static_cast<int32_t>(options_.block_size);
+    ws_.query_start.host[0] = 0;
+    for (size_t i = 0; i < request.seqs.size(); ++i) {
+        const scheduled_seq& q = request.seqs[i];
+        const auto n = static_cast<int32_t>(tokens[i].size());
+        std::copy(tokens[i].begin(), tokens[i].end(), ws_.tokens.host + s.num_tokens);
+        kernels::kv_slots_plan(q.block_table, q.start_pos, n, bs, ws_.positions.host + s.num_tokens,
+                               ws_.kv_slots.host + s.num_tokens);
+        s.num_tokens += n;
+        ws_.start_pos.host[i] = q.start_pos;
+        ws_.query_start.host[i + 1] = s.num_tokens;
+        int32_t* row = ws_.block_tables.host + i * static_cast<size_t>(cap.max_blocks_per_seq);
+        std::copy(q.block_table.begin(), q.block_table.end(), row);
+        if (q.do_sample) {
+            ws_.logit_rows.host[s.num_sampled] = s.num_tokens - 1;
+            ws_.sampling.host[s.num_sampled] = {.temperature = q.sampling.temperature,
+                                                .top_p = q.sampling.top_p,
+                                                .top_k = q.sampling.top_k,
+                                                .counter = q.sample_index,
+                                                .seed = q.sampling.seed};
+            ++s.num_sampled;
+        }
+    }
+    s.num_seqs = static_cast<int32_t>(request.seqs.size());
+    return s;
+}
+
+void cuda_step_executor::pad_decode(step_shape& s, int32_t batch) {
+    // Padding sequences: one token (id 0) at position 0 that writes no KV (slot -1), reads block 0 (zeroed at
+    // start-up or real data: finite either way), and is sampled greedily; its outputs are dropped.
+    for (int32_t i = s.num_seqs; i < batch; ++i) {
+        ws_.tokens.host[i] = 0;
+        ws_.positions.host[i] = 0;
+        ws_.kv_slots.host[i] = -1;
+        ws_.start_pos.host[i] = 0;
+        ws_.query_start.host[i + 1] = i + 1;
+        ws_.logit_rows.host[i] = i;
+        ws_.sampling.host[i] = kernels::sample_seq_params{};
+        std::fill_n(ws_.block_tables.host + i * static_cast<size_t>(ws_.shape.max_blocks_per_seq),
+                    ws_.shape.max_blocks_per_seq, 0);
+    }
+    s.num_tokens = s.num_seqs = s.num_sampled = batch;
+}
+
+void cuda_step_executor::finish_staging(step_shape& s, int32_t num_valid) {
+    const std::vector<int32_t> items = kernels::paged_attention_plan(
+        std::span<const int32_t>(ws_.query_start.host, static_cast<size_t>(s.num_seqs) + 1), i32(config_.num_heads),
+        i32(config_.num_kv_heads));
+    ZMOE_CHECK(static_cast<int32_t>(items.size() / 2) <= ws_.max_work_items,
+               "attention work items beyond the workspace");
+    std::copy(items.begin(), items.end(), ws_.work_items.host);
+    s.num_work_items = static_cast<int32_t>(items.size() / 2);
+    ws_.num_valid.host[0] = num_valid;
+}
+
+void cuda_step_executor::upload_inputs(const step_shape& s) {
+    check(cudaMemcpyAsync(ws_.inputs.as<void>(), ws_.inputs_host.as<void>(), ws_.small_inputs_bytes,
+                          cudaMemcpyHostToDevice, stream_));
+    const size_t table_bytes = static_cast<size_t>(s.num_seqs) * ws_.shape.max_blocks_per_seq * sizeof(int32_t);
+    if (table_bytes > 0)
+        check(cudaMemcpyAsync(ws_.block_tables.device, ws_.block_tables.host, table_bytes, cudaMemcpyHostToDevice,
+                              stream_));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The forward pass: only launches on stream_ (capturable), except the expert-parallel host plan.
+
+void cuda_step_executor::gemm(const void* x, const void* w, void* y, int32_t m, int32_t n, int32_t k, bool y_fp32) {
+    kernels::launch_gemm_bf16({.handle = blas_,
+                               .workspace = blas_workspace_.as<void>(),
+                               .workspace_bytes = kBlasWorkspace,
+                               .x = static_cast<const bf16*>(x),
+                               .w = static_cast<const bf16*>(w),
+                               .y = y,
+                               .m = m,
+                               .n = n,
+                               .k = k,
+                               .y_fp32 = y_fp32},
+                              stream_);
+}
+
+void cuda_step_executor::attention(int64_t layer, const step_shape& s) {
     const model_config& c = config_;
     const cuda_layer& w = weights_.layers[layer];
-    const int32_t T = b.num_tokens(), H = static_cast<int32_t>(c.hidden_size), D = static_cast<int32_t>(c.head_dim);
-    const int32_t hq = static_cast<int32_t>(c.num_heads), hkv = static_cast<int32_t>(c.num_kv_heads);
+    const int32_t T = s.num_tokens, H = i32(c.hidden_size), D = i32(c.head_dim);
+    const int32_t hq = i32(c.num_heads), hkv = i32(c.num_kv_heads);
     const int32_t qkv_dim = (hq + 2 * hkv) * D;
-    bf16* xn = scratch<bf16>("xn", size_t(T) * H);
-    bf16* qkv = scratch<bf16>("qkv", size_t(T) * qkv_dim);
-    bf16* q = scratch<bf16>("q", size_t(T) * hq * D);
-    bf16* attn = scratch<bf16>("attn", size_t(T) * hq * D);
-    gemm(xn, w.qkv.as<bf16>(), qkv, T, qkv_dim, H);
+    bf16* qkv = ws_.qkv.as<bf16>();
+    gemm(ws_.xn.as<bf16>(), w.qkv.as<bf16>(), qkv, T, qkv_dim, H);
     if (!w.qkv_bias.empty()) launch_add_bias(qkv, w.qkv_bias.as<bf16>(), T, qkv_dim, stream_);
 
-    kernels::rope_qk_norm_kv_params r;
-    r.qkv = qkv;
-    r.positions = scratch<int32_t>("positions", T);
-    r.slot_mapping = scratch<int32_t>("slots", T);
-    r.q_out = q;
-    r.k_cache = k_cache_[layer].as<bf16>();
-    r.v_cache = v_cache_[layer].as<bf16>();
-    r.num_tokens = T;
-    r.num_q_heads = hq;
-    r.num_kv_heads = hkv;
-    r.head_dim = D;
-    r.block_size = static_cast<int32_t>(options_.block_size);
-    r.rope_theta = static_cast<float>(c.rope_theta);
-    r.eps = c.rms_norm_eps;
+    kernels::rope_qk_norm_kv_params r{.qkv = qkv,
+                                      .positions = ws_.positions.device,
+                                      .slot_mapping = ws_.kv_slots.device,
+                                      .q_out = ws_.q.as<bf16>(),
+                                      .k_cache = k_cache_[layer].as<bf16>(),
+                                      .v_cache = v_cache_[layer].as<bf16>(),
+                                      .num_tokens = T,
+                                      .num_q_heads = hq,
+                                      .num_kv_heads = hkv,
+                                      .head_dim = D,
+                                      .block_size = i32(options_.block_size),
+                                      .rope_theta = static_cast<float>(c.rope_theta),
+                                      .eps = c.rms_norm_eps};
     if (c.clip_qkv > 0.f) {
         // OLMoE clamps after the q/k norms and before RoPE: the fused kernel has no clamp, so norm here.
         launch_qk_norm_clip(qkv, w.q_norm.as<bf16>(), w.k_norm.as<bf16>(), T, hq, hkv, D,
@@ -214,202 +339,355 @@ void cuda_step_executor::attention(int64_t layer, const host_batch& b) {
     }
     kernels::launch_rope_qk_norm_kv(r, stream_);
 
-    kernels::paged_attention_params p;
-    p.q = q;
-    p.k_cache = r.k_cache;
-    p.v_cache = r.v_cache;
-    p.block_tables = scratch<int32_t>("block_tables", b.block_tables.size());
-    p.query_start = scratch<int32_t>("query_start", b.query_start.size());
-    p.start_pos = scratch<int32_t>("start_pos", b.start_pos.size());
-    p.work_items = scratch<int32_t>("work_items", 2 * static_cast<size_t>(num_work_items_));  // planned in forward()
-    p.out = attn;
-    p.num_seqs = b.num_seqs();
-    p.num_work_items = num_work_items_;
-    p.num_q_heads = hq;
-    p.num_kv_heads = hkv;
-    p.head_dim = D;
-    p.block_size = static_cast<int32_t>(options_.block_size);
-    p.max_blocks_per_seq = b.max_blocks;
-    p.scale = 1.f / std::sqrt(static_cast<float>(D));
-    kernels::launch_paged_attention(p, stream_);
+    kernels::launch_paged_attention({.q = ws_.q.as<bf16>(),
+                                     .k_cache = r.k_cache,
+                                     .v_cache = r.v_cache,
+                                     .block_tables = ws_.block_tables.device,
+                                     .query_start = ws_.query_start.device,
+                                     .start_pos = ws_.start_pos.device,
+                                     .work_items = ws_.work_items.device,
+                                     .out = ws_.attn.as<bf16>(),
+                                     .num_seqs = s.num_seqs,
+                                     .num_work_items = s.num_work_items,
+                                     .num_q_heads = hq,
+                                     .num_kv_heads = hkv,
+                                     .head_dim = D,
+                                     .block_size = i32(options_.block_size),
+                                     .max_blocks_per_seq = ws_.shape.max_blocks_per_seq,
+                                     .scale = 1.f / std::sqrt(static_cast<float>(D))},
+                                    stream_);
 
-    bf16* delta = scratch<bf16>("delta", size_t(T) * H);
-    gemm(attn, w.o.as<bf16>(), delta, T, H, hq * D);
+    bf16* delta = ws_.delta.as<bf16>();
+    gemm(ws_.attn.as<bf16>(), w.o.as<bf16>(), delta, T, H, hq * D);
     if (!w.o_bias.empty()) launch_add_bias(delta, w.o_bias.as<bf16>(), T, H, stream_);
 }
 
 void cuda_step_executor::dense_mlp(const cuda_mlp& m, const bf16* x, int32_t T, bf16* out) {
-    const auto H = static_cast<int32_t>(config_.hidden_size), I = static_cast<int32_t>(m.inter);
-    bf16* gu = scratch<bf16>("mlp_gate_up", size_t(T) * 2 * I);
-    bf16* act = scratch<bf16>("mlp_act", size_t(T) * I);
+    const auto H = i32(config_.hidden_size), I = i32(m.inter);
+    bf16* gu = ws_.mlp_gate_up.as<bf16>();
+    bf16* act = ws_.mlp_act.as<bf16>();
     gemm(x, m.gate_up.as<bf16>(), gu, T, 2 * I, H);
     launch_silu_mul(gu, act, T, I, stream_);
     gemm(act, m.down.as<bf16>(), out, T, H, I);
 }
 
-void cuda_step_executor::moe(int64_t layer, int32_t T, std::vector<uint32_t>& expert_counts) {
+void cuda_step_executor::moe(int64_t layer, const step_shape& s) {
     const model_config& c = config_;
     const cuda_layer& w = weights_.layers[layer];
     const int64_t mi = w.moe_index;
-    const auto H = static_cast<int32_t>(c.hidden_size), E = static_cast<int32_t>(c.num_experts);
-    const auto K = static_cast<int32_t>(c.num_experts_per_tok), I = static_cast<int32_t>(c.moe_intermediate_size);
-    const int32_t S = w.num_slots;
+    const int32_t T = s.num_tokens, H = i32(c.hidden_size), E = i32(c.num_experts), K = i32(c.num_experts_per_tok);
+    bf16* xn = ws_.xn.as<bf16>();
+    if (T > 0) {
+        float* logits = ws_.router_logits.as<float>();
+        gemm(xn, w.router.as<bf16>(), logits, T, E, H, true);
+        kernels::launch_router_topk({.logits = logits,
+                                     .topk_ids = ws_.topk_ids.as<int32_t>(),
+                                     .topk_weights = ws_.topk_weights.as<float>(),
+                                     .expert_counts = ws_.router_counts.as<int32_t>(),
+                                     .num_tokens = T,
+                                     .num_experts = E,
+                                     .top_k = K,
+                                     .renormalize = c.norm_topk_prob},
+                                    stream_);
+        kernels::launch_moe_route(
+            {.topk_ids = ws_.topk_ids.as<int32_t>(),
+             .replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1),
+             .replica_slots = ws_.replica_slots.as<int32_t>() + mi * int64_t(ws_.shape.num_slots) * options_.world_size,
+             .num_valid = ws_.num_valid.device,
+             .slot_ids = ws_.slot_ids.as<int32_t>(),
+             .expert_counts = ws_.expert_counts.device + mi * E,
+             .num_tokens = T,
+             .top_k = K,
+             .num_experts = E},
+            stream_);
+    }
+    if (comm_)
+        moe_expert_parallel(w, T);  // a collective: joined with no tokens too
+    else if (T > 0)
+        moe_local(w, T);
+    if (T > 0 && w.has_shared) {
+        bf16* shared = ws_.shared_out.as<bf16>();
+        dense_mlp(w.shared, xn, T, shared);
+        float* gate = ws_.shared_gate.as<float>();
+        gemm(xn, w.shared_gate.as<bf16>(), gate, T, 1, H, true);
+        launch_add_gated(ws_.delta.as<bf16>(), shared, gate, T, H, stream_);
+    }
+}
+
+void cuda_step_executor::moe_local(const cuda_layer& w, int32_t T) {
+    // One GPU: every slot is here. Permute the (token, k) choices by slot, run the experts, and combine with the
+    // routing weights straight into delta.
+    const int32_t H = i32(config_.hidden_size), K = i32(config_.num_experts_per_tok);
+    const int32_t I = i32(config_.moe_intermediate_size), S = w.num_slots;
+    const int32_t align = kernels::moe_row_align_for(T, K, S);
+    const int32_t max_rows = kernels::moe_permuted_rows_bound(T, K, S, align);
+    kernels::launch_moe_permute({.topk_ids = ws_.slot_ids.as<int32_t>(),
+                                 .x = ws_.xn.as<bf16>(),
+                                 .expert_offsets = ws_.perm_offsets.as<int32_t>(),
+                                 .dest_rows = ws_.perm_dest.as<int32_t>(),
+                                 .row_token = ws_.perm_row_token.as<int32_t>(),
+                                 .x_permuted = ws_.perm_x.as<bf16>(),
+                                 .workspace = ws_.perm_workspace.as<void>(),
+                                 .num_tokens = T,
+                                 .top_k = K,
+                                 .num_experts = S,
+                                 .hidden = H,
+                                 .row_align = align,
+                                 .max_rows = max_rows},
+                                stream_);
+    kernels::launch_grouped_gemm({.a = ws_.perm_x.as<bf16>(),
+                                  .b = w.experts_gate_up.as<bf16>(),
+                                  .expert_offsets = ws_.perm_offsets.as<int32_t>(),
+                                  .c = ws_.perm_act.as<bf16>(),
+                                  .max_rows = max_rows,
+                                  .n = I,
+                                  .k = H,
+                                  .num_experts = S,
+                                  .row_align = align,
+                                  .swiglu = true},
+                                 stream_);
+    kernels::launch_grouped_gemm({.a = ws_.perm_act.as<bf16>(),
+                                  .b = w.experts_down.as<bf16>(),
+                                  .expert_offsets = ws_.perm_offsets.as<int32_t>(),
+                                  .c = ws_.perm_y.as<bf16>(),
+                                  .max_rows = max_rows,
+                                  .n = H,
+                                  .k = I,
+                                  .num_experts = S,
+                                  .row_align = align,
+                                  .swiglu = false},
+                                 stream_);
+    kernels::launch_moe_combine({.y = ws_.perm_y.as<bf16>(),
+                                 .dest_rows = ws_.perm_dest.as<int32_t>(),
+                                 .topk_weights = ws_.topk_weights.as<float>(),
+                                 .out = ws_.delta.as<bf16>(),
+                                 .num_tokens = T,
+                                 .top_k = K,
+                                 .hidden = H},
+                                stream_);
+}
+
+void cuda_step_executor::moe_expert_parallel(const cuda_layer& w, int32_t T) {
+    // Plan the dispatch on the host from the slots launch_moe_route chose. plan = [token of each sent row | its
+    // slot on the destination rank | for each (token, k) the sent row holding it]; rows are grouped by destination
+    // rank, in (token, k) order.
+    const int32_t H = i32(config_.hidden_size), K = i32(config_.num_experts_per_tok);
+    const int32_t I = i32(config_.moe_intermediate_size), S = w.num_slots;
     const int world = options_.world_size;
     const int64_t TK = int64_t(T) * K;
-    bf16* xn = scratch<bf16>("xn", size_t(T) * H);
-    bf16* delta = scratch<bf16>("delta", size_t(T) * H);
-    float* topk_w = scratch<float>("topk_weights", TK);
-
-    // Route, then plan the dispatch on the host. plan = [token of each sent row | its slot on the destination rank
-    // | for each (token, k) the sent row holding it]; rows are grouped by destination rank, in (token, k) order.
     std::vector<int64_t> send_rows(world, 0);
     std::vector<int32_t> plan(3 * TK);
     if (T > 0) {
-        float* logits = scratch<float>("router_logits", size_t(T) * E);
-        int32_t* ids = scratch<int32_t>("topk_ids", TK);
-        gemm(xn, w.router.as<bf16>(), logits, T, E, H, true);
-        kernels::launch_router_topk(
-            {logits, ids, topk_w, scratch<int32_t>("expert_counts", E), T, E, K, c.norm_topk_prob}, stream_);
-        std::vector<int32_t> ids_h(TK);
-        check(cudaMemcpyAsync(ids_h.data(), ids, TK * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+        std::vector<int32_t> slot_h(TK);
+        check(cudaMemcpyAsync(slot_h.data(), ws_.slot_ids.as<int32_t>(), TK * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                              stream_));
         check(cudaStreamSynchronize(stream_));
-        std::vector<int32_t> dst(TK), slot(TK);
         for (int64_t i = 0; i < TK; ++i) {
-            const int32_t e = ids_h[i];
-            ZMOE_CHECK(e >= 0 && e < E, "router picked expert " << e);
-            ++expert_counts[mi * E + e];
-            const expert_replica& rep = placement_.pick(mi, e, i / K);
-            dst[i] = rep.rank;
-            slot[i] = rep.slot;
-            ++send_rows[rep.rank];
+            ZMOE_CHECK(slot_h[i] >= 0 && slot_h[i] < S * world, "routed to slot " << slot_h[i]);
+            ++send_rows[slot_h[i] / S];
         }
         std::vector<int64_t> next(world, 0);
         for (int r = 1; r < world; ++r) next[r] = next[r - 1] + send_rows[r - 1];
         for (int64_t i = 0; i < TK; ++i) {
-            const int64_t pos = next[dst[i]]++;
+            const int64_t pos = next[slot_h[i] / S]++;
             plan[pos] = static_cast<int32_t>(i / K);
-            plan[TK + pos] = slot[i];
+            plan[TK + pos] = slot_h[i] % S;
             plan[2 * TK + i] = static_cast<int32_t>(pos);
         }
     }
-    int32_t* plan_d = upload("moe_plan", plan);
-    bf16* send_x = scratch<bf16>("send_x", TK * H);
-    launch_gather_rows(xn, plan_d, send_x, static_cast<int32_t>(TK), H, stream_);
+    int32_t* plan_d = ws_.moe_plan.as<int32_t>();
+    if (TK > 0)
+        check(cudaMemcpyAsync(plan_d, plan.data(), plan.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    bf16* send_x = ws_.send_x.as<bf16>();
+    launch_gather_rows(ws_.xn.as<bf16>(), plan_d, send_x, static_cast<int32_t>(TK), H, stream_);
 
     // Dispatch: every rank takes part, with zero rows too.
-    std::vector<int64_t> recv_rows = comm_ ? comm_->exchange_counts(send_rows, stream_) : send_rows;
+    const std::vector<int64_t> recv_rows = comm_->exchange_counts(send_rows, stream_);
     int64_t R = 0;
     for (int64_t n : recv_rows) R += n;
-    bf16* recv_x = send_x;
-    int32_t* recv_slot = plan_d + TK;
+    ZMOE_CHECK(R <= ws_.max_recv_rows, "received " << R << " rows, the workspace holds " << ws_.max_recv_rows);
     auto bytes = [](const std::vector<int64_t>& rows, int64_t per_row) {
         std::vector<int64_t> b(rows.size());
         for (size_t i = 0; i < rows.size(); ++i) b[i] = rows[i] * per_row;
         return b;
     };
     const int64_t row_bytes = int64_t(H) * sizeof(bf16);
-    if (comm_) {
-        recv_x = scratch<bf16>("recv_x", R * H);
-        recv_slot = scratch<int32_t>("recv_slot", R);
-        comm_->all_to_all(send_x, bytes(send_rows, row_bytes), recv_x, bytes(recv_rows, row_bytes), stream_);
-        comm_->all_to_all(plan_d + TK, bytes(send_rows, sizeof(int32_t)), recv_slot, bytes(recv_rows, sizeof(int32_t)),
-                          stream_);
-    }
+    bf16* recv_x = ws_.recv_x.as<bf16>();
+    int32_t* recv_slot = ws_.recv_slot.as<int32_t>();
+    comm_->all_to_all(send_x, bytes(send_rows, row_bytes), recv_x, bytes(recv_rows, row_bytes), stream_);
+    comm_->all_to_all(plan_d + TK, bytes(send_rows, sizeof(int32_t)), recv_slot, bytes(recv_rows, sizeof(int32_t)),
+                      stream_);
 
     // This rank's experts over every received row: permute by slot, gate/up with SiLU·up, down, un-permute.
-    bf16* y_recv = scratch<bf16>("y_recv", R * H);
+    bf16* y_recv = ws_.y_recv.as<bf16>();
     if (R > 0) {
         const auto Ri = static_cast<int32_t>(R);
         const int32_t align = kernels::moe_row_align_for(Ri, 1, S);
         const int32_t max_rows = kernels::moe_permuted_rows_bound(Ri, 1, S, align);
-        kernels::moe_permute_params pp;
-        pp.topk_ids = recv_slot;
-        pp.x = recv_x;
-        pp.expert_offsets = scratch<int32_t>("perm_offsets", S + 1);
-        pp.dest_rows = scratch<int32_t>("perm_dest", R);
-        pp.row_token = scratch<int32_t>("perm_row_token", max_rows);
-        pp.x_permuted = scratch<bf16>("perm_x", size_t(max_rows) * H);
-        pp.workspace = scratch<std::byte>("perm_ws", kernels::moe_permute_workspace_bytes(Ri, 1, S));
-        pp.num_tokens = Ri;
-        pp.top_k = 1;
-        pp.num_experts = S;
-        pp.hidden = H;
-        pp.row_align = align;
-        pp.max_rows = max_rows;
-        kernels::launch_moe_permute(pp, stream_);
-        bf16* act = scratch<bf16>("perm_act", size_t(max_rows) * I);
-        bf16* yp = scratch<bf16>("perm_y", size_t(max_rows) * H);
-        kernels::launch_grouped_gemm(
-            {pp.x_permuted, w.experts_gate_up.as<bf16>(), pp.expert_offsets, act, max_rows, I, H, S, align, true},
-            stream_);
-        kernels::launch_grouped_gemm(
-            {act, w.experts_down.as<bf16>(), pp.expert_offsets, yp, max_rows, H, I, S, align, false}, stream_);
+        kernels::launch_moe_permute({.topk_ids = recv_slot,
+                                     .x = recv_x,
+                                     .expert_offsets = ws_.perm_offsets.as<int32_t>(),
+                                     .dest_rows = ws_.perm_dest.as<int32_t>(),
+                                     .row_token = ws_.perm_row_token.as<int32_t>(),
+                                     .x_permuted = ws_.perm_x.as<bf16>(),
+                                     .workspace = ws_.perm_workspace.as<void>(),
+                                     .num_tokens = Ri,
+                                     .top_k = 1,
+                                     .num_experts = S,
+                                     .hidden = H,
+                                     .row_align = align,
+                                     .max_rows = max_rows},
+                                    stream_);
+        kernels::launch_grouped_gemm({.a = ws_.perm_x.as<bf16>(),
+                                      .b = w.experts_gate_up.as<bf16>(),
+                                      .expert_offsets = ws_.perm_offsets.as<int32_t>(),
+                                      .c = ws_.perm_act.as<bf16>(),
+                                      .max_rows = max_rows,
+                                      .n = I,
+                                      .k = H,
+                                      .num_experts = S,
+                                      .row_align = align,
+                                      .swiglu = true},
+                                     stream_);
+        kernels::launch_grouped_gemm({.a = ws_.perm_act.as<bf16>(),
+                                      .b = w.experts_down.as<bf16>(),
+                                      .expert_offsets = ws_.perm_offsets.as<int32_t>(),
+                                      .c = ws_.perm_y.as<bf16>(),
+                                      .max_rows = max_rows,
+                                      .n = H,
+                                      .k = I,
+                                      .num_experts = S,
+                                      .row_align = align,
+                                      .swiglu = false},
+                                     stream_);
         // Weight 1 per row: the un-permute is exact, the routing weights are applied on the token's own rank.
-        const float* ones = upload("ones", std::vector<float>(static_cast<size_t>(R), 1.f));
-        kernels::launch_moe_combine({yp, pp.dest_rows, ones, y_recv, Ri, 1, H}, stream_);
+        kernels::launch_moe_combine({.y = ws_.perm_y.as<bf16>(),
+                                     .dest_rows = ws_.perm_dest.as<int32_t>(),
+                                     .topk_weights = ws_.combine_ones.as<float>(),
+                                     .out = y_recv,
+                                     .num_tokens = Ri,
+                                     .top_k = 1,
+                                     .hidden = H},
+                                    stream_);
     }
 
     // Combine: rows back to their ranks, then the weighted sum in top-k order.
-    bf16* y_back = y_recv;
-    if (comm_) {
-        y_back = scratch<bf16>("y_back", TK * H);
-        comm_->all_to_all(y_recv, bytes(recv_rows, row_bytes), y_back, bytes(send_rows, row_bytes), stream_);
-    }
+    bf16* y_back = ws_.y_back.as<bf16>();
+    comm_->all_to_all(y_recv, bytes(recv_rows, row_bytes), y_back, bytes(send_rows, row_bytes), stream_);
     if (T == 0) return;
-    kernels::launch_moe_combine({y_back, plan_d + 2 * TK, topk_w, delta, T, K, H}, stream_);
-    if (w.has_shared) {
-        bf16* shared = scratch<bf16>("shared_out", size_t(T) * H);
-        dense_mlp(w.shared, xn, T, shared);
-        float* gate = scratch<float>("shared_gate", T);
-        gemm(xn, w.shared_gate.as<bf16>(), gate, T, 1, H, true);
-        launch_add_gated(delta, shared, gate, T, H, stream_);
-    }
+    kernels::launch_moe_combine({.y = y_back,
+                                 .dest_rows = plan_d + 2 * TK,
+                                 .topk_weights = ws_.topk_weights.as<float>(),
+                                 .out = ws_.delta.as<bf16>(),
+                                 .num_tokens = T,
+                                 .top_k = K,
+                                 .hidden = H},
+                                stream_);
 }
 
-void cuda_step_executor::forward(const host_batch& b, std::vector<uint32_t>& expert_counts) {
+void cuda_step_executor::sample(const step_shape& s) {
+    kernels::launch_sample({.logits = ws_.logits.as<float>(),
+                            .seqs = ws_.sampling.device,
+                            .tokens = ws_.sampled.device,
+                            .num_seqs = s.num_sampled,
+                            .vocab_size = i32(config_.vocab_size)},
+                           stream_);
+}
+
+void cuda_step_executor::forward(const step_shape& s) {
     const model_config& c = config_;
-    const int32_t T = b.num_tokens();
-    const auto H = static_cast<int32_t>(c.hidden_size), V = static_cast<int32_t>(c.vocab_size);
-    bf16* residual = scratch<bf16>("residual", size_t(T) * H);
-    bf16* xn = scratch<bf16>("xn", size_t(T) * H);
-    bf16* delta = scratch<bf16>("delta", size_t(T) * H);
-    if (T > 0) {
-        const int32_t* tokens = upload("tokens", b.tokens);
-        upload("positions", b.positions);
-        upload("slots", b.slots);
-        upload("block_tables", b.block_tables);
-        upload("query_start", b.query_start);
-        upload("start_pos", b.start_pos);
-        const std::vector<int32_t> items = kernels::paged_attention_plan(
-            b.query_start, static_cast<int32_t>(c.num_heads), static_cast<int32_t>(c.num_kv_heads));
-        upload("work_items", items);
-        num_work_items_ = static_cast<int32_t>(items.size() / 2);
-        kernels::launch_embedding({tokens, weights_.embed.as<bf16>(), residual, T, H, V}, stream_);
-    }
+    const int32_t T = s.num_tokens, H = i32(c.hidden_size), V = i32(c.vocab_size);
+    bf16* residual = ws_.residual.as<bf16>();
+    bf16* xn = ws_.xn.as<bf16>();
+    bf16* delta = ws_.delta.as<bf16>();
+    if (ws_.expert_counts.device != nullptr && c.num_moe_layers() > 0)
+        check(cudaMemsetAsync(ws_.expert_counts.device, 0, size_t(c.num_moe_layers()) * c.num_experts * 4, stream_));
+    if (T > 0)
+        kernels::launch_embedding({.token_ids = ws_.tokens.device,
+                                   .table = weights_.embed.as<bf16>(),
+                                   .out = residual,
+                                   .num_tokens = T,
+                                   .hidden = H,
+                                   .vocab_size = V},
+                                  stream_);
     for (int64_t l = 0; l < c.num_layers; ++l) {
         const cuda_layer& w = weights_.layers[l];
         if (T > 0) {
             // The residual stream: layer 0 normalises the embeddings, later layers add the last MLP output first.
-            kernels::launch_rms_norm({l == 0 ? residual : delta, l == 0 ? nullptr : residual, w.input_norm.as<bf16>(),
-                                      xn, T, H, c.rms_norm_eps},
+            kernels::launch_rms_norm({.x = l == 0 ? residual : delta,
+                                      .residual = l == 0 ? nullptr : residual,
+                                      .weight = w.input_norm.as<bf16>(),
+                                      .out = xn,
+                                      .num_tokens = T,
+                                      .hidden = H,
+                                      .eps = c.rms_norm_eps},
                                      stream_);
-            attention(l, b);
-            kernels::launch_rms_norm({delta, residual, w.post_norm.as<bf16>(), xn, T, H, c.rms_norm_eps}, stream_);
+            attention(l, s);
+            kernels::launch_rms_norm({.x = delta,
+                                      .residual = residual,
+                                      .weight = w.post_norm.as<bf16>(),
+                                      .out = xn,
+                                      .num_tokens = T,
+                                      .hidden = H,
+                                      .eps = c.rms_norm_eps},
+                                     stream_);
         }
         if (w.moe_index >= 0)
-            moe(l, T, expert_counts);  // a collective: joined with no tokens too
+            moe(l, s);
         else if (T > 0)
             dense_mlp(w.dense, xn, T, delta);
     }
-    const auto R = static_cast<int32_t>(b.logit_rows.size());
+    const int32_t R = s.num_sampled;
     if (T == 0 || R == 0) return;
-    kernels::launch_rms_norm({delta, residual, weights_.final_norm.as<bf16>(), xn, T, H, c.rms_norm_eps}, stream_);
-    bf16* last = scratch<bf16>("last_rows", size_t(R) * H);
-    launch_gather_rows(xn, upload("logit_rows", b.logit_rows), last, R, H, stream_);
-    float* logits = scratch<float>("logits", size_t(R) * V);
-    gemm(last, weights_.head().as<bf16>(), logits, R, V, H, true);
-    sampler_->sample(logits, stream_);
+    kernels::launch_rms_norm({.x = delta,
+                              .residual = residual,
+                              .weight = weights_.final_norm.as<bf16>(),
+                              .out = xn,
+                              .num_tokens = T,
+                              .hidden = H,
+                              .eps = c.rms_norm_eps},
+                             stream_);
+    bf16* last = ws_.last_rows.as<bf16>();
+    launch_gather_rows(xn, ws_.logit_rows.device, last, R, H, stream_);
+    gemm(last, weights_.head().as<bf16>(), ws_.logits.as<float>(), R, V, H, true);
+    sample(s);
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Decode graphs
+
+const cuda_step_executor::decode_graph* cuda_step_executor::graph_for(int32_t num_seqs) const {
+    for (const decode_graph& g : graphs_)
+        if (g.batch >= num_seqs) return &g;
+    return nullptr;
+}
+
+void cuda_step_executor::capture_decode_graphs() {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int32_t batch : decode_graph_batch_sizes(ws_.shape.max_seqs)) {
+        // A batch of padding rows: run once eagerly (cuBLASLt plans, kernel attributes, lazy module loads happen
+        // outside the capture), then capture the same launches.
+        step_shape s;
+        pad_decode(s, batch);
+        finish_staging(s, 0);
+        upload_inputs(s);
+        forward(s);
+        check(cudaStreamSynchronize(stream_));
+        cudaGraph_t graph = nullptr;
+        check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+        forward(s);
+        check(cudaStreamEndCapture(stream_, &graph));
+        decode_graph g{.batch = batch};
+        const cudaError_t e = cudaGraphInstantiate(&g.exec, graph, 0);
+        cudaGraphDestroy(graph);
+        check(e);
+        graphs_.push_back(g);
+    }
+    check(cudaStreamSynchronize(stream_));
+    graph_capture_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// ---------------------------------------------------------------------------------------------------------
 
 step_result cuda_step_executor::execute(const step_request& request, std::vector<std::vector<float>>* logits_out) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -418,36 +696,57 @@ step_result cuda_step_executor::execute(const step_request& request, std::vector
     step_result result;
     result.step_id = request.step_id;
     result.rank = options_.rank;
-    result.expert_counts.assign(static_cast<size_t>(config_.num_moe_layers() * config_.num_experts), 0);
-    host_batch batch;
+    step_shape s;
     try {
-        batch = prepare(request);
+        const auto tokens =
+            validate_step(request, options_.block_size, num_kv_blocks_, config_.vocab_size, last_sampled_);
+        s = stage(request, tokens);
     } catch (const error&) {
         // Keep the collective whole: the other ranks are already waiting in this step's exchanges.
-        forward(host_batch{}, result.expert_counts);
+        step_shape empty;
+        finish_staging(empty, 0);
+        forward(empty);
         check(cudaStreamSynchronize(stream_));
         throw;
     }
-    sampler_->upload(std::move(batch.samples), stream_);
-    forward(batch, result.expert_counts);
-    const size_t R = batch.logit_rows.size();
+    const int32_t num_real = s.num_tokens;
+    const bool decode = s.num_seqs > 0 && s.num_tokens == s.num_seqs && s.num_sampled == s.num_seqs;
+    const decode_graph* g = decode ? graph_for(s.num_seqs) : nullptr;
+    if (g != nullptr) pad_decode(s, g->batch);
+    finish_staging(s, num_real);
+    upload_inputs(s);
+    if (g != nullptr) {
+        check(cudaGraphLaunch(g->exec, stream_));
+        ++graph_replays_;
+    } else {
+        forward(s);
+    }
+    // One copy back after sampling: the sampled tokens, then the load counts.
+    check(cudaMemcpyAsync(ws_.outputs_host.as<void>(), ws_.outputs.as<void>(), ws_.outputs.bytes(),
+                          cudaMemcpyDeviceToHost, stream_));
     std::vector<float> logits;
-    if (R > 0) {
-        sampler_->download(stream_);
-        if (logits_out) {
-            logits.resize(R * config_.vocab_size);
-            check(cudaMemcpyAsync(logits.data(), scratch<float>("logits", logits.size()), logits.size() * sizeof(float),
-                                  cudaMemcpyDeviceToHost, stream_));
-        }
+    const size_t V = static_cast<size_t>(config_.vocab_size);
+    size_t R = 0;
+    for (const scheduled_seq& q : request.seqs) R += q.do_sample ? 1 : 0;
+    if (logits_out != nullptr && R > 0) {
+        logits.resize(R * V);
+        check(cudaMemcpyAsync(logits.data(), ws_.logits.as<float>(), logits.size() * sizeof(float),
+                              cudaMemcpyDeviceToHost, stream_));
     }
     check(cudaStreamSynchronize(stream_));
+    const size_t num_counts = static_cast<size_t>(config_.num_moe_layers() * config_.num_experts);
+    result.expert_counts.assign(ws_.expert_counts.host, ws_.expert_counts.host + num_counts);
     if (logits_out) logits_out->clear();
-    if (R > 0) result.tokens = sampler_->results(batch.sample_ids);
-    for (size_t out = 0; out < result.tokens.size(); ++out) {
-        last_sampled_[result.tokens[out].request_id] = result.tokens[out].token_id;
+    size_t out = 0;
+    for (const scheduled_seq& q : request.seqs) {
+        if (!q.do_sample) continue;
+        const int32_t token = ws_.sampled.host[out];
+        result.tokens.push_back({q.request_id, token});
+        last_sampled_[q.request_id] = token;
         if (logits_out)
-            logits_out->emplace_back(logits.begin() + static_cast<int64_t>(out * config_.vocab_size),
-                                     logits.begin() + static_cast<int64_t>((out + 1) * config_.vocab_size));
+            logits_out->emplace_back(logits.begin() + static_cast<int64_t>(out * V),
+                                     logits.begin() + static_cast<int64_t>((out + 1) * V));
+        ++out;
     }
     result.compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return result;

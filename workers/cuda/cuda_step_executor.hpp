@@ -3,23 +3,25 @@
 // and cuBLASLt, experts spread over the world's GPUs with NCCL (expert parallelism), BF16 weights and KV cache.
 //
 // Per step: embed → per layer [RMSNorm → QKV GEMM (+bias) → RoPE + q/k norm + paged KV write → paged attention
-// (mixed prefill/decode) → O GEMM → RMSNorm(+residual) → router GEMM (fp32 logits) → top-k → dispatch (rows to the
-// ranks holding their expert slots) → grouped expert GEMMs → combine (rows back, weighted sum in top-k order)]
-// → final norm → LM head on the sampled positions → sampling. The dispatch plan is made on the host from the
-// top-k ids (one device→host copy per MoE layer): correctness first, CUDA graphs and overlap later.
+// (mixed prefill/decode) → O GEMM → RMSNorm(+residual) → router GEMM (fp32 logits) → top-k → replica choice and
+// load counts (launch_moe_route) → permute by slot → grouped expert GEMMs → weighted combine] → final norm → LM
+// head on the sampled positions → sampling. One GPU: the whole step is enqueued without a host round trip (one
+// copy of the step's inputs in, one copy of the sampled tokens and load counts out), into a fixed workspace
+// (cuda_workspace), and pure decode steps replay a CUDA graph captured at start-up for the next bucketed batch
+// size (padding rows are computed and dropped). Expert parallelism (world_size > 1) plans the dispatch on the host
+// from the top-k ids (one device→host copy per MoE layer) and runs eagerly.
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
-#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "kernels/api.hpp"
-#include "workers/cuda/cuda_sampler.hpp"
 #include "workers/cuda/cuda_weights.hpp"
+#include "workers/cuda/cuda_workspace.hpp"
 #include "workers/cuda/device_buffer.hpp"
 #include "workers/cuda/nccl_comm.hpp"
 #include "workers/expert_placement.hpp"
@@ -29,37 +31,67 @@ namespace zmoe::cuda {
 
 class cuda_step_executor final : public step_executor {
   public:
-    /// Picks GPU rank % device count, uploads this rank's weights, joins the NCCL communicator (world_size > 1,
-    /// options.collective_id) and allocates the KV cache: options.num_kv_blocks blocks when > 0, else what
-    /// options.gpu_memory_utilization of the device leaves after the weights and an activation reserve.
-    /// Throws zmoe::error naming the file/tensor for a bad checkpoint, (unsupported) for shapes the kernels lack,
-    /// (out_of_memory) when weights or one KV block do not fit.
+    /// Picks GPU rank % device count, uploads this rank's weights (or, with options.load_format "dummy", generates
+    /// them on the device), joins the NCCL communicator (world_size > 1, options.collective_id), allocates the
+    /// workspace for options.max_num_batched_tokens / max_num_seqs and the KV cache: options.num_kv_blocks blocks
+    /// when > 0, else what options.gpu_memory_utilization of the device leaves; then (one GPU, not enforce_eager)
+    /// captures the decode graphs. Throws zmoe::error naming the file/tensor for a bad checkpoint, (unsupported)
+    /// for shapes the kernels lack, (out_of_memory) when weights, workspace or one KV block do not fit.
     cuda_step_executor(const std::string& model_dir, const executor_options& options,
                        const expert_placement& placement);
     ~cuda_step_executor() override;
 
     /// As model_runner::execute: placeholders take the token this rank sampled for the request last; a malformed
-    /// request throws zmoe::error(invalid_argument) after joining the step's collectives with an empty batch.
+    /// request (or one beyond the workspace's limits) throws zmoe::error(invalid_argument) after joining the
+    /// step's collectives with an empty batch.
     step_result execute(const step_request& request, std::vector<std::vector<float>>* logits_out = nullptr) override;
-    /// As model_runner::apply_expert_moves, the weights travelling by NCCL into fresh device buffers.
+    /// As model_runner::apply_expert_moves, the weights travelling by NCCL; the slots keep their device addresses
+    /// (the graphs stay valid) and the device replica tables follow the new placement.
     uint64_t apply_expert_moves(const std::vector<expert_slot_move>& moves) override;
     int64_t num_kv_blocks() const override { return num_kv_blocks_; }
     const model_config& config() const override { return config_; }
 
     const expert_placement& placement() const { return placement_; }
     int device() const { return device_; }
-    /// Device bytes of the weights and of the KV cache.
+    /// Device bytes of the weights, of the KV cache and of the workspace.
     int64_t weight_bytes() const { return weights_.bytes; }
     int64_t kv_cache_bytes() const;
+    int64_t workspace_bytes() const { return ws_.bytes(); }
+    /// Batch sizes with a captured decode graph, ascending (empty: every step eager), and the capture time.
+    std::vector<int32_t> graph_batch_sizes() const;
+    double graph_capture_ms() const { return graph_capture_ms_; }
+    /// Steps served by a graph replay so far.
+    int64_t graph_replays() const { return graph_replays_; }
 
   private:
-    struct host_batch;
-    host_batch prepare(const step_request& request);
-    void forward(const host_batch& b, std::vector<uint32_t>& expert_counts);
-    void attention(int64_t layer, const host_batch& b);
+    /// What the host knows of a staged step: every launch's sizes.
+    struct step_shape {
+        int32_t num_tokens = 0;
+        int32_t num_seqs = 0;
+        int32_t num_work_items = 0;
+        int32_t num_sampled = 0;
+    };
+    struct decode_graph {
+        int32_t batch = 0;
+        cudaGraphExec_t exec = nullptr;
+    };
+
+    step_shape stage(const step_request& request, const std::vector<std::vector<int32_t>>& tokens);
+    void pad_decode(step_shape& s, int32_t batch);
+    void finish_staging(step_shape& s, int32_t num_valid);
+    void upload_inputs(const step_shape& s);
+    void forward(const step_shape& s);
+    void attention(int64_t layer, const step_shape& s);
     void dense_mlp(const cuda_mlp& m, const kernels::bf16* x, int32_t num_tokens, kernels::bf16* out);
-    void moe(int64_t layer, int32_t num_tokens, std::vector<uint32_t>& expert_counts);
+    void moe(int64_t layer, const step_shape& s);
+    void moe_local(const cuda_layer& w, int32_t num_tokens);
+    void moe_expert_parallel(const cuda_layer& w, int32_t num_tokens);
+    /// The sampling call site: sampled[i] from logits row i with sampling[i], i < s.num_sampled.
+    void sample(const step_shape& s);
     void gemm(const void* x, const void* w, void* y, int32_t m, int32_t n, int32_t k, bool y_fp32 = false);
+    void upload_replica_tables();
+    void capture_decode_graphs();
+    const decode_graph* graph_for(int32_t num_seqs) const;
 
     model_config config_;
     executor_options options_;
@@ -70,29 +102,18 @@ class cuda_step_executor final : public step_executor {
     device_buffer blas_workspace_;
     std::unique_ptr<nccl_comm> comm_;  // null for a world of one
     cuda_weights weights_;
+    cuda_workspace ws_;
     int64_t num_kv_blocks_ = 0;
     std::vector<device_buffer> k_cache_, v_cache_;  // per layer [num_blocks, block_size, kv_heads, head_dim]
     std::unordered_map<uint64_t, int32_t> last_sampled_;
-    token_history history_;  // fed tokens of the requests with penalties
-    std::unique_ptr<cuda_sampler> sampler_;
-    int32_t num_work_items_ = 0;  // attention work items of the current step
-
-    // Per-step scratch, grown on demand (see device_buffer::ensure).
-    std::map<std::string, device_buffer> scratch_;
-    template <typename T>
-    T* scratch(const std::string& name, size_t count) {
-        device_buffer& b = scratch_[name];
-        b.ensure(count * sizeof(T));
-        return b.as<T>();
-    }
-    template <typename T>
-    T* upload(const std::string& name, const std::vector<T>& host) {
-        T* d = scratch<T>(name, host.size());
-        if (!host.empty())
-            check(cudaMemcpyAsync(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream_));
-        return d;
-    }
+    std::vector<decode_graph> graphs_;  // ascending batch
+    double graph_capture_ms_ = 0;
+    int64_t graph_replays_ = 0;
     static void check(cudaError_t e);
 };
+
+/// The decode batch sizes graphs are captured for: 1, 2, 4, 8, then steps of 8 up to 64, of 16 up to 256 and of
+/// 32 beyond, always ending with max_num_seqs.
+std::vector<int32_t> decode_graph_batch_sizes(int32_t max_num_seqs);
 
 }  // namespace zmoe::cuda

@@ -51,6 +51,10 @@ struct cuda_weights {
 
     /// Uploads `w` (host views) to the current device. Throws zmoe::error(out_of_memory) when it does not fit.
     static cuda_weights upload(const model_weights& w);
+    /// `--load-format dummy`: `rank`'s weights of `placement` generated on the current device from the config alone,
+    /// spread like a trained model's: matrices ~ N(0, 0.02^2) (transformers' initializer_range), norms 1, biases 0.
+    /// Every tensor has its own deterministic stream (a logical expert's weights do not depend on its slot or rank).
+    static cuda_weights dummy(const model_config& c, const expert_placement& placement, int rank);
 };
 
 /// Bytes of one expert's weights on the device (gate_up then down, BF16).

@@ -1,0 +1,24 @@
+#include "engine_core/dual_batch.hpp"
+
+#include <algorithm>
+
+namespace zmoe {
+
+bool should_split_step(const std::vector<step_request>& steps, const dbo_options& options) {
+    if (!options.enabled) return false;
+    size_t busiest = 0;
+    bool decode_only = true;
+    for (const step_request& s : steps) {
+        size_t tokens = 0;
+        for (const scheduled_seq& q : s.seqs) {
+            tokens += q.token_ids.size();
+            if (q.token_ids.size() != 1) decode_only = false;
+        }
+        busiest = std::max(busiest, tokens);
+    }
+    if (busiest == 0) return false;
+    const int32_t threshold = decode_only ? options.decode_token_threshold : options.prefill_token_threshold;
+    return busiest >= static_cast<size_t>(std::max(threshold, 1));
+}
+
+}  // namespace zmoe

@@ -1,0 +1,25 @@
+#pragma once
+// Dual-batch overlap (DBO), the engine core's half: whether a step runs as two micro-batches. One owner: the engine
+// core decides for the whole step from every rank's share and sends the answer in each rank's step_request
+// (dual_batch), so all ranks make the same expert exchanges; the workers split their own rows (micro_batch.hpp).
+
+#include <cstdint>
+#include <vector>
+
+#include "messages/step_types.hpp"
+
+namespace zmoe {
+
+/// --enable-dbo, --dbo-decode-token-threshold, --dbo-prefill-token-threshold (vLLM's names and defaults).
+struct dbo_options {
+    bool enabled = false;
+    int32_t decode_token_threshold = 32;    ///< decode-only steps split at this many tokens on some rank
+    int32_t prefill_token_threshold = 512;  ///< steps with any prefill chunk split at this many tokens on some rank
+};
+
+/// True when a step whose per-rank shares are `steps` (index = rank) should run as two micro-batches: DBO enabled
+/// and the busiest rank has at least the threshold's tokens, the decode threshold when every scheduled sequence
+/// feeds one token, else the prefill threshold. A pure function of the step, so it is testable without sockets.
+bool should_split_step(const std::vector<step_request>& steps, const dbo_options& options);
+
+}  // namespace zmoe

@@ -1,0 +1,343 @@
+// Reliability of `zmoe serve` under load, faults and hostile input (docs/reliability.md lists what each test
+// proves). Every test starts its own server on loopback, bounds its waits, and stops the server by pid.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <thread>
+#include <zmq.hpp>
+
+#include "actors/zmoe_client.hpp"
+#include "base/error.hpp"
+#include "messages/client_protocol.hpp"
+#include "messages/msgpack_writer.hpp"
+#include "tests/cli/e2e_util.hpp"
+
+using namespace zmoe::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kModel = kFixtures + "/models/qwen3_moe";
+
+struct server {
+    int port = free_port();
+    zmoe::child_process proc;
+    std::string endpoint() const { return "tcp://127.0.0.1:" + std::to_string(port); }
+
+    explicit server(std::vector<std::string> extra, const std::string& model = kModel) {
+        std::vector<std::string> argv = {kZmoe,       "serve", "--model", model, "--port", std::to_string(port),
+                                         "--threads", "1"};
+        argv.insert(argv.end(), extra.begin(), extra.end());
+        proc = zmoe::child_process::spawn(argv);
+        zmoe::zmoe_client c(endpoint());
+        const auto deadline = std::chrono::steady_clock::now() + 60s;
+        while (std::chrono::steady_clock::now() < deadline) {
+            try {
+                if (c.health(300ms).status == "ok") return;
+            } catch (const zmoe::error&) {
+            }
+            if (!proc.running()) break;
+        }
+        ADD_FAILURE() << "server did not become healthy";
+    }
+    ~server() {
+        if (proc.running()) {
+            proc.kill(SIGTERM);
+            if (!proc.wait_for(15s)) {
+                proc.kill(SIGKILL);
+                proc.wait();
+            }
+        }
+    }
+    /// The frontend's counters.
+    nlohmann::json frontend_counters() {
+        zmoe::zmoe_client c(endpoint());
+        return nlohmann::json::parse(c.metrics(10s))["frontend"]["counters"];
+    }
+};
+
+double counter(const nlohmann::json& counters, const std::string& name) {
+    return counters.contains(name) ? counters[name].get<double>() : 0.0;
+}
+
+/// A client that speaks the wire protocol by hand: to send what a well-behaved client would not, and to read
+/// (or not read) at its own pace.
+struct raw_client {
+    zmq::context_t ctx;
+    zmq::socket_t sock{ctx, zmq::socket_type::dealer};
+    explicit raw_client(const std::string& endpoint, int rcvhwm = 1000) {
+        sock.set(zmq::sockopt::linger, 0);
+        sock.set(zmq::sockopt::rcvhwm, rcvhwm);
+        sock.set(zmq::sockopt::sndhwm, 0);
+        sock.connect(endpoint);
+    }
+    void send(const std::string& bytes) { sock.send(zmq::buffer(bytes), zmq::send_flags::none); }
+    std::optional<zmoe::client_reply> recv(std::chrono::milliseconds timeout) {
+        sock.set(zmq::sockopt::rcvtimeo, static_cast<int>(timeout.count()));
+        zmq::message_t m;
+        if (!sock.recv(m)) return std::nullopt;
+        return zmoe::decode_client_reply({m.data<char>(), m.size()});
+    }
+};
+
+zmoe::client_generate one_request(const std::string& id, int i, uint32_t max_tokens) {
+    zmoe::client_generate g;
+    g.client_request_id = id;
+    g.prompt = std::vector<int32_t>{2 + i % 400, 3 + (i * 7) % 400};
+    g.max_tokens = max_tokens;
+    g.temperature = 0.f;
+    g.ignore_eos = true;
+    return g;
+}
+
+/// Reads until every id in `ids` has its terminal message (or `idle` passes with nothing), checking that each
+/// request gets exactly one terminal and that its tokens add up to max_tokens.
+void expect_all_complete(raw_client& c, size_t num, const std::string& prefix, uint32_t max_tokens,
+                         std::chrono::milliseconds idle = 30s) {
+    std::map<std::string, uint32_t> tokens;
+    std::map<std::string, int> terminals;
+    std::vector<std::string> errors;
+    size_t done = 0;
+    while (done < num) {
+        auto r = c.recv(idle);
+        if (!r) break;
+        if (auto* d = std::get_if<zmoe::client_delta>(&*r)) {
+            tokens[d->client_request_id] += static_cast<uint32_t>(d->token_ids.size());
+            if (d->finished) {
+                ++done;
+                if (++terminals[d->client_request_id] > 1)
+                    ADD_FAILURE() << "two terminals for " << d->client_request_id;
+            }
+        } else if (auto* e = std::get_if<zmoe::client_error>(&*r)) {
+            ++done;
+            ++terminals[e->client_request_id];
+            errors.push_back(e->client_request_id + ": " + e->message);
+        }
+    }
+    EXPECT_EQ(done, num) << "requests without a final message: " << num - done;
+    EXPECT_TRUE(errors.empty()) << errors.size() << " errors, first: " << (errors.empty() ? "" : errors[0]);
+    for (size_t i = 0; i < num; ++i) {
+        const std::string id = prefix + std::to_string(i);
+        EXPECT_EQ(terminals[id], 1) << id;
+        EXPECT_EQ(tokens[id], max_tokens) << id;
+        if (terminals[id] != 1 || tokens[id] != max_tokens) break;  // one message is enough
+    }
+}
+
+void expect_accounted(server& s, double accepted_at_least) {
+    const auto c = s.frontend_counters();
+    const double accepted = counter(c, "requests_accepted");
+    EXPECT_GE(accepted, accepted_at_least);
+    EXPECT_EQ(accepted, counter(c, "requests_finished") + counter(c, "requests_failed")) << c.dump();
+}
+
+// Failure 1a: with more streams than the ZeroMQ high-water mark and a client that does not read for a while, the
+// frontend took a full pipe for a departed client and aborted the requests (the client waited forever).
+TEST(Reliability, TwoThousandStreamsToASlowReaderAllComplete) {
+    constexpr int kStreams = 2400;
+    server s({"--workers", "2", "--max-num-seqs", "256"});
+    raw_client c(s.endpoint(), /*rcvhwm=*/16);
+    for (int i = 0; i < kStreams; ++i) c.send(zmoe::encode(one_request("s" + std::to_string(i), i, 3)));
+    // Not reading: the frontend's pipe to us fills long before the streams end.
+    std::this_thread::sleep_for(3s);
+    expect_all_complete(c, kStreams, "s", 3);
+    expect_accounted(s, kStreams);
+}
+
+// Failure 1b: a burst of one-token requests overran the frontend -> engine core pipe, whose unchecked sends lost
+// requests that then stayed "waiting" forever.
+TEST(Reliability, BurstOfThreeThousandRequestsCompletes) {
+    constexpr int kRequests = 3000;
+    server s({"--workers", "1", "--max-num-seqs", "256"});
+    raw_client c(s.endpoint());
+    for (int i = 0; i < kRequests; ++i) c.send(zmoe::encode(one_request("b" + std::to_string(i), i, 1)));
+    expect_all_complete(c, kRequests, "b", 1);
+    expect_accounted(s, kRequests);
+}
+
+// Failure 5: errors must name the request they are about; an abort of an unknown id is a no-op; a duplicate live
+// id is refused without touching the live request.
+TEST(Reliability, ErrorsNameTheirRequestAndDuplicatesLeaveTheLiveOneAlone) {
+    server s({"--workers", "1"});
+    raw_client c(s.endpoint());
+    // A generate whose max_tokens is a string: undecodable, but its id can be read.
+    {
+        zmoe::msgpack_writer w;
+        w.array_header(12);
+        w.uint(zmoe::kClientProtocolVersion);
+        w.uint(static_cast<uint8_t>(zmoe::client_kind::generate));
+        w.str("bad-field");
+        w.int32_array(std::vector<int32_t>{5, 6});
+        w.str("sixteen");
+        for (int k = 0; k < 7; ++k) w.nil();
+        c.send(w.take());
+        auto r = c.recv(10s);
+        ASSERT_TRUE(r);
+        auto* e = std::get_if<zmoe::client_error>(&*r);
+        ASSERT_TRUE(e);
+        EXPECT_EQ(e->client_request_id, "bad-field");
+        EXPECT_EQ(e->code, zmoe::errc::protocol);
+    }
+    // An abort of an id that never was: no reply at all (the next thing we hear is the health reply).
+    c.send(zmoe::encode(zmoe::client_abort{"never-was"}));
+    c.send(zmoe::encode(zmoe::client_health{"h1"}));
+    {
+        auto r = c.recv(10s);
+        ASSERT_TRUE(r);
+        ASSERT_TRUE(std::holds_alternative<zmoe::client_health_reply>(*r)) << "the unknown abort got a reply";
+    }
+    // A duplicate of a live id: refused with duplicate_request; the live request streams on to its end.
+    constexpr uint32_t kTokens = 40;
+    c.send(zmoe::encode(one_request("live", 1, kTokens)));
+    c.send(zmoe::encode(one_request("live", 2, kTokens)));
+    uint32_t tokens = 0;
+    int duplicates = 0, terminals = 0;
+    while (terminals == 0) {
+        auto r = c.recv(30s);
+        ASSERT_TRUE(r) << "the live request never finished";
+        if (auto* d = std::get_if<zmoe::client_delta>(&*r)) {
+            tokens += static_cast<uint32_t>(d->token_ids.size());
+            if (d->finished) {
+                ++terminals;
+                EXPECT_EQ(d->reason, zmoe::finish_reason::length);
+            }
+        } else if (auto* e = std::get_if<zmoe::client_error>(&*r)) {
+            EXPECT_EQ(e->client_request_id, "live");
+            EXPECT_EQ(e->code, zmoe::errc::duplicate_request) << e->message;
+            ++duplicates;
+        }
+    }
+    EXPECT_EQ(duplicates, 1);
+    EXPECT_EQ(tokens, kTokens);
+    // The id is free again once the request ended: reuse it, and it is not hit by any stale error.
+    c.send(zmoe::encode(zmoe::client_abort{"live"}));
+    c.send(zmoe::encode(one_request("live", 3, 2)));
+    for (;;) {
+        auto r = c.recv(30s);
+        ASSERT_TRUE(r) << "the reused id never finished";
+        auto* d = std::get_if<zmoe::client_delta>(&*r);
+        ASSERT_TRUE(d) << "the reused id got an error: " << std::get<zmoe::client_error>(*r).message;
+        if (d->finished) {
+            EXPECT_EQ(d->completion_tokens, 2u);
+            break;
+        }
+    }
+}
+
+}  // namespace
+
+namespace {
+
+/// GPT-2's byte -> printable character map (what a ByteLevel vocabulary stores), as UTF-8.
+std::string byte_level_char(int b) {
+    int cp = b;
+    if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))) {
+        int n = 0;
+        for (int x = 0; x < b; ++x)
+            if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) ++n;
+        cp = 256 + n;
+    }
+    std::string s;
+    if (cp < 0x80) {
+        s += static_cast<char>(cp);
+    } else {
+        s += static_cast<char>(0xC0 | (cp >> 6));
+        s += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    return s;
+}
+
+/// The qwen3_moe fixture (512 embedding rows) with a byte-level tokenizer of 256 ids: most ids the model samples
+/// are unknown to the tokenizer, as the padded rows of real checkpoints are.
+std::string model_with_small_tokenizer(const temp_dir& dir) {
+    const std::string model = dir / "model";
+    std::filesystem::create_directories(model);
+    for (const auto& e : std::filesystem::directory_iterator(kModel))
+        if (e.path().filename() != "reference.json")
+            std::filesystem::copy(e.path(), model + "/" + e.path().filename().string());
+    nlohmann::json vocab = nlohmann::json::object();
+    for (int b = 0; b < 256; ++b) vocab[byte_level_char(b)] = b;
+    nlohmann::json tok = {{"version", "1.0"},
+                          {"added_tokens", nlohmann::json::array()},
+                          {"normalizer", nullptr},
+                          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+                          {"post_processor", nullptr},
+                          {"decoder", {{"type", "ByteLevel"}}},
+                          {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+    std::ofstream(model + "/tokenizer.json") << tok.dump();
+    return model;
+}
+
+// Failure 2: an id the tokenizer does not know (the model's vocabulary is larger) made the frontend drop the
+// engine's outputs message, and the request hung.
+TEST(Reliability, SampledIdsBeyondTheTokenizerDecodeToNothing) {
+    temp_dir dir;
+    server s({"--workers", "1"}, model_with_small_tokenizer(dir));
+    zmoe::zmoe_client c(s.endpoint());
+    int beyond = 0;
+    for (int i = 0; i < 4; ++i) {
+        zmoe::client_generate g;
+        g.prompt = std::string("hello world ") + std::to_string(i);
+        g.max_tokens = 24;
+        g.temperature = 0.f;
+        g.ignore_eos = true;
+        const auto done = c.collect(c.generate(g), 60s);
+        EXPECT_EQ(done.reason, zmoe::finish_reason::length);
+        ASSERT_EQ(done.token_ids.size(), 24u);
+        // Known ids decode to their bytes, unknown ones to nothing: the text is exactly the known ids' bytes
+        // (U+FFFD where they do not form valid UTF-8, which this check leaves aside by counting lengths).
+        size_t known = 0;
+        for (int32_t t : done.token_ids) {
+            if (t < 256) {
+                ++known;
+            } else {
+                ++beyond;
+            }
+        }
+        EXPECT_LE(done.text.size(), known * 3);
+        if (known == 0) {
+            EXPECT_EQ(done.text, "");
+        }
+    }
+    EXPECT_GT(beyond, 0) << "the model never sampled an id past the tokenizer: the test proves nothing";
+    EXPECT_GT(counter(s.frontend_counters(), "unknown_token_ids"), 0);
+}
+
+}  // namespace
+
+namespace {
+
+// Failure 6: start-up that lies. Each bad start must exit non-zero without ever printing "ready".
+TEST(Reliability, StartUpFailsLoudly) {
+    server first({"--workers", "1"});
+    auto start = [&](std::vector<std::string> args) {
+        std::vector<std::string> argv = {kZmoe, "serve", "--model", kModel, "--threads", "1"};
+        argv.insert(argv.end(), args.begin(), args.end());
+        auto p = zmoe::child_process::spawn(argv);
+        const auto st = p.wait_for(60s);
+        if (!st) {
+            p.kill(SIGKILL);
+            p.wait();
+            return -1;
+        }
+        return *st;
+    };
+    // The port is taken by `first`: the second frontend cannot bind, and its readiness check must not be fooled
+    // by the first server's answers.
+    EXPECT_NE(start({"--port", std::to_string(first.port)}), 0);
+    EXPECT_EQ(zmoe::zmoe_client(first.endpoint()).health(5s).status, "ok");
+    // Ports outside 1..65535 are refused instead of wrapping.
+    EXPECT_NE(start({"--port", "71337"}), 0);
+    EXPECT_NE(start({"--port", "0"}), 0);
+    // No KV cache at all, and a context longer than the model's positions (512), are refused at start-up.
+    EXPECT_NE(start({"--port", std::to_string(free_port()), "--kv-cache-mb", "0"}), 0);
+    EXPECT_NE(start({"--port", std::to_string(free_port()), "--max-model-len", "100000"}), 0);
+}
+
+}  // namespace

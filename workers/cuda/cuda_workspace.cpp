@@ -1,0 +1,157 @@
+#include "workers/cuda/cuda_workspace.hpp"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/error.hpp"
+#include "kernels/cuda_check.hpp"
+
+namespace zmoe::cuda {
+
+pinned_buffer::pinned_buffer(size_t bytes) : bytes_(bytes) {
+    const cudaError_t e = cudaMallocHost(&ptr_, std::max<size_t>(bytes, 1));
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        ptr_ = nullptr;
+        throw error(errc::out_of_memory,
+                    "cudaMallocHost of " + std::to_string(bytes) + " bytes failed: " + cudaGetErrorString(e));
+    }
+}
+
+pinned_buffer::~pinned_buffer() {
+    if (ptr_) cudaFreeHost(ptr_);
+}
+
+pinned_buffer::pinned_buffer(pinned_buffer&& o) noexcept
+    : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+
+pinned_buffer& pinned_buffer::operator=(pinned_buffer&& o) noexcept {
+    if (this != &o) {
+        if (ptr_) cudaFreeHost(ptr_);
+        ptr_ = std::exchange(o.ptr_, nullptr);
+        bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+}
+
+namespace {
+
+/// Lays out typed fields one after another in a region, 16-byte aligned.
+class region_layout {
+  public:
+    template <typename T>
+    size_t add(size_t count) {
+        const size_t at = end_;
+        end_ = (end_ + count * sizeof(T) + 15) / 16 * 16;
+        return at;
+    }
+    size_t bytes() const { return end_; }
+
+  private:
+    size_t end_ = 0;
+};
+
+template <typename T>
+mirrored<T> view(const device_buffer& d, const pinned_buffer& h, size_t offset) {
+    return {reinterpret_cast<T*>(d.as<std::byte>() + offset), reinterpret_cast<T*>(h.as<std::byte>() + offset)};
+}
+
+}  // namespace
+
+cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
+    const size_t T = static_cast<size_t>(s.max_tokens), S = static_cast<size_t>(s.max_seqs);
+    const size_t H = static_cast<size_t>(s.hidden), K = static_cast<size_t>(s.top_k);
+    const int32_t group = s.num_q_heads / std::max(s.num_kv_heads, 1);
+    max_work_items =
+        (s.max_tokens * group + kernels::kAttentionRowsPerItem - 1) / kernels::kAttentionRowsPerItem + s.max_seqs;
+    const bool ep = s.world_size > 1;
+    max_recv_rows = ep ? s.world_size * s.max_tokens * s.top_k : 0;
+    max_moe_rows = s.num_experts == 0 ? 0
+                   : ep               ? kernels::moe_permuted_rows_bound(max_recv_rows, 1, s.num_slots, 128)
+                                      : kernels::moe_permuted_rows_bound(s.max_tokens, s.top_k, s.num_slots, 128);
+
+    auto alloc = [&](device_buffer& b, size_t bytes) {
+        b = device_buffer(bytes);
+        bytes_ += static_cast<int64_t>(bytes);
+    };
+
+    region_layout in;
+    const size_t o_sampling = in.add<kernels::sample_seq_params>(S);
+    const size_t o_tokens = in.add<int32_t>(T), o_positions = in.add<int32_t>(T), o_slots = in.add<int32_t>(T);
+    const size_t o_qs = in.add<int32_t>(S + 1), o_sp = in.add<int32_t>(S), o_rows = in.add<int32_t>(S);
+    const size_t o_items = in.add<int32_t>(2 * static_cast<size_t>(max_work_items));
+    const size_t o_valid = in.add<int32_t>(1);
+    small_inputs_bytes = in.bytes();
+    const size_t o_tables = in.add<int32_t>(S * static_cast<size_t>(s.max_blocks_per_seq));
+    alloc(inputs, in.bytes());
+    inputs_host = pinned_buffer(in.bytes());
+    sampling = view<kernels::sample_seq_params>(inputs, inputs_host, o_sampling);
+    tokens = view<int32_t>(inputs, inputs_host, o_tokens);
+    positions = view<int32_t>(inputs, inputs_host, o_positions);
+    kv_slots = view<int32_t>(inputs, inputs_host, o_slots);
+    query_start = view<int32_t>(inputs, inputs_host, o_qs);
+    start_pos = view<int32_t>(inputs, inputs_host, o_sp);
+    logit_rows = view<int32_t>(inputs, inputs_host, o_rows);
+    work_items = view<int32_t>(inputs, inputs_host, o_items);
+    num_valid = view<int32_t>(inputs, inputs_host, o_valid);
+    block_tables = view<int32_t>(inputs, inputs_host, o_tables);
+
+    region_layout out;
+    const size_t o_sampled = out.add<int32_t>(S);
+    const size_t o_counts = out.add<int32_t>(static_cast<size_t>(s.num_moe_layers) * s.num_experts);
+    alloc(outputs, out.bytes());
+    outputs_host = pinned_buffer(out.bytes());
+    sampled = view<int32_t>(outputs, outputs_host, o_sampled);
+    expert_counts = view<int32_t>(outputs, outputs_host, o_counts);
+
+    const size_t bf = sizeof(kernels::bf16), f32 = sizeof(float), i32 = sizeof(int32_t);
+    const size_t q_dim = static_cast<size_t>(s.num_q_heads) * s.head_dim;
+    const size_t qkv_dim = q_dim + 2 * static_cast<size_t>(s.num_kv_heads) * s.head_dim;
+    alloc(residual, T * H * bf);
+    alloc(xn, T * H * bf);
+    alloc(delta, T * H * bf);
+    alloc(qkv, T * qkv_dim * bf);
+    alloc(q, T * q_dim * bf);
+    alloc(attn, T * q_dim * bf);
+    alloc(mlp_gate_up, T * 2 * s.dense_inter * bf);
+    alloc(mlp_act, T * s.dense_inter * bf);
+    alloc(shared_out, s.dense_inter > 0 ? T * H * bf : 0);
+    alloc(shared_gate, T * f32);
+
+    const size_t E = static_cast<size_t>(s.num_experts), slots = static_cast<size_t>(s.num_slots);
+    const size_t moe_rows = static_cast<size_t>(max_moe_rows), recv = static_cast<size_t>(max_recv_rows);
+    alloc(router_logits, T * E * f32);
+    alloc(router_counts, E * i32);
+    alloc(topk_ids, T * K * i32);
+    alloc(topk_weights, T * K * f32);
+    alloc(slot_ids, T * K * i32);
+    alloc(replica_offsets, static_cast<size_t>(s.num_moe_layers) * (E + 1) * i32);
+    alloc(replica_slots, static_cast<size_t>(s.num_moe_layers) * slots * s.world_size * i32);
+    alloc(perm_offsets, (slots + 1) * i32);
+    alloc(perm_dest, std::max(T * K, recv) * i32);
+    alloc(perm_row_token, moe_rows * i32);
+    alloc(perm_x, moe_rows * H * bf);
+    alloc(perm_y, moe_rows * H * bf);
+    alloc(perm_act, moe_rows * s.moe_inter * bf);
+    alloc(perm_workspace, E == 0 ? 0
+                          : ep   ? kernels::moe_permute_workspace_bytes(max_recv_rows, 1, s.num_slots)
+                                 : kernels::moe_permute_workspace_bytes(s.max_tokens, s.top_k, s.num_slots));
+    alloc(combine_ones, recv * f32);
+    if (ep) {
+        std::vector<float> ones(recv, 1.f);
+        if (!ones.empty())
+            ZMOE_CUDA_CHECK(cudaMemcpy(combine_ones.as<void>(), ones.data(), recv * f32, cudaMemcpyHostToDevice));
+        alloc(moe_plan, 3 * T * K * i32);
+        alloc(send_x, T * K * H * bf);
+        alloc(y_back, T * K * H * bf);
+        alloc(recv_x, recv * H * bf);
+        alloc(y_recv, recv * H * bf);
+        alloc(recv_slot, recv * i32);
+    }
+    alloc(last_rows, S * H * bf);
+    alloc(logits, S * static_cast<size_t>(s.vocab_size) * f32);
+}
+
+}  // namespace zmoe::cuda

@@ -1,0 +1,139 @@
+#pragma once
+// Every device buffer a CUDA step touches besides the weights and the KV cache, named and sized once at start-up
+// from the engine's limits (--max-num-batched-tokens, --max-num-seqs, the longest sequence's block table): no
+// allocation and no lookup while serving, and fixed addresses, so that CUDA graphs captured once stay valid.
+//
+// A step's host-made inputs (tokens, positions, KV slots, block tables, attention work items, sampling rows and
+// parameters) are written into a pinned host mirror of one device region and travel in two copies (the small
+// fields, then the used rows of the block tables); its outputs (sampled tokens, then the per-expert load counts of
+// every MoE layer) come back in one copy from one device region after sampling.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/api.hpp"
+#include "workers/cuda/device_buffer.hpp"
+
+namespace zmoe::cuda {
+
+/// The limits and model dimensions the workspace is sized from.
+struct workspace_shape {
+    int32_t max_tokens = 0;          ///< tokens per step (--max-num-batched-tokens)
+    int32_t max_seqs = 0;            ///< sequences per step (--max-num-seqs)
+    int32_t max_blocks_per_seq = 0;  ///< block-table row length: the stride of every step's block tables
+    int32_t hidden = 0;
+    int32_t num_q_heads = 0;
+    int32_t num_kv_heads = 0;
+    int32_t head_dim = 0;
+    int32_t vocab_size = 0;
+    int32_t num_experts = 0;
+    int32_t top_k = 0;
+    int32_t num_slots = 0;       ///< expert slots per MoE layer on this rank
+    int32_t moe_inter = 0;       ///< routed expert FFN width
+    int32_t dense_inter = 0;     ///< widest dense MLP or shared expert; 0 if none
+    int32_t num_moe_layers = 0;  ///< layers whose load counts are kept
+    int32_t world_size = 1;      ///< > 1: room for the expert-parallel exchange
+};
+
+/// Pinned host memory (cudaMallocHost), for the step's input and output copies.
+class pinned_buffer {
+  public:
+    pinned_buffer() = default;
+    explicit pinned_buffer(size_t bytes);
+    ~pinned_buffer();
+    pinned_buffer(pinned_buffer&& o) noexcept;
+    pinned_buffer& operator=(pinned_buffer&& o) noexcept;
+    pinned_buffer(const pinned_buffer&) = delete;
+    pinned_buffer& operator=(const pinned_buffer&) = delete;
+    template <typename T>
+    T* as() const {
+        return static_cast<T*>(ptr_);
+    }
+    size_t bytes() const { return bytes_; }
+
+  private:
+    void* ptr_ = nullptr;
+    size_t bytes_ = 0;
+};
+
+/// A typed view of part of a device region and of its host mirror.
+template <typename T>
+struct mirrored {
+    T* device = nullptr;
+    T* host = nullptr;
+};
+
+struct cuda_workspace {
+    workspace_shape shape;
+    int32_t max_work_items = 0;  ///< attention work items one step can need
+    int32_t max_moe_rows = 0;    ///< rows of the permuted expert buffers
+    int32_t max_recv_rows = 0;   ///< rows this rank's experts can receive in one exchange
+
+    // Step inputs: [small fields | block tables] in `inputs`, mirrored in `inputs_host`.
+    device_buffer inputs;
+    pinned_buffer inputs_host;
+    size_t small_inputs_bytes = 0;                  ///< bytes of the first copy
+    mirrored<kernels::sample_seq_params> sampling;  // [max_seqs]
+    mirrored<int32_t> tokens, positions, kv_slots;  // [max_tokens]
+    mirrored<int32_t> query_start;                  // [max_seqs + 1]
+    mirrored<int32_t> start_pos;                    // [max_seqs]
+    mirrored<int32_t> logit_rows;                   // [max_seqs]: the token row each sampled sequence reads
+    mirrored<int32_t> work_items;                   // [max_work_items * 2]
+    mirrored<int32_t> num_valid;                    // [1]: real tokens (the rest of a graph's batch is padding)
+    mirrored<int32_t> block_tables;                 // [max_seqs, max_blocks_per_seq], last
+
+    // Step outputs: [sampled | expert counts] in `outputs`, mirrored in `outputs_host`.
+    device_buffer outputs;
+    pinned_buffer outputs_host;
+    mirrored<int32_t> sampled;        // [max_seqs]
+    mirrored<int32_t> expert_counts;  // [num_moe_layers, num_experts]: this step's routed choices per expert
+
+    // Activations.
+    device_buffer residual, xn, delta;  // [max_tokens, hidden]
+    device_buffer qkv;                  // [max_tokens, (q + 2 kv heads) * head_dim]
+    device_buffer q, attn;              // [max_tokens, q heads * head_dim]
+    device_buffer mlp_gate_up;          // [max_tokens, 2 * dense_inter]
+    device_buffer mlp_act;              // [max_tokens, dense_inter]
+    device_buffer shared_out;           // [max_tokens, hidden]
+    device_buffer shared_gate;          // [max_tokens] fp32
+
+    // Routing and the rank-local expert computation.
+    device_buffer router_logits;    // [max_tokens, num_experts] fp32
+    device_buffer router_counts;    // [num_experts]: launch_router_topk's own counts (unused)
+    device_buffer topk_ids;         // [max_tokens, top_k]
+    device_buffer topk_weights;     // [max_tokens, top_k] fp32
+    device_buffer slot_ids;         // [max_tokens, top_k]: the slot serving each choice
+    device_buffer replica_offsets;  // [num_moe_layers, num_experts + 1]
+    device_buffer replica_slots;    // [num_moe_layers, num_slots * world_size]
+    device_buffer perm_offsets;     // [num_slots + 1]
+    device_buffer perm_dest;        // [max(max_tokens * top_k, max_recv_rows)]
+    device_buffer perm_row_token;   // [max_moe_rows]
+    device_buffer perm_x, perm_y;   // [max_moe_rows, hidden]
+    device_buffer perm_act;         // [max_moe_rows, moe_inter]
+    device_buffer perm_workspace;   // launch_moe_permute's scratch
+    device_buffer combine_ones;     // [max_recv_rows] fp32 ones (expert parallelism: the un-permute weights)
+
+    // Expert parallelism (world_size > 1): rows sent to / received from the other ranks.
+    device_buffer moe_plan;        // [3 * max_tokens * top_k]
+    device_buffer send_x, y_back;  // [max_tokens * top_k, hidden]
+    device_buffer recv_x, y_recv;  // [max_recv_rows, hidden]
+    device_buffer recv_slot;       // [max_recv_rows]
+
+    // LM head and sampling.
+    device_buffer last_rows;  // [max_seqs, hidden]
+    device_buffer logits;     // [max_seqs, vocab_size] fp32
+
+    /// Allocates everything for `shape` on the current device; throws zmoe::error(out_of_memory).
+    explicit cuda_workspace(const workspace_shape& shape);
+    cuda_workspace() = default;
+    cuda_workspace(cuda_workspace&&) = default;
+    cuda_workspace& operator=(cuda_workspace&&) = default;
+
+    /// Device bytes held.
+    int64_t bytes() const { return bytes_; }
+
+  private:
+    int64_t bytes_ = 0;
+};
+
+}  // namespace zmoe::cuda
