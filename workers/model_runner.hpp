@@ -31,7 +31,7 @@ struct runner_options {
     int world_size = 1;
     /// The expert-parallel collective; null means a local_expert_comm (world_size must be 1). Not owned.
     expert_comm* comm = nullptr;
-    /// Expert placement; null means expert_placement::make_default over world_size ranks. Copied.
+    /// Expert placement; null means expert_placement::initial over world_size ranks without redundant slots. Copied.
     const expert_placement* placement = nullptr;
     /// Threads of the CPU kernels; 0 = all cores.
     int num_threads = 0;
