@@ -128,8 +128,8 @@ TEST_P(CudaExpertParallel, ReplicasAndMovesAcrossGpusMatchOne) {
     std::vector<expert_slot_move> moves;
     const auto last = static_cast<uint32_t>(2 * E - 1);
     for (uint32_t l = 0; l < c.num_moe_layers(); ++l) {
-        moves.push_back({l, 0, slots[l][1].back(), 1, last});   // rank 1's last slot -> rank 0's first
-        moves.push_back({l, last, slots[l][0].front(), 0, 0});  // and back
+        moves.push_back({l, 0, row.back(), 1, last});   // rank 1's last slot -> rank 0's first
+        moves.push_back({l, last, row.front(), 0, 0});  // and back
     }
     std::vector<step_driver> moved = run_expert_parallel(dir_, prompts_, {2, 2, &placement, moves});
     expect_matches_single(moved, 2, "after moves");
