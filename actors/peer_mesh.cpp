@@ -3,6 +3,7 @@
 #include <cstring>
 #include <zmq.hpp>
 
+#include "actors/run_secret.hpp"
 #include "actors/zmq_context.hpp"
 #include "actors/zmq_poll.hpp"
 #include "base/check.hpp"
@@ -21,7 +22,8 @@ struct peer_mesh::sockets {
     std::vector<zmq::socket_t> push;  // by rank; empty socket for this rank
 };
 
-peer_mesh::peer_mesh(int rank, const std::string& bind_endpoint) : rank_(rank), sockets_(std::make_unique<sockets>()) {
+peer_mesh::peer_mesh(int rank, const std::string& bind_endpoint, std::string secret)
+    : rank_(rank), sockets_(std::make_unique<sockets>()), secret_(std::move(secret)) {
     ZMOE_CHECK(rank >= 0, "rank " << rank);
     sockets_->pull = zmq::socket_t(process_zmq_context(), zmq::socket_type::pull);
     sockets_->pull.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxFrameBytes));
@@ -58,12 +60,13 @@ std::vector<std::string> peer_mesh::all_to_all(std::vector<std::string> send, st
     for (int r = 0; r < world_size_; ++r) {
         if (r == rank_) continue;
         ZMOE_CHECK(r < static_cast<int>(sockets_->push.size()), "peer_mesh used before connect");
-        zmq::message_t msg(kHeaderBytes + send[r].size());
+        zmq::message_t msg(kHeaderBytes + secret_.size() + send[r].size());
         auto* p = static_cast<char*>(msg.data());
         std::memcpy(p, &round, 8);
         const int32_t me = rank_;
         std::memcpy(p + 8, &me, 4);
-        std::memcpy(p + kHeaderBytes, send[r].data(), send[r].size());
+        std::memcpy(p + kHeaderBytes, secret_.data(), secret_.size());
+        std::memcpy(p + kHeaderBytes + secret_.size(), send[r].data(), send[r].size());
         sockets_->push[r].send(msg, zmq::send_flags::none);
     }
     int missing = world_size_ - 1;
@@ -88,13 +91,23 @@ std::vector<std::string> peer_mesh::all_to_all(std::vector<std::string> send, st
         poll_interruptible(&item, 1, std::chrono::milliseconds(50));
         zmq::message_t msg;
         while (sockets_->pull.recv(msg, zmq::recv_flags::dontwait)) {
-            if (msg.size() < kHeaderBytes) continue;  // not one of ours: ignore
+            const size_t head = kHeaderBytes + secret_.size();
+            if (msg.size() < head) {  // not one of ours
+                ++num_dropped_;
+                continue;
+            }
             uint64_t r_round;
             int32_t sender;
             std::memcpy(&r_round, msg.data(), 8);
             std::memcpy(&sender, static_cast<const char*>(msg.data()) + 8, 4);
-            if (sender < 0 || sender >= world_size_ || sender == rank_ || r_round < round) continue;
-            std::string payload(static_cast<const char*>(msg.data()) + kHeaderBytes, msg.size() - kHeaderBytes);
+            const std::string_view stamp(static_cast<const char*>(msg.data()) + kHeaderBytes, secret_.size());
+            if (!secrets_equal(stamp, secret_) || sender < 0 || sender >= world_size_ || sender == rank_ ||
+                r_round < round || r_round > round + kMaxRoundsAhead || (r_round == round && got[sender]) ||
+                early_.count({r_round, sender})) {
+                ++num_dropped_;
+                continue;
+            }
+            std::string payload(static_cast<const char*>(msg.data()) + head, msg.size() - head);
             if (r_round == round && !got[sender]) {
                 recv[sender] = std::move(payload);
                 got[sender] = true;

@@ -42,61 +42,32 @@ bool parse(int argc, char** argv, po::options_description& opts) {
 }
 
 int cmd_engine_core(int argc, char** argv) {
-    zmoe::cli::engine_flags f;
-    std::string worker_ep, frontend_ep;
+    zmoe::engine_core_options o;
     po::options_description opts("zmoe engine-core options");
-    opts.add_options()("worker-endpoint", po::value(&worker_ep)->required(), "bind: workers connect here")(
-        "frontend-endpoint", po::value(&frontend_ep)->required(), "bind: the frontend connects here");
-    f.add_engine_options(opts);
+    opts.add_options()("worker-endpoint", po::value(&o.worker_endpoint)->required(), "bind: workers connect here")(
+        "frontend-endpoint", po::value(&o.frontend_endpoint)->required(), "bind: the frontend connects here");
+    zmoe::cli::add_engine_options(opts, o.config);
     if (!parse(argc, argv, opts)) return 0;
     zmoe::log_set_name("engine_core");
     zmoe::install_stop_signal_handlers();
-    zmoe::engine_core_options o;
-    o.worker_endpoint = worker_ep;
-    o.frontend_endpoint = frontend_ep;
-    o.num_workers = f.workers;
-    o.num_nodes = f.num_nodes;
-    o.model_dir = f.model;
-    o.device = f.device;
-    o.max_num_batched_tokens = f.max_num_batched_tokens;
-    o.max_num_seqs = f.max_num_seqs;
-    o.block_size = f.block_size;
-    o.num_kv_blocks = f.num_kv_blocks;
-    o.max_model_len = f.max_model_len;
-    o.async_scheduling = !f.no_async;
-    o.eplb.enabled = f.enable_eplb;
-    o.eplb.step_interval = static_cast<uint32_t>(f.eplb_interval);
-    o.eplb.window_steps = static_cast<uint32_t>(f.eplb_window);
-    o.eplb.num_redundant_experts = static_cast<uint32_t>(f.num_redundant_experts);
-    o.dbo.enabled = f.enable_dbo;
-    o.dbo.decode_token_threshold = f.dbo_decode_token_threshold;
-    o.dbo.prefill_token_threshold = f.dbo_prefill_token_threshold;
-    o.heartbeat_interval = std::chrono::milliseconds(f.heartbeat_ms);
     zmoe::engine_core_actor a(o);
     a.run();
     return a.exit_code();
 }
 
 int cmd_worker(int argc, char** argv) {
-    zmoe::cli::engine_flags f;
     zmoe::worker_options o;
-    po::options_description opts("zmoe worker options");
+    int heartbeat_ms = 1000;
+    po::options_description opts("zmoe worker options (the run's configuration comes from the engine core)");
     opts.add_options()("engine", po::value(&o.engine_endpoint)->required(), "the engine core's worker endpoint")(
         "rank", po::value(&o.rank)->required(), "this worker's rank")(
-        "device", po::value(&f.device)->default_value("cpu"), "cpu or cuda")(
+        "device", po::value(&o.device)->default_value(o.device), "cpu or cuda (must be the engine core's --device)")(
         "data-bind", po::value(&o.data_bind)->default_value(o.data_bind), "where peers reach this worker")(
-        "heartbeat-ms", po::value(&f.heartbeat_ms)->default_value(f.heartbeat_ms), "heartbeat interval");
-    f.add_worker_options(opts);
+        "heartbeat-ms", po::value(&heartbeat_ms)->default_value(heartbeat_ms), "heartbeat interval");
     if (!parse(argc, argv, opts)) return 0;
     zmoe::log_set_name("worker_" + std::to_string(o.rank));
     zmoe::install_stop_signal_handlers();
-    o.device = f.device;
-    o.num_threads = f.threads;
-    o.kv_cache_bytes = f.kv_cache_mb << 20;
-    o.gpu_memory_utilization = f.gpu_memory_utilization;
-    o.load_format = f.load_format;
-    o.enforce_eager = f.enforce_eager;
-    o.heartbeat_interval = std::chrono::milliseconds(f.heartbeat_ms);
+    o.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
     zmoe::worker_actor a(o);
     a.run();
     return a.exit_code();

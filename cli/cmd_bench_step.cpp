@@ -105,25 +105,28 @@ int run(int argc, char** argv) {
     if (o.context < 1 || o.steps < 1 || o.warmup < 0)
         throw zmoe::error(zmoe::errc::invalid_argument, "--context and --steps must be >= 1, --warmup >= 0");
 
-    const model_config cfg = model_config::load(o.model);
     zmoe::executor_options eo;
-    eo.device = o.device;
-    eo.block_size = o.block_size;
-    eo.max_num_seqs = max_batch;
-    eo.max_num_batched_tokens = o.max_num_batched_tokens > 0 ? o.max_num_batched_tokens : std::max(2048, max_batch);
+    eo.model = model_config::load(o.model);
+    const model_config& cfg = eo.model;
+    zmoe::engine_config& run = eo.config;  // one worker's view of a one-worker run
+    run.model = o.model;
+    run.device = o.device;
+    run.block_size = o.block_size;
+    run.max_num_seqs = max_batch;
+    run.max_num_batched_tokens = o.max_num_batched_tokens > 0 ? o.max_num_batched_tokens : std::max(2048, max_batch);
     const int32_t len = o.context + o.warmup + o.steps + 1;
-    eo.max_model_len = len;
-    eo.gpu_memory_utilization = o.gpu_memory_utilization;
-    eo.enforce_eager = o.enforce_eager;
-    eo.load_format = o.load_format;
+    run.max_model_len = len;
+    run.gpu_memory_utilization = o.gpu_memory_utilization;
+    run.enforce_eager = o.enforce_eager;
+    run.load_format = o.load_format;
     const int64_t blocks_per_seq = (len + o.block_size - 1) / o.block_size;
-    eo.num_kv_blocks = o.device == "cpu" ? blocks_per_seq * max_batch : 0;
+    run.num_kv_blocks = o.device == "cpu" ? blocks_per_seq * max_batch : 0;
     const auto placement = zmoe::expert_placement::make_default(cfg.num_moe_layers(), cfg.num_experts, 1);
 
     std::fprintf(stderr, "measuring copy bandwidth on %s...\n", o.device.c_str());
     const double bandwidth = zmoe::measure_copy_bandwidth(o.device);
     const auto t_load = std::chrono::steady_clock::now();
-    auto ex = zmoe::make_step_executor(o.model, eo, placement);
+    auto ex = zmoe::make_step_executor(eo, placement);
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
     if (ex->num_kv_blocks() < blocks_per_seq * max_batch)
         throw zmoe::error(zmoe::errc::out_of_memory, "KV cache of " + std::to_string(ex->num_kv_blocks()) +
@@ -153,7 +156,7 @@ int run(int argc, char** argv) {
             block += static_cast<int32_t>(blocks_per_seq);
         }
         for (int32_t pos = 0; pos < o.context;) {
-            const int32_t chunk = std::min(o.context - pos, std::max(1, eo.max_num_batched_tokens / B));
+            const int32_t chunk = std::min(o.context - pos, std::max(1, run.max_num_batched_tokens / B));
             zmoe::step_request r;
             r.step_id = step_id++;
             for (auto& s : seqs) {

@@ -3,6 +3,8 @@
 // chat (rendered by the model's chat template; a plain prompt with --raw or without a template) whose reply streams
 // to stdout as it arrives.
 
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -105,12 +107,14 @@ int cmd_client(int argc, char** argv) {
     if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
     zmoe::zmoe_client client(endpoint);
     if (is_interactive) return interactive(client, max_tokens, temperature, timeout_s, raw);
-    auto requests = zmoe::cli::read_requests(input);
-    auto results = zmoe::cli::run_requests(client, std::move(requests), std::chrono::seconds(timeout_s));
-    zmoe::cli::write_results(output, results);
-    for (const auto& r : results)
-        if (r.failed) return 1;
-    return 0;
+    const auto lines = zmoe::cli::read_request_lines(input);
+    // The output is opened before anything is sent (a bad path loses no work), and each result is written as
+    // soon as every earlier one is: an interrupted batch keeps what finished.
+    zmoe::cli::result_writer writer(output, lines.size());
+    const size_t failed = zmoe::cli::run_request_lines(client, lines, std::chrono::seconds(timeout_s), writer,
+                                                       isatty(STDERR_FILENO) != 0);
+    if (failed) std::cerr << "zmoe client: " << failed << " request(s) failed (see their error in " << output << ")\n";
+    return failed == 0 ? 0 : 1;
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // `zmoe generate --model DIR --input IN.jsonl --output OUT.jsonl [--workers N] [--device cpu|cuda]
 // [--metrics-json FILE]`: offline batch generation through the same actors as `serve`, on a private endpoint.
 
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
 #include <fstream>
 #include <iostream>
@@ -19,7 +21,7 @@ namespace po = boost::program_options;
 namespace {
 
 int cmd_generate(int argc, char** argv) {
-    zmoe::cli::engine_flags f;
+    zmoe::engine_config f;
     std::string input, output, metrics_json, tokenizer;
     po::options_description opts("zmoe generate options");
     opts.add_options()("help,h", "show this help")("input", po::value(&input)->required(),
@@ -27,20 +29,22 @@ int cmd_generate(int argc, char** argv) {
         "output", po::value(&output)->required(), "results, one JSON object per line, input order (- = stdout)")(
         "metrics-json", po::value(&metrics_json), "write every actor's metrics here at the end")(
         "tokenizer", po::value(&tokenizer), "tokenizer.json or its directory (default: --model)");
-    f.add_engine_options(opts);
-    f.add_worker_options(opts);
+    zmoe::cli::add_engine_options(opts, f);
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
-    f.default_workers_to_gpus(vm);
+    zmoe::cli::default_workers_to_gpus(f, vm);
     zmoe::log_set_name("generate");
-    auto requests = zmoe::cli::read_requests(input);
+    const auto lines = zmoe::cli::read_request_lines(input);
+    // The output is opened first: a bad path fails before any work is done.
+    zmoe::cli::result_writer writer(output, lines.size());
 
     zmoe::cli::local_cluster cluster(f, "", tokenizer);
     if (!cluster.wait_ready(std::chrono::minutes(10))) return 130;
-    std::vector<zmoe::cli::request_result> results;
+    size_t failed = 0;
     {
         zmoe::zmoe_client client(cluster.client_endpoint());
-        results = zmoe::cli::run_requests(client, std::move(requests), std::chrono::minutes(10));
+        failed =
+            zmoe::cli::run_request_lines(client, lines, std::chrono::minutes(10), writer, isatty(STDERR_FILENO) != 0);
         if (!metrics_json.empty()) {
             const auto text = client.metrics(std::chrono::seconds(10));
             std::ofstream out(metrics_json);
@@ -48,10 +52,7 @@ int cmd_generate(int argc, char** argv) {
             out << text << "\n";
         }
     }
-    zmoe::cli::write_results(output, results);
     const bool clean = cluster.shutdown(std::chrono::seconds(10));
-    size_t failed = 0;
-    for (const auto& r : results) failed += r.failed ? 1 : 0;
     if (failed)
         std::cerr << "zmoe generate: " << failed << " request(s) failed (see their error in " << output << ")\n";
     if (!clean) std::cerr << "zmoe generate: an actor exited with an error\n";

@@ -22,7 +22,7 @@ namespace po = boost::program_options;
 namespace {
 
 int cmd_serve(int argc, char** argv) {
-    zmoe::cli::engine_flags f;
+    zmoe::engine_config f;
     int port = 5555;
     std::string host = "127.0.0.1";
     std::string tokenizer, chat_template;
@@ -45,11 +45,10 @@ int cmd_serve(int argc, char** argv) {
         "seconds a client may read nothing before its requests end with an error")(
         "max-prompt-bytes", po::value(&max_prompt_bytes)->default_value(max_prompt_bytes),
         "text prompts longer than this are refused with a clear error");
-    f.add_engine_options(opts);
-    f.add_worker_options(opts);
+    zmoe::cli::add_engine_options(opts, f);
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
-    f.default_workers_to_gpus(vm);
+    zmoe::cli::default_workers_to_gpus(f, vm);
     zmoe::log_set_name("serve");
     zmoe::install_stop_signal_handlers();
 

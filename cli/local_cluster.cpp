@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "actors/run_secret.hpp"
 #include "actors/stop_signals.hpp"
 #include "actors/zmoe_client.hpp"
 #include "base/error.hpp"
@@ -47,7 +48,7 @@ std::string random_run_id() {
 
 }  // namespace
 
-local_cluster::local_cluster(const engine_flags& flags, std::string client_endpoint, const std::string& tokenizer,
+local_cluster::local_cluster(const engine_config& flags, std::string client_endpoint, const std::string& tokenizer,
                              const std::vector<std::string>& frontend_args) {
     // Fail before starting anything when the checkpoint is not even there; deeper problems come from the workers.
     if (!std::filesystem::exists(std::filesystem::path(flags.model) / "config.json"))
@@ -67,13 +68,17 @@ local_cluster::local_cluster(const engine_flags& flags, std::string client_endpo
 
     std::vector<std::string> argv = {exe,       "engine-core",         "--worker-endpoint",
                                      worker_ep, "--frontend-endpoint", engine_fe};
-    for (auto& a : flags.engine_core_args()) argv.push_back(a);
+    for (auto& a : engine_config_args(flags)) argv.push_back(a);
     argv.insert(argv.end(), log_args.begin(), log_args.end());
-    const std::vector<std::string> env = {"ZMOE_DIE_WITH_PARENT=1"};
+    // A fresh secret per run unless one was given: the actors refuse hellos and all-to-all frames without it.
+    const std::string inherited = run_secret();
+    const std::vector<std::string> env = {"ZMOE_DIE_WITH_PARENT=1",
+                                          "ZMOE_RUN_SECRET=" + (inherited.empty() ? random_run_id() : inherited)};
     members_.push_back({"engine core", child_process::spawn(argv, env), std::nullopt});
     for (int r = 0; r < flags.workers; ++r) {
-        std::vector<std::string> w = {exe, "worker", "--engine", worker_ep, "--rank", std::to_string(r)};
-        for (auto& a : flags.worker_args()) w.push_back(a);
+        std::vector<std::string> w = {exe,      "worker",     "--engine",     worker_ep,
+                                      "--rank", std::to_string(r), "--device", flags.device,
+                                      "--heartbeat-ms", std::to_string(flags.heartbeat_ms)};
         w.insert(w.end(), log_args.begin(), log_args.end());
         members_.push_back({"worker " + std::to_string(r), child_process::spawn(w, env), std::nullopt});
     }

@@ -15,10 +15,11 @@ namespace zmoe::cli {
 
 class local_cluster {
   public:
-    /// Starts every actor. client_endpoint empty: an ipc endpoint in the private directory. frontend_args are
-    /// passed on to `zmoe frontend` (e.g. --shutdown-timeout). Private directories left by runs whose parent died
-    /// (SIGKILL) are removed first.
-    local_cluster(const engine_flags& flags, std::string client_endpoint, const std::string& tokenizer = "",
+    /// Starts every actor: the engine core with `config` (engine_config_args), each worker with only what it needs
+    /// before the welcome (rank, device, heartbeat), the frontend. client_endpoint empty: an ipc endpoint in the
+    /// private directory. frontend_args are passed on to `zmoe frontend` (e.g. --shutdown-timeout). Private
+    /// directories left by runs whose parent died (SIGKILL) are removed first.
+    local_cluster(const engine_config& config, std::string client_endpoint, const std::string& tokenizer = "",
                   const std::vector<std::string>& frontend_args = {});
     /// Anything still running is stopped: SIGTERM, then SIGKILL after a grace period.
     ~local_cluster();

@@ -1,5 +1,6 @@
 #include "cli/request_io.hpp"
 
+#include <climits>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -43,7 +44,18 @@ client_generate parse_request(const nlohmann::ordered_json& j, size_t line_no) {
             throw bad("add_generation_prompt, tools and chat_template_kwargs need messages");
         } else if (j.contains("prompt_token_ids")) {
             if (j.contains("prompt")) throw bad("give either prompt or prompt_token_ids, not both");
-            g.prompt = j.at("prompt_token_ids").get<std::vector<int32_t>>();
+            const auto& ids = j.at("prompt_token_ids");
+            if (!ids.is_array()) throw bad("prompt_token_ids must be an array of token ids");
+            std::vector<int32_t> v;
+            for (size_t i = 0; i < ids.size(); ++i) {
+                // Checked before any narrowing: 2^32 + 5 must not become 5.
+                if (!ids[i].is_number_integer() || (!ids[i].is_number_unsigned() && ids[i].get<int64_t>() < 0) ||
+                    (ids[i].is_number_unsigned() && ids[i].get<uint64_t>() > uint64_t{INT32_MAX}))
+                    throw bad("prompt_token_ids[" + std::to_string(i) + "] = " + ids[i].dump() +
+                              " is not a token id (an integer in [0, 2^31))");
+                v.push_back(static_cast<int32_t>(ids[i].get<int64_t>()));
+            }
+            g.prompt = std::move(v);
         } else if (j.contains("prompt")) {
             g.prompt = j.at("prompt").get<std::string>();
         } else {
@@ -56,8 +68,18 @@ client_generate parse_request(const nlohmann::ordered_json& j, size_t line_no) {
         }
         if (j.contains("temperature")) g.temperature = j.at("temperature").get<float>();
         if (j.contains("top_p")) g.top_p = j.at("top_p").get<float>();
-        if (j.contains("top_k")) g.top_k = j.at("top_k").get<int32_t>();
-        if (j.contains("seed") && !j.at("seed").is_null()) g.seed = j.at("seed").get<uint64_t>();
+        if (j.contains("top_k")) {
+            const auto& k = j.at("top_k");
+            if (!k.is_number_integer() || k.get<int64_t>() < -1 || k.get<int64_t>() > INT32_MAX)
+                throw bad("top_k must be an integer in [-1, 2^31)");
+            g.top_k = static_cast<int32_t>(k.get<int64_t>());
+        }
+        if (j.contains("seed") && !j.at("seed").is_null()) {
+            const auto& s = j.at("seed");
+            if (!s.is_number_integer() || (!s.is_number_unsigned() && s.get<int64_t>() < 0))
+                throw bad("seed must be an integer in [0, 2^64)");
+            g.seed = s.get<uint64_t>();
+        }
         if (j.contains("stop")) {
             const auto& s = j.at("stop");
             if (s.is_string()) {
@@ -67,6 +89,9 @@ client_generate parse_request(const nlohmann::ordered_json& j, size_t line_no) {
             }
         }
         if (j.contains("ignore_eos")) g.ignore_eos = j.at("ignore_eos").get<bool>();
+        if (g.stop.size() > kMaxStopStrings)
+            throw bad("at most " + std::to_string(kMaxStopStrings) + " stop strings (got " +
+                      std::to_string(g.stop.size()) + ")");
     } catch (const nlohmann::json::exception& e) {
         throw bad(std::string("wrong type: ") + e.what());
     }
@@ -75,29 +100,166 @@ client_generate parse_request(const nlohmann::ordered_json& j, size_t line_no) {
 
 }  // namespace
 
-std::vector<client_generate> read_requests(const std::string& path) {
+std::vector<request_line> read_request_lines(const std::string& path) {
     std::ifstream file;
     if (path != "-") {
         file.open(path);
         if (!file) throw error(errc::io, "cannot read " + path);
     }
     std::istream& in = path == "-" ? std::cin : file;
-    std::vector<client_generate> out;
+    std::vector<request_line> out;
     std::string line;
     size_t line_no = 0;
     while (std::getline(in, line)) {
         ++line_no;
         if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        nlohmann::ordered_json j;
+        request_line r;
         try {
-            j = nlohmann::ordered_json::parse(line);
-        } catch (const nlohmann::json::exception& e) {
-            throw error(errc::invalid_argument, "input line " + std::to_string(line_no) + ": " + e.what());
+            nlohmann::ordered_json j;
+            try {
+                j = nlohmann::ordered_json::parse(line);
+            } catch (const nlohmann::json::exception& e) {
+                throw error(errc::invalid_argument, "input line " + std::to_string(line_no) + ": " + e.what());
+            }
+            r.request = parse_request(j, line_no);
+        } catch (const error& e) {
+            r.invalid = true;
+            r.error = e.what();
         }
-        out.push_back(parse_request(j, line_no));
-        out.back().client_request_id = std::to_string(out.size() - 1);
+        r.request.client_request_id = std::to_string(out.size());
+        out.push_back(std::move(r));
     }
     return out;
+}
+
+std::vector<client_generate> read_requests(const std::string& path) {
+    std::vector<client_generate> out;
+    for (auto& r : read_request_lines(path)) {
+        if (r.invalid) throw error(errc::invalid_argument, r.error);
+        out.push_back(std::move(r.request));
+    }
+    return out;
+}
+
+result_writer::result_writer(const std::string& path, size_t num_results) : path_(path), pending_(num_results) {
+    if (path != "-") {
+        file_.open(path);
+        if (!file_) throw error(errc::io, "cannot write " + path);
+    }
+    out_ = path == "-" ? &std::cout : &file_;
+}
+
+namespace {
+void write_result_line(std::ostream& out, size_t i, const request_result& r) {
+    nlohmann::ordered_json j;
+    j["index"] = i;
+    if (r.failed) {
+        j["token_ids"] = nlohmann::json::array();
+        j["text"] = "";
+        j["finish_reason"] = "error";
+        j["error"] = {{"code", errc_name(r.code)}, {"message", r.message}};
+    } else {
+        j["token_ids"] = r.completion.token_ids;
+        j["text"] = r.completion.text;
+        j["finish_reason"] = std::string(finish_reason_name(r.completion.reason));
+        j["usage"] = {{"prompt_tokens", r.completion.prompt_tokens},
+                      {"completion_tokens", r.completion.completion_tokens}};
+    }
+    out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+}
+}  // namespace
+
+void result_writer::add(size_t index, request_result result) {
+    pending_.at(index) = std::move(result);
+    bool wrote = false;
+    while (next_ < pending_.size() && pending_[next_]) {
+        write_result_line(*out_, next_, *pending_[next_]);
+        pending_[next_].reset();
+        ++next_;
+        wrote = true;
+    }
+    if (wrote) out_->flush();
+}
+
+void result_writer::finish() {
+    out_->flush();
+    if (!*out_) throw error(errc::io, "short write to " + path_);
+}
+
+size_t run_request_lines(zmoe_client& client, const std::vector<request_line>& lines,
+                         std::chrono::milliseconds idle_timeout, result_writer& writer, bool progress) {
+    const size_t total = lines.size();
+    size_t done = 0, failed = 0;
+    auto show = [&] {
+        if (!progress) return;
+        const int width = 40;
+        const int fill = total ? static_cast<int>(width * done / total) : width;
+        std::cerr << "\r[" << std::string(fill, '#') << std::string(width - fill, ' ') << "] " << done << "/" << total
+                  << (failed ? " (" + std::to_string(failed) + " failed)" : std::string()) << std::flush;
+    };
+    std::vector<request_result> results(total);
+    std::map<std::string, size_t> index;
+    size_t left = 0;
+    for (size_t i = 0; i < total; ++i) {
+        results[i].completion.client_request_id = std::to_string(i);
+        if (lines[i].invalid) {
+            results[i].failed = true;
+            results[i].code = errc::invalid_argument;
+            results[i].message = lines[i].error;
+            ++done;
+            ++failed;
+            writer.add(i, results[i]);
+            continue;
+        }
+        client_generate g = lines[i].request;
+        g.client_request_id = std::to_string(i);
+        g.stream = true;
+        index[g.client_request_id] = i;
+        client.generate(std::move(g));
+        ++left;
+    }
+    show();
+    while (left > 0) {
+        auto ev = client.next_any(idle_timeout);
+        if (!ev)
+            throw error(errc::peer_dead, "no answer from the server for " + std::to_string(idle_timeout.count()) +
+                                             " ms with " + std::to_string(left) + " request(s) unfinished");
+        size_t i = 0;
+        bool ended = false;
+        if (auto* d = std::get_if<client_delta>(&*ev)) {
+            auto it = index.find(d->client_request_id);
+            if (it == index.end()) continue;
+            i = it->second;
+            auto& c = results[i].completion;
+            c.token_ids.insert(c.token_ids.end(), d->token_ids.begin(), d->token_ids.end());
+            c.text += d->text;
+            c.prompt_tokens = d->prompt_tokens;
+            c.completion_tokens = d->completion_tokens;
+            if (d->finished) {
+                c.reason = d->reason;
+                ended = true;
+            }
+        } else {
+            const auto& e = std::get<client_error>(*ev);
+            auto it = index.find(e.client_request_id);
+            if (it == index.end()) throw error(e.code, "server error: " + e.message);
+            i = it->second;
+            results[i].failed = true;
+            results[i].code = e.code;
+            results[i].message = e.message;
+            ended = true;
+            ++failed;
+        }
+        if (ended) {
+            --left;
+            ++done;
+            writer.add(i, std::move(results[i]));
+            show();
+        }
+    }
+    if (progress) std::cerr << "\n";
+    writer.finish();
+    return failed;
 }
 
 std::vector<request_result> run_requests(zmoe_client& client, std::vector<client_generate> requests,

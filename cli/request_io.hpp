@@ -5,6 +5,8 @@
 // each output line {"index", "token_ids", "text", "finish_reason"} in input order.
 
 #include <chrono>
+#include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,16 @@ namespace zmoe::cli {
 
 /// Reads and validates every line of `path` ("-" = stdin). Throws zmoe::error(invalid_argument) naming the line.
 std::vector<client_generate> read_requests(const std::string& path);
+
+/// One input line: its request, or why it cannot be sent (its output line is then an error; the other lines are
+/// still served).
+struct request_line {
+    client_generate request;
+    bool invalid = false;
+    std::string error;
+};
+/// Every non-blank line of `path` ("-" = stdin), bad ones included. Throws only when the file cannot be read.
+std::vector<request_line> read_request_lines(const std::string& path);
 
 struct request_result {
     client_completion completion;
@@ -31,5 +43,28 @@ std::vector<request_result> run_requests(zmoe_client& client, std::vector<client
 /// Writes one output line per result ("-" = stdout). Failed requests get {"index", "finish_reason": "error",
 /// "error": {"code", "message"}}.
 void write_results(const std::string& path, const std::vector<request_result>& results);
+
+/// Writes results in input order as they finish: result i is written as soon as results 0..i all are. The output
+/// is opened (so a bad path fails) before any request is sent.
+class result_writer {
+  public:
+    /// Throws errc::io when path cannot be written.
+    result_writer(const std::string& path, size_t num_results);
+    void add(size_t index, request_result result);
+    /// Throws errc::io on a short write.
+    void finish();
+
+  private:
+    std::string path_;
+    std::ofstream file_;
+    std::ostream* out_;
+    std::vector<std::optional<request_result>> pending_;
+    size_t next_ = 0;
+};
+
+/// run_requests over request lines: invalid lines become error results at once, the rest are sent; each result
+/// goes to `writer` as it finishes; `progress` draws a progress bar on stderr (for a terminal).
+size_t run_request_lines(zmoe_client& client, const std::vector<request_line>& lines,
+                         std::chrono::milliseconds idle_timeout, result_writer& writer, bool progress);
 
 }  // namespace zmoe::cli

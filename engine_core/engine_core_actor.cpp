@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <numeric>
 
+#include "actors/run_secret.hpp"
 #include "base/check.hpp"
 #include "base/log.hpp"
 #include "engine_core/eplb.hpp"
@@ -22,15 +23,29 @@ double ms_since(clock_type::time_point t) {
 }  // namespace
 
 engine_core_actor::engine_core_actor(engine_core_options options)
-    : actor("engine_core", actor_options{.heartbeat_interval = options.heartbeat_interval}),
-      options_(std::move(options)) {
-    ZMOE_CHECK(options_.num_workers >= 1, "num_workers " << options_.num_workers);
-    if (options_.dbo.enabled && options_.device != "cpu") {
-        ZMOE_LOG(warn, "engine core: --enable-dbo is ignored: the " << options_.device
+    : actor("engine_core", actor_options{.heartbeat_interval = std::chrono::milliseconds(options.config.heartbeat_ms)}),
+      options_(std::move(options)),
+      model_(model_config::load(options_.config.model)) {
+    const engine_config& c = options_.config;
+    if (c.workers < 1) throw error(errc::invalid_argument, "--workers must be >= 1");
+    workers_.resize(c.workers);
+    dbo_ = dbo_options{.enabled = c.enable_dbo,
+                       .decode_token_threshold = c.dbo_decode_token_threshold,
+                       .prefill_token_threshold = c.dbo_prefill_token_threshold};
+    if (dbo_.enabled && c.device != "cpu") {
+        ZMOE_LOG(warn, "engine core: --enable-dbo is ignored: the " << c.device
                                                                     << " backend does not do dual-batch overlap yet");
-        options_.dbo.enabled = false;
+        dbo_.enabled = false;
     }
-    workers_.resize(options_.num_workers);
+    if (model_.num_moe_layers() > 0) {
+        placement_ = expert_placement::initial(static_cast<int32_t>(model_.num_moe_layers()),
+                                               static_cast<int32_t>(model_.num_experts), c.num_redundant_experts,
+                                               c.workers);
+        if (placement_->num_redundant() != c.num_redundant_experts)
+            ZMOE_LOG(info, "engine core: " << placement_->num_redundant() << " redundant expert slot(s) per layer so "
+                                           << placement_->num_physical() << " slots split evenly over " << c.workers
+                                           << " workers");
+    }
 }
 
 engine_core_actor::~engine_core_actor() {
@@ -44,7 +59,7 @@ void engine_core_actor::on_start() {
     frontend_sock_ = add_socket(socket_kind::router, [this](const inbound_message& m) { on_frontend_message(m); });
     bound_worker_endpoint_ = bind(worker_sock_, options_.worker_endpoint);
     bound_frontend_endpoint_ = bind(frontend_sock_, options_.frontend_endpoint);
-    ZMOE_LOG(info, "engine core: waiting for " << options_.num_workers << " worker(s) on " << bound_worker_endpoint_
+    ZMOE_LOG(info, "engine core: waiting for " << options_.config.workers << " worker(s) on " << bound_worker_endpoint_
                                                << ", frontend on " << bound_frontend_endpoint_);
 }
 
@@ -102,15 +117,25 @@ void engine_core_actor::on_worker_message(const inbound_message& msg) {
 }
 
 void engine_core_actor::handle_hello(const std::string& identity, const worker_hello& m) {
+    if (!secrets_equal(m.auth, secret_)) {
+        metrics_.counter_add("hellos_refused");
+        ZMOE_LOG(warn, "engine core: a worker hello without this run's secret; refused");
+        send_to(worker_sock_, identity, encode(worker_error{m.rank, errc::protocol, "hello refused: not of this run"}));
+        return;
+    }
     if (phase_ != phase::waiting_hello) {
         ZMOE_LOG(warn, "engine core: late hello from rank " << m.rank << "; ignored");
         return;
     }
-    if (m.protocol_version != kWorkerProtocolVersion || m.rank < 0 || m.rank >= options_.num_workers ||
-        !workers_[m.rank].identity.empty()) {
+    // The worker's --device says which backend it brought up (rank 0 made the NCCL id for it): it must be the run's.
+    const std::string device_kind = m.device.substr(0, m.device.find(':'));
+    if (m.protocol_version != kWorkerProtocolVersion || m.rank < 0 || m.rank >= options_.config.workers ||
+        !workers_[m.rank].identity.empty() || device_kind != options_.config.device) {
         worker_error err{m.rank, errc::protocol,
                          "hello refused: rank " + std::to_string(m.rank) + " of " +
-                             std::to_string(options_.num_workers) + ", protocol " + std::to_string(m.protocol_version)};
+                             std::to_string(options_.config.workers) + ", protocol " +
+                             std::to_string(m.protocol_version) + ", device " + m.device + " (the run's: " +
+                             options_.config.device + ")"};
         send_to(worker_sock_, identity, encode(err));
         ZMOE_LOG(warn, "engine core: " << err.message);
         return;
@@ -128,25 +153,16 @@ void engine_core_actor::handle_hello(const std::string& identity, const worker_h
                               ") stopped answering");
     });
     ZMOE_LOG(info, "engine core: worker " << rank << " (pid " << m.pid << ", " << m.device << ") said hello");
-    if (rank_of_identity_.size() < static_cast<size_t>(options_.num_workers)) return;
+    if (rank_of_identity_.size() < static_cast<size_t>(options_.config.workers)) return;
 
     phase_ = phase::waiting_ready;
     std::vector<std::string> peers;
     for (const auto& wi : workers_) peers.push_back(wi.data_endpoint);
-    for (int32_t r = 0; r < options_.num_workers; ++r) {
+    for (int32_t r = 0; r < options_.config.workers; ++r) {
         worker_welcome wel;
         wel.rank = r;
-        wel.world_size = options_.num_workers;
-        wel.model_dir = options_.model_dir;
-        wel.device = options_.device;
-        wel.num_kv_blocks = static_cast<uint64_t>(options_.num_kv_blocks);
-        wel.block_size = static_cast<uint32_t>(options_.block_size);
-        wel.max_num_batched_tokens = static_cast<uint32_t>(options_.max_num_batched_tokens);
-        wel.max_num_seqs = static_cast<uint32_t>(options_.max_num_seqs);
-        wel.max_model_len = static_cast<uint32_t>(options_.max_model_len);
-        wel.async_scheduling = options_.async_scheduling;
-        wel.eplb = options_.eplb;
-        wel.heartbeat_interval_ms = static_cast<uint32_t>(options_.heartbeat_interval.count());
+        wel.config = options_.config;
+        if (placement_) wel.expert_placement = placement_->physical_to_logical;
         wel.peer_endpoints = peers;
         wel.nccl_unique_id = workers_[0].collective_id;
         send_reliable_to(worker_sock_, workers_[r].identity, encode(wel));
@@ -157,7 +173,6 @@ void engine_core_actor::handle_ready(int32_t rank, const worker_ready& m) {
     if (phase_ != phase::waiting_ready || workers_[rank].ready) return;
     workers_[rank].ready = true;
     workers_[rank].num_kv_blocks = static_cast<int64_t>(m.num_kv_blocks);
-    if (rank == 0) model_facts_ = m;
     ZMOE_LOG(info, "engine core: worker " << rank << " ready with " << m.num_kv_blocks << " KV blocks");
     for (const auto& w : workers_)
         if (!w.ready) return;
@@ -169,23 +184,23 @@ void engine_core_actor::handle_ready(int32_t rank, const worker_ready& m) {
                                    "worker " + std::to_string(r) +
                                        " has no KV cache blocks (raise --kv-cache-mb, --num-kv-blocks or "
                                        "--gpu-memory-utilization)");
-    const int64_t model_len = static_cast<int64_t>(model_facts_.max_position_embeddings);
+    const engine_config& c = options_.config;
+    const int64_t model_len = model_.max_position_embeddings;
     const char* allow_long = std::getenv("ZMOE_ALLOW_LONG_MAX_MODEL_LEN");
-    if (options_.max_model_len > 0 && model_len > 0 && options_.max_model_len > model_len &&
+    if (c.max_model_len > 0 && model_len > 0 && c.max_model_len > model_len &&
         !(allow_long && std::string(allow_long) == "1"))
-        return fail_everything(errc::invalid_argument, "--max-model-len " + std::to_string(options_.max_model_len) +
+        return fail_everything(errc::invalid_argument, "--max-model-len " + std::to_string(c.max_model_len) +
                                                            " exceeds the model's max_position_embeddings " +
                                                            std::to_string(model_len) +
                                                            " (set ZMOE_ALLOW_LONG_MAX_MODEL_LEN=1 to override)");
 
     // Size the scheduler from what each worker could allocate.
     scheduler_config cfg;
-    cfg.max_num_batched_tokens = options_.max_num_batched_tokens;
-    cfg.max_num_seqs = options_.max_num_seqs;
-    cfg.block_size = options_.block_size;
-    cfg.async_scheduling = options_.async_scheduling;
-    cfg.max_model_len = options_.max_model_len > 0 ? options_.max_model_len
-                                                   : static_cast<int32_t>(model_facts_.max_position_embeddings);
+    cfg.max_num_batched_tokens = c.max_num_batched_tokens;
+    cfg.max_num_seqs = c.max_num_seqs;
+    cfg.block_size = c.block_size;
+    cfg.async_scheduling = !c.no_async;
+    cfg.max_model_len = c.max_model_len > 0 ? c.max_model_len : static_cast<int32_t>(model_.max_position_embeddings);
     if (cfg.max_model_len <= 0) cfg.max_model_len = 4096;
     for (const auto& w : workers_) cfg.num_blocks_per_rank.push_back(static_cast<int32_t>(w.num_kv_blocks));
     scheduler_ = std::make_unique<scheduler>(cfg);
@@ -196,47 +211,25 @@ void engine_core_actor::handle_ready(int32_t rank, const worker_ready& m) {
         add_timer(
             options_.stats_interval, [this] { log_stats(); }, true);
     }
-    if (model_facts_.num_moe_layers > 0 && model_facts_.num_experts > 0) {
-        const int32_t window = options_.eplb.window_steps > 0 ? static_cast<int32_t>(options_.eplb.window_steps) : 32;
-        load_window_ =
-            std::make_unique<expert_load_window>(model_facts_.num_moe_layers, model_facts_.num_experts, window);
+    if (placement_) {
+        const int32_t window = c.eplb_window > 0 ? c.eplb_window : 32;
+        load_window_ = std::make_unique<expert_load_window>(placement_->num_moe_layers(), placement_->num_experts,
+                                                            window);
     }
-    ZMOE_LOG(info, "engine core: serving (" << options_.num_workers << " rank(s), max_model_len " << cfg.max_model_len
-                                            << ", async " << (options_.async_scheduling ? "on" : "off") << ")");
+    ZMOE_LOG(info, "engine core: serving (" << c.workers << " rank(s), max_model_len " << cfg.max_model_len
+                                            << ", async " << (cfg.async_scheduling ? "on" : "off") << ")");
     if (!frontend_identity_.empty()) send_frontend_welcome();
-    if (model_facts_.num_moe_layers > 0) {
-        // The initial placement both sides derive from the welcome (docs/protocol.md): E + R slots, slot p holds
-        // logical expert p mod E.
-        const int32_t num_experts = static_cast<int32_t>(model_facts_.num_experts);
-        // Rounded up so every rank holds as many slots (extra replicas when E + R does not split evenly).
-        const int32_t wanted = num_experts + static_cast<int32_t>(options_.eplb.num_redundant_experts);
-        const int32_t num_slots = (wanted + options_.num_workers - 1) / options_.num_workers * options_.num_workers;
-        if (num_slots != wanted)
-            ZMOE_LOG(info, "engine core: " << num_slots - num_experts << " redundant expert slot(s) per layer so "
-                                           << num_slots << " slots split evenly over " << options_.num_workers
-                                           << " workers");
-        expert_placement p;
-        p.num_experts = num_experts;
-        p.num_ranks = options_.num_workers;
-        p.slots_per_rank = num_slots / options_.num_workers;
-        for (uint32_t l = 0; l < model_facts_.num_moe_layers; ++l) {
-            std::vector<int32_t> row(num_slots);
-            for (int32_t s = 0; s < num_slots; ++s) row[s] = s % num_experts;
-            p.physical_to_logical.push_back(std::move(row));
-        }
-        placement_ = std::move(p);
-    }
     update_gauges();
 }
 
 void engine_core_actor::send_frontend_welcome() {
     engine_welcome wel;
-    wel.num_workers = static_cast<uint32_t>(options_.num_workers);
-    wel.max_num_seqs = static_cast<uint32_t>(options_.max_num_seqs);
+    wel.num_workers = static_cast<uint32_t>(options_.config.workers);
+    wel.max_num_seqs = static_cast<uint32_t>(options_.config.max_num_seqs);
     wel.max_model_len = static_cast<uint32_t>(max_model_len_);
-    wel.block_size = static_cast<uint32_t>(options_.block_size);
+    wel.block_size = static_cast<uint32_t>(options_.config.block_size);
     wel.num_kv_blocks = workers_.empty() ? 0 : static_cast<uint64_t>(workers_[0].num_kv_blocks);
-    wel.heartbeat_interval_ms = static_cast<uint32_t>(options_.heartbeat_interval.count());
+    wel.heartbeat_interval_ms = static_cast<uint32_t>(options_.config.heartbeat_ms);
     send_to_frontend(encode(wel));
 }
 
@@ -278,7 +271,7 @@ void engine_core_actor::finish_step() {
         try {
             load_window_->add_step(results);
             for (const auto& r : results) {
-                const uint32_t num_experts = model_facts_.num_experts;
+                const auto num_experts = static_cast<size_t>(model_.num_experts);
                 for (size_t i = 0; i < r.expert_counts.size(); ++i)
                     if (r.expert_counts[i])
                         metrics_.counter_add("expert_tokens{layer=\"" + std::to_string(i / num_experts) +
@@ -307,12 +300,12 @@ void engine_core_actor::pump() {
         const uint64_t step_id = steps.front().step_id;
         next_step_id_ = step_id + 1;
         in_flight_.push_back(step_id);
-        results_[step_id].assign(options_.num_workers, std::nullopt);
+        results_[step_id].assign(options_.config.workers, std::nullopt);
         step_sent_at_[step_id] = clock_type::now();
-        const bool dual_batch = should_split_step(steps, options_.dbo);
+        const bool dual_batch = should_split_step(steps, dbo_);
         if (dual_batch) metrics_.counter_add("dbo_steps");
         size_t num_tokens = 0;
-        for (int32_t r = 0; r < options_.num_workers; ++r) {
+        for (int32_t r = 0; r < options_.config.workers; ++r) {
             steps[r].dual_batch = dual_batch;
             for (const auto& s : steps[r].seqs) num_tokens += s.token_ids.size();
             send_reliable_to(worker_sock_, workers_[r].identity, encode(steps[r]));
@@ -347,13 +340,14 @@ void engine_core_actor::emit_outputs(uint64_t step_id, const std::vector<request
 }
 
 void engine_core_actor::maybe_rebalance() {
-    if (!options_.eplb.enabled || !placement_ || !load_window_ || !move_acks_pending_.empty()) return;
-    if (options_.eplb.step_interval == 0 || steps_since_rebalance_ < options_.eplb.step_interval) return;
+    const engine_config& c = options_.config;
+    if (!c.enable_eplb || !placement_ || !load_window_ || !move_acks_pending_.empty()) return;
+    if (c.eplb_interval <= 0 || steps_since_rebalance_ < static_cast<uint64_t>(c.eplb_interval)) return;
     steps_since_rebalance_ = 0;
     const auto load = load_window_->load();
     rebalance_plan plan;
     try {
-        plan = plan_rebalance(load, *placement_, options_.num_nodes);
+        plan = plan_rebalance(load, *placement_, options_.config.num_nodes);
     } catch (const error& e) {
         ZMOE_LOG(warn, "engine core: EPLB skipped: " << e.what());
         return;
@@ -368,18 +362,18 @@ void engine_core_actor::maybe_rebalance() {
     metrics_.gauge_set("eplb_balancedness_after", plan.balancedness_after);
     for (size_t l = 0; l < load.size(); ++l) {
         metrics_.gauge_set("eplb_layer_balancedness_before{layer=\"" + std::to_string(l) + "\"}",
-                           layer_balancedness(load[l], placement_->physical_to_logical[l], options_.num_workers));
+                           layer_balancedness(load[l], placement_->physical_to_logical[l], options_.config.workers));
         metrics_.gauge_set("eplb_layer_balancedness_after{layer=\"" + std::to_string(l) + "\"}",
-                           layer_balancedness(load[l], plan.placement.physical_to_logical[l], options_.num_workers));
+                           layer_balancedness(load[l], plan.placement.physical_to_logical[l], options_.config.workers));
     }
-    const auto moves = plan_expert_moves(*placement_, plan.placement, options_.num_nodes);
+    const auto moves = plan_expert_moves(*placement_, plan.placement, options_.config.num_nodes);
     worker_expert_move msg;
     msg.move_id = next_move_id_++;
     msg.apply_at_step = next_step_id_;
     for (const auto& m : moves)
         msg.moves.push_back(expert_slot_move{static_cast<uint32_t>(m.layer), static_cast<uint32_t>(m.dst_slot),
                                              m.logical_expert, m.src_rank, static_cast<uint32_t>(m.src_slot)});
-    for (int32_t r = 0; r < options_.num_workers; ++r) {
+    for (int32_t r = 0; r < options_.config.workers; ++r) {
         move_acks_pending_.insert(r);
         send_reliable_to(worker_sock_, workers_[r].identity, encode(msg));
     }
@@ -467,7 +461,14 @@ void engine_core_actor::on_frontend_message(const inbound_message& msg) {
         return;
     }
     const std::string identity(msg.peer);
-    if (std::holds_alternative<engine_hello>(decoded)) {
+    if (auto* hello = std::get_if<engine_hello>(&decoded)) {
+        // Only this run's frontend may take the frontend's place: anyone else's hello is refused and changes nothing.
+        if (!secrets_equal(hello->auth, secret_)) {
+            metrics_.counter_add("hellos_refused");
+            ZMOE_LOG(warn, "engine core: a frontend hello without this run's secret; refused");
+            send_to(frontend_sock_, identity, encode(engine_error{errc::protocol, "hello refused: not of this run"}));
+            return;
+        }
         if (!frontend_identity_.empty() && frontend_identity_ != identity)
             unwatch_peer(frontend_sock_, frontend_identity_);
         frontend_identity_ = identity;
@@ -537,8 +538,8 @@ void engine_core_actor::handle_add_request(engine_add_request&& m) {
     req.max_tokens = static_cast<int32_t>(std::min<uint32_t>(m.max_tokens, INT32_MAX));
     req.stop_token_ids = m.stop_token_ids;
     if (!m.ignore_eos)
-        req.stop_token_ids.insert(req.stop_token_ids.end(), model_facts_.eos_token_ids.begin(),
-                                  model_facts_.eos_token_ids.end());
+        req.stop_token_ids.insert(req.stop_token_ids.end(), model_.eos_token_ids.begin(),
+                                  model_.eos_token_ids.end());
     req.ignore_eos = false;  // eos ids are already folded into stop_token_ids (or left out)
     const uint32_t prompt_len = static_cast<uint32_t>(req.prompt.size());
     try {
@@ -613,8 +614,10 @@ nlohmann::json engine_core_actor::metrics_json() {
     int alive = 0;
     for (const auto& w : workers_) alive += w.alive ? 1 : 0;
     metrics_.gauge_set("workers_alive", alive);
-    metrics_.gauge_set("workers", options_.num_workers);
+    metrics_.gauge_set("workers", options_.config.workers);
     metrics_.gauge_set("uptime_s", ms_since(started_at_) / 1000.0);
+    // Steps of expert load EPLB plans from: grows to --eplb-window, then stays.
+    if (load_window_) metrics_.gauge_set("eplb_load_window_steps", load_window_->num_steps());
     nlohmann::json out;
     out["engine_core"] = metrics_.to_json();
     for (size_t r = 0; r < workers_.size(); ++r) {

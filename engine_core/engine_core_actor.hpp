@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "actors/actor.hpp"
+#include "actors/run_secret.hpp"
 #include "base/metrics.hpp"
 #include "engine_core/dual_batch.hpp"
 #include "engine_core/expert_load.hpp"
@@ -30,27 +31,14 @@
 #include "engine_core/stats_line.hpp"
 #include "messages/engine_protocol.hpp"
 #include "messages/worker_protocol.hpp"
+#include "workers/model_config.hpp"
 
 namespace zmoe {
 
 struct engine_core_options {
     std::string worker_endpoint;    ///< bound; workers connect here
     std::string frontend_endpoint;  ///< bound; the frontend connects here
-    int32_t num_workers = 1;
-    int32_t num_nodes = 1;  ///< for hierarchical EPLB packing
-    std::string model_dir;
-    std::string device = "cpu";
-    int32_t max_num_batched_tokens = 2048;
-    int32_t max_num_seqs = 64;
-    int32_t block_size = 16;
-    int64_t num_kv_blocks = 0;  ///< per rank; 0 = as many as the worker can hold
-    int32_t max_model_len = 0;  ///< 0 = the model's max_position_embeddings
-    bool async_scheduling = true;
-    eplb_options eplb;
-    /// Dual-batch overlap: which steps run as two micro-batches (decided here, sent in every rank's step). The CUDA
-    /// backend does not do DBO yet: with device "cuda" it is turned off with a warning.
-    dbo_options dbo;
-    std::chrono::milliseconds heartbeat_interval{1000};
+    engine_config config;           ///< the run's configuration; every worker gets it in its welcome
     /// How often the stats line (throughput, running/waiting, KV usage) is logged while serving; 0 = never.
     std::chrono::milliseconds stats_interval{5000};
 };
@@ -60,6 +48,8 @@ class engine_core_actor : public actor {
     explicit engine_core_actor(engine_core_options options);
     ~engine_core_actor() override;
 
+    /// Reads the model's config.json (config.model): throws zmoe::error(invalid_checkpoint / unsupported) before
+    /// anything starts when the checkpoint cannot be served.
     /// 0 after a clean shutdown, 1 after a failure (dead worker, failed handshake).
     int exit_code() const { return exit_code_; }
     /// Resolved bound endpoints (after start).
@@ -110,6 +100,7 @@ class engine_core_actor : public actor {
     nlohmann::json metrics_json();
 
     engine_core_options options_;
+    std::string secret_ = run_secret();  ///< the run's secret; every hello must carry it
     phase phase_ = phase::waiting_hello;
     int exit_code_ = 0;
     socket_id worker_sock_ = -1;
@@ -119,7 +110,10 @@ class engine_core_actor : public actor {
     std::string frontend_identity_;
     std::vector<worker_info> workers_;  // by rank
     std::map<std::string, int32_t> rank_of_identity_;
-    worker_ready model_facts_;  // from rank 0's ready
+    model_config model_;  // config.json, read once at construction
+    /// Dual-batch overlap: which steps run as two micro-batches (decided here, sent in every rank's step). The CUDA
+    /// backend does not do DBO yet: with device "cuda" it is turned off with a warning.
+    dbo_options dbo_;
     int32_t max_model_len_ = 0;
     std::unique_ptr<scheduler> scheduler_;
     std::deque<uint64_t> in_flight_;                                       // step ids sent, oldest first

@@ -23,6 +23,25 @@ expert_placement expert_placement::identity(int32_t num_moe_layers, int32_t num_
     return p;
 }
 
+expert_placement expert_placement::initial(int32_t num_moe_layers, int32_t num_experts, int32_t num_redundant,
+                                           int32_t num_ranks) {
+    if (num_moe_layers < 0 || num_experts < 1 || num_redundant < 0 || num_ranks < 1) {
+        throw error(errc::invalid_argument, "expert_placement::initial: " + std::to_string(num_experts) +
+                                                " experts, " + std::to_string(num_redundant) + " redundant, " +
+                                                std::to_string(num_ranks) + " ranks");
+    }
+    const int32_t wanted = num_experts + num_redundant;
+    const int32_t num_slots = (wanted + num_ranks - 1) / num_ranks * num_ranks;
+    expert_placement p;
+    p.num_experts = num_experts;
+    p.num_ranks = num_ranks;
+    p.slots_per_rank = num_slots / num_ranks;
+    std::vector<int32_t> row(static_cast<size_t>(num_slots));
+    for (int32_t s = 0; s < num_slots; ++s) row[static_cast<size_t>(s)] = s % num_experts;
+    p.physical_to_logical.assign(static_cast<size_t>(num_moe_layers), row);
+    return p;
+}
+
 void expert_placement::validate() const {
     if (num_experts < 1 || num_ranks < 1 || slots_per_rank < 1 || num_physical() < num_experts) {
         throw error(errc::invalid_argument, "expert_placement: num_experts " + std::to_string(num_experts) +

@@ -26,6 +26,11 @@ struct expert_placement {
     /// zmoe::error(invalid_argument).
     static expert_placement identity(int32_t num_moe_layers, int32_t num_experts, int32_t num_ranks);
 
+    /// The placement a run starts with: num_experts + num_redundant slots per layer, rounded up to a multiple of
+    /// num_ranks so every rank holds as many; slot p holds logical expert p mod num_experts.
+    static expert_placement initial(int32_t num_moe_layers, int32_t num_experts, int32_t num_redundant,
+                                    int32_t num_ranks);
+
     /// Throws zmoe::error(invalid_argument) naming the layer/slot when the shape is inconsistent, a slot holds an
     /// expert id out of range, or a logical expert has no replica.
     void validate() const;

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <random>
 
+#include "actors/run_secret.hpp"
 #include "base/check.hpp"
 #include "base/log.hpp"
 #include "base/version.hpp"
@@ -89,7 +90,7 @@ void frontend_actor::on_start() {
     }
     set_routing_id(engine_sock_, "frontend-" + std::to_string(getpid()));
     connect(engine_sock_, options_.engine_endpoint);
-    send_reliable(engine_sock_, encode(engine_hello{"frontend", getpid()}));
+    send_reliable(engine_sock_, encode(engine_hello{"frontend", getpid(), run_secret()}));
     watch_peer(engine_sock_, "", encode(engine_heartbeat{}), [this] {
         engine_failed_ = true;
         engine_failure_ = "the engine core stopped answering";

@@ -24,9 +24,10 @@ finish_reason read_finish_reason(field_cursor& f, const char* field) {
 }  // namespace
 
 std::string encode(const engine_hello& m) {
-    auto w = start(engine_kind::hello, 2);
+    auto w = start(engine_kind::hello, 3);
     w.str(m.name);
     w.sint(m.pid);
+    w.str(m.auth);
     return w.take();
 }
 
@@ -107,6 +108,7 @@ frontend_to_engine decode_frontend_to_engine(std::string_view bytes) {
             engine_hello m;
             m.name = f.read_string("hello.name", kMaxNameBytes);
             m.pid = f.read_int("hello.pid");
+            m.auth = f.read_string("hello.auth", kMaxNameBytes);
             out = std::move(m);
             break;
         }

@@ -36,6 +36,7 @@ enum class engine_kind : uint8_t {
 struct engine_hello {
     std::string name;  ///< the frontend's name, for logs
     int64_t pid = 0;
+    std::string auth;  ///< appended: the run's secret (ZMOE_RUN_SECRET); a hello without it is refused
     bool operator==(const engine_hello&) const = default;
 };
 

@@ -63,7 +63,7 @@ step_result read_step_result(field_cursor& f, msgpack_reader& r) {
 }  // namespace
 
 std::string encode(const worker_hello& m) {
-    auto w = start(worker_kind::hello, 7);
+    auto w = start(worker_kind::hello, 8);
     w.sint(m.rank);
     w.str(m.device);
     w.uint(m.free_memory);
@@ -71,43 +71,27 @@ std::string encode(const worker_hello& m) {
     w.sint(m.pid);
     w.str(m.data_endpoint);
     w.bin(m.collective_id);
+    w.str(m.auth);
     return w.take();
 }
 
 std::string encode(const worker_welcome& m) {
-    auto w = start(worker_kind::welcome, 15, 256 + m.nccl_unique_id.size());
+    size_t reserve = 1024 + m.nccl_unique_id.size();
+    for (const auto& layer : m.expert_placement) reserve += 8 + 5 * layer.size();
+    auto w = start(worker_kind::welcome, 5, reserve);
     w.sint(m.rank);
-    w.sint(m.world_size);
-    w.str(m.model_dir);
-    w.str(m.device);
-    w.uint(m.num_kv_blocks);
-    w.uint(m.block_size);
-    w.uint(m.max_num_batched_tokens);
-    w.uint(m.max_num_seqs);
-    w.uint(m.max_model_len);
+    encode_engine_config(w, m.config);
     w.array_header(static_cast<uint32_t>(m.expert_placement.size()));
     for (const auto& layer : m.expert_placement) w.int32_array(layer);
     w.bin(m.nccl_unique_id);
-    w.boolean(m.async_scheduling);
-    w.array_header(4);
-    w.boolean(m.eplb.enabled);
-    w.uint(m.eplb.step_interval);
-    w.uint(m.eplb.window_steps);
-    w.uint(m.eplb.num_redundant_experts);
-    w.uint(m.heartbeat_interval_ms);
     w.string_array(m.peer_endpoints);
     return w.take();
 }
 
 std::string encode(const worker_ready& m) {
-    auto w = start(worker_kind::ready, 7);
+    auto w = start(worker_kind::ready, 2);
     w.sint(m.rank);
     w.uint(m.num_kv_blocks);
-    w.str(m.model_type);
-    w.int32_array(m.eos_token_ids);
-    w.uint(m.max_position_embeddings);
-    w.uint(m.num_moe_layers);
-    w.uint(m.num_experts);
     return w.take();
 }
 
@@ -190,14 +174,7 @@ engine_to_worker decode_engine_to_worker(std::string_view bytes) {
         case worker_kind::welcome: {
             worker_welcome m;
             m.rank = f.read_int32("welcome.rank");
-            m.world_size = f.read_int32("welcome.world_size");
-            m.model_dir = f.read_string("welcome.model_dir", kMaxNameBytes);
-            m.device = f.read_string("welcome.device", kMaxNameBytes);
-            m.num_kv_blocks = f.read_uint("welcome.num_kv_blocks");
-            m.block_size = f.read_uint32("welcome.block_size");
-            m.max_num_batched_tokens = f.read_uint32("welcome.max_num_batched_tokens");
-            m.max_num_seqs = f.read_uint32("welcome.max_num_seqs");
-            m.max_model_len = f.read_uint32("welcome.max_model_len");
+            m.config = read_engine_config(f, "welcome.config");
             uint32_t num_layers =
                 f.next("welcome.expert_placement").read_array_header(kMaxMoeLayers, "welcome.expert_placement");
             m.expert_placement.resize(num_layers);
@@ -206,14 +183,6 @@ engine_to_worker decode_engine_to_worker(std::string_view bytes) {
                 layer = one.read_int32_array("welcome.expert_placement", kMaxPhysicalSlots);
             }
             m.nccl_unique_id = f.read_bin_string("welcome.nccl_unique_id", 4096);
-            m.async_scheduling = f.read_bool("welcome.async_scheduling");
-            field_cursor e = f.read_record("welcome.eplb", 4, 64);
-            m.eplb.enabled = e.read_bool("welcome.eplb.enabled");
-            m.eplb.step_interval = e.read_uint32("welcome.eplb.step_interval");
-            m.eplb.window_steps = e.read_uint32("welcome.eplb.window_steps");
-            m.eplb.num_redundant_experts = e.read_uint32("welcome.eplb.num_redundant_experts");
-            e.finish();
-            m.heartbeat_interval_ms = f.read_uint32("welcome.heartbeat_interval_ms");
             m.peer_endpoints = f.read_string_array("welcome.peer_endpoints", kMaxWorldSize, kMaxNameBytes);
             out = std::move(m);
             break;
@@ -266,6 +235,7 @@ worker_to_engine decode_worker_to_engine(std::string_view bytes) {
             m.pid = f.read_int("hello.pid");
             m.data_endpoint = f.read_string("hello.data_endpoint", kMaxNameBytes);
             m.collective_id = f.read_bin_string("hello.collective_id", 1024);
+            m.auth = f.read_string("hello.auth", kMaxNameBytes);
             out = std::move(m);
             break;
         }
@@ -273,11 +243,6 @@ worker_to_engine decode_worker_to_engine(std::string_view bytes) {
             worker_ready m;
             m.rank = f.read_int32("ready.rank");
             m.num_kv_blocks = f.read_uint("ready.num_kv_blocks");
-            m.model_type = f.read_string("ready.model_type", kMaxNameBytes);
-            m.eos_token_ids = f.read_int32_array("ready.eos_token_ids", 1024);
-            m.max_position_embeddings = f.read_uint32("ready.max_position_embeddings");
-            m.num_moe_layers = f.read_uint32("ready.num_moe_layers");
-            m.num_experts = f.read_uint32("ready.num_experts");
             out = std::move(m);
             break;
         }

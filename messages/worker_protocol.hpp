@@ -16,11 +16,12 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "messages/engine_config.hpp"
 #include "messages/step_types.hpp"
 
 namespace zmoe {
 
-constexpr uint32_t kWorkerProtocolVersion = 1;
+constexpr uint32_t kWorkerProtocolVersion = 2;
 
 enum class worker_kind : uint8_t {
     hello = 1,
@@ -45,34 +46,21 @@ struct worker_hello {
     std::string data_endpoint;
     /// Rank 0 of a CUDA run: the NCCL unique id (raw bytes) the engine core hands every rank; empty otherwise.
     std::string collective_id;
+    /// Appended: the run's secret (ZMOE_RUN_SECRET); the engine core refuses a hello without it.
+    std::string auth;
     bool operator==(const worker_hello&) const = default;
 };
 
-struct eplb_options {
-    bool enabled = false;
-    uint32_t step_interval = 0;  ///< rebalance every this many steps
-    uint32_t window_steps = 0;   ///< load statistics window
-    uint32_t num_redundant_experts = 0;
-    bool operator==(const eplb_options&) const = default;
-};
-
+/// The run's configuration for one rank: every engine flag as the engine core parsed it, the expert placement
+/// the engine core decided, and how to reach the other ranks.
 struct worker_welcome {
     int32_t rank = 0;
-    int32_t world_size = 1;
-    std::string model_dir;
-    std::string device;          ///< "cpu" or "cuda"
-    uint64_t num_kv_blocks = 0;  ///< 0: as many as fit
-    uint32_t block_size = 16;
-    uint32_t max_num_batched_tokens = 0;
-    uint32_t max_num_seqs = 0;
-    uint32_t max_model_len = 0;
+    engine_config config;  ///< config.workers is the world size
     /// [num_moe_layers][num_physical_slots]: logical expert held by each physical slot. Slots are split evenly
-    /// and contiguously across ranks (rank r holds slots [r*n/world_size, (r+1)*n/world_size)).
+    /// and contiguously across ranks (rank r holds slots [r*n/world_size, (r+1)*n/world_size)). Empty only for a
+    /// model without MoE layers.
     std::vector<std::vector<int32_t>> expert_placement;
-    std::string nccl_unique_id;  ///< raw bytes of ncclUniqueId; empty when not using NCCL
-    bool async_scheduling = false;
-    eplb_options eplb;
-    uint32_t heartbeat_interval_ms = 0;
+    std::string nccl_unique_id;               ///< raw bytes of ncclUniqueId; empty when not using NCCL
     std::vector<std::string> peer_endpoints;  ///< every rank's data_endpoint, by rank
     bool operator==(const worker_welcome&) const = default;
 };
@@ -80,12 +68,6 @@ struct worker_welcome {
 struct worker_ready {
     int32_t rank = 0;
     uint64_t num_kv_blocks = 0;  ///< KV blocks this worker allocated
-    /// What the worker read from the checkpoint and the engine core needs for scheduling and EPLB.
-    std::string model_type;
-    std::vector<int32_t> eos_token_ids;
-    uint32_t max_position_embeddings = 0;
-    uint32_t num_moe_layers = 0;
-    uint32_t num_experts = 0;  ///< logical experts per MoE layer
     bool operator==(const worker_ready&) const = default;
 };
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compiles and links everything with ZMOE_CUDA=ON (sm_90a) into build-cuda/: the CUDA kernels, the CUDA worker, the
-# gpu-labelled tests and the benchmarks. Runs nothing: the GPU tests run on a GPU machine (scripts/gpu_check.sh).
+# gpu-labelled tests and the benchmarks. Runs nothing: scripts/gpu_check.sh builds and runs the GPU tests on a GPU.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"

@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# End-to-end checks of the CUDA workers on the GPU machine, after `scripts/gpu_check.sh workers` bundled a
-# ZMOE_CUDA=ON zmoe into .device/ (run from the repo root there, carry [".device"], OUT set):
-#   1. zmoe serve --device cuda --workers 2 with 4 concurrent `zmoe client` processes (66 streaming requests):
+# End-to-end checks of the CUDA workers on this machine's GPUs, on the zmoe that `scripts/gpu_check.sh` built
+# (BUILD_DIR, default build-cuda; OUT, default build-cuda/gpu_e2e, receives the logs and results):
+#   1. zmoe serve --device cuda --workers 2 with 4 concurrent `zmoe client` processes (68 streaming requests):
 #      every reply equals the transformers reference (up to BF16-settleable margins), SIGTERM exits 0 within 10 s;
 #   2. zmoe generate --device cuda --workers W --enable-eplb (NCCL expert moves): reference tokens, rebalances > 0;
 #   3. bench/eplb/eplb_bench.py --device cuda on a skewed-router checkpoint (balancedness and step time).
+# Needs 2 GPUs or more, python3, and the tokenizers scripts/setup.sh fetched into third_party/tokenizers/.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
-Z=$top/.device/bin/zmoe
-export LD_LIBRARY_PATH=$top/.device/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} NCCL_NVLS_ENABLE=0
-OUT=${OUT:-/tmp/zmoe-out}
+build=${BUILD_DIR:-build-cuda}
+Z=$top/$build/bin/zmoe
+[[ -x $Z ]] || { echo "gpu_e2e.sh: no $Z: run scripts/gpu_check.sh first" >&2; exit 1; }
+export NCCL_NVLS_ENABLE=0
+OUT=${OUT:-$top/$build/gpu_e2e}
 mkdir -p "$OUT"
 ngpu=$(nvidia-smi -L | wc -l)
 W=$((ngpu >= 4 ? 4 : ngpu))
-check=.device/check_generate.py
+check=scripts/check_generate.py
 fails=0
 
 # 1. serve + concurrent clients
@@ -73,11 +76,7 @@ for a in qwen3_moe olmoe; do
   [[ ${reb%% *} != 0 && ${reb%% *} != 0.0 ]] || fails=$((fails + 1))
 done
 
-# 3. EPLB benchmark on GPUs (make-demo pairs the checkpoint with the Qwen3 tokenizer: carried in .device/tokenizers
-# when third_party/ is not there)
-if [[ ! -f third_party/tokenizers/qwen3/tokenizer.json && -d .device/tokenizers/qwen3 ]]; then
-  mkdir -p third_party/tokenizers && cp -r .device/tokenizers/qwen3 third_party/tokenizers/
-fi
+# 3. EPLB benchmark on GPUs
 set -o pipefail
 python3 bench/eplb/eplb_bench.py --zmoe $Z --device cuda --workers $W --experts 32 --layers 4 --redundant 8 \
   --hidden 1024 --moe-intermediate 512 \

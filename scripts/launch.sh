@@ -6,6 +6,8 @@
 #   scripts/launch.sh --model DIR --nodes N --node-rank R --engine-host HOST [options] [-- extra engine flags]
 #   srun --nodes=N --ntasks-per-node=1 scripts/launch.sh --model DIR     (Slurm supplies nodes, rank and host)
 #
+# The nodes of one run authenticate each other with ZMOE_RUN_SECRET (the same value on every node; one node alone
+# makes its own).
 # options:
 #   --workers-per-node W   workers (GPUs) on each node (default 1)
 #   --engine-port P        engine core ports: P for workers, P+1 for the frontend (default 5600)
@@ -53,6 +55,16 @@ worker_ep=tcp://$engine_host:$engine_port
 frontend_ep=tcp://$engine_host:$((engine_port + 1))
 pids=()
 export ZMOE_DIE_WITH_PARENT=1  # the actors stop if this launcher dies
+# The run's secret authenticates the actors to each other (every hello, every all-to-all frame): every node of a
+# run must be given the same one. One node alone makes its own.
+if [[ -z ${ZMOE_RUN_SECRET:-} ]]; then
+  if ((nodes > 1)); then
+    echo "launch.sh: set ZMOE_RUN_SECRET to the same random value on every node (e.g. openssl rand -hex 16)" >&2
+    exit 2
+  fi
+  ZMOE_RUN_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+fi
+export ZMOE_RUN_SECRET
 stop() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }
 
 # The engine core binds the engine host's address when it is one (a hostname cannot be bound: all interfaces then).

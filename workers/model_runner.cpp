@@ -33,7 +33,10 @@ int64_t kv_blocks_for_budget(const model_config& config, int64_t block_size, int
 }
 
 model_runner::model_runner(const std::string& model_dir, const runner_options& options)
-    : config_(model_config::load(model_dir)),
+    : model_runner(model_config::load(model_dir), model_dir, options) {}
+
+model_runner::model_runner(const model_config& config, const std::string& model_dir, const runner_options& options)
+    : config_(config),
       options_(options),
       placement_(make_placement(config_, options)),
       own_comm_(options.comm ? nullptr : std::make_unique<local_expert_comm>()),

@@ -41,6 +41,8 @@ class model_runner final : public step_executor {
     /// Loads config and weights from `model_dir` (throws zmoe::error naming the file/tensor/field at fault) and
     /// allocates the KV cache.
     model_runner(const std::string& model_dir, const runner_options& options);
+    /// The same with config.json already parsed (a worker reads it once).
+    model_runner(const model_config& config, const std::string& model_dir, const runner_options& options);
 
     /// Runs one step. Throws zmoe::error(invalid_argument) for a malformed request (token out of the vocabulary,
     /// block table too short or out of range, unknown placeholder, duplicate request, bad sampling params) —

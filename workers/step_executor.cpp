@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <thread>
 
 #include "base/error.hpp"
 #include "workers/model_runner.hpp"
@@ -12,34 +13,32 @@ namespace zmoe {
 
 #ifdef ZMOE_WITH_CUDA
 // workers/cuda/: the CUDA executor and NCCL's unique id.
-std::unique_ptr<step_executor> make_cuda_step_executor(const std::string& model_dir, const executor_options& options,
+std::unique_ptr<step_executor> make_cuda_step_executor(const executor_options& options,
                                                        const expert_placement& placement);
 std::string make_nccl_unique_id();
 double measure_cuda_copy_bandwidth();
 #endif
 
-std::unique_ptr<step_executor> make_step_executor(const std::string& model_dir, const executor_options& options,
-                                                  const expert_placement& placement) {
-    if (options.device == "cpu") {
-        if (options.load_format != "auto")
-            throw error(errc::unsupported, "--load-format " + options.load_format + " on the CPU backend");
-        const model_config cfg = model_config::load(model_dir);
+std::unique_ptr<step_executor> make_step_executor(const executor_options& options, const expert_placement& placement) {
+    const engine_config& c = options.config;
+    if (c.device == "cpu") {
+        if (c.load_format != "auto")
+            throw error(errc::unsupported, "--load-format " + c.load_format + " on the CPU backend");
         runner_options ro;
-        ro.block_size = options.block_size;
-        ro.num_kv_blocks = options.num_kv_blocks > 0
-                               ? options.num_kv_blocks
-                               : kv_blocks_for_budget(cfg, options.block_size, options.kv_cache_bytes);
+        ro.block_size = c.block_size;
+        ro.num_kv_blocks =
+            c.num_kv_blocks > 0 ? c.num_kv_blocks : kv_blocks_for_budget(options.model, c.block_size, c.kv_cache_mb << 20);
         ro.rank = options.rank;
-        ro.world_size = options.world_size;
+        ro.world_size = options.world_size();
         ro.comm = options.comm;
         ro.placement = &placement;
-        ro.num_threads = options.num_threads;
-        return std::make_unique<model_runner>(model_dir, ro);
+        ro.num_threads = engine_threads_per_worker(c, std::thread::hardware_concurrency());
+        return std::make_unique<model_runner>(options.model, c.model, ro);
     }
 #ifdef ZMOE_WITH_CUDA
-    if (options.device == "cuda") return make_cuda_step_executor(model_dir, options, placement);
+    if (c.device == "cuda") return make_cuda_step_executor(options, placement);
 #endif
-    throw error(errc::unsupported, "device '" + options.device + "' is not supported by this build (cpu" +
+    throw error(errc::unsupported, "device '" + c.device + "' is not supported by this build (cpu" +
 #ifdef ZMOE_WITH_CUDA
                                        std::string(", cuda") +
 #endif

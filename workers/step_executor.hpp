@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "messages/engine_config.hpp"
 #include "messages/step_types.hpp"
 #include "messages/worker_protocol.hpp"
 #include "workers/model_config.hpp"
@@ -27,28 +28,20 @@ class step_executor {
     virtual const model_config& config() const = 0;
 };
 
-/// How a worker is set up for its backend.
+/// What one worker's executor is built from: the run's configuration as the welcome carried it, the model's
+/// config.json (parsed once by the worker), and this rank's place in the run. Backends read the engine flags from
+/// `config` directly (config.workers is the world size; config.model the checkpoint directory).
 struct executor_options {
-    std::string device = "cpu";  ///< "cpu" or "cuda"
+    engine_config config;
+    model_config model;
     int rank = 0;
-    int world_size = 1;
-    int64_t num_kv_blocks = 0;  ///< 0: as many as the budget holds
-    int64_t block_size = 16;
-    int64_t kv_cache_bytes = 256ll << 20;   ///< CPU KV budget when num_kv_blocks is 0
-    double gpu_memory_utilization = 0.9;    ///< CUDA: fraction of device memory for weights + KV
-    int num_threads = 0;                    ///< CPU kernel threads; 0 = all cores
-    expert_comm* comm = nullptr;            ///< CPU expert-parallel collective (not owned)
-    std::string collective_id;              ///< CUDA: the NCCL unique id bytes rank 0 made (welcome)
-    int32_t max_num_batched_tokens = 2048;  ///< tokens per step: sizes the CUDA workspace
-    int32_t max_num_seqs = 64;              ///< sequences per step: sizes the CUDA workspace and decode graphs
-    int32_t max_model_len = 0;              ///< longest sequence; 0: the model's max_position_embeddings
-    bool enforce_eager = false;             ///< CUDA: no decode graphs, every step launched kernel by kernel
-    std::string load_format = "auto";       ///< "auto": the checkpoint; "dummy": random weights from config.json
+    expert_comm* comm = nullptr;  ///< CPU expert-parallel collective (not owned)
+    std::string collective_id;    ///< CUDA: the NCCL unique id bytes rank 0 made (welcome)
+    int world_size() const { return config.workers; }
 };
 
-/// Creates the executor for options.device. Throws zmoe::error(unsupported) for a device this build lacks.
-std::unique_ptr<step_executor> make_step_executor(const std::string& model_dir, const executor_options& options,
-                                                  const expert_placement& placement);
+/// Creates the executor for options.config.device. Throws zmoe::error(unsupported) for a device this build lacks.
+std::unique_ptr<step_executor> make_step_executor(const executor_options& options, const expert_placement& placement);
 
 /// Bytes per second one device-to-device copy moves on `device` (read + write counted: "cuda": cudaMemcpy within
 /// GPU 0, 1 GiB; "cpu": memcpy, 256 MiB), the best of a few repeats: the bandwidth floors are computed against.

@@ -2,11 +2,11 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstring>
 #include <fstream>
 
 #include "actors/peer_mesh.hpp"
+#include "actors/run_secret.hpp"
 #include "base/check.hpp"
 #include "base/log.hpp"
 #include "workers/expert_comm.hpp"
@@ -56,38 +56,28 @@ uint64_t host_free_memory() {
     return 0;
 }
 
-/// The initial placement of the protocol (docs/protocol.md, welcome): E + R slots rounded up to a multiple of the
-/// world size, slot p holding logical expert p mod E, split contiguously across ranks; or the engine core's own.
-expert_placement initial_placement(const model_config& cfg, const worker_welcome& w) {
+/// The placement the engine core sent: per MoE layer, the logical expert of each physical slot, split
+/// contiguously across ranks.
+expert_placement placement_from_welcome(const model_config& cfg, const worker_welcome& w) {
     const int64_t num_layers = cfg.num_moe_layers();
-    const int64_t num_experts = cfg.num_experts;
-    std::vector<std::vector<int32_t>> rows = w.expert_placement;
-    if (rows.empty()) {
-        const int64_t wanted = num_experts + w.eplb.num_redundant_experts;
-        const int64_t num_slots = (wanted + w.world_size - 1) / w.world_size * w.world_size;  // even split
-        for (int64_t l = 0; l < num_layers; ++l) {
-            std::vector<int32_t> row(num_slots);
-            for (int64_t s = 0; s < num_slots; ++s) row[s] = static_cast<int32_t>(s % num_experts);
-            rows.push_back(std::move(row));
-        }
-    }
+    const auto& rows = w.expert_placement;
+    const int world = w.config.workers;
     if (static_cast<int64_t>(rows.size()) != num_layers)
         throw error(errc::invalid_argument, "welcome: expert placement has " + std::to_string(rows.size()) +
                                                 " layers, the model " + std::to_string(num_layers));
     std::vector<std::vector<std::vector<int32_t>>> slots(num_layers);
     for (int64_t l = 0; l < num_layers; ++l) {
         const int64_t n = static_cast<int64_t>(rows[l].size());
-        if (n % w.world_size != 0)
-            throw error(errc::invalid_argument, std::to_string(n) +
-                                                    " expert slots per layer (experts + redundant) "
-                                                    "do not split evenly over " +
-                                                    std::to_string(w.world_size) + " workers");
-        const int64_t per_rank = n / w.world_size;
-        slots[l].resize(w.world_size);
-        for (int r = 0; r < w.world_size; ++r)
+        if (n % world != 0)
+            throw error(errc::invalid_argument, "welcome: " + std::to_string(n) +
+                                                    " expert slots per layer do not split evenly over " +
+                                                    std::to_string(world) + " workers");
+        const int64_t per_rank = n / world;
+        slots[l].resize(world);
+        for (int r = 0; r < world; ++r)
             slots[l][r].assign(rows[l].begin() + r * per_rank, rows[l].begin() + (r + 1) * per_rank);
     }
-    return expert_placement(num_experts, std::move(slots));
+    return expert_placement(cfg.num_experts, std::move(slots));
 }
 
 }  // namespace
@@ -112,7 +102,7 @@ void worker_actor::on_start() {
     engine_sock_ = add_socket(socket_kind::dealer, [this](const inbound_message& m) { on_engine_message(m); });
     set_routing_id(engine_sock_, "worker-" + std::to_string(options_.rank) + "-" + std::to_string(getpid()));
     connect(engine_sock_, options_.engine_endpoint);
-    mesh_ = std::make_unique<peer_mesh>(options_.rank, options_.data_bind);
+    mesh_ = std::make_unique<peer_mesh>(options_.rank, options_.data_bind, run_secret());
     worker_hello hello;
     hello.rank = options_.rank;
     hello.device = options_.device;
@@ -121,6 +111,7 @@ void worker_actor::on_start() {
     hello.data_endpoint = mesh_->endpoint();
     // Rank 0 makes the NCCL unique id (CUDA); the engine core hands it to every rank in the welcome.
     if (options_.rank == 0) hello.collective_id = make_collective_id(options_.device);
+    hello.auth = run_secret();
     send_reliable(engine_sock_, encode(hello));
     watch_peer(engine_sock_, "", encode(worker_heartbeat{}),
                [this] { fail(errc::peer_dead, "the engine core stopped answering"); });
@@ -176,48 +167,39 @@ void worker_actor::on_engine_message(const inbound_message& msg) {
 
 void worker_actor::handle_welcome(const worker_welcome& m) {
     if (welcomed_) return;
-    welcomed_ = true;
-    welcome_ = m;
     if (m.rank != options_.rank) {
         fail(errc::protocol, "welcome for rank " + std::to_string(m.rank));
         return;
+    }
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        welcome_ = m;
+        welcomed_ = true;
     }
     submit([this] {
         const auto& w = welcome_;
         mesh_->connect(w.peer_endpoints);
         comm_ = std::make_unique<mesh_expert_comm>(*mesh_, cancel_);
-        const model_config cfg = model_config::load(w.model_dir);
-        const expert_placement placement = initial_placement(cfg, w);
         executor_options eo;
-        eo.device = w.device;
+        eo.config = w.config;
+        eo.model = model_config::load(w.config.model);  // the one parse of config.json in this process
         eo.rank = options_.rank;
-        eo.world_size = w.world_size;
-        eo.num_kv_blocks = static_cast<int64_t>(w.num_kv_blocks);
-        eo.block_size = w.block_size;
-        eo.kv_cache_bytes = options_.kv_cache_bytes;
-        eo.gpu_memory_utilization = options_.gpu_memory_utilization;
-        eo.load_format = options_.load_format;
-        eo.enforce_eager = options_.enforce_eager;
-        if (w.max_num_batched_tokens > 0) eo.max_num_batched_tokens = static_cast<int32_t>(w.max_num_batched_tokens);
-        if (w.max_num_seqs > 0) eo.max_num_seqs = static_cast<int32_t>(w.max_num_seqs);
-        eo.max_num_batched_tokens = std::max(eo.max_num_batched_tokens, eo.max_num_seqs);
-        eo.max_model_len = static_cast<int32_t>(w.max_model_len);
-        eo.num_threads = options_.num_threads;
         eo.comm = comm_.get();
         eo.collective_id = w.nccl_unique_id;
-        runner_ = make_step_executor(w.model_dir, eo, placement);
+        runner_ = make_step_executor(eo, placement_from_welcome(eo.model, w));
         worker_ready ready;
         ready.rank = options_.rank;
         ready.num_kv_blocks = static_cast<uint64_t>(runner_->num_kv_blocks());
-        ready.model_type = model_arch_name(cfg.arch);
-        ready.eos_token_ids = cfg.eos_token_ids;
-        ready.max_position_embeddings = static_cast<uint32_t>(cfg.max_position_embeddings);
-        ready.num_moe_layers = static_cast<uint32_t>(cfg.num_moe_layers());
-        ready.num_experts = static_cast<uint32_t>(cfg.num_experts);
         post([this, bytes = encode(ready)] { send_reliable(engine_sock_, bytes); });
-        ZMOE_LOG(info, "worker " << options_.rank << ": model loaded from " << w.model_dir << ", "
+        ZMOE_LOG(info, "worker " << options_.rank << ": model loaded from " << w.config.model << ", "
                                  << runner_->num_kv_blocks() << " KV blocks");
     });
+}
+
+std::optional<worker_welcome> worker_actor::welcome() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!welcomed_) return std::nullopt;
+    return welcome_;
 }
 
 void worker_actor::run_expert_move(const worker_expert_move& m) {

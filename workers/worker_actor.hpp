@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -25,16 +26,14 @@ class peer_mesh;
 class step_executor;
 class expert_comm;
 
+/// What a worker process knows before the welcome: where the engine core is, its rank, the backend it brings up
+/// (rank 0 makes the NCCL id for it in the hello) and its link's heartbeat. Everything else about the run comes
+/// in the welcome's engine_config.
 struct worker_options {
     std::string engine_endpoint;  ///< the engine core's worker ROUTER
     int32_t rank = 0;
     std::string device = "cpu";
     std::string data_bind = "tcp://127.0.0.1:*";  ///< where peers reach this worker for the all-to-all
-    int num_threads = 0;                          ///< CPU kernel threads; 0 = all cores
-    int64_t kv_cache_bytes = 256ll << 20;         ///< KV budget when the engine core leaves the size to us
-    double gpu_memory_utilization = 0.9;          ///< CUDA: fraction of device memory for weights + KV
-    std::string load_format = "auto";             ///< auto or dummy (weights generated from config.json)
-    bool enforce_eager = false;                   ///< CUDA: no decode graphs
     std::chrono::milliseconds heartbeat_interval{1000};
 };
 
@@ -44,6 +43,9 @@ class worker_actor : public actor {
     ~worker_actor() override;
     /// 0 after a shutdown from the engine core; 1 after a failure (engine core gone, model load failed).
     int exit_code() const { return exit_code_; }
+    /// Once the welcome arrived: the run's configuration and the expert placement (per MoE layer, the logical
+    /// expert of each physical slot) this worker was told to use. Empty before.
+    std::optional<worker_welcome> welcome() const;
 
   protected:
     void on_start() override;
@@ -62,12 +64,12 @@ class worker_actor : public actor {
     socket_id engine_sock_ = -1;
     int exit_code_ = 0;
     bool welcomed_ = false;
-    worker_welcome welcome_;
+    worker_welcome welcome_;  // written once by the actor thread before welcomed_ is published under mu_
     std::unique_ptr<peer_mesh> mesh_;
     std::unique_ptr<expert_comm> comm_;
     std::unique_ptr<step_executor> runner_;  // touched only by the compute thread once created
     std::atomic<bool> cancel_{false};
-    std::mutex mu_;
+    mutable std::mutex mu_;
     std::condition_variable cv_;
     std::deque<std::function<void()>> tasks_;
     bool compute_stop_ = false;

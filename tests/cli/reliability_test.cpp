@@ -4,17 +4,20 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <zmq.hpp>
 
 #include "actors/zmoe_client.hpp"
 #include "base/error.hpp"
 #include "messages/client_protocol.hpp"
+#include "messages/engine_protocol.hpp"
 #include "messages/msgpack_writer.hpp"
 #include "tests/cli/e2e_util.hpp"
 
@@ -338,6 +341,198 @@ TEST(Reliability, StartUpFailsLoudly) {
     // No KV cache at all, and a context longer than the model's positions (512), are refused at start-up.
     EXPECT_NE(start({"--port", std::to_string(free_port()), "--kv-cache-mb", "0"}), 0);
     EXPECT_NE(start({"--port", std::to_string(free_port()), "--max-model-len", "100000"}), 0);
+}
+
+}  // namespace
+
+namespace {
+
+/// TCP ports a process listens on (its socket inodes matched against /proc/net/tcp).
+std::vector<int> listening_ports(pid_t pid) {
+    std::set<std::string> inodes;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+        const auto target = std::filesystem::read_symlink(e.path(), ec).string();
+        if (target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+    }
+    std::vector<int> ports;
+    std::ifstream tcp("/proc/net/tcp");
+    std::string line;
+    std::getline(tcp, line);  // header
+    while (std::getline(tcp, line)) {
+        std::istringstream f(line);
+        std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
+        f >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
+        if (state == "0A" && inodes.count(inode))
+            ports.push_back(std::stoi(local.substr(local.find(':') + 1), nullptr, 16));
+    }
+    return ports;
+}
+
+/// The serve process's private run directory (it holds the ipc endpoints of the engine core).
+std::string run_dir_of(pid_t serve_pid) {
+    const std::string prefix = "zmoe-run-" + std::to_string(serve_pid) + "-";
+    for (const auto& e : std::filesystem::directory_iterator("/tmp"))
+        if (e.path().filename().string().rfind(prefix, 0) == 0) return e.path().string();
+    return {};
+}
+
+zmoe::client_completion run_one(server& s, int i, uint32_t max_tokens) {
+    zmoe::zmoe_client c(s.endpoint());
+    return c.collect(c.generate(one_request("after" + std::to_string(i), i, max_tokens)), 60s);
+}
+
+// Failure 4a: forged frames on a worker's all-to-all socket aborted the worker (and the run), and frames for
+// future rounds were kept without bound.
+TEST(Reliability, ForgedAllToAllFramesAreDroppedAndTheRunGoesOn) {
+    server s({"--workers", "2"});
+    const auto workers = find_processes(s.proc.pid(), {" worker ", "--rank"});
+    ASSERT_EQ(workers.size(), 2u);
+    zmq::context_t ctx;
+    std::vector<zmq::socket_t> pushes;
+    for (pid_t w : workers) {
+        const auto ports = listening_ports(w);
+        ASSERT_FALSE(ports.empty()) << "worker " << w << " has no all-to-all port";
+        for (int port : ports) {
+            auto& p = pushes.emplace_back(ctx, zmq::socket_type::push);
+            p.set(zmq::sockopt::linger, 1000);
+            p.connect("tcp://127.0.0.1:" + std::to_string(port));
+        }
+    }
+    // Short junk; then frames shaped like ours (round, a real sender rank) for the next rounds, and big frames
+    // for rounds far ahead.
+    for (auto& p : pushes) {
+        for (int i = 0; i < 2000; ++i) p.send(zmq::buffer(std::string("forged!")), zmq::send_flags::none);
+        for (uint64_t round = 0; round < 3000; ++round) {
+            for (int32_t sender = 0; sender < 2; ++sender) {
+                std::string f(12 + 7, 'x');
+                std::memcpy(f.data(), &round, 8);
+                std::memcpy(f.data() + 8, &sender, 4);
+                p.send(zmq::buffer(f), zmq::send_flags::none);
+            }
+        }
+        for (uint64_t round = 1000000; round < 1000064; ++round) {
+            std::string f(12 + (1 << 20), 'y');
+            std::memcpy(f.data(), &round, 8);
+            const int32_t sender = 1;
+            std::memcpy(f.data() + 8, &sender, 4);
+            p.send(zmq::buffer(f), zmq::send_flags::none);
+        }
+    }
+    // The run goes on: requests through both workers' all-to-all complete, and no worker died.
+    for (int i = 0; i < 8; ++i) {
+        const auto done = run_one(s, i, 6);
+        EXPECT_EQ(done.token_ids.size(), 6u);
+    }
+    for (pid_t w : workers) EXPECT_EQ(kill(w, 0), 0) << "worker " << w << " died";
+    EXPECT_TRUE(s.proc.running());
+}
+
+// Failure 4b: the first peer to say hello on the engine core's frontend endpoint took the frontend's place.
+TEST(Reliability, AHostileHelloIsRefused) {
+    server s({"--workers", "1"});
+    const std::string dir = run_dir_of(s.proc.pid());
+    ASSERT_FALSE(dir.empty());
+    zmq::context_t ctx;
+    zmq::socket_t evil(ctx, zmq::socket_type::dealer);
+    evil.set(zmq::sockopt::linger, 0);
+    evil.set(zmq::sockopt::routing_id, std::string("frontend-evil"));
+    evil.set(zmq::sockopt::rcvtimeo, 5000);
+    evil.connect("ipc://" + dir + "/engine");
+    evil.send(zmq::buffer(zmoe::encode(zmoe::engine_hello{"frontend", 1, "a guess"})), zmq::send_flags::none);
+    zmq::message_t reply;
+    ASSERT_TRUE(evil.recv(reply)) << "no answer to the hostile hello";
+    const auto decoded = zmoe::decode_engine_to_frontend(reply.to_string_view());
+    const auto* e = std::get_if<zmoe::engine_error>(&decoded);
+    ASSERT_NE(e, nullptr) << "the hostile hello was welcomed";
+    EXPECT_EQ(e->code, zmoe::errc::protocol);
+    // The real frontend still owns the link: requests complete.
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(run_one(s, i, 5).token_ids.size(), 5u);
+}
+
+}  // namespace
+
+namespace {
+
+// Failure 7: one bad line aborted the whole batch and wrote nothing; out-of-range integers wrapped; a bad output
+// path lost all the work.
+TEST(Reliability, BatchClientServesGoodLinesAndReportsBadOnes) {
+    server s({"--workers", "1"});
+    temp_dir dir;
+    {
+        std::ofstream in(dir / "in.jsonl");
+        in << R"({"prompt_token_ids": [1, 2], "max_tokens": 3})"
+           << "\n"
+           << R"({"prompt_token_ids": [4294967301], "max_tokens": 3})"
+           << "\n"  // 2^32 + 5: not token 5
+           << R"({"prompt_token_ids": [1, 2], "max_tokens": 3, "seed": -1})"
+           << "\n"
+           << R"({"prompt_token_ids": [1, 2], "max_tokens": 3, "stop": [)";
+        for (int i = 0; i < 65; ++i) in << (i ? "," : "") << "\"s" << i << "\"";
+        in << "]}\n"
+           << "not json\n"
+           << R"({"prompt_token_ids": [3, 4], "max_tokens": 2})"
+           << "\n";
+    }
+    EXPECT_EQ(
+        run_zmoe({"client", "--endpoint", s.endpoint(), "--input", dir / "in.jsonl", "--output", dir / "out.jsonl"}),
+        1);  // some lines failed
+    const auto out = read_jsonl(dir / "out.jsonl");
+    ASSERT_EQ(out.size(), 6u);
+    for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i]["index"], i);
+    EXPECT_EQ(out[0]["token_ids"].size(), 3u);
+    EXPECT_EQ(out[5]["token_ids"].size(), 2u);
+    for (size_t i : {1, 2, 3, 4}) {
+        EXPECT_EQ(out[i]["finish_reason"], "error") << out[i].dump();
+        EXPECT_EQ(out[i]["error"]["code"], "invalid_argument") << out[i].dump();
+    }
+    // An output path that cannot be written fails before any request is sent.
+    EXPECT_NE(run_zmoe({"client", "--endpoint", s.endpoint(), "--input", dir / "in.jsonl", "--output",
+                        dir / "no/such/dir/out.jsonl"}),
+              0);
+    EXPECT_EQ(counter(s.frontend_counters(), "requests_accepted"), 2);
+}
+
+}  // namespace
+
+namespace {
+
+// Failure 3: large prompts tokenized on the frontend's only thread starved its heartbeats, and the engine core
+// declared it dead. Now they are tokenized on a pool (and refused past --max-prompt-bytes) while others are served.
+TEST(Reliability, HugePromptsGetErrorsWhileOthersAreServed) {
+    temp_dir dir;
+    server s({"--workers", "1", "--heartbeat-ms", "250", "--max-prompt-bytes", "3000000"},
+             model_with_small_tokenizer(dir));
+    raw_client big(s.endpoint());
+    std::string text;
+    for (int i = 0; text.size() < 2500000; ++i) text += "word" + std::to_string(i % 977) + " ";
+    for (int i = 0; i < 3; ++i) {
+        zmoe::client_generate g;
+        g.client_request_id = "big" + std::to_string(i);
+        g.prompt = text;
+        g.max_tokens = 1;
+        big.send(zmoe::encode(g));
+    }
+    zmoe::client_generate over;
+    over.client_request_id = "over";
+    over.prompt = text + text;  // past --max-prompt-bytes
+    big.send(zmoe::encode(over));
+    // Another client is served meanwhile.
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(run_one(s, i, 4).token_ids.size(), 4u);
+    // Each large prompt ends with a clear error (too long for the context, or over the byte limit).
+    std::set<std::string> errored;
+    for (int i = 0; i < 4; ++i) {
+        auto r = big.recv(120s);
+        ASSERT_TRUE(r) << "a large prompt got no answer";
+        auto* e = std::get_if<zmoe::client_error>(&*r);
+        ASSERT_NE(e, nullptr);
+        EXPECT_EQ(e->code, zmoe::errc::invalid_argument) << e->message;
+        errored.insert(e->client_request_id);
+    }
+    EXPECT_EQ(errored.size(), 4u);
+    // The run lived through it.
+    EXPECT_EQ(zmoe::zmoe_client(s.endpoint()).health(5s).status, "ok");
+    EXPECT_TRUE(s.proc.running());
 }
 
 }  // namespace

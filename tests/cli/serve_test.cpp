@@ -267,8 +267,10 @@ TEST(Launch, TwoNodesOnLoopbackServeLikeOne) {
                                         "--node-host",   "127.0.0.1",
                                         "--zmoe",        kZmoe};
     };
-    auto node1 = zmoe::child_process::spawn(common(1));
-    auto node0 = zmoe::child_process::spawn(common(0));
+    // Both nodes of one run share its secret (launch.sh refuses a multi-node run without one).
+    const std::vector<std::string> secret = {"ZMOE_RUN_SECRET=two-node-test-secret"};
+    auto node1 = zmoe::child_process::spawn(common(1), secret);
+    auto node0 = zmoe::child_process::spawn(common(0), secret);
     zmoe::zmoe_client client("tcp://127.0.0.1:" + std::to_string(port));
     // Whatever happens below, stop both launchers (and so every actor they started) at the end.
     struct stop_launchers {

@@ -14,7 +14,9 @@ bool same_add_request(const engine_add_request& a, const engine_add_request& b) 
            a.stop_token_ids == b.stop_token_ids && a.ignore_eos == b.ignore_eos;
 }
 
-TEST(EngineProtocol, Hello) { test::check_wire_contract(engine_hello{"frontend", 4242}, decode_frontend_to_engine); }
+TEST(EngineProtocol, Hello) {
+    test::check_wire_contract(engine_hello{"frontend", 4242, "s3cret"}, decode_frontend_to_engine);
+}
 
 TEST(EngineProtocol, Welcome) {
     test::check_wire_contract(engine_welcome{2, 256, 4096, 16, 100000, 500}, decode_engine_to_frontend);

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <type_traits>
 
 #include "tests/messages/step_compare.hpp"
 #include "tests/messages/wire_test_util.hpp"
@@ -47,34 +48,94 @@ step_result sample_result(int num_tokens, int num_counts) {
 
 TEST(WorkerProtocol, Hello) {
     test::check_wire_contract(worker_hello{1, "cuda:1", uint64_t{80} << 30, kWorkerProtocolVersion, 999,
-                                           "tcp://10.0.0.2:6001", std::string(128, '\x07')},
+                                           "tcp://10.0.0.2:6001", std::string(128, '\x07'), "s3cret"},
                               decode_worker_to_engine);
+}
+
+/// Every engine flag set away from its default, so a field the codec forgets shows up as a difference.
+engine_config non_default_config() {
+    engine_config c;
+    c.model = "/models/qwen3-moe";
+    c.device = "cuda";
+    c.workers = 2;
+    c.num_nodes = 2;
+    c.max_num_batched_tokens = 8192;
+    c.max_num_seqs = 256;
+    c.block_size = 32;
+    c.num_kv_blocks = int64_t{1} << 33;
+    c.max_model_len = 32768;
+    c.no_async = true;
+    c.enable_eplb = true;
+    c.eplb_interval = 3000;
+    c.eplb_window = 1000;
+    c.num_redundant_experts = 2;
+    c.heartbeat_ms = 250;
+    c.threads = 3;
+    c.kv_cache_mb = 1024;
+    c.gpu_memory_utilization = 0.625;
+    c.load_format = "dummy";
+    c.enable_dbo = true;
+    c.dbo_decode_token_threshold = 7;
+    c.dbo_prefill_token_threshold = 70;
+    c.enforce_eager = true;
+    return c;
 }
 
 TEST(WorkerProtocol, Welcome) {
     worker_welcome m;
     m.rank = 1;
-    m.world_size = 2;
-    m.model_dir = "/models/qwen3-moe";
-    m.device = "cuda";
-    m.num_kv_blocks = 0;
-    m.block_size = 16;
-    m.max_num_batched_tokens = 8192;
-    m.max_num_seqs = 256;
-    m.max_model_len = 32768;
+    m.config = non_default_config();
     m.expert_placement = {{0, 1, 2, 3, 0, 1}, {3, 2, 1, 0, 2, 3}};
     m.nccl_unique_id = std::string(128, '\0') + "\xff";
-    m.async_scheduling = true;
-    m.eplb = {true, 3000, 1000, 2};
-    m.heartbeat_interval_ms = 1000;
     m.peer_endpoints = {"tcp://a:1", "tcp://b:2"};
     test::check_wire_contract(m, decode_engine_to_worker);
 }
 
-TEST(WorkerProtocol, Ready) {
-    test::check_wire_contract(worker_ready{1, 12345, "qwen3_moe", {151643, 151645}, 40960, 48, 128},
-                              decode_worker_to_engine);
+TEST(WorkerProtocol, WelcomeCarriesEveryEngineFlag) {
+    // Each flag, set alone, survives the trip: none is left out of the welcome.
+    const engine_config changed = non_default_config();
+    int num_flags = 0;
+    for_each_engine_flag(changed, [&](const engine_flag_info& info, const auto& value) {
+        ++num_flags;
+        worker_welcome m;
+        bool found = false;
+        for_each_engine_flag(m.config, [&](const engine_flag_info& other, auto& field) {
+            if constexpr (std::is_same_v<std::decay_t<decltype(field)>, std::decay_t<decltype(value)>>) {
+                if (std::string(other.name) == info.name) {
+                    EXPECT_NE(field, value) << info.name << ": the test value must differ from the default";
+                    field = value;
+                    found = true;
+                }
+            }
+        });
+        ASSERT_TRUE(found) << info.name;
+        const auto back = std::get<worker_welcome>(decode_engine_to_worker(encode(m)));
+        EXPECT_EQ(back.config, m.config) << info.name;
+    });
+    EXPECT_GE(num_flags, 18);
 }
+
+TEST(WorkerProtocol, WelcomeRejectsAnUnknownFlag) {
+    worker_welcome m;
+    msgpack_writer w;
+    w.array_header(1);
+    w.array_header(2);
+    w.str("no-such-flag");
+    w.sint(1);
+    const std::string bytes = test::with_field_replaced(encode(m), 3, w);
+    const std::string msg = [&] {
+        try {
+            decode_engine_to_worker(bytes);
+        } catch (const error& e) {
+            EXPECT_EQ(e.code(), errc::protocol);
+            return std::string(e.what());
+        }
+        return std::string();
+    }();
+    EXPECT_NE(msg.find("no-such-flag"), std::string::npos) << msg;
+}
+
+TEST(WorkerProtocol, Ready) { test::check_wire_contract(worker_ready{1, 12345}, decode_worker_to_engine); }
 
 TEST(WorkerProtocol, Step) {
     test::check_wire_contract(sample_step(5, 37), decode_engine_to_worker, test::same_step);

@@ -19,8 +19,8 @@ struct ref_prompt {
     std::vector<double> margins;     ///< top-2 logit margin at each greedy step
 };
 
-/// The fixture directory: ZMOE_FIXTURES_DIR from the environment (the GPU machine runs a copy of the tree
-/// elsewhere), else the build's.
+/// The fixture directory: ZMOE_FIXTURES_DIR from the environment (for a test binary run away from its source
+/// tree), else the build's.
 inline std::string fixture_dir(const std::string& name) {
     const char* env = std::getenv("ZMOE_FIXTURES_DIR");
     return std::string(env && *env ? env : ZMOE_FIXTURES_DIR) + "/models/" + name;

@@ -54,7 +54,7 @@ std::vector<step_driver> run_expert_parallel(const std::string& dir, const std::
     for (int r = 0; r < run.world; ++r) {
         threads.emplace_back([&, r] {
             try {
-                cuda_step_executor ex(dir, cuda_options(r, run.world, id), placement);
+                cuda_step_executor ex(cuda_options(dir, r, run.world, id), placement);
                 EXPECT_EQ(ex.device(), r);
                 if (!run.moves.empty()) ex.apply_expert_moves(run.moves);
                 for (int s = 0; s < steps; ++s) {
@@ -81,7 +81,7 @@ class CudaExpertParallel : public ::testing::TestWithParam<std::string> {
         ASSERT_FALSE(prompts_.empty());
         const model_config c = model_config::load(dir_);
         auto ex = std::make_unique<cuda_step_executor>(
-            dir_, cuda_options(), expert_placement::make_default(c.num_moe_layers(), c.num_experts, 1));
+            cuda_options(dir_), expert_placement::make_default(c.num_moe_layers(), c.num_experts, 1));
         single_ = std::make_unique<step_driver>(kBlockSize, 7);
         for (size_t i = 0; i < prompts_.size(); ++i) single_->add(i, prompts_[i].token_ids, kNewTokens);
         run_all(*ex, *single_);

@@ -23,14 +23,14 @@ constexpr double kSelfMargin = 0.02;
 
 std::unique_ptr<cuda_step_executor> make_executor(const std::string& dir, bool eager,
                                                   const std::string& load_format = "auto") {
-    executor_options o = cuda_options();
-    o.enforce_eager = eager;
-    o.max_num_seqs = 32;
-    o.max_num_batched_tokens = 1024;
-    o.load_format = load_format;
-    const model_config c = model_config::load(dir);
+    executor_options o = cuda_options(dir);
+    o.config.enforce_eager = eager;
+    o.config.max_num_seqs = 32;
+    o.config.max_num_batched_tokens = 1024;
+    o.config.load_format = load_format;
+    const model_config& c = o.model;
     return std::make_unique<cuda_step_executor>(
-        dir, o, expert_placement::make_default(c.num_moe_layers(), c.num_experts, o.world_size));
+        o, expert_placement::make_default(c.num_moe_layers(), c.num_experts, o.world_size()));
 }
 
 /// Runs `driver` to the end, checking after every step that the load counts add up to the real tokens' choices.

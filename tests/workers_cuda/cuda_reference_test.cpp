@@ -36,10 +36,11 @@ constexpr double kMinMargin = 0.1;
 constexpr double kSelfTolerance = 0.01;
 constexpr double kSelfMargin = 0.02;
 
-std::unique_ptr<cuda_step_executor> make_executor(const std::string& dir, const executor_options& o = cuda_options()) {
-    const model_config c = model_config::load(dir);
-    const expert_placement p = expert_placement::make_default(c.num_moe_layers(), c.num_experts, o.world_size);
-    return std::make_unique<cuda_step_executor>(dir, o, p);
+std::unique_ptr<cuda_step_executor> make_executor(const std::string& dir) {
+    const executor_options o = cuda_options(dir);
+    const expert_placement p =
+        expert_placement::make_default(o.model.num_moe_layers(), o.model.num_experts, o.world_size());
+    return std::make_unique<cuda_step_executor>(o, p);
 }
 
 class CudaReference : public ::testing::TestWithParam<std::string> {

@@ -115,9 +115,9 @@ TEST_P(CudaSampling, SeededGenerationMatchesCpu) {
     ro.block_size = kBlockSize;
     ro.num_threads = 2;
     model_runner cpu(dir_, ro);
-    const model_config c = model_config::load(dir_);
-    const executor_options o = cuda_options();
-    cuda_step_executor gpu(dir_, o, expert_placement::make_default(c.num_moe_layers(), c.num_experts, o.world_size));
+    const executor_options o = cuda_options(dir_);
+    const model_config& c = o.model;
+    cuda_step_executor gpu(o, expert_placement::make_default(c.num_moe_layers(), c.num_experts, o.world_size()));
     step_driver on_cpu(kBlockSize, 7), on_gpu(kBlockSize, 7);
     for (size_t i = 0; i < prompts_.size(); ++i) {
         const sampling_params s{.temperature = 0.8f, .seed = 7 + i};

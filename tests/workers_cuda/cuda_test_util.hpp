@@ -50,13 +50,17 @@ inline double margin(const std::vector<float>& logits) {
     return static_cast<double>(a) - b;
 }
 
-inline executor_options cuda_options(int rank = 0, int world = 1, std::string collective_id = {}) {
+/// The options a CUDA worker of rank `rank` out of `world` builds its executor from, for the checkpoint `dir`.
+inline executor_options cuda_options(const std::string& dir, int rank = 0, int world = 1,
+                                     std::string collective_id = {}) {
     executor_options o;
-    o.device = "cuda";
+    o.config.model = dir;
+    o.config.device = "cuda";
+    o.config.workers = world;
+    o.config.num_kv_blocks = kNumBlocks;
+    o.config.block_size = kBlockSize;
+    o.model = model_config::load(dir);
     o.rank = rank;
-    o.world_size = world;
-    o.num_kv_blocks = kNumBlocks;
-    o.block_size = kBlockSize;
     o.collective_id = std::move(collective_id);
     return o;
 }

@@ -13,7 +13,7 @@ namespace zmoe::cuda {
 
 uint64_t cuda_step_executor::apply_expert_moves(const std::vector<expert_slot_move>& moves) {
     check(cudaSetDevice(device_));
-    const int world = options_.world_size;
+    const int world = options_.world_size();
     const int rank = options_.rank;
     std::vector<int64_t> layer_of_moe;  // moe index -> decoder layer
     for (size_t l = 0; l < weights_.layers.size(); ++l)

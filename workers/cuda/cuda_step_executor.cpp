@@ -14,9 +14,9 @@
 
 namespace zmoe {
 
-std::unique_ptr<step_executor> make_cuda_step_executor(const std::string& model_dir, const executor_options& options,
+std::unique_ptr<step_executor> make_cuda_step_executor(const executor_options& options,
                                                        const expert_placement& placement) {
-    return std::make_unique<cuda::cuda_step_executor>(model_dir, options, placement);
+    return std::make_unique<cuda::cuda_step_executor>(options, placement);
 }
 
 std::string make_nccl_unique_id() { return cuda::nccl_unique_id_bytes(); }
@@ -63,21 +63,24 @@ std::vector<int32_t> decode_graph_batch_sizes(int32_t max_num_seqs) {
 
 void cuda_step_executor::check(cudaError_t e) { ZMOE_CUDA_CHECK(e); }
 
-cuda_step_executor::cuda_step_executor(const std::string& model_dir, const executor_options& options,
-                                       const expert_placement& placement)
-    : config_(model_config::load(model_dir)), options_(options), placement_(placement) {
+cuda_step_executor::cuda_step_executor(const executor_options& options, const expert_placement& placement)
+    : config_(options.model), options_(options), placement_(placement) {
+    const engine_config& run = options.config;
+    const int world_size = options.world_size();
+    // Every step holds at most this many tokens (a decode of max_num_seqs sequences included).
+    const int32_t max_tokens = std::max(run.max_num_batched_tokens, run.max_num_seqs);
     check_supported(config_);
-    if (options.world_size <= 0 || options.rank < 0 || options.rank >= options.world_size)
+    if (world_size <= 0 || options.rank < 0 || options.rank >= world_size)
         throw error(errc::invalid_argument,
-                    "rank " + std::to_string(options.rank) + " of world " + std::to_string(options.world_size));
-    if (placement_.world_size() != options.world_size)
+                    "rank " + std::to_string(options.rank) + " of world " + std::to_string(world_size));
+    if (placement_.world_size() != world_size)
         throw error(errc::invalid_argument, "expert placement spans " + std::to_string(placement_.world_size()) +
-                                                " ranks, world size is " + std::to_string(options.world_size));
-    if (options.block_size <= 0) throw error(errc::invalid_argument, "block_size must be positive");
-    if (options.max_num_seqs <= 0 || options.max_num_batched_tokens < options.max_num_seqs)
+                                                " ranks, world size is " + std::to_string(world_size));
+    if (run.block_size <= 0) throw error(errc::invalid_argument, "block_size must be positive");
+    if (run.max_num_seqs <= 0 || max_tokens < run.max_num_seqs)
         throw error(errc::invalid_argument, "max_num_seqs must be in [1, max_num_batched_tokens]");
-    if (options.load_format != "auto" && options.load_format != "dummy")
-        throw error(errc::invalid_argument, "load format '" + options.load_format + "' (auto or dummy)");
+    if (run.load_format != "auto" && run.load_format != "dummy")
+        throw error(errc::invalid_argument, "load format '" + run.load_format + "' (auto or dummy)");
     int num_devices = 0;
     if (cudaGetDeviceCount(&num_devices) != cudaSuccess || num_devices == 0) {
         (void)cudaGetLastError();
@@ -88,17 +91,17 @@ cuda_step_executor::cuda_step_executor(const std::string& model_dir, const execu
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     ZMOE_CUBLAS_CHECK(cublasLtCreate(&blas_));
     blas_workspace_ = device_buffer(kBlasWorkspace);
-    if (options.load_format == "dummy") {
+    if (run.load_format == "dummy") {
         weights_ = cuda_weights::dummy(config_, placement_, options.rank);
     } else {
-        const model_weights host(model_dir, config_, placement_, options.rank);
+        const model_weights host(run.model, config_, placement_, options.rank);
         weights_ = cuda_weights::upload(host);
     }  // unmaps the checkpoint
-    if (options.world_size > 1)
-        comm_ = std::make_unique<nccl_comm>(options.collective_id, options.rank, options.world_size);
+    if (world_size > 1)
+        comm_ = std::make_unique<nccl_comm>(options.collective_id, options.rank, world_size);
 
-    const int64_t bs = options.block_size;
-    const int64_t max_len = options.max_model_len > 0 ? options.max_model_len : config_.max_position_embeddings;
+    const int64_t bs = run.block_size;
+    const int64_t max_len = run.max_model_len > 0 ? run.max_model_len : config_.max_position_embeddings;
     int64_t dense_inter = 0;
     int32_t num_slots = 0;
     for (const cuda_layer& l : weights_.layers) {
@@ -106,8 +109,8 @@ cuda_step_executor::cuda_step_executor(const std::string& model_dir, const execu
         num_slots = std::max(num_slots, l.num_slots);
     }
     const workspace_shape shape{
-        .max_tokens = options.max_num_batched_tokens,
-        .max_seqs = options.max_num_seqs,
+        .max_tokens = max_tokens,
+        .max_seqs = run.max_num_seqs,
         .max_blocks_per_seq = i32(std::max<int64_t>(1, (std::max<int64_t>(max_len, 1) + bs - 1) / bs)),
         .hidden = i32(config_.hidden_size),
         .num_q_heads = i32(config_.num_heads),
@@ -120,21 +123,21 @@ cuda_step_executor::cuda_step_executor(const std::string& model_dir, const execu
         .moe_inter = i32(config_.moe_intermediate_size),
         .dense_inter = i32(dense_inter),
         .num_moe_layers = i32(config_.num_moe_layers()),
-        .world_size = options.world_size,
+        .world_size = world_size,
     };
     ws_ = cuda_workspace(shape);
     upload_replica_tables();
 
     const int64_t block_bytes =
-        2 * options.block_size * config_.num_kv_heads * config_.head_dim * static_cast<int64_t>(sizeof(bf16));
-    if (options.num_kv_blocks > 0) {
-        num_kv_blocks_ = options.num_kv_blocks;
+        2 * run.block_size * config_.num_kv_heads * config_.head_dim * static_cast<int64_t>(sizeof(bf16));
+    if (run.num_kv_blocks > 0) {
+        num_kv_blocks_ = run.num_kv_blocks;
     } else {
         size_t free_bytes = 0, total_bytes = 0;
         check(cudaMemGetInfo(&free_bytes, &total_bytes));
         const auto used = static_cast<int64_t>(total_bytes - free_bytes);
         // What cuBLASLt and the graphs still take is small next to the workspace; keep 256 MiB for them.
-        const auto budget = static_cast<int64_t>(options.gpu_memory_utilization * static_cast<double>(total_bytes)) -
+        const auto budget = static_cast<int64_t>(run.gpu_memory_utilization * static_cast<double>(total_bytes)) -
                             used - (256ll << 20);
         num_kv_blocks_ = std::max<int64_t>(0, budget / (block_bytes * config_.num_layers));
         if (num_kv_blocks_ == 0)
@@ -142,7 +145,7 @@ cuda_step_executor::cuda_step_executor(const std::string& model_dir, const execu
                                                  std::to_string(weights_.bytes >> 20) + " MiB of weights and " +
                                                  std::to_string(ws_.bytes() >> 20) +
                                                  " MiB of workspace at gpu_memory_utilization " +
-                                                 std::to_string(options.gpu_memory_utilization));
+                                                 std::to_string(run.gpu_memory_utilization));
     }
     for (int64_t l = 0; l < config_.num_layers; ++l) {
         k_cache_.emplace_back(static_cast<size_t>(num_kv_blocks_ * block_bytes / 2));
@@ -152,9 +155,9 @@ cuda_step_executor::cuda_step_executor(const std::string& model_dir, const execu
         check(cudaMemsetAsync(v_cache_.back().as<void>(), 0, v_cache_.back().bytes(), stream_));
     }
     check(cudaStreamSynchronize(stream_));
-    if (options.world_size == 1 && !options.enforce_eager) capture_decode_graphs();
+    if (world_size == 1 && !run.enforce_eager) capture_decode_graphs();
     ZMOE_LOG(info, "cuda worker " << options.rank << " on GPU " << device_ << ": " << (weights_.bytes >> 20)
-                                  << " MiB weights (" << options.load_format << "), " << (ws_.bytes() >> 20)
+                                  << " MiB weights (" << run.load_format << "), " << (ws_.bytes() >> 20)
                                   << " MiB workspace, " << num_kv_blocks_ << " KV blocks (" << (kv_cache_bytes() >> 20)
                                   << " MiB), " << graphs_.size() << " decode graphs captured in "
                                   << static_cast<int64_t>(graph_capture_ms_) << " ms");
@@ -186,7 +189,7 @@ void cuda_step_executor::upload_replica_tables() {
     const int64_t L = config_.num_moe_layers();
     if (L == 0 || E == 0) return;
     const int64_t per_rank = static_cast<int64_t>(placement_.slots(0, 0).size());
-    const size_t slots_stride = static_cast<size_t>(ws_.shape.num_slots) * options_.world_size;
+    const size_t slots_stride = static_cast<size_t>(ws_.shape.num_slots) * options_.world_size();
     std::vector<int32_t> offsets(static_cast<size_t>(L * (E + 1))), slots(static_cast<size_t>(L) * slots_stride, 0);
     for (int64_t l = 0; l < L; ++l) {
         int32_t at = 0;
@@ -223,7 +226,7 @@ cuda_step_executor::step_shape cuda_step_executor::stage(const step_request& req
                                                     std::to_string(s.block_table.size()) + " blocks exceeds " +
                                                     std::to_string(cap.max_blocks_per_seq) + " (max_model_len)");
     step_shape s;
-    const auto bs = static_cast<int32_t>(options_.block_size);
+    const auto bs = static_cast<int32_t>(options_.config.block_size);
     ws_.query_start.host[0] = 0;
     for (size_t i = 0; i < request.seqs.size(); ++i) {
         const scheduled_seq& q = request.seqs[i];
@@ -325,7 +328,7 @@ void cuda_step_executor::attention(int64_t layer, const step_shape& s) {
                                       .num_q_heads = hq,
                                       .num_kv_heads = hkv,
                                       .head_dim = D,
-                                      .block_size = i32(options_.block_size),
+                                      .block_size = i32(options_.config.block_size),
                                       .rope_theta = static_cast<float>(c.rope_theta),
                                       .eps = c.rms_norm_eps};
     if (c.clip_qkv > 0.f) {
@@ -361,7 +364,7 @@ void cuda_step_executor::attention(int64_t layer, const step_shape& s) {
                                      .num_q_heads = hq,
                                      .num_kv_heads = hkv,
                                      .head_dim = D,
-                                     .block_size = i32(options_.block_size),
+                                     .block_size = i32(options_.config.block_size),
                                      .max_blocks_per_seq = ws_.shape.max_blocks_per_seq,
                                      .scale = 1.f / std::sqrt(static_cast<float>(D))},
                                     stream_);
@@ -402,7 +405,7 @@ void cuda_step_executor::moe(int64_t layer, const step_shape& s) {
         kernels::launch_moe_route(
             {.topk_ids = ws_.topk_ids.as<int32_t>(),
              .replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1),
-             .replica_slots = ws_.replica_slots.as<int32_t>() + mi * int64_t(ws_.shape.num_slots) * options_.world_size,
+             .replica_slots = ws_.replica_slots.as<int32_t>() + mi * int64_t(ws_.shape.num_slots) * options_.world_size(),
              .num_valid = ws_.num_valid.device,
              .slot_ids = ws_.slot_ids.as<int32_t>(),
              .expert_counts = ws_.expert_counts.device + mi * E,
@@ -485,7 +488,7 @@ void cuda_step_executor::moe_expert_parallel(const cuda_layer& w, int32_t T) {
     // rank, in (token, k) order.
     const int32_t H = i32(config_.hidden_size), K = i32(config_.num_experts_per_tok);
     const int32_t I = i32(config_.moe_intermediate_size), S = w.num_slots;
-    const int world = options_.world_size;
+    const int world = options_.world_size();
     const int64_t TK = int64_t(T) * K;
     std::vector<int64_t> send_rows(world, 0);
     std::vector<int32_t> plan(3 * TK);
@@ -714,7 +717,7 @@ step_result cuda_step_executor::execute(const step_request& request, std::vector
     step_shape s;
     try {
         const auto tokens =
-            validate_step(request, options_.block_size, num_kv_blocks_, config_.vocab_size, last_sampled_);
+            validate_step(request, options_.config.block_size, num_kv_blocks_, config_.vocab_size, last_sampled_);
         s = stage(request, tokens);
     } catch (const error&) {
         // Keep the collective whole: the other ranks are already waiting in this step's exchanges.

@@ -31,14 +31,13 @@ namespace zmoe::cuda {
 
 class cuda_step_executor final : public step_executor {
   public:
-    /// Picks GPU rank % device count, uploads this rank's weights (or, with options.load_format "dummy", generates
+    /// Picks GPU rank % device count, uploads this rank's weights (or, with options.config.load_format "dummy", generates
     /// them on the device), joins the NCCL communicator (world_size > 1, options.collective_id), allocates the
-    /// workspace for options.max_num_batched_tokens / max_num_seqs and the KV cache: options.num_kv_blocks blocks
-    /// when > 0, else what options.gpu_memory_utilization of the device leaves; then (one GPU, not enforce_eager)
+    /// workspace for options.config.max_num_batched_tokens / max_num_seqs and the KV cache: options.config.num_kv_blocks blocks
+    /// when > 0, else what options.config.gpu_memory_utilization of the device leaves; then (one GPU, not enforce_eager)
     /// captures the decode graphs. Throws zmoe::error naming the file/tensor for a bad checkpoint, (unsupported)
     /// for shapes the kernels lack, (out_of_memory) when weights, workspace or one KV block do not fit.
-    cuda_step_executor(const std::string& model_dir, const executor_options& options,
-                       const expert_placement& placement);
+    cuda_step_executor(const executor_options& options, const expert_placement& placement);
     ~cuda_step_executor() override;
 
     /// As model_runner::execute: placeholders take the token this rank sampled for the request last; a malformed

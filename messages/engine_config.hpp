@@ -1,0 +1,120 @@
+#pragma once
+// The one engine configuration of a run: every engine flag (model, device, parallel layout, scheduler, EPLB,
+// liveness, worker resources), defined once in for_each_engine_flag below. That one list drives everything a
+// flag needs to travel:
+//   - the command line of `zmoe serve`, `zmoe generate` and `zmoe engine-core` (cli/engine_flags.cpp),
+//   - the arguments `serve`/`generate` pass to the engine-core process (engine_config_args),
+//   - the welcome message the engine core sends every worker (encode_engine_config / read_engine_config),
+// so a new flag is one field here plus one line in for_each_engine_flag, then read where it takes effect
+// (docs/architecture.md, "Adding an engine flag").
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zmoe {
+
+class msgpack_writer;
+class field_cursor;
+
+struct engine_config {
+    // Model and device.
+    std::string model;  ///< checkpoint directory (config.json, *.safetensors)
+    std::string device = "cpu";
+    // Parallel layout.
+    int32_t workers = 1;    ///< expert-parallel ranks (worker processes)
+    int32_t num_nodes = 1;  ///< nodes the workers span (hierarchical EPLB packing, threads per worker)
+    // Scheduler.
+    int32_t max_num_batched_tokens = 2048;
+    int32_t max_num_seqs = 64;
+    int32_t block_size = 16;
+    int64_t num_kv_blocks = 0;  ///< per rank; 0 = as many as the worker's budget holds
+    int32_t max_model_len = 0;  ///< 0 = the model's max_position_embeddings
+    bool no_async = false;      ///< synchronous scheduling
+    // EPLB.
+    bool enable_eplb = false;
+    int32_t eplb_interval = 32;  ///< steps between rebalances
+    int32_t eplb_window = 64;    ///< steps of expert load kept
+    int32_t num_redundant_experts = 0;
+    // Dual-batch overlap (engine_core/dual_batch.hpp).
+    bool enable_dbo = false;
+    int32_t dbo_decode_token_threshold = 32;
+    int32_t dbo_prefill_token_threshold = 512;
+    // Liveness.
+    int32_t heartbeat_ms = 1000;
+    // Worker resources.
+    int32_t threads = 0;      ///< CPU kernel threads per worker; 0 = the node's cores divided among its workers
+    int64_t kv_cache_mb = 256;  ///< CPU: KV cache budget per worker when num_kv_blocks is 0
+    double gpu_memory_utilization = 0.9;  ///< CUDA: fraction of each GPU's memory for weights + KV cache
+    std::string load_format = "auto";     ///< auto: the checkpoint's weights; dummy: random weights from config.json
+    bool enforce_eager = false;           ///< CUDA: every step launched kernel by kernel (no decode CUDA graphs)
+
+    bool operator==(const engine_config&) const = default;
+};
+
+/// How a flag is spelled and explained; `required` flags have no default.
+struct engine_flag_info {
+    const char* name;  ///< command-line spelling without the leading "--"
+    const char* help;
+    bool required = false;
+};
+
+/// Calls visit(info, field) for every engine flag, in a fixed order. Config may be const or not; field is then
+/// `const T&` or `T&` with T one of std::string, int32_t, int64_t, double, bool (bool flags are switches).
+template <typename Config, typename Visitor>
+void for_each_engine_flag(Config& c, Visitor&& visit) {
+    visit(engine_flag_info{"model", "checkpoint directory (config.json, *.safetensors)", true}, c.model);
+    visit(engine_flag_info{"device", "cpu or cuda"}, c.device);
+    visit(engine_flag_info{"workers", "worker processes (expert-parallel ranks); with --device cuda, default: one per "
+                                      "visible GPU"},
+          c.workers);
+    visit(engine_flag_info{"num-nodes", "nodes the workers span, for hierarchical EPLB packing"}, c.num_nodes);
+    visit(engine_flag_info{"max-num-batched-tokens", "token budget per rank per step"}, c.max_num_batched_tokens);
+    visit(engine_flag_info{"max-num-seqs", "running sequences per rank"}, c.max_num_seqs);
+    visit(engine_flag_info{"block-size", "KV cache block size in tokens"}, c.block_size);
+    visit(engine_flag_info{"num-kv-blocks", "KV blocks per rank (0 = as many as --kv-cache-mb / "
+                                            "--gpu-memory-utilization hold)"},
+          c.num_kv_blocks);
+    visit(engine_flag_info{"max-model-len", "prompt + generated tokens per request (0 = the model's "
+                                            "max_position_embeddings)"},
+          c.max_model_len);
+    visit(engine_flag_info{"no-async", "synchronous scheduling (step N+1 waits for step N's tokens)"}, c.no_async);
+    visit(engine_flag_info{"enable-eplb", "expert-parallel load balancing while serving"}, c.enable_eplb);
+    visit(engine_flag_info{"eplb-interval", "steps between rebalances"}, c.eplb_interval);
+    visit(engine_flag_info{"eplb-window", "steps of expert load kept"}, c.eplb_window);
+    visit(engine_flag_info{"num-redundant-experts", "extra expert replicas per MoE layer"}, c.num_redundant_experts);
+    visit(engine_flag_info{"enable-dbo", "dual-batch overlap: split big steps into two micro-batches, one's expert "
+                                         "all-to-all in flight while the other computes (CPU workers; ignored with a "
+                                         "warning on cuda)"},
+          c.enable_dbo);
+    visit(engine_flag_info{"dbo-decode-token-threshold", "with --enable-dbo: a decode-only step splits when some rank "
+                                                         "has at least this many tokens"},
+          c.dbo_decode_token_threshold);
+    visit(engine_flag_info{"dbo-prefill-token-threshold", "with --enable-dbo: a step with prefill splits when some "
+                                                          "rank has at least this many tokens"},
+          c.dbo_prefill_token_threshold);
+    visit(engine_flag_info{"heartbeat-ms", "heartbeat interval; a peer silent for 3 intervals is dead"},
+          c.heartbeat_ms);
+    visit(engine_flag_info{"threads", "CPU threads per worker (0 = the node's cores / its workers)"}, c.threads);
+    visit(engine_flag_info{"kv-cache-mb", "CPU: KV cache budget per worker, MiB"}, c.kv_cache_mb);
+    visit(engine_flag_info{"gpu-memory-utilization", "CUDA: fraction of each GPU's memory for weights + KV cache"},
+          c.gpu_memory_utilization);
+    visit(engine_flag_info{"load-format", "auto: the checkpoint's weights; dummy: random weights generated from "
+                                          "config.json (benchmarks)"},
+          c.load_format);
+    visit(engine_flag_info{"enforce-eager", "CUDA: run every step eagerly (no decode CUDA graphs)"}, c.enforce_eager);
+}
+
+/// The configuration as `--name value` arguments (switches only when set), parseable by the same flags.
+std::vector<std::string> engine_config_args(const engine_config& c);
+
+/// The configuration as one msgpack value (an array of [name, value] pairs), for the welcome.
+void encode_engine_config(msgpack_writer& w, const engine_config& c);
+/// Reads what encode_engine_config wrote. Throws zmoe::error(protocol) on an unknown name, a value of the wrong
+/// type, or a malformed record.
+engine_config read_engine_config(field_cursor& f, const char* field);
+
+/// CPU kernel threads one worker uses: `threads` if set, else the node's cores divided among its workers.
+int engine_threads_per_worker(const engine_config& c, unsigned hardware_threads);
+
+}  // namespace zmoe

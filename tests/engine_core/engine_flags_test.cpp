@@ -1,0 +1,335 @@
+// Every engine flag takes effect in the actor that uses it: each test sets one flag on the command line (parsed as
+// `zmoe engine-core` parses it), runs the real engine core and CPU workers in this process (inproc_engine.hpp) on
+// a tiny checkpoint, and checks the behaviour the flag controls. Flags only a CUDA worker acts on are checked to
+// arrive in the worker's configuration.
+
+#include <gtest/gtest.h>
+
+#include <boost/program_options.hpp>
+#include <numeric>
+#include <thread>
+
+#include "cli/engine_flags.hpp"
+#include "tests/engine_core/inproc_engine.hpp"
+#include "workers/model_config.hpp"
+#include "workers/kv_cache.hpp"
+
+namespace zmoe {
+namespace {
+
+namespace po = boost::program_options;
+
+const std::string kModel = std::string(ZMOE_FIXTURES_DIR) + "/models/qwen3_moe";
+
+/// The configuration `zmoe engine-core --model <fixture> <args>` runs with.
+engine_config parse(std::vector<std::string> args) {
+    engine_config c;
+    po::options_description d;
+    cli::add_engine_options(d, c);
+    args.insert(args.begin(), {"--model", kModel});
+    po::variables_map vm;
+    po::store(po::command_line_parser(args).options(d).run(), vm);
+    po::notify(vm);
+    return c;
+}
+
+std::vector<int32_t> prompt(int n, int32_t first = 3) {
+    std::vector<int32_t> p(n);
+    std::iota(p.begin(), p.end(), first);
+    return p;
+}
+
+double gauge(const nlohmann::json& m, const std::string& name) {
+    const auto& g = m["engine_core"]["gauges"];
+    return g.contains(name) ? g[name].get<double>() : -1;
+}
+double counter(const nlohmann::json& m, const std::string& name) {
+    const auto& c = m["engine_core"]["counters"];
+    return c.contains(name) ? c[name].get<double>() : 0;
+}
+
+/// The welcome worker `rank` received.
+worker_welcome welcome_of(test::inproc_engine& e, int rank = 0) {
+    std::optional<worker_welcome> w;
+    test::wait_until([&] { return (w = e.worker(rank).welcome()).has_value(); });
+    EXPECT_TRUE(w.has_value());
+    return w.value_or(worker_welcome{});
+}
+
+TEST(EngineFlags, CommandLineRoundTripsEveryFlag) {
+    // serve/generate hand their configuration to the engine-core process as arguments: nothing is lost.
+    const engine_config c = parse({"--device", "cuda", "--workers", "4", "--num-nodes", "2",
+                                   "--max-num-batched-tokens", "100", "--max-num-seqs", "7", "--block-size", "8",
+                                   "--num-kv-blocks", "9", "--max-model-len", "33", "--no-async", "--enable-eplb",
+                                   "--eplb-interval", "5", "--eplb-window", "6", "--num-redundant-experts", "2",
+                                   "--heartbeat-ms", "300", "--threads", "3", "--kv-cache-mb", "17",
+                                   "--gpu-memory-utilization", "0.55", "--load-format", "dummy",
+                                   "--enforce-eager"});
+    EXPECT_EQ(c.device, "cuda");
+    EXPECT_EQ(c.workers, 4);
+    EXPECT_DOUBLE_EQ(c.gpu_memory_utilization, 0.55);
+    std::vector<std::string> args = engine_config_args(c);
+    engine_config back;
+    po::options_description d;
+    cli::add_engine_options(d, back);
+    po::variables_map vm;
+    po::store(po::command_line_parser(args).options(d).run(), vm);
+    po::notify(vm);
+    EXPECT_EQ(back, c);
+    EXPECT_NE(back, engine_config{});
+}
+
+TEST(EngineFlags, Model) {
+    test::inproc_engine e(parse({}));
+    const auto w = e.wait_serving();
+    ASSERT_TRUE(w);
+    EXPECT_EQ(w->max_model_len, 512u);  // the fixture's max_position_embeddings, read by the engine core
+    EXPECT_EQ(welcome_of(e).config.model, kModel);
+    const auto r = e.run(1, prompt(5), 3);
+    EXPECT_TRUE(r.finished);
+    EXPECT_EQ(r.tokens.size(), 3u);
+    engine_config missing = parse({});
+    missing.model = kModel + "/no-such-dir";
+    try {
+        engine_core_actor a(engine_core_options{.config = missing});
+        ADD_FAILURE() << "a missing checkpoint was accepted";
+    } catch (const error& ex) {
+        EXPECT_EQ(ex.code(), errc::invalid_checkpoint) << ex.what();
+    }
+}
+
+TEST(EngineFlags, Device) {
+    // The engine core refuses a worker whose device is not the run's: it never starts serving.
+    engine_config c = parse({"--device", "cuda"});
+    test::inproc_engine e(c);  // its workers say hello as cuda workers
+    const auto w = e.wait_serving(std::chrono::milliseconds(20000));
+    if (w) {
+        GTEST_SKIP() << "a CUDA device is visible: the cuda run started";
+    }
+    // A CPU-only build (or no GPU) fails the run with a clear error instead.
+    ASSERT_TRUE(test::wait_until([&] { return !e.client().errors().empty() || e.engine().finished(); }));
+    EXPECT_EQ(welcome_of(e).config.device, "cuda");
+}
+
+TEST(EngineFlags, Workers) {
+    test::inproc_engine e(parse({"--workers", "2"}));
+    const auto w = e.wait_serving();
+    ASSERT_TRUE(w);
+    EXPECT_EQ(w->num_workers, 2u);
+    EXPECT_EQ(welcome_of(e, 1).config.workers, 2);
+    EXPECT_EQ(welcome_of(e, 1).peer_endpoints.size(), 2u);
+    for (uint64_t id = 1; id <= 2; ++id) {  // both at once: one to each rank
+        engine_add_request r;
+        r.request_id = id;
+        r.prompt_token_ids = prompt(4, static_cast<int32_t>(id));
+        r.max_tokens = 24;  // long enough that the second arrives while the first still runs on rank 0
+        r.ignore_eos = true;
+        e.client().add_request(r);
+    }
+    ASSERT_TRUE(test::wait_until([&] {
+        auto a = e.client().request(1), b = e.client().request(2);
+        return a && b && a->finished && b->finished;
+    }));
+    const auto m = e.client().metrics();
+    EXPECT_EQ(gauge(m, "workers"), 2);
+    EXPECT_TRUE(m.contains("worker_1"));
+    // Requests spread over both ranks.
+    EXPECT_GT(gauge(m, "tokens_scheduled_total{rank=\"0\"}"), 0);
+    EXPECT_GT(gauge(m, "tokens_scheduled_total{rank=\"1\"}"), 0);
+}
+
+TEST(EngineFlags, NumNodes) {
+    // Threads per worker divide a node's cores among that node's workers.
+    EXPECT_EQ(engine_threads_per_worker(parse({"--workers", "4"}), 16), 4);
+    EXPECT_EQ(engine_threads_per_worker(parse({"--workers", "4", "--num-nodes", "2"}), 16), 8);
+    test::inproc_engine e(parse({"--workers", "2", "--num-nodes", "2"}));
+    ASSERT_TRUE(e.wait_serving());
+    EXPECT_EQ(welcome_of(e, 1).config.num_nodes, 2);
+}
+
+TEST(EngineFlags, MaxNumBatchedTokens) {
+    auto steps_for_prefill = [](const std::string& budget) {
+        test::inproc_engine e(parse({"--max-num-batched-tokens", budget}));
+        EXPECT_TRUE(e.wait_serving());
+        e.run(1, prompt(40), 1);
+        const auto m = e.client().metrics();
+        EXPECT_LE(m["engine_core"]["histograms"]["step_tokens"]["max"].get<double>(), std::stod(budget));
+        return counter(m, "steps");
+    };
+    EXPECT_EQ(steps_for_prefill("2048"), 1);  // the whole prompt in one step
+    EXPECT_EQ(steps_for_prefill("8"), 5);     // chunked prefill: 40 tokens in chunks of 8
+}
+
+TEST(EngineFlags, MaxNumSeqs) {
+    test::inproc_engine e(parse({"--max-num-seqs", "1"}));
+    const auto w = e.wait_serving();
+    ASSERT_TRUE(w);
+    EXPECT_EQ(w->max_num_seqs, 1u);
+    for (uint64_t id = 1; id <= 2; ++id) {
+        engine_add_request r;
+        r.request_id = id;
+        r.prompt_token_ids = prompt(3, static_cast<int32_t>(id));
+        r.max_tokens = 4;
+        r.ignore_eos = true;
+        e.client().add_request(r);
+    }
+    ASSERT_TRUE(test::wait_until([&] {
+        auto a = e.client().request(1), b = e.client().request(2);
+        return a && b && a->finished && b->finished;
+    }));
+    // One running sequence at a time: no step produced tokens for both requests.
+    for (const auto& o : e.client().outputs()) EXPECT_EQ(o.outputs.size(), 1u) << "step " << o.step_id;
+}
+
+TEST(EngineFlags, BlockSizeAndKvCacheMb) {
+    const model_config model = model_config::load(kModel);
+    auto blocks = [&](const std::vector<std::string>& args) {
+        test::inproc_engine e(parse(args));
+        const auto w = e.wait_serving();
+        EXPECT_TRUE(w);
+        return w ? w->num_kv_blocks : 0;
+    };
+    EXPECT_EQ(blocks({"--kv-cache-mb", "1"}), static_cast<uint64_t>(kv_cache::blocks_for_budget(model, 16, 1 << 20)));
+    EXPECT_EQ(blocks({"--kv-cache-mb", "2"}), static_cast<uint64_t>(kv_cache::blocks_for_budget(model, 16, 2 << 20)));
+    EXPECT_EQ(blocks({"--kv-cache-mb", "1", "--block-size", "4"}),
+              static_cast<uint64_t>(kv_cache::blocks_for_budget(model, 4, 1 << 20)));
+    EXPECT_GE(blocks({"--kv-cache-mb", "1", "--block-size", "4"}), 4 * blocks({"--kv-cache-mb", "1"}));
+}
+
+TEST(EngineFlags, NumKvBlocks) {
+    test::inproc_engine e(parse({"--num-kv-blocks", "7", "--block-size", "4"}));
+    const auto w = e.wait_serving();
+    ASSERT_TRUE(w);
+    EXPECT_EQ(w->num_kv_blocks, 7u);
+    EXPECT_EQ(w->block_size, 4u);
+    // 7 blocks of 4 tokens: a 22-token request fits, a 40-token one can never be scheduled and is refused.
+    EXPECT_TRUE(e.run(1, prompt(20), 2).finished);
+    const auto m = e.client().metrics();
+    EXPECT_EQ(gauge(m, "kv_blocks_total{rank=\"0\"}"), 7);
+    const auto refused = e.run(2, prompt(40), 2);
+    EXPECT_TRUE(refused.finished);
+    EXPECT_EQ(refused.reason, finish_reason::error);
+}
+
+TEST(EngineFlags, MaxModelLen) {
+    test::inproc_engine e(parse({"--max-model-len", "16"}));
+    const auto w = e.wait_serving();
+    ASSERT_TRUE(w);
+    EXPECT_EQ(w->max_model_len, 16u);
+    const auto too_long = e.run(1, prompt(20), 2);
+    EXPECT_EQ(too_long.reason, finish_reason::error);
+    EXPECT_EQ(too_long.code, errc::invalid_argument) << too_long.message;
+    EXPECT_TRUE(e.run(2, prompt(10), 2).finished);
+}
+
+TEST(EngineFlags, NoAsync) {
+    // A request stopped by a token the engine core only sees on arrival: with async scheduling the next step was
+    // already computed for it (its token is discarded); synchronous scheduling computes nothing past the stop.
+    const std::vector<int32_t> p = prompt(6);
+    std::vector<int32_t> greedy;
+    {
+        test::inproc_engine e(parse({}));
+        ASSERT_TRUE(e.wait_serving());
+        greedy = e.run(1, p, 4).tokens;
+        ASSERT_EQ(greedy.size(), 4u);
+    }
+    auto discarded = [&](const std::vector<std::string>& args) {
+        test::inproc_engine e(parse(args));
+        EXPECT_TRUE(e.wait_serving());
+        engine_add_request r;
+        r.request_id = 1;
+        r.prompt_token_ids = p;
+        r.max_tokens = 16;
+        r.ignore_eos = true;
+        r.stop_token_ids = {greedy[1]};
+        e.client().add_request(r);
+        EXPECT_TRUE(test::wait_until([&] {
+            auto s = e.client().request(1);
+            return s && s->finished;
+        }));
+        EXPECT_EQ(e.client().request(1)->reason, finish_reason::stop);
+        // Let the last in-flight step come back before reading the count.
+        test::wait_until([&] { return gauge(e.client().metrics(), "steps_in_flight") == 0; });
+        return gauge(e.client().metrics(), "discarded_tokens");
+    };
+    EXPECT_GT(discarded({}), 0);
+    EXPECT_EQ(discarded({"--no-async"}), 0);
+}
+
+TEST(EngineFlags, EnableEplbAndEplbInterval) {
+    auto evaluations = [](const std::vector<std::string>& args) {
+        test::inproc_engine e(parse(args));
+        EXPECT_TRUE(e.wait_serving());
+        e.run(1, prompt(8), 12);
+        const auto m = e.client().metrics();
+        return gauge(m, "eplb_balancedness_current") >= 0;  // set by every EPLB evaluation
+    };
+    EXPECT_FALSE(evaluations({"--eplb-interval", "2"}));
+    EXPECT_TRUE(evaluations({"--enable-eplb", "--eplb-interval", "2"}));
+    EXPECT_FALSE(evaluations({"--enable-eplb", "--eplb-interval", "1000"}));
+}
+
+TEST(EngineFlags, EplbWindow) {
+    auto window_steps = [](const std::vector<std::string>& args) {
+        test::inproc_engine e(parse(args));
+        EXPECT_TRUE(e.wait_serving());
+        e.run(1, prompt(4), 10);
+        return gauge(e.client().metrics(), "eplb_load_window_steps");
+    };
+    EXPECT_EQ(window_steps({"--eplb-window", "3"}), 3);
+    EXPECT_GE(window_steps({}), 10);
+}
+
+TEST(EngineFlags, NumRedundantExperts) {
+    test::inproc_engine e(parse({"--workers", "2", "--num-redundant-experts", "2"}));
+    ASSERT_TRUE(e.wait_serving());
+    // The engine core decides the placement (8 experts + 2 replicas per layer) and every worker gets it.
+    const auto m = e.client().metrics();
+    const auto placement = m["eplb_placement"].get<std::vector<std::vector<int32_t>>>();
+    ASSERT_EQ(placement.size(), 2u);
+    EXPECT_EQ(placement[0].size(), 10u);
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(welcome_of(e, r).expert_placement, placement) << "rank " << r;
+    EXPECT_EQ(e.run(1, prompt(6), 4).tokens.size(), 4u);
+}
+
+TEST(EngineFlags, HeartbeatMs) {
+    test::inproc_engine e(parse({"--heartbeat-ms", "250"}));
+    const auto w = e.wait_serving();
+    ASSERT_TRUE(w);
+    EXPECT_EQ(w->heartbeat_interval_ms, 250u);
+    EXPECT_EQ(welcome_of(e).config.heartbeat_ms, 250);
+}
+
+TEST(EngineFlags, ThreadsAndGpuMemoryUtilization) {
+    // --threads sizes the CPU kernel pool; --gpu-memory-utilization the CUDA worker's KV budget: both reach the
+    // worker's configuration, which its executor reads (workers/step_executor.cpp, workers/cuda/).
+    EXPECT_EQ(engine_threads_per_worker(parse({"--threads", "3"}), 64), 3);
+    EXPECT_EQ(engine_threads_per_worker(parse({"--workers", "2"}), 64), 32);
+    test::inproc_engine e(parse({"--threads", "1", "--gpu-memory-utilization", "0.4"}));
+    ASSERT_TRUE(e.wait_serving());
+    const worker_welcome w = welcome_of(e);
+    EXPECT_EQ(w.config.threads, 1);
+    EXPECT_DOUBLE_EQ(w.config.gpu_memory_utilization, 0.4);
+    EXPECT_TRUE(e.run(1, prompt(4), 2).finished);
+}
+
+TEST(EngineFlags, LoadFormat) {
+    // The worker reads it: the CPU backend has no dummy weights and says so, failing the run at start-up.
+    test::inproc_engine e(parse({"--load-format", "dummy"}));
+    EXPECT_FALSE(e.wait_serving(std::chrono::milliseconds(20000)));
+    ASSERT_TRUE(test::wait_until([&] { return !e.client().errors().empty(); }));
+    EXPECT_NE(e.client().errors().front().message.find("--load-format dummy"), std::string::npos)
+        << e.client().errors().front().message;
+    EXPECT_EQ(welcome_of(e).config.load_format, "dummy");
+}
+
+TEST(EngineFlags, EnforceEager) {
+    // CUDA only (no decode graphs): the value reaches the worker's configuration, which the CUDA executor reads.
+    test::inproc_engine e(parse({"--enforce-eager"}));
+    ASSERT_TRUE(e.wait_serving());
+    EXPECT_TRUE(welcome_of(e).config.enforce_eager);
+    EXPECT_FALSE(parse({}).enforce_eager);
+}
+
+}  // namespace
+}  // namespace zmoe
