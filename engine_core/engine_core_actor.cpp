@@ -328,6 +328,7 @@ void engine_core_actor::emit_outputs(uint64_t step_id, const std::vector<request
         e.reason = o.reason;
         auto p = prompt_len_.find(o.id);
         e.num_prompt_tokens = p == prompt_len_.end() ? 0 : p->second;
+        e.new_logprobs = o.new_logprobs;
         metrics_.counter_add("generation_tokens", static_cast<double>(o.new_tokens.size()));
         if (o.finished) {
             prompt_len_.erase(o.id);
@@ -541,6 +542,8 @@ void engine_core_actor::handle_add_request(engine_add_request&& m) {
         req.stop_token_ids.insert(req.stop_token_ids.end(), model_.eos_token_ids.begin(),
                                   model_.eos_token_ids.end());
     req.ignore_eos = false;  // eos ids are already folded into stop_token_ids (or left out)
+    // The workers keep every stop id (EOS included unless ignore_eos) from being sampled before min_tokens.
+    if (req.sampling.min_tokens > 0) req.sampling.min_tokens_stop_ids = req.stop_token_ids;
     const uint32_t prompt_len = static_cast<uint32_t>(req.prompt.size());
     try {
         scheduler_->add_request(std::move(req));

@@ -27,6 +27,7 @@ struct request_output {
     std::vector<int32_t> new_tokens;
     bool finished = false;
     finish_reason reason = finish_reason::none;
+    std::vector<token_logprobs> new_logprobs{};  ///< one per new token when the request asked for logprobs
 };
 
 }  // namespace zmoe

@@ -16,6 +16,8 @@
 #include <span>
 #include <vector>
 
+#include "kernels/sampling.hpp"
+
 namespace zmoe::kernels {
 
 using bf16 = __nv_bfloat16;
@@ -237,26 +239,34 @@ void launch_grouped_gemm(const grouped_gemm_params& p, cudaStream_t stream);
 // ---------------------------------------------------------------------------------------------------------
 // Sampling
 
-struct sample_seq_params {
-    float temperature = 0.f;  ///< 0: greedy
-    float top_p = 1.f;        ///< (0, 1]
-    int32_t top_k = 0;        ///< 0: off
-    uint32_t counter = 0;     ///< the RNG counter: tokens this request generated before
-    uint64_t seed = 0;
-};
+// sample_seq_params (one sequence's parameters) is in kernels/sampling.hpp, shared with the CPU reference.
 
 struct sample_params {
-    const float* logits = nullptr;            // [num_seqs, vocab_size]
+    const float* logits = nullptr;            // [num_seqs, vocab_size], raw
     const sample_seq_params* seqs = nullptr;  // [num_seqs]
     int32_t* tokens = nullptr;                // [num_seqs]
     int32_t num_seqs = 0;
     int32_t vocab_size = 0;
+    // Logits processing; read only for sequences that has_processing().
+    float* processed = nullptr;           // [num_seqs, vocab_size] scratch: the processed rows
+    uint32_t* counts = nullptr;           // [num_seqs, vocab_size] scratch: token counts of rows with penalties
+    const int32_t* history = nullptr;     // [sum of num_prompt + num_output]
+    const int32_t* bias_ids = nullptr;    // [sum of num_bias]
+    const float* bias_values = nullptr;   // [sum of num_bias]
+    const int32_t* banned = nullptr;      // [sum of num_banned]
+    // Logprobs; written only for sequences with num_logprobs >= 0.
+    float* token_logprobs = nullptr;  // [num_seqs]: raw logprob of the sampled token
+    int32_t* top_ids = nullptr;       // [num_seqs, kMaxLogprobs]: the first num_logprobs entries
+    float* top_logprobs = nullptr;    // [num_seqs, kMaxLogprobs]
 };
 
-/// Greedy: argmax, lowest index on ties. Otherwise z = logits / temperature; keep z >= the k-th largest
-/// (ties kept) when top_k > 0; then keep the smallest set of largest z whose softmax mass reaches top_p;
-/// draw by Gumbel-max: argmax over kept i of z_i - log(-log(u_i)), u_i = sample_uniform(seed, counter, i).
-/// The same (seed, counter) gives the same token whatever the batch.
+/// Per sequence: the processed logits (ref::process_logits: + logit bias, penalties, banned ids -> -inf) when it
+/// has_processing, else the raw row, are sampled: greedy: argmax, lowest index on ties. Otherwise
+/// z = logits / temperature; keep z >= the k-th largest (ties kept) when top_k > 0, and z >= max z + log(min_p)
+/// when min_p > 0; then keep the smallest set of largest z whose softmax mass reaches top_p; draw by Gumbel-max:
+/// argmax over kept i of z_i - log(-log(u_i)), u_i = sample_uniform(seed, counter, i). The same (seed, counter)
+/// gives the same token whatever the batch. With num_logprobs = k >= 0, the raw log-softmax of the sampled token
+/// and of the k largest raw logits (descending, lower id on ties) are written.
 void launch_sample(const sample_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------

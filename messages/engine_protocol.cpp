@@ -64,7 +64,7 @@ std::string encode(const engine_outputs& m) {
     w.uint(m.step_id);
     w.array_header(static_cast<uint32_t>(m.outputs.size()));
     for (const auto& o : m.outputs) {
-        w.array_header(7);
+        w.array_header(8);
         w.uint(o.request_id);
         w.int32_array(o.new_token_ids);
         w.boolean(o.finished);
@@ -72,6 +72,8 @@ std::string encode(const engine_outputs& m) {
         w.uint(static_cast<uint8_t>(o.error_code));
         w.str(o.error_message);
         w.uint(o.num_prompt_tokens);
+        w.array_header(static_cast<uint32_t>(o.new_logprobs.size()));
+        for (const auto& l : o.new_logprobs) write_logprobs(w, l);
     }
     return w.take();
 }
@@ -172,6 +174,13 @@ engine_to_frontend decode_engine_to_frontend(std::string_view bytes) {
                 o.error_code = static_cast<errc>(g.read_uint("output.error_code", 255));
                 o.error_message = g.read_string("output.error_message", kMaxStringBytes);
                 o.num_prompt_tokens = g.read_uint32("output.num_prompt_tokens");
+                if (g.left() > 0) {  // appended
+                    o.new_logprobs.resize(g.next("output.new_logprobs").read_array_header(kMaxSeqTokens, "output.new_logprobs"));
+                    for (auto& l : o.new_logprobs) {
+                        field_cursor one(r, 1);
+                        l = read_logprobs(one, "output.new_logprobs");
+                    }
+                }
                 g.finish();
             }
             out = std::move(m);

@@ -74,6 +74,8 @@ struct engine_request_output {
     errc error_code = errc::ok;
     std::string error_message;
     uint32_t num_prompt_tokens = 0;
+    /// One per new token when the request asked for logprobs (sampling.logprobs >= 0); empty otherwise.
+    std::vector<token_logprobs> new_logprobs{};
     bool operator==(const engine_request_output&) const = default;
 };
 

@@ -5,6 +5,7 @@
 // unit-tested without sockets.
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace zmoe {
@@ -17,11 +18,34 @@ constexpr int32_t kPlaceholderToken = -1;
 /// the frontend draws a seed when the client gives none, and a worker draws the token for the request's
 /// n-th generated token from a counter-based RNG keyed on (seed, n), so the same seed gives the same
 /// output whatever the batch, the rank or the step timing.
+///
+/// Logits processing, in this order (docs/sampling.md): logit_bias added, then the penalties, then the stop ids
+/// banned while fewer than min_tokens tokens are generated; then temperature, top-k, min-p, top-p and the draw.
+/// Every appended field's default turns it off.
 struct sampling_params {
     float temperature = 0.f;
     float top_p = 1.f;  ///< (0, 1]
     int32_t top_k = 0;  ///< 0 = off
     uint64_t seed = 0;
+    float min_p = 0.f;               ///< [0, 1]: keep tokens with p >= min_p * max p; 0 = off
+    float presence_penalty = 0.f;    ///< subtracted from the logit of every token the output contains
+    float frequency_penalty = 0.f;   ///< subtracted once per occurrence in the output
+    float repetition_penalty = 1.f;  ///< > 0; tokens of prompt or output: l > 0 ? l / r : l * r; 1 = off
+    uint32_t min_tokens = 0;         ///< min_tokens_stop_ids cannot be sampled before this many tokens
+    std::vector<int32_t> min_tokens_stop_ids{};  ///< filled by the engine core: stop ids and EOS (unless ignore_eos)
+    std::vector<int32_t> logit_bias_ids{};       ///< unique token ids
+    std::vector<float> logit_bias_values{};      ///< added to those logits, one per id
+    int32_t logprobs = -1;  ///< -1 = none; k >= 0: the sampled token's logprob and the k most likely (k <= 20)
+    bool operator==(const sampling_params&) const = default;
+};
+
+/// Log-probabilities of one sampled token: log-softmax of the raw logits (before any processing or temperature,
+/// as vLLM reports by default).
+struct token_logprobs {
+    float logprob = 0.f;                ///< of the sampled token
+    std::vector<int32_t> top_ids{};       ///< the k most likely tokens, most likely first (lower id on ties)
+    std::vector<float> top_logprobs{};    ///< their logprobs
+    bool operator==(const token_logprobs&) const = default;
 };
 
 /// One sequence's share of a step on one data-parallel rank.
@@ -56,6 +80,7 @@ struct step_request {
 struct sampled_token {
     uint64_t request_id = 0;
     int32_t token_id = 0;
+    std::optional<token_logprobs> logprobs{};  ///< when the request asked for logprobs
 };
 
 /// What one rank reports for one step.

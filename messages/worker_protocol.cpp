@@ -54,6 +54,7 @@ step_result read_step_result(field_cursor& f, msgpack_reader& r) {
         field_cursor g(r, r.read_array_header(kMaxMessageFields, "step_result.token"));
         t.request_id = g.read_uint("token.request_id");
         t.token_id = g.read_int32("token.token_id");
+        if (g.left() > 0) t.logprobs = read_logprobs(g, "token.logprobs");  // appended: only when asked for
         g.finish();
     }
     m.expert_counts = f.read_uint32_le("step_result.expert_counts", kMaxExpertCounts);
@@ -122,9 +123,10 @@ std::string encode(const step_result& m) {
     w.sint(m.rank);
     w.array_header(static_cast<uint32_t>(m.tokens.size()));
     for (const auto& t : m.tokens) {
-        w.array_header(2);
+        w.array_header(t.logprobs ? 3 : 2);
         w.uint(t.request_id);
         w.sint(t.token_id);
+        if (t.logprobs) write_logprobs(w, *t.logprobs);
     }
     w.uint32_le(m.expert_counts);
     w.f64(m.compute_ms);

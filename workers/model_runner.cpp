@@ -50,9 +50,11 @@ model_runner::model_runner(const model_config& config, const std::string& model_
                                                 " ranks, world size is " + std::to_string(options.world_size));
 }
 
-forward_batch model_runner::prepare(const step_request& request) const {
+forward_batch model_runner::prepare(const step_request& request, sample_batch& samples,
+                                    std::vector<uint64_t>& sample_ids) {
     const auto tokens =
         validate_step(request, cache_.block_size(), cache_.num_blocks(), config_.vocab_size, last_sampled_);
+    samples = gather_samples(request, tokens, history_, sample_ids);
     forward_batch b;
     for (size_t i = 0; i < request.seqs.size(); ++i) {
         const scheduled_seq& s = request.seqs[i];
@@ -83,9 +85,11 @@ step_result model_runner::execute(const step_request& request, std::vector<std::
     result.step_id = request.step_id;
     result.rank = options_.rank;
     forward_batch batch;
+    sample_batch samples;
+    std::vector<uint64_t> sample_ids;
     std::vector<float> logits;
     try {
-        batch = prepare(request);
+        batch = prepare(request, samples, sample_ids);
     } catch (const error&) {
         // Keep the collective whole: the other ranks are already waiting in this step's exchanges.
         forward_batch empty;
@@ -96,16 +100,13 @@ step_result model_runner::execute(const step_request& request, std::vector<std::
     model_.forward(batch, cache_, logits, result.expert_counts);
 
     const int64_t V = config_.vocab_size;
-    if (logits_out) logits_out->clear();
-    size_t out = 0;
-    for (const scheduled_seq& s : request.seqs) {
-        if (!s.do_sample) continue;
-        const float* row = logits.data() + out * V;
-        const int32_t tok = sample_token(row, V, s.sampling, s.sample_index);
-        result.tokens.push_back({s.request_id, tok});
-        last_sampled_[s.request_id] = tok;
-        if (logits_out) logits_out->emplace_back(row, row + V);
-        ++out;
+    result.tokens = sample_rows(logits.data(), V, samples, sample_ids);
+    for (const sampled_token& t : result.tokens) last_sampled_[t.request_id] = t.token_id;
+    if (logits_out) {
+        logits_out->clear();
+        for (size_t r = 0; r < result.tokens.size(); ++r)
+            logits_out->emplace_back(logits.begin() + static_cast<int64_t>(r) * V,
+                                     logits.begin() + static_cast<int64_t>(r + 1) * V);
     }
     result.compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return result;

@@ -18,6 +18,7 @@
 #include "workers/kv_cache.hpp"
 #include "workers/model_config.hpp"
 #include "workers/model_weights.hpp"
+#include "workers/sampler.hpp"
 #include "workers/step_executor.hpp"
 #include "workers/thread_pool.hpp"
 
@@ -61,7 +62,7 @@ class model_runner final : public step_executor {
     int64_t block_size() const { return cache_.block_size(); }
 
   private:
-    forward_batch prepare(const step_request& request) const;
+    forward_batch prepare(const step_request& request, sample_batch& samples, std::vector<uint64_t>& sample_ids);
 
     model_config config_;
     runner_options options_;
@@ -73,6 +74,7 @@ class model_runner final : public step_executor {
     kv_cache cache_;
     cpu_model model_;
     std::unordered_map<uint64_t, int32_t> last_sampled_;  // request id -> token sampled for it last
+    token_history history_;                               // fed tokens of the requests with penalties
     std::map<std::pair<int64_t, int64_t>, std::unique_ptr<std::byte[]>> moved_experts_;  // (layer, slot) -> weights
 };
 

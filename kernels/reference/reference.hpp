@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "kernels/sampling.hpp"
+
 namespace zmoe::kernels::ref {
 
 /// out[t] = table[ids[t]], zero rows for ids outside [0, vocab_size).
@@ -67,9 +69,31 @@ void grouped_gemm(const float* a, const float* b, const int32_t* expert_offsets,
 void moe_combine(const float* y, const int32_t* dest_rows, const float* topk_weights, float* out, int32_t num_tokens,
                  int32_t top_k, int32_t hidden);
 
-/// See launch_sample: the token drawn for one sequence.
+/// The side arrays of sample_params that sample_seq_params' index ranges point into.
+struct sample_inputs {
+    const int32_t* history = nullptr;
+    const int32_t* bias_ids = nullptr;
+    const float* bias_values = nullptr;
+    const int32_t* banned = nullptr;
+};
+
+/// See launch_sample: out = logits + logit bias, then the penalties (apply_penalties on every token of the
+/// history), then banned ids set to -inf.
+void process_logits(const float* logits, int32_t vocab_size, const sample_seq_params& s, const sample_inputs& in,
+                    float* out);
+
+/// See launch_sample: the token drawn for one sequence from `logits` (already processed).
+int32_t sample(const float* logits, int32_t vocab_size, const sample_seq_params& s);
 int32_t sample(const float* logits, int32_t vocab_size, float temperature, float top_p, int32_t top_k, uint64_t seed,
                uint32_t counter);
+
+/// See launch_sample: process_logits when the sequence has_processing, then sample.
+int32_t process_and_sample(const float* logits, int32_t vocab_size, const sample_seq_params& s,
+                           const sample_inputs& in);
+
+/// See launch_sample: the raw log-softmax of `token` and of the k largest logits (descending, lower id on ties).
+void logprobs(const float* logits, int32_t vocab_size, int32_t token, int32_t k, float* token_logprob,
+              int32_t* top_ids, float* top_logprobs);
 
 /// Row-major y[m, n] = x[m, k] . w[n, k]^T, accumulated in double.
 void gemm(const float* x, const float* w, float* y, int32_t m, int32_t n, int32_t k);

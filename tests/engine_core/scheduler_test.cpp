@@ -310,6 +310,28 @@ TEST(Scheduler, TokenComputedPastAStopIsDiscarded) {
     EXPECT_TRUE(next[0].seqs.empty());
 }
 
+// vLLM's rule: a stop id ends a request only once it has min_tokens tokens (the workers also ban stop ids from
+// being sampled before then; the fake worker does not, so this checks the engine core's side alone).
+TEST(Scheduler, StopIdsDoNotEndARequestBeforeMinTokens) {
+    new_request req = make_request(78, 5, 40);
+    req.ignore_eos = true;
+    const std::vector<int32_t> full = reference_output(req);
+    req.ignore_eos = false;
+    req.stop_token_ids = {full[1]};
+    for (const uint32_t min_tokens : {0u, 3u, 10u}) {
+        req.sampling.min_tokens = min_tokens;
+        size_t j = 0;  // the first stop at or past the min_tokens-th token
+        while (j < full.size() && (j + 1 < min_tokens || full[j] != full[1])) ++j;
+        const std::vector<int32_t> want(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(std::min(j + 1, full.size())));
+        harness h(make_config({64}, true));
+        h.add(req);
+        const run_outcome out = h.run();
+        EXPECT_EQ(out.tokens.at(78), want) << "min_tokens " << min_tokens;
+        EXPECT_EQ(out.reasons.at(78), j < full.size() ? finish_reason::stop : finish_reason::length);
+        EXPECT_GE(want.size(), std::max<size_t>(min_tokens, 2));
+    }
+}
+
 TEST(Scheduler, NoStepIsSpentPastMaxTokens) {
     harness h(make_config({64}, true));
     h.add(make_request(1, 5, 1));

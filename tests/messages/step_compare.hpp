@@ -6,7 +6,7 @@
 namespace zmoe::test {
 
 inline bool same_sampling(const sampling_params& a, const sampling_params& b) {
-    return a.temperature == b.temperature && a.top_p == b.top_p && a.top_k == b.top_k && a.seed == b.seed;
+    return a == b;
 }
 
 inline bool same_step(const step_request& a, const step_request& b) {
@@ -31,7 +31,8 @@ inline bool same_step_result(const step_result& a, const step_result& b) {
         return false;
     }
     for (size_t i = 0; i < a.tokens.size(); ++i) {
-        if (a.tokens[i].request_id != b.tokens[i].request_id || a.tokens[i].token_id != b.tokens[i].token_id) {
+        if (a.tokens[i].request_id != b.tokens[i].request_id || a.tokens[i].token_id != b.tokens[i].token_id ||
+            a.tokens[i].logprobs != b.tokens[i].logprobs) {
             return false;
         }
     }

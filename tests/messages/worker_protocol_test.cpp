@@ -30,6 +30,15 @@ step_request sample_step(int num_seqs, int prefill_len) {
         s.do_sample = i % 2 == 0;
         s.sample_index = i;
         s.sampling = {i % 4 == 0 ? 0.f : 0.7f, 0.9f, i % 5, 777u + i};
+        if (i % 3 == 1) {
+            s.sampling.repetition_penalty = 1.1f;
+            s.sampling.frequency_penalty = 0.5f;
+            s.sampling.min_tokens = 2;
+            s.sampling.min_tokens_stop_ids = {2, 151645};
+            s.sampling.logit_bias_ids = {i};
+            s.sampling.logit_bias_values = {-1.f};
+            s.sampling.logprobs = i % 21;
+        }
         m.seqs.push_back(std::move(s));
     }
     m.finished_ids = {3, 4, uint64_t{1} << 50};
@@ -40,7 +49,10 @@ step_result sample_result(int num_tokens, int num_counts) {
     step_result m;
     m.step_id = 41;
     m.rank = 3;
-    for (int i = 0; i < num_tokens; ++i) m.tokens.push_back({uint64_t(1000 + i), 151000 + i});
+    for (int i = 0; i < num_tokens; ++i) {
+        m.tokens.push_back({uint64_t(1000 + i), 151000 + i});
+        if (i % 2 == 1) m.tokens.back().logprobs = token_logprobs{-0.5f * i, {151000 + i, 3}, {-0.5f * i, -2.f}};
+    }
     for (int i = 0; i < num_counts; ++i) m.expert_counts.push_back(i * 13 % 97);
     m.compute_ms = 3.25;
     return m;
