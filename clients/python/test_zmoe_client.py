@@ -113,7 +113,7 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(ca.token_ids, [1, 2, 3, 4])
         self.assertEqual(ca.text, "<0><1><2><3>")
         gen = [m for m in self.server.seen if m[1] == zmoe_client.GENERATE]
-        self.assertEqual(gen[0][2:], [a.request_id, "hello", 4, 1.0, 1.0, 0, 7, ["\n"], False, True])
+        self.assertEqual(gen[0][2:], [a.request_id, "hello", 4, 1.0, 1.0, 0, 7, ["\n"], False, True, ""])
 
     def test_non_streaming(self):
         deltas = list(self.client.generate(prompt_token_ids=[5], max_tokens=3, stream=False))
