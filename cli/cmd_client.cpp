@@ -48,7 +48,8 @@ std::optional<std::string> run_turn(zmoe::zmoe_client& client, zmoe::client_gene
 
 // Each stdin line is a user turn. The conversation is sent as chat messages, rendered by the model's chat template
 // on the server; a model without one (or --raw) gets each line as a plain prompt.
-int interactive(zmoe::zmoe_client& client, uint32_t max_tokens, float temperature, int timeout_s, bool raw) {
+int interactive(zmoe::zmoe_client& client, uint32_t max_tokens, std::optional<float> temperature, int timeout_s,
+                bool raw) {
     std::string line;
     int n = 0;
     nlohmann::ordered_json history = nlohmann::ordered_json::array();
@@ -89,8 +90,7 @@ int cmd_client(int argc, char** argv) {
     std::string endpoint, input = "-", output = "-";
     bool is_interactive = false;
     bool raw = false;
-    uint32_t max_tokens = 64;
-    float temperature = 0.f;
+    uint32_t max_tokens = 16;  // vLLM's default; sampling defaults are the server's (docs/sampling.md)
     int timeout_s = 600;
     po::options_description opts("zmoe client options");
     opts.add_options()("help,h", "show this help")("endpoint", po::value(&endpoint)->required(),
@@ -101,11 +101,13 @@ int cmd_client(int argc, char** argv) {
         "type chat turns, watch replies stream (the model's chat template renders the conversation)")(
         "raw", po::bool_switch(&raw), "interactive: send each line as a plain prompt, no chat template")(
         "max-tokens", po::value(&max_tokens)->default_value(max_tokens), "interactive: tokens per reply")(
-        "temperature", po::value(&temperature)->default_value(temperature), "interactive: 0 = greedy")(
+        "temperature", po::value<float>(), "interactive: 0 = greedy (default: the model's, else 1)")(
         "timeout", po::value(&timeout_s)->default_value(timeout_s), "seconds without any answer before giving up");
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
     zmoe::zmoe_client client(endpoint);
+    std::optional<float> temperature;
+    if (vm.count("temperature")) temperature = vm["temperature"].as<float>();
     if (is_interactive) return interactive(client, max_tokens, temperature, timeout_s, raw);
     const auto lines = zmoe::cli::read_request_lines(input);
     // The output is opened before anything is sent (a bad path loses no work), and each result is written as

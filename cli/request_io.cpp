@@ -18,15 +18,31 @@ client_generate parse_request(const nlohmann::ordered_json& j, size_t line_no) {
         return error(errc::invalid_argument, "input line " + std::to_string(line_no) + ": " + what);
     };
     if (!j.is_object()) throw bad("not a JSON object");
-    static const char* known[] = {"prompt",     "prompt_token_ids", "max_tokens", "temperature",
-                                  "top_p",      "top_k",            "seed",       "stop",
-                                  "ignore_eos", "messages",         "tools",      "chat_template_kwargs",
-                                  "add_generation_prompt"};
+    static const char* known[] = {"prompt",
+                                  "prompt_token_ids",
+                                  "max_tokens",
+                                  "temperature",
+                                  "top_p",
+                                  "top_k",
+                                  "seed",
+                                  "stop",
+                                  "ignore_eos",
+                                  "messages",
+                                  "tools",
+                                  "chat_template_kwargs",
+                                  "add_generation_prompt",
+                                  "min_p",
+                                  "presence_penalty",
+                                  "frequency_penalty",
+                                  "repetition_penalty",
+                                  "logit_bias",
+                                  "min_tokens",
+                                  "stop_token_ids",
+                                  "logprobs"};
     for (const auto& [k, v] : j.items())
         if (std::find(std::begin(known), std::end(known), k) == std::end(known)) throw bad("unknown field '" + k + "'");
     client_generate g;
     g.client_request_id = std::to_string(line_no);
-    g.temperature = 0.f;
     try {
         if (j.contains("messages")) {
             // A chat request: the frontend renders it with the model's chat template (docs/chat_templates.md).
@@ -92,6 +108,27 @@ client_generate parse_request(const nlohmann::ordered_json& j, size_t line_no) {
         if (g.stop.size() > kMaxStopStrings)
             throw bad("at most " + std::to_string(kMaxStopStrings) + " stop strings (got " +
                       std::to_string(g.stop.size()) + ")");
+        // vLLM's sampling parameters; unset ones take the server's defaults (docs/sampling.md).
+        if (j.contains("min_p")) g.min_p = j.at("min_p").get<float>();
+        if (j.contains("presence_penalty")) g.presence_penalty = j.at("presence_penalty").get<float>();
+        if (j.contains("frequency_penalty")) g.frequency_penalty = j.at("frequency_penalty").get<float>();
+        if (j.contains("repetition_penalty")) g.repetition_penalty = j.at("repetition_penalty").get<float>();
+        if (j.contains("min_tokens")) g.min_tokens = j.at("min_tokens").get<uint32_t>();
+        if (j.contains("stop_token_ids")) g.stop_token_ids = j.at("stop_token_ids").get<std::vector<int32_t>>();
+        if (j.contains("logprobs") && !j.at("logprobs").is_null()) g.logprobs = j.at("logprobs").get<uint32_t>();
+        if (j.contains("logit_bias")) {  // OpenAI's form: {"token id": bias}
+            for (const auto& [id, bias] : j.at("logit_bias").items()) {
+                size_t used = 0;
+                int32_t tok = 0;
+                try {
+                    tok = std::stoi(id, &used);
+                } catch (const std::exception&) {
+                    used = 0;
+                }
+                if (used == 0 || used != id.size()) throw bad("logit_bias keys must be token ids, got '" + id + "'");
+                g.logit_bias.emplace_back(tok, bias.get<float>());
+            }
+        }
     } catch (const nlohmann::json::exception& e) {
         throw bad(std::string("wrong type: ") + e.what());
     }
@@ -164,6 +201,11 @@ void write_result_line(std::ostream& out, size_t i, const request_result& r) {
         j["finish_reason"] = std::string(finish_reason_name(r.completion.reason));
         j["usage"] = {{"prompt_tokens", r.completion.prompt_tokens},
                       {"completion_tokens", r.completion.completion_tokens}};
+        if (!r.logprobs.empty()) {
+            auto& lps = j["logprobs"] = nlohmann::json::array();
+            for (const auto& l : r.logprobs)
+                lps.push_back({{"logprob", l.logprob}, {"top_ids", l.top_ids}, {"top_logprobs", l.top_logprobs}});
+        }
     }
     out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
@@ -235,6 +277,8 @@ size_t run_request_lines(zmoe_client& client, const std::vector<request_line>& l
             c.text += d->text;
             c.prompt_tokens = d->prompt_tokens;
             c.completion_tokens = d->completion_tokens;
+            auto& lp = results[i].logprobs;
+            lp.insert(lp.end(), d->logprobs.begin(), d->logprobs.end());
             if (d->finished) {
                 c.reason = d->reason;
                 ended = true;
@@ -287,6 +331,8 @@ std::vector<request_result> run_requests(zmoe_client& client, std::vector<client
             c.text += d->text;
             c.prompt_tokens = d->prompt_tokens;
             c.completion_tokens = d->completion_tokens;
+            auto& lp = results[it->second].logprobs;
+            lp.insert(lp.end(), d->logprobs.begin(), d->logprobs.end());
             if (d->finished) {
                 c.reason = d->reason;
                 --left;
@@ -327,6 +373,11 @@ void write_results(const std::string& path, const std::vector<request_result>& r
             j["finish_reason"] = std::string(finish_reason_name(r.completion.reason));
             j["usage"] = {{"prompt_tokens", r.completion.prompt_tokens},
                           {"completion_tokens", r.completion.completion_tokens}};
+            if (!r.logprobs.empty()) {
+                auto& lps = j["logprobs"] = nlohmann::json::array();
+                for (const auto& l : r.logprobs)
+                    lps.push_back({{"logprob", l.logprob}, {"top_ids", l.top_ids}, {"top_logprobs", l.top_logprobs}});
+            }
         }
         out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     }

@@ -1,7 +1,9 @@
 #pragma once
 // The JSONL request/response files of `zmoe generate` and `zmoe client` (contract in docs/architecture.md):
 // each input line an object with "prompt" (text) or "prompt_token_ids", and optional "max_tokens" (16),
-// "temperature" (0 = greedy, the default), "top_p", "top_k", "seed", "stop" (string or list), "ignore_eos";
+// "temperature" (0 = greedy; unset = the server's default), "top_p", "top_k", "seed", "stop" (string or list),
+// "ignore_eos", and vLLM's "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias",
+// "min_tokens", "stop_token_ids", "logprobs" (docs/sampling.md);
 // each output line {"index", "token_ids", "text", "finish_reason"} in input order.
 
 #include <chrono>
@@ -33,6 +35,7 @@ struct request_result {
     bool failed = false;
     errc code = errc::ok;
     std::string message;
+    std::vector<token_logprobs> logprobs;  ///< one per output token when the request asked for logprobs
 };
 
 /// Sends every request at once over `client`, consumes the streams, returns the results in input order. Gives up

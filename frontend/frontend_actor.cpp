@@ -1,6 +1,7 @@
 #include "frontend/frontend_actor.hpp"
 
 #include "frontend/chat_prompt.hpp"
+#include "frontend/sampling_defaults.hpp"
 
 #include <unistd.h>
 
@@ -77,6 +78,11 @@ void frontend_actor::on_start() {
         ZMOE_LOG(info, "frontend: no tokenizer.json in " << tok_path << "; only prompt_token_ids are accepted");
     }
     model_vocab_size_ = read_vocab_size(options_.model_dir);
+    try {
+        sampling_defaults_ = sampling_defaults::load(options_.model_dir);
+    } catch (const error& e) {
+        ZMOE_LOG(warn, "frontend: " << e.what() << "; using vLLM's sampling defaults");
+    }
     client_sock_ = add_socket(socket_kind::router, [this](const inbound_message& m) { on_client_message(m); });
     engine_sock_ = add_socket(socket_kind::dealer, [this](const inbound_message& m) { on_engine_message(m); });
     try {
@@ -174,10 +180,12 @@ bool frontend_actor::send_pending_delta(uint64_t id) {
     d.text = r.pending_text;
     d.prompt_tokens = r.prompt_tokens;
     d.completion_tokens = r.completion_tokens;
+    d.logprobs = r.pending_logprobs;
     const send_status st = try_send_to(client_sock_, r.client, encode(d));
     if (st == send_status::full) return false;
     r.pending_ids.clear();
     r.pending_text.clear();
+    r.pending_logprobs.clear();
     if (st == send_status::no_peer) client_gone(r.client);
     return true;
 }
@@ -265,6 +273,7 @@ void frontend_actor::fail_client_requests(const std::string& client, errc code, 
         auto lit = live_.find(id);
         lit->second.pending_ids.clear();
         lit->second.pending_text.clear();
+        lit->second.pending_logprobs.clear();
         finish_request(id, code == errc::ok ? finish_reason::abort : finish_reason::error, code, why);
     }
 }
@@ -362,11 +371,12 @@ void frontend_actor::handle_generate(const std::string& client, client_generate&
     if (engine_failed_) return send_client_error(client, cid, errc::peer_dead, engine_failure_);
     if (!engine_ready_) return send_client_error(client, cid, errc::unsupported, "the engine is still starting");
     if (m.max_tokens < 1) return send_client_error(client, cid, errc::invalid_argument, "max_tokens must be >= 1");
-    if (!std::isfinite(m.temperature) || m.temperature < 0.f)
-        return send_client_error(client, cid, errc::invalid_argument, "temperature must be a finite number >= 0");
-    if (!std::isfinite(m.top_p) || !(m.top_p > 0.f && m.top_p <= 1.f))
-        return send_client_error(client, cid, errc::invalid_argument, "top_p must be in (0, 1]");
-    if (m.top_k < -1) return send_client_error(client, cid, errc::invalid_argument, "top_k must be -1, 0 or > 0");
+    sampling_params sampling;
+    try {
+        sampling = resolve_sampling(m, sampling_defaults_, model_vocab_size_);
+    } catch (const error& e) {
+        return send_client_error(client, cid, e.code(), e.what());
+    }
     for (const auto& s : m.stop)
         if (s.empty()) return send_client_error(client, cid, errc::invalid_argument, "stop strings must not be empty");
 
@@ -391,7 +401,7 @@ void frontend_actor::handle_generate(const std::string& client, client_generate&
         tokenizing_[{client, cid}] = false;
         metrics_.gauge_set("prompts_tokenizing", static_cast<double>(tokenizing_.size()));
         auto req = std::make_shared<client_generate>(std::move(m));
-        tokenize_pool_->submit([this, client, req] {
+        tokenize_pool_->submit([this, client, req, sampling] {
             const auto t0 = clock_type::now();
             std::vector<int32_t> ids;
             std::optional<error> failed;
@@ -406,7 +416,7 @@ void frontend_actor::handle_generate(const std::string& client, client_generate&
                 failed = error(errc::internal, e.what());
             }
             const double ms = ms_between(t0, clock_type::now());
-            post([this, client, req, ids = std::move(ids), failed = std::move(failed), ms]() mutable {
+            post([this, client, req, sampling, ids = std::move(ids), failed = std::move(failed), ms]() mutable {
                 metrics_.observe("tokenize_ms", ms);
                 const std::string& cid = req->client_request_id;
                 auto it = tokenizing_.find({client, cid});
@@ -422,17 +432,18 @@ void frontend_actor::handle_generate(const std::string& client, client_generate&
                 } else if (failed) {
                     send_client_error(client, cid, failed->code(), std::string("prompt: ") + failed->what());
                 } else {
-                    accept_generate(client, std::move(*req), std::move(ids));
+                    accept_generate(client, std::move(*req), std::move(ids), std::move(sampling));
                 }
                 maybe_finish_drain();
             });
         });
         return;
     }
-    accept_generate(client, std::move(m), std::move(std::get<std::vector<int32_t>>(m.prompt)));
+    accept_generate(client, std::move(m), std::move(std::get<std::vector<int32_t>>(m.prompt)), std::move(sampling));
 }
 
-void frontend_actor::accept_generate(const std::string& client, client_generate&& m, std::vector<int32_t> ids) {
+void frontend_actor::accept_generate(const std::string& client, client_generate&& m, std::vector<int32_t> ids,
+                                     sampling_params sampling) {
     const std::string& cid = m.client_request_id;
     if (draining_) return send_client_error(client, cid, errc::aborted, "the server is shutting down");
     if (engine_failed_) return send_client_error(client, cid, errc::peer_dead, engine_failure_);
@@ -464,9 +475,8 @@ void frontend_actor::accept_generate(const std::string& client, client_generate&
     engine_add_request req;
     req.request_id = id;
     req.prompt_token_ids = ids;
-    req.sampling.temperature = m.temperature;
-    req.sampling.top_p = m.top_p;
-    req.sampling.top_k = m.top_k < 0 ? 0 : m.top_k;
+    req.sampling = std::move(sampling);
+    req.stop_token_ids = m.stop_token_ids;
     if (m.seed) {
         req.sampling.seed = *m.seed;
     } else {
@@ -482,6 +492,7 @@ void frontend_actor::accept_generate(const std::string& client, client_generate&
     if (tokenizer_) lr.detok = std::make_unique<incremental_detokenizer>(*tokenizer_);
     lr.stop = std::move(m.stop);
     lr.stream = m.stream;
+    lr.min_tokens = m.min_tokens;
     lr.prompt_tokens = static_cast<uint32_t>(ids.size());
     lr.arrived = clock_type::now();
     live_.emplace(id, std::move(lr));
@@ -590,6 +601,7 @@ void frontend_actor::handle_outputs(const engine_outputs& m) {
         std::vector<int32_t> new_ids;
         std::string new_text;
         bool stopped = false;
+        size_t k = 0;  // index into o.new_logprobs
         for (int32_t tok : o.new_token_ids) {
             if (!r.first_token_seen) {
                 r.first_token_seen = true;
@@ -601,6 +613,8 @@ void frontend_actor::handle_outputs(const engine_outputs& m) {
             ++r.completion_tokens;
             metrics_.counter_add("generation_tokens");
             new_ids.push_back(tok);
+            if (k < o.new_logprobs.size()) r.pending_logprobs.push_back(o.new_logprobs[k]);
+            ++k;
             if (r.detok) {
                 try {
                     new_text += r.detok->push(tok);
@@ -610,7 +624,7 @@ void frontend_actor::handle_outputs(const engine_outputs& m) {
                     metrics_.counter_add("unknown_token_ids");
                 }
             }
-            if (!r.stop.empty()) {
+            if (!r.stop.empty() && r.completion_tokens >= r.min_tokens) {  // vLLM: no stop before min_tokens
                 // Search the text not yet emitted (held back + new) for a stop string.
                 const std::string window = r.held_text + new_text;
                 size_t best = std::string::npos;
@@ -671,6 +685,7 @@ void frontend_actor::finish_request(uint64_t id, finish_reason reason, errc code
         client_delta d;
         d.client_request_id = r.client_request_id;
         d.token_ids = std::move(r.pending_ids);
+        d.logprobs = std::move(r.pending_logprobs);
         d.text = std::move(r.pending_text);
         d.text += r.held_text;  // empty after a stop string: the match and what followed are dropped
         d.finished = true;

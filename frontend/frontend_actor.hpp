@@ -31,6 +31,7 @@
 #include "base/metrics.hpp"
 #include "frontend/chat_template.hpp"
 #include "frontend/incremental_detokenizer.hpp"
+#include "frontend/sampling_defaults.hpp"
 #include "frontend/tokenizer.hpp"
 #include "frontend/work_pool.hpp"
 #include "messages/client_protocol.hpp"
@@ -83,6 +84,8 @@ class frontend_actor : public actor {
         std::string text;                  // text emitted so far (for stop-string search)
         std::string held_text;             // decoded but held back: could be the start of a stop string
         std::vector<int32_t> pending_ids;  // not yet sent (non-streaming requests, or held with held_text)
+        std::vector<token_logprobs> pending_logprobs;  // with pending_ids, when the request asked for logprobs
+        uint32_t min_tokens = 0;                       // stop strings apply from this many tokens on
         std::string pending_text;
         std::chrono::steady_clock::time_point arrived;
         std::chrono::steady_clock::time_point last_token;
@@ -101,8 +104,10 @@ class frontend_actor : public actor {
 
     void on_client_message(const inbound_message& msg);
     void handle_generate(const std::string& client, client_generate&& m);
-    /// After tokenization (or at once for prompt_token_ids): the checks that need the ids, then acceptance.
-    void accept_generate(const std::string& client, client_generate&& m, std::vector<int32_t> ids);
+    /// After tokenization (or at once for prompt_token_ids): the checks that need the ids, then acceptance with
+    /// `sampling` (resolved and checked by handle_generate).
+    void accept_generate(const std::string& client, client_generate&& m, std::vector<int32_t> ids,
+                         sampling_params sampling);
     void handle_abort(const std::string& client, const client_abort& m);
     void on_engine_message(const inbound_message& msg);
     void handle_outputs(const engine_outputs& m);
@@ -147,6 +152,7 @@ class frontend_actor : public actor {
     bool flush_armed_ = false;
     std::map<std::string, std::pair<std::string, std::string>> metrics_waiters_;  // our tag -> (client, its tag)
     int64_t model_vocab_size_ = 0;
+    sampling_defaults sampling_defaults_;
     bool drain_done_ = false;
     uint64_t next_tag_ = 1;
     metrics_registry metrics_;

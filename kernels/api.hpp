@@ -288,4 +288,66 @@ struct gemm_bf16_params {
 /// Row-major y = x . w^T, fp32 accumulate. m == 0 is a no-op.
 void launch_gemm_bf16(const gemm_bf16_params& p, cudaStream_t stream);
 
+// ---------------------------------------------------------------------------------------------------------
+// Glue between the model kernels: bias add, SiLU * up for the dense MLPs, row gather, the qwen2_moe shared-expert
+// gate, and the unfused q/k norm + clamp of OLMoE's clip_qkv. num_tokens (num_rows) == 0 is a no-op.
+
+struct add_bias_params {
+    bf16* y = nullptr;           // [num_tokens, n], in/out
+    const bf16* bias = nullptr;  // [n]
+    int32_t num_tokens = 0;
+    int32_t n = 0;
+};
+
+/// y[t, j] = bf16(y[t, j] + bias[j]).
+void launch_add_bias(const add_bias_params& p, cudaStream_t stream);
+
+struct silu_mul_params {
+    const bf16* gate_up = nullptr;  // [num_tokens, 2 * n]: gate | up
+    bf16* out = nullptr;            // [num_tokens, n]
+    int32_t num_tokens = 0;
+    int32_t n = 0;
+};
+
+/// out[t, j] = bf16(silu(gate_up[t, j]) * gate_up[t, n + j]), in fp32.
+void launch_silu_mul(const silu_mul_params& p, cudaStream_t stream);
+
+struct gather_rows_params {
+    const bf16* in = nullptr;       // [*, hidden]: every rows[i] indexes a row of it
+    const int32_t* rows = nullptr;  // [num_rows]
+    bf16* out = nullptr;            // [num_rows, hidden]
+    int32_t num_rows = 0;
+    int32_t hidden = 0;  ///< multiple of 8
+};
+
+/// out[i] = in[rows[i]], bit-exact.
+void launch_gather_rows(const gather_rows_params& p, cudaStream_t stream);
+
+struct add_gated_params {
+    bf16* out = nullptr;                 // [num_tokens, hidden], in/out
+    const bf16* shared = nullptr;        // [num_tokens, hidden]: the shared expert's output
+    const float* gate_logits = nullptr;  // [num_tokens]: shared_expert_gate(x), fp32
+    int32_t num_tokens = 0;
+    int32_t hidden = 0;
+};
+
+/// out[t] = bf16(out[t] + bf16(sigmoid(gate_logits[t]) * shared[t])) (qwen2_moe's shared expert).
+void launch_add_gated(const add_gated_params& p, cudaStream_t stream);
+
+struct qk_norm_clip_params {
+    bf16* qkv = nullptr;  // [num_tokens, (num_q_heads + 2 * num_kv_heads) * head_dim]: q | k | v, in place
+    const bf16* q_norm_weight = nullptr;  // per_head: [head_dim]; else [num_q_heads * head_dim]; nullptr: no norm
+    const bf16* k_norm_weight = nullptr;  // per_head: [head_dim]; else [num_kv_heads * head_dim]; nullptr: no norm
+    int32_t num_tokens = 0;
+    int32_t num_q_heads = 0;
+    int32_t num_kv_heads = 0;
+    int32_t head_dim = 0;
+    bool per_head = false;  ///< RMSNorm per head (Qwen3) rather than over the whole q (k) projection (OLMoE)
+    float eps = 1e-6f;
+    float clip = 0.f;  ///< > 0: clamp q, k and v to [-clip, clip] after the norms; 0: no clamp
+};
+
+/// RMSNorm of q and k (both weights given, else none), then q, k and v clamped to [-clip, clip].
+void launch_qk_norm_clip(const qk_norm_clip_params& p, cudaStream_t stream);
+
 }  // namespace zmoe::kernels

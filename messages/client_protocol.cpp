@@ -1,6 +1,7 @@
 #include "messages/client_protocol.hpp"
 
 #include "messages/envelope.hpp"
+#include "messages/sampling_codec.hpp"
 
 namespace zmoe {
 
@@ -12,10 +13,25 @@ msgpack_writer start(client_kind kind, uint32_t num_fields, size_t reserve = 64)
     begin_message(w, kClientProtocolVersion, static_cast<uint8_t>(kind), num_fields);
     return w;
 }
+
+void write_opt_f32(msgpack_writer& w, const std::optional<float>& v) {
+    if (v) {
+        w.f32(*v);
+    } else {
+        w.nil();
+    }
+}
+
+std::optional<float> read_opt_float(field_cursor& f, const char* field) {
+    msgpack_reader& r = f.next(field);
+    if (r.try_read_nil()) return std::nullopt;
+    return r.read_float(field);
+}
+
 }  // namespace
 
 std::string encode(const client_generate& m) {
-    auto w = start(client_kind::generate, 11);
+    auto w = start(client_kind::generate, 19);
     w.str(m.client_request_id);
     if (const auto* text = std::get_if<std::string>(&m.prompt)) {
         w.str(*text);
@@ -23,9 +39,13 @@ std::string encode(const client_generate& m) {
         w.int32_array(std::get<std::vector<int32_t>>(m.prompt));
     }
     w.uint(m.max_tokens);
-    w.f32(m.temperature);
-    w.f32(m.top_p);
-    w.sint(m.top_k);
+    write_opt_f32(w, m.temperature);
+    write_opt_f32(w, m.top_p);
+    if (m.top_k) {
+        w.sint(*m.top_k);
+    } else {
+        w.nil();
+    }
     if (m.seed) {
         w.uint(*m.seed);
     } else {
@@ -35,6 +55,23 @@ std::string encode(const client_generate& m) {
     w.boolean(m.ignore_eos);
     w.boolean(m.stream);
     w.str(m.chat);
+    w.int32_array(m.stop_token_ids);
+    if (m.logprobs) {
+        w.uint(*m.logprobs);
+    } else {
+        w.nil();
+    }
+    w.f32(m.presence_penalty);
+    w.f32(m.frequency_penalty);
+    write_opt_f32(w, m.repetition_penalty);
+    write_opt_f32(w, m.min_p);
+    w.array_header(static_cast<uint32_t>(m.logit_bias.size()));
+    for (const auto& [id, bias] : m.logit_bias) {
+        w.array_header(2);
+        w.sint(id);
+        w.f32(bias);
+    }
+    w.uint(m.min_tokens);
     return w.take();
 }
 
@@ -59,7 +96,7 @@ std::string encode(const client_metrics& m) {
 std::string encode(const client_heartbeat&) { return start(client_kind::heartbeat, 0).take(); }
 
 std::string encode(const client_delta& m) {
-    auto w = start(client_kind::delta, 7, 32 + m.client_request_id.size() + m.text.size() + 5 * m.token_ids.size());
+    auto w = start(client_kind::delta, 8, 32 + m.client_request_id.size() + m.text.size() + 5 * m.token_ids.size());
     w.str(m.client_request_id);
     w.int32_array(m.token_ids);
     w.str(m.text);
@@ -67,6 +104,8 @@ std::string encode(const client_delta& m) {
     w.str(finish_reason_name(m.reason));
     w.uint(m.prompt_tokens);
     w.uint(m.completion_tokens);
+    w.array_header(static_cast<uint32_t>(m.logprobs.size()));
+    for (const auto& l : m.logprobs) write_logprobs(w, l);
     return w.take();
 }
 
@@ -119,15 +158,34 @@ client_request decode_client_request(std::string_view bytes) {
                 m.prompt = std::string(p.read_str("generate.prompt", kMaxStringBytes));
             }
             m.max_tokens = f.read_uint32("generate.max_tokens");
-            m.temperature = f.read_float("generate.temperature");
-            m.top_p = f.read_float("generate.top_p");
-            m.top_k = f.read_int32("generate.top_k");
+            m.temperature = read_opt_float(f, "generate.temperature");
+            m.top_p = read_opt_float(f, "generate.top_p");
+            msgpack_reader& k = f.next("generate.top_k");
+            if (!k.try_read_nil()) m.top_k = k.read_int32("generate.top_k");
             msgpack_reader& s = f.next("generate.seed");
             if (!s.try_read_nil()) m.seed = s.read_uint("generate.seed");
             m.stop = f.read_string_array("generate.stop", kMaxStopStrings, kMaxNameBytes);
             m.ignore_eos = f.read_bool("generate.ignore_eos");
             m.stream = f.read_bool("generate.stream");
             m.chat = f.read_string("generate.chat", kMaxStringBytes);
+            {  // appended: the sampling parameters
+                m.stop_token_ids = f.read_int32_array("generate.stop_token_ids", kMaxStopTokenIds);
+                msgpack_reader& l = f.next("generate.logprobs");
+                if (!l.try_read_nil()) m.logprobs = l.read_uint32("generate.logprobs");
+                m.presence_penalty = f.read_float("generate.presence_penalty");
+                m.frequency_penalty = f.read_float("generate.frequency_penalty");
+                m.repetition_penalty = read_opt_float(f, "generate.repetition_penalty");
+                m.min_p = read_opt_float(f, "generate.min_p");
+                msgpack_reader& b = f.next("generate.logit_bias");
+                m.logit_bias.resize(b.read_array_header(kMaxLogitBias, "generate.logit_bias"));
+                for (auto& [id, bias] : m.logit_bias) {
+                    field_cursor pair(r, r.read_array_header(kMaxMessageFields, "generate.logit_bias"));
+                    id = pair.read_int32("generate.logit_bias.id");
+                    bias = pair.read_float("generate.logit_bias.bias");
+                    pair.finish();
+                }
+                m.min_tokens = f.read_uint32("generate.min_tokens");
+            }
             out = std::move(m);
             break;
         }
@@ -179,6 +237,13 @@ client_reply decode_client_reply(std::string_view bytes) {
             m.reason = *parsed;
             m.prompt_tokens = f.read_uint32("delta.prompt_tokens");
             m.completion_tokens = f.read_uint32("delta.completion_tokens");
+            {  // appended
+                m.logprobs.resize(f.next("delta.logprobs").read_array_header(kMaxSeqTokens, "delta.logprobs"));
+                for (auto& l : m.logprobs) {
+                    field_cursor one(r, 1);
+                    l = read_logprobs(one, "delta.logprobs");
+                }
+            }
             out = std::move(m);
             break;
         }

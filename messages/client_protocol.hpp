@@ -12,11 +12,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
 #include "base/error.hpp"
 #include "messages/finish_reason.hpp"
+#include "messages/step_types.hpp"
 
 namespace zmoe {
 
@@ -42,10 +44,12 @@ struct client_generate {
     /// Text to tokenize, or token ids to use as they are. Wire: one field, str or array of int.
     std::variant<std::string, std::vector<int32_t>> prompt;
     uint32_t max_tokens = 16;
-    float temperature = 1.f;       ///< 0 = greedy
-    float top_p = 1.f;             ///< (0, 1]
-    int32_t top_k = 0;             ///< 0 or -1 = off
-    std::optional<uint64_t> seed;  ///< nil = the frontend draws one
+    // Sampling (docs/sampling.md). nil = the model's generation_config.json value, else vLLM's default (temperature
+    // 1, top_p 1, top_k off): the one definition of defaults, in the frontend (frontend/sampling_defaults.hpp).
+    std::optional<float> temperature;  ///< 0 = greedy
+    std::optional<float> top_p;        ///< (0, 1]
+    std::optional<int32_t> top_k;      ///< 0 or -1 = off
+    std::optional<uint64_t> seed;      ///< nil = the frontend draws one
     std::vector<std::string> stop;
     bool ignore_eos = false;
     /// true: a delta as tokens are produced; false: one final delta with everything.
@@ -55,6 +59,15 @@ struct client_generate {
     /// tokenizes the rendering without adding special tokens (as apply_chat_template(tokenize=True)); `prompt`
     /// must then be an empty string.
     std::string chat;
+    // Appended fields: vLLM's sampling parameters.
+    std::vector<int32_t> stop_token_ids{};  ///< end the request, as EOS does (the id is kept in the output)
+    std::optional<uint32_t> logprobs{};     ///< nil = none; k <= 20: the sampled token's logprob and the top k
+    float presence_penalty = 0.f;           ///< [-2, 2]
+    float frequency_penalty = 0.f;          ///< [-2, 2]
+    std::optional<float> repetition_penalty{};  ///< > 0; nil = default (else 1 = off)
+    std::optional<float> min_p{};               ///< [0, 1]; nil = default (else 0 = off)
+    std::vector<std::pair<int32_t, float>> logit_bias{};  ///< (token id, bias in [-100, 100]); wire: [[id, bias]]
+    uint32_t min_tokens = 0;  ///< EOS and stop_token_ids cannot end the request (nor be sampled) before this
     bool operator==(const client_generate&) const = default;
 };
 
@@ -87,6 +100,8 @@ struct client_delta {
     finish_reason reason = finish_reason::none;  ///< wire: "" | "length" | "stop" | "abort" | "error"
     uint32_t prompt_tokens = 0;                  ///< prompt length in tokens
     uint32_t completion_tokens = 0;              ///< tokens generated so far, this delta's included
+    /// Appended: one per token_ids entry when the request asked for logprobs; empty otherwise.
+    std::vector<token_logprobs> logprobs{};
     bool operator==(const client_delta&) const = default;
 };
 

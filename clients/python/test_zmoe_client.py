@@ -48,7 +48,8 @@ class FakeFrontend(threading.Thread):
             if kind == zmoe_client.GENERATE:
                 rid, prompt, max_tokens, temperature, top_p, top_k, seed, stop, ignore_eos, stream = f[:10]
                 ok = (isinstance(rid, str) and isinstance(prompt, (str, list)) and isinstance(max_tokens, int)
-                      and isinstance(temperature, float) and isinstance(top_p, float) and isinstance(top_k, int)
+                      and isinstance(temperature, (float, type(None))) and isinstance(top_p, (float, type(None)))
+                      and isinstance(top_k, (int, type(None)))
                       and (seed is None or isinstance(seed, int)) and isinstance(stop, list)
                       and isinstance(ignore_eos, bool) and isinstance(stream, bool))
                 if not ok:
@@ -66,7 +67,7 @@ class FakeFrontend(threading.Thread):
                     for i, t in enumerate(ids):
                         last = i + 1 == max_tokens
                         self.send(peer, zmoe_client.DELTA, rid, [t], f"<{i}>", last, "length" if last else "",
-                                  n_prompt, i + 1, "a field from the future")
+                                  n_prompt, i + 1, [], "a field from the future")
                 else:
                     self.send(peer, zmoe_client.DELTA, rid, ids, "".join(f"<{i}>" for i in range(max_tokens)), True,
                               "length", n_prompt, max_tokens)
@@ -113,7 +114,9 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(ca.token_ids, [1, 2, 3, 4])
         self.assertEqual(ca.text, "<0><1><2><3>")
         gen = [m for m in self.server.seen if m[1] == zmoe_client.GENERATE]
-        self.assertEqual(gen[0][2:], [a.request_id, "hello", 4, 1.0, 1.0, 0, 7, ["\n"], False, True])
+        # Unset sampling fields travel as nil: the server's defaults apply (docs/sampling.md).
+        self.assertEqual(gen[0][2:], [a.request_id, "hello", 4, None, None, None, 7, ["\n"], False, True, "",
+                                      [], None, 0.0, 0.0, None, None, [], 0])
 
     def test_non_streaming(self):
         deltas = list(self.client.generate(prompt_token_ids=[5], max_tokens=3, stream=False))

@@ -64,6 +64,9 @@ class Delta:
     finish_reason: str  # "" while running, then "length" | "stop" | "abort" | "error"
     prompt_tokens: int
     completion_tokens: int
+    # One per token_ids entry when the request asked for logprobs:
+    # {"logprob": float, "top_ids": [int], "top_logprobs": [float]}.
+    logprobs: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -74,6 +77,7 @@ class Completion:
     finish_reason: str
     prompt_tokens: int
     completion_tokens: int
+    logprobs: list = dataclasses.field(default_factory=list)
 
 
 def _fields(frame, expected_kinds):
@@ -128,13 +132,14 @@ class Stream:
 
     def collect(self):
         """Consumes the rest of the stream and returns the whole output."""
-        ids, text, last = [], [], None
+        ids, text, logprobs, last = [], [], [], None
         for d in self:
             ids.extend(d.token_ids)
             text.append(d.text)
+            logprobs.extend(d.logprobs)
             last = d
         return Completion(self.request_id, ids, "".join(text), last.finish_reason, last.prompt_tokens,
-                          last.completion_tokens)
+                          last.completion_tokens, logprobs)
 
 
 class Client:
@@ -171,12 +176,18 @@ class Client:
     def _send(self, kind, *fields):
         self._sock.send(msgpack.packb([PROTOCOL_VERSION, kind, *fields], use_bin_type=True))
 
-    def generate(self, prompt=None, prompt_token_ids=None, *, max_tokens=16, temperature=1.0, top_p=1.0, top_k=0,
-                 seed=None, stop=(), ignore_eos=False, stream=True, request_id=None, timeout=None, messages=None,
-                 add_generation_prompt=True, tools=None, chat_template_kwargs=None):
+    def generate(self, prompt=None, prompt_token_ids=None, *, max_tokens=16, temperature=None, top_p=None,
+                 top_k=None, seed=None, stop=(), ignore_eos=False, stream=True, request_id=None, timeout=None,
+                 messages=None, add_generation_prompt=True, tools=None, chat_template_kwargs=None,
+                 stop_token_ids=(), logprobs=None, presence_penalty=0.0, frequency_penalty=0.0,
+                 repetition_penalty=None, min_p=None, logit_bias=None, min_tokens=0):
         """Starts a request (text prompt, prompt_token_ids or chat messages, exactly one) and returns a Stream of its
         deltas. messages: the server renders them with the model's chat template (with tools and
-        chat_template_kwargs). stream=False: the server sends one final delta holding everything."""
+        chat_template_kwargs). stream=False: the server sends one final delta holding everything. Sampling
+        parameters are vLLM's (docs/sampling.md); None leaves the choice to the server: the model's
+        generation_config.json, else vLLM's defaults (temperature 1, top_p 1, top_k off, min_p off,
+        repetition_penalty 1). logit_bias: {token id: bias}. logprobs=k: each delta carries, per token, its logprob
+        and the k most likely tokens' logprobs."""
         if sum(x is not None for x in (prompt, prompt_token_ids, messages)) != 1:
             raise ValueError("give exactly one of prompt, prompt_token_ids and messages")
         chat = ""
@@ -192,8 +203,15 @@ class Client:
         if request_id in self._live:
             raise ValueError(f"request id {request_id!r} is in use")
         wire_prompt = prompt if prompt is not None else [int(t) for t in prompt_token_ids]
-        self._send(GENERATE, request_id, wire_prompt, int(max_tokens), float(temperature), float(top_p), int(top_k),
-                   None if seed is None else int(seed), [str(s) for s in stop], bool(ignore_eos), bool(stream), chat)
+
+        def opt(v, kind):
+            return None if v is None else kind(v)
+
+        bias = [[int(t), float(b)] for t, b in (logit_bias or {}).items()]
+        self._send(GENERATE, request_id, wire_prompt, int(max_tokens), opt(temperature, float), opt(top_p, float),
+                   opt(top_k, int), opt(seed, int), [str(s) for s in stop], bool(ignore_eos), bool(stream), chat,
+                   [int(t) for t in stop_token_ids], opt(logprobs, int), float(presence_penalty),
+                   float(frequency_penalty), opt(repetition_penalty, float), opt(min_p, float), bias, int(min_tokens))
         self._live.add(request_id)
         return Stream(self, request_id, self._timeout if timeout is None else timeout)
 
@@ -265,7 +283,9 @@ class Client:
             except ZmoeError:
                 continue  # a reply we cannot read; nothing to file it under
             if kind == DELTA:
-                d = Delta(f[0], list(f[1]), f[2], bool(f[3]), f[4], f[5], f[6])
+                lps = [{"logprob": x[0], "top_ids": list(x[1]), "top_logprobs": list(x[2])}
+                       for x in (f[7] if len(f) > 7 and isinstance(f[7], list) else [])]
+                d = Delta(f[0], list(f[1]), f[2], bool(f[3]), f[4], f[5], f[6], lps)
                 if d.finished:
                     self._live.discard(d.client_request_id)
                 self._events[d.client_request_id].append(d)

@@ -98,4 +98,20 @@ void logprobs(const float* logits, int32_t vocab_size, int32_t token, int32_t k,
 /// Row-major y[m, n] = x[m, k] . w[n, k]^T, accumulated in double.
 void gemm(const float* x, const float* w, float* y, int32_t m, int32_t n, int32_t k);
 
+/// See launch_add_bias: y [num_tokens, n] in place.
+void add_bias(float* y, const float* bias, int32_t num_tokens, int32_t n);
+
+/// See launch_silu_mul: gate_up [num_tokens, 2n], out [num_tokens, n].
+void silu_mul(const float* gate_up, float* out, int32_t num_tokens, int32_t n);
+
+/// See launch_gather_rows.
+void gather_rows(const float* in, const int32_t* rows, float* out, int32_t num_rows, int32_t hidden);
+
+/// See launch_add_gated: out [num_tokens, hidden] in place.
+void add_gated(float* out, const float* shared, const float* gate_logits, int32_t num_tokens, int32_t hidden);
+
+/// See launch_qk_norm_clip: qkv in place; null weights skip the norm, clip <= 0 skips the clamp.
+void qk_norm_clip(float* qkv, const float* q_norm_weight, const float* k_norm_weight, int32_t num_tokens,
+                  int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim, bool per_head, float eps, float clip);
+
 }  // namespace zmoe::kernels::ref

@@ -65,7 +65,10 @@ TEST(Serve, SixtyFourConcurrentStreamsMatchOfflineAndStopOnSigterm) {
     {
         std::ofstream in(dir / "in.jsonl");
         for (int i = 0; i < kClients * kPerClient; ++i)
-            in << nlohmann::json{{"prompt_token_ids", prompt_of(i)}, {"max_tokens", kMaxTokens}, {"ignore_eos", true}}
+            in << nlohmann::json{{"prompt_token_ids", prompt_of(i)},
+                                 {"max_tokens", kMaxTokens},
+                                 {"temperature", 0},
+                                 {"ignore_eos", true}}
                       .dump()
                << "\n";
     }

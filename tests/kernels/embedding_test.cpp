@@ -25,7 +25,13 @@ TEST_P(Embedding, MatchesReferenceExactly) {
     auto d_ids = upload(ids);
     device_buffer<bf16> d_out(size_t(c.num_tokens) * c.hidden);
     d_out.poison();
-    launch_embedding({d_ids.get(), d_table.get(), d_out.get(), c.num_tokens, c.hidden, c.vocab}, nullptr);
+    launch_embedding({.token_ids = d_ids.get(),
+                      .table = d_table.get(),
+                      .out = d_out.get(),
+                      .num_tokens = c.num_tokens,
+                      .hidden = c.hidden,
+                      .vocab_size = c.vocab},
+                     nullptr);
     sync_and_check();
 
     std::vector<float> want(size_t(c.num_tokens) * c.hidden);

@@ -33,7 +33,14 @@ TEST_P(MoeCombine, MatchesReference) {
     auto d_w = upload(w);
     device_buffer<bf16> d_out(size_t(c.num_tokens) * c.hidden);
     d_out.poison();
-    launch_moe_combine({d_y.get(), d_dest.get(), d_w.get(), d_out.get(), c.num_tokens, c.top_k, c.hidden}, nullptr);
+    launch_moe_combine({.y = d_y.get(),
+                        .dest_rows = d_dest.get(),
+                        .topk_weights = d_w.get(),
+                        .out = d_out.get(),
+                        .num_tokens = c.num_tokens,
+                        .top_k = c.top_k,
+                        .hidden = c.hidden},
+                       nullptr);
     sync_and_check();
     std::vector<float> want(d_out.size());
     ref::moe_combine(y.data(), dest.data(), w.data(), want.data(), c.num_tokens, c.top_k, c.hidden);
@@ -77,9 +84,15 @@ TEST_P(MoeLayer, ChainedKernelsMatchChainedReferences) {
         d_y(size_t(max_rows) * c.hidden), d_out(size_t(c.num_tokens) * c.hidden);
     d_out.poison();
 
-    launch_router_topk(
-        {d_logits.get(), d_ids.get(), d_weights.get(), d_counts.get(), c.num_tokens, c.num_experts, c.top_k, true},
-        nullptr);
+    launch_router_topk({.logits = d_logits.get(),
+                        .topk_ids = d_ids.get(),
+                        .topk_weights = d_weights.get(),
+                        .expert_counts = d_counts.get(),
+                        .num_tokens = c.num_tokens,
+                        .num_experts = c.num_experts,
+                        .top_k = c.top_k,
+                        .renormalize = true},
+                       nullptr);
     moe_permute_params pp;
     pp.topk_ids = d_ids.get();
     pp.x = d_x.get();
@@ -95,13 +108,35 @@ TEST_P(MoeLayer, ChainedKernelsMatchChainedReferences) {
     pp.row_align = align;
     pp.max_rows = max_rows;
     launch_moe_permute(pp, nullptr);
-    grouped_gemm_params g1{d_xp.get(), d_w1.get(), d_offsets.get(), d_act.get(), max_rows,
-                           c.inter,    c.hidden,   c.num_experts,   align,       true};
+    const grouped_gemm_params g1{.a = d_xp.get(),
+                                 .b = d_w1.get(),
+                                 .expert_offsets = d_offsets.get(),
+                                 .c = d_act.get(),
+                                 .max_rows = max_rows,
+                                 .n = c.inter,
+                                 .k = c.hidden,
+                                 .num_experts = c.num_experts,
+                                 .row_align = align,
+                                 .swiglu = true};
     launch_grouped_gemm(g1, nullptr);
-    grouped_gemm_params g2{d_act.get(), d_w2.get(), d_offsets.get(), d_y.get(), max_rows,
-                           c.hidden,    c.inter,    c.num_experts,   align,     false};
+    const grouped_gemm_params g2{.a = d_act.get(),
+                                 .b = d_w2.get(),
+                                 .expert_offsets = d_offsets.get(),
+                                 .c = d_y.get(),
+                                 .max_rows = max_rows,
+                                 .n = c.hidden,
+                                 .k = c.inter,
+                                 .num_experts = c.num_experts,
+                                 .row_align = align,
+                                 .swiglu = false};
     launch_grouped_gemm(g2, nullptr);
-    launch_moe_combine({d_y.get(), d_dest.get(), d_weights.get(), d_out.get(), c.num_tokens, c.top_k, c.hidden},
+    launch_moe_combine({.y = d_y.get(),
+                        .dest_rows = d_dest.get(),
+                        .topk_weights = d_weights.get(),
+                        .out = d_out.get(),
+                        .num_tokens = c.num_tokens,
+                        .top_k = c.top_k,
+                        .hidden = c.hidden},
                        nullptr);
     sync_and_check();
 

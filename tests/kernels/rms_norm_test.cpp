@@ -26,9 +26,14 @@ TEST_P(RmsNorm, MatchesReference) {
     auto d_w = upload_bf16(weight);
     device_buffer<bf16> d_out(n);
     d_out.poison();
-    launch_rms_norm(
-        {d_x.get(), c.residual ? d_res.get() : nullptr, d_w.get(), d_out.get(), c.num_tokens, c.hidden, 1e-6f},
-        nullptr);
+    launch_rms_norm({.x = d_x.get(),
+                     .residual = c.residual ? d_res.get() : nullptr,
+                     .weight = d_w.get(),
+                     .out = d_out.get(),
+                     .num_tokens = c.num_tokens,
+                     .hidden = c.hidden,
+                     .eps = 1e-6f},
+                    nullptr);
     sync_and_check();
 
     std::vector<float> want(n);
@@ -48,7 +53,9 @@ TEST(RmsNormInPlace, OutputMayAliasInput) {
     const auto weight = random_bf16(hidden, 1.f, rng);
     auto d_x = upload_bf16(x);
     auto d_w = upload_bf16(weight);
-    launch_rms_norm({d_x.get(), nullptr, d_w.get(), d_x.get(), tokens, hidden, 1e-5f}, nullptr);
+    launch_rms_norm(
+        {.x = d_x.get(), .weight = d_w.get(), .out = d_x.get(), .num_tokens = tokens, .hidden = hidden, .eps = 1e-5f},
+        nullptr);
     sync_and_check();
     std::vector<float> want(x.size());
     ref::rms_norm(x.data(), nullptr, weight.data(), want.data(), tokens, hidden, 1e-5f);

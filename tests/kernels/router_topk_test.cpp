@@ -27,9 +27,15 @@ TEST_P(RouterTopk, MatchesReference) {
     d_ids.poison();
     d_w.poison();
     d_counts.poison(0x11);  // the launcher must zero the counts itself
-    launch_router_topk(
-        {d_logits.get(), d_ids.get(), d_w.get(), d_counts.get(), c.num_tokens, c.num_experts, c.top_k, c.renormalize},
-        nullptr);
+    launch_router_topk({.logits = d_logits.get(),
+                        .topk_ids = d_ids.get(),
+                        .topk_weights = d_w.get(),
+                        .expert_counts = d_counts.get(),
+                        .num_tokens = c.num_tokens,
+                        .num_experts = c.num_experts,
+                        .top_k = c.top_k,
+                        .renormalize = c.renormalize},
+                       nullptr);
     sync_and_check();
 
     std::vector<int32_t> ids(d_ids.size()), counts(c.num_experts);

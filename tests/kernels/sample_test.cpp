@@ -21,7 +21,12 @@ std::vector<int32_t> run_sample(const std::vector<float>& logits, const std::vec
     auto d_seqs = upload(seqs);
     device_buffer<int32_t> d_tokens(seqs.size());
     d_tokens.poison(0x7f);
-    launch_sample({d_logits.get(), d_seqs.get(), d_tokens.get(), int32_t(seqs.size()), vocab}, nullptr);
+    launch_sample({.logits = d_logits.get(),
+                   .seqs = d_seqs.get(),
+                   .tokens = d_tokens.get(),
+                   .num_seqs = int32_t(seqs.size()),
+                   .vocab_size = vocab},
+                  nullptr);
     sync_and_check();
     return download(d_tokens);
 }
@@ -60,14 +65,17 @@ TEST(SampleProperties, BatchDoesNotChangeTheToken) {
     std::mt19937 rng(3);
     const int32_t vocab = 4096;
     const auto row = random_f32(vocab, 3.f, rng);
-    const sample_seq_params target{0.9f, 0.95f, 40, 17, 99};
+    const sample_seq_params target{.temperature = 0.9f, .top_p = 0.95f, .top_k = 40, .counter = 17, .seed = 99};
     std::vector<float> logits;
     std::vector<sample_seq_params> seqs;
     for (int32_t s = 0; s < 9; ++s) {  // the target at positions 0, 4 and 8, others in between
         const bool is_target = s % 4 == 0;
         const auto other = random_f32(vocab, 3.f, rng);
         logits.insert(logits.end(), is_target ? row.begin() : other.begin(), is_target ? row.end() : other.end());
-        seqs.push_back(is_target ? target : sample_seq_params{1.f, 1.f, 0, uint32_t(s), uint64_t(s)});
+        seqs.push_back(
+            is_target ? target
+                      : sample_seq_params{
+                            .temperature = 1.f, .top_p = 1.f, .top_k = 0, .counter = uint32_t(s), .seed = uint64_t(s)});
     }
     const auto tokens = run_sample(logits, seqs, vocab);
     EXPECT_EQ(tokens[0], tokens[4]);

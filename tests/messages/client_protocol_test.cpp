@@ -102,7 +102,7 @@ TEST(ClientProtocol, RejectsPromptOfWrongElementType) {
 TEST(ClientProtocol, AcceptsAGenericMsgpackEncoding) {
     msgpack::sbuffer buf;
     msgpack::packer<msgpack::sbuffer> pk(buf);
-    pk.pack_array(13);
+    pk.pack_array(21);
     pk.pack_uint32(kClientProtocolVersion);
     pk.pack_uint64(static_cast<uint8_t>(client_kind::generate));
     pk.pack(std::string("abc"));
@@ -115,7 +115,18 @@ TEST(ClientProtocol, AcceptsAGenericMsgpackEncoding) {
     pk.pack(std::vector<std::string>{"</s>"});
     pk.pack_false();
     pk.pack_true();
-    pk.pack(std::string());  // chat
+    pk.pack(std::string());            // chat
+    pk.pack(std::vector<int64_t>{2});  // stop_token_ids
+    pk.pack_uint8(3);                  // logprobs
+    pk.pack_double(0.5);               // presence_penalty
+    pk.pack_int64(0);                  // frequency_penalty, as an integer
+    pk.pack_nil();                     // repetition_penalty
+    pk.pack_double(0.1);               // min_p
+    pk.pack_array(1);                  // logit_bias
+    pk.pack_array(2);
+    pk.pack_int64(9);
+    pk.pack_double(-1.5);
+    pk.pack_uint64(2);  // min_tokens
     auto req = decode_client_request({buf.data(), buf.size()});
     const auto& g = std::get<client_generate>(req);
     EXPECT_EQ(g.client_request_id, "abc");
@@ -125,6 +136,14 @@ TEST(ClientProtocol, AcceptsAGenericMsgpackEncoding) {
     EXPECT_EQ(g.top_k, -1);
     EXPECT_FALSE(g.seed.has_value());
     EXPECT_EQ(g.stop, std::vector<std::string>{"</s>"});
+    EXPECT_EQ(g.stop_token_ids, std::vector<int32_t>{2});
+    EXPECT_EQ(g.logprobs, 3u);
+    EXPECT_EQ(g.presence_penalty, 0.5f);
+    EXPECT_EQ(g.frequency_penalty, 0.f);
+    EXPECT_FALSE(g.repetition_penalty.has_value());
+    EXPECT_EQ(g.min_p, 0.1f);
+    EXPECT_EQ(g.logit_bias, (std::vector<std::pair<int32_t, float>>{{9, -1.5f}}));
+    EXPECT_EQ(g.min_tokens, 2u);
 }
 
 TEST(ClientProtocol, RejectsOversizedFrameAndNonArrays) {

@@ -10,7 +10,6 @@
 #include "base/log.hpp"
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
-#include "workers/cuda/worker_kernels.hpp"
 #include "workers/step_validation.hpp"
 
 namespace zmoe {
@@ -316,7 +315,8 @@ void cuda_step_executor::attention(int64_t layer, const step_shape& s) {
     const int32_t qkv_dim = (hq + 2 * hkv) * D;
     bf16* qkv = ws_.qkv.as<bf16>();
     gemm(ws_.xn.as<bf16>(), w.qkv.as<bf16>(), qkv, T, qkv_dim, H);
-    if (!w.qkv_bias.empty()) launch_add_bias(qkv, w.qkv_bias.as<bf16>(), T, qkv_dim, stream_);
+    if (!w.qkv_bias.empty())
+        kernels::launch_add_bias({.y = qkv, .bias = w.qkv_bias.as<bf16>(), .num_tokens = T, .n = qkv_dim}, stream_);
 
     kernels::rope_qk_norm_kv_params r{.qkv = qkv,
                                       .positions = ws_.positions.device,
@@ -333,8 +333,17 @@ void cuda_step_executor::attention(int64_t layer, const step_shape& s) {
                                       .eps = c.rms_norm_eps};
     if (c.clip_qkv > 0.f) {
         // OLMoE clamps after the q/k norms and before RoPE: the fused kernel has no clamp, so norm here.
-        launch_qk_norm_clip(qkv, w.q_norm.as<bf16>(), w.k_norm.as<bf16>(), T, hq, hkv, D,
-                            c.qk_norm == qk_norm_kind::per_head, c.rms_norm_eps, c.clip_qkv, stream_);
+        kernels::launch_qk_norm_clip({.qkv = qkv,
+                                      .q_norm_weight = w.q_norm.as<bf16>(),
+                                      .k_norm_weight = w.k_norm.as<bf16>(),
+                                      .num_tokens = T,
+                                      .num_q_heads = hq,
+                                      .num_kv_heads = hkv,
+                                      .head_dim = D,
+                                      .per_head = c.qk_norm == qk_norm_kind::per_head,
+                                      .eps = c.rms_norm_eps,
+                                      .clip = c.clip_qkv},
+                                     stream_);
     } else if (c.qk_norm != qk_norm_kind::none) {
         r.norm = c.qk_norm == qk_norm_kind::per_head ? kernels::qk_norm_mode::per_head : kernels::qk_norm_mode::whole;
         r.q_norm_weight = w.q_norm.as<bf16>();
@@ -362,7 +371,8 @@ void cuda_step_executor::attention(int64_t layer, const step_shape& s) {
 
     bf16* delta = ws_.delta.as<bf16>();
     gemm(ws_.attn.as<bf16>(), w.o.as<bf16>(), delta, T, H, hq * D);
-    if (!w.o_bias.empty()) launch_add_bias(delta, w.o_bias.as<bf16>(), T, H, stream_);
+    if (!w.o_bias.empty())
+        kernels::launch_add_bias({.y = delta, .bias = w.o_bias.as<bf16>(), .num_tokens = T, .n = H}, stream_);
 }
 
 void cuda_step_executor::dense_mlp(const cuda_mlp& m, const bf16* x, int32_t T, bf16* out) {
@@ -370,7 +380,7 @@ void cuda_step_executor::dense_mlp(const cuda_mlp& m, const bf16* x, int32_t T, 
     bf16* gu = ws_.mlp_gate_up.as<bf16>();
     bf16* act = ws_.mlp_act.as<bf16>();
     gemm(x, m.gate_up.as<bf16>(), gu, T, 2 * I, H);
-    launch_silu_mul(gu, act, T, I, stream_);
+    kernels::launch_silu_mul({.gate_up = gu, .out = act, .num_tokens = T, .n = I}, stream_);
     gemm(act, m.down.as<bf16>(), out, T, H, I);
 }
 
@@ -413,7 +423,9 @@ void cuda_step_executor::moe(int64_t layer, const step_shape& s) {
         dense_mlp(w.shared, xn, T, shared);
         float* gate = ws_.shared_gate.as<float>();
         gemm(xn, w.shared_gate.as<bf16>(), gate, T, 1, H, true);
-        launch_add_gated(ws_.delta.as<bf16>(), shared, gate, T, H, stream_);
+        kernels::launch_add_gated(
+            {.out = ws_.delta.as<bf16>(), .shared = shared, .gate_logits = gate, .num_tokens = T, .hidden = H},
+            stream_);
     }
 }
 
@@ -502,7 +514,9 @@ void cuda_step_executor::moe_expert_parallel(const cuda_layer& w, int32_t T) {
     if (TK > 0)
         check(cudaMemcpyAsync(plan_d, plan.data(), plan.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
     bf16* send_x = ws_.send_x.as<bf16>();
-    launch_gather_rows(ws_.xn.as<bf16>(), plan_d, send_x, static_cast<int32_t>(TK), H, stream_);
+    kernels::launch_gather_rows(
+        {.in = ws_.xn.as<bf16>(), .rows = plan_d, .out = send_x, .num_rows = static_cast<int32_t>(TK), .hidden = H},
+        stream_);
 
     // Dispatch: every rank takes part, with zero rows too.
     const std::vector<int64_t> recv_rows = comm_->exchange_counts(send_rows, stream_);
@@ -651,7 +665,8 @@ void cuda_step_executor::forward(const step_shape& s) {
                               .eps = c.rms_norm_eps},
                              stream_);
     bf16* last = ws_.last_rows.as<bf16>();
-    launch_gather_rows(xn, ws_.logit_rows.device, last, R, H, stream_);
+    kernels::launch_gather_rows({.in = xn, .rows = ws_.logit_rows.device, .out = last, .num_rows = R, .hidden = H},
+                                stream_);
     gemm(last, weights_.head().as<bf16>(), ws_.logits.as<float>(), R, V, H, true);
     sample(s);
 }
