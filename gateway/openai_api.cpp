@@ -129,11 +129,15 @@ openai_request parse_openai_request(const std::string& text, endpoint_kind kind)
     max_tokens = int_field(body, "max_completion_tokens", 1, 1 << 24, max_tokens);
     // Chat without a limit: up to the context; the frontend refuses what does not fit, so pick a large default.
     g.max_tokens = static_cast<uint32_t>(max_tokens > 0 ? max_tokens : 1024);
-    g.temperature = static_cast<float>(number_field(body, "temperature", 0.0, 2.0, 1.0));
-    const double top_p = number_field(body, "top_p", 0.0, 1.0, 1.0);
-    if (top_p <= 0.0) bad("'top_p' must be in (0, 1]", "top_p");
-    g.top_p = static_cast<float>(top_p);
-    g.top_k = static_cast<int32_t>(int_field(body, "top_k", -1, 1 << 30, 0));
+    // Absent sampling fields stay nil: the frontend applies the model's generation_config.json defaults.
+    if (field(body, "temperature"))
+        g.temperature = static_cast<float>(number_field(body, "temperature", 0.0, 2.0, 1.0));
+    if (field(body, "top_p")) {
+        const double top_p = number_field(body, "top_p", 0.0, 1.0, 1.0);
+        if (top_p <= 0.0) bad("'top_p' must be in (0, 1]", "top_p");
+        g.top_p = static_cast<float>(top_p);
+    }
+    if (field(body, "top_k")) g.top_k = static_cast<int32_t>(int_field(body, "top_k", -1, 1 << 30, 0));
     if (const ojson* s = field(body, "seed")) {
         if (!s->is_number_integer()) bad("'seed' must be an integer", "seed");
         g.seed = static_cast<uint64_t>(s->get<int64_t>());

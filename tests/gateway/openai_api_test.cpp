@@ -24,9 +24,9 @@ TEST(OpenaiApi, CompletionFieldsReachTheGenerateRequest) {
         endpoint_kind::completion);
     EXPECT_EQ(std::get<std::string>(r.generate.prompt), "Hi");
     EXPECT_EQ(r.generate.max_tokens, 7u);
-    EXPECT_FLOAT_EQ(r.generate.temperature, 0.5f);
-    EXPECT_FLOAT_EQ(r.generate.top_p, 0.9f);
-    EXPECT_EQ(r.generate.top_k, 5);
+    EXPECT_EQ(r.generate.temperature, std::optional<float>(0.5f));
+    EXPECT_EQ(r.generate.top_p, std::optional<float>(0.9f));
+    EXPECT_EQ(r.generate.top_k, std::optional<int32_t>(5));
     EXPECT_EQ(r.generate.seed, 3u);
     EXPECT_EQ(r.generate.stop, (std::vector<std::string>{"\n", "x"}));
     EXPECT_TRUE(r.generate.ignore_eos && r.stream && r.generate.stream && r.include_usage);
@@ -35,6 +35,9 @@ TEST(OpenaiApi, CompletionFieldsReachTheGenerateRequest) {
     const auto ids = parse_openai_request(R"({"prompt": [1, 2, 3]})", endpoint_kind::completion);
     EXPECT_EQ(std::get<std::vector<int32_t>>(ids.generate.prompt), (std::vector<int32_t>{1, 2, 3}));
     EXPECT_EQ(ids.generate.max_tokens, 16u);  // OpenAI's default for completions
+    // Sampling fields left out stay nil, so the model's generation_config.json defaults apply in the frontend.
+    EXPECT_FALSE(ids.generate.temperature.has_value() || ids.generate.top_p.has_value() ||
+                 ids.generate.top_k.has_value());
 }
 
 TEST(OpenaiApi, ChatRequestCarriesMessagesToolsAndKwargsInOrder) {
