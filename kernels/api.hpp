@@ -169,6 +169,33 @@ struct moe_route_params {
 void launch_moe_route(const moe_route_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
+// Expert parallelism: the fixed-capacity dispatch plan, made on the device
+
+/// Most ranks launch_ep_dispatch_plan plans for.
+constexpr int32_t kMaxEpRanks = 32;
+
+struct ep_dispatch_plan_params {
+    const int32_t* slot_ids = nullptr;  // [num_tokens, top_k]: global slots in [0, num_ranks * slots_per_rank)
+    int32_t* send_token = nullptr;      // [num_ranks, capacity]: the token each send row carries; 0 if unused
+    int32_t* send_slot = nullptr;       // [num_ranks, capacity]: the row's slot on its rank; slots_per_rank if unused
+    int32_t* src_row = nullptr;         // [num_tokens, top_k]: the send row carrying (t, k); 0 if it did not fit
+    int32_t* send_counts = nullptr;     // [num_ranks] or nullptr: the rows each rank was due (may exceed capacity)
+    int32_t* overflow = nullptr;        // [1]: set to 1 when a rank was due more than capacity rows (never cleared)
+    int32_t num_tokens = 0;
+    int32_t top_k = 0;
+    int32_t num_ranks = 0;  ///< 1..kMaxEpRanks
+    int32_t slots_per_rank = 0;
+    int32_t capacity = 0;  ///< send rows per destination rank, >= 1
+};
+
+/// Rank d's send rows [d * capacity, (d + 1) * capacity) carry, in (token, k) order, the choices whose slot lies
+/// on d (slot / slots_per_rank == d), each with its local slot (slot % slots_per_rank); rows past what d is due
+/// carry token 0 and slot slots_per_rank (an empty "expert" the receiver skips). Choices past a rank's capacity
+/// are not carried: src_row 0 and *overflow = 1, for the caller to redo the step on an exact path. One block: the
+/// same plan the host would make, with no copy to the host, so it can be captured in a CUDA graph.
+void launch_ep_dispatch_plan(const ep_dispatch_plan_params& p, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------
 // Token permutation into expert-contiguous order, and the weighted combine back
 
 /// Upper bound on the rows of the permuted buffer: every expert's group padded to a multiple of row_align.
@@ -248,12 +275,12 @@ struct sample_params {
     int32_t num_seqs = 0;
     int32_t vocab_size = 0;
     // Logits processing; read only for sequences that has_processing().
-    float* processed = nullptr;           // [num_seqs, vocab_size] scratch: the processed rows
-    uint32_t* counts = nullptr;           // [num_seqs, vocab_size] scratch: token counts of rows with penalties
-    const int32_t* history = nullptr;     // [sum of num_prompt + num_output]
-    const int32_t* bias_ids = nullptr;    // [sum of num_bias]
-    const float* bias_values = nullptr;   // [sum of num_bias]
-    const int32_t* banned = nullptr;      // [sum of num_banned]
+    float* processed = nullptr;          // [num_seqs, vocab_size] scratch: the processed rows
+    uint32_t* counts = nullptr;          // [num_seqs, vocab_size] scratch: token counts of rows with penalties
+    const int32_t* history = nullptr;    // [sum of num_prompt + num_output]
+    const int32_t* bias_ids = nullptr;   // [sum of num_bias]
+    const float* bias_values = nullptr;  // [sum of num_bias]
+    const int32_t* banned = nullptr;     // [sum of num_banned]
     // Logprobs; written only for sequences with num_logprobs >= 0.
     float* token_logprobs = nullptr;  // [num_seqs]: raw logprob of the sampled token
     int32_t* top_ids = nullptr;       // [num_seqs, kMaxLogprobs]: the first num_logprobs entries

@@ -37,6 +37,12 @@ struct executor_options {
     int rank = 0;
     expert_comm* comm = nullptr;  ///< CPU expert-parallel collective (not owned)
     std::string collective_id;    ///< CUDA: the NCCL unique id bytes rank 0 made (welcome)
+    /// CUDA expert parallelism: the fixed exchange window per rank is this × the even share of a step's rows
+    /// (cuda_ep_exchange::capacity_for); a step that overflows it is redone on the exact path. 0: the default.
+    double ep_capacity_factor = 0;
+    /// Benchmarks only (CUDA expert parallelism): the fixed exchange's transfers become local copies of the same
+    /// bytes, to time a step without its all-to-all; the results are wrong.
+    bool ep_skip_transfers = false;
     int world_size() const { return config.workers; }
 };
 

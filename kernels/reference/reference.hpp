@@ -56,6 +56,12 @@ void router_topk(const float* logits, int32_t* topk_ids, float* topk_weights, in
 void moe_route(const int32_t* topk_ids, const int32_t* replica_offsets, const int32_t* replica_slots, int32_t num_valid,
                int32_t* slot_ids, int32_t* counts, int32_t num_tokens, int32_t top_k);
 
+/// See launch_ep_dispatch_plan: send_token/send_slot [num_ranks * capacity], src_row [num_tokens * top_k],
+/// send_counts [num_ranks]; returns whether a rank was due more than capacity rows.
+bool ep_dispatch_plan(const int32_t* slot_ids, int32_t num_tokens, int32_t top_k, int32_t num_ranks,
+                      int32_t slots_per_rank, int32_t capacity, int32_t* send_token, int32_t* send_slot,
+                      int32_t* src_row, int32_t* send_counts);
+
 /// See launch_moe_permute (the plan part): expert_offsets [E+1], dest_rows [T*k], row_token [max_rows].
 void moe_permute_plan(const int32_t* topk_ids, int32_t num_tokens, int32_t top_k, int32_t num_experts,
                       int32_t row_align, int32_t max_rows, int32_t* expert_offsets, int32_t* dest_rows,
@@ -92,8 +98,8 @@ int32_t process_and_sample(const float* logits, int32_t vocab_size, const sample
                            const sample_inputs& in);
 
 /// See launch_sample: the raw log-softmax of `token` and of the k largest logits (descending, lower id on ties).
-void logprobs(const float* logits, int32_t vocab_size, int32_t token, int32_t k, float* token_logprob,
-              int32_t* top_ids, float* top_logprobs);
+void logprobs(const float* logits, int32_t vocab_size, int32_t token, int32_t k, float* token_logprob, int32_t* top_ids,
+              float* top_logprobs);
 
 /// Row-major y[m, n] = x[m, k] . w[n, k]^T, accumulated in double.
 void gemm(const float* x, const float* w, float* y, int32_t m, int32_t n, int32_t k);

@@ -1,6 +1,9 @@
 // Expert parallelism over NCCL: 2 and 4 GPUs (one thread per rank, each with its own GPU and communicator) must
 // generate the 1-GPU tokens, with every rank's own (data-parallel) sequences, a rank with no sequences at all,
-// redundant replicas, and EPLB moves that carry expert weights between GPUs. Skipped where too few GPUs are visible.
+// redundant replicas, and EPLB moves that carry expert weights between GPUs; with decode graphs (the fixed-capacity
+// exchange, counts on the device), eagerly with the exact host-planned exchange, with dual-batch overlap forced on
+// every step, and with a fixed window too small for the routing (every overflowing step redone on the exact path).
+// Skipped where too few GPUs are visible.
 //
 // Ranks batch different sequences, so their GEMMs may pick other cuBLASLt algorithms than the 1-GPU run: tokens
 // are compared up to the first step whose 1-GPU top-2 margin is below kSelfMargin, logits within kSelfTolerance.
@@ -11,8 +14,8 @@
 #include <thread>
 
 #include "cuda_test_util.hpp"
-#include "workers/cuda/cuda_step_executor.hpp"
 #include "messages/expert_placement.hpp"
+#include "workers/cuda/cuda_step_executor.hpp"
 
 namespace zmoe::cuda {
 namespace {
@@ -22,7 +25,7 @@ using zmoe::testing::step_driver;
 
 constexpr double kSelfTolerance = 0.01;
 constexpr double kSelfMargin = 0.02;
-constexpr int64_t kNewTokens = 4;
+constexpr int64_t kNewTokens = 6;
 
 int visible_gpus() {
     int n = 0;
@@ -34,11 +37,20 @@ struct ep_run {
     int world = 1;
     int active = 1;                               ///< ranks given sequences (prompt i on rank i % active)
     const expert_placement* placement = nullptr;  ///< null: the default placement
-    std::vector<expert_slot_move> moves;          ///< applied on every rank before the first step
+    std::vector<expert_slot_move> moves{};        ///< applied on every rank before the first step
+    bool dual = false;                            ///< dual-batch overlap on every step
+    double capacity_factor = 0;                   ///< executor_options::ep_capacity_factor
+    bool eager = false;                           ///< --enforce-eager
+    int32_t max_num_seqs = 0;                     ///< 0: the default
+};
+
+/// What each rank's executor reports after a run.
+struct ep_stats {
+    int64_t graph_replays = 0, dual_batch_steps = 0, overflow_steps = 0;
 };
 
 std::vector<step_driver> run_expert_parallel(const std::string& dir, const std::vector<ref_prompt>& prompts,
-                                             const ep_run& run) {
+                                             const ep_run& run, std::vector<ep_stats>* stats = nullptr) {
     setenv("NCCL_NVLS_ENABLE", "0", 1);  // NVLink multicast stays off
     const model_config c = model_config::load(dir);
     const expert_placement placement =
@@ -50,19 +62,29 @@ std::vector<step_driver> run_expert_parallel(const std::string& dir, const std::
     for (const step_driver& d : drivers) steps = std::max(steps, steps_needed(d));
     const std::string id = make_collective_id("cuda");
     std::vector<std::string> errors(run.world);
+    if (stats) stats->assign(run.world, {});
     std::vector<std::thread> threads;
     for (int r = 0; r < run.world; ++r) {
         threads.emplace_back([&, r] {
             try {
-                cuda_step_executor ex(cuda_options(dir, r, run.world, id), placement);
+                executor_options o = cuda_options(dir, r, run.world, id);
+                o.ep_capacity_factor = run.capacity_factor;
+                o.config.enforce_eager = run.eager;
+                if (run.max_num_seqs > 0) o.config.max_num_seqs = run.max_num_seqs;
+                cuda_step_executor ex(o, placement);
                 EXPECT_EQ(ex.device(), r);
                 if (!run.moves.empty()) ex.apply_expert_moves(run.moves);
                 for (int s = 0; s < steps; ++s) {
-                    const step_request q = drivers[r].next();  // empty once this rank's sequences are done
+                    step_request q = drivers[r].next();  // empty once this rank's sequences are done
+                    q.dual_batch = run.dual;             // the engine core sets it for every rank alike
                     std::vector<std::vector<float>> logits;
                     const step_result res = ex.execute(q, &logits);
                     drivers[r].record(q, res, logits);
                 }
+                if (stats)
+                    (*stats)[r] = {.graph_replays = ex.graph_replays(),
+                                   .dual_batch_steps = ex.dual_batch_steps(),
+                                   .overflow_steps = ex.ep_overflow_steps()};
             } catch (const std::exception& e) {
                 errors[r] = e.what();  // the other ranks hang in NCCL: the test's timeout reports it
             }
@@ -103,10 +125,54 @@ TEST_P(CudaExpertParallel, TwoAndFourGpusMatchOne) {
             continue;
         }
         const int active = world == 4 ? 3 : world;  // world 4: rank 3 runs empty steps only
-        std::vector<step_driver> drivers = run_expert_parallel(dir_, prompts_, {world, active, nullptr, {}});
+        std::vector<ep_stats> stats;
+        std::vector<step_driver> drivers =
+            run_expert_parallel(dir_, prompts_, {.world = world, .active = active}, &stats);
         expect_matches_single(drivers, active, "world " + std::to_string(world));
+        for (int r = 0; r < world; ++r) {
+            EXPECT_GT(stats[r].graph_replays, 0) << "world " << world << " rank " << r << ": no decode graph replayed";
+            EXPECT_EQ(stats[r].graph_replays, stats[0].graph_replays) << "ranks must replay together";
+        }
     }
     if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs";
+}
+
+// Eager steps: prefills longer than --max-num-seqs take the exact (host-planned) exchange, the rest the fixed one.
+TEST_P(CudaExpertParallel, EagerExactAndFixedPathsMatchOne) {
+    if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs";
+    std::vector<ep_stats> stats;
+    std::vector<step_driver> drivers =
+        run_expert_parallel(dir_, prompts_, {.world = 2, .active = 2, .eager = true, .max_num_seqs = 4}, &stats);
+    expect_matches_single(drivers, 2, "eager");
+    EXPECT_EQ(stats[0].graph_replays, 0);
+}
+
+// Dual-batch overlap forced on every step (as --enable-dbo with thresholds 1): graphs and eager steps both split.
+TEST_P(CudaExpertParallel, DualBatchOverlapMatchesOne) {
+    for (int world : {2, 4}) {
+        if (visible_gpus() < world) continue;
+        std::vector<ep_stats> stats;
+        std::vector<step_driver> drivers =
+            run_expert_parallel(dir_, prompts_, {.world = world, .active = world, .dual = true}, &stats);
+        expect_matches_single(drivers, world, "dual batch, world " + std::to_string(world));
+        EXPECT_GT(stats[0].dual_batch_steps, 0);
+        EXPECT_GT(stats[0].graph_replays, 0);
+    }
+    if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs";
+}
+
+// A fixed window far below the routing's needs: every overflowing step is redone on the exact path by all ranks, and
+// no token is lost.
+TEST_P(CudaExpertParallel, OverflowingFixedWindowStillMatchesOne) {
+    if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs";
+    for (const bool dual : {false, true}) {
+        std::vector<ep_stats> stats;
+        std::vector<step_driver> drivers = run_expert_parallel(
+            dir_, prompts_, {.world = 2, .active = 2, .dual = dual, .capacity_factor = 0.01}, &stats);
+        expect_matches_single(drivers, 2, dual ? "overflow, dual batch" : "overflow");
+        EXPECT_GT(stats[0].overflow_steps, 0) << "the window never overflowed: the test proves nothing";
+        EXPECT_EQ(stats[0].overflow_steps, stats[1].overflow_steps) << "ranks must redo the same steps";
+    }
 }
 
 // Rank 0 holds every expert in reverse order, rank 1 replicas of the even ones; then EPLB moves swap the first
@@ -116,13 +182,14 @@ TEST_P(CudaExpertParallel, ReplicasAndMovesAcrossGpusMatchOne) {
     const model_config c = model_config::load(dir_);
     const auto E = static_cast<int32_t>(c.num_experts);
     std::vector<int32_t> row;
-    for (int32_t e = E - 1; e >= 0; --e) row.push_back(e);                    // rank 0: all, reversed
+    for (int32_t e = E - 1; e >= 0; --e) row.push_back(e);                  // rank 0: all, reversed
     for (int32_t e = 0; e < E; ++e) row.push_back(e % 2 == 0 ? e : e - 1);  // rank 1: the even experts, twice
     const expert_placement placement{.num_experts = E,
                                      .num_ranks = 2,
                                      .slots_per_rank = E,
                                      .physical_to_logical = std::vector(static_cast<size_t>(c.num_moe_layers()), row)};
-    std::vector<step_driver> replicas = run_expert_parallel(dir_, prompts_, {2, 2, &placement, {}});
+    std::vector<step_driver> replicas =
+        run_expert_parallel(dir_, prompts_, {.world = 2, .active = 2, .placement = &placement});
     expect_matches_single(replicas, 2, "replicas");
 
     std::vector<expert_slot_move> moves;
@@ -131,8 +198,12 @@ TEST_P(CudaExpertParallel, ReplicasAndMovesAcrossGpusMatchOne) {
         moves.push_back({l, 0, row.back(), 1, last});   // rank 1's last slot -> rank 0's first
         moves.push_back({l, last, row.front(), 0, 0});  // and back
     }
-    std::vector<step_driver> moved = run_expert_parallel(dir_, prompts_, {2, 2, &placement, moves});
+    // After the moves, with graphs and dual-batch overlap on: the graphs keep the slots' addresses.
+    std::vector<ep_stats> stats;
+    std::vector<step_driver> moved = run_expert_parallel(
+        dir_, prompts_, {.world = 2, .active = 2, .placement = &placement, .moves = moves, .dual = true}, &stats);
     expect_matches_single(moved, 2, "after moves");
+    EXPECT_GT(stats[0].graph_replays, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaExpertParallel, ::testing::Values("qwen3_moe", "qwen2_moe", "mixtral", "olmoe"),

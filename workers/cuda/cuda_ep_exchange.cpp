@@ -1,5 +1,8 @@
 #include "workers/cuda/cuda_ep_exchange.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 #include "base/check.hpp"
 #include "kernels/cuda_check.hpp"
 
@@ -18,17 +21,170 @@ std::vector<int64_t> bytes_of(const std::vector<int64_t>& rows, int64_t per_row)
 
 cuda_ep_exchange::cuda_ep_exchange(const ep_exchange_params& p) : p_(p) {
     ZMOE_CHECK(p_.comm != nullptr && p_.ws != nullptr, "expert-parallel exchange without a communicator");
+    world_ = p_.comm->world_size();
+    max_capacity_ = std::max(p_.max_fixed_tokens, 0) * p_.top_k;
+    const size_t rows = size_t(world_) * max_capacity_, H = size_t(p_.hidden), i32 = sizeof(int32_t);
+    const size_t max_tk = size_t(std::max(p_.max_fixed_tokens, 0)) * p_.top_k;
+    for (lane_buffers& l : lanes_) {
+        if (max_capacity_ > 0) {
+            l.send_token = device_buffer(rows * i32);
+            l.send_slot = device_buffer(rows * i32);
+            l.src_row = device_buffer(max_tk * i32);
+            l.send_counts = device_buffer(size_t(world_) * i32);
+            l.send_x = device_buffer(rows * H * sizeof(bf16));
+            l.recv_x = device_buffer(rows * H * sizeof(bf16));
+            l.recv_slot = device_buffer(rows * i32);
+            l.y_recv = device_buffer(rows * H * sizeof(bf16));
+            l.y_back = device_buffer(rows * H * sizeof(bf16));
+        }
+        for (cudaEvent_t* e : {&l.gathered, &l.dispatched, &l.computed, &l.combined})
+            ZMOE_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+    }
+    overflow_ = device_buffer(sizeof(int32_t));
+    ZMOE_CUDA_CHECK(cudaMemset(overflow_.as<void>(), 0, sizeof(int32_t)));
+    ZMOE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&overflow_host_), sizeof(int32_t)));
+    *overflow_host_ = 0;
 }
 
-int64_t cuda_ep_exchange::dispatch(const ep_dispatch_params& p, cudaStream_t stream) {
+cuda_ep_exchange::~cuda_ep_exchange() {
+    for (lane_buffers& l : lanes_)
+        for (cudaEvent_t e : {l.gathered, l.dispatched, l.computed, l.combined})
+            if (e) cudaEventDestroy(e);
+    if (overflow_host_) cudaFreeHost(overflow_host_);
+}
+
+int32_t cuda_ep_exchange::capacity_for(int32_t max_tokens, double factor) const {
+    if (max_tokens > p_.max_fixed_tokens) return 0;
+    const int64_t tk = int64_t(std::max(max_tokens, 1)) * p_.top_k;
+    auto c = static_cast<int64_t>(std::ceil(factor * static_cast<double>(tk) / world_));
+    c = (std::max<int64_t>(c, 1) + 7) / 8 * 8;
+    return static_cast<int32_t>(std::min<int64_t>({c, tk, max_capacity_}));
+}
+
+void cuda_ep_exchange::begin_step(cudaStream_t stream) {
+    ZMOE_CUDA_CHECK(cudaMemsetAsync(overflow_.as<void>(), 0, sizeof(int32_t), stream));
+}
+
+void cuda_ep_exchange::end_step(cudaStream_t stream) {
+    p_.comm->all_reduce_max(overflow_.as<int32_t>(), 1, stream);
+    ZMOE_CUDA_CHECK(
+        cudaMemcpyAsync(overflow_host_, overflow_.as<void>(), sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+}
+
+bool cuda_ep_exchange::overflowed() const { return *overflow_host_ != 0; }
+
+void cuda_ep_exchange::transfer(const void* send, void* recv, int64_t chunk_bytes, cudaStream_t stream) {
+    if (skip_transfers_) {
+        ZMOE_CUDA_CHECK(cudaMemcpyAsync(recv, send, chunk_bytes * world_, cudaMemcpyDeviceToDevice, stream));
+        return;
+    }
+    const std::vector<int64_t> bytes(world_, chunk_bytes);
+    p_.comm->all_to_all(send, bytes, recv, bytes, stream);
+}
+
+void cuda_ep_exchange::dispatch(const ep_dispatch_params& p, cudaStream_t compute, cudaStream_t comm) {
+    ZMOE_CHECK(p.lane == 0 || p.lane == 1, "lane " << p.lane);
+    lane_buffers& l = lanes_[p.lane];
+    l.capacity = p.capacity;
+    l.slots_per_rank = p.slots_per_rank;
+    l.two_streams = comm != compute;
+    if (p.capacity == 0) {
+        ZMOE_CHECK(p.lane == 0, "the exact path has one lane");
+        dispatch_exact(p, compute);
+        return;
+    }
+    ZMOE_CHECK(p.capacity <= max_capacity_, "capacity " << p.capacity << " over " << max_capacity_);
+    ZMOE_CHECK(p.num_tokens <= p_.max_fixed_tokens, p.num_tokens << " tokens on the fixed path");
+    const int32_t C = p.capacity, H = p_.hidden;
+    kernels::launch_ep_dispatch_plan({.slot_ids = p.slot_ids,
+                                      .send_token = l.send_token.as<int32_t>(),
+                                      .send_slot = l.send_slot.as<int32_t>(),
+                                      .src_row = l.src_row.as<int32_t>(),
+                                      .send_counts = l.send_counts.as<int32_t>(),
+                                      .overflow = overflow_.as<int32_t>(),
+                                      .num_tokens = p.num_tokens,
+                                      .top_k = p_.top_k,
+                                      .num_ranks = world_,
+                                      .slots_per_rank = p.slots_per_rank,
+                                      .capacity = C},
+                                     compute);
+    kernels::launch_gather_rows({.in = p.x,
+                                 .rows = l.send_token.as<int32_t>(),
+                                 .out = l.send_x.as<bf16>(),
+                                 .num_rows = world_ * C,
+                                 .hidden = H},
+                                compute);
+    if (comm != compute) {
+        ZMOE_CUDA_CHECK(cudaEventRecord(l.gathered, compute));
+        ZMOE_CUDA_CHECK(cudaStreamWaitEvent(comm, l.gathered, 0));
+    }
+    // The rows and their slots: one NCCL group each, fixed sizes.
+    transfer(l.send_x.as<void>(), l.recv_x.as<void>(), int64_t(C) * H * sizeof(bf16), comm);
+    transfer(l.send_slot.as<void>(), l.recv_slot.as<void>(), int64_t(C) * sizeof(int32_t), comm);
+    if (comm != compute) ZMOE_CUDA_CHECK(cudaEventRecord(l.dispatched, comm));
+}
+
+ep_received cuda_ep_exchange::received(int lane, cudaStream_t compute) {
+    lane_buffers& l = lanes_[lane];
+    cuda_workspace& ws = *p_.ws;
+    if (l.capacity == 0) {
+        int64_t R = 0;
+        for (int64_t n : recv_rows_) R += n;
+        return {.x = ws.recv_x.as<bf16>(),
+                .slots = ws.recv_slot.as<int32_t>(),
+                .rows = static_cast<int32_t>(R),
+                .num_slots = l.slots_per_rank,
+                .y = ws.y_recv.as<bf16>()};
+    }
+    if (l.two_streams) ZMOE_CUDA_CHECK(cudaStreamWaitEvent(compute, l.dispatched, 0));
+    return {.x = l.recv_x.as<bf16>(),
+            .slots = l.recv_slot.as<int32_t>(),
+            .rows = world_ * l.capacity,
+            .num_slots = l.slots_per_rank + 1,
+            .y = l.y_recv.as<bf16>()};
+}
+
+void cuda_ep_exchange::combine(const ep_combine_params& p, cudaStream_t compute, cudaStream_t comm) {
+    lane_buffers& l = lanes_[p.lane];
+    const int64_t row_bytes = int64_t(p_.hidden) * sizeof(bf16);
+    if (l.capacity == 0) {
+        cuda_workspace& ws = *p_.ws;
+        p_.comm->all_to_all(ws.y_recv.as<void>(), bytes_of(recv_rows_, row_bytes), ws.y_back.as<void>(),
+                            bytes_of(send_rows_, row_bytes), compute);
+        return;
+    }
+    if (comm != compute) {
+        ZMOE_CUDA_CHECK(cudaEventRecord(l.computed, compute));
+        ZMOE_CUDA_CHECK(cudaStreamWaitEvent(comm, l.computed, 0));
+    }
+    transfer(l.y_recv.as<void>(), l.y_back.as<void>(), int64_t(l.capacity) * row_bytes, comm);
+    if (comm != compute) ZMOE_CUDA_CHECK(cudaEventRecord(l.combined, comm));
+}
+
+void cuda_ep_exchange::finish_combine(const ep_combine_params& p, cudaStream_t compute) {
+    lane_buffers& l = lanes_[p.lane];
+    const bool exact = l.capacity == 0;
+    if (!exact && l.two_streams) ZMOE_CUDA_CHECK(cudaStreamWaitEvent(compute, l.combined, 0));
+    if (p.num_tokens == 0) return;
+    const int64_t TK = int64_t(p.num_tokens) * p_.top_k;
+    kernels::launch_moe_combine({.y = exact ? p_.ws->y_back.as<bf16>() : l.y_back.as<bf16>(),
+                                 .dest_rows = exact ? p_.ws->moe_plan.as<int32_t>() + 2 * TK : l.src_row.as<int32_t>(),
+                                 .topk_weights = p.topk_weights,
+                                 .out = p.out,
+                                 .num_tokens = p.num_tokens,
+                                 .top_k = p_.top_k,
+                                 .hidden = p_.hidden},
+                                compute);
+}
+
+void cuda_ep_exchange::dispatch_exact(const ep_dispatch_params& p, cudaStream_t stream) {
     // Plan on the host from the slots launch_moe_route chose. plan = [token of each sent row | its slot on the
     // destination rank | for each (token, k) the sent row holding it]; rows are grouped by destination rank, in
     // (token, k) order.
     cuda_workspace& ws = *p_.ws;
     const int32_t H = p_.hidden, K = p_.top_k, S = p.slots_per_rank;
-    const int world = p_.comm->world_size();
     const int64_t TK = int64_t(p.num_tokens) * K;
-    send_rows_.assign(world, 0);
+    send_rows_.assign(world_, 0);
     std::vector<int32_t> plan(3 * TK);
     if (TK > 0) {
         std::vector<int32_t> slot_h(TK);
@@ -36,11 +192,11 @@ int64_t cuda_ep_exchange::dispatch(const ep_dispatch_params& p, cudaStream_t str
             cudaMemcpyAsync(slot_h.data(), p.slot_ids, TK * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
         ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
         for (int64_t i = 0; i < TK; ++i) {
-            ZMOE_CHECK(slot_h[i] >= 0 && slot_h[i] < S * world, "routed to slot " << slot_h[i]);
+            ZMOE_CHECK(slot_h[i] >= 0 && slot_h[i] < S * world_, "routed to slot " << slot_h[i]);
             ++send_rows_[slot_h[i] / S];
         }
-        std::vector<int64_t> next(world, 0);
-        for (int r = 1; r < world; ++r) next[r] = next[r - 1] + send_rows_[r - 1];
+        std::vector<int64_t> next(world_, 0);
+        for (int r = 1; r < world_; ++r) next[r] = next[r - 1] + send_rows_[r - 1];
         for (int64_t i = 0; i < TK; ++i) {
             const int64_t pos = next[slot_h[i] / S]++;
             plan[pos] = static_cast<int32_t>(i / K);
@@ -66,25 +222,6 @@ int64_t cuda_ep_exchange::dispatch(const ep_dispatch_params& p, cudaStream_t str
                         stream);
     p_.comm->all_to_all(plan_d + TK, bytes_of(send_rows_, sizeof(int32_t)), ws.recv_slot.as<int32_t>(),
                         bytes_of(recv_rows_, sizeof(int32_t)), stream);
-    return R;
-}
-
-void cuda_ep_exchange::combine(const ep_combine_params& p, cudaStream_t stream) {
-    cuda_workspace& ws = *p_.ws;
-    const int32_t H = p_.hidden, K = p_.top_k;
-    const int64_t TK = int64_t(p.num_tokens) * K;
-    const int64_t row_bytes = int64_t(H) * sizeof(bf16);
-    bf16* y_back = ws.y_back.as<bf16>();
-    p_.comm->all_to_all(p.y_recv, bytes_of(recv_rows_, row_bytes), y_back, bytes_of(send_rows_, row_bytes), stream);
-    if (p.num_tokens == 0) return;
-    kernels::launch_moe_combine({.y = y_back,
-                                 .dest_rows = ws.moe_plan.as<int32_t>() + 2 * TK,
-                                 .topk_weights = p.topk_weights,
-                                 .out = p.out,
-                                 .num_tokens = p.num_tokens,
-                                 .top_k = K,
-                                 .hidden = H},
-                                stream);
 }
 
 }  // namespace zmoe::cuda

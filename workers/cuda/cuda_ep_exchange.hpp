@@ -3,61 +3,126 @@
 // holds its slot) and combine (the expert outputs back to the token's own rank, summed with the routing weights),
 // over the world's NCCL communicator. Between the two, the caller runs this rank's experts over the received rows.
 //
-// Every call is a collective: all ranks make the same calls in the same order, with zero tokens too.
+// Two ways to exchange, chosen per call by ep_dispatch_params::capacity:
+// - exact (capacity 0): the plan is made on the host from the slot ids (one device→host copy per layer, then a
+//   count exchange), and exactly the rows due travel. Not capturable; never drops a row.
+// - fixed (capacity C > 0): the plan is made on the device (launch_ep_dispatch_plan) into a window of C rows per
+//   destination rank, and every rank sends and receives world × C rows whatever the routing: no host round trip,
+//   so a CUDA graph can hold it. Unused rows carry the slot slots_per_rank, an empty "expert" the receiver permutes
+//   past its last group and never computes. A choice beyond a window is not sent and sets the step's overflow flag
+//   (all-reduced over the ranks in end_step): the caller must then redo the step on the exact path.
+//
+// Dual-batch overlap: two lanes (micro-batches) with their own fixed buffers; plan and gather run on the compute
+// stream, the NCCL transfers on the communication stream, ordered by events, so that one lane's transfers overlap
+// the other lane's expert computation. With one stream for both, the events are skipped.
+//
+// Every dispatch/combine/end_step is a collective: all ranks make the same calls in the same order with the same
+// capacities, with zero tokens too.
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
 #include "kernels/api.hpp"
 #include "workers/cuda/cuda_workspace.hpp"
+#include "workers/cuda/device_buffer.hpp"
 #include "workers/cuda/nccl_comm.hpp"
 
 namespace zmoe::cuda {
 
-/// What an exchange is built over; both references must outlive it.
+/// What an exchange is built over; the pointers must outlive it.
 struct ep_exchange_params {
     nccl_comm* comm = nullptr;     ///< the world's communicator (world_size > 1)
-    cuda_workspace* ws = nullptr;  ///< send_x, recv_x, recv_slot, y_recv, y_back, moe_plan (world_size > 1)
+    cuda_workspace* ws = nullptr;  ///< the exact path's buffers (send_x, recv_x, recv_slot, y_recv, y_back, moe_plan)
     int32_t hidden = 0;
     int32_t top_k = 0;
+    int32_t max_fixed_tokens = 0;  ///< most tokens of one lane on the fixed path (sizes its buffers; 0: none)
 };
 
 /// One MoE layer's dispatch input.
 struct ep_dispatch_params {
     const int32_t* slot_ids = nullptr;  // [num_tokens, top_k]: global slot (rank * slots_per_rank + local slot)
     const kernels::bf16* x = nullptr;   // [num_tokens, hidden]: the normalised hidden states
-    int32_t num_tokens = 0;             ///< this rank's tokens (0: still joins the exchange)
+    int32_t num_tokens = 0;             ///< this rank's tokens in this lane (0: still joins the exchange)
     int32_t slots_per_rank = 0;         ///< slots of this layer on every rank
+    int32_t capacity = 0;               ///< rows per destination rank (fixed path); 0: the exact path
+    int lane = 0;                       ///< 0 or 1 (dual-batch overlap's micro-batch); the exact path has lane 0 only
+};
+
+/// The rows this rank received in one dispatch, for its experts.
+struct ep_received {
+    const kernels::bf16* x = nullptr;  // [rows, hidden]
+    const int32_t* slots = nullptr;    // [rows]: local slots in [0, num_slots)
+    int32_t rows = 0;                  ///< exact: the rows due; fixed: world × capacity
+    int32_t num_slots = 0;       ///< exact: slots_per_rank; fixed: slots_per_rank + 1 (the last one is unused rows)
+    kernels::bf16* y = nullptr;  // [rows, hidden]: where the caller writes the expert output of each row
 };
 
 /// One MoE layer's combine input.
 struct ep_combine_params {
-    const kernels::bf16* y_recv = nullptr;  // [received rows, hidden]: this rank's expert output per received row
-    const float* topk_weights = nullptr;    // [num_tokens, top_k]
-    kernels::bf16* out = nullptr;           // [num_tokens, hidden]
-    int32_t num_tokens = 0;                 ///< as given to the matching dispatch
+    const float* topk_weights = nullptr;  // [num_tokens, top_k]
+    kernels::bf16* out = nullptr;         // [num_tokens, hidden]
+    int32_t num_tokens = 0;               ///< as given to the matching dispatch
+    int lane = 0;
 };
 
 class cuda_ep_exchange {
   public:
     explicit cuda_ep_exchange(const ep_exchange_params& p);
+    ~cuda_ep_exchange();
+    cuda_ep_exchange(const cuda_ep_exchange&) = delete;
+    cuda_ep_exchange& operator=(const cuda_ep_exchange&) = delete;
 
-    /// Sends every (token, k) row of p.x to the rank of its slot, with its local slot. Returns the number of rows
-    /// received, R: ws.recv_x[0, R) holds them (grouped by source rank, each source's rows in (token, k) order) and
-    /// ws.recv_slot[0, R) their local slots in [0, slots_per_rank). Plans on the host: one device→host copy of the
-    /// slot ids and one count exchange, each synchronising `stream`.
-    int64_t dispatch(const ep_dispatch_params& p, cudaStream_t stream);
+    /// The fixed path's rows per destination rank for a lane of at most `max_tokens` tokens on any rank:
+    /// factor × the even share (max_tokens × top_k / world), rounded up to 8, at most max_tokens × top_k (then no
+    /// routing can overflow) and at most what the buffers hold; 0 (exact path) when the lane does not fit them.
+    int32_t capacity_for(int32_t max_tokens, double factor) const;
 
-    /// Sends p.y_recv's rows back to their source ranks and writes out[t] = bf16(sum_k topk_weights[t, k] *
-    /// y[t, k]) in top-k order (fp32), y[t, k] the expert output of the row (t, k) was sent as. Follows the
-    /// dispatch of the same layer.
-    void combine(const ep_combine_params& p, cudaStream_t stream);
+    /// Clears the step's overflow flag (enqueued on `stream`, capturable). Before the first fixed dispatch of a step.
+    void begin_step(cudaStream_t stream);
+    /// All-reduces the overflow flag over the ranks and copies it to the host (capturable); after the last combine.
+    void end_step(cudaStream_t stream);
+    /// After `stream` of end_step has synchronised: whether some rank's fixed window overflowed this step.
+    bool overflowed() const;
+
+    /// Plans and gathers the rows on `compute`, then sends/receives them on `comm` (`comm` may equal `compute`).
+    /// The exact path synchronises `compute` (host plan) and runs everything on it.
+    void dispatch(const ep_dispatch_params& p, cudaStream_t compute, cudaStream_t comm);
+    /// Makes `compute` wait for lane's dispatch; the rows it received.
+    ep_received received(int lane, cudaStream_t compute);
+    /// Sends the lane's expert outputs (ep_received::y, written on `compute`) back to their ranks on `comm`;
+    /// `compute` does not wait for them.
+    void combine(const ep_combine_params& p, cudaStream_t compute, cudaStream_t comm);
+    /// Makes `compute` wait for the lane's combine, then writes out[t] = bf16(sum_k topk_weights[t, k] * y[t, k])
+    /// on it (top-k order, fp32), y[t, k] the expert output of the row (t, k) was sent as.
+    void finish_combine(const ep_combine_params& p, cudaStream_t compute);
+
+    /// Benchmarks only: the fixed path's transfers become a device copy of this rank's own send buffer into its
+    /// receive buffer (same bytes, same compute, wrong results), to time a step with the exchange skipped.
+    void set_skip_transfers(bool skip) { skip_transfers_ = skip; }
 
   private:
+    struct lane_buffers {
+        device_buffer send_token, send_slot, src_row, send_counts;  // the plan
+        device_buffer send_x, recv_x, recv_slot, y_recv, y_back;    // [world * max capacity (, hidden)]
+        cudaEvent_t gathered = nullptr, dispatched = nullptr, computed = nullptr, combined = nullptr;
+        int32_t capacity = 0;  ///< of the lane's last dispatch (0: exact)
+        int32_t slots_per_rank = 0;
+        bool two_streams = false;  ///< the last dispatch's transfers ran on a communication stream of their own
+    };
+    void dispatch_exact(const ep_dispatch_params& p, cudaStream_t stream);
+    void transfer(const void* send, void* recv, int64_t chunk_bytes, cudaStream_t stream);
+
     ep_exchange_params p_;
-    // The last dispatch: rows sent to / received from each rank.
+    int world_ = 1;
+    int32_t max_capacity_ = 0;  ///< rows per destination rank the fixed buffers hold
+    std::array<lane_buffers, 2> lanes_;
+    device_buffer overflow_;            // [1] int32: this step's overflow flag
+    int32_t* overflow_host_ = nullptr;  // pinned mirror
+    bool skip_transfers_ = false;
+    // The exact path's last dispatch: rows sent to / received from each rank.
     std::vector<int64_t> send_rows_, recv_rows_;
 };
 

@@ -10,6 +10,7 @@
 #include "base/log.hpp"
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
+#include "workers/micro_batch.hpp"
 #include "workers/step_validation.hpp"
 
 namespace zmoe {
@@ -97,8 +98,7 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
         const model_weights host(run.model, config_, placement_, options.rank);
         weights_ = cuda_weights::upload(host);
     }  // unmaps the checkpoint
-    if (world_size > 1)
-        comm_ = std::make_unique<nccl_comm>(options.collective_id, options.rank, world_size);
+    if (world_size > 1) comm_ = std::make_unique<nccl_comm>(options.collective_id, options.rank, world_size);
 
     const int64_t bs = run.block_size;
     const int64_t max_len = run.max_model_len > 0 ? run.max_model_len : config_.max_position_embeddings;
@@ -126,9 +126,16 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
         .world_size = world_size,
     };
     ws_ = cuda_workspace(shape);
-    if (comm_)
-        ep_ = std::make_unique<cuda_ep_exchange>(ep_exchange_params{
-            .comm = comm_.get(), .ws = &ws_, .hidden = shape.hidden, .top_k = shape.top_k});
+    if (comm_) {
+        // The fixed exchange holds a decode graph's largest batch (or either micro-batch of it).
+        ep_ = std::make_unique<cuda_ep_exchange>(ep_exchange_params{.comm = comm_.get(),
+                                                                    .ws = &ws_,
+                                                                    .hidden = shape.hidden,
+                                                                    .top_k = shape.top_k,
+                                                                    .max_fixed_tokens = run.max_num_seqs});
+        ep_->set_skip_transfers(options.ep_skip_transfers);
+        check(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+    }
     upload_replica_tables();
 
     const int64_t block_bytes =
@@ -140,8 +147,8 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
         check(cudaMemGetInfo(&free_bytes, &total_bytes));
         const auto used = static_cast<int64_t>(total_bytes - free_bytes);
         // What cuBLASLt and the graphs still take is small next to the workspace; keep 256 MiB for them.
-        const auto budget = static_cast<int64_t>(run.gpu_memory_utilization * static_cast<double>(total_bytes)) -
-                            used - (256ll << 20);
+        const auto budget =
+            static_cast<int64_t>(run.gpu_memory_utilization * static_cast<double>(total_bytes)) - used - (256ll << 20);
         num_kv_blocks_ = std::max<int64_t>(0, budget / (block_bytes * config_.num_layers));
         if (num_kv_blocks_ == 0)
             throw error(errc::out_of_memory, "GPU " + std::to_string(device_) + ": no room for one KV block after " +
@@ -158,7 +165,7 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
         check(cudaMemsetAsync(v_cache_.back().as<void>(), 0, v_cache_.back().bytes(), stream_));
     }
     check(cudaStreamSynchronize(stream_));
-    if (world_size == 1 && !run.enforce_eager) capture_decode_graphs();
+    if (!run.enforce_eager) capture_decode_graphs();
     ZMOE_LOG(info, "cuda worker " << options.rank << " on GPU " << device_ << ": " << (weights_.bytes >> 20)
                                   << " MiB weights (" << run.load_format << "), " << (ws_.bytes() >> 20)
                                   << " MiB workspace, " << num_kv_blocks_ << " KV blocks (" << (kv_cache_bytes() >> 20)
@@ -170,7 +177,10 @@ cuda_step_executor::~cuda_step_executor() {
     cudaSetDevice(device_);
     if (stream_) cudaStreamSynchronize(stream_);
     for (decode_graph& g : graphs_) cudaGraphExecDestroy(g.exec);
+    for (decode_graph& g : dbo_graphs_) cudaGraphExecDestroy(g.exec);
+    ep_.reset();
     comm_.reset();
+    if (comm_stream_) cudaStreamDestroy(comm_stream_);
     if (blas_) cublasLtDestroy(blas_);
     if (stream_) cudaStreamDestroy(stream_);
 }
@@ -405,17 +415,17 @@ void cuda_step_executor::moe(int64_t layer, const step_shape& s) {
                                      .top_k = K,
                                      .renormalize = c.norm_topk_prob},
                                     stream_);
-        kernels::launch_moe_route(
-            {.topk_ids = ws_.topk_ids.as<int32_t>(),
-             .replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1),
-             .replica_slots = ws_.replica_slots.as<int32_t>() + mi * int64_t(ws_.shape.num_slots) * options_.world_size(),
-             .num_valid = ws_.num_valid.device,
-             .slot_ids = ws_.slot_ids.as<int32_t>(),
-             .expert_counts = ws_.expert_counts.device + mi * E,
-             .num_tokens = T,
-             .top_k = K,
-             .num_experts = E},
-            stream_);
+        kernels::launch_moe_route({.topk_ids = ws_.topk_ids.as<int32_t>(),
+                                   .replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1),
+                                   .replica_slots = ws_.replica_slots.as<int32_t>() +
+                                                    mi * int64_t(ws_.shape.num_slots) * options_.world_size(),
+                                   .num_valid = ws_.num_valid.device,
+                                   .slot_ids = ws_.slot_ids.as<int32_t>(),
+                                   .expert_counts = ws_.expert_counts.device + mi * E,
+                                   .num_tokens = T,
+                                   .top_k = K,
+                                   .num_experts = E},
+                                  stream_);
     }
     if (comm_)
         moe_expert_parallel(w, T);  // a collective: joined with no tokens too
@@ -485,72 +495,6 @@ void cuda_step_executor::moe_local(const cuda_layer& w, int32_t T) {
                                 stream_);
 }
 
-void cuda_step_executor::moe_expert_parallel(const cuda_layer& w, int32_t T) {
-    const int32_t H = i32(config_.hidden_size), I = i32(config_.moe_intermediate_size), S = w.num_slots;
-    const int64_t R = ep_->dispatch(
-        {.slot_ids = ws_.slot_ids.as<int32_t>(), .x = ws_.xn.as<bf16>(), .num_tokens = T, .slots_per_rank = S},
-        stream_);
-    int32_t* recv_slot = ws_.recv_slot.as<int32_t>();
-    bf16* recv_x = ws_.recv_x.as<bf16>();
-
-    // This rank's experts over every received row: permute by slot, gate/up with SiLU·up, down, un-permute.
-    bf16* y_recv = ws_.y_recv.as<bf16>();
-    if (R > 0) {
-        const auto Ri = static_cast<int32_t>(R);
-        const int32_t align = kernels::moe_row_align_for(Ri, 1, S);
-        const int32_t max_rows = kernels::moe_permuted_rows_bound(Ri, 1, S, align);
-        kernels::launch_moe_permute({.topk_ids = recv_slot,
-                                     .x = recv_x,
-                                     .expert_offsets = ws_.perm_offsets.as<int32_t>(),
-                                     .dest_rows = ws_.perm_dest.as<int32_t>(),
-                                     .row_token = ws_.perm_row_token.as<int32_t>(),
-                                     .x_permuted = ws_.perm_x.as<bf16>(),
-                                     .workspace = ws_.perm_workspace.as<void>(),
-                                     .num_tokens = Ri,
-                                     .top_k = 1,
-                                     .num_experts = S,
-                                     .hidden = H,
-                                     .row_align = align,
-                                     .max_rows = max_rows},
-                                    stream_);
-        kernels::launch_grouped_gemm({.a = ws_.perm_x.as<bf16>(),
-                                      .b = w.experts_gate_up.as<bf16>(),
-                                      .expert_offsets = ws_.perm_offsets.as<int32_t>(),
-                                      .c = ws_.perm_act.as<bf16>(),
-                                      .max_rows = max_rows,
-                                      .n = I,
-                                      .k = H,
-                                      .num_experts = S,
-                                      .row_align = align,
-                                      .swiglu = true},
-                                     stream_);
-        kernels::launch_grouped_gemm({.a = ws_.perm_act.as<bf16>(),
-                                      .b = w.experts_down.as<bf16>(),
-                                      .expert_offsets = ws_.perm_offsets.as<int32_t>(),
-                                      .c = ws_.perm_y.as<bf16>(),
-                                      .max_rows = max_rows,
-                                      .n = H,
-                                      .k = I,
-                                      .num_experts = S,
-                                      .row_align = align,
-                                      .swiglu = false},
-                                     stream_);
-        // Weight 1 per row: the un-permute is exact, the routing weights are applied on the token's own rank.
-        kernels::launch_moe_combine({.y = ws_.perm_y.as<bf16>(),
-                                     .dest_rows = ws_.perm_dest.as<int32_t>(),
-                                     .topk_weights = ws_.combine_ones.as<float>(),
-                                     .out = y_recv,
-                                     .num_tokens = Ri,
-                                     .top_k = 1,
-                                     .hidden = H},
-                                    stream_);
-    }
-
-    ep_->combine({.y_recv = y_recv, .topk_weights = ws_.topk_weights.as<float>(), .out = ws_.delta.as<bf16>(),
-                  .num_tokens = T},
-                 stream_);
-}
-
 void cuda_step_executor::sample(const step_shape& s) {
     kernels::launch_sample({.logits = ws_.logits.as<float>(),
                             .seqs = ws_.sampling.device,
@@ -568,6 +512,8 @@ void cuda_step_executor::forward(const step_shape& s) {
     bf16* delta = ws_.delta.as<bf16>();
     if (ws_.expert_counts.device != nullptr && c.num_moe_layers() > 0)
         check(cudaMemsetAsync(ws_.expert_counts.device, 0, size_t(c.num_moe_layers()) * c.num_experts * 4, stream_));
+    const bool ep_fixed = comm_ && ep_mode_.fixed();
+    if (ep_fixed) ep_->begin_step(stream_);
     if (T > 0)
         kernels::launch_embedding({.token_ids = ws_.tokens.device,
                                    .table = weights_.embed.as<bf16>(),
@@ -603,6 +549,7 @@ void cuda_step_executor::forward(const step_shape& s) {
         else if (T > 0)
             dense_mlp(w.dense, xn, T, delta);
     }
+    if (ep_fixed) ep_->end_step(stream_);
     const int32_t R = s.num_sampled;
     if (T == 0 || R == 0) return;
     kernels::launch_rms_norm({.x = delta,
@@ -623,32 +570,38 @@ void cuda_step_executor::forward(const step_shape& s) {
 // ---------------------------------------------------------------------------------------------------------
 // Decode graphs
 
-const cuda_step_executor::decode_graph* cuda_step_executor::graph_for(int32_t num_seqs) const {
-    for (const decode_graph& g : graphs_)
+const cuda_step_executor::decode_graph* cuda_step_executor::graph_for(int32_t num_seqs, bool dual) const {
+    for (const decode_graph& g : dual ? dbo_graphs_ : graphs_)
         if (g.batch >= num_seqs) return &g;
     return nullptr;
 }
 
 void cuda_step_executor::capture_decode_graphs() {
     const auto t0 = std::chrono::steady_clock::now();
-    for (int32_t batch : decode_graph_batch_sizes(ws_.shape.max_seqs)) {
-        // A batch of padding rows: run once eagerly (cuBLASLt plans, kernel attributes, lazy module loads happen
-        // outside the capture), then capture the same launches.
-        step_shape s;
-        pad_decode(s, batch);
-        finish_staging(s, 0);
-        upload_inputs(s);
-        forward(s);
-        check(cudaStreamSynchronize(stream_));
-        cudaGraph_t graph = nullptr;
-        check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-        forward(s);
-        check(cudaStreamEndCapture(stream_, &graph));
-        decode_graph g{.batch = batch};
-        const cudaError_t e = cudaGraphInstantiate(&g.exec, graph, 0);
-        cudaGraphDestroy(graph);
-        check(e);
-        graphs_.push_back(g);
+    // Expert parallelism: every rank captures the same batches in the same order (the warm-up runs are
+    // collectives), each with its fixed-capacity exchange, once as one batch and once as two micro-batches.
+    for (const bool dual : {false, true}) {
+        if (dual && !comm_) break;
+        for (int32_t batch : decode_graph_batch_sizes(ws_.shape.max_seqs)) {
+            if (comm_) ep_mode_ = ep_graph_mode(batch, dual);
+            // A batch of padding rows: run once eagerly (cuBLASLt plans, kernel attributes, lazy module loads,
+            // NCCL connections happen outside the capture), then capture the same launches.
+            step_shape s;
+            pad_decode(s, batch);
+            finish_staging(s, 0);
+            upload_inputs(s);
+            forward(s);
+            check(cudaStreamSynchronize(stream_));
+            cudaGraph_t graph = nullptr;
+            check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+            forward(s);
+            check(cudaStreamEndCapture(stream_, &graph));
+            decode_graph g{.batch = batch};
+            const cudaError_t e = cudaGraphInstantiate(&g.exec, graph, 0);
+            cudaGraphDestroy(graph);
+            check(e);
+            (dual ? dbo_graphs_ : graphs_).push_back(g);
+        }
     }
     check(cudaStreamSynchronize(stream_));
     graph_capture_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -664,13 +617,22 @@ step_result cuda_step_executor::execute(const step_request& request, std::vector
     result.step_id = request.step_id;
     result.rank = options_.rank;
     step_shape s;
+    int32_t split = 0;  // dual-batch overlap: this rank's first row of micro-batch B
     try {
         const auto tokens =
             validate_step(request, options_.config.block_size, num_kv_blocks_, config_.vocab_size, last_sampled_);
         s = stage(request, tokens);
+        if (comm_ && request.dual_batch) {
+            std::vector<int64_t> seq_tokens;
+            for (const auto& t : tokens) seq_tokens.push_back(static_cast<int64_t>(t.size()));
+            split = static_cast<int32_t>(micro_batch_split_row(seq_tokens));
+        }
     } catch (const error&) {
-        // Keep the collective whole: the other ranks are already waiting in this step's exchanges.
+        // Keep the collective whole: the other ranks are already waiting in this step's agreement and exchanges.
         step_shape empty;
+        if (comm_) {
+            ep_mode_ = ep_eager_mode(ep_agree(empty, false, request.dual_batch, 0), 0);  // the others' mode
+        }
         finish_staging(empty, 0);
         forward(empty);
         check(cudaStreamSynchronize(stream_));
@@ -678,7 +640,16 @@ step_result cuda_step_executor::execute(const step_request& request, std::vector
     }
     const int32_t num_real = s.num_tokens;
     const bool decode = s.num_seqs > 0 && s.num_tokens == s.num_seqs && s.num_sampled == s.num_seqs;
-    const decode_graph* g = decode ? graph_for(s.num_seqs) : nullptr;
+    const decode_graph* g = nullptr;
+    if (comm_) {
+        // All ranks take the same mode: the graph of the largest decode batch, or eager.
+        const ep_agreement a = ep_agree(s, decode || s.num_seqs == 0, request.dual_batch, split);
+        if (a.all_decode && a.max_seqs > 0) g = graph_for(a.max_seqs, a.dual);
+        ep_mode_ = g != nullptr ? ep_graph_mode(g->batch, a.dual) : ep_eager_mode(a, split);
+        if (a.dual) ++dual_batch_steps_;
+    } else if (decode) {
+        g = graph_for(s.num_seqs);
+    }
     if (g != nullptr) pad_decode(s, g->batch);
     finish_staging(s, num_real);
     upload_inputs(s);
@@ -687,6 +658,16 @@ step_result cuda_step_executor::execute(const step_request& request, std::vector
         ++graph_replays_;
     } else {
         forward(s);
+    }
+    if (comm_ && ep_mode_.fixed()) {
+        check(cudaStreamSynchronize(stream_));
+        if (ep_->overflowed()) {
+            // Some rank's fixed window overflowed (every rank sees the all-reduced flag): redo the step on the exact
+            // exchange. The inputs are still on the device, and the KV rows are rewritten with the right values.
+            ++ep_overflow_steps_;
+            ep_mode_.capacity[0] = ep_mode_.capacity[1] = 0;
+            forward(s);
+        }
     }
     // One copy back after sampling: the sampled tokens, then the load counts.
     check(cudaMemcpyAsync(ws_.outputs_host.as<void>(), ws_.outputs.as<void>(), ws_.outputs.bytes(),

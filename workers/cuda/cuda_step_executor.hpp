@@ -9,7 +9,12 @@
 // copy of the step's inputs in, one copy of the sampled tokens and load counts out), into a fixed workspace
 // (cuda_workspace), and pure decode steps replay a CUDA graph captured at start-up for the next bucketed batch
 // size (padding rows are computed and dropped). Expert parallelism (world_size > 1): the dispatch and combine live in
-// cuda_ep_exchange; this rank's experts run over the rows it received.
+// cuda_ep_exchange; this rank's experts run over the rows it received. Every step starts with the ranks agreeing
+// (one small all-reduce) on its mode: all decode → every rank replays the graph of the same bucket (fixed-capacity
+// exchange, counts on the device); otherwise eager, fixed-capacity when the step fits the fixed buffers, else the
+// exact host-planned exchange. A step whose fixed window overflowed on some rank is redone on the exact path by all.
+// Dual-batch overlap (step_request::dual_batch): each MoE layer's rows run as two micro-batches, one's transfers on
+// a communication stream while the other's experts compute.
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -20,24 +25,25 @@
 #include <vector>
 
 #include "kernels/api.hpp"
+#include "messages/expert_placement.hpp"
 #include "workers/cuda/cuda_ep_exchange.hpp"
 #include "workers/cuda/cuda_weights.hpp"
 #include "workers/cuda/cuda_workspace.hpp"
 #include "workers/cuda/device_buffer.hpp"
 #include "workers/cuda/nccl_comm.hpp"
-#include "messages/expert_placement.hpp"
 #include "workers/step_executor.hpp"
 
 namespace zmoe::cuda {
 
 class cuda_step_executor final : public step_executor {
   public:
-    /// Picks GPU rank % device count, uploads this rank's weights (or, with options.config.load_format "dummy", generates
-    /// them on the device), joins the NCCL communicator (world_size > 1, options.collective_id), allocates the
-    /// workspace for options.config.max_num_batched_tokens / max_num_seqs and the KV cache: options.config.num_kv_blocks blocks
-    /// when > 0, else what options.config.gpu_memory_utilization of the device leaves; then (one GPU, not enforce_eager)
-    /// captures the decode graphs. Throws zmoe::error naming the file/tensor for a bad checkpoint, (unsupported)
-    /// for shapes the kernels lack, (out_of_memory) when weights, workspace or one KV block do not fit.
+    /// Picks GPU rank % device count, uploads this rank's weights (or, with options.config.load_format "dummy",
+    /// generates them on the device), joins the NCCL communicator (world_size > 1, options.collective_id), allocates
+    /// the workspace for options.config.max_num_batched_tokens / max_num_seqs and the KV cache:
+    /// options.config.num_kv_blocks blocks when > 0, else what options.config.gpu_memory_utilization of the device
+    /// leaves; then (one GPU, not enforce_eager) captures the decode graphs. Throws zmoe::error naming the file/tensor
+    /// for a bad checkpoint, (unsupported) for shapes the kernels lack, (out_of_memory) when weights, workspace or one
+    /// KV block do not fit.
     cuda_step_executor(const executor_options& options, const expert_placement& placement);
     ~cuda_step_executor() override;
 
@@ -62,6 +68,10 @@ class cuda_step_executor final : public step_executor {
     double graph_capture_ms() const { return graph_capture_ms_; }
     /// Steps served by a graph replay so far.
     int64_t graph_replays() const { return graph_replays_; }
+    /// Expert parallelism: steps run as two micro-batches (dual-batch overlap), and steps redone on the exact
+    /// exchange because some rank's fixed window overflowed.
+    int64_t dual_batch_steps() const { return dual_batch_steps_; }
+    int64_t ep_overflow_steps() const { return ep_overflow_steps_; }
 
   private:
     /// What the host knows of a staged step: every launch's sizes.
@@ -75,6 +85,21 @@ class cuda_step_executor final : public step_executor {
         int32_t batch = 0;
         cudaGraphExec_t exec = nullptr;
     };
+    /// How this step's MoE layers exchange (expert parallelism); every rank runs a step with the same mode.
+    struct ep_step_mode {
+        bool dual = false;             ///< two micro-batches (dual-batch overlap)
+        int32_t split = 0;             ///< dual: this rank's first row of micro-batch B
+        int32_t capacity[2] = {0, 0};  ///< each micro-batch's fixed window per rank; 0: the exact path
+        bool fixed() const { return capacity[0] > 0 && (!dual || capacity[1] > 0); }
+    };
+    /// The element-wise maximum over the ranks of what decides a step's mode.
+    struct ep_agreement {
+        bool all_decode = false;  ///< every rank's step is a pure decode (or empty)
+        bool dual = false;
+        int32_t max_seqs = 0;
+        int32_t max_tokens = 0;
+        int32_t max_lane_tokens[2] = {0, 0};
+    };
 
     step_shape stage(const step_request& request, const std::vector<std::vector<int32_t>>& tokens);
     void pad_decode(step_shape& s, int32_t batch);
@@ -86,12 +111,17 @@ class cuda_step_executor final : public step_executor {
     void moe(int64_t layer, const step_shape& s);
     void moe_local(const cuda_layer& w, int32_t num_tokens);
     void moe_expert_parallel(const cuda_layer& w, int32_t num_tokens);
+    // Expert parallelism (cuda_step_executor_ep.cpp).
+    ep_agreement ep_agree(const step_shape& s, bool decode, bool dual, int32_t split);
+    ep_step_mode ep_graph_mode(int32_t batch, bool dual) const;
+    ep_step_mode ep_eager_mode(const ep_agreement& a, int32_t split) const;
+    void ep_experts(const cuda_layer& w, int lane);
     /// The sampling call site: sampled[i] from logits row i with sampling[i], i < s.num_sampled.
     void sample(const step_shape& s);
     void gemm(const void* x, const void* w, void* y, int32_t m, int32_t n, int32_t k, bool y_fp32 = false);
     void upload_replica_tables();
     void capture_decode_graphs();
-    const decode_graph* graph_for(int32_t num_seqs) const;
+    const decode_graph* graph_for(int32_t num_seqs, bool dual = false) const;
 
     model_config config_;
     executor_options options_;
@@ -107,7 +137,12 @@ class cuda_step_executor final : public step_executor {
     int64_t num_kv_blocks_ = 0;
     std::vector<device_buffer> k_cache_, v_cache_;  // per layer [num_blocks, block_size, kv_heads, head_dim]
     std::unordered_map<uint64_t, int32_t> last_sampled_;
-    std::vector<decode_graph> graphs_;  // ascending batch
+    std::vector<decode_graph> graphs_;      // ascending batch
+    std::vector<decode_graph> dbo_graphs_;  // expert parallelism: the same batches as two micro-batches
+    cudaStream_t comm_stream_ = nullptr;    // expert parallelism: the dual-batch exchanges
+    ep_step_mode ep_mode_;                  // of the step being enqueued or captured
+    int64_t dual_batch_steps_ = 0;
+    int64_t ep_overflow_steps_ = 0;
     double graph_capture_ms_ = 0;
     int64_t graph_replays_ = 0;
     static void check(cudaError_t e);

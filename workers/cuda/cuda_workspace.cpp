@@ -69,7 +69,7 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
     const bool ep = s.world_size > 1;
     max_recv_rows = ep ? s.world_size * s.max_tokens * s.top_k : 0;
     max_moe_rows = s.num_experts == 0 ? 0
-                   : ep               ? kernels::moe_permuted_rows_bound(max_recv_rows, 1, s.num_slots, 128)
+                   : ep               ? kernels::moe_permuted_rows_bound(max_recv_rows, 1, s.num_slots + 1, 128)
                                       : kernels::moe_permuted_rows_bound(s.max_tokens, s.top_k, s.num_slots, 128);
 
     auto alloc = [&](device_buffer& b, size_t bytes) {
@@ -129,14 +129,14 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
     alloc(slot_ids, T * K * i32);
     alloc(replica_offsets, static_cast<size_t>(s.num_moe_layers) * (E + 1) * i32);
     alloc(replica_slots, static_cast<size_t>(s.num_moe_layers) * slots * s.world_size * i32);
-    alloc(perm_offsets, (slots + 1) * i32);
+    alloc(perm_offsets, (slots + 2) * i32);  // expert parallelism permutes one more (unused-row) slot
     alloc(perm_dest, std::max(T * K, recv) * i32);
     alloc(perm_row_token, moe_rows * i32);
     alloc(perm_x, moe_rows * H * bf);
     alloc(perm_y, moe_rows * H * bf);
     alloc(perm_act, moe_rows * s.moe_inter * bf);
     alloc(perm_workspace, E == 0 ? 0
-                          : ep   ? kernels::moe_permute_workspace_bytes(max_recv_rows, 1, s.num_slots)
+                          : ep   ? kernels::moe_permute_workspace_bytes(max_recv_rows, 1, s.num_slots + 1)
                                  : kernels::moe_permute_workspace_bytes(s.max_tokens, s.top_k, s.num_slots));
     alloc(combine_ones, recv * f32);
     if (ep) {

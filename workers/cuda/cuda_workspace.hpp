@@ -105,7 +105,7 @@ struct cuda_workspace {
     device_buffer slot_ids;         // [max_tokens, top_k]: the slot serving each choice
     device_buffer replica_offsets;  // [num_moe_layers, num_experts + 1]
     device_buffer replica_slots;    // [num_moe_layers, num_slots * world_size]
-    device_buffer perm_offsets;     // [num_slots + 1]
+    device_buffer perm_offsets;     // [num_slots + 2] (expert parallelism: + the unused-row slot)
     device_buffer perm_dest;        // [max(max_tokens * top_k, max_recv_rows)]
     device_buffer perm_row_token;   // [max_moe_rows]
     device_buffer perm_x, perm_y;   // [max_moe_rows, hidden]

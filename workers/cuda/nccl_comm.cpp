@@ -2,11 +2,14 @@
 
 #include <cstring>
 
+#include "base/check.hpp"
 #include "base/error.hpp"
 #include "kernels/cuda_check.hpp"
 
 namespace zmoe::cuda {
 namespace {
+
+constexpr size_t kMaxAgree = 64;
 
 void nccl_check(ncclResult_t r, const char* what) {
     if (r != ncclSuccess) throw error(errc::peer_dead, std::string("NCCL ") + what + ": " + ncclGetErrorString(r));
@@ -21,7 +24,10 @@ std::string nccl_unique_id_bytes() {
 }
 
 nccl_comm::nccl_comm(const std::string& unique_id, int rank, int world_size)
-    : rank_(rank), world_size_(world_size), counts_(sizeof(int64_t) * 2 * static_cast<size_t>(world_size)) {
+    : rank_(rank),
+      world_size_(world_size),
+      counts_(sizeof(int64_t) * 2 * static_cast<size_t>(world_size)),
+      agree_(sizeof(int32_t) * kMaxAgree) {
     ncclUniqueId id;
     if (unique_id.size() != sizeof id)
         throw error(errc::invalid_argument, "NCCL unique id of " + std::to_string(unique_id.size()) +
@@ -48,6 +54,21 @@ std::vector<int64_t> nccl_comm::exchange_counts(const std::vector<int64_t>& send
     ZMOE_CUDA_CHECK(cudaMemcpyAsync(recv.data(), d + w, sizeof(int64_t) * w, cudaMemcpyDeviceToHost, stream));
     ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
     return recv;
+}
+
+void nccl_comm::all_reduce_max(int32_t* data, size_t count, cudaStream_t stream) {
+    nccl_check(ncclAllReduce(data, data, count, ncclInt32, ncclMax, comm_, stream), "all-reduce max");
+}
+
+std::vector<int32_t> nccl_comm::agree_max(const std::vector<int32_t>& values, cudaStream_t stream) {
+    ZMOE_CHECK(values.size() <= kMaxAgree, "agree_max of " << values.size() << " values");
+    int32_t* d = agree_.as<int32_t>();
+    std::vector<int32_t> out(values.size());
+    ZMOE_CUDA_CHECK(cudaMemcpyAsync(d, values.data(), values.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+    all_reduce_max(d, values.size(), stream);
+    ZMOE_CUDA_CHECK(cudaMemcpyAsync(out.data(), d, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+    ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return out;
 }
 
 void nccl_comm::all_to_all(const void* send, const std::vector<int64_t>& send_bytes, void* recv,

@@ -34,6 +34,12 @@ class nccl_comm {
     /// recv[src] = what `src` passed as send[rank()]. Synchronises `stream` (the counts size later buffers).
     std::vector<int64_t> exchange_counts(const std::vector<int64_t>& send, cudaStream_t stream);
 
+    /// data[i] = the largest data[i] over the ranks, in place on the device; enqueued on `stream` (capturable).
+    void all_reduce_max(int32_t* data, size_t count, cudaStream_t stream);
+
+    /// The element-wise largest of every rank's `values` (same length everywhere). Synchronises `stream`.
+    std::vector<int32_t> agree_max(const std::vector<int32_t>& values, cudaStream_t stream);
+
     /// Variable all-to-all of bytes: chunk `dst` of `send` (send_bytes[dst] bytes, chunks back to back in rank
     /// order) lands as chunk rank() of `recv` on rank dst (recv_bytes[src], back to back). Enqueued on `stream`.
     void all_to_all(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
@@ -54,6 +60,7 @@ class nccl_comm {
     int rank_ = 0;
     int world_size_ = 1;
     device_buffer counts_;  // [2 * world_size] int64: what we send | what we receive
+    device_buffer agree_;   // [kMaxAgree] int32: agree_max's values
 };
 
 }  // namespace zmoe::cuda

@@ -1,0 +1,35 @@
+#pragma once
+// Timing of the CUDA expert-parallel MoE exchange alone (cuda_ep_exchange), for `zmoe bench ep`: every rank a
+// thread with its own GPU and NCCL communicator, random top-k routing over experts spread evenly over the ranks.
+// Declared for every build; defined only with ZMOE_CUDA=ON (callers guard with ZMOE_WITH_CUDA).
+
+#include <cstdint>
+#include <vector>
+
+namespace zmoe {
+
+struct ep_exchange_timing_params {
+    int world = 2;         ///< ranks = GPUs 0..world-1
+    int32_t tokens = 128;  ///< per rank
+    int32_t hidden = 2048;
+    int32_t top_k = 8;
+    int32_t num_experts = 128;  ///< num_experts / world slots per rank
+    double capacity_factor = 1.5;
+    int iterations = 50;  ///< timed, after a few untimed
+};
+
+/// One rank's medians, in µs: the fixed path's dispatch + combine replayed as a CUDA graph (what a decode graph
+/// holds), and each half eagerly (events around the enqueued work); the exact path's dispatch and combine
+/// (host plan, events around). Bytes: what one rank sends per dispatch on each path.
+struct ep_exchange_timing {
+    int rank = 0;
+    int32_t capacity = 0;  ///< fixed window rows per destination rank
+    double fixed_graph_us = 0, fixed_dispatch_us = 0, fixed_combine_us = 0;
+    double exact_dispatch_us = 0, exact_combine_us = 0;
+    int64_t fixed_send_bytes = 0, exact_send_bytes = 0;
+};
+
+/// Runs the exchange on `p.world` GPUs; throws zmoe::error(unsupported) when fewer are visible.
+std::vector<ep_exchange_timing> measure_ep_exchange(const ep_exchange_timing_params& p);
+
+}  // namespace zmoe
