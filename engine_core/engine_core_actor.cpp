@@ -32,11 +32,6 @@ engine_core_actor::engine_core_actor(engine_core_options options)
     dbo_ = dbo_options{.enabled = c.enable_dbo,
                        .decode_token_threshold = c.dbo_decode_token_threshold,
                        .prefill_token_threshold = c.dbo_prefill_token_threshold};
-    if (dbo_.enabled && c.device != "cpu") {
-        ZMOE_LOG(warn, "engine core: --enable-dbo is ignored: the " << c.device
-                                                                    << " backend does not do dual-batch overlap yet");
-        dbo_.enabled = false;
-    }
     if (model_.num_moe_layers() > 0) {
         placement_ = expert_placement::initial(static_cast<int32_t>(model_.num_moe_layers()),
                                                static_cast<int32_t>(model_.num_experts), c.num_redundant_experts,
