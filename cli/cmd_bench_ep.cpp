@@ -184,7 +184,7 @@ int run(int argc, char** argv) {
                         {"warmup", o.warmup}};
 
 #ifdef ZMOE_WITH_CUDA
-    const double factor = o.capacity_factor > 0 ? o.capacity_factor : 1.5;
+    const double factor = o.capacity_factor > 0 ? o.capacity_factor : 1.25;  // the executor's default
     const auto ex = zmoe::measure_ep_exchange({.world = o.workers,
                                                .tokens = o.exchange_tokens,
                                                .hidden = static_cast<int32_t>(cfg.hidden_size),

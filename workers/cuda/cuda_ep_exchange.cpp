@@ -118,9 +118,24 @@ void cuda_ep_exchange::dispatch(const ep_dispatch_params& p, cudaStream_t comput
         ZMOE_CUDA_CHECK(cudaEventRecord(l.gathered, compute));
         ZMOE_CUDA_CHECK(cudaStreamWaitEvent(comm, l.gathered, 0));
     }
-    // The rows and their slots: one NCCL group each, fixed sizes.
-    transfer(l.send_x.as<void>(), l.recv_x.as<void>(), int64_t(C) * H * sizeof(bf16), comm);
-    transfer(l.send_slot.as<void>(), l.recv_slot.as<void>(), int64_t(C) * sizeof(int32_t), comm);
+    // The rows and their slots, fixed sizes, in one NCCL group.
+    if (skip_transfers_) {
+        transfer(l.send_x.as<void>(), l.recv_x.as<void>(), int64_t(C) * H * sizeof(bf16), comm);
+        transfer(l.send_slot.as<void>(), l.recv_slot.as<void>(), int64_t(C) * sizeof(int32_t), comm);
+    } else {
+        const size_t x_bytes = size_t(C) * H * sizeof(bf16), slot_bytes = size_t(C) * sizeof(int32_t);
+        std::vector<nccl_comm::transfer> t;
+        for (int peer = 0; peer < world_; ++peer) {
+            // Per peer, both ends list: rows, then slots (sends and receives match in that order).
+            t.push_back({.peer = peer, .data = l.send_x.as<char>() + peer * x_bytes, .bytes = x_bytes, .send = true});
+            t.push_back({.peer = peer, .data = l.recv_x.as<char>() + peer * x_bytes, .bytes = x_bytes, .send = false});
+            t.push_back(
+                {.peer = peer, .data = l.send_slot.as<char>() + peer * slot_bytes, .bytes = slot_bytes, .send = true});
+            t.push_back(
+                {.peer = peer, .data = l.recv_slot.as<char>() + peer * slot_bytes, .bytes = slot_bytes, .send = false});
+        }
+        p_.comm->exchange(t, comm);
+    }
     if (comm != compute) ZMOE_CUDA_CHECK(cudaEventRecord(l.dispatched, comm));
 }
 

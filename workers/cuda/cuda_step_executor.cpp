@@ -174,6 +174,10 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
 }
 
 cuda_step_executor::~cuda_step_executor() {
+    if (comm_)
+        ZMOE_LOG(info, "cuda worker " << options_.rank << ": " << graph_replays_ << " graph replays, "
+                                      << dual_batch_steps_ << " dual-batch steps, " << ep_overflow_steps_
+                                      << " steps redone after a fixed exchange window overflowed");
     cudaSetDevice(device_);
     if (stream_) cudaStreamSynchronize(stream_);
     for (decode_graph& g : graphs_) cudaGraphExecDestroy(g.exec);

@@ -13,7 +13,7 @@ namespace {
 using kernels::bf16;
 
 /// The fixed window's default headroom over the even share of a step's rows.
-constexpr double kDefaultCapacityFactor = 1.5;
+constexpr double kDefaultCapacityFactor = 1.25;
 
 int32_t i32_of(int64_t v) { return static_cast<int32_t>(v); }
 
