@@ -41,7 +41,7 @@ struct ep_run {
     bool dual = false;                            ///< dual-batch overlap on every step
     double capacity_factor = 0;                   ///< executor_options::ep_capacity_factor
     bool eager = false;                           ///< --enforce-eager
-    int32_t max_num_seqs = 0;                     ///< 0: the default
+    int32_t max_num_seqs = 8;                     ///< few graph buckets: quick captures
 };
 
 /// What each rank's executor reports after a run.
@@ -70,7 +70,7 @@ std::vector<step_driver> run_expert_parallel(const std::string& dir, const std::
                 executor_options o = cuda_options(dir, r, run.world, id);
                 o.ep_capacity_factor = run.capacity_factor;
                 o.config.enforce_eager = run.eager;
-                if (run.max_num_seqs > 0) o.config.max_num_seqs = run.max_num_seqs;
+                o.config.max_num_seqs = run.max_num_seqs;
                 cuda_step_executor ex(o, placement);
                 EXPECT_EQ(ex.device(), r);
                 if (!run.moves.empty()) ex.apply_expert_moves(run.moves);
