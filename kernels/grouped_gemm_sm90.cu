@@ -15,6 +15,7 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
@@ -24,20 +25,28 @@ namespace zmoe::kernels::detail {
 namespace {
 
 constexpr int kThreads = 384;  // producer warpgroup + two math warpgroups
-constexpr int kBK = 64;        // K elements per stage: one 128-byte swizzle row
+constexpr int kBK = 64;        // K elements of one TMA box: one 128-byte swizzle row
 constexpr int kBRows = 256;    // rows of b per tile
 
-template <int kBM, bool kSwiglu>
+template <int kBM, bool kSwiglu, int kSub>
 struct wg_tile {
-    static constexpr int kStages = kBM == 128 ? 4 : 5;
+    static constexpr int kStageK = kSub * kBK;  // K elements per stage: kSub boxes side by side
+    static constexpr int kStages = (200 * 1024) / ((kBM + kBRows) * kStageK * 2);
     static constexpr int kWgN = kBM == 128 ? 256 : 128;  // wgmma N of each math warpgroup
     static constexpr int kOutN = kSwiglu ? kBRows / 2 : kBRows;
     static constexpr int kBoxB = kSwiglu ? kWgN / 2 : kBRows;  // rows of one TMA box of b
-    static constexpr uint32_t kABytes = kBM * kBK * 2;
-    static constexpr uint32_t kBBytes = kBRows * kBK * 2;
+    static constexpr uint32_t kASubBytes = kBM * kBK * 2;
+    static constexpr uint32_t kBSubBytes = kBRows * kBK * 2;
+    static constexpr uint32_t kABytes = kASubBytes * kSub;
+    static constexpr uint32_t kBBytes = kBSubBytes * kSub;
     static constexpr uint32_t kStageBytes = kABytes + kBBytes;
-    static constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t) + 1024;
-    static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "stages must stay 1024-byte aligned (swizzle atom)");
+    static constexpr size_t kBarrierBytes = 2 * kStages * sizeof(uint64_t);
+    /// Dynamic shared memory: the stages, the barriers, the tile schedule (num_experts + 1 ints), alignment slack.
+    static size_t smem_bytes(int32_t num_experts) {
+        return size_t(kStages) * kStageBytes + kBarrierBytes + size_t(num_experts + 1) * sizeof(int32_t) + 1024;
+    }
+    static_assert(kASubBytes % 1024 == 0 && kBSubBytes % 1024 == 0, "boxes must stay 1024-byte aligned (swizzle atom)");
+    static_assert(kStages >= 2, "the pipeline needs two stages");
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -172,11 +181,13 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[kWgN / 2], uint64_t desc_a
         wgmma_m64n128k16(d, desc_a, desc_b);
 }
 
-__device__ __forceinline__ int32_t expert_of_row(const int32_t* offsets, int32_t num_experts, int32_t row) {
-    int32_t lo = 0, hi = num_experts;  // the last e with offsets[e] <= row: the non-empty group holding row
+/// The last e in [0, n) with starts[e] <= v: for a non-decreasing starts and v < starts[n], the non-empty entry
+/// whose range [starts[e], starts[e + 1]) holds v.
+__device__ __forceinline__ int32_t last_start_at_or_below(const int32_t* starts, int32_t n, int32_t v) {
+    int32_t lo = 0, hi = n;
     while (hi - lo > 1) {
         const int32_t mid = (lo + hi) / 2;
-        if (offsets[mid] <= row)
+        if (starts[mid] <= v)
             lo = mid;
         else
             hi = mid;
@@ -184,17 +195,54 @@ __device__ __forceinline__ int32_t expert_of_row(const int32_t* offsets, int32_t
     return lo;
 }
 
-template <int kBM, bool kSwiglu>
+/// The device-built tile schedule: tile_start[e] = the first row tile of expert e, where expert e's group
+/// (a multiple of 64 rows) makes ceil(rows / kBM) row tiles; tile_start[num_experts] = all row tiles. One warp
+/// scans the group sizes 32 experts at a time.
+template <int kBM>
+__device__ void build_tile_schedule(const int32_t* offsets, int32_t num_experts, int32_t* tile_start) {
+    if (threadIdx.x >= 32) return;
+    const int lane = threadIdx.x;
+    int32_t carry = 0;
+    for (int32_t base = 0; base < num_experts; base += 32) {
+        const int32_t e = base + lane;
+        int32_t v = e < num_experts ? (offsets[e + 1] - offsets[e] + kBM - 1) / kBM : 0;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int32_t up = __shfl_up_sync(0xffffffffu, v, o);
+            if (lane >= o) v += up;
+        }
+        if (e < num_experts) tile_start[e + 1] = carry + v;
+        carry += __shfl_sync(0xffffffffu, v, 31);
+    }
+    if (lane == 0) tile_start[0] = 0;
+}
+
+/// Row tile m of the schedule: its expert, first row and height (kBM, or 64 for the last tile of a group of
+/// an odd number of 64-row blocks when kBM == 128).
+struct row_tile {
+    int32_t expert, m0, rows;
+};
+
+template <int kBM>
+__device__ __forceinline__ row_tile locate_row_tile(const int32_t* offsets, const int32_t* tile_start,
+                                                    int32_t num_experts, int32_t m) {
+    const int32_t e = last_start_at_or_below(tile_start, num_experts, m);
+    const int32_t m0 = offsets[e] + (m - tile_start[e]) * kBM;
+    return {e, m0, min(kBM, offsets[e + 1] - m0)};
+}
+
+template <int kBM, bool kSwiglu, int kSub>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                               const grouped_gemm_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    using tile = wg_tile<kBM, kSwiglu>;
+    using tile = wg_tile<kBM, kSwiglu, kSub>;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     // The swizzle pattern is a function of the address bits: stages start on 1024-byte boundaries.
     unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(tile::kStages) * tile::kStageBytes);
     uint64_t* empty = full + tile::kStages;
+    int32_t* tile_start = reinterpret_cast<int32_t*>(empty + tile::kStages);  // [num_experts + 1]
 
     const int warpgroup = threadIdx.x / 128;
     if (threadIdx.x == 0) {
@@ -204,12 +252,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
+    build_tile_schedule<kBM>(p.expert_offsets, p.num_experts, tile_start);
     __syncthreads();
 
-    const int32_t m_tiles = p.expert_offsets[p.num_experts] / kBM;
+    const int32_t m_tiles = tile_start[p.num_experts];
     const int32_t n_tiles = (p.n + tile::kOutN - 1) / tile::kOutN;
     const int32_t num_tiles = m_tiles * n_tiles;
-    const int32_t k_tiles = (p.k + kBK - 1) / kBK;
+    const int32_t k_tiles = (p.k + tile::kStageK - 1) / tile::kStageK;
 
     if (warpgroup == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
@@ -219,27 +268,33 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
             uint32_t it = 0;
             for (int32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-                const int32_t m0 = (t / n_tiles) * kBM;
+                const row_tile rt = locate_row_tile<kBM>(p.expert_offsets, tile_start, p.num_experts, t / n_tiles);
+                const int32_t m0 = rt.m0;
                 const int32_t n0 = (t % n_tiles) * tile::kOutN;
-                const int32_t b_row = expert_of_row(p.expert_offsets, p.num_experts, m0) * n_b;
+                const int32_t b_row = rt.expert * n_b;
                 for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
                     const uint32_t s = it % tile::kStages;
                     mbar_wait(&empty[s], ((it / tile::kStages) & 1) ^ 1);
                     unsigned char* a_s = smem + size_t(s) * tile::kStageBytes;
                     unsigned char* b_s = a_s + tile::kABytes;
                     mbar_arrive_expect_tx(&full[s], tile::kStageBytes);
-                    tma_load_2d(a_s, &map_a, kt * kBK, m0, &full[s]);
-                    if constexpr (kSwiglu) {
-                        // Each math warpgroup's kWgN rows: its gate rows, then the matching up rows.
 #pragma unroll
-                        for (int w = 0; w < kBRows / tile::kWgN; ++w) {
-                            const int32_t col = n0 + w * (tile::kWgN / 2);
-                            tma_load_2d(b_s + size_t(w) * tile::kWgN * 128, &map_b, kt * kBK, b_row + col, &full[s]);
-                            tma_load_2d(b_s + (size_t(w) * tile::kWgN + tile::kWgN / 2) * 128, &map_b, kt * kBK,
-                                        b_row + p.n + col, &full[s]);
+                    for (int sub = 0; sub < kSub; ++sub) {
+                        const int32_t k0 = kt * tile::kStageK + sub * kBK;
+                        unsigned char* b_sub = b_s + sub * tile::kBSubBytes;
+                        tma_load_2d(a_s + sub * tile::kASubBytes, &map_a, k0, m0, &full[s]);
+                        if constexpr (kSwiglu) {
+                            // Each math warpgroup's kWgN rows: its gate rows, then the matching up rows.
+#pragma unroll
+                            for (int w = 0; w < kBRows / tile::kWgN; ++w) {
+                                const int32_t col = n0 + w * (tile::kWgN / 2);
+                                tma_load_2d(b_sub + size_t(w) * tile::kWgN * 128, &map_b, k0, b_row + col, &full[s]);
+                                tma_load_2d(b_sub + (size_t(w) * tile::kWgN + tile::kWgN / 2) * 128, &map_b, k0,
+                                            b_row + p.n + col, &full[s]);
+                            }
+                        } else {
+                            tma_load_2d(b_sub, &map_b, k0, b_row + n0, &full[s]);
                         }
-                    } else {
-                        tma_load_2d(b_s, &map_b, kt * kBK, b_row + n0, &full[s]);
                     }
                 }
             }
@@ -253,19 +308,33 @@ __global__ void __launch_bounds__(kThreads, 1)
         float acc[tile::kWgN / 2];
         uint32_t it = 0;
         for (int32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-            const int32_t m0 = (t / n_tiles) * kBM;
+            const row_tile rt = locate_row_tile<kBM>(p.expert_offsets, tile_start, p.num_experts, t / n_tiles);
+            const int32_t m0 = rt.m0;
             const int32_t n0 = (t % n_tiles) * tile::kOutN;
+            // A 64-row tile leaves the second warpgroup of a 128-row tile idle: it only passes the stages on.
+            if (a_row0 >= rt.rows) {
+                for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
+                    const uint32_t s = it % tile::kStages;
+                    mbar_wait(&full[s], (it / tile::kStages) & 1);
+                    if (lane == 0) mbar_arrive(&empty[s]);
+                }
+                continue;
+            }
 #pragma unroll
             for (int i = 0; i < tile::kWgN / 2; ++i) acc[i] = 0.f;
             for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
                 const uint32_t s = it % tile::kStages;
                 mbar_wait(&full[s], (it / tile::kStages) & 1);
                 const unsigned char* a_s = smem + size_t(s) * tile::kStageBytes;
-                const uint64_t desc_a = smem_desc(a_s + a_row0 * 128);
-                const uint64_t desc_b = smem_desc(a_s + tile::kABytes + b_row0 * 128);
                 wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < kBK / 16; ++kk) wgmma_tile<tile::kWgN>(acc, desc_a + 2 * kk, desc_b + 2 * kk);
+                for (int sub = 0; sub < kSub; ++sub) {
+                    const uint64_t desc_a = smem_desc(a_s + sub * tile::kASubBytes + a_row0 * 128);
+                    const uint64_t desc_b = smem_desc(a_s + tile::kABytes + sub * tile::kBSubBytes + b_row0 * 128);
+#pragma unroll
+                    for (int kk = 0; kk < kBK / 16; ++kk)
+                        wgmma_tile<tile::kWgN>(acc, desc_a + 2 * kk, desc_b + 2 * kk);
+                }
                 wgmma_commit();
                 wgmma_wait_all();
                 fence_accumulators(acc);
@@ -361,42 +430,70 @@ const device_info& current_device() {
     return info;
 }
 
-template <int kBM, bool kSwiglu>
+template <int kBM, bool kSwiglu, int kSub>
 void launch_config(const grouped_gemm_params& p, cudaStream_t stream) {
-    using tile = wg_tile<kBM, kSwiglu>;
-    const auto kernel = grouped_gemm_wgmma_kernel<kBM, kSwiglu>;
-    ZMOE_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(tile::kSmemBytes)));
+    using tile = wg_tile<kBM, kSwiglu, kSub>;
+    if (p.max_rows < 64) return;  // expert groups are multiples of row_align >= 64 rows: all are empty
+    const auto kernel = grouped_gemm_wgmma_kernel<kBM, kSwiglu, kSub>;
+    const size_t smem = tile::smem_bytes(p.num_experts);
+    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
     const CUtensorMap map_a = make_map(p.a, p.max_rows, p.k, kBM);
     const CUtensorMap map_b = make_map(p.b, int64_t(p.num_experts) * n_b, p.k, tile::kBoxB);
-    const int64_t tiles_bound = int64_t(p.max_rows / kBM) * ((p.n + tile::kOutN - 1) / tile::kOutN);
+    const int64_t tiles_bound = int64_t(p.max_rows / 64) * ((p.n + tile::kOutN - 1) / tile::kOutN);
     const int grid = int(std::max<int64_t>(1, std::min<int64_t>(tiles_bound, current_device().sms)));
-    kernel<<<grid, kThreads, tile::kSmemBytes, stream>>>(map_a, map_b, p);
+    kernel<<<grid, kThreads, smem, stream>>>(map_a, map_b, p);
     ZMOE_CUDA_CHECK_LAUNCH();
+}
+
+template <int kBM, int kSub>
+void launch_swiglu_or_not(const grouped_gemm_params& p, cudaStream_t stream) {
+    if (p.swiglu)
+        launch_config<kBM, true, kSub>(p, stream);
+    else
+        launch_config<kBM, false, kSub>(p, stream);
+}
+
+/// Stage depth in K: ZMOE_GROUPED_GEMM_STAGE_K=128 (two boxes per stage, fewer and larger stages) or 64.
+int stage_k_setting() {
+    static const int v = [] {
+        const char* e = std::getenv("ZMOE_GROUPED_GEMM_STAGE_K");
+        return e && std::atoi(e) == 128 ? 128 : 64;
+    }();
+    return v;
 }
 
 }  // namespace
 
+bool device_has_wgmma() {
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();  // no usable device: clear the error, answer no
+        return false;
+    }
+    return major == 9;
+}
+
 bool grouped_gemm_wgmma_supported(const grouped_gemm_params& p) {
-    return current_device().major == 9 && p.row_align % 64 == 0 && p.k % 8 == 0 && p.n % 8 == 0;
+    const auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+    return current_device().major == 9 && p.row_align % 64 == 0 && p.k % 8 == 0 && p.n % 8 == 0 &&
+           aligned16(p.a) && aligned16(p.b) && reinterpret_cast<uintptr_t>(p.c) % 4 == 0;
 }
 
 void launch_grouped_gemm_wgmma(const grouped_gemm_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(grouped_gemm_wgmma_supported(p),
                         "grouped_gemm: the wgmma kernel needs compute capability 9.x and row_align % 64 == 0");
-    if (p.max_rows < 64 || p.n == 0) return;
-    if (p.row_align % 128 == 0) {
-        if (p.swiglu)
-            launch_config<128, true>(p, stream);
-        else
-            launch_config<128, false>(p, stream);
-    } else {
-        if (p.swiglu)
-            launch_config<64, true>(p, stream);
-        else
-            launch_config<64, false>(p, stream);
-    }
+    if (p.max_rows == 0 || p.n == 0) return;
+    // 128-row tiles once the groups average about 128 rows or more (callers pass max_rows =
+    // moe_permuted_rows_bound, so max_rows / num_experts - (row_align - 1) is the mean group size), else 64-row
+    // tiles with the two math warpgroups splitting the columns.
+    const bool tall = p.row_align % 128 == 0 || int64_t(p.max_rows) >= int64_t(p.num_experts) * (128 + p.row_align - 1);
+    const bool deep = stage_k_setting() == 128;
+    if (tall)
+        deep ? launch_swiglu_or_not<128, 2>(p, stream) : launch_swiglu_or_not<128, 1>(p, stream);
+    else
+        deep ? launch_swiglu_or_not<64, 2>(p, stream) : launch_swiglu_or_not<64, 1>(p, stream);
 }
 
 }  // namespace zmoe::kernels::detail
