@@ -15,8 +15,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -206,9 +206,9 @@ ceilings measure_ceilings(cublasLtHandle_t blas, void* blas_ws, size_t blas_ws_b
     ZMOE_CUDA_CHECK(cudaMalloc(&src, copy_bytes));
     ZMOE_CUDA_CHECK(cudaMalloc(&dst, copy_bytes));
     ZMOE_CUDA_CHECK(cudaMemsetAsync(src, 0x3c, copy_bytes, stream));
-    const double copy_ms = time_ms(
-        [&] { ZMOE_CUDA_CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, stream)); }, stream, 3,
-        20);
+    const double copy_ms =
+        time_ms([&] { ZMOE_CUDA_CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, stream)); },
+                stream, 3, 20);
     c.bytes_per_s = 2.0 * double(copy_bytes) / (copy_ms * 1e-3);
     ZMOE_CUDA_CHECK(cudaFree(src));
     ZMOE_CUDA_CHECK(cudaFree(dst));
@@ -256,8 +256,7 @@ std::vector<std::pair<int32_t, double>> run_peer(const std::string& cmd, std::st
         std::istringstream is(line);
         std::string first;
         double ms = 0;
-        if (!(is >> first >> ms) || first.empty() ||
-            first.find_first_not_of("0123456789") != std::string::npos)
+        if (!(is >> first >> ms) || first.empty() || first.find_first_not_of("0123456789") != std::string::npos)
             continue;
         rows.emplace_back(std::stoi(first), ms);
     }
@@ -426,9 +425,10 @@ int main(int argc, char** argv) {
         std::printf("%s", peer_raw.c_str());
     }
 
-    std::printf("MoE layer, hidden %d, %d experts, top-%d, expert FFN %d, BF16 on %s (median of %d); floor at the "
-                "measured %.0f GB/s and %.0f TFLOP/s\n",
-                kHidden, kExperts, kTopK, kInter, prop.name, iters, peak.bytes_per_s * 1e-9, peak.flops_per_s * 1e-12);
+    std::printf(
+        "MoE layer, hidden %d, %d experts, top-%d, expert FFN %d, BF16 on %s (median of %d); floor at the "
+        "measured %.0f GB/s and %.0f TFLOP/s\n",
+        kHidden, kExperts, kTopK, kInter, prop.name, iters, peak.bytes_per_s * 1e-9, peak.flops_per_s * 1e-12);
     std::printf("%7s %5s %6s %10s %10s %9s %10s %7s %8s %8s %9s | %s\n", "tokens", "align", "active", "median_ms",
                 "graph_ms", "peer_ms", "floor_ms", "floor%", "TFLOP/s", "GB/s", "vs_peer",
                 "router_gemm topk permute gate_up down combine");
@@ -452,18 +452,17 @@ int main(int argc, char** argv) {
           << "\",\"shape\":{\"hidden\":" << kHidden << ",\"experts\":" << kExperts << ",\"top_k\":" << kTopK
           << ",\"inter\":" << kInter << ",\"dtype\":\"bf16\"},\"measured\":{\"copy_bytes_per_s\":" << peak.bytes_per_s
           << ",\"bf16_gemm_flops_per_s\":" << peak.flops_per_s << "},\"iters\":" << iters << ",\"impl\":\""
-          << (g_impl == zmoe::kernels::grouped_gemm_impl::automatic
-                  ? "auto"
-                  : g_impl == zmoe::kernels::grouped_gemm_impl::wgmma ? "wgmma" : "mma")
+          << (g_impl == zmoe::kernels::grouped_gemm_impl::automatic ? "auto"
+              : g_impl == zmoe::kernels::grouped_gemm_impl::wgmma   ? "wgmma"
+                                                                    : "mma")
           << "\",\"forced_align\":" << g_forced_align << ",\"peer_cmd\":\"" << json_escape(peer_cmd)
           << "\",\"peer_output\":\"" << json_escape(peer_raw) << "\",\"results\":[";
         for (size_t i = 0; i < results.size(); ++i) {
             const auto& r = results[i];
             f << (i ? "," : "") << "{\"tokens\":" << r.tokens << ",\"median_ms\":" << r.median_ms
               << ",\"graph_median_ms\":" << r.graph_median_ms << ",\"peer_ms\":" << r.peer_ms
-              << ",\"floor_ms\":" << r.floor_ms
-              << ",\"bytes\":" << r.bytes << ",\"flops\":" << r.flops << ",\"active_experts\":" << r.active_experts
-              << ",\"row_align\":" << r.row_align << ",\"stages_ms\":{";
+              << ",\"floor_ms\":" << r.floor_ms << ",\"bytes\":" << r.bytes << ",\"flops\":" << r.flops
+              << ",\"active_experts\":" << r.active_experts << ",\"row_align\":" << r.row_align << ",\"stages_ms\":{";
             for (int s = 0; s < kStages; ++s) f << (s ? "," : "") << "\"" << kStageNames[s] << "\":" << r.stage_ms[s];
             f << "}}";
         }

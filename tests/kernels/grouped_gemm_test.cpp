@@ -17,9 +17,12 @@ struct gemm_case {
 
 const char* impl_name(grouped_gemm_impl impl) {
     switch (impl) {
-        case grouped_gemm_impl::automatic: return "auto";
-        case grouped_gemm_impl::mma_sync: return "mma";
-        case grouped_gemm_impl::wgmma: return "wgmma";
+        case grouped_gemm_impl::automatic:
+            return "auto";
+        case grouped_gemm_impl::mma_sync:
+            return "mma";
+        case grouped_gemm_impl::wgmma:
+            return "wgmma";
     }
     return "?";
 }
@@ -94,35 +97,29 @@ TEST_P(GroupedGemm, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GroupedGemm,
-    ::testing::Values(gemm_case{3, 2, 8, 64, 32, true, 16}, gemm_case{3, 2, 8, 32, 64, false, 16},
-                      gemm_case{1, 8, 128, 2048, 768, true, 16}, gemm_case{1, 8, 128, 768, 2048, false, 16},
-                      gemm_case{64, 8, 128, 2048, 768, true, 16}, gemm_case{256, 8, 128, 2048, 768, true, 32},
-                      gemm_case{256, 8, 128, 768, 2048, false, 32}, gemm_case{37, 3, 16, 96, 40, true, 32},
-                      gemm_case{4096, 8, 64, 256, 128, true, 64},
-                      gemm_case{4096, 8, 64, 128, 256, false, 64}, gemm_case{200, 4, 60, 512, 1408, true, 64},
-                      gemm_case{500, 2, 8, 96, 40, true, 128}, gemm_case{500, 2, 8, 40, 96, false, 128},
-                      gemm_case{2048, 8, 32, 256, 128, true, 128}, gemm_case{2048, 8, 32, 128, 256, false, 128},
-                      // The wgmma kernel: 64-row tiles (row_align 64) and 128-row tiles (row_align 128).
-                      gemm_case{1, 8, 128, 2048, 768, true, 64, kWgmma},
-                      gemm_case{1, 8, 128, 768, 2048, false, 128, kWgmma},
-                      gemm_case{37, 3, 16, 96, 40, true, 64, kWgmma}, gemm_case{37, 3, 16, 40, 96, false, 128, kWgmma},
-                      gemm_case{300, 4, 16, 192, 200, true, 128, kWgmma},
-                      gemm_case{300, 4, 16, 200, 192, false, 64, kWgmma},
-                      gemm_case{200, 4, 60, 512, 1408, true, 64, kWgmma},
-                      gemm_case{200, 4, 60, 1408, 512, false, 64, kWgmma},
-                      gemm_case{256, 8, 32, 2048, 768, true, 64, kWgmma},
-                      gemm_case{256, 8, 32, 768, 2048, false, 64, kWgmma},
-                      gemm_case{2048, 8, 32, 256, 128, true, 128, kWgmma},
-                      gemm_case{2048, 8, 32, 128, 256, false, 128, kWgmma},
-                      gemm_case{4096, 8, 64, 256, 128, true, 64, kWgmma},
-                      // 128-row tiles over 64-row groups (a group of an odd number of blocks ends in a 64-row tile).
-                      gemm_case{3000, 8, 64, 128, 256, false, 64, kWgmma},
-                      gemm_case{3000, 6, 40, 136, 72, true, 64, kWgmma},
-                      gemm_case{20000, 2, 64, 128, 64, true, 128, kWgmma},
-                      gemm_case{20000, 2, 64, 64, 128, false, 64, kWgmma},
-                      // The automatic choice at Qwen3-30B-A3B shapes (wgmma on sm_90 from row_align 64 on).
-                      gemm_case{8, 8, 128, 2048, 768, true, 16, kAuto}, gemm_case{64, 8, 128, 768, 2048, false, 64, kAuto},
-                      gemm_case{1000, 4, 32, 512, 256, true, 128, kAuto}),
+    ::testing::Values(
+        gemm_case{3, 2, 8, 64, 32, true, 16}, gemm_case{3, 2, 8, 32, 64, false, 16},
+        gemm_case{1, 8, 128, 2048, 768, true, 16}, gemm_case{1, 8, 128, 768, 2048, false, 16},
+        gemm_case{64, 8, 128, 2048, 768, true, 16}, gemm_case{256, 8, 128, 2048, 768, true, 32},
+        gemm_case{256, 8, 128, 768, 2048, false, 32}, gemm_case{37, 3, 16, 96, 40, true, 32},
+        gemm_case{4096, 8, 64, 256, 128, true, 64}, gemm_case{4096, 8, 64, 128, 256, false, 64},
+        gemm_case{200, 4, 60, 512, 1408, true, 64}, gemm_case{500, 2, 8, 96, 40, true, 128},
+        gemm_case{500, 2, 8, 40, 96, false, 128}, gemm_case{2048, 8, 32, 256, 128, true, 128},
+        gemm_case{2048, 8, 32, 128, 256, false, 128},
+        // The wgmma kernel: 64-row tiles (row_align 64) and 128-row tiles (row_align 128).
+        gemm_case{1, 8, 128, 2048, 768, true, 64, kWgmma}, gemm_case{1, 8, 128, 768, 2048, false, 128, kWgmma},
+        gemm_case{37, 3, 16, 96, 40, true, 64, kWgmma}, gemm_case{37, 3, 16, 40, 96, false, 128, kWgmma},
+        gemm_case{300, 4, 16, 192, 200, true, 128, kWgmma}, gemm_case{300, 4, 16, 200, 192, false, 64, kWgmma},
+        gemm_case{200, 4, 60, 512, 1408, true, 64, kWgmma}, gemm_case{200, 4, 60, 1408, 512, false, 64, kWgmma},
+        gemm_case{256, 8, 32, 2048, 768, true, 64, kWgmma}, gemm_case{256, 8, 32, 768, 2048, false, 64, kWgmma},
+        gemm_case{2048, 8, 32, 256, 128, true, 128, kWgmma}, gemm_case{2048, 8, 32, 128, 256, false, 128, kWgmma},
+        gemm_case{4096, 8, 64, 256, 128, true, 64, kWgmma},
+        // 128-row tiles over 64-row groups (a group of an odd number of blocks ends in a 64-row tile).
+        gemm_case{3000, 8, 64, 128, 256, false, 64, kWgmma}, gemm_case{3000, 6, 40, 136, 72, true, 64, kWgmma},
+        gemm_case{20000, 2, 64, 128, 64, true, 128, kWgmma}, gemm_case{20000, 2, 64, 64, 128, false, 64, kWgmma},
+        // The automatic choice at Qwen3-30B-A3B shapes (wgmma on sm_90 from row_align 64 on).
+        gemm_case{8, 8, 128, 2048, 768, true, 16, kAuto}, gemm_case{64, 8, 128, 768, 2048, false, 64, kAuto},
+        gemm_case{1000, 4, 32, 512, 256, true, 128, kAuto}),
     [](const auto& info) {
         const auto& c = info.param;
         return make_name("t", c.num_tokens, "_k", c.top_k, "_e", c.num_experts, "_K", c.k, "_N", c.n,
