@@ -98,7 +98,8 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
         const model_weights host(run.model, config_, placement_, options.rank);
         weights_ = cuda_weights::upload(host);
     }  // unmaps the checkpoint
-    if (world_size > 1) comm_ = std::make_unique<nccl_comm>(options.collective_id, options.rank, world_size);
+    if (world_size > 1)
+        comm_ = std::make_unique<nccl_comm>(options.collective_id, options.rank, world_size);
 
     const int64_t bs = run.block_size;
     const int64_t max_len = run.max_model_len > 0 ? run.max_model_len : config_.max_position_embeddings;
@@ -147,8 +148,8 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
         check(cudaMemGetInfo(&free_bytes, &total_bytes));
         const auto used = static_cast<int64_t>(total_bytes - free_bytes);
         // What cuBLASLt and the graphs still take is small next to the workspace; keep 256 MiB for them.
-        const auto budget =
-            static_cast<int64_t>(run.gpu_memory_utilization * static_cast<double>(total_bytes)) - used - (256ll << 20);
+        const auto budget = static_cast<int64_t>(run.gpu_memory_utilization * static_cast<double>(total_bytes)) -
+                            used - (256ll << 20);
         num_kv_blocks_ = std::max<int64_t>(0, budget / (block_bytes * config_.num_layers));
         if (num_kv_blocks_ == 0)
             throw error(errc::out_of_memory, "GPU " + std::to_string(device_) + ": no room for one KV block after " +
@@ -256,17 +257,12 @@ cuda_step_executor::step_shape cuda_step_executor::stage(const step_request& req
         ws_.query_start.host[i + 1] = s.num_tokens;
         int32_t* row = ws_.block_tables.host + i * static_cast<size_t>(cap.max_blocks_per_seq);
         std::copy(q.block_table.begin(), q.block_table.end(), row);
-        if (q.do_sample) {
-            ws_.logit_rows.host[s.num_sampled] = s.num_tokens - 1;
-            ws_.sampling.host[s.num_sampled] = {.temperature = q.sampling.temperature,
-                                                .top_p = q.sampling.top_p,
-                                                .top_k = q.sampling.top_k,
-                                                .counter = q.sample_index,
-                                                .seed = q.sampling.seed};
-            ++s.num_sampled;
-        }
+        if (q.do_sample) ws_.logit_rows.host[s.num_sampled++] = s.num_tokens - 1;
     }
     s.num_seqs = static_cast<int32_t>(request.seqs.size());
+    // The sampled rows as the CPU backend gathers them (one definition of sampling: workers/sampler.hpp).
+    std::vector<uint64_t> sample_ids;
+    s.samples_fit_graph = ws_.stage_samples(gather_samples(request, tokens, history_, sample_ids));
     return s;
 }
 
@@ -301,6 +297,7 @@ void cuda_step_executor::finish_staging(step_shape& s, int32_t num_valid) {
 void cuda_step_executor::upload_inputs(const step_shape& s) {
     check(cudaMemcpyAsync(ws_.inputs.as<void>(), ws_.inputs_host.as<void>(), ws_.small_inputs_bytes,
                           cudaMemcpyHostToDevice, stream_));
+    ws_.sample_side.upload(stream_);
     const size_t table_bytes = static_cast<size_t>(s.num_seqs) * ws_.shape.max_blocks_per_seq * sizeof(int32_t);
     if (table_bytes > 0)
         check(cudaMemcpyAsync(ws_.block_tables.device, ws_.block_tables.host, table_bytes, cudaMemcpyHostToDevice,
@@ -419,17 +416,17 @@ void cuda_step_executor::moe(int64_t layer, const step_shape& s) {
                                      .top_k = K,
                                      .renormalize = c.norm_topk_prob},
                                     stream_);
-        kernels::launch_moe_route({.topk_ids = ws_.topk_ids.as<int32_t>(),
-                                   .replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1),
-                                   .replica_slots = ws_.replica_slots.as<int32_t>() +
-                                                    mi * int64_t(ws_.shape.num_slots) * options_.world_size(),
-                                   .num_valid = ws_.num_valid.device,
-                                   .slot_ids = ws_.slot_ids.as<int32_t>(),
-                                   .expert_counts = ws_.expert_counts.device + mi * E,
-                                   .num_tokens = T,
-                                   .top_k = K,
-                                   .num_experts = E},
-                                  stream_);
+        kernels::launch_moe_route(
+            {.topk_ids = ws_.topk_ids.as<int32_t>(),
+             .replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1),
+             .replica_slots = ws_.replica_slots.as<int32_t>() + mi * int64_t(ws_.shape.num_slots) * options_.world_size(),
+             .num_valid = ws_.num_valid.device,
+             .slot_ids = ws_.slot_ids.as<int32_t>(),
+             .expert_counts = ws_.expert_counts.device + mi * E,
+             .num_tokens = T,
+             .top_k = K,
+             .num_experts = E},
+            stream_);
     }
     if (comm_)
         moe_expert_parallel(w, T);  // a collective: joined with no tokens too
@@ -500,12 +497,7 @@ void cuda_step_executor::moe_local(const cuda_layer& w, int32_t T) {
 }
 
 void cuda_step_executor::sample(const step_shape& s) {
-    kernels::launch_sample({.logits = ws_.logits.as<float>(),
-                            .seqs = ws_.sampling.device,
-                            .tokens = ws_.sampled.device,
-                            .num_seqs = s.num_sampled,
-                            .vocab_size = i32(config_.vocab_size)},
-                           stream_);
+    kernels::launch_sample(ws_.sample_args(s.num_sampled), stream_);
 }
 
 void cuda_step_executor::forward(const step_shape& s) {
@@ -647,11 +639,12 @@ step_result cuda_step_executor::execute(const step_request& request, std::vector
     const decode_graph* g = nullptr;
     if (comm_) {
         // All ranks take the same mode: the graph of the largest decode batch, or eager.
-        const ep_agreement a = ep_agree(s, decode || s.num_seqs == 0, request.dual_batch, split);
+        const bool graphable = (decode && s.samples_fit_graph) || s.num_seqs == 0;
+        const ep_agreement a = ep_agree(s, graphable, request.dual_batch, split);
         if (a.all_decode && a.max_seqs > 0) g = graph_for(a.max_seqs, a.dual);
         ep_mode_ = g != nullptr ? ep_graph_mode(g->batch, a.dual) : ep_eager_mode(a, split);
         if (a.dual) ++dual_batch_steps_;
-    } else if (decode) {
+    } else if (decode && s.samples_fit_graph) {
         g = graph_for(s.num_seqs);
     }
     if (g != nullptr) pad_decode(s, g->batch);
@@ -694,6 +687,7 @@ step_result cuda_step_executor::execute(const step_request& request, std::vector
         if (!q.do_sample) continue;
         const int32_t token = ws_.sampled.host[out];
         result.tokens.push_back({q.request_id, token});
+        if (ws_.sampling.host[out].num_logprobs >= 0) result.tokens.back().logprobs = ws_.logprobs_of(i32(out));
         last_sampled_[q.request_id] = token;
         if (logits_out)
             logits_out->emplace_back(logits.begin() + static_cast<int64_t>(out * V),

@@ -41,9 +41,9 @@ class cuda_step_executor final : public step_executor {
     /// generates them on the device), joins the NCCL communicator (world_size > 1, options.collective_id), allocates
     /// the workspace for options.config.max_num_batched_tokens / max_num_seqs and the KV cache:
     /// options.config.num_kv_blocks blocks when > 0, else what options.config.gpu_memory_utilization of the device
-    /// leaves; then (one GPU, not enforce_eager) captures the decode graphs. Throws zmoe::error naming the file/tensor
-    /// for a bad checkpoint, (unsupported) for shapes the kernels lack, (out_of_memory) when weights, workspace or one
-    /// KV block do not fit.
+    /// leaves; then (not enforce_eager) captures the decode graphs (a collective with expert parallelism). Throws
+    /// zmoe::error naming the file/tensor for a bad checkpoint, (unsupported) for shapes the kernels lack,
+    /// (out_of_memory) when weights, workspace or one KV block do not fit.
     cuda_step_executor(const executor_options& options, const expert_placement& placement);
     ~cuda_step_executor() override;
 
@@ -80,6 +80,7 @@ class cuda_step_executor final : public step_executor {
         int32_t num_seqs = 0;
         int32_t num_work_items = 0;
         int32_t num_sampled = 0;
+        bool samples_fit_graph = true;  ///< the sampling side arrays fit the workspace's fixed region
     };
     struct decode_graph {
         int32_t batch = 0;
@@ -137,6 +138,7 @@ class cuda_step_executor final : public step_executor {
     int64_t num_kv_blocks_ = 0;
     std::vector<device_buffer> k_cache_, v_cache_;  // per layer [num_blocks, block_size, kv_heads, head_dim]
     std::unordered_map<uint64_t, int32_t> last_sampled_;
+    token_history history_;                 // fed tokens of the requests with penalties
     std::vector<decode_graph> graphs_;      // ascending batch
     std::vector<decode_graph> dbo_graphs_;  // expert parallelism: the same batches as two micro-batches
     cudaStream_t comm_stream_ = nullptr;    // expert parallelism: the dual-batch exchanges
