@@ -46,6 +46,7 @@ struct options {
     int exchange_tokens = 128;
     double capacity_factor = 0;
     bool skip_single = false;
+    bool exchange_only = false;
     std::string json;
 };
 
@@ -167,8 +168,9 @@ int run(int argc, char** argv) {
                                    "tokens per rank of the exchange-only timing")(
         "capacity-factor", po::value(&o.capacity_factor)->default_value(o.capacity_factor),
         "fixed exchange window over the even share (0: the executor's default)")(
-        "skip-single", po::bool_switch(&o.skip_single), "no 1-GPU run")("json", po::value(&o.json),
-                                                                        "write the results as JSON to this file");
+        "skip-single", po::bool_switch(&o.skip_single), "no 1-GPU run")(
+        "exchange-only", po::bool_switch(&o.exchange_only), "only the exchange timing (no decode steps)")(
+        "json", po::value(&o.json), "write the results as JSON to this file");
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, desc, vm)) return 0;
     if (o.workers < 2 || o.batch < 1 || o.context < 1 || o.steps < 1 || o.warmup < 0)
@@ -215,6 +217,10 @@ int run(int argc, char** argv) {
     j["exchange"] = {{"tokens_per_rank", o.exchange_tokens}, {"capacity_factor", factor}, {"ranks", jex}};
 #endif
 
+    if (o.exchange_only) {
+        if (!o.json.empty()) std::ofstream(o.json) << j.dump(2) << "\n";
+        return 0;
+    }
     std::vector<phase> phases;
     if (!o.skip_single) {
         std::fprintf(stderr, "1 GPU...\n");
