@@ -228,7 +228,10 @@ enum class grouped_gemm_impl : int32_t {
 };
 
 struct grouped_gemm_params {
-    const bf16* a = nullptr;                  // [max_rows, k]: permuted activations
+    const bf16* a = nullptr;                  // [max_rows, k]: permuted activations; with a_rows: [*, k]
+    const int32_t* a_rows = nullptr;          // [max_rows] or nullptr: row r of the product reads row a_rows[r] of a,
+                                              // a zero row where it is < 0 (moe_permute's row_token: x need not be
+                                              // gathered into a permuted copy first)
     const bf16* b = nullptr;                  // [num_experts, swiglu ? 2 * n : n, k], row-major per expert
     const int32_t* expert_offsets = nullptr;  // [num_experts + 1], from launch_moe_permute
     bf16* c = nullptr;                        // [max_rows, n]
