@@ -219,7 +219,8 @@ void launch_moe_combine(const moe_combine_params& p, cudaStream_t stream);
 // Grouped expert GEMM
 
 /// Which kernel launch_grouped_gemm runs. automatic: the wgmma + TMA kernel on compute capability 9.x when
-/// row_align is a multiple of 64 (from moe_row_align_for: about 2 or more rows per expert), else the mma.sync one.
+/// row_align is a multiple of 64 (moe_row_align_for's choice there from half a row per expert on), else the
+/// mma.sync one.
 enum class grouped_gemm_impl : int32_t {
     automatic = 0,
     mma_sync = 1,  ///< WMMA / mma.sync with a cp.async pipeline; any CUDA GPU, any row_align
