@@ -37,7 +37,7 @@ struct zmoe_client_options {
     int heartbeat_max_missed = 3;
     /// The server's API key, sent in a hello before each request (needed when this client is not on the server's
     /// loopback; see docs/protocol.md). Empty: ZMOE_API_KEY from the environment, if set.
-    std::string api_key;
+    std::string api_key{};
 };
 
 class zmoe_client {
