@@ -69,6 +69,7 @@ class cuda_step_executor final : public step_executor {
         int32_t num_seqs = 0;
         int32_t num_work_items = 0;
         int32_t num_sampled = 0;
+        bool one_token_each = true;  ///< every sequence has exactly one query token (a decode step)
     };
     struct decode_graph {
         int32_t batch = 0;
@@ -85,6 +86,11 @@ class cuda_step_executor final : public step_executor {
     void moe(int64_t layer, const step_shape& s);
     void moe_local(const cuda_layer& w, int32_t num_tokens);
     void moe_expert_parallel(const cuda_layer& w, int32_t num_tokens);
+    /// The experts of this rank over num_tokens x top_k routed rows of x (slots [num_tokens, top_k] on the device):
+    /// permute by slot, grouped GEMM gate|up with SiLU·up, grouped GEMM down, then
+    /// out[t] = sum_j weights[t, j] * y[t, j] in top-k order.
+    void run_experts(const cuda_layer& w, const int32_t* slots, const kernels::bf16* x, int32_t num_tokens,
+                     int32_t top_k, const float* weights, kernels::bf16* out);
     /// The sampling call site: sampled[i] from logits row i with sampling[i], i < s.num_sampled.
     void sample(const step_shape& s);
     void gemm(const void* x, const void* w, void* y, int32_t m, int32_t n, int32_t k, bool y_fp32 = false);
