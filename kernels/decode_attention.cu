@@ -1,10 +1,11 @@
 // Paged attention for decode steps (one query token per sequence), split over the KV in fixed chunks of keys.
 //
-// One block per (sequence, KV head, chunk of kDecodeAttentionChunk keys); four warps take 32 keys at a time. In the
-// score phase lane j owns key j of its warp's tile: it reads the key's K row once (16-byte loads) and scores every
-// query head of the GQA group against it (q in shared memory, pre-scaled by scale * log2 e). An online softmax in
-// fp32 per head follows (warp max / sum), then the V phase: each lane owns head_dim / 32 output dimensions of every
-// head of the group, and the tile's V rows are read coalesced, one per key. The four warps' states are merged in
+// One block per (sequence, KV head, chunk of kDecodeAttentionChunk keys); four warps take 32 keys at a time. Lane j
+// owns key j of its warp's tile: it starts the copy of the key's V row into shared memory (cp.async), reads the K
+// row (16-byte loads, all in flight) and scores every query head of the GQA group against it (q in shared memory,
+// pre-scaled by scale * log2 e, read as broadcast float4). An online softmax in fp32 per head follows (warp max /
+// sum; the probabilities go to shared memory), then the V phase: each lane owns head_dim / 32 output dimensions of
+// every head of the group and reads the tile's V rows from shared memory. So a tile costs one memory round trip. The four warps' states are merged in
 // warp order (deterministic); a sequence spanning several chunks writes (o, m, l) per chunk and a second kernel
 // merges them in chunk order.
 
@@ -19,7 +20,6 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kKeyBatch = 8;  // K vectors (8 bf16 each) loaded before they are used
 
 template <int N>
 __device__ __forceinline__ void load_bf16_n(const bf16* src, float (&v)[N]) {
@@ -37,16 +37,33 @@ __device__ __forceinline__ void load_bf16_n(const bf16* src, float (&v)[N]) {
     }
 }
 
+__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src));
+}
+
+/// Bytes of dynamic shared memory: each warp's V tile, [32 keys][head_dim + 8] bf16 (the pad spreads the rows'
+/// 16-byte chunks over the banks).
+template <int kHeadDim>
+constexpr size_t v_tile_bytes() {
+    return size_t(kWarps) * 32 * (kHeadDim + 8) * sizeof(bf16);
+}
+
 template <int kHeadDim, int kGroup>
 __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode_attention_params p) {
-    constexpr int kDL = kHeadDim / 32;  // output dimensions per lane
-    __shared__ float q_s[kGroup][kHeadDim];
+    constexpr int kDL = kHeadDim / 32;       // output dimensions per lane
+    constexpr int kVStride = kHeadDim + 8;   // bf16 per row of a V tile
+    constexpr int kKeyBatch = kHeadDim / 8 < 16 ? kHeadDim / 8 : 16;  // K vectors in flight per lane
+    __shared__ __align__(16) float q_s[kGroup][kHeadDim];
     __shared__ float o_s[kGroup][kHeadDim];
+    __shared__ __align__(16) float p_s[kWarps][32][kGroup];
     __shared__ float m_s[kWarps][kGroup], l_s[kWarps][kGroup];
     __shared__ float m_tot[kGroup], l_tot[kGroup];
+    extern __shared__ __align__(16) unsigned char smem[];
 
     const int32_t seq = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    bf16* v_s = reinterpret_cast<bf16*>(smem) + size_t(warp) * 32 * kVStride;
     const int32_t kv_len = p.start_pos[seq] + 1;
     const int32_t k_begin = split * kDecodeAttentionChunk;
     if (k_begin >= kv_len) return;  // nothing to do: the merge reads only the chunks that hold keys
@@ -72,63 +89,72 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode
     }
 
     for (int32_t t0 = k_begin + warp * 32; t0 < k_end; t0 += kWarps * 32) {
+        // Lane j owns key t0 + j: its V row goes to shared memory (cp.async) while its K row is scored.
         const int32_t key = t0 + lane;
         const bool valid = key < k_end;
-        unsigned long long row = 0;  // element offset of this key's (slot, kv head) row
         float s[kGroup];
 #pragma unroll
         for (int h = 0; h < kGroup; ++h) s[h] = 0.f;
         if (valid) {
             const size_t slot = size_t(table[key / p.block_size]) * p.block_size + key % p.block_size;
-            row = (slot * p.num_kv_heads + kvh) * kHeadDim;
+            const size_t row = (slot * p.num_kv_heads + kvh) * kHeadDim;
+#pragma unroll
+            for (int c = 0; c < kHeadDim / 8; ++c) cp_async_16(v_s + lane * kVStride + c * 8, p.v_cache + row + c * 8);
             const bf16* k = p.k_cache + row;
 #pragma unroll
             for (int d0 = 0; d0 < kHeadDim; d0 += 8 * kKeyBatch) {
                 detail::bf16x8 kv[kKeyBatch];
 #pragma unroll
-                for (int b = 0; b < kKeyBatch; ++b)
-                    if (d0 + b * 8 < kHeadDim) kv[b] = *reinterpret_cast<const detail::bf16x8*>(k + d0 + b * 8);
+                for (int b = 0; b < kKeyBatch; ++b) kv[b] = *reinterpret_cast<const detail::bf16x8*>(k + d0 + b * 8);
 #pragma unroll
                 for (int b = 0; b < kKeyBatch; ++b) {
-                    if (d0 + b * 8 >= kHeadDim) break;
+                    float kf[8];
 #pragma unroll
-                    for (int j2 = 0; j2 < 4; ++j2) {
-                        const float2 kf = __bfloat1622float2(kv[b].h[j2]);
-                        const int d = d0 + b * 8 + 2 * j2;
+                    for (int e = 0; e < 4; ++e) {
+                        const float2 f = __bfloat1622float2(kv[b].h[e]);
+                        kf[2 * e] = f.x, kf[2 * e + 1] = f.y;
+                    }
+                    const int d = d0 + b * 8;
 #pragma unroll
-                        for (int h = 0; h < kGroup; ++h) s[h] += q_s[h][d] * kf.x + q_s[h][d + 1] * kf.y;
+                    for (int h = 0; h < kGroup; ++h) {
+                        const float4 qa = *reinterpret_cast<const float4*>(&q_s[h][d]);
+                        const float4 qb = *reinterpret_cast<const float4*>(&q_s[h][d + 4]);
+                        s[h] += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] + qb.x * kf[4] +
+                                qb.y * kf[5] + qb.z * kf[6] + qb.w * kf[7];
                     }
                 }
             }
         }
+        asm volatile("cp.async.commit_group;\n" ::);
 
-        float pr[kGroup];
 #pragma unroll
         for (int h = 0; h < kGroup; ++h) {
             const float score = valid ? s[h] : -INFINITY;
             const float m_new = fmaxf(m[h], detail::warp_max(score));  // finite: lane 0's key is valid
             const float alpha = exp2f(m[h] - m_new);                   // 0 while m[h] is -inf
-            pr[h] = valid ? exp2f(score - m_new) : 0.f;
-            l[h] = l[h] * alpha + detail::warp_sum(pr[h]);
+            const float pr = valid ? exp2f(score - m_new) : 0.f;
+            p_s[warp][lane][h] = pr;
+            l[h] = l[h] * alpha + detail::warp_sum(pr);
             m[h] = m_new;
 #pragma unroll
             for (int i = 0; i < kDL; ++i) acc[h][i] *= alpha;
         }
+        asm volatile("cp.async.wait_group 0;\n" ::);
+        __syncwarp();
 
         const int32_t n_keys = min(32, k_end - t0);
-#pragma unroll 8
-        for (int j = 0; j < 32; ++j) {
-            if (j >= n_keys) break;
-            const unsigned long long vrow = __shfl_sync(detail::kFullMask, row, j);
+#pragma unroll 4
+        for (int j = 0; j < n_keys; ++j) {
             float v[kDL];
-            load_bf16_n<kDL>(p.v_cache + vrow + lane * kDL, v);
+            load_bf16_n<kDL>(v_s + j * kVStride + lane * kDL, v);
 #pragma unroll
             for (int h = 0; h < kGroup; ++h) {
-                const float pj = __shfl_sync(detail::kFullMask, pr[h], j);
+                const float pj = p_s[warp][j][h];
 #pragma unroll
                 for (int i = 0; i < kDL; ++i) acc[h][i] += pj * v[i];
             }
         }
+        __syncwarp();  // the next tile overwrites this warp's V rows and probabilities
     }
 
     // Merge the warps: a warp that saw no key has m = -inf and l = 0.
@@ -193,15 +219,24 @@ __global__ void decode_attention_merge_kernel(const decode_attention_params p) {
     }
 }
 
+template <int kHeadDim, int kGroup>
+void launch_one(const decode_attention_params& p, cudaStream_t stream) {
+    // Static and dynamic shared memory together pass 48 KB for the larger groups: always opt in.
+    constexpr size_t smem = v_tile_bytes<kHeadDim>();
+    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<kHeadDim, kGroup>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    decode_attention_kernel<kHeadDim, kGroup>
+        <<<dim3(p.num_seqs, p.num_kv_heads, p.num_splits), kThreads, smem, stream>>>(p);
+}
+
 template <int kHeadDim>
 void launch_for_head_dim(const decode_attention_params& p, int32_t group, cudaStream_t stream) {
-    const dim3 grid(p.num_seqs, p.num_kv_heads, p.num_splits);
     switch (group) {
-        case 1: decode_attention_kernel<kHeadDim, 1><<<grid, kThreads, 0, stream>>>(p); break;
-        case 2: decode_attention_kernel<kHeadDim, 2><<<grid, kThreads, 0, stream>>>(p); break;
-        case 4: decode_attention_kernel<kHeadDim, 4><<<grid, kThreads, 0, stream>>>(p); break;
-        case 8: decode_attention_kernel<kHeadDim, 8><<<grid, kThreads, 0, stream>>>(p); break;
-        case 16: decode_attention_kernel<kHeadDim, 16><<<grid, kThreads, 0, stream>>>(p); break;
+        case 1: launch_one<kHeadDim, 1>(p, stream); break;
+        case 2: launch_one<kHeadDim, 2>(p, stream); break;
+        case 4: launch_one<kHeadDim, 4>(p, stream); break;
+        case 8: launch_one<kHeadDim, 8>(p, stream); break;
+        case 16: launch_one<kHeadDim, 16>(p, stream); break;
         default: ZMOE_KERNEL_REQUIRE(false, "decode_attention: group must be 1, 2, 4, 8 or 16");
     }
 }

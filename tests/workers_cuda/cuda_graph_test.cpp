@@ -3,9 +3,14 @@
 // expert moves; `--load-format dummy` weights are deterministic, finite, and route tokens over many experts.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 
 #include "cuda_test_util.hpp"
@@ -146,6 +151,61 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGraphs,
                          ::testing::Values("qwen3_moe", "qwen3_moe_alt", "qwen2_moe", "qwen2_moe_alt", "mixtral",
                                            "mixtral_alt", "olmoe", "olmoe_alt"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+/// A Qwen3-MoE config at the decode kernels' shapes (head_dim 128, 8 query heads per KV head, 32 experts, top-8),
+/// in a directory of its own with no weights: it runs with --load-format dummy.
+class DecodeShapesModel {
+  public:
+    DecodeShapesModel() {
+        dir_ = std::filesystem::temp_directory_path() / ("zmoe_decode_shapes_" + std::to_string(::getpid()));
+        std::filesystem::create_directories(dir_);
+        nlohmann::json c = nlohmann::json::parse(std::ifstream(fixture_dir("qwen3_moe") + "/config.json"));
+        c["hidden_size"] = 256;
+        c["head_dim"] = 128;
+        c["num_attention_heads"] = 16;
+        c["num_key_value_heads"] = 2;
+        c["num_hidden_layers"] = 3;
+        c["mlp_only_layers"] = nlohmann::json::array({1});
+        c["intermediate_size"] = 256;
+        c["moe_intermediate_size"] = 128;
+        c["num_experts"] = 32;
+        c["num_local_experts"] = 32;
+        c["num_experts_per_tok"] = 8;
+        std::ofstream(dir_ / "config.json") << c.dump(2);
+    }
+    ~DecodeShapesModel() { std::filesystem::remove_all(dir_); }
+    std::string dir() const { return dir_.string(); }
+
+  private:
+    std::filesystem::path dir_;
+};
+
+TEST(CudaGraphsDecodeShapes, ReplayMatchesEagerThroughTheDecodeKernels) {
+    // One sequence and six (few-token MoE path, decode attention), then twenty (grouped-GEMM path): graph replay
+    // gives the eager executor's tokens and logits.
+    const DecodeShapesModel model;
+    auto eager = make_executor(model.dir(), true, "dummy");
+    auto graphs = make_executor(model.dir(), false, "dummy");
+    const model_config& c = graphs->config();
+    std::mt19937 rng(11);
+    for (size_t n : {size_t{1}, size_t{6}, size_t{20}}) {
+        step_driver a(kBlockSize, 0), b(kBlockSize, 0);
+        for (size_t i = 0; i < n; ++i) {
+            std::vector<int32_t> prompt(5 + rng() % 40);
+            for (auto& t : prompt) t = static_cast<int32_t>(rng() % c.vocab_size);
+            const int64_t new_tokens = 5 + static_cast<int64_t>(i % 4);
+            a.add(i, prompt, new_tokens);
+            b.add(i, prompt, new_tokens);
+        }
+        const int64_t replays = graphs->graph_replays();
+        run_counting(*eager, a);
+        run_counting(*graphs, b);
+        EXPECT_GT(graphs->graph_replays(), replays) << "no decode step replayed a graph";
+        for (size_t i = 0; i < n; ++i)
+            expect_same_run(b.seqs()[i], a.seqs()[i], kSelfMargin, kSelfTolerance,
+                            "decode shapes, batch " + std::to_string(n) + " seq " + std::to_string(i));
+    }
+}
 
 TEST(DecodeGraphBatchSizes, BucketsUpToTheLimit) {
     EXPECT_EQ(decode_graph_batch_sizes(1), (std::vector<int32_t>{1}));

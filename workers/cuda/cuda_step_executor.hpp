@@ -2,10 +2,12 @@
 // The CUDA backend of a worker: the whole forward pass of one rank on one GPU with zmoe's kernels (kernels/api.hpp)
 // and cuBLASLt, experts spread over the world's GPUs with NCCL (expert parallelism), BF16 weights and KV cache.
 //
-// Per step: embed → per layer [RMSNorm → QKV GEMM (+bias) → RoPE + q/k norm + paged KV write → paged attention
-// (mixed prefill/decode) → O GEMM → RMSNorm(+residual) → router GEMM (fp32 logits) → top-k → replica choice and
-// load counts (launch_moe_route) → permute by slot → grouped expert GEMMs → weighted combine] → final norm → LM
-// head on the sampled positions → sampling. One GPU: the whole step is enqueued without a host round trip (one
+// Per step: embed → per layer [RMSNorm → QKV GEMM (+bias) → RoPE + q/k norm + paged KV write → attention (decode
+// steps: launch_decode_attention, split over the KV; others: launch_paged_attention, mixed prefill/decode) → O GEMM
+// → RMSNorm(+residual) → router GEMM (fp32 logits) → top-k → replica choice and load counts (launch_moe_route) →
+// permute by slot → grouped expert GEMMs → weighted combine; steps of at most 8 tokens: router GEMM →
+// launch_moe_decode (routing, GEMVs and the combine in three launches)] → final norm → LM head on the sampled
+// positions → sampling. One GPU: the whole step is enqueued without a host round trip (one
 // copy of the step's inputs in, one copy of the sampled tokens and load counts out), into a fixed workspace
 // (cuda_workspace), and pure decode steps replay a CUDA graph captured at start-up for the next bucketed batch
 // size (padding rows are computed and dropped). Expert parallelism (world_size > 1): the dispatch and combine live in
