@@ -19,6 +19,7 @@
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
+#include "kernels/warp_topk.cuh"
 #include "kernels/dispatch.cuh"
 
 namespace zmoe::kernels {
@@ -51,43 +52,10 @@ __global__ void __launch_bounds__(kThreads) moe_decode_route_kernel(const moe_de
 
     const int lane = threadIdx.x % 32, t = threadIdx.x / 32;
     if (t < T) {
-        // As router_topk_kernel: lane j ends up holding the j-th choice.
-        const float* row = p.router_logits + size_t(t) * p.num_experts;
-        float v[kPerLane];
-        float max_v = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-            const int32_t e = i * 32 + lane;
-            v[i] = e < p.num_experts ? row[e] : -INFINITY;
-            max_v = fmaxf(max_v, v[i]);
-        }
-        max_v = detail::warp_max(max_v);
-        float sum = 0.f;
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) sum += i * 32 + lane < p.num_experts ? expf(v[i] - max_v) : 0.f;
-        sum = detail::warp_sum(sum);
-        int32_t my_id = -1;
-        float my_weight = 0.f;
-        for (int j = 0; j < K; ++j) {
-            float best = -INFINITY;
-            int32_t best_id = INT32_MAX;
-#pragma unroll
-            for (int i = 0; i < kPerLane; ++i) {
-                const int32_t e = i * 32 + lane;
-                if (e < p.num_experts && (v[i] > best || (v[i] == best && e < best_id))) best = v[i], best_id = e;
-            }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                const float ob = __shfl_xor_sync(detail::kFullMask, best, o);
-                const int32_t oi = __shfl_xor_sync(detail::kFullMask, best_id, o);
-                if (ob > best || (ob == best && oi < best_id)) best = ob, best_id = oi;
-            }
-#pragma unroll
-            for (int i = 0; i < kPerLane; ++i)
-                if (i * 32 + lane == best_id) v[i] = -INFINITY;
-            if (lane == j) my_id = best_id, my_weight = expf(best - max_v) / sum;
-        }
-        if (p.renormalize) my_weight /= detail::warp_sum(lane < K ? my_weight : 0.f);
+        int32_t my_id;  // lane j: the j-th choice, as in router_topk_kernel
+        float my_weight;
+        detail::warp_softmax_topk<kPerLane>(p.router_logits + size_t(t) * p.num_experts, p.num_experts, K,
+                                            p.renormalize, &my_id, &my_weight);
         if (lane < K) {
             const int32_t a = t * K + lane;
             const int32_t first = p.replica_offsets[my_id], n = p.replica_offsets[my_id + 1] - first;

@@ -53,6 +53,24 @@ void run_counting(cuda_step_executor& ex, step_driver& driver) {
     }
 }
 
+/// Runs the same sequences (prompt, new tokens) on an eager executor and on one with graphs: the graph executor
+/// replays at least one decode step and gives the eager one's tokens and logits.
+void expect_replay_matches_eager(cuda_step_executor& eager, cuda_step_executor& graphs,
+                                 const std::vector<std::pair<std::vector<int32_t>, int64_t>>& seqs,
+                                 const std::string& label) {
+    step_driver a(kBlockSize, 7), b(kBlockSize, 7);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        a.add(i, seqs[i].first, seqs[i].second);
+        b.add(i, seqs[i].first, seqs[i].second);
+    }
+    const int64_t replays = graphs.graph_replays();
+    run_counting(eager, a);
+    run_counting(graphs, b);
+    EXPECT_GT(graphs.graph_replays(), replays) << label << ": no decode step replayed a graph";
+    for (size_t i = 0; i < seqs.size(); ++i)
+        expect_same_run(b.seqs()[i], a.seqs()[i], kSelfMargin, kSelfTolerance, label + " seq " + std::to_string(i));
+}
+
 class CudaGraphs : public ::testing::TestWithParam<std::string> {
   protected:
     void SetUp() override {
@@ -72,20 +90,9 @@ TEST_P(CudaGraphs, ReplayMatchesEager) {
     // 1 sequence (exact bucket), then all prompts (padded up to the next bucket), then 5 copies of them (more
     // padding, and batches shrinking as sequences finish at different lengths), at most max_num_seqs.
     for (size_t n : {size_t{1}, prompts_.size(), std::min<size_t>(32, 5 * prompts_.size())}) {
-        step_driver a(kBlockSize, 7), b(kBlockSize, 7);
-        for (size_t i = 0; i < n; ++i) {
-            const auto& p = prompts_[i % prompts_.size()];
-            const int64_t new_tokens = 6 + static_cast<int64_t>(i % 3);
-            a.add(i, p.token_ids, new_tokens);
-            b.add(i, p.token_ids, new_tokens);
-        }
-        const int64_t replays = graphs->graph_replays();
-        run_counting(*eager, a);
-        run_counting(*graphs, b);
-        EXPECT_GT(graphs->graph_replays(), replays) << "no decode step replayed a graph";
-        for (size_t i = 0; i < n; ++i)
-            expect_same_run(b.seqs()[i], a.seqs()[i], kSelfMargin, kSelfTolerance,
-                            GetParam() + " batch " + std::to_string(n) + " seq " + std::to_string(i));
+        std::vector<std::pair<std::vector<int32_t>, int64_t>> seqs;
+        for (size_t i = 0; i < n; ++i) seqs.emplace_back(prompts_[i % prompts_.size()].token_ids, 6 + int64_t(i % 3));
+        expect_replay_matches_eager(*eager, *graphs, seqs, GetParam() + " batch " + std::to_string(n));
     }
     EXPECT_EQ(eager->graph_replays(), 0);
 }
@@ -189,21 +196,13 @@ TEST(CudaGraphsDecodeShapes, ReplayMatchesEagerThroughTheDecodeKernels) {
     const model_config& c = graphs->config();
     std::mt19937 rng(11);
     for (size_t n : {size_t{1}, size_t{6}, size_t{20}}) {
-        step_driver a(kBlockSize, 0), b(kBlockSize, 0);
+        std::vector<std::pair<std::vector<int32_t>, int64_t>> seqs;
         for (size_t i = 0; i < n; ++i) {
             std::vector<int32_t> prompt(5 + rng() % 40);
             for (auto& t : prompt) t = static_cast<int32_t>(rng() % c.vocab_size);
-            const int64_t new_tokens = 5 + static_cast<int64_t>(i % 4);
-            a.add(i, prompt, new_tokens);
-            b.add(i, prompt, new_tokens);
+            seqs.emplace_back(std::move(prompt), 5 + int64_t(i % 4));
         }
-        const int64_t replays = graphs->graph_replays();
-        run_counting(*eager, a);
-        run_counting(*graphs, b);
-        EXPECT_GT(graphs->graph_replays(), replays) << "no decode step replayed a graph";
-        for (size_t i = 0; i < n; ++i)
-            expect_same_run(b.seqs()[i], a.seqs()[i], kSelfMargin, kSelfTolerance,
-                            "decode shapes, batch " + std::to_string(n) + " seq " + std::to_string(i));
+        expect_replay_matches_eager(*eager, *graphs, seqs, "decode shapes, batch " + std::to_string(n));
     }
 }
 
