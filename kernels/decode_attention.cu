@@ -5,9 +5,9 @@
 // row (16-byte loads, all in flight) and scores every query head of the GQA group against it (q in shared memory,
 // pre-scaled by scale * log2 e, read as broadcast float4). An online softmax in fp32 per head follows (warp max /
 // sum; the probabilities go to shared memory), then the V phase: each lane owns head_dim / 32 output dimensions of
-// every head of the group and reads the tile's V rows from shared memory. So a tile costs one memory round trip. The four warps' states are merged in
-// warp order (deterministic); a sequence spanning several chunks writes (o, m, l) per chunk and a second kernel
-// merges them in chunk order.
+// every head of the group and reads the tile's V rows from shared memory. So a tile costs one memory round trip. The
+// four warps' states are merged in warp order (deterministic); a sequence spanning several chunks writes (o, m, l) per
+// chunk and a second kernel merges them in chunk order.
 
 #include <algorithm>
 
@@ -51,8 +51,8 @@ constexpr size_t v_tile_bytes() {
 
 template <int kHeadDim, int kGroup>
 __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode_attention_params p) {
-    constexpr int kDL = kHeadDim / 32;       // output dimensions per lane
-    constexpr int kVStride = kHeadDim + 8;   // bf16 per row of a V tile
+    constexpr int kDL = kHeadDim / 32;                                // output dimensions per lane
+    constexpr int kVStride = kHeadDim + 8;                            // bf16 per row of a V tile
     constexpr int kKeyBatch = kHeadDim / 8 < 16 ? kHeadDim / 8 : 16;  // K vectors in flight per lane
     __shared__ __align__(16) float q_s[kGroup][kHeadDim];
     __shared__ float o_s[kGroup][kHeadDim];
@@ -232,12 +232,23 @@ void launch_one(const decode_attention_params& p, cudaStream_t stream) {
 template <int kHeadDim>
 void launch_for_head_dim(const decode_attention_params& p, int32_t group, cudaStream_t stream) {
     switch (group) {
-        case 1: launch_one<kHeadDim, 1>(p, stream); break;
-        case 2: launch_one<kHeadDim, 2>(p, stream); break;
-        case 4: launch_one<kHeadDim, 4>(p, stream); break;
-        case 8: launch_one<kHeadDim, 8>(p, stream); break;
-        case 16: launch_one<kHeadDim, 16>(p, stream); break;
-        default: ZMOE_KERNEL_REQUIRE(false, "decode_attention: group must be 1, 2, 4, 8 or 16");
+        case 1:
+            launch_one<kHeadDim, 1>(p, stream);
+            break;
+        case 2:
+            launch_one<kHeadDim, 2>(p, stream);
+            break;
+        case 4:
+            launch_one<kHeadDim, 4>(p, stream);
+            break;
+        case 8:
+            launch_one<kHeadDim, 8>(p, stream);
+            break;
+        case 16:
+            launch_one<kHeadDim, 16>(p, stream);
+            break;
+        default:
+            ZMOE_KERNEL_REQUIRE(false, "decode_attention: group must be 1, 2, 4, 8 or 16");
     }
 }
 
@@ -266,9 +277,15 @@ void launch_decode_attention(const decode_attention_params& p, cudaStream_t stre
     if (p.num_seqs == 0) return;
     const int32_t group = p.num_q_heads / p.num_kv_heads;
     switch (p.head_dim) {
-        case 64: launch_for_head_dim<64>(p, group, stream); break;
-        case 128: launch_for_head_dim<128>(p, group, stream); break;
-        default: launch_for_head_dim<256>(p, group, stream); break;
+        case 64:
+            launch_for_head_dim<64>(p, group, stream);
+            break;
+        case 128:
+            launch_for_head_dim<128>(p, group, stream);
+            break;
+        default:
+            launch_for_head_dim<256>(p, group, stream);
+            break;
     }
     ZMOE_CUDA_CHECK_LAUNCH();
     if (p.num_splits > 1) {

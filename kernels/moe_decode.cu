@@ -19,8 +19,8 @@
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
-#include "kernels/warp_topk.cuh"
 #include "kernels/dispatch.cuh"
+#include "kernels/warp_topk.cuh"
 
 namespace zmoe::kernels {
 namespace {
@@ -28,9 +28,9 @@ namespace {
 constexpr int kThreads = 256;      // the route kernel: one warp per token
 constexpr int kGemvThreads = 128;  // the gate|up and down kernels: four warps
 constexpr int kGemvWarps = kGemvThreads / 32;
-constexpr int kDownRows = 2;       // hidden rows per down block
-constexpr int kDownItems = 4;      // (slot, row) items per warp at once
-constexpr int kGateUpUnroll = 8;   // 16-byte vectors per lane in flight, per row (gate and up each)
+constexpr int kDownRows = 2;      // hidden rows per down block
+constexpr int kDownItems = 4;     // (slot, row) items per warp at once
+constexpr int kGateUpUnroll = 8;  // 16-byte vectors per lane in flight, per row (gate and up each)
 constexpr int kDownUnroll = 4;
 
 /// Scratch layout: [num_unique | unique slots [TK] | choices [TK][T]].
@@ -228,8 +228,8 @@ void launch_gemvs(const moe_decode_params& p, cudaStream_t stream) {
     const int32_t tk = p.num_tokens * p.top_k;
     const size_t x_bytes = size_t(p.num_tokens) * p.hidden * sizeof(bf16);
     if (x_bytes > 48 * 1024)
-        ZMOE_CUDA_CHECK(cudaFuncSetAttribute(moe_decode_gate_up_kernel<kT>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(x_bytes)));
+        ZMOE_CUDA_CHECK(cudaFuncSetAttribute(moe_decode_gate_up_kernel<kT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             int(x_bytes)));
     moe_decode_gate_up_kernel<kT>
         <<<dim3(tk, (p.inter + kGemvWarps - 1) / kGemvWarps), kGemvThreads, x_bytes, stream>>>(p);
     ZMOE_CUDA_CHECK_LAUNCH();
@@ -241,8 +241,8 @@ void launch_gemvs(const moe_decode_params& p, cudaStream_t stream) {
 
 bool moe_decode_supported(int32_t num_tokens, int32_t top_k, int32_t num_experts, int32_t hidden, int32_t inter) {
     return num_tokens >= 1 && num_tokens <= kMoeDecodeMaxTokens && top_k >= 1 && top_k <= 16 &&
-           num_tokens * top_k <= kMoeDecodeMaxPairs && num_experts >= top_k && num_experts <= 512 &&
-           hidden % 8 == 0 && inter % 8 == 0 && hidden > 0 && inter > 0;
+           num_tokens * top_k <= kMoeDecodeMaxPairs && num_experts >= top_k && num_experts <= 512 && hidden % 8 == 0 &&
+           inter % 8 == 0 && hidden > 0 && inter > 0;
 }
 
 size_t moe_decode_scratch_ints(int32_t num_tokens, int32_t top_k) {
@@ -254,7 +254,8 @@ void launch_moe_decode(const moe_decode_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(moe_decode_supported(p.num_tokens, p.top_k, p.num_experts, p.hidden, p.inter),
                         "moe_decode: 1..8 tokens, tokens x top_k <= 64, top_k <= 16, <= 512 experts, hidden and "
                         "inter multiples of 8");
-    DISPATCH_EXPERTS_PER_LANE(p.num_experts, kPerLane, moe_decode_route_kernel<kPerLane><<<1, kThreads, 0, stream>>>(p));
+    DISPATCH_EXPERTS_PER_LANE(p.num_experts, kPerLane,
+                              moe_decode_route_kernel<kPerLane><<<1, kThreads, 0, stream>>>(p));
     ZMOE_CUDA_CHECK_LAUNCH();
     if (p.num_tokens == 1)
         launch_gemvs<1>(p, stream);

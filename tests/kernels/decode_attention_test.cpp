@@ -92,8 +92,13 @@ TEST_P(DecodeAttention, MatchesReference) {
 
     std::vector<int32_t> query_start(in.num_seqs + 1);
     std::iota(query_start.begin(), query_start.end(), 0);
-    const ref::attention_shape s{in.num_seqs,  c.num_q_heads, c.num_kv_heads, c.head_dim, c.block_size,
-                                 in.max_blocks, 1.f / std::sqrt(float(c.head_dim))};
+    const ref::attention_shape s{in.num_seqs,
+                                 c.num_q_heads,
+                                 c.num_kv_heads,
+                                 c.head_dim,
+                                 c.block_size,
+                                 in.max_blocks,
+                                 1.f / std::sqrt(float(c.head_dim))};
     std::vector<float> want(in.q.size());
     ref::paged_attention(s, in.q.data(), in.k_cache.data(), in.v_cache.data(), in.tables.data(), query_start.data(),
                          in.start_pos.data(), want.data());

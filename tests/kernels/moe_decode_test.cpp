@@ -100,8 +100,8 @@ TEST_P(MoeDecode, MatchesReference) {
     std::vector<float> want(size_t(c.num_tokens) * c.hidden), weights(tk);
     std::vector<int32_t> slot_ids(tk), counts = counts0;
     ref::moe_decode(in.logits.data(), in.offsets.data(), in.slots.data(), c.num_valid, in.x.data(), in.gate_up.data(),
-                    in.down.data(), weights.data(), slot_ids.data(), counts.data(), want.data(), c.num_tokens,
-                    c.top_k, c.num_experts, c.hidden, c.inter, c.renormalize);
+                    in.down.data(), weights.data(), slot_ids.data(), counts.data(), want.data(), c.num_tokens, c.top_k,
+                    c.num_experts, c.hidden, c.inter, c.renormalize);
     EXPECT_EQ(got.slot_ids, slot_ids);
     EXPECT_EQ(got.counts, counts);
     for (size_t i = 0; i < tk; ++i) EXPECT_NEAR(got.weights[i], weights[i], 1e-5f) << "choice " << i;
@@ -136,8 +136,8 @@ INSTANTIATE_TEST_SUITE_P(
                       decode_moe_case{1, 512, 1, 128, 64, 0, 0, false}),   // 512 experts, one choice, all padding
     [](const auto& info) {
         const auto& c = info.param;
-        return make_name("t", c.num_tokens, "_e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter,
-                         "_extra", c.extra_replicas);
+        return make_name("t", c.num_tokens, "_e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter, "_extra",
+                         c.extra_replicas);
     });
 
 }  // namespace

@@ -97,8 +97,7 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
         const model_weights host(run.model, config_, placement_, options.rank);
         weights_ = cuda_weights::upload(host);
     }  // unmaps the checkpoint
-    if (world_size > 1)
-        comm_ = std::make_unique<nccl_comm>(options.collective_id, options.rank, world_size);
+    if (world_size > 1) comm_ = std::make_unique<nccl_comm>(options.collective_id, options.rank, world_size);
 
     const int64_t bs = run.block_size;
     const int64_t max_len = run.max_model_len > 0 ? run.max_model_len : config_.max_position_embeddings;
@@ -128,8 +127,8 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
     };
     ws_ = cuda_workspace(shape);
     if (comm_)
-        ep_ = std::make_unique<cuda_ep_exchange>(ep_exchange_params{
-            .comm = comm_.get(), .ws = &ws_, .hidden = shape.hidden, .top_k = shape.top_k});
+        ep_ = std::make_unique<cuda_ep_exchange>(
+            ep_exchange_params{.comm = comm_.get(), .ws = &ws_, .hidden = shape.hidden, .top_k = shape.top_k});
     upload_replica_tables();
 
     const int64_t block_bytes =
@@ -141,8 +140,8 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
         check(cudaMemGetInfo(&free_bytes, &total_bytes));
         const auto used = static_cast<int64_t>(total_bytes - free_bytes);
         // What cuBLASLt and the graphs still take is small next to the workspace; keep 256 MiB for them.
-        const auto budget = static_cast<int64_t>(run.gpu_memory_utilization * static_cast<double>(total_bytes)) -
-                            used - (256ll << 20);
+        const auto budget =
+            static_cast<int64_t>(run.gpu_memory_utilization * static_cast<double>(total_bytes)) - used - (256ll << 20);
         num_kv_blocks_ = std::max<int64_t>(0, budget / (block_bytes * config_.num_layers));
         if (num_kv_blocks_ == 0)
             throw error(errc::out_of_memory, "GPU " + std::to_string(device_) + ": no room for one KV block after " +
@@ -373,22 +372,22 @@ void cuda_step_executor::attention(int64_t layer, const step_shape& s) {
                                          stream_);
     } else {
         kernels::launch_paged_attention({.q = ws_.q.as<bf16>(),
-                                     .k_cache = r.k_cache,
-                                     .v_cache = r.v_cache,
-                                     .block_tables = ws_.block_tables.device,
-                                     .query_start = ws_.query_start.device,
-                                     .start_pos = ws_.start_pos.device,
-                                     .work_items = ws_.work_items.device,
-                                     .out = ws_.attn.as<bf16>(),
-                                     .num_seqs = s.num_seqs,
-                                     .num_work_items = s.num_work_items,
-                                     .num_q_heads = hq,
-                                     .num_kv_heads = hkv,
-                                     .head_dim = D,
-                                     .block_size = i32(options_.config.block_size),
-                                     .max_blocks_per_seq = ws_.shape.max_blocks_per_seq,
-                                     .scale = 1.f / std::sqrt(static_cast<float>(D))},
-                                    stream_);
+                                         .k_cache = r.k_cache,
+                                         .v_cache = r.v_cache,
+                                         .block_tables = ws_.block_tables.device,
+                                         .query_start = ws_.query_start.device,
+                                         .start_pos = ws_.start_pos.device,
+                                         .work_items = ws_.work_items.device,
+                                         .out = ws_.attn.as<bf16>(),
+                                         .num_seqs = s.num_seqs,
+                                         .num_work_items = s.num_work_items,
+                                         .num_q_heads = hq,
+                                         .num_kv_heads = hkv,
+                                         .head_dim = D,
+                                         .block_size = i32(options_.config.block_size),
+                                         .max_blocks_per_seq = ws_.shape.max_blocks_per_seq,
+                                         .scale = 1.f / std::sqrt(static_cast<float>(D))},
+                                        stream_);
     }
 
     bf16* delta = ws_.delta.as<bf16>();
@@ -450,17 +449,17 @@ void cuda_step_executor::moe(int64_t layer, const step_shape& s) {
                                      .top_k = K,
                                      .renormalize = c.norm_topk_prob},
                                     stream_);
-        kernels::launch_moe_route(
-            {.topk_ids = ws_.topk_ids.as<int32_t>(),
-             .replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1),
-             .replica_slots = ws_.replica_slots.as<int32_t>() + mi * int64_t(ws_.shape.num_slots) * options_.world_size(),
-             .num_valid = ws_.num_valid.device,
-             .slot_ids = ws_.slot_ids.as<int32_t>(),
-             .expert_counts = ws_.expert_counts.device + mi * E,
-             .num_tokens = T,
-             .top_k = K,
-             .num_experts = E},
-            stream_);
+        kernels::launch_moe_route({.topk_ids = ws_.topk_ids.as<int32_t>(),
+                                   .replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1),
+                                   .replica_slots = ws_.replica_slots.as<int32_t>() +
+                                                    mi * int64_t(ws_.shape.num_slots) * options_.world_size(),
+                                   .num_valid = ws_.num_valid.device,
+                                   .slot_ids = ws_.slot_ids.as<int32_t>(),
+                                   .expert_counts = ws_.expert_counts.device + mi * E,
+                                   .num_tokens = T,
+                                   .top_k = K,
+                                   .num_experts = E},
+                                  stream_);
     }
     if (comm_)
         moe_expert_parallel(w, T);  // a collective: joined with no tokens too
@@ -546,12 +545,11 @@ void cuda_step_executor::moe_expert_parallel(const cuda_layer& w, int32_t T) {
     // This rank's experts over every received row. Weight 1 per row: the un-permute is exact, the routing weights
     // are applied on the token's own rank.
     bf16* y_recv = ws_.y_recv.as<bf16>();
-    if (R > 0)
-        run_experts(w, recv_slot, recv_x, static_cast<int32_t>(R), 1, ws_.combine_ones.as<float>(), y_recv);
+    if (R > 0) run_experts(w, recv_slot, recv_x, static_cast<int32_t>(R), 1, ws_.combine_ones.as<float>(), y_recv);
 
-    ep_->combine({.y_recv = y_recv, .topk_weights = ws_.topk_weights.as<float>(), .out = ws_.delta.as<bf16>(),
-                  .num_tokens = T},
-                 stream_);
+    ep_->combine(
+        {.y_recv = y_recv, .topk_weights = ws_.topk_weights.as<float>(), .out = ws_.delta.as<bf16>(), .num_tokens = T},
+        stream_);
 }
 
 void cuda_step_executor::sample(const step_shape& s) {

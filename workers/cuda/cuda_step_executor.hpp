@@ -22,24 +22,25 @@
 #include <vector>
 
 #include "kernels/api.hpp"
+#include "messages/expert_placement.hpp"
 #include "workers/cuda/cuda_ep_exchange.hpp"
 #include "workers/cuda/cuda_weights.hpp"
 #include "workers/cuda/cuda_workspace.hpp"
 #include "workers/cuda/device_buffer.hpp"
 #include "workers/cuda/nccl_comm.hpp"
-#include "messages/expert_placement.hpp"
 #include "workers/step_executor.hpp"
 
 namespace zmoe::cuda {
 
 class cuda_step_executor final : public step_executor {
   public:
-    /// Picks GPU rank % device count, uploads this rank's weights (or, with options.config.load_format "dummy", generates
-    /// them on the device), joins the NCCL communicator (world_size > 1, options.collective_id), allocates the
-    /// workspace for options.config.max_num_batched_tokens / max_num_seqs and the KV cache: options.config.num_kv_blocks blocks
-    /// when > 0, else what options.config.gpu_memory_utilization of the device leaves; then (one GPU, not enforce_eager)
-    /// captures the decode graphs. Throws zmoe::error naming the file/tensor for a bad checkpoint, (unsupported)
-    /// for shapes the kernels lack, (out_of_memory) when weights, workspace or one KV block do not fit.
+    /// Picks GPU rank % device count, uploads this rank's weights (or, with options.config.load_format "dummy",
+    /// generates them on the device), joins the NCCL communicator (world_size > 1, options.collective_id), allocates
+    /// the workspace for options.config.max_num_batched_tokens / max_num_seqs and the KV cache:
+    /// options.config.num_kv_blocks blocks when > 0, else what options.config.gpu_memory_utilization of the device
+    /// leaves; then (one GPU, not enforce_eager) captures the decode graphs. Throws zmoe::error naming the file/tensor
+    /// for a bad checkpoint, (unsupported) for shapes the kernels lack, (out_of_memory) when weights, workspace or one
+    /// KV block do not fit.
     cuda_step_executor(const executor_options& options, const expert_placement& placement);
     ~cuda_step_executor() override;
 
@@ -116,7 +117,7 @@ class cuda_step_executor final : public step_executor {
     int64_t num_kv_blocks_ = 0;
     std::vector<device_buffer> k_cache_, v_cache_;  // per layer [num_blocks, block_size, kv_heads, head_dim]
     std::unordered_map<uint64_t, int32_t> last_sampled_;
-    token_history history_;  // fed tokens of the requests with penalties
+    token_history history_;             // fed tokens of the requests with penalties
     std::vector<decode_graph> graphs_;  // ascending batch
     double graph_capture_ms_ = 0;
     int64_t graph_replays_ = 0;

@@ -150,8 +150,9 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
                                  : kernels::moe_permute_workspace_bytes(s.max_tokens, s.top_k, s.num_slots));
     alloc(combine_ones, recv * f32);
     alloc(moe_decode_scratch,
-          E == 0 ? 0
-                 : kernels::moe_decode_scratch_ints(std::min(s.max_tokens, kernels::kMoeDecodeMaxTokens), s.top_k) * i32);
+          E == 0
+              ? 0
+              : kernels::moe_decode_scratch_ints(std::min(s.max_tokens, kernels::kMoeDecodeMaxTokens), s.top_k) * i32);
     if (ep) {
         std::vector<float> ones(recv, 1.f);
         if (!ones.empty())

@@ -139,20 +139,20 @@ struct cuda_workspace {
     device_buffer shared_gate;          // [max_tokens] fp32
 
     // Routing and the rank-local expert computation.
-    device_buffer router_logits;    // [max_tokens, num_experts] fp32
-    device_buffer router_counts;    // [num_experts]: launch_router_topk's own counts (unused)
-    device_buffer topk_ids;         // [max_tokens, top_k]
-    device_buffer topk_weights;     // [max_tokens, top_k] fp32
-    device_buffer slot_ids;         // [max_tokens, top_k]: the slot serving each choice
-    device_buffer replica_offsets;  // [num_moe_layers, num_experts + 1]
-    device_buffer replica_slots;    // [num_moe_layers, num_slots * world_size]
-    device_buffer perm_offsets;     // [num_slots + 1]
-    device_buffer perm_dest;        // [max(max_tokens * top_k, max_recv_rows)]
-    device_buffer perm_row_token;   // [max_moe_rows]
-    device_buffer perm_x, perm_y;   // [max_moe_rows, hidden]
-    device_buffer perm_act;         // [max_moe_rows, moe_inter]
-    device_buffer perm_workspace;   // launch_moe_permute's scratch
-    device_buffer combine_ones;     // [max_recv_rows] fp32 ones (expert parallelism: the un-permute weights)
+    device_buffer router_logits;       // [max_tokens, num_experts] fp32
+    device_buffer router_counts;       // [num_experts]: launch_router_topk's own counts (unused)
+    device_buffer topk_ids;            // [max_tokens, top_k]
+    device_buffer topk_weights;        // [max_tokens, top_k] fp32
+    device_buffer slot_ids;            // [max_tokens, top_k]: the slot serving each choice
+    device_buffer replica_offsets;     // [num_moe_layers, num_experts + 1]
+    device_buffer replica_slots;       // [num_moe_layers, num_slots * world_size]
+    device_buffer perm_offsets;        // [num_slots + 1]
+    device_buffer perm_dest;           // [max(max_tokens * top_k, max_recv_rows)]
+    device_buffer perm_row_token;      // [max_moe_rows]
+    device_buffer perm_x, perm_y;      // [max_moe_rows, hidden]
+    device_buffer perm_act;            // [max_moe_rows, moe_inter]
+    device_buffer perm_workspace;      // launch_moe_permute's scratch
+    device_buffer combine_ones;        // [max_recv_rows] fp32 ones (expert parallelism: the un-permute weights)
     device_buffer moe_decode_scratch;  // launch_moe_decode's scratch (steps of at most kMoeDecodeMaxTokens tokens)
 
     // Expert parallelism (world_size > 1): rows sent to / received from the other ranks.

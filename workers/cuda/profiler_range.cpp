@@ -6,8 +6,6 @@
 
 namespace zmoe {
 
-void cuda_profiler_range(bool on) {
-    ZMOE_CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop());
-}
+void cuda_profiler_range(bool on) { ZMOE_CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop()); }
 
 }  // namespace zmoe
