@@ -36,8 +36,24 @@ struct zmoe_client::impl {
     std::deque<client_event> events;  // arrival order
     std::map<std::string, client_health_reply> health_replies;
     std::map<std::string, client_metrics_reply> metrics_replies;
+    std::map<std::string, client_tokens_reply> tokens_replies;
 
     void send(const std::string& bytes) { sock.send(zmq::buffer(bytes), zmq::send_flags::none); }
+
+    client_tokens_reply wait_tokens(const std::string& tag, std::chrono::milliseconds timeout) {
+        const auto deadline = clock_type::now() + timeout;
+        for (;;) {
+            auto it = tokens_replies.find(tag);
+            if (it != tokens_replies.end()) {
+                client_tokens_reply r = std::move(it->second);
+                tokens_replies.erase(it);
+                if (r.code != errc::ok) throw error(r.code, r.message);
+                return r;
+            }
+            if (!receive_one(deadline) && clock_type::now() >= deadline)
+                throw error(errc::peer_dead, "zmoe_client: no tokens reply within the timeout");
+        }
+    }
 
     /// Heartbeats the frontend while waiting; throws peer_dead when they go unanswered too long.
     void keep_alive(clock_type::time_point now) {
@@ -98,6 +114,8 @@ struct zmoe_client::impl {
                         health_replies[m.tag] = std::move(m);
                     } else if constexpr (std::is_same_v<T, client_metrics_reply>) {
                         metrics_replies[m.tag] = std::move(m);
+                    } else if constexpr (std::is_same_v<T, client_tokens_reply>) {
+                        tokens_replies[m.tag] = std::move(m);
                     }
                 },
                 std::move(reply));
@@ -203,6 +221,18 @@ client_health_reply zmoe_client::health(std::chrono::milliseconds timeout) {
             throw error(errc::peer_dead, "zmoe_client: no health reply within the timeout");
         }
     }
+}
+
+client_tokens_reply zmoe_client::tokenize(client_tokenize request, std::chrono::milliseconds timeout) {
+    request.tag = numbered("t", impl_->next_tag++);
+    impl_->send(encode(request));
+    return impl_->wait_tokens(request.tag, timeout);
+}
+
+client_tokens_reply zmoe_client::detokenize(std::vector<int32_t> token_ids, std::chrono::milliseconds timeout) {
+    client_detokenize request{numbered("d", impl_->next_tag++), std::move(token_ids)};
+    impl_->send(encode(request));
+    return impl_->wait_tokens(request.tag, timeout);
 }
 
 std::string zmoe_client::metrics(std::chrono::milliseconds timeout) {

@@ -2,6 +2,7 @@
 
 #include "frontend/chat_prompt.hpp"
 #include "frontend/sampling_defaults.hpp"
+#include "frontend/token_requests.hpp"
 
 #include <unistd.h>
 
@@ -338,6 +339,15 @@ void frontend_actor::on_client_message(const inbound_message& msg) {
                 r.version = kVersion;
                 r.detail = engine_failure_;
                 r.run_id = options_.run_id;
+                send_to_client(client, encode(r));
+            } else if constexpr (std::is_same_v<T, client_tokenize>) {
+                client_tokens_reply r = answer_tokenize(m, tokenizer_ ? &*tokenizer_ : nullptr, chat_template_,
+                                                        options_.max_prompt_bytes);
+                r.max_model_len = engine_ready_ ? welcome_.max_model_len : 0;
+                send_to_client(client, encode(r));
+            } else if constexpr (std::is_same_v<T, client_detokenize>) {
+                client_tokens_reply r = answer_detokenize(m, tokenizer_ ? &*tokenizer_ : nullptr);
+                r.max_model_len = engine_ready_ ? welcome_.max_model_len : 0;
                 send_to_client(client, encode(r));
             } else if constexpr (std::is_same_v<T, client_metrics>) {
                 if (!engine_ready_ || engine_failed_) {
