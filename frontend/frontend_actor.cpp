@@ -67,6 +67,10 @@ frontend_actor::~frontend_actor() {
 
 void frontend_actor::on_start() {
     started_at_ = clock_type::now();
+    // Counters of hostile or broken input exist from the start (0 is an answer, not a missing series).
+    for (const char* c :
+         {"frames_dropped", "client_frames_malformed", "requests_unauthenticated", "clients_unauthenticated"})
+        metrics_.counter_add(c, 0);
     const std::string tok_path = options_.tokenizer_path.empty() ? options_.model_dir : options_.tokenizer_path;
     const auto json_path = std::filesystem::is_directory(tok_path) ? std::filesystem::path(tok_path) / "tokenizer.json"
                                                                    : std::filesystem::path(tok_path);
