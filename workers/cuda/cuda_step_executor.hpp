@@ -2,10 +2,12 @@
 // The CUDA backend of a worker: the whole forward pass of one rank on one GPU with zmoe's kernels (kernels/api.hpp)
 // and cuBLASLt, experts spread over the world's GPUs with NCCL (expert parallelism), BF16 weights and KV cache.
 //
-// Per step: embed → per layer [RMSNorm → QKV GEMM (+bias) → RoPE + q/k norm + paged KV write → paged attention
-// (mixed prefill/decode) → O GEMM → RMSNorm(+residual) → router GEMM (fp32 logits) → top-k → replica choice and
-// load counts (launch_moe_route) → permute by slot → grouped expert GEMMs → weighted combine] → final norm → LM
-// head on the sampled positions → sampling. One GPU: the whole step is enqueued without a host round trip (one
+// Per step: embed → per layer [RMSNorm → QKV GEMM (+bias) → RoPE + q/k norm + paged KV write → attention (decode
+// steps: launch_decode_attention, split over the KV; others: launch_paged_attention, mixed prefill/decode) → O GEMM
+// → RMSNorm(+residual) → router GEMM (fp32 logits) → top-k → replica choice and load counts (launch_moe_route) →
+// permute by slot → grouped expert GEMMs → weighted combine; steps of at most 8 tokens: router GEMM →
+// launch_moe_decode (routing, GEMVs and the combine in three launches)] → final norm → LM head on the sampled
+// positions → sampling. One GPU: the whole step is enqueued without a host round trip (one
 // copy of the step's inputs in, one copy of the sampled tokens and load counts out), into a fixed workspace
 // (cuda_workspace), and pure decode steps replay a CUDA graph captured at start-up for the next bucketed batch
 // size (padding rows are computed and dropped). Expert parallelism (world_size > 1): the dispatch and combine live in
@@ -80,6 +82,7 @@ class cuda_step_executor final : public step_executor {
         int32_t num_seqs = 0;
         int32_t num_work_items = 0;
         int32_t num_sampled = 0;
+        bool one_token_each = true;     ///< every sequence has exactly one query token (a decode step)
         bool samples_fit_graph = true;  ///< the sampling side arrays fit the workspace's fixed region
     };
     struct decode_graph {
@@ -117,6 +120,11 @@ class cuda_step_executor final : public step_executor {
     ep_step_mode ep_graph_mode(int32_t batch, bool dual) const;
     ep_step_mode ep_eager_mode(const ep_agreement& a, int32_t split) const;
     void ep_experts(const cuda_layer& w, int lane);
+    /// The experts of this rank over num_tokens x top_k routed rows of x (slots [num_tokens, top_k] on the device):
+    /// permute by slot, grouped GEMM gate|up with SiLU·up, grouped GEMM down, then
+    /// out[t] = sum_j weights[t, j] * y[t, j] in top-k order.
+    void run_experts(const cuda_layer& w, const int32_t* slots, const kernels::bf16* x, int32_t num_tokens,
+                     int32_t top_k, const float* weights, kernels::bf16* out);
     /// The sampling call site: sampled[i] from logits row i with sampling[i], i < s.num_sampled.
     void sample(const step_shape& s);
     void gemm(const void* x, const void* w, void* y, int32_t m, int32_t n, int32_t k, bool y_fp32 = false);
