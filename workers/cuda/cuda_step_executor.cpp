@@ -488,12 +488,13 @@ void cuda_step_executor::run_experts(const cuda_layer& w, const int32_t* slots, 
     const int32_t H = i32(config_.hidden_size), I = i32(config_.moe_intermediate_size), S = w.num_slots;
     const int32_t align = kernels::moe_row_align_for(num_tokens, top_k, S);
     const int32_t max_rows = kernels::moe_permuted_rows_bound(num_tokens, top_k, S, align);
+    // The permutation only plans (no permuted copy of x): gate|up reads x's rows through row_token (a_rows).
     kernels::launch_moe_permute({.topk_ids = slots,
-                                 .x = x,
+                                 .x = nullptr,
                                  .expert_offsets = ws_.perm_offsets.as<int32_t>(),
                                  .dest_rows = ws_.perm_dest.as<int32_t>(),
                                  .row_token = ws_.perm_row_token.as<int32_t>(),
-                                 .x_permuted = ws_.perm_x.as<bf16>(),
+                                 .x_permuted = nullptr,
                                  .workspace = ws_.perm_workspace.as<void>(),
                                  .num_tokens = num_tokens,
                                  .top_k = top_k,
@@ -502,7 +503,8 @@ void cuda_step_executor::run_experts(const cuda_layer& w, const int32_t* slots, 
                                  .row_align = align,
                                  .max_rows = max_rows},
                                 stream_);
-    kernels::launch_grouped_gemm({.a = ws_.perm_x.as<bf16>(),
+    kernels::launch_grouped_gemm({.a = x,
+                                  .a_rows = ws_.perm_row_token.as<int32_t>(),
                                   .b = w.experts_gate_up.as<bf16>(),
                                   .expert_offsets = ws_.perm_offsets.as<int32_t>(),
                                   .c = ws_.perm_act.as<bf16>(),
