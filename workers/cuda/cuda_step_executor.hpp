@@ -20,11 +20,12 @@
 #include <vector>
 
 #include "kernels/api.hpp"
+#include "messages/expert_placement.hpp"
+#include "workers/cuda/cuda_deepseek.hpp"
 #include "workers/cuda/cuda_weights.hpp"
 #include "workers/cuda/cuda_workspace.hpp"
 #include "workers/cuda/device_buffer.hpp"
 #include "workers/cuda/nccl_comm.hpp"
-#include "messages/expert_placement.hpp"
 #include "workers/step_executor.hpp"
 
 namespace zmoe::cuda {
@@ -103,7 +104,9 @@ class cuda_step_executor final : public step_executor {
     cuda_weights weights_;
     cuda_workspace ws_;
     int64_t num_kv_blocks_ = 0;
-    std::vector<device_buffer> k_cache_, v_cache_;  // per layer [num_blocks, block_size, kv_heads, head_dim]
+    std::vector<device_buffer> k_cache_, v_cache_;  // per layer [num_blocks, block_size, kv_heads, head_dim]; MLA:
+                                                    // k_cache_ [num_blocks, block_size, r + dr], v_cache_ empty
+    std::unique_ptr<mla_attention_runner> mla_;     // DeepSeek (cuda_deepseek.hpp); null otherwise
     std::unordered_map<uint64_t, int32_t> last_sampled_;
     std::vector<decode_graph> graphs_;  // ascending batch
     double graph_capture_ms_ = 0;
