@@ -78,42 +78,75 @@ void enqueue_layer(const layer_buffers& b, int32_t num_tokens, cudaStream_t stre
         if (events) ZMOE_CUDA_CHECK(cudaEventRecord(events[i], stream));
     };
     mark(0);
-    gemm_bf16_params g;
-    g.handle = b.blas;
-    g.workspace = b.blas_ws;
-    g.workspace_bytes = b.blas_ws_bytes;
-    g.x = b.x;
-    g.w = b.gate_w;
-    g.y = b.logits;
-    g.m = num_tokens;
-    g.n = kExperts;
-    g.k = kHidden;
-    g.y_fp32 = true;
-    launch_gemm_bf16(g, stream);
+    launch_gemm_bf16({.handle = b.blas,
+                      .workspace = b.blas_ws,
+                      .workspace_bytes = b.blas_ws_bytes,
+                      .x = b.x,
+                      .w = b.gate_w,
+                      .y = b.logits,
+                      .m = num_tokens,
+                      .n = kExperts,
+                      .k = kHidden,
+                      .y_fp32 = true},
+                     stream);
     mark(1);
-    launch_router_topk({b.logits, b.ids, b.weights, b.counts, num_tokens, kExperts, kTopK, true}, stream);
+    launch_router_topk({.logits = b.logits,
+                        .topk_ids = b.ids,
+                        .topk_weights = b.weights,
+                        .expert_counts = b.counts,
+                        .num_tokens = num_tokens,
+                        .num_experts = kExperts,
+                        .top_k = kTopK,
+                        .renormalize = true},
+                       stream);
     mark(2);
-    moe_permute_params pp;
-    pp.topk_ids = b.ids;
-    pp.x = b.x;
-    pp.expert_offsets = b.offsets;
-    pp.dest_rows = b.dest;
-    pp.row_token = b.row_token;
-    pp.x_permuted = b.xp;
-    pp.workspace = b.permute_ws;
-    pp.num_tokens = num_tokens;
-    pp.top_k = kTopK;
-    pp.num_experts = kExperts;
-    pp.hidden = kHidden;
-    pp.row_align = align;
-    pp.max_rows = max_rows;
-    launch_moe_permute(pp, stream);
+    launch_moe_permute({.topk_ids = b.ids,
+                        .x = b.x,
+                        .expert_offsets = b.offsets,
+                        .dest_rows = b.dest,
+                        .row_token = b.row_token,
+                        .x_permuted = b.xp,
+                        .workspace = b.permute_ws,
+                        .num_tokens = num_tokens,
+                        .top_k = kTopK,
+                        .num_experts = kExperts,
+                        .hidden = kHidden,
+                        .row_align = align,
+                        .max_rows = max_rows},
+                       stream);
     mark(3);
-    launch_grouped_gemm({b.xp, b.w1, b.offsets, b.act, max_rows, kInter, kHidden, kExperts, align, true}, stream);
+    launch_grouped_gemm({.a = b.xp,
+                         .b = b.w1,
+                         .expert_offsets = b.offsets,
+                         .c = b.act,
+                         .max_rows = max_rows,
+                         .n = kInter,
+                         .k = kHidden,
+                         .num_experts = kExperts,
+                         .row_align = align,
+                         .swiglu = true},
+                        stream);
     mark(4);
-    launch_grouped_gemm({b.act, b.w2, b.offsets, b.y, max_rows, kHidden, kInter, kExperts, align, false}, stream);
+    launch_grouped_gemm({.a = b.act,
+                         .b = b.w2,
+                         .expert_offsets = b.offsets,
+                         .c = b.y,
+                         .max_rows = max_rows,
+                         .n = kHidden,
+                         .k = kInter,
+                         .num_experts = kExperts,
+                         .row_align = align,
+                         .swiglu = false},
+                        stream);
     mark(5);
-    launch_moe_combine({b.y, b.dest, b.weights, b.out, num_tokens, kTopK, kHidden}, stream);
+    launch_moe_combine({.y = b.y,
+                        .dest_rows = b.dest,
+                        .topk_weights = b.weights,
+                        .out = b.out,
+                        .num_tokens = num_tokens,
+                        .top_k = kTopK,
+                        .hidden = kHidden},
+                       stream);
     mark(6);
 }
 
