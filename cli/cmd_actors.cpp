@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "actors/client_auth.hpp"
 #include "actors/stop_signals.hpp"
+#include "base/error.hpp"
 #include "base/log.hpp"
 #include "cli/command.hpp"
 #include "cli/engine_flags.hpp"
@@ -41,6 +43,12 @@ bool parse(int argc, char** argv, po::options_description& opts) {
     return true;
 }
 
+/// The heartbeat flags are checked before any actor exists (the runtime requires both positive).
+void check_heartbeat(int heartbeat_ms, int max_missed) {
+    if (heartbeat_ms < 1 || max_missed < 1)
+        throw zmoe::error(zmoe::errc::invalid_argument, "--heartbeat-ms and --heartbeat-max-missed must be >= 1");
+}
+
 int cmd_engine_core(int argc, char** argv) {
     zmoe::engine_core_options o;
     po::options_description opts("zmoe engine-core options");
@@ -48,6 +56,7 @@ int cmd_engine_core(int argc, char** argv) {
         "frontend-endpoint", po::value(&o.frontend_endpoint)->required(), "bind: the frontend connects here");
     zmoe::cli::add_engine_options(opts, o.config);
     if (!parse(argc, argv, opts)) return 0;
+    check_heartbeat(o.config.heartbeat_ms, o.config.heartbeat_max_missed);
     zmoe::log_set_name("engine_core");
     zmoe::install_stop_signal_handlers();
     zmoe::engine_core_actor a(o);
@@ -63,8 +72,11 @@ int cmd_worker(int argc, char** argv) {
         "rank", po::value(&o.rank)->required(), "this worker's rank")(
         "device", po::value(&o.device)->default_value(o.device), "cpu or cuda (must be the engine core's --device)")(
         "data-bind", po::value(&o.data_bind)->default_value(o.data_bind), "where peers reach this worker")(
-        "heartbeat-ms", po::value(&heartbeat_ms)->default_value(heartbeat_ms), "heartbeat interval");
+        "heartbeat-ms", po::value(&heartbeat_ms)->default_value(heartbeat_ms), "heartbeat interval")(
+        "heartbeat-max-missed", po::value(&o.heartbeat_max_missed)->default_value(o.heartbeat_max_missed),
+        "intervals of silence before the engine core is declared dead");
     if (!parse(argc, argv, opts)) return 0;
+    check_heartbeat(heartbeat_ms, o.heartbeat_max_missed);
     zmoe::log_set_name("worker_" + std::to_string(o.rank));
     zmoe::install_stop_signal_handlers();
     o.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
@@ -76,7 +88,7 @@ int cmd_worker(int argc, char** argv) {
 int cmd_frontend(int argc, char** argv) {
     zmoe::frontend_options o;
     int heartbeat_ms = 1000;
-    double shutdown_timeout_s = 5.0, client_send_timeout_s = 30.0;
+    double shutdown_timeout_s = 5.0, client_send_timeout_s = 30.0, client_idle_timeout_s = 60.0;
     size_t tokenizer_threads = o.tokenizer_threads;
     po::options_description opts("zmoe frontend options");
     opts.add_options()("engine", po::value(&o.engine_endpoint)->required(), "the engine core's frontend endpoint")(
@@ -96,14 +108,24 @@ int cmd_frontend(int argc, char** argv) {
         "max-prompt-bytes", po::value(&o.max_prompt_bytes)->default_value(o.max_prompt_bytes),
         "text prompts longer than this are refused")("tokenizer-threads",
                                                      po::value(&tokenizer_threads)->default_value(tokenizer_threads),
-                                                     "threads tokenizing prompts");
+                                                     "threads tokenizing prompts")(
+        "skip-tokenizer-init", po::bool_switch(&o.skip_tokenizer_init),
+        "serve prompt_token_ids only, without a tokenizer (required when there is no tokenizer.json)")(
+        "client-idle-timeout", po::value(&client_idle_timeout_s)->default_value(client_idle_timeout_s),
+        "seconds after which a silent client with no live request is forgotten");
     if (!parse(argc, argv, opts)) return 0;
+    check_heartbeat(heartbeat_ms, o.heartbeat_max_missed);
     zmoe::log_set_name("frontend");
     zmoe::install_stop_signal_handlers();
     o.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
     o.drain_timeout = std::chrono::milliseconds(static_cast<int64_t>(shutdown_timeout_s * 1000));
     o.client_send_timeout = std::chrono::milliseconds(static_cast<int64_t>(client_send_timeout_s * 1000));
+    o.client_idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(client_idle_timeout_s * 1000));
+    if (o.client_idle_timeout.count() <= 0 || o.client_send_timeout.count() <= 0)
+        throw zmoe::error(zmoe::errc::invalid_argument,
+                          "--client-send-timeout / --client-idle-timeout must be positive");
     o.tokenizer_threads = tokenizer_threads;
+    o.api_key = zmoe::api_key_from_env();  // from the environment, never the command line (visible in ps)
     zmoe::frontend_actor a(o);
     a.run();
     return a.exit_code();

@@ -4,11 +4,13 @@
 
 #include <boost/program_options.hpp>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <thread>
 
 #include "actors/child_process.hpp"
+#include "actors/client_auth.hpp"
 #include "actors/stop_signals.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"
@@ -25,10 +27,11 @@ int cmd_serve(int argc, char** argv) {
     zmoe::engine_config f;
     int port = 5555;
     std::string host = "127.0.0.1";
-    std::string tokenizer, chat_template;
+    std::string tokenizer, chat_template, api_key;
+    bool skip_tokenizer_init = false;
     int http_port = -1;
     int failure_grace_ms = 3000;
-    double shutdown_timeout_s = 5.0, client_send_timeout_s = 30.0;
+    double shutdown_timeout_s = 5.0, client_send_timeout_s = 30.0, client_idle_timeout_s = 60.0;
     size_t max_prompt_bytes = size_t{4} << 20;
     po::options_description opts("zmoe serve options");
     opts.add_options()("help,h", "show this help")("port", po::value(&port)->default_value(port),
@@ -44,7 +47,14 @@ int cmd_serve(int argc, char** argv) {
         "client-send-timeout", po::value(&client_send_timeout_s)->default_value(client_send_timeout_s),
         "seconds a client may read nothing before its requests end with an error")(
         "max-prompt-bytes", po::value(&max_prompt_bytes)->default_value(max_prompt_bytes),
-        "text prompts longer than this are refused with a clear error");
+        "text prompts longer than this are refused with a clear error")(
+        "api-key", po::value(&api_key),
+        "clients not on loopback must present this key (zmoe client --api-key, HTTP Authorization: Bearer); "
+        "required with a --host other clients can reach (default: ZMOE_API_KEY)")(
+        "skip-tokenizer-init", po::bool_switch(&skip_tokenizer_init),
+        "serve prompt_token_ids only, without a tokenizer (required when there is no tokenizer.json)")(
+        "client-idle-timeout", po::value(&client_idle_timeout_s)->default_value(client_idle_timeout_s),
+        "seconds after which the frontend forgets a silent client with no live request");
     zmoe::cli::add_engine_options(opts, f);
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
@@ -54,14 +64,28 @@ int cmd_serve(int argc, char** argv) {
 
     if (port < 1 || port > 65535)
         throw zmoe::error(zmoe::errc::invalid_argument, "--port " + std::to_string(port) + " is not in 1..65535");
-    if (shutdown_timeout_s < 0 || client_send_timeout_s <= 0)
-        throw zmoe::error(zmoe::errc::invalid_argument, "--shutdown-timeout / --client-send-timeout must be positive");
+    if (shutdown_timeout_s < 0 || client_send_timeout_s <= 0 || client_idle_timeout_s <= 0)
+        throw zmoe::error(zmoe::errc::invalid_argument,
+                          "--shutdown-timeout / --client-send-timeout / --client-idle-timeout must be positive");
     const std::string endpoint = "tcp://" + host + ":" + std::to_string(port);
+    if (!skip_tokenizer_init && !zmoe::cli::tokenizer_json_exists(f.model, tokenizer))
+        throw zmoe::error(zmoe::errc::invalid_argument,
+                          "no tokenizer.json in " + (tokenizer.empty() ? f.model : tokenizer) +
+                              ": give --tokenizer, or --skip-tokenizer-init to serve prompt_token_ids only");
+    // The key reaches the frontend and the HTTP gateway through the environment (not their command lines).
+    if (!api_key.empty()) setenv("ZMOE_API_KEY", api_key.c_str(), 1);
+    if (zmoe::api_key_from_env().empty() && zmoe::endpoint_reachable_off_host(endpoint))
+        throw zmoe::error(zmoe::errc::invalid_argument,
+                          "--host " + host +
+                              " takes clients from other hosts: give --api-key (or ZMOE_API_KEY), or bind a loopback "
+                              "address");
     const std::vector<std::string> frontend_args = {"--shutdown-timeout",    std::to_string(shutdown_timeout_s),
                                                     "--client-send-timeout", std::to_string(client_send_timeout_s),
-                                                    "--max-prompt-bytes",    std::to_string(max_prompt_bytes)};
+                                                    "--max-prompt-bytes",    std::to_string(max_prompt_bytes),
+                                                    "--client-idle-timeout", std::to_string(client_idle_timeout_s)};
     const auto stop_wait = std::chrono::milliseconds(static_cast<int64_t>(shutdown_timeout_s * 1000) + 5000);
     std::vector<std::string> fe_args = frontend_args;
+    if (skip_tokenizer_init) fe_args.push_back("--skip-tokenizer-init");
     if (!chat_template.empty()) fe_args.insert(fe_args.end(), {"--chat-template", chat_template});
     zmoe::cli::local_cluster cluster(f, endpoint, tokenizer, fe_args);
     try {

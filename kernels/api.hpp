@@ -219,7 +219,8 @@ void launch_moe_combine(const moe_combine_params& p, cudaStream_t stream);
 // Grouped expert GEMM
 
 /// Which kernel launch_grouped_gemm runs. automatic: the wgmma + TMA kernel on compute capability 9.x when
-/// row_align is a multiple of 64 (from moe_row_align_for: about 2 or more rows per expert), else the mma.sync one.
+/// row_align is a multiple of 64 (moe_row_align_for's choice there from half a row per expert on), else the
+/// mma.sync one.
 enum class grouped_gemm_impl : int32_t {
     automatic = 0,
     mma_sync = 1,  ///< WMMA / mma.sync with a cp.async pipeline; any CUDA GPU, any row_align
@@ -228,7 +229,10 @@ enum class grouped_gemm_impl : int32_t {
 };
 
 struct grouped_gemm_params {
-    const bf16* a = nullptr;                  // [max_rows, k]: permuted activations
+    const bf16* a = nullptr;                  // [max_rows, k]: permuted activations; with a_rows: [*, k]
+    const int32_t* a_rows = nullptr;          // [max_rows] or nullptr: row r of the product reads row a_rows[r] of a,
+                                              // a zero row where it is < 0 (moe_permute's row_token: x need not be
+                                              // gathered into a permuted copy first)
     const bf16* b = nullptr;                  // [num_experts, swiglu ? 2 * n : n, k], row-major per expert
     const int32_t* expert_offsets = nullptr;  // [num_experts + 1], from launch_moe_permute
     bf16* c = nullptr;                        // [max_rows, n]

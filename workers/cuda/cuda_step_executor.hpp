@@ -70,6 +70,7 @@ class cuda_step_executor final : public step_executor {
         int32_t num_seqs = 0;
         int32_t num_work_items = 0;
         int32_t num_sampled = 0;
+        bool samples_fit_graph = true;  ///< the sampling side arrays fit the workspace's fixed region
     };
     struct decode_graph {
         int32_t batch = 0;
@@ -109,6 +110,7 @@ class cuda_step_executor final : public step_executor {
                                                     // k_cache_ [num_blocks, block_size, r + dr], v_cache_ empty
     std::unique_ptr<mla_attention_runner> mla_;     // DeepSeek (cuda_deepseek.hpp); null otherwise
     std::unordered_map<uint64_t, int32_t> last_sampled_;
+    token_history history_;  // fed tokens of the requests with penalties
     std::vector<decode_graph> graphs_;  // ascending batch
     double graph_capture_ms_ = 0;
     int64_t graph_replays_ = 0;
