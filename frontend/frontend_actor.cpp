@@ -1,5 +1,6 @@
 #include "frontend/frontend_actor.hpp"
 
+
 #include <unistd.h>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "base/version.hpp"
 #include "frontend/chat_prompt.hpp"
 #include "frontend/sampling_defaults.hpp"
+#include "frontend/token_requests.hpp"
 
 namespace zmoe {
 
@@ -388,6 +390,15 @@ void frontend_actor::on_client_message(const inbound_message& msg) {
                 r.version = kVersion;
                 r.detail = engine_failure_;
                 r.run_id = options_.run_id;
+                send_to_client(client, encode(r));
+            } else if constexpr (std::is_same_v<T, client_tokenize>) {
+                client_tokens_reply r = answer_tokenize(m, tokenizer_ ? &*tokenizer_ : nullptr, chat_template_,
+                                                        options_.max_prompt_bytes);
+                r.max_model_len = engine_ready_ ? welcome_.max_model_len : 0;
+                send_to_client(client, encode(r));
+            } else if constexpr (std::is_same_v<T, client_detokenize>) {
+                client_tokens_reply r = answer_detokenize(m, tokenizer_ ? &*tokenizer_ : nullptr);
+                r.max_model_len = engine_ready_ ? welcome_.max_model_len : 0;
                 send_to_client(client, encode(r));
             } else if constexpr (std::is_same_v<T, client_metrics>) {
                 if (!engine_ready_ || engine_failed_) {
