@@ -68,11 +68,11 @@ void cuda_step_executor::ep_experts(const cuda_layer& w, int lane) {
     const int32_t max_rows = kernels::moe_permuted_rows_bound(r.rows, 1, r.num_slots, align);
     ZMOE_CHECK(max_rows <= ws_.max_moe_rows, max_rows << " permuted rows, the workspace holds " << ws_.max_moe_rows);
     kernels::launch_moe_permute({.topk_ids = r.slots,
-                                 .x = r.x,
+                                 .x = nullptr,  // plan only: gate|up reads r.x through row_token
                                  .expert_offsets = ws_.perm_offsets.as<int32_t>(),
                                  .dest_rows = ws_.perm_dest.as<int32_t>(),
                                  .row_token = ws_.perm_row_token.as<int32_t>(),
-                                 .x_permuted = ws_.perm_x.as<bf16>(),
+                                 .x_permuted = nullptr,
                                  .workspace = ws_.perm_workspace.as<void>(),
                                  .num_tokens = r.rows,
                                  .top_k = 1,
@@ -81,7 +81,8 @@ void cuda_step_executor::ep_experts(const cuda_layer& w, int lane) {
                                  .row_align = align,
                                  .max_rows = max_rows},
                                 stream_);
-    kernels::launch_grouped_gemm({.a = ws_.perm_x.as<bf16>(),
+    kernels::launch_grouped_gemm({.a = r.x,
+                                  .a_rows = ws_.perm_row_token.as<int32_t>(),
                                   .b = w.experts_gate_up.as<bf16>(),
                                   .expert_offsets = ws_.perm_offsets.as<int32_t>(),
                                   .c = ws_.perm_act.as<bf16>(),
