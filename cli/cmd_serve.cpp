@@ -14,6 +14,7 @@
 #include "base/log.hpp"
 #include "cli/command.hpp"
 #include "cli/engine_flags.hpp"
+#include "cli/frontend_flags.hpp"
 #include "cli/local_cluster.hpp"
 #include "cli/options.hpp"
 
@@ -25,26 +26,17 @@ int cmd_serve(int argc, char** argv) {
     zmoe::engine_config f;
     int port = 5555;
     std::string host = "127.0.0.1";
-    std::string tokenizer, chat_template;
+    zmoe::cli::frontend_flags fe;
     int http_port = -1;
     int failure_grace_ms = 3000;
-    double shutdown_timeout_s = 5.0, client_send_timeout_s = 30.0;
-    size_t max_prompt_bytes = size_t{4} << 20;
     po::options_description opts("zmoe serve options");
     opts.add_options()("help,h", "show this help")("port", po::value(&port)->default_value(port),
                                                    "client port of the frontend")(
         "host", po::value(&host)->default_value(host), "address the frontend binds (loopback unless told)")(
-        "tokenizer", po::value(&tokenizer), "tokenizer.json or its directory (default: --model)")(
-        "chat-template", po::value(&chat_template), "a Jinja file replacing the tokenizer's chat template")(
         "http-port", po::value(&http_port), "also serve the OpenAI-compatible HTTP API on this port (on --host)")(
         "failure-grace-ms", po::value(&failure_grace_ms)->default_value(failure_grace_ms),
-        "after an actor fails: how long health keeps reporting it before serve exits 1")(
-        "shutdown-timeout", po::value(&shutdown_timeout_s)->default_value(shutdown_timeout_s),
-        "on SIGTERM: seconds running requests may finish; then they end with error 7 (aborted)")(
-        "client-send-timeout", po::value(&client_send_timeout_s)->default_value(client_send_timeout_s),
-        "seconds a client may read nothing before its requests end with an error")(
-        "max-prompt-bytes", po::value(&max_prompt_bytes)->default_value(max_prompt_bytes),
-        "text prompts longer than this are refused with a clear error");
+        "after an actor fails: how long health keeps reporting it before serve exits 1");
+    zmoe::cli::add_served_frontend_options(opts, fe);
     zmoe::cli::add_engine_options(opts, f);
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
@@ -54,16 +46,11 @@ int cmd_serve(int argc, char** argv) {
 
     if (port < 1 || port > 65535)
         throw zmoe::error(zmoe::errc::invalid_argument, "--port " + std::to_string(port) + " is not in 1..65535");
-    if (shutdown_timeout_s < 0 || client_send_timeout_s <= 0)
+    if (fe.shutdown_timeout_s < 0 || fe.client_send_timeout_s <= 0)
         throw zmoe::error(zmoe::errc::invalid_argument, "--shutdown-timeout / --client-send-timeout must be positive");
     const std::string endpoint = "tcp://" + host + ":" + std::to_string(port);
-    const std::vector<std::string> frontend_args = {"--shutdown-timeout",    std::to_string(shutdown_timeout_s),
-                                                    "--client-send-timeout", std::to_string(client_send_timeout_s),
-                                                    "--max-prompt-bytes",    std::to_string(max_prompt_bytes)};
-    const auto stop_wait = std::chrono::milliseconds(static_cast<int64_t>(shutdown_timeout_s * 1000) + 5000);
-    std::vector<std::string> fe_args = frontend_args;
-    if (!chat_template.empty()) fe_args.insert(fe_args.end(), {"--chat-template", chat_template});
-    zmoe::cli::local_cluster cluster(f, endpoint, tokenizer, fe_args);
+    const auto stop_wait = std::chrono::milliseconds(static_cast<int64_t>(fe.shutdown_timeout_s * 1000) + 5000);
+    zmoe::cli::local_cluster cluster(f, endpoint, "", zmoe::cli::served_frontend_args(fe));
     try {
         if (!cluster.wait_ready(std::chrono::minutes(10))) {
             ZMOE_LOG(info, "zmoe serve: stop requested while starting");

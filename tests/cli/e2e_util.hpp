@@ -1,11 +1,13 @@
 #pragma once
 // Helpers for the end-to-end tests: run the real zmoe binary as processes, on loopback, with bounded time.
 
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "actors/child_process.hpp"
+#include "actors/zmoe_client.hpp"
 
 namespace zmoe::test {
 
@@ -49,6 +52,49 @@ inline int free_port() {
     close(fd);
     return port;
 }
+
+/// `zmoe serve --model MODEL --port P --threads 1 EXTRA...` on a free loopback port, waited for until its health
+/// says "ok" (at most 60 s; a test failure otherwise); stopped by pid at destruction: SIGTERM, then SIGKILL after 15 s.
+struct serve_process {
+    int port = free_port();
+    std::string host = "127.0.0.1";  ///< --host when extra gives one
+    child_process proc;
+    std::string endpoint() const { return "tcp://" + host + ":" + std::to_string(port); }
+
+    explicit serve_process(std::vector<std::string> extra, const std::string& model) {
+        using namespace std::chrono_literals;
+        for (size_t i = 0; i + 1 < extra.size(); ++i)
+            if (extra[i] == "--host") host = extra[i + 1];
+        std::vector<std::string> argv = {kZmoe,       "serve", "--model", model, "--port", std::to_string(port),
+                                         "--threads", "1"};
+        argv.insert(argv.end(), extra.begin(), extra.end());
+        proc = child_process::spawn(argv);
+        zmoe_client c(endpoint());
+        const auto deadline = std::chrono::steady_clock::now() + 60s;
+        while (std::chrono::steady_clock::now() < deadline) {
+            try {
+                if (c.health(300ms).status == "ok") return;
+            } catch (const error&) {
+            }
+            if (!proc.running()) break;
+        }
+        ADD_FAILURE() << "server did not become healthy";
+    }
+    ~serve_process() {
+        if (proc.running()) {
+            proc.kill(SIGTERM);
+            if (!proc.wait_for(std::chrono::seconds(15))) {
+                proc.kill(SIGKILL);
+                proc.wait();
+            }
+        }
+    }
+    /// The frontend's counters.
+    nlohmann::json frontend_counters() {
+        zmoe_client c(endpoint());
+        return nlohmann::json::parse(c.metrics(std::chrono::seconds(10)))["frontend"]["counters"];
+    }
+};
 
 /// Runs `zmoe args...` to completion (bounded), returning its exit status (-1 on timeout, after killing it).
 inline int run_zmoe(const std::vector<std::string>& args, std::chrono::seconds timeout = std::chrono::seconds(120)) {
@@ -88,6 +134,54 @@ inline void write_reference_requests(const nlohmann::json& ref, const std::strin
                             {"ignore_eos", true}};
         out << j.dump() << "\n";
     }
+}
+
+/// Runs `zmoe generate` on a fixture's reference prompts (write_reference_requests) with --threads 1 and `extra`
+/// flags, files named after `tag` in `dir`; the output lines (a test failure when generate fails).
+inline std::vector<nlohmann::json> generate_reference(const std::string& model, const std::vector<std::string>& extra,
+                                                      const temp_dir& dir, const std::string& tag) {
+    write_reference_requests(read_json(kFixtures + "/models/" + model + "/reference.json"), dir / (tag + ".in.jsonl"));
+    std::vector<std::string> args = {"generate",
+                                     "--model",
+                                     kFixtures + "/models/" + model,
+                                     "--input",
+                                     dir / (tag + ".in.jsonl"),
+                                     "--output",
+                                     dir / (tag + ".out.jsonl"),
+                                     "--threads",
+                                     "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    EXPECT_EQ(run_zmoe(args), 0) << "zmoe generate failed for " << model << " " << tag;
+    return read_jsonl(dir / (tag + ".out.jsonl"));
+}
+
+/// Writes a byte-level BPE tokenizer.json of 256 ids, one per byte and no merges (GPT-2's byte -> printable
+/// character map spells the vocabulary): every byte of a text prompt is one token; no chat template.
+inline void write_byte_level_tokenizer(const std::string& path) {
+    const auto printable = [](int b) {
+        return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    };
+    nlohmann::json vocab = nlohmann::json::object();
+    for (int b = 0, shifted = 0; b < 256; ++b) {
+        const int cp = printable(b) ? b : 256 + shifted++;
+        std::string utf8;
+        if (cp < 0x80) {
+            utf8 += static_cast<char>(cp);
+        } else {
+            utf8 += static_cast<char>(0xC0 | (cp >> 6));
+            utf8 += static_cast<char>(0x80 | (cp & 0x3F));
+        }
+        vocab[utf8] = b;
+    }
+    const nlohmann::json tok = {
+        {"version", "1.0"},
+        {"added_tokens", nlohmann::json::array()},
+        {"normalizer", nullptr},
+        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+        {"post_processor", nullptr},
+        {"decoder", {{"type", "ByteLevel"}}},
+        {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+    std::ofstream(path) << tok.dump();
 }
 
 /// Number of leading greedy tokens that must match the reference: up to (not including) the first step whose

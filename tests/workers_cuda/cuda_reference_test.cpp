@@ -38,22 +38,10 @@ constexpr double kSelfMargin = 0.02;
 
 std::unique_ptr<cuda_step_executor> make_executor(const std::string& dir) {
     const executor_options o = cuda_options(dir);
-    const expert_placement p =
-        expert_placement::initial(o.model.num_moe_layers(), o.model.num_experts, 0, o.world_size());
-    return std::make_unique<cuda_step_executor>(o, p);
+    return std::make_unique<cuda_step_executor>(o, initial_placement(o));
 }
 
-class CudaReference : public ::testing::TestWithParam<std::string> {
-  protected:
-    void SetUp() override {
-        dir_ = fixture_dir(GetParam());
-        ASSERT_TRUE(fs::exists(dir_ + "/config.json")) << "fixture " << dir_ << " is missing";
-        prompts_ = load_reference(dir_);
-        ASSERT_FALSE(prompts_.empty()) << dir_ << "/reference.json has no prompts";
-    }
-    std::string dir_;
-    std::vector<ref_prompt> prompts_;
-};
+class CudaReference : public zmoe::testing::reference_fixture_test {};
 
 TEST_P(CudaReference, LastLogitsMatchTransformers) {
     double worst = 0;

@@ -65,6 +65,11 @@ inline executor_options cuda_options(const std::string& dir, int rank = 0, int w
     return o;
 }
 
+/// The engine core's initial placement for o's model over o's workers (no redundant experts).
+inline expert_placement initial_placement(const executor_options& o) {
+    return expert_placement::initial(o.model.num_moe_layers(), o.model.num_experts, 0, o.world_size());
+}
+
 inline void run_all(step_executor& ex, zmoe::testing::step_driver& driver) {
     while (!driver.all_done()) {
         const step_request r = driver.next();
