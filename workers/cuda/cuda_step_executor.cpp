@@ -126,6 +126,9 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
         .world_size = world_size,
     };
     ws_ = cuda_workspace(shape);
+    if (comm_)
+        ep_ = std::make_unique<cuda_ep_exchange>(ep_exchange_params{
+            .comm = comm_.get(), .ws = &ws_, .hidden = shape.hidden, .top_k = shape.top_k});
     upload_replica_tables();
 
     const int64_t block_bytes =
@@ -291,7 +294,7 @@ void cuda_step_executor::upload_inputs(const step_shape& s) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// The forward pass: only launches on stream_ (capturable), except the expert-parallel host plan.
+// The forward pass: only launches on stream_ (capturable), except the expert-parallel host plan (cuda_ep_exchange).
 
 void cuda_step_executor::gemm(const void* x, const void* w, void* y, int32_t m, int32_t n, int32_t k, bool y_fp32) {
     kernels::launch_gemm_bf16({.handle = blas_,
@@ -483,57 +486,12 @@ void cuda_step_executor::moe_local(const cuda_layer& w, int32_t T) {
 }
 
 void cuda_step_executor::moe_expert_parallel(const cuda_layer& w, int32_t T) {
-    // Plan the dispatch on the host from the slots launch_moe_route chose. plan = [token of each sent row | its
-    // slot on the destination rank | for each (token, k) the sent row holding it]; rows are grouped by destination
-    // rank, in (token, k) order.
-    const int32_t H = i32(config_.hidden_size), K = i32(config_.num_experts_per_tok);
-    const int32_t I = i32(config_.moe_intermediate_size), S = w.num_slots;
-    const int world = options_.world_size();
-    const int64_t TK = int64_t(T) * K;
-    std::vector<int64_t> send_rows(world, 0);
-    std::vector<int32_t> plan(3 * TK);
-    if (T > 0) {
-        std::vector<int32_t> slot_h(TK);
-        check(cudaMemcpyAsync(slot_h.data(), ws_.slot_ids.as<int32_t>(), TK * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                              stream_));
-        check(cudaStreamSynchronize(stream_));
-        for (int64_t i = 0; i < TK; ++i) {
-            ZMOE_CHECK(slot_h[i] >= 0 && slot_h[i] < S * world, "routed to slot " << slot_h[i]);
-            ++send_rows[slot_h[i] / S];
-        }
-        std::vector<int64_t> next(world, 0);
-        for (int r = 1; r < world; ++r) next[r] = next[r - 1] + send_rows[r - 1];
-        for (int64_t i = 0; i < TK; ++i) {
-            const int64_t pos = next[slot_h[i] / S]++;
-            plan[pos] = static_cast<int32_t>(i / K);
-            plan[TK + pos] = slot_h[i] % S;
-            plan[2 * TK + i] = static_cast<int32_t>(pos);
-        }
-    }
-    int32_t* plan_d = ws_.moe_plan.as<int32_t>();
-    if (TK > 0)
-        check(cudaMemcpyAsync(plan_d, plan.data(), plan.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-    bf16* send_x = ws_.send_x.as<bf16>();
-    kernels::launch_gather_rows(
-        {.in = ws_.xn.as<bf16>(), .rows = plan_d, .out = send_x, .num_rows = static_cast<int32_t>(TK), .hidden = H},
+    const int32_t H = i32(config_.hidden_size), I = i32(config_.moe_intermediate_size), S = w.num_slots;
+    const int64_t R = ep_->dispatch(
+        {.slot_ids = ws_.slot_ids.as<int32_t>(), .x = ws_.xn.as<bf16>(), .num_tokens = T, .slots_per_rank = S},
         stream_);
-
-    // Dispatch: every rank takes part, with zero rows too.
-    const std::vector<int64_t> recv_rows = comm_->exchange_counts(send_rows, stream_);
-    int64_t R = 0;
-    for (int64_t n : recv_rows) R += n;
-    ZMOE_CHECK(R <= ws_.max_recv_rows, "received " << R << " rows, the workspace holds " << ws_.max_recv_rows);
-    auto bytes = [](const std::vector<int64_t>& rows, int64_t per_row) {
-        std::vector<int64_t> b(rows.size());
-        for (size_t i = 0; i < rows.size(); ++i) b[i] = rows[i] * per_row;
-        return b;
-    };
-    const int64_t row_bytes = int64_t(H) * sizeof(bf16);
-    bf16* recv_x = ws_.recv_x.as<bf16>();
     int32_t* recv_slot = ws_.recv_slot.as<int32_t>();
-    comm_->all_to_all(send_x, bytes(send_rows, row_bytes), recv_x, bytes(recv_rows, row_bytes), stream_);
-    comm_->all_to_all(plan_d + TK, bytes(send_rows, sizeof(int32_t)), recv_slot, bytes(recv_rows, sizeof(int32_t)),
-                      stream_);
+    bf16* recv_x = ws_.recv_x.as<bf16>();
 
     // This rank's experts over every received row: permute by slot, gate/up with SiLU·up, down, un-permute.
     bf16* y_recv = ws_.y_recv.as<bf16>();
@@ -588,18 +546,9 @@ void cuda_step_executor::moe_expert_parallel(const cuda_layer& w, int32_t T) {
                                     stream_);
     }
 
-    // Combine: rows back to their ranks, then the weighted sum in top-k order.
-    bf16* y_back = ws_.y_back.as<bf16>();
-    comm_->all_to_all(y_recv, bytes(recv_rows, row_bytes), y_back, bytes(send_rows, row_bytes), stream_);
-    if (T == 0) return;
-    kernels::launch_moe_combine({.y = y_back,
-                                 .dest_rows = plan_d + 2 * TK,
-                                 .topk_weights = ws_.topk_weights.as<float>(),
-                                 .out = ws_.delta.as<bf16>(),
-                                 .num_tokens = T,
-                                 .top_k = K,
-                                 .hidden = H},
-                                stream_);
+    ep_->combine({.y_recv = y_recv, .topk_weights = ws_.topk_weights.as<float>(), .out = ws_.delta.as<bf16>(),
+                  .num_tokens = T},
+                 stream_);
 }
 
 void cuda_step_executor::sample(const step_shape& s) {

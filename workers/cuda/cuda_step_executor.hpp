@@ -8,8 +8,8 @@
 // head on the sampled positions → sampling. One GPU: the whole step is enqueued without a host round trip (one
 // copy of the step's inputs in, one copy of the sampled tokens and load counts out), into a fixed workspace
 // (cuda_workspace), and pure decode steps replay a CUDA graph captured at start-up for the next bucketed batch
-// size (padding rows are computed and dropped). Expert parallelism (world_size > 1) plans the dispatch on the host
-// from the top-k ids (one device→host copy per MoE layer) and runs eagerly.
+// size (padding rows are computed and dropped). Expert parallelism (world_size > 1): the dispatch and combine live in
+// cuda_ep_exchange; this rank's experts run over the rows it received.
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/api.hpp"
+#include "workers/cuda/cuda_ep_exchange.hpp"
 #include "workers/cuda/cuda_weights.hpp"
 #include "workers/cuda/cuda_workspace.hpp"
 #include "workers/cuda/device_buffer.hpp"
@@ -102,6 +103,7 @@ class cuda_step_executor final : public step_executor {
     std::unique_ptr<nccl_comm> comm_;  // null for a world of one
     cuda_weights weights_;
     cuda_workspace ws_;
+    std::unique_ptr<cuda_ep_exchange> ep_;  // the MoE dispatch/combine over comm_; null for a world of one
     int64_t num_kv_blocks_ = 0;
     std::vector<device_buffer> k_cache_, v_cache_;  // per layer [num_blocks, block_size, kv_heads, head_dim]
     std::unordered_map<uint64_t, int32_t> last_sampled_;
