@@ -96,10 +96,8 @@ struct serve_process {
     }
 };
 
-/// Runs `zmoe args...` to completion (bounded), returning its exit status (-1 on timeout, after killing it).
-inline int run_zmoe(const std::vector<std::string>& args, std::chrono::seconds timeout = std::chrono::seconds(120)) {
-    std::vector<std::string> argv = {kZmoe};
-    argv.insert(argv.end(), args.begin(), args.end());
+/// Runs argv to completion (bounded), returning its exit status (-1 on timeout, after killing it).
+inline int run_bounded(const std::vector<std::string>& argv, std::chrono::seconds timeout = std::chrono::seconds(120)) {
     auto p = child_process::spawn(argv);
     auto st = p.wait_for(timeout);
     if (!st) {
@@ -108,6 +106,13 @@ inline int run_zmoe(const std::vector<std::string>& args, std::chrono::seconds t
         return -1;
     }
     return *st;
+}
+
+/// Runs `zmoe args...` to completion (bounded), returning its exit status (-1 on timeout, after killing it).
+inline int run_zmoe(const std::vector<std::string>& args, std::chrono::seconds timeout = std::chrono::seconds(120)) {
+    std::vector<std::string> argv = {kZmoe};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_bounded(argv, timeout);
 }
 
 inline nlohmann::json read_json(const std::string& path) {

@@ -21,8 +21,8 @@
 
 #include "base/error.hpp"
 #include "cuda_test_util.hpp"
-#include "workers/cuda/cuda_step_executor.hpp"
 #include "messages/expert_placement.hpp"
+#include "workers/cuda/cuda_step_executor.hpp"
 
 namespace zmoe::cuda {
 namespace {

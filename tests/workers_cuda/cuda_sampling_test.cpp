@@ -18,9 +18,9 @@
 #include "cuda_test_util.hpp"
 #include "kernels/api.hpp"
 #include "kernels/sample_rng.hpp"
+#include "messages/expert_placement.hpp"
 #include "workers/cuda/cuda_step_executor.hpp"
 #include "workers/cuda/device_buffer.hpp"
-#include "messages/expert_placement.hpp"
 #include "workers/model_runner.hpp"
 #include "workers/sampler.hpp"
 
@@ -89,8 +89,8 @@ TEST_P(CudaSampling, SameLogitsSameToken) {
                 sampling_params s = base;
                 s.seed = 1000 + n;
                 logits.insert(logits.end(), p.last_logits.begin(), p.last_logits.end());
-                seqs.push_back({.temperature = s.temperature, .top_p = s.top_p, .top_k = s.top_k, .counter = n,
-                                .seed = s.seed});
+                seqs.push_back(
+                    {.temperature = s.temperature, .top_p = s.top_p, .top_k = s.top_k, .counter = n, .seed = s.seed});
                 want.push_back(sample_token(p.last_logits.data(), vocab, s, n));
             }
         }
