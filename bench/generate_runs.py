@@ -10,6 +10,19 @@ import time
 DEFAULT_ZMOE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "bin", "zmoe")
 
 
+def add_common_args(ap, hidden, moe_intermediate, requests, max_tokens):
+    """The flags every generate benchmark takes: the binary, the run's layout and the demo checkpoint's shapes."""
+    ap.add_argument("--zmoe", default=DEFAULT_ZMOE)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--experts", type=int, default=16)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--hidden", type=int, default=hidden)
+    ap.add_argument("--moe-intermediate", type=int, default=moe_intermediate)
+    ap.add_argument("--requests", type=int, default=requests)
+    ap.add_argument("--max-tokens", type=int, default=max_tokens)
+    ap.add_argument("--threads", type=int, default=1, help="CPU threads per worker")
+
+
 def make_demo(zmoe, out, experts, layers, hidden, moe_intermediate, router_skew=None):
     """Writes a random checkpoint of these shapes to `out` (with skewed routers when router_skew is given)."""
     cmd = [zmoe, "make-demo", "--out", out, "--experts", str(experts), "--layers", str(layers), "--hidden",

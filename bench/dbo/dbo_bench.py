@@ -15,7 +15,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from generate_runs import DEFAULT_ZMOE, make_demo, run_generate, write_requests  # noqa: E402
+from generate_runs import add_common_args, make_demo, run_generate, write_requests  # noqa: E402
 
 
 def step_stats(m):
@@ -34,16 +34,8 @@ def step_stats(m):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--zmoe", default=DEFAULT_ZMOE)
-    ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--experts", type=int, default=16)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--moe-intermediate", type=int, default=256)
-    ap.add_argument("--requests", type=int, default=32)
+    add_common_args(ap, hidden=256, moe_intermediate=256, requests=32, max_tokens=8)
     ap.add_argument("--prompt-len", type=int, default=192)
-    ap.add_argument("--max-tokens", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=1, help="CPU threads per worker")
     ap.add_argument("--model", help="use this checkpoint instead of writing a demo one")
     # Synchronous scheduling by default: under async scheduling the steps depend on timing, and on this random
     # checkpoint two runs may then differ in tokens with DBO off too, which would hide the comparison.

@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from generate_runs import DEFAULT_ZMOE, make_demo, run_generate, write_requests  # noqa: E402
+from generate_runs import add_common_args, make_demo, run_generate, write_requests  # noqa: E402
 
 
 def expert_load(m, num_layers, num_experts):
@@ -45,17 +45,9 @@ def balancedness(load, placement, workers):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--zmoe", default=DEFAULT_ZMOE)
-    ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--experts", type=int, default=16)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--hidden", type=int, default=64)
-    ap.add_argument("--moe-intermediate", type=int, default=64)
+    add_common_args(ap, hidden=64, moe_intermediate=64, requests=64, max_tokens=64)
     ap.add_argument("--redundant", type=int, default=4)
     ap.add_argument("--skew", type=float, default=0.5)
-    ap.add_argument("--requests", type=int, default=64)
-    ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=1, help="CPU threads per worker")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--model", help="use this checkpoint instead of writing a skewed demo one")
     ap.add_argument("--json")

@@ -18,6 +18,7 @@
 
 #include "actors/child_process.hpp"
 #include "actors/zmoe_client.hpp"
+#include "tests/frontend/byte_tokenizer.hpp"
 
 namespace zmoe::test {
 
@@ -158,35 +159,6 @@ inline std::vector<nlohmann::json> generate_reference(const std::string& model, 
     args.insert(args.end(), extra.begin(), extra.end());
     EXPECT_EQ(run_zmoe(args), 0) << "zmoe generate failed for " << model << " " << tag;
     return read_jsonl(dir / (tag + ".out.jsonl"));
-}
-
-/// Writes a byte-level BPE tokenizer.json of 256 ids, one per byte and no merges (GPT-2's byte -> printable
-/// character map spells the vocabulary): every byte of a text prompt is one token; no chat template.
-inline void write_byte_level_tokenizer(const std::string& path) {
-    const auto printable = [](int b) {
-        return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-    };
-    nlohmann::json vocab = nlohmann::json::object();
-    for (int b = 0, shifted = 0; b < 256; ++b) {
-        const int cp = printable(b) ? b : 256 + shifted++;
-        std::string utf8;
-        if (cp < 0x80) {
-            utf8 += static_cast<char>(cp);
-        } else {
-            utf8 += static_cast<char>(0xC0 | (cp >> 6));
-            utf8 += static_cast<char>(0x80 | (cp & 0x3F));
-        }
-        vocab[utf8] = b;
-    }
-    const nlohmann::json tok = {
-        {"version", "1.0"},
-        {"added_tokens", nlohmann::json::array()},
-        {"normalizer", nullptr},
-        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-        {"post_processor", nullptr},
-        {"decoder", {{"type", "ByteLevel"}}},
-        {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
-    std::ofstream(path) << tok.dump();
 }
 
 /// Number of leading greedy tokens that must match the reference: up to (not including) the first step whose

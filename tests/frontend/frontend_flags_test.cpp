@@ -16,9 +16,9 @@
 
 #include "actors/actor.hpp"
 #include "actors/zmq_context.hpp"
-#include "frontend/byte_level.hpp"
 #include "frontend/work_pool.hpp"
 #include "messages/engine_protocol.hpp"
+#include "tests/frontend/byte_tokenizer.hpp"
 #include "tests/frontend/inproc_server.hpp"
 #include "tests/workers/synthetic_model.hpp"
 
@@ -66,20 +66,9 @@ errc outcome(zmoe_client& c, client_generate g, std::string* message = nullptr) 
     }
 }
 
-/// A byte-level tokenizer.json of 256 ids (one per byte, no merges): every byte of a text prompt is one token,
-/// inside the fixture's 512-id vocabulary. No chat template.
+/// The byte-level tokenizer (one id per byte, inside the fixture's 512-id vocabulary, no chat template) in dir.
 std::string write_byte_tokenizer(const testing::temp_dir& dir) {
-    nlohmann::json vocab = nlohmann::json::object();
-    for (int b = 0; b < 256; ++b) vocab[byte_level::to_chars(std::string(1, static_cast<char>(b)))] = b;
-    const nlohmann::json tok = {
-        {"version", "1.0"},
-        {"added_tokens", nlohmann::json::array()},
-        {"normalizer", nullptr},
-        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-        {"post_processor", nullptr},
-        {"decoder", {{"type", "ByteLevel"}}},
-        {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
-    std::ofstream(dir.file("tokenizer.json")) << tok.dump();
+    test::write_byte_level_tokenizer(dir.file("tokenizer.json"));
     return dir.file("tokenizer.json");
 }
 

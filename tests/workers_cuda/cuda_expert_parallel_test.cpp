@@ -20,8 +20,6 @@ namespace {
 using namespace zmoe::cuda::testing;
 using zmoe::testing::step_driver;
 
-constexpr double kSelfTolerance = 0.01;
-constexpr double kSelfMargin = 0.02;
 constexpr int64_t kNewTokens = 4;
 
 int visible_gpus() {

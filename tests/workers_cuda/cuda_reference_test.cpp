@@ -33,8 +33,6 @@ using zmoe::testing::step_driver;
 
 constexpr double kLogitTolerance = 0.04;
 constexpr double kMinMargin = 0.1;
-constexpr double kSelfTolerance = 0.01;
-constexpr double kSelfMargin = 0.02;
 
 std::unique_ptr<cuda_step_executor> make_executor(const std::string& dir) {
     const executor_options o = cuda_options(dir);

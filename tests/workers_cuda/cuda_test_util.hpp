@@ -20,6 +20,10 @@ namespace zmoe::cuda::testing {
 
 constexpr int64_t kBlockSize = 16;
 constexpr int64_t kNumBlocks = 256;
+/// Two CUDA runs that should agree (batched vs alone, chunked vs whole, graphs vs eager, moved experts, several GPUs):
+/// logits within kSelfTolerance (relative), tokens equal up to the first step whose top-2 margin is below kSelfMargin.
+constexpr double kSelfTolerance = 0.01;
+constexpr double kSelfMargin = 0.02;
 
 using zmoe::testing::fixture_dir;
 using zmoe::testing::load_reference;
