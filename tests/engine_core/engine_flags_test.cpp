@@ -321,15 +321,17 @@ TEST(EngineFlags, NumRedundantExperts) {
     EXPECT_EQ(e.run(1, prompt(6), 4).tokens.size(), 4u);
 }
 
-/// Runs `concurrent` requests of prompt_len tokens and 6 new ones together; (steps run as two micro-batches, steps).
-std::pair<double, double> dbo_steps(const std::vector<std::string>& args, int prompt_len, int concurrent = 1) {
+/// Runs `concurrent` requests of prompt_len tokens and max_tokens new ones together; (steps run as two
+/// micro-batches, steps).
+std::pair<double, double> dbo_steps(const std::vector<std::string>& args, int prompt_len, int concurrent = 1,
+                                    uint32_t max_tokens = 6) {
     test::inproc_engine e(parse(args));
     EXPECT_TRUE(e.wait_serving());
     for (int id = 1; id <= concurrent; ++id) {
         engine_add_request r;
         r.request_id = static_cast<uint64_t>(id);
         r.prompt_token_ids = prompt(prompt_len, id);
-        r.max_tokens = 6;
+        r.max_tokens = max_tokens;
         r.ignore_eos = true;
         e.client().add_request(r);
     }
@@ -364,14 +366,15 @@ TEST(EngineFlags, DboPrefillTokenThreshold) {
 }
 
 TEST(EngineFlags, DboDecodeTokenThreshold) {
-    // Two requests decoding together on one rank: decode steps of 2 tokens split at threshold 2, never at 3.
+    // Two requests decoding together on one rank: decode steps of 2 tokens split at threshold 2, never at 3. Long
+    // enough (48 tokens) that the second request arrives while the first still decodes.
     auto args = [](const std::string& threshold) {
         return std::vector<std::string>{"--enable-dbo", "--dbo-prefill-token-threshold",
                                         "100000",       "--dbo-decode-token-threshold",
                                         threshold,      "--no-async"};
     };
-    EXPECT_GT(dbo_steps(args("2"), 4, 2).first, 0);
-    EXPECT_EQ(dbo_steps(args("3"), 4, 2).first, 0);
+    EXPECT_GT(dbo_steps(args("2"), 4, 2, 48).first, 0);
+    EXPECT_EQ(dbo_steps(args("3"), 4, 2, 48).first, 0);
 }
 
 TEST(EngineFlags, HeartbeatMs) {
