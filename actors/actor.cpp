@@ -454,6 +454,9 @@ void actor::dispatch(socket_id s) {
         }
         const auto& payload = frames[expected - 1];
         msg.payload = {payload.data<char>(), payload.size()};
+        if (entry.kind == socket_kind::router) {
+            if (const char* a = zmq_msg_gets(frames[expected - 1].handle(), "Peer-Address")) msg.peer_address = a;
+        }
         message_handler& handler = entry.handler;
         guarded(&msg, [&] { handler(msg); });
     }

@@ -40,6 +40,9 @@ struct inbound_message {
     socket_id socket = -1;
     std::string_view peer;
     std::string_view payload;
+    /// On a ROUTER socket over TCP: the sender's IP address as ZeroMQ reports it ("192.0.2.7", "::1"); empty for
+    /// other transports and socket kinds.
+    std::string_view peer_address;
 };
 
 using message_handler = std::function<void(const inbound_message&)>;

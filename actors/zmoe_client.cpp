@@ -6,6 +6,7 @@
 #include <set>
 #include <zmq.hpp>
 
+#include "actors/client_auth.hpp"
 #include "actors/zmq_context.hpp"
 #include "actors/zmq_poll.hpp"
 #include "base/log.hpp"
@@ -37,7 +38,21 @@ struct zmoe_client::impl {
     std::map<std::string, client_health_reply> health_replies;
     std::map<std::string, client_metrics_reply> metrics_replies;
 
+    std::string hello;                    // the encoded hello with the API key; empty when there is no key
+    std::optional<client_error> refused;  // an `unauthenticated` error not tied to a request (a wrong key)
+
     void send(const std::string& bytes) { sock.send(zmq::buffer(bytes), zmq::send_flags::none); }
+    /// A request that may need the key: the hello goes first, every time (a reconnected socket is a new client).
+    void send_authenticated(const std::string& bytes) {
+        if (!hello.empty()) send(hello);
+        send(bytes);
+    }
+    void throw_if_refused() {
+        if (!refused) return;
+        const std::string why = refused->message;
+        refused.reset();
+        throw error(errc::unauthenticated, "zmoe_client: " + why);
+    }
 
     /// Heartbeats the frontend while waiting; throws peer_dead when they go unanswered too long.
     void keep_alive(clock_type::time_point now) {
@@ -91,6 +106,10 @@ struct zmoe_client::impl {
                         if (m.finished) live.erase(m.client_request_id);
                         events.emplace_back(std::move(m));
                     } else if constexpr (std::is_same_v<T, client_error>) {
+                        if (m.code == errc::unauthenticated && m.client_request_id.empty()) {
+                            refused = m;  // a wrong key: the waiting call throws it
+                            return;
+                        }
                         // duplicate_request leaves the live request of that id running: not its end.
                         if (m.code != errc::duplicate_request) live.erase(m.client_request_id);
                         events.emplace_back(std::move(m));
@@ -114,6 +133,8 @@ struct zmoe_client::impl {
 
 zmoe_client::zmoe_client(const std::string& endpoint, zmoe_client_options options) : impl_(std::make_unique<impl>()) {
     impl_->options = options;
+    if (impl_->options.api_key.empty()) impl_->options.api_key = api_key_from_env();
+    if (!impl_->options.api_key.empty()) impl_->hello = encode(client_hello{impl_->options.api_key});
     impl_->sock = zmq::socket_t(process_zmq_context(), zmq::socket_type::dealer);
     impl_->sock.set(zmq::sockopt::linger, 0);
     impl_->sock.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxFrameBytes));
@@ -131,7 +152,7 @@ std::string zmoe_client::generate(client_generate request) {
     if (impl_->live.count(request.client_request_id)) {
         throw error(errc::invalid_argument, "zmoe_client: request id '" + request.client_request_id + "' is in use");
     }
-    impl_->send(encode(request));
+    impl_->send_authenticated(encode(request));
     impl_->live.insert(request.client_request_id);
     return request.client_request_id;
 }
@@ -186,7 +207,7 @@ client_completion zmoe_client::collect(const std::string& id, std::chrono::milli
     }
 }
 
-void zmoe_client::abort(const std::string& id) { impl_->send(encode(client_abort{id})); }
+void zmoe_client::abort(const std::string& id) { impl_->send_authenticated(encode(client_abort{id})); }
 
 client_health_reply zmoe_client::health(std::chrono::milliseconds timeout) {
     std::string tag = numbered("h", impl_->next_tag++);
@@ -207,9 +228,10 @@ client_health_reply zmoe_client::health(std::chrono::milliseconds timeout) {
 
 std::string zmoe_client::metrics(std::chrono::milliseconds timeout) {
     std::string tag = numbered("m", impl_->next_tag++);
-    impl_->send(encode(client_metrics{tag}));
+    impl_->send_authenticated(encode(client_metrics{tag}));
     auto deadline = clock_type::now() + timeout;
     for (;;) {
+        impl_->throw_if_refused();
         auto it = impl_->metrics_replies.find(tag);
         if (it != impl_->metrics_replies.end()) {
             std::string json = std::move(it->second.json);

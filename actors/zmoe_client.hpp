@@ -35,6 +35,9 @@ struct zmoe_client_options {
     /// A heartbeat unanswered for this many intervals means the frontend is dead: the waiting call throws
     /// errc::peer_dead. 0 = never (wait for the call's own timeout).
     int heartbeat_max_missed = 3;
+    /// The server's API key, sent in a hello before each request (needed when this client is not on the server's
+    /// loopback; see docs/protocol.md). Empty: ZMOE_API_KEY from the environment, if set.
+    std::string api_key{};
 };
 
 class zmoe_client {

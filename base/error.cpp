@@ -28,6 +28,8 @@ const char* errc_name(errc e) {
             return "duplicate_request";
         case errc::overloaded:
             return "overloaded";
+        case errc::unauthenticated:
+            return "unauthenticated";
     }
     return "unknown";
 }

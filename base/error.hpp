@@ -23,6 +23,7 @@ enum class errc : uint8_t {
     internal = 9,            ///< a bug: should never reach a client
     duplicate_request = 10,  ///< a client_request_id already names a live request; that request is untouched
     overloaded = 11,         ///< the server's bounded queues are full: retry later
+    unauthenticated = 12,    ///< a client not on loopback without the server's API key, or with a wrong one
 };
 
 const char* errc_name(errc e);

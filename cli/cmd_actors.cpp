@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "actors/client_auth.hpp"
 #include "actors/stop_signals.hpp"
+#include "base/error.hpp"
 #include "base/log.hpp"
 #include "cli/command.hpp"
 #include "cli/engine_flags.hpp"
@@ -42,6 +44,12 @@ bool parse(int argc, char** argv, po::options_description& opts) {
     return true;
 }
 
+/// The heartbeat flags are checked before any actor exists (the runtime requires both positive).
+void check_heartbeat(int heartbeat_ms, int max_missed) {
+    if (heartbeat_ms < 1 || max_missed < 1)
+        throw zmoe::error(zmoe::errc::invalid_argument, "--heartbeat-ms and --heartbeat-max-missed must be >= 1");
+}
+
 int cmd_engine_core(int argc, char** argv) {
     zmoe::engine_core_options o;
     po::options_description opts("zmoe engine-core options");
@@ -49,6 +57,7 @@ int cmd_engine_core(int argc, char** argv) {
         "frontend-endpoint", po::value(&o.frontend_endpoint)->required(), "bind: the frontend connects here");
     zmoe::cli::add_engine_options(opts, o.config);
     if (!parse(argc, argv, opts)) return 0;
+    check_heartbeat(o.config.heartbeat_ms, o.config.heartbeat_max_missed);
     zmoe::log_set_name("engine_core");
     zmoe::install_stop_signal_handlers();
     zmoe::engine_core_actor a(o);
@@ -64,8 +73,11 @@ int cmd_worker(int argc, char** argv) {
         "rank", po::value(&o.rank)->required(), "this worker's rank")(
         "device", po::value(&o.device)->default_value(o.device), "cpu or cuda (must be the engine core's --device)")(
         "data-bind", po::value(&o.data_bind)->default_value(o.data_bind), "where peers reach this worker")(
-        "heartbeat-ms", po::value(&heartbeat_ms)->default_value(heartbeat_ms), "heartbeat interval");
+        "heartbeat-ms", po::value(&heartbeat_ms)->default_value(heartbeat_ms), "heartbeat interval")(
+        "heartbeat-max-missed", po::value(&o.heartbeat_max_missed)->default_value(o.heartbeat_max_missed),
+        "intervals of silence before the engine core is declared dead");
     if (!parse(argc, argv, opts)) return 0;
+    check_heartbeat(heartbeat_ms, o.heartbeat_max_missed);
     zmoe::log_set_name("worker_" + std::to_string(o.rank));
     zmoe::install_stop_signal_handlers();
     o.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
@@ -79,9 +91,12 @@ int cmd_frontend(int argc, char** argv) {
     po::options_description opts("zmoe frontend options");
     zmoe::cli::add_frontend_options(opts, f);
     if (!parse(argc, argv, opts)) return 0;
+    zmoe::frontend_options o = f.resolved();
+    check_heartbeat(f.heartbeat_ms, o.heartbeat_max_missed);
     zmoe::log_set_name("frontend");
     zmoe::install_stop_signal_handlers();
-    zmoe::frontend_actor a(f.resolved());
+    o.api_key = zmoe::api_key_from_env();  // from the environment, never the command line (visible in ps)
+    zmoe::frontend_actor a(o);
     a.run();
     return a.exit_code();
 }

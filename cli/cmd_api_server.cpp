@@ -10,6 +10,7 @@
 #include <iostream>
 #include <thread>
 
+#include "actors/client_auth.hpp"
 #include "actors/stop_signals.hpp"
 #include "base/log.hpp"
 #include "cli/command.hpp"
@@ -37,6 +38,7 @@ int cmd_api_server(int argc, char** argv) {
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (getppid() != parent) return 0;
     }
+    o.api_key = zmoe::api_key_from_env();  // set by serve --api-key; its frontend client presents it too
     zmoe::log_set_name("api-server");
     zmoe::install_stop_signal_handlers();
     zmoe::gateway::http_gateway gw(o);

@@ -87,7 +87,7 @@ int interactive(zmoe::zmoe_client& client, uint32_t max_tokens, std::optional<fl
 }
 
 int cmd_client(int argc, char** argv) {
-    std::string endpoint, input = "-", output = "-";
+    std::string endpoint, input = "-", output = "-", api_key;
     bool is_interactive = false;
     bool raw = false;
     uint32_t max_tokens = 16;  // vLLM's default; sampling defaults are the server's (docs/sampling.md)
@@ -102,10 +102,12 @@ int cmd_client(int argc, char** argv) {
         "raw", po::bool_switch(&raw), "interactive: send each line as a plain prompt, no chat template")(
         "max-tokens", po::value(&max_tokens)->default_value(max_tokens), "interactive: tokens per reply")(
         "temperature", po::value<float>(), "interactive: 0 = greedy (default: the model's, else 1)")(
-        "timeout", po::value(&timeout_s)->default_value(timeout_s), "seconds without any answer before giving up");
+        "timeout", po::value(&timeout_s)->default_value(timeout_s), "seconds without any answer before giving up")(
+        "api-key", po::value(&api_key),
+        "the server's API key, needed when not on its loopback (default: ZMOE_API_KEY)");
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
-    zmoe::zmoe_client client(endpoint);
+    zmoe::zmoe_client client(endpoint, {.api_key = api_key});
     std::optional<float> temperature;
     if (vm.count("temperature")) temperature = vm["temperature"].as<float>();
     if (is_interactive) return interactive(client, max_tokens, temperature, timeout_s, raw);

@@ -38,7 +38,10 @@ int cmd_generate(int argc, char** argv) {
     // The output is opened first: a bad path fails before any work is done.
     zmoe::cli::result_writer writer(output, lines.size());
 
-    zmoe::cli::local_cluster cluster(f, "", tokenizer);
+    // Offline batches carry their prompts as they are: without a tokenizer, token ids only (text lines get errors).
+    std::vector<std::string> fe_args;
+    if (!zmoe::cli::tokenizer_json_exists(f.model, tokenizer)) fe_args.push_back("--skip-tokenizer-init");
+    zmoe::cli::local_cluster cluster(f, "", tokenizer, fe_args);
     if (!cluster.wait_ready(std::chrono::minutes(10))) return 130;
     size_t failed = 0;
     {

@@ -4,11 +4,13 @@
 
 #include <boost/program_options.hpp>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <thread>
 
 #include "actors/child_process.hpp"
+#include "actors/client_auth.hpp"
 #include "actors/stop_signals.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"
@@ -27,6 +29,7 @@ int cmd_serve(int argc, char** argv) {
     int port = 5555;
     std::string host = "127.0.0.1";
     zmoe::cli::frontend_flags fe;
+    std::string api_key;
     int http_port = -1;
     int failure_grace_ms = 3000;
     po::options_description opts("zmoe serve options");
@@ -35,7 +38,10 @@ int cmd_serve(int argc, char** argv) {
         "host", po::value(&host)->default_value(host), "address the frontend binds (loopback unless told)")(
         "http-port", po::value(&http_port), "also serve the OpenAI-compatible HTTP API on this port (on --host)")(
         "failure-grace-ms", po::value(&failure_grace_ms)->default_value(failure_grace_ms),
-        "after an actor fails: how long health keeps reporting it before serve exits 1");
+        "after an actor fails: how long health keeps reporting it before serve exits 1")(
+        "api-key", po::value(&api_key),
+        "clients not on loopback must present this key (zmoe client --api-key, HTTP Authorization: Bearer); "
+        "required with a --host other clients can reach (default: ZMOE_API_KEY)");
     zmoe::cli::add_served_frontend_options(opts, fe);
     zmoe::cli::add_engine_options(opts, f);
     po::variables_map vm;
@@ -46,9 +52,22 @@ int cmd_serve(int argc, char** argv) {
 
     if (port < 1 || port > 65535)
         throw zmoe::error(zmoe::errc::invalid_argument, "--port " + std::to_string(port) + " is not in 1..65535");
-    if (fe.shutdown_timeout_s < 0 || fe.client_send_timeout_s <= 0)
-        throw zmoe::error(zmoe::errc::invalid_argument, "--shutdown-timeout / --client-send-timeout must be positive");
+    if (fe.shutdown_timeout_s < 0 || fe.client_send_timeout_s <= 0 || fe.client_idle_timeout_s <= 0)
+        throw zmoe::error(zmoe::errc::invalid_argument,
+                          "--shutdown-timeout / --client-send-timeout / --client-idle-timeout must be positive");
     const std::string endpoint = "tcp://" + host + ":" + std::to_string(port);
+    const std::string& tokenizer = fe.options.tokenizer_path;
+    if (!fe.options.skip_tokenizer_init && !zmoe::cli::tokenizer_json_exists(f.model, tokenizer))
+        throw zmoe::error(zmoe::errc::invalid_argument,
+                          "no tokenizer.json in " + (tokenizer.empty() ? f.model : tokenizer) +
+                              ": give --tokenizer, or --skip-tokenizer-init to serve prompt_token_ids only");
+    // The key reaches the frontend and the HTTP gateway through the environment (not their command lines).
+    if (!api_key.empty()) setenv("ZMOE_API_KEY", api_key.c_str(), 1);
+    if (zmoe::api_key_from_env().empty() && zmoe::endpoint_reachable_off_host(endpoint))
+        throw zmoe::error(zmoe::errc::invalid_argument,
+                          "--host " + host +
+                              " takes clients from other hosts: give --api-key (or ZMOE_API_KEY), or bind a loopback "
+                              "address");
     const auto stop_wait = std::chrono::milliseconds(static_cast<int64_t>(fe.shutdown_timeout_s * 1000) + 5000);
     zmoe::cli::local_cluster cluster(f, endpoint, "", zmoe::cli::served_frontend_args(fe));
     try {

@@ -39,6 +39,15 @@ void remove_orphaned_dirs() {
     }
 }
 
+}  // namespace
+
+bool tokenizer_json_exists(const std::string& model, const std::string& tokenizer) {
+    const std::filesystem::path p = tokenizer.empty() ? model : tokenizer;
+    return std::filesystem::exists(std::filesystem::is_directory(p) ? p / "tokenizer.json" : p);
+}
+
+namespace {
+
 std::string random_run_id() {
     std::random_device rd;
     char buf[33];
@@ -54,6 +63,8 @@ local_cluster::local_cluster(const engine_config& flags, std::string client_endp
     if (!std::filesystem::exists(std::filesystem::path(flags.model) / "config.json"))
         throw error(errc::invalid_checkpoint, flags.model + ": no config.json (not a checkpoint directory)");
     if (flags.workers < 1) throw error(errc::invalid_argument, "--workers must be >= 1");
+    if (flags.heartbeat_ms < 1 || flags.heartbeat_max_missed < 1)
+        throw error(errc::invalid_argument, "--heartbeat-ms and --heartbeat-max-missed must be >= 1");
     remove_orphaned_dirs();
     std::string tmpl = "/tmp/" + std::string(kDirPrefix) + std::to_string(getpid()) + "-XXXXXX";
     if (!mkdtemp(tmpl.data())) throw error(errc::io, "cannot create a private directory under /tmp");
@@ -76,9 +87,18 @@ local_cluster::local_cluster(const engine_config& flags, std::string client_endp
                                           "ZMOE_RUN_SECRET=" + (inherited.empty() ? random_run_id() : inherited)};
     members_.push_back({"engine core", child_process::spawn(argv, env), std::nullopt});
     for (int r = 0; r < flags.workers; ++r) {
-        std::vector<std::string> w = {exe,      "worker",     "--engine",     worker_ep,
-                                      "--rank", std::to_string(r), "--device", flags.device,
-                                      "--heartbeat-ms", std::to_string(flags.heartbeat_ms)};
+        std::vector<std::string> w = {exe,
+                                      "worker",
+                                      "--engine",
+                                      worker_ep,
+                                      "--rank",
+                                      std::to_string(r),
+                                      "--device",
+                                      flags.device,
+                                      "--heartbeat-ms",
+                                      std::to_string(flags.heartbeat_ms),
+                                      "--heartbeat-max-missed",
+                                      std::to_string(flags.heartbeat_max_missed)};
         w.insert(w.end(), log_args.begin(), log_args.end());
         members_.push_back({"worker " + std::to_string(r), child_process::spawn(w, env), std::nullopt});
     }
@@ -94,6 +114,8 @@ local_cluster::local_cluster(const engine_config& flags, std::string client_endp
                                    std::to_string(flags.workers),
                                    "--heartbeat-ms",
                                    std::to_string(flags.heartbeat_ms),
+                                   "--heartbeat-max-missed",
+                                   std::to_string(flags.heartbeat_max_missed),
                                    "--run-id",
                                    run_id_};
     fe.insert(fe.end(), frontend_args.begin(), frontend_args.end());

@@ -13,6 +13,9 @@
 
 namespace zmoe::cli {
 
+/// True when a tokenizer.json is where the frontend will look: `tokenizer` (a file or a directory), else `model`.
+bool tokenizer_json_exists(const std::string& model, const std::string& tokenizer);
+
 class local_cluster {
   public:
     /// Starts every actor: the engine core with `config` (engine_config_args), each worker with only what it needs

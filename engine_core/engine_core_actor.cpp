@@ -23,7 +23,8 @@ double ms_since(clock_type::time_point t) {
 }  // namespace
 
 engine_core_actor::engine_core_actor(engine_core_options options)
-    : actor("engine_core", actor_options{.heartbeat_interval = std::chrono::milliseconds(options.config.heartbeat_ms)}),
+    : actor("engine_core", actor_options{.heartbeat_interval = std::chrono::milliseconds(options.config.heartbeat_ms),
+                                         .heartbeat_max_missed = options.config.heartbeat_max_missed}),
       options_(std::move(options)),
       model_(model_config::load(options_.config.model)) {
     const engine_config& c = options_.config;
@@ -86,6 +87,7 @@ void engine_core_actor::on_worker_message(const inbound_message& msg) {
         decoded = decode_worker_to_engine(msg.payload);
     } catch (const error& e) {
         ZMOE_LOG(warn, "engine core: dropped a malformed worker message: " << e.what());
+        metrics_.counter_add("frames_dropped");
         return;
     }
     const std::string identity(msg.peer);
@@ -96,6 +98,7 @@ void engine_core_actor::on_worker_message(const inbound_message& msg) {
     auto it = rank_of_identity_.find(identity);
     if (it == rank_of_identity_.end()) {
         ZMOE_LOG(warn, "engine core: message from a worker that never said hello; dropped");
+        metrics_.counter_add("frames_dropped");
         return;
     }
     const int32_t rank = it->second;
@@ -186,13 +189,14 @@ void engine_core_actor::handle_ready(int32_t rank, const worker_ready& m) {
                                        "--gpu-memory-utilization)");
     const engine_config& c = options_.config;
     const int64_t model_len = model_.max_position_embeddings;
-    const char* allow_long = std::getenv("ZMOE_ALLOW_LONG_MAX_MODEL_LEN");
-    if (c.max_model_len > 0 && model_len > 0 && c.max_model_len > model_len &&
-        !(allow_long && std::string(allow_long) == "1"))
-        return fail_everything(errc::invalid_argument, "--max-model-len " + std::to_string(c.max_model_len) +
-                                                           " exceeds the model's max_position_embeddings " +
-                                                           std::to_string(model_len) +
-                                                           " (set ZMOE_ALLOW_LONG_MAX_MODEL_LEN=1 to override)");
+    const char* allow_long_env = std::getenv("ZMOE_ALLOW_LONG_MAX_MODEL_LEN");
+    const bool allow_long = c.allow_long_max_model_len || (allow_long_env && std::string(allow_long_env) == "1");
+    if (c.max_model_len > 0 && model_len > 0 && c.max_model_len > model_len && !allow_long)
+        return fail_everything(errc::invalid_argument,
+                               "--max-model-len " + std::to_string(c.max_model_len) +
+                                   " exceeds the model's max_position_embeddings " + std::to_string(model_len) +
+                                   " (pass --allow-long-max-model-len, or set ZMOE_ALLOW_LONG_MAX_MODEL_LEN=1, to "
+                                   "override)");
 
     // Size the scheduler from what each worker could allocate.
     scheduler_config cfg;
@@ -243,6 +247,9 @@ void engine_core_actor::handle_step_result(int32_t rank, step_result&& m) {
     w.observe("step_compute_ms", m.compute_ms);
     w.counter_add("steps");
     w.counter_add("sampled_tokens", static_cast<double>(m.tokens.size()));
+    // The worker reports a running total: the counter follows it (docs/reliability.md, hostile input).
+    const double dropped = static_cast<double>(m.frames_dropped);
+    if (dropped > w.counter("frames_dropped")) w.counter_add("frames_dropped", dropped - w.counter("frames_dropped"));
     it->second[rank] = std::move(m);
     while (!in_flight_.empty()) {
         auto& slot = results_[in_flight_.front()];
@@ -458,6 +465,7 @@ void engine_core_actor::on_frontend_message(const inbound_message& msg) {
         decoded = decode_frontend_to_engine(msg.payload);
     } catch (const error& e) {
         ZMOE_LOG(warn, "engine core: dropped a malformed frontend message: " << e.what());
+        metrics_.counter_add("frames_dropped");
         send_to(frontend_sock_, msg.peer, encode(engine_error{errc::protocol, e.what()}));
         return;
     }

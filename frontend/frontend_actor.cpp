@@ -1,8 +1,5 @@
 #include "frontend/frontend_actor.hpp"
 
-#include "frontend/chat_prompt.hpp"
-#include "frontend/sampling_defaults.hpp"
-
 #include <unistd.h>
 
 #include <cmath>
@@ -10,10 +7,13 @@
 #include <fstream>
 #include <random>
 
+#include "actors/client_auth.hpp"
 #include "actors/run_secret.hpp"
 #include "base/check.hpp"
 #include "base/log.hpp"
 #include "base/version.hpp"
+#include "frontend/chat_prompt.hpp"
+#include "frontend/sampling_defaults.hpp"
 
 namespace zmoe {
 
@@ -68,15 +68,32 @@ void frontend_actor::on_start() {
     const std::string tok_path = options_.tokenizer_path.empty() ? options_.model_dir : options_.tokenizer_path;
     const auto json_path = std::filesystem::is_directory(tok_path) ? std::filesystem::path(tok_path) / "tokenizer.json"
                                                                    : std::filesystem::path(tok_path);
-    if (std::filesystem::exists(json_path)) {
+    if (options_.skip_tokenizer_init) {
+        ZMOE_LOG(info, "frontend: --skip-tokenizer-init: serving prompt_token_ids only (no text, no chat)");
+    } else if (!std::filesystem::exists(json_path)) {
+        // Fatal: a server without a tokenizer fails every text request; that must be asked for, not found out.
+        ZMOE_LOG(error, "frontend: no tokenizer.json at " << json_path.string()
+                                                          << ": give --tokenizer, or --skip-tokenizer-init to serve "
+                                                             "prompt_token_ids only");
+        exit_code_ = 1;
+        stop_now();
+        return;
+    } else {
         tokenizer_ = tokenizer::from_file(tok_path);
         tokenize_pool_ = std::make_unique<work_pool>(std::max<size_t>(1, options_.tokenizer_threads));
         ZMOE_LOG(info, "frontend: tokenizer " << json_path.string() << " (" << tokenizer_->vocab_size() << " ids)");
         chat_template_ = chat_template::from_tokenizer(tok_path, options_.chat_template_path);
         if (chat_template_) ZMOE_LOG(info, "frontend: chat template loaded");
-    } else {
-        ZMOE_LOG(info, "frontend: no tokenizer.json in " << tok_path << "; only prompt_token_ids are accepted");
     }
+    if (options_.api_key.empty() && endpoint_reachable_off_host(options_.client_endpoint)) {
+        ZMOE_LOG(error, "frontend: " << options_.client_endpoint
+                                     << " takes clients from other hosts: set an API key (--api-key or ZMOE_API_KEY), "
+                                        "or bind a loopback address");
+        exit_code_ = 1;
+        stop_now();
+        return;
+    }
+    client_endpoint_is_tcp_ = options_.client_endpoint.rfind("tcp://", 0) == 0;
     model_vocab_size_ = read_vocab_size(options_.model_dir);
     try {
         sampling_defaults_ = sampling_defaults::load(options_.model_dir);
@@ -315,6 +332,35 @@ void frontend_actor::on_client_message(const inbound_message& msg) {
         send_client_error(client, peek_client_request_id(msg.payload), errc::protocol, e.what());
         return;
     }
+    // Client authentication (actors/client_auth.hpp): health and heartbeats are open to all; generate, abort and
+    // metrics need the API key from a client over TCP that is not on loopback, and from anyone who gave a wrong one.
+    if (auto* hello = std::get_if<client_hello>(&decoded)) {
+        if (options_.api_key.empty() || hello->api_key.empty()) return;  // no key asked for, or none given
+        if (secrets_equal(hello->api_key, options_.api_key)) {
+            info.auth = client_info::auth_state::ok;
+        } else {
+            info.auth = client_info::auth_state::refused;
+            metrics_.counter_add("clients_unauthenticated");
+            send_client_error(client, "", errc::unauthenticated, "wrong API key");
+        }
+        return;
+    }
+    const bool open_message =
+        std::holds_alternative<client_health>(decoded) || std::holds_alternative<client_heartbeat>(decoded);
+    if (!open_message && !options_.api_key.empty() && info.auth != client_info::auth_state::ok) {
+        const bool local = !client_endpoint_is_tcp_ || is_loopback_address(msg.peer_address);
+        if (!local || info.auth == client_info::auth_state::refused) {
+            metrics_.counter_add("requests_unauthenticated");
+            std::string id;
+            if (auto* g = std::get_if<client_generate>(&decoded)) id = g->client_request_id;
+            if (auto* a = std::get_if<client_abort>(&decoded)) id = a->client_request_id;
+            return send_client_error(client, id, errc::unauthenticated,
+                                     info.auth == client_info::auth_state::refused
+                                         ? "wrong API key"
+                                         : "this server needs an API key from clients not on loopback (zmoe client "
+                                           "--api-key, ZMOE_API_KEY, or the HTTP header Authorization: Bearer KEY)");
+        }
+    }
     std::visit(
         [&](auto&& m) {
             using T = std::decay_t<decltype(m)>;
@@ -385,7 +431,8 @@ void frontend_actor::handle_generate(const std::string& client, client_generate&
     if (auto* text = std::get_if<std::string>(&m.prompt)) {
         if (!tokenizer_)
             return send_client_error(client, cid, errc::unsupported,
-                                     "this model has no tokenizer.json: send prompt_token_ids");
+                                     "the server runs with --skip-tokenizer-init (no tokenizer): send "
+                                     "prompt_token_ids");
         if (!m.chat.empty() && !text->empty())
             return send_client_error(client, cid, errc::invalid_argument, "give either a prompt or chat messages");
         if (m.chat.size() > options_.max_prompt_bytes)
@@ -551,6 +598,7 @@ void frontend_actor::on_engine_message(const inbound_message& msg) {
         decoded = decode_engine_to_frontend(msg.payload);
     } catch (const error& e) {
         ZMOE_LOG(warn, "frontend: dropped a malformed engine message: " << e.what());
+        metrics_.counter_add("frames_dropped");
         return;
     }
     std::visit(

@@ -3,7 +3,7 @@
 // requests, assigns engine request ids, and turns the engine core's token outputs into streamed deltas (token ids
 // plus incrementally detokenized text), applying stop strings. It answers health and metrics itself.
 //
-// Takes from clients:      generate, abort, health, metrics, heartbeat
+// Takes from clients:      generate, abort, health, metrics, heartbeat, hello (the API key)
 // Sends to clients:        delta, error, health_reply, metrics_reply, heartbeat
 // Takes from engine core:  welcome, outputs, metrics_reply, heartbeat, error
 // Sends to engine core:    hello, add_request, abort, metrics, heartbeat, shutdown
@@ -58,6 +58,12 @@ struct frontend_options {
     size_t max_prompt_bytes = size_t{4} << 20;  ///< text prompts longer than this are refused before tokenizing
     size_t tokenizer_threads = 2;               ///< threads encoding prompts, off the socket thread
     std::string run_id;  ///< echoed in health replies: who started this frontend knows it reached its own
+    /// Non-empty: clients connected over TCP from an address that is not loopback must present it in a hello
+    /// (actors/client_auth.hpp has the rule). Empty: the frontend refuses to bind where such clients can reach it.
+    std::string api_key;
+    /// Serve token ids only: no tokenizer is loaded (text prompts and chat get a clear error). Without it, a
+    /// missing tokenizer.json is fatal at start-up.
+    bool skip_tokenizer_init = false;
 };
 
 class frontend_actor : public actor {
@@ -93,6 +99,10 @@ class frontend_actor : public actor {
     };
     struct client_info {
         std::chrono::steady_clock::time_point last_seen;
+        /// none: no hello with a key yet; ok: the right key; refused: a wrong key (everything but health and
+        /// heartbeat is refused from then on, loopback or not).
+        enum class auth_state { none, ok, refused };
+        auth_state auth = auth_state::none;
         bool sends_heartbeats = false;
         size_t num_live = 0;
         /// The pipe was full: messages wait here, in order, and streaming deltas coalesce in their requests.
@@ -138,6 +148,7 @@ class frontend_actor : public actor {
     socket_id client_sock_ = -1;
     socket_id engine_sock_ = -1;
     std::string bound_client_endpoint_;
+    bool client_endpoint_is_tcp_ = false;
     bool engine_ready_ = false;
     bool engine_failed_ = false;
     std::string engine_failure_;

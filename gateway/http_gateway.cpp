@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <mutex>
 
+#include "actors/run_secret.hpp"
 #include "actors/zmoe_client.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"
@@ -77,6 +78,17 @@ struct http_gateway::impl {
 
     void routes() {
         server.new_task_queue = [n = options.num_threads] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
+        // The API key (zmoe serve --api-key): checked before any route but /health, in constant time.
+        server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+            if (options.api_key.empty() || req.path == "/health" ||
+                secrets_equal(req.get_header_value("Authorization"), "Bearer " + options.api_key))
+                return httplib::Server::HandlerResponse::Unhandled;
+            send_error(res, {.status = 401,
+                             .message = "missing or wrong API key (send the header Authorization: Bearer KEY)",
+                             .type = "authentication_error",
+                             .param = {}});
+            return httplib::Server::HandlerResponse::Handled;
+        });
         server.Get("/health", [this](const httplib::Request&, httplib::Response& res) { health(res); });
         server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { models(res); });
         server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { prometheus(res); });

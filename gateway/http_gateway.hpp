@@ -20,6 +20,8 @@ struct gateway_options {
     std::string served_model_name;  ///< the "model" of /v1/models and responses; empty: the frontend's model name
     int num_threads = 64;           ///< concurrent HTTP requests
     std::chrono::milliseconds request_timeout{600000};  ///< longest wait for the frontend's next event
+    /// Non-empty: every route but /health needs "Authorization: Bearer <api_key>" (401 otherwise).
+    std::string api_key{};
 };
 
 class http_gateway {

@@ -218,6 +218,15 @@ void launch_moe_combine(const moe_combine_params& p, cudaStream_t stream);
 // ---------------------------------------------------------------------------------------------------------
 // Grouped expert GEMM
 
+/// Which kernel launch_grouped_gemm runs. automatic: the wgmma + TMA kernel on compute capability 9.x when
+/// row_align is a multiple of 64 (from moe_row_align_for: about 2 or more rows per expert), else the mma.sync one.
+enum class grouped_gemm_impl : int32_t {
+    automatic = 0,
+    mma_sync = 1,  ///< WMMA / mma.sync with a cp.async pipeline; any CUDA GPU, any row_align
+    wgmma = 2,     ///< sm_90a wgmma + TMA, persistent and warp-specialised; needs compute capability 9.x and
+                   ///< row_align % 64 == 0
+};
+
 struct grouped_gemm_params {
     const bf16* a = nullptr;                  // [max_rows, k]: permuted activations
     const bf16* b = nullptr;                  // [num_experts, swiglu ? 2 * n : n, k], row-major per expert
@@ -229,6 +238,7 @@ struct grouped_gemm_params {
     int32_t num_experts = 0;
     int32_t row_align = 16;  ///< as given to launch_moe_permute
     bool swiglu = false;
+    grouped_gemm_impl impl = grouped_gemm_impl::automatic;
 };
 
 /// For each expert e and row r in [offsets[e], offsets[e+1]): c[r] = a[r] . b[e]^T on the tensor cores (fp32

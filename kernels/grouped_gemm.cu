@@ -8,6 +8,7 @@
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
+#include "kernels/grouped_gemm_sm90.hpp"
 
 namespace zmoe::kernels {
 namespace {
@@ -198,6 +199,11 @@ void launch_grouped_gemm(const grouped_gemm_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(p.row_align == 16 || p.row_align == 32 || (p.row_align > 0 && p.row_align % 64 == 0),
                         "grouped_gemm: row_align must be 16, 32 or a multiple of 64");
     if (p.max_rows == 0 || p.n == 0) return;
+    if (p.impl == grouped_gemm_impl::wgmma ||
+        (p.impl == grouped_gemm_impl::automatic && detail::grouped_gemm_wgmma_supported(p))) {
+        detail::launch_grouped_gemm_wgmma(p, stream);
+        return;
+    }
     if (p.row_align == 16) {
         launch_swiglu_or_not<16, 128, 2>(p, stream);
     } else if (p.row_align == 32) {

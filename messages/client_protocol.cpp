@@ -95,6 +95,12 @@ std::string encode(const client_metrics& m) {
 
 std::string encode(const client_heartbeat&) { return start(client_kind::heartbeat, 0).take(); }
 
+std::string encode(const client_hello& m) {
+    auto w = start(client_kind::hello, 1);
+    w.str(m.api_key);
+    return w.take();
+}
+
 std::string encode(const client_delta& m) {
     auto w = start(client_kind::delta, 8, 32 + m.client_request_id.size() + m.text.size() + 5 * m.token_ids.size());
     w.str(m.client_request_id);
@@ -200,6 +206,9 @@ client_request decode_client_request(std::string_view bytes) {
             break;
         case client_kind::heartbeat:
             out = client_heartbeat{};
+            break;
+        case client_kind::hello:
+            out = client_hello{f.read_string("hello.api_key", kMaxNameBytes)};
             break;
         default:
             r.fail("kind", "unknown client request kind " + std::to_string(kind));

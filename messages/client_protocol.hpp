@@ -2,7 +2,7 @@
 // Client <-> frontend protocol (docs/protocol.md is the reference for client writers). A client connects a
 // DEALER socket to the frontend's ROUTER and sends one-frame messages; every reply is one frame too.
 //
-//   client -> frontend: generate, abort, health, metrics, heartbeat
+//   client -> frontend: generate, abort, health, metrics, heartbeat, hello
 //   frontend -> client: delta, error, health_reply, metrics_reply, heartbeat
 //
 // A generate request's stream is the deltas carrying its client_request_id; it ends with exactly one terminal
@@ -31,6 +31,7 @@ enum class client_kind : uint8_t {
     health = 3,
     metrics = 4,
     heartbeat = 5,  ///< both directions
+    hello = 6,      ///< appended: the client's API key (docs/protocol.md, "Authentication")
     delta = 16,
     error = 17,
     health_reply = 18,
@@ -91,6 +92,15 @@ struct client_heartbeat {
     bool operator==(const client_heartbeat&) const = default;
 };
 
+/// Presents the server's API key (--api-key / ZMOE_API_KEY). A client connected over TCP from an address that is not
+/// loopback must send it before generate, abort or metrics; a wrong key is refused (error `unauthenticated`, no
+/// request id) and so is everything but health and heartbeat after it. No reply when the key is right. Clients send
+/// it before each request, so a reconnected socket is authenticated again.
+struct client_hello {
+    std::string api_key;
+    bool operator==(const client_hello&) const = default;
+};
+
 /// New output of one request since its previous delta.
 struct client_delta {
     std::string client_request_id;
@@ -133,7 +143,8 @@ struct client_metrics_reply {
     bool operator==(const client_metrics_reply&) const = default;
 };
 
-using client_request = std::variant<client_generate, client_abort, client_health, client_metrics, client_heartbeat>;
+using client_request =
+    std::variant<client_generate, client_abort, client_health, client_metrics, client_heartbeat, client_hello>;
 using client_reply =
     std::variant<client_delta, client_error, client_health_reply, client_metrics_reply, client_heartbeat>;
 
@@ -142,6 +153,7 @@ std::string encode(const client_abort& m);
 std::string encode(const client_health& m);
 std::string encode(const client_metrics& m);
 std::string encode(const client_heartbeat& m);
+std::string encode(const client_hello& m);
 std::string encode(const client_delta& m);
 std::string encode(const client_error& m);
 std::string encode(const client_health_reply& m);

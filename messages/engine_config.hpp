@@ -30,6 +30,9 @@ struct engine_config {
     int32_t block_size = 16;
     int64_t num_kv_blocks = 0;  ///< per rank; 0 = as many as the worker's budget holds
     int32_t max_model_len = 0;  ///< 0 = the model's max_position_embeddings
+    /// A max_model_len above the model's max_position_embeddings is refused unless this is set (or the environment
+    /// has ZMOE_ALLOW_LONG_MAX_MODEL_LEN=1): positions past the trained ones give output of unknown quality.
+    bool allow_long_max_model_len = false;
     bool no_async = false;      ///< synchronous scheduling
     // EPLB.
     bool enable_eplb = false;
@@ -42,6 +45,9 @@ struct engine_config {
     int32_t dbo_prefill_token_threshold = 512;
     // Liveness.
     int32_t heartbeat_ms = 1000;
+    /// Heartbeat intervals of silence after which a peer is dead: every actor of the run (frontend, engine core,
+    /// workers) uses it, so a stall shorter than heartbeat_ms * heartbeat_max_missed is survived.
+    int32_t heartbeat_max_missed = 3;
     // Worker resources.
     int32_t threads = 0;        ///< CPU kernel threads per worker; 0 = the node's cores divided among its workers
     int64_t kv_cache_mb = 256;  ///< CPU: KV cache budget per worker when num_kv_blocks is 0
@@ -81,6 +87,10 @@ void for_each_engine_flag(Config& c, Visitor&& visit) {
                            "prompt + generated tokens per request (0 = the model's "
                            "max_position_embeddings)"},
           c.max_model_len);
+    visit(engine_flag_info{"allow-long-max-model-len",
+                           "accept a --max-model-len above the model's "
+                           "max_position_embeddings (also: ZMOE_ALLOW_LONG_MAX_MODEL_LEN=1)"},
+          c.allow_long_max_model_len);
     visit(engine_flag_info{"no-async", "synchronous scheduling (step N+1 waits for step N's tokens)"}, c.no_async);
     visit(engine_flag_info{"enable-eplb", "expert-parallel load balancing while serving"}, c.enable_eplb);
     visit(engine_flag_info{"eplb-interval", "steps between rebalances"}, c.eplb_interval);
@@ -99,8 +109,14 @@ void for_each_engine_flag(Config& c, Visitor&& visit) {
                            "with --enable-dbo: a step with prefill splits when some "
                            "rank has at least this many tokens"},
           c.dbo_prefill_token_threshold);
-    visit(engine_flag_info{"heartbeat-ms", "heartbeat interval; a peer silent for 3 intervals is dead"},
+    visit(engine_flag_info{"heartbeat-ms",
+                           "heartbeat interval; a peer silent for --heartbeat-max-missed intervals "
+                           "is dead"},
           c.heartbeat_ms);
+    visit(engine_flag_info{"heartbeat-max-missed",
+                           "heartbeat tolerance of every actor (frontend, engine core, "
+                           "workers): intervals of silence before a peer is declared dead"},
+          c.heartbeat_max_missed);
     visit(engine_flag_info{"threads", "CPU threads per worker (0 = the node's cores / its workers)"}, c.threads);
     visit(engine_flag_info{"kv-cache-mb", "CPU: KV cache budget per worker, MiB"}, c.kv_cache_mb);
     visit(engine_flag_info{"gpu-memory-utilization", "CUDA: fraction of each GPU's memory for weights + KV cache"},

@@ -91,6 +91,9 @@ struct step_result {
     /// Tokens routed to each logical expert by this rank's tokens: [num_moe_layers * num_experts], row-major.
     std::vector<uint32_t> expert_counts;
     double compute_ms = 0.0;
+    /// Appended: frames this rank has dropped since it started (all-to-all frames without the run's secret, too
+    /// short, from an impossible sender or too far ahead; undecodable engine-core messages). A running total.
+    uint64_t frames_dropped = 0;
 };
 
 }  // namespace zmoe

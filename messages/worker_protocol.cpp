@@ -59,6 +59,7 @@ step_result read_step_result(field_cursor& f, msgpack_reader& r) {
     }
     m.expert_counts = f.read_uint32_le("step_result.expert_counts", kMaxExpertCounts);
     m.compute_ms = f.read_double("step_result.compute_ms");
+    m.frames_dropped = f.read_uint("step_result.frames_dropped");  // appended
     return m;
 }
 }  // namespace
@@ -118,7 +119,7 @@ std::string encode(const step_request& m) {
 }
 
 std::string encode(const step_result& m) {
-    auto w = start(worker_kind::step_result, 5, 48 + 16 * m.tokens.size() + 4 * m.expert_counts.size());
+    auto w = start(worker_kind::step_result, 6, 56 + 16 * m.tokens.size() + 4 * m.expert_counts.size());
     w.uint(m.step_id);
     w.sint(m.rank);
     w.array_header(static_cast<uint32_t>(m.tokens.size()));
@@ -130,6 +131,7 @@ std::string encode(const step_result& m) {
     }
     w.uint32_le(m.expert_counts);
     w.f64(m.compute_ms);
+    w.uint(m.frames_dropped);
     return w.take();
 }
 

@@ -39,7 +39,8 @@ for c in 0 1 2 3; do
   for rep in $(seq 0 16); do cat "$OUT/in6.jsonl"; done | sed -n "$((c * 17 + 1)),$((c * 17 + 17))p" >"$OUT/client_$c.jsonl"
 done
 port=5700
-$Z serve --model $m --device cuda --workers $serve_workers --port $port --num-kv-blocks 2048 >"$OUT/serve.log" 2>&1 &
+$Z serve --model $m --device cuda --workers $serve_workers --port $port --num-kv-blocks 2048 --skip-tokenizer-init \
+  >"$OUT/serve.log" 2>&1 &
 spid=$!
 for _ in $(seq 1 600); do
   $Z ctl health --endpoint tcp://127.0.0.1:$port --timeout-ms 500 >/dev/null 2>&1 && break

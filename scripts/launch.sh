@@ -16,12 +16,14 @@
 #   --node-host ADDR       this node's address that other nodes reach for the all-to-all (default: first of hostname -I)
 #   --device cpu|cuda      (default cpu)
 #   --zmoe PATH            the zmoe binary (default build/bin/zmoe beside this script)
+#   --skip-tokenizer-init  serve prompt_token_ids only (required when the model has no tokenizer.json)
+# Clients not on loopback need the API key in ZMOE_API_KEY (the frontend refuses a non-loopback --host without it).
 # SIGTERM/SIGINT on node 0 drains and stops the whole run; every launcher exits when its actors have.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 zmoe=$here/../build/bin/zmoe
 model="" nodes=${SLURM_NNODES:-1} node_rank=${SLURM_NODEID:-0} engine_host="" workers_per_node=1
-engine_port=5600 port=5555 host=127.0.0.1 node_host="" device=cpu extra=()
+engine_port=5600 port=5555 host=127.0.0.1 node_host="" device=cpu extra=() frontend_extra=()
 while (($#)); do
   case $1 in
     --model) model=$2; shift 2 ;;
@@ -35,8 +37,9 @@ while (($#)); do
     --node-host) node_host=$2; shift 2 ;;
     --device) device=$2; shift 2 ;;
     --zmoe) zmoe=$2; shift 2 ;;
+    --skip-tokenizer-init) frontend_extra+=(--skip-tokenizer-init); shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "launch.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -51,6 +54,14 @@ fi
 [[ -n $node_host ]] || node_host=$(hostname -I 2>/dev/null | awk '{print $1}')
 [[ -n $node_host ]] || node_host=127.0.0.1
 total=$((nodes * workers_per_node))
+# Liveness flags among the engine flags reach every actor (workers and frontend heartbeat too).
+liveness=()
+for ((i = 0; i < ${#extra[@]}; i++)); do
+  case ${extra[i]} in
+    --heartbeat-ms|--heartbeat-max-missed) liveness+=("${extra[i]}" "${extra[i + 1]:-}") ;;
+    --heartbeat-ms=*|--heartbeat-max-missed=*) liveness+=("${extra[i]}") ;;
+  esac
+done
 worker_ep=tcp://$engine_host:$engine_port
 frontend_ep=tcp://$engine_host:$((engine_port + 1))
 pids=()
@@ -79,11 +90,13 @@ if ((node_rank == 0)); then
 fi
 for ((i = 0; i < workers_per_node; i++)); do
   rank=$((node_rank * workers_per_node + i))
-  "$zmoe" worker --engine "$worker_ep" --rank "$rank" --device "$device" --data-bind "tcp://$node_host:*" &
+  "$zmoe" worker --engine "$worker_ep" --rank "$rank" --device "$device" --data-bind "tcp://$node_host:*" \
+    ${liveness[@]+"${liveness[@]}"} &
   pids+=("$!")
 done
 if ((node_rank == 0)); then
-  "$zmoe" frontend --engine "$frontend_ep" --bind "tcp://$host:$port" --model "$model" --workers "$total" &
+  "$zmoe" frontend --engine "$frontend_ep" --bind "tcp://$host:$port" --model "$model" --workers "$total" \
+    ${liveness[@]+"${liveness[@]}"} ${frontend_extra[@]+"${frontend_extra[@]}"} &
   frontend_pid=$!
   pids+=("$frontend_pid")
   # A stop drains through the frontend, which shuts the engine core and every node's workers down.

@@ -81,7 +81,9 @@ expert_placement placement_from_welcome(const model_config& cfg, const worker_we
 }  // namespace
 
 worker_actor::worker_actor(worker_options options)
-    : actor("worker_" + std::to_string(options.rank), actor_options{.heartbeat_interval = options.heartbeat_interval}),
+    : actor("worker_" + std::to_string(options.rank),
+            actor_options{.heartbeat_interval = options.heartbeat_interval,
+                          .heartbeat_max_missed = options.heartbeat_max_missed}),
       options_(std::move(options)) {}
 
 worker_actor::~worker_actor() {
@@ -137,6 +139,7 @@ void worker_actor::on_engine_message(const inbound_message& msg) {
         decoded = decode_engine_to_worker(msg.payload);
     } catch (const error& e) {
         ZMOE_LOG(warn, "worker " << options_.rank << ": dropped a malformed message: " << e.what());
+        ++malformed_dropped_;
         return;
     }
     std::visit(
@@ -150,6 +153,7 @@ void worker_actor::on_engine_message(const inbound_message& msg) {
                     step_result res = runner_->execute(req);
                     res.rank = options_.rank;
                     res.compute_ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+                    res.frames_dropped = mesh_->num_dropped() + malformed_dropped_.load();
                     post([this, bytes = encode(res)] { send_reliable(engine_sock_, bytes); });
                 });
             } else if constexpr (std::is_same_v<T, worker_expert_move>) {

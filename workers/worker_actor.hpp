@@ -35,6 +35,7 @@ struct worker_options {
     std::string device = "cpu";
     std::string data_bind = "tcp://127.0.0.1:*";  ///< where peers reach this worker for the all-to-all
     std::chrono::milliseconds heartbeat_interval{1000};
+    int heartbeat_max_missed = 3;  ///< intervals of silence before the engine core is declared dead
 };
 
 class worker_actor : public actor {
@@ -69,6 +70,7 @@ class worker_actor : public actor {
     std::unique_ptr<expert_comm> comm_;
     std::unique_ptr<step_executor> runner_;  // touched only by the compute thread once created
     std::atomic<bool> cancel_{false};
+    std::atomic<uint64_t> malformed_dropped_{0};  ///< undecodable engine-core messages (reported in step results)
     mutable std::mutex mu_;
     std::condition_variable cv_;
     std::deque<std::function<void()>> tasks_;

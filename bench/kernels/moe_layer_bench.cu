@@ -1,14 +1,21 @@
 // One MoE layer at Qwen3-30B-A3B shapes (hidden 2048, 128 experts, top-8, expert FFN 768, BF16) for 1..16384
 // tokens: router GEMM (cuBLASLt, fp32 logits) + softmax/top-k + permutation + gate/up GEMM with SiLU*up + down
 // GEMM + weighted combine. Timed with CUDA events (warm-up, then the median of --iters runs), once launched
-// stream-ordered and once as a CUDA graph replay, beside the floor from the bytes the layer must move (expert
-// weights touched, activations in and out) and its FLOPs at H100 peak (3.35 TB/s, 989 TFLOP/s dense BF16).
-//   moe_layer_bench [--tokens 1,4,...] [--iters N] [--warmup N] [--align 16|32|64|128] [--json PATH]
-// (--align forces the row alignment, hence the grouped GEMM's tile height, instead of moe_row_align_for's.)
+// stream-ordered and once as a CUDA graph replay, beside the floor: the bytes the layer must move (expert weights
+// touched, activations in and out) at the device's copy bandwidth, or its FLOPs at the device's dense BF16 GEMM
+// rate, whichever is longer. Both ceilings are measured in the same run (a 1 GiB device-to-device copy counting
+// bytes read + written; an 8192^3 cuBLASLt BF16 GEMM).
+//   moe_layer_bench [--tokens 1,8,...] [--iters N] [--warmup N] [--align 16|32|64|128] [--impl auto|mma|wgmma]
+//                   [--peer CMD] [--json PATH]
+// --align forces the row alignment (hence the grouped GEMM's tile height) instead of moe_row_align_for's; --impl
+// forces the grouped GEMM kernel. --peer runs CMD after zmoe's measurements (the GPU otherwise idle) and reads
+// from its standard output the rows "<tokens> <milliseconds> ..." (the first two fields; other lines are
+// ignored): the table and the JSON then compare zmoe with that peer at the same token counts.
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -24,9 +31,9 @@ namespace {
 using zmoe::kernels::bf16;
 
 constexpr int32_t kHidden = 2048, kExperts = 128, kTopK = 8, kInter = 768;
-constexpr double kPeakBytesPerS = 3.35e12, kPeakFlopsPerS = 989e12;
 constexpr int kStages = 6;
 int32_t g_forced_align = 0;  // --align: 0 picks moe_row_align_for
+zmoe::kernels::grouped_gemm_impl g_impl = zmoe::kernels::grouped_gemm_impl::automatic;  // --impl
 
 int32_t row_align_for(int32_t num_tokens) {
     return g_forced_align ? g_forced_align : zmoe::kernels::moe_row_align_for(num_tokens, kTopK, kExperts);
@@ -124,7 +131,8 @@ void enqueue_layer(const layer_buffers& b, int32_t num_tokens, cudaStream_t stre
                          .k = kHidden,
                          .num_experts = kExperts,
                          .row_align = align,
-                         .swiglu = true},
+                         .swiglu = true,
+                         .impl = g_impl},
                         stream);
     mark(4);
     launch_grouped_gemm({.a = b.act,
@@ -136,7 +144,8 @@ void enqueue_layer(const layer_buffers& b, int32_t num_tokens, cudaStream_t stre
                          .k = kInter,
                          .num_experts = kExperts,
                          .row_align = align,
-                         .swiglu = false},
+                         .swiglu = false,
+                         .impl = g_impl},
                         stream);
     mark(5);
     launch_moe_combine({.y = b.y,
@@ -159,7 +168,115 @@ struct result {
     int32_t tokens = 0, row_align = 0, active_experts = 0;
     double median_ms = 0, graph_median_ms = 0, floor_ms = 0, bytes = 0, flops = 0;
     double stage_ms[kStages] = {};
+    double peer_ms = -1;  // < 0: no peer row for this token count
 };
+
+/// Median milliseconds of `run` (enqueued on stream) over iters timed runs after warmup untimed ones.
+template <typename F>
+double time_ms(F&& run, cudaStream_t stream, int warmup, int iters) {
+    cudaEvent_t start, stop;
+    ZMOE_CUDA_CHECK(cudaEventCreate(&start));
+    ZMOE_CUDA_CHECK(cudaEventCreate(&stop));
+    for (int i = 0; i < warmup; ++i) run();
+    std::vector<double> ms;
+    for (int i = 0; i < iters; ++i) {
+        ZMOE_CUDA_CHECK(cudaEventRecord(start, stream));
+        run();
+        ZMOE_CUDA_CHECK(cudaEventRecord(stop, stream));
+        ZMOE_CUDA_CHECK(cudaEventSynchronize(stop));
+        float t = 0;
+        ZMOE_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+        ms.push_back(t);
+    }
+    ZMOE_CUDA_CHECK(cudaEventDestroy(start));
+    ZMOE_CUDA_CHECK(cudaEventDestroy(stop));
+    return median(ms);
+}
+
+struct ceilings {
+    double bytes_per_s = 0, flops_per_s = 0;
+};
+
+/// The device's copy bandwidth (1 GiB device to device, bytes read + written) and dense BF16 GEMM rate
+/// (cuBLASLt, 8192 x 8192 x 8192, random inputs), measured now.
+ceilings measure_ceilings(cublasLtHandle_t blas, void* blas_ws, size_t blas_ws_bytes, cudaStream_t stream) {
+    ceilings c;
+    const size_t copy_bytes = size_t(1) << 30;
+    void *src = nullptr, *dst = nullptr;
+    ZMOE_CUDA_CHECK(cudaMalloc(&src, copy_bytes));
+    ZMOE_CUDA_CHECK(cudaMalloc(&dst, copy_bytes));
+    ZMOE_CUDA_CHECK(cudaMemsetAsync(src, 0x3c, copy_bytes, stream));
+    const double copy_ms =
+        time_ms([&] { ZMOE_CUDA_CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, stream)); },
+                stream, 3, 20);
+    c.bytes_per_s = 2.0 * double(copy_bytes) / (copy_ms * 1e-3);
+    ZMOE_CUDA_CHECK(cudaFree(src));
+    ZMOE_CUDA_CHECK(cudaFree(dst));
+
+    constexpr int32_t kDim = 8192;
+    bf16* x = device_alloc<bf16>(size_t(kDim) * kDim);
+    bf16* w = device_alloc<bf16>(size_t(kDim) * kDim);
+    bf16* y = device_alloc<bf16>(size_t(kDim) * kDim);
+    fill(x, size_t(kDim) * kDim, 1.f, 11);
+    fill(w, size_t(kDim) * kDim, 0.02f, 12);
+    const double gemm_ms = time_ms(
+        [&] {
+            zmoe::kernels::launch_gemm_bf16({.handle = blas,
+                                             .workspace = blas_ws,
+                                             .workspace_bytes = blas_ws_bytes,
+                                             .x = x,
+                                             .w = w,
+                                             .y = y,
+                                             .m = kDim,
+                                             .n = kDim,
+                                             .k = kDim},
+                                            stream);
+        },
+        stream, 3, 20);
+    c.flops_per_s = 2.0 * double(kDim) * kDim * kDim / (gemm_ms * 1e-3);
+    ZMOE_CUDA_CHECK(cudaFree(x));
+    ZMOE_CUDA_CHECK(cudaFree(w));
+    ZMOE_CUDA_CHECK(cudaFree(y));
+    return c;
+}
+
+/// Runs the peer command and returns its "<tokens> <ms>" rows (lines whose first field is an integer and second
+/// a number); its whole output goes to raw.
+std::vector<std::pair<int32_t, double>> run_peer(const std::string& cmd, std::string& raw) {
+    std::vector<std::pair<int32_t, double>> rows;
+    std::fflush(stdout);
+    FILE* pipe = popen(cmd.c_str(), "r");
+    if (!pipe) {
+        std::fprintf(stderr, "moe_layer_bench: could not run the peer: %s\n", cmd.c_str());
+        return rows;
+    }
+    char line[4096];
+    while (std::fgets(line, sizeof line, pipe)) {
+        raw += line;
+        std::istringstream is(line);
+        std::string first;
+        double ms = 0;
+        if (!(is >> first >> ms) || first.empty() || first.find_first_not_of("0123456789") != std::string::npos)
+            continue;
+        rows.emplace_back(std::stoi(first), ms);
+    }
+    const int rc = pclose(pipe);
+    if (rc != 0) std::fprintf(stderr, "moe_layer_bench: the peer exited with status %d\n", rc);
+    return rows;
+}
+
+std::string json_escape(const std::string& s) {
+    std::string out;
+    for (const char ch : s) {
+        if (ch == '"' || ch == '\\')
+            out += std::string("\\") + ch;
+        else if (ch == '\n')
+            out += "\\n";
+        else if (static_cast<unsigned char>(ch) >= 0x20)
+            out += ch;
+    }
+    return out;
+}
 
 std::vector<int32_t> parse_list(const char* s) {
     std::vector<int32_t> out;
@@ -171,9 +288,9 @@ std::vector<int32_t> parse_list(const char* s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::vector<int32_t> token_counts{1, 4, 16, 64, 256, 1024, 4096, 16384};
+    std::vector<int32_t> token_counts{1, 8, 32, 128, 256, 512, 2048, 8192, 16384};
     int iters = 20, warmup = 5;
-    std::string json_path;
+    std::string json_path, peer_cmd;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--tokens" && i + 1 < argc)
@@ -186,9 +303,22 @@ int main(int argc, char** argv) {
             json_path = argv[++i];
         else if (a == "--align" && i + 1 < argc)
             g_forced_align = std::stoi(argv[++i]);
-        else {
+        else if (a == "--peer" && i + 1 < argc)
+            peer_cmd = argv[++i];
+        else if (a == "--impl" && i + 1 < argc) {
+            const std::string v = argv[++i];
+            if (v == "auto")
+                g_impl = zmoe::kernels::grouped_gemm_impl::automatic;
+            else if (v == "mma")
+                g_impl = zmoe::kernels::grouped_gemm_impl::mma_sync;
+            else if (v == "wgmma")
+                g_impl = zmoe::kernels::grouped_gemm_impl::wgmma;
+            else
+                return std::fprintf(stderr, "--impl: auto, mma or wgmma\n"), 2;
+        } else {
             std::fprintf(stderr,
-                         "usage: %s [--tokens 1,4,...] [--iters N] [--warmup N] [--align 16|32|64|128] [--json PATH]\n",
+                         "usage: %s [--tokens 1,8,...] [--iters N] [--warmup N] [--align 16|32|64|128] "
+                         "[--impl auto|mma|wgmma] [--peer CMD] [--json PATH]\n",
                          argv[0]);
             return 2;
         }
@@ -226,6 +356,9 @@ int main(int argc, char** argv) {
 
     cudaStream_t stream;
     ZMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const ceilings peak = measure_ceilings(b.blas, b.blas_ws, b.blas_ws_bytes, stream);
+    std::printf("measured: copy %.0f GB/s, dense BF16 GEMM %.0f TFLOP/s\n", peak.bytes_per_s * 1e-9,
+                peak.flops_per_s * 1e-12);
     cudaEvent_t events[kStages + 1];
     for (auto& e : events) ZMOE_CUDA_CHECK(cudaEventCreate(&e));
 
@@ -279,21 +412,36 @@ int main(int argc, char** argv) {
         r.bytes = double(r.active_experts) * 3.0 * kHidden * kInter * 2 + double(kExperts) * kHidden * 2 +
                   2.0 * tokens * kHidden * 2;
         r.flops = 2.0 * tokens * kTopK * 3.0 * kHidden * kInter + 2.0 * tokens * kHidden * kExperts;
-        r.floor_ms = std::max(r.bytes / kPeakBytesPerS, r.flops / kPeakFlopsPerS) * 1e3;
+        r.floor_ms = std::max(r.bytes / peak.bytes_per_s, r.flops / peak.flops_per_s) * 1e3;
         results.push_back(r);
     }
 
-    std::printf("MoE layer, hidden %d, %d experts, top-%d, expert FFN %d, BF16 on %s (median of %d)\n", kHidden,
-                kExperts, kTopK, kInter, prop.name, iters);
-    std::printf("%7s %5s %6s %10s %10s %10s %7s %8s %8s | %s\n", "tokens", "align", "active", "median_ms", "graph_ms",
-                "floor_ms", "floor%", "TFLOP/s", "GB/s", "router_gemm topk permute gate_up down combine");
+    std::string peer_raw;
+    if (!peer_cmd.empty()) {
+        const auto rows = run_peer(peer_cmd, peer_raw);
+        for (auto& r : results)
+            for (const auto& [tokens, ms] : rows)
+                if (tokens == r.tokens) r.peer_ms = ms;
+        std::printf("%s", peer_raw.c_str());
+    }
+
+    std::printf(
+        "MoE layer, hidden %d, %d experts, top-%d, expert FFN %d, BF16 on %s (median of %d); floor at the "
+        "measured %.0f GB/s and %.0f TFLOP/s\n",
+        kHidden, kExperts, kTopK, kInter, prop.name, iters, peak.bytes_per_s * 1e-9, peak.flops_per_s * 1e-12);
+    std::printf("%7s %5s %6s %10s %10s %9s %10s %7s %8s %8s %9s | %s\n", "tokens", "align", "active", "median_ms",
+                "graph_ms", "peer_ms", "floor_ms", "floor%", "TFLOP/s", "GB/s", "vs_peer",
+                "router_gemm topk permute gate_up down combine");
     for (const auto& r : results) {
         const double best = std::min(r.median_ms, r.graph_median_ms);
-        std::printf("%7d %5d %6d %10.4f %10.4f %10.4f %6.1f%% %8.1f %8.0f | %.4f %.4f %.4f %.4f %.4f %.4f\n", r.tokens,
-                    r.row_align, r.active_experts, r.median_ms, r.graph_median_ms, r.floor_ms,
-                    100.0 * r.floor_ms / best, r.flops / best * 1e-9, r.bytes / best * 1e-6, r.stage_ms[0],
+        char vs[32] = "-";
+        if (r.peer_ms > 0) std::snprintf(vs, sizeof vs, "%.2fx", r.peer_ms / best);
+        std::printf("%7d %5d %6d %10.4f %10.4f %9.4f %10.4f %6.1f%% %8.1f %8.0f %9s | %.4f %.4f %.4f %.4f %.4f %.4f\n",
+                    r.tokens, r.row_align, r.active_experts, r.median_ms, r.graph_median_ms, r.peer_ms, r.floor_ms,
+                    100.0 * r.floor_ms / best, r.flops / best * 1e-9, r.bytes / best * 1e-6, vs, r.stage_ms[0],
                     r.stage_ms[1], r.stage_ms[2], r.stage_ms[3], r.stage_ms[4], r.stage_ms[5]);
     }
+    std::printf("(vs_peer: peer ms / zmoe's best of stream and graph; > 1 means zmoe is faster)\n");
 
     if (!json_path.empty()) {
         char date[32];
@@ -302,14 +450,19 @@ int main(int argc, char** argv) {
         std::ofstream f(json_path);
         f << "{\"bench\":\"moe_layer\",\"impl\":\"zmoe\",\"device\":\"" << prop.name << "\",\"date\":\"" << date
           << "\",\"shape\":{\"hidden\":" << kHidden << ",\"experts\":" << kExperts << ",\"top_k\":" << kTopK
-          << ",\"inter\":" << kInter << ",\"dtype\":\"bf16\"},\"peak\":{\"hbm_bytes_per_s\":" << kPeakBytesPerS
-          << ",\"bf16_flops_per_s\":" << kPeakFlopsPerS << "},\"iters\":" << iters << ",\"results\":[";
+          << ",\"inter\":" << kInter << ",\"dtype\":\"bf16\"},\"measured\":{\"copy_bytes_per_s\":" << peak.bytes_per_s
+          << ",\"bf16_gemm_flops_per_s\":" << peak.flops_per_s << "},\"iters\":" << iters << ",\"impl\":\""
+          << (g_impl == zmoe::kernels::grouped_gemm_impl::automatic ? "auto"
+              : g_impl == zmoe::kernels::grouped_gemm_impl::wgmma   ? "wgmma"
+                                                                    : "mma")
+          << "\",\"forced_align\":" << g_forced_align << ",\"peer_cmd\":\"" << json_escape(peer_cmd)
+          << "\",\"peer_output\":\"" << json_escape(peer_raw) << "\",\"results\":[";
         for (size_t i = 0; i < results.size(); ++i) {
             const auto& r = results[i];
             f << (i ? "," : "") << "{\"tokens\":" << r.tokens << ",\"median_ms\":" << r.median_ms
-              << ",\"graph_median_ms\":" << r.graph_median_ms << ",\"floor_ms\":" << r.floor_ms
-              << ",\"bytes\":" << r.bytes << ",\"flops\":" << r.flops << ",\"active_experts\":" << r.active_experts
-              << ",\"row_align\":" << r.row_align << ",\"stages_ms\":{";
+              << ",\"graph_median_ms\":" << r.graph_median_ms << ",\"peer_ms\":" << r.peer_ms
+              << ",\"floor_ms\":" << r.floor_ms << ",\"bytes\":" << r.bytes << ",\"flops\":" << r.flops
+              << ",\"active_experts\":" << r.active_experts << ",\"row_align\":" << r.row_align << ",\"stages_ms\":{";
             for (int s = 0; s < kStages; ++s) f << (s ? "," : "") << "\"" << kStageNames[s] << "\":" << r.stage_ms[s];
             f << "}}";
         }

@@ -30,6 +30,8 @@ class FakeFrontend(threading.Thread):
         self.echo_heartbeats = True  # False: a frontend whose process hangs (it answers nothing any more)
         self.malformed = []
         self.seen = []
+        self.api_key = ""  # non-empty: metrics needs a hello with it first (as the frontend asks of remote clients)
+        self.keys = {}  # peer -> the key its last hello carried
 
     def send(self, peer, *msg):
         self.sock.send_multipart([peer, msgpack.packb([V, *msg], use_bin_type=True)])
@@ -81,7 +83,14 @@ class FakeFrontend(threading.Thread):
                 if self.echo_heartbeats:
                     self.send(peer, zmoe_client.HEARTBEAT)
             elif kind == zmoe_client.METRICS:
+                if self.api_key and self.keys.get(peer) != self.api_key:
+                    self.send(peer, zmoe_client.ERROR, "", 12, "wrong API key")
+                    continue
                 self.send(peer, zmoe_client.METRICS_REPLY, f[0], '{"requests": 3}')
+            elif kind == zmoe_client.HELLO:
+                if len(f) != 1 or not isinstance(f[0], str):
+                    self.malformed.append(msg)
+                self.keys[peer] = f[0]
         self.sock.close(0)
 
 
@@ -150,8 +159,9 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(ctx.exception.code, "timeout")
 
     def test_heartbeats_keep_a_quiet_request_alive(self):
-        c = zmoe_client.Client(self.server.endpoint, timeout=5.0, heartbeat_interval=0.05)
-        s = c.generate("hang", timeout=0.5)  # 10 intervals of silence from the request itself
+        # 3 missed = 0.6 s: wide enough that a loaded CI machine's scheduling never looks like a dead frontend.
+        c = zmoe_client.Client(self.server.endpoint, timeout=5.0, heartbeat_interval=0.2)
+        s = c.generate("hang", timeout=2.0)  # 10 intervals of silence from the request itself
         with self.assertRaises(zmoe_client.ZmoeError) as ctx:
             next(s)
         self.assertEqual(ctx.exception.code, "timeout")  # the frontend answered every heartbeat
@@ -165,6 +175,24 @@ class ClientTest(unittest.TestCase):
             next(s)
         self.assertEqual(ctx.exception.code, "peer_dead")  # not "timeout": the heartbeats went unanswered
         c.close()
+
+    def test_api_key_hello_precedes_each_request(self):
+        self.server.api_key = "k3y"
+        c = zmoe_client.Client(self.server.endpoint, timeout=5.0, api_key="k3y")
+        c.generate(prompt_token_ids=[1], max_tokens=1).collect()
+        c.health()
+        self.assertEqual(c.metrics(), {"requests": 3})
+        kinds = [m[1] for m in self.server.seen if m[1] != zmoe_client.HEARTBEAT]
+        H, G, Q, M = zmoe_client.HELLO, zmoe_client.GENERATE, zmoe_client.HEALTH, zmoe_client.METRICS
+        self.assertEqual(kinds, [H, G, Q, H, M])  # health is open: no hello before it
+        self.assertEqual([m[2] for m in self.server.seen if m[1] == H], ["k3y", "k3y"])
+        c.close()
+        # A wrong key: the refusal (an error naming no request) is raised by the waiting call.
+        bad = zmoe_client.Client(self.server.endpoint, timeout=5.0, api_key="guess")
+        with self.assertRaises(zmoe_client.ZmoeError) as ctx:
+            bad.metrics()
+        self.assertEqual(ctx.exception.code, "unauthenticated")
+        bad.close()
 
     def test_argument_checks(self):
         with self.assertRaises(ValueError):

@@ -14,6 +14,7 @@ import collections
 import dataclasses
 import itertools
 import json
+import os
 import time
 
 import msgpack
@@ -22,7 +23,7 @@ import zmq
 PROTOCOL_VERSION = 1
 
 # Message kinds (the second element of every message).
-GENERATE, ABORT, HEALTH, METRICS, HEARTBEAT = 1, 2, 3, 4, 5
+GENERATE, ABORT, HEALTH, METRICS, HEARTBEAT, HELLO = 1, 2, 3, 4, 5, 6
 DELTA, ERROR, HEALTH_REPLY, METRICS_REPLY = 16, 17, 18, 19
 
 # zmoe::errc, as carried in error messages.
@@ -39,6 +40,7 @@ ERROR_CODES = {
     9: "internal",
     10: "duplicate_request",  # the id names a live request, which is left running: not that request's end
     11: "overloaded",
+    12: "unauthenticated",  # a client not on the server's loopback without its API key, or with a wrong one
 }
 DUPLICATE_REQUEST = 10
 
@@ -143,11 +145,14 @@ class Stream:
 
 
 class Client:
-    def __init__(self, endpoint, timeout=60.0, context=None, heartbeat_interval=1.0, heartbeat_max_missed=3):
+    def __init__(self, endpoint, timeout=60.0, context=None, heartbeat_interval=1.0, heartbeat_max_missed=3,
+                 api_key=None):
         """endpoint: the frontend's ROUTER, e.g. "tcp://127.0.0.1:5555". timeout: default seconds to wait for
         each reply (each delta of a stream). While waiting with nothing arriving, the client heartbeats the
         frontend every heartbeat_interval seconds and raises ZmoeError("peer_dead") when heartbeat_max_missed
-        intervals pass without an answer (0 = never), so a dead frontend is noticed within seconds."""
+        intervals pass without an answer (0 = never), so a dead frontend is noticed within seconds. api_key: the
+        server's API key (default: ZMOE_API_KEY from the environment), needed when this client is not on the
+        server's loopback; it is sent in a hello before each request."""
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
@@ -163,6 +168,7 @@ class Client:
         self._last_received = time.monotonic()
         self._last_heartbeat = 0.0
         self._unanswered_since = None
+        self._api_key = api_key if api_key is not None else os.environ.get("ZMOE_API_KEY", "")
 
     def close(self):
         self._sock.close(0)
@@ -174,6 +180,9 @@ class Client:
         self.close()
 
     def _send(self, kind, *fields):
+        # The hello (API key) goes before every request that needs it: a reconnected socket is a new client.
+        if self._api_key and kind in (GENERATE, ABORT, METRICS):
+            self._sock.send(msgpack.packb([PROTOCOL_VERSION, HELLO, self._api_key], use_bin_type=True))
         self._sock.send(msgpack.packb([PROTOCOL_VERSION, kind, *fields], use_bin_type=True))
 
     def generate(self, prompt=None, prompt_token_ids=None, *, max_tokens=16, temperature=None, top_p=None,
@@ -237,6 +246,10 @@ class Client:
     def _wait_reply(self, tag, timeout):
         deadline = time.monotonic() + (self._timeout if timeout is None else timeout)
         while tag not in self._replies:
+            refused = [e for e in self._orphan_errors if e.code == "unauthenticated"]
+            if refused:
+                self._orphan_errors.clear()
+                raise refused[0]
             if not self._receive(deadline):
                 raise ZmoeError("timeout", f"no reply to {tag} within the timeout")
         return self._replies.pop(tag)

@@ -76,6 +76,7 @@ class fake_frontend : public actor {
     void handle(const std::string& peer, const client_heartbeat&) {
         if (echo_heartbeats) send_to(sock_, peer, encode(client_heartbeat{}));
     }
+    void handle(const std::string&, const client_hello&) {}  // asks for no key
 
   public:
     /// false: a frontend that has hung (it answers nothing any more). Set before start().

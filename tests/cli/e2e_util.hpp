@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -54,22 +55,28 @@ inline int free_port() {
     return port;
 }
 
-/// `zmoe serve --model MODEL --port P --threads 1 EXTRA...` on a free loopback port, waited for until its health
-/// says "ok" (at most 60 s; a test failure otherwise); stopped by pid at destruction: SIGTERM, then SIGKILL after 15 s.
+/// `zmoe serve --model MODEL --port P --threads 1 EXTRA...` (env: more environment variables) on a free loopback port,
+/// waited for until its health says "ok" (at most 60 s; a test failure otherwise); stopped by pid at destruction:
+/// SIGTERM, then SIGKILL after 15 s.
 struct serve_process {
     int port = free_port();
     std::string host = "127.0.0.1";  ///< --host when extra gives one
     child_process proc;
     std::string endpoint() const { return "tcp://" + host + ":" + std::to_string(port); }
 
-    explicit serve_process(std::vector<std::string> extra, const std::string& model) {
+    explicit serve_process(std::vector<std::string> extra, const std::string& model,
+                           std::vector<std::string> env = {}) {
         using namespace std::chrono_literals;
         for (size_t i = 0; i + 1 < extra.size(); ++i)
             if (extra[i] == "--host") host = extra[i + 1];
         std::vector<std::string> argv = {kZmoe,       "serve", "--model", model, "--port", std::to_string(port),
                                          "--threads", "1"};
+        // A model without a tokenizer.json (the fixtures) serves token ids only, which serve must be told.
+        if (!std::filesystem::exists(model + "/tokenizer.json") &&
+            std::find(extra.begin(), extra.end(), "--tokenizer") == extra.end())
+            argv.push_back("--skip-tokenizer-init");
         argv.insert(argv.end(), extra.begin(), extra.end());
-        proc = child_process::spawn(argv);
+        proc = child_process::spawn(argv, env);
         zmoe_client c(endpoint());
         const auto deadline = std::chrono::steady_clock::now() + 60s;
         while (std::chrono::steady_clock::now() < deadline) {

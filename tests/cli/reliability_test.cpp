@@ -1,8 +1,18 @@
 // Reliability of `zmoe serve` under load, faults and hostile input (docs/reliability.md lists what each test
 // proves). Every test starts its own server on loopback, bounds its waits, and stops the server by pid.
 
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pty.h>
 #include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -30,8 +40,9 @@ const std::string kModel = kFixtures + "/models/qwen3_moe";
 
 /// Every server of these tests runs the qwen3_moe fixture unless told otherwise.
 struct server : serve_process {
-    explicit server(std::vector<std::string> extra, const std::string& model = kModel)
-        : serve_process(std::move(extra), model) {}
+    explicit server(std::vector<std::string> extra, const std::string& model = kModel,
+                    std::vector<std::string> env = {})
+        : serve_process(std::move(extra), model, std::move(env)) {}
 };
 
 double counter(const nlohmann::json& counters, const std::string& name) {
@@ -261,7 +272,7 @@ namespace {
 TEST(Reliability, StartUpFailsLoudly) {
     server first({"--workers", "1"});
     auto start = [&](std::vector<std::string> args) {
-        std::vector<std::string> argv = {kZmoe, "serve", "--model", kModel, "--threads", "1"};
+        std::vector<std::string> argv = {kZmoe, "serve", "--model", kModel, "--threads", "1", "--skip-tokenizer-init"};
         argv.insert(argv.end(), args.begin(), args.end());
         auto p = zmoe::child_process::spawn(argv);
         const auto st = p.wait_for(60s);
@@ -367,6 +378,11 @@ TEST(Reliability, ForgedAllToAllFramesAreDroppedAndTheRunGoesOn) {
     }
     for (pid_t w : workers) EXPECT_EQ(kill(w, 0), 0) << "worker " << w << " died";
     EXPECT_TRUE(s.proc.running());
+    // What was dropped is counted, per worker, in the metrics (and so in `zmoe ctl metrics` and Prometheus text).
+    zmoe::zmoe_client c(s.endpoint());
+    const auto m = nlohmann::json::parse(c.metrics(10s));
+    for (const char* w : {"worker_0", "worker_1"})
+        EXPECT_GT(counter(m[w]["counters"], "frames_dropped"), 0) << w << ": " << m[w].dump();
 }
 
 // Failure 4b: the first peer to say hello on the engine core's frontend endpoint took the frontend's place.
@@ -474,6 +490,354 @@ TEST(Reliability, HugePromptsGetErrorsWhileOthersAreServed) {
     // The run lived through it.
     EXPECT_EQ(zmoe::zmoe_client(s.endpoint()).health(5s).status, "ok");
     EXPECT_TRUE(s.proc.running());
+}
+
+}  // namespace
+
+namespace {
+
+/// This host's first IPv4 address that is not loopback (a client connecting to it is not on loopback); empty when
+/// the host has none.
+std::string non_loopback_ipv4() {
+    ifaddrs* all = nullptr;
+    if (getifaddrs(&all) != 0) return {};
+    std::string found;
+    for (ifaddrs* a = all; a && found.empty(); a = a->ifa_next) {
+        if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET || (a->ifa_flags & IFF_LOOPBACK)) continue;
+        char buf[INET_ADDRSTRLEN];
+        const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+        if (inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf) && std::string(buf).rfind("127.", 0) != 0) found = buf;
+    }
+    freeifaddrs(all);
+    return found;
+}
+
+/// The HTTP status of GET url (curl, bounded), with an optional header.
+int http_status(const std::string& url, const std::string& header = "") {
+    std::string cmd = "curl -s -o /dev/null --max-time 20 -w '%{http_code}' ";
+    if (!header.empty()) cmd += "-H '" + header + "' ";
+    cmd += "'" + url + "'";
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) return -1;
+    char buf[16] = {};
+    const size_t n = fread(buf, 1, sizeof buf - 1, p);
+    pclose(p);
+    return n ? std::atoi(buf) : -1;
+}
+
+zmoe::client_event first_event(zmoe::zmoe_client& c, const std::string& id) {
+    auto ev = c.next(id, 30s);
+    if (!ev) throw zmoe::error(zmoe::errc::peer_dead, "no answer for " + id);
+    return *ev;
+}
+
+// Issue 9, item 4 (clients): clients over non-loopback TCP need the API key; loopback stays open. The rule
+// (actors/client_auth.hpp): the key is needed by a client whose TCP connection comes from an address outside
+// 127.0.0.0/8 and ::1; a serve whose --host such clients can reach refuses to start without a key.
+TEST(Reliability, ClientsOffLoopbackNeedTheApiKey) {
+    const std::string ip = non_loopback_ipv4();
+    if (ip.empty()) GTEST_SKIP() << "this host has no non-loopback IPv4 address";
+    // Without a key, a server other hosts can reach refuses to start, with a clear error.
+    {
+        auto p = zmoe::child_process::spawn({kZmoe, "serve", "--model", kModel, "--skip-tokenizer-init", "--host",
+                                             "0.0.0.0", "--port", std::to_string(free_port())});
+        const auto st = p.wait_for(30s);
+        ASSERT_TRUE(st.has_value());
+        EXPECT_NE(*st, 0);
+    }
+    const int http_port = free_port();
+    server s(
+        {"--workers", "1", "--host", "0.0.0.0", "--api-key", "s3cret-key", "--http-port", std::to_string(http_port)});
+    const std::string remote = "tcp://" + ip + ":" + std::to_string(s.port);
+    // Not on loopback, no key: generate and metrics are refused with `unauthenticated`, naming the request.
+    {
+        zmoe::zmoe_client c(remote, {.api_key = ""});
+        const std::string id = c.generate(one_request("nokey", 1, 2));
+        const auto ev = first_event(c, id);
+        const auto* e = std::get_if<zmoe::client_error>(&ev);
+        ASSERT_NE(e, nullptr) << "a client without the key was served";
+        EXPECT_EQ(e->code, zmoe::errc::unauthenticated) << e->message;
+        EXPECT_NE(e->message.find("API key"), std::string::npos) << e->message;
+        EXPECT_EQ(c.health(10s).status, "ok");  // health stays open
+        try {
+            c.metrics(10s);
+            ADD_FAILURE() << "metrics served without the key";
+        } catch (const zmoe::error& ex) {
+            EXPECT_EQ(ex.code(), zmoe::errc::unauthenticated) << ex.what();
+        }
+    }
+    // A wrong key is refused too.
+    {
+        zmoe::zmoe_client c(remote, {.api_key = "s3cret-kez"});
+        const auto ev = first_event(c, c.generate(one_request("wrong", 1, 2)));
+        const auto* e = std::get_if<zmoe::client_error>(&ev);
+        ASSERT_NE(e, nullptr) << "a client with a wrong key was served";
+        EXPECT_EQ(e->code, zmoe::errc::unauthenticated);
+    }
+    // The right key: served in full, metrics too.
+    {
+        zmoe::zmoe_client c(remote, {.api_key = "s3cret-key"});
+        EXPECT_EQ(c.collect(c.generate(one_request("key", 1, 5)), 30s).token_ids.size(), 5u);
+        EXPECT_GE(counter(nlohmann::json::parse(c.metrics(10s))["frontend"]["counters"], "requests_unauthenticated"),
+                  2);
+    }
+    // Loopback stays open: no key needed.
+    {
+        zmoe::zmoe_client c(s.endpoint(), {.api_key = ""});
+        EXPECT_EQ(c.collect(c.generate(one_request("local", 2, 4)), 30s).token_ids.size(), 4u);
+    }
+    // The HTTP gateway asks for the same key (Authorization: Bearer); /health stays open.
+    const std::string base = "http://127.0.0.1:" + std::to_string(http_port);
+    int health = -1;
+    for (int i = 0; i < 100 && health != 200; ++i) {
+        health = http_status(base + "/health");
+        if (health != 200) std::this_thread::sleep_for(200ms);
+    }
+    EXPECT_EQ(health, 200);
+    EXPECT_EQ(http_status(base + "/v1/models"), 401);
+    EXPECT_EQ(http_status(base + "/v1/models", "Authorization: Bearer wrong"), 401);
+    EXPECT_EQ(http_status(base + "/v1/models", "Authorization: Bearer s3cret-key"), 200);
+}
+
+// Issue 9, start-up: without tokenizer.json, serve refuses to start unless told --skip-tokenizer-init; with it,
+// token-id prompts are served and text prompts get a clear per-request error.
+TEST(Reliability, NoTokenizerNeedsSkipTokenizerInit) {
+    auto p = zmoe::child_process::spawn({kZmoe, "serve", "--model", kModel, "--port", std::to_string(free_port())});
+    const auto st = p.wait_for(30s);
+    ASSERT_TRUE(st.has_value()) << "serve without a tokenizer did not exit";
+    EXPECT_NE(*st, 0);
+    server s({"--workers", "1"});  // the fixture has no tokenizer.json: the server adds --skip-tokenizer-init
+    zmoe::zmoe_client c(s.endpoint());
+    EXPECT_EQ(c.collect(c.generate(one_request("ids", 1, 3)), 30s).token_ids.size(), 3u);
+    zmoe::client_generate text;
+    text.client_request_id = "text";
+    text.prompt = std::string("hello");
+    c.generate(text);
+    const auto ev = first_event(c, "text");
+    const auto* e = std::get_if<zmoe::client_error>(&ev);
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->code, zmoe::errc::unsupported);
+    EXPECT_NE(e->message.find("--skip-tokenizer-init"), std::string::npos) << e->message;
+    EXPECT_EQ(c.collect(c.generate(one_request("ids2", 2, 2)), 30s).token_ids.size(), 2u);  // the run goes on
+}
+
+}  // namespace
+
+namespace {
+
+/// Stops a process for a while, then lets it go on (and lets it go on in any case when the test fails early).
+struct stall {
+    pid_t pid;
+    explicit stall(pid_t p) : pid(p) { kill(pid, SIGSTOP); }
+    ~stall() { kill(pid, SIGCONT); }
+};
+
+// Issue 9, liveness: the heartbeat tolerance is one serve flag that every actor takes. A worker stopped for 1.5 s
+// (six 250 ms heartbeats) is survived with a tolerance of 20 intervals (5 s): the requests complete.
+TEST(Reliability, AStallShorterThanTheHeartbeatToleranceIsSurvived) {
+    server s({"--workers", "2", "--heartbeat-ms", "250", "--heartbeat-max-missed", "20"});
+    zmoe::zmoe_client c(s.endpoint());
+    std::vector<std::string> ids;
+    for (int i = 0; i < 4; ++i) ids.push_back(c.generate(one_request("st" + std::to_string(i), i, 200)));
+    const auto workers = find_processes(s.proc.pid(), {" worker ", "--rank 1"});
+    ASSERT_EQ(workers.size(), 1u);
+    {
+        stall stopped(workers[0]);
+        std::this_thread::sleep_for(1500ms);
+    }
+    for (const auto& id : ids) EXPECT_EQ(c.collect(id, 60s).token_ids.size(), 200u) << id;
+    EXPECT_EQ(c.health(10s).status, "ok");
+    EXPECT_TRUE(s.proc.running());
+}
+
+// ... and the default tolerance (3 intervals) still declares the same stalled worker dead: its requests end with
+// peer_dead and serve exits non-zero.
+TEST(Reliability, TheDefaultHeartbeatToleranceDetectsAStalledPeer) {
+    server s({"--workers", "2", "--heartbeat-ms", "250", "--failure-grace-ms", "500"});
+    zmoe::zmoe_client c(s.endpoint());
+    const std::string id = c.generate(one_request("dead", 1, 400));
+    const auto workers = find_processes(s.proc.pid(), {" worker ", "--rank 1"});
+    ASSERT_EQ(workers.size(), 1u);
+    {
+        stall stopped(workers[0]);
+        try {
+            c.collect(id, 30s);
+            ADD_FAILURE() << "the request finished although a worker was stopped for good";
+        } catch (const zmoe::error& e) {
+            EXPECT_EQ(e.code(), zmoe::errc::peer_dead) << e.what();
+        }
+    }
+    const auto st = s.proc.wait_for(30s);
+    ASSERT_TRUE(st.has_value()) << "serve did not exit after a worker was declared dead";
+    EXPECT_NE(*st, 0);
+}
+
+// Issue 9, liveness: on SIGTERM, `serve --shutdown-timeout S` lets running requests finish for S seconds, then ends
+// the rest with error 7 (aborted) and exits 0. Every request gets exactly one final message.
+TEST(Reliability, ShutdownTimeoutDrainsThenEndsTheRestWithErrorSeven) {
+    server s({"--workers", "1", "--max-num-seqs", "1", "--shutdown-timeout", "1"});
+    zmoe::zmoe_client c(s.endpoint());
+    // One request runs at a time: the first is short and running at SIGTERM; the long ones queue behind it far
+    // longer than the timeout (24 x 480 tokens: about 10 s on a loaded 2-core machine).
+    constexpr int kLong = 24;
+    c.generate(one_request("short", 1, 40));
+    for (int i = 0; i < kLong; ++i) c.generate(one_request("long" + std::to_string(i), i, 480));
+    auto ev = c.next("short", 30s);
+    ASSERT_TRUE(ev.has_value());
+    ASSERT_TRUE(std::holds_alternative<zmoe::client_delta>(*ev));
+    kill(s.proc.pid(), SIGTERM);
+    std::map<std::string, int> terminals;
+    int finished = 0, aborted = 0;
+    auto record = [&](const zmoe::client_event& e) {
+        if (const auto* d = std::get_if<zmoe::client_delta>(&e)) {
+            if (!d->finished) return;
+            ++terminals[d->client_request_id];
+            ++finished;
+            EXPECT_EQ(d->reason, zmoe::finish_reason::length) << d->client_request_id;
+        } else {
+            const auto& err = std::get<zmoe::client_error>(e);
+            ++terminals[err.client_request_id];
+            ++aborted;
+            EXPECT_EQ(err.code, zmoe::errc::aborted) << err.client_request_id << ": " << err.message;
+            EXPECT_NE(err.message.find("--shutdown-timeout"), std::string::npos) << err.message;
+        }
+    };
+    record(*ev);
+    while (c.num_live() > 0) {
+        auto e = c.next_any(30s);
+        ASSERT_TRUE(e.has_value()) << c.num_live() << " request(s) never got a final message";
+        record(*e);
+    }
+    EXPECT_EQ(terminals["short"], 1);
+    EXPECT_GE(finished, 1) << "the running request was not drained";
+    EXPECT_GE(aborted, 1) << "nothing was left to end at the timeout: the test proves nothing";
+    for (const auto& [id, n] : terminals) EXPECT_EQ(n, 1) << id;
+    EXPECT_EQ(terminals.size(), 1u + kLong);
+    const auto st = s.proc.wait_for(30s);
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(*st, 0);
+}
+
+// Issue 9, liveness: a serve killed by SIGKILL cannot remove its private directory; the next start does.
+TEST(Reliability, StaleRunDirectoriesAreReapedAtTheNextStart) {
+    std::string stale;
+    {
+        server s({"--workers", "1"});
+        stale = run_dir_of(s.proc.pid());
+        ASSERT_FALSE(stale.empty());
+        s.proc.kill(SIGKILL);
+        s.proc.wait();
+    }
+    ASSERT_TRUE(std::filesystem::exists(stale)) << "SIGKILL left nothing behind: the test proves nothing";
+    // Its actors follow their parent (SIGTERM on its death); a directory of a live owner is never touched.
+    server next({"--workers", "1"});
+    EXPECT_FALSE(std::filesystem::exists(stale)) << stale << " was not reaped";
+    EXPECT_FALSE(run_dir_of(next.proc.pid()).empty()) << "the live run's own directory is gone";
+}
+
+// Issue 9, liveness: the frontend forgets clients with no live request after --client-idle-timeout of silence,
+// so its per-client map stays bounded.
+TEST(Reliability, IdleClientsAreForgotten) {
+    server s({"--workers", "1", "--client-idle-timeout", "1", "--heartbeat-ms", "250"});
+    for (int i = 0; i < 40; ++i) {
+        zmoe::zmoe_client c(s.endpoint());
+        EXPECT_EQ(c.health(10s).status, "ok");
+    }
+    zmoe::zmoe_client watcher(s.endpoint());
+    auto clients = [&] {
+        return nlohmann::json::parse(watcher.metrics(10s))["frontend"]["gauges"]["clients"].get<double>();
+    };
+    EXPECT_GE(clients(), 40);
+    double now = clients();
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (now > 1 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(200ms);
+        now = clients();
+    }
+    EXPECT_LE(now, 1) << "idle clients were not forgotten";  // only the watcher, which keeps asking
+    EXPECT_GE(counter(s.frontend_counters(), "clients_reaped"), 40);
+}
+
+}  // namespace
+
+namespace {
+
+/// Runs `zmoe args...` with its stderr on `fd` (stdin from /dev/null, stdout inherited); its exit status, and
+/// everything readable from `read_fd` (the pty's master side; -1: nothing to read) until it exits, within 120 s.
+std::pair<int, std::string> run_with_stderr(const std::vector<std::string>& args, int fd, int read_fd) {
+    std::vector<std::string> argv = {kZmoe};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, fd, 2);
+    if (read_fd >= 0) posix_spawn_file_actions_addclose(&fa, read_fd);
+    pid_t pid = -1;
+    const int rc = posix_spawn(&pid, kZmoe.c_str(), &fa, nullptr, cargv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) return {-1, ""};
+    close(fd);
+    std::string got;
+    int status = -1;
+    const auto deadline = std::chrono::steady_clock::now() + 120s;
+    for (;;) {
+        if (read_fd >= 0) {
+            pollfd p{read_fd, POLLIN, 0};
+            if (poll(&p, 1, 100) > 0) {
+                char buf[4096];
+                const ssize_t n = read(read_fd, buf, sizeof buf);
+                if (n > 0) got.append(buf, static_cast<size_t>(n));
+            }
+        } else {
+            std::this_thread::sleep_for(100ms);
+        }
+        if (waitpid(pid, &status, WNOHANG) == pid) break;
+        if (std::chrono::steady_clock::now() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            return {-1, got};
+        }
+    }
+    if (read_fd >= 0) {  // what is left in the pty
+        pollfd p{read_fd, POLLIN, 0};
+        char buf[4096];
+        ssize_t n;
+        while (poll(&p, 1, 100) > 0 && (n = read(read_fd, buf, sizeof buf)) > 0)
+            got.append(buf, static_cast<size_t>(n));
+    }
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, got};
+}
+
+// Issue 9, batch client: a progress bar on stderr when it is a terminal, and none when it is not.
+TEST(Reliability, BatchProgressBarOnlyOnATerminal) {
+    server s({"--workers", "1"});
+    temp_dir dir;
+    {
+        std::ofstream in(dir / "in.jsonl");
+        for (int i = 0; i < 3; ++i)
+            in << R"({"prompt_token_ids": [1, 2], "max_tokens": 2})"
+               << "\n";
+    }
+    const std::vector<std::string> args = {"client",         "--endpoint", s.endpoint(),     "--input",
+                                           dir / "in.jsonl", "--output",   dir / "out.jsonl"};
+    int master = -1, slave = -1;
+    ASSERT_EQ(openpty(&master, &slave, nullptr, nullptr, nullptr), 0);
+    const auto [st, terminal] = run_with_stderr(args, slave, master);
+    close(master);
+    EXPECT_EQ(st, 0) << terminal;
+    EXPECT_NE(terminal.find("] 3/3"), std::string::npos) << terminal;
+    EXPECT_NE(terminal.find("[" + std::string(40, '#') + "]"), std::string::npos) << terminal;
+    EXPECT_EQ(read_jsonl(dir / "out.jsonl").size(), 3u);
+    // stderr to a file: no bar.
+    const int file = open((dir / "err.txt").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(file, 0);
+    EXPECT_EQ(run_with_stderr(args, file, -1).first, 0);
+    std::ifstream err(dir / "err.txt");
+    const std::string text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text.find("3/3"), std::string::npos) << text;
 }
 
 }  // namespace

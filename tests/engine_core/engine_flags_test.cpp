@@ -93,7 +93,10 @@ TEST(EngineFlags, CommandLineRoundTripsEveryFlag) {
                                    "0.55",
                                    "--load-format",
                                    "dummy",
-                                   "--enforce-eager"});
+                                   "--enforce-eager",
+                                   "--allow-long-max-model-len",
+                                   "--heartbeat-max-missed",
+                                   "7"});
     EXPECT_EQ(c.device, "cuda");
     EXPECT_EQ(c.workers, 4);
     EXPECT_DOUBLE_EQ(c.gpu_memory_utilization, 0.55);
@@ -251,6 +254,26 @@ TEST(EngineFlags, MaxModelLen) {
     EXPECT_TRUE(e.run(2, prompt(10), 2).finished);
 }
 
+TEST(EngineFlags, AllowLongMaxModelLen) {
+    // Above the model's max_position_embeddings (512): refused at start-up, with the way out in the message ...
+    {
+        test::inproc_engine e(parse({"--max-model-len", "1000"}));
+        EXPECT_FALSE(e.wait_serving());
+        ASSERT_TRUE(test::wait_until([&] { return !e.client().errors().empty(); }));
+        const std::string why = e.client().errors().front().message;
+        EXPECT_NE(why.find("--allow-long-max-model-len"), std::string::npos) << why;
+    }
+    // ... and served with the flag: requests past the model's positions fit.
+    test::inproc_engine e(parse({"--max-model-len", "1000", "--allow-long-max-model-len"}));
+    const auto w = e.wait_serving();
+    ASSERT_TRUE(w);
+    EXPECT_EQ(w->max_model_len, 1000u);
+    EXPECT_TRUE(welcome_of(e).config.allow_long_max_model_len);
+    std::vector<int32_t> longer(520);
+    for (size_t i = 0; i < longer.size(); ++i) longer[i] = 3 + static_cast<int32_t>(i % 400);  // ids in the vocabulary
+    EXPECT_EQ(e.run(1, longer, 2).tokens.size(), 2u);
+}
+
 TEST(EngineFlags, NoAsync) {
     // A request stopped by a token the engine core only sees on arrival: with async scheduling the next step was
     // already computed for it (its token is discarded); synchronous scheduling computes nothing past the stop.
@@ -383,6 +406,16 @@ TEST(EngineFlags, HeartbeatMs) {
     ASSERT_TRUE(w);
     EXPECT_EQ(w->heartbeat_interval_ms, 250u);
     EXPECT_EQ(welcome_of(e).config.heartbeat_ms, 250);
+}
+
+TEST(EngineFlags, HeartbeatMaxMissed) {
+    // The engine core's own tolerance, and every worker's configuration (serve passes it to the worker and
+    // frontend processes on their command lines; tests/cli/reliability_test.cpp stalls a worker against it).
+    test::inproc_engine e(parse({"--heartbeat-max-missed", "7"}));
+    ASSERT_TRUE(e.wait_serving());
+    EXPECT_EQ(e.engine().options().heartbeat_max_missed, 7);
+    EXPECT_EQ(welcome_of(e).config.heartbeat_max_missed, 7);
+    EXPECT_EQ(parse({}).heartbeat_max_missed, 3);
 }
 
 TEST(EngineFlags, ThreadsAndGpuMemoryUtilization) {

@@ -122,7 +122,8 @@ class silent_engine : public actor {
 /// A frontend (alone, no engine core of ours) on `engine_endpoint`, from a `zmoe frontend` command line.
 std::unique_ptr<frontend_actor> lone_frontend(const std::string& engine_endpoint, const std::string& clients,
                                               std::vector<std::string> args) {
-    args.insert(args.end(), {"--engine", engine_endpoint, "--model", kModel, "--bind", clients});
+    args.insert(args.end(),
+                {"--engine", engine_endpoint, "--model", kModel, "--bind", clients, "--skip-tokenizer-init"});
     auto f = std::make_unique<frontend_actor>(cli::parse_frontend_args(args));
     f->start();
     return f;
@@ -188,6 +189,41 @@ TEST(FrontendFlags, Tokenizer) {
     const auto done = c->collect(c->generate(request(std::string("hello"), 3)), 60s);
     EXPECT_EQ(done.prompt_tokens, 5u);  // one id per byte
     EXPECT_EQ(done.token_ids.size(), 3u);
+}
+
+TEST(FrontendFlags, SkipTokenizerInit) {
+    // A model without tokenizer.json: the frontend refuses to start unless told to serve token ids only.
+    auto fe = std::make_unique<frontend_actor>(cli::parse_frontend_args(
+        {"--engine", unique_endpoint("engine"), "--model", kModel, "--bind", unique_endpoint("clients")}));
+    fe->start();
+    ASSERT_TRUE(test::wait_until([&] { return fe->finished(); }, 10s));
+    EXPECT_EQ(fe->exit_code(), 1);
+    inproc_server s(engine(), {"--skip-tokenizer-init"});
+    ASSERT_TRUE(s.wait_serving());
+    auto c = s.connect();
+    EXPECT_EQ(outcome(*c, request(prompt(4), 2)), errc::ok);
+    std::string why;
+    EXPECT_EQ(outcome(*c, request(std::string("hello"), 2), &why), errc::unsupported) << why;
+}
+
+TEST(FrontendFlags, ClientIdleTimeout) {
+    // A client with no live request that says nothing for --client-idle-timeout is forgotten (checked every
+    // heartbeat interval).
+    auto reaped = [](const std::string& timeout) {
+        engine_config fast = engine();
+        fast.heartbeat_ms = 100;  // the frontend's too (inproc_server's default)
+        inproc_server s(fast, {"--client-idle-timeout", timeout});
+        EXPECT_TRUE(s.wait_serving());
+        {
+            auto once = s.connect();
+            EXPECT_EQ(once->health(5s).status, "ok");
+        }
+        auto observer = s.connect();
+        test::wait_until([&] { return test::frontend_counter(*observer, "clients_reaped") > 0; }, 3s);
+        return test::frontend_counter(*observer, "clients_reaped");
+    };
+    EXPECT_GT(reaped("0.2"), 0);
+    EXPECT_EQ(reaped("3600"), 0);
 }
 
 TEST(FrontendFlags, ChatTemplate) {
@@ -338,7 +374,9 @@ TEST(FrontendFlags, ServedFlagsReachTheFrontend) {
                                             "--shutdown-timeout",    "2.5",
                                             "--max-prompt-bytes",    "123",
                                             "--client-send-timeout", "7",
-                                            "--tokenizer-threads",   "5"};
+                                            "--tokenizer-threads",   "5",
+                                            "--client-idle-timeout", "9",
+                                            "--skip-tokenizer-init"};
     po::variables_map vm;
     po::store(po::command_line_parser(given).options(d).run(), vm);
     po::notify(vm);
@@ -351,6 +389,8 @@ TEST(FrontendFlags, ServedFlagsReachTheFrontend) {
     EXPECT_EQ(o.client_send_timeout, 7000ms);
     EXPECT_EQ(o.max_prompt_bytes, 123u);
     EXPECT_EQ(o.tokenizer_threads, 5u);
+    EXPECT_EQ(o.client_idle_timeout, 9000ms);
+    EXPECT_TRUE(o.skip_tokenizer_init);
     // Left out, each takes the frontend's own default.
     const frontend_options defaults = cli::parse_frontend_args({"--engine", "inproc://e", "--model", kModel});
     const frontend_options plain;
@@ -358,6 +398,8 @@ TEST(FrontendFlags, ServedFlagsReachTheFrontend) {
     EXPECT_EQ(defaults.tokenizer_threads, plain.tokenizer_threads);
     EXPECT_EQ(defaults.client_send_timeout, plain.client_send_timeout);
     EXPECT_EQ(defaults.drain_timeout, plain.drain_timeout);
+    EXPECT_EQ(defaults.client_idle_timeout, plain.client_idle_timeout);
+    EXPECT_EQ(defaults.skip_tokenizer_init, plain.skip_tokenizer_init);
     EXPECT_THROW(cli::parse_frontend_args({"--model", kModel}), error);  // --engine is required
 }
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <future>
 #include <memory>
 #include <string>
@@ -28,7 +29,8 @@ inline void add_default_flag(std::vector<std::string>& args, const std::string& 
 class inproc_server : public inproc_backend {
   public:
     /// frontend_args: `zmoe frontend` flags; --engine, --model, --bind, --workers and --heartbeat-ms default to
-    /// this harness's engine core, config's model, a private inproc endpoint, config's workers and heartbeat.
+    /// this harness's engine core, config's model, a private inproc endpoint, config's workers and heartbeat, and
+    /// --skip-tokenizer-init is added for a model without tokenizer.json unless --tokenizer is given.
     explicit inproc_server(const engine_config& config, std::vector<std::string> frontend_args = {})
         : inproc_backend(config) {
         add_default_flag(frontend_args, "--engine", frontend_endpoint());
@@ -36,6 +38,13 @@ class inproc_server : public inproc_backend {
         add_default_flag(frontend_args, "--bind", endpoint("-clients"));
         add_default_flag(frontend_args, "--workers", std::to_string(config.workers));
         add_default_flag(frontend_args, "--heartbeat-ms", std::to_string(config.heartbeat_ms));
+        // The model fixtures have no tokenizer.json: they serve token ids, which the frontend must be told.
+        const auto has = [&](const char* flag) {
+            return std::find(frontend_args.begin(), frontend_args.end(), flag) != frontend_args.end();
+        };
+        if (!has("--tokenizer") && !has("--skip-tokenizer-init") &&
+            !std::filesystem::exists(std::filesystem::path(config.model) / "tokenizer.json"))
+            frontend_args.push_back("--skip-tokenizer-init");
         frontend_ = std::make_unique<frontend_actor>(cli::parse_frontend_args(frontend_args));
         frontend_->start();
         // Read on the frontend's own thread, after its start-up bound the clients' socket.

@@ -1,5 +1,6 @@
 // launch_grouped_gemm against ref::grouped_gemm, for the gate/up GEMM with fused SiLU * up and the down GEMM,
-// over routings with empty and ragged expert groups, partial N tiles and K tails.
+// over routings with empty and ragged expert groups, partial N tiles and K tails, for each kernel: the mma.sync
+// one, the sm_90a wgmma + TMA one (skipped off compute capability 9.x) and the automatic choice.
 
 #include "kernels/reference/reference.hpp"
 #include "tests/kernels/test_util.hpp"
@@ -11,7 +12,27 @@ struct gemm_case {
     int32_t num_tokens, top_k, num_experts, k, n;
     bool swiglu;
     int32_t row_align;
+    grouped_gemm_impl impl = grouped_gemm_impl::mma_sync;
 };
+
+const char* impl_name(grouped_gemm_impl impl) {
+    switch (impl) {
+        case grouped_gemm_impl::automatic:
+            return "auto";
+        case grouped_gemm_impl::mma_sync:
+            return "mma";
+        case grouped_gemm_impl::wgmma:
+            return "wgmma";
+    }
+    return "?";
+}
+
+bool device_is_sm90() {
+    int dev = 0, major = 0;
+    ZMOE_CUDA_CHECK(cudaGetDevice(&dev));
+    ZMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    return major == 9;
+}
 
 /// Routing of random tokens by the reference router, with every third expert never chosen.
 std::vector<int32_t> route(int32_t num_tokens, int32_t top_k, int32_t num_experts, std::mt19937& rng) {
@@ -25,10 +46,14 @@ std::vector<int32_t> route(int32_t num_tokens, int32_t top_k, int32_t num_expert
     return ids;
 }
 
+constexpr auto kWgmma = grouped_gemm_impl::wgmma;
+constexpr auto kAuto = grouped_gemm_impl::automatic;
+
 class GroupedGemm : public ::testing::TestWithParam<gemm_case> {};
 
 TEST_P(GroupedGemm, MatchesReference) {
     const auto c = GetParam();
+    if (c.impl == grouped_gemm_impl::wgmma && !device_is_sm90()) GTEST_SKIP() << "the wgmma kernel needs sm_90";
     std::mt19937 rng(c.num_tokens * 5 + c.k + c.n + c.swiglu);
     const auto ids = route(c.num_tokens, c.top_k, c.num_experts, rng);
     const int32_t max_rows = moe_permuted_rows_bound(c.num_tokens, c.top_k, c.num_experts, c.row_align);
@@ -58,6 +83,7 @@ TEST_P(GroupedGemm, MatchesReference) {
     p.num_experts = c.num_experts;
     p.row_align = c.row_align;
     p.swiglu = c.swiglu;
+    p.impl = c.impl;
     launch_grouped_gemm(p, nullptr);
     sync_and_check();
 
@@ -71,18 +97,33 @@ TEST_P(GroupedGemm, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GroupedGemm,
-    ::testing::Values(gemm_case{3, 2, 8, 64, 32, true, 16}, gemm_case{3, 2, 8, 32, 64, false, 16},
-                      gemm_case{1, 8, 128, 2048, 768, true, 16}, gemm_case{1, 8, 128, 768, 2048, false, 16},
-                      gemm_case{64, 8, 128, 2048, 768, true, 16}, gemm_case{256, 8, 128, 2048, 768, true, 32},
-                      gemm_case{256, 8, 128, 768, 2048, false, 32}, gemm_case{37, 3, 16, 96, 40, true, 32},
-                      gemm_case{4096, 8, 64, 256, 128, true, 64},
-                      gemm_case{4096, 8, 64, 128, 256, false, 64}, gemm_case{200, 4, 60, 512, 1408, true, 64},
-                      gemm_case{500, 2, 8, 96, 40, true, 128}, gemm_case{500, 2, 8, 40, 96, false, 128},
-                      gemm_case{2048, 8, 32, 256, 128, true, 128}, gemm_case{2048, 8, 32, 128, 256, false, 128}),
+    ::testing::Values(
+        gemm_case{3, 2, 8, 64, 32, true, 16}, gemm_case{3, 2, 8, 32, 64, false, 16},
+        gemm_case{1, 8, 128, 2048, 768, true, 16}, gemm_case{1, 8, 128, 768, 2048, false, 16},
+        gemm_case{64, 8, 128, 2048, 768, true, 16}, gemm_case{256, 8, 128, 2048, 768, true, 32},
+        gemm_case{256, 8, 128, 768, 2048, false, 32}, gemm_case{37, 3, 16, 96, 40, true, 32},
+        gemm_case{4096, 8, 64, 256, 128, true, 64}, gemm_case{4096, 8, 64, 128, 256, false, 64},
+        gemm_case{200, 4, 60, 512, 1408, true, 64}, gemm_case{500, 2, 8, 96, 40, true, 128},
+        gemm_case{500, 2, 8, 40, 96, false, 128}, gemm_case{2048, 8, 32, 256, 128, true, 128},
+        gemm_case{2048, 8, 32, 128, 256, false, 128},
+        // The wgmma kernel: 64-row tiles (row_align 64) and 128-row tiles (row_align 128).
+        gemm_case{1, 8, 128, 2048, 768, true, 64, kWgmma}, gemm_case{1, 8, 128, 768, 2048, false, 128, kWgmma},
+        gemm_case{37, 3, 16, 96, 40, true, 64, kWgmma}, gemm_case{37, 3, 16, 40, 96, false, 128, kWgmma},
+        gemm_case{300, 4, 16, 192, 200, true, 128, kWgmma}, gemm_case{300, 4, 16, 200, 192, false, 64, kWgmma},
+        gemm_case{200, 4, 60, 512, 1408, true, 64, kWgmma}, gemm_case{200, 4, 60, 1408, 512, false, 64, kWgmma},
+        gemm_case{256, 8, 32, 2048, 768, true, 64, kWgmma}, gemm_case{256, 8, 32, 768, 2048, false, 64, kWgmma},
+        gemm_case{2048, 8, 32, 256, 128, true, 128, kWgmma}, gemm_case{2048, 8, 32, 128, 256, false, 128, kWgmma},
+        gemm_case{4096, 8, 64, 256, 128, true, 64, kWgmma},
+        // 128-row tiles over 64-row groups (a group of an odd number of blocks ends in a 64-row tile).
+        gemm_case{3000, 8, 64, 128, 256, false, 64, kWgmma}, gemm_case{3000, 6, 40, 136, 72, true, 64, kWgmma},
+        gemm_case{20000, 2, 64, 128, 64, true, 128, kWgmma}, gemm_case{20000, 2, 64, 64, 128, false, 64, kWgmma},
+        // The automatic choice at Qwen3-30B-A3B shapes (wgmma on sm_90 from row_align 64 on).
+        gemm_case{8, 8, 128, 2048, 768, true, 16, kAuto}, gemm_case{64, 8, 128, 768, 2048, false, 64, kAuto},
+        gemm_case{1000, 4, 32, 512, 256, true, 128, kAuto}),
     [](const auto& info) {
         const auto& c = info.param;
         return make_name("t", c.num_tokens, "_k", c.top_k, "_e", c.num_experts, "_K", c.k, "_N", c.n,
-                         (c.swiglu ? "_swiglu" : "_plain"), "_align", c.row_align);
+                         (c.swiglu ? "_swiglu" : "_plain"), "_align", c.row_align, "_", impl_name(c.impl));
     });
 
 }  // namespace

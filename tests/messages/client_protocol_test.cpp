@@ -45,6 +45,7 @@ TEST(ClientProtocol, GenerateWithChatMessages) {
 TEST(ClientProtocol, Abort) { test::check_wire_contract(client_abort{"req-7"}, decode_client_request); }
 TEST(ClientProtocol, Health) { test::check_wire_contract(client_health{"h1"}, decode_client_request); }
 TEST(ClientProtocol, Metrics) { test::check_wire_contract(client_metrics{"m1"}, decode_client_request); }
+TEST(ClientProtocol, Hello) { test::check_wire_contract(client_hello{"an-api-key"}, decode_client_request); }
 TEST(ClientProtocol, HeartbeatBothWays) {
     test::check_wire_contract(client_heartbeat{}, decode_client_request);
     test::check_wire_contract(client_heartbeat{}, decode_client_reply);

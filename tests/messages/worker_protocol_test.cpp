@@ -55,6 +55,7 @@ step_result sample_result(int num_tokens, int num_counts) {
     }
     for (int i = 0; i < num_counts; ++i) m.expert_counts.push_back(i * 13 % 97);
     m.compute_ms = 3.25;
+    m.frames_dropped = 7001;
     return m;
 }
 
@@ -82,6 +83,8 @@ engine_config non_default_config() {
     c.eplb_window = 1000;
     c.num_redundant_experts = 2;
     c.heartbeat_ms = 250;
+    c.heartbeat_max_missed = 9;
+    c.allow_long_max_model_len = true;
     c.threads = 3;
     c.kv_cache_mb = 1024;
     c.gpu_memory_utilization = 0.625;

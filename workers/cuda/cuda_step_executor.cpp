@@ -242,17 +242,12 @@ cuda_step_executor::step_shape cuda_step_executor::stage(const step_request& req
         ws_.query_start.host[i + 1] = s.num_tokens;
         int32_t* row = ws_.block_tables.host + i * static_cast<size_t>(cap.max_blocks_per_seq);
         std::copy(q.block_table.begin(), q.block_table.end(), row);
-        if (q.do_sample) {
-            ws_.logit_rows.host[s.num_sampled] = s.num_tokens - 1;
-            ws_.sampling.host[s.num_sampled] = {.temperature = q.sampling.temperature,
-                                                .top_p = q.sampling.top_p,
-                                                .top_k = q.sampling.top_k,
-                                                .counter = q.sample_index,
-                                                .seed = q.sampling.seed};
-            ++s.num_sampled;
-        }
+        if (q.do_sample) ws_.logit_rows.host[s.num_sampled++] = s.num_tokens - 1;
     }
     s.num_seqs = static_cast<int32_t>(request.seqs.size());
+    // The sampled rows as the CPU backend gathers them (one definition of sampling: workers/sampler.hpp).
+    std::vector<uint64_t> sample_ids;
+    s.samples_fit_graph = ws_.stage_samples(gather_samples(request, tokens, history_, sample_ids));
     return s;
 }
 
@@ -287,6 +282,7 @@ void cuda_step_executor::finish_staging(step_shape& s, int32_t num_valid) {
 void cuda_step_executor::upload_inputs(const step_shape& s) {
     check(cudaMemcpyAsync(ws_.inputs.as<void>(), ws_.inputs_host.as<void>(), ws_.small_inputs_bytes,
                           cudaMemcpyHostToDevice, stream_));
+    ws_.sample_side.upload(stream_);
     const size_t table_bytes = static_cast<size_t>(s.num_seqs) * ws_.shape.max_blocks_per_seq * sizeof(int32_t);
     if (table_bytes > 0)
         check(cudaMemcpyAsync(ws_.block_tables.device, ws_.block_tables.host, table_bytes, cudaMemcpyHostToDevice,
@@ -552,12 +548,7 @@ void cuda_step_executor::moe_expert_parallel(const cuda_layer& w, int32_t T) {
 }
 
 void cuda_step_executor::sample(const step_shape& s) {
-    kernels::launch_sample({.logits = ws_.logits.as<float>(),
-                            .seqs = ws_.sampling.device,
-                            .tokens = ws_.sampled.device,
-                            .num_seqs = s.num_sampled,
-                            .vocab_size = i32(config_.vocab_size)},
-                           stream_);
+    kernels::launch_sample(ws_.sample_args(s.num_sampled), stream_);
 }
 
 void cuda_step_executor::forward(const step_shape& s) {
@@ -678,7 +669,7 @@ step_result cuda_step_executor::execute(const step_request& request, std::vector
     }
     const int32_t num_real = s.num_tokens;
     const bool decode = s.num_seqs > 0 && s.num_tokens == s.num_seqs && s.num_sampled == s.num_seqs;
-    const decode_graph* g = decode ? graph_for(s.num_seqs) : nullptr;
+    const decode_graph* g = decode && s.samples_fit_graph ? graph_for(s.num_seqs) : nullptr;
     if (g != nullptr) pad_decode(s, g->batch);
     finish_staging(s, num_real);
     upload_inputs(s);
@@ -709,6 +700,7 @@ step_result cuda_step_executor::execute(const step_request& request, std::vector
         if (!q.do_sample) continue;
         const int32_t token = ws_.sampled.host[out];
         result.tokens.push_back({q.request_id, token});
+        if (ws_.sampling.host[out].num_logprobs >= 0) result.tokens.back().logprobs = ws_.logprobs_of(i32(out));
         last_sampled_[q.request_id] = token;
         if (logits_out)
             logits_out->emplace_back(logits.begin() + static_cast<int64_t>(out * V),

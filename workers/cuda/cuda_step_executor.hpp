@@ -70,6 +70,7 @@ class cuda_step_executor final : public step_executor {
         int32_t num_seqs = 0;
         int32_t num_work_items = 0;
         int32_t num_sampled = 0;
+        bool samples_fit_graph = true;  ///< the sampling side arrays fit the workspace's fixed region
     };
     struct decode_graph {
         int32_t batch = 0;
@@ -107,6 +108,7 @@ class cuda_step_executor final : public step_executor {
     int64_t num_kv_blocks_ = 0;
     std::vector<device_buffer> k_cache_, v_cache_;  // per layer [num_blocks, block_size, kv_heads, head_dim]
     std::unordered_map<uint64_t, int32_t> last_sampled_;
+    token_history history_;  // fed tokens of the requests with penalties
     std::vector<decode_graph> graphs_;  // ascending batch
     double graph_capture_ms_ = 0;
     int64_t graph_replays_ = 0;

@@ -1,10 +1,12 @@
 #include "workers/cuda/cuda_workspace.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "base/check.hpp"
 #include "base/error.hpp"
 #include "kernels/cuda_check.hpp"
 
@@ -101,10 +103,16 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
     region_layout out;
     const size_t o_sampled = out.add<int32_t>(S);
     const size_t o_counts = out.add<int32_t>(static_cast<size_t>(s.num_moe_layers) * s.num_experts);
+    const size_t o_token_lp = out.add<float>(S);
+    const size_t o_top_ids = out.add<int32_t>(S * kernels::kMaxLogprobs);
+    const size_t o_top_lp = out.add<float>(S * kernels::kMaxLogprobs);
     alloc(outputs, out.bytes());
     outputs_host = pinned_buffer(out.bytes());
     sampled = view<int32_t>(outputs, outputs_host, o_sampled);
     expert_counts = view<int32_t>(outputs, outputs_host, o_counts);
+    token_logprobs = view<float>(outputs, outputs_host, o_token_lp);
+    top_ids = view<int32_t>(outputs, outputs_host, o_top_ids);
+    top_logprobs = view<float>(outputs, outputs_host, o_top_lp);
 
     const size_t bf = sizeof(kernels::bf16), f32 = sizeof(float), i32 = sizeof(int32_t);
     const size_t q_dim = static_cast<size_t>(s.num_q_heads) * s.head_dim;
@@ -152,6 +160,93 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
     }
     alloc(last_rows, S * H * bf);
     alloc(logits, S * static_cast<size_t>(s.vocab_size) * f32);
+    alloc(processed, S * static_cast<size_t>(s.vocab_size) * f32);
+    alloc(counts, S * static_cast<size_t>(s.vocab_size) * i32);
+    sample_side.allocate();
+    bytes_ += static_cast<int64_t>(sample_side.bytes());
+}
+
+bool cuda_workspace::stage_samples(const sample_batch& batch) {
+    ZMOE_CHECK(static_cast<int64_t>(batch.seqs.size()) <= shape.max_seqs, "sampled rows beyond the workspace");
+    std::copy(batch.seqs.begin(), batch.seqs.end(), sampling.host);
+    return sample_side.stage(batch);
+}
+
+kernels::sample_params cuda_workspace::sample_args(int32_t num_seqs) const {
+    return {.logits = logits.as<float>(),
+            .seqs = sampling.device,
+            .tokens = sampled.device,
+            .num_seqs = num_seqs,
+            .vocab_size = shape.vocab_size,
+            .processed = processed.as<float>(),
+            .counts = counts.as<uint32_t>(),
+            .history = sample_side.history(),
+            .bias_ids = sample_side.bias_ids(),
+            .bias_values = sample_side.bias_values(),
+            .banned = sample_side.banned(),
+            .token_logprobs = token_logprobs.device,
+            .top_ids = top_ids.device,
+            .top_logprobs = top_logprobs.device};
+}
+
+zmoe::token_logprobs cuda_workspace::logprobs_of(int32_t row) const {
+    const kernels::sample_seq_params& s = sampling.host[row];
+    zmoe::token_logprobs lp;
+    lp.logprob = token_logprobs.host[row];
+    const auto k = static_cast<size_t>(std::min({s.num_logprobs, kernels::kMaxLogprobs, shape.vocab_size}));
+    const size_t at = static_cast<size_t>(row) * kernels::kMaxLogprobs;
+    lp.top_ids.assign(top_ids.host + at, top_ids.host + at + k);
+    lp.top_logprobs.assign(top_logprobs.host + at, top_logprobs.host + at + k);
+    return lp;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+
+namespace {
+
+/// Byte offsets of the four side arrays for the given element capacities, 16-byte aligned, and the end.
+void side_layout(const size_t (&cap)[4], size_t (&offsets)[5]) {
+    region_layout r;
+    offsets[0] = r.add<int32_t>(cap[0]);
+    offsets[1] = r.add<int32_t>(cap[1]);
+    offsets[2] = r.add<float>(cap[2]);
+    offsets[3] = r.add<int32_t>(cap[3]);
+    offsets[4] = r.bytes();
+}
+
+}  // namespace
+
+void sample_side_arrays::allocate() {
+    side_layout({kHistory, kBias, kBias, kBanned}, offsets_);
+    fixed_ = device_buffer(offsets_[4]);
+    host_ = pinned_buffer(offsets_[4]);
+    overflowed_ = false;
+}
+
+bool sample_side_arrays::stage(const sample_batch& b) {
+    overflowed_ = b.history.size() > kHistory || b.bias_ids.size() > kBias || b.banned.size() > kBanned;
+    const size_t cap[4] = {std::max(kHistory, b.history.size()), std::max(kBias, b.bias_ids.size()),
+                           std::max(kBias, b.bias_values.size()), std::max(kBanned, b.banned.size())};
+    side_layout(cap, offsets_);
+    if (overflowed_) overflow_.ensure(offsets_[4]);  // the previous step has finished: nothing reads it now
+    if (host_.bytes() < offsets_[4]) host_ = pinned_buffer(offsets_[4]);
+    auto put = [&](int i, const auto& v) {
+        used_[i] = v.size() * sizeof(v[0]);
+        if (used_[i] > 0) std::memcpy(host_.as<std::byte>() + offsets_[i], v.data(), used_[i]);
+    };
+    put(0, b.history);
+    put(1, b.bias_ids);
+    put(2, b.bias_values);
+    put(3, b.banned);
+    return !overflowed_;
+}
+
+void sample_side_arrays::upload(cudaStream_t stream) const {
+    std::byte* dst = (overflowed_ ? overflow_ : fixed_).as<std::byte>();
+    for (int i = 0; i < 4; ++i)
+        if (used_[i] > 0)
+            ZMOE_CUDA_CHECK(cudaMemcpyAsync(dst + offsets_[i], host_.as<std::byte>() + offsets_[i], used_[i],
+                                            cudaMemcpyHostToDevice, stream));
 }
 
 }  // namespace zmoe::cuda

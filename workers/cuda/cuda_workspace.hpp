@@ -13,6 +13,7 @@
 
 #include "kernels/api.hpp"
 #include "workers/cuda/device_buffer.hpp"
+#include "workers/sampler.hpp"
 
 namespace zmoe::cuda {
 
@@ -56,6 +57,40 @@ class pinned_buffer {
     size_t bytes_ = 0;
 };
 
+/// The side arrays of logits processing (penalty histories, logit biases, banned ids) that a step's
+/// kernels::sample_seq_params rows point into. A fixed device region holds what fits its capacities, at addresses
+/// that never change (the decode graphs read them); a step beyond them stages into an overflow region that grows as
+/// needed, and must run eagerly.
+class sample_side_arrays {
+  public:
+    /// Elements of each array in the fixed region.
+    static constexpr size_t kHistory = size_t{1} << 20, kBias = size_t{1} << 16, kBanned = size_t{1} << 14;
+
+    /// Allocates the fixed region (throws zmoe::error(out_of_memory)).
+    void allocate();
+    /// Writes `batch`'s side arrays into the host staging buffer; returns whether they fit the fixed region.
+    bool stage(const sample_batch& batch);
+    /// Copies what stage() wrote to the device region it chose (no copy for empty arrays).
+    void upload(cudaStream_t stream) const;
+    /// The device arrays of the last stage() (the fixed region before any).
+    const int32_t* history() const { return ptr<int32_t>(0); }
+    const int32_t* bias_ids() const { return ptr<int32_t>(1); }
+    const float* bias_values() const { return ptr<float>(2); }
+    const int32_t* banned() const { return ptr<int32_t>(3); }
+    size_t bytes() const { return fixed_.bytes() + overflow_.bytes(); }
+
+  private:
+    template <typename T>
+    const T* ptr(int i) const {
+        return reinterpret_cast<const T*>((overflowed_ ? overflow_ : fixed_).as<std::byte>() + offsets_[i]);
+    }
+    device_buffer fixed_, overflow_;
+    pinned_buffer host_;
+    bool overflowed_ = false;
+    size_t offsets_[5] = {};  ///< byte offsets of history, bias ids, bias values, banned; then the end
+    size_t used_[4] = {};     ///< bytes staged per array
+};
+
 /// A typed view of part of a device region and of its host mirror.
 template <typename T>
 struct mirrored {
@@ -87,6 +122,9 @@ struct cuda_workspace {
     pinned_buffer outputs_host;
     mirrored<int32_t> sampled;        // [max_seqs]
     mirrored<int32_t> expert_counts;  // [num_moe_layers, num_experts]: this step's routed choices per expert
+    mirrored<float> token_logprobs;   // [max_seqs]: the sampled token's raw logprob (rows that ask)
+    mirrored<int32_t> top_ids;        // [max_seqs, kMaxLogprobs]
+    mirrored<float> top_logprobs;     // [max_seqs, kMaxLogprobs]
 
     // Activations.
     device_buffer residual, xn, delta;  // [max_tokens, hidden]
@@ -122,6 +160,19 @@ struct cuda_workspace {
     // LM head and sampling.
     device_buffer last_rows;  // [max_seqs, hidden]
     device_buffer logits;     // [max_seqs, vocab_size] fp32
+    device_buffer processed;  // [max_seqs, vocab_size] fp32: launch_sample's processed rows
+    device_buffer counts;     // [max_seqs, vocab_size] u32: launch_sample's token counts (penalties)
+    sample_side_arrays sample_side;
+
+    /// Stages the step's sampled rows: sampling.host[0, batch.seqs.size()) and the side arrays. Returns false when
+    /// the side arrays exceed the fixed region: the step must then not replay a decode graph.
+    bool stage_samples(const sample_batch& batch);
+    /// launch_sample's arguments for the first num_seqs rows of `logits` (the staged rows and side arrays, the
+    /// scratch and logprob outputs of this workspace).
+    kernels::sample_params sample_args(int32_t num_seqs) const;
+    /// The logprobs launch_sample wrote for sampled row `row` (num_logprobs of sampling.host[row] >= 0), read from
+    /// the host mirror after the outputs' copy back.
+    zmoe::token_logprobs logprobs_of(int32_t row) const;
 
     /// Allocates everything for `shape` on the current device; throws zmoe::error(out_of_memory).
     explicit cuda_workspace(const workspace_shape& shape);

@@ -1,0 +1,489 @@
+// Grouped expert GEMM for Hopper (sm_90a): TMA loads into 128-byte-swizzled shared memory, wgmma on the tensor
+// cores, a warp-specialised persistent kernel. Same contract as launch_grouped_gemm (kernels/api.hpp):
+// c[r] = a[r] . b[e]^T for the rows r of each expert e, SiLU(gate) * up fused into the epilogue with swiglu.
+//
+// Layout of one CTA (384 threads): warpgroup 0 is the producer (one thread issues the TMA copies of a
+// kStages-deep ring of (A tile, B tile) stages, each completing on its "full" mbarrier); warpgroups 1 and 2
+// multiply (wgmma m64nNk16, A and B read from shared memory through matrix descriptors) and release each stage
+// through its "empty" mbarrier. Tiles are BM rows (64 or 128, dividing row_align so a tile never straddles two
+// experts) by 256 rows of b (with swiglu: 128 gate rows and the 128 matching up rows, so a tile makes 128 output
+// columns). With BM = 128 each math warpgroup owns 64 rows and all 256 columns; with BM = 64 both own the same
+// 64 rows and 128 columns each. The tile list is built on the device: the CTAs stride over
+// (row tile, column tile) pairs up to expert_offsets[num_experts] / BM row tiles, row-tile-major, so the CTAs
+// running at one time share an expert's weights and a row tile's activations in L2.
+
+#include <cuda.h>
+
+#include <algorithm>
+
+#include "kernels/api.hpp"
+#include "kernels/cuda_check.hpp"
+#include "kernels/grouped_gemm_sm90.hpp"
+
+namespace zmoe::kernels::detail {
+namespace {
+
+constexpr int kThreads = 384;  // producer warpgroup + two math warpgroups
+constexpr int kBK = 64;        // K elements of one TMA box: one 128-byte swizzle row
+constexpr int kBRows = 256;    // rows of b per tile
+
+template <int kBM, bool kSwiglu, int kSub>
+struct wg_tile {
+    static constexpr int kStageK = kSub * kBK;  // K elements per stage: kSub boxes side by side
+    static constexpr int kStages = (200 * 1024) / ((kBM + kBRows) * kStageK * 2);
+    static constexpr int kWgN = kBM == 128 ? 256 : 128;  // wgmma N of each math warpgroup
+    static constexpr int kOutN = kSwiglu ? kBRows / 2 : kBRows;
+    static constexpr int kBoxB = kSwiglu ? kWgN / 2 : kBRows;  // rows of one TMA box of b
+    static constexpr uint32_t kASubBytes = kBM * kBK * 2;
+    static constexpr uint32_t kBSubBytes = kBRows * kBK * 2;
+    static constexpr uint32_t kABytes = kASubBytes * kSub;
+    static constexpr uint32_t kBBytes = kBSubBytes * kSub;
+    static constexpr uint32_t kStageBytes = kABytes + kBBytes;
+    static constexpr size_t kBarrierBytes = 2 * kStages * sizeof(uint64_t);
+    /// Dynamic shared memory: the stages, the barriers, the tile schedule (num_experts + 1 ints), alignment slack.
+    static size_t smem_bytes(int32_t num_experts) {
+        return size_t(kStages) * kStageBytes + kBarrierBytes + size_t(num_experts + 1) * sizeof(int32_t) + 1024;
+    }
+    static_assert(kASubBytes % 1024 == 0 && kBSubBytes % 1024 == 0, "boxes must stay 1024-byte aligned (swizzle atom)");
+    static_assert(kStages >= 2, "the pipeline needs two stages");
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+
+/// Waits until the phase with the given parity has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+    const uint32_t addr = smem_addr(bar);
+    uint32_t done = 0;
+    do {
+        asm volatile(
+            "{\n"
+            ".reg .pred p;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n"
+            "}\n"
+            : "=r"(done)
+            : "r"(addr), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
+/// 2D TMA copy of the box at (c0 = element along K, c1 = row) into shared memory, completing on bar.
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int32_t c0, int32_t c1, uint64_t* bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::
+            "r"(smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
+        : "memory");
+}
+
+__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+/// Matrix descriptor of a K-major tile in shared memory written by TMA with 128-byte swizzle: rows of 128 bytes
+/// (64 BF16 along K), 8-row swizzle atoms 1024 bytes apart (the stride byte offset); the leading byte offset is
+/// unused for swizzled K-major layouts. Advancing K by 16 elements adds 32 bytes, i.e. 2, to the descriptor.
+__device__ __forceinline__ uint64_t smem_desc(const void* tile) {
+    uint64_t d = (smem_addr(tile) & 0x3FFFFu) >> 4;
+    d |= uint64_t(1) << 16;
+    d |= uint64_t(1024 >> 4) << 32;
+    d |= uint64_t(1) << 62;  // 128-byte swizzle
+    return d;
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+/// Keeps the compiler from moving accesses of the accumulators across the asynchronous wgmma (as a use and a
+/// definition of each register at this point).
+template <int kN>
+__device__ __forceinline__ void fence_accumulators(float (&d)[kN]) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},"
+        " %128, %129, 1, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+          "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+          "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+          "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]),
+          "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]),
+          "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]),
+          "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]),
+          "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]),
+          "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]),
+          "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
+          "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b));
+}
+
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
+        " %64, %65, 1, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+          "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+          "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b));
+}
+
+template <int kWgN>
+__device__ __forceinline__ void wgmma_tile(float (&d)[kWgN / 2], uint64_t desc_a, uint64_t desc_b) {
+    if constexpr (kWgN == 256)
+        wgmma_m64n256k16(d, desc_a, desc_b);
+    else
+        wgmma_m64n128k16(d, desc_a, desc_b);
+}
+
+/// The last e in [0, n) with starts[e] <= v: for a non-decreasing starts and v < starts[n], the non-empty entry
+/// whose range [starts[e], starts[e + 1]) holds v.
+__device__ __forceinline__ int32_t last_start_at_or_below(const int32_t* starts, int32_t n, int32_t v) {
+    int32_t lo = 0, hi = n;
+    while (hi - lo > 1) {
+        const int32_t mid = (lo + hi) / 2;
+        if (starts[mid] <= v)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/// The device-built tile schedule: tile_start[e] = the first row tile of expert e, where expert e's group
+/// (a multiple of 64 rows) makes ceil(rows / kBM) row tiles; tile_start[num_experts] = all row tiles. One warp
+/// scans the group sizes 32 experts at a time.
+template <int kBM>
+__device__ void build_tile_schedule(const int32_t* offsets, int32_t num_experts, int32_t* tile_start) {
+    if (threadIdx.x >= 32) return;
+    const int lane = threadIdx.x;
+    int32_t carry = 0;
+    for (int32_t base = 0; base < num_experts; base += 32) {
+        const int32_t e = base + lane;
+        int32_t v = e < num_experts ? (offsets[e + 1] - offsets[e] + kBM - 1) / kBM : 0;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int32_t up = __shfl_up_sync(0xffffffffu, v, o);
+            if (lane >= o) v += up;
+        }
+        if (e < num_experts) tile_start[e + 1] = carry + v;
+        carry += __shfl_sync(0xffffffffu, v, 31);
+    }
+    if (lane == 0) tile_start[0] = 0;
+}
+
+/// Row tile m of the schedule: its expert, first row and height (kBM, or 64 for the last tile of a group of
+/// an odd number of 64-row blocks when kBM == 128).
+struct row_tile {
+    int32_t expert, m0, rows;
+};
+
+template <int kBM>
+__device__ __forceinline__ row_tile locate_row_tile(const int32_t* offsets, const int32_t* tile_start,
+                                                    int32_t num_experts, int32_t m) {
+    const int32_t e = last_start_at_or_below(tile_start, num_experts, m);
+    const int32_t m0 = offsets[e] + (m - tile_start[e]) * kBM;
+    return {e, m0, min(kBM, offsets[e + 1] - m0)};
+}
+
+template <int kBM, bool kSwiglu, int kSub>
+__global__ void __launch_bounds__(kThreads, 1)
+    grouped_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                              const grouped_gemm_params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    using tile = wg_tile<kBM, kSwiglu, kSub>;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    // The swizzle pattern is a function of the address bits: stages start on 1024-byte boundaries.
+    unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(tile::kStages) * tile::kStageBytes);
+    uint64_t* empty = full + tile::kStages;
+    int32_t* tile_start = reinterpret_cast<int32_t*>(empty + tile::kStages);  // [num_experts + 1]
+
+    const int warpgroup = threadIdx.x / 128;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < tile::kStages; ++s) {
+            mbar_init(&full[s], 1);   // the producer's arrive, plus the TMA bytes
+            mbar_init(&empty[s], 8);  // one arrive per math warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    build_tile_schedule<kBM>(p.expert_offsets, p.num_experts, tile_start);
+    __syncthreads();
+
+    const int32_t m_tiles = tile_start[p.num_experts];
+    const int32_t n_tiles = (p.n + tile::kOutN - 1) / tile::kOutN;
+    const int32_t num_tiles = m_tiles * n_tiles;
+    const int32_t k_tiles = (p.k + tile::kStageK - 1) / tile::kStageK;
+
+    if (warpgroup == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (threadIdx.x == 0) {
+            tma_prefetch_map(&map_a);
+            tma_prefetch_map(&map_b);
+            const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
+            uint32_t it = 0;
+            for (int32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+                const row_tile rt = locate_row_tile<kBM>(p.expert_offsets, tile_start, p.num_experts, t / n_tiles);
+                const int32_t m0 = rt.m0;
+                const int32_t n0 = (t % n_tiles) * tile::kOutN;
+                const int32_t b_row = rt.expert * n_b;
+                for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
+                    const uint32_t s = it % tile::kStages;
+                    mbar_wait(&empty[s], ((it / tile::kStages) & 1) ^ 1);
+                    unsigned char* a_s = smem + size_t(s) * tile::kStageBytes;
+                    unsigned char* b_s = a_s + tile::kABytes;
+                    mbar_arrive_expect_tx(&full[s], tile::kStageBytes);
+#pragma unroll
+                    for (int sub = 0; sub < kSub; ++sub) {
+                        const int32_t k0 = kt * tile::kStageK + sub * kBK;
+                        unsigned char* b_sub = b_s + sub * tile::kBSubBytes;
+                        tma_load_2d(a_s + sub * tile::kASubBytes, &map_a, k0, m0, &full[s]);
+                        if constexpr (kSwiglu) {
+                            // Each math warpgroup's kWgN rows: its gate rows, then the matching up rows.
+#pragma unroll
+                            for (int w = 0; w < kBRows / tile::kWgN; ++w) {
+                                const int32_t col = n0 + w * (tile::kWgN / 2);
+                                tma_load_2d(b_sub + size_t(w) * tile::kWgN * 128, &map_b, k0, b_row + col, &full[s]);
+                                tma_load_2d(b_sub + (size_t(w) * tile::kWgN + tile::kWgN / 2) * 128, &map_b, k0,
+                                            b_row + p.n + col, &full[s]);
+                            }
+                        } else {
+                            tma_load_2d(b_sub, &map_b, k0, b_row + n0, &full[s]);
+                        }
+                    }
+                }
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        const int mw = warpgroup - 1;  // math warpgroup 0 or 1
+        const int a_row0 = kBM == 128 ? mw * 64 : 0;
+        const int b_row0 = kBM == 128 ? 0 : mw * tile::kWgN;
+        const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+        float acc[tile::kWgN / 2];
+        uint32_t it = 0;
+        for (int32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+            const row_tile rt = locate_row_tile<kBM>(p.expert_offsets, tile_start, p.num_experts, t / n_tiles);
+            const int32_t m0 = rt.m0;
+            const int32_t n0 = (t % n_tiles) * tile::kOutN;
+            // A 64-row tile leaves the second warpgroup of a 128-row tile idle: it only passes the stages on.
+            if (a_row0 >= rt.rows) {
+                for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
+                    const uint32_t s = it % tile::kStages;
+                    mbar_wait(&full[s], (it / tile::kStages) & 1);
+                    if (lane == 0) mbar_arrive(&empty[s]);
+                }
+                continue;
+            }
+#pragma unroll
+            for (int i = 0; i < tile::kWgN / 2; ++i) acc[i] = 0.f;
+            for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
+                const uint32_t s = it % tile::kStages;
+                mbar_wait(&full[s], (it / tile::kStages) & 1);
+                const unsigned char* a_s = smem + size_t(s) * tile::kStageBytes;
+                wgmma_fence();
+#pragma unroll
+                for (int sub = 0; sub < kSub; ++sub) {
+                    const uint64_t desc_a = smem_desc(a_s + sub * tile::kASubBytes + a_row0 * 128);
+                    const uint64_t desc_b = smem_desc(a_s + tile::kABytes + sub * tile::kBSubBytes + b_row0 * 128);
+#pragma unroll
+                    for (int kk = 0; kk < kBK / 16; ++kk) wgmma_tile<tile::kWgN>(acc, desc_a + 2 * kk, desc_b + 2 * kk);
+                }
+                wgmma_commit();
+                wgmma_wait_all();
+                fence_accumulators(acc);
+                if (lane == 0) mbar_arrive(&empty[s]);
+            }
+            // Accumulator fragment: element 4j + q sits at row warp * 16 + lane / 4 + 8 * (q / 2) and column
+            // 8j + 2 * (lane % 4) + q % 2 of this warpgroup's 64 x kWgN block.
+            const int32_t row = m0 + a_row0 + warp * 16 + lane / 4;
+            if constexpr (kSwiglu) {
+                const int32_t col0 = n0 + b_row0 / 2 + 2 * (lane % 4);
+#pragma unroll
+                for (int j = 0; j < tile::kWgN / 16; ++j) {
+                    const int32_t col = col0 + 8 * j;
+                    if (col >= p.n) continue;
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        float v[2];
+#pragma unroll
+                        for (int q = 0; q < 2; ++q) {
+                            const float g = acc[4 * j + 2 * h + q];
+                            const float u = acc[4 * (j + tile::kWgN / 16) + 2 * h + q];
+                            v[q] = g / (1.f + __expf(-g)) * u;
+                        }
+                        *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row + 8 * h) * p.n + col) =
+                            __floats2bfloat162_rn(v[0], v[1]);
+                    }
+                }
+            } else {
+                const int32_t col0 = n0 + b_row0 + 2 * (lane % 4);
+#pragma unroll
+                for (int j = 0; j < tile::kWgN / 8; ++j) {
+                    const int32_t col = col0 + 8 * j;
+                    if (col >= p.n) continue;
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+                        *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row + 8 * h) * p.n + col) =
+                            __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                }
+            }
+        }
+    }
+#endif
+}
+
+using encode_tiled_fn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                     const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                     CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/// cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda).
+encode_tiled_fn encode_tiled() {
+    static const encode_tiled_fn fn = [] {
+        void* f = nullptr;
+        cudaDriverEntryPointQueryResult found{};
+        ZMOE_CUDA_CHECK(
+            cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
+        ZMOE_KERNEL_REQUIRE(found == cudaDriverEntryPointSuccess && f != nullptr,
+                            "grouped_gemm: the driver has no cuTensorMapEncodeTiled");
+        return reinterpret_cast<encode_tiled_fn>(f);
+    }();
+    return fn;
+}
+
+/// Tensor map of a row-major BF16 matrix [rows, k], boxes of kBK x box_rows, 128-byte swizzle; reads past the
+/// matrix fill zeros (the K tail, and rows past the last expert).
+CUtensorMap make_map(const bf16* base, int64_t rows, int32_t k, int32_t box_rows) {
+    CUtensorMap map{};
+    const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
+    const cuuint64_t strides[1] = {cuuint64_t(k) * sizeof(bf16)};
+    const cuuint32_t box[2] = {cuuint32_t(kBK), cuuint32_t(box_rows)};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(base), dims, strides,
+                                      box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    ZMOE_KERNEL_REQUIRE(r == CUDA_SUCCESS, "grouped_gemm: cuTensorMapEncodeTiled failed");
+    return map;
+}
+
+struct device_info {
+    int major = 0;
+    int sms = 0;
+};
+
+const device_info& current_device() {
+    static thread_local int cached_device = -1;
+    static thread_local device_info info;
+    int dev = 0;
+    ZMOE_CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev != cached_device) {
+        ZMOE_CUDA_CHECK(cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, dev));
+        ZMOE_CUDA_CHECK(cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, dev));
+        cached_device = dev;
+    }
+    return info;
+}
+
+template <int kBM, bool kSwiglu, int kSub>
+void launch_config(const grouped_gemm_params& p, cudaStream_t stream) {
+    using tile = wg_tile<kBM, kSwiglu, kSub>;
+    if (p.max_rows < 64) return;  // expert groups are multiples of row_align >= 64 rows: all are empty
+    const auto kernel = grouped_gemm_wgmma_kernel<kBM, kSwiglu, kSub>;
+    const size_t smem = tile::smem_bytes(p.num_experts);
+    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
+    const CUtensorMap map_a = make_map(p.a, p.max_rows, p.k, kBM);
+    const CUtensorMap map_b = make_map(p.b, int64_t(p.num_experts) * n_b, p.k, tile::kBoxB);
+    const int64_t tiles_bound = int64_t(p.max_rows / 64) * ((p.n + tile::kOutN - 1) / tile::kOutN);
+    const int grid = int(std::max<int64_t>(1, std::min<int64_t>(tiles_bound, current_device().sms)));
+    kernel<<<grid, kThreads, smem, stream>>>(map_a, map_b, p);
+    ZMOE_CUDA_CHECK_LAUNCH();
+}
+
+template <int kBM, int kSub>
+void launch_swiglu_or_not(const grouped_gemm_params& p, cudaStream_t stream) {
+    if (p.swiglu)
+        launch_config<kBM, true, kSub>(p, stream);
+    else
+        launch_config<kBM, false, kSub>(p, stream);
+}
+
+}  // namespace
+
+bool device_has_wgmma() {
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();  // no usable device: clear the error, answer no
+        return false;
+    }
+    return major == 9;
+}
+
+bool grouped_gemm_wgmma_supported(const grouped_gemm_params& p) {
+    const auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+    return current_device().major == 9 && p.row_align % 64 == 0 && p.k % 8 == 0 && p.n % 8 == 0 && aligned16(p.a) &&
+           aligned16(p.b) && reinterpret_cast<uintptr_t>(p.c) % 4 == 0;
+}
+
+void launch_grouped_gemm_wgmma(const grouped_gemm_params& p, cudaStream_t stream) {
+    ZMOE_KERNEL_REQUIRE(grouped_gemm_wgmma_supported(p),
+                        "grouped_gemm: the wgmma kernel needs compute capability 9.x and row_align % 64 == 0");
+    if (p.max_rows == 0 || p.n == 0) return;
+    // 128-row tiles once the groups average about 128 rows or more (callers pass max_rows =
+    // moe_permuted_rows_bound, so max_rows / num_experts - (row_align - 1) is the mean group size), else 64-row
+    // tiles with the two math warpgroups splitting the columns.
+    const bool tall = p.row_align % 128 == 0 || int64_t(p.max_rows) >= int64_t(p.num_experts) * (128 + p.row_align - 1);
+    // One 64-wide K box per stage: two per stage (fewer, larger stages) measured the same on H200.
+    if (tall)
+        launch_swiglu_or_not<128, 1>(p, stream);
+    else
+        launch_swiglu_or_not<64, 1>(p, stream);
+}
+
+}  // namespace zmoe::kernels::detail

@@ -1,0 +1,21 @@
+#pragma once
+// The Hopper grouped GEMM (wgmma + TMA, kernels/grouped_gemm_sm90.cu) behind launch_grouped_gemm.
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/api.hpp"
+
+namespace zmoe::kernels::detail {
+
+/// True when the current device is compute capability 9.x (Hopper: wgmma and TMA).
+bool device_has_wgmma();
+
+/// True when the current device is compute capability 9.x and p's layout suits the kernel (row_align a multiple
+/// of 64, n and k multiples of 8, a and b 16-byte aligned as TMA needs).
+bool grouped_gemm_wgmma_supported(const grouped_gemm_params& p);
+
+/// launch_grouped_gemm's contract on the wgmma kernel: 128-row tiles when row_align % 128 == 0, else 64-row tiles.
+/// Aborts unless grouped_gemm_wgmma_supported(p).
+void launch_grouped_gemm_wgmma(const grouped_gemm_params& p, cudaStream_t stream);
+
+}  // namespace zmoe::kernels::detail
