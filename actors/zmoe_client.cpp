@@ -37,6 +37,7 @@ struct zmoe_client::impl {
     std::deque<client_event> events;  // arrival order
     std::map<std::string, client_health_reply> health_replies;
     std::map<std::string, client_metrics_reply> metrics_replies;
+    std::map<std::string, client_tokens_reply> tokens_replies;
 
     std::string hello;                    // the encoded hello with the API key; empty when there is no key
     std::optional<client_error> refused;  // an `unauthenticated` error not tied to a request (a wrong key)
@@ -52,6 +53,22 @@ struct zmoe_client::impl {
         const std::string why = refused->message;
         refused.reset();
         throw error(errc::unauthenticated, "zmoe_client: " + why);
+    }
+
+    client_tokens_reply wait_tokens(const std::string& tag, std::chrono::milliseconds timeout) {
+        const auto deadline = clock_type::now() + timeout;
+        for (;;) {
+            auto it = tokens_replies.find(tag);
+            if (it != tokens_replies.end()) {
+                client_tokens_reply r = std::move(it->second);
+                tokens_replies.erase(it);
+                if (r.code != errc::ok) throw error(r.code, r.message);
+                return r;
+            }
+            throw_if_refused();
+            if (!receive_one(deadline) && clock_type::now() >= deadline)
+                throw error(errc::peer_dead, "zmoe_client: no tokens reply within the timeout");
+        }
     }
 
     /// Heartbeats the frontend while waiting; throws peer_dead when they go unanswered too long.
@@ -117,6 +134,8 @@ struct zmoe_client::impl {
                         health_replies[m.tag] = std::move(m);
                     } else if constexpr (std::is_same_v<T, client_metrics_reply>) {
                         metrics_replies[m.tag] = std::move(m);
+                    } else if constexpr (std::is_same_v<T, client_tokens_reply>) {
+                        tokens_replies[m.tag] = std::move(m);
                     }
                 },
                 std::move(reply));
@@ -224,6 +243,18 @@ client_health_reply zmoe_client::health(std::chrono::milliseconds timeout) {
             throw error(errc::peer_dead, "zmoe_client: no health reply within the timeout");
         }
     }
+}
+
+client_tokens_reply zmoe_client::tokenize(client_tokenize request, std::chrono::milliseconds timeout) {
+    request.tag = numbered("t", impl_->next_tag++);
+    impl_->send_authenticated(encode(request));
+    return impl_->wait_tokens(request.tag, timeout);
+}
+
+client_tokens_reply zmoe_client::detokenize(std::vector<int32_t> token_ids, std::chrono::milliseconds timeout) {
+    client_detokenize request{numbered("d", impl_->next_tag++), std::move(token_ids)};
+    impl_->send_authenticated(encode(request));
+    return impl_->wait_tokens(request.tag, timeout);
 }
 
 std::string zmoe_client::metrics(std::chrono::milliseconds timeout) {

@@ -65,6 +65,11 @@ class zmoe_client {
     /// Throw errc::peer_dead on timeout.
     client_health_reply health(std::chrono::milliseconds timeout);
     std::string metrics(std::chrono::milliseconds timeout);
+    /// The frontend's tokenization of a text or chat conversation (tag assigned here). Throws the frontend's
+    /// refusal as a zmoe::error with its code, or errc::peer_dead on timeout.
+    client_tokens_reply tokenize(client_tokenize request, std::chrono::milliseconds timeout);
+    /// The frontend's decoding of token ids, together and one by one; throws as tokenize.
+    client_tokens_reply detokenize(std::vector<int32_t> token_ids, std::chrono::milliseconds timeout);
     /// Requests sent whose terminal event has not arrived yet.
     size_t num_live() const;
 

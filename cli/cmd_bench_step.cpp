@@ -40,6 +40,7 @@ struct options {
     int max_num_batched_tokens = 0;  // 0: max(2048, largest batch)
     double gpu_memory_utilization = 0.9;
     bool enforce_eager = false;
+    bool profile = false;
     std::string json;
 };
 
@@ -97,6 +98,9 @@ int run(int argc, char** argv) {
         "gpu-memory-utilization", po::value(&o.gpu_memory_utilization)->default_value(o.gpu_memory_utilization, "0.9"),
         "fraction of the GPU for weights, workspace and KV cache")("enforce-eager", po::bool_switch(&o.enforce_eager),
                                                                    "no decode graphs")(
+        "profile", po::bool_switch(&o.profile),
+        "collect device profiles only over the timed steps (cudaProfilerStart/Stop around them: run under a profiler "
+        "started with collection off, e.g. ncu --profile-from-start off)")(
         "json", po::value(&o.json), "write the results as JSON to this file");
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, desc, vm)) return 0;
@@ -183,6 +187,7 @@ int run(int argc, char** argv) {
                 q.sample_index = static_cast<uint32_t>(i + 1);
                 r.seqs.push_back(std::move(q));
             }
+            if (o.profile && i == o.warmup) zmoe::device_profiler_range(o.device, true);
             const auto t0 = std::chrono::steady_clock::now();
             const zmoe::step_result res = ex->execute(r);
             const double step_ms =
@@ -195,6 +200,7 @@ int run(int argc, char** argv) {
             floor_bytes += static_cast<double>(dense_bytes + touched * expert_bytes) +
                            static_cast<double>(kv_bytes_per_pos) * B * (o.context + i + 1);
         }
+        if (o.profile) zmoe::device_profiler_range(o.device, false);
         floor_bytes /= o.steps;
         experts_touched /= o.steps;
         const double step_ms = median(ms);

@@ -56,6 +56,9 @@ engine_core_actor::~engine_core_actor() {
 
 void engine_core_actor::on_start() {
     started_at_ = clock_type::now();
+    // Counters of hostile or broken input exist from the start (0 is an answer, not a missing series).
+    metrics_.counter_add("frames_dropped", 0);
+    metrics_.counter_add("hellos_refused", 0);
     worker_sock_ = add_socket(socket_kind::router, [this](const inbound_message& m) { on_worker_message(m); });
     frontend_sock_ = add_socket(socket_kind::router, [this](const inbound_message& m) { on_frontend_message(m); });
     bound_worker_endpoint_ = bind(worker_sock_, options_.worker_endpoint);
@@ -249,7 +252,7 @@ void engine_core_actor::handle_step_result(int32_t rank, step_result&& m) {
     w.counter_add("sampled_tokens", static_cast<double>(m.tokens.size()));
     // The worker reports a running total: the counter follows it (docs/reliability.md, hostile input).
     const double dropped = static_cast<double>(m.frames_dropped);
-    if (dropped > w.counter("frames_dropped")) w.counter_add("frames_dropped", dropped - w.counter("frames_dropped"));
+    w.counter_add("frames_dropped", std::max(0.0, dropped - w.counter("frames_dropped")));  // present at 0 too
     it->second[rank] = std::move(m);
     while (!in_flight_.empty()) {
         auto& slot = results_[in_flight_.front()];

@@ -1,5 +1,6 @@
 #include "frontend/frontend_actor.hpp"
 
+
 #include <unistd.h>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "base/version.hpp"
 #include "frontend/chat_prompt.hpp"
 #include "frontend/sampling_defaults.hpp"
+#include "frontend/token_requests.hpp"
 
 namespace zmoe {
 
@@ -65,6 +67,10 @@ frontend_actor::~frontend_actor() {
 
 void frontend_actor::on_start() {
     started_at_ = clock_type::now();
+    // Counters of hostile or broken input exist from the start (0 is an answer, not a missing series).
+    for (const char* c :
+         {"frames_dropped", "client_frames_malformed", "requests_unauthenticated", "clients_unauthenticated"})
+        metrics_.counter_add(c, 0);
     const std::string tok_path = options_.tokenizer_path.empty() ? options_.model_dir : options_.tokenizer_path;
     const auto json_path = std::filesystem::is_directory(tok_path) ? std::filesystem::path(tok_path) / "tokenizer.json"
                                                                    : std::filesystem::path(tok_path);
@@ -384,6 +390,15 @@ void frontend_actor::on_client_message(const inbound_message& msg) {
                 r.version = kVersion;
                 r.detail = engine_failure_;
                 r.run_id = options_.run_id;
+                send_to_client(client, encode(r));
+            } else if constexpr (std::is_same_v<T, client_tokenize>) {
+                client_tokens_reply r = answer_tokenize(m, tokenizer_ ? &*tokenizer_ : nullptr, chat_template_,
+                                                        options_.max_prompt_bytes);
+                r.max_model_len = engine_ready_ ? welcome_.max_model_len : 0;
+                send_to_client(client, encode(r));
+            } else if constexpr (std::is_same_v<T, client_detokenize>) {
+                client_tokens_reply r = answer_detokenize(m, tokenizer_ ? &*tokenizer_ : nullptr);
+                r.max_model_len = engine_ready_ ? welcome_.max_model_len : 0;
                 send_to_client(client, encode(r));
             } else if constexpr (std::is_same_v<T, client_metrics>) {
                 if (!engine_ready_ || engine_failed_) {

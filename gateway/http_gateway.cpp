@@ -5,6 +5,7 @@
 #include <atomic>
 #include <filesystem>
 #include <mutex>
+#include <unordered_map>
 
 #include "actors/run_secret.hpp"
 #include "actors/zmoe_client.hpp"
@@ -36,17 +37,51 @@ api_error frontend_error(const client_error& e) {
     return error_from_errc(e.code, e.message);
 }
 
-// One generate request in flight: its frontend connection and what has been answered so far.
+// One choice of a request in flight.
+struct choice_state {
+    std::string cid;  // its client_request_id
+    std::string text{};
+    std::vector<int32_t> token_ids{};  // with logprobs: every generated id
+    std::vector<token_logprobs> logprobs{};
+    bool first_chunk = true;
+    bool finished = false;
+    finish_reason reason = finish_reason::none;
+    uint32_t completion_tokens = 0;
+};
+
+// One HTTP generate request in flight: its frontend connection, its choices (n generate requests) and what has
+// been answered so far.
 struct stream_state {
     std::unique_ptr<zmoe_client> client;
     openai_request req;
     std::string id;
     int64_t created = 0;
+    std::vector<choice_state> choices;
     std::optional<client_event> pending;  // the first event, read before the response status was chosen
-    bool first_chunk = true;
     bool done = false;
     uint32_t prompt_tokens = 0;
-    uint32_t completion_tokens = 0;
+    std::chrono::steady_clock::time_point last_event = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
+
+    choice_state* find(const std::string& cid) {
+        for (choice_state& c : choices)
+            if (c.cid == cid) return &c;
+        return nullptr;
+    }
+    uint32_t completion_tokens() const {
+        uint32_t n = 0;
+        for (const choice_state& c : choices) n += c.completion_tokens;
+        return n;
+    }
+    bool all_finished() const {
+        for (const choice_state& c : choices)
+            if (!c.finished) return false;
+        return true;
+    }
+    void abort_all() {
+        for (const choice_state& c : choices)
+            if (!c.finished) client->abort(c.cid);
+    }
 };
 
 }  // namespace
@@ -98,6 +133,9 @@ struct http_gateway::impl {
         server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
             generate(req, res, endpoint_kind::chat);
         });
+        server.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
+        server.Post("/detokenize",
+                    [this](const httplib::Request& req, httplib::Response& res) { detokenize(req, res); });
         server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
             if (!res.body.empty()) return;
             const int status = res.status;
@@ -160,6 +198,47 @@ struct http_gateway::impl {
         res.set_content(metrics_to_prometheus(actors), "text/plain; version=0.0.4");
     }
 
+    void tokenize(const httplib::Request& http_req, httplib::Response& res) {
+        count("http_tokenize");
+        client_tokenize t;
+        try {
+            t = parse_tokenize_request(http_req.body);
+        } catch (const api_error& e) {
+            count("http_bad_requests");
+            return send_error(res, e);
+        }
+        zmoe_client client(options.frontend_endpoint);
+        try {
+            const client_tokens_reply r = client.tokenize(std::move(t), std::chrono::seconds(30));
+            res.set_content(ojson{{"count", r.token_ids.size()},
+                                  {"max_model_len", r.max_model_len},
+                                  {"tokens", r.token_ids},
+                                  {"token_strs", nullptr}}
+                                .dump(),
+                            kJson);
+        } catch (const error& e) {
+            send_error(res, error_from_errc(e.code(), e.what()));
+        }
+    }
+
+    void detokenize(const httplib::Request& http_req, httplib::Response& res) {
+        count("http_detokenize");
+        std::vector<int32_t> ids;
+        try {
+            ids = parse_detokenize_request(http_req.body);
+        } catch (const api_error& e) {
+            count("http_bad_requests");
+            return send_error(res, e);
+        }
+        zmoe_client client(options.frontend_endpoint);
+        try {
+            const client_tokens_reply r = client.detokenize(std::move(ids), std::chrono::seconds(30));
+            res.set_content(ojson{{"prompt", r.text}}.dump(-1, ' ', false, ojson::error_handler_t::replace), kJson);
+        } catch (const error& e) {
+            send_error(res, error_from_errc(e.code(), e.what()));
+        }
+    }
+
     void generate(const httplib::Request& http_req, httplib::Response& res, endpoint_kind kind) {
         count(kind == endpoint_kind::chat ? "http_chat_completions" : "http_completions");
         auto st = std::make_shared<stream_state>();
@@ -175,96 +254,201 @@ struct http_gateway::impl {
         st->id = std::string(kind == endpoint_kind::chat ? "chatcmpl-" : "cmpl-") + std::to_string(unix_now()) + "-" +
                  std::to_string(n);
         st->created = unix_now();
-        st->req.generate.client_request_id = "http" + std::to_string(n);
-        st->client->generate(st->req.generate);
+        // n choices: n generate requests on this connection, told apart by their ids.
+        for (uint32_t i = 0; i < st->req.n; ++i) {
+            client_generate g = choice_request(st->req, "http" + std::to_string(n), i);
+            // Streamed from the frontend even when the answer is not: the first token (or a refusal) arrives early,
+            // and while the rest is generated the gateway keeps checking that the client is still there.
+            g.stream = true;
+            choice_state c;
+            c.cid = g.client_request_id;
+            st->choices.push_back(std::move(c));
+            st->client->generate(g);
+        }
         // The first event decides the status: a refusal is an HTTP error, anything else a 200.
-        st->pending = st->client->next(st->req.generate.client_request_id, options.request_timeout);
-        if (!st->pending)
+        st->pending = st->client->next_any(options.request_timeout);
+        if (!st->pending) {
+            st->abort_all();
             return send_error(
                 res,
                 {.status = 503, .message = "no answer from the server", .type = "service_unavailable", .param = {}});
+        }
         if (auto* e = std::get_if<client_error>(&*st->pending)) {
             count("http_refused");
+            st->abort_all();
             return send_error(res, frontend_error(*e));
         }
-        if (!st->req.stream) return complete(st, res);
-        res.set_header("Cache-Control", "no-cache");
-        res.set_chunked_content_provider(
-            "text/event-stream", [this, st](size_t, httplib::DataSink& sink) { return stream_step(*st, sink); });
+        // Both kinds of answer are written by a content provider: while it waits it writes (a keep-alive comment,
+        // or JSON whitespace for a non-streamed answer) every second, and a failed write means the client went
+        // away: its requests are aborted.
+        if (st->req.stream) {
+            res.set_header("Cache-Control", "no-cache");
+            res.set_chunked_content_provider(
+                "text/event-stream", [this, st](size_t, httplib::DataSink& sink) { return stream_step(*st, sink); });
+        } else {
+            res.set_chunked_content_provider(
+                kJson, [this, st](size_t, httplib::DataSink& sink) { return complete_step(*st, sink); });
+        }
     }
 
-    // Non-streamed: waits for the whole output.
-    void complete(const std::shared_ptr<stream_state>& st, httplib::Response& res) {
-        std::string text;
-        finish_reason reason = finish_reason::none;
-        for (;;) {
-            std::optional<client_event> ev = std::move(st->pending);
-            st->pending.reset();
-            if (!ev) ev = st->client->next(st->req.generate.client_request_id, options.request_timeout);
-            if (!ev) {
-                st->client->abort(st->req.generate.client_request_id);
-                return send_error(res, {.status = 503,
-                                        .message = "no answer from the server",
-                                        .type = "service_unavailable",
-                                        .param = {}});
-            }
-            if (auto* e = std::get_if<client_error>(&*ev)) return send_error(res, frontend_error(*e));
-            const auto& d = std::get<client_delta>(*ev);
-            text += d.text;
-            st->prompt_tokens = d.prompt_tokens;
-            st->completion_tokens = d.completion_tokens;
-            if (d.finished) {
-                reason = d.reason;
-                break;
+    // Writes to the client; false (and the request's choices aborted) when it has gone away.
+    bool write(stream_state& st, httplib::DataSink& sink, const std::string& s) {
+        st.last_write = std::chrono::steady_clock::now();
+        if (sink.write(s.data(), s.size())) return true;
+        st.abort_all();
+        st.done = true;
+        count("http_client_disconnects");
+        ZMOE_LOG(info, "gateway: client disconnected; aborted " << st.id);
+        return false;
+    }
+
+    // The next event of any of the request's choices, waiting at most a second; nullopt when none came.
+    std::optional<client_event> next_event(stream_state& st) {
+        std::optional<client_event> ev = std::move(st.pending);
+        st.pending.reset();
+        if (!ev) ev = st.client->next_any(std::chrono::milliseconds(1000));
+        if (ev) st.last_event = std::chrono::steady_clock::now();
+        return ev;
+    }
+
+    // The frontend said nothing for request_timeout: give up on it.
+    bool timed_out(const stream_state& st) const {
+        return std::chrono::steady_clock::now() - st.last_event > options.request_timeout;
+    }
+
+    // Records a delta into its choice; returns it (null for a stray id).
+    choice_state* apply(stream_state& st, const client_delta& d) {
+        choice_state* c = st.find(d.client_request_id);
+        if (!c) return nullptr;
+        c->text += d.text;
+        if (st.req.logprobs) {
+            c->token_ids.insert(c->token_ids.end(), d.token_ids.begin(), d.token_ids.end());
+            c->logprobs.insert(c->logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+        }
+        st.prompt_tokens = d.prompt_tokens;
+        c->completion_tokens = d.completion_tokens;
+        if (d.finished) {
+            c->finished = true;
+            c->reason = d.reason;
+        }
+        return c;
+    }
+
+    // The text of every id that logprobs name (the generated ids and their alternatives), from the frontend.
+    std::function<std::string(int32_t)> pieces_for(stream_state& st, const std::vector<int32_t>& ids,
+                                                   const std::vector<token_logprobs>& lps) {
+        std::vector<int32_t> all = ids;
+        for (const token_logprobs& l : lps) all.insert(all.end(), l.top_ids.begin(), l.top_ids.end());
+        auto table = std::make_shared<std::unordered_map<int32_t, std::string>>();
+        if (!all.empty()) {
+            try {
+                const client_tokens_reply r = st.client->detokenize(all, std::chrono::seconds(30));
+                for (size_t i = 0; i < all.size() && i < r.pieces.size(); ++i) (*table)[all[i]] = r.pieces[i];
+            } catch (const error& e) {
+                ZMOE_LOG(warn, "gateway: no token texts for logprobs: " << e.what());
             }
         }
+        return [table](int32_t id) {
+            auto it = table->find(id);
+            return it == table->end() ? std::string() : it->second;
+        };
+    }
+
+    ojson logprobs_of(stream_state& st, const std::vector<int32_t>& ids, const std::vector<token_logprobs>& lps,
+                      size_t text_offset) {
+        if (!st.req.logprobs) return nullptr;
+        return logprobs_json(st.req.kind, ids, lps, pieces_for(st, ids, lps), text_offset);
+    }
+
+    // One call of the non-streamed answer's content provider.
+    bool complete_step(stream_state& st, httplib::DataSink& sink) {
+        if (st.done) return false;
+        std::optional<client_event> ev = next_event(st);
+        if (!ev) {
+            if (timed_out(st)) {
+                st.abort_all();
+                st.done = true;
+                const bool ok = write(st, sink,
+                                      error_body({.status = 503,
+                                                  .message = "no answer from the server",
+                                                  .type = "service_unavailable",
+                                                  .param = {}}));
+                if (ok) sink.done();
+                return ok;
+            }
+            return write(st, sink, " ");  // JSON whitespace: finds out whether the client is still there
+        }
+        if (auto* e = std::get_if<client_error>(&*ev)) {
+            // After the 200 went out: the body is the error object.
+            st.abort_all();
+            st.done = true;
+            const bool ok = write(st, sink, error_body(frontend_error(*e)));
+            if (ok) sink.done();
+            return ok;
+        }
+        apply(st, std::get<client_delta>(*ev));
+        if (!st.all_finished()) {
+            // Tokens are arriving: still find out once a second whether the client is there.
+            if (std::chrono::steady_clock::now() - st.last_write >= std::chrono::seconds(1))
+                return write(st, sink, " ");
+            return true;
+        }
+        std::vector<choice_output> out;
+        for (uint32_t i = 0; i < st.choices.size(); ++i) {
+            const choice_state& c = st.choices[i];
+            out.push_back({.index = i,
+                           .text = c.text,
+                           .reason = c.reason,
+                           .logprobs = logprobs_of(st, c.token_ids, c.logprobs, 0)});
+        }
+        st.done = true;
         count("http_completed");
-        res.set_content(
-            response_object(st->req, st->id, st->created, text, reason, st->prompt_tokens, st->completion_tokens)
-                .dump(-1, ' ', false, ojson::error_handler_t::replace),
-            kJson);
+        const bool ok = write(st, sink,
+                              response_object(st.req, st.id, st.created, out, st.prompt_tokens, st.completion_tokens())
+                                  .dump(-1, ' ', false, ojson::error_handler_t::replace));
+        if (ok) sink.done();
+        return ok;
     }
 
     // One call of the SSE content provider: writes what has arrived (or a keep-alive comment after a second of
     // silence, which also finds out whether the client is still there). false: the client went away.
     bool stream_step(stream_state& st, httplib::DataSink& sink) {
-        const std::string& cid = st.req.generate.client_request_id;
-        const auto write = [&](const std::string& s) {
-            if (sink.write(s.data(), s.size())) return true;
-            // The client disconnected: stop generating for it.
-            st.client->abort(cid);
-            count("http_client_disconnects");
-            ZMOE_LOG(info, "gateway: client disconnected; aborted " << st.id);
-            return false;
-        };
         if (st.done) return false;
-        std::optional<client_event> ev = std::move(st.pending);
-        st.pending.reset();
-        if (!ev) ev = st.client->next(cid, std::chrono::milliseconds(1000));
-        if (!ev) return write(": keep-alive\n\n");
+        std::optional<client_event> ev = next_event(st);
+        if (!ev && timed_out(st)) {
+            st.abort_all();
+            ev = client_error{st.choices.front().cid, errc::peer_dead, "no answer from the server"};
+        }
+        if (!ev) return write(st, sink, ": keep-alive\n\n");
         if (auto* e = std::get_if<client_error>(&*ev)) {
             // Mid-stream failure: an error event, then the end of the stream.
-            const api_error err = frontend_error(*e);
+            st.abort_all();
             st.done = true;
-            const bool ok = write("data: " + error_body(err) + "\n\n") && write("data: [DONE]\n\n");
+            const bool ok = write(st, sink, "data: " + error_body(frontend_error(*e)) + "\n\n") &&
+                            write(st, sink, "data: [DONE]\n\n");
             if (ok) sink.done();
             return ok;
         }
         const auto& d = std::get<client_delta>(*ev);
-        st.prompt_tokens = d.prompt_tokens;
-        st.completion_tokens = d.completion_tokens;
-        if (!d.text.empty() || d.finished || st.first_chunk) {
-            if (!write(
-                    sse_event(chunk_object(st.req, st.id, st.created, d.text, st.first_chunk, d.finished, d.reason))))
+        const size_t offset_before = st.find(d.client_request_id) ? st.find(d.client_request_id)->text.size() : 0;
+        choice_state* c = apply(st, d);
+        if (!c) return true;
+        if (!d.text.empty() || d.finished || c->first_chunk || (st.req.logprobs && !d.token_ids.empty())) {
+            const choice_output out{.index = static_cast<uint32_t>(c - st.choices.data()),
+                                    .text = d.text,
+                                    .reason = d.reason,
+                                    .logprobs = logprobs_of(st, d.token_ids, d.logprobs, offset_before)};
+            if (!write(st, sink, sse_event(chunk_object(st.req, st.id, st.created, out, c->first_chunk, d.finished))))
                 return false;
-            st.first_chunk = false;
+            c->first_chunk = false;
         }
-        if (!d.finished) return true;
+        if (!st.all_finished()) return true;
         st.done = true;
         if (st.req.include_usage &&
-            !write(sse_event(usage_chunk(st.req, st.id, st.created, st.prompt_tokens, st.completion_tokens))))
+            !write(st, sink,
+                   sse_event(usage_chunk(st.req, st.id, st.created, st.prompt_tokens, st.completion_tokens()))))
             return false;
-        if (!write("data: [DONE]\n\n")) return false;
+        if (!write(st, sink, "data: [DONE]\n\n")) return false;
         count("http_completed");
         sink.done();
         return true;

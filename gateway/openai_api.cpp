@@ -1,6 +1,9 @@
 #include "gateway/openai_api.hpp"
 
 #include <cmath>
+#include <string>
+
+#include "messages/sampling_codec.hpp"
 
 namespace zmoe::gateway {
 
@@ -105,7 +108,6 @@ openai_request parse_openai_request(const std::string& text, endpoint_kind kind)
             bad("'prompt' must be a string, a list of one string, or a list of token ids", "prompt");
         }
         if (bool_field(body, "echo", false)) bad("'echo' is not supported", "echo");
-        if (int_field(body, "best_of", 1, 1, 1) != 1) bad("'best_of' must be 1", "best_of");
         if (field(body, "suffix")) bad("'suffix' is not supported", "suffix");
     } else {
         const ojson* m = field(body, "messages");
@@ -157,7 +159,62 @@ openai_request parse_openai_request(const std::string& text, endpoint_kind kind)
         }
     }
     g.ignore_eos = bool_field(body, "ignore_eos", false);
-    if (int_field(body, "n", 1, 1, 1) != 1) bad("'n' must be 1", "n");
+    // vLLM's sampling extras and OpenAI's penalties, logit bias and logprobs. The frontend checks them again
+    // (vocabulary bounds included), so a bad value is refused whichever client sends it.
+    g.presence_penalty = static_cast<float>(number_field(body, "presence_penalty", -2.0, 2.0, 0.0));
+    g.frequency_penalty = static_cast<float>(number_field(body, "frequency_penalty", -2.0, 2.0, 0.0));
+    if (field(body, "repetition_penalty")) {
+        const double v = number_field(body, "repetition_penalty", 0.0, 1e6, 1.0);
+        if (v <= 0.0) bad("'repetition_penalty' must be > 0", "repetition_penalty");
+        g.repetition_penalty = static_cast<float>(v);
+    }
+    if (field(body, "min_p")) g.min_p = static_cast<float>(number_field(body, "min_p", 0.0, 1.0, 0.0));
+    g.min_tokens = static_cast<uint32_t>(int_field(body, "min_tokens", 0, 1 << 24, 0));
+    if (g.min_tokens > g.max_tokens) bad("'min_tokens' must be at most max_tokens", "min_tokens");
+    if (const ojson* ids = field(body, "stop_token_ids")) {
+        if (!ids->is_array() || ids->size() > kMaxStopTokenIds)
+            bad("'stop_token_ids' must be a list of at most " + std::to_string(kMaxStopTokenIds) + " token ids",
+                "stop_token_ids");
+        for (const auto& t : *ids) {
+            if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
+                bad("'stop_token_ids' entries must be non-negative integers", "stop_token_ids");
+            g.stop_token_ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+        }
+    }
+    if (const ojson* lb = field(body, "logit_bias")) {
+        if (!lb->is_object() || lb->size() > kMaxLogitBias)
+            bad("'logit_bias' must be an object of token id -> bias", "logit_bias");
+        for (const auto& [key, v] : lb->items()) {
+            int64_t id = -1;
+            try {
+                size_t used = 0;
+                id = std::stoll(key, &used);
+                if (used != key.size()) id = -1;
+            } catch (const std::exception&) {
+                id = -1;
+            }
+            if (id < 0 || id > INT32_MAX) bad("'logit_bias' keys must be token ids, got '" + key + "'", "logit_bias");
+            if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < -100.0 ||
+                v.get<double>() > 100.0)
+                bad("'logit_bias' values must be numbers in [-100, 100]", "logit_bias");
+            g.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(v.get<double>()));
+        }
+    }
+    if (kind == endpoint_kind::completion) {
+        if (field(body, "logprobs")) {
+            g.logprobs = static_cast<uint32_t>(int_field(body, "logprobs", 0, kMaxTopLogprobs, 0));
+            r.logprobs = true;
+        }
+    } else {
+        r.logprobs = bool_field(body, "logprobs", false);
+        const int64_t top = int_field(body, "top_logprobs", 0, kMaxTopLogprobs, 0);
+        if (field(body, "top_logprobs") && !r.logprobs) bad("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+        if (r.logprobs) g.logprobs = static_cast<uint32_t>(top);
+    }
+    r.n = static_cast<uint32_t>(int_field(body, "n", 1, kMaxChoices, 1));
+    if (kind == endpoint_kind::completion && field(body, "best_of") &&
+        int_field(body, "best_of", 1, kMaxChoices, 1) != r.n)
+        bad("'best_of' must equal n", "best_of");
     r.stream = bool_field(body, "stream", false);
     g.stream = r.stream;
     if (const ojson* so = field(body, "stream_options")) {
@@ -190,42 +247,89 @@ ojson usage(uint32_t prompt_tokens, uint32_t completion_tokens) {
 }
 }  // namespace
 
-ojson response_object(const openai_request& req, const std::string& id, int64_t created, const std::string& text,
-                      finish_reason reason, uint32_t prompt_tokens, uint32_t completion_tokens) {
-    ojson choice;
-    if (req.kind == endpoint_kind::chat) {
-        choice = {{"index", 0},
-                  {"message", {{"role", "assistant"}, {"content", text}}},
-                  {"logprobs", nullptr},
-                  {"finish_reason", finish_reason_json(reason, true)}};
-    } else {
-        choice = {
-            {"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason_json(reason, true)}};
-    }
-    return {{"id", id},
-            {"object", req.kind == endpoint_kind::chat ? "chat.completion" : "text_completion"},
-            {"created", created},
-            {"model", req.model},
-            {"choices", ojson::array({choice})},
-            {"usage", usage(prompt_tokens, completion_tokens)}};
+client_generate choice_request(const openai_request& req, const std::string& base_id, uint32_t index) {
+    client_generate g = req.generate;
+    g.client_request_id = base_id + "-" + std::to_string(index);
+    if (g.seed) g.seed = *g.seed + index;
+    return g;
 }
 
-ojson chunk_object(const openai_request& req, const std::string& id, int64_t created, const std::string& text,
-                   bool first, bool finished, finish_reason reason) {
+ojson logprobs_json(endpoint_kind kind, const std::vector<int32_t>& ids, const std::vector<token_logprobs>& lps,
+                    const std::function<std::string(int32_t)>& piece, size_t text_offset) {
+    auto bytes_of = [](const std::string& t) {
+        ojson b = ojson::array();
+        for (unsigned char c : t) b.push_back(static_cast<int>(c));
+        return b;
+    };
+    // A logprob of -inf (a token with no probability) is not JSON: OpenAI-style clients read -9999.0.
+    auto finite = [](float v) { return std::isfinite(v) ? static_cast<double>(v) : -9999.0; };
+    if (kind == endpoint_kind::chat) {
+        ojson content = ojson::array();
+        for (size_t i = 0; i < ids.size() && i < lps.size(); ++i) {
+            const std::string t = piece(ids[i]);
+            ojson top = ojson::array();
+            for (size_t j = 0; j < lps[i].top_ids.size(); ++j) {
+                const std::string tt = piece(lps[i].top_ids[j]);
+                top.push_back({{"token", tt}, {"logprob", finite(lps[i].top_logprobs[j])}, {"bytes", bytes_of(tt)}});
+            }
+            content.push_back(
+                {{"token", t}, {"logprob", finite(lps[i].logprob)}, {"bytes", bytes_of(t)}, {"top_logprobs", top}});
+        }
+        return {{"content", content}};
+    }
+    ojson tokens = ojson::array(), token_logprobs = ojson::array(), top = ojson::array(), offsets = ojson::array();
+    size_t at = text_offset;
+    for (size_t i = 0; i < ids.size() && i < lps.size(); ++i) {
+        const std::string t = piece(ids[i]);
+        tokens.push_back(t);
+        token_logprobs.push_back(finite(lps[i].logprob));
+        ojson alts = ojson::object();
+        for (size_t j = 0; j < lps[i].top_ids.size(); ++j)
+            alts[piece(lps[i].top_ids[j])] = finite(lps[i].top_logprobs[j]);
+        top.push_back(alts);
+        offsets.push_back(at);
+        at += t.size();
+    }
+    return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
+}
+
+ojson response_object(const openai_request& req, const std::string& id, int64_t created,
+                      const std::vector<choice_output>& choices, uint32_t prompt_tokens, uint32_t completion_tokens) {
+    ojson list = ojson::array();
+    for (const choice_output& c : choices) {
+        if (req.kind == endpoint_kind::chat) {
+            list.push_back({{"index", c.index},
+                            {"message", {{"role", "assistant"}, {"content", c.text}}},
+                            {"logprobs", c.logprobs},
+                            {"finish_reason", finish_reason_json(c.reason, true)}});
+        } else {
+            list.push_back({{"index", c.index},
+                            {"text", c.text},
+                            {"logprobs", c.logprobs},
+                            {"finish_reason", finish_reason_json(c.reason, true)}});
+        }
+    }
+    return {{"id", id},           {"object", req.kind == endpoint_kind::chat ? "chat.completion" : "text_completion"},
+            {"created", created}, {"model", req.model},
+            {"choices", list},    {"usage", usage(prompt_tokens, completion_tokens)}};
+}
+
+ojson chunk_object(const openai_request& req, const std::string& id, int64_t created, const choice_output& c,
+                   bool first, bool finished) {
     ojson choice;
     if (req.kind == endpoint_kind::chat) {
         ojson delta = ojson::object();
         if (first) delta["role"] = "assistant";
-        if (!text.empty() || !finished) delta["content"] = text;
-        choice = {{"index", 0},
+        if (!c.text.empty() || !finished) delta["content"] = c.text;
+        choice = {{"index", c.index},
                   {"delta", delta},
-                  {"logprobs", nullptr},
-                  {"finish_reason", finish_reason_json(reason, finished)}};
+                  {"logprobs", c.logprobs},
+                  {"finish_reason", finish_reason_json(c.reason, finished)}};
     } else {
-        choice = {{"index", 0},
-                  {"text", text},
-                  {"logprobs", nullptr},
-                  {"finish_reason", finish_reason_json(reason, finished)}};
+        choice = {{"index", c.index},
+                  {"text", c.text},
+                  {"logprobs", c.logprobs},
+                  {"finish_reason", finish_reason_json(c.reason, finished)}};
     }
     return {{"id", id},
             {"object", req.kind == endpoint_kind::chat ? "chat.completion.chunk" : "text_completion"},
@@ -242,6 +346,57 @@ ojson usage_chunk(const openai_request& req, const std::string& id, int64_t crea
             {"model", req.model},
             {"choices", ojson::array()},
             {"usage", usage(prompt_tokens, completion_tokens)}};
+}
+
+client_tokenize parse_tokenize_request(const std::string& text) {
+    ojson body;
+    try {
+        body = ojson::parse(text);
+    } catch (const ojson::exception& e) {
+        bad(std::string("the request body is not valid JSON: ") + e.what());
+    }
+    if (!body.is_object()) bad("the request body must be a JSON object");
+    client_tokenize t;
+    t.add_special_tokens = bool_field(body, "add_special_tokens", true);
+    const ojson* prompt = field(body, "prompt");
+    const ojson* messages = field(body, "messages");
+    if ((prompt != nullptr) == (messages != nullptr)) bad("give either 'prompt' or 'messages'");
+    if (prompt) {
+        if (!prompt->is_string()) bad("'prompt' must be a string", "prompt");
+        t.text = prompt->get<std::string>();
+        return t;
+    }
+    if (!messages->is_array() || messages->empty()) bad("'messages' must be a non-empty list", "messages");
+    ojson chat = {{"messages", *messages}, {"add_generation_prompt", bool_field(body, "add_generation_prompt", true)}};
+    if (const ojson* tools = field(body, "tools")) {
+        if (!tools->is_array()) bad("'tools' must be a list", "tools");
+        chat["tools"] = *tools;
+    }
+    if (const ojson* k = field(body, "chat_template_kwargs")) {
+        if (!k->is_object()) bad("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+        chat["chat_template_kwargs"] = *k;
+    }
+    t.chat = chat.dump(-1, ' ', false, ojson::error_handler_t::replace);
+    return t;
+}
+
+std::vector<int32_t> parse_detokenize_request(const std::string& text) {
+    ojson body;
+    try {
+        body = ojson::parse(text);
+    } catch (const ojson::exception& e) {
+        bad(std::string("the request body is not valid JSON: ") + e.what());
+    }
+    if (!body.is_object()) bad("the request body must be a JSON object");
+    const ojson* tokens = field(body, "tokens");
+    if (!tokens || !tokens->is_array()) bad("'tokens' must be a list of token ids", "tokens");
+    std::vector<int32_t> ids;
+    for (const auto& t : *tokens) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
+            bad("'tokens' entries must be non-negative integers", "tokens");
+        ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    return ids;
 }
 
 std::string sse_event(const ojson& j) {

@@ -4,8 +4,10 @@
 // OpenAI error objects. Pure functions: no sockets, unit-tested on their own.
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "messages/client_protocol.hpp"
 
@@ -28,6 +30,9 @@ api_error error_from_errc(errc code, const std::string& message);
 
 enum class endpoint_kind : uint8_t { completion, chat };
 
+/// Most choices one request may ask for (n).
+constexpr int64_t kMaxChoices = 16;
+
 /// A parsed request: what to send to the frontend and how to answer.
 struct openai_request {
     endpoint_kind kind = endpoint_kind::completion;
@@ -35,23 +40,49 @@ struct openai_request {
     std::string model;  ///< echoed in responses (the served model's name when absent)
     bool stream = false;
     bool include_usage = false;  ///< stream_options.include_usage
+    uint32_t n = 1;              ///< choices: n generate requests, the i-th seeded seed + i when a seed is given
+    bool logprobs = false;       ///< answer with logprobs (completions: logprobs >= 0; chat: logprobs true)
 };
 
-/// Parses a /v1/completions (kind completion) or /v1/chat/completions (kind chat) body. Throws api_error (400)
-/// naming the field for malformed JSON, missing or mistyped fields and unsupported values (n > 1, echo, best_of).
+/// Parses a /v1/completions (kind completion) or /v1/chat/completions (kind chat) body: every sampling field of
+/// OpenAI's API and vLLM's extras (docs/openai_api.md). Throws api_error (400) naming the field for malformed
+/// JSON, missing, mistyped or out-of-range fields and unsupported values (echo, suffix, best_of other than n).
 openai_request parse_openai_request(const std::string& body, endpoint_kind kind);
+
+/// The generate request of choice `index` (< req.n): its own client_request_id `<base>-<index>` and, with a seed,
+/// seed + index, so that the choices differ and each one is reproducible.
+client_generate choice_request(const openai_request& req, const std::string& base_id, uint32_t index);
+
+/// One choice's output so far (or in one chunk).
+struct choice_output {
+    uint32_t index = 0;
+    std::string text{};
+    finish_reason reason = finish_reason::none;
+    ojson logprobs = nullptr;  ///< logprobs_json's object, or null
+};
+
+/// OpenAI's logprobs object for generated tokens: completions {tokens, token_logprobs, top_logprobs, text_offset}
+/// (text offsets from text_offset on), chat {content: [{token, logprob, bytes, top_logprobs}]}. `piece` gives
+/// each id's text (the frontend's detokenize pieces); lps has one entry per id.
+ojson logprobs_json(endpoint_kind kind, const std::vector<int32_t>& ids, const std::vector<token_logprobs>& lps,
+                    const std::function<std::string(int32_t)>& piece, size_t text_offset = 0);
+
+/// /tokenize's body (vLLM): {"prompt": str} or {"messages": [...], "add_generation_prompt"?, "tools"?,
+/// "chat_template_kwargs"?}, "add_special_tokens"? (default true; a chat rendering never adds them). Throws api_error.
+client_tokenize parse_tokenize_request(const std::string& body);
+/// /detokenize's body (vLLM): {"tokens": [int...]}. Throws api_error.
+std::vector<int32_t> parse_detokenize_request(const std::string& body);
 
 /// The finish_reason string OpenAI uses ("stop", "length"; abort as "abort"), null while running.
 ojson finish_reason_json(finish_reason r, bool finished);
 
-/// The non-streamed response object.
-ojson response_object(const openai_request& req, const std::string& id, int64_t created, const std::string& text,
-                      finish_reason reason, uint32_t prompt_tokens, uint32_t completion_tokens);
-/// One streamed chunk object for a delta (text, and finish_reason on the last one). first: a chat stream's first
-/// chunk carries delta.role = "assistant".
-/// finished: this is the last chunk, with `reason`.
-ojson chunk_object(const openai_request& req, const std::string& id, int64_t created, const std::string& text,
-                   bool first, bool finished, finish_reason reason);
+/// The non-streamed response object, its choices in the order given.
+ojson response_object(const openai_request& req, const std::string& id, int64_t created,
+                      const std::vector<choice_output>& choices, uint32_t prompt_tokens, uint32_t completion_tokens);
+/// One streamed chunk object for a delta of one choice (its text and logprobs, and c.reason on its last chunk).
+/// first: a chat stream's first chunk of that choice carries delta.role = "assistant". finished: the choice's last.
+ojson chunk_object(const openai_request& req, const std::string& id, int64_t created, const choice_output& c,
+                   bool first, bool finished);
 /// The final usage-only chunk of a stream with stream_options.include_usage.
 ojson usage_chunk(const openai_request& req, const std::string& id, int64_t created, uint32_t prompt_tokens,
                   uint32_t completion_tokens);

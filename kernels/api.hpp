@@ -129,6 +129,45 @@ void kv_slots_plan(std::span<const int32_t> block_table, int32_t start_pos, int3
 void launch_paged_attention(const paged_attention_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
+// Paged attention for decode steps (one query token per sequence), split over the KV
+
+/// Keys one decode-attention block covers: a sequence's KV is split into chunks of this many keys, each chunk one
+/// block, merged by a second kernel when a sequence has more than one. Fixed, so that a sequence's result depends
+/// on its own length only (not on the batch it is in, nor on the capacity the split count was sized for).
+constexpr int32_t kDecodeAttentionChunk = 512;
+
+/// True when launch_decode_attention supports this shape: head_dim 64, 128 or 256 and num_q_heads / num_kv_heads
+/// in {1, 2, 4, 8, 16}. Other shapes use launch_paged_attention.
+bool decode_attention_supported(int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim);
+
+/// Chunks per sequence for sequences of up to max_kv_len keys, and the fp32 scratch launch_decode_attention needs.
+int32_t decode_attention_splits(int32_t max_kv_len);
+size_t decode_attention_workspace_bytes(int32_t num_seqs, int32_t num_q_heads, int32_t head_dim, int32_t num_splits);
+
+struct decode_attention_params {
+    const bf16* q = nullptr;                // [num_seqs, num_q_heads, head_dim]: sequence s's one query token
+    const bf16* k_cache = nullptr;          // [num_blocks, block_size, num_kv_heads, head_dim]
+    const bf16* v_cache = nullptr;          // [num_blocks, block_size, num_kv_heads, head_dim]
+    const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+    const int32_t* start_pos = nullptr;     // [num_seqs]: the query token's position; it sees keys [0, start_pos]
+    float* workspace = nullptr;             // decode_attention_workspace_bytes(...); unused when num_splits == 1
+    bf16* out = nullptr;                    // [num_seqs, num_q_heads, head_dim]
+    int32_t num_seqs = 0;
+    int32_t num_q_heads = 0;
+    int32_t num_kv_heads = 0;
+    int32_t head_dim = 0;  ///< decode_attention_supported
+    int32_t block_size = 0;
+    int32_t max_blocks_per_seq = 0;
+    int32_t num_splits = 1;  ///< decode_attention_splits(longest KV any sequence may have)
+    float scale = 1.f;
+};
+
+/// What launch_paged_attention computes for a batch of one query token per sequence (query_start = 0, 1, ..., n),
+/// with the probabilities kept in fp32: one block per (sequence, KV head, chunk of kDecodeAttentionChunk keys), its
+/// warps over 32 keys at a time, the group's query heads scored together against each K row.
+void launch_decode_attention(const decode_attention_params& p, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------
 // MoE router
 
 struct router_topk_params {
@@ -216,10 +255,55 @@ struct moe_combine_params {
 void launch_moe_combine(const moe_combine_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
+// The whole routed-expert block of a decode step of a few tokens, in three launches
+
+/// Tokens (and tokens x top_k choices) the few-token MoE path takes at most.
+constexpr int32_t kMoeDecodeMaxTokens = 8;
+constexpr int32_t kMoeDecodeMaxPairs = 64;
+
+/// True when launch_moe_decode takes this shape: num_tokens in [1, kMoeDecodeMaxTokens], num_tokens x top_k <=
+/// kMoeDecodeMaxPairs, num_experts <= 512, top_k <= 16, hidden and inter multiples of 8.
+bool moe_decode_supported(int32_t num_tokens, int32_t top_k, int32_t num_experts, int32_t hidden, int32_t inter);
+
+/// int32 scratch launch_moe_decode needs for num_tokens x top_k choices.
+size_t moe_decode_scratch_ints(int32_t num_tokens, int32_t top_k);
+
+struct moe_decode_params {
+    const float* router_logits = nullptr;      // [num_tokens, num_experts] fp32
+    const int32_t* replica_offsets = nullptr;  // [num_experts + 1], as moe_route_params
+    const int32_t* replica_slots = nullptr;    // as moe_route_params
+    const int32_t* num_valid = nullptr;        // [1] or nullptr (all valid): tokens from *num_valid on are padding
+    const bf16* x = nullptr;                   // [num_tokens, hidden]: the normalised hidden states
+    const bf16* w_gate_up = nullptr;           // [num_slots, 2 * inter, hidden]: gate rows, then up rows
+    const bf16* w_down = nullptr;              // [num_slots, hidden, inter]
+    float* topk_weights = nullptr;             // [num_tokens, top_k] out
+    int32_t* slot_ids = nullptr;               // [num_tokens, top_k] out: the slot serving each choice
+    int32_t* scratch = nullptr;                // moe_decode_scratch_ints(num_tokens, top_k)
+    bf16* act = nullptr;                       // [num_tokens * top_k, inter] scratch: SiLU(gate) * up per choice
+    int32_t* expert_counts = nullptr;          // [num_experts] or nullptr: += the valid choices of each expert
+    bf16* out = nullptr;                       // [num_tokens, hidden]
+    int32_t num_tokens = 0;
+    int32_t top_k = 0;
+    int32_t num_experts = 0;
+    int32_t hidden = 0;
+    int32_t inter = 0;
+    bool renormalize = false;
+};
+
+/// What launch_router_topk + launch_moe_route + launch_moe_permute + the two grouped GEMMs + launch_moe_combine
+/// compute, for a few tokens: (1) one block: softmax top-k per token, replica choice, load counts, and the
+/// distinct slots of the step with the tokens that chose each; (2) per distinct slot and slice of the FFN width,
+/// act = bf16(silu(x . gate) * (x . up)) for every token that chose it, each weight row read once; (3) per slice
+/// of the hidden size, y = bf16(act . down) per choice, then out[t] = bf16(sum_j weights[t, j] * y[t, j]) in top-k
+/// order. A token's result does not depend on the other tokens of the batch.
+void launch_moe_decode(const moe_decode_params& p, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------
 // Grouped expert GEMM
 
 /// Which kernel launch_grouped_gemm runs. automatic: the wgmma + TMA kernel on compute capability 9.x when
-/// row_align is a multiple of 64 (from moe_row_align_for: about 2 or more rows per expert), else the mma.sync one.
+/// row_align is a multiple of 64 (moe_row_align_for's choice there from half a row per expert on), else the
+/// mma.sync one.
 enum class grouped_gemm_impl : int32_t {
     automatic = 0,
     mma_sync = 1,  ///< WMMA / mma.sync with a cp.async pipeline; any CUDA GPU, any row_align
@@ -228,7 +312,10 @@ enum class grouped_gemm_impl : int32_t {
 };
 
 struct grouped_gemm_params {
-    const bf16* a = nullptr;                  // [max_rows, k]: permuted activations
+    const bf16* a = nullptr;                  // [max_rows, k]: permuted activations; with a_rows: [*, k]
+    const int32_t* a_rows = nullptr;          // [max_rows] or nullptr: row r of the product reads row a_rows[r] of a,
+                                              // a zero row where it is < 0 (moe_permute's row_token: x need not be
+                                              // gathered into a permuted copy first)
     const bf16* b = nullptr;                  // [num_experts, swiglu ? 2 * n : n, k], row-major per expert
     const int32_t* expert_offsets = nullptr;  // [num_experts + 1], from launch_moe_permute
     bf16* c = nullptr;                        // [max_rows, n]

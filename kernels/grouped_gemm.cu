@@ -73,7 +73,6 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemm_kernel(const grouped
     }
     const int32_t expert = lo;
     const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
-    const bf16* a = p.a + size_t(m0) * p.k;
     const bf16* b = p.b + size_t(expert) * n_b * p.k;
 
     const auto load_stage = [&](int32_t kt, int stage) {
@@ -82,8 +81,9 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemm_kernel(const grouped
         const int32_t k0 = kt * tile::kBK;
         for (int v = threadIdx.x; v < kBM * (tile::kBK / 8); v += kThreads) {
             const int r = v / (tile::kBK / 8), c = v % (tile::kBK / 8);
-            const bool valid = k0 + c * 8 < p.k;
-            cp_async_16(a_s + r * tile::kStride + c * 8, valid ? a + size_t(r) * p.k + k0 + c * 8 : p.a, valid);
+            const int32_t src = p.a_rows ? p.a_rows[m0 + r] : m0 + r;
+            const bool valid = src >= 0 && k0 + c * 8 < p.k;
+            cp_async_16(a_s + r * tile::kStride + c * 8, valid ? p.a + size_t(src) * p.k + k0 + c * 8 : p.a, valid);
         }
         for (int v = threadIdx.x; v < kBN * (tile::kBK / 8); v += kThreads) {
             const int r = v / (tile::kBK / 8), c = v % (tile::kBK / 8);

@@ -3,7 +3,9 @@
 // c[r] = a[r] . b[e]^T for the rows r of each expert e, SiLU(gate) * up fused into the epilogue with swiglu.
 //
 // Layout of one CTA (384 threads): warpgroup 0 is the producer (one thread issues the TMA copies of a
-// kStages-deep ring of (A tile, B tile) stages, each completing on its "full" mbarrier); warpgroups 1 and 2
+// kStages-deep ring of (A tile, B tile) stages, each completing on its "full" mbarrier; with a_rows, its 128
+// threads gather the A rows with cp.async instead, writing the same 128-byte swizzle, and each arrives on a
+// stage's full barrier kGatherLag stages later, once its copies have landed); warpgroups 1 and 2
 // multiply (wgmma m64nNk16, A and B read from shared memory through matrix descriptors) and release each stage
 // through its "empty" mbarrier. Tiles are BM rows (64 or 128, dividing row_align so a tile never straddles two
 // experts) by 256 rows of b (with swiglu: 128 gate rows and the 128 matching up rows, so a tile makes 128 output
@@ -26,6 +28,7 @@ namespace {
 constexpr int kThreads = 384;  // producer warpgroup + two math warpgroups
 constexpr int kBK = 64;        // K elements of one TMA box: one 128-byte swizzle row
 constexpr int kBRows = 256;    // rows of b per tile
+constexpr int kGatherLag = 2;  // stages a gathering producer thread keeps in flight before it arrives
 
 template <int kBM, bool kSwiglu, int kSub>
 struct wg_tile {
@@ -94,6 +97,19 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, i
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
+
+/// 16-byte cp.async into shared memory; src_bytes 0 fills zeros and reads nothing.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+/// Makes this thread's generic-proxy writes to shared memory (cp.async) visible to the async proxy (wgmma).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 /// Matrix descriptor of a K-major tile in shared memory written by TMA with 128-byte swizzle: rows of 128 bytes
 /// (64 BF16 along K), 8-row swizzle atoms 1024 bytes apart (the stride byte offset); the leading byte offset is
@@ -245,9 +261,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     int32_t* tile_start = reinterpret_cast<int32_t*>(empty + tile::kStages);  // [num_experts + 1]
 
     const int warpgroup = threadIdx.x / 128;
+    const bool gather = p.a_rows != nullptr;
     if (threadIdx.x == 0) {
         for (int s = 0; s < tile::kStages; ++s) {
-            mbar_init(&full[s], 1);   // the producer's arrive, plus the TMA bytes
+            // The producer's arrive with the TMA bytes, and with a_rows each gathering thread's arrive.
+            mbar_init(&full[s], gather ? 129 : 1);
             mbar_init(&empty[s], 8);  // one arrive per math warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -261,46 +279,87 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int32_t k_tiles = (p.k + tile::kStageK - 1) / tile::kStageK;
 
     if (warpgroup == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-        if (threadIdx.x == 0) {
-            tma_prefetch_map(&map_a);
-            tma_prefetch_map(&map_b);
+        // The whole kernel runs at the 168 registers per thread that 384 threads leave (no setmaxnreg: the math
+        // warpgroups' 128 accumulators fit).
+        if (gather || threadIdx.x == 0) {
+            if (threadIdx.x == 0) {
+                if (!gather) tma_prefetch_map(&map_a);
+                tma_prefetch_map(&map_b);
+            }
             const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
+            const int chunk = threadIdx.x % 8;  // gather: this thread's 16-byte chunk of each 128-byte row
             uint32_t it = 0;
             for (int32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
                 const row_tile rt = locate_row_tile<kBM>(p.expert_offsets, tile_start, p.num_experts, t / n_tiles);
                 const int32_t m0 = rt.m0;
                 const int32_t n0 = (t % n_tiles) * tile::kOutN;
                 const int32_t b_row = rt.expert * n_b;
+                int32_t src[kBM / 16];  // gather: the row of a behind tile rows threadIdx.x / 8 + 16 j
+                if (gather) {
+#pragma unroll
+                    for (int j = 0; j < kBM / 16; ++j) {
+                        const int32_t row = m0 + int32_t(threadIdx.x) / 8 + 16 * j;
+                        src[j] = row < p.max_rows ? p.a_rows[row] : -1;
+                    }
+                }
                 for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
                     const uint32_t s = it % tile::kStages;
                     mbar_wait(&empty[s], ((it / tile::kStages) & 1) ^ 1);
                     unsigned char* a_s = smem + size_t(s) * tile::kStageBytes;
                     unsigned char* b_s = a_s + tile::kABytes;
-                    mbar_arrive_expect_tx(&full[s], tile::kStageBytes);
+                    if (threadIdx.x == 0) {
+                        mbar_arrive_expect_tx(&full[s], gather ? tile::kBBytes : tile::kStageBytes);
 #pragma unroll
-                    for (int sub = 0; sub < kSub; ++sub) {
-                        const int32_t k0 = kt * tile::kStageK + sub * kBK;
-                        unsigned char* b_sub = b_s + sub * tile::kBSubBytes;
-                        tma_load_2d(a_s + sub * tile::kASubBytes, &map_a, k0, m0, &full[s]);
-                        if constexpr (kSwiglu) {
-                            // Each math warpgroup's kWgN rows: its gate rows, then the matching up rows.
+                        for (int sub = 0; sub < kSub; ++sub) {
+                            const int32_t k0 = kt * tile::kStageK + sub * kBK;
+                            unsigned char* b_sub = b_s + sub * tile::kBSubBytes;
+                            if (!gather) tma_load_2d(a_s + sub * tile::kASubBytes, &map_a, k0, m0, &full[s]);
+                            if constexpr (kSwiglu) {
+                                // Each math warpgroup's kWgN rows: its gate rows, then the matching up rows.
 #pragma unroll
-                            for (int w = 0; w < kBRows / tile::kWgN; ++w) {
-                                const int32_t col = n0 + w * (tile::kWgN / 2);
-                                tma_load_2d(b_sub + size_t(w) * tile::kWgN * 128, &map_b, k0, b_row + col, &full[s]);
-                                tma_load_2d(b_sub + (size_t(w) * tile::kWgN + tile::kWgN / 2) * 128, &map_b, k0,
-                                            b_row + p.n + col, &full[s]);
+                                for (int w = 0; w < kBRows / tile::kWgN; ++w) {
+                                    const int32_t col = n0 + w * (tile::kWgN / 2);
+                                    tma_load_2d(b_sub + size_t(w) * tile::kWgN * 128, &map_b, k0, b_row + col,
+                                                &full[s]);
+                                    tma_load_2d(b_sub + (size_t(w) * tile::kWgN + tile::kWgN / 2) * 128, &map_b, k0,
+                                                b_row + p.n + col, &full[s]);
+                                }
+                            } else {
+                                tma_load_2d(b_sub, &map_b, k0, b_row + n0, &full[s]);
                             }
-                        } else {
-                            tma_load_2d(b_sub, &map_b, k0, b_row + n0, &full[s]);
+                        }
+                    }
+                    if (gather) {
+#pragma unroll
+                        for (int sub = 0; sub < kSub; ++sub) {
+                            const int32_t k = kt * tile::kStageK + sub * kBK + chunk * 8;
+#pragma unroll
+                            for (int j = 0; j < kBM / 16; ++j) {
+                                // Row r's chunk c goes to 16-byte slot c ^ (r % 8) of its 128 bytes: the
+                                // 128-byte swizzle TMA writes and the matrix descriptors read.
+                                const int r = int(threadIdx.x) / 8 + 16 * j;
+                                const bool valid = src[j] >= 0 && k < p.k;
+                                cp_async_16(a_s + sub * tile::kASubBytes + r * 128 + ((chunk ^ (r & 7)) << 4),
+                                            valid ? p.a + size_t(src[j]) * p.k + k : p.a, valid);
+                            }
+                        }
+                        cp_async_commit();
+                        if (it >= kGatherLag) {  // the copies of stage it - kGatherLag have landed
+                            cp_async_wait<kGatherLag>();
+                            fence_proxy_async();
+                            mbar_arrive(&full[(it - kGatherLag) % tile::kStages]);
                         }
                     }
                 }
             }
+            if (gather) {
+                cp_async_wait<0>();
+                fence_proxy_async();
+                for (uint32_t d = it < kGatherLag ? it : kGatherLag; d > 0; --d)
+                    mbar_arrive(&full[(it - d) % tile::kStages]);
+            }
         }
     } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
         const int mw = warpgroup - 1;  // math warpgroup 0 or 1
         const int a_row0 = kBM == 128 ? mw * 64 : 0;
         const int b_row0 = kBM == 128 ? 0 : mw * tile::kWgN;
@@ -437,7 +496,7 @@ void launch_config(const grouped_gemm_params& p, cudaStream_t stream) {
     const size_t smem = tile::smem_bytes(p.num_experts);
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
-    const CUtensorMap map_a = make_map(p.a, p.max_rows, p.k, kBM);
+    const CUtensorMap map_a = p.a_rows ? CUtensorMap{} : make_map(p.a, p.max_rows, p.k, kBM);  // gather: unused
     const CUtensorMap map_b = make_map(p.b, int64_t(p.num_experts) * n_b, p.k, tile::kBoxB);
     const int64_t tiles_bound = int64_t(p.max_rows / 64) * ((p.n + tile::kOutN - 1) / tile::kOutN);
     const int grid = int(std::max<int64_t>(1, std::min<int64_t>(tiles_bound, current_device().sms)));

@@ -4,6 +4,7 @@
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
+#include "kernels/warp_topk.cuh"
 #include "kernels/dispatch.cuh"
 
 namespace zmoe::kernels {
@@ -20,44 +21,10 @@ __global__ void __launch_bounds__(kWarps * 32) router_topk_kernel(const router_t
     const int lane = threadIdx.x % 32;
     const int32_t t = blockIdx.x * kWarps + threadIdx.x / 32;
     if (t < p.num_tokens) {
-        const float* row = p.logits + size_t(t) * p.num_experts;
-        float v[kPerLane];
-        float max_v = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-            const int32_t e = i * 32 + lane;
-            v[i] = e < p.num_experts ? row[e] : -INFINITY;
-            max_v = fmaxf(max_v, v[i]);
-        }
-        max_v = detail::warp_max(max_v);
-        float sum = 0.f;
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) sum += i * 32 + lane < p.num_experts ? expf(v[i] - max_v) : 0.f;
-        sum = detail::warp_sum(sum);
-
-        // Lane j ends up holding the j-th choice.
-        int32_t my_id = -1;
-        float my_weight = 0.f;
-        for (int j = 0; j < p.top_k; ++j) {
-            float best = -INFINITY;
-            int32_t best_id = INT32_MAX;
-#pragma unroll
-            for (int i = 0; i < kPerLane; ++i) {
-                const int32_t e = i * 32 + lane;
-                if (e < p.num_experts && (v[i] > best || (v[i] == best && e < best_id))) best = v[i], best_id = e;
-            }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                const float ob = __shfl_xor_sync(detail::kFullMask, best, o);
-                const int32_t oi = __shfl_xor_sync(detail::kFullMask, best_id, o);
-                if (ob > best || (ob == best && oi < best_id)) best = ob, best_id = oi;
-            }
-#pragma unroll
-            for (int i = 0; i < kPerLane; ++i)
-                if (i * 32 + lane == best_id) v[i] = -INFINITY;
-            if (lane == j) my_id = best_id, my_weight = expf(best - max_v) / sum;
-        }
-        if (p.renormalize) my_weight /= detail::warp_sum(lane < p.top_k ? my_weight : 0.f);
+        int32_t my_id;
+        float my_weight;
+        detail::warp_softmax_topk<kPerLane>(p.logits + size_t(t) * p.num_experts, p.num_experts, p.top_k,
+                                            p.renormalize, &my_id, &my_weight);
         if (lane < p.top_k) {
             p.topk_ids[size_t(t) * p.top_k + lane] = my_id;
             p.topk_weights[size_t(t) * p.top_k + lane] = my_weight;

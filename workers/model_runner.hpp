@@ -35,6 +35,8 @@ struct runner_options {
     const expert_placement* placement = nullptr;
     /// Threads of the CPU kernels; 0 = all cores.
     int num_threads = 0;
+    /// "auto": the checkpoint's weights; "dummy": generated from config.json (dummy_checkpoint).
+    std::string load_format = "auto";
 };
 
 class model_runner final : public step_executor {

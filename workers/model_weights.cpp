@@ -1,26 +1,30 @@
 #include "workers/model_weights.hpp"
 
 #include "base/error.hpp"
+#include "workers/dummy_weights.hpp"
 
 namespace zmoe {
 namespace {
 
 // The MoE block's name prefix in layer `l`: "mlp." everywhere except Mixtral checkpoints written by transformers
 // 4.x, which say "block_sparse_moe.".
-std::string moe_prefix(const safetensors_checkpoint& ck, const model_config& c, const std::string& layer) {
+template <class Source>
+std::string moe_prefix(const Source& ck, const model_config& c, const std::string& layer) {
     if (c.arch == model_arch::mixtral && (ck.contains(layer + "block_sparse_moe.gate.weight")))
         return layer + "block_sparse_moe.";
     return layer + "mlp.";
 }
 
-mlp_weights load_mlp(const safetensors_checkpoint& ck, const std::string& prefix, int64_t hidden, int64_t inter) {
+template <class Source>
+mlp_weights load_mlp(const Source& ck, const std::string& prefix, int64_t hidden, int64_t inter) {
     return {ck.get_matrix(prefix + "gate_proj.weight", inter, hidden),
             ck.get_matrix(prefix + "up_proj.weight", inter, hidden),
             ck.get_matrix(prefix + "down_proj.weight", hidden, inter)};
 }
 
 // One expert of a per-expert checkpoint: gate_proj/up_proj/down_proj, or Mixtral's w1/w3/w2.
-mlp_weights load_expert(const safetensors_checkpoint& ck, const std::string& prefix, int64_t e, int64_t hidden,
+template <class Source>
+mlp_weights load_expert(const Source& ck, const std::string& prefix, int64_t e, int64_t hidden,
                         int64_t inter) {
     const std::string p = prefix + "experts." + std::to_string(e) + ".";
     if (!ck.contains(p + "gate_proj.weight") && ck.contains(p + "w1.weight")) {
@@ -30,7 +34,8 @@ mlp_weights load_expert(const safetensors_checkpoint& ck, const std::string& pre
     return load_mlp(ck, p, hidden, inter);
 }
 
-void load_attention(const safetensors_checkpoint& ck, const model_config& c, const std::string& ap,
+template <class Source>
+void load_attention(const Source& ck, const model_config& c, const std::string& ap,
                     attention_weights& a) {
     const int64_t H = c.hidden_size, D = c.head_dim;
     const int64_t q_dim = c.num_heads * D, kv_dim = c.num_kv_heads * D;
@@ -54,7 +59,8 @@ void load_attention(const safetensors_checkpoint& ck, const model_config& c, con
 }
 
 // DeepSeek's multi-head latent attention.
-void load_mla(const safetensors_checkpoint& ck, const model_config& c, const std::string& ap, attention_weights& a) {
+template <class Source>
+void load_mla(const Source& ck, const model_config& c, const std::string& ap, attention_weights& a) {
     const mla_params& m = c.mla;
     const int64_t H = c.hidden_size, heads = c.num_heads;
     const int64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
@@ -77,11 +83,9 @@ void load_mla(const safetensors_checkpoint& ck, const model_config& c, const std
 }  // namespace
 
 model_weights::model_weights(const std::string& model_dir, const model_config& config,
-                             const expert_placement& placement, int rank)
-    : config_(config), checkpoint_(std::make_unique<safetensors_checkpoint>(model_dir)) {
-    const safetensors_checkpoint& ck = *checkpoint_;
+                             const expert_placement& placement, int rank, const std::string& load_format)
+    : config_(config) {
     const model_config& c = config_;
-    const int64_t H = c.hidden_size, V = c.vocab_size;
     if (placement.num_moe_layers() != c.num_moe_layers() || placement.num_experts != c.num_experts)
         throw error(errc::invalid_argument, "expert placement has " + std::to_string(placement.num_moe_layers()) +
                                                 " MoE layers x " + std::to_string(placement.num_experts) +
@@ -91,7 +95,25 @@ model_weights::model_weights(const std::string& model_dir, const model_config& c
         throw error(errc::invalid_argument, "rank " + std::to_string(rank) +
                                                 " outside the expert placement's world of " +
                                                 std::to_string(placement.num_ranks));
+    if (load_format == "dummy") {
+        dummy_ = std::make_unique<dummy_checkpoint>(config_);
+        load(*dummy_, placement, rank);
+    } else if (load_format == "auto") {
+        checkpoint_ = std::make_unique<safetensors_checkpoint>(model_dir);
+        load(*checkpoint_, placement, rank);
+    } else {
+        throw error(errc::invalid_argument, "load format '" + load_format + "' (auto or dummy)");
+    }
+}
 
+model_weights::~model_weights() = default;
+model_weights::model_weights(model_weights&&) noexcept = default;
+model_weights& model_weights::operator=(model_weights&&) noexcept = default;
+
+template <class Source>
+void model_weights::load(const Source& ck, const expert_placement& placement, int rank) {
+    const model_config& c = config_;
+    const int64_t H = c.hidden_size, V = c.vocab_size;
     embed_ = ck.get_matrix("model.embed_tokens.weight", V, H);
     final_norm_ = ck.get_vector("model.norm.weight", H);
     if (c.tie_word_embeddings || !ck.contains("lm_head.weight")) {

@@ -14,6 +14,8 @@
 
 namespace zmoe {
 
+class dummy_checkpoint;
+
 /// A gated MLP: down(silu(gate x) * up x). gate/up: [I, H], down: [H, I].
 struct mlp_weights {
     matrix_view gate;
@@ -66,8 +68,13 @@ class model_weights {
   public:
     /// Maps the checkpoint in `model_dir` for `rank` of `placement`. Throws zmoe::error(invalid_checkpoint) naming
     /// the file and tensor for a missing tensor or a wrong shape (expected vs got), (unsupported) for a dtype.
+    /// load_format "dummy" (vLLM's name): no checkpoint is read; every tensor is generated from the config
+    /// (dummy_checkpoint: N(0, 0.02^2) matrices, norms 1, biases 0).
     model_weights(const std::string& model_dir, const model_config& config, const expert_placement& placement,
-                  int rank);
+                  int rank, const std::string& load_format = "auto");
+    ~model_weights();
+    model_weights(model_weights&&) noexcept;
+    model_weights& operator=(model_weights&&) noexcept;
 
     const model_config& config() const { return config_; }
     const matrix_view& embed() const { return embed_; }      ///< [V, H]
@@ -80,8 +87,12 @@ class model_weights {
     bool fused_experts() const { return fused_experts_; }
 
   private:
+    template <class Source>
+    void load(const Source& source, const expert_placement& placement, int rank);
+
     model_config config_;
     std::unique_ptr<safetensors_checkpoint> checkpoint_;
+    std::unique_ptr<dummy_checkpoint> dummy_;  // load_format "dummy": owns the generated tensors
     matrix_view embed_;
     matrix_view lm_head_;
     std::vector<float> final_norm_;

@@ -17,14 +17,14 @@ std::unique_ptr<step_executor> make_cuda_step_executor(const executor_options& o
                                                        const expert_placement& placement);
 std::string make_nccl_unique_id();
 double measure_cuda_copy_bandwidth();
+void cuda_profiler_range(bool on);
 #endif
 
 std::unique_ptr<step_executor> make_step_executor(const executor_options& options, const expert_placement& placement) {
     const engine_config& c = options.config;
     if (c.device == "cpu") {
-        if (c.load_format != "auto")
-            throw error(errc::unsupported, "--load-format " + c.load_format + " on the CPU backend");
         runner_options ro;
+        ro.load_format = c.load_format;
         ro.block_size = c.block_size;
         ro.num_kv_blocks =
             c.num_kv_blocks > 0 ? c.num_kv_blocks : kv_blocks_for_budget(options.model, c.block_size, c.kv_cache_mb << 20);
@@ -60,6 +60,15 @@ double measure_copy_bandwidth(const std::string& device) {
         best = std::max(best, 2.0 * static_cast<double>(n) / s);
     }
     return best;
+}
+
+void device_profiler_range(const std::string& device, bool on) {
+#ifdef ZMOE_WITH_CUDA
+    if (device == "cuda") cuda_profiler_range(on);
+#else
+    (void)device;
+    (void)on;
+#endif
 }
 
 std::string make_collective_id(const std::string& device) {

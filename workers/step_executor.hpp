@@ -47,6 +47,11 @@ std::unique_ptr<step_executor> make_step_executor(const executor_options& option
 /// GPU 0, 1 GiB; "cpu": memcpy, 256 MiB), the best of a few repeats: the bandwidth floors are computed against.
 double measure_copy_bandwidth(const std::string& device);
 
+/// Turns the device profiler's collection on or off ("cuda": cudaProfilerStart / cudaProfilerStop, so that a
+/// profiler started with collection off, such as `ncu --profile-from-start off`, records only the region between;
+/// "cpu": nothing).
+void device_profiler_range(const std::string& device, bool on);
+
 /// CUDA builds: rank 0 makes the NCCL unique id (as raw bytes) that every rank joins with; "" for CPU.
 std::string make_collective_id(const std::string& device);
 

@@ -6,11 +6,13 @@
 // rate, whichever is longer. Both ceilings are measured in the same run (a 1 GiB device-to-device copy counting
 // bytes read + written; an 8192^3 cuBLASLt BF16 GEMM).
 //   moe_layer_bench [--tokens 1,8,...] [--iters N] [--warmup N] [--align 16|32|64|128] [--impl auto|mma|wgmma]
-//                   [--peer CMD] [--json PATH]
+//                   [--no-gather] [--peer CMD] [--json PATH]
 // --align forces the row alignment (hence the grouped GEMM's tile height) instead of moe_row_align_for's; --impl
-// forces the grouped GEMM kernel. --peer runs CMD after zmoe's measurements (the GPU otherwise idle) and reads
-// from its standard output the rows "<tokens> <milliseconds> ..." (the first two fields; other lines are
-// ignored): the table and the JSON then compare zmoe with that peer at the same token counts.
+// forces the grouped GEMM kernel. By default the permute only plans (offsets, destinations, row_token) and the
+// gate/up GEMM reads x through row_token; --no-gather permutes x into a copy first. --peer runs CMD after zmoe's
+// measurements (the GPU otherwise idle) and reads from its standard output the rows "<tokens> <milliseconds> ..." (the
+// first two fields; other lines are ignored): the table and the JSON then compare zmoe with that peer at the same token
+// counts.
 
 #include <algorithm>
 #include <chrono>
@@ -34,6 +36,7 @@ constexpr int32_t kHidden = 2048, kExperts = 128, kTopK = 8, kInter = 768;
 constexpr int kStages = 6;
 int32_t g_forced_align = 0;  // --align: 0 picks moe_row_align_for
 zmoe::kernels::grouped_gemm_impl g_impl = zmoe::kernels::grouped_gemm_impl::automatic;  // --impl
+bool g_gather = true;  // --no-gather: permute x into a copy instead of gate/up reading it through row_token
 
 int32_t row_align_for(int32_t num_tokens) {
     return g_forced_align ? g_forced_align : zmoe::kernels::moe_row_align_for(num_tokens, kTopK, kExperts);
@@ -108,7 +111,7 @@ void enqueue_layer(const layer_buffers& b, int32_t num_tokens, cudaStream_t stre
                        stream);
     mark(2);
     launch_moe_permute({.topk_ids = b.ids,
-                        .x = b.x,
+                        .x = g_gather ? nullptr : b.x,  // nullptr: plan only
                         .expert_offsets = b.offsets,
                         .dest_rows = b.dest,
                         .row_token = b.row_token,
@@ -122,7 +125,8 @@ void enqueue_layer(const layer_buffers& b, int32_t num_tokens, cudaStream_t stre
                         .max_rows = max_rows},
                        stream);
     mark(3);
-    launch_grouped_gemm({.a = b.xp,
+    launch_grouped_gemm({.a = g_gather ? b.x : b.xp,
+                         .a_rows = g_gather ? b.row_token : nullptr,
                          .b = b.w1,
                          .expert_offsets = b.offsets,
                          .c = b.act,
@@ -303,6 +307,8 @@ int main(int argc, char** argv) {
             json_path = argv[++i];
         else if (a == "--align" && i + 1 < argc)
             g_forced_align = std::stoi(argv[++i]);
+        else if (a == "--no-gather")
+            g_gather = false;
         else if (a == "--peer" && i + 1 < argc)
             peer_cmd = argv[++i];
         else if (a == "--impl" && i + 1 < argc) {
@@ -318,7 +324,7 @@ int main(int argc, char** argv) {
         } else {
             std::fprintf(stderr,
                          "usage: %s [--tokens 1,8,...] [--iters N] [--warmup N] [--align 16|32|64|128] "
-                         "[--impl auto|mma|wgmma] [--peer CMD] [--json PATH]\n",
+                         "[--impl auto|mma|wgmma] [--no-gather] [--peer CMD] [--json PATH]\n",
                          argv[0]);
             return 2;
         }
@@ -455,8 +461,9 @@ int main(int argc, char** argv) {
           << (g_impl == zmoe::kernels::grouped_gemm_impl::automatic ? "auto"
               : g_impl == zmoe::kernels::grouped_gemm_impl::wgmma   ? "wgmma"
                                                                     : "mma")
-          << "\",\"forced_align\":" << g_forced_align << ",\"peer_cmd\":\"" << json_escape(peer_cmd)
-          << "\",\"peer_output\":\"" << json_escape(peer_raw) << "\",\"results\":[";
+          << "\",\"gather\":" << (g_gather ? "true" : "false") << ",\"forced_align\":" << g_forced_align
+          << ",\"peer_cmd\":\"" << json_escape(peer_cmd) << "\",\"peer_output\":\"" << json_escape(peer_raw)
+          << "\",\"results\":[";
         for (size_t i = 0; i < results.size(); ++i) {
             const auto& r = results[i];
             f << (i ? "," : "") << "{\"tokens\":" << r.tokens << ",\"median_ms\":" << r.median_ms

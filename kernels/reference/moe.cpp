@@ -96,4 +96,42 @@ void moe_combine(const float* y, const int32_t* dest_rows, const float* topk_wei
         }
 }
 
+void moe_decode(const float* router_logits, const int32_t* replica_offsets, const int32_t* replica_slots,
+                int32_t num_valid, const float* x, const float* w_gate_up, const float* w_down, float* topk_weights,
+                int32_t* slot_ids, int32_t* counts, float* out, int32_t num_tokens, int32_t top_k, int32_t num_experts,
+                int32_t hidden, int32_t inter, bool renormalize) {
+    const size_t tk = size_t(num_tokens) * top_k;
+    std::vector<int32_t> ids(tk), router_counts(num_experts);
+    router_topk(router_logits, ids.data(), topk_weights, router_counts.data(), num_tokens, num_experts, top_k,
+                renormalize);
+    moe_route(ids.data(), replica_offsets, replica_slots, num_valid, slot_ids, counts, num_tokens, top_k);
+    std::vector<float> act(inter), y(tk * hidden);
+    for (size_t a = 0; a < tk; ++a) {
+        const float* xt = x + (a / top_k) * hidden;
+        const float* gu = w_gate_up + size_t(slot_ids[a]) * 2 * inter * hidden;
+        for (int32_t j = 0; j < inter; ++j) {
+            double g = 0, u = 0;
+            for (int32_t l = 0; l < hidden; ++l) {
+                g += double(xt[l]) * gu[size_t(j) * hidden + l];
+                u += double(xt[l]) * gu[size_t(inter + j) * hidden + l];
+            }
+            const float gf = float(g), uf = float(u);
+            act[j] = round_bf16(gf / (1.f + std::exp(-gf)) * uf);
+        }
+        const float* down = w_down + size_t(slot_ids[a]) * hidden * inter;
+        for (int32_t h = 0; h < hidden; ++h) {
+            double d = 0;
+            for (int32_t j = 0; j < inter; ++j) d += double(act[j]) * down[size_t(h) * inter + j];
+            y[a * hidden + h] = round_bf16(float(d));
+        }
+    }
+    for (int32_t t = 0; t < num_tokens; ++t)
+        for (int32_t h = 0; h < hidden; ++h) {
+            float acc = 0.f;
+            for (int32_t j = 0; j < top_k; ++j)
+                acc += topk_weights[size_t(t) * top_k + j] * y[(size_t(t) * top_k + j) * hidden + h];
+            out[size_t(t) * hidden + h] = round_bf16(acc);
+        }
+}
+
 }  // namespace zmoe::kernels::ref

@@ -69,6 +69,15 @@ void grouped_gemm(const float* a, const float* b, const int32_t* expert_offsets,
 void moe_combine(const float* y, const int32_t* dest_rows, const float* topk_weights, float* out, int32_t num_tokens,
                  int32_t top_k, int32_t hidden);
 
+/// See launch_moe_decode: router_topk, moe_route (counts added to, valid tokens only when num_valid >= 0), then per
+/// choice act = bf16(silu(x . gate) * (x . up)), y = bf16(act . down) (dots in double), and
+/// out[t] = bf16(sum_j weights[t, j] * y[t, j]) in fp32, top-k order. w_gate_up [slots, 2 * inter, hidden],
+/// w_down [slots, hidden, inter]; topk_weights and slot_ids [num_tokens, top_k] are written too.
+void moe_decode(const float* router_logits, const int32_t* replica_offsets, const int32_t* replica_slots,
+                int32_t num_valid, const float* x, const float* w_gate_up, const float* w_down, float* topk_weights,
+                int32_t* slot_ids, int32_t* counts, float* out, int32_t num_tokens, int32_t top_k, int32_t num_experts,
+                int32_t hidden, int32_t inter, bool renormalize);
+
 /// The side arrays of sample_params that sample_seq_params' index ranges point into.
 struct sample_inputs {
     const int32_t* history = nullptr;

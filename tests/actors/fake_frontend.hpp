@@ -73,6 +73,8 @@ class fake_frontend : public actor {
     void handle(const std::string& peer, const client_metrics& m) {
         send_to(sock_, peer, encode(client_metrics_reply{m.tag, R"({"requests":1})"}));
     }
+    void handle(const std::string&, const client_tokenize&) {}
+    void handle(const std::string&, const client_detokenize&) {}
     void handle(const std::string& peer, const client_heartbeat&) {
         if (echo_heartbeats) send_to(sock_, peer, encode(client_heartbeat{}));
     }

@@ -1,6 +1,6 @@
 // `zmoe bench step` on the CPU backend with a fixture model: its JSON has one row per batch size in order, the
 // step times it measured, the experts the steps touched and a floor computed from bytes and the measured copy
-// bandwidth; bad options and the CPU's missing dummy weights are refused. (No timing is asserted.)
+// bandwidth; dummy weights run on the CPU from config.json alone; bad options are refused. (No timing is asserted.)
 
 #include <gtest/gtest.h>
 
@@ -50,11 +50,24 @@ TEST(BenchStep, CpuFixtureTableAndJson) {
     }
 }
 
-TEST(BenchStep, BadOptionsAndCpuDummyWeightsAreRefused) {
+TEST(BenchStep, CpuDummyWeightsFromConfigAlone) {
+    temp_dir dir;
+    std::filesystem::copy_file(kFixtures + "/models/qwen3_moe/config.json", dir / "config.json");  // no weights
+    ASSERT_EQ(run_zmoe({"bench", "step", "--device", "cpu", "--model", dir.path.string(), "--load-format", "dummy",
+                        "--batch-sizes", "2", "--context", "4", "--steps", "1", "--warmup", "0", "--json",
+                        dir / "out.json"}),
+              0);
+    const nlohmann::json j = read_json(dir / "out.json");
+    EXPECT_EQ(j.at("load_format"), "dummy");
+    ASSERT_EQ(j.at("results").size(), 1u);
+    EXPECT_EQ(j.at("results")[0].at("batch"), 2);
+}
+
+TEST(BenchStep, BadOptionsAreRefused) {
     const std::string model = kFixtures + "/models/qwen3_moe";
     EXPECT_NE(run_zmoe({"bench", "step", "--device", "cpu", "--model", model, "--batch-sizes", "0"}), 0);
     EXPECT_NE(run_zmoe({"bench", "step", "--device", "cpu", "--model", model, "--steps", "0"}), 0);
-    EXPECT_NE(run_zmoe({"bench", "step", "--device", "cpu", "--model", model, "--load-format", "dummy", "--batch-sizes",
+    EXPECT_NE(run_zmoe({"bench", "step", "--device", "cpu", "--model", model, "--load-format", "pt", "--batch-sizes",
                         "1", "--steps", "1"}),
               0);
 }

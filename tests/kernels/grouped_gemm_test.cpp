@@ -13,6 +13,7 @@ struct gemm_case {
     bool swiglu;
     int32_t row_align;
     grouped_gemm_impl impl = grouped_gemm_impl::mma_sync;
+    bool gather = false;  ///< read the unpermuted x through a_rows = row_token instead of the permuted copy
 };
 
 const char* impl_name(grouped_gemm_impl impl) {
@@ -47,6 +48,7 @@ std::vector<int32_t> route(int32_t num_tokens, int32_t top_k, int32_t num_expert
 }
 
 constexpr auto kWgmma = grouped_gemm_impl::wgmma;
+constexpr auto kMma = grouped_gemm_impl::mma_sync;
 constexpr auto kAuto = grouped_gemm_impl::automatic;
 
 class GroupedGemm : public ::testing::TestWithParam<gemm_case> {};
@@ -68,12 +70,15 @@ TEST_P(GroupedGemm, MatchesReference) {
     const auto b = random_bf16(size_t(c.num_experts) * n_b * c.k, 2.f / std::sqrt(float(c.k)), rng);
 
     auto d_a = upload_bf16(a);
+    auto d_x = upload_bf16(x);
+    auto d_row_token = upload(row_token);
     auto d_b = upload_bf16(b);
     auto d_offsets = upload(offsets);
     device_buffer<bf16> d_c(size_t(max_rows) * c.n);
     d_c.poison();
     grouped_gemm_params p;
-    p.a = d_a.get();
+    p.a = c.gather ? d_x.get() : d_a.get();
+    p.a_rows = c.gather ? d_row_token.get() : nullptr;
     p.b = d_b.get();
     p.expert_offsets = d_offsets.get();
     p.c = d_c.get();
@@ -117,13 +122,22 @@ INSTANTIATE_TEST_SUITE_P(
         // 128-row tiles over 64-row groups (a group of an odd number of blocks ends in a 64-row tile).
         gemm_case{3000, 8, 64, 128, 256, false, 64, kWgmma}, gemm_case{3000, 6, 40, 136, 72, true, 64, kWgmma},
         gemm_case{20000, 2, 64, 128, 64, true, 128, kWgmma}, gemm_case{20000, 2, 64, 64, 128, false, 64, kWgmma},
+        // x read through a_rows (row_token) instead of the permuted copy, both kernels and all tiles.
+        gemm_case{37, 3, 16, 96, 40, true, 16, kMma, true}, gemm_case{500, 2, 8, 40, 96, false, 128, kMma, true},
+        gemm_case{1, 8, 128, 2048, 768, true, 64, kWgmma, true},
+        gemm_case{300, 4, 16, 200, 192, false, 64, kWgmma, true},
+        gemm_case{256, 8, 32, 2048, 768, true, 64, kWgmma, true},
+        gemm_case{3000, 6, 40, 136, 72, true, 64, kWgmma, true},
+        gemm_case{2048, 8, 32, 256, 128, true, 128, kWgmma, true},
+        gemm_case{20000, 2, 64, 128, 64, true, 64, kWgmma, true},
         // The automatic choice at Qwen3-30B-A3B shapes (wgmma on sm_90 from row_align 64 on).
         gemm_case{8, 8, 128, 2048, 768, true, 16, kAuto}, gemm_case{64, 8, 128, 768, 2048, false, 64, kAuto},
         gemm_case{1000, 4, 32, 512, 256, true, 128, kAuto}),
     [](const auto& info) {
         const auto& c = info.param;
         return make_name("t", c.num_tokens, "_k", c.top_k, "_e", c.num_experts, "_K", c.k, "_N", c.n,
-                         (c.swiglu ? "_swiglu" : "_plain"), "_align", c.row_align, "_", impl_name(c.impl));
+                         (c.swiglu ? "_swiglu" : "_plain"), "_align", c.row_align, "_", impl_name(c.impl),
+                         (c.gather ? "_gather" : ""));
     });
 
 }  // namespace

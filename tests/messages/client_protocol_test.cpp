@@ -77,6 +77,18 @@ TEST(ClientProtocol, MetricsReply) {
     test::check_wire_contract(client_metrics_reply{"m1", R"({"frontend":{"requests":3}})"}, decode_client_reply);
 }
 
+TEST(ClientProtocol, TokenizeAndDetokenize) {
+    test::check_wire_contract(client_tokenize{"t1", "Hello there", "", false}, decode_client_request);
+    test::check_wire_contract(client_tokenize{"t2", "", R"({"messages":[{"role":"user","content":"hi"}]})", true},
+                              decode_client_request);
+    test::check_wire_contract(client_detokenize{"d1", {9707, 1052, 0}}, decode_client_request);
+    test::check_wire_contract(client_tokens_reply{"d1", {9707, 1052}, "Hello there", {"Hello", " there"}, 4096,
+                                                  errc::ok, ""},
+                              decode_client_reply);
+    test::check_wire_contract(client_tokens_reply{"t9", {}, "", {}, 0, errc::invalid_argument, "token id 999999"},
+                              decode_client_reply);
+}
+
 TEST(ClientProtocol, DirectionsDoNotMix) {
     EXPECT_THROW(decode_client_reply(encode(sample_generate())), error);
     EXPECT_THROW(decode_client_request(encode(client_delta{})), error);

@@ -3,9 +3,14 @@
 // expert moves; `--load-format dummy` weights are deterministic, finite, and route tokens over many experts.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 
 #include "cuda_test_util.hpp"
@@ -46,6 +51,24 @@ void run_counting(cuda_step_executor& ex, step_driver& driver) {
     }
 }
 
+/// Runs the same sequences (prompt, new tokens) on an eager executor and on one with graphs: the graph executor
+/// replays at least one decode step and gives the eager one's tokens and logits.
+void expect_replay_matches_eager(cuda_step_executor& eager, cuda_step_executor& graphs,
+                                 const std::vector<std::pair<std::vector<int32_t>, int64_t>>& seqs,
+                                 const std::string& label) {
+    step_driver a(kBlockSize, 7), b(kBlockSize, 7);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        a.add(i, seqs[i].first, seqs[i].second);
+        b.add(i, seqs[i].first, seqs[i].second);
+    }
+    const int64_t replays = graphs.graph_replays();
+    run_counting(eager, a);
+    run_counting(graphs, b);
+    EXPECT_GT(graphs.graph_replays(), replays) << label << ": no decode step replayed a graph";
+    for (size_t i = 0; i < seqs.size(); ++i)
+        expect_same_run(b.seqs()[i], a.seqs()[i], kSelfMargin, kSelfTolerance, label + " seq " + std::to_string(i));
+}
+
 class CudaGraphs : public ::testing::TestWithParam<std::string> {
   protected:
     void SetUp() override {
@@ -65,20 +88,9 @@ TEST_P(CudaGraphs, ReplayMatchesEager) {
     // 1 sequence (exact bucket), then all prompts (padded up to the next bucket), then 5 copies of them (more
     // padding, and batches shrinking as sequences finish at different lengths), at most max_num_seqs.
     for (size_t n : {size_t{1}, prompts_.size(), std::min<size_t>(32, 5 * prompts_.size())}) {
-        step_driver a(kBlockSize, 7), b(kBlockSize, 7);
-        for (size_t i = 0; i < n; ++i) {
-            const auto& p = prompts_[i % prompts_.size()];
-            const int64_t new_tokens = 6 + static_cast<int64_t>(i % 3);
-            a.add(i, p.token_ids, new_tokens);
-            b.add(i, p.token_ids, new_tokens);
-        }
-        const int64_t replays = graphs->graph_replays();
-        run_counting(*eager, a);
-        run_counting(*graphs, b);
-        EXPECT_GT(graphs->graph_replays(), replays) << "no decode step replayed a graph";
-        for (size_t i = 0; i < n; ++i)
-            expect_same_run(b.seqs()[i], a.seqs()[i], kSelfMargin, kSelfTolerance,
-                            GetParam() + " batch " + std::to_string(n) + " seq " + std::to_string(i));
+        std::vector<std::pair<std::vector<int32_t>, int64_t>> seqs;
+        for (size_t i = 0; i < n; ++i) seqs.emplace_back(prompts_[i % prompts_.size()].token_ids, 6 + int64_t(i % 3));
+        expect_replay_matches_eager(*eager, *graphs, seqs, GetParam() + " batch " + std::to_string(n));
     }
     EXPECT_EQ(eager->graph_replays(), 0);
 }
@@ -144,6 +156,53 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGraphs,
                          ::testing::Values("qwen3_moe", "qwen3_moe_alt", "qwen2_moe", "qwen2_moe_alt", "mixtral",
                                            "mixtral_alt", "olmoe", "olmoe_alt"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+/// A Qwen3-MoE config at the decode kernels' shapes (head_dim 128, 8 query heads per KV head, 32 experts, top-8),
+/// in a directory of its own with no weights: it runs with --load-format dummy.
+class DecodeShapesModel {
+  public:
+    DecodeShapesModel() {
+        dir_ = std::filesystem::temp_directory_path() / ("zmoe_decode_shapes_" + std::to_string(::getpid()));
+        std::filesystem::create_directories(dir_);
+        nlohmann::json c = nlohmann::json::parse(std::ifstream(fixture_dir("qwen3_moe") + "/config.json"));
+        c["hidden_size"] = 256;
+        c["head_dim"] = 128;
+        c["num_attention_heads"] = 16;
+        c["num_key_value_heads"] = 2;
+        c["num_hidden_layers"] = 3;
+        c["mlp_only_layers"] = nlohmann::json::array({1});
+        c["intermediate_size"] = 256;
+        c["moe_intermediate_size"] = 128;
+        c["num_experts"] = 32;
+        c["num_local_experts"] = 32;
+        c["num_experts_per_tok"] = 8;
+        std::ofstream(dir_ / "config.json") << c.dump(2);
+    }
+    ~DecodeShapesModel() { std::filesystem::remove_all(dir_); }
+    std::string dir() const { return dir_.string(); }
+
+  private:
+    std::filesystem::path dir_;
+};
+
+TEST(CudaGraphsDecodeShapes, ReplayMatchesEagerThroughTheDecodeKernels) {
+    // One sequence and six (few-token MoE path, decode attention), then twenty (grouped-GEMM path): graph replay
+    // gives the eager executor's tokens and logits.
+    const DecodeShapesModel model;
+    auto eager = make_executor(model.dir(), true, "dummy");
+    auto graphs = make_executor(model.dir(), false, "dummy");
+    const model_config& c = graphs->config();
+    std::mt19937 rng(11);
+    for (size_t n : {size_t{1}, size_t{6}, size_t{20}}) {
+        std::vector<std::pair<std::vector<int32_t>, int64_t>> seqs;
+        for (size_t i = 0; i < n; ++i) {
+            std::vector<int32_t> prompt(5 + rng() % 40);
+            for (auto& t : prompt) t = static_cast<int32_t>(rng() % c.vocab_size);
+            seqs.emplace_back(std::move(prompt), 5 + int64_t(i % 4));
+        }
+        expect_replay_matches_eager(*eager, *graphs, seqs, "decode shapes, batch " + std::to_string(n));
+    }
+}
 
 TEST(DecodeGraphBatchSizes, BucketsUpToTheLimit) {
     EXPECT_EQ(decode_graph_batch_sizes(1), (std::vector<int32_t>{1}));

@@ -97,8 +97,7 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
         const model_weights host(run.model, config_, placement_, options.rank);
         weights_ = cuda_weights::upload(host);
     }  // unmaps the checkpoint
-    if (world_size > 1)
-        comm_ = std::make_unique<nccl_comm>(options.collective_id, options.rank, world_size);
+    if (world_size > 1) comm_ = std::make_unique<nccl_comm>(options.collective_id, options.rank, world_size);
 
     const int64_t bs = run.block_size;
     const int64_t max_len = run.max_model_len > 0 ? run.max_model_len : config_.max_position_embeddings;
@@ -112,6 +111,7 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
         .max_tokens = max_tokens,
         .max_seqs = run.max_num_seqs,
         .max_blocks_per_seq = i32(std::max<int64_t>(1, (std::max<int64_t>(max_len, 1) + bs - 1) / bs)),
+        .max_kv_len = i32(std::max<int64_t>(1, (std::max<int64_t>(max_len, 1) + bs - 1) / bs) * bs),
         .hidden = i32(config_.hidden_size),
         .num_q_heads = i32(config_.num_heads),
         .num_kv_heads = i32(config_.num_kv_heads),
@@ -127,8 +127,8 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
     };
     ws_ = cuda_workspace(shape);
     if (comm_)
-        ep_ = std::make_unique<cuda_ep_exchange>(ep_exchange_params{
-            .comm = comm_.get(), .ws = &ws_, .hidden = shape.hidden, .top_k = shape.top_k});
+        ep_ = std::make_unique<cuda_ep_exchange>(
+            ep_exchange_params{.comm = comm_.get(), .ws = &ws_, .hidden = shape.hidden, .top_k = shape.top_k});
     upload_replica_tables();
 
     const int64_t block_bytes =
@@ -140,8 +140,8 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
         check(cudaMemGetInfo(&free_bytes, &total_bytes));
         const auto used = static_cast<int64_t>(total_bytes - free_bytes);
         // What cuBLASLt and the graphs still take is small next to the workspace; keep 256 MiB for them.
-        const auto budget = static_cast<int64_t>(run.gpu_memory_utilization * static_cast<double>(total_bytes)) -
-                            used - (256ll << 20);
+        const auto budget =
+            static_cast<int64_t>(run.gpu_memory_utilization * static_cast<double>(total_bytes)) - used - (256ll << 20);
         num_kv_blocks_ = std::max<int64_t>(0, budget / (block_bytes * config_.num_layers));
         if (num_kv_blocks_ == 0)
             throw error(errc::out_of_memory, "GPU " + std::to_string(device_) + ": no room for one KV block after " +
@@ -234,6 +234,7 @@ cuda_step_executor::step_shape cuda_step_executor::stage(const step_request& req
     for (size_t i = 0; i < request.seqs.size(); ++i) {
         const scheduled_seq& q = request.seqs[i];
         const auto n = static_cast<int32_t>(tokens[i].size());
+        s.one_token_each = s.one_token_each && n == 1;
         std::copy(tokens[i].begin(), tokens[i].end(), ws_.tokens.host + s.num_tokens);
         kernels::kv_slots_plan(q.block_table, q.start_pos, n, bs, ws_.positions.host + s.num_tokens,
                                ws_.kv_slots.host + s.num_tokens);
@@ -266,6 +267,7 @@ void cuda_step_executor::pad_decode(step_shape& s, int32_t batch) {
                     ws_.shape.max_blocks_per_seq, 0);
     }
     s.num_tokens = s.num_seqs = s.num_sampled = batch;
+    s.one_token_each = true;
 }
 
 void cuda_step_executor::finish_staging(step_shape& s, int32_t num_valid) {
@@ -350,23 +352,43 @@ void cuda_step_executor::attention(int64_t layer, const step_shape& s) {
     }
     kernels::launch_rope_qk_norm_kv(r, stream_);
 
-    kernels::launch_paged_attention({.q = ws_.q.as<bf16>(),
-                                     .k_cache = r.k_cache,
-                                     .v_cache = r.v_cache,
-                                     .block_tables = ws_.block_tables.device,
-                                     .query_start = ws_.query_start.device,
-                                     .start_pos = ws_.start_pos.device,
-                                     .work_items = ws_.work_items.device,
-                                     .out = ws_.attn.as<bf16>(),
-                                     .num_seqs = s.num_seqs,
-                                     .num_work_items = s.num_work_items,
-                                     .num_q_heads = hq,
-                                     .num_kv_heads = hkv,
-                                     .head_dim = D,
-                                     .block_size = i32(options_.config.block_size),
-                                     .max_blocks_per_seq = ws_.shape.max_blocks_per_seq,
-                                     .scale = 1.f / std::sqrt(static_cast<float>(D))},
-                                    stream_);
+    if (s.one_token_each && kernels::decode_attention_supported(hq, hkv, D)) {
+        // A decode step: one query token per sequence, split over the KV in fixed chunks of keys.
+        kernels::launch_decode_attention({.q = ws_.q.as<bf16>(),
+                                          .k_cache = r.k_cache,
+                                          .v_cache = r.v_cache,
+                                          .block_tables = ws_.block_tables.device,
+                                          .start_pos = ws_.start_pos.device,
+                                          .workspace = ws_.attn_partial.as<float>(),
+                                          .out = ws_.attn.as<bf16>(),
+                                          .num_seqs = s.num_seqs,
+                                          .num_q_heads = hq,
+                                          .num_kv_heads = hkv,
+                                          .head_dim = D,
+                                          .block_size = i32(options_.config.block_size),
+                                          .max_blocks_per_seq = ws_.shape.max_blocks_per_seq,
+                                          .num_splits = ws_.attn_splits,
+                                          .scale = 1.f / std::sqrt(static_cast<float>(D))},
+                                         stream_);
+    } else {
+        kernels::launch_paged_attention({.q = ws_.q.as<bf16>(),
+                                         .k_cache = r.k_cache,
+                                         .v_cache = r.v_cache,
+                                         .block_tables = ws_.block_tables.device,
+                                         .query_start = ws_.query_start.device,
+                                         .start_pos = ws_.start_pos.device,
+                                         .work_items = ws_.work_items.device,
+                                         .out = ws_.attn.as<bf16>(),
+                                         .num_seqs = s.num_seqs,
+                                         .num_work_items = s.num_work_items,
+                                         .num_q_heads = hq,
+                                         .num_kv_heads = hkv,
+                                         .head_dim = D,
+                                         .block_size = i32(options_.config.block_size),
+                                         .max_blocks_per_seq = ws_.shape.max_blocks_per_seq,
+                                         .scale = 1.f / std::sqrt(static_cast<float>(D))},
+                                        stream_);
+    }
 
     bf16* delta = ws_.delta.as<bf16>();
     gemm(ws_.attn.as<bf16>(), w.o.as<bf16>(), delta, T, H, hq * D);
@@ -389,7 +411,33 @@ void cuda_step_executor::moe(int64_t layer, const step_shape& s) {
     const int64_t mi = w.moe_index;
     const int32_t T = s.num_tokens, H = i32(c.hidden_size), E = i32(c.num_experts), K = i32(c.num_experts_per_tok);
     bf16* xn = ws_.xn.as<bf16>();
-    if (T > 0) {
+    const int32_t I = i32(c.moe_intermediate_size);
+    if (!comm_ && kernels::moe_decode_supported(T, K, E, H, I)) {
+        // A few tokens on one GPU: routing, both expert GEMMs and the combine in three launches, no permuted copies.
+        float* logits = ws_.router_logits.as<float>();
+        gemm(xn, w.router.as<bf16>(), logits, T, E, H, true);
+        kernels::launch_moe_decode(
+            {.router_logits = logits,
+             .replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1),
+             .replica_slots = ws_.replica_slots.as<int32_t>() + mi * int64_t(ws_.shape.num_slots),
+             .num_valid = ws_.num_valid.device,
+             .x = xn,
+             .w_gate_up = w.experts_gate_up.as<bf16>(),
+             .w_down = w.experts_down.as<bf16>(),
+             .topk_weights = ws_.topk_weights.as<float>(),
+             .slot_ids = ws_.slot_ids.as<int32_t>(),
+             .scratch = ws_.moe_decode_scratch.as<int32_t>(),
+             .act = ws_.perm_act.as<bf16>(),
+             .expert_counts = ws_.expert_counts.device + mi * E,
+             .out = ws_.delta.as<bf16>(),
+             .num_tokens = T,
+             .top_k = K,
+             .num_experts = E,
+             .hidden = H,
+             .inter = I,
+             .renormalize = c.norm_topk_prob},
+            stream_);
+    } else if (T > 0) {
         float* logits = ws_.router_logits.as<float>();
         gemm(xn, w.router.as<bf16>(), logits, T, E, H, true);
         kernels::launch_router_topk({.logits = logits,
@@ -401,21 +449,21 @@ void cuda_step_executor::moe(int64_t layer, const step_shape& s) {
                                      .top_k = K,
                                      .renormalize = c.norm_topk_prob},
                                     stream_);
-        kernels::launch_moe_route(
-            {.topk_ids = ws_.topk_ids.as<int32_t>(),
-             .replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1),
-             .replica_slots = ws_.replica_slots.as<int32_t>() + mi * int64_t(ws_.shape.num_slots) * options_.world_size(),
-             .num_valid = ws_.num_valid.device,
-             .slot_ids = ws_.slot_ids.as<int32_t>(),
-             .expert_counts = ws_.expert_counts.device + mi * E,
-             .num_tokens = T,
-             .top_k = K,
-             .num_experts = E},
-            stream_);
+        kernels::launch_moe_route({.topk_ids = ws_.topk_ids.as<int32_t>(),
+                                   .replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1),
+                                   .replica_slots = ws_.replica_slots.as<int32_t>() +
+                                                    mi * int64_t(ws_.shape.num_slots) * options_.world_size(),
+                                   .num_valid = ws_.num_valid.device,
+                                   .slot_ids = ws_.slot_ids.as<int32_t>(),
+                                   .expert_counts = ws_.expert_counts.device + mi * E,
+                                   .num_tokens = T,
+                                   .top_k = K,
+                                   .num_experts = E},
+                                  stream_);
     }
     if (comm_)
         moe_expert_parallel(w, T);  // a collective: joined with no tokens too
-    else if (T > 0)
+    else if (T > 0 && !kernels::moe_decode_supported(T, K, E, H, I))
         moe_local(w, T);
     if (T > 0 && w.has_shared) {
         bf16* shared = ws_.shared_out.as<bf16>();
@@ -429,21 +477,26 @@ void cuda_step_executor::moe(int64_t layer, const step_shape& s) {
 }
 
 void cuda_step_executor::moe_local(const cuda_layer& w, int32_t T) {
-    // One GPU: every slot is here. Permute the (token, k) choices by slot, run the experts, and combine with the
-    // routing weights straight into delta.
-    const int32_t H = i32(config_.hidden_size), K = i32(config_.num_experts_per_tok);
-    const int32_t I = i32(config_.moe_intermediate_size), S = w.num_slots;
-    const int32_t align = kernels::moe_row_align_for(T, K, S);
-    const int32_t max_rows = kernels::moe_permuted_rows_bound(T, K, S, align);
-    kernels::launch_moe_permute({.topk_ids = ws_.slot_ids.as<int32_t>(),
-                                 .x = ws_.xn.as<bf16>(),
+    // One GPU: every slot is here. Run the experts over the (token, k) choices and combine with the routing weights
+    // straight into delta.
+    run_experts(w, ws_.slot_ids.as<int32_t>(), ws_.xn.as<bf16>(), T, i32(config_.num_experts_per_tok),
+                ws_.topk_weights.as<float>(), ws_.delta.as<bf16>());
+}
+
+void cuda_step_executor::run_experts(const cuda_layer& w, const int32_t* slots, const bf16* x, int32_t num_tokens,
+                                     int32_t top_k, const float* weights, bf16* out) {
+    const int32_t H = i32(config_.hidden_size), I = i32(config_.moe_intermediate_size), S = w.num_slots;
+    const int32_t align = kernels::moe_row_align_for(num_tokens, top_k, S);
+    const int32_t max_rows = kernels::moe_permuted_rows_bound(num_tokens, top_k, S, align);
+    kernels::launch_moe_permute({.topk_ids = slots,
+                                 .x = x,
                                  .expert_offsets = ws_.perm_offsets.as<int32_t>(),
                                  .dest_rows = ws_.perm_dest.as<int32_t>(),
                                  .row_token = ws_.perm_row_token.as<int32_t>(),
                                  .x_permuted = ws_.perm_x.as<bf16>(),
                                  .workspace = ws_.perm_workspace.as<void>(),
-                                 .num_tokens = T,
-                                 .top_k = K,
+                                 .num_tokens = num_tokens,
+                                 .top_k = top_k,
                                  .num_experts = S,
                                  .hidden = H,
                                  .row_align = align,
@@ -473,78 +526,30 @@ void cuda_step_executor::moe_local(const cuda_layer& w, int32_t T) {
                                  stream_);
     kernels::launch_moe_combine({.y = ws_.perm_y.as<bf16>(),
                                  .dest_rows = ws_.perm_dest.as<int32_t>(),
-                                 .topk_weights = ws_.topk_weights.as<float>(),
-                                 .out = ws_.delta.as<bf16>(),
-                                 .num_tokens = T,
-                                 .top_k = K,
+                                 .topk_weights = weights,
+                                 .out = out,
+                                 .num_tokens = num_tokens,
+                                 .top_k = top_k,
                                  .hidden = H},
                                 stream_);
 }
 
 void cuda_step_executor::moe_expert_parallel(const cuda_layer& w, int32_t T) {
-    const int32_t H = i32(config_.hidden_size), I = i32(config_.moe_intermediate_size), S = w.num_slots;
+    const int32_t S = w.num_slots;
     const int64_t R = ep_->dispatch(
         {.slot_ids = ws_.slot_ids.as<int32_t>(), .x = ws_.xn.as<bf16>(), .num_tokens = T, .slots_per_rank = S},
         stream_);
     int32_t* recv_slot = ws_.recv_slot.as<int32_t>();
     bf16* recv_x = ws_.recv_x.as<bf16>();
 
-    // This rank's experts over every received row: permute by slot, gate/up with SiLU·up, down, un-permute.
+    // This rank's experts over every received row. Weight 1 per row: the un-permute is exact, the routing weights
+    // are applied on the token's own rank.
     bf16* y_recv = ws_.y_recv.as<bf16>();
-    if (R > 0) {
-        const auto Ri = static_cast<int32_t>(R);
-        const int32_t align = kernels::moe_row_align_for(Ri, 1, S);
-        const int32_t max_rows = kernels::moe_permuted_rows_bound(Ri, 1, S, align);
-        kernels::launch_moe_permute({.topk_ids = recv_slot,
-                                     .x = recv_x,
-                                     .expert_offsets = ws_.perm_offsets.as<int32_t>(),
-                                     .dest_rows = ws_.perm_dest.as<int32_t>(),
-                                     .row_token = ws_.perm_row_token.as<int32_t>(),
-                                     .x_permuted = ws_.perm_x.as<bf16>(),
-                                     .workspace = ws_.perm_workspace.as<void>(),
-                                     .num_tokens = Ri,
-                                     .top_k = 1,
-                                     .num_experts = S,
-                                     .hidden = H,
-                                     .row_align = align,
-                                     .max_rows = max_rows},
-                                    stream_);
-        kernels::launch_grouped_gemm({.a = ws_.perm_x.as<bf16>(),
-                                      .b = w.experts_gate_up.as<bf16>(),
-                                      .expert_offsets = ws_.perm_offsets.as<int32_t>(),
-                                      .c = ws_.perm_act.as<bf16>(),
-                                      .max_rows = max_rows,
-                                      .n = I,
-                                      .k = H,
-                                      .num_experts = S,
-                                      .row_align = align,
-                                      .swiglu = true},
-                                     stream_);
-        kernels::launch_grouped_gemm({.a = ws_.perm_act.as<bf16>(),
-                                      .b = w.experts_down.as<bf16>(),
-                                      .expert_offsets = ws_.perm_offsets.as<int32_t>(),
-                                      .c = ws_.perm_y.as<bf16>(),
-                                      .max_rows = max_rows,
-                                      .n = H,
-                                      .k = I,
-                                      .num_experts = S,
-                                      .row_align = align,
-                                      .swiglu = false},
-                                     stream_);
-        // Weight 1 per row: the un-permute is exact, the routing weights are applied on the token's own rank.
-        kernels::launch_moe_combine({.y = ws_.perm_y.as<bf16>(),
-                                     .dest_rows = ws_.perm_dest.as<int32_t>(),
-                                     .topk_weights = ws_.combine_ones.as<float>(),
-                                     .out = y_recv,
-                                     .num_tokens = Ri,
-                                     .top_k = 1,
-                                     .hidden = H},
-                                    stream_);
-    }
+    if (R > 0) run_experts(w, recv_slot, recv_x, static_cast<int32_t>(R), 1, ws_.combine_ones.as<float>(), y_recv);
 
-    ep_->combine({.y_recv = y_recv, .topk_weights = ws_.topk_weights.as<float>(), .out = ws_.delta.as<bf16>(),
-                  .num_tokens = T},
-                 stream_);
+    ep_->combine(
+        {.y_recv = y_recv, .topk_weights = ws_.topk_weights.as<float>(), .out = ws_.delta.as<bf16>(), .num_tokens = T},
+        stream_);
 }
 
 void cuda_step_executor::sample(const step_shape& s) {

@@ -2,10 +2,12 @@
 // The CUDA backend of a worker: the whole forward pass of one rank on one GPU with zmoe's kernels (kernels/api.hpp)
 // and cuBLASLt, experts spread over the world's GPUs with NCCL (expert parallelism), BF16 weights and KV cache.
 //
-// Per step: embed → per layer [RMSNorm → QKV GEMM (+bias) → RoPE + q/k norm + paged KV write → paged attention
-// (mixed prefill/decode) → O GEMM → RMSNorm(+residual) → router GEMM (fp32 logits) → top-k → replica choice and
-// load counts (launch_moe_route) → permute by slot → grouped expert GEMMs → weighted combine] → final norm → LM
-// head on the sampled positions → sampling. One GPU: the whole step is enqueued without a host round trip (one
+// Per step: embed → per layer [RMSNorm → QKV GEMM (+bias) → RoPE + q/k norm + paged KV write → attention (decode
+// steps: launch_decode_attention, split over the KV; others: launch_paged_attention, mixed prefill/decode) → O GEMM
+// → RMSNorm(+residual) → router GEMM (fp32 logits) → top-k → replica choice and load counts (launch_moe_route) →
+// permute by slot → grouped expert GEMMs → weighted combine; steps of at most 8 tokens: router GEMM →
+// launch_moe_decode (routing, GEMVs and the combine in three launches)] → final norm → LM head on the sampled
+// positions → sampling. One GPU: the whole step is enqueued without a host round trip (one
 // copy of the step's inputs in, one copy of the sampled tokens and load counts out), into a fixed workspace
 // (cuda_workspace), and pure decode steps replay a CUDA graph captured at start-up for the next bucketed batch
 // size (padding rows are computed and dropped). Expert parallelism (world_size > 1): the dispatch and combine live in
@@ -20,24 +22,25 @@
 #include <vector>
 
 #include "kernels/api.hpp"
+#include "messages/expert_placement.hpp"
 #include "workers/cuda/cuda_ep_exchange.hpp"
 #include "workers/cuda/cuda_weights.hpp"
 #include "workers/cuda/cuda_workspace.hpp"
 #include "workers/cuda/device_buffer.hpp"
 #include "workers/cuda/nccl_comm.hpp"
-#include "messages/expert_placement.hpp"
 #include "workers/step_executor.hpp"
 
 namespace zmoe::cuda {
 
 class cuda_step_executor final : public step_executor {
   public:
-    /// Picks GPU rank % device count, uploads this rank's weights (or, with options.config.load_format "dummy", generates
-    /// them on the device), joins the NCCL communicator (world_size > 1, options.collective_id), allocates the
-    /// workspace for options.config.max_num_batched_tokens / max_num_seqs and the KV cache: options.config.num_kv_blocks blocks
-    /// when > 0, else what options.config.gpu_memory_utilization of the device leaves; then (one GPU, not enforce_eager)
-    /// captures the decode graphs. Throws zmoe::error naming the file/tensor for a bad checkpoint, (unsupported)
-    /// for shapes the kernels lack, (out_of_memory) when weights, workspace or one KV block do not fit.
+    /// Picks GPU rank % device count, uploads this rank's weights (or, with options.config.load_format "dummy",
+    /// generates them on the device), joins the NCCL communicator (world_size > 1, options.collective_id), allocates
+    /// the workspace for options.config.max_num_batched_tokens / max_num_seqs and the KV cache:
+    /// options.config.num_kv_blocks blocks when > 0, else what options.config.gpu_memory_utilization of the device
+    /// leaves; then (one GPU, not enforce_eager) captures the decode graphs. Throws zmoe::error naming the file/tensor
+    /// for a bad checkpoint, (unsupported) for shapes the kernels lack, (out_of_memory) when weights, workspace or one
+    /// KV block do not fit.
     cuda_step_executor(const executor_options& options, const expert_placement& placement);
     ~cuda_step_executor() override;
 
@@ -70,6 +73,7 @@ class cuda_step_executor final : public step_executor {
         int32_t num_seqs = 0;
         int32_t num_work_items = 0;
         int32_t num_sampled = 0;
+        bool one_token_each = true;     ///< every sequence has exactly one query token (a decode step)
         bool samples_fit_graph = true;  ///< the sampling side arrays fit the workspace's fixed region
     };
     struct decode_graph {
@@ -87,6 +91,11 @@ class cuda_step_executor final : public step_executor {
     void moe(int64_t layer, const step_shape& s);
     void moe_local(const cuda_layer& w, int32_t num_tokens);
     void moe_expert_parallel(const cuda_layer& w, int32_t num_tokens);
+    /// The experts of this rank over num_tokens x top_k routed rows of x (slots [num_tokens, top_k] on the device):
+    /// permute by slot, grouped GEMM gate|up with SiLU·up, grouped GEMM down, then
+    /// out[t] = sum_j weights[t, j] * y[t, j] in top-k order.
+    void run_experts(const cuda_layer& w, const int32_t* slots, const kernels::bf16* x, int32_t num_tokens,
+                     int32_t top_k, const float* weights, kernels::bf16* out);
     /// The sampling call site: sampled[i] from logits row i with sampling[i], i < s.num_sampled.
     void sample(const step_shape& s);
     void gemm(const void* x, const void* w, void* y, int32_t m, int32_t n, int32_t k, bool y_fp32 = false);
@@ -108,7 +117,7 @@ class cuda_step_executor final : public step_executor {
     int64_t num_kv_blocks_ = 0;
     std::vector<device_buffer> k_cache_, v_cache_;  // per layer [num_blocks, block_size, kv_heads, head_dim]
     std::unordered_map<uint64_t, int32_t> last_sampled_;
-    token_history history_;  // fed tokens of the requests with penalties
+    token_history history_;             // fed tokens of the requests with penalties
     std::vector<decode_graph> graphs_;  // ascending batch
     double graph_capture_ms_ = 0;
     int64_t graph_replays_ = 0;

@@ -68,6 +68,7 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
     const int32_t group = s.num_q_heads / std::max(s.num_kv_heads, 1);
     max_work_items =
         (s.max_tokens * group + kernels::kAttentionRowsPerItem - 1) / kernels::kAttentionRowsPerItem + s.max_seqs;
+    attn_splits = kernels::decode_attention_splits(s.max_kv_len);
     const bool ep = s.world_size > 1;
     max_recv_rows = ep ? s.world_size * s.max_tokens * s.top_k : 0;
     max_moe_rows = s.num_experts == 0 ? 0
@@ -123,6 +124,7 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
     alloc(qkv, T * qkv_dim * bf);
     alloc(q, T * q_dim * bf);
     alloc(attn, T * q_dim * bf);
+    alloc(attn_partial, kernels::decode_attention_workspace_bytes(s.max_seqs, s.num_q_heads, s.head_dim, attn_splits));
     alloc(mlp_gate_up, T * 2 * s.dense_inter * bf);
     alloc(mlp_act, T * s.dense_inter * bf);
     alloc(shared_out, s.dense_inter > 0 ? T * H * bf : 0);
@@ -147,6 +149,10 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
                           : ep   ? kernels::moe_permute_workspace_bytes(max_recv_rows, 1, s.num_slots)
                                  : kernels::moe_permute_workspace_bytes(s.max_tokens, s.top_k, s.num_slots));
     alloc(combine_ones, recv * f32);
+    alloc(moe_decode_scratch,
+          E == 0
+              ? 0
+              : kernels::moe_decode_scratch_ints(std::min(s.max_tokens, kernels::kMoeDecodeMaxTokens), s.top_k) * i32);
     if (ep) {
         std::vector<float> ones(recv, 1.f);
         if (!ones.empty())

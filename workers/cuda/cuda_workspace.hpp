@@ -22,6 +22,7 @@ struct workspace_shape {
     int32_t max_tokens = 0;          ///< tokens per step (--max-num-batched-tokens)
     int32_t max_seqs = 0;            ///< sequences per step (--max-num-seqs)
     int32_t max_blocks_per_seq = 0;  ///< block-table row length: the stride of every step's block tables
+    int32_t max_kv_len = 0;          ///< keys the longest sequence can have (sizes the decode attention's splits)
     int32_t hidden = 0;
     int32_t num_q_heads = 0;
     int32_t num_kv_heads = 0;
@@ -103,6 +104,7 @@ struct cuda_workspace {
     int32_t max_work_items = 0;  ///< attention work items one step can need
     int32_t max_moe_rows = 0;    ///< rows of the permuted expert buffers
     int32_t max_recv_rows = 0;   ///< rows this rank's experts can receive in one exchange
+    int32_t attn_splits = 1;     ///< KV chunks of a decode step's attention (kernels::decode_attention_splits)
 
     // Step inputs: [small fields | block tables] in `inputs`, mirrored in `inputs_host`.
     device_buffer inputs;
@@ -130,26 +132,28 @@ struct cuda_workspace {
     device_buffer residual, xn, delta;  // [max_tokens, hidden]
     device_buffer qkv;                  // [max_tokens, (q + 2 kv heads) * head_dim]
     device_buffer q, attn;              // [max_tokens, q heads * head_dim]
+    device_buffer attn_partial;         // decode attention's per-chunk state (attn_splits > 1)
     device_buffer mlp_gate_up;          // [max_tokens, 2 * dense_inter]
     device_buffer mlp_act;              // [max_tokens, dense_inter]
     device_buffer shared_out;           // [max_tokens, hidden]
     device_buffer shared_gate;          // [max_tokens] fp32
 
     // Routing and the rank-local expert computation.
-    device_buffer router_logits;    // [max_tokens, num_experts] fp32
-    device_buffer router_counts;    // [num_experts]: launch_router_topk's own counts (unused)
-    device_buffer topk_ids;         // [max_tokens, top_k]
-    device_buffer topk_weights;     // [max_tokens, top_k] fp32
-    device_buffer slot_ids;         // [max_tokens, top_k]: the slot serving each choice
-    device_buffer replica_offsets;  // [num_moe_layers, num_experts + 1]
-    device_buffer replica_slots;    // [num_moe_layers, num_slots * world_size]
-    device_buffer perm_offsets;     // [num_slots + 1]
-    device_buffer perm_dest;        // [max(max_tokens * top_k, max_recv_rows)]
-    device_buffer perm_row_token;   // [max_moe_rows]
-    device_buffer perm_x, perm_y;   // [max_moe_rows, hidden]
-    device_buffer perm_act;         // [max_moe_rows, moe_inter]
-    device_buffer perm_workspace;   // launch_moe_permute's scratch
-    device_buffer combine_ones;     // [max_recv_rows] fp32 ones (expert parallelism: the un-permute weights)
+    device_buffer router_logits;       // [max_tokens, num_experts] fp32
+    device_buffer router_counts;       // [num_experts]: launch_router_topk's own counts (unused)
+    device_buffer topk_ids;            // [max_tokens, top_k]
+    device_buffer topk_weights;        // [max_tokens, top_k] fp32
+    device_buffer slot_ids;            // [max_tokens, top_k]: the slot serving each choice
+    device_buffer replica_offsets;     // [num_moe_layers, num_experts + 1]
+    device_buffer replica_slots;       // [num_moe_layers, num_slots * world_size]
+    device_buffer perm_offsets;        // [num_slots + 1]
+    device_buffer perm_dest;           // [max(max_tokens * top_k, max_recv_rows)]
+    device_buffer perm_row_token;      // [max_moe_rows]
+    device_buffer perm_x, perm_y;      // [max_moe_rows, hidden]
+    device_buffer perm_act;            // [max_moe_rows, moe_inter]
+    device_buffer perm_workspace;      // launch_moe_permute's scratch
+    device_buffer combine_ones;        // [max_recv_rows] fp32 ones (expert parallelism: the un-permute weights)
+    device_buffer moe_decode_scratch;  // launch_moe_decode's scratch (steps of at most kMoeDecodeMaxTokens tokens)
 
     // Expert parallelism (world_size > 1): rows sent to / received from the other ranks.
     device_buffer moe_plan;        // [3 * max_tokens * top_k]

@@ -1,0 +1,144 @@
+// launch_moe_decode against ref::moe_decode: 1 to 8 tokens, Qwen3-30B-A3B's shape and small ones, top-k from 1 to
+// 16, renormalised or not, redundant replicas (several slots per expert), padding tokens (not counted); routing,
+// slots and counts exact, the output within BF16 tolerance; and a token's output is bitwise the same alone and in a
+// batch.
+
+#include "kernels/reference/reference.hpp"
+#include "tests/kernels/test_util.hpp"
+
+namespace zmoe::kernels::test {
+namespace {
+
+struct decode_moe_case {
+    int32_t num_tokens, num_experts, top_k, hidden, inter;
+    int32_t extra_replicas;
+    int32_t num_valid;  ///< -1: no padding
+    bool renormalize;
+};
+
+struct moe_inputs {
+    int32_t num_slots = 0;
+    std::vector<int32_t> offsets, slots;
+    std::vector<float> logits, x, gate_up, down;
+};
+
+moe_inputs make_inputs(const decode_moe_case& c, std::mt19937& rng) {
+    moe_inputs in;
+    std::vector<int32_t> replicas(c.num_experts, 1);
+    for (int32_t i = 0; i < c.extra_replicas; ++i) ++replicas[rng() % c.num_experts];
+    in.offsets.assign(c.num_experts + 1, 0);
+    for (int32_t e = 0; e < c.num_experts; ++e) in.offsets[e + 1] = in.offsets[e] + replicas[e];
+    in.num_slots = in.offsets.back();
+    in.slots.resize(in.num_slots);
+    for (int32_t i = 0; i < in.num_slots; ++i) in.slots[i] = i;
+    std::shuffle(in.slots.begin(), in.slots.end(), rng);
+    std::normal_distribution<float> n(0.f, 2.f);
+    in.logits.resize(size_t(c.num_tokens) * c.num_experts);
+    for (auto& v : in.logits) v = n(rng);
+    in.x = random_bf16(size_t(c.num_tokens) * c.hidden, 1.f, rng);
+    in.gate_up = random_bf16(size_t(in.num_slots) * 2 * c.inter * c.hidden, 1.f / std::sqrt(float(c.hidden)), rng);
+    in.down = random_bf16(size_t(in.num_slots) * c.hidden * c.inter, 1.f / std::sqrt(float(c.inter)), rng);
+    return in;
+}
+
+struct moe_outputs {
+    std::vector<float> out, weights;
+    std::vector<int32_t> slot_ids, counts;
+};
+
+moe_outputs run_decode(const decode_moe_case& c, const moe_inputs& in, const std::vector<int32_t>& counts0) {
+    auto d_logits = upload(in.logits);
+    auto d_offsets = upload(in.offsets), d_slots = upload(in.slots);
+    auto d_valid = upload(std::vector<int32_t>{c.num_valid});
+    auto d_x = upload_bf16(in.x), d_gu = upload_bf16(in.gate_up), d_down = upload_bf16(in.down);
+    const size_t tk = size_t(c.num_tokens) * c.top_k;
+    device_buffer<float> d_weights(tk);
+    device_buffer<int32_t> d_slot_ids(tk), d_scratch(moe_decode_scratch_ints(c.num_tokens, c.top_k));
+    device_buffer<bf16> d_act(tk * c.inter), d_out(size_t(c.num_tokens) * c.hidden);
+    auto d_counts = upload(counts0);
+    d_weights.poison();
+    d_slot_ids.poison();
+    d_scratch.poison();
+    d_act.poison();
+    d_out.poison();
+    launch_moe_decode({.router_logits = d_logits.get(),
+                       .replica_offsets = d_offsets.get(),
+                       .replica_slots = d_slots.get(),
+                       .num_valid = c.num_valid < 0 ? nullptr : d_valid.get(),
+                       .x = d_x.get(),
+                       .w_gate_up = d_gu.get(),
+                       .w_down = d_down.get(),
+                       .topk_weights = d_weights.get(),
+                       .slot_ids = d_slot_ids.get(),
+                       .scratch = d_scratch.get(),
+                       .act = d_act.get(),
+                       .expert_counts = d_counts.get(),
+                       .out = d_out.get(),
+                       .num_tokens = c.num_tokens,
+                       .top_k = c.top_k,
+                       .num_experts = c.num_experts,
+                       .hidden = c.hidden,
+                       .inter = c.inter,
+                       .renormalize = c.renormalize},
+                      nullptr);
+    sync_and_check();
+    return {download_bf16(d_out), download(d_weights), download(d_slot_ids), download(d_counts)};
+}
+
+class MoeDecode : public ::testing::TestWithParam<decode_moe_case> {};
+
+TEST_P(MoeDecode, MatchesReference) {
+    const auto c = GetParam();
+    ASSERT_TRUE(moe_decode_supported(c.num_tokens, c.top_k, c.num_experts, c.hidden, c.inter));
+    std::mt19937 rng(c.num_tokens * 13 + c.num_experts + c.hidden + c.top_k);
+    const moe_inputs in = make_inputs(c, rng);
+    std::vector<int32_t> counts0(c.num_experts);
+    for (auto& v : counts0) v = int32_t(rng() % 4);  // counts accumulate over a step's layers
+    const moe_outputs got = run_decode(c, in, counts0);
+
+    const size_t tk = size_t(c.num_tokens) * c.top_k;
+    std::vector<float> want(size_t(c.num_tokens) * c.hidden), weights(tk);
+    std::vector<int32_t> slot_ids(tk), counts = counts0;
+    ref::moe_decode(in.logits.data(), in.offsets.data(), in.slots.data(), c.num_valid, in.x.data(), in.gate_up.data(),
+                    in.down.data(), weights.data(), slot_ids.data(), counts.data(), want.data(), c.num_tokens, c.top_k,
+                    c.num_experts, c.hidden, c.inter, c.renormalize);
+    EXPECT_EQ(got.slot_ids, slot_ids);
+    EXPECT_EQ(got.counts, counts);
+    for (size_t i = 0; i < tk; ++i) EXPECT_NEAR(got.weights[i], weights[i], 1e-5f) << "choice " << i;
+    for (float v : got.out) ASSERT_TRUE(std::isfinite(v));
+    EXPECT_LT(rel_error(got.out, want), kBf16Tolerance);
+}
+
+TEST(MoeDecode, TokenAloneEqualsTokenInBatch) {
+    const decode_moe_case batch{8, 128, 8, 256, 128, 16, -1, true};
+    std::mt19937 rng(3);
+    const moe_inputs in = make_inputs(batch, rng);
+    const std::vector<int32_t> zeros(batch.num_experts, 0);
+    const moe_outputs all = run_decode(batch, in, zeros);
+    // Token 0 alone: it keeps its replica choice (token index 0 in both batches), so its slots and output agree.
+    decode_moe_case alone = batch;
+    alone.num_tokens = 1;
+    moe_inputs one = in;
+    one.logits.resize(batch.num_experts);
+    one.x.resize(batch.hidden);
+    const moe_outputs single = run_decode(alone, one, zeros);
+    for (int32_t h = 0; h < batch.hidden; ++h) ASSERT_EQ(single.out[h], all.out[h]) << "element " << h;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MoeDecode,
+    ::testing::Values(decode_moe_case{1, 16, 8, 2048, 768, 0, -1, true},   // Qwen3-30B-A3B's expert dims
+                      decode_moe_case{4, 128, 8, 256, 96, 0, 3, true},     // padding: token 3 not counted
+                      decode_moe_case{8, 128, 8, 256, 128, 24, -1, true},  // eight tokens, redundant replicas
+                      decode_moe_case{2, 60, 4, 64, 88, 0, -1, false},     // small, FFN not a multiple of 16
+                      decode_moe_case{3, 8, 2, 40, 24, 3, -1, true},       // Mixtral-like top-2
+                      decode_moe_case{4, 64, 16, 256, 128, 0, -1, false},  // top-16, 64 choices
+                      decode_moe_case{1, 512, 1, 128, 64, 0, 0, false}),   // 512 experts, one choice, all padding
+    [](const auto& info) {
+        const auto& c = info.param;
+        return make_name("t", c.num_tokens, "_e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter, "_extra",
+                         c.extra_replicas);
+    });
+
+}  // namespace
+}  // namespace zmoe::kernels::test
