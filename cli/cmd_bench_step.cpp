@@ -62,9 +62,17 @@ std::vector<int32_t> parse_sizes(const std::string& text) {
 int64_t dense_step_bytes(const model_config& c) {
     const int64_t H = c.hidden_size, D = c.head_dim;
     const int64_t q = c.num_heads * D, kv = c.num_kv_heads * D;
+    int64_t attn = (q + 2 * kv) * H + H * q;
+    if (c.is_mla()) {  // q (through its LoRA), kv_a, kv_b, o, the two latent norms
+        const zmoe::mla_params& m = c.mla;
+        const int64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+        attn = (m.q_lora_rank > 0 ? m.q_lora_rank * (H + c.num_heads * qk + 1) : H * c.num_heads * qk) +
+               H * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank +
+               c.num_heads * (m.qk_nope_head_dim + m.v_head_dim) * m.kv_lora_rank + c.num_heads * m.v_head_dim * H;
+    }
     int64_t n = c.vocab_size * H + H;
     for (int64_t l = 0; l < c.num_layers; ++l) {
-        n += (q + 2 * kv) * H + H * q + 2 * H;
+        n += attn + 2 * H;
         if (c.qk_norm != zmoe::qk_norm_kind::none) n += 2 * D;
         if (c.is_moe_layer(l)) {
             n += c.num_experts * H;
@@ -139,7 +147,8 @@ int run(int argc, char** argv) {
 
     const int64_t dense_bytes = dense_step_bytes(cfg);
     const int64_t expert_bytes = 3 * cfg.moe_intermediate_size * cfg.hidden_size * 2;
-    const int64_t kv_bytes_per_pos = cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * 2;
+    // K and V per position and layer (MLA: the one latent + rope-key row).
+    const int64_t kv_bytes_per_pos = cfg.num_layers * (cfg.is_mla() ? 1 : 2) * cfg.kv_width() * 2;
     std::mt19937 rng(1234);
     std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(cfg.vocab_size - 1));
     uint64_t next_id = 1, step_id = 0;

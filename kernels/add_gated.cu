@@ -1,4 +1,5 @@
-// qwen2_moe's shared expert: its output scaled by sigmoid(shared_expert_gate(x)) and added to the MoE output.
+// The shared expert's output added to the MoE output: scaled by sigmoid(shared_expert_gate(x)) (qwen2_moe), or
+// as it is (DeepSeek, no gate logits).
 
 #include <algorithm>
 
@@ -12,8 +13,11 @@ constexpr int kThreads = 256;
 
 __global__ void add_gated_kernel(bf16* out, const bf16* shared, const float* gate, int64_t total, int32_t hidden) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-        const float g = 1.f / (1.f + __expf(-gate[i / hidden]));
-        const float s = __bfloat162float(__float2bfloat16(g * __bfloat162float(shared[i])));
+        float s = __bfloat162float(shared[i]);
+        if (gate != nullptr) {
+            const float g = 1.f / (1.f + __expf(-gate[i / hidden]));
+            s = __bfloat162float(__float2bfloat16(g * s));
+        }
         out[i] = __float2bfloat16(__bfloat162float(out[i]) + s);
     }
 }

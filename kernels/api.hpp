@@ -423,12 +423,13 @@ void launch_gather_rows(const gather_rows_params& p, cudaStream_t stream);
 struct add_gated_params {
     bf16* out = nullptr;                 // [num_tokens, hidden], in/out
     const bf16* shared = nullptr;        // [num_tokens, hidden]: the shared expert's output
-    const float* gate_logits = nullptr;  // [num_tokens]: shared_expert_gate(x), fp32
+    const float* gate_logits = nullptr;  // [num_tokens]: shared_expert_gate(x), fp32; nullptr: ungated
     int32_t num_tokens = 0;
     int32_t hidden = 0;
 };
 
-/// out[t] = bf16(out[t] + bf16(sigmoid(gate_logits[t]) * shared[t])) (qwen2_moe's shared expert).
+/// out[t] = bf16(out[t] + bf16(sigmoid(gate_logits[t]) * shared[t])) (qwen2_moe's shared expert); without gate
+/// logits out[t] = bf16(out[t] + shared[t]) (DeepSeek's shared experts).
 void launch_add_gated(const add_gated_params& p, cudaStream_t stream);
 
 struct qk_norm_clip_params {
@@ -446,5 +447,122 @@ struct qk_norm_clip_params {
 
 /// RMSNorm of q and k (both weights given, else none), then q, k and v clamped to [-clip, clip].
 void launch_qk_norm_clip(const qk_norm_clip_params& p, cudaStream_t stream);
+
+}  // namespace zmoe::kernels
+
+// ---------------------------------------------------------------------------------------------------------
+// Multi-head latent attention (DeepSeek-V2/V3), absorbed form over a paged cache of latents. Per token and layer
+// the cache holds one row [kv_lora_rank + rope_dim]: the normalised latent c, then the rotated shared rope key
+// k_pe. Per query head h (W_k,h / W_v,h: the head's nope_dim key rows / v_dim value rows of kv_b_proj):
+// q_lat = W_k,h^T q_nope (launch_mla_q_absorb), score_j = (q_lat . c_j + q_pe . k_pe_j) * scale, o_lat =
+// softmax . c (launch_mla_attention), out_h = W_v,h o_lat (launch_mla_v_up).
+
+namespace zmoe::kernels {
+
+struct mla_rope_kv_params {
+    bf16* q = nullptr;                      // [num_tokens, num_heads, nope_dim + rope_dim]: rope parts rotated in place
+    const bf16* kv = nullptr;               // [num_tokens, kv_lora_rank + rope_dim]: kv_a_proj_with_mqa's output
+    const bf16* kv_norm_weight = nullptr;   // [kv_lora_rank]
+    const int32_t* positions = nullptr;     // [num_tokens]
+    const int32_t* slot_mapping = nullptr;  // [num_tokens]: block * block_size + offset; < 0 skips the write
+    const float* inv_freq = nullptr;        // [rope_dim / 2]
+    bf16* cache = nullptr;                  // [num_blocks, block_size, kv_lora_rank + rope_dim]
+    int32_t num_tokens = 0;
+    int32_t num_heads = 0;
+    int32_t nope_dim = 0;
+    int32_t rope_dim = 0;      ///< even, <= 128
+    int32_t kv_lora_rank = 0;  ///< multiple of 8, <= 1024
+    int32_t block_size = 0;
+    float attention_factor = 1.f;  ///< cos and sin are multiplied by it (YaRN)
+    float eps = 1e-6f;
+    bool interleave = true;  ///< rotate pairs (2i, 2i + 1), else (i, i + rope_dim / 2)
+};
+
+/// angle_i = position * inv_freq[i] (fp32), cos/sin in double then fp32, times attention_factor. Cache row =
+/// [bf16(RMSNorm(kv[:r]) * weight), bf16(rope(kv[r:]))]; every head's q[nope_dim:] rotated in place (BF16).
+void launch_mla_rope_kv(const mla_rope_kv_params& p, cudaStream_t stream);
+
+struct mla_absorb_params {
+    const bf16* q = nullptr;     // [num_tokens, num_heads, nope_dim + rope_dim]
+    const bf16* kv_b = nullptr;  // [num_heads * (nope_dim + v_dim), kv_lora_rank]: per head nope_dim key rows, then
+                                 // v_dim value rows
+    float* q_lat = nullptr;      // [num_tokens, num_heads, kv_lora_rank]
+    int32_t num_tokens = 0;
+    int32_t num_heads = 0;
+    int32_t nope_dim = 0;  ///< <= 256
+    int32_t rope_dim = 0;
+    int32_t v_dim = 0;
+    int32_t kv_lora_rank = 0;
+};
+
+/// q_lat[t, h, i] = sum_d q[t, h, d] * kv_b[h * (nope_dim + v_dim) + d, i], d ascending, fp32.
+void launch_mla_q_absorb(const mla_absorb_params& p, cudaStream_t stream);
+
+struct mla_attention_params {
+    const float* q_lat = nullptr;           // [num_tokens, num_heads, kv_lora_rank]
+    const bf16* q = nullptr;                // [num_tokens, num_heads, nope_dim + rope_dim]: q_pe at offset nope_dim
+    const bf16* cache = nullptr;            // [num_blocks, block_size, kv_lora_rank + rope_dim]
+    const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+    const int32_t* query_start = nullptr;   // [num_seqs + 1]
+    const int32_t* start_pos = nullptr;     // [num_seqs]
+    float* o_lat = nullptr;                 // [num_tokens, num_heads, kv_lora_rank]
+    int32_t num_tokens = 0;                 ///< query_start[num_seqs]
+    int32_t num_seqs = 0;
+    int32_t num_heads = 0;
+    int32_t nope_dim = 0;
+    int32_t rope_dim = 0;      ///< multiple of 8
+    int32_t kv_lora_rank = 0;  ///< multiple of 8; kv_lora_rank + rope_dim <= 1024
+    int32_t block_size = 0;
+    int32_t max_blocks_per_seq = 0;
+    float scale = 1.f;
+};
+
+/// Each query token at position pos = start_pos[s] + (t - query_start[s]) attends causally to the cache rows of
+/// positions [0, pos] of its sequence (its own row written already by launch_mla_rope_kv); softmax in fp32.
+void launch_mla_attention(const mla_attention_params& p, cudaStream_t stream);
+
+struct mla_v_up_params {
+    const float* o_lat = nullptr;  // [num_tokens, num_heads, kv_lora_rank]
+    const bf16* kv_b = nullptr;    // as mla_absorb_params::kv_b
+    bf16* out = nullptr;           // [num_tokens, num_heads * v_dim]
+    int32_t num_tokens = 0;
+    int32_t num_heads = 0;
+    int32_t nope_dim = 0;
+    int32_t v_dim = 0;
+    int32_t kv_lora_rank = 0;  ///< <= 1024
+};
+
+/// out[t, h * v_dim + e] = bf16(sum_i o_lat[t, h, i] * kv_b[h * (nope_dim + v_dim) + nope_dim + e, i]).
+void launch_mla_v_up(const mla_v_up_params& p, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------
+// Group-limited routers (DeepSeek-V2/V3)
+
+enum class router_scoring : int32_t {
+    softmax = 0,  ///< DeepSeek-V2: softmax probabilities; a group scores its best expert
+    sigmoid = 1,  ///< DeepSeek-V3 noaux_tc: sigmoid; selection on sigmoid + bias, a group scores its top-2 sum
+};
+
+struct router_grouped_params {
+    const float* logits = nullptr;  // [num_tokens, num_experts]
+    const float* bias = nullptr;    // [num_experts]: e_score_correction_bias (sigmoid only; nullptr = 0)
+    int32_t* topk_ids = nullptr;    // [num_tokens, top_k]
+    float* topk_weights = nullptr;  // [num_tokens, top_k]
+    int32_t num_tokens = 0;
+    int32_t num_experts = 0;  ///< <= 512, a multiple of n_group
+    int32_t top_k = 0;        ///< 1..16, <= topk_group * num_experts / n_group
+    int32_t n_group = 1;      ///< <= 32; sigmoid: num_experts / n_group >= 2
+    int32_t topk_group = 1;   ///< groups kept, <= n_group
+    router_scoring scoring = router_scoring::softmax;
+    bool renormalize = false;  ///< softmax: divide by the top-k sum; sigmoid: by (the top-k sum + 1e-20)
+    float scaling = 1.f;       ///< routed_scaling_factor, multiplied in last
+};
+
+/// Per token: the topk_group groups with the highest group score are kept (lower index first on ties), and the
+/// top_k experts among theirs by selection score (softmax: the logits, which order like the probabilities;
+/// sigmoid: sigmoid(logit) + bias), descending, lower index first on ties. Weights: the softmax probabilities /
+/// the plain sigmoid scores of the chosen experts, renormalised if asked, times scaling. With n_group ==
+/// topk_group == 1 the softmax kind is the plain softmax top-k.
+void launch_router_grouped(const router_grouped_params& p, cudaStream_t stream);
 
 }  // namespace zmoe::kernels

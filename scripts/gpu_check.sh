@@ -69,7 +69,7 @@ if [[ $what == workers || $what == all ]]; then
   ((rc == 0)) || fails=$((fails + 1))
   for w in 1 2 4; do
     ((w <= ngpu)) || continue
-    for a in qwen3_moe qwen2_moe mixtral olmoe; do
+    for a in qwen3_moe qwen2_moe mixtral olmoe deepseek_v3 deepseek_v3_flat deepseek_v2 deepseek_v2_greedy; do
       m=$ZMOE_FIXTURES_DIR/models/$a
       python3 scripts/check_generate.py make "$m" >"$OUT/in_$a.jsonl"
       timeout 120 "$build/bin/zmoe" generate --model "$m" --input "$OUT/in_$a.jsonl" \

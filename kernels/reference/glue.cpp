@@ -28,10 +28,11 @@ void gather_rows(const float* in, const int32_t* rows, float* out, int32_t num_r
 
 void add_gated(float* out, const float* shared, const float* gate_logits, int32_t num_tokens, int32_t hidden) {
     for (int32_t t = 0; t < num_tokens; ++t) {
-        const double g = 1.0 / (1.0 + std::exp(-double(gate_logits[t])));
+        const double g = gate_logits ? 1.0 / (1.0 + std::exp(-double(gate_logits[t]))) : 1.0;
         for (int32_t h = 0; h < hidden; ++h) {
             const size_t i = size_t(t) * hidden + h;
-            out[i] = round_bf16(out[i] + round_bf16(float(g * shared[i])));
+            const float s = gate_logits ? round_bf16(float(g * shared[i])) : shared[i];
+            out[i] = round_bf16(out[i] + s);
         }
     }
 }

@@ -116,11 +116,57 @@ void silu_mul(const float* gate_up, float* out, int32_t num_tokens, int32_t n);
 /// See launch_gather_rows.
 void gather_rows(const float* in, const int32_t* rows, float* out, int32_t num_rows, int32_t hidden);
 
-/// See launch_add_gated: out [num_tokens, hidden] in place.
+/// See launch_add_gated: out [num_tokens, hidden] in place; gate_logits nullptr = ungated.
 void add_gated(float* out, const float* shared, const float* gate_logits, int32_t num_tokens, int32_t hidden);
 
 /// See launch_qk_norm_clip: qkv in place; null weights skip the norm, clip <= 0 skips the clamp.
 void qk_norm_clip(float* qkv, const float* q_norm_weight, const float* k_norm_weight, int32_t num_tokens,
                   int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim, bool per_head, float eps, float clip);
+
+/// Multi-head latent attention shapes (see mla_rope_kv_params and the other MLA params structs).
+struct mla_shape {
+    int32_t num_tokens = 0;
+    int32_t num_seqs = 0;
+    int32_t num_heads = 0;
+    int32_t nope_dim = 0;
+    int32_t rope_dim = 0;
+    int32_t v_dim = 0;
+    int32_t kv_lora_rank = 0;
+    int32_t block_size = 0;
+    int32_t max_blocks_per_seq = 0;
+    float attention_factor = 1.f;
+    float eps = 1e-6f;
+    bool interleave = true;
+    float scale = 1.f;
+};
+
+/// See launch_mla_rope_kv: q [num_tokens, heads, nope + rope] rotated in place; cache rows written at `slots`.
+void mla_rope_kv(const mla_shape& s, float* q, const float* kv, const float* kv_norm_weight, const int32_t* positions,
+                 const int32_t* slots, const float* inv_freq, float* cache);
+
+/// See launch_mla_q_absorb (sums in double).
+void mla_q_absorb(const mla_shape& s, const float* q, const float* kv_b, float* q_lat);
+
+/// See launch_mla_attention (two-pass softmax in double).
+void mla_attention(const mla_shape& s, const float* q_lat, const float* q, const float* cache,
+                   const int32_t* block_tables, const int32_t* query_start, const int32_t* start_pos, float* o_lat);
+
+/// See launch_mla_v_up: out [num_tokens, heads * v_dim], BF16-rounded.
+void mla_v_up(const mla_shape& s, const float* o_lat, const float* kv_b, float* out);
+
+struct router_grouped_shape {
+    int32_t num_tokens = 0;
+    int32_t num_experts = 0;
+    int32_t top_k = 0;
+    int32_t n_group = 1;
+    int32_t topk_group = 1;
+    bool sigmoid = false;
+    bool renormalize = false;
+    float scaling = 1.f;
+};
+
+/// See launch_router_grouped (probabilities and sums in double).
+void router_grouped(const router_grouped_shape& s, const float* logits, const float* bias, int32_t* topk_ids,
+                    float* topk_weights);
 
 }  // namespace zmoe::kernels::ref

@@ -72,6 +72,9 @@ const published kModels[] = {
     // DeepSeek-V3: "671B total parameters with 37B activated for each token" (DeepSeek-V3 technical report), the
     // multi-token-prediction module excluded. Counting the embedding and the LM head both gives 37.55 B active.
     {"deepseek-v3", model_arch::deepseek_v3, 671, 37, 0.6},
+    // DeepSeek-V2-Lite: "15.7B parameters, 2.4B activated" (its model card). Counting the LM head but not the
+    // embedding lookup gives 2.45 B active (2.66 B with both): the card's rounding of that is one tenth off.
+    {"deepseek-v2-lite", model_arch::deepseek_v2, 15.7, 2.4, 0.3},
 };
 
 class BenchConfigs : public ::testing::TestWithParam<published> {};

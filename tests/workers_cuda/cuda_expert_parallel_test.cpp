@@ -129,7 +129,8 @@ TEST_P(CudaExpertParallel, ReplicasAndMovesAcrossGpusMatchOne) {
     expect_matches_single(moved, 2, "after moves");
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaExpertParallel, ::testing::Values("qwen3_moe", "qwen2_moe", "mixtral", "olmoe"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaExpertParallel,
+                         ::testing::Values("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "deepseek_v3", "deepseek_v2"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace

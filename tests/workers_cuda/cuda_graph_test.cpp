@@ -154,7 +154,8 @@ TEST_P(CudaGraphs, DummyWeightsAreDeterministicAndRouteWidely) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGraphs,
                          ::testing::Values("qwen3_moe", "qwen3_moe_alt", "qwen2_moe", "qwen2_moe_alt", "mixtral",
-                                           "mixtral_alt", "olmoe", "olmoe_alt"),
+                                           "mixtral_alt", "olmoe", "olmoe_alt", "deepseek_v3", "deepseek_v3_alt",
+                                           "deepseek_v3_flat", "deepseek_v2", "deepseek_v2_alt", "deepseek_v2_greedy"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 /// A Qwen3-MoE config at the decode kernels' shapes (head_dim 128, 8 query heads per KV head, 32 experts, top-8),

@@ -12,12 +12,23 @@
 // reference margin is 0.084.) After the first such near-tie the continuations legitimately diverge.
 // Runs of our own backend against each other (batched vs alone, chunked vs one-shot) differ only by GEMM
 // algorithm choices for different row counts: logits within 1%, tokens equal until a self margin below 0.02.
+// DeepSeek's routers pick 3-4 of 8-16 experts through group limits, with weights scaled by up to 2.5, so a
+// routing choice that is a near-tie at BF16 precision moves the last logits far more than rounding does. The
+// prompts in kBf16RoutingFlips are those where our BF16 forward strays beyond kLogitTolerance and transformers' own
+// BF16 forward does too, by a routing decision it takes differently from its fp32 forward (measured with
+// scripts/bf16_routing_check.py on an H200, transformers 5.17: deepseek_v3 prompt 5: 1 of 128 decisions, error
+// 0.346 (ours 0.345); deepseek_v3_flat prompt 4: 7 of 82, 0.219 (ours 0.215); deepseek_v2 prompt 1: 1 of 4, 0.080
+// (ours 0.075)); there the logits are held to kRoutingFlipTolerance only, and the greedy tokens are checked as
+// everywhere. (transformers' BF16 also strays on deepseek_v3 prompts 1 and 2, 0.11 and 0.40, where ours stays
+// within 1.1%: those stay under kLogitTolerance.)
 
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include "base/error.hpp"
 #include "cuda_test_util.hpp"
@@ -33,6 +44,12 @@ using zmoe::testing::step_driver;
 
 constexpr double kLogitTolerance = 0.04;
 constexpr double kMinMargin = 0.1;
+constexpr double kRoutingFlipTolerance = 0.5;
+const std::map<std::string, std::set<size_t>> kBf16RoutingFlips{{"deepseek_v3", {5}},
+                                                                {"deepseek_v3_alt", {5}},
+                                                                {"deepseek_v3_flat", {4}},
+                                                                {"deepseek_v2", {1}},
+                                                                {"deepseek_v2_alt", {1}}};
 
 std::unique_ptr<cuda_step_executor> make_executor(const std::string& dir) {
     const executor_options o = cuda_options(dir);
@@ -42,7 +59,7 @@ std::unique_ptr<cuda_step_executor> make_executor(const std::string& dir) {
 class CudaReference : public zmoe::testing::reference_fixture_test {};
 
 TEST_P(CudaReference, LastLogitsMatchTransformers) {
-    double worst = 0;
+    double worst = 0, worst_near_tie = 0;
     auto ex = make_executor(dir_);
     for (int64_t chunk : {int64_t{0}, int64_t{7}}) {
         for (size_t i = 0; i < prompts_.size(); ++i) {
@@ -50,12 +67,16 @@ TEST_P(CudaReference, LastLogitsMatchTransformers) {
             driver.add(i + 100 * chunk, prompts_[i].token_ids, 1);
             run_all(*ex, driver);
             const double err = relative_error(driver.seqs()[0].logits.at(0), prompts_[i].last_logits);
-            worst = std::max(worst, err);
-            EXPECT_LE(err, kLogitTolerance)
+            const auto flips = kBf16RoutingFlips.find(GetParam());
+            const bool near_tie = flips != kBf16RoutingFlips.end() && flips->second.count(i) > 0;
+            (near_tie ? worst_near_tie : worst) = std::max(near_tie ? worst_near_tie : worst, err);
+            EXPECT_LE(err, near_tie ? kRoutingFlipTolerance : kLogitTolerance)
                 << GetParam() << " prompt " << i << " (" << prompts_[i].token_ids.size() << " tokens), chunk " << chunk;
         }
     }
-    std::printf("[cuda] %s: max relative logit error vs transformers %.4g\n", GetParam().c_str(), worst);
+    std::printf("[cuda] %s: max relative logit error vs transformers %.4g", GetParam().c_str(), worst);
+    if (worst_near_tie > 0) std::printf(" (%.4g on the BF16 routing near-tie prompts)", worst_near_tie);
+    std::printf("\n");
 }
 
 TEST_P(CudaReference, GreedyTokensMatchTransformers) {
@@ -169,7 +190,8 @@ TEST_P(CudaReference, MalformedStepsThrowAndTheExecutorCarriesOn) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaReference,
                          ::testing::Values("qwen3_moe", "qwen3_moe_alt", "qwen2_moe", "qwen2_moe_alt", "mixtral",
-                                           "mixtral_alt", "olmoe", "olmoe_alt"),
+                                           "mixtral_alt", "olmoe", "olmoe_alt", "deepseek_v3", "deepseek_v3_alt",
+                                           "deepseek_v3_flat", "deepseek_v2", "deepseek_v2_alt", "deepseek_v2_greedy"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // OLMoE's clip_qkv takes the unfused q/k norm + clamp path; a clip far above every activation must leave the
@@ -193,6 +215,35 @@ TEST(CudaReferenceClipQkv, UnfusedNormPathMatchesTransformers) {
         EXPECT_LE(relative_error(driver.seqs()[0].logits.at(0), prompts[i].last_logits), kLogitTolerance)
             << "prompt " << i;
     }
+    fs::remove_all(dir);
+}
+
+// DeepSeek variants the GPU path lacks are refused at load with the config.json field named: FP8 block-quantised
+// checkpoints by the config reader (CPU and GPU alike), shapes the MLA kernels do not cover by the executor.
+TEST(CudaDeepSeek, UnsupportedVariantsAreRefusedNamingTheField) {
+    const std::string src = fixture_dir("deepseek_v3");
+    const fs::path dir = fs::temp_directory_path() / ("zmoe_deepseek_refused_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const nlohmann::json base = nlohmann::json::parse(std::ifstream(src + "/config.json"));
+    auto expect_refused = [&](const nlohmann::json& cfg, const std::string& field) {
+        std::ofstream(dir / "config.json") << cfg.dump();
+        try {
+            auto ex = make_executor(dir.string());
+            ADD_FAILURE() << field << ": no error";
+        } catch (const error& e) {
+            EXPECT_EQ(e.code(), errc::unsupported) << e.what();
+            EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+        }
+    };
+    nlohmann::json fp8 = base;
+    fp8["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"weight_block_size", {128, 128}}};
+    expect_refused(fp8, "quantization_config");
+    nlohmann::json rope = base;
+    rope["qk_rope_head_dim"] = 12;
+    expect_refused(rope, "qk_rope_head_dim");
+    nlohmann::json rank = base;
+    rank["kv_lora_rank"] = 36;
+    expect_refused(rank, "kv_lora_rank");
     fs::remove_all(dir);
 }
 

@@ -35,13 +35,10 @@ void check_supported(const model_config& c) {
     auto need = [&](bool ok, const std::string& what) {
         if (!ok) throw error(errc::unsupported, std::string("CUDA backend: ") + model_arch_name(c.arch) + ": " + what);
     };
-    need(!c.is_mla(),
-         "multi-head latent attention (deepseek_v2 / deepseek_v3) is not implemented on the GPU yet; "
-         "run it with --device cpu");
-    need(c.router == router_kind::softmax_topk && c.routed_scaling_factor == 1.0,
-         "only the softmax top-k router is implemented on the GPU");
+    check_deepseek_supported(c);  // MLA and the group-limited routers
     need(c.hidden_size % 8 == 0, "hidden_size must be a multiple of 8");
-    need(c.head_dim == 16 || c.head_dim == 32 || c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256,
+    need(c.is_mla() || c.head_dim == 16 || c.head_dim == 32 || c.head_dim == 64 || c.head_dim == 128 ||
+             c.head_dim == 256,
          "head_dim must be 16, 32, 64, 128 or 256");
     need(c.num_kv_heads > 0 && c.num_heads % c.num_kv_heads == 0, "num_heads must be a multiple of num_kv_heads");
     need(c.num_experts <= 512, "at most 512 experts (router kernel)");
@@ -115,7 +112,7 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
         .hidden = i32(config_.hidden_size),
         .num_q_heads = i32(config_.num_heads),
         .num_kv_heads = i32(config_.num_kv_heads),
-        .head_dim = i32(config_.head_dim),
+        .head_dim = config_.is_mla() ? 0 : i32(config_.head_dim),  // MLA: its own buffers (mla_attention_runner)
         .vocab_size = i32(config_.vocab_size),
         .num_experts = i32(config_.num_experts),
         .top_k = i32(config_.num_experts_per_tok),
@@ -129,10 +126,12 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
     if (comm_)
         ep_ = std::make_unique<cuda_ep_exchange>(
             ep_exchange_params{.comm = comm_.get(), .ws = &ws_, .hidden = shape.hidden, .top_k = shape.top_k});
+    if (config_.is_mla()) mla_ = std::make_unique<mla_attention_runner>(config_, max_tokens);
     upload_replica_tables();
 
-    const int64_t block_bytes =
-        2 * run.block_size * config_.num_kv_heads * config_.head_dim * static_cast<int64_t>(sizeof(bf16));
+    // K and V rows of kv_width() values per token; MLA: one row (latent + rope key), no V.
+    const int64_t k_block_bytes = run.block_size * config_.kv_width() * static_cast<int64_t>(sizeof(bf16));
+    const int64_t block_bytes = (config_.is_mla() ? 1 : 2) * k_block_bytes;
     if (run.num_kv_blocks > 0) {
         num_kv_blocks_ = run.num_kv_blocks;
     } else {
@@ -151,8 +150,8 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
                                                  std::to_string(run.gpu_memory_utilization));
     }
     for (int64_t l = 0; l < config_.num_layers; ++l) {
-        k_cache_.emplace_back(static_cast<size_t>(num_kv_blocks_ * block_bytes / 2));
-        v_cache_.emplace_back(static_cast<size_t>(num_kv_blocks_ * block_bytes / 2));
+        k_cache_.emplace_back(static_cast<size_t>(num_kv_blocks_ * k_block_bytes));
+        v_cache_.emplace_back(config_.is_mla() ? size_t{0} : static_cast<size_t>(num_kv_blocks_ * k_block_bytes));
         // Zeroed: a graph's padding rows read block 0, which must hold finite values.
         check(cudaMemsetAsync(k_cache_.back().as<void>(), 0, k_cache_.back().bytes(), stream_));
         check(cudaMemsetAsync(v_cache_.back().as<void>(), 0, v_cache_.back().bytes(), stream_));
@@ -313,6 +312,22 @@ void cuda_step_executor::attention(int64_t layer, const step_shape& s) {
     const cuda_layer& w = weights_.layers[layer];
     const int32_t T = s.num_tokens, H = i32(c.hidden_size), D = i32(c.head_dim);
     const int32_t hq = i32(c.num_heads), hkv = i32(c.num_kv_heads);
+    if (mla_) {
+        mla_->run(w,
+                  {.positions = ws_.positions.device,
+                   .kv_slots = ws_.kv_slots.device,
+                   .block_tables = ws_.block_tables.device,
+                   .query_start = ws_.query_start.device,
+                   .start_pos = ws_.start_pos.device,
+                   .num_tokens = T,
+                   .num_seqs = s.num_seqs,
+                   .block_size = i32(options_.config.block_size),
+                   .max_blocks_per_seq = ws_.shape.max_blocks_per_seq},
+                  ws_.xn.as<bf16>(), k_cache_[layer].as<bf16>(), ws_.delta.as<bf16>(),
+                  {.handle = blas_, .workspace = blas_workspace_.as<void>(), .workspace_bytes = kBlasWorkspace},
+                  stream_);
+        return;
+    }
     const int32_t qkv_dim = (hq + 2 * hkv) * D;
     bf16* qkv = ws_.qkv.as<bf16>();
     gemm(ws_.xn.as<bf16>(), w.qkv.as<bf16>(), qkv, T, qkv_dim, H);
@@ -412,7 +427,9 @@ void cuda_step_executor::moe(int64_t layer, const step_shape& s) {
     const int32_t T = s.num_tokens, H = i32(c.hidden_size), E = i32(c.num_experts), K = i32(c.num_experts_per_tok);
     bf16* xn = ws_.xn.as<bf16>();
     const int32_t I = i32(c.moe_intermediate_size);
-    if (!comm_ && kernels::moe_decode_supported(T, K, E, H, I)) {
+    // The fused decode path routes by softmax top-k only: DeepSeek's group-limited routers take the general path.
+    const bool fused = !comm_ && !uses_grouped_router(c) && kernels::moe_decode_supported(T, K, E, H, I);
+    if (fused) {
         // A few tokens on one GPU: routing, both expert GEMMs and the combine in three launches, no permuted copies.
         float* logits = ws_.router_logits.as<float>();
         gemm(xn, w.router.as<bf16>(), logits, T, E, H, true);
@@ -440,15 +457,18 @@ void cuda_step_executor::moe(int64_t layer, const step_shape& s) {
     } else if (T > 0) {
         float* logits = ws_.router_logits.as<float>();
         gemm(xn, w.router.as<bf16>(), logits, T, E, H, true);
-        kernels::launch_router_topk({.logits = logits,
-                                     .topk_ids = ws_.topk_ids.as<int32_t>(),
-                                     .topk_weights = ws_.topk_weights.as<float>(),
-                                     .expert_counts = ws_.router_counts.as<int32_t>(),
-                                     .num_tokens = T,
-                                     .num_experts = E,
-                                     .top_k = K,
-                                     .renormalize = c.norm_topk_prob},
-                                    stream_);
+        if (uses_grouped_router(c))  // DeepSeek
+            launch_deepseek_router(c, w, logits, ws_.topk_ids.as<int32_t>(), ws_.topk_weights.as<float>(), T, stream_);
+        else
+            kernels::launch_router_topk({.logits = logits,
+                                         .topk_ids = ws_.topk_ids.as<int32_t>(),
+                                         .topk_weights = ws_.topk_weights.as<float>(),
+                                         .expert_counts = ws_.router_counts.as<int32_t>(),
+                                         .num_tokens = T,
+                                         .num_experts = E,
+                                         .top_k = K,
+                                         .renormalize = c.norm_topk_prob},
+                                        stream_);
         kernels::launch_moe_route({.topk_ids = ws_.topk_ids.as<int32_t>(),
                                    .replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1),
                                    .replica_slots = ws_.replica_slots.as<int32_t>() +
@@ -463,13 +483,13 @@ void cuda_step_executor::moe(int64_t layer, const step_shape& s) {
     }
     if (comm_)
         moe_expert_parallel(w, T);  // a collective: joined with no tokens too
-    else if (T > 0 && !kernels::moe_decode_supported(T, K, E, H, I))
+    else if (T > 0 && !fused)
         moe_local(w, T);
     if (T > 0 && w.has_shared) {
         bf16* shared = ws_.shared_out.as<bf16>();
         dense_mlp(w.shared, xn, T, shared);
-        float* gate = ws_.shared_gate.as<float>();
-        gemm(xn, w.shared_gate.as<bf16>(), gate, T, 1, H, true);
+        float* gate = w.shared_gate.empty() ? nullptr : ws_.shared_gate.as<float>();  // DeepSeek: ungated
+        if (gate != nullptr) gemm(xn, w.shared_gate.as<bf16>(), gate, T, 1, H, true);
         kernels::launch_add_gated(
             {.out = ws_.delta.as<bf16>(), .shared = shared, .gate_logits = gate, .num_tokens = T, .hidden = H},
             stream_);
@@ -488,12 +508,13 @@ void cuda_step_executor::run_experts(const cuda_layer& w, const int32_t* slots, 
     const int32_t H = i32(config_.hidden_size), I = i32(config_.moe_intermediate_size), S = w.num_slots;
     const int32_t align = kernels::moe_row_align_for(num_tokens, top_k, S);
     const int32_t max_rows = kernels::moe_permuted_rows_bound(num_tokens, top_k, S, align);
+    // The permutation only plans (no permuted copy of x): gate|up reads x's rows through row_token (a_rows).
     kernels::launch_moe_permute({.topk_ids = slots,
-                                 .x = x,
+                                 .x = nullptr,
                                  .expert_offsets = ws_.perm_offsets.as<int32_t>(),
                                  .dest_rows = ws_.perm_dest.as<int32_t>(),
                                  .row_token = ws_.perm_row_token.as<int32_t>(),
-                                 .x_permuted = ws_.perm_x.as<bf16>(),
+                                 .x_permuted = nullptr,
                                  .workspace = ws_.perm_workspace.as<void>(),
                                  .num_tokens = num_tokens,
                                  .top_k = top_k,
@@ -502,7 +523,8 @@ void cuda_step_executor::run_experts(const cuda_layer& w, const int32_t* slots, 
                                  .row_align = align,
                                  .max_rows = max_rows},
                                 stream_);
-    kernels::launch_grouped_gemm({.a = ws_.perm_x.as<bf16>(),
+    kernels::launch_grouped_gemm({.a = x,
+                                  .a_rows = ws_.perm_row_token.as<int32_t>(),
                                   .b = w.experts_gate_up.as<bf16>(),
                                   .expert_offsets = ws_.perm_offsets.as<int32_t>(),
                                   .c = ws_.perm_act.as<bf16>(),

@@ -23,6 +23,7 @@
 
 #include "kernels/api.hpp"
 #include "messages/expert_placement.hpp"
+#include "workers/cuda/cuda_deepseek.hpp"
 #include "workers/cuda/cuda_ep_exchange.hpp"
 #include "workers/cuda/cuda_weights.hpp"
 #include "workers/cuda/cuda_workspace.hpp"
@@ -115,7 +116,9 @@ class cuda_step_executor final : public step_executor {
     cuda_workspace ws_;
     std::unique_ptr<cuda_ep_exchange> ep_;  // the MoE dispatch/combine over comm_; null for a world of one
     int64_t num_kv_blocks_ = 0;
-    std::vector<device_buffer> k_cache_, v_cache_;  // per layer [num_blocks, block_size, kv_heads, head_dim]
+    std::vector<device_buffer> k_cache_, v_cache_;  // per layer [num_blocks, block_size, kv_heads, head_dim]; MLA:
+                                                    // k_cache_ [num_blocks, block_size, r + dr], v_cache_ empty
+    std::unique_ptr<mla_attention_runner> mla_;     // DeepSeek (cuda_deepseek.hpp); null otherwise
     std::unordered_map<uint64_t, int32_t> last_sampled_;
     token_history history_;             // fed tokens of the requests with penalties
     std::vector<decode_graph> graphs_;  // ascending batch

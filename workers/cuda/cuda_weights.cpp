@@ -53,6 +53,14 @@ device_buffer vec(const std::vector<float>& v, int64_t& bytes) {
     return b;
 }
 
+device_buffer vec_f32(const std::vector<float>& v, int64_t& bytes) {
+    if (v.empty()) return {};
+    device_buffer b(v.size() * sizeof(float));
+    ZMOE_CUDA_CHECK(cudaMemcpy(b.as<void>(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+    bytes += static_cast<int64_t>(v.size() * sizeof(float));
+    return b;
+}
+
 cuda_mlp mlp(const mlp_weights& m, int64_t& bytes) {
     cuda_mlp out;
     out.gate_up = stack({&m.gate, &m.up}, bytes);
@@ -79,7 +87,21 @@ cuda_weights cuda_weights::upload(const model_weights& w) {
         l.input_norm = vec(lw.input_norm, bytes);
         l.post_norm = vec(lw.post_norm, bytes);
         const attention_weights& a = lw.attn;
-        l.qkv = stack({&a.q, &a.k, &a.v}, bytes);
+        if (c.is_mla()) {
+            const mla_weights& m = a.mla;
+            if (!m.q_a.empty()) {
+                l.mla.q_a = stack({&m.q_a}, bytes);
+                l.mla.q_a_norm = vec(m.q_a_norm, bytes);
+                l.mla.q_b = stack({&m.q_b}, bytes);
+            } else {
+                l.mla.q_b = stack({&a.q}, bytes);
+            }
+            l.mla.kv_a = stack({&m.kv_a}, bytes);
+            l.mla.kv_a_norm = vec(m.kv_a_norm, bytes);
+            l.mla.kv_b = vec(m.kv_b, bytes);  // widened from the checkpoint's BF16 on load: exact
+        } else {
+            l.qkv = stack({&a.q, &a.k, &a.v}, bytes);
+        }
         if (!a.q_bias.empty()) {
             std::vector<float> b = a.q_bias;
             b.insert(b.end(), a.k_bias.begin(), a.k_bias.end());
@@ -97,6 +119,7 @@ cuda_weights cuda_weights::upload(const model_weights& w) {
         }
         const moe_weights& m = lw.moe;
         l.router = stack({&m.router}, bytes);
+        l.router_bias = vec_f32(m.router_bias, bytes);
         l.num_slots = static_cast<int32_t>(m.experts.size());
         const size_t gu = static_cast<size_t>(2 * c.moe_intermediate_size * c.hidden_size) * kBf16;
         const size_t dn = gu / 2;
@@ -111,7 +134,7 @@ cuda_weights cuda_weights::upload(const model_weights& w) {
         if (m.has_shared) {
             l.has_shared = true;
             l.shared = mlp(m.shared, bytes);
-            l.shared_gate = stack({&m.shared_gate}, bytes);
+            if (!m.shared_gate.empty()) l.shared_gate = stack({&m.shared_gate}, bytes);
         }
     }
     return out;

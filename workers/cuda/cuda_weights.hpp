@@ -19,6 +19,16 @@ struct cuda_mlp {
     int64_t inter = 0;
 };
 
+/// Multi-head latent attention (DeepSeek) on the device; shapes as mla_weights (r = kv_lora_rank).
+struct cuda_mla {
+    device_buffer q_a;        // [q_lora_rank, H]; empty without q LoRA
+    device_buffer q_a_norm;   // [q_lora_rank]
+    device_buffer q_b;        // [heads * (dn + dr), q_lora_rank], or q_proj [heads * (dn + dr), H] without q LoRA
+    device_buffer kv_a;       // [r + dr, H]
+    device_buffer kv_a_norm;  // [r]
+    device_buffer kv_b;       // [heads * (dn + dv), r]
+};
+
 struct cuda_layer {
     device_buffer input_norm;  // [H]
     device_buffer post_norm;   // [H]
@@ -28,16 +38,18 @@ struct cuda_layer {
     device_buffer o_bias;      // [H] or empty
     device_buffer q_norm;      // [head_dim] (per head) or [heads * head_dim] (whole), or empty
     device_buffer k_norm;      // [head_dim] or [kv_heads * head_dim], or empty
+    cuda_mla mla;              // DeepSeek only (qkv empty then; o is [H, heads * v_head_dim])
     int64_t moe_index = -1;    // index among MoE layers, -1 for a dense layer
     cuda_mlp dense;            // dense layers only
     // MoE layers only:
     device_buffer router;           // [E, H]
+    device_buffer router_bias;      // deepseek_v3: e_score_correction_bias [E], fp32; else empty
     device_buffer experts_gate_up;  // [num_slots, 2 * I, H]
     device_buffer experts_down;     // [num_slots, H, I]
     int32_t num_slots = 0;
     bool has_shared = false;
     cuda_mlp shared;
-    device_buffer shared_gate;  // [1, H]
+    device_buffer shared_gate;  // [1, H]; empty: ungated (DeepSeek)
 };
 
 struct cuda_weights {

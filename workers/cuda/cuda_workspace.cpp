@@ -142,7 +142,6 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
     alloc(perm_offsets, (slots + 1) * i32);
     alloc(perm_dest, std::max(T * K, recv) * i32);
     alloc(perm_row_token, moe_rows * i32);
-    alloc(perm_x, moe_rows * H * bf);
     alloc(perm_y, moe_rows * H * bf);
     alloc(perm_act, moe_rows * s.moe_inter * bf);
     alloc(perm_workspace, E == 0 ? 0

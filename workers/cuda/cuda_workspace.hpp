@@ -149,7 +149,7 @@ struct cuda_workspace {
     device_buffer perm_offsets;        // [num_slots + 1]
     device_buffer perm_dest;           // [max(max_tokens * top_k, max_recv_rows)]
     device_buffer perm_row_token;      // [max_moe_rows]
-    device_buffer perm_x, perm_y;      // [max_moe_rows, hidden]
+    device_buffer perm_y;              // [max_moe_rows, hidden]
     device_buffer perm_act;            // [max_moe_rows, moe_inter]
     device_buffer perm_workspace;      // launch_moe_permute's scratch
     device_buffer combine_ones;        // [max_recv_rows] fp32 ones (expert parallelism: the un-permute weights)

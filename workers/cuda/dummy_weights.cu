@@ -81,9 +81,28 @@ cuda_weights cuda_weights::dummy(const model_config& c, const expert_placement& 
         cuda_layer& l = out.layers.emplace_back();
         l.input_norm = g.ones(H);
         l.post_norm = g.ones(H);
-        l.qkv = g.matrix((q_dim + 2 * kv_dim) * H, stream_of(li, 3));
-        if (c.qkv_bias) l.qkv_bias = g.zeros(q_dim + 2 * kv_dim);
-        l.o = g.matrix(H * q_dim, stream_of(li, 4));
+        if (c.is_mla()) {
+            const mla_params& m = c.mla;
+            const size_t heads = static_cast<size_t>(c.num_heads), r = static_cast<size_t>(m.kv_lora_rank);
+            const size_t qk = static_cast<size_t>(m.qk_nope_head_dim + m.qk_rope_head_dim);
+            const size_t dr = static_cast<size_t>(m.qk_rope_head_dim), dv = static_cast<size_t>(m.v_head_dim);
+            const size_t qr = static_cast<size_t>(m.q_lora_rank);
+            if (qr > 0) {
+                l.mla.q_a = g.matrix(qr * H, stream_of(li, 13));
+                l.mla.q_a_norm = g.ones(qr);
+                l.mla.q_b = g.matrix(heads * qk * qr, stream_of(li, 14));
+            } else {
+                l.mla.q_b = g.matrix(heads * qk * H, stream_of(li, 14));
+            }
+            l.mla.kv_a = g.matrix((r + dr) * H, stream_of(li, 15));
+            l.mla.kv_a_norm = g.ones(r);
+            l.mla.kv_b = g.matrix(heads * (qk - dr + dv) * r, stream_of(li, 16));
+            l.o = g.matrix(H * heads * dv, stream_of(li, 4));
+        } else {
+            l.qkv = g.matrix((q_dim + 2 * kv_dim) * H, stream_of(li, 3));
+            if (c.qkv_bias) l.qkv_bias = g.zeros(q_dim + 2 * kv_dim);
+            l.o = g.matrix(H * q_dim, stream_of(li, 4));
+        }
         if (c.o_bias) l.o_bias = g.zeros(H);
         if (c.qk_norm == qk_norm_kind::per_head) {
             l.q_norm = g.ones(D);
@@ -98,6 +117,11 @@ cuda_weights cuda_weights::dummy(const model_config& c, const expert_placement& 
             continue;
         }
         l.router = g.matrix(static_cast<size_t>(c.num_experts) * H, stream_of(li, 7));
+        if (c.router_bias) {  // e_score_correction_bias: fp32 zeros
+            l.router_bias = device_buffer(static_cast<size_t>(c.num_experts) * sizeof(float));
+            ZMOE_CUDA_CHECK(cudaMemset(l.router_bias.as<void>(), 0, l.router_bias.bytes()));
+            g.bytes += static_cast<int64_t>(l.router_bias.bytes());
+        }
         const auto slots = placement.slots(static_cast<int32_t>(l.moe_index), rank);
         l.num_slots = static_cast<int32_t>(slots.size());
         const size_t I = static_cast<size_t>(c.moe_intermediate_size);
@@ -112,7 +136,7 @@ cuda_weights cuda_weights::dummy(const model_config& c, const expert_placement& 
         if (c.shared_expert_intermediate_size > 0) {
             l.has_shared = true;
             l.shared = mlp(li, 10, c.shared_expert_intermediate_size);
-            l.shared_gate = g.matrix(H, stream_of(li, 12));
+            if (c.shared_expert_gated) l.shared_gate = g.matrix(H, stream_of(li, 12));
         }
     }
     ZMOE_CUDA_CHECK(cudaDeviceSynchronize());

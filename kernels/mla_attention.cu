@@ -1,0 +1,261 @@
+// Multi-head latent attention (DeepSeek-V2/V3) in the absorbed form over a paged cache of latents: the latent
+// norm + RoPE + cache write, the query absorption into the latent space, the attention over the latents (online
+// softmax, one block per (token, head), its warps splitting the positions), and the value up-projection.
+
+#include <cmath>
+
+#include "kernels/api.hpp"
+#include "kernels/cuda_check.hpp"
+#include "kernels/device_utils.cuh"
+
+namespace zmoe::kernels {
+namespace {
+
+using detail::kFullMask;
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTokensPerBlock = 8;  // absorb / v_up: tokens sharing one pass over a head's weights
+constexpr int kMaxChunks = 4;       // attention: 8-element chunks of a cache row per lane (rows <= 1024)
+
+// ---------------------------------------------------------------------------------------------------------
+// Latent RMSNorm + RoPE of k_pe (cache write) and of every head's q_pe.
+
+__device__ __forceinline__ void rope_pair_index(int32_t i, int32_t dim, bool interleave, int32_t& a, int32_t& b) {
+    if (interleave) {
+        a = 2 * i;
+        b = 2 * i + 1;
+    } else {
+        a = i;
+        b = i + dim / 2;
+    }
+}
+
+__global__ void __launch_bounds__(kThreads) mla_rope_kv_kernel(const mla_rope_kv_params p) {
+    __shared__ float scratch[32];
+    __shared__ float cos_s[64], sin_s[64];
+    const int32_t t = blockIdx.x;
+    const int32_t r = p.kv_lora_rank, dr = p.rope_dim, half = dr / 2, width = r + dr;
+    const int32_t pos = p.positions[t];
+    for (int32_t i = threadIdx.x; i < half; i += blockDim.x) {
+        const float angle = float(pos) * p.inv_freq[i];
+        double s, c;
+        sincos(double(angle), &s, &c);
+        cos_s[i] = float(c) * p.attention_factor;
+        sin_s[i] = float(s) * p.attention_factor;
+    }
+    const bf16* kv = p.kv + size_t(t) * width;
+    float sum_sq = 0.f;
+    for (int32_t i = threadIdx.x; i < r; i += blockDim.x) {
+        const float x = __bfloat162float(kv[i]);
+        sum_sq += x * x;
+    }
+    const float inv = rsqrtf(detail::block_sum(sum_sq, scratch) / float(r) + p.eps);  // syncs: cos_s ready
+    const int32_t slot = p.slot_mapping[t];
+    if (slot >= 0) {
+        bf16* row = p.cache + (size_t(slot / p.block_size) * p.block_size + slot % p.block_size) * width;
+        for (int32_t i = threadIdx.x; i < r; i += blockDim.x)
+            row[i] = __float2bfloat16(__bfloat162float(kv[i]) * inv * __bfloat162float(p.kv_norm_weight[i]));
+        for (int32_t i = threadIdx.x; i < half; i += blockDim.x) {
+            int32_t a, b;
+            rope_pair_index(i, dr, p.interleave, a, b);
+            const float x1 = __bfloat162float(kv[r + a]), x2 = __bfloat162float(kv[r + b]);
+            row[r + a] = __float2bfloat16(x1 * cos_s[i] - x2 * sin_s[i]);
+            row[r + b] = __float2bfloat16(x2 * cos_s[i] + x1 * sin_s[i]);
+        }
+    }
+    const int32_t qk = p.nope_dim + dr;
+    for (int32_t item = threadIdx.x; item < p.num_heads * half; item += blockDim.x) {
+        const int32_t h = item / half, i = item % half;
+        bf16* qh = p.q + (size_t(t) * p.num_heads + h) * qk + p.nope_dim;
+        int32_t a, b;
+        rope_pair_index(i, dr, p.interleave, a, b);
+        const float x1 = __bfloat162float(qh[a]), x2 = __bfloat162float(qh[b]);
+        qh[a] = __float2bfloat16(x1 * cos_s[i] - x2 * sin_s[i]);
+        qh[b] = __float2bfloat16(x2 * cos_s[i] + x1 * sin_s[i]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// q_lat = W_k^T q_nope: one block per (head, tile of tokens), a thread per latent column.
+
+__global__ void __launch_bounds__(kThreads) mla_q_absorb_kernel(const mla_absorb_params p) {
+    __shared__ float q_s[kTokensPerBlock][256];
+    const int32_t h = blockIdx.x, t0 = blockIdx.y * kTokensPerBlock;
+    const int32_t n = min(kTokensPerBlock, p.num_tokens - t0);
+    const int32_t dn = p.nope_dim, r = p.kv_lora_rank, qk = dn + p.rope_dim;
+    for (int32_t idx = threadIdx.x; idx < kTokensPerBlock * dn; idx += blockDim.x) {
+        const int32_t tt = idx / dn, d = idx % dn;
+        q_s[tt][d] = tt < n ? __bfloat162float(p.q[(size_t(t0 + tt) * p.num_heads + h) * qk + d]) : 0.f;
+    }
+    __syncthreads();
+    const bf16* wk = p.kv_b + size_t(h) * (dn + p.v_dim) * r;
+    for (int32_t i = threadIdx.x; i < r; i += blockDim.x) {
+        float acc[kTokensPerBlock] = {};
+        for (int32_t d = 0; d < dn; ++d) {
+            const float w = __bfloat162float(wk[size_t(d) * r + i]);
+#pragma unroll
+            for (int tt = 0; tt < kTokensPerBlock; ++tt) acc[tt] += q_s[tt][d] * w;
+        }
+        for (int tt = 0; tt < n; ++tt) p.q_lat[(size_t(t0 + tt) * p.num_heads + h) * r + i] = acc[tt];
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Attention over the latents: one block per (token, head); warp w takes positions j = w, w + kWarps, ...; lane l
+// holds the 8-element chunks c = l + 32 k of the cache row (latent chunks first, then the rope chunks).
+
+__global__ void __launch_bounds__(kThreads) mla_attention_kernel(const mla_attention_params p) {
+    __shared__ float m_s[kWarps], l_s[kWarps];
+    __shared__ float acc_s[kWarps][1024];
+    const int32_t t = blockIdx.x, h = blockIdx.y;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int32_t r = p.kv_lora_rank, width = r + p.rope_dim;
+    const int32_t latent_chunks = r / 8, chunks = width / 8;
+
+    // The token's sequence and position.
+    int32_t s = 0;
+    while (s + 1 < p.num_seqs && p.query_start[s + 1] <= t) ++s;
+    const int32_t pos = p.start_pos[s] + (t - p.query_start[s]);
+    const int32_t* table = p.block_tables + size_t(s) * p.max_blocks_per_seq;
+
+    // The query: q_lat (fp32) for the latent chunks, q_pe (BF16) for the rope chunks.
+    float qv[kMaxChunks][8];
+    const float* ql = p.q_lat + (size_t(t) * p.num_heads + h) * r;
+    const bf16* qpe = p.q + (size_t(t) * p.num_heads + h) * (p.nope_dim + p.rope_dim) + p.nope_dim;
+#pragma unroll
+    for (int k = 0; k < kMaxChunks; ++k) {
+        const int32_t c = lane + 32 * k;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) qv[k][e] = 0.f;
+        if (c < latent_chunks) {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) qv[k][e] = ql[c * 8 + e];
+        } else if (c < chunks) {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) qv[k][e] = __bfloat162float(qpe[(c - latent_chunks) * 8 + e]);
+        }
+    }
+
+    float m = -INFINITY, l = 0.f;
+    float acc[kMaxChunks][8] = {};
+    for (int32_t j = warp; j <= pos; j += kWarps) {
+        const bf16* row = p.cache + (size_t(table[j / p.block_size]) * p.block_size + j % p.block_size) * width;
+        float cv[kMaxChunks][8];
+        float dot = 0.f;
+#pragma unroll
+        for (int k = 0; k < kMaxChunks; ++k) {
+            const int32_t c = lane + 32 * k;
+            if (c < chunks) {
+                detail::load_f32x8(row + c * 8, cv[k]);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) dot += qv[k][e] * cv[k][e];
+            }
+        }
+        const float score = detail::warp_sum(dot) * p.scale;
+        const float m_new = fmaxf(m, score);
+        const float corr = expf(m - m_new), pj = expf(score - m_new);
+        l = l * corr + pj;
+#pragma unroll
+        for (int k = 0; k < kMaxChunks; ++k) {
+            const int32_t c = lane + 32 * k;
+            if (c < latent_chunks) {
+#pragma unroll
+                for (int e = 0; e < 8; ++e) acc[k][e] = acc[k][e] * corr + pj * cv[k][e];
+            }
+        }
+        m = m_new;
+    }
+    if (lane == 0) m_s[warp] = m, l_s[warp] = l;
+#pragma unroll
+    for (int k = 0; k < kMaxChunks; ++k) {
+        const int32_t c = lane + 32 * k;
+        if (c < latent_chunks) {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc_s[warp][c * 8 + e] = acc[k][e];
+        }
+    }
+    __syncthreads();
+    float big_m = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) big_m = fmaxf(big_m, m_s[w]);
+    float f[kWarps], denom = 0.f;
+    for (int w = 0; w < kWarps; ++w) {
+        f[w] = l_s[w] > 0.f ? expf(m_s[w] - big_m) : 0.f;
+        denom += f[w] * l_s[w];
+    }
+    const float inv = 1.f / denom;
+    float* out = p.o_lat + (size_t(t) * p.num_heads + h) * r;
+    for (int32_t i = threadIdx.x; i < r; i += blockDim.x) {
+        float v = 0.f;
+        for (int w = 0; w < kWarps; ++w) v += f[w] * acc_s[w][i];
+        out[i] = v * inv;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// out = W_v o_lat: one block per (head, tile of tokens), a warp per output column.
+
+__global__ void __launch_bounds__(kThreads) mla_v_up_kernel(const mla_v_up_params p) {
+    extern __shared__ float o_s[];  // [kTokensPerBlock, kv_lora_rank]
+    const int32_t h = blockIdx.x, t0 = blockIdx.y * kTokensPerBlock;
+    const int32_t n = min(kTokensPerBlock, p.num_tokens - t0);
+    const int32_t r = p.kv_lora_rank;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int32_t idx = threadIdx.x; idx < kTokensPerBlock * r; idx += blockDim.x) {
+        const int32_t tt = idx / r, i = idx % r;
+        o_s[idx] = tt < n ? p.o_lat[(size_t(t0 + tt) * p.num_heads + h) * r + i] : 0.f;
+    }
+    __syncthreads();
+    const bf16* wv = p.kv_b + (size_t(h) * (p.nope_dim + p.v_dim) + p.nope_dim) * r;
+    for (int32_t e = warp; e < p.v_dim; e += kWarps) {
+        float acc[kTokensPerBlock] = {};
+        for (int32_t i = lane; i < r; i += 32) {
+            const float w = __bfloat162float(wv[size_t(e) * r + i]);
+#pragma unroll
+            for (int tt = 0; tt < kTokensPerBlock; ++tt) acc[tt] += o_s[tt * r + i] * w;
+        }
+#pragma unroll
+        for (int tt = 0; tt < kTokensPerBlock; ++tt) acc[tt] = detail::warp_sum(acc[tt]);
+        if (lane == 0)
+            for (int tt = 0; tt < n; ++tt)
+                p.out[size_t(t0 + tt) * p.num_heads * p.v_dim + size_t(h) * p.v_dim + e] = __float2bfloat16(acc[tt]);
+    }
+}
+
+}  // namespace
+
+void launch_mla_rope_kv(const mla_rope_kv_params& p, cudaStream_t stream) {
+    ZMOE_KERNEL_REQUIRE(p.rope_dim % 2 == 0 && p.rope_dim <= 128, "mla_rope_kv: rope_dim must be even and <= 128");
+    ZMOE_KERNEL_REQUIRE(p.kv_lora_rank > 0, "mla_rope_kv: kv_lora_rank must be positive");
+    if (p.num_tokens == 0) return;
+    mla_rope_kv_kernel<<<p.num_tokens, kThreads, 0, stream>>>(p);
+    ZMOE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_mla_q_absorb(const mla_absorb_params& p, cudaStream_t stream) {
+    ZMOE_KERNEL_REQUIRE(p.nope_dim > 0 && p.nope_dim <= 256, "mla_q_absorb: nope_dim must be in [1, 256]");
+    if (p.num_tokens == 0) return;
+    const dim3 grid(p.num_heads, (p.num_tokens + kTokensPerBlock - 1) / kTokensPerBlock);
+    mla_q_absorb_kernel<<<grid, kThreads, 0, stream>>>(p);
+    ZMOE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_mla_attention(const mla_attention_params& p, cudaStream_t stream) {
+    ZMOE_KERNEL_REQUIRE(p.kv_lora_rank % 8 == 0 && p.rope_dim % 8 == 0 && p.kv_lora_rank + p.rope_dim <= 1024,
+                        "mla_attention: kv_lora_rank and rope_dim must be multiples of 8, their sum <= 1024");
+    if (p.num_tokens == 0) return;
+    const dim3 grid(p.num_tokens, p.num_heads);
+    mla_attention_kernel<<<grid, kThreads, 0, stream>>>(p);
+    ZMOE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_mla_v_up(const mla_v_up_params& p, cudaStream_t stream) {
+    ZMOE_KERNEL_REQUIRE(p.kv_lora_rank > 0 && p.kv_lora_rank <= 1024, "mla_v_up: kv_lora_rank must be in [1, 1024]");
+    if (p.num_tokens == 0) return;
+    const dim3 grid(p.num_heads, (p.num_tokens + kTokensPerBlock - 1) / kTokensPerBlock);
+    const size_t smem = size_t(kTokensPerBlock) * p.kv_lora_rank * sizeof(float);
+    mla_v_up_kernel<<<grid, kThreads, smem, stream>>>(p);
+    ZMOE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace zmoe::kernels
