@@ -17,6 +17,7 @@
 #include "base/log.hpp"
 #include "cli/command.hpp"
 #include "cli/engine_flags.hpp"
+#include "cli/frontend_flags.hpp"
 #include "cli/options.hpp"
 #include "engine_core/engine_core_actor.hpp"
 #include "frontend/frontend_actor.hpp"
@@ -86,45 +87,14 @@ int cmd_worker(int argc, char** argv) {
 }
 
 int cmd_frontend(int argc, char** argv) {
-    zmoe::frontend_options o;
-    int heartbeat_ms = 1000;
-    double shutdown_timeout_s = 5.0, client_send_timeout_s = 30.0, client_idle_timeout_s = 60.0;
-    size_t tokenizer_threads = o.tokenizer_threads;
+    zmoe::cli::frontend_flags f;
     po::options_description opts("zmoe frontend options");
-    opts.add_options()("engine", po::value(&o.engine_endpoint)->required(), "the engine core's frontend endpoint")(
-        "bind", po::value(&o.client_endpoint)->default_value(o.client_endpoint), "where clients connect")(
-        "model", po::value(&o.model_dir)->required(), "checkpoint directory (tokenizer.json, config.json)")(
-        "tokenizer", po::value(&o.tokenizer_path), "tokenizer.json or its directory (default: --model)")(
-        "chat-template", po::value(&o.chat_template_path), "a Jinja file replacing the tokenizer's chat template")(
-        "workers", po::value(&o.num_workers)->default_value(1), "workers of the run (for health before ready)")(
-        "heartbeat-ms", po::value(&heartbeat_ms)->default_value(heartbeat_ms), "heartbeat interval")(
-        "heartbeat-max-missed", po::value(&o.heartbeat_max_missed)->default_value(o.heartbeat_max_missed),
-        "intervals of silence before the engine core is declared dead")("run-id", po::value(&o.run_id),
-                                                                        "echoed in health replies (set by serve)")(
-        "shutdown-timeout", po::value(&shutdown_timeout_s)->default_value(shutdown_timeout_s),
-        "seconds running requests may finish after SIGTERM; then they end with error 7 (aborted)")(
-        "client-send-timeout", po::value(&client_send_timeout_s)->default_value(client_send_timeout_s),
-        "seconds a client may take none of its messages before its requests end with an error")(
-        "max-prompt-bytes", po::value(&o.max_prompt_bytes)->default_value(o.max_prompt_bytes),
-        "text prompts longer than this are refused")("tokenizer-threads",
-                                                     po::value(&tokenizer_threads)->default_value(tokenizer_threads),
-                                                     "threads tokenizing prompts")(
-        "skip-tokenizer-init", po::bool_switch(&o.skip_tokenizer_init),
-        "serve prompt_token_ids only, without a tokenizer (required when there is no tokenizer.json)")(
-        "client-idle-timeout", po::value(&client_idle_timeout_s)->default_value(client_idle_timeout_s),
-        "seconds after which a silent client with no live request is forgotten");
+    zmoe::cli::add_frontend_options(opts, f);
     if (!parse(argc, argv, opts)) return 0;
-    check_heartbeat(heartbeat_ms, o.heartbeat_max_missed);
+    zmoe::frontend_options o = f.resolved();
+    check_heartbeat(f.heartbeat_ms, o.heartbeat_max_missed);
     zmoe::log_set_name("frontend");
     zmoe::install_stop_signal_handlers();
-    o.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
-    o.drain_timeout = std::chrono::milliseconds(static_cast<int64_t>(shutdown_timeout_s * 1000));
-    o.client_send_timeout = std::chrono::milliseconds(static_cast<int64_t>(client_send_timeout_s * 1000));
-    o.client_idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(client_idle_timeout_s * 1000));
-    if (o.client_idle_timeout.count() <= 0 || o.client_send_timeout.count() <= 0)
-        throw zmoe::error(zmoe::errc::invalid_argument,
-                          "--client-send-timeout / --client-idle-timeout must be positive");
-    o.tokenizer_threads = tokenizer_threads;
     o.api_key = zmoe::api_key_from_env();  // from the environment, never the command line (visible in ps)
     zmoe::frontend_actor a(o);
     a.run();

@@ -7,12 +7,11 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
-#include <fstream>
-#include <iostream>
 #include <string>
 
 #include "base/error.hpp"
 #include "cli/command.hpp"
+#include "cli/jsonl_input.hpp"
 #include "cli/options.hpp"
 #include "frontend/chat_template.hpp"
 
@@ -42,31 +41,14 @@ int cmd_apply_chat_template(int argc, char** argv) {
     if (!tmpl)
         throw zmoe::error(zmoe::errc::unsupported, tokenizer_path + " has no chat template (use --chat-template)");
 
-    std::ifstream file;
-    std::istream* in = &std::cin;
-    if (input != "-") {
-        file.open(input, std::ios::binary);
-        if (!file) throw zmoe::error(zmoe::errc::io, "cannot open input " + input);
-        in = &file;
-    }
-    std::string line;
-    size_t line_no = 0;
-    while (std::getline(*in, line)) {
-        ++line_no;
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.find_first_not_of(" \t") == std::string::npos) continue;
-        try {
-            const auto request = zmoe::parse_chat_request(zmoe::jinja::json::parse(line));
-            const std::string out = zmoe::jinja::json(tmpl->render(request))
-                                        .dump(-1, ' ', false, zmoe::jinja::json::error_handler_t::replace) +
-                                    "\n";
-            std::fwrite(out.data(), 1, out.size(), stdout);
-        } catch (const zmoe::error& e) {
-            throw zmoe::error(e.code(), input + ":" + std::to_string(line_no) + ": " + e.what());
-        } catch (const zmoe::jinja::json::exception& e) {
-            throw zmoe::error(zmoe::errc::invalid_argument, input + ":" + std::to_string(line_no) + ": " + e.what());
-        }
-    }
+    zmoe::cli::for_each_jsonl_line(input, [&](const std::string& line) {
+        if (line.find_first_not_of(" \t") == std::string::npos) return;
+        const auto request = zmoe::parse_chat_request(zmoe::jinja::json::parse(line));
+        const std::string out =
+            zmoe::jinja::json(tmpl->render(request)).dump(-1, ' ', false, zmoe::jinja::json::error_handler_t::replace) +
+            "\n";
+        std::fwrite(out.data(), 1, out.size(), stdout);
+    });
     return std::fflush(stdout) == 0 ? 0 : 1;
 }
 

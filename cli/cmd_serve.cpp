@@ -16,6 +16,7 @@
 #include "base/log.hpp"
 #include "cli/command.hpp"
 #include "cli/engine_flags.hpp"
+#include "cli/frontend_flags.hpp"
 #include "cli/local_cluster.hpp"
 #include "cli/options.hpp"
 
@@ -27,34 +28,21 @@ int cmd_serve(int argc, char** argv) {
     zmoe::engine_config f;
     int port = 5555;
     std::string host = "127.0.0.1";
-    std::string tokenizer, chat_template, api_key;
-    bool skip_tokenizer_init = false;
+    zmoe::cli::frontend_flags fe;
+    std::string api_key;
     int http_port = -1;
     int failure_grace_ms = 3000;
-    double shutdown_timeout_s = 5.0, client_send_timeout_s = 30.0, client_idle_timeout_s = 60.0;
-    size_t max_prompt_bytes = size_t{4} << 20;
     po::options_description opts("zmoe serve options");
     opts.add_options()("help,h", "show this help")("port", po::value(&port)->default_value(port),
                                                    "client port of the frontend")(
         "host", po::value(&host)->default_value(host), "address the frontend binds (loopback unless told)")(
-        "tokenizer", po::value(&tokenizer), "tokenizer.json or its directory (default: --model)")(
-        "chat-template", po::value(&chat_template), "a Jinja file replacing the tokenizer's chat template")(
         "http-port", po::value(&http_port), "also serve the OpenAI-compatible HTTP API on this port (on --host)")(
         "failure-grace-ms", po::value(&failure_grace_ms)->default_value(failure_grace_ms),
         "after an actor fails: how long health keeps reporting it before serve exits 1")(
-        "shutdown-timeout", po::value(&shutdown_timeout_s)->default_value(shutdown_timeout_s),
-        "on SIGTERM: seconds running requests may finish; then they end with error 7 (aborted)")(
-        "client-send-timeout", po::value(&client_send_timeout_s)->default_value(client_send_timeout_s),
-        "seconds a client may read nothing before its requests end with an error")(
-        "max-prompt-bytes", po::value(&max_prompt_bytes)->default_value(max_prompt_bytes),
-        "text prompts longer than this are refused with a clear error")(
         "api-key", po::value(&api_key),
         "clients not on loopback must present this key (zmoe client --api-key, HTTP Authorization: Bearer); "
-        "required with a --host other clients can reach (default: ZMOE_API_KEY)")(
-        "skip-tokenizer-init", po::bool_switch(&skip_tokenizer_init),
-        "serve prompt_token_ids only, without a tokenizer (required when there is no tokenizer.json)")(
-        "client-idle-timeout", po::value(&client_idle_timeout_s)->default_value(client_idle_timeout_s),
-        "seconds after which the frontend forgets a silent client with no live request");
+        "required with a --host other clients can reach (default: ZMOE_API_KEY)");
+    zmoe::cli::add_served_frontend_options(opts, fe);
     zmoe::cli::add_engine_options(opts, f);
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
@@ -64,11 +52,12 @@ int cmd_serve(int argc, char** argv) {
 
     if (port < 1 || port > 65535)
         throw zmoe::error(zmoe::errc::invalid_argument, "--port " + std::to_string(port) + " is not in 1..65535");
-    if (shutdown_timeout_s < 0 || client_send_timeout_s <= 0 || client_idle_timeout_s <= 0)
+    if (fe.shutdown_timeout_s < 0 || fe.client_send_timeout_s <= 0 || fe.client_idle_timeout_s <= 0)
         throw zmoe::error(zmoe::errc::invalid_argument,
                           "--shutdown-timeout / --client-send-timeout / --client-idle-timeout must be positive");
     const std::string endpoint = "tcp://" + host + ":" + std::to_string(port);
-    if (!skip_tokenizer_init && !zmoe::cli::tokenizer_json_exists(f.model, tokenizer))
+    const std::string& tokenizer = fe.options.tokenizer_path;
+    if (!fe.options.skip_tokenizer_init && !zmoe::cli::tokenizer_json_exists(f.model, tokenizer))
         throw zmoe::error(zmoe::errc::invalid_argument,
                           "no tokenizer.json in " + (tokenizer.empty() ? f.model : tokenizer) +
                               ": give --tokenizer, or --skip-tokenizer-init to serve prompt_token_ids only");
@@ -79,15 +68,8 @@ int cmd_serve(int argc, char** argv) {
                           "--host " + host +
                               " takes clients from other hosts: give --api-key (or ZMOE_API_KEY), or bind a loopback "
                               "address");
-    const std::vector<std::string> frontend_args = {"--shutdown-timeout",    std::to_string(shutdown_timeout_s),
-                                                    "--client-send-timeout", std::to_string(client_send_timeout_s),
-                                                    "--max-prompt-bytes",    std::to_string(max_prompt_bytes),
-                                                    "--client-idle-timeout", std::to_string(client_idle_timeout_s)};
-    const auto stop_wait = std::chrono::milliseconds(static_cast<int64_t>(shutdown_timeout_s * 1000) + 5000);
-    std::vector<std::string> fe_args = frontend_args;
-    if (skip_tokenizer_init) fe_args.push_back("--skip-tokenizer-init");
-    if (!chat_template.empty()) fe_args.insert(fe_args.end(), {"--chat-template", chat_template});
-    zmoe::cli::local_cluster cluster(f, endpoint, tokenizer, fe_args);
+    const auto stop_wait = std::chrono::milliseconds(static_cast<int64_t>(fe.shutdown_timeout_s * 1000) + 5000);
+    zmoe::cli::local_cluster cluster(f, endpoint, "", zmoe::cli::served_frontend_args(fe));
     try {
         if (!cluster.wait_ready(std::chrono::minutes(10))) {
             ZMOE_LOG(info, "zmoe serve: stop requested while starting");

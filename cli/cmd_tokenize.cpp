@@ -6,14 +6,13 @@
 
 #include <boost/program_options.hpp>
 #include <cstdio>
-#include <fstream>
-#include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "base/error.hpp"
 #include "cli/command.hpp"
+#include "cli/jsonl_input.hpp"
 #include "cli/options.hpp"
 #include "frontend/tokenizer.hpp"
 
@@ -40,36 +39,12 @@ bool parse_options(int argc, char** argv, const char* what, bool detokenize, opt
     return true;
 }
 
-template <typename Fn>
-void for_each_line(const std::string& input, Fn&& fn) {
-    std::ifstream file;
-    std::istream* in = &std::cin;
-    if (input != "-") {
-        file.open(input, std::ios::binary);
-        if (!file) throw zmoe::error(zmoe::errc::io, "cannot open input " + input);
-        in = &file;
-    }
-    std::string line;
-    size_t line_no = 0;
-    while (std::getline(*in, line)) {
-        ++line_no;
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        try {
-            fn(line);
-        } catch (const zmoe::error& e) {
-            throw zmoe::error(e.code(), input + ":" + std::to_string(line_no) + ": " + e.what());
-        } catch (const nlohmann::json::exception& e) {
-            throw zmoe::error(zmoe::errc::invalid_argument, input + ":" + std::to_string(line_no) + ": " + e.what());
-        }
-    }
-}
-
 int cmd_tokenize(int argc, char** argv) {
     options opt;
     if (!parse_options(argc, argv, "text to token ids", false, opt)) return 0;
     const zmoe::tokenizer tok = zmoe::tokenizer::from_file(opt.tokenizer_path);
     std::string out;
-    for_each_line(opt.input, [&](const std::string& line) {
+    zmoe::cli::for_each_jsonl_line(opt.input, [&](const std::string& line) {
         const auto j = nlohmann::json::parse(line);
         if (!j.is_string()) throw zmoe::error(zmoe::errc::invalid_argument, "line is not a JSON string");
         const auto ids = tok.encode(j.get_ref<const std::string&>());
@@ -90,7 +65,7 @@ int cmd_detokenize(int argc, char** argv) {
     if (!parse_options(argc, argv, "token ids to text", true, opt)) return 0;
     const zmoe::tokenizer tok = zmoe::tokenizer::from_file(opt.tokenizer_path);
     std::vector<int32_t> ids;
-    for_each_line(opt.input, [&](const std::string& line) {
+    zmoe::cli::for_each_jsonl_line(opt.input, [&](const std::string& line) {
         const auto j = nlohmann::json::parse(line);
         if (!j.is_array()) throw zmoe::error(zmoe::errc::invalid_argument, "line is not a JSON array of ids");
         ids.clear();

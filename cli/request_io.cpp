@@ -359,27 +359,7 @@ void write_results(const std::string& path, const std::vector<request_result>& r
     }
     std::ostream& out = path == "-" ? std::cout : file;
     for (size_t i = 0; i < results.size(); ++i) {
-        const auto& r = results[i];
-        nlohmann::ordered_json j;
-        j["index"] = i;
-        if (r.failed) {
-            j["token_ids"] = nlohmann::json::array();
-            j["text"] = "";
-            j["finish_reason"] = "error";
-            j["error"] = {{"code", errc_name(r.code)}, {"message", r.message}};
-        } else {
-            j["token_ids"] = r.completion.token_ids;
-            j["text"] = r.completion.text;
-            j["finish_reason"] = std::string(finish_reason_name(r.completion.reason));
-            j["usage"] = {{"prompt_tokens", r.completion.prompt_tokens},
-                          {"completion_tokens", r.completion.completion_tokens}};
-            if (!r.logprobs.empty()) {
-                auto& lps = j["logprobs"] = nlohmann::json::array();
-                for (const auto& l : r.logprobs)
-                    lps.push_back({{"logprob", l.logprob}, {"top_ids", l.top_ids}, {"top_logprobs", l.top_logprobs}});
-            }
-        }
-        out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+        write_result_line(out, i, results[i]);
     }
     out.flush();
     if (!out) throw error(errc::io, "short write to " + path);

@@ -1,5 +1,7 @@
 #include "frontend/work_pool.hpp"
 
+#include <pthread.h>
+
 #include <exception>
 
 #include "base/check.hpp"
@@ -9,7 +11,10 @@ namespace zmoe {
 
 work_pool::work_pool(size_t num_threads) {
     ZMOE_CHECK(num_threads >= 1, "a work pool needs a thread");
-    for (size_t i = 0; i < num_threads; ++i) threads_.emplace_back([this] { run(); });
+    for (size_t i = 0; i < num_threads; ++i) {
+        threads_.emplace_back([this] { run(); });
+        pthread_setname_np(threads_.back().native_handle(), kThreadName);  // visible in top -H, gdb, /proc
+    }
 }
 
 work_pool::~work_pool() {

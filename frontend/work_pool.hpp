@@ -15,6 +15,8 @@ namespace zmoe {
 
 class work_pool {
   public:
+    /// The name every pool thread carries (/proc/self/task/*/comm).
+    static constexpr const char* kThreadName = "zmoe-work-pool";
     /// num_threads >= 1.
     explicit work_pool(size_t num_threads);
     /// Runs the jobs already queued, then joins the threads.

@@ -49,7 +49,7 @@ struct engine_config {
     /// workers) uses it, so a stall shorter than heartbeat_ms * heartbeat_max_missed is survived.
     int32_t heartbeat_max_missed = 3;
     // Worker resources.
-    int32_t threads = 0;      ///< CPU kernel threads per worker; 0 = the node's cores divided among its workers
+    int32_t threads = 0;        ///< CPU kernel threads per worker; 0 = the node's cores divided among its workers
     int64_t kv_cache_mb = 256;  ///< CPU: KV cache budget per worker when num_kv_blocks is 0
     double gpu_memory_utilization = 0.9;  ///< CUDA: fraction of each GPU's memory for weights + KV cache
     std::string load_format = "auto";     ///< auto: the checkpoint's weights; dummy: random weights from config.json
@@ -71,18 +71,21 @@ template <typename Config, typename Visitor>
 void for_each_engine_flag(Config& c, Visitor&& visit) {
     visit(engine_flag_info{"model", "checkpoint directory (config.json, *.safetensors)", true}, c.model);
     visit(engine_flag_info{"device", "cpu or cuda"}, c.device);
-    visit(engine_flag_info{"workers", "worker processes (expert-parallel ranks); with --device cuda, default: one per "
-                                      "visible GPU"},
+    visit(engine_flag_info{"workers",
+                           "worker processes (expert-parallel ranks); with --device cuda, default: one per "
+                           "visible GPU"},
           c.workers);
     visit(engine_flag_info{"num-nodes", "nodes the workers span, for hierarchical EPLB packing"}, c.num_nodes);
     visit(engine_flag_info{"max-num-batched-tokens", "token budget per rank per step"}, c.max_num_batched_tokens);
     visit(engine_flag_info{"max-num-seqs", "running sequences per rank"}, c.max_num_seqs);
     visit(engine_flag_info{"block-size", "KV cache block size in tokens"}, c.block_size);
-    visit(engine_flag_info{"num-kv-blocks", "KV blocks per rank (0 = as many as --kv-cache-mb / "
-                                            "--gpu-memory-utilization hold)"},
+    visit(engine_flag_info{"num-kv-blocks",
+                           "KV blocks per rank (0 = as many as --kv-cache-mb / "
+                           "--gpu-memory-utilization hold)"},
           c.num_kv_blocks);
-    visit(engine_flag_info{"max-model-len", "prompt + generated tokens per request (0 = the model's "
-                                            "max_position_embeddings)"},
+    visit(engine_flag_info{"max-model-len",
+                           "prompt + generated tokens per request (0 = the model's "
+                           "max_position_embeddings)"},
           c.max_model_len);
     visit(engine_flag_info{"allow-long-max-model-len",
                            "accept a --max-model-len above the model's "
@@ -93,15 +96,18 @@ void for_each_engine_flag(Config& c, Visitor&& visit) {
     visit(engine_flag_info{"eplb-interval", "steps between rebalances"}, c.eplb_interval);
     visit(engine_flag_info{"eplb-window", "steps of expert load kept"}, c.eplb_window);
     visit(engine_flag_info{"num-redundant-experts", "extra expert replicas per MoE layer"}, c.num_redundant_experts);
-    visit(engine_flag_info{"enable-dbo", "dual-batch overlap: split big steps into two micro-batches, one's expert "
-                                         "all-to-all in flight while the other computes (CPU workers; ignored with a "
-                                         "warning on cuda)"},
+    visit(engine_flag_info{"enable-dbo",
+                           "dual-batch overlap: split big steps into two micro-batches, one's expert "
+                           "all-to-all in flight while the other computes (CPU workers; ignored with a "
+                           "warning on cuda)"},
           c.enable_dbo);
-    visit(engine_flag_info{"dbo-decode-token-threshold", "with --enable-dbo: a decode-only step splits when some rank "
-                                                         "has at least this many tokens"},
+    visit(engine_flag_info{"dbo-decode-token-threshold",
+                           "with --enable-dbo: a decode-only step splits when some rank "
+                           "has at least this many tokens"},
           c.dbo_decode_token_threshold);
-    visit(engine_flag_info{"dbo-prefill-token-threshold", "with --enable-dbo: a step with prefill splits when some "
-                                                          "rank has at least this many tokens"},
+    visit(engine_flag_info{"dbo-prefill-token-threshold",
+                           "with --enable-dbo: a step with prefill splits when some "
+                           "rank has at least this many tokens"},
           c.dbo_prefill_token_threshold);
     visit(engine_flag_info{"heartbeat-ms",
                            "heartbeat interval; a peer silent for --heartbeat-max-missed intervals "
@@ -115,8 +121,9 @@ void for_each_engine_flag(Config& c, Visitor&& visit) {
     visit(engine_flag_info{"kv-cache-mb", "CPU: KV cache budget per worker, MiB"}, c.kv_cache_mb);
     visit(engine_flag_info{"gpu-memory-utilization", "CUDA: fraction of each GPU's memory for weights + KV cache"},
           c.gpu_memory_utilization);
-    visit(engine_flag_info{"load-format", "auto: the checkpoint's weights; dummy: random weights generated from "
-                                          "config.json (benchmarks)"},
+    visit(engine_flag_info{"load-format",
+                           "auto: the checkpoint's weights; dummy: random weights generated from "
+                           "config.json (benchmarks)"},
           c.load_format);
     visit(engine_flag_info{"enforce-eager", "CUDA: run every step eagerly (no decode CUDA graphs)"}, c.enforce_eager);
 }

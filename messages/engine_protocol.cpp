@@ -175,7 +175,8 @@ engine_to_frontend decode_engine_to_frontend(std::string_view bytes) {
                 o.error_message = g.read_string("output.error_message", kMaxStringBytes);
                 o.num_prompt_tokens = g.read_uint32("output.num_prompt_tokens");
                 if (g.left() > 0) {  // appended
-                    o.new_logprobs.resize(g.next("output.new_logprobs").read_array_header(kMaxSeqTokens, "output.new_logprobs"));
+                    o.new_logprobs.resize(
+                        g.next("output.new_logprobs").read_array_header(kMaxSeqTokens, "output.new_logprobs"));
                     for (auto& l : o.new_logprobs) {
                         field_cursor one(r, 1);
                         l = read_logprobs(one, "output.new_logprobs");

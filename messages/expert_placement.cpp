@@ -27,8 +27,8 @@ expert_placement expert_placement::identity(int32_t num_moe_layers, int32_t num_
 expert_placement expert_placement::initial(int32_t num_moe_layers, int32_t num_experts, int32_t num_redundant,
                                            int32_t num_ranks) {
     if (num_moe_layers < 0 || num_experts < 1 || num_redundant < 0 || num_ranks < 1) {
-        throw error(errc::invalid_argument, "expert_placement::initial: " + std::to_string(num_experts) +
-                                                " experts, " + std::to_string(num_redundant) + " redundant, " +
+        throw error(errc::invalid_argument, "expert_placement::initial: " + std::to_string(num_experts) + " experts, " +
+                                                std::to_string(num_redundant) + " redundant, " +
                                                 std::to_string(num_ranks) + " ranks");
     }
     const int32_t wanted = num_experts + num_redundant;

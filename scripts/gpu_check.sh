@@ -1,29 +1,40 @@
 #!/usr/bin/env bash
 # Builds zmoe with CUDA (sm_90a) and runs its GPU checks on this machine's GPUs.
-#   scripts/gpu_check.sh [kernels|workers|all] [--no-build]     (default: all)
+#   scripts/gpu_check.sh [kernels|workers|all] [--no-build] [--build-dir DIR]     (default: all)
 #   kernels: the kernel tests (kernels_test: every CUDA kernel against its CPU reference over shapes), the MoE
 #            layer benchmark and its PyTorch peer (bench/kernels; needs python3 with torch, else skipped);
 #   workers: the CUDA worker tests (workers_cuda_test: transformers references, batching, chunked prefill, expert
 #            moves, 2/4-GPU expert parallel where the GPUs are there), then `zmoe generate --device cuda
 #            --workers N` (N = 1, 2, 4 up to the GPU count) on every fixture, checked against the reference tokens.
-# BUILD_DIR (default build-cuda) is the build directory; OUT (default build-cuda/gpu_check) receives the logs and
-# JSON results. Exits non-zero when a check fails.
+# --build-dir DIR (or ZMOE_BUILD_DIR; default build-cuda, relative to the repository) is the build directory; with
+# --no-build the binaries already there are run (e.g. a build-cuda/ made by scripts/build_cuda.sh on another machine).
+# OUT (default DIR/gpu_check) receives the logs and JSON results; TEST_TIMEOUT (seconds, default 600) and
+# GTEST_FILTER bound and select the CUDA worker tests. Exits non-zero when a check fails.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 what=all
 build_it=1
-for a in "$@"; do
-  case $a in
-    kernels | workers | all) what=$a ;;
+build=${ZMOE_BUILD_DIR:-${BUILD_DIR:-build-cuda}}
+usage="usage: scripts/gpu_check.sh [kernels|workers|all] [--no-build] [--build-dir DIR]"
+while (($#)); do
+  case $1 in
+    kernels | workers | all) what=$1 ;;
     --no-build) build_it=0 ;;
-    *) echo "usage: scripts/gpu_check.sh [kernels|workers|all] [--no-build]" >&2; exit 2 ;;
+    --build-dir) [[ $# -ge 2 ]] || { echo "$usage" >&2; exit 2; }; build=$2; shift ;;
+    *) echo "$usage" >&2; exit 2 ;;
   esac
+  shift
 done
-build=${BUILD_DIR:-build-cuda}
+[[ $build == /* ]] || build=$top/$build
 OUT=${OUT:-$build/gpu_check}
 mkdir -p "$OUT"
 command -v nvidia-smi >/dev/null || { echo "gpu_check.sh: no nvidia-smi: this machine has no NVIDIA GPU" >&2; exit 1; }
+if ((!build_it)); then
+  for b in zmoe kernels_test workers_cuda_test moe_layer_bench; do
+    [[ -x $build/bin/$b ]] || { echo "gpu_check.sh: no $build/bin/$b (build it, or drop --no-build)" >&2; exit 1; }
+  done
+fi
 if ((build_it)); then
   nvcc=${CUDACXX:-/usr/local/cuda/bin/nvcc}
   cmake -S . -B "$build" -G Ninja -DZMOE_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES=90a \

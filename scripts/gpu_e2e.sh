@@ -1,22 +1,34 @@
 #!/usr/bin/env bash
-# End-to-end checks of the CUDA workers on this machine's GPUs, on the zmoe that `scripts/gpu_check.sh` built
-# (BUILD_DIR, default build-cuda; OUT, default build-cuda/gpu_e2e, receives the logs and results):
-#   1. zmoe serve --device cuda --workers 2 with 4 concurrent `zmoe client` processes (68 streaming requests):
-#      every reply equals the transformers reference (up to BF16-settleable margins), SIGTERM exits 0 within 10 s;
+# End-to-end checks of the CUDA workers on this machine's GPUs, on the zmoe that `scripts/gpu_check.sh` (or
+# scripts/build_cuda.sh) built: `scripts/gpu_e2e.sh [--build-dir DIR]` (or ZMOE_BUILD_DIR; default build-cuda,
+# relative to the repository); OUT (default DIR/gpu_e2e) receives the logs and results.
+#   1. zmoe serve --device cuda --workers 2 (1 on a one-GPU machine) with 4 concurrent `zmoe client` processes (68
+#      streaming requests): every reply equals the transformers reference (up to BF16-settleable margins), SIGTERM
+#      exits 0 within 10 s;
 #   2. zmoe generate --device cuda --workers W --enable-eplb (NCCL expert moves): reference tokens, rebalances > 0;
 #   3. bench/eplb/eplb_bench.py --device cuda on a skewed-router checkpoint (balancedness and step time).
-# Needs 2 GPUs or more, python3, and the tokenizers scripts/setup.sh fetched into third_party/tokenizers/.
+# Parts 2 and 3 need 2 GPUs or more (one worker per GPU) and are skipped, saying so, on one. Needs python3.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
-build=${BUILD_DIR:-build-cuda}
-Z=$top/$build/bin/zmoe
-[[ -x $Z ]] || { echo "gpu_e2e.sh: no $Z: run scripts/gpu_check.sh first" >&2; exit 1; }
+build=${ZMOE_BUILD_DIR:-${BUILD_DIR:-build-cuda}}
+while (($#)); do
+  case $1 in
+    --build-dir) [[ $# -ge 2 ]] || { echo "usage: scripts/gpu_e2e.sh [--build-dir DIR]" >&2; exit 2; }; build=$2; shift ;;
+    *) echo "usage: scripts/gpu_e2e.sh [--build-dir DIR]" >&2; exit 2 ;;
+  esac
+  shift
+done
+[[ $build == /* ]] || build=$top/$build
+Z=$build/bin/zmoe
+[[ -x $Z ]] || { echo "gpu_e2e.sh: no $Z: run scripts/gpu_check.sh (or scripts/build_cuda.sh) first" >&2; exit 1; }
+command -v nvidia-smi >/dev/null || { echo "gpu_e2e.sh: no nvidia-smi: this machine has no NVIDIA GPU" >&2; exit 1; }
 export NCCL_NVLS_ENABLE=0
-OUT=${OUT:-$top/$build/gpu_e2e}
+OUT=${OUT:-$build/gpu_e2e}
 mkdir -p "$OUT"
 ngpu=$(nvidia-smi -L | wc -l)
 W=$((ngpu >= 4 ? 4 : ngpu))
+serve_workers=$((ngpu >= 2 ? 2 : 1))
 check=scripts/check_generate.py
 fails=0
 
@@ -27,7 +39,8 @@ for c in 0 1 2 3; do
   for rep in $(seq 0 16); do cat "$OUT/in6.jsonl"; done | sed -n "$((c * 17 + 1)),$((c * 17 + 17))p" >"$OUT/client_$c.jsonl"
 done
 port=5700
-$Z serve --model $m --device cuda --workers 2 --port $port --num-kv-blocks 2048 --skip-tokenizer-init >"$OUT/serve.log" 2>&1 &
+$Z serve --model $m --device cuda --workers $serve_workers --port $port --num-kv-blocks 2048 --skip-tokenizer-init \
+  >"$OUT/serve.log" 2>&1 &
 spid=$!
 for _ in $(seq 1 600); do
   $Z ctl health --endpoint tcp://127.0.0.1:$port --timeout-ms 500 >/dev/null 2>&1 && break
@@ -61,6 +74,12 @@ wait $spid
 src=$?
 echo "serve exit status $src after SIGTERM in $(python3 -c "print(round($(date +%s.%N) - $t0, 2))") s"
 [[ $src -eq 0 ]] || fails=$((fails + 1))
+
+if ((ngpu < 2)); then
+  echo "generate --enable-eplb (NCCL expert moves) and the CUDA EPLB benchmark: skipped, one GPU ($ngpu)"
+  echo "gpu_e2e failures: $fails"
+  exit $fails
+fi
 
 # 2. EPLB with NCCL moves
 for a in qwen3_moe olmoe; do

@@ -10,11 +10,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "messages/expert_placement.hpp"
 #include "messages/step_types.hpp"
 #include "messages/worker_protocol.hpp"
 #include "workers/cpu_model.hpp"
 #include "workers/expert_comm.hpp"
-#include "messages/expert_placement.hpp"
 #include "workers/kv_cache.hpp"
 #include "workers/model_config.hpp"
 #include "workers/model_weights.hpp"

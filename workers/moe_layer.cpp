@@ -115,7 +115,8 @@ moe_exchange route_and_pack(thread_pool& pool, const model_config& config, const
     ex.where.resize(static_cast<size_t>(n * K));
     for (int64_t t = 0; t < n; ++t) {
         for (int64_t k = 0; k < K; ++k) {
-            const expert_replica rep = placement.pick(static_cast<int32_t>(moe_layer), ex.routes[t].experts[k], first_token + t);
+            const expert_replica rep =
+                placement.pick(static_cast<int32_t>(moe_layer), ex.routes[t].experts[k], first_token + t);
             std::vector<float>& buf = ex.send[rep.rank];
             ex.where[t * K + k] = {rep.rank, static_cast<int64_t>(buf.size()) / rec};
             buf.push_back(static_cast<float>(rep.slot));

@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "messages/expert_placement.hpp"
 #include "workers/comm_stream.hpp"
 #include "workers/expert_comm.hpp"
-#include "messages/expert_placement.hpp"
 #include "workers/model_config.hpp"
 #include "workers/model_weights.hpp"
 #include "workers/router.hpp"

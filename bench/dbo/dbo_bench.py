@@ -11,26 +11,11 @@ be identical (exit status 1 otherwise).
 import argparse
 import json
 import os
-import random
-import subprocess
 import sys
 import tempfile
-import time
 
-
-def run_generate(zmoe, model, reqs, workers, extra, tmp, tag):
-    out = os.path.join(tmp, tag + ".out.jsonl")
-    metrics = os.path.join(tmp, tag + ".metrics.json")
-    cmd = [zmoe, "generate", "--model", model, "--input", reqs, "--output", out, "--workers", str(workers),
-           "--metrics-json", metrics] + extra
-    t0 = time.time()
-    subprocess.run(cmd, check=True, stderr=subprocess.DEVNULL)
-    wall = time.time() - t0
-    with open(metrics) as f:
-        m = json.load(f)
-    with open(out) as f:
-        tokens = [json.loads(line)["token_ids"] for line in f]
-    return m, wall, tokens
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from generate_runs import add_common_args, make_demo, run_generate, write_requests  # noqa: E402
 
 
 def step_stats(m):
@@ -49,16 +34,8 @@ def step_stats(m):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--zmoe", default=os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin", "zmoe"))
-    ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--experts", type=int, default=16)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--moe-intermediate", type=int, default=256)
-    ap.add_argument("--requests", type=int, default=32)
+    add_common_args(ap, hidden=256, moe_intermediate=256, requests=32, max_tokens=8)
     ap.add_argument("--prompt-len", type=int, default=192)
-    ap.add_argument("--max-tokens", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=1, help="CPU threads per worker")
     ap.add_argument("--model", help="use this checkpoint instead of writing a demo one")
     # Synchronous scheduling by default: under async scheduling the steps depend on timing, and on this random
     # checkpoint two runs may then differ in tokens with DBO off too, which would hide the comparison.
@@ -69,15 +46,9 @@ def main():
     tmp = tempfile.mkdtemp(prefix="zmoe-dbo-")
     model = args.model or os.path.join(tmp, "demo")
     if not args.model:
-        subprocess.run([args.zmoe, "make-demo", "--out", model, "--experts", str(args.experts), "--layers",
-                        str(args.layers), "--hidden", str(args.hidden), "--moe-intermediate",
-                        str(args.moe_intermediate)], check=True, stdout=subprocess.DEVNULL)
-    rng = random.Random(0)
+        make_demo(args.zmoe, model, args.experts, args.layers, args.hidden, args.moe_intermediate)
     reqs = os.path.join(tmp, "requests.jsonl")
-    with open(reqs, "w") as f:
-        for _ in range(args.requests):
-            ids = [rng.randrange(1000, 100000) for _ in range(args.prompt_len)]
-            f.write(json.dumps({"prompt_token_ids": ids, "max_tokens": args.max_tokens, "ignore_eos": True}) + "\n")
+    write_requests(reqs, args.requests, lambda rng: args.prompt_len, args.max_tokens)
     common = ["--threads", str(args.threads)] + args.extra.split()
     dbo = ["--enable-dbo", "--dbo-decode-token-threshold", "1", "--dbo-prefill-token-threshold", "1"]
     runs = {"off": [], "on": []}

@@ -13,26 +13,11 @@ Step time = the engine core's step_ms histogram (send -> every rank's result).
 import argparse
 import json
 import os
-import random
-import subprocess
 import sys
 import tempfile
-import time
 
-
-def run_generate(zmoe, model, reqs, workers, extra, tmp, tag):
-    out = os.path.join(tmp, tag + ".out.jsonl")
-    metrics = os.path.join(tmp, tag + ".metrics.json")
-    cmd = [zmoe, "generate", "--model", model, "--input", reqs, "--output", out, "--workers", str(workers),
-           "--metrics-json", metrics] + extra
-    t0 = time.time()
-    subprocess.run(cmd, check=True, stderr=subprocess.DEVNULL)
-    wall = time.time() - t0
-    with open(metrics) as f:
-        m = json.load(f)
-    with open(out) as f:
-        tokens = [json.loads(line)["token_ids"] for line in f]
-    return m, wall, tokens
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from generate_runs import add_common_args, make_demo, run_generate, write_requests  # noqa: E402
 
 
 def expert_load(m, num_layers, num_experts):
@@ -60,17 +45,9 @@ def balancedness(load, placement, workers):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--zmoe", default=os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin", "zmoe"))
-    ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--experts", type=int, default=16)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--hidden", type=int, default=64)
-    ap.add_argument("--moe-intermediate", type=int, default=64)
+    add_common_args(ap, hidden=64, moe_intermediate=64, requests=64, max_tokens=64)
     ap.add_argument("--redundant", type=int, default=4)
     ap.add_argument("--skew", type=float, default=0.5)
-    ap.add_argument("--requests", type=int, default=64)
-    ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=1, help="CPU threads per worker")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--model", help="use this checkpoint instead of writing a skewed demo one")
     ap.add_argument("--json")
@@ -78,15 +55,9 @@ def main():
     tmp = tempfile.mkdtemp(prefix="zmoe-eplb-")
     model = args.model or os.path.join(tmp, "skewed")
     if not args.model:
-        subprocess.run([args.zmoe, "make-demo", "--out", model, "--experts", str(args.experts), "--layers",
-                        str(args.layers), "--router-skew", str(args.skew), "--hidden", str(args.hidden),
-                        "--moe-intermediate", str(args.moe_intermediate)], check=True, stdout=subprocess.DEVNULL)
-    rng = random.Random(0)
+        make_demo(args.zmoe, model, args.experts, args.layers, args.hidden, args.moe_intermediate, args.skew)
     reqs = os.path.join(tmp, "requests.jsonl")
-    with open(reqs, "w") as f:
-        for _ in range(args.requests):
-            ids = [rng.randrange(1000, 100000) for _ in range(rng.randrange(8, 64))]
-            f.write(json.dumps({"prompt_token_ids": ids, "max_tokens": args.max_tokens, "ignore_eos": True}) + "\n")
+    write_requests(reqs, args.requests, lambda rng: rng.randrange(8, 64), args.max_tokens)
     common = ["--threads", str(args.threads), "--device", args.device]
     base_m, base_wall, base_tokens = run_generate(args.zmoe, model, reqs, args.workers, common, tmp, "base")
     eplb_m, eplb_wall, eplb_tokens = run_generate(

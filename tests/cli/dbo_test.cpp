@@ -10,28 +10,13 @@ using namespace zmoe::test;
 
 namespace {
 
-std::vector<nlohmann::json> generate(const std::string& model, const std::vector<std::string>& extra,
-                                     const temp_dir& dir, const std::string& tag) {
-    const auto ref = read_json(kFixtures + "/models/" + model + "/reference.json");
-    write_reference_requests(ref, dir / (tag + ".in.jsonl"));
-    std::vector<std::string> args = {"generate",
-                                     "--model",
-                                     kFixtures + "/models/" + model,
-                                     "--input",
-                                     dir / (tag + ".in.jsonl"),
-                                     "--output",
-                                     dir / (tag + ".out.jsonl"),
-                                     "--threads",
-                                     "1",
-                                     "--workers",
-                                     "4",
-                                     "--max-num-batched-tokens",
-                                     "16",
-                                     "--metrics-json",
-                                     dir / (tag + ".metrics.json")};
-    args.insert(args.end(), extra.begin(), extra.end());
-    EXPECT_EQ(run_zmoe(args), 0) << "zmoe generate failed for " << model << " " << tag;
-    return read_jsonl(dir / (tag + ".out.jsonl"));
+/// generate_reference over 4 CPU workers with a 16-token budget (chunked prefill), metrics in TAG.metrics.json.
+std::vector<nlohmann::json> generate(const std::string& model, std::vector<std::string> extra, const temp_dir& dir,
+                                     const std::string& tag) {
+    const std::vector<std::string> layout = {
+        "--workers", "4", "--max-num-batched-tokens", "16", "--metrics-json", dir / (tag + ".metrics.json")};
+    extra.insert(extra.begin(), layout.begin(), layout.end());
+    return generate_reference(model, extra, dir, tag);
 }
 
 double counter(const temp_dir& dir, const std::string& tag, const std::string& name) {

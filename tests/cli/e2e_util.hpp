@@ -1,11 +1,14 @@
 #pragma once
 // Helpers for the end-to-end tests: run the real zmoe binary as processes, on loopback, with bounded time.
 
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +18,8 @@
 #include <vector>
 
 #include "actors/child_process.hpp"
+#include "actors/zmoe_client.hpp"
+#include "tests/frontend/byte_tokenizer.hpp"
 
 namespace zmoe::test {
 
@@ -50,10 +55,57 @@ inline int free_port() {
     return port;
 }
 
-/// Runs `zmoe args...` to completion (bounded), returning its exit status (-1 on timeout, after killing it).
-inline int run_zmoe(const std::vector<std::string>& args, std::chrono::seconds timeout = std::chrono::seconds(120)) {
-    std::vector<std::string> argv = {kZmoe};
-    argv.insert(argv.end(), args.begin(), args.end());
+/// `zmoe serve --model MODEL --port P --threads 1 EXTRA...` (env: more environment variables) on a free loopback port,
+/// waited for until its health says "ok" (at most 60 s; a test failure otherwise); stopped by pid at destruction:
+/// SIGTERM, then SIGKILL after 15 s.
+struct serve_process {
+    int port = free_port();
+    std::string host = "127.0.0.1";  ///< --host when extra gives one
+    child_process proc;
+    std::string endpoint() const { return "tcp://" + host + ":" + std::to_string(port); }
+
+    explicit serve_process(std::vector<std::string> extra, const std::string& model,
+                           std::vector<std::string> env = {}) {
+        using namespace std::chrono_literals;
+        for (size_t i = 0; i + 1 < extra.size(); ++i)
+            if (extra[i] == "--host") host = extra[i + 1];
+        std::vector<std::string> argv = {kZmoe,       "serve", "--model", model, "--port", std::to_string(port),
+                                         "--threads", "1"};
+        // A model without a tokenizer.json (the fixtures) serves token ids only, which serve must be told.
+        if (!std::filesystem::exists(model + "/tokenizer.json") &&
+            std::find(extra.begin(), extra.end(), "--tokenizer") == extra.end())
+            argv.push_back("--skip-tokenizer-init");
+        argv.insert(argv.end(), extra.begin(), extra.end());
+        proc = child_process::spawn(argv, env);
+        zmoe_client c(endpoint());
+        const auto deadline = std::chrono::steady_clock::now() + 60s;
+        while (std::chrono::steady_clock::now() < deadline) {
+            try {
+                if (c.health(300ms).status == "ok") return;
+            } catch (const error&) {
+            }
+            if (!proc.running()) break;
+        }
+        ADD_FAILURE() << "server did not become healthy";
+    }
+    ~serve_process() {
+        if (proc.running()) {
+            proc.kill(SIGTERM);
+            if (!proc.wait_for(std::chrono::seconds(15))) {
+                proc.kill(SIGKILL);
+                proc.wait();
+            }
+        }
+    }
+    /// The frontend's counters.
+    nlohmann::json frontend_counters() {
+        zmoe_client c(endpoint());
+        return nlohmann::json::parse(c.metrics(std::chrono::seconds(10)))["frontend"]["counters"];
+    }
+};
+
+/// Runs argv to completion (bounded), returning its exit status (-1 on timeout, after killing it).
+inline int run_bounded(const std::vector<std::string>& argv, std::chrono::seconds timeout = std::chrono::seconds(120)) {
     auto p = child_process::spawn(argv);
     auto st = p.wait_for(timeout);
     if (!st) {
@@ -62,6 +114,13 @@ inline int run_zmoe(const std::vector<std::string>& args, std::chrono::seconds t
         return -1;
     }
     return *st;
+}
+
+/// Runs `zmoe args...` to completion (bounded), returning its exit status (-1 on timeout, after killing it).
+inline int run_zmoe(const std::vector<std::string>& args, std::chrono::seconds timeout = std::chrono::seconds(120)) {
+    std::vector<std::string> argv = {kZmoe};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_bounded(argv, timeout);
 }
 
 inline nlohmann::json read_json(const std::string& path) {
@@ -88,6 +147,25 @@ inline void write_reference_requests(const nlohmann::json& ref, const std::strin
                             {"ignore_eos", true}};
         out << j.dump() << "\n";
     }
+}
+
+/// Runs `zmoe generate` on a fixture's reference prompts (write_reference_requests) with --threads 1 and `extra`
+/// flags, files named after `tag` in `dir`; the output lines (a test failure when generate fails).
+inline std::vector<nlohmann::json> generate_reference(const std::string& model, const std::vector<std::string>& extra,
+                                                      const temp_dir& dir, const std::string& tag) {
+    write_reference_requests(read_json(kFixtures + "/models/" + model + "/reference.json"), dir / (tag + ".in.jsonl"));
+    std::vector<std::string> args = {"generate",
+                                     "--model",
+                                     kFixtures + "/models/" + model,
+                                     "--input",
+                                     dir / (tag + ".in.jsonl"),
+                                     "--output",
+                                     dir / (tag + ".out.jsonl"),
+                                     "--threads",
+                                     "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    EXPECT_EQ(run_zmoe(args), 0) << "zmoe generate failed for " << model << " " << tag;
+    return read_jsonl(dir / (tag + ".out.jsonl"));
 }
 
 /// Number of leading greedy tokens that must match the reference: up to (not including) the first step whose

@@ -9,24 +9,6 @@ using namespace zmoe::test;
 
 namespace {
 
-std::vector<nlohmann::json> generate(const std::string& model, const std::vector<std::string>& extra,
-                                     const temp_dir& dir, const std::string& tag) {
-    const auto ref = read_json(kFixtures + "/models/" + model + "/reference.json");
-    write_reference_requests(ref, dir / (tag + ".in.jsonl"));
-    std::vector<std::string> args = {"generate",
-                                     "--model",
-                                     kFixtures + "/models/" + model,
-                                     "--input",
-                                     dir / (tag + ".in.jsonl"),
-                                     "--output",
-                                     dir / (tag + ".out.jsonl"),
-                                     "--threads",
-                                     "1"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    EXPECT_EQ(run_zmoe(args), 0) << "zmoe generate failed for " << model << " " << tag;
-    return read_jsonl(dir / (tag + ".out.jsonl"));
-}
-
 void expect_reference_tokens(const std::string& model, const std::vector<nlohmann::json>& out) {
     const auto ref = read_json(kFixtures + "/models/" + model + "/reference.json");
     ASSERT_EQ(out.size(), ref["prompts"].size()) << model;
@@ -49,7 +31,7 @@ class GenerateMatchesTransformers : public ::testing::TestWithParam<std::string>
 
 TEST_P(GenerateMatchesTransformers, GreedyTokens) {
     temp_dir dir;
-    expect_reference_tokens(GetParam(), generate(GetParam(), {}, dir, "one"));
+    expect_reference_tokens(GetParam(), generate_reference(GetParam(), {}, dir, "one"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateMatchesTransformers,
@@ -59,11 +41,11 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateMatchesTransformers,
 
 TEST(Generate, ExpertParallelAndSyncSchedulingGiveTheSameTokens) {
     temp_dir dir;
-    const auto one = generate("qwen3_moe", {}, dir, "w1");
+    const auto one = generate_reference("qwen3_moe", {}, dir, "w1");
     expect_reference_tokens("qwen3_moe", one);
     for (const auto& [tag, extra] : std::vector<std::pair<std::string, std::vector<std::string>>>{
              {"w2", {"--workers", "2"}}, {"w4", {"--workers", "4"}}, {"w2sync", {"--workers", "2", "--no-async"}}}) {
-        const auto out = generate("qwen3_moe", extra, dir, tag);
+        const auto out = generate_reference("qwen3_moe", extra, dir, tag);
         ASSERT_EQ(out.size(), one.size()) << tag;
         for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i]["token_ids"], one[i]["token_ids"]) << tag << " " << i;
     }
@@ -71,11 +53,11 @@ TEST(Generate, ExpertParallelAndSyncSchedulingGiveTheSameTokens) {
 
 TEST(Generate, EplbRebalancesWithoutChangingTokens) {
     temp_dir dir;
-    const auto base = generate("olmoe", {"--workers", "4"}, dir, "plain");
-    const auto out = generate("olmoe",
-                              {"--workers", "4", "--enable-eplb", "--eplb-interval", "4", "--num-redundant-experts",
-                               "4", "--metrics-json", dir / "metrics.json"},
-                              dir, "eplb");
+    const auto base = generate_reference("olmoe", {"--workers", "4"}, dir, "plain");
+    const auto out = generate_reference("olmoe",
+                                        {"--workers", "4", "--enable-eplb", "--eplb-interval", "4",
+                                         "--num-redundant-experts", "4", "--metrics-json", dir / "metrics.json"},
+                                        dir, "eplb");
     ASSERT_EQ(out.size(), base.size());
     for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i]["token_ids"], base[i]["token_ids"]) << i;
     const auto metrics = read_json(dir / "metrics.json");
@@ -89,7 +71,7 @@ TEST(Generate, EplbRebalancesWithoutChangingTokens) {
 // processes, and with EPLB moving experts: always the 1-worker tokens.
 TEST(Generate, DeepseekExpertParallelAndEplbGiveTheOneWorkerTokens) {
     temp_dir dir;
-    const auto one = generate("deepseek_v3", {}, dir, "w1");
+    const auto one = generate_reference("deepseek_v3", {}, dir, "w1");
     expect_reference_tokens("deepseek_v3", one);
     for (const auto& [tag, extra] : std::vector<std::pair<std::string, std::vector<std::string>>>{
              {"w2", {"--workers", "2"}},
@@ -97,7 +79,7 @@ TEST(Generate, DeepseekExpertParallelAndEplbGiveTheOneWorkerTokens) {
              {"eplb",
               {"--workers", "4", "--enable-eplb", "--eplb-interval", "4", "--num-redundant-experts", "4",
                "--metrics-json", dir / "metrics.json"}}}) {
-        const auto out = generate("deepseek_v3", extra, dir, tag);
+        const auto out = generate_reference("deepseek_v3", extra, dir, tag);
         ASSERT_EQ(out.size(), one.size()) << tag;
         for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i]["token_ids"], one[i]["token_ids"]) << tag << " " << i;
     }

@@ -14,14 +14,7 @@ namespace {
 
 /// Runs a shell command line (bounded), returning its exit status (-1 on timeout).
 int run_shell(const std::string& cmd, std::chrono::seconds timeout = std::chrono::seconds(120)) {
-    auto p = zmoe::child_process::spawn({"/bin/sh", "-c", cmd});
-    auto st = p.wait_for(timeout);
-    if (!st) {
-        p.kill(9);
-        p.wait();
-        return -1;
-    }
-    return *st;
+    return run_bounded({"/bin/sh", "-c", cmd}, timeout);
 }
 
 std::string slurp(const std::string& path) {

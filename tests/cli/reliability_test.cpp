@@ -38,44 +38,11 @@ namespace {
 
 const std::string kModel = kFixtures + "/models/qwen3_moe";
 
-struct server {
-    int port = free_port();
-    zmoe::child_process proc;
-    std::string endpoint() const { return "tcp://127.0.0.1:" + std::to_string(port); }
-
+/// Every server of these tests runs the qwen3_moe fixture unless told otherwise.
+struct server : serve_process {
     explicit server(std::vector<std::string> extra, const std::string& model = kModel,
-                    std::vector<std::string> env = {}) {
-        std::vector<std::string> argv = {kZmoe,       "serve", "--model", model, "--port", std::to_string(port),
-                                         "--threads", "1"};
-        // Fixtures without a tokenizer.json serve token ids only, which serve must be told.
-        if (!std::filesystem::exists(model + "/tokenizer.json")) argv.push_back("--skip-tokenizer-init");
-        argv.insert(argv.end(), extra.begin(), extra.end());
-        proc = zmoe::child_process::spawn(argv, env);
-        zmoe::zmoe_client c(endpoint());
-        const auto deadline = std::chrono::steady_clock::now() + 60s;
-        while (std::chrono::steady_clock::now() < deadline) {
-            try {
-                if (c.health(300ms).status == "ok") return;
-            } catch (const zmoe::error&) {
-            }
-            if (!proc.running()) break;
-        }
-        ADD_FAILURE() << "server did not become healthy";
-    }
-    ~server() {
-        if (proc.running()) {
-            proc.kill(SIGTERM);
-            if (!proc.wait_for(15s)) {
-                proc.kill(SIGKILL);
-                proc.wait();
-            }
-        }
-    }
-    /// The frontend's counters.
-    nlohmann::json frontend_counters() {
-        zmoe::zmoe_client c(endpoint());
-        return nlohmann::json::parse(c.metrics(10s))["frontend"]["counters"];
-    }
+                    std::vector<std::string> env = {})
+        : serve_process(std::move(extra), model, std::move(env)) {}
 };
 
 double counter(const nlohmann::json& counters, const std::string& name) {
@@ -250,25 +217,6 @@ TEST(Reliability, ErrorsNameTheirRequestAndDuplicatesLeaveTheLiveOneAlone) {
 
 namespace {
 
-/// GPT-2's byte -> printable character map (what a ByteLevel vocabulary stores), as UTF-8.
-std::string byte_level_char(int b) {
-    int cp = b;
-    if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))) {
-        int n = 0;
-        for (int x = 0; x < b; ++x)
-            if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) ++n;
-        cp = 256 + n;
-    }
-    std::string s;
-    if (cp < 0x80) {
-        s += static_cast<char>(cp);
-    } else {
-        s += static_cast<char>(0xC0 | (cp >> 6));
-        s += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-    return s;
-}
-
 /// The qwen3_moe fixture (512 embedding rows) with a byte-level tokenizer of 256 ids: most ids the model samples
 /// are unknown to the tokenizer, as the padded rows of real checkpoints are.
 std::string model_with_small_tokenizer(const temp_dir& dir) {
@@ -277,16 +225,7 @@ std::string model_with_small_tokenizer(const temp_dir& dir) {
     for (const auto& e : std::filesystem::directory_iterator(kModel))
         if (e.path().filename() != "reference.json")
             std::filesystem::copy(e.path(), model + "/" + e.path().filename().string());
-    nlohmann::json vocab = nlohmann::json::object();
-    for (int b = 0; b < 256; ++b) vocab[byte_level_char(b)] = b;
-    nlohmann::json tok = {{"version", "1.0"},
-                          {"added_tokens", nlohmann::json::array()},
-                          {"normalizer", nullptr},
-                          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-                          {"post_processor", nullptr},
-                          {"decoder", {{"type", "ByteLevel"}}},
-                          {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
-    std::ofstream(model + "/tokenizer.json") << tok.dump();
+    write_byte_level_tokenizer(model + "/tokenizer.json");
     return model;
 }
 

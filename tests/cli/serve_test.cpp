@@ -19,28 +19,8 @@ namespace {
 
 const std::string kModel = kFixtures + "/models/qwen3_moe";
 
-struct server {
-    int port = free_port();
-    zmoe::child_process proc;
-    std::string endpoint() const { return "tcp://127.0.0.1:" + std::to_string(port); }
-
-    explicit server(std::vector<std::string> extra) {
-        std::vector<std::string> argv = {kZmoe,       "serve",  "--model",
-                                         kModel,      "--port", std::to_string(port),
-                                         "--threads", "1",      "--skip-tokenizer-init"};  // the fixture has none
-        argv.insert(argv.end(), extra.begin(), extra.end());
-        proc = zmoe::child_process::spawn(argv);
-        zmoe::zmoe_client c(endpoint());
-        const auto deadline = std::chrono::steady_clock::now() + 60s;
-        while (std::chrono::steady_clock::now() < deadline) {
-            try {
-                if (c.health(300ms).status == "ok") return;
-            } catch (const zmoe::error&) {
-            }
-            if (!proc.running()) break;
-        }
-        ADD_FAILURE() << "server did not become healthy";
-    }
+struct server : serve_process {
+    explicit server(std::vector<std::string> extra) : serve_process(std::move(extra), kModel) {}
 };
 
 zmoe::client_generate greedy(const std::string& id, std::vector<int32_t> prompt, uint32_t max_tokens) {

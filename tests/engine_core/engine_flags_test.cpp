@@ -3,16 +3,17 @@
 // a tiny checkpoint, and checks the behaviour the flag controls. Flags only a CUDA worker acts on are checked to
 // arrive in the worker's configuration.
 
+#include "cli/engine_flags.hpp"
+
 #include <gtest/gtest.h>
 
 #include <boost/program_options.hpp>
 #include <numeric>
 #include <thread>
 
-#include "cli/engine_flags.hpp"
 #include "tests/engine_core/inproc_engine.hpp"
-#include "workers/model_config.hpp"
 #include "workers/kv_cache.hpp"
+#include "workers/model_config.hpp"
 
 namespace zmoe {
 namespace {
@@ -122,7 +123,7 @@ TEST(EngineFlags, Model) {
     engine_config missing = parse({});
     missing.model = kModel + "/no-such-dir";
     try {
-        engine_core_actor a(engine_core_options{.config = missing});
+        engine_core_actor a(engine_core_options{.worker_endpoint = {}, .frontend_endpoint = {}, .config = missing});
         ADD_FAILURE() << "a missing checkpoint was accepted";
     } catch (const error& ex) {
         EXPECT_EQ(ex.code(), errc::invalid_checkpoint) << ex.what();
@@ -341,6 +342,62 @@ TEST(EngineFlags, NumRedundantExperts) {
     EXPECT_EQ(placement[0].size(), 10u);
     for (int r = 0; r < 2; ++r) EXPECT_EQ(welcome_of(e, r).expert_placement, placement) << "rank " << r;
     EXPECT_EQ(e.run(1, prompt(6), 4).tokens.size(), 4u);
+}
+
+/// Runs `concurrent` requests of prompt_len tokens and max_tokens new ones together; (steps run as two
+/// micro-batches, steps).
+std::pair<double, double> dbo_steps(const std::vector<std::string>& args, int prompt_len, int concurrent = 1,
+                                    uint32_t max_tokens = 6) {
+    test::inproc_engine e(parse(args));
+    EXPECT_TRUE(e.wait_serving());
+    for (int id = 1; id <= concurrent; ++id) {
+        engine_add_request r;
+        r.request_id = static_cast<uint64_t>(id);
+        r.prompt_token_ids = prompt(prompt_len, id);
+        r.max_tokens = max_tokens;
+        r.ignore_eos = true;
+        e.client().add_request(r);
+    }
+    EXPECT_TRUE(test::wait_until([&] {
+        for (int id = 1; id <= concurrent; ++id) {
+            auto s = e.client().request(static_cast<uint64_t>(id));
+            if (!s || !s->finished) return false;
+        }
+        return true;
+    }));
+    const auto m = e.client().metrics();
+    return {counter(m, "dbo_steps"), counter(m, "steps")};
+}
+
+TEST(EngineFlags, EnableDbo) {
+    const std::vector<std::string> thresholds = {
+        "--workers", "2", "--dbo-decode-token-threshold", "1", "--dbo-prefill-token-threshold", "1"};
+    EXPECT_EQ(dbo_steps(thresholds, 8).first, 0);
+    std::vector<std::string> on = thresholds;
+    on.push_back("--enable-dbo");
+    const auto [split, steps] = dbo_steps(on, 8);
+    EXPECT_GT(steps, 0);
+    EXPECT_EQ(split, steps);  // thresholds of 1: every step runs as two micro-batches
+}
+
+TEST(EngineFlags, DboPrefillTokenThreshold) {
+    // Only the prompt's step can reach a prefill threshold of 10; decode steps (1 token) never reach 1000.
+    const std::vector<std::string> args = {"--enable-dbo", "--dbo-decode-token-threshold", "1000",
+                                           "--dbo-prefill-token-threshold", "10"};
+    EXPECT_EQ(dbo_steps(args, 12).first, 1);
+    EXPECT_EQ(dbo_steps(args, 8).first, 0);
+}
+
+TEST(EngineFlags, DboDecodeTokenThreshold) {
+    // Two requests decoding together on one rank: decode steps of 2 tokens split at threshold 2, never at 3. Long
+    // enough (48 tokens) that the second request arrives while the first still decodes.
+    auto args = [](const std::string& threshold) {
+        return std::vector<std::string>{"--enable-dbo", "--dbo-prefill-token-threshold",
+                                        "100000",       "--dbo-decode-token-threshold",
+                                        threshold,      "--no-async"};
+    };
+    EXPECT_GT(dbo_steps(args("2"), 4, 2, 48).first, 0);
+    EXPECT_EQ(dbo_steps(args("3"), 4, 2, 48).first, 0);
 }
 
 TEST(EngineFlags, HeartbeatMs) {

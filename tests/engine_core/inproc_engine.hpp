@@ -1,7 +1,8 @@
 #pragma once
 // The in-process actor test harness: an engine core and its workers (the real actors) in this process, talking over
 // inproc:// endpoints, driven by a stand-in frontend. It tests the engine core's step loop, the handshake and how
-// the engine flags reach each actor without spawning processes.
+// the engine flags reach each actor without spawning processes. tests/frontend/inproc_server.hpp puts the real
+// frontend in front of the same engine core and workers.
 
 #include <atomic>
 #include <chrono>
@@ -97,7 +98,7 @@ class engine_client : public actor {
     void on_start() override {
         sock_ = add_socket(socket_kind::dealer, [this](const inbound_message& m) { on_message(m); });
         connect(sock_, endpoint_);
-        send(sock_, encode(engine_hello{"test_frontend", 0}));
+        send(sock_, encode(engine_hello{.name = "test_frontend", .pid = 0, .auth = {}}));
     }
 
   private:
@@ -143,16 +144,19 @@ class engine_client : public actor {
     std::atomic<int> next_tag_{0};
 };
 
-/// An engine core, config.workers workers and a stand-in frontend, each an actor thread of this process.
-class inproc_engine {
+/// An engine core and config.workers workers, each an actor thread of this process, on inproc endpoints of their
+/// own. A frontend (the stand-in below, or the real one: tests/frontend/inproc_server.hpp) connects to
+/// frontend_endpoint().
+class inproc_backend {
   public:
-    explicit inproc_engine(const engine_config& config) {
+    explicit inproc_backend(const engine_config& config) {
         static std::atomic<int> counter{0};
-        const std::string base = "inproc://zmoe-harness-" + std::to_string(++counter);
+        base_ = "inproc://zmoe-harness-" + std::to_string(++counter);
         engine_core_options o;
-        o.worker_endpoint = base + "-workers";
-        o.frontend_endpoint = base + "-frontend";
+        o.worker_endpoint = base_ + "-workers";
+        o.frontend_endpoint = base_ + "-frontend";
         o.config = config;
+        frontend_endpoint_ = o.frontend_endpoint;
         engine_ = std::make_unique<engine_core_actor>(o);
         engine_->start();
         for (int r = 0; r < config.workers; ++r) {
@@ -160,27 +164,47 @@ class inproc_engine {
             w.engine_endpoint = o.worker_endpoint;
             w.rank = r;
             w.device = config.device;
-            w.data_bind = base + "-data-" + std::to_string(r);
+            w.data_bind = base_ + "-data-" + std::to_string(r);
             w.heartbeat_interval = std::chrono::milliseconds(config.heartbeat_ms);
             workers_.push_back(std::make_unique<worker_actor>(w));
             workers_.back()->start();
         }
-        client_ = std::make_unique<engine_client>(o.frontend_endpoint, std::chrono::milliseconds(config.heartbeat_ms));
-        client_->start();
     }
-    ~inproc_engine() {
-        client_.reset();  // the engine core notices its frontend is gone only after heartbeats: stop it directly
+    /// The engine core is stopped directly: it notices a vanished frontend only after heartbeats.
+    ~inproc_backend() {
         engine_.reset();
         workers_.clear();
     }
+    inproc_backend(const inproc_backend&) = delete;
+    inproc_backend& operator=(const inproc_backend&) = delete;
 
     engine_core_actor& engine() { return *engine_; }
     worker_actor& worker(int rank) { return *workers_[rank]; }
+    const std::string& frontend_endpoint() const { return frontend_endpoint_; }
+    /// A fresh inproc endpoint name of this harness ("-clients", ...).
+    std::string endpoint(const std::string& suffix) const { return base_ + suffix; }
+
+  private:
+    std::string base_;
+    std::string frontend_endpoint_;
+    std::unique_ptr<engine_core_actor> engine_;
+    std::vector<std::unique_ptr<worker_actor>> workers_;
+};
+
+/// An engine core, config.workers workers and a stand-in frontend, each an actor thread of this process.
+class inproc_engine : public inproc_backend {
+  public:
+    explicit inproc_engine(const engine_config& config) : inproc_backend(config) {
+        client_ = std::make_unique<engine_client>(frontend_endpoint(), std::chrono::milliseconds(config.heartbeat_ms));
+        client_->start();
+    }
+    ~inproc_engine() { client_.reset(); }
+
     engine_client& client() { return *client_; }
 
     /// Waits until every worker is ready and the engine core welcomed the frontend; the welcome.
     std::optional<engine_welcome> wait_serving(std::chrono::milliseconds timeout = std::chrono::milliseconds(30000)) {
-        wait_until([&] { return client_->welcome().has_value() || engine_->finished(); }, timeout);
+        wait_until([&] { return client_->welcome().has_value() || engine().finished(); }, timeout);
         return client_->welcome();
     }
 
@@ -194,14 +218,12 @@ class inproc_engine {
         client_->add_request(std::move(r));
         wait_until([&] {
             auto s = client_->request(id);
-            return (s && s->finished) || engine_->finished();
+            return (s && s->finished) || engine().finished();
         });
         return client_->request(id).value_or(engine_client::request_state{});
     }
 
   private:
-    std::unique_ptr<engine_core_actor> engine_;
-    std::vector<std::unique_ptr<worker_actor>> workers_;
     std::unique_ptr<engine_client> client_;
 };
 

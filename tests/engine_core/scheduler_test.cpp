@@ -322,7 +322,8 @@ TEST(Scheduler, StopIdsDoNotEndARequestBeforeMinTokens) {
         req.sampling.min_tokens = min_tokens;
         size_t j = 0;  // the first stop at or past the min_tokens-th token
         while (j < full.size() && (j + 1 < min_tokens || full[j] != full[1])) ++j;
-        const std::vector<int32_t> want(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(std::min(j + 1, full.size())));
+        const std::vector<int32_t> want(full.begin(),
+                                        full.begin() + static_cast<std::ptrdiff_t>(std::min(j + 1, full.size())));
         harness h(make_config({64}, true));
         h.add(req);
         const run_outcome out = h.run();

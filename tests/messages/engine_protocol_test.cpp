@@ -8,9 +8,8 @@ namespace zmoe {
 namespace {
 
 bool same_add_request(const engine_add_request& a, const engine_add_request& b) {
-    return a.request_id == b.request_id && a.prompt_token_ids == b.prompt_token_ids &&
-           a.sampling == b.sampling && a.max_tokens == b.max_tokens &&
-           a.stop_token_ids == b.stop_token_ids && a.ignore_eos == b.ignore_eos;
+    return a.request_id == b.request_id && a.prompt_token_ids == b.prompt_token_ids && a.sampling == b.sampling &&
+           a.max_tokens == b.max_tokens && a.stop_token_ids == b.stop_token_ids && a.ignore_eos == b.ignore_eos;
 }
 
 TEST(EngineProtocol, Hello) {
@@ -59,7 +58,8 @@ TEST(EngineProtocol, AddRequestFromAnOlderPeer) {
     w.f32(0.8f);
     w.sint(3);
     w.uint(9);
-    const auto decoded = std::get<engine_add_request>(decode_frontend_to_engine(test::with_field_replaced(encode(m), 4, w)));
+    const auto decoded =
+        std::get<engine_add_request>(decode_frontend_to_engine(test::with_field_replaced(encode(m), 4, w)));
     EXPECT_EQ(decoded.sampling, (sampling_params{.temperature = 0.5f, .top_p = 0.8f, .top_k = 3, .seed = 9}));
 }
 
@@ -71,7 +71,13 @@ TEST(EngineProtocol, Outputs) {
     m.outputs.push_back({1, {5, 6}, false, finish_reason::none, errc::ok, "", 10});
     m.outputs.push_back({2, {7}, true, finish_reason::length, errc::ok, "", 3});
     m.outputs.push_back({3, {}, true, finish_reason::error, errc::peer_dead, "worker 1 stopped answering", 4});
-    m.outputs.push_back({4, {8, 9}, false, finish_reason::none, errc::ok, "", 2,
+    m.outputs.push_back({4,
+                         {8, 9},
+                         false,
+                         finish_reason::none,
+                         errc::ok,
+                         "",
+                         2,
                          {{-0.25f, {8, 3}, {-0.25f, -1.5f}}, {-3.f, {1}, {-0.1f}}}});
     test::check_wire_contract(m, decode_engine_to_frontend);
     test::check_wire_contract(engine_outputs{10, {}}, decode_engine_to_frontend);

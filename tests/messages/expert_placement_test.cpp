@@ -45,8 +45,9 @@ TEST(ExpertPlacement, PickSpreadsTokensOverReplicasInSlotOrder) {
 
 TEST(ExpertPlacement, MovesAreCheckedThenApplied) {
     expert_placement p = two_ranks();
-    const std::vector<expert_slot_move> swap{{.layer = 0, .slot = 4, .logical_expert = 1, .src_rank = 0, .src_slot = 1},
-                                             {.layer = 0, .slot = 1, .logical_expert = 0, .src_rank = 0, .src_slot = 0}};
+    const std::vector<expert_slot_move> swap{
+        {.layer = 0, .slot = 4, .logical_expert = 1, .src_rank = 0, .src_slot = 1},
+        {.layer = 0, .slot = 1, .logical_expert = 0, .src_rank = 0, .src_slot = 0}};
     ASSERT_NO_THROW(p.check_moves(swap));
     p.apply_moves(swap);
     EXPECT_EQ(p.physical_to_logical[0], (std::vector<int32_t>{0, 0, 2, 3, 1, 3}));

@@ -5,9 +5,7 @@
 
 namespace zmoe::test {
 
-inline bool same_sampling(const sampling_params& a, const sampling_params& b) {
-    return a == b;
-}
+inline bool same_sampling(const sampling_params& a, const sampling_params& b) { return a == b; }
 
 inline bool same_step(const step_request& a, const step_request& b) {
     if (a.step_id != b.step_id || a.finished_ids != b.finished_ids || a.dual_batch != b.dual_batch ||

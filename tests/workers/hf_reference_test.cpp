@@ -63,18 +63,7 @@ void run_all(model_runner& runner, step_driver& driver) {
     }
 }
 
-class HfReference : public ::testing::TestWithParam<std::string> {
-  protected:
-    void SetUp() override {
-        dir_ = fixture_dir(GetParam());
-        // A missing fixture is a failure, not a skip: the reference is what this suite exists for.
-        ASSERT_TRUE(fs::exists(dir_ + "/config.json")) << "fixture " << dir_ << " is missing";
-        prompts_ = load_reference(dir_);
-        ASSERT_FALSE(prompts_.empty()) << dir_ << "/reference.json has no prompts";
-    }
-    std::string dir_;
-    std::vector<ref_prompt> prompts_;
-};
+class HfReference : public zmoe::testing::reference_fixture_test {};
 
 TEST_P(HfReference, LastLogitsMatchOneShotAndChunkedPrefill) {
     double worst = 0;
@@ -236,14 +225,8 @@ TEST_P(HfReference, ExpertParallelWithReplicasMatchesSingleRank) {
     model_runner one(dir_, options(1));
     run_all(one, single);
     const model_config& c = one.config();
-    const auto E = static_cast<int32_t>(c.num_experts);
-    std::vector<int32_t> row;
-    for (int32_t e = E - 1; e >= 0; --e) row.push_back(e);                    // rank 0: all, reversed
-    for (int32_t e = 0; e < E; ++e) row.push_back(e % 2 == 0 ? e : e - 1);  // rank 1: the even experts, twice
-    const expert_placement placement{.num_experts = E,
-                                     .num_ranks = 2,
-                                     .slots_per_rank = E,
-                                     .physical_to_logical = std::vector(static_cast<size_t>(c.num_moe_layers()), row)};
+    const expert_placement placement =
+        testing::replicated_two_rank_placement(static_cast<int32_t>(c.num_experts), c.num_moe_layers());
     std::vector<step_driver> drivers = run_expert_parallel(dir_, prompts_, 2, 2, n, &placement);
     for (size_t i = 0; i < prompts_.size(); ++i) {
         const driven_seq& got = drivers[i % 2].find(i);

@@ -15,17 +15,7 @@ namespace {
 
 using json = nlohmann::json;
 
-template <class F>
-std::string error_of(F&& fn, errc code) {
-    try {
-        fn();
-    } catch (const error& e) {
-        EXPECT_EQ(e.code(), code) << e.what();
-        return e.what();
-    }
-    ADD_FAILURE() << "no zmoe::error thrown";
-    return "";
-}
+using testing::error_of;
 
 json qwen3_v5() {
     return {{"model_type", "qwen3_moe"},

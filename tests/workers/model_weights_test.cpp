@@ -12,17 +12,7 @@ namespace {
 using testing::synthetic_model;
 using testing::temp_dir;
 
-template <class F>
-std::string error_of(F&& fn, errc code) {
-    try {
-        fn();
-    } catch (const error& e) {
-        EXPECT_EQ(e.code(), code) << e.what();
-        return e.what();
-    }
-    ADD_FAILURE() << "no zmoe::error thrown";
-    return "";
-}
+using testing::error_of;
 
 runner_options small_options() {
     runner_options o;

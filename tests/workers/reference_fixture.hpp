@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "messages/expert_placement.hpp"
+
 namespace zmoe::testing {
 
 struct ref_prompt {
@@ -42,6 +44,32 @@ inline std::vector<ref_prompt> load_reference(const std::string& dir) {
         out.push_back(std::move(r));
     }
     return out;
+}
+
+/// A test parameterised by fixture name: SetUp loads the fixture's reference prompts into prompts_ (a missing
+/// fixture is a failure, not a skip: the reference is what these suites exist for).
+class reference_fixture_test : public ::testing::TestWithParam<std::string> {
+  protected:
+    void SetUp() override {
+        dir_ = fixture_dir(GetParam());
+        ASSERT_TRUE(std::ifstream(dir_ + "/config.json").good()) << "fixture " << dir_ << " is missing";
+        prompts_ = load_reference(dir_);
+        ASSERT_FALSE(prompts_.empty()) << dir_ << "/reference.json has no prompts";
+    }
+    std::string dir_;
+    std::vector<ref_prompt> prompts_;
+};
+
+/// Two ranks with replicas and a shuffled slot order, as EPLB produces: rank 0 holds every expert in reverse
+/// order, rank 1 the even experts, each twice; the same rows in every MoE layer.
+inline expert_placement replicated_two_rank_placement(int32_t num_experts, int64_t num_moe_layers) {
+    std::vector<int32_t> row;
+    for (int32_t e = num_experts - 1; e >= 0; --e) row.push_back(e);
+    for (int32_t e = 0; e < num_experts; ++e) row.push_back(e % 2 == 0 ? e : e - 1);
+    return expert_placement{.num_experts = num_experts,
+                            .num_ranks = 2,
+                            .slots_per_rank = num_experts,
+                            .physical_to_logical = std::vector(static_cast<size_t>(num_moe_layers), row)};
 }
 
 }  // namespace zmoe::testing

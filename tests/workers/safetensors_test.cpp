@@ -13,18 +13,7 @@ namespace {
 
 using testing::temp_dir;
 
-// Runs `fn`, expects zmoe::error with `code`, and returns its message.
-template <class F>
-std::string error_of(F&& fn, errc code) {
-    try {
-        fn();
-    } catch (const error& e) {
-        EXPECT_EQ(e.code(), code) << e.what();
-        return e.what();
-    }
-    ADD_FAILURE() << "no zmoe::error thrown";
-    return "";
-}
+using testing::error_of;
 
 void write_bytes(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 

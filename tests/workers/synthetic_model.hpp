@@ -2,6 +2,7 @@
 // Writes a tiny random checkpoint (config.json + model.safetensors) of a supported architecture into a
 // temporary directory, with hooks to break it: the way the loader's error tests get bad checkpoints.
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -14,9 +15,23 @@
 #include <string>
 #include <vector>
 
+#include "base/error.hpp"
 #include "workers/safetensors_writer.hpp"
 
 namespace zmoe::testing {
+
+/// Runs `fn`, expects a zmoe::error with `code`, and returns its message (a test failure when none is thrown).
+template <class F>
+std::string error_of(F&& fn, errc code) {
+    try {
+        fn();
+    } catch (const error& e) {
+        EXPECT_EQ(e.code(), code) << e.what();
+        return e.what();
+    }
+    ADD_FAILURE() << "no zmoe::error thrown";
+    return "";
+}
 
 /// A fresh empty directory under the system temp dir, removed on destruction.
 class temp_dir {

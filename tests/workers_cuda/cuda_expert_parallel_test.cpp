@@ -23,8 +23,6 @@ namespace {
 using namespace zmoe::cuda::testing;
 using zmoe::testing::step_driver;
 
-constexpr double kSelfTolerance = 0.01;
-constexpr double kSelfMargin = 0.02;
 constexpr int64_t kNewTokens = 6;
 
 int visible_gpus() {
@@ -180,14 +178,10 @@ TEST_P(CudaExpertParallel, OverflowingFixedWindowStillMatchesOne) {
 TEST_P(CudaExpertParallel, ReplicasAndMovesAcrossGpusMatchOne) {
     if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs";
     const model_config c = model_config::load(dir_);
+    const expert_placement placement =
+        zmoe::testing::replicated_two_rank_placement(static_cast<int32_t>(c.num_experts), c.num_moe_layers());
+    const std::vector<int32_t>& row = placement.physical_to_logical[0];
     const auto E = static_cast<int32_t>(c.num_experts);
-    std::vector<int32_t> row;
-    for (int32_t e = E - 1; e >= 0; --e) row.push_back(e);                  // rank 0: all, reversed
-    for (int32_t e = 0; e < E; ++e) row.push_back(e % 2 == 0 ? e : e - 1);  // rank 1: the even experts, twice
-    const expert_placement placement{.num_experts = E,
-                                     .num_ranks = 2,
-                                     .slots_per_rank = E,
-                                     .physical_to_logical = std::vector(static_cast<size_t>(c.num_moe_layers()), row)};
     std::vector<step_driver> replicas =
         run_expert_parallel(dir_, prompts_, {.world = 2, .active = 2, .placement = &placement});
     expect_matches_single(replicas, 2, "replicas");

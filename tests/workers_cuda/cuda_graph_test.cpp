@@ -23,8 +23,6 @@ namespace {
 using namespace zmoe::cuda::testing;
 using zmoe::testing::step_driver;
 
-constexpr double kSelfTolerance = 0.01;
-constexpr double kSelfMargin = 0.02;
 
 std::unique_ptr<cuda_step_executor> make_executor(const std::string& dir, bool eager,
                                                   const std::string& load_format = "auto") {

@@ -44,8 +44,6 @@ using zmoe::testing::step_driver;
 
 constexpr double kLogitTolerance = 0.04;
 constexpr double kMinMargin = 0.1;
-constexpr double kSelfTolerance = 0.01;
-constexpr double kSelfMargin = 0.02;
 constexpr double kRoutingFlipTolerance = 0.5;
 const std::map<std::string, std::set<size_t>> kBf16RoutingFlips{{"deepseek_v3", {5}},
                                                                 {"deepseek_v3_alt", {5}},
@@ -55,22 +53,10 @@ const std::map<std::string, std::set<size_t>> kBf16RoutingFlips{{"deepseek_v3", 
 
 std::unique_ptr<cuda_step_executor> make_executor(const std::string& dir) {
     const executor_options o = cuda_options(dir);
-    const expert_placement p =
-        expert_placement::initial(o.model.num_moe_layers(), o.model.num_experts, 0, o.world_size());
-    return std::make_unique<cuda_step_executor>(o, p);
+    return std::make_unique<cuda_step_executor>(o, initial_placement(o));
 }
 
-class CudaReference : public ::testing::TestWithParam<std::string> {
-  protected:
-    void SetUp() override {
-        dir_ = fixture_dir(GetParam());
-        ASSERT_TRUE(fs::exists(dir_ + "/config.json")) << "fixture " << dir_ << " is missing";
-        prompts_ = load_reference(dir_);
-        ASSERT_FALSE(prompts_.empty()) << dir_ << "/reference.json has no prompts";
-    }
-    std::string dir_;
-    std::vector<ref_prompt> prompts_;
-};
+class CudaReference : public zmoe::testing::reference_fixture_test {};
 
 TEST_P(CudaReference, LastLogitsMatchTransformers) {
     double worst = 0, worst_near_tie = 0;

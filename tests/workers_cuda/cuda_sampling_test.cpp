@@ -18,9 +18,9 @@
 #include "cuda_test_util.hpp"
 #include "kernels/api.hpp"
 #include "kernels/sample_rng.hpp"
+#include "messages/expert_placement.hpp"
 #include "workers/cuda/cuda_step_executor.hpp"
 #include "workers/cuda/device_buffer.hpp"
-#include "messages/expert_placement.hpp"
 #include "workers/model_runner.hpp"
 #include "workers/sampler.hpp"
 
@@ -71,17 +71,7 @@ double draw_margin(const std::vector<float>& logits, const sampling_params& p, u
     return a - b;
 }
 
-class CudaSampling : public ::testing::TestWithParam<std::string> {
-  protected:
-    void SetUp() override {
-        dir_ = fixture_dir(GetParam());
-        ASSERT_TRUE(fs::exists(dir_ + "/config.json")) << "fixture " << dir_ << " is missing";
-        prompts_ = load_reference(dir_);
-        ASSERT_FALSE(prompts_.empty()) << dir_ << "/reference.json has no prompts";
-    }
-    std::string dir_;
-    std::vector<ref_prompt> prompts_;
-};
+class CudaSampling : public zmoe::testing::reference_fixture_test {};
 
 TEST_P(CudaSampling, SameLogitsSameToken) {
     const sampling_params sets[] = {{.temperature = 0.f},
@@ -99,8 +89,8 @@ TEST_P(CudaSampling, SameLogitsSameToken) {
                 sampling_params s = base;
                 s.seed = 1000 + n;
                 logits.insert(logits.end(), p.last_logits.begin(), p.last_logits.end());
-                seqs.push_back({.temperature = s.temperature, .top_p = s.top_p, .top_k = s.top_k, .counter = n,
-                                .seed = s.seed});
+                seqs.push_back(
+                    {.temperature = s.temperature, .top_p = s.top_p, .top_k = s.top_k, .counter = n, .seed = s.seed});
                 want.push_back(sample_token(p.last_logits.data(), vocab, s, n));
             }
         }
@@ -116,8 +106,7 @@ TEST_P(CudaSampling, SeededGenerationMatchesCpu) {
     ro.num_threads = 2;
     model_runner cpu(dir_, ro);
     const executor_options o = cuda_options(dir_);
-    const model_config& c = o.model;
-    cuda_step_executor gpu(o, expert_placement::initial(c.num_moe_layers(), c.num_experts, 0, o.world_size()));
+    cuda_step_executor gpu(o, initial_placement(o));
     step_driver on_cpu(kBlockSize, 7), on_gpu(kBlockSize, 7);
     // Three seeds per prompt: a small random model has many near-tie draws (OLMoE's fixtures above all), and the
     // comparison stops at a sequence's first one, so one seed per prompt can leave too few draws to mean anything.

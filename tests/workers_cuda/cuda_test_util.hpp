@@ -20,6 +20,10 @@ namespace zmoe::cuda::testing {
 
 constexpr int64_t kBlockSize = 16;
 constexpr int64_t kNumBlocks = 256;
+/// Two CUDA runs that should agree (batched vs alone, chunked vs whole, graphs vs eager, moved experts, several GPUs):
+/// logits within kSelfTolerance (relative), tokens equal up to the first step whose top-2 margin is below kSelfMargin.
+constexpr double kSelfTolerance = 0.01;
+constexpr double kSelfMargin = 0.02;
 
 using zmoe::testing::fixture_dir;
 using zmoe::testing::load_reference;
@@ -63,6 +67,11 @@ inline executor_options cuda_options(const std::string& dir, int rank = 0, int w
     o.rank = rank;
     o.collective_id = std::move(collective_id);
     return o;
+}
+
+/// The engine core's initial placement for o's model over o's workers (no redundant experts).
+inline expert_placement initial_placement(const executor_options& o) {
+    return expert_placement::initial(o.model.num_moe_layers(), o.model.num_experts, 0, o.world_size());
 }
 
 inline void run_all(step_executor& ex, zmoe::testing::step_driver& driver) {
