@@ -1,11 +1,15 @@
 // `zmoe bench ep`: expert parallelism on CUDA, offline (no actors; one thread and one GPU per rank, NCCL between
 // them). Prints tables and writes JSON with:
 // - the MoE exchange alone at --exchange-tokens per rank (measure_ep_exchange): the fixed-capacity path's dispatch +
-//   combine per layer replayed as a CUDA graph, each half eagerly, and the exact (host-planned) path's halves;
+//   combine per layer, peer to peer (the default on one host) and over NCCL send/recv, each replayed as a CUDA
+//   graph and each half eagerly; the exact (host-planned) path's halves; and the floor, a copy-engine copy of the
+//   same remote bytes to the peer and back;
 // - decode step times at --batch sequences per GPU on 1 GPU and on --workers GPUs, with dual-batch overlap off and
 //   forced on, and the same steps with the exchange's transfers replaced by local copies (the exchange skipped):
 //   output tok/s per GPU, scaling over 1 GPU, and the share of the exchange time DBO hides,
-//   (off - on) / (off - skipped).
+//   (off - on) / (off - skipped);
+// - with --prefill-tokens N1,N2,..., the same for prefill steps of each N tokens per GPU (N / --context sequences),
+//   eagerly, every step on the fixed exchange: where dual-batch overlap can pay (compute-bound GEMMs).
 //
 //   zmoe bench ep --model DIR --load-format dummy [--workers 2] [--batch 256] [--context 128] [--json OUT]
 
@@ -44,6 +48,8 @@ struct options {
     int block_size = 16;
     int max_num_batched_tokens = 4096;
     int exchange_tokens = 128;
+    std::string prefill_tokens;  ///< non-empty: prefill steps of these token counts per rank instead of decode steps
+    std::vector<int32_t> prefill{};  ///< parsed
     double capacity_factor = 0;
     bool skip_single = false;
     bool exchange_only = false;
@@ -58,14 +64,17 @@ double median(std::vector<double> v) {
 struct phase {
     int world = 1;
     bool dual = false;
+    int32_t tokens = 0;    ///< per rank and step
     bool skipped = false;  ///< the exchange's transfers replaced by local copies
     std::vector<double> ms{};
 };
 
-/// `world` ranks (threads), each with --batch sequences of --context tokens: prefill, then for each entry of
-/// `duals` warmup + steps decode steps with step_request::dual_batch set to it. Step times are rank 0's.
+/// `world` ranks (threads), each with --batch sequences of --context tokens: prefill, then for each of `phases`
+/// (dual, tokens) warmup + steps decode steps with step_request::dual_batch = dual; with --prefill-tokens, each
+/// phase's steps are instead prefills of tokens / --context sequences (new requests, the same KV blocks). Step
+/// times are rank 0's.
 std::vector<phase> run_world(const options& o, const model_config& cfg, int world, bool skipped,
-                             const std::vector<bool>& duals) {
+                             std::vector<phase> phases) {
     zmoe::engine_config run;
     run.model = o.model;
     run.device = "cuda";
@@ -73,15 +82,24 @@ std::vector<phase> run_world(const options& o, const model_config& cfg, int worl
     run.block_size = o.block_size;
     run.max_num_seqs = o.batch;
     run.max_num_batched_tokens = std::max(o.max_num_batched_tokens, o.batch);
-    const int32_t len = o.context + static_cast<int32_t>(duals.size()) * (o.warmup + o.steps) + 2;
+    if (!o.prefill.empty()) {
+        // Prefill steps of up to --batch sequences x --context tokens, eager, with every step on the fixed exchange
+        // (its windows hold a whole step per micro-batch): what dual-batch overlap can overlap.
+        run.max_num_batched_tokens = o.batch * o.context;
+        run.max_num_seqs = run.max_num_batched_tokens;
+        run.enforce_eager = true;
+    }
+    const int32_t len = o.context + static_cast<int32_t>(phases.size()) * (o.warmup + o.steps) + 2;
     run.max_model_len = len;
     run.load_format = o.load_format;
     const int64_t blocks_per_seq = (len + o.block_size - 1) / o.block_size;
     run.num_kv_blocks = blocks_per_seq * o.batch;
     const auto placement = zmoe::expert_placement::initial(cfg.num_moe_layers(), cfg.num_experts, 0, world);
     const std::string id = world > 1 ? zmoe::make_collective_id("cuda") : std::string();
-    std::vector<phase> phases;
-    for (bool d : duals) phases.push_back({.world = world, .dual = d, .skipped = skipped});
+    for (phase& p : phases) {
+        p.world = world;
+        p.skipped = skipped;
+    }
     std::vector<std::string> errors(world);
     std::vector<std::thread> threads;
     for (int r = 0; r < world; ++r)
@@ -121,18 +139,33 @@ std::vector<phase> run_world(const options& o, const model_config& cfg, int worl
                     ex->execute(q);
                 }
                 int32_t generated = 0;
+                uint64_t next_id = static_cast<uint64_t>(o.batch) + 1;
                 for (phase& ph : phases)
-                    for (int i = 0; i < o.warmup + o.steps; ++i, ++generated) {
+                    for (int i = 0; i < o.warmup + o.steps; ++i) {
                         zmoe::step_request q;
                         q.step_id = step_id++;
                         q.dual_batch = ph.dual;
-                        for (const auto& s : seqs) {
-                            zmoe::scheduled_seq x = s;
-                            x.start_pos = o.context + generated;
-                            x.token_ids = {zmoe::kPlaceholderToken};
-                            x.do_sample = true;
-                            x.sample_index = static_cast<uint32_t>(generated + 1);
-                            q.seqs.push_back(std::move(x));
+                        if (!o.prefill.empty()) {
+                            // The whole prompt again, as new requests (the same KV blocks), in one step.
+                            for (int32_t k = 0; k < std::max(1, ph.tokens / o.context); ++k) {
+                                zmoe::scheduled_seq x = seqs[k];
+                                x.request_id = next_id++;
+                                x.start_pos = 0;
+                                x.token_ids.resize(o.context);
+                                for (auto& t : x.token_ids) t = token(rng);
+                                x.do_sample = true;
+                                q.seqs.push_back(std::move(x));
+                            }
+                        } else {
+                            for (const auto& s : seqs) {
+                                zmoe::scheduled_seq x = s;
+                                x.start_pos = o.context + generated;
+                                x.token_ids = {zmoe::kPlaceholderToken};
+                                x.do_sample = true;
+                                x.sample_index = static_cast<uint32_t>(generated + 1);
+                                q.seqs.push_back(std::move(x));
+                            }
+                            ++generated;
                         }
                         const auto t0 = std::chrono::steady_clock::now();
                         ex->execute(q);
@@ -170,11 +203,20 @@ int run(int argc, char** argv) {
         "fixed exchange window over the even share (0: the executor's default)")(
         "skip-single", po::bool_switch(&o.skip_single), "no 1-GPU run")(
         "exchange-only", po::bool_switch(&o.exchange_only), "only the exchange timing (no decode steps)")(
-        "json", po::value(&o.json), "write the results as JSON to this file");
+        "prefill-tokens", po::value(&o.prefill_tokens),
+        "comma-separated token counts per GPU: time prefill steps of each (--context tokens per sequence, eager) "
+        "instead of decode steps")("json", po::value(&o.json), "write the results as JSON to this file");
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, desc, vm)) return 0;
     if (o.workers < 2 || o.batch < 1 || o.context < 1 || o.steps < 1 || o.warmup < 0)
         throw zmoe::error(zmoe::errc::invalid_argument, "--workers >= 2, --batch, --context, --steps >= 1");
+    for (size_t at = 0; at < o.prefill_tokens.size();) {
+        const size_t comma = std::min(o.prefill_tokens.find(',', at), o.prefill_tokens.size());
+        o.prefill.push_back(std::stoi(o.prefill_tokens.substr(at, comma - at)));
+        at = comma + 1;
+    }
+    if (!o.prefill.empty()) o.batch = 1;
+    for (int32_t n : o.prefill) o.batch = std::max(o.batch, n / o.context);  // sequences of the largest prefill
     const model_config cfg = model_config::load(o.model);
     nlohmann::json j = {{"model", o.model},
                         {"model_type", zmoe::model_arch_name(cfg.arch)},
@@ -183,7 +225,8 @@ int run(int argc, char** argv) {
                         {"batch_per_gpu", o.batch},
                         {"context", o.context},
                         {"steps", o.steps},
-                        {"warmup", o.warmup}};
+                        {"warmup", o.warmup},
+                        {"step_kind", o.prefill.empty() ? "decode" : "prefill"}};
 
 #ifdef ZMOE_WITH_CUDA
     const double factor = o.capacity_factor > 0 ? o.capacity_factor : 1.25;  // the executor's default
@@ -196,20 +239,31 @@ int run(int argc, char** argv) {
     std::printf("\nzmoe bench ep: MoE exchange per layer, %d tokens per rank, %d GPUs, hidden %ld, top-%ld of %ld\n",
                 o.exchange_tokens, o.workers, static_cast<long>(cfg.hidden_size),
                 static_cast<long>(cfg.num_experts_per_tok), static_cast<long>(cfg.num_experts));
-    std::printf("%5s %9s %16s %13s %13s %13s %13s %12s %12s\n", "rank", "capacity", "fixed graph d+c", "fixed disp",
-                "fixed comb", "exact disp", "exact comb", "fixed MiB", "exact MiB");
+    std::printf("%5s %9s | %-38s | %-38s | %-25s | %9s %9s %9s\n", "", "", "fixed, peer to peer (default)",
+                "fixed, NCCL send/recv", "exact (host plan), NCCL", "floor", "", "");
+    std::printf("%5s %9s | %12s %12s %12s | %12s %12s %12s | %12s %12s | %9s %9s %9s\n", "rank", "capacity",
+                "graph d+c", "dispatch", "combine", "graph d+c", "dispatch", "combine", "dispatch", "combine",
+                "copy d+c", "fixed MiB", "exact MiB");
     nlohmann::json jex = nlohmann::json::array();
     for (const auto& t : ex) {
-        std::printf("%5d %9d %14.1fus %11.1fus %11.1fus %11.1fus %11.1fus %12.2f %12.2f\n", t.rank, t.capacity,
-                    t.fixed_graph_us, t.fixed_dispatch_us, t.fixed_combine_us, t.exact_dispatch_us, t.exact_combine_us,
-                    t.fixed_send_bytes / 1048576.0, t.exact_send_bytes / 1048576.0);
+        std::printf(
+            "%5d %9d | %10.1fus %10.1fus %10.1fus | %10.1fus %10.1fus %10.1fus | %10.1fus %10.1fus | "
+            "%7.1fus %9.2f %9.2f\n",
+            t.rank, t.capacity, t.p2p_graph_us, t.p2p_dispatch_us, t.p2p_combine_us, t.fixed_graph_us,
+            t.fixed_dispatch_us, t.fixed_combine_us, t.exact_dispatch_us, t.exact_combine_us, t.peer_copy_floor_us,
+            t.fixed_send_bytes / 1048576.0, t.exact_send_bytes / 1048576.0);
         jex.push_back({{"rank", t.rank},
                        {"capacity_rows_per_rank", t.capacity},
+                       {"p2p_available", t.p2p_available},
+                       {"p2p_graph_dispatch_combine_us", t.p2p_graph_us},
+                       {"p2p_dispatch_us", t.p2p_dispatch_us},
+                       {"p2p_combine_us", t.p2p_combine_us},
                        {"fixed_graph_dispatch_combine_us", t.fixed_graph_us},
                        {"fixed_dispatch_us", t.fixed_dispatch_us},
                        {"fixed_combine_us", t.fixed_combine_us},
                        {"exact_dispatch_us", t.exact_dispatch_us},
                        {"exact_combine_us", t.exact_combine_us},
+                       {"peer_copy_floor_us", t.peer_copy_floor_us},
                        {"fixed_send_bytes", t.fixed_send_bytes},
                        {"exact_send_bytes", t.exact_send_bytes}});
     }
@@ -221,34 +275,43 @@ int run(int argc, char** argv) {
         if (!o.json.empty()) std::ofstream(o.json) << j.dump(2) << "\n";
         return 0;
     }
+    // Decode: one step size (--batch); prefill: each --prefill-tokens size. DBO off and on for each.
+    std::vector<phase> wanted;
+    for (int32_t n : o.prefill.empty() ? std::vector<int32_t>{o.batch} : o.prefill)
+        for (bool d : {false, true}) wanted.push_back({.dual = d, .tokens = n});
     std::vector<phase> phases;
     if (!o.skip_single) {
         std::fprintf(stderr, "1 GPU...\n");
-        for (auto& p : run_world(o, cfg, 1, false, {false})) phases.push_back(p);
+        std::vector<phase> single;
+        for (const phase& p : wanted)
+            if (!p.dual) single.push_back(p);
+        for (auto& p : run_world(o, cfg, 1, false, single)) phases.push_back(p);
     }
     std::fprintf(stderr, "%d GPUs...\n", o.workers);
-    for (auto& p : run_world(o, cfg, o.workers, false, {false, true})) phases.push_back(p);
+    for (auto& p : run_world(o, cfg, o.workers, false, wanted)) phases.push_back(p);
     std::fprintf(stderr, "%d GPUs, exchange skipped...\n", o.workers);
-    for (auto& p : run_world(o, cfg, o.workers, true, {false, true})) phases.push_back(p);
+    for (auto& p : run_world(o, cfg, o.workers, true, wanted)) phases.push_back(p);
 
-    double single_tps = 0, off_ms = 0, on_ms = 0, skip_ms = 0;
-    std::printf("\nzmoe bench ep: decode steps, %d sequences per GPU, context %d, %d timed steps\n", o.batch, o.context,
-                o.steps);
-    std::printf("%5s %5s %10s %12s %14s %12s %12s\n", "GPUs", "DBO", "exchange", "ms/step", "tok/s per GPU",
-                "tok/s total", "vs 1 GPU");
-    nlohmann::json jsteps = nlohmann::json::array();
+    std::printf("\nzmoe bench ep: %s steps, context %d, %d timed steps\n", o.prefill.empty() ? "decode" : "prefill",
+                o.context, o.steps);
+    std::printf("%8s %5s %5s %10s %12s %14s %12s %12s\n", "tokens", "GPUs", "DBO", "exchange", "ms/step",
+                "tok/s per GPU", "tok/s total", "vs 1 GPU");
+    nlohmann::json jsteps = nlohmann::json::array(), jdbo = nlohmann::json::array();
+    auto find = [&](int32_t tokens, int world, bool dual, bool skipped) {
+        for (const phase& p : phases)
+            if (p.tokens == tokens && p.world == world && p.dual == dual && p.skipped == skipped) return median(p.ms);
+        return 0.0;
+    };
     for (const phase& p : phases) {
-        const double ms = median(p.ms), tps = o.batch / ms * 1e3;
-        if (p.world == 1) single_tps = tps;
-        if (p.world > 1 && !p.skipped) (p.dual ? on_ms : off_ms) = ms;
-        if (p.world > 1 && p.skipped && !p.dual) skip_ms = ms;
-        const double scaling = single_tps > 0 ? tps / single_tps : 0;
-        std::printf("%5d %5s %10s %12.3f %14.0f %12.0f %11.0f%%\n", p.world, p.dual ? "on" : "off",
+        const double ms = median(p.ms), tps = p.tokens / ms * 1e3, single = find(p.tokens, 1, false, false);
+        const double scaling = single > 0 ? single / ms : 0;  // same tokens per GPU
+        std::printf("%8d %5d %5s %10s %12.3f %14.0f %12.0f %11.0f%%\n", p.tokens, p.world, p.dual ? "on" : "off",
                     p.world == 1 ? "-"
                     : p.skipped  ? "skipped"
-                                 : "nccl",
+                                 : "live",
                     ms, tps, tps * p.world, 100 * scaling);
-        jsteps.push_back({{"gpus", p.world},
+        jsteps.push_back({{"tokens_per_gpu", p.tokens},
+                          {"gpus", p.world},
                           {"dbo", p.dual},
                           {"exchange_skipped", p.skipped},
                           {"median_step_ms", ms},
@@ -257,16 +320,24 @@ int run(int argc, char** argv) {
                           {"per_gpu_vs_single", scaling},
                           {"step_ms", p.ms}});
     }
-    const double exchange_ms = off_ms - skip_ms;
-    const double hidden = exchange_ms > 0 ? (off_ms - on_ms) / exchange_ms : 0;
-    std::printf("\nexchange time per step (DBO off - skipped): %.3f ms; DBO on saves %.3f ms = %.0f%% of it hidden\n",
-                exchange_ms, off_ms - on_ms, 100 * hidden);
+    std::printf("\n%8s %12s %12s %12s %12s %12s %8s\n", "tokens", "DBO off ms", "DBO on ms", "skipped ms",
+                "exchange ms", "DBO saves", "hidden");
+    for (const phase& p : wanted) {
+        if (p.dual) continue;
+        const double off = find(p.tokens, o.workers, false, false), on = find(p.tokens, o.workers, true, false),
+                     skip = find(p.tokens, o.workers, false, true), exchange = off - skip;
+        const double hidden = exchange > 0 ? (off - on) / exchange : 0;
+        std::printf("%8d %12.3f %12.3f %12.3f %12.3f %12.3f %7.0f%%\n", p.tokens, off, on, skip, exchange, off - on,
+                    100 * hidden);
+        jdbo.push_back({{"tokens_per_gpu", p.tokens},
+                        {"off_ms", off},
+                        {"on_ms", on},
+                        {"skipped_ms", skip},
+                        {"exchange_ms", exchange},
+                        {"hidden_fraction", hidden}});
+    }
     j["steps"] = jsteps;
-    j["dbo"] = {{"off_ms", off_ms},
-                {"on_ms", on_ms},
-                {"skipped_ms", skip_ms},
-                {"exchange_ms", exchange_ms},
-                {"hidden_fraction", hidden}};
+    j["dbo"] = jdbo;
     if (!o.json.empty()) std::ofstream(o.json) << j.dump(2) << "\n";
     return 0;
 }

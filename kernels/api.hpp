@@ -234,6 +234,45 @@ struct ep_dispatch_plan_params {
 /// same plan the host would make, with no copy to the host, so it can be captured in a CUDA graph.
 void launch_ep_dispatch_plan(const ep_dispatch_plan_params& p, cudaStream_t stream);
 
+/// Peer-to-peer exchange windows (one host, NVLink): every rank owns a window of the same layout, mapped into every
+/// other rank's address space; senders write rows straight into the receiver's window, then raise a flag there.
+/// Layout of one window (byte offsets, the same on every rank): recv_x [num_ranks * max_capacity, hidden] bf16,
+/// recv_slot [num_ranks * max_capacity] int32, y_back [num_ranks * max_capacity, hidden] bf16, flags [2 * num_ranks]
+/// uint32 (dispatch flags, then combine flags, one per source rank). Rank s's rows go to rows [s * capacity,
+/// (s + 1) * capacity) of every window.
+struct ep_p2p_window_layout {
+    size_t recv_x = 0, recv_slot = 0, y_back = 0, flags = 0;  ///< byte offsets
+    size_t bytes = 0;                                         ///< of the whole window
+};
+/// The layout for num_ranks source ranks of at most max_capacity rows each (offsets aligned to 256 bytes).
+ep_p2p_window_layout ep_p2p_layout(int32_t num_ranks, int32_t max_capacity, int32_t hidden);
+
+struct ep_p2p_params {
+    char* windows[kMaxEpRanks] = {};  ///< each rank's window, as this GPU addresses it (its own included)
+    ep_p2p_window_layout layout{};
+    int32_t rank = 0;  ///< this rank
+    int32_t num_ranks = 0;
+    int32_t capacity = 0;  ///< rows per source rank this step (<= the layout's max_capacity)
+    int32_t slots_per_rank = 0;
+    int32_t hidden = 0;     ///< multiple of 8
+    int32_t blocks = 0;     ///< grid size (bounds the SMs the copy takes); 0: one block per 8 rows, at most 64
+    bool loopback = false;  ///< benchmarks: write own window only, rank d's rows where rank s's would go (same bytes)
+    uint32_t* epoch = nullptr;  ///< [1] this lane's exchange counter (dispatch increments it, combine reads it)
+    uint32_t* done = nullptr;   ///< [1] zeroed once; the kernel's block counter (one per lane and direction)
+};
+
+/// Dispatch: for every send row i = d * capacity + pos of launch_ep_dispatch_plan's plan, writes slot send_slot[i]
+/// to row s * capacity + pos of rank d's recv_slot (s = this rank) and, if the row is used (slot < slots_per_rank),
+/// x[send_token[i]] to the same row of d's recv_x; then *epoch += 1 and flag s of d's dispatch flags = *epoch.
+void launch_ep_p2p_dispatch(const ep_p2p_params& p, const bf16* x, const int32_t* send_token, const int32_t* send_slot,
+                            cudaStream_t stream);
+/// Combine: for every used row r = s * capacity + pos of this rank's window (recv_slot[r] < slots_per_rank), writes
+/// y[r] to row d * capacity + pos of rank s's y_back (d = this rank); then flag d of s's combine flags = *epoch.
+void launch_ep_p2p_combine(const ep_p2p_params& p, const bf16* y, cudaStream_t stream);
+/// Waits (on the GPU) until every source rank's dispatch (combine = false) or combine flag in this rank's window has
+/// reached *epoch. Traps after about 30 s (a peer that never writes: a dead rank), so a hang becomes an error.
+void launch_ep_p2p_wait(const ep_p2p_params& p, bool combine, cudaStream_t stream);
+
 // ---------------------------------------------------------------------------------------------------------
 // Token permutation into expert-contiguous order, and the weighted combine back
 

@@ -21,11 +21,17 @@ struct ep_exchange_timing_params {
 /// One rank's medians, in µs: the fixed path's dispatch + combine replayed as a CUDA graph (what a decode graph
 /// holds), and each half eagerly (events around the enqueued work); the exact path's dispatch and combine
 /// (host plan, events around). Bytes: what one rank sends per dispatch on each path.
+/// The fixed path is timed over both transports: peer to peer (the default on one host; p2p_available false when
+/// the GPUs could not map each other's memory, its times then 0) and NCCL send/recv. Floor: a copy-engine copy of
+/// the same remote bytes (exact_send_bytes) to the peer GPU and back, as one rank's dispatch + combine must move.
 struct ep_exchange_timing {
     int rank = 0;
     int32_t capacity = 0;  ///< fixed window rows per destination rank
-    double fixed_graph_us = 0, fixed_dispatch_us = 0, fixed_combine_us = 0;
+    bool p2p_available = false;
+    double p2p_graph_us = 0, p2p_dispatch_us = 0, p2p_combine_us = 0;
+    double fixed_graph_us = 0, fixed_dispatch_us = 0, fixed_combine_us = 0;  ///< NCCL send/recv
     double exact_dispatch_us = 0, exact_combine_us = 0;
+    double peer_copy_floor_us = 0;
     int64_t fixed_send_bytes = 0, exact_send_bytes = 0;
 };
 

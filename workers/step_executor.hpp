@@ -43,6 +43,9 @@ struct executor_options {
     /// Benchmarks only (CUDA expert parallelism): the fixed exchange's transfers become local copies of the same
     /// bytes, to time a step without its all-to-all; the results are wrong.
     bool ep_skip_transfers = false;
+    /// CUDA expert parallelism: the fixed exchange writes peer to peer into the other GPUs' memory when the run is
+    /// one node and every rank can map every other's (else, and when false, NCCL send/recv).
+    bool ep_peer_to_peer = true;
     int world_size() const { return config.workers; }
 };
 

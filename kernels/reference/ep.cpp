@@ -1,6 +1,7 @@
 // CPU reference of the expert-parallel dispatch plan.
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "kernels/reference/reference.hpp"
@@ -29,6 +30,26 @@ bool ep_dispatch_plan(const int32_t* slot_ids, int32_t num_tokens, int32_t top_k
         }
     }
     return overflow;
+}
+
+void ep_p2p_dispatch(int32_t rank, int32_t num_ranks, int32_t capacity, int32_t slots_per_rank, int32_t hidden,
+                     const uint16_t* x, const int32_t* send_token, const int32_t* send_slot, uint16_t* const* recv_x,
+                     int32_t* const* recv_slot) {
+    for (int32_t i = 0; i < num_ranks * capacity; ++i) {
+        const int32_t d = i / capacity, at = rank * capacity + i % capacity;
+        recv_slot[d][at] = send_slot[i];
+        if (send_slot[i] < slots_per_rank)
+            std::copy_n(x + int64_t(send_token[i]) * hidden, hidden, recv_x[d] + int64_t(at) * hidden);
+    }
+}
+
+void ep_p2p_combine(int32_t rank, int32_t num_ranks, int32_t capacity, int32_t slots_per_rank, int32_t hidden,
+                    const uint16_t* y, const int32_t* recv_slot, uint16_t* const* y_back) {
+    for (int32_t r = 0; r < num_ranks * capacity; ++r) {
+        if (recv_slot[r] >= slots_per_rank) continue;
+        const int32_t s = r / capacity, at = rank * capacity + r % capacity;
+        std::copy_n(y + int64_t(r) * hidden, hidden, y_back[s] + int64_t(at) * hidden);
+    }
 }
 
 }  // namespace zmoe::kernels::ref

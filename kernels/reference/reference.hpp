@@ -62,6 +62,15 @@ bool ep_dispatch_plan(const int32_t* slot_ids, int32_t num_tokens, int32_t top_k
                       int32_t slots_per_rank, int32_t capacity, int32_t* send_token, int32_t* send_slot,
                       int32_t* src_row, int32_t* send_counts);
 
+/// See launch_ep_p2p_dispatch: what rank `rank`'s send rows put in every rank's window, rows as raw 16-bit values:
+/// recv_x[d] [num_ranks * capacity, hidden] and recv_slot[d] [num_ranks * capacity] of rank d.
+void ep_p2p_dispatch(int32_t rank, int32_t num_ranks, int32_t capacity, int32_t slots_per_rank, int32_t hidden,
+                     const uint16_t* x, const int32_t* send_token, const int32_t* send_slot, uint16_t* const* recv_x,
+                     int32_t* const* recv_slot);
+/// See launch_ep_p2p_combine: rank `rank`'s used rows of y (by its recv_slot) into every source rank's y_back[s].
+void ep_p2p_combine(int32_t rank, int32_t num_ranks, int32_t capacity, int32_t slots_per_rank, int32_t hidden,
+                    const uint16_t* y, const int32_t* recv_slot, uint16_t* const* y_back);
+
 /// See launch_moe_permute (the plan part): expert_offsets [E+1], dest_rows [T*k], row_token [max_rows].
 void moe_permute_plan(const int32_t* topk_ids, int32_t num_tokens, int32_t top_k, int32_t num_experts,
                       int32_t row_align, int32_t max_rows, int32_t* expert_offsets, int32_t* dest_rows,

@@ -1,9 +1,9 @@
-// Expert parallelism over NCCL: 2 and 4 GPUs (one thread per rank, each with its own GPU and communicator) must
-// generate the 1-GPU tokens, with every rank's own (data-parallel) sequences, a rank with no sequences at all,
-// redundant replicas, and EPLB moves that carry expert weights between GPUs; with decode graphs (the fixed-capacity
-// exchange, counts on the device), eagerly with the exact host-planned exchange, with dual-batch overlap forced on
-// every step, and with a fixed window too small for the routing (every overflowing step redone on the exact path).
-// Skipped where too few GPUs are visible.
+// Expert parallelism (peer-to-peer windows by default, NCCL send/recv too): 2 and 4 GPUs (one thread per rank, each
+// with its own GPU and communicator) must generate the 1-GPU tokens, with every rank's own (data-parallel) sequences, a
+// rank with no sequences at all, redundant replicas, and EPLB moves that carry expert weights between GPUs; with decode
+// graphs (the fixed-capacity exchange, counts on the device), eagerly with the exact host-planned exchange, with
+// dual-batch overlap forced on every step, and with a fixed window too small for the routing (every overflowing step
+// redone on the exact path). Skipped where too few GPUs are visible.
 //
 // Ranks batch different sequences, so their GEMMs may pick other cuBLASLt algorithms than the 1-GPU run: tokens
 // are compared up to the first step whose 1-GPU top-2 margin is below kSelfMargin, logits within kSelfTolerance.
@@ -31,6 +31,15 @@ int visible_gpus() {
     return n;
 }
 
+bool all_peers_accessible(int world) {
+    for (int a = 0; a < world; ++a)
+        for (int b = 0; b < world; ++b) {
+            int can = 0;
+            if (a != b && (cudaDeviceCanAccessPeer(&can, a, b) != cudaSuccess || !can)) return false;
+        }
+    return true;
+}
+
 struct ep_run {
     int world = 1;
     int active = 1;                               ///< ranks given sequences (prompt i on rank i % active)
@@ -40,11 +49,13 @@ struct ep_run {
     double capacity_factor = 0;                   ///< executor_options::ep_capacity_factor
     bool eager = false;                           ///< --enforce-eager
     int32_t max_num_seqs = 8;                     ///< few graph buckets: quick captures
+    bool nccl = false;                            ///< the fixed exchange over NCCL send/recv, not peer to peer
 };
 
 /// What each rank's executor reports after a run.
 struct ep_stats {
     int64_t graph_replays = 0, dual_batch_steps = 0, overflow_steps = 0;
+    bool peer_to_peer = false;
 };
 
 std::vector<step_driver> run_expert_parallel(const std::string& dir, const std::vector<ref_prompt>& prompts,
@@ -69,6 +80,7 @@ std::vector<step_driver> run_expert_parallel(const std::string& dir, const std::
                 o.ep_capacity_factor = run.capacity_factor;
                 o.config.enforce_eager = run.eager;
                 o.config.max_num_seqs = run.max_num_seqs;
+                o.ep_peer_to_peer = !run.nccl;
                 cuda_step_executor ex(o, placement);
                 EXPECT_EQ(ex.device(), r);
                 if (!run.moves.empty()) ex.apply_expert_moves(run.moves);
@@ -82,7 +94,8 @@ std::vector<step_driver> run_expert_parallel(const std::string& dir, const std::
                 if (stats)
                     (*stats)[r] = {.graph_replays = ex.graph_replays(),
                                    .dual_batch_steps = ex.dual_batch_steps(),
-                                   .overflow_steps = ex.ep_overflow_steps()};
+                                   .overflow_steps = ex.ep_overflow_steps(),
+                                   .peer_to_peer = ex.ep_peer_to_peer()};
             } catch (const std::exception& e) {
                 errors[r] = e.what();  // the other ranks hang in NCCL: the test's timeout reports it
             }
@@ -130,9 +143,25 @@ TEST_P(CudaExpertParallel, TwoAndFourGpusMatchOne) {
         for (int r = 0; r < world; ++r) {
             EXPECT_GT(stats[r].graph_replays, 0) << "world " << world << " rank " << r << ": no decode graph replayed";
             EXPECT_EQ(stats[r].graph_replays, stats[0].graph_replays) << "ranks must replay together";
+            // Peer to peer wherever the GPUs can map each other's memory (NVLink or PCIe P2P), else NCCL.
+            EXPECT_EQ(stats[r].peer_to_peer, all_peers_accessible(world)) << "world " << world << " rank " << r;
         }
     }
     if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs";
+}
+
+// The fixed exchange over NCCL send/recv (the path across hosts, and where GPUs cannot map each other's memory),
+// with graphs and with dual-batch overlap; the other tests take the peer-to-peer default.
+TEST_P(CudaExpertParallel, NcclTransportMatchesOne) {
+    if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs";
+    for (const bool dual : {false, true}) {
+        std::vector<ep_stats> stats;
+        std::vector<step_driver> drivers =
+            run_expert_parallel(dir_, prompts_, {.world = 2, .active = 2, .dual = dual, .nccl = true}, &stats);
+        expect_matches_single(drivers, 2, dual ? "nccl, dual batch" : "nccl");
+        EXPECT_GT(stats[0].graph_replays, 0);
+        EXPECT_FALSE(stats[0].peer_to_peer);
+    }
 }
 
 // Eager steps: prefills longer than --max-num-seqs take the exact (host-planned) exchange, the rest the fixed one.

@@ -1,7 +1,10 @@
 #include "workers/cuda/cuda_ep_exchange.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "base/check.hpp"
 #include "kernels/cuda_check.hpp"
@@ -10,6 +13,16 @@ namespace zmoe::cuda {
 namespace {
 
 using kernels::bf16;
+
+/// What a rank tells the others about its window, so that each can map it.
+struct window_record {
+    cudaIpcMemHandle_t handle{};
+    uint64_t address = 0;  ///< in its own process (peer access between threads of one process)
+    int32_t ok = 0;        ///< the handle could be made
+    int32_t pid = 0;
+    int32_t device = 0;
+    char host[64] = {};
+};
 
 std::vector<int64_t> bytes_of(const std::vector<int64_t>& rows, int64_t per_row) {
     std::vector<int64_t> b(rows.size());
@@ -25,17 +38,21 @@ cuda_ep_exchange::cuda_ep_exchange(const ep_exchange_params& p) : p_(p) {
     max_capacity_ = std::max(p_.max_fixed_tokens, 0) * p_.top_k;
     const size_t rows = size_t(world_) * max_capacity_, H = size_t(p_.hidden), i32 = sizeof(int32_t);
     const size_t max_tk = size_t(std::max(p_.max_fixed_tokens, 0)) * p_.top_k;
+    if (max_capacity_ > 0 && p_.peer_to_peer && world_ <= kernels::kMaxEpRanks && p_.hidden % 8 == 0)
+        p2p_ = map_peer_windows();
     for (lane_buffers& l : lanes_) {
         if (max_capacity_ > 0) {
             l.send_token = device_buffer(rows * i32);
             l.send_slot = device_buffer(rows * i32);
             l.src_row = device_buffer(max_tk * i32);
             l.send_counts = device_buffer(size_t(world_) * i32);
-            l.send_x = device_buffer(rows * H * sizeof(bf16));
-            l.recv_x = device_buffer(rows * H * sizeof(bf16));
-            l.recv_slot = device_buffer(rows * i32);
             l.y_recv = device_buffer(rows * H * sizeof(bf16));
-            l.y_back = device_buffer(rows * H * sizeof(bf16));
+            if (!p2p_) {  // peer to peer, the window holds them
+                l.send_x = device_buffer(rows * H * sizeof(bf16));
+                l.recv_x = device_buffer(rows * H * sizeof(bf16));
+                l.recv_slot = device_buffer(rows * i32);
+                l.y_back = device_buffer(rows * H * sizeof(bf16));
+            }
         }
         for (cudaEvent_t* e : {&l.gathered, &l.dispatched, &l.computed, &l.combined})
             ZMOE_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
@@ -51,6 +68,78 @@ cuda_ep_exchange::~cuda_ep_exchange() {
         for (cudaEvent_t e : {l.gathered, l.dispatched, l.computed, l.combined})
             if (e) cudaEventDestroy(e);
     if (overflow_host_) cudaFreeHost(overflow_host_);
+    for (void* m : ipc_mapped_) cudaIpcCloseMemHandle(m);
+}
+
+bool cuda_ep_exchange::map_peer_windows() {
+    layout_ = kernels::ep_p2p_layout(world_, max_capacity_, p_.hidden);
+    window_ = device_buffer(2 * layout_.bytes);
+    p2p_state_ = device_buffer(2 * 4 * sizeof(uint32_t));
+    // Zeroed flags and counters before any peer can see the window (the all-gather below orders it).
+    ZMOE_CUDA_CHECK(cudaMemset(window_.as<void>(), 0, window_.bytes()));
+    ZMOE_CUDA_CHECK(cudaMemset(p2p_state_.as<void>(), 0, p2p_state_.bytes()));
+    ZMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    window_record mine;
+    mine.ok = cudaIpcGetMemHandle(&mine.handle, window_.as<void>()) == cudaSuccess ? 1 : 0;
+    (void)cudaGetLastError();
+    mine.address = reinterpret_cast<uint64_t>(window_.as<void>());
+    mine.pid = static_cast<int32_t>(getpid());
+    ZMOE_CUDA_CHECK(cudaGetDevice(&mine.device));
+    gethostname(mine.host, sizeof mine.host - 1);
+    const std::vector<std::string> all =
+        p_.comm->all_gather(std::string(reinterpret_cast<const char*>(&mine), sizeof mine), nullptr);
+    peer_windows_.assign(size_t(world_), nullptr);
+    int32_t failed = 0;
+    for (int r = 0; r < world_ && !failed; ++r) {
+        window_record w;
+        std::memcpy(&w, all[size_t(r)].data(), sizeof w);
+        if (r == p_.comm->rank()) {
+            peer_windows_[size_t(r)] = window_.as<char>();
+        } else if (!w.ok || std::strncmp(w.host, mine.host, sizeof w.host) != 0) {
+            failed = 1;  // another host: NCCL
+        } else if (w.pid == mine.pid) {
+            // Another thread of this process drives that GPU: peer access to its own address.
+            int can = 0;
+            ZMOE_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, mine.device, w.device));
+            const cudaError_t e = can ? cudaDeviceEnablePeerAccess(w.device, 0) : cudaErrorPeerAccessUnsupported;
+            (void)cudaGetLastError();
+            if (e == cudaSuccess || e == cudaErrorPeerAccessAlreadyEnabled)
+                peer_windows_[size_t(r)] = reinterpret_cast<char*>(w.address);
+            else
+                failed = 1;
+        } else {
+            void* mapped = nullptr;
+            if (cudaIpcOpenMemHandle(&mapped, w.handle, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess) {
+                ipc_mapped_.push_back(mapped);
+                peer_windows_[size_t(r)] = static_cast<char*>(mapped);
+            } else {
+                (void)cudaGetLastError();
+                failed = 1;
+            }
+        }
+    }
+    if (p_.comm->agree_max({failed}, nullptr)[0] == 0) return true;
+    for (void* m : ipc_mapped_) cudaIpcCloseMemHandle(m);
+    ipc_mapped_.clear();
+    peer_windows_.clear();
+    window_ = device_buffer();
+    return false;
+}
+
+kernels::ep_p2p_params cuda_ep_exchange::p2p_params(int lane, int32_t capacity, int32_t slots_per_rank,
+                                                    bool combine) const {
+    kernels::ep_p2p_params k{.layout = layout_,
+                             .rank = p_.comm->rank(),
+                             .num_ranks = world_,
+                             .capacity = capacity,
+                             .slots_per_rank = slots_per_rank,
+                             .hidden = p_.hidden,
+                             .blocks = p_.p2p_blocks,
+                             .loopback = skip_transfers_,
+                             .epoch = p2p_state_.as<uint32_t>() + 4 * lane,
+                             .done = p2p_state_.as<uint32_t>() + 4 * lane + (combine ? 2 : 1)};
+    for (int r = 0; r < world_; ++r) k.windows[r] = peer_windows_[size_t(r)] + lane * layout_.bytes;
+    return k;
 }
 
 int32_t cuda_ep_exchange::capacity_for(int32_t max_tokens, double factor) const {
@@ -108,6 +197,18 @@ void cuda_ep_exchange::dispatch(const ep_dispatch_params& p, cudaStream_t comput
                                       .slots_per_rank = p.slots_per_rank,
                                       .capacity = C},
                                      compute);
+    if (p2p_) {
+        // The plan's rows go straight from x into the receivers' windows.
+        if (comm != compute) {
+            ZMOE_CUDA_CHECK(cudaEventRecord(l.gathered, compute));
+            ZMOE_CUDA_CHECK(cudaStreamWaitEvent(comm, l.gathered, 0));
+        }
+        const kernels::ep_p2p_params k = p2p_params(p.lane, C, p.slots_per_rank, false);
+        kernels::launch_ep_p2p_dispatch(k, p.x, l.send_token.as<int32_t>(), l.send_slot.as<int32_t>(), comm);
+        kernels::launch_ep_p2p_wait(k, false, comm);
+        if (comm != compute) ZMOE_CUDA_CHECK(cudaEventRecord(l.dispatched, comm));
+        return;
+    }
     kernels::launch_gather_rows({.in = p.x,
                                  .rows = l.send_token.as<int32_t>(),
                                  .out = l.send_x.as<bf16>(),
@@ -152,8 +253,9 @@ ep_received cuda_ep_exchange::received(int lane, cudaStream_t compute) {
                 .y = ws.y_recv.as<bf16>()};
     }
     if (l.two_streams) ZMOE_CUDA_CHECK(cudaStreamWaitEvent(compute, l.dispatched, 0));
-    return {.x = l.recv_x.as<bf16>(),
-            .slots = l.recv_slot.as<int32_t>(),
+    const char* w = p2p_ ? own_window(lane) : nullptr;
+    return {.x = p2p_ ? reinterpret_cast<const bf16*>(w + layout_.recv_x) : l.recv_x.as<bf16>(),
+            .slots = p2p_ ? reinterpret_cast<const int32_t*>(w + layout_.recv_slot) : l.recv_slot.as<int32_t>(),
             .rows = world_ * l.capacity,
             .num_slots = l.slots_per_rank + 1,
             .y = l.y_recv.as<bf16>()};
@@ -172,7 +274,13 @@ void cuda_ep_exchange::combine(const ep_combine_params& p, cudaStream_t compute,
         ZMOE_CUDA_CHECK(cudaEventRecord(l.computed, compute));
         ZMOE_CUDA_CHECK(cudaStreamWaitEvent(comm, l.computed, 0));
     }
-    transfer(l.y_recv.as<void>(), l.y_back.as<void>(), int64_t(l.capacity) * row_bytes, comm);
+    if (p2p_) {
+        const kernels::ep_p2p_params k = p2p_params(p.lane, l.capacity, l.slots_per_rank, true);
+        kernels::launch_ep_p2p_combine(k, l.y_recv.as<bf16>(), comm);
+        kernels::launch_ep_p2p_wait(k, true, comm);
+    } else {
+        transfer(l.y_recv.as<void>(), l.y_back.as<void>(), int64_t(l.capacity) * row_bytes, comm);
+    }
     if (comm != compute) ZMOE_CUDA_CHECK(cudaEventRecord(l.combined, comm));
 }
 
@@ -182,7 +290,10 @@ void cuda_ep_exchange::finish_combine(const ep_combine_params& p, cudaStream_t c
     if (!exact && l.two_streams) ZMOE_CUDA_CHECK(cudaStreamWaitEvent(compute, l.combined, 0));
     if (p.num_tokens == 0) return;
     const int64_t TK = int64_t(p.num_tokens) * p_.top_k;
-    kernels::launch_moe_combine({.y = exact ? p_.ws->y_back.as<bf16>() : l.y_back.as<bf16>(),
+    const bf16* y = exact  ? p_.ws->y_back.as<bf16>()
+                    : p2p_ ? reinterpret_cast<const bf16*>(own_window(p.lane) + layout_.y_back)
+                           : l.y_back.as<bf16>();
+    kernels::launch_moe_combine({.y = y,
                                  .dest_rows = exact ? p_.ws->moe_plan.as<int32_t>() + 2 * TK : l.src_row.as<int32_t>(),
                                  .topk_weights = p.topk_weights,
                                  .out = p.out,

@@ -12,6 +12,14 @@
 //   past its last group and never computes. A choice beyond a window is not sent and sets the step's overflow flag
 //   (all-reduced over the ranks in end_step): the caller must then redo the step on the exact path.
 //
+// The fixed path moves its rows one of two ways, chosen when the exchange is built:
+// - peer to peer (every rank on one host, each able to map every other's memory: CUDA IPC between processes, peer
+//   access between threads): each rank owns a window (launch_ep_p2p_dispatch's layout) mapped into every other
+//   rank; the sender's kernel writes the rows and their slots straight into the receiver's window and raises a flag
+//   there, the receiver's wait kernel spins on its flags; the combine writes the expert outputs back the same way.
+//   No NCCL call per layer; counters on the device, so a graph replays it.
+// - NCCL send/recv of the whole windows (ranks on different hosts, or peers that cannot be mapped).
+//
 // Dual-batch overlap: two lanes (micro-batches) with their own fixed buffers; plan and gather run on the compute
 // stream, the NCCL transfers on the communication stream, ordered by events, so that one lane's transfers overlap
 // the other lane's expert computation. With one stream for both, the events are skipped.
@@ -39,6 +47,10 @@ struct ep_exchange_params {
     int32_t hidden = 0;
     int32_t top_k = 0;
     int32_t max_fixed_tokens = 0;  ///< most tokens of one lane on the fixed path (sizes its buffers; 0: none)
+    /// Try the peer-to-peer windows for the fixed path (a collective: every rank maps every other's window, and
+    /// all take NCCL when one cannot); false: NCCL send/recv.
+    bool peer_to_peer = true;
+    int32_t p2p_blocks = 0;  ///< grid of the peer-to-peer copy kernels (bounds their SM share); 0: their default
 };
 
 /// One MoE layer's dispatch input.
@@ -99,6 +111,9 @@ class cuda_ep_exchange {
     /// on it (top-k order, fp32), y[t, k] the expert output of the row (t, k) was sent as.
     void finish_combine(const ep_combine_params& p, cudaStream_t compute);
 
+    /// Whether the fixed path writes peer to peer (else NCCL send/recv).
+    bool peer_to_peer() const { return p2p_; }
+
     /// Benchmarks only: the fixed path's transfers become a device copy of this rank's own send buffer into its
     /// receive buffer (same bytes, same compute, wrong results), to time a step with the exchange skipped.
     void set_skip_transfers(bool skip) { skip_transfers_ = skip; }
@@ -113,6 +128,10 @@ class cuda_ep_exchange {
         bool two_streams = false;  ///< the last dispatch's transfers ran on a communication stream of their own
     };
     void dispatch_exact(const ep_dispatch_params& p, cudaStream_t stream);
+    /// Maps every rank's window into this one (a collective); false, with nothing mapped, when some rank could not.
+    bool map_peer_windows();
+    kernels::ep_p2p_params p2p_params(int lane, int32_t capacity, int32_t slots_per_rank, bool combine) const;
+    char* own_window(int lane) const { return peer_windows_[size_t(p_.comm->rank())] + lane * layout_.bytes; }
     void transfer(const void* send, void* recv, int64_t chunk_bytes, cudaStream_t stream);
 
     ep_exchange_params p_;
@@ -122,6 +141,13 @@ class cuda_ep_exchange {
     device_buffer overflow_;            // [1] int32: this step's overflow flag
     int32_t* overflow_host_ = nullptr;  // pinned mirror
     bool skip_transfers_ = false;
+    // Peer to peer: both lanes' windows in one allocation, every rank's as this GPU addresses it, the IPC mappings
+    // to close, and per lane [epoch, dispatch block counter, combine block counter].
+    bool p2p_ = false;
+    kernels::ep_p2p_window_layout layout_{};
+    device_buffer window_, p2p_state_;
+    std::vector<char*> peer_windows_;
+    std::vector<void*> ipc_mapped_;
     // The exact path's last dispatch: rows sent to / received from each rank.
     std::vector<int64_t> send_rows_, recv_rows_;
 };

@@ -125,12 +125,15 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
     };
     ws_ = cuda_workspace(shape);
     if (comm_) {
-        // The fixed exchange holds a decode graph's largest batch (or either micro-batch of it).
-        ep_ = std::make_unique<cuda_ep_exchange>(ep_exchange_params{.comm = comm_.get(),
-                                                                    .ws = &ws_,
-                                                                    .hidden = shape.hidden,
-                                                                    .top_k = shape.top_k,
-                                                                    .max_fixed_tokens = run.max_num_seqs});
+        // The fixed exchange holds a decode graph's largest batch (or either micro-batch of it); with DBO on, a
+        // whole prefill step too, so that its micro-batches can overlap (the exact path runs them one by one).
+        ep_ = std::make_unique<cuda_ep_exchange>(ep_exchange_params{
+            .comm = comm_.get(),
+            .ws = &ws_,
+            .hidden = shape.hidden,
+            .top_k = shape.top_k,
+            .max_fixed_tokens = run.enable_dbo ? std::max(run.max_num_seqs, max_tokens) : run.max_num_seqs,
+            .peer_to_peer = options.ep_peer_to_peer && run.num_nodes <= 1});
         ep_->set_skip_transfers(options.ep_skip_transfers);
         check(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
     }
@@ -519,10 +522,12 @@ void cuda_step_executor::moe_local(const cuda_layer& w, int32_t T) {
 }
 
 void cuda_step_executor::run_experts(const cuda_layer& w, const int32_t* slots, const bf16* x, int32_t num_tokens,
-                                     int32_t top_k, const float* weights, bf16* out) {
+                                     int32_t top_k, const float* weights, bf16* out, int32_t permute_slots) {
     const int32_t H = i32(config_.hidden_size), I = i32(config_.moe_intermediate_size), S = w.num_slots;
-    const int32_t align = kernels::moe_row_align_for(num_tokens, top_k, S);
-    const int32_t max_rows = kernels::moe_permuted_rows_bound(num_tokens, top_k, S, align);
+    const int32_t P = permute_slots > 0 ? permute_slots : S;  // groups of the permutation (the GEMMs run S)
+    const int32_t align = kernels::moe_row_align_for(num_tokens, top_k, P);
+    const int32_t max_rows = kernels::moe_permuted_rows_bound(num_tokens, top_k, P, align);
+    ZMOE_CHECK(max_rows <= ws_.max_moe_rows, max_rows << " permuted rows, the workspace holds " << ws_.max_moe_rows);
     // The permutation only plans (no permuted copy of x): gate|up reads x's rows through row_token (a_rows).
     kernels::launch_moe_permute({.topk_ids = slots,
                                  .x = nullptr,
@@ -533,7 +538,7 @@ void cuda_step_executor::run_experts(const cuda_layer& w, const int32_t* slots, 
                                  .workspace = ws_.perm_workspace.as<void>(),
                                  .num_tokens = num_tokens,
                                  .top_k = top_k,
-                                 .num_experts = S,
+                                 .num_experts = P,
                                  .hidden = H,
                                  .row_align = align,
                                  .max_rows = max_rows},

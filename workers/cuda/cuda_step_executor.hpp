@@ -75,6 +75,8 @@ class cuda_step_executor final : public step_executor {
     /// exchange because some rank's fixed window overflowed.
     int64_t dual_batch_steps() const { return dual_batch_steps_; }
     int64_t ep_overflow_steps() const { return ep_overflow_steps_; }
+    /// Expert parallelism: whether the fixed exchange writes peer to peer (else NCCL send/recv).
+    bool ep_peer_to_peer() const { return ep_ && ep_->peer_to_peer(); }
 
   private:
     /// What the host knows of a staged step: every launch's sizes.
@@ -123,9 +125,10 @@ class cuda_step_executor final : public step_executor {
     void ep_experts(const cuda_layer& w, int lane);
     /// The experts of this rank over num_tokens x top_k routed rows of x (slots [num_tokens, top_k] on the device):
     /// permute by slot, grouped GEMM gate|up with SiLU·up, grouped GEMM down, then
-    /// out[t] = sum_j weights[t, j] * y[t, j] in top-k order.
+    /// out[t] = sum_j weights[t, j] * y[t, j] in top-k order. permute_slots > w.num_slots (expert parallelism's
+    /// fixed exchange: slot w.num_slots marks its unused rows) groups those rows past every expert, uncomputed.
     void run_experts(const cuda_layer& w, const int32_t* slots, const kernels::bf16* x, int32_t num_tokens,
-                     int32_t top_k, const float* weights, kernels::bf16* out);
+                     int32_t top_k, const float* weights, kernels::bf16* out, int32_t permute_slots = 0);
     /// The sampling call site: sampled[i] from logits row i with sampling[i], i < s.num_sampled.
     void sample(const step_shape& s);
     void gemm(const void* x, const void* w, void* y, int32_t m, int32_t n, int32_t k, bool y_fp32 = false);

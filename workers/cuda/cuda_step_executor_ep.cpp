@@ -58,60 +58,11 @@ cuda_step_executor::ep_step_mode cuda_step_executor::ep_eager_mode(const ep_agre
 }
 
 void cuda_step_executor::ep_experts(const cuda_layer& w, int lane) {
-    // This rank's experts over every row it received: permute by slot (the fixed path's unused rows go to the extra
-    // last slot, past every expert's group), gate/up with SiLU·up, down, un-permute with weight 1 (the routing
-    // weights are applied on the token's own rank).
+    // This rank's experts over every row it received, each with weight 1 (the routing weights are applied on the
+    // token's own rank); the fixed path's unused rows carry slot num_slots, grouped past every expert.
     const ep_received r = ep_->received(lane, stream_);
     if (r.rows == 0) return;
-    const int32_t H = i32_of(config_.hidden_size), I = i32_of(config_.moe_intermediate_size), S = w.num_slots;
-    const int32_t align = kernels::moe_row_align_for(r.rows, 1, r.num_slots);
-    const int32_t max_rows = kernels::moe_permuted_rows_bound(r.rows, 1, r.num_slots, align);
-    ZMOE_CHECK(max_rows <= ws_.max_moe_rows, max_rows << " permuted rows, the workspace holds " << ws_.max_moe_rows);
-    kernels::launch_moe_permute({.topk_ids = r.slots,
-                                 .x = nullptr,  // plan only: gate|up reads r.x through row_token
-                                 .expert_offsets = ws_.perm_offsets.as<int32_t>(),
-                                 .dest_rows = ws_.perm_dest.as<int32_t>(),
-                                 .row_token = ws_.perm_row_token.as<int32_t>(),
-                                 .x_permuted = nullptr,
-                                 .workspace = ws_.perm_workspace.as<void>(),
-                                 .num_tokens = r.rows,
-                                 .top_k = 1,
-                                 .num_experts = r.num_slots,
-                                 .hidden = H,
-                                 .row_align = align,
-                                 .max_rows = max_rows},
-                                stream_);
-    kernels::launch_grouped_gemm({.a = r.x,
-                                  .a_rows = ws_.perm_row_token.as<int32_t>(),
-                                  .b = w.experts_gate_up.as<bf16>(),
-                                  .expert_offsets = ws_.perm_offsets.as<int32_t>(),
-                                  .c = ws_.perm_act.as<bf16>(),
-                                  .max_rows = max_rows,
-                                  .n = I,
-                                  .k = H,
-                                  .num_experts = S,
-                                  .row_align = align,
-                                  .swiglu = true},
-                                 stream_);
-    kernels::launch_grouped_gemm({.a = ws_.perm_act.as<bf16>(),
-                                  .b = w.experts_down.as<bf16>(),
-                                  .expert_offsets = ws_.perm_offsets.as<int32_t>(),
-                                  .c = ws_.perm_y.as<bf16>(),
-                                  .max_rows = max_rows,
-                                  .n = H,
-                                  .k = I,
-                                  .num_experts = S,
-                                  .row_align = align,
-                                  .swiglu = false},
-                                 stream_);
-    kernels::launch_moe_combine({.y = ws_.perm_y.as<bf16>(),
-                                 .dest_rows = ws_.perm_dest.as<int32_t>(),
-                                 .topk_weights = ws_.combine_ones.as<float>(),
-                                 .out = r.y,
-                                 .num_tokens = r.rows,
-                                 .top_k = 1,
-                                 .hidden = H},
-                                stream_);
+    run_experts(w, r.slots, r.x, r.rows, 1, ws_.combine_ones.as<float>(), r.y, r.num_slots);
 }
 
 void cuda_step_executor::moe_expert_parallel(const cuda_layer& w, int32_t T) {

@@ -64,7 +64,6 @@ ep_exchange_timing run_rank(const ep_exchange_timing_params& p, const std::strin
                                                   .dense_inter = 0,
                                                   .num_moe_layers = 1,
                                                   .world_size = p.world});
-    cuda_ep_exchange ex({.comm = &comm, .ws = &ws, .hidden = H, .top_k = K, .max_fixed_tokens = T});
     // Each token picks top_k distinct experts uniformly; expert e lives on rank e / S as slot e % S (the initial
     // placement), so its global slot is e.
     std::mt19937 rng(1234 + rank);
@@ -80,10 +79,11 @@ ep_exchange_timing run_rank(const ep_exchange_timing_params& p, const std::strin
     ZMOE_CUDA_CHECK(cudaMemset(x.as<void>(), 0, x.bytes()));
     ZMOE_CUDA_CHECK(cudaMemset(weights.as<void>(), 0, weights.bytes()));
 
-    ep_exchange_timing r{.rank = rank, .capacity = ex.capacity_for(T, p.capacity_factor)};
+    ep_exchange_timing r{.rank = rank};
     const cuda::ep_combine_params cp{
         .topk_weights = weights.as<float>(), .out = out.as<bf16>(), .num_tokens = T, .lane = 0};
-    auto dispatch = [&](int32_t capacity) {
+    const int warm = 5;
+    auto dispatch = [&](cuda_ep_exchange& ex, int32_t capacity) {
         ex.dispatch({.slot_ids = slot_d.as<int32_t>(),
                      .x = x.as<bf16>(),
                      .num_tokens = T,
@@ -93,50 +93,102 @@ ep_exchange_timing run_rank(const ep_exchange_timing_params& p, const std::strin
                     stream, stream);
         (void)ex.received(0, stream);
     };
-    auto combine = [&] {
+    auto combine = [&](cuda_ep_exchange& ex) {
         ex.combine(cp, stream, stream);
         ex.finish_combine(cp, stream);
     };
-    const int warm = 5;
-    // Fixed path, eagerly: each half.
-    for (int i = 0; i < warm; ++i) {
+    // The fixed path of one transport: each half eagerly (events before, between and after each pair: a combine
+    // follows its dispatch, and peer to peer a dispatch waits for the last combine), then both replayed as a graph.
+    auto time_fixed = [&](cuda_ep_exchange& ex, double& dispatch_us, double& combine_us, double& graph_us) {
+        const int32_t capacity = ex.capacity_for(T, p.capacity_factor);
+        r.capacity = capacity;
         ex.begin_step(stream);
-        dispatch(r.capacity);
-        combine();
+        for (int i = 0; i < warm; ++i) {
+            dispatch(ex, capacity);
+            combine(ex);
+        }
+        cudaEvent_t a = nullptr, b = nullptr, c = nullptr;
+        for (cudaEvent_t* e : {&a, &b, &c}) ZMOE_CUDA_CHECK(cudaEventCreate(e));
+        std::vector<double> d_us, c_us;
+        for (int i = 0; i < p.iterations; ++i) {
+            ZMOE_CUDA_CHECK(cudaEventRecord(a, stream));
+            dispatch(ex, capacity);
+            ZMOE_CUDA_CHECK(cudaEventRecord(b, stream));
+            combine(ex);
+            ZMOE_CUDA_CHECK(cudaEventRecord(c, stream));
+            ZMOE_CUDA_CHECK(cudaEventSynchronize(c));
+            float ab = 0, bc = 0;
+            ZMOE_CUDA_CHECK(cudaEventElapsedTime(&ab, a, b));
+            ZMOE_CUDA_CHECK(cudaEventElapsedTime(&bc, b, c));
+            d_us.push_back(1e3 * ab);
+            c_us.push_back(1e3 * bc);
+        }
+        for (cudaEvent_t e : {a, b, c}) cudaEventDestroy(e);
+        dispatch_us = median(d_us);
+        combine_us = median(c_us);
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        ZMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        dispatch(ex, capacity);
+        combine(ex);
+        ZMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+        ZMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        for (int i = 0; i < warm; ++i) ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+        graph_us = time_us(stream, p.iterations, [&] { ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    };
+    const cuda::ep_exchange_params base{.comm = &comm, .ws = &ws, .hidden = H, .top_k = K, .max_fixed_tokens = T};
+    {
+        cuda::ep_exchange_params q = base;
+        q.peer_to_peer = true;
+        cuda_ep_exchange ex(q);
+        r.p2p_available = ex.peer_to_peer();
+        if (r.p2p_available) time_fixed(ex, r.p2p_dispatch_us, r.p2p_combine_us, r.p2p_graph_us);
     }
-    ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    r.fixed_dispatch_us = time_us(stream, p.iterations, [&] { dispatch(r.capacity); });
-    // A combine follows its dispatch: time both and subtract the dispatch's median.
-    r.fixed_combine_us = std::max(0.0, time_us(stream, p.iterations, [&] {
-                                           dispatch(r.capacity);
-                                           combine();
-                                       }) - r.fixed_dispatch_us);
-    // Fixed path as a graph: one layer's dispatch + combine.
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    ZMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    dispatch(r.capacity);
-    combine();
-    ZMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    ZMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    for (int i = 0; i < warm; ++i) ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    r.fixed_graph_us = time_us(stream, p.iterations, [&] { ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    cuda::ep_exchange_params q = base;
+    q.peer_to_peer = false;
+    cuda_ep_exchange ex(q);
+    time_fixed(ex, r.fixed_dispatch_us, r.fixed_combine_us, r.fixed_graph_us);
     // Exact path (host plan).
     for (int i = 0; i < warm; ++i) {
-        dispatch(0);
-        combine();
+        dispatch(ex, 0);
+        combine(ex);
     }
-    r.exact_dispatch_us = time_us(stream, p.iterations, [&] { dispatch(0); });
+    r.exact_dispatch_us = time_us(stream, p.iterations, [&] { dispatch(ex, 0); });
     r.exact_combine_us = std::max(0.0, time_us(stream, p.iterations, [&] {
-                                           dispatch(0);
-                                           combine();
+                                           dispatch(ex, 0);
+                                           combine(ex);
                                        }) - r.exact_dispatch_us);
     int64_t remote_rows = 0;
     for (int32_t s : slots) remote_rows += s / S != rank ? 1 : 0;
     r.exact_send_bytes = remote_rows * H * int64_t(sizeof(bf16));
     r.fixed_send_bytes = int64_t(p.world - 1) * r.capacity * H * int64_t(sizeof(bf16));
+    // Floor: the copy engine moving this rank's remote rows to their ranks and the outputs back (an even share
+    // per peer), with no plan, no kernel and no synchronisation.
+    {
+        const size_t per_peer = size_t(r.exact_send_bytes / std::max(1, p.world - 1));
+        cuda::device_buffer here(per_peer);
+        std::vector<cuda::device_buffer> there;
+        for (int peer = 0; peer < p.world; ++peer) {
+            ZMOE_CUDA_CHECK(cudaSetDevice(peer));
+            there.emplace_back(peer == rank ? 0 : per_peer);
+        }
+        ZMOE_CUDA_CHECK(cudaSetDevice(rank));
+        auto copies = [&] {
+            for (int peer = 0; peer < p.world; ++peer)
+                if (peer != rank) {
+                    ZMOE_CUDA_CHECK(cudaMemcpyPeerAsync(there[size_t(peer)].as<void>(), peer, here.as<void>(), rank,
+                                                        per_peer, stream));
+                    ZMOE_CUDA_CHECK(cudaMemcpyPeerAsync(here.as<void>(), rank, there[size_t(peer)].as<void>(), peer,
+                                                        per_peer, stream));
+                }
+        };
+        for (int i = 0; i < warm; ++i) copies();
+        r.peer_copy_floor_us = time_us(stream, p.iterations, copies);
+        ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
     ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
     cudaStreamDestroy(stream);
     return r;

@@ -71,6 +71,20 @@ std::vector<int32_t> nccl_comm::agree_max(const std::vector<int32_t>& values, cu
     return out;
 }
 
+std::vector<std::string> nccl_comm::all_gather(const std::string& mine, cudaStream_t stream) {
+    const size_t n = mine.size(), w = static_cast<size_t>(world_size_);
+    device_buffer d(n * (w + 1));
+    char* send = d.as<char>() + n * w;
+    ZMOE_CUDA_CHECK(cudaMemcpyAsync(send, mine.data(), n, cudaMemcpyHostToDevice, stream));
+    nccl_check(ncclAllGather(send, d.as<char>(), n, ncclChar, comm_, stream), "all-gather");
+    std::string all(n * w, '\0');
+    ZMOE_CUDA_CHECK(cudaMemcpyAsync(all.data(), d.as<char>(), n * w, cudaMemcpyDeviceToHost, stream));
+    ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<std::string> out;
+    for (size_t r = 0; r < w; ++r) out.push_back(all.substr(r * n, n));
+    return out;
+}
+
 void nccl_comm::all_to_all(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
                            const std::vector<int64_t>& recv_bytes, cudaStream_t stream) {
     const auto* s = static_cast<const char*>(send);

@@ -40,6 +40,9 @@ class nccl_comm {
     /// The element-wise largest of every rank's `values` (same length everywhere). Synchronises `stream`.
     std::vector<int32_t> agree_max(const std::vector<int32_t>& values, cudaStream_t stream);
 
+    /// Every rank's `mine` (the same size on every rank), in rank order. Synchronises `stream`.
+    std::vector<std::string> all_gather(const std::string& mine, cudaStream_t stream);
+
     /// Variable all-to-all of bytes: chunk `dst` of `send` (send_bytes[dst] bytes, chunks back to back in rank
     /// order) lands as chunk rank() of `recv` on rank dst (recv_bytes[src], back to back). Enqueued on `stream`.
     void all_to_all(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
