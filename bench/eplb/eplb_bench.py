@@ -50,6 +50,7 @@ def main():
     ap.add_argument("--skew", type=float, default=0.5)
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--model", help="use this checkpoint instead of writing a skewed demo one")
+    ap.add_argument("--max-num-seqs", type=int, help="running sequences per worker (default: the engine's)")
     ap.add_argument("--json")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="zmoe-eplb-")
@@ -59,6 +60,8 @@ def main():
     reqs = os.path.join(tmp, "requests.jsonl")
     write_requests(reqs, args.requests, lambda rng: rng.randrange(8, 64), args.max_tokens)
     common = ["--threads", str(args.threads), "--device", args.device]
+    if args.max_num_seqs:
+        common += ["--max-num-seqs", str(args.max_num_seqs)]
     base_m, base_wall, base_tokens = run_generate(args.zmoe, model, reqs, args.workers, common, tmp, "base")
     eplb_m, eplb_wall, eplb_tokens = run_generate(
         args.zmoe, model, reqs, args.workers,

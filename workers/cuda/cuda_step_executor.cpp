@@ -173,7 +173,10 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
                                   << " MiB weights (" << run.load_format << "), " << (ws_.bytes() >> 20)
                                   << " MiB workspace, " << num_kv_blocks_ << " KV blocks (" << (kv_cache_bytes() >> 20)
                                   << " MiB), " << graphs_.size() << " decode graphs captured in "
-                                  << static_cast<int64_t>(graph_capture_ms_) << " ms");
+                                  << static_cast<int64_t>(graph_capture_ms_) << " ms"
+                                  << (!ep_                  ? ""
+                                      : ep_->peer_to_peer() ? ", MoE exchange peer to peer"
+                                                            : ", MoE exchange over NCCL"));
 }
 
 cuda_step_executor::~cuda_step_executor() {
