@@ -24,7 +24,6 @@
 #include <cuda.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
@@ -571,12 +570,6 @@ void launch_grouped_gemm_wgmma(const grouped_gemm_params& p, cudaStream_t stream
     // moe_permuted_rows_bound, so max_rows / num_experts - (row_align - 1) is the mean group size), else 64-row
     // tiles with the two math warpgroups splitting the columns.
     const bool tall = p.row_align % 128 == 0 || int64_t(p.max_rows) >= int64_t(p.num_experts) * (128 + p.row_align - 1);
-    if (const char* e = getenv("ZMOE_GG_TALL_EXPERIMENT")) {  // EXPERIMENT ONLY: remove before landing
-        if (p.row_align % 128 != 0) {
-            if (e[0] == '1') { launch_swiglu_or_not<128>(p, stream); return; }
-            if (e[0] == '0') { launch_swiglu_or_not<64>(p, stream); return; }
-        }
-    }
     if (tall)
         launch_swiglu_or_not<128>(p, stream);
     else
