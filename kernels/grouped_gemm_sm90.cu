@@ -43,10 +43,7 @@ struct wg_tile {
     static constexpr int kWgN = kBM == 128 ? 256 : 128;          // wgmma N of each math warpgroup
     static constexpr int kOutN = kSwiglu ? kBRows / 2 : kBRows;  // output columns of a tile
     static constexpr int kWgOut = kSwiglu ? kWgN / 2 : kWgN;     // output columns of a math warpgroup
-    // 128-row tiles run as 2-CTA clusters (two row tiles of one expert side by side) that share the tile of b:
-    // each CTA loads one half of it (with swiglu: the gate rows, or the up rows) into both.
-    static constexpr int kCluster = kBM == 128 ? 2 : 1;
-    static constexpr int kBoxB = kSwiglu ? kWgN / 2 : kBRows / kCluster;  // rows of one TMA box of b
+    static constexpr int kBoxB = kSwiglu ? kWgN / 2 : kBRows;    // rows of one TMA box of b
     static constexpr uint32_t kABytes = kBM * kBK * 2;
     static constexpr uint32_t kBBytes = kBRows * kBK * 2;
     static constexpr uint32_t kStageBytes = kABytes + kBBytes;
@@ -108,41 +105,6 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, i
             "r"(smem_addr(dst)),
         "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
         : "memory");
-}
-
-/// tma_load_2d into the same shared-memory offset of every CTA of the cluster in cta_mask, completing on the
-/// barrier at bar's offset in each of them.
-__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, int32_t c0, int32_t c1,
-                                                      uint64_t* bar, uint16_t cta_mask) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
-        "{%4, "
-        "%5}], [%2], %3;\n" ::"r"(smem_addr(dst)),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "h"(cta_mask), "r"(c0), "r"(c1)
-        : "memory");
-}
-
-__device__ __forceinline__ uint32_t cluster_ctarank() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-}
-
-/// Arrives on the barrier at bar's offset in the shared memory of the cluster's CTA of the given rank.
-__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
-    asm volatile(
-        "{\n"
-        ".reg .b32 remote;\n"
-        "mapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
-        "}\n" ::"r"(smem_addr(bar)),
-        "r"(rank)
-        : "memory");
-}
-
-/// Barrier over every thread of the cluster.
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
@@ -296,18 +258,17 @@ __device__ void build_tile_schedule(const int32_t* offsets, int32_t num_experts,
     if (lane == 0) tile_start[0] = 0;
 }
 
-/// This CTA's part of row tile m of the schedule (kRows = kBM * kCluster rows: the cluster's CTA of rank r
-/// takes its kBM rows from r * kBM on): the expert, the first row and the height (kBM; less, down to 64, at the
-/// end of a group; 0 or less where the group ends before this CTA's part starts).
+/// Row tile m of the schedule: its expert, first row and height (kBM, or 64 for the last tile of a group of
+/// an odd number of 64-row blocks when kBM == 128).
 struct row_tile {
     int32_t expert, m0, rows;
 };
 
-template <int kRows, int kBM>
+template <int kBM>
 __device__ __forceinline__ row_tile locate_row_tile(const int32_t* offsets, const int32_t* tile_start,
-                                                    int32_t num_experts, int32_t m, uint32_t rank) {
+                                                    int32_t num_experts, int32_t m) {
     const int32_t e = last_start_at_or_below(tile_start, num_experts, m);
-    const int32_t m0 = offsets[e] + (m - tile_start[e]) * kRows + int32_t(rank) * kBM;
+    const int32_t m0 = offsets[e] + (m - tile_start[e]) * kBM;
     return {e, m0, min(kBM, offsets[e + 1] - m0)};
 }
 
@@ -330,16 +291,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int s = 0; s < tile::kStages; ++s) {
             // The producer's arrive with the TMA bytes, and with a_rows each gathering thread's arrive.
             mbar_init(&full[s], gather ? 129 : 1);
-            mbar_init(&empty[s], 8 * tile::kCluster);  // one arrive per math warp of the cluster
+            mbar_init(&empty[s], 8);  // one arrive per math warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    constexpr int kRows = kBM * tile::kCluster;  // rows of a row tile of the schedule
-    const uint32_t rank = tile::kCluster > 1 ? cluster_ctarank() : 0;
-    build_tile_schedule<kRows>(p.expert_offsets, p.num_experts, tile_start);
+    build_tile_schedule<kBM>(p.expert_offsets, p.num_experts, tile_start);
     __syncthreads();
-    if constexpr (tile::kCluster > 1) cluster_sync();  // the peer's barriers are initialised before any remote use
-    const int32_t first_tile = blockIdx.x / tile::kCluster, tile_stride = gridDim.x / tile::kCluster;
 
     const int32_t m_tiles = tile_start[p.num_experts];
     const int32_t n_tiles = (p.n + tile::kOutN - 1) / tile::kOutN;
@@ -357,9 +314,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
             const int chunk = threadIdx.x % 8;  // gather: this thread's 16-byte chunk of each 128-byte row
             uint32_t it = 0;
-            for (int32_t t = first_tile; t < num_tiles; t += tile_stride) {
-                const row_tile rt =
-                    locate_row_tile<kRows, kBM>(p.expert_offsets, tile_start, p.num_experts, t / n_tiles, rank);
+            for (int32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+                const row_tile rt = locate_row_tile<kBM>(p.expert_offsets, tile_start, p.num_experts, t / n_tiles);
                 const int32_t m0 = rt.m0;
                 const int32_t n0 = (t % n_tiles) * tile::kOutN;
                 const int32_t b_row = rt.expert * n_b;
@@ -380,14 +336,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     if (threadIdx.x == 0) {
                         mbar_arrive_expect_tx(&full[s], gather ? tile::kBBytes : tile::kStageBytes);
                         if (!gather) tma_load_2d(a_s, &map_a, k0, m0, &full[s]);
-                        if constexpr (tile::kCluster > 1) {
-                            // This CTA's half of b into both CTAs: with swiglu rank 0 the gate rows, rank 1 the
-                            // up rows (the math warpgroups' kWgN = 256 rows: gate, then up).
-                            const int32_t row =
-                                kSwiglu ? b_row + int32_t(rank) * p.n + n0 : b_row + n0 + int32_t(rank) * tile::kBoxB;
-                            tma_load_2d_multicast(b_s + size_t(rank) * tile::kBoxB * 128, &map_b, k0, row, &full[s],
-                                                  uint16_t((1u << tile::kCluster) - 1));
-                        } else if constexpr (kSwiglu) {
+                        if constexpr (kSwiglu) {
                             // Each math warpgroup's kWgN rows: its gate rows, then the matching up rows.
 #pragma unroll
                             for (int w = 0; w < kBRows / tile::kWgN; ++w) {
@@ -437,27 +386,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (storer) tma_prefetch_map(&map_c);
         float acc[tile::kWgN / 2];
         uint32_t it = 0;
-        // A stage is free once every math warp of the cluster is done with it (the peer's loads write it too).
-        const auto release = [&](uint32_t s) {
-            if (lane != 0) return;
-            if constexpr (tile::kCluster > 1) {
-#pragma unroll
-                for (uint32_t r = 0; r < uint32_t(tile::kCluster); ++r) mbar_arrive_cluster(&empty[s], r);
-            } else {
-                mbar_arrive(&empty[s]);
-            }
-        };
-        for (int32_t t = first_tile; t < num_tiles; t += tile_stride) {
-            const row_tile rt =
-                locate_row_tile<kRows, kBM>(p.expert_offsets, tile_start, p.num_experts, t / n_tiles, rank);
+        for (int32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+            const row_tile rt = locate_row_tile<kBM>(p.expert_offsets, tile_start, p.num_experts, t / n_tiles);
             const int32_t n0 = (t % n_tiles) * tile::kOutN;
-            // Rows past the end of the group (the second half of a 64-row part, or all of a CTA's part) leave a
-            // math warpgroup idle: it only passes the stages on.
+            // A 64-row tile leaves the second warpgroup of a 128-row tile idle: it only passes the stages on.
             if (a_row0 >= rt.rows) {
                 for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
                     const uint32_t s = it % tile::kStages;
                     mbar_wait(&full[s], (it / tile::kStages) & 1);
-                    release(s);
+                    if (lane == 0) mbar_arrive(&empty[s]);
                 }
                 continue;
             }
@@ -477,11 +414,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                 wgmma_commit();
                 wgmma_wait<1>();
                 fence_accumulators(acc);
-                if (kt > 0) release((it - 1) % tile::kStages);
+                if (kt > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % tile::kStages]);
             }
             wgmma_wait<0>();
             fence_accumulators(acc);
-            release((it - 1) % tile::kStages);
+            if (lane == 0) mbar_arrive(&empty[(it - 1) % tile::kStages]);
 
             // Epilogue: the warpgroup's kWgOut output columns go out in boxes of 64 rows x 64 columns, each written
             // into one of its kCBufs shared-memory buffers (once the store that last used that buffer has read it)
@@ -528,7 +465,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         if (storer) bulk_wait_all();
     }
-    if constexpr (tile::kCluster > 1) cluster_sync();  // no CTA leaves while its peer may still write to it
 #endif
 }
 
@@ -594,32 +530,9 @@ void launch_config(const grouped_gemm_params& p, cudaStream_t stream) {
     const CUtensorMap map_a = p.a_rows ? CUtensorMap{} : make_map(p.a, p.max_rows, p.k, kBM);  // gather: unused
     const CUtensorMap map_b = make_map(p.b, int64_t(p.num_experts) * n_b, p.k, tile::kBoxB);
     const CUtensorMap map_c = make_map(p.c, p.max_rows, p.n, 64);
-    cudaLaunchConfig_t config{};
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = tile::kCluster;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    // As many clusters as run at once (with kCluster = 2, each on a pair of SMs of one GPC), or one per tile when
-    // there are fewer: the CTAs stride over the tiles, so a cluster that had to wait for free SMs would run its
-    // tiles after all the others.
-    static thread_local int cached_device = -1, resident = 0;
-    int dev = 0;
-    ZMOE_CUDA_CHECK(cudaGetDevice(&dev));
-    if (dev != cached_device) {
-        config.gridDim = dim3(unsigned(current_device().sms / tile::kCluster * tile::kCluster));
-        ZMOE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&resident, kernel, &config));
-        ZMOE_KERNEL_REQUIRE(resident > 0, "grouped_gemm: the wgmma kernel's clusters do not fit on the device");
-        cached_device = dev;
-    }
     const int64_t tiles_bound = int64_t(p.max_rows / 64) * ((p.n + tile::kOutN - 1) / tile::kOutN);
-    config.gridDim = dim3(unsigned(std::max<int64_t>(1, std::min<int64_t>(tiles_bound, resident)) * tile::kCluster));
-    ZMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_c, p));
+    const int grid = int(std::max<int64_t>(1, std::min<int64_t>(tiles_bound, current_device().sms)));
+    kernel<<<grid, kThreads, smem, stream>>>(map_a, map_b, map_c, p);
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 
