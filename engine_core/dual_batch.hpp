@@ -10,11 +10,12 @@
 
 namespace zmoe {
 
-/// --enable-dbo, --dbo-decode-token-threshold, --dbo-prefill-token-threshold (vLLM's names and defaults).
+/// --enable-dbo, --dbo-decode-token-threshold, --dbo-prefill-token-threshold (vLLM's names; the defaults are
+/// engine_config's, from the crossover measured on GPUs).
 struct dbo_options {
     bool enabled = false;
-    int32_t decode_token_threshold = 32;    ///< decode-only steps split at this many tokens on some rank
-    int32_t prefill_token_threshold = 512;  ///< steps with any prefill chunk split at this many tokens on some rank
+    int32_t decode_token_threshold = 1 << 30;  ///< decode-only steps split at this many tokens on some rank
+    int32_t prefill_token_threshold = 8192;    ///< steps with any prefill chunk split at this many tokens on some rank
 };
 
 /// True when a step whose per-rank shares are `steps` (index = rank) should run as two micro-batches: DBO enabled

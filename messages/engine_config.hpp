@@ -33,16 +33,19 @@ struct engine_config {
     /// A max_model_len above the model's max_position_embeddings is refused unless this is set (or the environment
     /// has ZMOE_ALLOW_LONG_MAX_MODEL_LEN=1): positions past the trained ones give output of unknown quality.
     bool allow_long_max_model_len = false;
-    bool no_async = false;      ///< synchronous scheduling
+    bool no_async = false;  ///< synchronous scheduling
     // EPLB.
     bool enable_eplb = false;
     int32_t eplb_interval = 32;  ///< steps between rebalances
     int32_t eplb_window = 64;    ///< steps of expert load kept
     int32_t num_redundant_experts = 0;
-    // Dual-batch overlap (engine_core/dual_batch.hpp).
+    // Dual-batch overlap (engine_core/dual_batch.hpp). Defaults from the crossover measured on 2 x H200 with the
+    // peer-to-peer exchange (docs/benchmarks.md): decode steps were slower with DBO at every size measured (each
+    // micro-batch re-reads the experts' weights), so they never split (2^30 tokens); prefill steps first gained at
+    // 8192 tokens per rank.
     bool enable_dbo = false;
-    int32_t dbo_decode_token_threshold = 32;
-    int32_t dbo_prefill_token_threshold = 512;
+    int32_t dbo_decode_token_threshold = 1 << 30;
+    int32_t dbo_prefill_token_threshold = 8192;
     // Liveness.
     int32_t heartbeat_ms = 1000;
     /// Heartbeat intervals of silence after which a peer is dead: every actor of the run (frontend, engine core,
@@ -75,7 +78,10 @@ void for_each_engine_flag(Config& c, Visitor&& visit) {
                            "worker processes (expert-parallel ranks); with --device cuda, default: one per "
                            "visible GPU"},
           c.workers);
-    visit(engine_flag_info{"num-nodes", "nodes the workers span, for hierarchical EPLB packing"}, c.num_nodes);
+    visit(engine_flag_info{"num-nodes",
+                           "nodes the workers span, for hierarchical EPLB packing (CUDA: the MoE exchange is peer "
+                           "to peer within one node, NCCL send/recv over several)"},
+          c.num_nodes);
     visit(engine_flag_info{"max-num-batched-tokens", "token budget per rank per step"}, c.max_num_batched_tokens);
     visit(engine_flag_info{"max-num-seqs", "running sequences per rank"}, c.max_num_seqs);
     visit(engine_flag_info{"block-size", "KV cache block size in tokens"}, c.block_size);
@@ -98,12 +104,11 @@ void for_each_engine_flag(Config& c, Visitor&& visit) {
     visit(engine_flag_info{"num-redundant-experts", "extra expert replicas per MoE layer"}, c.num_redundant_experts);
     visit(engine_flag_info{"enable-dbo",
                            "dual-batch overlap: split big steps into two micro-batches, one's expert "
-                           "all-to-all in flight while the other computes (CPU workers; ignored with a "
-                           "warning on cuda)"},
+                           "all-to-all in flight while the other computes"},
           c.enable_dbo);
     visit(engine_flag_info{"dbo-decode-token-threshold",
                            "with --enable-dbo: a decode-only step splits when some rank "
-                           "has at least this many tokens"},
+                           "has at least this many tokens (default: never, measured slower)"},
           c.dbo_decode_token_threshold);
     visit(engine_flag_info{"dbo-prefill-token-threshold",
                            "with --enable-dbo: a step with prefill splits when some "
