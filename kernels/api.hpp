@@ -242,7 +242,10 @@ constexpr int32_t moe_permuted_rows_bound(int32_t num_tokens, int32_t top_k, int
     return num_tokens * top_k + num_experts * (row_align - 1);
 }
 
-/// The row alignment the grouped GEMM runs best with at this batch size (16, 32, 64 or 128).
+/// The row alignment the grouped GEMM runs best with at this batch size (8, 16, 32, 64 or 128), from the mean rows per
+/// expert num_tokens * top_k / num_experts (known on the host without reading the routing): 8 (the small-group
+/// kernel) up to kMoeSmallRowsPerExpert, then the tensor-core tiles.
+constexpr int32_t kMoeSmallRowsPerExpert = 16;
 int32_t moe_row_align_for(int32_t num_tokens, int32_t top_k, int32_t num_experts);
 
 /// Scratch bytes launch_moe_permute needs.
@@ -260,7 +263,7 @@ struct moe_permute_params {
     int32_t top_k = 0;
     int32_t num_experts = 0;  ///< <= 1024
     int32_t hidden = 0;       ///< multiple of 8
-    int32_t row_align = 16;   ///< 16, 32 or a multiple of 64
+    int32_t row_align = 16;   ///< 8, 16, 32 or a multiple of 64
     int32_t max_rows = 0;     ///< moe_permuted_rows_bound(...)
 };
 
@@ -291,6 +294,11 @@ constexpr int32_t kMoeDecodeMaxPairs = 64;
 /// True when launch_moe_decode takes this shape: num_tokens in [1, kMoeDecodeMaxTokens], num_tokens x top_k <=
 /// kMoeDecodeMaxPairs, num_experts <= 512, top_k <= 16, hidden and inter multiples of 8.
 bool moe_decode_supported(int32_t num_tokens, int32_t top_k, int32_t num_experts, int32_t hidden, int32_t inter);
+
+/// The routed-expert path a batch takes on one GPU with the softmax top-k router: true for launch_moe_decode (where
+/// moe_decode_supported), false for the permutation + grouped GEMMs + combine. Chosen on the host from the shape
+/// alone; the CUDA executor and bench/kernels/moe_layer_bench both choose by it.
+bool moe_use_decode_path(int32_t num_tokens, int32_t top_k, int32_t num_experts, int32_t hidden, int32_t inter);
 
 /// int32 scratch launch_moe_decode needs for num_tokens x top_k choices.
 size_t moe_decode_scratch_ints(int32_t num_tokens, int32_t top_k);
@@ -328,14 +336,16 @@ void launch_moe_decode(const moe_decode_params& p, cudaStream_t stream);
 // ---------------------------------------------------------------------------------------------------------
 // Grouped expert GEMM
 
-/// Which kernel launch_grouped_gemm runs. automatic: the wgmma + TMA kernel on compute capability 9.x when
-/// row_align is a multiple of 64 (moe_row_align_for's choice there from half a row per expert on), else the
-/// mma.sync one.
+/// Which kernel launch_grouped_gemm runs. automatic: by row_align, which moe_row_align_for chose from the mean rows
+/// per expert: 8 (a few rows per expert) the small-group kernel; a multiple of 64 the wgmma + TMA kernel on compute
+/// capability 9.x; else the mma.sync one.
 enum class grouped_gemm_impl : int32_t {
     automatic = 0,
-    mma_sync = 1,  ///< WMMA / mma.sync with a cp.async pipeline; any CUDA GPU, any row_align
+    mma_sync = 1,  ///< WMMA / mma.sync with a cp.async pipeline; any CUDA GPU, row_align 16, 32 or a multiple of 64
     wgmma = 2,     ///< sm_90a wgmma + TMA, persistent and warp-specialised; needs compute capability 9.x and
                    ///< row_align % 64 == 0
+    small = 3,     ///< few rows per expert: weights on the tensor cores' M side, the expert's rows on N (8-row
+                   ///< tiles), streamed through registers; any row_align that is a multiple of 8
 };
 
 struct grouped_gemm_params {

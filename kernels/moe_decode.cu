@@ -4,8 +4,8 @@
 //      load counts, and the distinct slots of the step in ascending order with, for each, the choice of every
 //      token that picked it (-1 where a token did not);
 //   2. gate|up (one block per distinct slot and four FFN columns, one warp each): every gate and up row is read
-//      once, all its 16-byte loads in flight together, and dotted with the x of each token of that slot (x in
-//      shared memory); act[choice] = bf16(silu(gate) * up);
+//      once, all its 16-byte loads in flight together, and dotted with the x of each token of that slot (x read
+//      through L1, no staging: a warp's weight loads leave before anything else); act[choice] = bf16(silu(gate) * up);
 //   3. down + combine (one block per kDownRows rows of the hidden size; each warp kDownItems (slot, row) items at
 //      once): every down row is read once per slot and dotted with the act of each choice of that slot; y = bf16(.)
 //      in shared memory; then out[t] = bf16(sum_j weights[t, j] * y[t, j]) in top-k order.
@@ -90,15 +90,10 @@ __global__ void __launch_bounds__(kThreads) moe_decode_route_kernel(const moe_de
 /// flight at once) and dotted with the x of each token of the slot. kT >= num_tokens bounds the accumulators.
 template <int kT>
 __global__ void __launch_bounds__(kGemvThreads) moe_decode_gate_up_kernel(const moe_decode_params p) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    bf16* x_s = reinterpret_cast<bf16*>(smem);  // [T, hidden]
     const int32_t T = p.num_tokens, K = p.top_k, H = p.hidden;
     const scratch_view sv(p.scratch, T, K);
     const int32_t u = blockIdx.x;
     if (u >= *sv.num_unique) return;
-    for (int32_t v = threadIdx.x; v < T * H / 8; v += kGemvThreads)
-        reinterpret_cast<detail::bf16x8*>(x_s)[v] = reinterpret_cast<const detail::bf16x8*>(p.x)[v];
-    __syncthreads();
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int32_t j = blockIdx.y * kGemvWarps + warp;
     if (j >= p.inter) return;
@@ -131,8 +126,8 @@ __global__ void __launch_bounds__(kGemvThreads) moe_decode_gate_up_kernel(const 
 #pragma unroll
             for (int t = 0; t < kT; ++t) {
                 if (choice[t] < 0) continue;
-                float xv[8];
-                detail::load_f32x8(x_s + size_t(t) * H + v * 8, xv);
+                float xv[8];  // x is read by every warp of the step: from L1 / L2, no staging
+                detail::load_f32x8(p.x + size_t(t) * H + v * 8, xv);
 #pragma unroll
                 for (int e = 0; e < 8; ++e) ag[t] += g[e] * xv[e], au[t] += up[e] * xv[e];
             }
@@ -226,12 +221,7 @@ __global__ void __launch_bounds__(kGemvThreads) moe_decode_down_kernel(const moe
 template <int kT>
 void launch_gemvs(const moe_decode_params& p, cudaStream_t stream) {
     const int32_t tk = p.num_tokens * p.top_k;
-    const size_t x_bytes = size_t(p.num_tokens) * p.hidden * sizeof(bf16);
-    if (x_bytes > 48 * 1024)
-        ZMOE_CUDA_CHECK(cudaFuncSetAttribute(moe_decode_gate_up_kernel<kT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             int(x_bytes)));
-    moe_decode_gate_up_kernel<kT>
-        <<<dim3(tk, (p.inter + kGemvWarps - 1) / kGemvWarps), kGemvThreads, x_bytes, stream>>>(p);
+    moe_decode_gate_up_kernel<kT><<<dim3(tk, (p.inter + kGemvWarps - 1) / kGemvWarps), kGemvThreads, 0, stream>>>(p);
     ZMOE_CUDA_CHECK_LAUNCH();
     moe_decode_down_kernel<kT><<<(p.hidden + kDownRows - 1) / kDownRows, kGemvThreads, 0, stream>>>(p);
     ZMOE_CUDA_CHECK_LAUNCH();
@@ -243,6 +233,10 @@ bool moe_decode_supported(int32_t num_tokens, int32_t top_k, int32_t num_experts
     return num_tokens >= 1 && num_tokens <= kMoeDecodeMaxTokens && top_k >= 1 && top_k <= 16 &&
            num_tokens * top_k <= kMoeDecodeMaxPairs && num_experts >= top_k && num_experts <= 512 && hidden % 8 == 0 &&
            inter % 8 == 0 && hidden > 0 && inter > 0;
+}
+
+bool moe_use_decode_path(int32_t num_tokens, int32_t top_k, int32_t num_experts, int32_t hidden, int32_t inter) {
+    return moe_decode_supported(num_tokens, top_k, num_experts, hidden, inter);
 }
 
 size_t moe_decode_scratch_ints(int32_t num_tokens, int32_t top_k) {

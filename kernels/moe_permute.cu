@@ -98,16 +98,14 @@ __global__ void gather_kernel(const moe_permute_params p) {
 }  // namespace
 
 int32_t moe_row_align_for(int32_t num_tokens, int32_t top_k, int32_t num_experts) {
-    // Small batches are bound by streaming expert weights: pad little, and keep an expert's rows in one tile so
-    // its weights are read once (16 rows up to 8 per expert on average, 32 up to 32). Larger ones fill 64-row
-    // tensor-core tiles, and from about 256 rows per expert on, 128-row tiles (padding then costs at most a
-    // quarter).
+    // Few rows per expert are bound by streaming expert weights: 8-row groups for the small-group kernel (weights on
+    // the tensor cores' M side, an expert's rows on N), which reads an expert's weights once for up to a few tiles.
+    // Larger batches fill tensor-core tiles: on Hopper the wgmma kernel over 64-row groups (its tile schedule runs
+    // 128-row tiles over them once they average 128 rows); elsewhere the mma.sync kernel, 32-row groups up to 32
+    // rows per expert, 128-row groups from about 256 on (padding then costs at most a quarter).
     const int64_t rows = int64_t(num_tokens) * top_k;
-    // On Hopper the wgmma grouped GEMM takes every batch from half a row per expert on (8 tokens at top-8 / 128
-    // experts: 0.192 ms for the layer against 0.204 with 16-row groups on the mma.sync kernel, H200): 64-row groups
-    // (its tile schedule runs 128-row tiles over them once they average 128 rows).
-    if (detail::device_has_wgmma()) return 2 * rows < int64_t(num_experts) ? 16 : 64;
-    if (rows <= 8 * int64_t(num_experts)) return 16;
+    if (rows <= int64_t(kMoeSmallRowsPerExpert) * num_experts) return 8;
+    if (detail::device_has_wgmma()) return 64;
     if (rows <= 32 * int64_t(num_experts)) return 32;
     return rows >= 256 * int64_t(num_experts) ? 128 : 64;
 }
@@ -118,8 +116,9 @@ size_t moe_permute_workspace_bytes(int32_t num_tokens, int32_t top_k, int32_t nu
 
 void launch_moe_permute(const moe_permute_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(p.num_experts >= 1 && p.num_experts <= kMaxExperts, "moe_permute: num_experts in [1, 1024]");
-    ZMOE_KERNEL_REQUIRE(p.row_align == 16 || p.row_align == 32 || (p.row_align > 0 && p.row_align % 64 == 0),
-                        "moe_permute: row_align must be 16, 32 or a multiple of 64");
+    ZMOE_KERNEL_REQUIRE(
+        p.row_align == 8 || p.row_align == 16 || p.row_align == 32 || (p.row_align > 0 && p.row_align % 64 == 0),
+        "moe_permute: row_align must be 8, 16, 32 or a multiple of 64");
     ZMOE_KERNEL_REQUIRE(p.max_rows >= moe_permuted_rows_bound(p.num_tokens, p.top_k, p.num_experts, p.row_align),
                         "moe_permute: max_rows below moe_permuted_rows_bound");
     ZMOE_KERNEL_REQUIRE(p.x == nullptr || p.hidden % 8 == 0, "moe_permute: hidden must be a multiple of 8");
