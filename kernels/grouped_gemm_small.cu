@@ -158,6 +158,8 @@ template <bool kSwiglu>
 void launch_tiles(const grouped_gemm_params& p, cudaStream_t stream) {
     // Callers size max_rows as moe_permuted_rows_bound, so max_rows / num_experts - (row_align - 1) is about the
     // mean group: tiles held at once cover about twice the mean (the busier experts), beyond that another pass.
+    // (Loads kept ahead of the MMAs by volatile asm, and 8 K chunks in flight for one tile, measured within 1-3% of
+    // these on H200.)
     const int64_t mean = std::max<int64_t>(0, p.max_rows - int64_t(p.num_experts) * (p.row_align - 1)) / p.num_experts;
     if (mean <= 4)
         launch<kSwiglu, 1, 4>(p, stream);

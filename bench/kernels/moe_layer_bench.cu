@@ -1,16 +1,18 @@
 // One MoE layer at Qwen3-30B-A3B shapes (hidden 2048, 128 experts, top-8, expert FFN 768, BF16) for 1..16384
 // tokens, on the path the CUDA executor takes for that batch (kernels::moe_use_decode_path): a few tokens run
 // router GEMM (cuBLASLt, fp32 logits) + launch_moe_decode (routing, gate|up with SiLU*up, down and the weighted sum
-// in three launches); larger batches run router GEMM + softmax/top-k + permutation + gate/up GEMM with SiLU*up +
-// down GEMM + weighted combine, the grouped GEMM kernel chosen by moe_row_align_for. Timed with CUDA events (warm-up,
-// then the median of --iters runs), once launched stream-ordered (with a per-stage split) and once as a CUDA graph
-// replay, beside the floor: the bytes the layer must move (expert weights touched, activations in and out) at the
-// device's copy bandwidth, or its FLOPs at the device's dense BF16 GEMM rate, whichever is longer. Both ceilings are
-// measured in the same run (a 1 GiB device-to-device copy counting bytes read + written; an 8192^3 cuBLASLt BF16
-// GEMM).
+// in three launches, the router GEMV fused into the first as in the executor); larger batches run router GEMM +
+// softmax/top-k + permutation + gate/up GEMM with SiLU*up + down GEMM + weighted combine, the grouped GEMM kernel
+// chosen by moe_row_align_for. Timed with CUDA events (warm-up, then the median of --iters runs), once launched
+// stream-ordered (with a per-stage split) and once as a CUDA graph replay, beside the floor: the bytes the layer must
+// move (expert weights touched, activations in and out) at the device's copy bandwidth, or its FLOPs at the device's
+// dense BF16 GEMM rate, whichever is longer. Both ceilings are measured in the same run (a 1 GiB device-to-device copy
+// counting bytes read + written; an 8192^3 cuBLASLt BF16 GEMM).
 //   moe_layer_bench [--tokens 1,8,...] [--iters N] [--warmup N] [--path auto|decode|grouped]
-//                   [--align 8|16|32|64|128] [--impl auto|mma|wgmma|small] [--no-gather] [--peer CMD] [--json PATH]
-// --path forces the expert path (decode: only where moe_decode_supported); --align forces the row alignment (hence
+//                   [--decode-router fused|gemm] [--align 8|16|32|64|128] [--impl auto|mma|wgmma|small] [--no-gather]
+//                   [--peer CMD] [--json PATH]
+// --path forces the expert path (decode: only where moe_decode_supported); --decode-router gemm runs the decode path
+// after the cuBLASLt router GEMM instead of fusing the router GEMV; --align forces the row alignment (hence
 // the grouped GEMM kernel and its tile height) instead of moe_row_align_for's; --impl forces the grouped GEMM
 // kernel. By default the permute only plans (offsets, destinations, row_token) and the gate/up GEMM reads x through
 // row_token; --no-gather permutes x into a copy first. --peer runs CMD after zmoe's measurements (the GPU otherwise
@@ -36,12 +38,12 @@ namespace {
 using zmoe::kernels::bf16;
 
 constexpr int32_t kHidden = 2048, kExperts = 128, kTopK = 8, kInter = 768;
-constexpr int kMaxStages = 6;
 int32_t g_forced_align = 0;  // --align: 0 picks moe_row_align_for
 zmoe::kernels::grouped_gemm_impl g_impl = zmoe::kernels::grouped_gemm_impl::automatic;  // --impl
 bool g_gather = true;  // --no-gather: permute x into a copy instead of gate/up reading it through row_token
 enum class path_choice { automatic, decode, grouped };
 path_choice g_path = path_choice::automatic;  // --path
+bool g_fused_router = true;  // --decode-router gemm: the decode path with the cuBLASLt router GEMM before it
 
 int32_t row_align_for(int32_t num_tokens) {
     return g_forced_align ? g_forced_align : zmoe::kernels::moe_row_align_for(num_tokens, kTopK, kExperts);
@@ -57,7 +59,8 @@ bool use_decode_path(int32_t num_tokens) {
 
 const std::vector<const char*> kGroupedStages = {"router_gemm",  "router_topk", "permute",
                                                  "gemm_gate_up", "gemm_down",   "combine"};
-const std::vector<const char*> kDecodeStages = {"router_gemm", "moe_decode"};
+const std::vector<const char*> kDecodeStages = {"moe_decode"};  // the router GEMV fused in, as in the executor
+const std::vector<const char*> kDecodeGemmStages = {"router_gemm", "moe_decode"};
 
 __global__ void fill_uniform(bf16* out, size_t n, float scale, uint32_t seed) {
     for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
@@ -100,21 +103,26 @@ void enqueue_layer(const layer_buffers& b, int32_t num_tokens, cudaStream_t stre
     using namespace zmoe::kernels;
     const int32_t align = row_align_for(num_tokens);
     const int32_t max_rows = moe_permuted_rows_bound(num_tokens, kTopK, kExperts, align);
-    mark(0);
-    launch_gemm_bf16({.handle = b.blas,
-                      .workspace = b.blas_ws,
-                      .workspace_bytes = b.blas_ws_bytes,
-                      .x = b.x,
-                      .w = b.gate_w,
-                      .y = b.logits,
-                      .m = num_tokens,
-                      .n = kExperts,
-                      .k = kHidden,
-                      .y_fp32 = true},
-                     stream);
-    mark(1);
-    if (use_decode_path(num_tokens)) {
-        launch_moe_decode({.router_logits = b.logits,
+    const bool decode = use_decode_path(num_tokens);
+    int stage = 0;
+    mark(stage++);
+    if (!decode || !g_fused_router) {
+        launch_gemm_bf16({.handle = b.blas,
+                          .workspace = b.blas_ws,
+                          .workspace_bytes = b.blas_ws_bytes,
+                          .x = b.x,
+                          .w = b.gate_w,
+                          .y = b.logits,
+                          .m = num_tokens,
+                          .n = kExperts,
+                          .k = kHidden,
+                          .y_fp32 = true},
+                         stream);
+        mark(stage++);
+    }
+    if (decode) {
+        launch_moe_decode({.router_w = g_fused_router ? b.gate_w : nullptr,
+                           .router_logits = b.logits,
                            .replica_offsets = b.replica_offsets,
                            .replica_slots = b.replica_slots,
                            .x = b.x,
@@ -133,7 +141,7 @@ void enqueue_layer(const layer_buffers& b, int32_t num_tokens, cudaStream_t stre
                            .inter = kInter,
                            .renormalize = true},
                           stream);
-        mark(2);
+        mark(stage++);
         return;
     }
     launch_router_topk({.logits = b.logits,
@@ -161,32 +169,29 @@ void enqueue_layer(const layer_buffers& b, int32_t num_tokens, cudaStream_t stre
                         .max_rows = max_rows},
                        stream);
     mark(3);
-    launch_grouped_gemm({.a = g_gather ? b.x : b.xp,
-                         .a_rows = g_gather ? b.row_token : nullptr,
-                         .b = b.w1,
-                         .expert_offsets = b.offsets,
-                         .c = b.act,
-                         .max_rows = max_rows,
-                         .n = kInter,
-                         .k = kHidden,
-                         .num_experts = kExperts,
-                         .row_align = align,
-                         .swiglu = true,
-                         .impl = g_impl},
-                        stream);
+    // gate|up (SiLU * up fused) reads x through row_token unless --no-gather, then down.
+    grouped_gemm_params gemm{.a = g_gather ? b.x : b.xp,
+                             .a_rows = g_gather ? b.row_token : nullptr,
+                             .b = b.w1,
+                             .expert_offsets = b.offsets,
+                             .c = b.act,
+                             .max_rows = max_rows,
+                             .n = kInter,
+                             .k = kHidden,
+                             .num_experts = kExperts,
+                             .row_align = align,
+                             .swiglu = true,
+                             .impl = g_impl};
+    launch_grouped_gemm(gemm, stream);
     mark(4);
-    launch_grouped_gemm({.a = b.act,
-                         .b = b.w2,
-                         .expert_offsets = b.offsets,
-                         .c = b.y,
-                         .max_rows = max_rows,
-                         .n = kHidden,
-                         .k = kInter,
-                         .num_experts = kExperts,
-                         .row_align = align,
-                         .swiglu = false,
-                         .impl = g_impl},
-                        stream);
+    gemm.a = b.act;
+    gemm.a_rows = nullptr;
+    gemm.b = b.w2;
+    gemm.c = b.y;
+    gemm.n = kHidden;
+    gemm.k = kInter;
+    gemm.swiglu = false;
+    launch_grouped_gemm(gemm, stream);
     mark(5);
     launch_moe_combine({.y = b.y,
                         .dest_rows = b.dest,
@@ -381,6 +386,10 @@ int main(int argc, char** argv) {
                 g_impl = zmoe::kernels::grouped_gemm_impl::small;
             else
                 return std::fprintf(stderr, "--impl: auto, mma, wgmma or small\n"), 2;
+        } else if (a == "--decode-router" && i + 1 < argc) {
+            const std::string v = argv[++i];
+            if (v != "fused" && v != "gemm") return std::fprintf(stderr, "--decode-router: fused or gemm\n"), 2;
+            g_fused_router = v == "fused";
         } else if (a == "--path" && i + 1 < argc) {
             const std::string v = argv[++i];
             if (v == "auto")
@@ -394,6 +403,7 @@ int main(int argc, char** argv) {
         } else {
             std::fprintf(stderr,
                          "usage: %s [--tokens 1,8,...] [--iters N] [--warmup N] [--path auto|decode|grouped] "
+                         "[--decode-router fused|gemm] "
                          "[--align 8|16|32|64|128] [--impl auto|mma|wgmma|small] [--no-gather] [--peer CMD] "
                          "[--json PATH]\n",
                          argv[0]);
@@ -453,7 +463,7 @@ int main(int argc, char** argv) {
         r.tokens = tokens;
         r.decode_path = use_decode_path(tokens);
         r.row_align = r.decode_path ? 0 : row_align_for(tokens);
-        r.stage_names = r.decode_path ? kDecodeStages : kGroupedStages;
+        r.stage_names = !r.decode_path ? kGroupedStages : g_fused_router ? kDecodeStages : kDecodeGemmStages;
         const int num_marks = int(r.stage_names.size()) + 1;
         r.stage_ms =
             time_ms([&](auto&& mark) { enqueue_layer(b, tokens, stream, mark); }, stream, warmup, iters, num_marks);
