@@ -1,7 +1,7 @@
 // One MoE layer at Qwen3-30B-A3B shapes (hidden 2048, 128 experts, top-8, expert FFN 768, BF16) for 1..16384
-// tokens, on the path the CUDA executor takes for that batch (kernels::moe_use_decode_path): a few tokens run
-// router GEMM (cuBLASLt, fp32 logits) + launch_moe_decode (routing, gate|up with SiLU*up, down and the weighted sum
-// in three launches, the router GEMV fused into the first as in the executor); larger batches run router GEMM +
+// tokens, on the path the CUDA executor takes for that batch (kernels::moe_use_decode_path): one token runs
+// launch_moe_decode (router GEMV, routing, gate|up with SiLU*up, down and the weighted sum in three launches, as in
+// the executor); larger batches run router GEMM (cuBLASLt, fp32 logits) +
 // softmax/top-k + permutation + gate/up GEMM with SiLU*up + down GEMM + weighted combine, the grouped GEMM kernel
 // chosen by moe_row_align_for. Timed with CUDA events (warm-up, then the median of --iters runs), once launched
 // stream-ordered (with a per-stage split) and once as a CUDA graph replay, beside the floor: the bytes the layer must
