@@ -1,7 +1,8 @@
 // Token permutation into expert-contiguous order. Deterministic and exact: a (token, slot) assignment's row is
 // its expert's padded start + the number of earlier assignments (in (token, slot) order) to the same expert.
 //   1. chunk_count:  per chunk of kChunk assignments, a histogram over experts.
-//   2. scan:         per expert, exclusive prefix over chunks; padded group sizes; prefix over experts.
+//   2. scan:         per expert, exclusive prefix over chunks (ranges of chunks in parallel); padded group sizes;
+//                    prefix over experts.
 //   3. assign:       within a chunk, ranks from warp match masks plus per-warp counts; writes dest_rows/row_token.
 //   4. gather:       x_permuted[row] = x[row_token[row]], zero rows for padding.
 
@@ -32,21 +33,38 @@ __global__ void __launch_bounds__(kChunk) chunk_count_kernel(const moe_permute_p
         chunk_counts[size_t(blockIdx.x) * p.num_experts + e] = hist[e];
 }
 
+/// One block of kMaxExperts threads: kMaxExperts / num_experts threads per expert ("parts"), each over a contiguous
+/// range of the chunks, so the loads of the chunk counts run in parallel (a serial pass over the chunks, ~0.1 ms at
+/// 16 384 tokens, was most of the plan).
 __global__ void __launch_bounds__(kMaxExperts)
     scan_kernel(const moe_permute_params p, int32_t* chunk_counts, int32_t chunks) {
+    constexpr int kBatch = 8;                    // chunk counts loaded at once by a thread
     __shared__ int32_t padded[kMaxExperts + 1];  // padded group size of each expert, then its start row
-    const int32_t e = threadIdx.x;
-    int32_t running = 0;
-    if (e < p.num_experts) {
-        for (int32_t c = 0; c < chunks; ++c) {
-            const int32_t n = chunk_counts[size_t(c) * p.num_experts + e];
-            chunk_counts[size_t(c) * p.num_experts + e] = running;
-            running += n;
+    __shared__ int32_t part_sums[kMaxExperts];   // assignments in each thread's range of chunks
+    const int32_t parts = kMaxExperts / p.num_experts;
+    const int32_t e = int32_t(threadIdx.x) % p.num_experts, part = int32_t(threadIdx.x) / p.num_experts;
+    const bool active = part < parts;
+    const int32_t per_part = (chunks + parts - 1) / parts;
+    const int32_t c0 = min(chunks, part * per_part), c1 = min(chunks, c0 + per_part);
+    int32_t sum = 0;
+    if (active) {
+#pragma unroll kBatch
+        for (int32_t c = c0; c < c1; ++c) sum += chunk_counts[size_t(c) * p.num_experts + e];
+    }
+    part_sums[threadIdx.x] = sum;
+    __syncthreads();
+    int32_t before = 0;  // assignments of expert e in the chunks before c0
+    if (active) {
+        int32_t total = 0;
+        for (int32_t q = 0; q < parts; ++q) {
+            const int32_t n = part_sums[q * p.num_experts + e];
+            before += q < part ? n : 0;
+            total += n;
         }
-        padded[e] = (running + p.row_align - 1) / p.row_align * p.row_align;
+        if (part == 0) padded[e] = (total + p.row_align - 1) / p.row_align * p.row_align;
     }
     __syncthreads();
-    if (e == 0) {
+    if (threadIdx.x == 0) {
         int32_t total = 0;
         for (int32_t i = 0; i < p.num_experts; ++i) {
             const int32_t n = padded[i];
@@ -57,9 +75,19 @@ __global__ void __launch_bounds__(kMaxExperts)
         p.expert_offsets[p.num_experts] = total;
     }
     __syncthreads();
-    if (e < p.num_experts) {
-        p.expert_offsets[e] = padded[e];
-        for (int32_t c = 0; c < chunks; ++c) chunk_counts[size_t(c) * p.num_experts + e] += padded[e];
+    if (!active) return;
+    if (part == 0) p.expert_offsets[e] = padded[e];
+    // Each chunk's count becomes the chunk's first row for expert e: loads in batches, then the stores.
+    int32_t running = padded[e] + before;
+    for (int32_t c = c0; c < c1; c += kBatch) {
+        int32_t n[kBatch];
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i) n[i] = c + i < c1 ? chunk_counts[size_t(c + i) * p.num_experts + e] : 0;
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i) {
+            if (c + i < c1) chunk_counts[size_t(c + i) * p.num_experts + e] = running;
+            running += n[i];
+        }
     }
 }
 
