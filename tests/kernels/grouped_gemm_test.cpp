@@ -134,6 +134,8 @@ INSTANTIATE_TEST_SUITE_P(
         gemm_case{3000, 6, 40, 136, 72, true, 64, kWgmma, true},
         gemm_case{2048, 8, 32, 256, 128, true, 128, kWgmma, true},
         gemm_case{20000, 2, 64, 128, 64, true, 64, kWgmma, true},
+        gemm_case{5000, 4, 32, 200, 264, false, 128, kWgmma, true},
+        gemm_case{20000, 2, 64, 136, 128, true, 128, kWgmma, true},
         // The automatic choice at Qwen3-30B-A3B shapes (wgmma on sm_90 from row_align 64 on).
         gemm_case{8, 8, 128, 2048, 768, true, 16, kAuto}, gemm_case{64, 8, 128, 768, 2048, false, 64, kAuto},
         gemm_case{1000, 4, 32, 512, 256, true, 128, kAuto}),
