@@ -8,28 +8,18 @@
 namespace zmoe::kernels {
 namespace {
 
-constexpr int kRowsAtOnce = 4;
-
 __global__ void moe_combine_kernel(const moe_combine_params p) {
     const int32_t t = blockIdx.x;
     const int32_t* rows = p.dest_rows + size_t(t) * p.top_k;
     const float* weights = p.topk_weights + size_t(t) * p.top_k;
     for (int32_t vec = threadIdx.x; vec < p.hidden / 8; vec += blockDim.x) {
         float acc[8] = {};
-        // kRowsAtOnce rows' loads in flight before their sums (the combine streams the expert outputs: one load at
-        // a time per thread leaves it short of the copy bandwidth).
-        for (int32_t j0 = 0; j0 < p.top_k; j0 += kRowsAtOnce) {
-            float y[kRowsAtOnce][8];
+        for (int32_t j = 0; j < p.top_k; ++j) {
+            float y[8];
+            detail::load_f32x8(p.y + size_t(rows[j]) * p.hidden + vec * 8, y);
+            const float w = weights[j];
 #pragma unroll
-            for (int jj = 0; jj < kRowsAtOnce; ++jj)
-                if (j0 + jj < p.top_k) detail::load_f32x8(p.y + size_t(rows[j0 + jj]) * p.hidden + vec * 8, y[jj]);
-#pragma unroll
-            for (int jj = 0; jj < kRowsAtOnce; ++jj) {
-                if (j0 + jj >= p.top_k) break;
-                const float w = weights[j0 + jj];
-#pragma unroll
-                for (int i = 0; i < 8; ++i) acc[i] += w * y[jj][i];
-            }
+            for (int i = 0; i < 8; ++i) acc[i] += w * y[i];
         }
         detail::store_f32x8(p.out + size_t(t) * p.hidden + vec * 8, acc);
     }
