@@ -132,7 +132,7 @@ nlohmann::ordered_json served_steps_summary(const nlohmann::json& before, const 
     out["decode_output_throughput"] = served_ms > 0 ? tokens / (served_ms / 1e3) : 0.0;
     double bandwidth = 0;
     for (const auto& [k, v] : section(after, "engine_core", "gauges").items()) {
-        if (k.rfind("copy_bandwidth_bytes_per_s", 0) != 0 || !v.is_number()) continue;
+        if (k.rfind("copy_bandwidth_bytes_per_second", 0) != 0 || !v.is_number()) continue;
         const double b = v.get<double>();
         bandwidth = bandwidth == 0 ? b : std::min(bandwidth, b);
     }

@@ -699,7 +699,7 @@ nlohmann::json engine_core_actor::metrics_json() {
     metrics_.gauge_set("floor_expert_bytes", static_cast<double>(floor_model_.expert_bytes));
     metrics_.gauge_set("floor_kv_bytes_per_position", static_cast<double>(floor_model_.kv_bytes_per_position));
     for (size_t r = 0; r < workers_.size(); ++r)
-        metrics_.gauge_set("copy_bandwidth_bytes_per_s{rank=\"" + std::to_string(r) + "\"}",
+        metrics_.gauge_set("copy_bandwidth_bytes_per_second{rank=\"" + std::to_string(r) + "\"}",
                            workers_[r].copy_bandwidth);
     nlohmann::json out;
     out["engine_core"] = metrics_.to_json();

@@ -107,8 +107,8 @@ TEST(BenchMetrics, ServedStepsSummaryIsTheRunsDifference) {
                                         {"decode_worker_wait_ms", wait_ms},
                                         {"served_step_ms", served_ms + 100},
                                         {"floor_step_ms", floor_ms + 10}};
-        m["engine_core"]["gauges"] = {{"copy_bandwidth_bytes_per_s{rank=\"0\"}", 4e12},
-                                      {"copy_bandwidth_bytes_per_s{rank=\"1\"}", 3e12}};
+        m["engine_core"]["gauges"] = {{"copy_bandwidth_bytes_per_second{rank=\"0\"}", 4e12},
+                                      {"copy_bandwidth_bytes_per_second{rank=\"1\"}", 3e12}};
         m["engine_core"]["histograms"] = {{"schedule_ms", {{"count", sched_n}, {"sum", sched_sum}}},
                                           {"step_message_bytes", {{"count", sched_n}, {"sum", 1000 * sched_n}}}};
         return m;
