@@ -128,7 +128,9 @@ class cuda_step_executor final : public step_executor {
                      int32_t top_k, const float* weights, kernels::bf16* out);
     /// The sampling call site: sampled[i] from logits row i with sampling[i], i < s.num_sampled.
     void sample(const step_shape& s);
-    void gemm(const void* x, const void* w, void* y, int32_t m, int32_t n, int32_t k, bool y_fp32 = false);
+    /// y[m, n] = x[m, k] . w[n, k]^T (+ bias[n], BF16 outputs only): launch_gemv_bf16 for a few rows, else cuBLASLt.
+    void gemm(const void* x, const void* w, void* y, int32_t m, int32_t n, int32_t k, bool y_fp32 = false,
+              const void* bias = nullptr);
     void upload_replica_tables();
     void capture_decode_graphs();
     const decode_graph* graph_for(int32_t num_seqs, bool dual = false) const;
