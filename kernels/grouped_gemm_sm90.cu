@@ -6,13 +6,20 @@
 // kStages-deep ring of (A tile, B tile) stages, each completing on its "full" mbarrier; with a_rows, its 128
 // threads gather the A rows with cp.async instead, writing the same 128-byte swizzle, and each arrives on a
 // stage's full barrier kGatherLag stages later, once its copies have landed); warpgroups 1 and 2
-// multiply (wgmma m64nNk16, A and B read from shared memory through matrix descriptors) and release each stage
-// through its "empty" mbarrier. Tiles are BM rows (64 or 128, dividing row_align so a tile never straddles two
-// experts) by 256 rows of b (with swiglu: 128 gate rows and the 128 matching up rows, so a tile makes 128 output
-// columns). With BM = 128 each math warpgroup owns 64 rows and all 256 columns; with BM = 64 both own the same
-// 64 rows and 128 columns each. The tile list is built on the device: the CTAs stride over
-// (row tile, column tile) pairs up to expert_offsets[num_experts] / BM row tiles, row-tile-major, so the CTAs
-// running at one time share an expert's weights and a row tile's activations in L2.
+// multiply (wgmma m64nNk16, A and B read from shared memory through matrix descriptors, one stage's wgmmas kept
+// in flight while the next stage's are issued) and release each stage through its "empty" mbarrier. Tiles are BM
+// rows (64 or 128, dividing row_align so a tile never straddles two experts) by 256 rows of b (with swiglu: 128
+// gate rows and the 128 matching up rows, so a tile makes 128 output columns). With BM = 128 each math warpgroup
+// owns 64 rows and all 256 columns; with BM = 64 both own the same 64 rows and 128 columns each. The tile list
+// is built on the device: the CTAs stride over (row tile, column tile) pairs up to expert_offsets[num_experts] /
+// BM row tiles, row-tile-major, so the CTAs running at one time share an expert's weights and a row tile's
+// activations in L2.
+//
+// Epilogue: each math warpgroup converts its accumulators to BF16 (after SiLU * up), 64 x 64 boxes at a time, into
+// its own two 128-byte-swizzled shared-memory buffers, and one of its threads stores each box with TMA (a bulk
+// async group of its own); the warpgroup goes on to the next box and the next tile's main loop while the stores
+// run, and waits for a store to have read its buffer only before it writes that buffer again, so the global
+// writes overlap the math.
 
 #include <cuda.h>
 
@@ -25,30 +32,36 @@
 namespace zmoe::kernels::detail {
 namespace {
 
-constexpr int kThreads = 384;  // producer warpgroup + two math warpgroups
-constexpr int kBK = 64;        // K elements of one TMA box: one 128-byte swizzle row
-constexpr int kBRows = 256;    // rows of b per tile
-constexpr int kGatherLag = 2;  // stages a gathering producer thread keeps in flight before it arrives
+constexpr int kThreads = 384;          // producer warpgroup + two math warpgroups
+constexpr int kBK = 64;                // K elements of one stage: one 128-byte swizzle row
+constexpr int kBRows = 256;            // rows of b per tile
+constexpr int kGatherLag = 2;          // stages a gathering producer thread keeps in flight before it arrives
+constexpr size_t kSmemLimit = 232448;  // an sm_90 block's dynamic shared memory (227 KB)
 
-template <int kBM, bool kSwiglu, int kSub>
+template <int kBM, bool kSwiglu>
 struct wg_tile {
-    static constexpr int kStageK = kSub * kBK;  // K elements per stage: kSub boxes side by side
-    static constexpr int kStages = (200 * 1024) / ((kBM + kBRows) * kStageK * 2);
-    static constexpr int kWgN = kBM == 128 ? 256 : 128;  // wgmma N of each math warpgroup
-    static constexpr int kOutN = kSwiglu ? kBRows / 2 : kBRows;
-    static constexpr int kBoxB = kSwiglu ? kWgN / 2 : kBRows;  // rows of one TMA box of b
-    static constexpr uint32_t kASubBytes = kBM * kBK * 2;
-    static constexpr uint32_t kBSubBytes = kBRows * kBK * 2;
-    static constexpr uint32_t kABytes = kASubBytes * kSub;
-    static constexpr uint32_t kBBytes = kBSubBytes * kSub;
+    static constexpr int kWgN = kBM == 128 ? 256 : 128;          // wgmma N of each math warpgroup
+    static constexpr int kOutN = kSwiglu ? kBRows / 2 : kBRows;  // output columns of a tile
+    static constexpr int kWgOut = kSwiglu ? kWgN / 2 : kWgN;     // output columns of a math warpgroup
+    static constexpr int kBoxB = kSwiglu ? kWgN / 2 : kBRows;    // rows of one TMA box of b
+    static constexpr uint32_t kABytes = kBM * kBK * 2;
+    static constexpr uint32_t kBBytes = kBRows * kBK * 2;
     static constexpr uint32_t kStageBytes = kABytes + kBBytes;
-    static constexpr size_t kBarrierBytes = 2 * kStages * sizeof(uint64_t);
-    /// Dynamic shared memory: the stages, the barriers, the tile schedule (num_experts + 1 ints), alignment slack.
+    static constexpr uint32_t kCBoxBytes = 64 * 128;          // 64 rows x 64 BF16 columns
+    static constexpr int kCBufs = kWgOut >= 128 ? 2 : 1;      // output box buffers of a math warpgroup
+    static constexpr uint32_t kCBytes = kCBufs * kCBoxBytes;  // one math warpgroup's output buffers
+    // Alignment slack, the barriers (at most 8 stages of 2) and the schedule; the stages take the rest.
+    static constexpr size_t kFixedBytes = 1024 + 16 * sizeof(uint64_t) + (kMaxWgmmaExperts + 1) * sizeof(int32_t);
+    static constexpr int kStages = int((kSmemLimit - kFixedBytes - 2 * kCBytes) / kStageBytes);
+    static constexpr size_t kCOffset = size_t(kStages) * kStageBytes;
+    static constexpr size_t kBarOffset = kCOffset + 2 * kCBytes;
+    /// Dynamic shared memory: the stages, the math warpgroups' output buffers, the barriers, the tile schedule
+    /// (num_experts + 1 ints) and the alignment slack.
     static size_t smem_bytes(int32_t num_experts) {
-        return size_t(kStages) * kStageBytes + kBarrierBytes + size_t(num_experts + 1) * sizeof(int32_t) + 1024;
+        return kBarOffset + 2 * kStages * sizeof(uint64_t) + size_t(num_experts + 1) * sizeof(int32_t) + 1024;
     }
-    static_assert(kASubBytes % 1024 == 0 && kBSubBytes % 1024 == 0, "boxes must stay 1024-byte aligned (swizzle atom)");
-    static_assert(kStages >= 2, "the pipeline needs two stages");
+    static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "boxes must stay 1024-byte aligned (swizzle atom)");
+    static_assert(kStages >= 2 && kStages <= 8, "the pipeline needs two stages; the barriers have room for 8");
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -124,7 +137,6 @@ __device__ __forceinline__ uint64_t smem_desc(const void* tile) {
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 
 /// Keeps the compiler from moving accesses of the accumulators across the asynchronous wgmma (as a use and a
 /// definition of each register at this point).
@@ -134,60 +146,73 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[kN]) {
     for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},"
-        " %128, %129, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
-          "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
-          "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
-          "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]),
-          "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]),
-          "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]),
-          "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]),
-          "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]),
-          "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]),
-          "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
-          "+f"(d[126]), "+f"(d[127])
-        : "l"(desc_a), "l"(desc_b));
+/// wgmma.wait_group: returns once at most kPending committed groups of this warpgroup's wgmmas are in flight.
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
 
-__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
-        " %64, %65, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
-          "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
-          "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(desc_a), "l"(desc_b));
+/// Barrier over the 128 threads of one warpgroup (named barrier id, 1..15).
+__device__ __forceinline__ void warpgroup_sync(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
+
+/// 2D TMA store of the box at (c0 = column, c1 = row) from shared memory, in this thread's bulk async group; the
+/// parts of the box past the matrix are not written.
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, uint32_t src, int32_t c0, int32_t c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(src), "r"(c0), "r"(c1)
+                 : "memory");
 }
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/// Waits until at most kPending of this thread's bulk groups have not yet read their shared-memory sources.
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+/// Waits until this thread's bulk stores are complete.
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+__device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
+// The operand lists of the two wgmma shapes: accumulator registers %0..%63 (and %64..%127 for N = 256), and
+// "+f" constraints on d[i .. i + 31].
+#define ZMOE_WGMMA_D0_63                                                               \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "           \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define ZMOE_WGMMA_D64_127                                                                         \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "             \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "             \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define ZMOE_WGMMA_ACC8(i)                                                                                      \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+        "+f"(d[i + 7])
+#define ZMOE_WGMMA_ACC32(i) ZMOE_WGMMA_ACC8(i), ZMOE_WGMMA_ACC8(i + 8), ZMOE_WGMMA_ACC8(i + 16), ZMOE_WGMMA_ACC8(i + 24)
+
+/// d (64 x 256, fp32) += A (64 x 16) . B (256 x 16)^T, both BF16 and K-major in shared memory.
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" ZMOE_WGMMA_D0_63 ", " ZMOE_WGMMA_D64_127
+                 "}, %128, %129, 1, 1, 1, 0, 0;\n"
+                 : ZMOE_WGMMA_ACC32(0), ZMOE_WGMMA_ACC32(32), ZMOE_WGMMA_ACC32(64), ZMOE_WGMMA_ACC32(96)
+                 : "l"(desc_a), "l"(desc_b));
+}
+
+/// d (64 x 128, fp32) += A (64 x 16) . B (128 x 16)^T.
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" ZMOE_WGMMA_D0_63
+                 "}, %64, %65, 1, 1, 1, 0, 0;\n"
+                 : ZMOE_WGMMA_ACC32(0), ZMOE_WGMMA_ACC32(32)
+                 : "l"(desc_a), "l"(desc_b));
+}
+
+#undef ZMOE_WGMMA_ACC32
+#undef ZMOE_WGMMA_ACC8
+#undef ZMOE_WGMMA_D64_127
+#undef ZMOE_WGMMA_D0_63
 
 template <int kWgN>
 __device__ __forceinline__ void wgmma_tile(float (&d)[kWgN / 2], uint64_t desc_a, uint64_t desc_b) {
@@ -247,16 +272,16 @@ __device__ __forceinline__ row_tile locate_row_tile(const int32_t* offsets, cons
     return {e, m0, min(kBM, offsets[e + 1] - m0)};
 }
 
-template <int kBM, bool kSwiglu, int kSub>
+template <int kBM, bool kSwiglu>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                              const grouped_gemm_params p) {
+                              const __grid_constant__ CUtensorMap map_c, const grouped_gemm_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    using tile = wg_tile<kBM, kSwiglu, kSub>;
+    using tile = wg_tile<kBM, kSwiglu>;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     // The swizzle pattern is a function of the address bits: stages start on 1024-byte boundaries.
     unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(tile::kStages) * tile::kStageBytes);
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + tile::kBarOffset);
     uint64_t* empty = full + tile::kStages;
     int32_t* tile_start = reinterpret_cast<int32_t*>(empty + tile::kStages);  // [num_experts + 1]
 
@@ -276,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int32_t m_tiles = tile_start[p.num_experts];
     const int32_t n_tiles = (p.n + tile::kOutN - 1) / tile::kOutN;
     const int32_t num_tiles = m_tiles * n_tiles;
-    const int32_t k_tiles = (p.k + tile::kStageK - 1) / tile::kStageK;
+    const int32_t k_tiles = (p.k + kBK - 1) / kBK;
 
     if (warpgroup == 0) {
         // The whole kernel runs at the 168 registers per thread that 384 threads leave (no setmaxnreg: the math
@@ -307,41 +332,33 @@ __global__ void __launch_bounds__(kThreads, 1)
                     mbar_wait(&empty[s], ((it / tile::kStages) & 1) ^ 1);
                     unsigned char* a_s = smem + size_t(s) * tile::kStageBytes;
                     unsigned char* b_s = a_s + tile::kABytes;
+                    const int32_t k0 = kt * kBK;
                     if (threadIdx.x == 0) {
                         mbar_arrive_expect_tx(&full[s], gather ? tile::kBBytes : tile::kStageBytes);
+                        if (!gather) tma_load_2d(a_s, &map_a, k0, m0, &full[s]);
+                        if constexpr (kSwiglu) {
+                            // Each math warpgroup's kWgN rows: its gate rows, then the matching up rows.
 #pragma unroll
-                        for (int sub = 0; sub < kSub; ++sub) {
-                            const int32_t k0 = kt * tile::kStageK + sub * kBK;
-                            unsigned char* b_sub = b_s + sub * tile::kBSubBytes;
-                            if (!gather) tma_load_2d(a_s + sub * tile::kASubBytes, &map_a, k0, m0, &full[s]);
-                            if constexpr (kSwiglu) {
-                                // Each math warpgroup's kWgN rows: its gate rows, then the matching up rows.
-#pragma unroll
-                                for (int w = 0; w < kBRows / tile::kWgN; ++w) {
-                                    const int32_t col = n0 + w * (tile::kWgN / 2);
-                                    tma_load_2d(b_sub + size_t(w) * tile::kWgN * 128, &map_b, k0, b_row + col,
-                                                &full[s]);
-                                    tma_load_2d(b_sub + (size_t(w) * tile::kWgN + tile::kWgN / 2) * 128, &map_b, k0,
-                                                b_row + p.n + col, &full[s]);
-                                }
-                            } else {
-                                tma_load_2d(b_sub, &map_b, k0, b_row + n0, &full[s]);
+                            for (int w = 0; w < kBRows / tile::kWgN; ++w) {
+                                const int32_t col = n0 + w * (tile::kWgN / 2);
+                                tma_load_2d(b_s + size_t(w) * tile::kWgN * 128, &map_b, k0, b_row + col, &full[s]);
+                                tma_load_2d(b_s + (size_t(w) * tile::kWgN + tile::kWgN / 2) * 128, &map_b, k0,
+                                            b_row + p.n + col, &full[s]);
                             }
+                        } else {
+                            tma_load_2d(b_s, &map_b, k0, b_row + n0, &full[s]);
                         }
                     }
                     if (gather) {
+                        const int32_t k = k0 + chunk * 8;
 #pragma unroll
-                        for (int sub = 0; sub < kSub; ++sub) {
-                            const int32_t k = kt * tile::kStageK + sub * kBK + chunk * 8;
-#pragma unroll
-                            for (int j = 0; j < kBM / 16; ++j) {
-                                // Row r's chunk c goes to 16-byte slot c ^ (r % 8) of its 128 bytes: the
-                                // 128-byte swizzle TMA writes and the matrix descriptors read.
-                                const int r = int(threadIdx.x) / 8 + 16 * j;
-                                const bool valid = src[j] >= 0 && k < p.k;
-                                cp_async_16(a_s + sub * tile::kASubBytes + r * 128 + ((chunk ^ (r & 7)) << 4),
-                                            valid ? p.a + size_t(src[j]) * p.k + k : p.a, valid);
-                            }
+                        for (int j = 0; j < kBM / 16; ++j) {
+                            // Row r's chunk c goes to 16-byte slot c ^ (r % 8) of its 128 bytes: the 128-byte
+                            // swizzle TMA writes and the matrix descriptors read.
+                            const int r = int(threadIdx.x) / 8 + 16 * j;
+                            const bool valid = src[j] >= 0 && k < p.k;
+                            cp_async_16(a_s + r * 128 + ((chunk ^ (r & 7)) << 4),
+                                        valid ? p.a + size_t(src[j]) * p.k + k : p.a, valid);
                         }
                         cp_async_commit();
                         if (it >= kGatherLag) {  // the copies of stage it - kGatherLag have landed
@@ -364,11 +381,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int a_row0 = kBM == 128 ? mw * 64 : 0;
         const int b_row0 = kBM == 128 ? 0 : mw * tile::kWgN;
         const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+        const bool storer = threadIdx.x % 128 == 0;  // the thread that issues this warpgroup's TMA stores
+        const uint32_t c_s = smem_addr(smem + tile::kCOffset + mw * tile::kCBytes);
+        if (storer) tma_prefetch_map(&map_c);
         float acc[tile::kWgN / 2];
         uint32_t it = 0;
         for (int32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
             const row_tile rt = locate_row_tile<kBM>(p.expert_offsets, tile_start, p.num_experts, t / n_tiles);
-            const int32_t m0 = rt.m0;
             const int32_t n0 = (t % n_tiles) * tile::kOutN;
             // A 64-row tile leaves the second warpgroup of a 128-row tile idle: it only passes the stages on.
             if (a_row0 >= rt.rows) {
@@ -381,58 +400,70 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
 #pragma unroll
             for (int i = 0; i < tile::kWgN / 2; ++i) acc[i] = 0.f;
+            // One stage's wgmmas stay in flight while the next stage's are issued; a stage is released once its
+            // wgmmas are done.
             for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
                 const uint32_t s = it % tile::kStages;
                 mbar_wait(&full[s], (it / tile::kStages) & 1);
                 const unsigned char* a_s = smem + size_t(s) * tile::kStageBytes;
+                const uint64_t desc_a = smem_desc(a_s + a_row0 * 128);
+                const uint64_t desc_b = smem_desc(a_s + tile::kABytes + b_row0 * 128);
                 wgmma_fence();
 #pragma unroll
-                for (int sub = 0; sub < kSub; ++sub) {
-                    const uint64_t desc_a = smem_desc(a_s + sub * tile::kASubBytes + a_row0 * 128);
-                    const uint64_t desc_b = smem_desc(a_s + tile::kABytes + sub * tile::kBSubBytes + b_row0 * 128);
-#pragma unroll
-                    for (int kk = 0; kk < kBK / 16; ++kk) wgmma_tile<tile::kWgN>(acc, desc_a + 2 * kk, desc_b + 2 * kk);
-                }
+                for (int kk = 0; kk < kBK / 16; ++kk) wgmma_tile<tile::kWgN>(acc, desc_a + 2 * kk, desc_b + 2 * kk);
                 wgmma_commit();
-                wgmma_wait_all();
+                wgmma_wait<1>();
                 fence_accumulators(acc);
-                if (lane == 0) mbar_arrive(&empty[s]);
+                if (kt > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % tile::kStages]);
             }
-            // Accumulator fragment: element 4j + q sits at row warp * 16 + lane / 4 + 8 * (q / 2) and column
-            // 8j + 2 * (lane % 4) + q % 2 of this warpgroup's 64 x kWgN block.
-            const int32_t row = m0 + a_row0 + warp * 16 + lane / 4;
-            if constexpr (kSwiglu) {
-                const int32_t col0 = n0 + b_row0 / 2 + 2 * (lane % 4);
+            wgmma_wait<0>();
+            fence_accumulators(acc);
+            if (lane == 0) mbar_arrive(&empty[(it - 1) % tile::kStages]);
+
+            // Epilogue: the warpgroup's kWgOut output columns go out in boxes of 64 rows x 64 columns, each written
+            // into one of its kCBufs shared-memory buffers (once the store that last used that buffer has read it)
+            // and stored with TMA as its own bulk group. A buffer holds its box with the 128-byte swizzle (16-byte
+            // chunk c of row r at slot c ^ (r % 8)): the accumulator fragment (element 4j + 2h + q at row
+            // warp * 16 + lane / 4 + 8h, column 8j + 2 * (lane % 4) + q of the warpgroup's 64 x kWgN block) lands
+            // without bank conflicts.
+            const int32_t col0 = n0 + (kBM == 128 ? 0 : mw * tile::kWgOut);
+            const int r = warp * 16 + lane / 4;
 #pragma unroll
-                for (int j = 0; j < tile::kWgN / 16; ++j) {
-                    const int32_t col = col0 + 8 * j;
-                    if (col >= p.n) continue;
+            for (int box = 0; box < tile::kWgOut / 64; ++box) {
+                const uint32_t buf = c_s + (box % tile::kCBufs) * tile::kCBoxBytes;
+                if (storer) bulk_wait_read<tile::kCBufs - 1>();
+                warpgroup_sync(1 + mw);
+#pragma unroll
+                for (int jj = 0; jj < 8; ++jj) {
+                    const int j = 8 * box + jj;
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         float v[2];
 #pragma unroll
                         for (int q = 0; q < 2; ++q) {
                             const float g = acc[4 * j + 2 * h + q];
-                            const float u = acc[4 * (j + tile::kWgN / 16) + 2 * h + q];
-                            v[q] = g / (1.f + __expf(-g)) * u;
+                            if constexpr (kSwiglu) {
+                                const float u = acc[4 * (j + tile::kWgN / 16) + 2 * h + q];
+                                v[q] = g / (1.f + __expf(-g)) * u;
+                            } else {
+                                v[q] = g;
+                            }
                         }
-                        *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row + 8 * h) * p.n + col) =
-                            __floats2bfloat162_rn(v[0], v[1]);
+                        const __nv_bfloat162 pair = __floats2bfloat162_rn(v[0], v[1]);
+                        const int row = r + 8 * h;
+                        st_shared_b32(buf + row * 128 + ((jj ^ (row % 8)) << 4) + (lane % 4) * 4,
+                                      *reinterpret_cast<const uint32_t*>(&pair));
                     }
                 }
-            } else {
-                const int32_t col0 = n0 + b_row0 + 2 * (lane % 4);
-#pragma unroll
-                for (int j = 0; j < tile::kWgN / 8; ++j) {
-                    const int32_t col = col0 + 8 * j;
-                    if (col >= p.n) continue;
-#pragma unroll
-                    for (int h = 0; h < 2; ++h)
-                        *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row + 8 * h) * p.n + col) =
-                            __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                fence_proxy_async();  // the TMA store reads what these generic-proxy stores wrote
+                warpgroup_sync(1 + mw);
+                if (storer) {
+                    if (col0 + box * 64 < p.n) tma_store_2d(&map_c, buf, col0 + box * 64, rt.m0 + a_row0);
+                    bulk_commit();  // a group per box, empty past n, so that the buffer waits count boxes
                 }
             }
         }
+        if (storer) bulk_wait_all();
     }
 #endif
 }
@@ -456,7 +487,7 @@ encode_tiled_fn encode_tiled() {
 }
 
 /// Tensor map of a row-major BF16 matrix [rows, k], boxes of kBK x box_rows, 128-byte swizzle; reads past the
-/// matrix fill zeros (the K tail, and rows past the last expert).
+/// matrix fill zeros (the K tail, and rows past the last expert), stores past it are dropped (the N tail).
 CUtensorMap make_map(const bf16* base, int64_t rows, int32_t k, int32_t box_rows) {
     CUtensorMap map{};
     const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
@@ -488,28 +519,29 @@ const device_info& current_device() {
     return info;
 }
 
-template <int kBM, bool kSwiglu, int kSub>
+template <int kBM, bool kSwiglu>
 void launch_config(const grouped_gemm_params& p, cudaStream_t stream) {
-    using tile = wg_tile<kBM, kSwiglu, kSub>;
+    using tile = wg_tile<kBM, kSwiglu>;
     if (p.max_rows < 64) return;  // expert groups are multiples of row_align >= 64 rows: all are empty
-    const auto kernel = grouped_gemm_wgmma_kernel<kBM, kSwiglu, kSub>;
+    const auto kernel = grouped_gemm_wgmma_kernel<kBM, kSwiglu>;
     const size_t smem = tile::smem_bytes(p.num_experts);
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
     const CUtensorMap map_a = p.a_rows ? CUtensorMap{} : make_map(p.a, p.max_rows, p.k, kBM);  // gather: unused
     const CUtensorMap map_b = make_map(p.b, int64_t(p.num_experts) * n_b, p.k, tile::kBoxB);
+    const CUtensorMap map_c = make_map(p.c, p.max_rows, p.n, 64);
     const int64_t tiles_bound = int64_t(p.max_rows / 64) * ((p.n + tile::kOutN - 1) / tile::kOutN);
     const int grid = int(std::max<int64_t>(1, std::min<int64_t>(tiles_bound, current_device().sms)));
-    kernel<<<grid, kThreads, smem, stream>>>(map_a, map_b, p);
+    kernel<<<grid, kThreads, smem, stream>>>(map_a, map_b, map_c, p);
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 
-template <int kBM, int kSub>
+template <int kBM>
 void launch_swiglu_or_not(const grouped_gemm_params& p, cudaStream_t stream) {
     if (p.swiglu)
-        launch_config<kBM, true, kSub>(p, stream);
+        launch_config<kBM, true>(p, stream);
     else
-        launch_config<kBM, false, kSub>(p, stream);
+        launch_config<kBM, false>(p, stream);
 }
 
 }  // namespace
@@ -526,8 +558,8 @@ bool device_has_wgmma() {
 
 bool grouped_gemm_wgmma_supported(const grouped_gemm_params& p) {
     const auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-    return current_device().major == 9 && p.row_align % 64 == 0 && p.k % 8 == 0 && p.n % 8 == 0 && aligned16(p.a) &&
-           aligned16(p.b) && reinterpret_cast<uintptr_t>(p.c) % 4 == 0;
+    return current_device().major == 9 && p.row_align % 64 == 0 && p.k % 8 == 0 && p.n % 8 == 0 &&
+           p.num_experts <= kMaxWgmmaExperts && aligned16(p.a) && aligned16(p.b) && aligned16(p.c);
 }
 
 void launch_grouped_gemm_wgmma(const grouped_gemm_params& p, cudaStream_t stream) {
@@ -538,11 +570,10 @@ void launch_grouped_gemm_wgmma(const grouped_gemm_params& p, cudaStream_t stream
     // moe_permuted_rows_bound, so max_rows / num_experts - (row_align - 1) is the mean group size), else 64-row
     // tiles with the two math warpgroups splitting the columns.
     const bool tall = p.row_align % 128 == 0 || int64_t(p.max_rows) >= int64_t(p.num_experts) * (128 + p.row_align - 1);
-    // One 64-wide K box per stage: two per stage (fewer, larger stages) measured the same on H200.
     if (tall)
-        launch_swiglu_or_not<128, 1>(p, stream);
+        launch_swiglu_or_not<128>(p, stream);
     else
-        launch_swiglu_or_not<64, 1>(p, stream);
+        launch_swiglu_or_not<64>(p, stream);
 }
 
 }  // namespace zmoe::kernels::detail

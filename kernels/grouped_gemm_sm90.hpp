@@ -7,11 +7,14 @@
 
 namespace zmoe::kernels::detail {
 
+/// The most experts the wgmma kernel's tile schedule (in shared memory) has room for.
+constexpr int32_t kMaxWgmmaExperts = 256;
+
 /// True when the current device is compute capability 9.x (Hopper: wgmma and TMA).
 bool device_has_wgmma();
 
 /// True when the current device is compute capability 9.x and p's layout suits the kernel (row_align a multiple
-/// of 64, n and k multiples of 8, a and b 16-byte aligned as TMA needs).
+/// of 64, n and k multiples of 8, at most kMaxWgmmaExperts experts, a, b and c 16-byte aligned as TMA needs).
 bool grouped_gemm_wgmma_supported(const grouped_gemm_params& p);
 
 /// launch_grouped_gemm's contract on the wgmma kernel: 128-row tiles when row_align % 128 == 0, else 64-row tiles.

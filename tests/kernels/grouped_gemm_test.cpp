@@ -122,6 +122,10 @@ INSTANTIATE_TEST_SUITE_P(
         // 128-row tiles over 64-row groups (a group of an odd number of blocks ends in a 64-row tile).
         gemm_case{3000, 8, 64, 128, 256, false, 64, kWgmma}, gemm_case{3000, 6, 40, 136, 72, true, 64, kWgmma},
         gemm_case{20000, 2, 64, 128, 64, true, 128, kWgmma}, gemm_case{20000, 2, 64, 64, 128, false, 64, kWgmma},
+        // Many tiles per CTA through the epilogue's two output buffers per warpgroup, a partial last column box
+        // (n % 64 == 8), and more experts than the wgmma tile schedule holds (auto falls back to mma.sync).
+        gemm_case{20000, 2, 64, 128, 256, false, 64, kWgmma}, gemm_case{3000, 8, 64, 128, 264, false, 64, kWgmma},
+        gemm_case{5000, 4, 32, 64, 264, true, 128, kWgmma}, gemm_case{500, 2, 300, 64, 64, false, 64, kAuto},
         // x read through a_rows (row_token) instead of the permuted copy, both kernels and all tiles.
         gemm_case{37, 3, 16, 96, 40, true, 16, kMma, true}, gemm_case{500, 2, 8, 40, 96, false, 128, kMma, true},
         gemm_case{1, 8, 128, 2048, 768, true, 64, kWgmma, true},
