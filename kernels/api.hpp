@@ -453,7 +453,8 @@ struct gemv_bf16_params {
 bool gemv_bf16_supported(int32_t m, int32_t n, int32_t k);
 
 /// Row-major y = x . w^T (+ bias), fp32 accumulate, one pass over w with 16-byte streaming loads (memory bound for
-/// the m it takes). m == 0 is a no-op.
+/// the m it takes). A BF16 output's bias is added to the product rounded to BF16 (as launch_gemm_bf16 followed by
+/// launch_add_bias rounds). m == 0 is a no-op.
 void launch_gemv_bf16(const gemv_bf16_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------

@@ -11,13 +11,15 @@
 //            one broadcast vector per key.
 // A sequence that fits one chunk writes its output directly. Otherwise every chunk writes (o, m, l) to the
 // workspace and the block whose arrival completes its (sequence, KV head) merges them in chunk order
-// (deterministic, and the same bits whatever the grid), then re-arms the counter.
+// (deterministic, and the same bits whatever the grid), then re-arms the counter. Launched programmatically
+// dependent (pdl.cuh).
 
 #include <algorithm>
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
+#include "kernels/pdl.cuh"
 
 namespace zmoe::kernels {
 namespace {
@@ -65,8 +67,11 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode
     __shared__ float m_run[kGroup], l_run[kGroup], alpha_s[kGroup];
     __shared__ float chunk_w[kGroup][kDecodeAttentionMaxChunks];  // merge: 2^(m_c - M) per head and chunk
     __shared__ float inv_sum[kGroup];
+    __shared__ int32_t slot_s[C::kTile];  // the cache slot of each key of the tile being copied
     __shared__ bool merge_here;
 
+    detail::pdl_wait();  // the query and this step's K/V rows come from the kernel before
+    detail::pdl_launch_dependents();
     const int32_t split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int32_t kv_len = p.start_pos[seq] + 1;
@@ -88,17 +93,25 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode
     int32_t my_chunks = 0;
     for (int32_t c = split; c < num_chunks; c += p.num_splits, ++my_chunks) {
         const int32_t k_begin = c * chunk, k_end = min(kv_len, k_begin + chunk);
-        auto load_tile = [&](bf16* dst, const bf16* cache, int32_t t0) {
+        // The cache slots of a tile's keys, one block-table read per key, all in flight at once (the copies then
+        // issue back to back instead of each waiting on its table read).
+        auto find_slots = [&](int32_t t0) {
+            for (int j = threadIdx.x; j < min(kTile, k_end - t0); j += kThreads) {
+                const int32_t key = t0 + j;
+                slot_s[j] = table[key / p.block_size] * p.block_size + key % p.block_size;
+            }
+            __syncthreads();
+        };
+        auto load_tile = [&](bf16* dst, const bf16* cache, int32_t t0) {  // the tile of find_slots(t0)
             const int32_t n = min(kTile, k_end - t0);
             for (int i = threadIdx.x; i < n * (kHeadDim / 8); i += kThreads) {
                 const int j = i / (kHeadDim / 8), piece = i % (kHeadDim / 8);
-                const int32_t key = t0 + j;
-                const size_t slot = size_t(table[key / p.block_size]) * p.block_size + key % p.block_size;
                 cp_async_16(dst + j * kStride + piece * 8,
-                            cache + (slot * p.num_kv_heads + kvh) * kHeadDim + piece * 8);
+                            cache + (size_t(slot_s[j]) * p.num_kv_heads + kvh) * kHeadDim + piece * 8);
             }
             cp_async_commit();
         };
+        find_slots(k_begin);
         load_tile(k_s, p.k_cache, k_begin);
         load_tile(v_s, p.v_cache, k_begin);
         if (threadIdx.x < kGroup) m_run[threadIdx.x] = -INFINITY, l_run[threadIdx.x] = 0.f;
@@ -164,11 +177,13 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode
                     m_run[h] = m_new;
                 }
             }
-            __syncthreads();  // probabilities ready; the K tile is free
-            if (more)
+            __syncthreads();  // probabilities ready; the K tile and the slots are free (this tile's V is issued)
+            if (more) {
+                find_slots(t0 + kTile);
                 load_tile(k_s, p.k_cache, t0 + kTile);
-            else
-                cp_async_commit();           // an empty group keeps the count uniform
+            } else {
+                cp_async_commit();  // an empty group keeps the count uniform
+            }
             cp_async_wait_all_but_newest();  // this tile's V
             __syncthreads();
 
@@ -206,7 +221,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode
             }
             __syncthreads();  // the V tile and the probabilities are free
             if (more)
-                load_tile(v_s, p.v_cache, t0 + kTile);
+                load_tile(v_s, p.v_cache, t0 + kTile);  // the slots of find_slots(t0 + kTile)
             else
                 cp_async_commit();
         }
@@ -282,8 +297,8 @@ void launch_one(const decode_attention_params& p, cudaStream_t stream) {
     constexpr size_t smem = tile_config<kHeadDim, kGroup>::kSmemBytes;
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<kHeadDim, kGroup>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    decode_attention_kernel<kHeadDim, kGroup>
-        <<<dim3(p.num_splits, p.num_kv_heads, p.num_seqs), kThreads, smem, stream>>>(p);
+    detail::launch_pdl(decode_attention_kernel<kHeadDim, kGroup>, dim3(p.num_splits, p.num_kv_heads, p.num_seqs),
+                       dim3(kThreads), smem, stream, p);
 }
 
 template <int kHeadDim>

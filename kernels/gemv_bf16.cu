@@ -3,21 +3,23 @@
 //
 // Blocks of eight warps; x is staged once per block in shared memory (bf16 [m][k], 16-byte rows). A warp owns R
 // consecutive rows of w at a time (grid-stride over the rows): lane j reads 16-byte chunks j, j + 32, ... of each
-// row, kUnroll chunks per row in flight, converts each chunk once and multiplies it with the m rows of x; the lanes'
-// partial sums meet in a warp reduction (fixed order: deterministic).
+// row, 16 / R chunks per row in flight (a row of 2048 BF16 in one round trip), converts each chunk once and multiplies
+// it with the m rows of x; the lanes' partial sums meet in a warp reduction (fixed order: deterministic). Launched
+// programmatically dependent (pdl.cuh): each warp sends its first weight chunks towards L2 before waiting for the
+// kernel before it.
 
 #include <algorithm>
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
+#include "kernels/pdl.cuh"
 
 namespace zmoe::kernels {
 namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kUnroll = 4;        // 16-byte chunks of one row in flight per lane
 constexpr int kMaxBlocks = 4096;  // grid-stride beyond (enough to fill any current GPU several times)
 constexpr size_t kMaxSmem = 64u << 10;
 
@@ -42,14 +44,28 @@ __device__ __forceinline__ void to_f32x8(const uint4& u, float (&f)[8]) {
 
 template <int M, int R, bool kF32>
 __global__ void __launch_bounds__(kThreads) gemv_bf16_kernel(const gemv_bf16_params p) {
+    constexpr int kUnroll = 16 / R;  // 16-byte chunks of one row in flight per lane: 16 loads per lane in all
     extern __shared__ __align__(16) unsigned char smem[];  // x: [M][k] bf16
     uint4* x_s = reinterpret_cast<uint4*>(smem);
     const int32_t kv = p.k / 8;  // 16-byte chunks per row
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    {
+        // The weights depend on no earlier kernel: start this warp's first rows towards L2 while that kernel ends.
+        const int64_t row0 = (int64_t(blockIdx.x) * kWarps + warp) * R;
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u)
+                if (row0 + r < p.n && lane + 32 * u < kv)
+                    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(reinterpret_cast<const uint4*>(p.w) +
+                                                                    (row0 + r) * kv + lane + 32 * u));
+    }
+    detail::pdl_wait();
+    detail::pdl_launch_dependents();
     const uint4* x = reinterpret_cast<const uint4*>(p.x);
     for (int32_t i = threadIdx.x; i < M * kv; i += kThreads) x_s[i] = x[i];
     __syncthreads();
 
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (int64_t row0 = (int64_t(blockIdx.x) * kWarps + warp) * R; row0 < p.n;
          row0 += int64_t(gridDim.x) * kWarps * R) {
         float acc[R][M];
@@ -91,10 +107,14 @@ __global__ void __launch_bounds__(kThreads) gemv_bf16_kernel(const gemv_bf16_par
         }
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            const float b = live[r] && p.bias != nullptr ? __bfloat162float(p.bias[row0 + r]) : 0.f;
+            const bool bias = live[r] && p.bias != nullptr;
+            const float b = bias ? __bfloat162float(p.bias[row0 + r]) : 0.f;
 #pragma unroll
             for (int m = 0; m < M; ++m) {
-                const float v = detail::warp_sum(acc[r][m]) + b;
+                float v = detail::warp_sum(acc[r][m]);
+                // A BF16 output's bias meets the BF16-rounded product, as launch_add_bias after cuBLASLt does: both
+                // paths round alike.
+                if (bias) v = (kF32 ? v : __bfloat162float(__float2bfloat16(v))) + b;
                 if (lane == r * M + m && live[r]) {
                     const size_t at = size_t(m) * p.n + row0 + r;
                     if constexpr (kF32)
@@ -113,7 +133,7 @@ void launch_one(const gemv_bf16_params& p, cudaStream_t stream) {
     ZMOE_CUDA_CHECK(
         cudaFuncSetAttribute(gemv_bf16_kernel<M, R, kF32>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
     const int64_t blocks = std::min<int64_t>((int64_t(p.n) + kWarps * R - 1) / (kWarps * R), kMaxBlocks);
-    gemv_bf16_kernel<M, R, kF32><<<int(blocks), kThreads, smem, stream>>>(p);
+    detail::launch_pdl(gemv_bf16_kernel<M, R, kF32>, dim3(int(blocks)), dim3(kThreads), smem, stream, p);
 }
 
 template <int M>

@@ -54,11 +54,11 @@ __global__ void __launch_bounds__(kWarps * 32) router_topk_kernel(const router_t
 void launch_router_topk(const router_topk_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(p.top_k >= 1 && p.top_k <= 16 && p.top_k <= p.num_experts,
                         "router: top_k must be in [1, min(16, num_experts)]");
-    ZMOE_KERNEL_REQUIRE(p.replica_offsets == nullptr || (p.replica_slots != nullptr && p.slot_ids != nullptr),
-                        "router: the fused replica choice needs replica_slots and slot_ids");
     if (p.expert_counts != nullptr)
         ZMOE_CUDA_CHECK(cudaMemsetAsync(p.expert_counts, 0, size_t(p.num_experts) * sizeof(int32_t), stream));
     if (p.num_tokens == 0) return;
+    ZMOE_KERNEL_REQUIRE(p.replica_offsets == nullptr || (p.replica_slots != nullptr && p.slot_ids != nullptr),
+                        "router: the fused replica choice needs replica_slots and slot_ids");
     const int blocks = (p.num_tokens + kWarps - 1) / kWarps;
     const size_t smem = 2 * size_t(p.num_experts) * sizeof(int32_t);
     DISPATCH_EXPERTS_PER_LANE(p.num_experts, kPerLane,

@@ -15,12 +15,18 @@ struct router_case {
 
 class RouterTopk : public ::testing::TestWithParam<router_case> {};
 
-TEST_P(RouterTopk, MatchesReference) {
-    const auto c = GetParam();
-    std::mt19937 rng(c.num_tokens * 3 + c.num_experts + c.top_k);
+/// Gate logits for the case (on a coarse grid when it tests ties).
+std::vector<float> make_logits(const router_case& c, std::mt19937& rng) {
     auto logits = random_f32(size_t(c.num_tokens) * c.num_experts, 4.f, rng);
     if (c.ties)
         for (auto& l : logits) l = std::round(l);
+    return logits;
+}
+
+TEST_P(RouterTopk, MatchesReference) {
+    const auto c = GetParam();
+    std::mt19937 rng(c.num_tokens * 3 + c.num_experts + c.top_k);
+    const auto logits = make_logits(c, rng);
 
     auto d_logits = upload(logits);
     device_buffer<int32_t> d_ids(size_t(c.num_tokens) * c.top_k), d_counts(c.num_experts);
@@ -51,9 +57,7 @@ TEST_P(RouterTopk, MatchesReference) {
 TEST_P(RouterTopk, FusedReplicaChoiceMatchesMoeRoute) {
     const auto c = GetParam();
     std::mt19937 rng(c.num_tokens * 5 + c.num_experts + c.top_k);
-    auto logits = random_f32(size_t(c.num_tokens) * c.num_experts, 4.f, rng);
-    if (c.ties)
-        for (auto& l : logits) l = std::round(l);
+    const auto logits = make_logits(c, rng);
     // Expert e has 1 + e % 3 replicas over 2 ranks' slots; the last quarter of the tokens is padding.
     std::vector<int32_t> offsets{0}, slots;
     for (int32_t e = 0; e < c.num_experts; ++e) {
