@@ -1,5 +1,6 @@
 #include "actors/zmoe_client.hpp"
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <optional>
@@ -33,8 +34,8 @@ struct zmoe_client::impl {
     std::optional<clock_type::time_point> unanswered_since;  // the first heartbeat sent since the last frame came
     uint64_t next_id = 0;
     uint64_t next_tag = 0;
-    std::set<std::string> live;
-    std::deque<client_event> events;  // arrival order
+    std::map<std::string, uint32_t> live;  // client_request_id -> its sequences not yet finished (n at first)
+    std::deque<client_event> events;       // arrival order
     std::map<std::string, client_health_reply> health_replies;
     std::map<std::string, client_metrics_reply> metrics_replies;
     std::map<std::string, client_tokens_reply> tokens_replies;
@@ -120,7 +121,10 @@ struct zmoe_client::impl {
                 [&](auto&& m) {
                     using T = std::decay_t<decltype(m)>;
                     if constexpr (std::is_same_v<T, client_delta>) {
-                        if (m.finished) live.erase(m.client_request_id);
+                        if (m.finished) {  // the request ends with the last of its n sequences
+                            auto it = live.find(m.client_request_id);
+                            if (it != live.end() && --it->second == 0) live.erase(it);
+                        }
                         events.emplace_back(std::move(m));
                     } else if constexpr (std::is_same_v<T, client_error>) {
                         if (m.code == errc::unauthenticated && m.client_request_id.empty()) {
@@ -172,7 +176,7 @@ std::string zmoe_client::generate(client_generate request) {
         throw error(errc::invalid_argument, "zmoe_client: request id '" + request.client_request_id + "' is in use");
     }
     impl_->send_authenticated(encode(request));
-    impl_->live.insert(request.client_request_id);
+    impl_->live[request.client_request_id] = std::max<uint32_t>(1, request.n);
     return request.client_request_id;
 }
 
@@ -205,25 +209,37 @@ std::optional<client_event> zmoe_client::next_any(std::chrono::milliseconds time
     return e;
 }
 
-client_completion zmoe_client::collect(const std::string& id, std::chrono::milliseconds timeout) {
+std::vector<client_completion> zmoe_client::collect_all(const std::string& id, std::chrono::milliseconds timeout) {
     auto deadline = clock_type::now() + timeout;
-    client_completion out;
-    out.client_request_id = id;
-    for (;;) {
+    std::vector<client_completion> out;
+    auto buffered = [&] {
+        return std::any_of(impl_->events.begin(), impl_->events.end(),
+                           [&](const client_event& e) { return impl::id_of(e) == id; });
+    };
+    while (out.empty() || impl_->live.count(id) || buffered()) {
         auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock_type::now());
         auto e = next(id, std::max(left, std::chrono::milliseconds(0)));
         if (!e) throw error(errc::peer_dead, "zmoe_client: request '" + id + "' timed out");
         if (const auto* err = std::get_if<client_error>(&*e)) throw error(err->code, err->message);
         auto& d = std::get<client_delta>(*e);
-        out.token_ids.insert(out.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
-        out.text += d.text;
-        out.prompt_tokens = d.prompt_tokens;
-        out.completion_tokens = d.completion_tokens;
-        if (d.finished) {
-            out.reason = d.reason;
-            return out;
+        if (d.index >= out.size()) {
+            client_completion fresh;
+            fresh.client_request_id = id;
+            out.resize(d.index + 1, fresh);
         }
+        client_completion& c = out[d.index];
+        c.index = d.index;
+        c.token_ids.insert(c.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
+        c.text += d.text;
+        c.prompt_tokens = d.prompt_tokens;
+        c.completion_tokens = d.completion_tokens;
+        if (d.finished) c.reason = d.reason;
     }
+    return out;
+}
+
+client_completion zmoe_client::collect(const std::string& id, std::chrono::milliseconds timeout) {
+    return collect_all(id, timeout).front();
 }
 
 void zmoe_client::abort(const std::string& id) { impl_->send_authenticated(encode(client_abort{id})); }

@@ -19,9 +19,10 @@ using client_event = std::variant<client_delta, client_error>;
 /// Every waiting call below may also throw errc::peer_dead when the frontend stops answering heartbeats (see
 /// zmoe_client_options): a dead frontend is noticed within seconds, whatever the call's timeout.
 
-/// A whole request's output, the deltas concatenated.
+/// A whole request's output (one of its sequences, when n > 1), the deltas concatenated.
 struct client_completion {
     std::string client_request_id;
+    uint32_t index = 0;  ///< which of the request's n sequences
     std::vector<int32_t> token_ids;
     std::string text;
     finish_reason reason = finish_reason::none;
@@ -57,9 +58,11 @@ class zmoe_client {
     std::optional<client_event> next(const std::string& client_request_id, std::chrono::milliseconds timeout);
     /// The next event of any request, in arrival order (errors not tied to a request included).
     std::optional<client_event> next_any(std::chrono::milliseconds timeout);
-    /// Waits for a request to finish and returns its concatenated output. Throws the server's error as a
+    /// Waits for a request (n = 1) to finish and returns its concatenated output. Throws the server's error as a
     /// zmoe::error with its code, or errc::peer_dead when timeout passes first.
     client_completion collect(const std::string& client_request_id, std::chrono::milliseconds timeout);
+    /// collect for a request of n sequences: one completion per sequence, by index (all n finished).
+    std::vector<client_completion> collect_all(const std::string& client_request_id, std::chrono::milliseconds timeout);
     /// Asks the frontend to abort a request; its stream then ends with finish_reason abort.
     void abort(const std::string& client_request_id);
     /// Throw errc::peer_dead on timeout.

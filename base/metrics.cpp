@@ -122,6 +122,22 @@ const std::map<std::string, family_info>& known_families() {
         {"eplb_layer_balancedness_before", {"Per-layer balancedness before the last adopted rebalance."}},
         {"eplb_layer_balancedness_after", {"Per-layer balancedness after the last adopted rebalance."}},
         {"uptime_seconds", {"Seconds since the actor started."}},
+        {"schedule_seconds", {"Engine core time to plan, encode and send one step."}},
+        {"step_message_bytes", {"Bytes of one step's messages to all workers."}},
+        {"served_step_seconds",
+         {"Served time of the steps: from when the workers could start each to its last result."}},
+        {"floor_step_seconds", {"Memory floor of the steps: the bytes each had to read over the copy bandwidth."}},
+        {"decode_steps", {"Steps in which every scheduled sequence fed one token."}},
+        {"decode_tokens", {"Tokens sampled in decode steps."}},
+        {"decode_served_step_seconds", {"Served time of the decode steps."}},
+        {"decode_floor_step_seconds", {"Memory floor of the decode steps."}},
+        {"decode_worker_wait_seconds", {"Time the slowest worker sat idle before each decode step arrived."}},
+        {"decode_step_seconds", {"Served time of one decode step."}},
+        {"floor_dense_bytes", {"BF16 bytes every step reads whatever the routing (the floor's dense part)."}},
+        {"floor_expert_bytes", {"BF16 bytes of one routed expert (the floor's per-expert part)."}},
+        {"floor_kv_bytes_per_position", {"KV cache bytes of one position over all layers."}},
+        {"copy_bandwidth_bytes_per_second_per_rank",
+         {"Copy bandwidth each worker measured at start-up (read + write)."}},
         // frontend
         {"requests_received", {"Generate requests received from clients."}},
         {"requests_accepted", {"Generate requests accepted (tokenized, validated, sent to the engine)."}},
@@ -135,6 +151,7 @@ const std::map<std::string, family_info>& known_families() {
         // workers
         {"sampled_tokens", {"Tokens this worker sampled."}},
         {"step_compute_seconds", {"Time a worker spent computing one step."}},
+        {"step_wait_seconds", {"Time a worker's compute thread sat idle before a step arrived."}},
         {"alive", {"1 while the engine core hears this worker's heartbeats."}},
     };
     return table;

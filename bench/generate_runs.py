@@ -33,13 +33,14 @@ def make_demo(zmoe, out, experts, layers, hidden, moe_intermediate, router_skew=
 
 
 def write_requests(path, num_requests, prompt_len, max_tokens, seed=0):
-    """num_requests requests of random token ids (ignore_eos), one JSON line each; prompt_len(rng) gives a
+    """num_requests greedy requests of random token ids (ignore_eos), one JSON line each; prompt_len(rng) gives a
     prompt's length."""
     rng = random.Random(seed)
     with open(path, "w") as f:
         for _ in range(num_requests):
             ids = [rng.randrange(1000, 100000) for _ in range(prompt_len(rng))]
-            f.write(json.dumps({"prompt_token_ids": ids, "max_tokens": max_tokens, "ignore_eos": True}) + "\n")
+            f.write(json.dumps({"prompt_token_ids": ids, "max_tokens": max_tokens, "temperature": 0,
+                                "ignore_eos": True}) + "\n")
 
 
 def run_generate(zmoe, model, reqs, workers, extra, tmp, tag):

@@ -95,6 +95,68 @@ nlohmann::ordered_json bench_summary(const std::vector<bench_request_record>& re
     return out;
 }
 
+namespace {
+
+const nlohmann::json& section(const nlohmann::json& m, const char* actor, const char* kind) {
+    static const nlohmann::json empty = nlohmann::json::object();
+    if (!m.is_object()) return empty;
+    const auto a = m.find(actor);
+    if (a == m.end() || !a->is_object()) return empty;
+    const auto k = a->find(kind);
+    return k == a->end() || !k->is_object() ? empty : *k;
+}
+
+double number(const nlohmann::json& obj, const std::string& key, const char* field = nullptr) {
+    const auto it = obj.find(key);
+    if (it == obj.end()) return 0.0;
+    if (field) {
+        const auto f = it->find(field);
+        return f != it->end() && f->is_number() ? f->get<double>() : 0.0;
+    }
+    return it->is_number() ? it->get<double>() : 0.0;
+}
+
+}  // namespace
+
+nlohmann::ordered_json served_steps_summary(const nlohmann::json& before, const nlohmann::json& after) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::object();
+    const auto& c0 = section(before, "engine_core", "counters");
+    const auto& c1 = section(after, "engine_core", "counters");
+    auto delta = [&](const char* key) { return number(c1, key) - number(c0, key); };
+    const double steps = delta("decode_steps");
+    if (!(steps > 0)) return out;
+    const double tokens = delta("decode_tokens"), served_ms = delta("decode_served_step_ms");
+    out["decode_steps"] = steps;
+    out["decode_tokens"] = tokens;
+    out["mean_decode_step_ms"] = served_ms / steps;
+    out["decode_output_throughput"] = served_ms > 0 ? tokens / (served_ms / 1e3) : 0.0;
+    double bandwidth = 0;
+    for (const auto& [k, v] : section(after, "engine_core", "gauges").items()) {
+        if (k.rfind("copy_bandwidth_bytes_per_second", 0) != 0 || !v.is_number()) continue;
+        const double b = v.get<double>();
+        bandwidth = bandwidth == 0 ? b : std::min(bandwidth, b);
+    }
+    const double floor_ms = delta("decode_floor_step_ms");
+    if (bandwidth > 0 && floor_ms > 0) {
+        out["mean_floor_decode_step_ms"] = floor_ms / steps;
+        out["floor_decode_output_throughput"] = tokens / (floor_ms / 1e3);
+        out["decode_floor_fraction"] = served_ms > 0 ? floor_ms / served_ms : 0.0;
+        out["copy_bandwidth_bytes_per_s"] = bandwidth;
+    }
+    out["mean_decode_worker_wait_ms"] = delta("decode_worker_wait_ms") / steps;
+    out["served_step_s"] = delta("served_step_ms") / 1e3;
+    if (bandwidth > 0) out["floor_step_s"] = delta("floor_step_ms") / 1e3;
+    const auto& h0 = section(before, "engine_core", "histograms");
+    const auto& h1 = section(after, "engine_core", "histograms");
+    auto hist_mean = [&](const char* key) {
+        const double n = number(h1, key, "count") - number(h0, key, "count");
+        return n > 0 ? (number(h1, key, "sum") - number(h0, key, "sum")) / n : 0.0;
+    };
+    out["mean_schedule_ms"] = hist_mean("schedule_ms");
+    out["mean_step_message_bytes"] = hist_mean("step_message_bytes");
+    return out;
+}
+
 std::string bench_summary_table(const nlohmann::ordered_json& s, const std::vector<double>& percentiles) {
     std::string out;
     char line[256];
@@ -133,6 +195,23 @@ std::string bench_summary_table(const nlohmann::ordered_json& s, const std::vect
             const std::string pn = percentile_name(p);
             row(("P" + pn + " " + n + " (ms):").c_str(), s.value("p" + pn + "_" + k + "_ms", 0.0), 2);
         }
+    }
+    if (s.contains("decode_steps")) {
+        rule("Served decode steps (engine core)", '-');
+        row("Decode steps:", s.value("decode_steps", 0.0), 0);
+        row("Mean decode step (ms):", s.value("mean_decode_step_ms", 0.0), 3);
+        row("Decode output throughput (tok/s):", s.value("decode_output_throughput", 0.0), 1);
+        if (s.contains("floor_decode_output_throughput")) {
+            row("Floor decode step (ms):", s.value("mean_floor_decode_step_ms", 0.0), 3);
+            row("Floor decode throughput (tok/s):", s.value("floor_decode_output_throughput", 0.0), 1);
+            row("Floor / served decode step:", s.value("decode_floor_fraction", 0.0), 3);
+            row("Copy bandwidth (GB/s):", s.value("copy_bandwidth_bytes_per_s", 0.0) / 1e9, 0);
+        } else {
+            out += "Floor: the server reported no copy bandwidth\n";
+        }
+        row("Mean worker wait per decode step (ms):", s.value("mean_decode_worker_wait_ms", 0.0), 3);
+        row("Mean schedule + send per step (ms):", s.value("mean_schedule_ms", 0.0), 3);
+        row("Mean step message (bytes):", s.value("mean_step_message_bytes", 0.0), 0);
     }
     out += std::string(50, '=') + "\n";
     return out;

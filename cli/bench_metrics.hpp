@@ -36,6 +36,17 @@ double percentile(std::vector<double> values, double p);
 nlohmann::ordered_json bench_summary(const std::vector<bench_request_record>& records, double duration_s,
                                      const std::vector<double>& percentiles);
 
+/// What the engine core saw of a run, from its metrics scraped before (`before`) and after (`after`) it (each
+/// {actor: {"counters", "gauges", "histograms"}}): the served decode steps (steps in which every sequence fed one
+/// token) beside their memory floor (the bytes each step had to read over the device's measured copy bandwidth).
+/// Keys: "decode_steps", "decode_tokens", "mean_decode_step_ms", "decode_output_throughput" (decode tokens over
+/// the served time of the decode steps), "mean_floor_decode_step_ms", "floor_decode_output_throughput",
+/// "decode_floor_fraction" (floor / served time), "mean_decode_worker_wait_ms" (the workers' idle wait per decode
+/// step), "served_step_s" and "floor_step_s" (every step, prefill included), "copy_bandwidth_bytes_per_s" (the
+/// slowest worker's), "mean_schedule_ms" and "mean_step_message_bytes" (the engine core's step loop). Empty when
+/// the server reported no decode step (or no metrics); the floor keys are left out when no bandwidth was reported.
+nlohmann::ordered_json served_steps_summary(const nlohmann::json& before, const nlohmann::json& after);
+
 /// The human-readable table of a summary (vLLM's layout), ending with a newline.
 std::string bench_summary_table(const nlohmann::ordered_json& summary, const std::vector<double>& percentiles);
 

@@ -11,6 +11,7 @@
 
 #include "actors/zmoe_client.hpp"
 #include "base/error.hpp"
+#include "base/log.hpp"
 
 namespace zmoe::cli {
 
@@ -96,6 +97,17 @@ serve_bench_run run_serve_bench(const serve_bench_params& p, double ready_timeou
         }
     }
 
+    serve_bench_run run;
+    auto scrape = [&client]() {
+        try {
+            return nlohmann::json::parse(client.metrics(std::chrono::seconds(10)));
+        } catch (const std::exception& e) {
+            ZMOE_LOG(warn, "bench: no metrics from the server (" << e.what() << "): no floor in the result");
+            return nlohmann::json::object();
+        }
+    };
+    run.metrics_before = scrape();
+
     // Arrival times: all at zero for an infinite rate, else exponential gaps (a Poisson process), seeded.
     std::vector<double> arrival(prompts.size(), 0.0);
     if (std::isfinite(p.request_rate)) {
@@ -108,7 +120,6 @@ serve_bench_run run_serve_bench(const serve_bench_params& p, double ready_timeou
         for (auto& a : arrival) a -= first;  // the first request goes at once
     }
 
-    serve_bench_run run;
     run.records.resize(prompts.size());
     std::vector<clock_type::time_point> sent(prompts.size()), last_token(prompts.size());
     std::vector<bool> got_token(prompts.size(), false);
@@ -222,6 +233,7 @@ serve_bench_run run_serve_bench(const serve_bench_params& p, double ready_timeou
     }
     run.duration_s = seconds_since(t0, clock_type::now());
     bar.finish();
+    run.metrics_after = scrape();
     return run;
 }
 

@@ -38,6 +38,9 @@ std::vector<bench_prompt> make_bench_prompts(const serve_bench_params& params);
 struct serve_bench_run {
     std::vector<bench_request_record> records;  ///< in prompt order
     double duration_s = 0.0;                    ///< first send to last terminal event
+    /// The server's metrics (every actor's, as `zmoe ctl metrics` reads them) just before the first request and
+    /// just after the last: their difference is what the engine core saw of this run (served_steps_summary).
+    nlohmann::json metrics_before, metrics_after;
 };
 
 /// Waits until the server reports healthy (throws errc::peer_dead after ready_timeout_s), then runs the benchmark.

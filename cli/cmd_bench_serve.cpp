@@ -164,6 +164,9 @@ nlohmann::ordered_json run_one(const bench_options& o) {
     auto result = o.parameters_json();
     const auto summary = zmoe::cli::bench_summary(run.records, run.duration_s, o.percentile_list());
     for (const auto& [k, v] : summary.items()) result[k] = v;
+    // Beside vLLM's keys: the engine core's served decode steps and their memory floor.
+    const auto served = zmoe::cli::served_steps_summary(run.metrics_before, run.metrics_after);
+    for (const auto& [k, v] : served.items()) result[k] = v;
     return result;
 }
 
@@ -230,15 +233,16 @@ int cmd_bench_sweep(int argc, char** argv) {
                                .label = "c=" + std::to_string(c)});
         out["results"].push_back(std::move(r));
     }
-    std::printf("%11s %9s %7s %9s %12s %12s %12s %12s %12s\n", "concurrency", "completed", "failed", "req/s",
-                "out tok/s", "total tok/s", "med TTFT ms", "med TPOT ms", "mean ITL ms");
+    std::printf("%11s %9s %7s %9s %12s %12s %12s %12s %12s %13s %13s\n", "concurrency", "completed", "failed", "req/s",
+                "out tok/s", "total tok/s", "med TTFT ms", "med TPOT ms", "mean ITL ms", "decode tok/s", "floor tok/s");
     for (const auto& r : out["results"]) {
-        std::printf("%11u %9llu %7llu %9.2f %12.1f %12.1f %12.2f %12.2f %12.2f\n", r["max_concurrency"].get<uint32_t>(),
-                    static_cast<unsigned long long>(r["completed"].get<uint64_t>()),
-                    static_cast<unsigned long long>(r["failed"].get<uint64_t>()), r["request_throughput"].get<double>(),
-                    r["output_throughput"].get<double>(), r["total_token_throughput"].get<double>(),
-                    r["median_ttft_ms"].get<double>(), r["median_tpot_ms"].get<double>(),
-                    r["mean_itl_ms"].get<double>());
+        std::printf(
+            "%11u %9llu %7llu %9.2f %12.1f %12.1f %12.2f %12.2f %12.2f %13.1f %13.1f\n",
+            r["max_concurrency"].get<uint32_t>(), static_cast<unsigned long long>(r["completed"].get<uint64_t>()),
+            static_cast<unsigned long long>(r["failed"].get<uint64_t>()), r["request_throughput"].get<double>(),
+            r["output_throughput"].get<double>(), r["total_token_throughput"].get<double>(),
+            r["median_ttft_ms"].get<double>(), r["median_tpot_ms"].get<double>(), r["mean_itl_ms"].get<double>(),
+            r.value("decode_output_throughput", 0.0), r.value("floor_decode_output_throughput", 0.0));
     }
     std::fflush(stdout);
     if (!o.json_path.empty()) write_json(o.json_path, out);

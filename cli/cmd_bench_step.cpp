@@ -22,6 +22,7 @@
 #include "cli/options.hpp"
 #include "messages/expert_placement.hpp"
 #include "workers/step_executor.hpp"
+#include "workers/step_floor.hpp"
 
 namespace {
 
@@ -57,33 +58,6 @@ std::vector<int32_t> parse_sizes(const std::string& text) {
     return out;
 }
 
-/// Bytes of BF16 weights every decode step reads whatever the routing: attention, norms, routers, dense and
-/// shared MLPs, the final norm and the LM head (the embedding reads one row per token: negligible).
-int64_t dense_step_bytes(const model_config& c) {
-    const int64_t H = c.hidden_size, D = c.head_dim;
-    const int64_t q = c.num_heads * D, kv = c.num_kv_heads * D;
-    int64_t attn = (q + 2 * kv) * H + H * q;
-    if (c.is_mla()) {  // q (through its LoRA), kv_a, kv_b, o, the two latent norms
-        const zmoe::mla_params& m = c.mla;
-        const int64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
-        attn = (m.q_lora_rank > 0 ? m.q_lora_rank * (H + c.num_heads * qk + 1) : H * c.num_heads * qk) +
-               H * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank +
-               c.num_heads * (m.qk_nope_head_dim + m.v_head_dim) * m.kv_lora_rank + c.num_heads * m.v_head_dim * H;
-    }
-    int64_t n = c.vocab_size * H + H;
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-        n += attn + 2 * H;
-        if (c.qk_norm != zmoe::qk_norm_kind::none) n += 2 * D;
-        if (c.is_moe_layer(l)) {
-            n += c.num_experts * H;
-            if (c.shared_expert_intermediate_size > 0) n += 3 * c.shared_expert_intermediate_size * H + H;
-        } else {
-            n += 3 * c.dense_intermediate_size * H;
-        }
-    }
-    return 2 * n;
-}
-
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0 : v[v.size() / 2];
@@ -108,8 +82,8 @@ int run(int argc, char** argv) {
                                                                    "no decode graphs")(
         "profile", po::bool_switch(&o.profile),
         "collect device profiles only over the timed steps (cudaProfilerStart/Stop around them: run under a profiler "
-        "started with collection off, e.g. ncu --profile-from-start off)")(
-        "json", po::value(&o.json), "write the results as JSON to this file");
+        "started with collection off, e.g. ncu --profile-from-start off)")("json", po::value(&o.json),
+                                                                           "write the results as JSON to this file");
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, desc, vm)) return 0;
     const std::vector<int32_t> sizes = parse_sizes(o.batch_sizes);
@@ -145,10 +119,10 @@ int run(int argc, char** argv) {
                                                          " blocks; the largest batch needs " +
                                                          std::to_string(blocks_per_seq * max_batch));
 
-    const int64_t dense_bytes = dense_step_bytes(cfg);
-    const int64_t expert_bytes = 3 * cfg.moe_intermediate_size * cfg.hidden_size * 2;
+    const zmoe::step_floor_model floor_model = zmoe::step_floor_model::of(cfg);
+    const int64_t dense_bytes = floor_model.dense_bytes;
+    const int64_t expert_bytes = floor_model.expert_bytes;
     // K and V per position and layer (MLA: the one latent + rope-key row).
-    const int64_t kv_bytes_per_pos = cfg.num_layers * (cfg.is_mla() ? 1 : 2) * cfg.kv_width() * 2;
     std::mt19937 rng(1234);
     std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(cfg.vocab_size - 1));
     uint64_t next_id = 1, step_id = 0;
@@ -203,11 +177,9 @@ int run(int argc, char** argv) {
                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             if (i < o.warmup) continue;
             ms.push_back(step_ms);
-            int64_t touched = 0;
-            for (uint32_t n : res.expert_counts) touched += n > 0 ? 1 : 0;
+            const int64_t touched = zmoe::experts_touched(res.expert_counts);
             experts_touched += static_cast<double>(touched) / std::max<int64_t>(1, cfg.num_moe_layers());
-            floor_bytes += static_cast<double>(dense_bytes + touched * expert_bytes) +
-                           static_cast<double>(kv_bytes_per_pos) * B * (o.context + i + 1);
+            floor_bytes += floor_model.bytes(touched, static_cast<int64_t>(B) * (o.context + i + 1));
         }
         if (o.profile) zmoe::device_profiler_range(o.device, false);
         floor_bytes /= o.steps;

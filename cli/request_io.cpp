@@ -1,5 +1,6 @@
 #include "cli/request_io.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <fstream>
 #include <iostream>
@@ -38,7 +39,8 @@ client_generate parse_request(const nlohmann::ordered_json& j, size_t line_no) {
                                   "logit_bias",
                                   "min_tokens",
                                   "stop_token_ids",
-                                  "logprobs"};
+                                  "logprobs",
+                                  "n"};
     for (const auto& [k, v] : j.items())
         if (std::find(std::begin(known), std::end(known), k) == std::end(known)) throw bad("unknown field '" + k + "'");
     client_generate g;
@@ -116,6 +118,12 @@ client_generate parse_request(const nlohmann::ordered_json& j, size_t line_no) {
         if (j.contains("min_tokens")) g.min_tokens = j.at("min_tokens").get<uint32_t>();
         if (j.contains("stop_token_ids")) g.stop_token_ids = j.at("stop_token_ids").get<std::vector<int32_t>>();
         if (j.contains("logprobs") && !j.at("logprobs").is_null()) g.logprobs = j.at("logprobs").get<uint32_t>();
+        if (j.contains("n")) {
+            const auto& n = j.at("n");
+            if (!n.is_number_integer() || n.get<int64_t>() < 1 || n.get<int64_t>() > kMaxChoices)
+                throw bad("n must be an integer in [1, " + std::to_string(kMaxChoices) + "]");
+            g.n = static_cast<uint32_t>(n.get<int64_t>());
+        }
         if (j.contains("logit_bias")) {  // OpenAI's form: {"token id": bias}
             for (const auto& [id, bias] : j.at("logit_bias").items()) {
                 size_t used = 0;
@@ -169,15 +177,6 @@ std::vector<request_line> read_request_lines(const std::string& path) {
     return out;
 }
 
-std::vector<client_generate> read_requests(const std::string& path) {
-    std::vector<client_generate> out;
-    for (auto& r : read_request_lines(path)) {
-        if (r.invalid) throw error(errc::invalid_argument, r.error);
-        out.push_back(std::move(r.request));
-    }
-    return out;
-}
-
 result_writer::result_writer(const std::string& path, size_t num_results) : path_(path), pending_(num_results) {
     if (path != "-") {
         file_.open(path);
@@ -187,6 +186,13 @@ result_writer::result_writer(const std::string& path, size_t num_results) : path
 }
 
 namespace {
+nlohmann::ordered_json logprobs_json(const std::vector<token_logprobs>& lps) {
+    auto out = nlohmann::ordered_json::array();
+    for (const auto& l : lps)
+        out.push_back({{"logprob", l.logprob}, {"top_ids", l.top_ids}, {"top_logprobs", l.top_logprobs}});
+    return out;
+}
+
 void write_result_line(std::ostream& out, size_t i, const request_result& r) {
     nlohmann::ordered_json j;
     j["index"] = i;
@@ -195,17 +201,28 @@ void write_result_line(std::ostream& out, size_t i, const request_result& r) {
         j["text"] = "";
         j["finish_reason"] = "error";
         j["error"] = {{"code", errc_name(r.code)}, {"message", r.message}};
-    } else {
-        j["token_ids"] = r.completion.token_ids;
-        j["text"] = r.completion.text;
-        j["finish_reason"] = std::string(finish_reason_name(r.completion.reason));
-        j["usage"] = {{"prompt_tokens", r.completion.prompt_tokens},
-                      {"completion_tokens", r.completion.completion_tokens}};
-        if (!r.logprobs.empty()) {
-            auto& lps = j["logprobs"] = nlohmann::json::array();
-            for (const auto& l : r.logprobs)
-                lps.push_back({{"logprob", l.logprob}, {"top_ids", l.top_ids}, {"top_logprobs", l.top_logprobs}});
+    } else if (r.choices.size() == 1) {
+        const client_completion& c = r.choices[0];
+        j["token_ids"] = c.token_ids;
+        j["text"] = c.text;
+        j["finish_reason"] = std::string(finish_reason_name(c.reason));
+        j["usage"] = {{"prompt_tokens", c.prompt_tokens}, {"completion_tokens", c.completion_tokens}};
+        if (!r.logprobs[0].empty()) j["logprobs"] = logprobs_json(r.logprobs[0]);
+    } else {  // n > 1: one entry per sequence; usage counts the prompt once and every sequence's tokens
+        auto& choices = j["choices"] = nlohmann::ordered_json::array();
+        uint32_t prompt_tokens = 0, completion_tokens = 0;
+        for (size_t k = 0; k < r.choices.size(); ++k) {
+            const client_completion& c = r.choices[k];
+            nlohmann::ordered_json one = {{"index", k},
+                                          {"token_ids", c.token_ids},
+                                          {"text", c.text},
+                                          {"finish_reason", std::string(finish_reason_name(c.reason))}};
+            if (!r.logprobs[k].empty()) one["logprobs"] = logprobs_json(r.logprobs[k]);
+            choices.push_back(std::move(one));
+            prompt_tokens = c.prompt_tokens;
+            completion_tokens += c.completion_tokens;
         }
+        j["usage"] = {{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens}};
     }
     out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
@@ -240,10 +257,10 @@ size_t run_request_lines(zmoe_client& client, const std::vector<request_line>& l
                   << (failed ? " (" + std::to_string(failed) + " failed)" : std::string()) << std::flush;
     };
     std::vector<request_result> results(total);
+    std::vector<uint32_t> unfinished(total, 0);  // sequences of each request still running
     std::map<std::string, size_t> index;
     size_t left = 0;
     for (size_t i = 0; i < total; ++i) {
-        results[i].completion.client_request_id = std::to_string(i);
         if (lines[i].invalid) {
             results[i].failed = true;
             results[i].code = errc::invalid_argument;
@@ -257,6 +274,11 @@ size_t run_request_lines(zmoe_client& client, const std::vector<request_line>& l
         g.client_request_id = std::to_string(i);
         g.stream = true;
         index[g.client_request_id] = i;
+        unfinished[i] = std::max<uint32_t>(1, g.n);
+        client_completion fresh;
+        fresh.client_request_id = g.client_request_id;
+        results[i].choices.assign(unfinished[i], fresh);
+        results[i].logprobs.resize(unfinished[i]);
         client.generate(std::move(g));
         ++left;
     }
@@ -270,18 +292,19 @@ size_t run_request_lines(zmoe_client& client, const std::vector<request_line>& l
         bool ended = false;
         if (auto* d = std::get_if<client_delta>(&*ev)) {
             auto it = index.find(d->client_request_id);
-            if (it == index.end()) continue;
+            if (it == index.end() || d->index >= results[it->second].choices.size()) continue;
             i = it->second;
-            auto& c = results[i].completion;
+            auto& c = results[i].choices[d->index];
+            c.index = d->index;
             c.token_ids.insert(c.token_ids.end(), d->token_ids.begin(), d->token_ids.end());
             c.text += d->text;
             c.prompt_tokens = d->prompt_tokens;
             c.completion_tokens = d->completion_tokens;
-            auto& lp = results[i].logprobs;
+            auto& lp = results[i].logprobs[d->index];
             lp.insert(lp.end(), d->logprobs.begin(), d->logprobs.end());
             if (d->finished) {
                 c.reason = d->reason;
-                ended = true;
+                ended = --unfinished[i] == 0;  // the request ends with its last sequence
             }
         } else {
             const auto& e = std::get<client_error>(*ev);
@@ -295,6 +318,7 @@ size_t run_request_lines(zmoe_client& client, const std::vector<request_line>& l
             ++failed;
         }
         if (ended) {
+            index.erase(std::to_string(i));
             --left;
             ++done;
             writer.add(i, std::move(results[i]));
@@ -304,65 +328,6 @@ size_t run_request_lines(zmoe_client& client, const std::vector<request_line>& l
     if (progress) std::cerr << "\n";
     writer.finish();
     return failed;
-}
-
-std::vector<request_result> run_requests(zmoe_client& client, std::vector<client_generate> requests,
-                                         std::chrono::milliseconds idle_timeout) {
-    std::vector<request_result> results(requests.size());
-    std::map<std::string, size_t> index;
-    for (size_t i = 0; i < requests.size(); ++i) {
-        requests[i].client_request_id = std::to_string(i);
-        requests[i].stream = true;
-        results[i].completion.client_request_id = requests[i].client_request_id;
-        index[requests[i].client_request_id] = i;
-        client.generate(requests[i]);
-    }
-    size_t left = requests.size();
-    while (left > 0) {
-        auto ev = client.next_any(idle_timeout);
-        if (!ev)
-            throw error(errc::peer_dead, "no answer from the server for " + std::to_string(idle_timeout.count()) +
-                                             " ms with " + std::to_string(left) + " request(s) unfinished");
-        if (auto* d = std::get_if<client_delta>(&*ev)) {
-            auto it = index.find(d->client_request_id);
-            if (it == index.end()) continue;
-            auto& c = results[it->second].completion;
-            c.token_ids.insert(c.token_ids.end(), d->token_ids.begin(), d->token_ids.end());
-            c.text += d->text;
-            c.prompt_tokens = d->prompt_tokens;
-            c.completion_tokens = d->completion_tokens;
-            auto& lp = results[it->second].logprobs;
-            lp.insert(lp.end(), d->logprobs.begin(), d->logprobs.end());
-            if (d->finished) {
-                c.reason = d->reason;
-                --left;
-            }
-        } else {
-            const auto& e = std::get<client_error>(*ev);
-            auto it = index.find(e.client_request_id);
-            if (it == index.end()) throw error(e.code, "server error: " + e.message);
-            auto& r = results[it->second];
-            r.failed = true;
-            r.code = e.code;
-            r.message = e.message;
-            --left;
-        }
-    }
-    return results;
-}
-
-void write_results(const std::string& path, const std::vector<request_result>& results) {
-    std::ofstream file;
-    if (path != "-") {
-        file.open(path);
-        if (!file) throw error(errc::io, "cannot write " + path);
-    }
-    std::ostream& out = path == "-" ? std::cout : file;
-    for (size_t i = 0; i < results.size(); ++i) {
-        write_result_line(out, i, results[i]);
-    }
-    out.flush();
-    if (!out) throw error(errc::io, "short write to " + path);
 }
 
 }  // namespace zmoe::cli

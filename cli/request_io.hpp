@@ -3,8 +3,8 @@
 // each input line an object with "prompt" (text) or "prompt_token_ids", and optional "max_tokens" (16),
 // "temperature" (0 = greedy; unset = the server's default), "top_p", "top_k", "seed", "stop" (string or list),
 // "ignore_eos", and vLLM's "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias",
-// "min_tokens", "stop_token_ids", "logprobs" (docs/sampling.md);
-// each output line {"index", "token_ids", "text", "finish_reason"} in input order.
+// "min_tokens", "stop_token_ids", "logprobs" (docs/sampling.md), "n" (sequences from the prompt, seeded seed + i);
+// each output line {"index", "token_ids", "text", "finish_reason", "usage"} in input order (with n > 1: "choices").
 
 #include <chrono>
 #include <fstream>
@@ -17,9 +17,6 @@
 
 namespace zmoe::cli {
 
-/// Reads and validates every line of `path` ("-" = stdin). Throws zmoe::error(invalid_argument) naming the line.
-std::vector<client_generate> read_requests(const std::string& path);
-
 /// One input line: its request, or why it cannot be sent (its output line is then an error; the other lines are
 /// still served).
 struct request_line {
@@ -31,24 +28,18 @@ struct request_line {
 std::vector<request_line> read_request_lines(const std::string& path);
 
 struct request_result {
-    client_completion completion;
+    std::vector<client_completion> choices;  ///< one per sequence (the request's n), by index
+    /// Per sequence: one entry per output token when the request asked for logprobs.
+    std::vector<std::vector<token_logprobs>> logprobs;
     bool failed = false;
     errc code = errc::ok;
     std::string message;
-    std::vector<token_logprobs> logprobs;  ///< one per output token when the request asked for logprobs
 };
 
-/// Sends every request at once over `client`, consumes the streams, returns the results in input order. Gives up
-/// (errc::peer_dead) when no event arrives for `idle_timeout`.
-std::vector<request_result> run_requests(zmoe_client& client, std::vector<client_generate> requests,
-                                         std::chrono::milliseconds idle_timeout);
-
-/// Writes one output line per result ("-" = stdout). Failed requests get {"index", "finish_reason": "error",
-/// "error": {"code", "message"}}.
-void write_results(const std::string& path, const std::vector<request_result>& results);
-
 /// Writes results in input order as they finish: result i is written as soon as results 0..i all are. The output
-/// is opened (so a bad path fails) before any request is sent.
+/// is opened (so a bad path fails) before any request is sent. Failed requests get {"index", "finish_reason":
+/// "error", "error": {"code", "message"}}; a request with n > 1 gets {"index", "choices": [{"index", "token_ids",
+/// "text", "finish_reason", "logprobs"?}], "usage"} (usage: the prompt once, the tokens of every sequence).
 class result_writer {
   public:
     /// Throws errc::io when path cannot be written.

@@ -26,7 +26,8 @@ engine_core_actor::engine_core_actor(engine_core_options options)
     : actor("engine_core", actor_options{.heartbeat_interval = std::chrono::milliseconds(options.config.heartbeat_ms),
                                          .heartbeat_max_missed = options.config.heartbeat_max_missed}),
       options_(std::move(options)),
-      model_(model_config::load(options_.config.model)) {
+      model_(model_config::load(options_.config.model)),
+      floor_model_(step_floor_model::of(model_)) {
     const engine_config& c = options_.config;
     if (c.workers < 1) throw error(errc::invalid_argument, "--workers must be >= 1");
     workers_.resize(c.workers);
@@ -34,9 +35,9 @@ engine_core_actor::engine_core_actor(engine_core_options options)
                        .decode_token_threshold = c.dbo_decode_token_threshold,
                        .prefill_token_threshold = c.dbo_prefill_token_threshold};
     if (model_.num_moe_layers() > 0) {
-        placement_ = expert_placement::initial(static_cast<int32_t>(model_.num_moe_layers()),
-                                               static_cast<int32_t>(model_.num_experts), c.num_redundant_experts,
-                                               c.workers);
+        placement_ =
+            expert_placement::initial(static_cast<int32_t>(model_.num_moe_layers()),
+                                      static_cast<int32_t>(model_.num_experts), c.num_redundant_experts, c.workers);
         if (placement_->num_redundant() != c.num_redundant_experts)
             ZMOE_LOG(info, "engine core: " << placement_->num_redundant() << " redundant expert slot(s) per layer so "
                                            << placement_->num_physical() << " slots split evenly over " << c.workers
@@ -135,8 +136,8 @@ void engine_core_actor::handle_hello(const std::string& identity, const worker_h
         worker_error err{m.rank, errc::protocol,
                          "hello refused: rank " + std::to_string(m.rank) + " of " +
                              std::to_string(options_.config.workers) + ", protocol " +
-                             std::to_string(m.protocol_version) + ", device " + m.device + " (the run's: " +
-                             options_.config.device + ")"};
+                             std::to_string(m.protocol_version) + ", device " + m.device +
+                             " (the run's: " + options_.config.device + ")"};
         send_to(worker_sock_, identity, encode(err));
         ZMOE_LOG(warn, "engine core: " << err.message);
         return;
@@ -174,6 +175,7 @@ void engine_core_actor::handle_ready(int32_t rank, const worker_ready& m) {
     if (phase_ != phase::waiting_ready || workers_[rank].ready) return;
     workers_[rank].ready = true;
     workers_[rank].num_kv_blocks = static_cast<int64_t>(m.num_kv_blocks);
+    workers_[rank].copy_bandwidth = m.copy_bandwidth;
     ZMOE_LOG(info, "engine core: worker " << rank << " ready with " << m.num_kv_blocks << " KV blocks");
     for (const auto& w : workers_)
         if (!w.ready) return;
@@ -215,8 +217,8 @@ void engine_core_actor::handle_ready(int32_t rank, const worker_ready& m) {
     }
     if (placement_) {
         const int32_t window = c.eplb_window > 0 ? c.eplb_window : 32;
-        load_window_ = std::make_unique<expert_load_window>(placement_->num_moe_layers(), placement_->num_experts,
-                                                            window);
+        load_window_ =
+            std::make_unique<expert_load_window>(placement_->num_moe_layers(), placement_->num_experts, window);
     }
     ZMOE_LOG(info, "engine core: serving (" << c.workers << " rank(s), max_model_len " << cfg.max_model_len
                                             << ", async " << (cfg.async_scheduling ? "on" : "off") << ")");
@@ -243,6 +245,7 @@ void engine_core_actor::handle_step_result(int32_t rank, step_result&& m) {
     }
     auto& w = workers_[rank].metrics;
     w.observe("step_compute_ms", m.compute_ms);
+    w.observe("step_wait_ms", m.wait_ms);
     w.counter_add("steps");
     w.counter_add("sampled_tokens", static_cast<double>(m.tokens.size()));
     // The worker reports a running total: the counter follows it (docs/reliability.md, hostile input).
@@ -263,8 +266,9 @@ void engine_core_actor::finish_step() {
     std::vector<step_result> results;
     for (auto& r : results_[step_id]) results.push_back(std::move(*r));
     results_.erase(step_id);
-    metrics_.observe("step_ms", ms_since(step_sent_at_[step_id]));
-    step_sent_at_.erase(step_id);
+    metrics_.observe("step_ms", ms_since(step_records_[step_id].sent_at));
+    account_step(step_id, results);
+    step_records_.erase(step_id);
     std::vector<request_output> outs;
     try {
         outs = scheduler_->update(results);
@@ -274,14 +278,11 @@ void engine_core_actor::finish_step() {
     }
     if (load_window_) {
         try {
-            load_window_->add_step(results);
+            load_window_->add_step(results);  // checks every rank's counts have the window's size
             for (const auto& r : results) {
-                const auto num_experts = static_cast<size_t>(model_.num_experts);
-                for (size_t i = 0; i < r.expert_counts.size(); ++i)
-                    if (r.expert_counts[i])
-                        metrics_.counter_add("expert_tokens{layer=\"" + std::to_string(i / num_experts) +
-                                                 "\",expert=\"" + std::to_string(i % num_experts) + "\"}",
-                                             r.expert_counts[i]);
+                if (r.expert_counts.empty()) continue;
+                expert_tokens_.resize(r.expert_counts.size(), 0.0);
+                for (size_t i = 0; i < r.expert_counts.size(); ++i) expert_tokens_[i] += r.expert_counts[i];
             }
         } catch (const error& e) {
             ZMOE_LOG(warn, "engine core: expert counts ignored: " << e.what());
@@ -297,26 +298,86 @@ void engine_core_actor::finish_step() {
     maybe_finish_drain();
 }
 
+void engine_core_actor::account_step(uint64_t step_id, const std::vector<step_result>& results) {
+    const auto now = clock_type::now();
+    const step_record& rec = step_records_[step_id];
+    // Served time of the step: from when the workers could start it (sent, and the previous step done: a worker
+    // runs steps in order) to when its last result arrived.
+    const auto start = std::max(rec.sent_at, last_step_done_);
+    last_step_done_ = now;
+    const double served_ms = std::chrono::duration<double, std::milli>(now - start).count();
+    // Memory floor: every rank reads the dense weights and its sequences' KV; the experts the step's tokens touched
+    // are read once, split evenly over the ranks (exact with one worker). The slowest rank sets the floor.
+    std::vector<uint32_t> counts;
+    double wait_ms = 0;
+    for (const step_result& r : results) {
+        if (counts.size() < r.expert_counts.size()) counts.resize(r.expert_counts.size(), 0);
+        for (size_t i = 0; i < r.expert_counts.size(); ++i) counts[i] += r.expert_counts[i];
+        wait_ms = std::max(wait_ms, r.wait_ms);
+    }
+    const int64_t touched = experts_touched(counts);
+    const double expert_share = static_cast<double>(touched) * static_cast<double>(floor_model_.expert_bytes) /
+                                static_cast<double>(std::max<size_t>(1, workers_.size()));
+    double floor_ms = 0;
+    bool have_floor = true;
+    for (size_t r = 0; r < workers_.size(); ++r) {
+        const double bw = workers_[r].copy_bandwidth;
+        if (!(bw > 0)) {
+            have_floor = false;
+            break;
+        }
+        const double bytes =
+            floor_model_.bytes(0, r < rec.kv_positions.size() ? rec.kv_positions[r] : 0) + expert_share;
+        floor_ms = std::max(floor_ms, bytes / bw * 1e3);
+    }
+    double sampled = 0;
+    for (const step_result& r : results) sampled += static_cast<double>(r.tokens.size());
+    metrics_.counter_add("served_step_ms", served_ms);
+    if (have_floor) metrics_.counter_add("floor_step_ms", floor_ms);
+    if (!rec.decode_only) return;
+    metrics_.counter_add("decode_steps");
+    metrics_.counter_add("decode_tokens", sampled);
+    metrics_.counter_add("decode_served_step_ms", served_ms);
+    metrics_.counter_add("decode_worker_wait_ms", wait_ms);
+    if (have_floor) metrics_.counter_add("decode_floor_step_ms", floor_ms);
+    metrics_.observe("decode_step_ms", served_ms);
+}
+
 void engine_core_actor::pump() {
     if (phase_ != phase::serving && phase_ != phase::draining) return;
     if (!move_acks_pending_.empty()) return;  // an expert move is in progress: steps wait for it
     while (scheduler_->has_pending_work() && scheduler_->can_schedule()) {
+        const auto t0 = clock_type::now();
         auto steps = scheduler_->schedule();
         const uint64_t step_id = steps.front().step_id;
         next_step_id_ = step_id + 1;
         in_flight_.push_back(step_id);
         results_[step_id].assign(options_.config.workers, std::nullopt);
-        step_sent_at_[step_id] = clock_type::now();
+        step_record& rec = step_records_[step_id];
+        rec.kv_positions.assign(steps.size(), 0);
+        rec.decode_only = true;
         const bool dual_batch = should_split_step(steps, dbo_);
         if (dual_batch) metrics_.counter_add("dbo_steps");
-        size_t num_tokens = 0;
+        size_t num_tokens = 0, num_seqs = 0, message_bytes = 0;
         for (int32_t r = 0; r < options_.config.workers; ++r) {
             steps[r].dual_batch = dual_batch;
-            for (const auto& s : steps[r].seqs) num_tokens += s.token_ids.size();
-            send_reliable_to(worker_sock_, workers_[r].identity, encode(steps[r]));
+            for (const auto& s : steps[r].seqs) {
+                num_tokens += s.token_ids.size();
+                rec.kv_positions[r] += s.start_pos + static_cast<int64_t>(s.token_ids.size());
+                rec.decode_only = rec.decode_only && s.token_ids.size() == 1;
+            }
+            num_seqs += steps[r].seqs.size();
+            const std::string bytes = encode(steps[r]);
+            message_bytes += bytes.size();
+            send_reliable_to(worker_sock_, workers_[r].identity, bytes);
         }
+        rec.decode_only = rec.decode_only && num_seqs > 0;
+        rec.sent_at = clock_type::now();
         metrics_.counter_add("steps");
         metrics_.observe("step_tokens", static_cast<double>(num_tokens));
+        // Host time of the step loop: planning, encoding and handing the step to ZeroMQ, and the bytes sent.
+        metrics_.observe("schedule_ms", std::chrono::duration<double, std::milli>(rec.sent_at - t0).count());
+        metrics_.observe("step_message_bytes", static_cast<double>(message_bytes));
     }
     update_gauges();
 }
@@ -545,8 +606,7 @@ void engine_core_actor::handle_add_request(engine_add_request&& m) {
     req.max_tokens = static_cast<int32_t>(std::min<uint32_t>(m.max_tokens, INT32_MAX));
     req.stop_token_ids = m.stop_token_ids;
     if (!m.ignore_eos)
-        req.stop_token_ids.insert(req.stop_token_ids.end(), model_.eos_token_ids.begin(),
-                                  model_.eos_token_ids.end());
+        req.stop_token_ids.insert(req.stop_token_ids.end(), model_.eos_token_ids.begin(), model_.eos_token_ids.end());
     req.ignore_eos = false;  // eos ids are already folded into stop_token_ids (or left out)
     // The workers keep every stop id (EOS included unless ignore_eos) from being sampled before min_tokens.
     if (req.sampling.min_tokens > 0) req.sampling.min_tokens_stop_ids = req.stop_token_ids;
@@ -627,6 +687,20 @@ nlohmann::json engine_core_actor::metrics_json() {
     metrics_.gauge_set("uptime_s", ms_since(started_at_) / 1000.0);
     // Steps of expert load EPLB plans from: grows to --eplb-window, then stays.
     if (load_window_) metrics_.gauge_set("eplb_load_window_steps", load_window_->num_steps());
+    const auto num_experts = static_cast<size_t>(std::max<int64_t>(1, model_.num_experts));
+    for (size_t i = 0; i < expert_tokens_.size(); ++i) {
+        if (expert_tokens_[i] == 0) continue;
+        const std::string name = "expert_tokens{layer=\"" + std::to_string(i / num_experts) + "\",expert=\"" +
+                                 std::to_string(i % num_experts) + "\"}";
+        metrics_.counter_add(name, expert_tokens_[i] - metrics_.counter(name));
+    }
+    // What the memory floor of a step is made of (docs/benchmarks.md, served decode).
+    metrics_.gauge_set("floor_dense_bytes", static_cast<double>(floor_model_.dense_bytes));
+    metrics_.gauge_set("floor_expert_bytes", static_cast<double>(floor_model_.expert_bytes));
+    metrics_.gauge_set("floor_kv_bytes_per_position", static_cast<double>(floor_model_.kv_bytes_per_position));
+    for (size_t r = 0; r < workers_.size(); ++r)
+        metrics_.gauge_set("copy_bandwidth_bytes_per_second{rank=\"" + std::to_string(r) + "\"}",
+                           workers_[r].copy_bandwidth);
     nlohmann::json out;
     out["engine_core"] = metrics_.to_json();
     for (size_t r = 0; r < workers_.size(); ++r) {

@@ -26,12 +26,13 @@
 #include "base/metrics.hpp"
 #include "engine_core/dual_batch.hpp"
 #include "engine_core/expert_load.hpp"
-#include "messages/expert_placement.hpp"
 #include "engine_core/scheduler.hpp"
 #include "engine_core/stats_line.hpp"
 #include "messages/engine_protocol.hpp"
+#include "messages/expert_placement.hpp"
 #include "messages/worker_protocol.hpp"
 #include "workers/model_config.hpp"
+#include "workers/step_floor.hpp"
 
 namespace zmoe {
 
@@ -71,6 +72,7 @@ class engine_core_actor : public actor {
         std::string collective_id;  // rank 0: NCCL unique id for the welcome
         bool ready = false;
         int64_t num_kv_blocks = 0;
+        double copy_bandwidth = 0;  ///< bytes/s its device copies (worker_ready); 0 = unknown
         bool alive = true;
         metrics_registry metrics;
     };
@@ -118,7 +120,20 @@ class engine_core_actor : public actor {
     std::unique_ptr<scheduler> scheduler_;
     std::deque<uint64_t> in_flight_;                                       // step ids sent, oldest first
     std::map<uint64_t, std::vector<std::optional<step_result>>> results_;  // step id -> by rank
-    std::map<uint64_t, std::chrono::steady_clock::time_point> step_sent_at_;
+    /// What the served-step accounting needs of a step in flight (docs/benchmarks.md, served decode).
+    struct step_record {
+        std::chrono::steady_clock::time_point sent_at;
+        bool decode_only = false;           ///< every scheduled sequence of every rank feeds one token
+        std::vector<int64_t> kv_positions;  ///< per rank: cached positions its attention reads (sum over sequences)
+    };
+    std::map<uint64_t, step_record> step_records_;
+    std::chrono::steady_clock::time_point last_step_done_;  ///< when the previous step's results were complete
+    step_floor_model floor_model_;                          ///< the model's bytes, for the steps' memory floor
+    /// Tokens routed to each (MoE layer, expert) since start, summed over ranks; the expert_tokens counters are
+    /// written from it when metrics are asked for (not per step: 6 144 named series for a 48-layer, 128-expert model).
+    std::vector<double> expert_tokens_;
+    /// Served-step accounting of one finished step: its time, its memory floor, the workers' idle wait.
+    void account_step(uint64_t step_id, const std::vector<step_result>& results);
     std::map<uint64_t, uint32_t> prompt_len_;  // unfinished request id -> prompt tokens
     // EPLB.
     std::unique_ptr<expert_load_window> load_window_;

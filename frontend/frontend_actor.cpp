@@ -1,6 +1,5 @@
 #include "frontend/frontend_actor.hpp"
 
-
 #include <unistd.h>
 
 #include <cmath>
@@ -139,8 +138,8 @@ bool frontend_actor::on_stop_requested() {
         ZMOE_LOG(info, "frontend: draining " << live_.size() << " request(s)");
         add_timer(options_.drain_timeout, [this] {
             // What did not finish within the shutdown timeout ends with the documented error (errc::aborted).
-            for (auto it = live_.begin(); it != live_.end();) {
-                const uint64_t id = (it++)->first;
+            for (const uint64_t id : live_ids()) {
+                if (!live_.count(id)) continue;  // ended with another sequence of its request
                 send_reliable(engine_sock_, encode(engine_abort{id}));
                 finish_request(id, finish_reason::error, errc::aborted,
                                "the server shut down before this request finished (--shutdown-timeout " +
@@ -204,6 +203,7 @@ bool frontend_actor::send_pending_delta(uint64_t id) {
     d.prompt_tokens = r.prompt_tokens;
     d.completion_tokens = r.completion_tokens;
     d.logprobs = r.pending_logprobs;
+    d.index = r.index;
     const send_status st = try_send_to(client_sock_, r.client, encode(d));
     if (st == send_status::full) return false;
     r.pending_ids.clear();
@@ -287,13 +287,10 @@ void frontend_actor::flush_clients() {
 }
 
 void frontend_actor::fail_client_requests(const std::string& client, errc code, const std::string& why) {
-    for (auto it = live_.begin(); it != live_.end();) {
-        const uint64_t id = it->first;
-        const bool mine = it->second.client == client;
-        ++it;
-        if (!mine) continue;
-        send_reliable(engine_sock_, encode(engine_abort{id}));
+    for (const uint64_t id : live_ids(client)) {
         auto lit = live_.find(id);
+        if (lit == live_.end()) continue;  // ended with another sequence of its request
+        send_reliable(engine_sock_, encode(engine_abort{id}));
         lit->second.pending_ids.clear();
         lit->second.pending_text.clear();
         lit->second.pending_logprobs.clear();
@@ -392,8 +389,8 @@ void frontend_actor::on_client_message(const inbound_message& msg) {
                 r.run_id = options_.run_id;
                 send_to_client(client, encode(r));
             } else if constexpr (std::is_same_v<T, client_tokenize>) {
-                client_tokens_reply r = answer_tokenize(m, tokenizer_ ? &*tokenizer_ : nullptr, chat_template_,
-                                                        options_.max_prompt_bytes);
+                client_tokens_reply r =
+                    answer_tokenize(m, tokenizer_ ? &*tokenizer_ : nullptr, chat_template_, options_.max_prompt_bytes);
                 r.max_model_len = engine_ready_ ? welcome_.max_model_len : 0;
                 send_to_client(client, encode(r));
             } else if constexpr (std::is_same_v<T, client_detokenize>) {
@@ -432,6 +429,9 @@ void frontend_actor::handle_generate(const std::string& client, client_generate&
     if (engine_failed_) return send_client_error(client, cid, errc::peer_dead, engine_failure_);
     if (!engine_ready_) return send_client_error(client, cid, errc::unsupported, "the engine is still starting");
     if (m.max_tokens < 1) return send_client_error(client, cid, errc::invalid_argument, "max_tokens must be >= 1");
+    if (m.n < 1 || m.n > kMaxChoices)
+        return send_client_error(client, cid, errc::invalid_argument,
+                                 "n must be in [1, " + std::to_string(kMaxChoices) + "], got " + std::to_string(m.n));
     sampling_params sampling;
     try {
         sampling = resolve_sampling(m, sampling_defaults_, model_vocab_size_);
@@ -486,11 +486,14 @@ void frontend_actor::handle_generate(const std::string& client, client_generate&
                 if (it != tokenizing_.end()) tokenizing_.erase(it);
                 metrics_.gauge_set("prompts_tokenizing", static_cast<double>(tokenizing_.size()));
                 if (aborted) {
-                    client_delta d;
-                    d.client_request_id = cid;
-                    d.finished = true;
-                    d.reason = finish_reason::abort;
-                    send_to_client(client, encode(d));
+                    for (uint32_t i = 0; i < req->n; ++i) {  // each sequence ends with its own finished delta
+                        client_delta d;
+                        d.client_request_id = cid;
+                        d.finished = true;
+                        d.reason = finish_reason::abort;
+                        d.index = i;
+                        send_to_client(client, encode(d));
+                    }
                 } else if (failed) {
                     send_client_error(client, cid, failed->code(), std::string("prompt: ") + failed->what());
                 } else {
@@ -533,37 +536,43 @@ void frontend_actor::accept_generate(const std::string& client, client_generate&
                                      std::to_string(m.max_tokens) + ") exceeds the model's context of " +
                                      std::to_string(max_len));
 
-    const uint64_t id = next_request_id_++;
-    engine_add_request req;
-    req.request_id = id;
-    req.prompt_token_ids = ids;
-    req.sampling = std::move(sampling);
-    req.stop_token_ids = m.stop_token_ids;
-    if (m.seed) {
-        req.sampling.seed = *m.seed;
-    } else {
-        static std::random_device rd;
-        req.sampling.seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-    }
-    req.max_tokens = m.max_tokens;
-    req.ignore_eos = m.ignore_eos;
+    // n sequences share the prompt: n engine requests (the engine core has no prefix sharing to give them), the
+    // i-th seeded seed + i, so that each is reproducible alone and they differ.
+    auto& group = by_client_id_[{client, cid}];
+    for (uint32_t i = 0; i < m.n; ++i) {
+        const uint64_t id = next_request_id_++;
+        engine_add_request req;
+        req.request_id = id;
+        req.prompt_token_ids = ids;
+        req.sampling = sampling;
+        req.stop_token_ids = m.stop_token_ids;
+        if (m.seed) {
+            req.sampling.seed = *m.seed + i;
+        } else {
+            static std::random_device rd;
+            req.sampling.seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+        }
+        req.max_tokens = m.max_tokens;
+        req.ignore_eos = m.ignore_eos;
 
-    live_request lr;
-    lr.client = client;
-    lr.client_request_id = cid;
-    if (tokenizer_) lr.detok = std::make_unique<incremental_detokenizer>(*tokenizer_);
-    lr.stop = std::move(m.stop);
-    lr.stream = m.stream;
-    lr.min_tokens = m.min_tokens;
-    lr.prompt_tokens = static_cast<uint32_t>(ids.size());
-    lr.arrived = clock_type::now();
-    live_.emplace(id, std::move(lr));
-    by_client_id_[{client, cid}] = id;
-    ++clients_[client].num_live;
-    metrics_.counter_add("requests_accepted");
+        live_request lr;
+        lr.client = client;
+        lr.client_request_id = cid;
+        lr.index = i;
+        if (tokenizer_) lr.detok = std::make_unique<incremental_detokenizer>(*tokenizer_);
+        lr.stop = m.stop;
+        lr.stream = m.stream;
+        lr.min_tokens = m.min_tokens;
+        lr.prompt_tokens = static_cast<uint32_t>(ids.size());
+        lr.arrived = clock_type::now();
+        live_.emplace(id, std::move(lr));
+        group.push_back(id);
+        ++clients_[client].num_live;
+        metrics_.counter_add("requests_accepted");
+        send_reliable(engine_sock_, encode(req));
+    }
     metrics_.counter_add("prompt_tokens", static_cast<double>(ids.size()));
     metrics_.gauge_set("requests_live", static_cast<double>(live_.size()));
-    send_reliable(engine_sock_, encode(req));
 }
 
 void frontend_actor::handle_abort(const std::string& client, const client_abort& m) {
@@ -578,9 +587,10 @@ void frontend_actor::handle_abort(const std::string& client, const client_abort&
         metrics_.counter_add("aborts_unknown_id");
         return;
     }
-    const uint64_t id = it->second;
-    send_reliable(engine_sock_, encode(engine_abort{id}));
-    finish_request(id, finish_reason::abort);
+    for (const uint64_t id : std::vector<uint64_t>(it->second)) {  // every sequence of the request
+        send_reliable(engine_sock_, encode(engine_abort{id}));
+        finish_request(id, finish_reason::abort);
+    }
     maybe_finish_drain();
 }
 
@@ -589,11 +599,7 @@ void frontend_actor::check_clients() {
     const auto now = clock_type::now();
     for (auto& [client, info] : clients_) {
         if (!info.sends_heartbeats || now - info.last_seen < 3 * options_.heartbeat_interval) continue;
-        for (auto it = live_.begin(); it != live_.end();) {
-            const uint64_t id = it->first;
-            const bool mine = it->second.client == client;
-            ++it;
-            if (!mine) continue;
+        for (const uint64_t id : live_ids(client)) {
             send_reliable(engine_sock_, encode(engine_abort{id}));
             finish_request(id, finish_reason::abort);
             metrics_.counter_add("requests_aborted_client_gone");
@@ -736,17 +742,24 @@ void frontend_actor::finish_request(uint64_t id, finish_reason reason, errc code
     auto it = live_.find(id);
     if (it == live_.end()) return;
     auto& r = it->second;
-    auto cit = clients_.find(r.client);
-    if (cit != clients_.end()) {
-        --cit->second.num_live;
-        cit->second.dirty.erase(id);
-    }
+    const bool connected = clients_.count(r.client) > 0;
     if (reason == finish_reason::error) {
         metrics_.counter_add("requests_failed");
-        if (cit != clients_.end()) send_client_error(r.client, r.client_request_id, code, message);
+        if (connected) send_client_error(r.client, r.client_request_id, code, message);
+        // The error ends the whole request: its other sequences stop here too.
+        auto git = by_client_id_.find({r.client, r.client_request_id});
+        if (git != by_client_id_.end()) {
+            for (const uint64_t other : std::vector<uint64_t>(git->second)) {
+                if (other == id) continue;
+                send_reliable(engine_sock_, encode(engine_abort{other}));
+                metrics_.counter_add("requests_failed");
+                drop_sequence(other);
+            }
+        }
     } else {
         client_delta d;
         d.client_request_id = r.client_request_id;
+        d.index = r.index;
         d.token_ids = std::move(r.pending_ids);
         d.logprobs = std::move(r.pending_logprobs);
         d.text = std::move(r.pending_text);
@@ -755,22 +768,42 @@ void frontend_actor::finish_request(uint64_t id, finish_reason reason, errc code
         d.reason = reason;
         d.prompt_tokens = r.prompt_tokens;
         d.completion_tokens = r.completion_tokens;
-        if (cit != clients_.end()) send_to_client(r.client, encode(d));
+        if (connected) send_to_client(r.client, encode(d));
         metrics_.counter_add("requests_finished");
         metrics_.counter_add(std::string("requests_finished{reason=\"") + std::string(finish_reason_name(reason)) +
                              "\"}");
         metrics_.observe("request_latency_ms", ms_between(r.arrived, clock_type::now()));
     }
-    by_client_id_.erase({r.client, r.client_request_id});
+    drop_sequence(id);
+}
+
+void frontend_actor::drop_sequence(uint64_t id) {
+    auto it = live_.find(id);
+    if (it == live_.end()) return;
+    const auto& r = it->second;
+    auto cit = clients_.find(r.client);
+    if (cit != clients_.end()) {
+        --cit->second.num_live;
+        cit->second.dirty.erase(id);
+    }
+    auto git = by_client_id_.find({r.client, r.client_request_id});
+    if (git != by_client_id_.end()) {
+        std::erase(git->second, id);
+        if (git->second.empty()) by_client_id_.erase(git);
+    }
     live_.erase(it);
     metrics_.gauge_set("requests_live", static_cast<double>(live_.size()));
 }
 
+std::vector<uint64_t> frontend_actor::live_ids(const std::string& client) const {
+    std::vector<uint64_t> ids;
+    for (const auto& [id, r] : live_)
+        if (client.empty() || r.client == client) ids.push_back(id);
+    return ids;
+}
+
 void frontend_actor::fail_all(errc code, const std::string& why) {
-    for (auto it = live_.begin(); it != live_.end();) {
-        const uint64_t id = (it++)->first;
-        finish_request(id, finish_reason::error, code, why);
-    }
+    for (const uint64_t id : live_ids()) finish_request(id, finish_reason::error, code, why);
     maybe_finish_drain();
 }
 

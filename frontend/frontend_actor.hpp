@@ -82,14 +82,15 @@ class frontend_actor : public actor {
     struct live_request {
         std::string client;  // ROUTER identity
         std::string client_request_id;
+        uint32_t index = 0;  // which of the client request's n sequences
         std::unique_ptr<incremental_detokenizer> detok;
         std::vector<std::string> stop;
         bool stream = true;
         uint32_t prompt_tokens = 0;
         uint32_t completion_tokens = 0;
-        std::string text;                  // text emitted so far (for stop-string search)
-        std::string held_text;             // decoded but held back: could be the start of a stop string
-        std::vector<int32_t> pending_ids;  // not yet sent (non-streaming requests, or held with held_text)
+        std::string text;                              // text emitted so far (for stop-string search)
+        std::string held_text;                         // decoded but held back: could be the start of a stop string
+        std::vector<int32_t> pending_ids;              // not yet sent (non-streaming requests, or held with held_text)
         std::vector<token_logprobs> pending_logprobs;  // with pending_ids, when the request asked for logprobs
         uint32_t min_tokens = 0;                       // stop strings apply from this many tokens on
         std::string pending_text;
@@ -121,7 +122,13 @@ class frontend_actor : public actor {
     void handle_abort(const std::string& client, const client_abort& m);
     void on_engine_message(const inbound_message& msg);
     void handle_outputs(const engine_outputs& m);
+    /// Ends one sequence: a finished delta (its own), or for finish_reason::error the request's one error, which
+    /// also ends its other sequences (aborted in the engine core, nothing more sent for them).
     void finish_request(uint64_t id, finish_reason reason, errc code = errc::ok, const std::string& message = {});
+    /// Forgets one sequence (its client's count, its pending output, its id in its request's group).
+    void drop_sequence(uint64_t id);
+    /// Ids of the live sequences of `client` (all clients when empty), for loops that end them.
+    std::vector<uint64_t> live_ids(const std::string& client = {}) const;
     void send_client_error(const std::string& client, const std::string& client_request_id, errc code,
                            const std::string& message);
     /// Sends to a client, or queues behind what already waits for it; never takes a full pipe for a gone client.
@@ -157,7 +164,8 @@ class frontend_actor : public actor {
     engine_welcome welcome_;
     uint64_t next_request_id_ = 1;
     std::map<uint64_t, live_request> live_;
-    std::map<std::pair<std::string, std::string>, uint64_t> by_client_id_;  // (client, client_request_id) -> id
+    /// (client, client_request_id) -> the engine ids of its live sequences (n of them at first, by index).
+    std::map<std::pair<std::string, std::string>, std::vector<uint64_t>> by_client_id_;
     std::map<std::string, client_info> clients_;
     std::set<std::string> blocked_clients_;
     bool flush_armed_ = false;

@@ -37,9 +37,8 @@ api_error frontend_error(const client_error& e) {
     return error_from_errc(e.code, e.message);
 }
 
-// One choice of a request in flight.
+// One choice of a request in flight (the delta index of one of its n sequences).
 struct choice_state {
-    std::string cid;  // its client_request_id
     std::string text{};
     std::vector<int32_t> token_ids{};  // with logprobs: every generated id
     std::vector<token_logprobs> logprobs{};
@@ -49,11 +48,12 @@ struct choice_state {
     uint32_t completion_tokens = 0;
 };
 
-// One HTTP generate request in flight: its frontend connection, its choices (n generate requests) and what has
-// been answered so far.
+// One HTTP generate request in flight: its frontend connection, its one generate request (n sequences, the
+// choices) and what has been answered so far.
 struct stream_state {
     std::unique_ptr<zmoe_client> client;
     openai_request req;
+    std::string cid;  // the generate request's client_request_id
     std::string id;
     int64_t created = 0;
     std::vector<choice_state> choices;
@@ -63,10 +63,8 @@ struct stream_state {
     std::chrono::steady_clock::time_point last_event = std::chrono::steady_clock::now();
     std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
 
-    choice_state* find(const std::string& cid) {
-        for (choice_state& c : choices)
-            if (c.cid == cid) return &c;
-        return nullptr;
+    choice_state* find(const client_delta& d) {
+        return d.client_request_id == cid && d.index < choices.size() ? &choices[d.index] : nullptr;
     }
     uint32_t completion_tokens() const {
         uint32_t n = 0;
@@ -79,8 +77,7 @@ struct stream_state {
         return true;
     }
     void abort_all() {
-        for (const choice_state& c : choices)
-            if (!c.finished) client->abort(c.cid);
+        if (!all_finished()) client->abort(cid);  // ends every sequence of the request
     }
 };
 
@@ -254,17 +251,14 @@ struct http_gateway::impl {
         st->id = std::string(kind == endpoint_kind::chat ? "chatcmpl-" : "cmpl-") + std::to_string(unix_now()) + "-" +
                  std::to_string(n);
         st->created = unix_now();
-        // n choices: n generate requests on this connection, told apart by their ids.
-        for (uint32_t i = 0; i < st->req.n; ++i) {
-            client_generate g = choice_request(st->req, "http" + std::to_string(n), i);
-            // Streamed from the frontend even when the answer is not: the first token (or a refusal) arrives early,
-            // and while the rest is generated the gateway keeps checking that the client is still there.
-            g.stream = true;
-            choice_state c;
-            c.cid = g.client_request_id;
-            st->choices.push_back(std::move(c));
-            st->client->generate(g);
-        }
+        // n choices: one generate request of n sequences, whose deltas name their choice's index.
+        client_generate g = st->req.generate;
+        g.client_request_id = st->cid = "http" + std::to_string(n);
+        // Streamed from the frontend even when the answer is not: the first token (or a refusal) arrives early, and
+        // while the rest is generated the gateway keeps checking that the client is still there.
+        g.stream = true;
+        st->choices.resize(g.n);
+        st->client->generate(g);
         // The first event decides the status: a refusal is an HTTP error, anything else a 200.
         st->pending = st->client->next_any(options.request_timeout);
         if (!st->pending) {
@@ -318,7 +312,7 @@ struct http_gateway::impl {
 
     // Records a delta into its choice; returns it (null for a stray id).
     choice_state* apply(stream_state& st, const client_delta& d) {
-        choice_state* c = st.find(d.client_request_id);
+        choice_state* c = st.find(d);
         if (!c) return nullptr;
         c->text += d.text;
         if (st.req.logprobs) {
@@ -417,7 +411,7 @@ struct http_gateway::impl {
         std::optional<client_event> ev = next_event(st);
         if (!ev && timed_out(st)) {
             st.abort_all();
-            ev = client_error{st.choices.front().cid, errc::peer_dead, "no answer from the server"};
+            ev = client_error{st.cid, errc::peer_dead, "no answer from the server"};
         }
         if (!ev) return write(st, sink, ": keep-alive\n\n");
         if (auto* e = std::get_if<client_error>(&*ev)) {
@@ -430,7 +424,7 @@ struct http_gateway::impl {
             return ok;
         }
         const auto& d = std::get<client_delta>(*ev);
-        const size_t offset_before = st.find(d.client_request_id) ? st.find(d.client_request_id)->text.size() : 0;
+        const size_t offset_before = st.find(d) ? st.find(d)->text.size() : 0;
         choice_state* c = apply(st, d);
         if (!c) return true;
         if (!d.text.empty() || d.finished || c->first_chunk || (st.req.logprobs && !d.token_ids.empty())) {

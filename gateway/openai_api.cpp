@@ -45,6 +45,33 @@ bool bool_field(const ojson& body, const char* name, bool fallback) {
     return v->get<bool>();
 }
 
+/// A request body: a JSON object, else 400.
+ojson parse_body(const std::string& text) {
+    ojson body;
+    try {
+        body = ojson::parse(text);
+    } catch (const ojson::exception& e) {
+        bad(std::string("the request body is not valid JSON: ") + e.what());
+    }
+    if (!body.is_object()) bad("the request body must be a JSON object");
+    return body;
+}
+
+/// The frontend's chat JSON (client_generate.chat): the messages and the body's add_generation_prompt, tools and
+/// chat_template_kwargs.
+std::string chat_json(const ojson& body, const ojson& messages) {
+    ojson chat = {{"messages", messages}, {"add_generation_prompt", bool_field(body, "add_generation_prompt", true)}};
+    if (const ojson* t = field(body, "tools")) {
+        if (!t->is_array()) bad("'tools' must be a list", "tools");
+        chat["tools"] = *t;
+    }
+    if (const ojson* k = field(body, "chat_template_kwargs")) {
+        if (!k->is_object()) bad("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+        chat["chat_template_kwargs"] = *k;
+    }
+    return chat.dump(-1, ' ', false, ojson::error_handler_t::replace);
+}
+
 }  // namespace
 
 std::string error_body(const api_error& e) {
@@ -73,13 +100,7 @@ api_error error_from_errc(errc code, const std::string& message) {
 }
 
 openai_request parse_openai_request(const std::string& text, endpoint_kind kind) {
-    ojson body;
-    try {
-        body = ojson::parse(text);
-    } catch (const ojson::exception& e) {
-        bad(std::string("the request body is not valid JSON: ") + e.what());
-    }
-    if (!body.is_object()) bad("the request body must be a JSON object");
+    const ojson body = parse_body(text);
     openai_request r;
     r.kind = kind;
     client_generate& g = r.generate;
@@ -115,17 +136,8 @@ openai_request parse_openai_request(const std::string& text, endpoint_kind kind)
         for (const auto& msg : *m)
             if (!msg.is_object() || !msg.contains("role"))
                 bad("each message must be an object with a role", "messages");
-        ojson chat = {{"messages", *m}, {"add_generation_prompt", bool_field(body, "add_generation_prompt", true)}};
-        if (const ojson* t = field(body, "tools")) {
-            if (!t->is_array()) bad("'tools' must be a list", "tools");
-            chat["tools"] = *t;
-        }
-        if (const ojson* k = field(body, "chat_template_kwargs")) {
-            if (!k->is_object()) bad("'chat_template_kwargs' must be an object", "chat_template_kwargs");
-            chat["chat_template_kwargs"] = *k;
-        }
         g.prompt = std::string();
-        g.chat = chat.dump(-1, ' ', false, ojson::error_handler_t::replace);
+        g.chat = chat_json(body, *m);
     }
     int64_t max_tokens = int_field(body, "max_tokens", 1, 1 << 24, kind == endpoint_kind::completion ? 16 : 0);
     max_tokens = int_field(body, "max_completion_tokens", 1, 1 << 24, max_tokens);
@@ -211,9 +223,10 @@ openai_request parse_openai_request(const std::string& text, endpoint_kind kind)
         if (field(body, "top_logprobs") && !r.logprobs) bad("'top_logprobs' needs 'logprobs': true", "top_logprobs");
         if (r.logprobs) g.logprobs = static_cast<uint32_t>(top);
     }
-    r.n = static_cast<uint32_t>(int_field(body, "n", 1, kMaxChoices, 1));
+    // n choices: the protocol's n (the frontend runs n sequences, the i-th seeded seed + i).
+    g.n = static_cast<uint32_t>(int_field(body, "n", 1, kMaxChoices, 1));
     if (kind == endpoint_kind::completion && field(body, "best_of") &&
-        int_field(body, "best_of", 1, kMaxChoices, 1) != r.n)
+        int_field(body, "best_of", 1, kMaxChoices, 1) != g.n)
         bad("'best_of' must equal n", "best_of");
     r.stream = bool_field(body, "stream", false);
     g.stream = r.stream;
@@ -246,13 +259,6 @@ ojson usage(uint32_t prompt_tokens, uint32_t completion_tokens) {
             {"total_tokens", prompt_tokens + completion_tokens}};
 }
 }  // namespace
-
-client_generate choice_request(const openai_request& req, const std::string& base_id, uint32_t index) {
-    client_generate g = req.generate;
-    g.client_request_id = base_id + "-" + std::to_string(index);
-    if (g.seed) g.seed = *g.seed + index;
-    return g;
-}
 
 ojson logprobs_json(endpoint_kind kind, const std::vector<int32_t>& ids, const std::vector<token_logprobs>& lps,
                     const std::function<std::string(int32_t)>& piece, size_t text_offset) {
@@ -349,13 +355,7 @@ ojson usage_chunk(const openai_request& req, const std::string& id, int64_t crea
 }
 
 client_tokenize parse_tokenize_request(const std::string& text) {
-    ojson body;
-    try {
-        body = ojson::parse(text);
-    } catch (const ojson::exception& e) {
-        bad(std::string("the request body is not valid JSON: ") + e.what());
-    }
-    if (!body.is_object()) bad("the request body must be a JSON object");
+    const ojson body = parse_body(text);
     client_tokenize t;
     t.add_special_tokens = bool_field(body, "add_special_tokens", true);
     const ojson* prompt = field(body, "prompt");
@@ -367,27 +367,12 @@ client_tokenize parse_tokenize_request(const std::string& text) {
         return t;
     }
     if (!messages->is_array() || messages->empty()) bad("'messages' must be a non-empty list", "messages");
-    ojson chat = {{"messages", *messages}, {"add_generation_prompt", bool_field(body, "add_generation_prompt", true)}};
-    if (const ojson* tools = field(body, "tools")) {
-        if (!tools->is_array()) bad("'tools' must be a list", "tools");
-        chat["tools"] = *tools;
-    }
-    if (const ojson* k = field(body, "chat_template_kwargs")) {
-        if (!k->is_object()) bad("'chat_template_kwargs' must be an object", "chat_template_kwargs");
-        chat["chat_template_kwargs"] = *k;
-    }
-    t.chat = chat.dump(-1, ' ', false, ojson::error_handler_t::replace);
+    t.chat = chat_json(body, *messages);
     return t;
 }
 
 std::vector<int32_t> parse_detokenize_request(const std::string& text) {
-    ojson body;
-    try {
-        body = ojson::parse(text);
-    } catch (const ojson::exception& e) {
-        bad(std::string("the request body is not valid JSON: ") + e.what());
-    }
-    if (!body.is_object()) bad("the request body must be a JSON object");
+    const ojson body = parse_body(text);
     const ojson* tokens = field(body, "tokens");
     if (!tokens || !tokens->is_array()) bad("'tokens' must be a list of token ids", "tokens");
     std::vector<int32_t> ids;

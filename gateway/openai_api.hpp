@@ -30,9 +30,6 @@ api_error error_from_errc(errc code, const std::string& message);
 
 enum class endpoint_kind : uint8_t { completion, chat };
 
-/// Most choices one request may ask for (n).
-constexpr int64_t kMaxChoices = 16;
-
 /// A parsed request: what to send to the frontend and how to answer.
 struct openai_request {
     endpoint_kind kind = endpoint_kind::completion;
@@ -40,7 +37,6 @@ struct openai_request {
     std::string model;  ///< echoed in responses (the served model's name when absent)
     bool stream = false;
     bool include_usage = false;  ///< stream_options.include_usage
-    uint32_t n = 1;              ///< choices: n generate requests, the i-th seeded seed + i when a seed is given
     bool logprobs = false;       ///< answer with logprobs (completions: logprobs >= 0; chat: logprobs true)
 };
 
@@ -48,10 +44,6 @@ struct openai_request {
 /// OpenAI's API and vLLM's extras (docs/openai_api.md). Throws api_error (400) naming the field for malformed
 /// JSON, missing, mistyped or out-of-range fields and unsupported values (echo, suffix, best_of other than n).
 openai_request parse_openai_request(const std::string& body, endpoint_kind kind);
-
-/// The generate request of choice `index` (< req.n): its own client_request_id `<base>-<index>` and, with a seed,
-/// seed + index, so that the choices differ and each one is reproducible.
-client_generate choice_request(const openai_request& req, const std::string& base_id, uint32_t index);
 
 /// One choice's output so far (or in one chunk).
 struct choice_output {

@@ -28,10 +28,123 @@ std::optional<float> read_opt_float(field_cursor& f, const char* field) {
     return r.read_float(field);
 }
 
+// The messages made of plain fields are described once, in wire order, by a `*_fields(io, m)` function that both
+// directions run: field_out writes each field, field_in reads it (with the decoder's cap), field_size counts them.
+// Names are the decoder's error-message names; the caps matter only when decoding.
+
+struct field_size {
+    uint32_t n = 0;
+    size_t bytes = 16;
+    void operator()(const char*, const std::string& v, size_t = 0) { ++n, bytes += 5 + v.size(); }
+    void operator()(const char*, const std::vector<int32_t>& v, uint32_t = 0) { ++n, bytes += 5 + 5 * v.size(); }
+    void operator()(const char*, const std::vector<std::string>& v, uint32_t = 0, size_t = 0) {
+        ++n, bytes += 5;
+        for (const auto& e : v) bytes += 5 + e.size();
+    }
+    template <class T>
+    void operator()(const char*, const T&) {
+        ++n, bytes += 9;
+    }
+};
+
+struct field_out {
+    msgpack_writer& w;
+    void operator()(const char*, const std::string& v, size_t = 0) { w.str(v); }
+    void operator()(const char*, const std::vector<int32_t>& v, uint32_t = 0) { w.int32_array(v); }
+    void operator()(const char*, const std::vector<std::string>& v, uint32_t = 0, size_t = 0) { w.string_array(v); }
+    void operator()(const char*, bool v) { w.boolean(v); }
+    void operator()(const char*, uint32_t v) { w.uint(v); }
+    void operator()(const char*, double v) { w.f64(v); }
+    void operator()(const char*, errc v) { w.uint(static_cast<uint8_t>(v)); }
+};
+
+struct field_in {
+    field_cursor& f;
+    void operator()(const char* n, std::string& v, size_t max) { v = f.read_string(n, max); }
+    void operator()(const char* n, std::vector<int32_t>& v, uint32_t max) { v = f.read_int32_array(n, max); }
+    void operator()(const char* n, std::vector<std::string>& v, uint32_t max, size_t max_str) {
+        v = f.read_string_array(n, max, max_str);
+    }
+    void operator()(const char* n, bool& v) { v = f.read_bool(n); }
+    void operator()(const char* n, uint32_t& v) { v = f.read_uint32(n); }
+    void operator()(const char* n, double& v) { v = f.read_double(n); }
+    void operator()(const char* n, errc& v) { v = static_cast<errc>(f.read_uint(n, 255)); }
+};
+
+template <class M, class Fields>
+std::string encode_fields(client_kind kind, const M& m, Fields fields) {
+    field_size size;
+    fields(size, m);
+    auto w = start(kind, size.n, size.bytes);
+    field_out out{w};
+    fields(out, m);
+    return w.take();
+}
+
+template <class M, class Fields>
+M decode_fields(field_cursor& f, Fields fields) {
+    M m;
+    field_in in{f};
+    fields(in, m);
+    return m;
+}
+
+const auto abort_fields = [](auto& io, auto& m) { io("abort.client_request_id", m.client_request_id, kMaxNameBytes); };
+const auto health_fields = [](auto& io, auto& m) { io("health.tag", m.tag, kMaxNameBytes); };
+const auto metrics_fields = [](auto& io, auto& m) { io("metrics.tag", m.tag, kMaxNameBytes); };
+const auto hello_fields = [](auto& io, auto& m) { io("hello.api_key", m.api_key, kMaxNameBytes); };
+
+const auto tokenize_fields = [](auto& io, auto& m) {
+    io("tokenize.tag", m.tag, kMaxNameBytes);
+    io("tokenize.text", m.text, kMaxStringBytes);
+    io("tokenize.chat", m.chat, kMaxStringBytes);
+    io("tokenize.add_special_tokens", m.add_special_tokens);
+};
+
+const auto detokenize_fields = [](auto& io, auto& m) {
+    io("detokenize.tag", m.tag, kMaxNameBytes);
+    io("detokenize.token_ids", m.token_ids, kMaxSeqTokens);
+};
+
+const auto error_fields = [](auto& io, auto& m) {
+    io("error.client_request_id", m.client_request_id, kMaxNameBytes);
+    io("error.code", m.code);
+    io("error.message", m.message, kMaxStringBytes);
+};
+
+const auto health_reply_fields = [](auto& io, auto& m) {
+    io("health_reply.tag", m.tag, kMaxNameBytes);
+    io("health_reply.status", m.status, kMaxNameBytes);
+    io("health_reply.model", m.model, kMaxNameBytes);
+    io("health_reply.num_workers", m.num_workers);
+    io("health_reply.num_workers_alive", m.num_workers_alive);
+    io("health_reply.num_running", m.num_running);
+    io("health_reply.num_waiting", m.num_waiting);
+    io("health_reply.uptime_s", m.uptime_s);
+    io("health_reply.version", m.version, kMaxNameBytes);
+    io("health_reply.detail", m.detail, kMaxStringBytes);
+    io("health_reply.run_id", m.run_id, kMaxNameBytes);
+};
+
+const auto metrics_reply_fields = [](auto& io, auto& m) {
+    io("metrics_reply.tag", m.tag, kMaxNameBytes);
+    io("metrics_reply.json", m.json, kMaxStringBytes);
+};
+
+const auto tokens_reply_fields = [](auto& io, auto& m) {
+    io("tokens_reply.tag", m.tag, kMaxNameBytes);
+    io("tokens_reply.token_ids", m.token_ids, kMaxSeqTokens);
+    io("tokens_reply.text", m.text, kMaxStringBytes);
+    io("tokens_reply.pieces", m.pieces, kMaxSeqTokens, kMaxStringBytes);
+    io("tokens_reply.max_model_len", m.max_model_len);
+    io("tokens_reply.code", m.code);
+    io("tokens_reply.message", m.message, kMaxStringBytes);
+};
+
 }  // namespace
 
 std::string encode(const client_generate& m) {
-    auto w = start(client_kind::generate, 19);
+    auto w = start(client_kind::generate, 20);
     w.str(m.client_request_id);
     if (const auto* text = std::get_if<std::string>(&m.prompt)) {
         w.str(*text);
@@ -72,37 +185,22 @@ std::string encode(const client_generate& m) {
         w.f32(bias);
     }
     w.uint(m.min_tokens);
+    w.uint(m.n);
     return w.take();
 }
 
-std::string encode(const client_abort& m) {
-    auto w = start(client_kind::abort, 1);
-    w.str(m.client_request_id);
-    return w.take();
-}
+std::string encode(const client_abort& m) { return encode_fields(client_kind::abort, m, abort_fields); }
 
-std::string encode(const client_health& m) {
-    auto w = start(client_kind::health, 1);
-    w.str(m.tag);
-    return w.take();
-}
+std::string encode(const client_health& m) { return encode_fields(client_kind::health, m, health_fields); }
 
-std::string encode(const client_metrics& m) {
-    auto w = start(client_kind::metrics, 1);
-    w.str(m.tag);
-    return w.take();
-}
+std::string encode(const client_metrics& m) { return encode_fields(client_kind::metrics, m, metrics_fields); }
 
 std::string encode(const client_heartbeat&) { return start(client_kind::heartbeat, 0).take(); }
 
-std::string encode(const client_hello& m) {
-    auto w = start(client_kind::hello, 1);
-    w.str(m.api_key);
-    return w.take();
-}
+std::string encode(const client_hello& m) { return encode_fields(client_kind::hello, m, hello_fields); }
 
 std::string encode(const client_delta& m) {
-    auto w = start(client_kind::delta, 8, 32 + m.client_request_id.size() + m.text.size() + 5 * m.token_ids.size());
+    auto w = start(client_kind::delta, 9, 32 + m.client_request_id.size() + m.text.size() + 5 * m.token_ids.size());
     w.str(m.client_request_id);
     w.int32_array(m.token_ids);
     w.str(m.text);
@@ -112,66 +210,26 @@ std::string encode(const client_delta& m) {
     w.uint(m.completion_tokens);
     w.array_header(static_cast<uint32_t>(m.logprobs.size()));
     for (const auto& l : m.logprobs) write_logprobs(w, l);
+    w.uint(m.index);
     return w.take();
 }
 
-std::string encode(const client_error& m) {
-    auto w = start(client_kind::error, 3);
-    w.str(m.client_request_id);
-    w.uint(static_cast<uint8_t>(m.code));
-    w.str(m.message);
-    return w.take();
-}
+std::string encode(const client_error& m) { return encode_fields(client_kind::error, m, error_fields); }
 
 std::string encode(const client_health_reply& m) {
-    auto w = start(client_kind::health_reply, 11);
-    w.str(m.tag);
-    w.str(m.status);
-    w.str(m.model);
-    w.uint(m.num_workers);
-    w.uint(m.num_workers_alive);
-    w.uint(m.num_running);
-    w.uint(m.num_waiting);
-    w.f64(m.uptime_s);
-    w.str(m.version);
-    w.str(m.detail);
-    w.str(m.run_id);
-    return w.take();
+    return encode_fields(client_kind::health_reply, m, health_reply_fields);
 }
 
 std::string encode(const client_metrics_reply& m) {
-    auto w = start(client_kind::metrics_reply, 2, 16 + m.json.size());
-    w.str(m.tag);
-    w.str(m.json);
-    return w.take();
+    return encode_fields(client_kind::metrics_reply, m, metrics_reply_fields);
 }
 
-std::string encode(const client_tokenize& m) {
-    auto w = start(client_kind::tokenize, 4, 32 + m.text.size() + m.chat.size());
-    w.str(m.tag);
-    w.str(m.text);
-    w.str(m.chat);
-    w.boolean(m.add_special_tokens);
-    return w.take();
-}
+std::string encode(const client_tokenize& m) { return encode_fields(client_kind::tokenize, m, tokenize_fields); }
 
-std::string encode(const client_detokenize& m) {
-    auto w = start(client_kind::detokenize, 2, 32 + 5 * m.token_ids.size());
-    w.str(m.tag);
-    w.int32_array(m.token_ids);
-    return w.take();
-}
+std::string encode(const client_detokenize& m) { return encode_fields(client_kind::detokenize, m, detokenize_fields); }
 
 std::string encode(const client_tokens_reply& m) {
-    auto w = start(client_kind::tokens_reply, 7, 64 + 5 * m.token_ids.size() + 2 * m.text.size());
-    w.str(m.tag);
-    w.int32_array(m.token_ids);
-    w.str(m.text);
-    w.string_array(m.pieces);
-    w.uint(m.max_model_len);
-    w.uint(static_cast<uint8_t>(m.code));
-    w.str(m.message);
-    return w.take();
+    return encode_fields(client_kind::tokens_reply, m, tokens_reply_fields);
 }
 
 client_request decode_client_request(std::string_view bytes) {
@@ -220,40 +278,31 @@ client_request decode_client_request(std::string_view bytes) {
                 }
                 m.min_tokens = f.read_uint32("generate.min_tokens");
             }
+            m.n = f.read_uint32("generate.n");  // appended
             out = std::move(m);
             break;
         }
         case client_kind::abort:
-            out = client_abort{f.read_string("abort.client_request_id", kMaxNameBytes)};
+            out = decode_fields<client_abort>(f, abort_fields);
             break;
         case client_kind::health:
-            out = client_health{f.read_string("health.tag", kMaxNameBytes)};
+            out = decode_fields<client_health>(f, health_fields);
             break;
         case client_kind::metrics:
-            out = client_metrics{f.read_string("metrics.tag", kMaxNameBytes)};
+            out = decode_fields<client_metrics>(f, metrics_fields);
             break;
         case client_kind::heartbeat:
             out = client_heartbeat{};
             break;
         case client_kind::hello:
-            out = client_hello{f.read_string("hello.api_key", kMaxNameBytes)};
+            out = decode_fields<client_hello>(f, hello_fields);
             break;
-        case client_kind::tokenize: {
-            client_tokenize m;
-            m.tag = f.read_string("tokenize.tag", kMaxNameBytes);
-            m.text = f.read_string("tokenize.text", kMaxStringBytes);
-            m.chat = f.read_string("tokenize.chat", kMaxStringBytes);
-            m.add_special_tokens = f.read_bool("tokenize.add_special_tokens");
-            out = std::move(m);
+        case client_kind::tokenize:
+            out = decode_fields<client_tokenize>(f, tokenize_fields);
             break;
-        }
-        case client_kind::detokenize: {
-            client_detokenize m;
-            m.tag = f.read_string("detokenize.tag", kMaxNameBytes);
-            m.token_ids = f.read_int32_array("detokenize.token_ids", kMaxSeqTokens);
-            out = std::move(m);
+        case client_kind::detokenize:
+            out = decode_fields<client_detokenize>(f, detokenize_fields);
             break;
-        }
         default:
             r.fail("kind", "unknown client request kind " + std::to_string(kind));
     }
@@ -297,55 +346,25 @@ client_reply decode_client_reply(std::string_view bytes) {
                     l = read_logprobs(one, "delta.logprobs");
                 }
             }
+            m.index = f.read_uint32("delta.index");  // appended
             out = std::move(m);
             break;
         }
-        case client_kind::error: {
-            client_error m;
-            m.client_request_id = f.read_string("error.client_request_id", kMaxNameBytes);
-            m.code = static_cast<errc>(f.read_uint("error.code", 255));
-            m.message = f.read_string("error.message", kMaxStringBytes);
-            out = std::move(m);
+        case client_kind::error:
+            out = decode_fields<client_error>(f, error_fields);
             break;
-        }
-        case client_kind::health_reply: {
-            client_health_reply m;
-            m.tag = f.read_string("health_reply.tag", kMaxNameBytes);
-            m.status = f.read_string("health_reply.status", kMaxNameBytes);
-            m.model = f.read_string("health_reply.model", kMaxNameBytes);
-            m.num_workers = f.read_uint32("health_reply.num_workers");
-            m.num_workers_alive = f.read_uint32("health_reply.num_workers_alive");
-            m.num_running = f.read_uint32("health_reply.num_running");
-            m.num_waiting = f.read_uint32("health_reply.num_waiting");
-            m.uptime_s = f.read_double("health_reply.uptime_s");
-            m.version = f.read_string("health_reply.version", kMaxNameBytes);
-            m.detail = f.read_string("health_reply.detail", kMaxStringBytes);
-            m.run_id = f.read_string("health_reply.run_id", kMaxNameBytes);
-            out = std::move(m);
+        case client_kind::health_reply:
+            out = decode_fields<client_health_reply>(f, health_reply_fields);
             break;
-        }
-        case client_kind::metrics_reply: {
-            client_metrics_reply m;
-            m.tag = f.read_string("metrics_reply.tag", kMaxNameBytes);
-            m.json = f.read_string("metrics_reply.json", kMaxStringBytes);
-            out = std::move(m);
+        case client_kind::metrics_reply:
+            out = decode_fields<client_metrics_reply>(f, metrics_reply_fields);
             break;
-        }
         case client_kind::heartbeat:
             out = client_heartbeat{};
             break;
-        case client_kind::tokens_reply: {
-            client_tokens_reply m;
-            m.tag = f.read_string("tokens_reply.tag", kMaxNameBytes);
-            m.token_ids = f.read_int32_array("tokens_reply.token_ids", kMaxSeqTokens);
-            m.text = f.read_string("tokens_reply.text", kMaxStringBytes);
-            m.pieces = f.read_string_array("tokens_reply.pieces", kMaxSeqTokens, kMaxStringBytes);
-            m.max_model_len = f.read_uint32("tokens_reply.max_model_len");
-            m.code = static_cast<errc>(f.read_uint("tokens_reply.code", 255));
-            m.message = f.read_string("tokens_reply.message", kMaxStringBytes);
-            out = std::move(m);
+        case client_kind::tokens_reply:
+            out = decode_fields<client_tokens_reply>(f, tokens_reply_fields);
             break;
-        }
         default:
             r.fail("kind", "unknown client reply kind " + std::to_string(kind));
     }

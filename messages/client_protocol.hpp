@@ -24,6 +24,8 @@ namespace zmoe {
 
 constexpr uint32_t kClientProtocolVersion = 1;
 constexpr uint32_t kMaxStopStrings = 64;
+/// Most sequences one generate request may ask for (client_generate.n).
+constexpr uint32_t kMaxChoices = 16;
 
 enum class client_kind : uint8_t {
     generate = 1,
@@ -72,6 +74,10 @@ struct client_generate {
     std::optional<float> min_p{};               ///< [0, 1]; nil = default (else 0 = off)
     std::vector<std::pair<int32_t, float>> logit_bias{};  ///< (token id, bias in [-100, 100]); wire: [[id, bias]]
     uint32_t min_tokens = 0;  ///< EOS and stop_token_ids cannot end the request (nor be sampled) before this
+    /// Appended: sequences to generate from the prompt, in [1, kMaxChoices]. Sequence i is seeded seed + i when a
+    /// seed is given (each one reproducible on its own); its deltas carry index i and it ends with its own finished
+    /// delta, so the request's stream ends after n finished deltas (or one error, which ends every sequence).
+    uint32_t n = 1;
     bool operator==(const client_generate&) const = default;
 };
 
@@ -132,7 +138,7 @@ struct client_tokens_reply {
     bool operator==(const client_tokens_reply&) const = default;
 };
 
-/// New output of one request since its previous delta.
+/// New output of one request (one of its sequences, when n > 1) since its previous delta.
 struct client_delta {
     std::string client_request_id;
     std::vector<int32_t> token_ids;  ///< new token ids
@@ -143,6 +149,9 @@ struct client_delta {
     uint32_t completion_tokens = 0;              ///< tokens generated so far, this delta's included
     /// Appended: one per token_ids entry when the request asked for logprobs; empty otherwise.
     std::vector<token_logprobs> logprobs{};
+    /// Appended: which of the request's n sequences this delta belongs to (0 when n = 1). prompt_tokens is the shared
+    /// prompt's length; completion_tokens counts this sequence's tokens only.
+    uint32_t index = 0;
     bool operator==(const client_delta&) const = default;
 };
 

@@ -27,11 +27,11 @@ struct sampling_params {
     float top_p = 1.f;  ///< (0, 1]
     int32_t top_k = 0;  ///< 0 = off
     uint64_t seed = 0;
-    float min_p = 0.f;               ///< [0, 1]: keep tokens with p >= min_p * max p; 0 = off
-    float presence_penalty = 0.f;    ///< subtracted from the logit of every token the output contains
-    float frequency_penalty = 0.f;   ///< subtracted once per occurrence in the output
-    float repetition_penalty = 1.f;  ///< > 0; tokens of prompt or output: l > 0 ? l / r : l * r; 1 = off
-    uint32_t min_tokens = 0;         ///< min_tokens_stop_ids cannot be sampled before this many tokens
+    float min_p = 0.f;                           ///< [0, 1]: keep tokens with p >= min_p * max p; 0 = off
+    float presence_penalty = 0.f;                ///< subtracted from the logit of every token the output contains
+    float frequency_penalty = 0.f;               ///< subtracted once per occurrence in the output
+    float repetition_penalty = 1.f;              ///< > 0; tokens of prompt or output: l > 0 ? l / r : l * r; 1 = off
+    uint32_t min_tokens = 0;                     ///< min_tokens_stop_ids cannot be sampled before this many tokens
     std::vector<int32_t> min_tokens_stop_ids{};  ///< filled by the engine core: stop ids and EOS (unless ignore_eos)
     std::vector<int32_t> logit_bias_ids{};       ///< unique token ids
     std::vector<float> logit_bias_values{};      ///< added to those logits, one per id
@@ -43,8 +43,8 @@ struct sampling_params {
 /// as vLLM reports by default).
 struct token_logprobs {
     float logprob = 0.f;                ///< of the sampled token
-    std::vector<int32_t> top_ids{};       ///< the k most likely tokens, most likely first (lower id on ties)
-    std::vector<float> top_logprobs{};    ///< their logprobs
+    std::vector<int32_t> top_ids{};     ///< the k most likely tokens, most likely first (lower id on ties)
+    std::vector<float> top_logprobs{};  ///< their logprobs
     bool operator==(const token_logprobs&) const = default;
 };
 
@@ -94,6 +94,9 @@ struct step_result {
     /// Appended: frames this rank has dropped since it started (all-to-all frames without the run's secret, too
     /// short, from an impossible sender or too far ahead; undecodable engine-core messages). A running total.
     uint64_t frames_dropped = 0;
+    /// Appended: how long this rank's compute thread waited, idle, between finishing its previous task and
+    /// receiving this step (0 when the step was already queued): time the device had no step to run.
+    double wait_ms = 0.0;
 };
 
 }  // namespace zmoe

@@ -60,6 +60,7 @@ step_result read_step_result(field_cursor& f, msgpack_reader& r) {
     m.expert_counts = f.read_uint32_le("step_result.expert_counts", kMaxExpertCounts);
     m.compute_ms = f.read_double("step_result.compute_ms");
     m.frames_dropped = f.read_uint("step_result.frames_dropped");  // appended
+    m.wait_ms = f.read_double("step_result.wait_ms");              // appended
     return m;
 }
 }  // namespace
@@ -91,9 +92,10 @@ std::string encode(const worker_welcome& m) {
 }
 
 std::string encode(const worker_ready& m) {
-    auto w = start(worker_kind::ready, 2);
+    auto w = start(worker_kind::ready, 3);
     w.sint(m.rank);
     w.uint(m.num_kv_blocks);
+    w.f64(m.copy_bandwidth);
     return w.take();
 }
 
@@ -119,7 +121,7 @@ std::string encode(const step_request& m) {
 }
 
 std::string encode(const step_result& m) {
-    auto w = start(worker_kind::step_result, 6, 56 + 16 * m.tokens.size() + 4 * m.expert_counts.size());
+    auto w = start(worker_kind::step_result, 7, 64 + 16 * m.tokens.size() + 4 * m.expert_counts.size());
     w.uint(m.step_id);
     w.sint(m.rank);
     w.array_header(static_cast<uint32_t>(m.tokens.size()));
@@ -132,6 +134,7 @@ std::string encode(const step_result& m) {
     w.uint32_le(m.expert_counts);
     w.f64(m.compute_ms);
     w.uint(m.frames_dropped);
+    w.f64(m.wait_ms);
     return w.take();
 }
 
@@ -247,6 +250,7 @@ worker_to_engine decode_worker_to_engine(std::string_view bytes) {
             worker_ready m;
             m.rank = f.read_int32("ready.rank");
             m.num_kv_blocks = f.read_uint("ready.num_kv_blocks");
+            m.copy_bandwidth = f.read_double("ready.copy_bandwidth");  // appended
             out = std::move(m);
             break;
         }

@@ -68,6 +68,9 @@ struct worker_welcome {
 struct worker_ready {
     int32_t rank = 0;
     uint64_t num_kv_blocks = 0;  ///< KV blocks this worker allocated
+    /// Appended: bytes per second one copy within this worker's device moves (read + write), measured at start-up;
+    /// the engine core computes the steps' memory floor against it. 0 = not measured.
+    double copy_bandwidth = 0.0;
     bool operator==(const worker_ready&) const = default;
 };
 

@@ -16,7 +16,7 @@ namespace zmoe {
 std::unique_ptr<step_executor> make_cuda_step_executor(const executor_options& options,
                                                        const expert_placement& placement);
 std::string make_nccl_unique_id();
-double measure_cuda_copy_bandwidth();
+double measure_cuda_copy_bandwidth(int rank, size_t bytes);
 void cuda_profiler_range(bool on);
 #endif
 
@@ -26,8 +26,8 @@ std::unique_ptr<step_executor> make_step_executor(const executor_options& option
         runner_options ro;
         ro.load_format = c.load_format;
         ro.block_size = c.block_size;
-        ro.num_kv_blocks =
-            c.num_kv_blocks > 0 ? c.num_kv_blocks : kv_blocks_for_budget(options.model, c.block_size, c.kv_cache_mb << 20);
+        ro.num_kv_blocks = c.num_kv_blocks > 0 ? c.num_kv_blocks
+                                               : kv_blocks_for_budget(options.model, c.block_size, c.kv_cache_mb << 20);
         ro.rank = options.rank;
         ro.world_size = options.world_size();
         ro.comm = options.comm;
@@ -45,12 +45,14 @@ std::unique_ptr<step_executor> make_step_executor(const executor_options& option
                                        ")");
 }
 
-double measure_copy_bandwidth(const std::string& device) {
+double measure_copy_bandwidth(const std::string& device, int rank, size_t bytes) {
 #ifdef ZMOE_WITH_CUDA
-    if (device == "cuda") return measure_cuda_copy_bandwidth();
+    if (device == "cuda") return measure_cuda_copy_bandwidth(rank, bytes > 0 ? bytes : size_t{1} << 30);
+#else
+    (void)rank;
 #endif
     if (device != "cpu") throw error(errc::unsupported, "device '" + device + "'");
-    const size_t n = 256u << 20;
+    const size_t n = bytes > 0 ? bytes : size_t{256} << 20;
     std::vector<std::byte> a(n, std::byte{1}), b(n);
     double best = 0;
     for (int i = 0; i < 5; ++i) {

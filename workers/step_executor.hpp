@@ -50,8 +50,9 @@ struct executor_options {
 std::unique_ptr<step_executor> make_step_executor(const executor_options& options, const expert_placement& placement);
 
 /// Bytes per second one device-to-device copy moves on `device` (read + write counted: "cuda": cudaMemcpy within
-/// GPU 0, 1 GiB; "cpu": memcpy, 256 MiB), the best of a few repeats: the bandwidth floors are computed against.
-double measure_copy_bandwidth(const std::string& device);
+/// the GPU a worker of rank `rank` uses (rank modulo the visible GPUs), 1 GiB; "cpu": memcpy, 256 MiB), the best of a
+/// few repeats: the bandwidth floors are computed against. `bytes` > 0 copies that many bytes instead.
+double measure_copy_bandwidth(const std::string& device, int rank = 0, size_t bytes = 0);
 
 /// Turns the device profiler's collection on or off ("cuda": cudaProfilerStart / cudaProfilerStop, so that a
 /// profiler started with collection off, such as `ncu --profile-from-start off`, records only the region between;

@@ -76,6 +76,8 @@ class worker_actor : public actor {
     std::deque<std::function<void()>> tasks_;
     bool compute_stop_ = false;
     std::thread compute_;
+    /// When the compute thread last finished a task (touched only by it): a step's wait_ms is counted from here.
+    std::chrono::steady_clock::time_point idle_since_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace zmoe

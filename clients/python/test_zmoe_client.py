@@ -70,9 +70,11 @@ class FakeFrontend(threading.Thread):
                         last = i + 1 == max_tokens
                         self.send(peer, zmoe_client.DELTA, rid, [t], f"<{i}>", last, "length" if last else "",
                                   n_prompt, i + 1, [], "a field from the future")
-                else:
-                    self.send(peer, zmoe_client.DELTA, rid, ids, "".join(f"<{i}>" for i in range(max_tokens)), True,
-                              "length", n_prompt, max_tokens)
+                else:  # one final delta per sequence (n), sequence k's ids offset by 100 k
+                    for k in range(f[19] if len(f) > 19 else 1):
+                        self.send(peer, zmoe_client.DELTA, rid, [t + 100 * k for t in ids],
+                                  "".join(f"<{i}>" for i in range(max_tokens)), True, "length", n_prompt, max_tokens,
+                                  [], k)
             elif kind == zmoe_client.ABORT:
                 peer_of = self.hanging.pop(f[0], None)
                 if peer_of is not None:
@@ -125,7 +127,18 @@ class ClientTest(unittest.TestCase):
         gen = [m for m in self.server.seen if m[1] == zmoe_client.GENERATE]
         # Unset sampling fields travel as nil: the server's defaults apply (docs/sampling.md).
         self.assertEqual(gen[0][2:], [a.request_id, "hello", 4, None, None, None, 7, ["\n"], False, True, "",
-                                      [], None, 0.0, 0.0, None, None, [], 0])
+                                      [], None, 0.0, 0.0, None, None, [], 0, 1])
+
+    def test_n_sequences_end_after_each_finished(self):
+        stream = self.client.generate(prompt_token_ids=[5], max_tokens=2, stream=False, n=3)
+        outs = stream.collect_all()
+        self.assertEqual([o.index for o in outs], [0, 1, 2])
+        self.assertEqual([o.token_ids for o in outs], [[6, 7], [106, 107], [206, 207]])
+        self.assertEqual(self.client._live, {})  # the request ended with its third sequence
+        with self.assertRaises(ValueError):
+            self.client.generate(prompt_token_ids=[5], n=3).collect()
+        with self.assertRaises(ValueError):
+            self.client.generate(prompt_token_ids=[5], n=17)
 
     def test_non_streaming(self):
         deltas = list(self.client.generate(prompt_token_ids=[5], max_tokens=3, stream=False))

@@ -45,6 +45,7 @@ ERROR_CODES = {
 DUPLICATE_REQUEST = 10
 
 MAX_FRAME_BYTES = 64 << 20
+MAX_CHOICES = 16  # most sequences one request may ask for (n)
 
 
 class ZmoeError(Exception):
@@ -69,6 +70,7 @@ class Delta:
     # One per token_ids entry when the request asked for logprobs:
     # {"logprob": float, "top_ids": [int], "top_logprobs": [float]}.
     logprobs: list = dataclasses.field(default_factory=list)
+    index: int = 0  # which of the request's n sequences (completion_tokens counts that sequence's tokens)
 
 
 @dataclasses.dataclass
@@ -80,6 +82,7 @@ class Completion:
     prompt_tokens: int
     completion_tokens: int
     logprobs: list = dataclasses.field(default_factory=list)
+    index: int = 0
 
 
 def _fields(frame, expected_kinds):
@@ -107,12 +110,15 @@ _REPLY_FIELDS = {DELTA: 7, ERROR: 3, HEALTH_REPLY: 10, METRICS_REPLY: 2, HEARTBE
 
 
 class Stream:
-    """Iterator over the deltas of one request. Raises ZmoeError when the request fails or times out."""
+    """Iterator over the deltas of one request (of all its n sequences, told apart by Delta.index); it ends after
+    each sequence's finished delta. Raises ZmoeError when the request fails or times out."""
 
-    def __init__(self, client, request_id, timeout):
+    def __init__(self, client, request_id, timeout, n=1):
         self._client = client
         self.request_id = request_id
+        self.n = n
         self._timeout = timeout
+        self._unfinished = n
         self._done = False
 
     def __iter__(self):
@@ -126,22 +132,31 @@ class Stream:
             self._done = True
             raise event
         if event.finished:
-            self._done = True
+            self._unfinished -= 1
+            self._done = self._unfinished == 0
         return event
 
     def abort(self):
         self._client.abort(self.request_id)
 
     def collect(self):
-        """Consumes the rest of the stream and returns the whole output."""
-        ids, text, logprobs, last = [], [], [], None
+        """Consumes the rest of the stream and returns the whole output (of a request with n = 1)."""
+        if self.n != 1:
+            raise ValueError("a request with n > 1 has n outputs: use collect_all()")
+        return self.collect_all()[0]
+
+    def collect_all(self):
+        """Consumes the rest of the stream and returns one Completion per sequence, by index."""
+        out = [Completion(self.request_id, [], "", "", 0, 0, [], i) for i in range(self.n)]
         for d in self:
-            ids.extend(d.token_ids)
-            text.append(d.text)
-            logprobs.extend(d.logprobs)
-            last = d
-        return Completion(self.request_id, ids, "".join(text), last.finish_reason, last.prompt_tokens,
-                          last.completion_tokens, logprobs)
+            c = out[d.index]
+            c.token_ids.extend(d.token_ids)
+            c.text += d.text
+            c.logprobs.extend(d.logprobs)
+            c.prompt_tokens, c.completion_tokens = d.prompt_tokens, d.completion_tokens
+            if d.finished:
+                c.finish_reason = d.finish_reason
+        return out
 
 
 class Client:
@@ -159,7 +174,7 @@ class Client:
         self._sock.connect(endpoint)
         self._timeout = timeout
         self._ids = itertools.count()
-        self._live = set()
+        self._live = {}  # request id -> its sequences not yet finished
         self._events = collections.defaultdict(collections.deque)  # request id -> Delta | ZmoeError
         self._replies = {}  # tag -> health / metrics reply fields
         self._orphan_errors = collections.deque()  # errors naming no request
@@ -189,14 +204,15 @@ class Client:
                  top_k=None, seed=None, stop=(), ignore_eos=False, stream=True, request_id=None, timeout=None,
                  messages=None, add_generation_prompt=True, tools=None, chat_template_kwargs=None,
                  stop_token_ids=(), logprobs=None, presence_penalty=0.0, frequency_penalty=0.0,
-                 repetition_penalty=None, min_p=None, logit_bias=None, min_tokens=0):
+                 repetition_penalty=None, min_p=None, logit_bias=None, min_tokens=0, n=1):
         """Starts a request (text prompt, prompt_token_ids or chat messages, exactly one) and returns a Stream of its
         deltas. messages: the server renders them with the model's chat template (with tools and
         chat_template_kwargs). stream=False: the server sends one final delta holding everything. Sampling
         parameters are vLLM's (docs/sampling.md); None leaves the choice to the server: the model's
         generation_config.json, else vLLM's defaults (temperature 1, top_p 1, top_k off, min_p off,
         repetition_penalty 1). logit_bias: {token id: bias}. logprobs=k: each delta carries, per token, its logprob
-        and the k most likely tokens' logprobs."""
+        and the k most likely tokens' logprobs. n: sequences from the prompt (sequence i seeded seed + i); the
+        stream's deltas name theirs in Delta.index, and it ends once all n have finished."""
         if sum(x is not None for x in (prompt, prompt_token_ids, messages)) != 1:
             raise ValueError("give exactly one of prompt, prompt_token_ids and messages")
         chat = ""
@@ -209,6 +225,8 @@ class Client:
             chat = json.dumps(req, ensure_ascii=False)
             prompt = ""
         request_id = request_id if request_id is not None else f"py{next(self._ids)}"
+        if not 1 <= int(n) <= MAX_CHOICES:
+            raise ValueError(f"n must be in [1, {MAX_CHOICES}]")
         if request_id in self._live:
             raise ValueError(f"request id {request_id!r} is in use")
         wire_prompt = prompt if prompt is not None else [int(t) for t in prompt_token_ids]
@@ -220,9 +238,10 @@ class Client:
         self._send(GENERATE, request_id, wire_prompt, int(max_tokens), opt(temperature, float), opt(top_p, float),
                    opt(top_k, int), opt(seed, int), [str(s) for s in stop], bool(ignore_eos), bool(stream), chat,
                    [int(t) for t in stop_token_ids], opt(logprobs, int), float(presence_penalty),
-                   float(frequency_penalty), opt(repetition_penalty, float), opt(min_p, float), bias, int(min_tokens))
-        self._live.add(request_id)
-        return Stream(self, request_id, self._timeout if timeout is None else timeout)
+                   float(frequency_penalty), opt(repetition_penalty, float), opt(min_p, float), bias, int(min_tokens),
+                   int(n))
+        self._live[request_id] = int(n)
+        return Stream(self, request_id, self._timeout if timeout is None else timeout, int(n))
 
     def abort(self, request_id):
         """Asks the server to stop a request; its stream then ends with finish_reason "abort"."""
@@ -298,9 +317,12 @@ class Client:
             if kind == DELTA:
                 lps = [{"logprob": x[0], "top_ids": list(x[1]), "top_logprobs": list(x[2])}
                        for x in (f[7] if len(f) > 7 and isinstance(f[7], list) else [])]
-                d = Delta(f[0], list(f[1]), f[2], bool(f[3]), f[4], f[5], f[6], lps)
-                if d.finished:
-                    self._live.discard(d.client_request_id)
+                index = f[8] if len(f) > 8 and isinstance(f[8], int) else 0
+                d = Delta(f[0], list(f[1]), f[2], bool(f[3]), f[4], f[5], f[6], lps, index)
+                if d.finished and d.client_request_id in self._live:  # the request ends with its last sequence
+                    self._live[d.client_request_id] -= 1
+                    if self._live[d.client_request_id] <= 0:
+                        del self._live[d.client_request_id]
                 self._events[d.client_request_id].append(d)
             elif kind == ERROR:
                 rid, code, message = f[0], f[1], f[2]
@@ -308,7 +330,7 @@ class Client:
                 if rid and code == DUPLICATE_REQUEST:
                     self._orphan_errors.append(err)
                 elif rid:
-                    self._live.discard(rid)
+                    self._live.pop(rid, None)
                     self._events[rid].append(err)
                 else:
                     self._orphan_errors.append(err)

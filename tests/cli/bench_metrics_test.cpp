@@ -94,3 +94,56 @@ TEST(BenchPlot, TickStepsAreOneTwoOrFiveTimesAPowerOfTen) {
         EXPECT_LT(step * 6, max * 5.1);  // ... without overshooting it by more than one mantissa jump
     }
 }
+
+// The engine core's served-step counters, before and after a run: the summary is their difference.
+TEST(BenchMetrics, ServedStepsSummaryIsTheRunsDifference) {
+    auto metrics = [](double steps, double tokens, double served_ms, double floor_ms, double wait_ms, double sched_n,
+                      double sched_sum) {
+        nlohmann::json m;
+        m["engine_core"]["counters"] = {{"decode_steps", steps},
+                                        {"decode_tokens", tokens},
+                                        {"decode_served_step_ms", served_ms},
+                                        {"decode_floor_step_ms", floor_ms},
+                                        {"decode_worker_wait_ms", wait_ms},
+                                        {"served_step_ms", served_ms + 100},
+                                        {"floor_step_ms", floor_ms + 10}};
+        m["engine_core"]["gauges"] = {{"copy_bandwidth_bytes_per_second{rank=\"0\"}", 4e12},
+                                      {"copy_bandwidth_bytes_per_second{rank=\"1\"}", 3e12}};
+        m["engine_core"]["histograms"] = {{"schedule_ms", {{"count", sched_n}, {"sum", sched_sum}}},
+                                          {"step_message_bytes", {{"count", sched_n}, {"sum", 1000 * sched_n}}}};
+        return m;
+    };
+    const auto before = metrics(10, 640, 200, 100, 1, 12, 6);
+    // 100 more decode steps of 64 tokens in 2 000 ms, floor 1 000 ms; 110 more steps scheduled in 11 ms.
+    const auto after = metrics(110, 7040, 2200, 1100, 6, 122, 17);
+    const auto s = zmoe::cli::served_steps_summary(before, after);
+    EXPECT_DOUBLE_EQ(s["decode_steps"].get<double>(), 100);
+    EXPECT_DOUBLE_EQ(s["decode_tokens"].get<double>(), 6400);
+    EXPECT_DOUBLE_EQ(s["mean_decode_step_ms"].get<double>(), 20);
+    EXPECT_DOUBLE_EQ(s["decode_output_throughput"].get<double>(), 3200);
+    EXPECT_DOUBLE_EQ(s["mean_floor_decode_step_ms"].get<double>(), 10);
+    EXPECT_DOUBLE_EQ(s["floor_decode_output_throughput"].get<double>(), 6400);
+    EXPECT_DOUBLE_EQ(s["decode_floor_fraction"].get<double>(), 0.5);
+    EXPECT_DOUBLE_EQ(s["copy_bandwidth_bytes_per_s"].get<double>(), 3e12);  // the slowest worker
+    EXPECT_DOUBLE_EQ(s["mean_decode_worker_wait_ms"].get<double>(), 0.05);
+    EXPECT_DOUBLE_EQ(s["served_step_s"].get<double>(), 2.0);
+    EXPECT_DOUBLE_EQ(s["floor_step_s"].get<double>(), 1.0);
+    EXPECT_DOUBLE_EQ(s["mean_schedule_ms"].get<double>(), 0.1);
+    EXPECT_DOUBLE_EQ(s["mean_step_message_bytes"].get<double>(), 1000);
+    // The table shows the floor beside the served figure.
+    nlohmann::ordered_json summary = zmoe::cli::bench_summary({}, 1.0, {});
+    for (const auto& [k, v] : s.items()) summary[k] = v;
+    const std::string table = zmoe::cli::bench_summary_table(summary, {});
+    EXPECT_NE(table.find("Decode output throughput (tok/s):"), std::string::npos) << table;
+    EXPECT_NE(table.find("Floor decode throughput (tok/s):"), std::string::npos) << table;
+
+    // No decode step in the run (or no metrics at all): nothing to report.
+    EXPECT_TRUE(zmoe::cli::served_steps_summary(after, after).empty());
+    EXPECT_TRUE(zmoe::cli::served_steps_summary(nlohmann::json(), nlohmann::json::object()).empty());
+    // No bandwidth reported: the served figures without a floor.
+    auto no_bw = after;
+    no_bw["engine_core"]["gauges"] = nlohmann::json::object();
+    const auto t = zmoe::cli::served_steps_summary(before, no_bw);
+    EXPECT_DOUBLE_EQ(t["decode_output_throughput"].get<double>(), 3200);
+    EXPECT_FALSE(t.contains("floor_decode_output_throughput"));
+}

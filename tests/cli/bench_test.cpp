@@ -140,6 +140,20 @@ TEST(Bench, ServeAndSweepAgainstTheDemoModel) {
     EXPECT_EQ(r["max_concurrency"].get<int>(), 3);
     EXPECT_EQ(r["request_rate"].get<std::string>(), "inf");
     EXPECT_EQ(r["backend"].get<std::string>(), "zmoe");
+    // The engine core's served decode steps beside their memory floor (the CPU worker reports its memcpy
+    // bandwidth): present, positive and consistent with each other.
+    const double decode_steps = num(r, "decode_steps"), decode_tokens = num(r, "decode_tokens");
+    EXPECT_GT(decode_steps, 0.0);
+    EXPECT_GE(decode_tokens, decode_steps);
+    EXPECT_LE(decode_tokens, static_cast<double>(kPrompts * kOut));
+    EXPECT_GT(num(r, "decode_output_throughput"), 0.0);
+    EXPECT_NEAR(num(r, "decode_output_throughput") * num(r, "mean_decode_step_ms") * decode_steps / 1000.0,
+                decode_tokens, 1e-6 * decode_tokens);
+    EXPECT_GT(num(r, "copy_bandwidth_bytes_per_s"), 0.0);
+    EXPECT_GT(num(r, "floor_decode_output_throughput"), 0.0);
+    EXPECT_NEAR(num(r, "decode_floor_fraction"), num(r, "mean_floor_decode_step_ms") / num(r, "mean_decode_step_ms"),
+                1e-9);
+    EXPECT_GT(num(r, "mean_step_message_bytes"), 0.0);
     const auto first_scrape = scrape(s.endpoint());
     const auto first_buckets = check_exposition(first_scrape);
     EXPECT_NE(first_scrape.find("zmoe_ttft_seconds_bucket{"), std::string::npos) << first_scrape;

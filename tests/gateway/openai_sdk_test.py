@@ -3,7 +3,7 @@
 
   python3 tests/gateway/openai_sdk_test.py --base-url http://127.0.0.1:8000/v1
 
-Completion and chat completion, streamed and not, usage in the stream, and a 400 surfaced as the SDK's
+Completion and chat completion, streamed and not, usage in the stream, n choices, and a 400 surfaced as the SDK's
 BadRequestError. Exits 77 (skipped) when the `openai` package is not installed.
 """
 import argparse
@@ -48,12 +48,18 @@ def main():
         if ch.choices)
     assert streamed == r.choices[0].message.content, (streamed, r.choices[0].message.content)
 
+    # n choices, seeded: indices 0..n-1, usage over all of them.
+    several = client.completions.create(model=model, prompt="Hello", max_tokens=3, temperature=1.0, seed=3, n=2,
+                                        extra_body={"ignore_eos": True})
+    assert sorted(ch.index for ch in several.choices) == [0, 1], several
+    assert several.usage.completion_tokens == 6, several.usage
+
     try:
         client.completions.create(model=model, prompt="x", max_tokens=5, extra_body={"min_p": 2})
         raise AssertionError("min_p=2 was accepted")
     except openai.BadRequestError as e:
         assert e.status_code == 400
-    print("openai SDK: completions, chat completions, streaming and errors OK")
+    print(f"openai SDK {openai.__version__}: completions, chat completions, streaming, n and errors OK")
 
 
 if __name__ == "__main__":

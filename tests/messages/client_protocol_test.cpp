@@ -42,6 +42,13 @@ TEST(ClientProtocol, GenerateWithChatMessages) {
     test::check_wire_contract(m, decode_client_request);
 }
 
+TEST(ClientProtocol, GenerateWithNSequences) {
+    client_generate m = sample_generate();
+    m.n = 4;
+    test::check_wire_contract(m, decode_client_request);
+    EXPECT_EQ(std::get<client_generate>(decode_client_request(encode(m))).n, 4u);
+}
+
 TEST(ClientProtocol, Abort) { test::check_wire_contract(client_abort{"req-7"}, decode_client_request); }
 TEST(ClientProtocol, Health) { test::check_wire_contract(client_health{"h1"}, decode_client_request); }
 TEST(ClientProtocol, Metrics) { test::check_wire_contract(client_metrics{"m1"}, decode_client_request); }
@@ -59,6 +66,9 @@ TEST(ClientProtocol, Delta) {
     m.token_ids.clear();
     m.text.clear();
     test::check_wire_contract(m, decode_client_reply);
+    m.index = 3;  // the fourth of the request's n sequences
+    test::check_wire_contract(m, decode_client_reply);
+    EXPECT_EQ(std::get<client_delta>(decode_client_reply(encode(m))).index, 3u);
 }
 
 TEST(ClientProtocol, Error) {
@@ -82,9 +92,9 @@ TEST(ClientProtocol, TokenizeAndDetokenize) {
     test::check_wire_contract(client_tokenize{"t2", "", R"({"messages":[{"role":"user","content":"hi"}]})", true},
                               decode_client_request);
     test::check_wire_contract(client_detokenize{"d1", {9707, 1052, 0}}, decode_client_request);
-    test::check_wire_contract(client_tokens_reply{"d1", {9707, 1052}, "Hello there", {"Hello", " there"}, 4096,
-                                                  errc::ok, ""},
-                              decode_client_reply);
+    test::check_wire_contract(
+        client_tokens_reply{"d1", {9707, 1052}, "Hello there", {"Hello", " there"}, 4096, errc::ok, ""},
+        decode_client_reply);
     test::check_wire_contract(client_tokens_reply{"t9", {}, "", {}, 0, errc::invalid_argument, "token id 999999"},
                               decode_client_reply);
 }
@@ -115,7 +125,7 @@ TEST(ClientProtocol, RejectsPromptOfWrongElementType) {
 TEST(ClientProtocol, AcceptsAGenericMsgpackEncoding) {
     msgpack::sbuffer buf;
     msgpack::packer<msgpack::sbuffer> pk(buf);
-    pk.pack_array(21);
+    pk.pack_array(22);
     pk.pack_uint32(kClientProtocolVersion);
     pk.pack_uint64(static_cast<uint8_t>(client_kind::generate));
     pk.pack(std::string("abc"));
@@ -140,6 +150,7 @@ TEST(ClientProtocol, AcceptsAGenericMsgpackEncoding) {
     pk.pack_int64(9);
     pk.pack_double(-1.5);
     pk.pack_uint64(2);  // min_tokens
+    pk.pack_uint8(3);   // n
     auto req = decode_client_request({buf.data(), buf.size()});
     const auto& g = std::get<client_generate>(req);
     EXPECT_EQ(g.client_request_id, "abc");
@@ -157,6 +168,7 @@ TEST(ClientProtocol, AcceptsAGenericMsgpackEncoding) {
     EXPECT_EQ(g.min_p, 0.1f);
     EXPECT_EQ(g.logit_bias, (std::vector<std::pair<int32_t, float>>{{9, -1.5f}}));
     EXPECT_EQ(g.min_tokens, 2u);
+    EXPECT_EQ(g.n, 3u);
 }
 
 TEST(ClientProtocol, RejectsOversizedFrameAndNonArrays) {

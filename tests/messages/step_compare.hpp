@@ -25,7 +25,8 @@ inline bool same_step(const step_request& a, const step_request& b) {
 
 inline bool same_step_result(const step_result& a, const step_result& b) {
     if (a.step_id != b.step_id || a.rank != b.rank || a.expert_counts != b.expert_counts ||
-        a.compute_ms != b.compute_ms || a.frames_dropped != b.frames_dropped || a.tokens.size() != b.tokens.size()) {
+        a.compute_ms != b.compute_ms || a.frames_dropped != b.frames_dropped || a.wait_ms != b.wait_ms ||
+        a.tokens.size() != b.tokens.size()) {
         return false;
     }
     for (size_t i = 0; i < a.tokens.size(); ++i) {

@@ -56,6 +56,7 @@ step_result sample_result(int num_tokens, int num_counts) {
     for (int i = 0; i < num_counts; ++i) m.expert_counts.push_back(i * 13 % 97);
     m.compute_ms = 3.25;
     m.frames_dropped = 7001;
+    m.wait_ms = 0.625;
     return m;
 }
 
@@ -150,7 +151,7 @@ TEST(WorkerProtocol, WelcomeRejectsAnUnknownFlag) {
     EXPECT_NE(msg.find("no-such-flag"), std::string::npos) << msg;
 }
 
-TEST(WorkerProtocol, Ready) { test::check_wire_contract(worker_ready{1, 12345}, decode_worker_to_engine); }
+TEST(WorkerProtocol, Ready) { test::check_wire_contract(worker_ready{1, 12345, 4.2e12}, decode_worker_to_engine); }
 
 TEST(WorkerProtocol, Step) {
     test::check_wire_contract(sample_step(5, 37), decode_engine_to_worker, test::same_step);

@@ -1,4 +1,5 @@
-// The copy bandwidth of GPU 0 (current device), measured with CUDA events around device-to-device copies.
+// The copy bandwidth of one GPU (the one a worker of rank `rank` uses), measured with CUDA events around
+// device-to-device copies.
 
 #include <cuda_runtime_api.h>
 
@@ -9,8 +10,10 @@
 
 namespace zmoe {
 
-double measure_cuda_copy_bandwidth() {
-    const size_t n = 1ull << 30;
+double measure_cuda_copy_bandwidth(int rank, size_t n) {
+    int num_devices = 0;
+    ZMOE_CUDA_CHECK(cudaGetDeviceCount(&num_devices));
+    if (num_devices > 0) ZMOE_CUDA_CHECK(cudaSetDevice(rank % num_devices));
     cuda::device_buffer a(n), b(n);
     ZMOE_CUDA_CHECK(cudaMemset(a.as<void>(), 1, n));
     cudaEvent_t start = nullptr, stop = nullptr;

@@ -1,0 +1,70 @@
+// The memory floor's byte counts against real checkpoints: the fixtures' tensors, summed one by one, in BF16.
+
+#include "workers/step_floor.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "workers/safetensors.hpp"
+
+namespace zmoe {
+namespace {
+
+const std::string kModels = std::string(ZMOE_FIXTURES_DIR) + "/models/";
+
+int64_t numel(const tensor_view& t) {
+    int64_t n = 1;
+    for (const int64_t d : t.shape) n *= d;
+    return n;
+}
+
+class StepFloor : public ::testing::TestWithParam<std::string> {};
+
+// Dense bytes = every tensor but the routed experts and the input embedding (a tied LM head is the embedding);
+// expert bytes = the tensors of expert 0 of the first MoE layer.
+TEST_P(StepFloor, BytesAreTheCheckpointsTensors) {
+    const std::string dir = kModels + GetParam();
+    const model_config c = model_config::load(dir);
+    const safetensors_checkpoint ckpt(dir);
+    int64_t dense = 0, expert0 = 0;
+    bool has_lm_head = false;
+    const auto moe_layers = c.moe_layer_indices();
+    int64_t first_moe = 0;
+    while (moe_layers[static_cast<size_t>(first_moe)] < 0) ++first_moe;
+    const std::string expert0_prefix = "layers." + std::to_string(first_moe) + ".";
+    for (const std::string& name : ckpt.names()) {
+        const int64_t n = numel(ckpt.get(name));
+        has_lm_head = has_lm_head || name.find("lm_head") != std::string::npos;
+        if (name.find(".experts.") != std::string::npos) {
+            if (name.find(expert0_prefix) != std::string::npos && name.find(".experts.0.") != std::string::npos)
+                expert0 += n;
+            continue;
+        }
+        if (name.find("embed_tokens") != std::string::npos) continue;
+        dense += n;
+    }
+    if (!has_lm_head) dense += c.vocab_size * c.hidden_size;
+    const step_floor_model f = step_floor_model::of(c);
+    EXPECT_EQ(f.dense_bytes, 2 * dense) << GetParam();
+    EXPECT_EQ(f.expert_bytes, 2 * expert0) << GetParam();
+    const int64_t kv_row = c.is_mla() ? c.mla.kv_lora_rank + c.mla.qk_rope_head_dim : 2 * c.num_kv_heads * c.head_dim;
+    EXPECT_EQ(f.kv_bytes_per_position, 2 * c.num_layers * kv_row) << GetParam();
+    EXPECT_DOUBLE_EQ(f.bytes(3, 10),
+                     static_cast<double>(f.dense_bytes + 3 * f.expert_bytes + 10 * f.kv_bytes_per_position));
+}
+
+// qwen2_moe: biases and a gated shared expert; olmoe: full q/k norms; deepseek: MLA, a dense first layer, shared
+// experts (v3: a router bias); mixtral: w1/w2/w3 experts.
+INSTANTIATE_TEST_SUITE_P(Fixtures, StepFloor,
+                         ::testing::Values("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "deepseek_v2", "deepseek_v3"),
+                         [](const auto& info) { return info.param; });
+
+TEST(StepFloor, ExpertsTouchedCountsNonZeroEntries) {
+    EXPECT_EQ(experts_touched(std::vector<uint32_t>{}), 0);
+    EXPECT_EQ(experts_touched(std::vector<uint32_t>{0, 3, 0, 1, 7, 0}), 3);
+}
+
+}  // namespace
+}  // namespace zmoe
