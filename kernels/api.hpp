@@ -265,7 +265,9 @@ constexpr int32_t moe_permuted_rows_bound(int32_t num_tokens, int32_t top_k, int
     return num_tokens * top_k + num_experts * (row_align - 1);
 }
 
-/// The row alignment the grouped GEMM runs best with at this batch size (16, 32, 64 or 128).
+/// The row alignment the grouped GEMM runs best with at this batch size (16, 32, 64 or 128), from the mean rows per
+/// expert num_tokens * top_k / num_experts (known on the host without reading the routing); on Hopper always 64
+/// (the wgmma kernel measured fastest at every batch). 8 (the small-group kernel) is never chosen here.
 int32_t moe_row_align_for(int32_t num_tokens, int32_t top_k, int32_t num_experts);
 
 /// Scratch bytes launch_moe_permute needs.
@@ -283,7 +285,7 @@ struct moe_permute_params {
     int32_t top_k = 0;
     int32_t num_experts = 0;  ///< <= 1024
     int32_t hidden = 0;       ///< multiple of 8
-    int32_t row_align = 16;   ///< 16, 32 or a multiple of 64
+    int32_t row_align = 16;   ///< 8, 16, 32 or a multiple of 64
     int32_t max_rows = 0;     ///< moe_permuted_rows_bound(...)
 };
 
@@ -315,11 +317,17 @@ constexpr int32_t kMoeDecodeMaxPairs = 64;
 /// kMoeDecodeMaxPairs, num_experts <= 512, top_k <= 16, hidden and inter multiples of 8.
 bool moe_decode_supported(int32_t num_tokens, int32_t top_k, int32_t num_experts, int32_t hidden, int32_t inter);
 
+/// The routed-expert path a batch takes on one GPU with the softmax top-k router: true for launch_moe_decode (where
+/// moe_decode_supported), false for the permutation + grouped GEMMs + combine. Chosen on the host from the shape
+/// alone; the CUDA executor and bench/kernels/moe_layer_bench both choose by it.
+bool moe_use_decode_path(int32_t num_tokens, int32_t top_k, int32_t num_experts, int32_t hidden, int32_t inter);
+
 /// int32 scratch launch_moe_decode needs for num_tokens x top_k choices.
 size_t moe_decode_scratch_ints(int32_t num_tokens, int32_t top_k);
 
 struct moe_decode_params {
-    const float* router_logits = nullptr;      // [num_tokens, num_experts] fp32
+    const bf16* router_w = nullptr;            // [num_experts, hidden] or nullptr: the router_logits are given
+    float* router_logits = nullptr;            // [num_tokens, num_experts] fp32: in, or out when router_w is given
     const int32_t* replica_offsets = nullptr;  // [num_experts + 1], as moe_route_params
     const int32_t* replica_slots = nullptr;    // as moe_route_params
     const int32_t* num_valid = nullptr;        // [1] or nullptr (all valid): tokens from *num_valid on are padding
@@ -340,25 +348,28 @@ struct moe_decode_params {
     bool renormalize = false;
 };
 
-/// What launch_router_topk + launch_moe_route + launch_moe_permute + the two grouped GEMMs + launch_moe_combine
-/// compute, for a few tokens: (1) one block: softmax top-k per token, replica choice, load counts, and the
-/// distinct slots of the step with the tokens that chose each; (2) per distinct slot and slice of the FFN width,
-/// act = bf16(silu(x . gate) * (x . up)) for every token that chose it, each weight row read once; (3) per slice
-/// of the hidden size, y = bf16(act . down) per choice, then out[t] = bf16(sum_j weights[t, j] * y[t, j]) in top-k
-/// order. A token's result does not depend on the other tokens of the batch.
+/// What (the router GEMM +) launch_router_topk + launch_moe_route + launch_moe_permute + the two grouped GEMMs +
+/// launch_moe_combine compute, for a few tokens: (0) with router_w, router_logits = fp32(x . router_w^T), one warp
+/// per expert, and the last block to finish goes on with (1); (1) one block: softmax top-k per token, replica choice,
+/// load counts, and the distinct slots of the step with the tokens that chose each; (2) per distinct slot and slice of
+/// the FFN width, act = bf16(silu(x . gate) * (x . up)) for every token that chose it, each weight row read once; (3)
+/// per slice of the hidden size, y = bf16(act . down) per choice, then out[t] = bf16(sum_j weights[t, j] * y[t, j]) in
+/// top-k order. A token's result does not depend on the other tokens of the batch.
 void launch_moe_decode(const moe_decode_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
 // Grouped expert GEMM
 
-/// Which kernel launch_grouped_gemm runs. automatic: the wgmma + TMA kernel on compute capability 9.x when
-/// row_align is a multiple of 64 (moe_row_align_for's choice there from half a row per expert on), else the
-/// mma.sync one.
+/// Which kernel launch_grouped_gemm runs. automatic: by row_align (moe_row_align_for's choice from the mean rows per
+/// expert): 8 the small-group kernel (only when a caller asks for 8); a multiple of 64 the wgmma + TMA kernel on
+/// compute capability 9.x; else the mma.sync one.
 enum class grouped_gemm_impl : int32_t {
     automatic = 0,
-    mma_sync = 1,  ///< WMMA / mma.sync with a cp.async pipeline; any CUDA GPU, any row_align
+    mma_sync = 1,  ///< WMMA / mma.sync with a cp.async pipeline; any CUDA GPU, row_align 16, 32 or a multiple of 64
     wgmma = 2,     ///< sm_90a wgmma + TMA, persistent and warp-specialised; needs compute capability 9.x and
                    ///< row_align % 64 == 0
+    small = 3,     ///< few rows per expert: weights on the tensor cores' M side, the expert's rows on N (8-row
+                   ///< tiles), streamed through registers; any row_align that is a multiple of 8
 };
 
 struct grouped_gemm_params {

@@ -9,6 +9,7 @@
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
 #include "kernels/grouped_gemm_sm90.hpp"
+#include "kernels/grouped_gemm_small.hpp"
 
 namespace zmoe::kernels {
 namespace {
@@ -196,9 +197,18 @@ void launch_swiglu_or_not(const grouped_gemm_params& p, cudaStream_t stream) {
 
 void launch_grouped_gemm(const grouped_gemm_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(p.k % 8 == 0 && p.n % 8 == 0, "grouped_gemm: n and k must be multiples of 8");
-    ZMOE_KERNEL_REQUIRE(p.row_align == 16 || p.row_align == 32 || (p.row_align > 0 && p.row_align % 64 == 0),
-                        "grouped_gemm: row_align must be 16, 32 or a multiple of 64");
+    ZMOE_KERNEL_REQUIRE(
+        p.row_align == 8 || p.row_align == 16 || p.row_align == 32 || (p.row_align > 0 && p.row_align % 64 == 0),
+        "grouped_gemm: row_align must be 8, 16, 32 or a multiple of 64");
     if (p.max_rows == 0 || p.n == 0) return;
+    // The choice by rows per expert is made with row_align (moe_row_align_for): 8-row groups are few rows per
+    // expert, bound by streaming the weights; 64-row groups and up fill the wgmma tiles.
+    if (p.impl == grouped_gemm_impl::small || p.row_align == 8) {
+        ZMOE_KERNEL_REQUIRE(p.impl != grouped_gemm_impl::wgmma && p.impl != grouped_gemm_impl::mma_sync,
+                            "grouped_gemm: row_align 8 runs on the small-group kernel only");
+        detail::launch_grouped_gemm_small(p, stream);
+        return;
+    }
     if (p.impl == grouped_gemm_impl::wgmma ||
         (p.impl == grouped_gemm_impl::automatic && detail::grouped_gemm_wgmma_supported(p))) {
         detail::launch_grouped_gemm_wgmma(p, stream);

@@ -188,10 +188,11 @@ int32_t moe_row_align_for(int32_t num_tokens, int32_t top_k, int32_t num_experts
     // tensor-core tiles, and from about 256 rows per expert on, 128-row tiles (padding then costs at most a
     // quarter).
     const int64_t rows = int64_t(num_tokens) * top_k;
-    // On Hopper the wgmma grouped GEMM takes every batch from half a row per expert on (8 tokens at top-8 / 128
-    // experts: 0.192 ms for the layer against 0.204 with 16-row groups on the mma.sync kernel, H200): 64-row groups
-    // (its tile schedule runs 128-row tiles over them once they average 128 rows).
-    if (detail::device_has_wgmma()) return 2 * rows < int64_t(num_experts) ? 16 : 64;
+    // On Hopper the wgmma grouped GEMM takes every batch: 64-row groups (its tile schedule runs 128-row tiles over
+    // them once they average 128 rows). Measured on H200 at Qwen3-30B-A3B shapes (the whole layer, CUDA graph): 1 / 2
+    // / 4 tokens 0.062 / 0.077 / 0.120 ms against 0.083 / 0.090 / 0.132 with 16-row groups on the mma.sync kernel,
+    // and from 8 to 256 tokens 0.18-0.35 ms against 0.24-0.60 with 8-row groups on the small-group kernel.
+    if (detail::device_has_wgmma()) return 64;
     if (rows <= 8 * int64_t(num_experts)) return 16;
     if (rows <= 32 * int64_t(num_experts)) return 32;
     return rows >= 256 * int64_t(num_experts) ? 128 : 64;
@@ -203,8 +204,9 @@ size_t moe_permute_workspace_bytes(int32_t num_tokens, int32_t top_k, int32_t nu
 
 void launch_moe_permute(const moe_permute_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(p.num_experts >= 1 && p.num_experts <= kMaxExperts, "moe_permute: num_experts in [1, 1024]");
-    ZMOE_KERNEL_REQUIRE(p.row_align == 16 || p.row_align == 32 || (p.row_align > 0 && p.row_align % 64 == 0),
-                        "moe_permute: row_align must be 16, 32 or a multiple of 64");
+    ZMOE_KERNEL_REQUIRE(
+        p.row_align == 8 || p.row_align == 16 || p.row_align == 32 || (p.row_align > 0 && p.row_align % 64 == 0),
+        "moe_permute: row_align must be 8, 16, 32 or a multiple of 64");
     ZMOE_KERNEL_REQUIRE(p.max_rows >= moe_permuted_rows_bound(p.num_tokens, p.top_k, p.num_experts, p.row_align),
                         "moe_permute: max_rows below moe_permuted_rows_bound");
     ZMOE_KERNEL_REQUIRE(p.x == nullptr || p.hidden % 8 == 0, "moe_permute: hidden must be a multiple of 8");

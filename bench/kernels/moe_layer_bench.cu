@@ -1,18 +1,23 @@
 // One MoE layer at Qwen3-30B-A3B shapes (hidden 2048, 128 experts, top-8, expert FFN 768, BF16) for 1..16384
-// tokens: router GEMM (cuBLASLt, fp32 logits) + softmax/top-k + permutation + gate/up GEMM with SiLU*up + down
-// GEMM + weighted combine. Timed with CUDA events (warm-up, then the median of --iters runs), once launched
-// stream-ordered and once as a CUDA graph replay, beside the floor: the bytes the layer must move (expert weights
-// touched, activations in and out) at the device's copy bandwidth, or its FLOPs at the device's dense BF16 GEMM
-// rate, whichever is longer. Both ceilings are measured in the same run (a 1 GiB device-to-device copy counting
-// bytes read + written; an 8192^3 cuBLASLt BF16 GEMM).
-//   moe_layer_bench [--tokens 1,8,...] [--iters N] [--warmup N] [--align 16|32|64|128] [--impl auto|mma|wgmma]
-//                   [--no-gather] [--peer CMD] [--json PATH]
-// --align forces the row alignment (hence the grouped GEMM's tile height) instead of moe_row_align_for's; --impl
-// forces the grouped GEMM kernel. By default the permute only plans (offsets, destinations, row_token) and the
-// gate/up GEMM reads x through row_token; --no-gather permutes x into a copy first. --peer runs CMD after zmoe's
-// measurements (the GPU otherwise idle) and reads from its standard output the rows "<tokens> <milliseconds> ..." (the
-// first two fields; other lines are ignored): the table and the JSON then compare zmoe with that peer at the same token
-// counts.
+// tokens, on the path the CUDA executor takes for that batch (kernels::moe_use_decode_path): one token runs
+// launch_moe_decode (router GEMV, routing, gate|up with SiLU*up, down and the weighted sum in three launches, as in
+// the executor); larger batches run router GEMM (cuBLASLt, fp32 logits) +
+// softmax/top-k + permutation + gate/up GEMM with SiLU*up + down GEMM + weighted combine, the grouped GEMM kernel
+// chosen by moe_row_align_for. Timed with CUDA events (warm-up, then the median of --iters runs), once launched
+// stream-ordered (with a per-stage split) and once as a CUDA graph replay, beside the floor: the bytes the layer must
+// move (expert weights touched, activations in and out) at the device's copy bandwidth, or its FLOPs at the device's
+// dense BF16 GEMM rate, whichever is longer. Both ceilings are measured in the same run (a 1 GiB device-to-device copy
+// counting bytes read + written; an 8192^3 cuBLASLt BF16 GEMM).
+//   moe_layer_bench [--tokens 1,8,...] [--iters N] [--warmup N] [--path auto|decode|grouped]
+//                   [--decode-router fused|gemm] [--align 8|16|32|64|128] [--impl auto|mma|wgmma|small] [--no-gather]
+//                   [--peer CMD] [--json PATH]
+// --path forces the expert path (decode: only where moe_decode_supported); --decode-router gemm runs the decode path
+// after the cuBLASLt router GEMM instead of fusing the router GEMV; --align forces the row alignment (hence
+// the grouped GEMM kernel and its tile height) instead of moe_row_align_for's; --impl forces the grouped GEMM
+// kernel. By default the permute only plans (offsets, destinations, row_token) and the gate/up GEMM reads x through
+// row_token; --no-gather permutes x into a copy first. --peer runs CMD after zmoe's measurements (the GPU otherwise
+// idle) and reads from its standard output the rows "<tokens> <milliseconds> ..." (the first two fields; other lines
+// are ignored): the table and the JSON then compare zmoe with that peer at the same token counts.
 
 #include <algorithm>
 #include <chrono>
@@ -33,17 +38,29 @@ namespace {
 using zmoe::kernels::bf16;
 
 constexpr int32_t kHidden = 2048, kExperts = 128, kTopK = 8, kInter = 768;
-constexpr int kStages = 6;
 int32_t g_forced_align = 0;  // --align: 0 picks moe_row_align_for
 zmoe::kernels::grouped_gemm_impl g_impl = zmoe::kernels::grouped_gemm_impl::automatic;  // --impl
 bool g_gather = true;  // --no-gather: permute x into a copy instead of gate/up reading it through row_token
+enum class path_choice { automatic, decode, grouped };
+path_choice g_path = path_choice::automatic;  // --path
+bool g_fused_router = true;  // --decode-router gemm: the decode path with the cuBLASLt router GEMM before it
 
 int32_t row_align_for(int32_t num_tokens) {
     return g_forced_align ? g_forced_align : zmoe::kernels::moe_row_align_for(num_tokens, kTopK, kExperts);
 }
 
-const char* const kStageNames[kStages] = {"router_gemm",  "router_topk", "permute",
-                                          "gemm_gate_up", "gemm_down",   "combine"};
+/// The executor's choice (kernels::moe_use_decode_path) unless --path forces one.
+bool use_decode_path(int32_t num_tokens) {
+    const bool supported = zmoe::kernels::moe_decode_supported(num_tokens, kTopK, kExperts, kHidden, kInter);
+    if (g_path == path_choice::automatic)
+        return zmoe::kernels::moe_use_decode_path(num_tokens, kTopK, kExperts, kHidden, kInter);
+    return g_path == path_choice::decode && supported;
+}
+
+const std::vector<const char*> kGroupedStages = {"router_gemm",  "router_topk", "permute",
+                                                 "gemm_gate_up", "gemm_down",   "combine"};
+const std::vector<const char*> kDecodeStages = {"moe_decode"};  // the router GEMV fused in, as in the executor
+const std::vector<const char*> kDecodeGemmStages = {"router_gemm", "moe_decode"};
 
 __global__ void fill_uniform(bf16* out, size_t n, float scale, uint32_t seed) {
     for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
@@ -73,33 +90,60 @@ struct layer_buffers {
     bf16 *x, *gate_w, *w1, *w2, *xp, *act, *y, *out;
     float *logits, *weights;
     int32_t *ids, *counts, *offsets, *dest, *row_token;
+    int32_t *replica_offsets, *replica_slots, *decode_scratch;  // the decode path: one slot per expert
     void *permute_ws, *blas_ws;
     size_t blas_ws_bytes;
     cublasLtHandle_t blas;
 };
 
-/// Enqueues the layer for num_tokens tokens; records events[i] before stage i and events[kStages] at the end
-/// when events is not null.
-void enqueue_layer(const layer_buffers& b, int32_t num_tokens, cudaStream_t stream, cudaEvent_t* events) {
+/// Enqueues the layer for num_tokens tokens on the path use_decode_path picks; calls mark(i) before stage i and
+/// mark(number of stages) at the end.
+template <typename Mark>
+void enqueue_layer(const layer_buffers& b, int32_t num_tokens, cudaStream_t stream, Mark&& mark) {
     using namespace zmoe::kernels;
     const int32_t align = row_align_for(num_tokens);
     const int32_t max_rows = moe_permuted_rows_bound(num_tokens, kTopK, kExperts, align);
-    const auto mark = [&](int i) {
-        if (events) ZMOE_CUDA_CHECK(cudaEventRecord(events[i], stream));
-    };
-    mark(0);
-    launch_gemm_bf16({.handle = b.blas,
-                      .workspace = b.blas_ws,
-                      .workspace_bytes = b.blas_ws_bytes,
-                      .x = b.x,
-                      .w = b.gate_w,
-                      .y = b.logits,
-                      .m = num_tokens,
-                      .n = kExperts,
-                      .k = kHidden,
-                      .y_fp32 = true},
-                     stream);
-    mark(1);
+    const bool decode = use_decode_path(num_tokens);
+    int stage = 0;
+    mark(stage++);
+    if (!decode || !g_fused_router) {
+        launch_gemm_bf16({.handle = b.blas,
+                          .workspace = b.blas_ws,
+                          .workspace_bytes = b.blas_ws_bytes,
+                          .x = b.x,
+                          .w = b.gate_w,
+                          .y = b.logits,
+                          .m = num_tokens,
+                          .n = kExperts,
+                          .k = kHidden,
+                          .y_fp32 = true},
+                         stream);
+        mark(stage++);
+    }
+    if (decode) {
+        launch_moe_decode({.router_w = g_fused_router ? b.gate_w : nullptr,
+                           .router_logits = b.logits,
+                           .replica_offsets = b.replica_offsets,
+                           .replica_slots = b.replica_slots,
+                           .x = b.x,
+                           .w_gate_up = b.w1,
+                           .w_down = b.w2,
+                           .topk_weights = b.weights,
+                           .slot_ids = b.ids,
+                           .scratch = b.decode_scratch,
+                           .act = b.act,
+                           .expert_counts = b.counts,
+                           .out = b.out,
+                           .num_tokens = num_tokens,
+                           .top_k = kTopK,
+                           .num_experts = kExperts,
+                           .hidden = kHidden,
+                           .inter = kInter,
+                           .renormalize = true},
+                          stream);
+        mark(stage++);
+        return;
+    }
     launch_router_topk({.logits = b.logits,
                         .topk_ids = b.ids,
                         .topk_weights = b.weights,
@@ -125,32 +169,29 @@ void enqueue_layer(const layer_buffers& b, int32_t num_tokens, cudaStream_t stre
                         .max_rows = max_rows},
                        stream);
     mark(3);
-    launch_grouped_gemm({.a = g_gather ? b.x : b.xp,
-                         .a_rows = g_gather ? b.row_token : nullptr,
-                         .b = b.w1,
-                         .expert_offsets = b.offsets,
-                         .c = b.act,
-                         .max_rows = max_rows,
-                         .n = kInter,
-                         .k = kHidden,
-                         .num_experts = kExperts,
-                         .row_align = align,
-                         .swiglu = true,
-                         .impl = g_impl},
-                        stream);
+    // gate|up (SiLU * up fused) reads x through row_token unless --no-gather, then down.
+    grouped_gemm_params gemm{.a = g_gather ? b.x : b.xp,
+                             .a_rows = g_gather ? b.row_token : nullptr,
+                             .b = b.w1,
+                             .expert_offsets = b.offsets,
+                             .c = b.act,
+                             .max_rows = max_rows,
+                             .n = kInter,
+                             .k = kHidden,
+                             .num_experts = kExperts,
+                             .row_align = align,
+                             .swiglu = true,
+                             .impl = g_impl};
+    launch_grouped_gemm(gemm, stream);
     mark(4);
-    launch_grouped_gemm({.a = b.act,
-                         .b = b.w2,
-                         .expert_offsets = b.offsets,
-                         .c = b.y,
-                         .max_rows = max_rows,
-                         .n = kHidden,
-                         .k = kInter,
-                         .num_experts = kExperts,
-                         .row_align = align,
-                         .swiglu = false,
-                         .impl = g_impl},
-                        stream);
+    gemm.a = b.act;
+    gemm.a_rows = nullptr;
+    gemm.b = b.w2;
+    gemm.c = b.y;
+    gemm.n = kHidden;
+    gemm.k = kInter;
+    gemm.swiglu = false;
+    launch_grouped_gemm(gemm, stream);
     mark(5);
     launch_moe_combine({.y = b.y,
                         .dest_rows = b.dest,
@@ -170,31 +211,53 @@ double median(std::vector<double> v) {
 
 struct result {
     int32_t tokens = 0, row_align = 0, active_experts = 0;
+    bool decode_path = false;
     double median_ms = 0, graph_median_ms = 0, floor_ms = 0, bytes = 0, flops = 0;
-    double stage_ms[kStages] = {};
+    std::vector<const char*> stage_names;
+    std::vector<double> stage_ms;
     double peer_ms = -1;  // < 0: no peer row for this token count
 };
 
-/// Median milliseconds of `run` (enqueued on stream) over iters timed runs after warmup untimed ones.
+/// Runs `run(mark)` warmup times untimed, then iters times with events recorded at mark(0) .. mark(num_marks - 1)
+/// (the first mark and the last bound a run); returns the median of each of the num_marks - 1 intervals and, last,
+/// of the whole run.
 template <typename F>
-double time_ms(F&& run, cudaStream_t stream, int warmup, int iters) {
-    cudaEvent_t start, stop;
-    ZMOE_CUDA_CHECK(cudaEventCreate(&start));
-    ZMOE_CUDA_CHECK(cudaEventCreate(&stop));
-    for (int i = 0; i < warmup; ++i) run();
-    std::vector<double> ms;
+std::vector<double> time_ms(F&& run, cudaStream_t stream, int warmup, int iters, int num_marks) {
+    std::vector<cudaEvent_t> events(num_marks);
+    for (auto& e : events) ZMOE_CUDA_CHECK(cudaEventCreate(&e));
+    const auto no_mark = [](int) {};
+    for (int i = 0; i < warmup; ++i) run(no_mark);
+    std::vector<std::vector<double>> ms(num_marks);
+    const auto mark = [&](int i) { ZMOE_CUDA_CHECK(cudaEventRecord(events[i], stream)); };
     for (int i = 0; i < iters; ++i) {
-        ZMOE_CUDA_CHECK(cudaEventRecord(start, stream));
-        run();
-        ZMOE_CUDA_CHECK(cudaEventRecord(stop, stream));
-        ZMOE_CUDA_CHECK(cudaEventSynchronize(stop));
+        run(mark);
+        ZMOE_CUDA_CHECK(cudaEventSynchronize(events.back()));
+        for (int m = 0; m + 1 < num_marks; ++m) {
+            float t = 0;
+            ZMOE_CUDA_CHECK(cudaEventElapsedTime(&t, events[m], events[m + 1]));
+            ms[m].push_back(t);
+        }
         float t = 0;
-        ZMOE_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-        ms.push_back(t);
+        ZMOE_CUDA_CHECK(cudaEventElapsedTime(&t, events.front(), events.back()));
+        ms.back().push_back(t);
     }
-    ZMOE_CUDA_CHECK(cudaEventDestroy(start));
-    ZMOE_CUDA_CHECK(cudaEventDestroy(stop));
-    return median(ms);
+    for (auto& e : events) ZMOE_CUDA_CHECK(cudaEventDestroy(e));
+    std::vector<double> out;
+    for (auto& v : ms) out.push_back(median(v));
+    return out;
+}
+
+/// Median milliseconds of one enqueued operation (`run()`), timed as above.
+template <typename F>
+double time_op_ms(F&& run, cudaStream_t stream, int warmup, int iters) {
+    return time_ms(
+               [&](auto&& mark) {
+                   mark(0);
+                   run();
+                   mark(1);
+               },
+               stream, warmup, iters, 2)
+        .back();
 }
 
 struct ceilings {
@@ -211,8 +274,8 @@ ceilings measure_ceilings(cublasLtHandle_t blas, void* blas_ws, size_t blas_ws_b
     ZMOE_CUDA_CHECK(cudaMalloc(&dst, copy_bytes));
     ZMOE_CUDA_CHECK(cudaMemsetAsync(src, 0x3c, copy_bytes, stream));
     const double copy_ms =
-        time_ms([&] { ZMOE_CUDA_CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, stream)); },
-                stream, 3, 20);
+        time_op_ms([&] { ZMOE_CUDA_CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, stream)); },
+                   stream, 3, 20);
     c.bytes_per_s = 2.0 * double(copy_bytes) / (copy_ms * 1e-3);
     ZMOE_CUDA_CHECK(cudaFree(src));
     ZMOE_CUDA_CHECK(cudaFree(dst));
@@ -223,7 +286,7 @@ ceilings measure_ceilings(cublasLtHandle_t blas, void* blas_ws, size_t blas_ws_b
     bf16* y = device_alloc<bf16>(size_t(kDim) * kDim);
     fill(x, size_t(kDim) * kDim, 1.f, 11);
     fill(w, size_t(kDim) * kDim, 0.02f, 12);
-    const double gemm_ms = time_ms(
+    const double gemm_ms = time_op_ms(
         [&] {
             zmoe::kernels::launch_gemm_bf16({.handle = blas,
                                              .workspace = blas_ws,
@@ -319,12 +382,30 @@ int main(int argc, char** argv) {
                 g_impl = zmoe::kernels::grouped_gemm_impl::mma_sync;
             else if (v == "wgmma")
                 g_impl = zmoe::kernels::grouped_gemm_impl::wgmma;
+            else if (v == "small")
+                g_impl = zmoe::kernels::grouped_gemm_impl::small;
             else
-                return std::fprintf(stderr, "--impl: auto, mma or wgmma\n"), 2;
+                return std::fprintf(stderr, "--impl: auto, mma, wgmma or small\n"), 2;
+        } else if (a == "--decode-router" && i + 1 < argc) {
+            const std::string v = argv[++i];
+            if (v != "fused" && v != "gemm") return std::fprintf(stderr, "--decode-router: fused or gemm\n"), 2;
+            g_fused_router = v == "fused";
+        } else if (a == "--path" && i + 1 < argc) {
+            const std::string v = argv[++i];
+            if (v == "auto")
+                g_path = path_choice::automatic;
+            else if (v == "decode")
+                g_path = path_choice::decode;
+            else if (v == "grouped")
+                g_path = path_choice::grouped;
+            else
+                return std::fprintf(stderr, "--path: auto, decode or grouped\n"), 2;
         } else {
             std::fprintf(stderr,
-                         "usage: %s [--tokens 1,8,...] [--iters N] [--warmup N] [--align 16|32|64|128] "
-                         "[--impl auto|mma|wgmma] [--no-gather] [--peer CMD] [--json PATH]\n",
+                         "usage: %s [--tokens 1,8,...] [--iters N] [--warmup N] [--path auto|decode|grouped] "
+                         "[--decode-router fused|gemm] "
+                         "[--align 8|16|32|64|128] [--impl auto|mma|wgmma|small] [--no-gather] [--peer CMD] "
+                         "[--json PATH]\n",
                          argv[0]);
             return 2;
         }
@@ -351,6 +432,17 @@ int main(int argc, char** argv) {
     b.dest = device_alloc<int32_t>(size_t(max_tokens) * kTopK);
     b.row_token = device_alloc<int32_t>(max_rows);
     b.permute_ws = device_alloc<uint8_t>(zmoe::kernels::moe_permute_workspace_bytes(max_tokens, kTopK, kExperts));
+    {
+        std::vector<int32_t> offsets(kExperts + 1), slots(kExperts);
+        for (int32_t e = 0; e <= kExperts; ++e) offsets[e] = e;
+        for (int32_t e = 0; e < kExperts; ++e) slots[e] = e;
+        b.replica_offsets = device_alloc<int32_t>(offsets.size());
+        b.replica_slots = device_alloc<int32_t>(slots.size());
+        ZMOE_CUDA_CHECK(cudaMemcpy(b.replica_offsets, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
+        ZMOE_CUDA_CHECK(cudaMemcpy(b.replica_slots, slots.data(), slots.size() * 4, cudaMemcpyHostToDevice));
+        b.decode_scratch =
+            device_alloc<int32_t>(zmoe::kernels::moe_decode_scratch_ints(zmoe::kernels::kMoeDecodeMaxTokens, kTopK));
+    }
     b.blas_ws_bytes = 32u << 20;
     b.blas_ws = device_alloc<uint8_t>(b.blas_ws_bytes);
     ZMOE_CUBLAS_CHECK(cublasLtCreate(&b.blas));
@@ -365,49 +457,26 @@ int main(int argc, char** argv) {
     const ceilings peak = measure_ceilings(b.blas, b.blas_ws, b.blas_ws_bytes, stream);
     std::printf("measured: copy %.0f GB/s, dense BF16 GEMM %.0f TFLOP/s\n", peak.bytes_per_s * 1e-9,
                 peak.flops_per_s * 1e-12);
-    cudaEvent_t events[kStages + 1];
-    for (auto& e : events) ZMOE_CUDA_CHECK(cudaEventCreate(&e));
-
     std::vector<result> results;
     for (int32_t tokens : token_counts) {
         result r;
         r.tokens = tokens;
-        r.row_align = row_align_for(tokens);
-        for (int i = 0; i < warmup; ++i) enqueue_layer(b, tokens, stream, nullptr);
-        ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-        std::vector<double> total, stage[kStages];
-        for (int i = 0; i < iters; ++i) {
-            enqueue_layer(b, tokens, stream, events);
-            ZMOE_CUDA_CHECK(cudaEventSynchronize(events[kStages]));
-            float ms = 0;
-            ZMOE_CUDA_CHECK(cudaEventElapsedTime(&ms, events[0], events[kStages]));
-            total.push_back(ms);
-            for (int s = 0; s < kStages; ++s) {
-                ZMOE_CUDA_CHECK(cudaEventElapsedTime(&ms, events[s], events[s + 1]));
-                stage[s].push_back(ms);
-            }
-        }
-        r.median_ms = median(total);
-        for (int s = 0; s < kStages; ++s) r.stage_ms[s] = median(stage[s]);
+        r.decode_path = use_decode_path(tokens);
+        r.row_align = r.decode_path ? 0 : row_align_for(tokens);
+        r.stage_names = !r.decode_path ? kGroupedStages : g_fused_router ? kDecodeStages : kDecodeGemmStages;
+        const int num_marks = int(r.stage_names.size()) + 1;
+        r.stage_ms =
+            time_ms([&](auto&& mark) { enqueue_layer(b, tokens, stream, mark); }, stream, warmup, iters, num_marks);
+        r.median_ms = r.stage_ms.back();
+        r.stage_ms.pop_back();
 
         cudaGraph_t graph;
         cudaGraphExec_t exec;
         ZMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-        enqueue_layer(b, tokens, stream, nullptr);
+        enqueue_layer(b, tokens, stream, [](int) {});
         ZMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
         ZMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        for (int i = 0; i < warmup; ++i) ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-        std::vector<double> replays;
-        for (int i = 0; i < iters; ++i) {
-            ZMOE_CUDA_CHECK(cudaEventRecord(events[0], stream));
-            ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-            ZMOE_CUDA_CHECK(cudaEventRecord(events[1], stream));
-            ZMOE_CUDA_CHECK(cudaEventSynchronize(events[1]));
-            float ms = 0;
-            ZMOE_CUDA_CHECK(cudaEventElapsedTime(&ms, events[0], events[1]));
-            replays.push_back(ms);
-        }
-        r.graph_median_ms = median(replays);
+        r.graph_median_ms = time_op_ms([&] { ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, stream, warmup, iters);
         ZMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
         ZMOE_CUDA_CHECK(cudaGraphDestroy(graph));
 
@@ -435,17 +504,17 @@ int main(int argc, char** argv) {
         "MoE layer, hidden %d, %d experts, top-%d, expert FFN %d, BF16 on %s (median of %d); floor at the "
         "measured %.0f GB/s and %.0f TFLOP/s\n",
         kHidden, kExperts, kTopK, kInter, prop.name, iters, peak.bytes_per_s * 1e-9, peak.flops_per_s * 1e-12);
-    std::printf("%7s %5s %6s %10s %10s %9s %10s %7s %8s %8s %9s | %s\n", "tokens", "align", "active", "median_ms",
-                "graph_ms", "peer_ms", "floor_ms", "floor%", "TFLOP/s", "GB/s", "vs_peer",
-                "router_gemm topk permute gate_up down combine");
+    std::printf("%7s %7s %5s %6s %10s %10s %9s %10s %7s %8s %8s %9s | %s\n", "tokens", "path", "align", "active",
+                "median_ms", "graph_ms", "peer_ms", "floor_ms", "floor%", "TFLOP/s", "GB/s", "vs_peer", "stages ms");
     for (const auto& r : results) {
         const double best = std::min(r.median_ms, r.graph_median_ms);
         char vs[32] = "-";
         if (r.peer_ms > 0) std::snprintf(vs, sizeof vs, "%.2fx", r.peer_ms / best);
-        std::printf("%7d %5d %6d %10.4f %10.4f %9.4f %10.4f %6.1f%% %8.1f %8.0f %9s | %.4f %.4f %.4f %.4f %.4f %.4f\n",
-                    r.tokens, r.row_align, r.active_experts, r.median_ms, r.graph_median_ms, r.peer_ms, r.floor_ms,
-                    100.0 * r.floor_ms / best, r.flops / best * 1e-9, r.bytes / best * 1e-6, vs, r.stage_ms[0],
-                    r.stage_ms[1], r.stage_ms[2], r.stage_ms[3], r.stage_ms[4], r.stage_ms[5]);
+        std::printf("%7d %7s %5d %6d %10.4f %10.4f %9.4f %10.4f %6.1f%% %8.1f %8.0f %9s |", r.tokens,
+                    r.decode_path ? "decode" : "grouped", r.row_align, r.active_experts, r.median_ms, r.graph_median_ms,
+                    r.peer_ms, r.floor_ms, 100.0 * r.floor_ms / best, r.flops / best * 1e-9, r.bytes / best * 1e-6, vs);
+        for (size_t s = 0; s < r.stage_ms.size(); ++s) std::printf(" %s %.4f", r.stage_names[s], r.stage_ms[s]);
+        std::printf("\n");
     }
     std::printf("(vs_peer: peer ms / zmoe's best of stream and graph; > 1 means zmoe is faster)\n");
 
@@ -457,10 +526,15 @@ int main(int argc, char** argv) {
         f << "{\"bench\":\"moe_layer\",\"impl\":\"zmoe\",\"device\":\"" << prop.name << "\",\"date\":\"" << date
           << "\",\"shape\":{\"hidden\":" << kHidden << ",\"experts\":" << kExperts << ",\"top_k\":" << kTopK
           << ",\"inter\":" << kInter << ",\"dtype\":\"bf16\"},\"measured\":{\"copy_bytes_per_s\":" << peak.bytes_per_s
-          << ",\"bf16_gemm_flops_per_s\":" << peak.flops_per_s << "},\"iters\":" << iters << ",\"impl\":\""
+          << ",\"bf16_gemm_flops_per_s\":" << peak.flops_per_s << "},\"iters\":" << iters << ",\"gemm_impl\":\""
           << (g_impl == zmoe::kernels::grouped_gemm_impl::automatic ? "auto"
               : g_impl == zmoe::kernels::grouped_gemm_impl::wgmma   ? "wgmma"
+              : g_impl == zmoe::kernels::grouped_gemm_impl::small   ? "small"
                                                                     : "mma")
+          << "\",\"path\":\""
+          << (g_path == path_choice::automatic ? "auto"
+              : g_path == path_choice::decode  ? "decode"
+                                               : "grouped")
           << "\",\"gather\":" << (g_gather ? "true" : "false") << ",\"forced_align\":" << g_forced_align
           << ",\"peer_cmd\":\"" << json_escape(peer_cmd) << "\",\"peer_output\":\"" << json_escape(peer_raw)
           << "\",\"results\":[";
@@ -469,8 +543,10 @@ int main(int argc, char** argv) {
             f << (i ? "," : "") << "{\"tokens\":" << r.tokens << ",\"median_ms\":" << r.median_ms
               << ",\"graph_median_ms\":" << r.graph_median_ms << ",\"peer_ms\":" << r.peer_ms
               << ",\"floor_ms\":" << r.floor_ms << ",\"bytes\":" << r.bytes << ",\"flops\":" << r.flops
-              << ",\"active_experts\":" << r.active_experts << ",\"row_align\":" << r.row_align << ",\"stages_ms\":{";
-            for (int s = 0; s < kStages; ++s) f << (s ? "," : "") << "\"" << kStageNames[s] << "\":" << r.stage_ms[s];
+              << ",\"active_experts\":" << r.active_experts << ",\"path\":\"" << (r.decode_path ? "decode" : "grouped")
+              << "\",\"row_align\":" << r.row_align << ",\"stages_ms\":{";
+            for (size_t s = 0; s < r.stage_ms.size(); ++s)
+                f << (s ? "," : "") << "\"" << r.stage_names[s] << "\":" << r.stage_ms[s];
             f << "}}";
         }
         f << "]}\n";

@@ -24,6 +24,8 @@ const char* impl_name(grouped_gemm_impl impl) {
             return "mma";
         case grouped_gemm_impl::wgmma:
             return "wgmma";
+        case grouped_gemm_impl::small:
+            return "small";
     }
     return "?";
 }
@@ -50,6 +52,7 @@ std::vector<int32_t> route(int32_t num_tokens, int32_t top_k, int32_t num_expert
 constexpr auto kWgmma = grouped_gemm_impl::wgmma;
 constexpr auto kMma = grouped_gemm_impl::mma_sync;
 constexpr auto kAuto = grouped_gemm_impl::automatic;
+constexpr auto kSmall = grouped_gemm_impl::small;
 
 class GroupedGemm : public ::testing::TestWithParam<gemm_case> {};
 
@@ -134,6 +137,20 @@ INSTANTIATE_TEST_SUITE_P(
         gemm_case{3000, 6, 40, 136, 72, true, 64, kWgmma, true},
         gemm_case{2048, 8, 32, 256, 128, true, 128, kWgmma, true},
         gemm_case{20000, 2, 64, 128, 64, true, 64, kWgmma, true},
+        // The small-group kernel (8-row groups; moe_row_align_for does not pick it, row_align 8 or impl small do):
+        // Qwen3-30B-A3B shapes up to 16 rows per expert (256 tokens), all three tile counts (mean rows per expert up
+        // to 4, 8, more), experts with more rows than its tiles (further passes), K tails (K % 32 != 0), N not a
+        // multiple of 16 or 32, other row alignments, and x read through a_rows.
+        gemm_case{1, 8, 128, 2048, 768, true, 8, kSmall}, gemm_case{1, 8, 128, 768, 2048, false, 8, kSmall},
+        gemm_case{9, 8, 128, 2048, 768, true, 8, kSmall, true}, gemm_case{9, 8, 128, 768, 2048, false, 8, kSmall},
+        gemm_case{33, 8, 128, 2048, 768, true, 8, kSmall, true}, gemm_case{33, 8, 128, 768, 2048, false, 8, kSmall},
+        gemm_case{100, 8, 128, 2048, 768, true, 8, kAuto, true}, gemm_case{100, 8, 128, 768, 2048, false, 8, kAuto},
+        gemm_case{256, 8, 128, 2048, 768, true, 8, kAuto, true}, gemm_case{256, 8, 128, 768, 2048, false, 8, kAuto},
+        gemm_case{3, 2, 8, 64, 32, true, 8, kSmall}, gemm_case{3, 2, 8, 32, 64, false, 8, kSmall},
+        gemm_case{37, 3, 16, 104, 40, true, 8, kSmall, true}, gemm_case{37, 3, 16, 40, 104, false, 8, kSmall},
+        gemm_case{500, 2, 8, 96, 40, true, 8, kSmall, true}, gemm_case{500, 2, 8, 40, 96, false, 8, kSmall},
+        gemm_case{200, 4, 60, 512, 1408, true, 8, kSmall}, gemm_case{200, 4, 60, 1408, 512, false, 8, kSmall},
+        gemm_case{64, 8, 128, 2048, 768, true, 16, kSmall, true}, gemm_case{64, 8, 128, 768, 2048, false, 64, kSmall},
         // The automatic choice at Qwen3-30B-A3B shapes (wgmma on sm_90 from row_align 64 on).
         gemm_case{8, 8, 128, 2048, 768, true, 16, kAuto}, gemm_case{64, 8, 128, 768, 2048, false, 64, kAuto},
         gemm_case{1000, 4, 32, 512, 256, true, 128, kAuto}),

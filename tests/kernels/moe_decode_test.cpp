@@ -14,12 +14,13 @@ struct decode_moe_case {
     int32_t extra_replicas;
     int32_t num_valid;  ///< -1: no padding
     bool renormalize;
+    bool fused_router = false;  ///< router_w given: the kernel computes the logits
 };
 
 struct moe_inputs {
     int32_t num_slots = 0;
     std::vector<int32_t> offsets, slots;
-    std::vector<float> logits, x, gate_up, down;
+    std::vector<float> logits, x, gate_up, down, router_w;
 };
 
 moe_inputs make_inputs(const decode_moe_case& c, std::mt19937& rng) {
@@ -36,13 +37,23 @@ moe_inputs make_inputs(const decode_moe_case& c, std::mt19937& rng) {
     in.logits.resize(size_t(c.num_tokens) * c.num_experts);
     for (auto& v : in.logits) v = n(rng);
     in.x = random_bf16(size_t(c.num_tokens) * c.hidden, 1.f, rng);
+    if (c.fused_router) {  // logits from a router matrix instead, in double (the kernel sums in fp32)
+        in.router_w = random_bf16(size_t(c.num_experts) * c.hidden, 4.f / std::sqrt(float(c.hidden)), rng);
+        for (int32_t t = 0; t < c.num_tokens; ++t)
+            for (int32_t e = 0; e < c.num_experts; ++e) {
+                double acc = 0;
+                for (int32_t h = 0; h < c.hidden; ++h)
+                    acc += double(in.x[size_t(t) * c.hidden + h]) * in.router_w[size_t(e) * c.hidden + h];
+                in.logits[size_t(t) * c.num_experts + e] = float(acc);
+            }
+    }
     in.gate_up = random_bf16(size_t(in.num_slots) * 2 * c.inter * c.hidden, 1.f / std::sqrt(float(c.hidden)), rng);
     in.down = random_bf16(size_t(in.num_slots) * c.hidden * c.inter, 1.f / std::sqrt(float(c.inter)), rng);
     return in;
 }
 
 struct moe_outputs {
-    std::vector<float> out, weights;
+    std::vector<float> out, weights, logits;
     std::vector<int32_t> slot_ids, counts;
 };
 
@@ -51,6 +62,8 @@ moe_outputs run_decode(const decode_moe_case& c, const moe_inputs& in, const std
     auto d_offsets = upload(in.offsets), d_slots = upload(in.slots);
     auto d_valid = upload(std::vector<int32_t>{c.num_valid});
     auto d_x = upload_bf16(in.x), d_gu = upload_bf16(in.gate_up), d_down = upload_bf16(in.down);
+    auto d_router = upload_bf16(c.fused_router ? in.router_w : std::vector<float>(8, 0.f));
+    if (c.fused_router) d_logits.poison();
     const size_t tk = size_t(c.num_tokens) * c.top_k;
     device_buffer<float> d_weights(tk);
     device_buffer<int32_t> d_slot_ids(tk), d_scratch(moe_decode_scratch_ints(c.num_tokens, c.top_k));
@@ -61,7 +74,8 @@ moe_outputs run_decode(const decode_moe_case& c, const moe_inputs& in, const std
     d_scratch.poison();
     d_act.poison();
     d_out.poison();
-    launch_moe_decode({.router_logits = d_logits.get(),
+    launch_moe_decode({.router_w = c.fused_router ? d_router.get() : nullptr,
+                       .router_logits = d_logits.get(),
                        .replica_offsets = d_offsets.get(),
                        .replica_slots = d_slots.get(),
                        .num_valid = c.num_valid < 0 ? nullptr : d_valid.get(),
@@ -82,7 +96,7 @@ moe_outputs run_decode(const decode_moe_case& c, const moe_inputs& in, const std
                        .renormalize = c.renormalize},
                       nullptr);
     sync_and_check();
-    return {download_bf16(d_out), download(d_weights), download(d_slot_ids), download(d_counts)};
+    return {download_bf16(d_out), download(d_weights), download(d_logits), download(d_slot_ids), download(d_counts)};
 }
 
 class MoeDecode : public ::testing::TestWithParam<decode_moe_case> {};
@@ -99,9 +113,12 @@ TEST_P(MoeDecode, MatchesReference) {
     const size_t tk = size_t(c.num_tokens) * c.top_k;
     std::vector<float> want(size_t(c.num_tokens) * c.hidden), weights(tk);
     std::vector<int32_t> slot_ids(tk), counts = counts0;
-    ref::moe_decode(in.logits.data(), in.offsets.data(), in.slots.data(), c.num_valid, in.x.data(), in.gate_up.data(),
-                    in.down.data(), weights.data(), slot_ids.data(), counts.data(), want.data(), c.num_tokens, c.top_k,
-                    c.num_experts, c.hidden, c.inter, c.renormalize);
+    if (c.fused_router) {  // the kernel's fp32 logits against the double ones; the reference then routes by the former
+        EXPECT_LT(rel_error(got.logits, in.logits), 1e-5);
+    }
+    ref::moe_decode(c.fused_router ? got.logits.data() : in.logits.data(), in.offsets.data(), in.slots.data(),
+                    c.num_valid, in.x.data(), in.gate_up.data(), in.down.data(), weights.data(), slot_ids.data(),
+                    counts.data(), want.data(), c.num_tokens, c.top_k, c.num_experts, c.hidden, c.inter, c.renormalize);
     EXPECT_EQ(got.slot_ids, slot_ids);
     EXPECT_EQ(got.counts, counts);
     for (size_t i = 0; i < tk; ++i) EXPECT_NEAR(got.weights[i], weights[i], 1e-5f) << "choice " << i;
@@ -109,8 +126,10 @@ TEST_P(MoeDecode, MatchesReference) {
     EXPECT_LT(rel_error(got.out, want), kBf16Tolerance);
 }
 
-TEST(MoeDecode, TokenAloneEqualsTokenInBatch) {
-    const decode_moe_case batch{8, 128, 8, 256, 128, 16, -1, true};
+class MoeDecodeAlone : public ::testing::TestWithParam<bool> {};
+
+TEST_P(MoeDecodeAlone, TokenAloneEqualsTokenInBatch) {
+    const decode_moe_case batch{8, 128, 8, 256, 128, 16, -1, true, GetParam()};
     std::mt19937 rng(3);
     const moe_inputs in = make_inputs(batch, rng);
     const std::vector<int32_t> zeros(batch.num_experts, 0);
@@ -125,6 +144,9 @@ TEST(MoeDecode, TokenAloneEqualsTokenInBatch) {
     for (int32_t h = 0; h < batch.hidden; ++h) ASSERT_EQ(single.out[h], all.out[h]) << "element " << h;
 }
 
+INSTANTIATE_TEST_SUITE_P(Router, MoeDecodeAlone, ::testing::Bool(),
+                         [](const auto& info) { return std::string(info.param ? "fused_router" : "given_logits"); });
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, MoeDecode,
     ::testing::Values(decode_moe_case{1, 16, 8, 2048, 768, 0, -1, true},   // Qwen3-30B-A3B's expert dims
@@ -133,11 +155,16 @@ INSTANTIATE_TEST_SUITE_P(
                       decode_moe_case{2, 60, 4, 64, 88, 0, -1, false},     // small, FFN not a multiple of 16
                       decode_moe_case{3, 8, 2, 40, 24, 3, -1, true},       // Mixtral-like top-2
                       decode_moe_case{4, 64, 16, 256, 128, 0, -1, false},  // top-16, 64 choices
-                      decode_moe_case{1, 512, 1, 128, 64, 0, 0, false}),   // 512 experts, one choice, all padding
+                      decode_moe_case{1, 512, 1, 128, 64, 0, 0, false},    // 512 experts, one choice, all padding
+                      // The router GEMV fused in (router_w): 1 to 8 tokens, expert counts not a multiple of 8.
+                      decode_moe_case{1, 128, 8, 2048, 768, 0, -1, true, true},
+                      decode_moe_case{8, 128, 8, 256, 128, 24, -1, true, true},
+                      decode_moe_case{3, 60, 4, 64, 88, 0, 2, false, true},
+                      decode_moe_case{5, 500, 2, 40, 24, 3, -1, true, true}),
     [](const auto& info) {
         const auto& c = info.param;
         return make_name("t", c.num_tokens, "_e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter, "_extra",
-                         c.extra_replicas);
+                         c.extra_replicas, c.fused_router ? "_fused_router" : "");
     });
 
 }  // namespace

@@ -100,7 +100,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MoePermute,
                                            permute_case{4096, 8, 128, 128, 64}, permute_case{5000, 8, 1024, 16, 64},
                                            permute_case{0, 8, 128, 16, 64}, permute_case{256, 8, 128, 32, 64},
                                            permute_case{77, 3, 40, 32, 16}, permute_case{512, 8, 128, 64, 64},
-                                           permute_case{2, 8, 1024, 16, 64}),
+                                           permute_case{2, 8, 1024, 16, 64}, permute_case{33, 8, 128, 8, 64},
+                                           permute_case{0, 8, 128, 8, 64}, permute_case{500, 2, 8, 8, 16}),
                          [](const auto& info) {
                              const auto& c = info.param;
                              return make_name("t", c.num_tokens, "_k", c.top_k, "_e", c.num_experts, "_align",

@@ -464,13 +464,13 @@ void cuda_step_executor::moe(int64_t layer, const step_shape& s) {
     bf16* xn = ws_.xn.as<bf16>();
     const int32_t I = i32(c.moe_intermediate_size);
     // The fused decode path routes by softmax top-k only: DeepSeek's group-limited routers take the general path.
-    const bool fused = !comm_ && !uses_grouped_router(c) && kernels::moe_decode_supported(T, K, E, H, I);
+    const bool fused = !comm_ && !uses_grouped_router(c) && kernels::moe_use_decode_path(T, K, E, H, I);
     if (fused) {
-        // A few tokens on one GPU: routing, both expert GEMMs and the combine in three launches, no permuted copies.
-        float* logits = ws_.router_logits.as<float>();
-        gemm(xn, w.router.as<bf16>(), logits, T, E, H, true);
+        // A few tokens on one GPU: the router GEMV, routing, both expert GEMMs and the combine in three launches, no
+        // permuted copies.
         kernels::launch_moe_decode(
-            {.router_logits = logits,
+            {.router_w = w.router.as<bf16>(),
+             .router_logits = ws_.router_logits.as<float>(),
              .replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1),
              .replica_slots = ws_.replica_slots.as<int32_t>() + mi * int64_t(ws_.shape.num_slots),
              .num_valid = ws_.num_valid.device,
