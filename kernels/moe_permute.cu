@@ -1,5 +1,7 @@
 // Token permutation into expert-contiguous order. Deterministic and exact: a (token, slot) assignment's row is
 // its expert's padded start + the number of earlier assignments (in (token, slot) order) to the same expert.
+// Decode-sized batches (up to kSmallAssignments assignments) take one block that does all of it in shared memory
+// (one launch, no workspace, no memset); larger ones take three kernels (plus the optional gather):
 //   1. chunk_count:  per chunk of kChunk assignments, a histogram over experts.
 //   2. scan:         per expert, exclusive prefix over chunks (ranges of chunks in parallel); padded group sizes;
 //                    prefix over experts.
@@ -123,6 +125,89 @@ __global__ void gather_kernel(const moe_permute_params p) {
     }
 }
 
+constexpr int kSmallThreads = 1024;
+constexpr int32_t kSmallAssignments = 4096;
+constexpr size_t kSmallSmem = 64u << 10;
+
+size_t small_smem_bytes(int32_t num_tokens, int32_t top_k, int32_t num_experts) {
+    return size_t((num_tokens * top_k + 31) / 32) * num_experts * sizeof(int32_t);
+}
+
+/// The whole plan in one block. A warp pass takes 32 assignments (a "chunk"); ranks within a chunk come from match
+/// masks, and counts[chunk][expert] turns, by a scan over the chunks per expert and one over the experts, into each
+/// chunk's first row for each expert.
+__global__ void __launch_bounds__(kSmallThreads) permute_one_block_kernel(const moe_permute_params p) {
+    extern __shared__ int32_t counts[];         // [chunks][num_experts] int32: count, then the chunk's first row
+    __shared__ int32_t start[kMaxExperts + 1];  // padded group size of each expert, then its first row
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, num_warps = kSmallThreads / 32;
+    const int32_t n = p.num_tokens * p.top_k, chunks = (n + 31) / 32, E = p.num_experts;
+    for (int32_t i = threadIdx.x; i < chunks * E; i += kSmallThreads) counts[i] = 0;
+    for (int32_t i = threadIdx.x; i < p.max_rows; i += kSmallThreads) p.row_token[i] = -1;
+    __syncthreads();
+    for (int32_t c = warp; c < chunks; c += num_warps) {
+        const int32_t a = c * 32 + lane;
+        const int32_t id = a < n ? p.topk_ids[a] : -1;
+        const unsigned peers = __match_any_sync(detail::kFullMask, id);
+        if (a < n && __popc(peers & ((1u << lane) - 1)) == 0) counts[c * E + id] = __popc(peers);
+    }
+    __syncthreads();
+    for (int32_t e = threadIdx.x; e < E; e += kSmallThreads) {
+        int32_t running = 0;
+        for (int32_t c = 0; c < chunks; ++c) {
+            const int32_t v = counts[c * E + e];
+            counts[c * E + e] = running;
+            running += v;
+        }
+        start[e] = (running + p.row_align - 1) / p.row_align * p.row_align;
+    }
+    __syncthreads();
+    if (warp == 0) {  // exclusive scan of the padded sizes over the experts, 32 at a time
+        int32_t carry = 0;
+        for (int32_t base = 0; base < E; base += 32) {
+            const int32_t e = base + lane;
+            const int32_t v = e < E ? start[e] : 0;
+            int32_t incl = v;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const int32_t up = __shfl_up_sync(detail::kFullMask, incl, o);
+                if (lane >= o) incl += up;
+            }
+            if (e < E) start[e] = carry + incl - v;
+            carry += __shfl_sync(detail::kFullMask, incl, 31);
+        }
+        if (lane == 0) start[E] = carry;
+    }
+    __syncthreads();
+    for (int32_t e = threadIdx.x; e <= E; e += kSmallThreads) p.expert_offsets[e] = start[e];
+    for (int32_t c = warp; c < chunks; c += num_warps) {
+        const int32_t a = c * 32 + lane;
+        const int32_t id = a < n ? p.topk_ids[a] : -1;
+        const unsigned peers = __match_any_sync(detail::kFullMask, id);
+        if (a >= n) continue;
+        const int32_t row = start[id] + counts[c * E + id] + __popc(peers & ((1u << lane) - 1));
+        p.dest_rows[a] = row;
+        p.row_token[row] = a / p.top_k;
+    }
+}
+
+/// The three-kernel plan for batches beyond one block (the gather is the caller's).
+void launch_chunked(const moe_permute_params& p, cudaStream_t stream) {
+    auto* chunk_counts = static_cast<int32_t*>(p.workspace);
+    const int32_t chunks = num_chunks(p.num_tokens, p.top_k);
+    ZMOE_CUDA_CHECK(cudaMemsetAsync(p.row_token, 0xff, size_t(p.max_rows) * sizeof(int32_t), stream));
+    const size_t hist_bytes = size_t(p.num_experts) * sizeof(int32_t);
+    if (chunks > 0) {
+        chunk_count_kernel<<<chunks, kChunk, hist_bytes, stream>>>(p, chunk_counts);
+        ZMOE_CUDA_CHECK_LAUNCH();
+    }
+    scan_kernel<<<1, kMaxExperts, 0, stream>>>(p, chunk_counts, chunks);
+    ZMOE_CUDA_CHECK_LAUNCH();
+    if (chunks > 0) {
+        assign_kernel<<<chunks, kChunk, hist_bytes * kChunkWarps, stream>>>(p, chunk_counts);
+        ZMOE_CUDA_CHECK_LAUNCH();
+    }
+}
+
 }  // namespace
 
 int32_t moe_row_align_for(int32_t num_tokens, int32_t top_k, int32_t num_experts) {
@@ -153,19 +238,14 @@ void launch_moe_permute(const moe_permute_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(p.max_rows >= moe_permuted_rows_bound(p.num_tokens, p.top_k, p.num_experts, p.row_align),
                         "moe_permute: max_rows below moe_permuted_rows_bound");
     ZMOE_KERNEL_REQUIRE(p.x == nullptr || p.hidden % 8 == 0, "moe_permute: hidden must be a multiple of 8");
-    auto* chunk_counts = static_cast<int32_t*>(p.workspace);
-    const int32_t chunks = num_chunks(p.num_tokens, p.top_k);
-    ZMOE_CUDA_CHECK(cudaMemsetAsync(p.row_token, 0xff, size_t(p.max_rows) * sizeof(int32_t), stream));
-    const size_t hist_bytes = size_t(p.num_experts) * sizeof(int32_t);
-    if (chunks > 0) {
-        chunk_count_kernel<<<chunks, kChunk, hist_bytes, stream>>>(p, chunk_counts);
+    const size_t small_smem = small_smem_bytes(p.num_tokens, p.top_k, p.num_experts);
+    if (p.num_tokens * p.top_k <= kSmallAssignments && small_smem <= kSmallSmem) {
+        ZMOE_CUDA_CHECK(cudaFuncSetAttribute(permute_one_block_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             int(kSmallSmem)));
+        permute_one_block_kernel<<<1, kSmallThreads, small_smem, stream>>>(p);
         ZMOE_CUDA_CHECK_LAUNCH();
-    }
-    scan_kernel<<<1, kMaxExperts, 0, stream>>>(p, chunk_counts, chunks);
-    ZMOE_CUDA_CHECK_LAUNCH();
-    if (chunks > 0) {
-        assign_kernel<<<chunks, kChunk, hist_bytes * kChunkWarps, stream>>>(p, chunk_counts);
-        ZMOE_CUDA_CHECK_LAUNCH();
+    } else {
+        launch_chunked(p, stream);
     }
     if (p.x != nullptr && p.x_permuted != nullptr && p.max_rows > 0) {
         gather_kernel<<<p.max_rows, 128, 0, stream>>>(p);
