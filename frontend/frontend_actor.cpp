@@ -741,40 +741,40 @@ void frontend_actor::handle_outputs(const engine_outputs& m) {
 void frontend_actor::finish_request(uint64_t id, finish_reason reason, errc code, const std::string& message) {
     auto it = live_.find(id);
     if (it == live_.end()) return;
-    auto& r = it->second;
-    const bool connected = clients_.count(r.client) > 0;
+    // The sequence is forgotten before anything is sent: a send can find its client gone, whose live requests then
+    // end (client_gone), and this one must not be among them.
+    const std::string client = it->second.client;
+    const bool connected = clients_.count(client) > 0;
     if (reason == finish_reason::error) {
-        metrics_.counter_add("requests_failed");
-        if (connected) send_client_error(r.client, r.client_request_id, code, message);
+        const std::string cid = it->second.client_request_id;
         // The error ends the whole request: its other sequences stop here too.
-        auto git = by_client_id_.find({r.client, r.client_request_id});
-        if (git != by_client_id_.end()) {
-            for (const uint64_t other : std::vector<uint64_t>(git->second)) {
-                if (other == id) continue;
-                send_reliable(engine_sock_, encode(engine_abort{other}));
-                metrics_.counter_add("requests_failed");
-                drop_sequence(other);
-            }
+        std::vector<uint64_t> group = {id};
+        if (auto git = by_client_id_.find({client, cid}); git != by_client_id_.end()) group = git->second;
+        for (const uint64_t seq : group) {
+            if (seq != id) send_reliable(engine_sock_, encode(engine_abort{seq}));
+            metrics_.counter_add("requests_failed");
+            drop_sequence(seq);
         }
-    } else {
-        client_delta d;
-        d.client_request_id = r.client_request_id;
-        d.index = r.index;
-        d.token_ids = std::move(r.pending_ids);
-        d.logprobs = std::move(r.pending_logprobs);
-        d.text = std::move(r.pending_text);
-        d.text += r.held_text;  // empty after a stop string: the match and what followed are dropped
-        d.finished = true;
-        d.reason = reason;
-        d.prompt_tokens = r.prompt_tokens;
-        d.completion_tokens = r.completion_tokens;
-        if (connected) send_to_client(r.client, encode(d));
-        metrics_.counter_add("requests_finished");
-        metrics_.counter_add(std::string("requests_finished{reason=\"") + std::string(finish_reason_name(reason)) +
-                             "\"}");
-        metrics_.observe("request_latency_ms", ms_between(r.arrived, clock_type::now()));
+        if (connected) send_client_error(client, cid, code, message);
+        return;
     }
+    live_request& r = it->second;
+    client_delta d;
+    d.client_request_id = r.client_request_id;
+    d.index = r.index;
+    d.token_ids = std::move(r.pending_ids);
+    d.logprobs = std::move(r.pending_logprobs);
+    d.text = std::move(r.pending_text);
+    d.text += r.held_text;  // empty after a stop string: the match and what followed are dropped
+    d.finished = true;
+    d.reason = reason;
+    d.prompt_tokens = r.prompt_tokens;
+    d.completion_tokens = r.completion_tokens;
+    metrics_.counter_add("requests_finished");
+    metrics_.counter_add(std::string("requests_finished{reason=\"") + std::string(finish_reason_name(reason)) + "\"}");
+    metrics_.observe("request_latency_ms", ms_between(r.arrived, clock_type::now()));
     drop_sequence(id);
+    if (connected) send_to_client(client, encode(d));
 }
 
 void frontend_actor::drop_sequence(uint64_t id) {

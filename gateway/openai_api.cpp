@@ -171,6 +171,8 @@ openai_request parse_openai_request(const std::string& text, endpoint_kind kind)
         }
     }
     g.ignore_eos = bool_field(body, "ignore_eos", false);
+    // vLLM's prompt_logprobs (and echo, which needs them) are not served yet: refused rather than ignored.
+    if (field(body, "prompt_logprobs")) bad("'prompt_logprobs' is not supported", "prompt_logprobs");
     // vLLM's sampling extras and OpenAI's penalties, logit bias and logprobs. The frontend checks them again
     // (vocabulary bounds included), so a bad value is refused whichever client sends it.
     g.presence_penalty = static_cast<float>(number_field(body, "presence_penalty", -2.0, 2.0, 0.0));

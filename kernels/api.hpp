@@ -131,18 +131,28 @@ void launch_paged_attention(const paged_attention_params& p, cudaStream_t stream
 // ---------------------------------------------------------------------------------------------------------
 // Paged attention for decode steps (one query token per sequence), split over the KV
 
-/// Keys one decode-attention block covers: a sequence's KV is split into chunks of this many keys, each chunk one
-/// block, merged by a second kernel when a sequence has more than one. Fixed, so that a sequence's result depends
-/// on its own length only (not on the batch it is in, nor on the capacity the split count was sized for).
-constexpr int32_t kDecodeAttentionChunk = 512;
+/// A sequence's KV is split into chunks of decode_attention_chunk(kv_len) keys, each chunk one block: at least
+/// kDecodeAttentionMinChunk keys (a multiple of it) and at most kDecodeAttentionMaxChunks chunks. A function of the
+/// sequence's own length only, so that its result depends on nothing else (not on the batch it is in, nor on the
+/// capacity the split count was sized for): graph replays of padded batches give the eager step's bits.
+constexpr int32_t kDecodeAttentionMinChunk = 64;
+constexpr int32_t kDecodeAttentionMaxChunks = 32;
+constexpr int32_t decode_attention_chunk(int32_t kv_len) {
+    const int32_t per = (kv_len + kDecodeAttentionMaxChunks - 1) / kDecodeAttentionMaxChunks;
+    const int32_t rounded = (per + kDecodeAttentionMinChunk - 1) / kDecodeAttentionMinChunk * kDecodeAttentionMinChunk;
+    return rounded > kDecodeAttentionMinChunk ? rounded : kDecodeAttentionMinChunk;
+}
 
 /// True when launch_decode_attention supports this shape: head_dim 64, 128 or 256 and num_q_heads / num_kv_heads
 /// in {1, 2, 4, 8, 16}. Other shapes use launch_paged_attention.
 bool decode_attention_supported(int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim);
 
-/// Chunks per sequence for sequences of up to max_kv_len keys, and the fp32 scratch launch_decode_attention needs.
+/// The most chunks a sequence of up to max_kv_len keys has (<= kDecodeAttentionMaxChunks), and the fp32 scratch
+/// launch_decode_attention needs for the per-chunk states of num_seqs sequences.
 int32_t decode_attention_splits(int32_t max_kv_len);
-size_t decode_attention_workspace_bytes(int32_t num_seqs, int32_t num_q_heads, int32_t head_dim, int32_t num_splits);
+size_t decode_attention_workspace_bytes(int32_t num_seqs, int32_t num_q_heads, int32_t head_dim, int32_t max_chunks);
+/// Blocks per (sequence, KV head) for a batch: about a thousand blocks in all, at most max_chunks each.
+int32_t decode_attention_grid_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t max_chunks);
 
 struct decode_attention_params {
     const bf16* q = nullptr;                // [num_seqs, num_q_heads, head_dim]: sequence s's one query token
@@ -150,7 +160,10 @@ struct decode_attention_params {
     const bf16* v_cache = nullptr;          // [num_blocks, block_size, num_kv_heads, head_dim]
     const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
     const int32_t* start_pos = nullptr;     // [num_seqs]: the query token's position; it sees keys [0, start_pos]
-    float* workspace = nullptr;             // decode_attention_workspace_bytes(...); unused when num_splits == 1
+    float* workspace = nullptr;             // decode_attention_workspace_bytes(..., max_chunks); unused when
+                                            // max_chunks == 1
+    int32_t* merge_counters = nullptr;      // [num_seqs, num_kv_heads]: zero before the first launch, and every
+                                            // launch leaves them zero; unused when max_chunks == 1
     bf16* out = nullptr;                    // [num_seqs, num_q_heads, head_dim]
     int32_t num_seqs = 0;
     int32_t num_q_heads = 0;
@@ -158,13 +171,16 @@ struct decode_attention_params {
     int32_t head_dim = 0;  ///< decode_attention_supported
     int32_t block_size = 0;
     int32_t max_blocks_per_seq = 0;
-    int32_t num_splits = 1;  ///< decode_attention_splits(longest KV any sequence may have)
+    int32_t max_chunks = 1;  ///< decode_attention_splits(longest KV any sequence may have)
+    int32_t num_splits = 1;  ///< blocks per (sequence, KV head), any >= 1 (decode_attention_grid_splits); the
+                             ///< result does not depend on it
     float scale = 1.f;
 };
 
 /// What launch_paged_attention computes for a batch of one query token per sequence (query_start = 0, 1, ..., n),
-/// with the probabilities kept in fp32: one block per (sequence, KV head, chunk of kDecodeAttentionChunk keys), its
-/// warps over 32 keys at a time, the group's query heads scored together against each K row.
+/// with the probabilities kept in fp32, in one launch: num_splits blocks per (sequence, KV head) share its chunks;
+/// the group's query heads share each K/V tile (read once into shared memory); a sequence of several chunks is
+/// merged, in chunk order, by the block of its KV head that finishes last.
 void launch_decode_attention(const decode_attention_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
@@ -174,16 +190,23 @@ struct router_topk_params {
     const float* logits = nullptr;     // [num_tokens, num_experts]
     int32_t* topk_ids = nullptr;       // [num_tokens, top_k]
     float* topk_weights = nullptr;     // [num_tokens, top_k]
-    int32_t* expert_counts = nullptr;  // [num_experts]: zeroed, then counted, by the launcher
+    int32_t* expert_counts = nullptr;  // [num_experts] or nullptr: zeroed, then counted, by the launcher
     int32_t num_tokens = 0;
     int32_t num_experts = 0;   ///< <= 512
     int32_t top_k = 0;         ///< 1..16, <= num_experts
     bool renormalize = false;  ///< divide the top-k probabilities by their sum (norm_topk_prob)
+    // The replica choice of launch_moe_route fused in (one launch less per MoE layer), when replica_offsets is set;
+    // the fields mean what moe_route_params' do.
+    const int32_t* replica_offsets = nullptr;  // [num_experts + 1]
+    const int32_t* replica_slots = nullptr;    // [replica_offsets[num_experts]]
+    const int32_t* num_valid = nullptr;        // [1] or nullptr (all valid)
+    int32_t* slot_ids = nullptr;               // [num_tokens, top_k]
+    int32_t* load_counts = nullptr;            // [num_experts] or nullptr: += the valid choices (not zeroed)
 };
 
 /// probs = softmax(logits); ids = top-k of probs in descending order (lower expert index first on ties);
 /// weights = their probabilities, renormalised to sum 1 if asked. Mixtral's top-k-then-softmax is the
-/// renormalised form.
+/// renormalised form. With replica_offsets set, also what launch_moe_route computes from those ids.
 void launch_router_topk(const router_topk_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
@@ -461,6 +484,28 @@ struct gemm_bf16_params {
 
 /// Row-major y = x . w^T, fp32 accumulate. m == 0 is a no-op.
 void launch_gemm_bf16(const gemm_bf16_params& p, cudaStream_t stream);
+
+/// Rows of x the small-M GEMV takes (decode steps of a few sequences); larger m goes to launch_gemm_bf16.
+constexpr int32_t kGemvMaxRows = 8;
+
+struct gemv_bf16_params {
+    const bf16* x = nullptr;     // [m, k], 16-byte aligned
+    const bf16* w = nullptr;     // [n, k], 16-byte aligned
+    const bf16* bias = nullptr;  // [n] or nullptr
+    void* y = nullptr;           // [m, n]: bf16, or fp32 when y_fp32
+    int32_t m = 0;               ///< gemv_bf16_supported
+    int32_t n = 0;
+    int32_t k = 0;
+    bool y_fp32 = false;
+};
+
+/// True for 1 <= m <= kGemvMaxRows, k a multiple of 8 and x (m * k BF16) within 64 KB of shared memory.
+bool gemv_bf16_supported(int32_t m, int32_t n, int32_t k);
+
+/// Row-major y = x . w^T (+ bias), fp32 accumulate, one pass over w with 16-byte streaming loads (memory bound for
+/// the m it takes). A BF16 output's bias is added to the product rounded to BF16 (as launch_gemm_bf16 followed by
+/// launch_add_bias rounds). m == 0 is a no-op.
+void launch_gemv_bf16(const gemv_bf16_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
 // Glue between the model kernels: bias add, SiLU * up for the dense MLPs, row gather, the qwen2_moe shared-expert

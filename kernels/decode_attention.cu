@@ -1,19 +1,25 @@
-// Paged attention for decode steps (one query token per sequence), split over the KV in fixed chunks of keys.
+// Paged attention for decode steps (one query token per sequence), split over the KV in chunks whose size depends on
+// the sequence's length only (decode_attention_chunk), in one launch.
 //
-// One block per (sequence, KV head, chunk of kDecodeAttentionChunk keys); four warps take 32 keys at a time. Lane j
-// owns key j of its warp's tile: it starts the copy of the key's V row into shared memory (cp.async), reads the K
-// row (16-byte loads, all in flight) and scores every query head of the GQA group against it (q in shared memory,
-// pre-scaled by scale * log2 e, read as broadcast float4). An online softmax in fp32 per head follows (warp max /
-// sum; the probabilities go to shared memory), then the V phase: each lane owns head_dim / 32 output dimensions of
-// every head of the group and reads the tile's V rows from shared memory. So a tile costs one memory round trip. The
-// four warps' states are merged in warp order (deterministic); a sequence spanning several chunks writes (o, m, l) per
-// chunk and a second kernel merges them in chunk order.
+// Blocks of four warps over (split, KV head, sequence); a block runs chunks split, split + num_splits, ... of its
+// sequence one after another (num_splits sized to the batch). The group's G query heads share every K/V row: a tile of
+// keys is copied once into shared memory (cp.async, K and V in separate groups so that the V copy overlaps the
+// scores, and the next tile's K copy overlaps this tile's PV), then
+//   scores:  each thread scores one key against min(G, 4) heads, q read as fp32 broadcasts from shared memory;
+//   softmax: online, in fp32 and base 2 (q is pre-scaled by scale * log2 e), warp w takes heads w, w + 4, ...;
+//   PV:      each thread owns two output dimensions of min(G, 4) heads, reading the probabilities of its heads as
+//            one broadcast vector per key.
+// A sequence that fits one chunk writes its output directly. Otherwise every chunk writes (o, m, l) to the
+// workspace and the block whose arrival completes its (sequence, KV head) merges them in chunk order
+// (deterministic, and the same bits whatever the grid), then re-arms the counter. Launched programmatically
+// dependent (pdl.cuh).
 
 #include <algorithm>
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
+#include "kernels/pdl.cuh"
 
 namespace zmoe::kernels {
 namespace {
@@ -21,212 +27,278 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
-template <int N>
-__device__ __forceinline__ void load_bf16_n(const bf16* src, float (&v)[N]) {
-    if constexpr (N == 8) {
-        detail::load_f32x8(src, v);
-    } else if constexpr (N == 4) {
-        const uint2 u = *reinterpret_cast<const uint2*>(src);
-        const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
-        const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
-        v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
-    } else {
-        static_assert(N == 2);
-        const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(src));
-        v[0] = a.x, v[1] = a.y;
-    }
-}
-
 __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src) {
     const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src));
 }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+/// Waits for all but the newest committed group of this thread's copies.
+__device__ __forceinline__ void cp_async_wait_all_but_newest() { asm volatile("cp.async.wait_group 1;\n" ::); }
 
-/// Bytes of dynamic shared memory: each warp's V tile, [32 keys][head_dim + 8] bf16 (the pad spreads the rows'
-/// 16-byte chunks over the banks).
-template <int kHeadDim>
-constexpr size_t v_tile_bytes() {
-    return size_t(kWarps) * 32 * (kHeadDim + 8) * sizeof(bf16);
-}
+template <int kHeadDim, int kGroup>
+struct tile_config {
+    static constexpr int kTile = kHeadDim <= 128 ? 64 : 32;  // keys per shared-memory tile
+    static constexpr int kStride = kHeadDim + 8;             // bf16 per K/V row in shared memory (bank spread)
+    static constexpr int kHeads = kGroup < 4 ? kGroup : 4;   // heads per thread, scores and PV
+    static constexpr int kHeadBlocks = kGroup / kHeads;
+    static constexpr int kScoreItems = kTile * kHeadBlocks;  // (key, head block)
+    static constexpr int kScorePerThread = (kScoreItems + kThreads - 1) / kThreads;
+    static constexpr int kPvItems = kHeadBlocks * (kHeadDim / 2);  // (head block, dimension pair)
+    static constexpr int kPvPerThread = (kPvItems + kThreads - 1) / kThreads;
+    // Dynamic shared memory, bytes: K tile [kTile][kStride] bf16 | V tile [kTile][kStride] bf16 |
+    // q [kGroup][kHeadDim] fp32 | probabilities [kTile][kGroup] fp32.
+    static constexpr size_t kKvBytes = size_t(kTile) * kStride * 2;
+    static constexpr size_t kQBytes = size_t(kGroup) * kHeadDim * 4;
+    static constexpr size_t kPBytes = size_t(kTile) * kGroup * 4;
+    static constexpr size_t kSmemBytes = 2 * kKvBytes + kQBytes + kPBytes;
+    static_assert(kKvBytes % 16 == 0 && kQBytes % 16 == 0, "16-byte aligned regions");
+    static_assert(kHeadDim / 2 >= 32, "a warp's PV items share one head block");
+};
 
 template <int kHeadDim, int kGroup>
 __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode_attention_params p) {
-    constexpr int kDL = kHeadDim / 32;                                // output dimensions per lane
-    constexpr int kVStride = kHeadDim + 8;                            // bf16 per row of a V tile
-    constexpr int kKeyBatch = kHeadDim / 8 < 16 ? kHeadDim / 8 : 16;  // K vectors in flight per lane
-    __shared__ __align__(16) float q_s[kGroup][kHeadDim];
-    __shared__ float o_s[kGroup][kHeadDim];
-    __shared__ __align__(16) float p_s[kWarps][32][kGroup];
-    __shared__ float m_s[kWarps][kGroup], l_s[kWarps][kGroup];
-    __shared__ float m_tot[kGroup], l_tot[kGroup];
+    using C = tile_config<kHeadDim, kGroup>;
+    constexpr int kHeads = C::kHeads, kTile = C::kTile, kStride = C::kStride;
     extern __shared__ __align__(16) unsigned char smem[];
+    bf16* k_s = reinterpret_cast<bf16*>(smem);
+    bf16* v_s = reinterpret_cast<bf16*>(smem + C::kKvBytes);
+    float* q_s = reinterpret_cast<float*>(smem + 2 * C::kKvBytes);
+    float* p_s = reinterpret_cast<float*>(smem + 2 * C::kKvBytes + C::kQBytes);
+    __shared__ float m_run[kGroup], l_run[kGroup], alpha_s[kGroup];
+    __shared__ float chunk_w[kGroup][kDecodeAttentionMaxChunks];  // merge: 2^(m_c - M) per head and chunk
+    __shared__ float inv_sum[kGroup];
+    __shared__ int32_t slot_s[C::kTile];  // the cache slot of each key of the tile being copied
+    __shared__ bool merge_here;
 
-    const int32_t seq = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+    detail::pdl_wait();  // the query and this step's K/V rows come from the kernel before
+    detail::pdl_launch_dependents();
+    const int32_t split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    bf16* v_s = reinterpret_cast<bf16*>(smem) + size_t(warp) * 32 * kVStride;
     const int32_t kv_len = p.start_pos[seq] + 1;
-    const int32_t k_begin = split * kDecodeAttentionChunk;
-    if (k_begin >= kv_len) return;  // nothing to do: the merge reads only the chunks that hold keys
-    const int32_t k_end = min(kv_len, k_begin + kDecodeAttentionChunk);
+    const int32_t chunk = decode_attention_chunk(kv_len);
+    const int32_t num_chunks = (kv_len + chunk - 1) / chunk;
+    if (num_chunks > p.max_chunks) __trap();  // max_chunks below decode_attention_splits(kv_len)
+    if (split >= num_chunks) return;          // an idle block: this sequence has fewer chunks than the grid
     const int32_t* table = p.block_tables + size_t(seq) * p.max_blocks_per_seq;
-    const float scale_log2 = p.scale * 1.4426950408889634f;
-
     const size_t head0 = size_t(seq) * p.num_q_heads + size_t(kvh) * kGroup;  // the group's first query head
-    const bf16* q = p.q + head0 * kHeadDim;
-    for (int i = threadIdx.x; i < kGroup * kHeadDim; i += kThreads) {
-        (&q_s[0][0])[i] = __bfloat162float(q[i]) * scale_log2;
-        (&o_s[0][0])[i] = 0.f;
-    }
-    __syncthreads();
+    // A chunk's unnormalised state when the sequence has several: [num_seqs * num_q_heads][max_chunks][head_dim + 2].
+    const size_t row = kHeadDim + 2;
+    auto part = [&](int head, int32_t c) { return p.workspace + ((head0 + head) * p.max_chunks + c) * row; };
 
-    float m[kGroup], l[kGroup], acc[kGroup][kDL];
-#pragma unroll
-    for (int h = 0; h < kGroup; ++h) {
-        m[h] = -INFINITY;
-        l[h] = 0.f;
-#pragma unroll
-        for (int i = 0; i < kDL; ++i) acc[h][i] = 0.f;
-    }
+    const float scale_log2 = p.scale * 1.4426950408889634f;
+    for (int i = threadIdx.x; i < kGroup * kHeadDim; i += kThreads)
+        q_s[i] = __bfloat162float(p.q[head0 * kHeadDim + i]) * scale_log2;
 
-    for (int32_t t0 = k_begin + warp * 32; t0 < k_end; t0 += kWarps * 32) {
-        // Lane j owns key t0 + j: its V row goes to shared memory (cp.async) while its K row is scored.
-        const int32_t key = t0 + lane;
-        const bool valid = key < k_end;
-        float s[kGroup];
+    // This block's chunks: split, split + num_splits, ... (the chunking depends on kv_len only, the grid does not).
+    int32_t my_chunks = 0;
+    for (int32_t c = split; c < num_chunks; c += p.num_splits, ++my_chunks) {
+        const int32_t k_begin = c * chunk, k_end = min(kv_len, k_begin + chunk);
+        // The cache slots of a tile's keys, one block-table read per key, all in flight at once (the copies then
+        // issue back to back instead of each waiting on its table read).
+        auto find_slots = [&](int32_t t0) {
+            for (int j = threadIdx.x; j < min(kTile, k_end - t0); j += kThreads) {
+                const int32_t key = t0 + j;
+                slot_s[j] = table[key / p.block_size] * p.block_size + key % p.block_size;
+            }
+            __syncthreads();
+        };
+        auto load_tile = [&](bf16* dst, const bf16* cache, int32_t t0) {  // the tile of find_slots(t0)
+            const int32_t n = min(kTile, k_end - t0);
+            for (int i = threadIdx.x; i < n * (kHeadDim / 8); i += kThreads) {
+                const int j = i / (kHeadDim / 8), piece = i % (kHeadDim / 8);
+                cp_async_16(dst + j * kStride + piece * 8,
+                            cache + (size_t(slot_s[j]) * p.num_kv_heads + kvh) * kHeadDim + piece * 8);
+            }
+            cp_async_commit();
+        };
+        find_slots(k_begin);
+        load_tile(k_s, p.k_cache, k_begin);
+        load_tile(v_s, p.v_cache, k_begin);
+        if (threadIdx.x < kGroup) m_run[threadIdx.x] = -INFINITY, l_run[threadIdx.x] = 0.f;
+
+        float acc[C::kPvPerThread][kHeads][2];
 #pragma unroll
-        for (int h = 0; h < kGroup; ++h) s[h] = 0.f;
-        if (valid) {
-            const size_t slot = size_t(table[key / p.block_size]) * p.block_size + key % p.block_size;
-            const size_t row = (slot * p.num_kv_heads + kvh) * kHeadDim;
+        for (int r = 0; r < C::kPvPerThread; ++r)
 #pragma unroll
-            for (int c = 0; c < kHeadDim / 8; ++c) cp_async_16(v_s + lane * kVStride + c * 8, p.v_cache + row + c * 8);
-            const bf16* k = p.k_cache + row;
+            for (int h = 0; h < kHeads; ++h) acc[r][h][0] = acc[r][h][1] = 0.f;
+
+        for (int32_t t0 = k_begin; t0 < k_end; t0 += kTile) {
+            const int32_t n = min(kTile, k_end - t0);
+            const bool more = t0 + kTile < k_end;
+            cp_async_wait_all_but_newest();  // this tile's K (its V may still be in flight)
+            __syncthreads();
+
+            // Scores of (key j, heads hb * kHeads ...) into p_s[j][h].
 #pragma unroll
-            for (int d0 = 0; d0 < kHeadDim; d0 += 8 * kKeyBatch) {
-                detail::bf16x8 kv[kKeyBatch];
+            for (int r = 0; r < C::kScorePerThread; ++r) {
+                const int item = threadIdx.x + r * kThreads;
+                const int j = item % kTile, hb = item / kTile;
+                if (item >= C::kScoreItems || j >= n) continue;
+                float s[kHeads];
 #pragma unroll
-                for (int b = 0; b < kKeyBatch; ++b) kv[b] = *reinterpret_cast<const detail::bf16x8*>(k + d0 + b * 8);
-#pragma unroll
-                for (int b = 0; b < kKeyBatch; ++b) {
+                for (int h = 0; h < kHeads; ++h) s[h] = 0.f;
+                const bf16* krow = k_s + j * kStride;
+                const float* q0 = q_s + hb * kHeads * kHeadDim;
+#pragma unroll 4
+                for (int d = 0; d < kHeadDim; d += 8) {
                     float kf[8];
+                    detail::load_f32x8(krow + d, kf);
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const float2 f = __bfloat1622float2(kv[b].h[e]);
-                        kf[2 * e] = f.x, kf[2 * e + 1] = f.y;
-                    }
-                    const int d = d0 + b * 8;
-#pragma unroll
-                    for (int h = 0; h < kGroup; ++h) {
-                        const float4 qa = *reinterpret_cast<const float4*>(&q_s[h][d]);
-                        const float4 qb = *reinterpret_cast<const float4*>(&q_s[h][d + 4]);
+                    for (int h = 0; h < kHeads; ++h) {
+                        const float4 qa = *reinterpret_cast<const float4*>(q0 + h * kHeadDim + d);
+                        const float4 qb = *reinterpret_cast<const float4*>(q0 + h * kHeadDim + d + 4);
                         s[h] += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] + qb.x * kf[4] +
                                 qb.y * kf[5] + qb.z * kf[6] + qb.w * kf[7];
                     }
                 }
+#pragma unroll
+                for (int h = 0; h < kHeads; ++h) p_s[j * kGroup + hb * kHeads + h] = s[h];
             }
-        }
-        asm volatile("cp.async.commit_group;\n" ::);
+            __syncthreads();
 
-#pragma unroll
-        for (int h = 0; h < kGroup; ++h) {
-            const float score = valid ? s[h] : -INFINITY;
-            const float m_new = fmaxf(m[h], detail::warp_max(score));  // finite: lane 0's key is valid
-            const float alpha = exp2f(m[h] - m_new);                   // 0 while m[h] is -inf
-            const float pr = valid ? exp2f(score - m_new) : 0.f;
-            p_s[warp][lane][h] = pr;
-            l[h] = l[h] * alpha + detail::warp_sum(pr);
-            m[h] = m_new;
-#pragma unroll
-            for (int i = 0; i < kDL; ++i) acc[h][i] *= alpha;
-        }
-        asm volatile("cp.async.wait_group 0;\n" ::);
-        __syncwarp();
+            // Online softmax over the tile's n keys, one warp per head.
+            for (int h = warp; h < kGroup; h += kWarps) {
+                float mx = -INFINITY;
+                for (int j = lane; j < n; j += 32) mx = fmaxf(mx, p_s[j * kGroup + h]);
+                mx = detail::warp_max(mx);
+                const float m_old = m_run[h];
+                const float m_new = fmaxf(m_old, mx);  // finite: the tile holds at least one key
+                float sum = 0.f;
+                for (int j = lane; j < n; j += 32) {
+                    const float e = exp2f(p_s[j * kGroup + h] - m_new);
+                    p_s[j * kGroup + h] = e;
+                    sum += e;
+                }
+                sum = detail::warp_sum(sum);
+                if (lane == 0) {
+                    const float a = exp2f(m_old - m_new);  // 0 on the first tile (m_old = -inf)
+                    alpha_s[h] = a;
+                    l_run[h] = l_run[h] * a + sum;
+                    m_run[h] = m_new;
+                }
+            }
+            __syncthreads();  // probabilities ready; the K tile and the slots are free (this tile's V is issued)
+            if (more) {
+                find_slots(t0 + kTile);
+                load_tile(k_s, p.k_cache, t0 + kTile);
+            } else {
+                cp_async_commit();  // an empty group keeps the count uniform
+            }
+            cp_async_wait_all_but_newest();  // this tile's V
+            __syncthreads();
 
-        const int32_t n_keys = min(32, k_end - t0);
+            // PV: (head block hb, dimensions 2 pair, 2 pair + 1).
+#pragma unroll
+            for (int r = 0; r < C::kPvPerThread; ++r) {
+                const int item = threadIdx.x + r * kThreads;
+                if (item >= C::kPvItems) continue;
+                const int pair = item % (kHeadDim / 2), hb = item / (kHeadDim / 2);
+#pragma unroll
+                for (int h = 0; h < kHeads; ++h) {
+                    const float a = alpha_s[hb * kHeads + h];
+                    acc[r][h][0] *= a;
+                    acc[r][h][1] *= a;
+                }
+                const bf16* vcol = v_s + pair * 2;
+                const float* pcol = p_s + hb * kHeads;
 #pragma unroll 4
-        for (int j = 0; j < n_keys; ++j) {
-            float v[kDL];
-            load_bf16_n<kDL>(v_s + j * kVStride + lane * kDL, v);
+                for (int j = 0; j < n; ++j) {
+                    const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(vcol + j * kStride));
+                    float pr[kHeads];
+                    if constexpr (kHeads == 4) {
+                        const float4 p4 = *reinterpret_cast<const float4*>(pcol + j * kGroup);
+                        pr[0] = p4.x, pr[1] = p4.y, pr[2] = p4.z, pr[3] = p4.w;
+                    } else {
 #pragma unroll
-            for (int h = 0; h < kGroup; ++h) {
-                const float pj = p_s[warp][j][h];
+                        for (int h = 0; h < kHeads; ++h) pr[h] = pcol[j * kGroup + h];
+                    }
 #pragma unroll
-                for (int i = 0; i < kDL; ++i) acc[h][i] += pj * v[i];
+                    for (int h = 0; h < kHeads; ++h) {
+                        acc[r][h][0] += pr[h] * v.x;
+                        acc[r][h][1] += pr[h] * v.y;
+                    }
+                }
+            }
+            __syncthreads();  // the V tile and the probabilities are free
+            if (more)
+                load_tile(v_s, p.v_cache, t0 + kTile);  // the slots of find_slots(t0 + kTile)
+            else
+                cp_async_commit();
+        }
+
+        // One chunk: the output itself. Several: this chunk's state.
+#pragma unroll
+        for (int r = 0; r < C::kPvPerThread; ++r) {
+            const int item = threadIdx.x + r * kThreads;
+            if (item >= C::kPvItems) continue;
+            const int pair = item % (kHeadDim / 2), hb = item / (kHeadDim / 2);
+#pragma unroll
+            for (int h = 0; h < kHeads; ++h) {
+                const int head = hb * kHeads + h;
+                if (num_chunks == 1) {
+                    const float inv = 1.f / l_run[head];  // > 0: the chunk holds a key
+                    *reinterpret_cast<__nv_bfloat162*>(p.out + (head0 + head) * kHeadDim + pair * 2) =
+                        __floats2bfloat162_rn(acc[r][h][0] * inv, acc[r][h][1] * inv);
+                } else {
+                    *reinterpret_cast<float2*>(part(head, c) + pair * 2) = make_float2(acc[r][h][0], acc[r][h][1]);
+                }
             }
         }
-        __syncwarp();  // the next tile overwrites this warp's V rows and probabilities
+        if (num_chunks > 1 && threadIdx.x < kGroup) {
+            part(threadIdx.x, c)[kHeadDim] = m_run[threadIdx.x];
+            part(threadIdx.x, c)[kHeadDim + 1] = l_run[threadIdx.x];
+        }
+        __syncthreads();  // m_run / l_run are read above before the next chunk resets them
     }
+    if (num_chunks == 1) return;
 
-    // Merge the warps: a warp that saw no key has m = -inf and l = 0.
-    if (lane == 0) {
-#pragma unroll
-        for (int h = 0; h < kGroup; ++h) m_s[warp][h] = m[h], l_s[warp][h] = l[h];
+    // Publish the states, then count arrivals: the block whose chunks complete the count merges (threadfence
+    // reduction), in chunk order.
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int32_t* counter = p.merge_counters + size_t(seq) * p.num_kv_heads + kvh;
+        const int32_t arrived = atomicAdd(counter, my_chunks) + my_chunks;
+        merge_here = arrived == num_chunks;
+        if (merge_here) atomicExch(counter, 0);  // every chunk of this launch has counted: re-arm for the next
     }
     __syncthreads();
+    if (!merge_here) return;
+    __threadfence();
+
     if (threadIdx.x < kGroup) {
         const int h = threadIdx.x;
-        float mx = -INFINITY, sum = 0.f;
-        for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, m_s[w][h]);
-        for (int w = 0; w < kWarps; ++w)
-            if (m_s[w][h] != -INFINITY) sum += l_s[w][h] * exp2f(m_s[w][h] - mx);
-        m_tot[h] = mx;
-        l_tot[h] = sum;
+        float mx = -INFINITY;
+        for (int32_t c = 0; c < num_chunks; ++c) mx = fmaxf(mx, __ldcg(part(h, c) + kHeadDim));
+        float sum = 0.f;
+        for (int32_t c = 0; c < num_chunks; ++c) {
+            const float w = exp2f(__ldcg(part(h, c) + kHeadDim) - mx);
+            chunk_w[h][c] = w;
+            sum += __ldcg(part(h, c) + kHeadDim + 1) * w;
+        }
+        inv_sum[h] = 1.f / sum;
     }
     __syncthreads();
-    for (int w = 0; w < kWarps; ++w) {
-        if (warp == w) {
-#pragma unroll
-            for (int h = 0; h < kGroup; ++h) {
-                const float f = m[h] == -INFINITY ? 0.f : exp2f(m[h] - m_tot[h]);
-#pragma unroll
-                for (int i = 0; i < kDL; ++i) o_s[h][lane * kDL + i] += acc[h][i] * f;
-            }
+    for (int item = threadIdx.x; item < kGroup * (kHeadDim / 2); item += kThreads) {
+        const int h = item / (kHeadDim / 2), pair = item % (kHeadDim / 2);
+        float o0 = 0.f, o1 = 0.f;
+        for (int32_t c = 0; c < num_chunks; ++c) {
+            const float2 o = __ldcg(reinterpret_cast<const float2*>(part(h, c) + pair * 2));
+            o0 += o.x * chunk_w[h][c];
+            o1 += o.y * chunk_w[h][c];
         }
-        __syncthreads();
-    }
-
-    if (p.num_splits == 1) {
-        for (int v = threadIdx.x; v < kGroup * kHeadDim / 8; v += kThreads) {
-            const int h = v / (kHeadDim / 8), d = (v % (kHeadDim / 8)) * 8;
-            const float inv = l_tot[h] > 0.f ? 1.f / l_tot[h] : 0.f;
-            float o[8];
-#pragma unroll
-            for (int i = 0; i < 8; ++i) o[i] = o_s[h][d + i] * inv;
-            detail::store_f32x8(p.out + (head0 + h) * kHeadDim + d, o);
-        }
-        return;
-    }
-    for (int i = threadIdx.x; i < kGroup * (kHeadDim + 2); i += kThreads) {
-        const int h = i / (kHeadDim + 2), d = i % (kHeadDim + 2);
-        float* part = p.workspace + ((head0 + h) * p.num_splits + split) * (kHeadDim + 2);
-        part[d] = d < kHeadDim ? o_s[h][d] : d == kHeadDim ? m_tot[h] : l_tot[h];
-    }
-}
-
-/// Merges a sequence's chunks, in chunk order: out = sum_c o_c 2^(m_c - M) / sum_c l_c 2^(m_c - M).
-__global__ void decode_attention_merge_kernel(const decode_attention_params p) {
-    const int32_t seq = blockIdx.x, head = blockIdx.y, D = p.head_dim;
-    const int32_t chunks = (p.start_pos[seq] + kDecodeAttentionChunk) / kDecodeAttentionChunk;  // ceil(kv_len / chunk)
-    const float* base = p.workspace + (size_t(seq) * p.num_q_heads + head) * p.num_splits * (D + 2);
-    float mx = -INFINITY, sum = 0.f;
-    for (int32_t c = 0; c < chunks; ++c) mx = fmaxf(mx, base[c * (D + 2) + D]);
-    for (int32_t c = 0; c < chunks; ++c) sum += base[c * (D + 2) + D + 1] * exp2f(base[c * (D + 2) + D] - mx);
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    for (int32_t d = threadIdx.x; d < D; d += blockDim.x) {
-        float o = 0.f;
-        for (int32_t c = 0; c < chunks; ++c) o += base[c * (D + 2) + d] * exp2f(base[c * (D + 2) + D] - mx);
-        p.out[(size_t(seq) * p.num_q_heads + head) * D + d] = __float2bfloat16(o * inv);
+        *reinterpret_cast<__nv_bfloat162*>(p.out + (head0 + h) * kHeadDim + pair * 2) =
+            __floats2bfloat162_rn(o0 * inv_sum[h], o1 * inv_sum[h]);
     }
 }
 
 template <int kHeadDim, int kGroup>
 void launch_one(const decode_attention_params& p, cudaStream_t stream) {
-    // Static and dynamic shared memory together pass 48 KB for the larger groups: always opt in.
-    constexpr size_t smem = v_tile_bytes<kHeadDim>();
+    constexpr size_t smem = tile_config<kHeadDim, kGroup>::kSmemBytes;
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<kHeadDim, kGroup>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    decode_attention_kernel<kHeadDim, kGroup>
-        <<<dim3(p.num_seqs, p.num_kv_heads, p.num_splits), kThreads, smem, stream>>>(p);
+    detail::launch_pdl(decode_attention_kernel<kHeadDim, kGroup>, dim3(p.num_splits, p.num_kv_heads, p.num_seqs),
+                       dim3(kThreads), smem, stream, p);
 }
 
 template <int kHeadDim>
@@ -261,19 +333,34 @@ bool decode_attention_supported(int32_t num_q_heads, int32_t num_kv_heads, int32
            (group == 1 || group == 2 || group == 4 || group == 8 || group == 16);
 }
 
-int32_t decode_attention_splits(int32_t max_kv_len) {
-    return std::max<int32_t>(1, (max_kv_len + kDecodeAttentionChunk - 1) / kDecodeAttentionChunk);
+int32_t decode_attention_grid_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t max_chunks) {
+    // Enough blocks to fill the GPU a few times over, no more: a block runs its chunks one after another, so few
+    // sequences split wide and many do not pay for idle blocks.
+    constexpr int64_t kTargetBlocks = 1024;
+    const int64_t pairs = std::max<int64_t>(int64_t(num_seqs) * num_kv_heads, 1);
+    return int32_t(std::clamp<int64_t>((kTargetBlocks + pairs - 1) / pairs, 1, std::max(max_chunks, 1)));
 }
 
-size_t decode_attention_workspace_bytes(int32_t num_seqs, int32_t num_q_heads, int32_t head_dim, int32_t num_splits) {
-    return num_splits <= 1 ? 0 : size_t(num_seqs) * num_q_heads * num_splits * (head_dim + 2) * sizeof(float);
+int32_t decode_attention_splits(int32_t max_kv_len) {
+    // Up to kDecodeAttentionMaxChunks * kDecodeAttentionMinChunk keys every chunk is the minimum, so the count
+    // grows with the length; beyond, it stays at most kDecodeAttentionMaxChunks.
+    const int32_t chunks = (max_kv_len + kDecodeAttentionMinChunk - 1) / kDecodeAttentionMinChunk;
+    return std::clamp<int32_t>(chunks, 1, kDecodeAttentionMaxChunks);
+}
+
+size_t decode_attention_workspace_bytes(int32_t num_seqs, int32_t num_q_heads, int32_t head_dim, int32_t max_chunks) {
+    return max_chunks <= 1 ? 0 : size_t(num_seqs) * num_q_heads * max_chunks * (head_dim + 2) * sizeof(float);
 }
 
 void launch_decode_attention(const decode_attention_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(decode_attention_supported(p.num_q_heads, p.num_kv_heads, p.head_dim),
                         "decode_attention: head_dim 64/128/256 and a group of 1, 2, 4, 8 or 16 query heads");
-    ZMOE_KERNEL_REQUIRE(p.num_splits >= 1 && p.block_size > 0, "decode_attention: num_splits and block_size >= 1");
-    ZMOE_KERNEL_REQUIRE(p.num_splits == 1 || p.workspace != nullptr, "decode_attention: split KV needs a workspace");
+    ZMOE_KERNEL_REQUIRE(
+        p.max_chunks >= 1 && p.max_chunks <= kDecodeAttentionMaxChunks && p.num_splits >= 1 && p.block_size > 0,
+        "decode_attention: max_chunks in [1, kDecodeAttentionMaxChunks], num_splits, block_size >= 1");
+    ZMOE_KERNEL_REQUIRE(p.max_chunks == 1 || (p.workspace != nullptr && p.merge_counters != nullptr),
+                        "decode_attention: split KV needs a workspace and merge counters");
+    ZMOE_KERNEL_REQUIRE(p.num_seqs <= 65535, "decode_attention: at most 65535 sequences");
     if (p.num_seqs == 0) return;
     const int32_t group = p.num_q_heads / p.num_kv_heads;
     switch (p.head_dim) {
@@ -288,10 +375,6 @@ void launch_decode_attention(const decode_attention_params& p, cudaStream_t stre
             break;
     }
     ZMOE_CUDA_CHECK_LAUNCH();
-    if (p.num_splits > 1) {
-        decode_attention_merge_kernel<<<dim3(p.num_seqs, p.num_q_heads), 128, 0, stream>>>(p);
-        ZMOE_CUDA_CHECK_LAUNCH();
-    }
 }
 
 }  // namespace zmoe::kernels

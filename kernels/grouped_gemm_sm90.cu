@@ -4,8 +4,9 @@
 //
 // Layout of one CTA (384 threads): warpgroup 0 is the producer (one thread issues the TMA copies of a
 // kStages-deep ring of (A tile, B tile) stages, each completing on its "full" mbarrier; with a_rows, its 128
-// threads gather the A rows with cp.async instead, writing the same 128-byte swizzle, and each arrives on a
-// stage's full barrier kGatherLag stages later, once its copies have landed); warpgroups 1 and 2
+// threads gather the A rows with cp.async instead, writing the same 128-byte swizzle, and each thread's arrive on
+// the stage's full barrier is made by the hardware once its copies have landed (cp.async.mbarrier.arrive), so the
+// producer runs the whole ring ahead of the math as with TMA); warpgroups 1 and 2
 // multiply (wgmma m64nNk16, A and B read from shared memory through matrix descriptors, one stage's wgmmas kept
 // in flight while the next stage's are issued) and release each stage through its "empty" mbarrier. Tiles are BM
 // rows (64 or 128, dividing row_align so a tile never straddles two experts) by 256 rows of b (with swiglu: 128
@@ -35,7 +36,6 @@ namespace {
 constexpr int kThreads = 384;          // producer warpgroup + two math warpgroups
 constexpr int kBK = 64;                // K elements of one stage: one 128-byte swizzle row
 constexpr int kBRows = 256;            // rows of b per tile
-constexpr int kGatherLag = 2;          // stages a gathering producer thread keeps in flight before it arrives
 constexpr size_t kSmemLimit = 232448;  // an sm_90 block's dynamic shared memory (227 KB)
 
 template <int kBM, bool kSwiglu>
@@ -116,12 +116,12 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool val
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)
                  : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+/// Arrives on bar once this thread's earlier cp.async copies have landed (the arrive counts toward the barrier's
+/// expected arrivals); the thread itself goes on at once.
+__device__ __forceinline__ void cp_async_arrive_on(uint64_t* bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
-/// Makes this thread's generic-proxy writes to shared memory (cp.async) visible to the async proxy (wgmma).
+/// Orders generic-proxy shared-memory accesses (cp.async, st.shared) with the async proxy (wgmma, TMA stores).
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 /// Matrix descriptor of a K-major tile in shared memory written by TMA with 128-byte swizzle: rows of 128 bytes
@@ -360,20 +360,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                             cp_async_16(a_s + r * 128 + ((chunk ^ (r & 7)) << 4),
                                         valid ? p.a + size_t(src[j]) * p.k + k : p.a, valid);
                         }
-                        cp_async_commit();
-                        if (it >= kGatherLag) {  // the copies of stage it - kGatherLag have landed
-                            cp_async_wait<kGatherLag>();
-                            fence_proxy_async();
-                            mbar_arrive(&full[(it - kGatherLag) % tile::kStages]);
-                        }
+                        cp_async_arrive_on(&full[s]);  // once this thread's copies of the stage have landed
                     }
                 }
-            }
-            if (gather) {
-                cp_async_wait<0>();
-                fence_proxy_async();
-                for (uint32_t d = it < kGatherLag ? it : kGatherLag; d > 0; --d)
-                    mbar_arrive(&full[(it - d) % tile::kStages]);
             }
         }
     } else {
@@ -405,6 +394,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
                 const uint32_t s = it % tile::kStages;
                 mbar_wait(&full[s], (it / tile::kStages) & 1);
+                if (gather) fence_proxy_async();  // the gathered rows came through cp.async (generic proxy)
                 const unsigned char* a_s = smem + size_t(s) * tile::kStageBytes;
                 const uint64_t desc_a = smem_desc(a_s + a_row0 * 128);
                 const uint64_t desc_b = smem_desc(a_s + tile::kABytes + b_row0 * 128);

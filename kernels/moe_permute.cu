@@ -1,7 +1,10 @@
 // Token permutation into expert-contiguous order. Deterministic and exact: a (token, slot) assignment's row is
 // its expert's padded start + the number of earlier assignments (in (token, slot) order) to the same expert.
+// Decode-sized batches (up to kSmallAssignments assignments) take one block that does all of it in shared memory
+// (one launch, no workspace, no memset); larger ones take three kernels (plus the optional gather):
 //   1. chunk_count:  per chunk of kChunk assignments, a histogram over experts.
-//   2. scan:         per expert, exclusive prefix over chunks; padded group sizes; prefix over experts.
+//   2. scan:         per expert, exclusive prefix over chunks (ranges of chunks in parallel); padded group sizes;
+//                    prefix over experts.
 //   3. assign:       within a chunk, ranks from warp match masks plus per-warp counts; writes dest_rows/row_token.
 //   4. gather:       x_permuted[row] = x[row_token[row]], zero rows for padding.
 
@@ -32,21 +35,38 @@ __global__ void __launch_bounds__(kChunk) chunk_count_kernel(const moe_permute_p
         chunk_counts[size_t(blockIdx.x) * p.num_experts + e] = hist[e];
 }
 
+/// One block of kMaxExperts threads: kMaxExperts / num_experts threads per expert ("parts"), each over a contiguous
+/// range of the chunks, so the loads of the chunk counts run in parallel (a serial pass over the chunks, ~0.1 ms at
+/// 16 384 tokens, was most of the plan).
 __global__ void __launch_bounds__(kMaxExperts)
     scan_kernel(const moe_permute_params p, int32_t* chunk_counts, int32_t chunks) {
+    constexpr int kBatch = 8;                    // chunk counts loaded at once by a thread
     __shared__ int32_t padded[kMaxExperts + 1];  // padded group size of each expert, then its start row
-    const int32_t e = threadIdx.x;
-    int32_t running = 0;
-    if (e < p.num_experts) {
-        for (int32_t c = 0; c < chunks; ++c) {
-            const int32_t n = chunk_counts[size_t(c) * p.num_experts + e];
-            chunk_counts[size_t(c) * p.num_experts + e] = running;
-            running += n;
+    __shared__ int32_t part_sums[kMaxExperts];   // assignments in each thread's range of chunks
+    const int32_t parts = kMaxExperts / p.num_experts;
+    const int32_t e = int32_t(threadIdx.x) % p.num_experts, part = int32_t(threadIdx.x) / p.num_experts;
+    const bool active = part < parts;
+    const int32_t per_part = (chunks + parts - 1) / parts;
+    const int32_t c0 = min(chunks, part * per_part), c1 = min(chunks, c0 + per_part);
+    int32_t sum = 0;
+    if (active) {
+#pragma unroll kBatch
+        for (int32_t c = c0; c < c1; ++c) sum += chunk_counts[size_t(c) * p.num_experts + e];
+    }
+    part_sums[threadIdx.x] = sum;
+    __syncthreads();
+    int32_t before = 0;  // assignments of expert e in the chunks before c0
+    if (active) {
+        int32_t total = 0;
+        for (int32_t q = 0; q < parts; ++q) {
+            const int32_t n = part_sums[q * p.num_experts + e];
+            before += q < part ? n : 0;
+            total += n;
         }
-        padded[e] = (running + p.row_align - 1) / p.row_align * p.row_align;
+        if (part == 0) padded[e] = (total + p.row_align - 1) / p.row_align * p.row_align;
     }
     __syncthreads();
-    if (e == 0) {
+    if (threadIdx.x == 0) {
         int32_t total = 0;
         for (int32_t i = 0; i < p.num_experts; ++i) {
             const int32_t n = padded[i];
@@ -57,9 +77,19 @@ __global__ void __launch_bounds__(kMaxExperts)
         p.expert_offsets[p.num_experts] = total;
     }
     __syncthreads();
-    if (e < p.num_experts) {
-        p.expert_offsets[e] = padded[e];
-        for (int32_t c = 0; c < chunks; ++c) chunk_counts[size_t(c) * p.num_experts + e] += padded[e];
+    if (!active) return;
+    if (part == 0) p.expert_offsets[e] = padded[e];
+    // Each chunk's count becomes the chunk's first row for expert e: loads in batches, then the stores.
+    int32_t running = padded[e] + before;
+    for (int32_t c = c0; c < c1; c += kBatch) {
+        int32_t n[kBatch];
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i) n[i] = c + i < c1 ? chunk_counts[size_t(c + i) * p.num_experts + e] : 0;
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i) {
+            if (c + i < c1) chunk_counts[size_t(c + i) * p.num_experts + e] = running;
+            running += n[i];
+        }
     }
 }
 
@@ -95,6 +125,89 @@ __global__ void gather_kernel(const moe_permute_params p) {
     }
 }
 
+constexpr int kSmallThreads = 1024;
+constexpr int32_t kSmallAssignments = 4096;
+constexpr size_t kSmallSmem = 64u << 10;
+
+size_t small_smem_bytes(int32_t num_tokens, int32_t top_k, int32_t num_experts) {
+    return size_t((num_tokens * top_k + 31) / 32) * num_experts * sizeof(int32_t);
+}
+
+/// The whole plan in one block. A warp pass takes 32 assignments (a "chunk"); ranks within a chunk come from match
+/// masks, and counts[chunk][expert] turns, by a scan over the chunks per expert and one over the experts, into each
+/// chunk's first row for each expert.
+__global__ void __launch_bounds__(kSmallThreads) permute_one_block_kernel(const moe_permute_params p) {
+    extern __shared__ int32_t counts[];         // [chunks][num_experts] int32: count, then the chunk's first row
+    __shared__ int32_t start[kMaxExperts + 1];  // padded group size of each expert, then its first row
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, num_warps = kSmallThreads / 32;
+    const int32_t n = p.num_tokens * p.top_k, chunks = (n + 31) / 32, E = p.num_experts;
+    for (int32_t i = threadIdx.x; i < chunks * E; i += kSmallThreads) counts[i] = 0;
+    for (int32_t i = threadIdx.x; i < p.max_rows; i += kSmallThreads) p.row_token[i] = -1;
+    __syncthreads();
+    for (int32_t c = warp; c < chunks; c += num_warps) {
+        const int32_t a = c * 32 + lane;
+        const int32_t id = a < n ? p.topk_ids[a] : -1;
+        const unsigned peers = __match_any_sync(detail::kFullMask, id);
+        if (a < n && __popc(peers & ((1u << lane) - 1)) == 0) counts[c * E + id] = __popc(peers);
+    }
+    __syncthreads();
+    for (int32_t e = threadIdx.x; e < E; e += kSmallThreads) {
+        int32_t running = 0;
+        for (int32_t c = 0; c < chunks; ++c) {
+            const int32_t v = counts[c * E + e];
+            counts[c * E + e] = running;
+            running += v;
+        }
+        start[e] = (running + p.row_align - 1) / p.row_align * p.row_align;
+    }
+    __syncthreads();
+    if (warp == 0) {  // exclusive scan of the padded sizes over the experts, 32 at a time
+        int32_t carry = 0;
+        for (int32_t base = 0; base < E; base += 32) {
+            const int32_t e = base + lane;
+            const int32_t v = e < E ? start[e] : 0;
+            int32_t incl = v;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const int32_t up = __shfl_up_sync(detail::kFullMask, incl, o);
+                if (lane >= o) incl += up;
+            }
+            if (e < E) start[e] = carry + incl - v;
+            carry += __shfl_sync(detail::kFullMask, incl, 31);
+        }
+        if (lane == 0) start[E] = carry;
+    }
+    __syncthreads();
+    for (int32_t e = threadIdx.x; e <= E; e += kSmallThreads) p.expert_offsets[e] = start[e];
+    for (int32_t c = warp; c < chunks; c += num_warps) {
+        const int32_t a = c * 32 + lane;
+        const int32_t id = a < n ? p.topk_ids[a] : -1;
+        const unsigned peers = __match_any_sync(detail::kFullMask, id);
+        if (a >= n) continue;
+        const int32_t row = start[id] + counts[c * E + id] + __popc(peers & ((1u << lane) - 1));
+        p.dest_rows[a] = row;
+        p.row_token[row] = a / p.top_k;
+    }
+}
+
+/// The three-kernel plan for batches beyond one block (the gather is the caller's).
+void launch_chunked(const moe_permute_params& p, cudaStream_t stream) {
+    auto* chunk_counts = static_cast<int32_t*>(p.workspace);
+    const int32_t chunks = num_chunks(p.num_tokens, p.top_k);
+    ZMOE_CUDA_CHECK(cudaMemsetAsync(p.row_token, 0xff, size_t(p.max_rows) * sizeof(int32_t), stream));
+    const size_t hist_bytes = size_t(p.num_experts) * sizeof(int32_t);
+    if (chunks > 0) {
+        chunk_count_kernel<<<chunks, kChunk, hist_bytes, stream>>>(p, chunk_counts);
+        ZMOE_CUDA_CHECK_LAUNCH();
+    }
+    scan_kernel<<<1, kMaxExperts, 0, stream>>>(p, chunk_counts, chunks);
+    ZMOE_CUDA_CHECK_LAUNCH();
+    if (chunks > 0) {
+        assign_kernel<<<chunks, kChunk, hist_bytes * kChunkWarps, stream>>>(p, chunk_counts);
+        ZMOE_CUDA_CHECK_LAUNCH();
+    }
+}
+
 }  // namespace
 
 int32_t moe_row_align_for(int32_t num_tokens, int32_t top_k, int32_t num_experts) {
@@ -125,19 +238,14 @@ void launch_moe_permute(const moe_permute_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(p.max_rows >= moe_permuted_rows_bound(p.num_tokens, p.top_k, p.num_experts, p.row_align),
                         "moe_permute: max_rows below moe_permuted_rows_bound");
     ZMOE_KERNEL_REQUIRE(p.x == nullptr || p.hidden % 8 == 0, "moe_permute: hidden must be a multiple of 8");
-    auto* chunk_counts = static_cast<int32_t*>(p.workspace);
-    const int32_t chunks = num_chunks(p.num_tokens, p.top_k);
-    ZMOE_CUDA_CHECK(cudaMemsetAsync(p.row_token, 0xff, size_t(p.max_rows) * sizeof(int32_t), stream));
-    const size_t hist_bytes = size_t(p.num_experts) * sizeof(int32_t);
-    if (chunks > 0) {
-        chunk_count_kernel<<<chunks, kChunk, hist_bytes, stream>>>(p, chunk_counts);
+    const size_t small_smem = small_smem_bytes(p.num_tokens, p.top_k, p.num_experts);
+    if (p.num_tokens * p.top_k <= kSmallAssignments && small_smem <= kSmallSmem) {
+        ZMOE_CUDA_CHECK(cudaFuncSetAttribute(permute_one_block_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             int(kSmallSmem)));
+        permute_one_block_kernel<<<1, kSmallThreads, small_smem, stream>>>(p);
         ZMOE_CUDA_CHECK_LAUNCH();
-    }
-    scan_kernel<<<1, kMaxExperts, 0, stream>>>(p, chunk_counts, chunks);
-    ZMOE_CUDA_CHECK_LAUNCH();
-    if (chunks > 0) {
-        assign_kernel<<<chunks, kChunk, hist_bytes * kChunkWarps, stream>>>(p, chunk_counts);
-        ZMOE_CUDA_CHECK_LAUNCH();
+    } else {
+        launch_chunked(p, stream);
     }
     if (p.x != nullptr && p.x_permuted != nullptr && p.max_rows > 0) {
         gather_kernel<<<p.max_rows, 128, 0, stream>>>(p);

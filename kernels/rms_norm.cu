@@ -1,8 +1,10 @@
 // RMSNorm with fused residual add: one block per token, the row kept in registers between the two passes.
+// Launched programmatically dependent (pdl.cuh): its launch overlaps the tail of the kernel before it.
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
+#include "kernels/pdl.cuh"
 
 namespace zmoe::kernels {
 namespace {
@@ -13,6 +15,8 @@ constexpr int kMaxVecs = 8;
 
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const rms_norm_params p) {
     __shared__ float scratch[32];  // one partial sum per warp
+    detail::pdl_wait();
+    detail::pdl_launch_dependents();
     const size_t row = size_t(blockIdx.x) * p.hidden;
     const int32_t num_vecs = p.hidden / 8;
     float v[kMaxVecs][8];
@@ -51,7 +55,7 @@ void launch_rms_norm(const rms_norm_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(p.hidden % 8 == 0 && p.hidden <= kThreads * 8 * kMaxVecs,
                         "rms_norm: hidden must be a multiple of 8, at most 16384");
     if (p.num_tokens == 0) return;
-    rms_norm_kernel<<<p.num_tokens, kThreads, 0, stream>>>(p);
+    detail::launch_pdl(rms_norm_kernel, dim3(p.num_tokens), dim3(kThreads), 0, stream, p);
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,10 +1,11 @@
 // RoPE (neox rotate-half) fused with the q/k RMSNorm of Qwen3 (per head) or OLMoE (whole projection) and the
 // write of K and V into the paged cache. One block per token: the whole-projection norm needs every head of the
-// token before any head can be rotated.
+// token before any head can be rotated. Both kernels are launched programmatically dependent (pdl.cuh).
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
+#include "kernels/pdl.cuh"
 
 namespace zmoe::kernels {
 namespace {
@@ -23,6 +24,8 @@ __global__ void __launch_bounds__(kThreads) rope_qk_norm_kv_kernel(const rope_qk
     // qk: [(num_q_heads + num_kv_heads) * head_dim] fp32 = this token's q heads then k heads, 4 bytes each.
     extern __shared__ float qk[];
     __shared__ float scratch[32];
+    detail::pdl_wait();
+    detail::pdl_launch_dependents();
     const int32_t t = blockIdx.x, hd = p.head_dim;
     const int32_t num_heads = p.num_q_heads + p.num_kv_heads;
     const int32_t q_size = p.num_q_heads * hd, kv_size = p.num_kv_heads * hd;
@@ -78,13 +81,15 @@ __global__ void __launch_bounds__(kThreads) rope_qk_norm_kv_kernel(const rope_qk
     }
 }
 
-constexpr int kHeadWarps = 4;  // heads per block of the per-head kernel, one warp each
+constexpr int kHeadWarps = 4;        // heads per block of the per-head kernel, one warp each
 constexpr int kMaxPairsPerLane = 4;  // head_dim <= 256
 
 /// Per-head norm (or none): one warp per (token, head), so a decode step spreads over many blocks. Lane l holds the
 /// rotation pairs (i, i + head_dim / 2) for i = l, l + 32, ...; the sum of squares runs over the same elements in
 /// the same order as rope_qk_norm_kv_kernel's (d = l, l + 32, ...), so both give the same bits.
 __global__ void __launch_bounds__(kHeadWarps * 32) rope_per_head_kernel(const rope_qk_norm_kv_params p) {
+    detail::pdl_wait();
+    detail::pdl_launch_dependents();
     const int32_t t = blockIdx.x, hd = p.head_dim, half = hd / 2;
     const int lane = threadIdx.x % 32;
     const int32_t h = blockIdx.y * kHeadWarps + threadIdx.x / 32;
@@ -149,8 +154,8 @@ void launch_rope_qk_norm_kv(const rope_qk_norm_kv_params& p, cudaStream_t stream
     if (p.num_tokens == 0) return;
     if (p.norm != qk_norm_mode::whole && p.head_dim <= 2 * 32 * kMaxPairsPerLane) {
         const int32_t heads = p.num_q_heads + p.num_kv_heads;
-        rope_per_head_kernel<<<dim3(p.num_tokens, (heads + kHeadWarps - 1) / kHeadWarps), kHeadWarps * 32, 0,
-                               stream>>>(p);
+        detail::launch_pdl(rope_per_head_kernel, dim3(p.num_tokens, (heads + kHeadWarps - 1) / kHeadWarps),
+                           dim3(kHeadWarps * 32), 0, stream, p);
         ZMOE_CUDA_CHECK_LAUNCH();
         return;
     }
@@ -158,7 +163,7 @@ void launch_rope_qk_norm_kv(const rope_qk_norm_kv_params& p, cudaStream_t stream
     if (smem > 48 * 1024)
         ZMOE_CUDA_CHECK(
             cudaFuncSetAttribute(rope_qk_norm_kv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    rope_qk_norm_kv_kernel<<<p.num_tokens, kThreads, smem, stream>>>(p);
+    detail::launch_pdl(rope_qk_norm_kv_kernel, dim3(p.num_tokens), dim3(kThreads), smem, stream, p);
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 

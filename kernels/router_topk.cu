@@ -1,11 +1,12 @@
 // MoE router: softmax over the gate logits and top-k selection, one warp per token with the experts spread over
-// the lanes (expert e in lane e % 32, slot e / 32), plus per-expert token counts for the permutation plan and EPLB.
+// the lanes (expert e in lane e % 32, slot e / 32), plus per-expert token counts; optionally fused with the replica
+// choice and EPLB load counts of launch_moe_route (the executor's decode steps: one launch instead of two).
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
-#include "kernels/warp_topk.cuh"
 #include "kernels/dispatch.cuh"
+#include "kernels/warp_topk.cuh"
 
 namespace zmoe::kernels {
 namespace {
@@ -14,8 +15,10 @@ constexpr int kWarps = 8;
 
 template <int kPerLane>
 __global__ void __launch_bounds__(kWarps * 32) router_topk_kernel(const router_topk_params p) {
-    extern __shared__ int32_t hist[];  // [num_experts] int32: this block's tokens routed to each expert
-    for (int32_t e = threadIdx.x; e < p.num_experts; e += blockDim.x) hist[e] = 0;
+    // [2][num_experts] int32: this block's choices of each expert (expert_counts), then its valid ones (load_counts).
+    extern __shared__ int32_t hist[];
+    int32_t* valid_hist = hist + p.num_experts;
+    for (int32_t e = threadIdx.x; e < 2 * p.num_experts; e += blockDim.x) hist[e] = 0;
     __syncthreads();
 
     const int lane = threadIdx.x % 32;
@@ -23,17 +26,27 @@ __global__ void __launch_bounds__(kWarps * 32) router_topk_kernel(const router_t
     if (t < p.num_tokens) {
         int32_t my_id;
         float my_weight;
-        detail::warp_softmax_topk<kPerLane>(p.logits + size_t(t) * p.num_experts, p.num_experts, p.top_k,
-                                            p.renormalize, &my_id, &my_weight);
+        detail::warp_softmax_topk<kPerLane>(p.logits + size_t(t) * p.num_experts, p.num_experts, p.top_k, p.renormalize,
+                                            &my_id, &my_weight);
         if (lane < p.top_k) {
-            p.topk_ids[size_t(t) * p.top_k + lane] = my_id;
-            p.topk_weights[size_t(t) * p.top_k + lane] = my_weight;
-            atomicAdd(&hist[my_id], 1);
+            const size_t a = size_t(t) * p.top_k + lane;
+            p.topk_ids[a] = my_id;
+            p.topk_weights[a] = my_weight;
+            if (p.expert_counts != nullptr) atomicAdd(&hist[my_id], 1);
+            if (p.replica_offsets != nullptr) {
+                // launch_moe_route's rule: the token's index in the batch picks the replica.
+                const int32_t first = p.replica_offsets[my_id], n = p.replica_offsets[my_id + 1] - first;
+                p.slot_ids[a] = p.replica_slots[first + t % n];
+                const int32_t num_valid = p.num_valid != nullptr ? *p.num_valid : p.num_tokens;
+                if (p.load_counts != nullptr && t < num_valid) atomicAdd(&valid_hist[my_id], 1);
+            }
         }
     }
     __syncthreads();
-    for (int32_t e = threadIdx.x; e < p.num_experts; e += blockDim.x)
+    for (int32_t e = threadIdx.x; e < p.num_experts; e += blockDim.x) {
         if (hist[e] != 0) atomicAdd(&p.expert_counts[e], hist[e]);
+        if (valid_hist[e] != 0) atomicAdd(&p.load_counts[e], valid_hist[e]);
+    }
 }
 
 }  // namespace
@@ -41,10 +54,13 @@ __global__ void __launch_bounds__(kWarps * 32) router_topk_kernel(const router_t
 void launch_router_topk(const router_topk_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(p.top_k >= 1 && p.top_k <= 16 && p.top_k <= p.num_experts,
                         "router: top_k must be in [1, min(16, num_experts)]");
-    ZMOE_CUDA_CHECK(cudaMemsetAsync(p.expert_counts, 0, size_t(p.num_experts) * sizeof(int32_t), stream));
+    if (p.expert_counts != nullptr)
+        ZMOE_CUDA_CHECK(cudaMemsetAsync(p.expert_counts, 0, size_t(p.num_experts) * sizeof(int32_t), stream));
     if (p.num_tokens == 0) return;
+    ZMOE_KERNEL_REQUIRE(p.replica_offsets == nullptr || (p.replica_slots != nullptr && p.slot_ids != nullptr),
+                        "router: the fused replica choice needs replica_slots and slot_ids");
     const int blocks = (p.num_tokens + kWarps - 1) / kWarps;
-    const size_t smem = size_t(p.num_experts) * sizeof(int32_t);
+    const size_t smem = 2 * size_t(p.num_experts) * sizeof(int32_t);
     DISPATCH_EXPERTS_PER_LANE(p.num_experts, kPerLane,
                               router_topk_kernel<kPerLane><<<blocks, kWarps * 32, smem, stream>>>(p));
     ZMOE_CUDA_CHECK_LAUNCH();

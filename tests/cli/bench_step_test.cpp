@@ -38,7 +38,9 @@ TEST(BenchStep, CpuFixtureTableAndJson) {
         for (const auto& ms : r.at("step_ms")) EXPECT_GT(ms.get<double>(), 0);
         const double touched = r.at("experts_touched_per_layer").get<double>();
         // One token touches exactly top_k distinct experts per layer; three touch between top_k and all of them.
-        if (expected_batch[i] == 1) EXPECT_EQ(touched, static_cast<double>(top_k));
+        if (expected_batch[i] == 1) {
+            EXPECT_EQ(touched, static_cast<double>(top_k));
+        }
         EXPECT_GE(touched, static_cast<double>(top_k));
         EXPECT_LE(touched, static_cast<double>(experts));
         const double floor_bytes = r.at("floor_bytes").get<double>();
@@ -53,10 +55,10 @@ TEST(BenchStep, CpuFixtureTableAndJson) {
 TEST(BenchStep, CpuDummyWeightsFromConfigAlone) {
     temp_dir dir;
     std::filesystem::copy_file(kFixtures + "/models/qwen3_moe/config.json", dir / "config.json");  // no weights
-    ASSERT_EQ(run_zmoe({"bench", "step", "--device", "cpu", "--model", dir.path.string(), "--load-format", "dummy",
-                        "--batch-sizes", "2", "--context", "4", "--steps", "1", "--warmup", "0", "--json",
-                        dir / "out.json"}),
-              0);
+    ASSERT_EQ(
+        run_zmoe({"bench", "step", "--device", "cpu", "--model", dir.path.string(), "--load-format", "dummy",
+                  "--batch-sizes", "2", "--context", "4", "--steps", "1", "--warmup", "0", "--json", dir / "out.json"}),
+        0);
     const nlohmann::json j = read_json(dir / "out.json");
     EXPECT_EQ(j.at("load_format"), "dummy");
     ASSERT_EQ(j.at("results").size(), 1u);

@@ -148,6 +148,10 @@ TEST(OpenaiApi, BadRequestsNameTheField) {
               "top_logprobs");
     EXPECT_EQ(refusal(R"({"messages": [{"role": "user"}], "logprobs": 3})", endpoint_kind::chat).param, "logprobs");
     EXPECT_EQ(refusal(R"({"prompt": "x", "stop": [1]})").param, "stop");
+    EXPECT_EQ(refusal(R"({"prompt": "x", "echo": true})").param, "echo");
+    EXPECT_EQ(refusal(R"({"prompt": "x", "prompt_logprobs": 1})").param, "prompt_logprobs");
+    EXPECT_EQ(refusal(R"({"messages": [{"role": "user"}], "prompt_logprobs": 0})", endpoint_kind::chat).param,
+              "prompt_logprobs");
     EXPECT_EQ(refusal(R"({"prompt": "x", "stream_options": {"include_usage": true}})").param, "stream_options");
     EXPECT_EQ(refusal(R"({"messages": []})", endpoint_kind::chat).param, "messages");
     EXPECT_EQ(refusal(R"({"messages": [{"content": "no role"}]})", endpoint_kind::chat).param, "messages");

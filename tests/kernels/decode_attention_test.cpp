@@ -1,6 +1,7 @@
 // launch_decode_attention against ref::paged_attention (one query token per sequence): GQA groups 1 to 16, head
-// dims 64/128/256, contexts from 1 key to several KV chunks (split + merge), block tables in shuffled physical
-// order, more chunks than a sequence needs; and a sequence's output is bitwise the same alone and in a batch.
+// dims 64/128/256, contexts from 1 key to several KV chunks (split + in-kernel merge), block tables in shuffled
+// physical order, more chunks than a sequence needs; the merge counters are left zero and a second launch gives the
+// same bits; and a sequence's output is bitwise the same alone and in a batch.
 
 #include <numeric>
 
@@ -14,11 +15,12 @@ struct decode_case {
     std::string name;
     std::vector<int32_t> start_pos;  // one decode per sequence, at these positions
     int32_t num_q_heads, num_kv_heads, head_dim, block_size;
-    int32_t extra_splits = 0;  // chunks beyond what the longest sequence needs (they must stay idle)
+    int32_t extra_chunks = 0;  // workspace chunks beyond what the longest sequence needs (they must stay unused)
+    int32_t grid_splits = 0;   // blocks per (sequence, KV head); 0: decode_attention_grid_splits
 };
 
 struct decode_inputs {
-    int32_t num_seqs = 0, max_blocks = 0, num_splits = 1;
+    int32_t num_seqs = 0, max_blocks = 0, max_chunks = 1, num_splits = 1;
     std::vector<int32_t> tables, start_pos;
     std::vector<float> q, k_cache, v_cache;
 };
@@ -34,7 +36,9 @@ decode_inputs make_inputs(const decode_case& c, std::mt19937& rng) {
         total_blocks += blocks;
         max_len = std::max(max_len, pos + 1);
     }
-    in.num_splits = decode_attention_splits(max_len) + c.extra_splits;
+    in.max_chunks = decode_attention_splits(max_len) + c.extra_chunks;
+    in.num_splits =
+        c.grid_splits > 0 ? c.grid_splits : decode_attention_grid_splits(in.num_seqs, c.num_kv_heads, in.max_chunks);
     const int32_t num_blocks = total_blocks + 3;
     std::vector<int32_t> physical(num_blocks);
     std::iota(physical.begin(), physical.end(), 0);
@@ -56,29 +60,40 @@ std::vector<float> run_decode(const decode_case& c, const decode_inputs& in) {
     auto d_v = upload_bf16(in.v_cache);
     auto d_tables = upload(in.tables);
     auto d_sp = upload(in.start_pos);
-    const size_t ws_bytes = decode_attention_workspace_bytes(in.num_seqs, c.num_q_heads, c.head_dim, in.num_splits);
+    const size_t ws_bytes = decode_attention_workspace_bytes(in.num_seqs, c.num_q_heads, c.head_dim, in.max_chunks);
     device_buffer<float> d_ws((ws_bytes + 3) / 4);
     d_ws.poison();
+    device_buffer<int32_t> d_counters(size_t(in.num_seqs) * c.num_kv_heads);
+    d_counters.poison(0);
     device_buffer<bf16> d_out(in.q.size());
     d_out.poison();
-    launch_decode_attention({.q = d_q.get(),
-                             .k_cache = d_k.get(),
-                             .v_cache = d_v.get(),
-                             .block_tables = d_tables.get(),
-                             .start_pos = d_sp.get(),
-                             .workspace = d_ws.get(),
-                             .out = d_out.get(),
-                             .num_seqs = in.num_seqs,
-                             .num_q_heads = c.num_q_heads,
-                             .num_kv_heads = c.num_kv_heads,
-                             .head_dim = c.head_dim,
-                             .block_size = c.block_size,
-                             .max_blocks_per_seq = in.max_blocks,
-                             .num_splits = in.num_splits,
-                             .scale = 1.f / std::sqrt(float(c.head_dim))},
-                            nullptr);
+    const decode_attention_params p{.q = d_q.get(),
+                                    .k_cache = d_k.get(),
+                                    .v_cache = d_v.get(),
+                                    .block_tables = d_tables.get(),
+                                    .start_pos = d_sp.get(),
+                                    .workspace = d_ws.get(),
+                                    .merge_counters = d_counters.get(),
+                                    .out = d_out.get(),
+                                    .num_seqs = in.num_seqs,
+                                    .num_q_heads = c.num_q_heads,
+                                    .num_kv_heads = c.num_kv_heads,
+                                    .head_dim = c.head_dim,
+                                    .block_size = c.block_size,
+                                    .max_blocks_per_seq = in.max_blocks,
+                                    .max_chunks = in.max_chunks,
+                                    .num_splits = in.num_splits,
+                                    .scale = 1.f / std::sqrt(float(c.head_dim))};
+    launch_decode_attention(p, nullptr);
     sync_and_check();
-    return download_bf16(d_out);
+    const std::vector<float> first = download_bf16(d_out);
+    for (int32_t v : download(d_counters)) EXPECT_EQ(v, 0) << "a merge counter was left armed";
+    d_out.poison();
+    launch_decode_attention(p, nullptr);  // the re-armed counters merge again, in the same order
+    sync_and_check();
+    const std::vector<float> second = download_bf16(d_out);
+    for (size_t i = 0; i < first.size(); ++i) EXPECT_EQ(first[i], second[i]) << "element " << i;
+    return first;
 }
 
 class DecodeAttention : public ::testing::TestWithParam<decode_case> {};
@@ -111,14 +126,16 @@ TEST(DecodeAttention, SequenceAloneEqualsSequenceInBatch) {
     std::mt19937 rng(5);
     const decode_inputs in = make_inputs(batch, rng);
     const std::vector<float> all = run_decode(batch, in);
-    // Sequence 2 alone, with the batch's split count (what a graph captured for a larger batch would run).
+    // Sequence 2 alone, with more workspace chunks and one block for all its chunks (what a graph captured for
+    // another batch, or a server with another context limit, would run): the same bits.
     decode_inputs one = in;
     one.num_seqs = 1;
     one.start_pos = {in.start_pos[2]};
     one.tables.assign(in.tables.begin() + 2 * in.max_blocks, in.tables.begin() + 3 * in.max_blocks);
     const size_t row = size_t(batch.num_q_heads) * batch.head_dim;
     one.q.assign(in.q.begin() + 2 * row, in.q.begin() + 3 * row);
-    one.num_splits = in.num_splits + 2;
+    one.max_chunks = in.max_chunks + 2;
+    one.num_splits = 1;
     const std::vector<float> alone = run_decode(batch, one);
     for (size_t i = 0; i < row; ++i) ASSERT_EQ(alone[i], all[2 * row + i]) << "element " << i;
 }
@@ -132,6 +149,11 @@ std::vector<decode_case> cases() {
         {"qwen3_batch", many, 32, 4, 128, 16},
         {"qwen3_long", {5000, 511, 512, 1023}, 32, 4, 128, 16},
         {"idle_chunks", {40, 300}, 32, 4, 128, 16, 3},
+        {"chunk_edges", {63, 64, 127, 2047, 2048, 4095}, 32, 4, 128, 16},
+        {"one_block_all_chunks", {900, 130}, 32, 4, 128, 16, 0, 1},
+        {"strided_chunks", {1500, 200, 64}, 32, 4, 128, 16, 0, 3},
+        {"grid_beyond_chunks", {100, 10}, 32, 4, 128, 16, 2, 7},
+        {"long_group1_d256", {3000, 70}, 2, 2, 256, 16},
         {"mha_olmoe", {17, 600}, 16, 16, 128, 32},
         {"group2", {33, 1}, 8, 4, 128, 16},
         {"group4_d64", {200, 1030}, 8, 2, 64, 64},

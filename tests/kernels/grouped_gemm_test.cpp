@@ -137,6 +137,8 @@ INSTANTIATE_TEST_SUITE_P(
         gemm_case{3000, 6, 40, 136, 72, true, 64, kWgmma, true},
         gemm_case{2048, 8, 32, 256, 128, true, 128, kWgmma, true},
         gemm_case{20000, 2, 64, 128, 64, true, 64, kWgmma, true},
+        gemm_case{5000, 4, 32, 200, 264, false, 128, kWgmma, true},
+        gemm_case{20000, 2, 64, 136, 128, true, 128, kWgmma, true},
         // The small-group kernel (8-row groups; moe_row_align_for does not pick it, row_align 8 or impl small do):
         // Qwen3-30B-A3B shapes up to 16 rows per expert (256 tokens), all three tile counts (mean rows per expert up
         // to 4, 8, more), experts with more rows than its tiles (further passes), K tails (K % 32 != 0), N not a

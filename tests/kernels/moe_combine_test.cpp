@@ -49,7 +49,8 @@ TEST_P(MoeCombine, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeCombine,
                          ::testing::Values(combine_case{1, 2, 64}, combine_case{1, 8, 2048},
-                                           combine_case{1000, 8, 2048}, combine_case{4096, 4, 256}),
+                                           combine_case{1000, 8, 2048}, combine_case{4096, 4, 256},
+                                           combine_case{33, 6, 128}, combine_case{5, 1, 64}, combine_case{100, 3, 72}),
                          [](const auto& info) {
                              const auto& c = info.param;
                              return make_name("t", c.num_tokens, "_k", c.top_k, "_h", c.hidden);

@@ -1,5 +1,6 @@
 // launch_moe_permute against ref::moe_permute_plan: offsets, destination rows and row tokens exact, and the
-// gathered activations bit for bit, over skewed routings with empty and ragged expert groups.
+// gathered activations bit for bit, over skewed routings with empty and ragged expert groups; batches on both
+// sides of the one-block plan (up to 4096 assignments) and the chunked one.
 
 #include "kernels/reference/reference.hpp"
 #include "tests/kernels/test_util.hpp"
@@ -98,7 +99,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MoePermute,
                                            permute_case{100, 4, 60, 64, 256}, permute_case{1000, 8, 128, 64, 128},
                                            permute_case{4096, 8, 128, 128, 64}, permute_case{5000, 8, 1024, 16, 64},
                                            permute_case{0, 8, 128, 16, 64}, permute_case{256, 8, 128, 32, 64},
-                                           permute_case{77, 3, 40, 32, 16}, permute_case{33, 8, 128, 8, 64},
+                                           permute_case{77, 3, 40, 32, 16}, permute_case{20000, 8, 128, 64, 16},
+                                           permute_case{3000, 6, 96, 64, 16}, permute_case{512, 8, 128, 64, 64},
+                                           permute_case{2, 8, 1024, 16, 64}, permute_case{33, 8, 128, 8, 64},
                                            permute_case{0, 8, 128, 8, 64}, permute_case{500, 2, 8, 8, 16}),
                          [](const auto& info) {
                              const auto& c = info.param;

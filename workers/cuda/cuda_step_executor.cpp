@@ -314,7 +314,22 @@ void cuda_step_executor::upload_inputs(const step_shape& s) {
 // ---------------------------------------------------------------------------------------------------------
 // The forward pass: only launches on stream_ (capturable), except the expert-parallel host plan (cuda_ep_exchange).
 
-void cuda_step_executor::gemm(const void* x, const void* w, void* y, int32_t m, int32_t n, int32_t k, bool y_fp32) {
+void cuda_step_executor::gemm(const void* x, const void* w, void* y, int32_t m, int32_t n, int32_t k, bool y_fp32,
+                              const void* bias) {
+    // A few rows: one streaming pass over the weights (the bias added on the way); more: cuBLASLt (+ a bias launch).
+    const bool aligned = (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 == 0;
+    if (aligned && kernels::gemv_bf16_supported(m, n, k)) {
+        kernels::launch_gemv_bf16({.x = static_cast<const bf16*>(x),
+                                   .w = static_cast<const bf16*>(w),
+                                   .bias = static_cast<const bf16*>(bias),
+                                   .y = y,
+                                   .m = m,
+                                   .n = n,
+                                   .k = k,
+                                   .y_fp32 = y_fp32},
+                                  stream_);
+        return;
+    }
     kernels::launch_gemm_bf16({.handle = blas_,
                                .workspace = blas_workspace_.as<void>(),
                                .workspace_bytes = kBlasWorkspace,
@@ -326,6 +341,11 @@ void cuda_step_executor::gemm(const void* x, const void* w, void* y, int32_t m, 
                                .k = k,
                                .y_fp32 = y_fp32},
                               stream_);
+    if (bias != nullptr && m > 0) {
+        ZMOE_CHECK(!y_fp32, "a bias on an fp32 GEMM output");
+        kernels::launch_add_bias(
+            {.y = static_cast<bf16*>(y), .bias = static_cast<const bf16*>(bias), .num_tokens = m, .n = n}, stream_);
+    }
 }
 
 void cuda_step_executor::attention(int64_t layer, const step_shape& s) {
@@ -351,9 +371,8 @@ void cuda_step_executor::attention(int64_t layer, const step_shape& s) {
     }
     const int32_t qkv_dim = (hq + 2 * hkv) * D;
     bf16* qkv = ws_.qkv.as<bf16>();
-    gemm(ws_.xn.as<bf16>(), w.qkv.as<bf16>(), qkv, T, qkv_dim, H);
-    if (!w.qkv_bias.empty())
-        kernels::launch_add_bias({.y = qkv, .bias = w.qkv_bias.as<bf16>(), .num_tokens = T, .n = qkv_dim}, stream_);
+    gemm(ws_.xn.as<bf16>(), w.qkv.as<bf16>(), qkv, T, qkv_dim, H, false,
+         w.qkv_bias.empty() ? nullptr : w.qkv_bias.as<bf16>());
 
     kernels::rope_qk_norm_kv_params r{.qkv = qkv,
                                       .positions = ws_.positions.device,
@@ -390,22 +409,25 @@ void cuda_step_executor::attention(int64_t layer, const step_shape& s) {
 
     if (s.one_token_each && kernels::decode_attention_supported(hq, hkv, D)) {
         // A decode step: one query token per sequence, split over the KV in fixed chunks of keys.
-        kernels::launch_decode_attention({.q = ws_.q.as<bf16>(),
-                                          .k_cache = r.k_cache,
-                                          .v_cache = r.v_cache,
-                                          .block_tables = ws_.block_tables.device,
-                                          .start_pos = ws_.start_pos.device,
-                                          .workspace = ws_.attn_partial.as<float>(),
-                                          .out = ws_.attn.as<bf16>(),
-                                          .num_seqs = s.num_seqs,
-                                          .num_q_heads = hq,
-                                          .num_kv_heads = hkv,
-                                          .head_dim = D,
-                                          .block_size = i32(options_.config.block_size),
-                                          .max_blocks_per_seq = ws_.shape.max_blocks_per_seq,
-                                          .num_splits = ws_.attn_splits,
-                                          .scale = 1.f / std::sqrt(static_cast<float>(D))},
-                                         stream_);
+        kernels::launch_decode_attention(
+            {.q = ws_.q.as<bf16>(),
+             .k_cache = r.k_cache,
+             .v_cache = r.v_cache,
+             .block_tables = ws_.block_tables.device,
+             .start_pos = ws_.start_pos.device,
+             .workspace = ws_.attn_partial.as<float>(),
+             .merge_counters = ws_.attn_counters.as<int32_t>(),
+             .out = ws_.attn.as<bf16>(),
+             .num_seqs = s.num_seqs,
+             .num_q_heads = hq,
+             .num_kv_heads = hkv,
+             .head_dim = D,
+             .block_size = i32(options_.config.block_size),
+             .max_blocks_per_seq = ws_.shape.max_blocks_per_seq,
+             .max_chunks = ws_.attn_splits,
+             .num_splits = kernels::decode_attention_grid_splits(s.num_seqs, hkv, ws_.attn_splits),
+             .scale = 1.f / std::sqrt(static_cast<float>(D))},
+            stream_);
     } else {
         kernels::launch_paged_attention({.q = ws_.q.as<bf16>(),
                                          .k_cache = r.k_cache,
@@ -427,9 +449,8 @@ void cuda_step_executor::attention(int64_t layer, const step_shape& s) {
     }
 
     bf16* delta = ws_.delta.as<bf16>();
-    gemm(ws_.attn.as<bf16>(), w.o.as<bf16>(), delta, T, H, hq * D);
-    if (!w.o_bias.empty())
-        kernels::launch_add_bias({.y = delta, .bias = w.o_bias.as<bf16>(), .num_tokens = T, .n = H}, stream_);
+    gemm(ws_.attn.as<bf16>(), w.o.as<bf16>(), delta, T, H, hq * D, false,
+         w.o_bias.empty() ? nullptr : w.o_bias.as<bf16>());
 }
 
 void cuda_step_executor::dense_mlp(const cuda_mlp& m, const bf16* x, int32_t T, bf16* out) {
@@ -478,29 +499,38 @@ void cuda_step_executor::moe(int64_t layer, const step_shape& s) {
     } else if (T > 0) {
         float* logits = ws_.router_logits.as<float>();
         gemm(xn, w.router.as<bf16>(), logits, T, E, H, true);
-        if (uses_grouped_router(c))  // DeepSeek
+        const int32_t* replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1);
+        const int32_t* replica_slots =
+            ws_.replica_slots.as<int32_t>() + mi * int64_t(ws_.shape.num_slots) * options_.world_size();
+        int32_t* load_counts = ws_.expert_counts.device + mi * E;
+        if (uses_grouped_router(c)) {  // DeepSeek: its router, then the replica choice
             launch_deepseek_router(c, w, logits, ws_.topk_ids.as<int32_t>(), ws_.topk_weights.as<float>(), T, stream_);
-        else
+            kernels::launch_moe_route({.topk_ids = ws_.topk_ids.as<int32_t>(),
+                                       .replica_offsets = replica_offsets,
+                                       .replica_slots = replica_slots,
+                                       .num_valid = ws_.num_valid.device,
+                                       .slot_ids = ws_.slot_ids.as<int32_t>(),
+                                       .expert_counts = load_counts,
+                                       .num_tokens = T,
+                                       .top_k = K,
+                                       .num_experts = E},
+                                      stream_);
+        } else {  // softmax top-k with the replica choice fused in
             kernels::launch_router_topk({.logits = logits,
                                          .topk_ids = ws_.topk_ids.as<int32_t>(),
                                          .topk_weights = ws_.topk_weights.as<float>(),
-                                         .expert_counts = ws_.router_counts.as<int32_t>(),
+                                         .expert_counts = nullptr,
                                          .num_tokens = T,
                                          .num_experts = E,
                                          .top_k = K,
-                                         .renormalize = c.norm_topk_prob},
+                                         .renormalize = c.norm_topk_prob,
+                                         .replica_offsets = replica_offsets,
+                                         .replica_slots = replica_slots,
+                                         .num_valid = ws_.num_valid.device,
+                                         .slot_ids = ws_.slot_ids.as<int32_t>(),
+                                         .load_counts = load_counts},
                                         stream_);
-        kernels::launch_moe_route({.topk_ids = ws_.topk_ids.as<int32_t>(),
-                                   .replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1),
-                                   .replica_slots = ws_.replica_slots.as<int32_t>() +
-                                                    mi * int64_t(ws_.shape.num_slots) * options_.world_size(),
-                                   .num_valid = ws_.num_valid.device,
-                                   .slot_ids = ws_.slot_ids.as<int32_t>(),
-                                   .expert_counts = ws_.expert_counts.device + mi * E,
-                                   .num_tokens = T,
-                                   .top_k = K,
-                                   .num_experts = E},
-                                  stream_);
+        }
     }
     if (comm_)
         moe_expert_parallel(w, T);  // a collective: joined with no tokens too

@@ -4,9 +4,10 @@
 //
 // Per step: embed → per layer [RMSNorm → QKV GEMM (+bias) → RoPE + q/k norm + paged KV write → attention (decode
 // steps: launch_decode_attention, split over the KV; others: launch_paged_attention, mixed prefill/decode) → O GEMM
-// → RMSNorm(+residual) → router GEMM (fp32 logits) → top-k → replica choice and load counts (launch_moe_route) →
-// permute by slot → grouped expert GEMMs → weighted combine; steps of at most 8 tokens: router GEMM →
-// launch_moe_decode (routing, GEMVs and the combine in three launches)] → final norm → LM head on the sampled
+// → RMSNorm(+residual) → router GEMM (fp32 logits) → top-k with the replica choice and load counts fused in
+// (DeepSeek's routers: launch_moe_route after) → permute by slot → grouped expert GEMMs → weighted combine; dense
+// GEMMs of at most kGemvMaxRows rows run launch_gemv_bf16, larger ones cuBLASLt; steps of at most 8 tokens: router GEMM
+// → launch_moe_decode (routing, GEMVs and the combine in three launches)] → final norm → LM head on the sampled
 // positions → sampling. One GPU: the whole step is enqueued without a host round trip (one
 // copy of the step's inputs in, one copy of the sampled tokens and load counts out), into a fixed workspace
 // (cuda_workspace), and pure decode steps replay a CUDA graph captured at start-up for the next bucketed batch
@@ -131,7 +132,9 @@ class cuda_step_executor final : public step_executor {
                      int32_t top_k, const float* weights, kernels::bf16* out, int32_t permute_slots = 0);
     /// The sampling call site: sampled[i] from logits row i with sampling[i], i < s.num_sampled.
     void sample(const step_shape& s);
-    void gemm(const void* x, const void* w, void* y, int32_t m, int32_t n, int32_t k, bool y_fp32 = false);
+    /// y[m, n] = x[m, k] . w[n, k]^T (+ bias[n], BF16 outputs only): launch_gemv_bf16 for a few rows, else cuBLASLt.
+    void gemm(const void* x, const void* w, void* y, int32_t m, int32_t n, int32_t k, bool y_fp32 = false,
+              const void* bias = nullptr);
     void upload_replica_tables();
     void capture_decode_graphs();
     const decode_graph* graph_for(int32_t num_seqs, bool dual = false) const;

@@ -125,6 +125,8 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
     alloc(q, T * q_dim * bf);
     alloc(attn, T * q_dim * bf);
     alloc(attn_partial, kernels::decode_attention_workspace_bytes(s.max_seqs, s.num_q_heads, s.head_dim, attn_splits));
+    alloc(attn_counters, S * static_cast<size_t>(s.num_kv_heads) * i32);
+    ZMOE_CUDA_CHECK(cudaMemset(attn_counters.as<void>(), 0, attn_counters.bytes()));  // the kernel keeps them zero
     alloc(mlp_gate_up, T * 2 * s.dense_inter * bf);
     alloc(mlp_act, T * s.dense_inter * bf);
     alloc(shared_out, s.dense_inter > 0 ? T * H * bf : 0);
@@ -133,7 +135,6 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
     const size_t E = static_cast<size_t>(s.num_experts), slots = static_cast<size_t>(s.num_slots);
     const size_t moe_rows = static_cast<size_t>(max_moe_rows), recv = static_cast<size_t>(max_recv_rows);
     alloc(router_logits, T * E * f32);
-    alloc(router_counts, E * i32);
     alloc(topk_ids, T * K * i32);
     alloc(topk_weights, T * K * f32);
     alloc(slot_ids, T * K * i32);

@@ -133,6 +133,7 @@ struct cuda_workspace {
     device_buffer qkv;                  // [max_tokens, (q + 2 kv heads) * head_dim]
     device_buffer q, attn;              // [max_tokens, q heads * head_dim]
     device_buffer attn_partial;         // decode attention's per-chunk state (attn_splits > 1)
+    device_buffer attn_counters;        // [max_seqs, num_kv_heads] int32: its merge counters, zeroed once
     device_buffer mlp_gate_up;          // [max_tokens, 2 * dense_inter]
     device_buffer mlp_act;              // [max_tokens, dense_inter]
     device_buffer shared_out;           // [max_tokens, hidden]
@@ -140,7 +141,6 @@ struct cuda_workspace {
 
     // Routing and the rank-local expert computation.
     device_buffer router_logits;       // [max_tokens, num_experts] fp32
-    device_buffer router_counts;       // [num_experts]: launch_router_topk's own counts (unused)
     device_buffer topk_ids;            // [max_tokens, top_k]
     device_buffer topk_weights;        // [max_tokens, top_k] fp32
     device_buffer slot_ids;            // [max_tokens, top_k]: the slot serving each choice

@@ -1,0 +1,190 @@
+// Dense BF16 GEMV for a few rows of activations (decode steps of a few sequences): y[m, n] = x[m, k] . w[n, k]^T
+// (+ bias[n]), fp32 accumulation. Memory bound: w is streamed once, so the kernel keeps many 16-byte loads in flight.
+//
+// Blocks of eight warps; x is staged once per block in shared memory (bf16 [m][k], 16-byte rows). A warp owns R
+// consecutive rows of w at a time (grid-stride over the rows): lane j reads 16-byte chunks j, j + 32, ... of each
+// row, 16 / R chunks per row in flight (a row of 2048 BF16 in one round trip), converts each chunk once and multiplies
+// it with the m rows of x; the lanes' partial sums meet in a warp reduction (fixed order: deterministic). Launched
+// programmatically dependent (pdl.cuh): each warp sends its first weight chunks towards L2 before waiting for the
+// kernel before it.
+
+#include <algorithm>
+
+#include "kernels/api.hpp"
+#include "kernels/cuda_check.hpp"
+#include "kernels/device_utils.cuh"
+#include "kernels/pdl.cuh"
+
+namespace zmoe::kernels {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kMaxBlocks = 4096;  // grid-stride beyond (enough to fill any current GPU several times)
+constexpr size_t kMaxSmem = 64u << 10;
+
+/// Streams a weight chunk past L1 (each is read once).
+__device__ __forceinline__ uint4 load_stream(const uint4* src) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(src));
+    return v;
+}
+
+__device__ __forceinline__ void to_f32x8(const uint4& u, float (&f)[8]) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 v = __bfloat1622float2(h[i]);
+        f[2 * i] = v.x;
+        f[2 * i + 1] = v.y;
+    }
+}
+
+template <int M, int R, bool kF32>
+__global__ void __launch_bounds__(kThreads) gemv_bf16_kernel(const gemv_bf16_params p) {
+    constexpr int kUnroll = 16 / R;  // 16-byte chunks of one row in flight per lane: 16 loads per lane in all
+    extern __shared__ __align__(16) unsigned char smem[];  // x: [M][k] bf16
+    uint4* x_s = reinterpret_cast<uint4*>(smem);
+    const int32_t kv = p.k / 8;  // 16-byte chunks per row
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    {
+        // The weights depend on no earlier kernel: start this warp's first rows towards L2 while that kernel ends.
+        const int64_t row0 = (int64_t(blockIdx.x) * kWarps + warp) * R;
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u)
+                if (row0 + r < p.n && lane + 32 * u < kv)
+                    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(reinterpret_cast<const uint4*>(p.w) +
+                                                                    (row0 + r) * kv + lane + 32 * u));
+    }
+    detail::pdl_wait();
+    detail::pdl_launch_dependents();
+    const uint4* x = reinterpret_cast<const uint4*>(p.x);
+    for (int32_t i = threadIdx.x; i < M * kv; i += kThreads) x_s[i] = x[i];
+    __syncthreads();
+
+    for (int64_t row0 = (int64_t(blockIdx.x) * kWarps + warp) * R; row0 < p.n;
+         row0 += int64_t(gridDim.x) * kWarps * R) {
+        float acc[R][M];
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int m = 0; m < M; ++m) acc[r][m] = 0.f;
+        const uint4* w[R];
+        bool live[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            live[r] = row0 + r < p.n;
+            w[r] = reinterpret_cast<const uint4*>(p.w) + (row0 + (live[r] ? r : 0)) * kv;
+        }
+        for (int32_t c0 = lane; c0 < kv; c0 += 32 * kUnroll) {
+            uint4 wv[R][kUnroll];
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+                    wv[r][u] = live[r] && c0 + 32 * u < kv ? load_stream(w[r] + c0 + 32 * u) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) {
+                const int32_t c = c0 + 32 * u;
+                if (c >= kv) break;
+                float wf[R][8];
+#pragma unroll
+                for (int r = 0; r < R; ++r) to_f32x8(wv[r][u], wf[r]);
+#pragma unroll
+                for (int m = 0; m < M; ++m) {
+                    float xf[8];
+                    to_f32x8(x_s[m * kv + c], xf);
+#pragma unroll
+                    for (int r = 0; r < R; ++r)
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) acc[r][m] += wf[r][e] * xf[e];
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const bool bias = live[r] && p.bias != nullptr;
+            const float b = bias ? __bfloat162float(p.bias[row0 + r]) : 0.f;
+#pragma unroll
+            for (int m = 0; m < M; ++m) {
+                float v = detail::warp_sum(acc[r][m]);
+                // A BF16 output's bias meets the BF16-rounded product, as launch_add_bias after cuBLASLt does: both
+                // paths round alike.
+                if (bias) v = (kF32 ? v : __bfloat162float(__float2bfloat16(v))) + b;
+                if (lane == r * M + m && live[r]) {
+                    const size_t at = size_t(m) * p.n + row0 + r;
+                    if constexpr (kF32)
+                        static_cast<float*>(p.y)[at] = v;
+                    else
+                        static_cast<bf16*>(p.y)[at] = __float2bfloat16(v);
+                }
+            }
+        }
+    }
+}
+
+template <int M, int R, bool kF32>
+void launch_one(const gemv_bf16_params& p, cudaStream_t stream) {
+    const size_t smem = size_t(M) * p.k * sizeof(bf16);
+    ZMOE_CUDA_CHECK(
+        cudaFuncSetAttribute(gemv_bf16_kernel<M, R, kF32>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
+    const int64_t blocks = std::min<int64_t>((int64_t(p.n) + kWarps * R - 1) / (kWarps * R), kMaxBlocks);
+    detail::launch_pdl(gemv_bf16_kernel<M, R, kF32>, dim3(int(blocks)), dim3(kThreads), smem, stream, p);
+}
+
+template <int M>
+void launch_rows(const gemv_bf16_params& p, cudaStream_t stream) {
+    // Two rows per warp once there are enough rows to fill the GPU with warps anyway (more loads in flight each).
+    const bool two = p.n >= 4096;
+    if (p.y_fp32)
+        two ? launch_one<M, 2, true>(p, stream) : launch_one<M, 1, true>(p, stream);
+    else
+        two ? launch_one<M, 2, false>(p, stream) : launch_one<M, 1, false>(p, stream);
+}
+
+}  // namespace
+
+bool gemv_bf16_supported(int32_t m, int32_t n, int32_t k) {
+    return m >= 1 && m <= kGemvMaxRows && n >= 1 && k >= 8 && k % 8 == 0 && size_t(m) * k * sizeof(bf16) <= kMaxSmem;
+}
+
+void launch_gemv_bf16(const gemv_bf16_params& p, cudaStream_t stream) {
+    ZMOE_KERNEL_REQUIRE(p.m == 0 || gemv_bf16_supported(p.m, p.n, p.k),
+                        "gemv_bf16: m in [1, kGemvMaxRows], k a multiple of 8, m * k * 2 bytes <= 64 KB");
+    ZMOE_KERNEL_REQUIRE(reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.w) % 16 == 0,
+                        "gemv_bf16: x and w must be 16-byte aligned");
+    if (p.m == 0 || p.n == 0) return;
+    switch (p.m) {
+        case 1:
+            launch_rows<1>(p, stream);
+            break;
+        case 2:
+            launch_rows<2>(p, stream);
+            break;
+        case 3:
+            launch_rows<3>(p, stream);
+            break;
+        case 4:
+            launch_rows<4>(p, stream);
+            break;
+        case 5:
+            launch_rows<5>(p, stream);
+            break;
+        case 6:
+            launch_rows<6>(p, stream);
+            break;
+        case 7:
+            launch_rows<7>(p, stream);
+            break;
+        default:
+            launch_rows<8>(p, stream);
+            break;
+    }
+    ZMOE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace zmoe::kernels

@@ -1,0 +1,96 @@
+// launch_gemv_bf16 (the small-M dense path) against ref::gemm (+ bias): 1 to kGemvMaxRows rows, the decode shapes
+// of Qwen3-30B-A3B (QKV, O, router with fp32 logits), odd row counts, short and long k; and the result does not
+// depend on the grid (a row's bits are the same alone and among many).
+
+#include "kernels/reference/reference.hpp"
+#include "tests/kernels/test_util.hpp"
+
+namespace zmoe::kernels::test {
+namespace {
+
+struct gemv_case {
+    int32_t m, n, k;
+    bool y_fp32;
+    bool bias;
+};
+
+std::vector<float> run_gemv(const gemv_case& c, const std::vector<float>& x, const std::vector<float>& w,
+                            const std::vector<float>& bias) {
+    auto d_x = upload_bf16(x);
+    auto d_w = upload_bf16(w);
+    auto d_b = upload_bf16(bias);
+    device_buffer<bf16> d_y16(size_t(c.m) * c.n);
+    device_buffer<float> d_y32(size_t(c.m) * c.n);
+    d_y16.poison();
+    d_y32.poison();
+    launch_gemv_bf16({.x = d_x.get(),
+                      .w = d_w.get(),
+                      .bias = c.bias ? d_b.get() : nullptr,
+                      .y = c.y_fp32 ? static_cast<void*>(d_y32.get()) : static_cast<void*>(d_y16.get()),
+                      .m = c.m,
+                      .n = c.n,
+                      .k = c.k,
+                      .y_fp32 = c.y_fp32},
+                     nullptr);
+    sync_and_check();
+    return c.y_fp32 ? download(d_y32) : download_bf16(d_y16);
+}
+
+class GemvBf16 : public ::testing::TestWithParam<gemv_case> {};
+
+TEST_P(GemvBf16, MatchesReference) {
+    const auto c = GetParam();
+    ASSERT_TRUE(gemv_bf16_supported(c.m, c.n, c.k));
+    std::mt19937 rng(c.m * 31 + c.n + c.k);
+    const auto x = random_bf16(size_t(c.m) * c.k, 1.f, rng);
+    const auto w = random_bf16(size_t(c.n) * c.k, 1.f / std::sqrt(float(c.k)), rng);
+    const auto bias = random_bf16(size_t(c.n), 1.f, rng);
+    const std::vector<float> got = run_gemv(c, x, w, bias);
+
+    std::vector<float> want(size_t(c.m) * c.n);
+    ref::gemm(x.data(), w.data(), want.data(), c.m, c.n, c.k);
+    if (c.bias)
+        for (int32_t i = 0; i < c.m; ++i)
+            for (int32_t j = 0; j < c.n; ++j) want[size_t(i) * c.n + j] += bias[j];
+    for (float v : got) ASSERT_TRUE(std::isfinite(v));
+    EXPECT_LT(rel_error(got, want), c.y_fp32 ? 1e-4 : kBf16Tolerance);
+}
+
+TEST(GemvBf16, RowDoesNotDependOnTheGrid) {
+    // 9000 rows run on a grid-stride loop; the same weights' row 8191 alone must give the same bits.
+    const gemv_case many{2, 9000, 1024, true, false};
+    std::mt19937 rng(3);
+    const auto x = random_bf16(size_t(many.m) * many.k, 1.f, rng);
+    const auto w = random_bf16(size_t(many.n) * many.k, 0.03f, rng);
+    const std::vector<float> all = run_gemv(many, x, w, {});
+    const int32_t row = 8191;
+    const gemv_case one{2, 1, 1024, true, false};
+    const std::vector<float> w_row(w.begin() + size_t(row) * many.k, w.begin() + size_t(row + 1) * many.k);
+    const std::vector<float> alone = run_gemv(one, x, w_row, {});
+    for (int32_t i = 0; i < many.m; ++i) EXPECT_EQ(alone[i], all[size_t(i) * many.n + row]) << "row of x " << i;
+}
+
+TEST(GemvBf16, Supported) {
+    EXPECT_TRUE(gemv_bf16_supported(1, 151669, 2048));
+    EXPECT_TRUE(gemv_bf16_supported(kGemvMaxRows, 2048, 4096));
+    EXPECT_FALSE(gemv_bf16_supported(kGemvMaxRows + 1, 2048, 2048));
+    EXPECT_FALSE(gemv_bf16_supported(1, 2048, 2044));                // k not a multiple of 8
+    EXPECT_FALSE(gemv_bf16_supported(kGemvMaxRows, 128, 8 * 4096));  // x beyond 64 KB of shared memory
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GemvBf16,
+                         ::testing::Values(gemv_case{1, 5120, 2048, false, false},
+                                           gemv_case{1, 2048, 4096, false, false}, gemv_case{1, 128, 2048, true, false},
+                                           gemv_case{2, 4608, 2048, false, true}, gemv_case{3, 1000, 768, false, false},
+                                           gemv_case{4, 50001, 256, true, false}, gemv_case{5, 33, 8, false, true},
+                                           gemv_case{6, 777, 136, true, true}, gemv_case{7, 3, 4096, false, true},
+                                           gemv_case{8, 4096, 4096, false, false},
+                                           gemv_case{8, 129, 2048, true, false}),
+                         [](const auto& info) {
+                             const auto& c = info.param;
+                             return make_name("m", c.m, "_n", c.n, "_k", c.k, (c.y_fp32 ? "_f32" : "_bf16"),
+                                              (c.bias ? "_bias" : ""));
+                         });
+
+}  // namespace
+}  // namespace zmoe::kernels::test
