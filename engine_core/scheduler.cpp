@@ -345,13 +345,16 @@ std::vector<request_output> scheduler::update(const std::vector<step_result>& re
             const int32_t token = by_rank[r]->tokens[i].token_id;
             req.tokens.push_back(token);
             ++ranks_[r].num_known_tokens;
-            request_output out{
-                .id = req.id, .new_tokens = {token}, .finished = false, .reason = finish_reason::none, .new_logprobs = {}};
+            request_output out{.id = req.id,
+                               .new_tokens = {token},
+                               .finished = false,
+                               .reason = finish_reason::none,
+                               .new_logprobs = {}};
             if (by_rank[r]->tokens[i].logprobs) out.new_logprobs.push_back(*by_rank[r]->tokens[i].logprobs);
             // Stop ids end a request only once it has min_tokens (the workers also keep them from being sampled).
-            const bool is_stop = !req.ignore_eos && req.num_output() >= static_cast<int64_t>(req.sampling.min_tokens) &&
-                                 std::find(req.stop_token_ids.begin(), req.stop_token_ids.end(), token) !=
-                                     req.stop_token_ids.end();
+            const bool is_stop =
+                !req.ignore_eos && req.num_output() >= static_cast<int64_t>(req.sampling.min_tokens) &&
+                std::find(req.stop_token_ids.begin(), req.stop_token_ids.end(), token) != req.stop_token_ids.end();
             if (is_stop) {
                 out.reason = finish_reason::stop;
             } else if (req.num_output() >= req.max_tokens) {

@@ -61,7 +61,8 @@ sampling_params resolve_sampling(const client_generate& m, const sampling_defaul
         if (*m.logprobs > kMaxTopLogprobs) bad("logprobs must be at most " + std::to_string(kMaxTopLogprobs));
         s.logprobs = static_cast<int32_t>(*m.logprobs);
     }
-    if (m.logit_bias.size() > kMaxLogitBias) bad("logit_bias has more than " + std::to_string(kMaxLogitBias) + " entries");
+    if (m.logit_bias.size() > kMaxLogitBias)
+        bad("logit_bias has more than " + std::to_string(kMaxLogitBias) + " entries");
     std::set<int32_t> seen;
     for (const auto& [id, bias] : m.logit_bias) {
         if (id < 0 || (vocab_size > 0 && id >= vocab_size))

@@ -5,9 +5,9 @@
 #include <memory>
 #include <vector>
 
+#include "messages/expert_placement.hpp"
 #include "workers/comm_stream.hpp"
 #include "workers/expert_comm.hpp"
-#include "messages/expert_placement.hpp"
 #include "workers/kv_cache.hpp"
 #include "workers/model_weights.hpp"
 #include "workers/paged_attention.hpp"

@@ -24,8 +24,7 @@ mlp_weights load_mlp(const Source& ck, const std::string& prefix, int64_t hidden
 
 // One expert of a per-expert checkpoint: gate_proj/up_proj/down_proj, or Mixtral's w1/w3/w2.
 template <class Source>
-mlp_weights load_expert(const Source& ck, const std::string& prefix, int64_t e, int64_t hidden,
-                        int64_t inter) {
+mlp_weights load_expert(const Source& ck, const std::string& prefix, int64_t e, int64_t hidden, int64_t inter) {
     const std::string p = prefix + "experts." + std::to_string(e) + ".";
     if (!ck.contains(p + "gate_proj.weight") && ck.contains(p + "w1.weight")) {
         return {ck.get_matrix(p + "w1.weight", inter, hidden), ck.get_matrix(p + "w3.weight", inter, hidden),
@@ -35,8 +34,7 @@ mlp_weights load_expert(const Source& ck, const std::string& prefix, int64_t e, 
 }
 
 template <class Source>
-void load_attention(const Source& ck, const model_config& c, const std::string& ap,
-                    attention_weights& a) {
+void load_attention(const Source& ck, const model_config& c, const std::string& ap, attention_weights& a) {
     const int64_t H = c.hidden_size, D = c.head_dim;
     const int64_t q_dim = c.num_heads * D, kv_dim = c.num_kv_heads * D;
     a.q = ck.get_matrix(ap + "q_proj.weight", q_dim, H);

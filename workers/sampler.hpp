@@ -50,7 +50,9 @@ struct sample_batch {
     /// needed when needs_history(seq.sampling).
     void add(const scheduled_seq& seq, const std::vector<int32_t>* history);
     kernels::ref::sample_inputs inputs() const {
-        return {.history = history.data(), .bias_ids = bias_ids.data(), .bias_values = bias_values.data(),
+        return {.history = history.data(),
+                .bias_ids = bias_ids.data(),
+                .bias_values = bias_values.data(),
                 .banned = banned.data()};
     }
 };

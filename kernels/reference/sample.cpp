@@ -83,8 +83,8 @@ int32_t sample(const float* logits, int32_t vocab_size, const sample_seq_params&
 int32_t sample(const float* logits, int32_t vocab_size, float temperature, float top_p, int32_t top_k, uint64_t seed,
                uint32_t counter) {
     return sample(logits, vocab_size,
-                  sample_seq_params{.temperature = temperature, .top_p = top_p, .top_k = top_k, .counter = counter,
-                                    .seed = seed});
+                  sample_seq_params{
+                      .temperature = temperature, .top_p = top_p, .top_k = top_k, .counter = counter, .seed = seed});
 }
 
 int32_t process_and_sample(const float* logits, int32_t vocab_size, const sample_seq_params& s,
@@ -95,8 +95,8 @@ int32_t process_and_sample(const float* logits, int32_t vocab_size, const sample
     return sample(processed.data(), vocab_size, s);
 }
 
-void logprobs(const float* logits, int32_t vocab_size, int32_t token, int32_t k, float* token_logprob,
-              int32_t* top_ids, float* top_logprobs) {
+void logprobs(const float* logits, int32_t vocab_size, int32_t token, int32_t k, float* token_logprob, int32_t* top_ids,
+              float* top_logprobs) {
     double m = -INFINITY;
     for (int32_t i = 0; i < vocab_size; ++i) m = std::max(m, double(logits[i]));
     double sum = 0;
@@ -106,9 +106,8 @@ void logprobs(const float* logits, int32_t vocab_size, int32_t token, int32_t k,
     k = std::clamp(k, 0, std::min(vocab_size, kMaxLogprobs));
     std::vector<int32_t> order(vocab_size);
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    });
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
     for (int32_t j = 0; j < k; ++j) {
         top_ids[j] = order[j];
         top_logprobs[j] = float(double(logits[order[j]]) - lse);

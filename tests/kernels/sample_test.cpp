@@ -190,8 +190,10 @@ TEST_P(SampleProcessing, MatchesReference) {
     const auto got_lp = download(d_token_lp);
     const auto got_ids = download(d_top_ids);
     const auto got_top = download(d_top_lp);
-    const ref::sample_inputs in{.history = history.data(), .bias_ids = bias_ids.data(),
-                                .bias_values = bias_values.data(), .banned = banned.data()};
+    const ref::sample_inputs in{.history = history.data(),
+                                .bias_ids = bias_ids.data(),
+                                .bias_values = bias_values.data(),
+                                .banned = banned.data()};
     int32_t processed_rows = 0;
     for (int32_t s = 0; s < c.num_seqs; ++s) {
         const float* row = &logits[size_t(s) * c.vocab];

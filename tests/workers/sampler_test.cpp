@@ -2,13 +2,13 @@
 
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <numeric>
-#include <span>
 #include <random>
 #include <set>
+#include <span>
 
 #include "kernels/reference/reference.hpp"
 #include "kernels/sample_rng.hpp"
@@ -151,10 +151,10 @@ TEST(SamplerLogprobs, EqualLogSoftmaxOfTheRawLogits) {
     std::iota(order.begin(), order.end(), 0);
     std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
     // Temperature and penalties change what is drawn, never the logprobs reported (vLLM's raw logprobs).
-    for (const sampling_params& p : {sampling_params{.temperature = 0.f, .logprobs = 5},
-                                     sampling_params{.temperature = 0.7f, .seed = 3, .repetition_penalty = 1.5f,
-                                                     .logprobs = 20},
-                                     sampling_params{.temperature = 1.f, .seed = 4, .logprobs = 0}}) {
+    for (const sampling_params& p :
+         {sampling_params{.temperature = 0.f, .logprobs = 5},
+          sampling_params{.temperature = 0.7f, .seed = 3, .repetition_penalty = 1.5f, .logprobs = 20},
+          sampling_params{.temperature = 1.f, .seed = 4, .logprobs = 0}}) {
         const std::vector<int32_t> history = {1, 2, 3, order[0]};
         const auto t = sample_one(l, sampled_seq(9, p, 2), &history);
         ASSERT_EQ(t.size(), 1u);
@@ -190,12 +190,10 @@ TEST(SamplerPenalties, MatchTheDirectFormula) {
     const std::vector<int32_t> output = {5, 7, 7, 7, 12, 40, 0};
     std::vector<int32_t> fed = prompt;
     fed.insert(fed.end(), output.begin(), output.end());
-    for (const sampling_params& p : {sampling_params{.repetition_penalty = 1.3f},
-                                     sampling_params{.repetition_penalty = 0.7f},
-                                     sampling_params{.presence_penalty = 1.5f},
-                                     sampling_params{.frequency_penalty = 0.8f},
-                                     sampling_params{.presence_penalty = -0.5f, .frequency_penalty = 0.25f,
-                                                     .repetition_penalty = 1.1f}}) {
+    for (const sampling_params& p :
+         {sampling_params{.repetition_penalty = 1.3f}, sampling_params{.repetition_penalty = 0.7f},
+          sampling_params{.presence_penalty = 1.5f}, sampling_params{.frequency_penalty = 0.8f},
+          sampling_params{.presence_penalty = -0.5f, .frequency_penalty = 0.25f, .repetition_penalty = 1.1f}}) {
         const auto want = penalised(l, prompt, output, p);
         sample_batch b;
         b.add(sampled_seq(1, p, static_cast<uint32_t>(output.size())), &fed);

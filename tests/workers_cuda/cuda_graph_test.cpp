@@ -14,15 +14,14 @@
 #include <set>
 
 #include "cuda_test_util.hpp"
-#include "workers/cuda/cuda_step_executor.hpp"
 #include "messages/expert_placement.hpp"
+#include "workers/cuda/cuda_step_executor.hpp"
 
 namespace zmoe::cuda {
 namespace {
 
 using namespace zmoe::cuda::testing;
 using zmoe::testing::step_driver;
-
 
 std::unique_ptr<cuda_step_executor> make_executor(const std::string& dir, bool eager,
                                                   const std::string& load_format = "auto") {
