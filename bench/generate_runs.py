@@ -4,6 +4,7 @@ its metrics, wall time and tokens."""
 import json
 import os
 import random
+import signal
 import subprocess
 import time
 
@@ -43,15 +44,29 @@ def write_requests(path, num_requests, prompt_len, max_tokens, seed=0):
                                 "ignore_eos": True}) + "\n")
 
 
-def run_generate(zmoe, model, reqs, workers, extra, tmp, tag):
-    """One `zmoe generate` run over `workers` workers with `extra` flags; (metrics, wall seconds, token ids)."""
+def run_generate(zmoe, model, reqs, workers, extra, tmp, tag, timeout=None):
+    """One `zmoe generate` run over `workers` workers with `extra` flags; (metrics, wall seconds, token ids).
+    Raises RuntimeError with the end of its log when it fails, or after `timeout` seconds (its whole process group
+    is killed then)."""
     out = os.path.join(tmp, tag + ".out.jsonl")
     metrics = os.path.join(tmp, tag + ".metrics.json")
     cmd = [zmoe, "generate", "--model", model, "--input", reqs, "--output", out, "--workers", str(workers),
            "--metrics-json", metrics] + extra
+    log = os.path.join(tmp, tag + ".log")
     t0 = time.time()
-    subprocess.run(cmd, check=True, stderr=subprocess.DEVNULL)
+    with open(log, "w") as err:
+        p = subprocess.Popen(cmd, stderr=err, start_new_session=True)
+        try:
+            rc = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            rc = f"killed after {timeout} s"
     wall = time.time() - t0
+    if rc != 0:
+        with open(log) as f:
+            tail = f.read()[-4000:]
+        raise RuntimeError(f"{' '.join(cmd)} exited {rc}; its log ends:\n{tail}")
     with open(metrics) as f:
         m = json.load(f)
     with open(out) as f:

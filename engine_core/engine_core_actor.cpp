@@ -266,8 +266,21 @@ void engine_core_actor::finish_step() {
     std::vector<step_result> results;
     for (auto& r : results_[step_id]) results.push_back(std::move(*r));
     results_.erase(step_id);
-    metrics_.observe("step_ms", ms_since(step_records_[step_id].sent_at));
+    const double step_ms = ms_since(step_records_[step_id].sent_at);
+    metrics_.observe("step_ms", step_ms);
     account_step(step_id, results);
+    if (options_.config.trace_steps) {
+        const step_record& rec = step_records_[step_id];
+        nlohmann::json t = {
+            {"step", step_id},          {"ms", step_ms},        {"served_ms", rec.served_ms},
+            {"tokens", rec.num_tokens}, {"seqs", rec.num_seqs}, {"max_rank_tokens", rec.max_rank_tokens},
+            {"decode", rec.decode_only}};
+        if (auto e = step_events_.find(step_id); e != step_events_.end()) {
+            t["eplb"] = e->second;
+            step_events_.erase(e);
+        }
+        step_trace_.push_back(std::move(t));
+    }
     step_records_.erase(step_id);
     std::vector<request_output> outs;
     try {
@@ -306,6 +319,7 @@ void engine_core_actor::account_step(uint64_t step_id, const std::vector<step_re
     const auto start = std::max(rec.sent_at, last_step_done_);
     last_step_done_ = now;
     const double served_ms = std::chrono::duration<double, std::milli>(now - start).count();
+    step_records_[step_id].served_ms = served_ms;
     // Memory floor: every rank reads the dense weights and its sequences' KV; the experts the step's tokens touched
     // are read once, split evenly over the ranks (exact with one worker). The slowest rank sets the floor.
     std::vector<uint32_t> counts;
@@ -345,7 +359,6 @@ void engine_core_actor::account_step(uint64_t step_id, const std::vector<step_re
 
 void engine_core_actor::pump() {
     if (phase_ != phase::serving && phase_ != phase::draining) return;
-    if (!move_acks_pending_.empty()) return;  // an expert move is in progress: steps wait for it
     while (scheduler_->has_pending_work() && scheduler_->can_schedule()) {
         const auto t0 = clock_type::now();
         auto steps = scheduler_->schedule();
@@ -361,17 +374,22 @@ void engine_core_actor::pump() {
         size_t num_tokens = 0, num_seqs = 0, message_bytes = 0;
         for (int32_t r = 0; r < options_.config.workers; ++r) {
             steps[r].dual_batch = dual_batch;
+            size_t rank_tokens = 0;
             for (const auto& s : steps[r].seqs) {
                 num_tokens += s.token_ids.size();
+                rank_tokens += s.token_ids.size();
                 rec.kv_positions[r] += s.start_pos + static_cast<int64_t>(s.token_ids.size());
                 rec.decode_only = rec.decode_only && s.token_ids.size() == 1;
             }
             num_seqs += steps[r].seqs.size();
+            rec.max_rank_tokens = std::max(rec.max_rank_tokens, static_cast<int64_t>(rank_tokens));
             const std::string bytes = encode(steps[r]);
             message_bytes += bytes.size();
             send_reliable_to(worker_sock_, workers_[r].identity, bytes);
         }
         rec.decode_only = rec.decode_only && num_seqs > 0;
+        rec.num_tokens = static_cast<int64_t>(num_tokens);
+        rec.num_seqs = static_cast<int64_t>(num_seqs);
         rec.sent_at = clock_type::now();
         metrics_.counter_add("steps");
         metrics_.observe("step_tokens", static_cast<double>(num_tokens));
@@ -434,9 +452,17 @@ void engine_core_actor::maybe_rebalance() {
                            layer_balancedness(load[l], plan.placement.physical_to_logical[l], options_.config.workers));
     }
     const auto moves = plan_expert_moves(*placement_, plan.placement, options_.config.num_nodes);
+    // Every rank stages the moves before step next_step_id_ (this message goes out before that step's), and the
+    // steps go on meanwhile on the current placement; all switch before step apply_at_step.
     worker_expert_move msg;
     msg.move_id = next_move_id_++;
-    msg.apply_at_step = next_step_id_;
+    msg.apply_at_step = next_step_id_ + static_cast<uint64_t>(std::max(0, c.eplb_stage_steps));
+    move_stage_step_ = next_step_id_;
+    move_switch_step_ = msg.apply_at_step;
+    if (c.trace_steps) {
+        step_events_[move_stage_step_] += "stage " + std::to_string(msg.move_id) + " ";
+        step_events_[move_switch_step_] += "switch " + std::to_string(msg.move_id) + " ";
+    }
     for (const auto& m : moves)
         msg.moves.push_back(expert_slot_move{static_cast<uint32_t>(m.layer), static_cast<uint32_t>(m.dst_slot),
                                              m.logical_expert, m.src_rank, static_cast<uint32_t>(m.src_slot)});
@@ -454,12 +480,19 @@ void engine_core_actor::maybe_rebalance() {
 
 void engine_core_actor::handle_move_done(const worker_expert_move_done& m) {
     if (!move_acks_pending_.erase(m.rank)) return;
+    if (m.switched_at_step != move_switch_step_)
+        ZMOE_LOG(warn, "engine core: rank " << m.rank << " switched expert move " << m.move_id << " at step "
+                                            << m.switched_at_step << ", not " << move_switch_step_);
     metrics_.counter_add("eplb_bytes_moved", static_cast<double>(m.bytes_moved));
+    // Per rank and rebalance: the transfer's own time, and what the switch cost at its step boundary.
+    metrics_.observe("eplb_transfer_ms", m.transfer_ms);
+    metrics_.observe("eplb_switch_ms", m.switch_ms);
+    metrics_.observe("eplb_install_ms", m.install_ms);
+    if (!m.transfer_done) metrics_.counter_add("eplb_switches_waited");  // the switch step waited for the transfer
     if (!move_acks_pending_.empty()) return;
     // The one metric whose name says "rebalance": completed rebalances (every rank installed the moves).
     metrics_.counter_add("eplb_rebalances");
     metrics_.observe("eplb_move_ms", ms_since(move_started_at_));
-    pump();
 }
 
 void engine_core_actor::worker_died(int32_t rank, const std::string& why) {
@@ -708,6 +741,7 @@ nlohmann::json engine_core_actor::metrics_json() {
         out["worker_" + std::to_string(r)] = workers_[r].metrics.to_json();
     }
     if (placement_) out["eplb_placement"] = placement_->physical_to_logical;
+    if (options_.config.trace_steps) out["steps"] = step_trace_;
     return out;
 }
 

@@ -125,6 +125,10 @@ class engine_core_actor : public actor {
         std::chrono::steady_clock::time_point sent_at;
         bool decode_only = false;           ///< every scheduled sequence of every rank feeds one token
         std::vector<int64_t> kv_positions;  ///< per rank: cached positions its attention reads (sum over sequences)
+        int64_t num_tokens = 0;             ///< over all ranks
+        int64_t num_seqs = 0;               ///< over all ranks
+        int64_t max_rank_tokens = 0;        ///< the busiest rank's tokens
+        double served_ms = 0;               ///< account_step's served time
     };
     std::map<uint64_t, step_record> step_records_;
     std::chrono::steady_clock::time_point last_step_done_;  ///< when the previous step's results were complete
@@ -144,6 +148,11 @@ class engine_core_actor : public actor {
     bool shutdown_sent_ = false;
     std::chrono::steady_clock::time_point move_started_at_;
     std::set<int32_t> move_acks_pending_;
+    uint64_t move_stage_step_ = 0;   ///< the pending rebalance: the step before which every rank stages it
+    uint64_t move_switch_step_ = 0;  ///< and the step from which its placement serves
+    /// --trace-steps: every finished step's record ("steps" in the metrics JSON), with its EPLB events.
+    std::vector<nlohmann::json> step_trace_;
+    std::map<uint64_t, std::string> step_events_;  // step id -> "stage N" / "switch N" (EPLB rebalance N)
     metrics_registry metrics_;
     stats_line stats_line_;
     /// Logs the stats line (on a timer, every options_.stats_interval while serving).

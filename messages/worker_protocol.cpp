@@ -158,10 +158,15 @@ std::string encode(const worker_expert_move& m) {
 }
 
 std::string encode(const worker_expert_move_done& m) {
-    auto w = start(worker_kind::expert_move_done, 3);
+    auto w = start(worker_kind::expert_move_done, 8);
     w.uint(m.move_id);
     w.sint(m.rank);
     w.uint(m.bytes_moved);
+    w.uint(m.switched_at_step);
+    w.f64(m.transfer_ms);
+    w.boolean(m.transfer_done);
+    w.f64(m.switch_ms);
+    w.f64(m.install_ms);
     return w.take();
 }
 
@@ -265,6 +270,11 @@ worker_to_engine decode_worker_to_engine(std::string_view bytes) {
             m.move_id = f.read_uint("expert_move_done.move_id");
             m.rank = f.read_int32("expert_move_done.rank");
             m.bytes_moved = f.read_uint("expert_move_done.bytes_moved");
+            m.switched_at_step = f.read_uint("expert_move_done.switched_at_step");
+            m.transfer_ms = f.read_double("expert_move_done.transfer_ms");
+            m.transfer_done = f.read_bool("expert_move_done.transfer_done");
+            m.switch_ms = f.read_double("expert_move_done.switch_ms");
+            m.install_ms = f.read_double("expert_move_done.install_ms");
             out = m;
             break;
         }

@@ -91,8 +91,9 @@ struct expert_slot_move {
     bool operator==(const expert_slot_move&) const = default;
 };
 
-/// An EPLB rebalance: every rank takes part (as source and/or destination), and applies the new placement
-/// before running step apply_at_step.
+/// An EPLB rebalance: every rank takes part (as source and/or destination). A worker stages it when the message
+/// arrives (between the same two steps on every rank: the engine core sends it in step order), and switches to the
+/// new placement before running the first step whose id is at least apply_at_step.
 struct worker_expert_move {
     uint64_t move_id = 0;
     uint64_t apply_at_step = 0;
@@ -103,7 +104,12 @@ struct worker_expert_move {
 struct worker_expert_move_done {
     uint64_t move_id = 0;
     int32_t rank = 0;
-    uint64_t bytes_moved = 0;  ///< expert weight bytes this rank received
+    uint64_t bytes_moved = 0;       ///< expert weight bytes this rank received
+    uint64_t switched_at_step = 0;  ///< the step the new placement first served
+    double transfer_ms = 0;         ///< expert_move_stats: the transfer's own time
+    bool transfer_done = true;      ///< the transfer had finished at the switch
+    double switch_ms = 0;           ///< host time of the switch
+    double install_ms = 0;          ///< CUDA: device time of the staging -> slot copies
     bool operator==(const worker_expert_move_done&) const = default;
 };
 

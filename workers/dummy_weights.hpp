@@ -18,7 +18,9 @@ namespace zmoe {
 /// builds only its own experts). The views it returns stay valid as long as it lives.
 class dummy_checkpoint {
   public:
-    explicit dummy_checkpoint(const model_config& config) : config_(config) {}
+    /// router_skew > 0: the weights get hot experts (dummy_router_skew_column0).
+    explicit dummy_checkpoint(const model_config& config, double router_skew = 0)
+        : config_(config), router_skew_(router_skew) {}
 
     /// Whether a checkpoint in the per-expert layout has `name` (the alternative layouts' names: no).
     bool contains(const std::string& name) const;
@@ -33,9 +35,22 @@ class dummy_checkpoint {
 
   private:
     model_config config_;
+    double router_skew_ = 0;
     mutable std::deque<std::vector<uint16_t>> storage_;
     mutable int64_t bytes_ = 0;
 };
+
+/// `--dummy-router-skew` (both backends): dummy weights that route like a model with hot experts, for EPLB. Feature
+/// 0 of the residual stream becomes a channel only the routers read: the embedding puts dummy_embed_column0 there
+/// in every row (a component every token shares), every matrix that writes into the residual (attention output,
+/// dense and expert down projections) has a zero row 0, and every other matrix that reads the normed residual
+/// (q/k/v and the latent projections, gate/up projections, the shared expert's gate) a zero column 0, so attention
+/// and the MLPs see the plain dummy model. Column 0 of expert e's router row in decoder layer `layer` is
+/// dummy_router_column0, sized so that after the RMS norm expert e's logit leans by about 7 * skew / (e + 1)
+/// standard deviations of its random part in every layer (the rest of the residual grows with depth: the size
+/// follows an estimate of that growth from the model's dimensions). So low expert ids win most routings.
+float dummy_embed_column0(const model_config& c);
+float dummy_router_column0(const model_config& c, double skew, int64_t layer, int64_t expert);
 
 /// Value i of the tensor named `name`: bf16(0.02 * z), z standard normal (Box-Muller over two 24-bit uniforms of
 /// splitmix64(fnv1a(name) * golden + i)).

@@ -1,6 +1,8 @@
 // EPLB expert moves on a CPU worker: the weights of re-placed expert slots travel between ranks through the
-// expert-parallel collective, then every rank switches to the new placement at the same step boundary.
+// expert-parallel collective into staging buffers when the rebalance is staged; every rank switches to the new
+// placement later, at the same step boundary.
 
+#include <chrono>
 #include <cstring>
 
 #include "base/check.hpp"
@@ -34,7 +36,9 @@ mlp_weights view_expert(const mlp_weights& shape, const std::byte* src) {
 
 }  // namespace
 
-uint64_t model_runner::apply_expert_moves(const std::vector<expert_slot_move>& moves) {
+void model_runner::stage_expert_moves(const std::vector<expert_slot_move>& moves) {
+    if (staged_moves_) throw error(errc::invalid_argument, "expert move: a rebalance is already staged");
+    const auto t0 = std::chrono::steady_clock::now();
     expert_comm& comm = *comm_;
     const int world = comm.world_size();
     const int rank = options_.rank;
@@ -48,7 +52,7 @@ uint64_t model_runner::apply_expert_moves(const std::vector<expert_slot_move>& m
         return layers[layer_of_moe[layer]].moe.experts[global_slot - rank * per_rank];
     };
 
-    // 1. Every source slot this rank holds is read before anything is overwritten.
+    // 1. Every source slot this rank holds is read now; nothing is overwritten before the switch.
     std::vector<std::vector<std::byte>> send_bytes(world);
     for (const auto& m : moves) {
         if (m.src_rank != rank) continue;
@@ -68,14 +72,8 @@ uint64_t model_runner::apply_expert_moves(const std::vector<expert_slot_move>& m
 
     // 2. Stage the received experts in owned buffers, in move order (the order the sources packed them).
     std::vector<size_t> offset(world, 0);
-    uint64_t installed = 0;
-    struct staged {
-        uint32_t layer;
-        int64_t local_slot;
-        std::unique_ptr<std::byte[]> bytes;
-        mlp_weights view;
-    };
-    std::vector<staged> incoming;
+    expert_move_stats stats;
+    std::vector<staged_expert> incoming;
     for (const auto& m : moves) {
         if (static_cast<int>(m.slot / per_rank) != rank) continue;
         const int64_t local = static_cast<int64_t>(m.slot) - rank * per_rank;
@@ -87,23 +85,40 @@ uint64_t model_runner::apply_expert_moves(const std::vector<expert_slot_move>& m
             throw error(errc::protocol, "expert move: rank " + std::to_string(m.src_rank) + " sent " +
                                             std::to_string(have) + " bytes, short of layer " + std::to_string(m.layer) +
                                             " slot " + std::to_string(m.slot));
-        staged s{m.layer, local, std::make_unique<std::byte[]>(n), {}};
+        staged_expert s{m.layer, local, std::make_unique<std::byte[]>(n), {}};
         std::memcpy(s.bytes.get(), src + offset[m.src_rank], n);
         offset[m.src_rank] += n;
         s.view = view_expert(shape, s.bytes.get());
-        installed += n;
+        stats.bytes += n;
         incoming.push_back(std::move(s));
     }
+    stats.transfer_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    staged_moves_ = moves;
+    staged_experts_ = std::move(incoming);
+    staged_stats_ = stats;
+}
 
-    // 3. Swap in, and move to the new placement (every rank applies every move to its copy of the map).
-    placement_.apply_moves(moves);
-    for (auto& s : incoming) {
+expert_move_stats model_runner::switch_expert_moves() {
+    if (!staged_moves_) return {};
+    const auto t0 = std::chrono::steady_clock::now();
+    const int rank = options_.rank;
+    auto& layers = weights_.mutable_layers();
+    std::vector<int64_t> layer_of_moe;  // moe index -> decoder layer
+    for (size_t l = 0; l < layers.size(); ++l)
+        if (layers[l].moe_index >= 0) layer_of_moe.push_back(static_cast<int64_t>(l));
+    // Swap in, and move to the new placement (every rank applies every move to its copy of the map).
+    placement_.apply_moves(*staged_moves_);
+    for (auto& s : staged_experts_) {
         auto& moe = layers[layer_of_moe[s.layer]].moe;
         moe.experts[s.local_slot] = s.view;
         moe.slot_expert[s.local_slot] = placement_.slots(static_cast<int32_t>(s.layer), rank)[s.local_slot];
         moved_experts_[{s.layer, s.local_slot}] = std::move(s.bytes);  // frees what the slot held before, if ours
     }
-    return installed;
+    staged_moves_.reset();
+    staged_experts_.clear();
+    expert_move_stats stats = staged_stats_;
+    stats.switch_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return stats;
 }
 
 }  // namespace zmoe

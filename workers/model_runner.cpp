@@ -45,7 +45,7 @@ model_runner::model_runner(const model_config& config, const std::string& model_
       placement_(make_placement(config_, options)),
       own_comm_(options.comm ? nullptr : std::make_unique<local_expert_comm>()),
       comm_(check_comm(options.comm ? options.comm : own_comm_.get(), options)),
-      weights_(model_dir, config_, placement_, options.rank, options.load_format),
+      weights_(model_dir, config_, placement_, options.rank, options.load_format, options.dummy_router_skew),
       pool_(options.num_threads),
       cache_(kv_cache::for_model(config_, options.num_kv_blocks, options.block_size)),
       model_(weights_, placement_, *comm_, pool_) {

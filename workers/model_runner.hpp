@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -37,6 +38,7 @@ struct runner_options {
     int num_threads = 0;
     /// "auto": the checkpoint's weights; "dummy": generated from config.json (dummy_checkpoint).
     std::string load_format = "auto";
+    double dummy_router_skew = 0;  ///< with "dummy": hot experts (dummy_checkpoint)
 };
 
 class model_runner final : public step_executor {
@@ -53,11 +55,13 @@ class model_runner final : public step_executor {
     /// logits_out, if given, receives the last-position logits of every do_sample sequence in step order.
     step_result execute(const step_request& request, std::vector<std::vector<float>>* logits_out = nullptr) override;
 
-    /// An EPLB rebalance, a collective: every rank calls it with the same moves (each a physical slot, global
-    /// index, that receives logical expert `logical_expert`'s weights from (src_rank, src_slot)). Sources are read
-    /// before any slot is overwritten; weights travel through the runner's expert_comm. Afterwards tokens route by the
-    /// new placement. Returns the expert weight bytes this rank installed.
-    uint64_t apply_expert_moves(const std::vector<expert_slot_move>& moves) override;
+    /// Stages an EPLB rebalance, a collective: every rank calls it with the same moves (each a physical slot, global
+    /// index, that receives logical expert `logical_expert`'s weights from (src_rank, src_slot)) at the same point
+    /// of its steps. The weights travel through the runner's expert_comm now, into owned staging buffers; steps keep
+    /// the current placement until switch_expert_moves.
+    void stage_expert_moves(const std::vector<expert_slot_move>& moves) override;
+    /// Swaps the staged weights in; afterwards tokens route by the new placement.
+    expert_move_stats switch_expert_moves() override;
     const model_config& config() const override { return config_; }
     const expert_placement& placement() const { return placement_; }
     int64_t num_kv_blocks() const override { return cache_.num_blocks(); }
@@ -78,6 +82,15 @@ class model_runner final : public step_executor {
     std::unordered_map<uint64_t, int32_t> last_sampled_;  // request id -> token sampled for it last
     token_history history_;                               // fed tokens of the requests with penalties
     std::map<std::pair<int64_t, int64_t>, std::unique_ptr<std::byte[]>> moved_experts_;  // (layer, slot) -> weights
+    struct staged_expert {
+        uint32_t layer;
+        int64_t local_slot;
+        std::unique_ptr<std::byte[]> bytes;
+        mlp_weights view;
+    };
+    std::optional<std::vector<expert_slot_move>> staged_moves_;  // a staged rebalance, until its switch
+    std::vector<staged_expert> staged_experts_;
+    expert_move_stats staged_stats_;
 };
 
 /// How many KV blocks of `block_size` fit in `budget_bytes` for `config` (fp32 K and V, all layers; MLA: the

@@ -81,7 +81,8 @@ void load_mla(const Source& ck, const model_config& c, const std::string& ap, at
 }  // namespace
 
 model_weights::model_weights(const std::string& model_dir, const model_config& config,
-                             const expert_placement& placement, int rank, const std::string& load_format)
+                             const expert_placement& placement, int rank, const std::string& load_format,
+                             double dummy_router_skew)
     : config_(config) {
     const model_config& c = config_;
     if (placement.num_moe_layers() != c.num_moe_layers() || placement.num_experts != c.num_experts)
@@ -94,9 +95,11 @@ model_weights::model_weights(const std::string& model_dir, const model_config& c
                                                 " outside the expert placement's world of " +
                                                 std::to_string(placement.num_ranks));
     if (load_format == "dummy") {
-        dummy_ = std::make_unique<dummy_checkpoint>(config_);
+        dummy_ = std::make_unique<dummy_checkpoint>(config_, dummy_router_skew);
         load(*dummy_, placement, rank);
     } else if (load_format == "auto") {
+        if (dummy_router_skew != 0)
+            throw error(errc::invalid_argument, "--dummy-router-skew needs --load-format dummy");
         checkpoint_ = std::make_unique<safetensors_checkpoint>(model_dir);
         load(*checkpoint_, placement, rank);
     } else {

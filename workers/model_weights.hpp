@@ -70,8 +70,9 @@ class model_weights {
     /// the file and tensor for a missing tensor or a wrong shape (expected vs got), (unsupported) for a dtype.
     /// load_format "dummy" (vLLM's name): no checkpoint is read; every tensor is generated from the config
     /// (dummy_checkpoint: N(0, 0.02^2) matrices, norms 1, biases 0).
+    /// dummy_router_skew > 0 (with "dummy"): dummy_checkpoint's hot experts.
     model_weights(const std::string& model_dir, const model_config& config, const expert_placement& placement, int rank,
-                  const std::string& load_format = "auto");
+                  const std::string& load_format = "auto", double dummy_router_skew = 0);
     ~model_weights();
     model_weights(model_weights&&) noexcept;
     model_weights& operator=(model_weights&&) noexcept;

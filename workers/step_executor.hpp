@@ -17,13 +17,34 @@ namespace zmoe {
 class expert_comm;
 struct expert_placement;
 
+/// What a rank reports of one EPLB rebalance when it switches to it.
+struct expert_move_stats {
+    uint64_t bytes = 0;         ///< expert weight bytes this rank received
+    double transfer_ms = 0;     ///< the transfer's own time (CUDA: device time of the staged copies; CPU: host)
+    bool transfer_done = true;  ///< it had finished when the switch came (CUDA: else the next step waits for it)
+    double switch_ms = 0;       ///< host time of the switch call
+    double install_ms = 0;      ///< CUDA: device time of the copies from staging into the slots (on the step stream)
+};
+
 class step_executor {
   public:
     virtual ~step_executor() = default;
     /// Runs one step (see model_runner::execute for the contract every backend keeps).
     virtual step_result execute(const step_request& request, std::vector<std::vector<float>>* logits_out = nullptr) = 0;
-    /// An EPLB rebalance, a collective over the executor's expert-parallel group; returns the bytes installed.
-    virtual uint64_t apply_expert_moves(const std::vector<expert_slot_move>& moves) = 0;
+    /// Starts an EPLB rebalance: the weights `moves` name begin to travel into staging buffers (CUDA: on a
+    /// stream of their own, beside the steps), a collective over the executor's expert-parallel group, so every
+    /// rank stages at the same point of its step sequence. Steps keep running on the current placement until
+    /// switch_expert_moves. Throws zmoe::error(invalid_argument) for a bad move or when a rebalance is already
+    /// staged.
+    virtual void stage_expert_moves(const std::vector<expert_slot_move>& moves) = 0;
+    /// Installs the staged weights in their slots and switches to the new placement; the next step uses it. Every
+    /// rank switches before the same step. Nothing staged: does nothing and returns zeros.
+    virtual expert_move_stats switch_expert_moves() = 0;
+    /// stage_expert_moves then switch_expert_moves; returns the bytes installed.
+    uint64_t apply_expert_moves(const std::vector<expert_slot_move>& moves) {
+        stage_expert_moves(moves);
+        return switch_expert_moves().bytes;
+    }
     virtual int64_t num_kv_blocks() const = 0;
     virtual const model_config& config() const = 0;
 };

@@ -151,6 +151,7 @@ void worker_actor::on_engine_message(const inbound_message& msg) {
                 submit([this, req = std::move(m)] {
                     const auto t0 = clock_type::now();
                     const double wait_ms = std::chrono::duration<double, std::milli>(t0 - idle_since_).count();
+                    maybe_switch_expert_move(req.step_id);
                     step_result res = runner_->execute(req);
                     res.rank = options_.rank;
                     res.compute_ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
@@ -160,7 +161,7 @@ void worker_actor::on_engine_message(const inbound_message& msg) {
                     post([this, res = std::move(res)] { send_reliable(engine_sock_, encode(res)); });
                 });
             } else if constexpr (std::is_same_v<T, worker_expert_move>) {
-                submit([this, mv = std::move(m)] { run_expert_move(mv); });
+                submit([this, mv = std::move(m)] { stage_expert_move(mv); });
             } else if constexpr (std::is_same_v<T, worker_shutdown>) {
                 ZMOE_LOG(info, "worker " << options_.rank << ": shutdown");
                 cancel_ = true;
@@ -212,11 +213,24 @@ std::optional<worker_welcome> worker_actor::welcome() const {
     return welcome_;
 }
 
-void worker_actor::run_expert_move(const worker_expert_move& m) {
-    const uint64_t bytes = runner_->apply_expert_moves(m.moves);
-    post([this, done = worker_expert_move_done{m.move_id, options_.rank, bytes}] {
-        send_reliable(engine_sock_, encode(done));
-    });
+void worker_actor::stage_expert_move(const worker_expert_move& m) {
+    runner_->stage_expert_moves(m.moves);
+    staged_move_ = worker_expert_move{.move_id = m.move_id, .apply_at_step = m.apply_at_step, .moves = {}};
+}
+
+void worker_actor::maybe_switch_expert_move(uint64_t step_id) {
+    if (!staged_move_ || step_id < staged_move_->apply_at_step) return;
+    const expert_move_stats s = runner_->switch_expert_moves();
+    const worker_expert_move_done done{.move_id = staged_move_->move_id,
+                                       .rank = options_.rank,
+                                       .bytes_moved = s.bytes,
+                                       .switched_at_step = step_id,
+                                       .transfer_ms = s.transfer_ms,
+                                       .transfer_done = s.transfer_done,
+                                       .switch_ms = s.switch_ms,
+                                       .install_ms = s.install_ms};
+    staged_move_.reset();
+    post([this, done] { send_reliable(engine_sock_, encode(done)); });
 }
 
 void worker_actor::submit(std::function<void()> task) {

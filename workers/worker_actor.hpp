@@ -59,7 +59,11 @@ class worker_actor : public actor {
     /// Queues work for the compute thread.
     void submit(std::function<void()> task);
     void compute_loop();
-    void run_expert_move(const worker_expert_move& m);
+    /// Compute thread: stages an EPLB rebalance (a collective: every rank reaches it between the same two steps).
+    void stage_expert_move(const worker_expert_move& m);
+    /// Compute thread, before each step: switches to the staged rebalance once the step is its apply_at_step, and
+    /// reports it to the engine core.
+    void maybe_switch_expert_move(uint64_t step_id);
 
     worker_options options_;
     socket_id engine_sock_ = -1;
@@ -68,7 +72,8 @@ class worker_actor : public actor {
     worker_welcome welcome_;  // written once by the actor thread before welcomed_ is published under mu_
     std::unique_ptr<peer_mesh> mesh_;
     std::unique_ptr<expert_comm> comm_;
-    std::unique_ptr<step_executor> runner_;  // touched only by the compute thread once created
+    std::unique_ptr<step_executor> runner_;          // touched only by the compute thread once created
+    std::optional<worker_expert_move> staged_move_;  // compute thread: a staged rebalance (moves left empty)
     std::atomic<bool> cancel_{false};
     std::atomic<uint64_t> malformed_dropped_{0};  ///< undecodable engine-core messages (reported in step results)
     mutable std::mutex mu_;

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
+#include <sstream>
 
 #include "tests/cli/e2e_util.hpp"
 
@@ -99,20 +101,44 @@ TEST(Generate, SeededSamplingGivesTheSameTokensAsyncSyncAndAlone) {
     }
 }
 
+// EPLB with the switch at the next step (0) and with the transfer staged 3 steps ahead: the tokens stay the
+// fixed placement's, and the step trace shows every rebalance staged before one step and switched 3 steps later.
 TEST(Generate, EplbRebalancesWithoutChangingTokens) {
     temp_dir dir;
     const auto base = generate_reference("olmoe", {"--workers", "4"}, dir, "plain");
-    const auto out = generate_reference("olmoe",
-                                        {"--workers", "4", "--enable-eplb", "--eplb-interval", "4",
-                                         "--num-redundant-experts", "4", "--metrics-json", dir / "metrics.json"},
-                                        dir, "eplb");
-    ASSERT_EQ(out.size(), base.size());
-    for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i]["token_ids"], base[i]["token_ids"]) << i;
-    const auto metrics = read_json(dir / "metrics.json");
-    const auto& counters = metrics["engine_core"]["counters"];
-    ASSERT_TRUE(counters.contains("eplb_rebalances")) << metrics.dump();
-    EXPECT_GT(counters["eplb_rebalances"].get<double>(), 0);
-    EXPECT_GT(counters["eplb_bytes_moved"].get<double>(), 0);
+    for (const std::string stage_steps : {"0", "3"}) {
+        const std::string metrics_path = dir / ("metrics" + stage_steps + ".json");
+        const auto out = generate_reference(
+            "olmoe",
+            {"--workers", "4", "--enable-eplb", "--eplb-interval", "4", "--num-redundant-experts", "4",
+             "--eplb-stage-steps", stage_steps, "--trace-steps", "--metrics-json", metrics_path},
+            dir, "eplb" + stage_steps);
+        ASSERT_EQ(out.size(), base.size());
+        for (size_t i = 0; i < out.size(); ++i)
+            EXPECT_EQ(out[i]["token_ids"], base[i]["token_ids"]) << "stage steps " << stage_steps << ", " << i;
+        const auto metrics = read_json(metrics_path);
+        const auto& counters = metrics["engine_core"]["counters"];
+        ASSERT_TRUE(counters.contains("eplb_rebalances")) << metrics.dump();
+        EXPECT_GT(counters["eplb_rebalances"].get<double>(), 0);
+        EXPECT_GT(counters["eplb_bytes_moved"].get<double>(), 0);
+        // The trace: one record per step, in order; each switched rebalance staged stage_steps steps earlier.
+        const auto& steps = metrics["steps"];
+        ASSERT_EQ(steps.size(), static_cast<size_t>(counters["steps"].get<double>()));
+        std::map<int, uint64_t> staged_at, switched_at;
+        for (size_t i = 0; i < steps.size(); ++i) {
+            EXPECT_EQ(steps[i]["step"].get<uint64_t>(), i);
+            EXPECT_GT(steps[i]["tokens"].get<int64_t>(), 0);
+            std::istringstream events(steps[i].value("eplb", std::string()));
+            std::string what;
+            int id = 0;
+            while (events >> what >> id) (what == "stage" ? staged_at : switched_at)[id] = i;
+        }
+        EXPECT_EQ(switched_at.size(), static_cast<size_t>(counters["eplb_rebalances"].get<double>()));
+        for (const auto& [id, at] : switched_at) {
+            ASSERT_TRUE(staged_at.count(id)) << id;
+            EXPECT_EQ(at - staged_at[id], std::stoull(stage_steps)) << "rebalance " << id;
+        }
+    }
 }
 
 // DeepSeek-V3 (MLA, grouped sigmoid routing, a shared expert, a dense first layer) over 1, 2 and 4 worker

@@ -94,6 +94,9 @@ engine_config non_default_config() {
     c.dbo_decode_token_threshold = 7;
     c.dbo_prefill_token_threshold = 70;
     c.enforce_eager = true;
+    c.eplb_stage_steps = 5;
+    c.dummy_router_skew = 0.25;
+    c.trace_steps = true;
     return c;
 }
 
@@ -195,7 +198,8 @@ TEST(WorkerProtocol, HeartbeatShutdown) {
 TEST(WorkerProtocol, ExpertMove) {
     worker_expert_move m{5, 3000, {{0, 4, 17, 1, 9}, {47, 130, 3, 0, 2}}};
     test::check_wire_contract(m, decode_engine_to_worker);
-    test::check_wire_contract(worker_expert_move_done{5, 1, 1 << 20}, decode_worker_to_engine);
+    test::check_wire_contract(worker_expert_move_done{5, 1, 1 << 20, 17, 2.5, false, 0.125, 0.75},
+                              decode_worker_to_engine);
 }
 
 TEST(WorkerProtocol, Error) {

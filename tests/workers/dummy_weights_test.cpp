@@ -72,12 +72,13 @@ TEST(DummyCheckpoint, VectorsAndLayout) {
 class DummyRunner : public ::testing::TestWithParam<std::string> {};
 
 std::vector<std::vector<float>> prefill_logits(const std::string& dir, const model_config& c,
-                                               std::vector<uint32_t>* counts) {
+                                               std::vector<uint32_t>* counts, double router_skew = 0) {
     runner_options o;
     o.num_kv_blocks = 8;
     o.block_size = 16;
     o.num_threads = 2;
     o.load_format = "dummy";
+    o.dummy_router_skew = router_skew;
     model_runner r(c, dir, o);
     step_request q;
     scheduled_seq s;
@@ -115,6 +116,42 @@ TEST_P(DummyRunner, RunsFromConfigAloneDeterministicallyAndRoutesWidely) {
         }
         EXPECT_EQ(total, 24 * K) << "layer " << l;
         EXPECT_GE(touched, std::min<int64_t>(E, 2 * K)) << "layer " << l << ": routing must not collapse";
+    }
+}
+
+// --dummy-router-skew: the shared component and the writers' zero row are where dummy_weights.hpp puts them, and
+// a prefill's tokens then pick experts 0 and 1 far more often than without the skew, in every MoE layer.
+TEST(DummyRunner, RouterSkewMakesLowExpertsHot) {
+    const model_config c = config_of("qwen3_moe");
+    const dummy_checkpoint plain(c), skewed(c, 0.5);
+    const int64_t H = c.hidden_size, E = c.num_experts;
+    auto at = [](const matrix_view& m, int64_t r, int64_t k) {
+        std::vector<float> row(static_cast<size_t>(m.cols));
+        m.row_to_f32(r, row.data());
+        return row[static_cast<size_t>(k)];
+    };
+    const matrix_view embed = skewed.get_matrix("model.embed_tokens.weight", 4, H);
+    const matrix_view o = skewed.get_matrix("model.layers.1.self_attn.o_proj.weight", H, 8);
+    const matrix_view router = skewed.get_matrix("model.layers.1.mlp.gate.weight", E, H);
+    const matrix_view plain_router = plain.get_matrix("model.layers.1.mlp.gate.weight", E, H);
+    for (int64_t r = 0; r < 4; ++r) EXPECT_FLOAT_EQ(at(embed, r, 0), bf16_to_f32(f32_to_bf16(dummy_embed_column0(c))));
+    for (int64_t k = 0; k < 8; ++k) EXPECT_EQ(at(o, 0, k), 0.f);
+    EXPECT_NE(at(o, 1, 0), 0.f);
+    EXPECT_GT(at(router, 0, 0), at(router, 1, 0));
+    EXPECT_GT(at(router, 1, 0), 0.f);
+    EXPECT_EQ(at(router, 0, 1), at(plain_router, 0, 1)) << "only column 0 leans";
+    EXPECT_GT(dummy_router_column0(c, 0.5, 3, 0), dummy_router_column0(c, 0.5, 0, 0)) << "deeper layers lean more";
+
+    temp_dir dir;
+    std::filesystem::copy_file(std::string(ZMOE_FIXTURES_DIR) + "/models/qwen3_moe/config.json",
+                               dir.file("config.json"));
+    std::vector<uint32_t> even, hot;
+    prefill_logits(dir.str(), c, &even, 0);
+    prefill_logits(dir.str(), c, &hot, 0.5);
+    for (int64_t l = 0; l < c.num_moe_layers(); ++l) {
+        // 24 tokens: with the skew experts 0 and 1 take at least one of each token's picks on average.
+        EXPECT_GE(hot[l * E] + hot[l * E + 1], 24u) << "layer " << l;
+        EXPECT_LT(even[l * E] + even[l * E + 1], 24u) << "layer " << l;
     }
 }
 

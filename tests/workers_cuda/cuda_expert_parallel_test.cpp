@@ -45,11 +45,13 @@ struct ep_run {
     int active = 1;                               ///< ranks given sequences (prompt i on rank i % active)
     const expert_placement* placement = nullptr;  ///< null: the default placement
     std::vector<expert_slot_move> moves{};        ///< applied on every rank before the first step
-    bool dual = false;                            ///< dual-batch overlap on every step
-    double capacity_factor = 0;                   ///< executor_options::ep_capacity_factor
-    bool eager = false;                           ///< --enforce-eager
-    int32_t max_num_seqs = 8;                     ///< few graph buckets: quick captures
-    bool nccl = false;                            ///< the fixed exchange over NCCL send/recv, not peer to peer
+    int stage_at = -1;   ///< >= 0: `moves` are staged before this step instead, and switched to before switch_at
+    int switch_at = -1;  ///< (steps in between run on the old placement while the weights travel)
+    bool dual = false;   ///< dual-batch overlap on every step
+    double capacity_factor = 0;  ///< executor_options::ep_capacity_factor
+    bool eager = false;          ///< --enforce-eager
+    int32_t max_num_seqs = 8;    ///< few graph buckets: quick captures
+    bool nccl = false;           ///< the fixed exchange over NCCL send/recv, not peer to peer
 };
 
 /// What each rank's executor reports after a run.
@@ -83,8 +85,18 @@ std::vector<step_driver> run_expert_parallel(const std::string& dir, const std::
                 o.ep_peer_to_peer = !run.nccl;
                 cuda_step_executor ex(o, placement);
                 EXPECT_EQ(ex.device(), r);
-                if (!run.moves.empty()) ex.apply_expert_moves(run.moves);
+                if (!run.moves.empty() && run.stage_at < 0) ex.apply_expert_moves(run.moves);
                 for (int s = 0; s < steps; ++s) {
+                    if (s == run.stage_at) ex.stage_expert_moves(run.moves);
+                    if (s == run.switch_at) {
+                        const expert_move_stats m = ex.switch_expert_moves();
+                        EXPECT_GT(m.bytes, 0u) << "rank " << r << ": every rank receives an expert";
+                        EXPECT_GT(m.transfer_ms, 0) << "rank " << r;
+                        EXPECT_EQ(ex.placement().physical_to_logical[0][0], run.moves[0].logical_expert);
+                    } else if (run.stage_at >= 0 && s > run.stage_at && s < run.switch_at) {
+                        // Staged, not switched: the placement is still the old one.
+                        EXPECT_NE(ex.placement().physical_to_logical[0][0], run.moves[0].logical_expert);
+                    }
                     step_request q = drivers[r].next();  // empty once this rank's sequences are done
                     q.dual_batch = run.dual;             // the engine core sets it for every rank alike
                     std::vector<std::vector<float>> logits;
@@ -227,6 +239,29 @@ TEST_P(CudaExpertParallel, ReplicasAndMovesAcrossGpusMatchOne) {
         dir_, prompts_, {.world = 2, .active = 2, .placement = &placement, .moves = moves, .dual = true}, &stats);
     expect_matches_single(moved, 2, "after moves");
     EXPECT_GT(stats[0].graph_replays, 0);
+}
+
+// The same moves staged mid-run (the weights travel on the mover's stream and communicator while two decode steps
+// run on the old placement), then switched to at a step boundary: every step's tokens stay the 1-GPU ones.
+TEST_P(CudaExpertParallel, StagedMovesSwitchMidRunAndMatchOne) {
+    if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs";
+    const model_config c = model_config::load(dir_);
+    const expert_placement placement =
+        zmoe::testing::replicated_two_rank_placement(static_cast<int32_t>(c.num_experts), c.num_moe_layers());
+    const std::vector<int32_t>& row = placement.physical_to_logical[0];
+    const auto E = static_cast<int32_t>(c.num_experts);
+    ASSERT_NE(row.front(), row.back()) << "the swap must change slot 0";
+    std::vector<expert_slot_move> moves;
+    const auto last = static_cast<uint32_t>(2 * E - 1);
+    for (uint32_t l = 0; l < c.num_moe_layers(); ++l) {
+        moves.push_back({l, 0, row.back(), 1, last});
+        moves.push_back({l, last, row.front(), 0, 0});
+    }
+    static_assert(kNewTokens > 4, "the switch must fall inside the decode");
+    std::vector<step_driver> moved = run_expert_parallel(
+        dir_, prompts_,
+        {.world = 2, .active = 2, .placement = &placement, .moves = moves, .stage_at = 2, .switch_at = 4});
+    expect_matches_single(moved, 2, "staged moves");
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaExpertParallel,

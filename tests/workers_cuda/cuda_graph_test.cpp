@@ -204,6 +204,41 @@ TEST(CudaGraphsDecodeShapes, ReplayMatchesEagerThroughTheDecodeKernels) {
     }
 }
 
+// --dummy-router-skew: the same random prompts on dummy weights with and without the skew. With it, low expert ids
+// win most routings in every MoE layer (the hot experts EPLB is measured on); without it, they do not stand out.
+TEST(CudaGraphsDecodeShapes, DummyRouterSkewMakesLowExpertsHot) {
+    const DecodeShapesModel model;
+    std::vector<std::vector<uint32_t>> counts;
+    int64_t tokens = 0;
+    for (double skew : {0.0, 1.0}) {
+        executor_options o = cuda_options(model.dir());
+        o.config.enforce_eager = true;
+        o.config.load_format = "dummy";
+        o.config.dummy_router_skew = skew;
+        const model_config& c = o.model;
+        cuda_step_executor ex(o, expert_placement::initial(c.num_moe_layers(), c.num_experts, 0, 1));
+        step_driver d(kBlockSize, 0);
+        std::mt19937 rng(5);
+        for (size_t i = 0; i < 8; ++i) {
+            std::vector<int32_t> prompt(32);
+            for (auto& t : prompt) t = static_cast<int32_t>(rng() % c.vocab_size);
+            d.add(i, prompt, 1);
+        }
+        const step_request r = d.next();
+        tokens = 0;
+        for (const scheduled_seq& q : r.seqs) tokens += static_cast<int64_t>(q.token_ids.size());
+        counts.push_back(ex.execute(r).expert_counts);
+    }
+    const model_config c = model_config::load(model.dir());
+    for (int64_t l = 0; l < c.num_moe_layers(); ++l) {
+        auto hot = [&](size_t run) {  // tokens routed to experts 0 and 1
+            return counts[run][l * c.num_experts] + counts[run][l * c.num_experts + 1];
+        };
+        EXPECT_GE(hot(1), static_cast<uint32_t>(tokens)) << "layer " << l << ": experts 0 and 1 are not hot";
+        EXPECT_LT(hot(0), static_cast<uint32_t>(tokens)) << "layer " << l << ": hot without the skew";
+    }
+}
+
 TEST(DecodeGraphBatchSizes, BucketsUpToTheLimit) {
     EXPECT_EQ(decode_graph_batch_sizes(1), (std::vector<int32_t>{1}));
     EXPECT_EQ(decode_graph_batch_sizes(6), (std::vector<int32_t>{1, 2, 4, 6}));

@@ -1,8 +1,12 @@
-// EPLB expert moves on a CUDA worker: the weights of re-placed expert slots travel between GPUs with NCCL
-// send/recv into fresh device buffers copied over the slots in place, then every rank switches to the new placement at
-// the same step boundary. Same semantics as the CPU runner's (workers/expert_moves.cpp).
+// EPLB expert moves on a CUDA worker (cuda_expert_moves.hpp): the weights of re-placed expert slots travel into
+// staging on a stream and an NCCL communicator of their own while the steps go on, and every rank switches to the
+// new placement at the same step boundary. Same semantics as the CPU runner's (workers/expert_moves.cpp).
 
-#include <map>
+#include "workers/cuda/cuda_expert_moves.hpp"
+
+#include <nccl.h>
+
+#include <chrono>
 
 #include "base/check.hpp"
 #include "base/error.hpp"
@@ -11,65 +15,101 @@
 
 namespace zmoe::cuda {
 
-uint64_t cuda_step_executor::apply_expert_moves(const std::vector<expert_slot_move>& moves) {
-    check(cudaSetDevice(device_));
-    const int rank = options_.rank;
-    std::vector<int64_t> layer_of_moe;  // moe index -> decoder layer
-    for (size_t l = 0; l < weights_.layers.size(); ++l)
-        if (weights_.layers[l].moe_index >= 0) layer_of_moe.push_back(static_cast<int64_t>(l));
-    const int64_t per_rank = placement_.slots_per_rank;
-    placement_.check_moves(moves);
-    const size_t gate_up_bytes = static_cast<size_t>(2 * config_.moe_intermediate_size * config_.hidden_size) * 2;
-    const size_t down_bytes = gate_up_bytes / 2;
+void cuda_expert_mover::check(cudaError_t e) { ZMOE_CUDA_CHECK(e); }
 
-    // 1. Fresh buffers for every layer this rank receives into, starting as copies of the current slots; the
-    // sources are read from the current buffers, which nothing overwrites.
-    struct fresh_layer {
-        device_buffer gate_up, down;
-    };
-    std::map<uint32_t, fresh_layer> fresh;
-    for (const auto& m : moves) {
-        if (m.slot / per_rank != rank || fresh.count(m.layer)) continue;
-        const cuda_layer& l = weights_.layers[layer_of_moe[m.layer]];
-        fresh_layer f{device_buffer(l.experts_gate_up.bytes()), device_buffer(l.experts_down.bytes())};
-        check(cudaMemcpyAsync(f.gate_up.as<void>(), l.experts_gate_up.as<void>(), l.experts_gate_up.bytes(),
-                              cudaMemcpyDeviceToDevice, stream_));
-        check(cudaMemcpyAsync(f.down.as<void>(), l.experts_down.as<void>(), l.experts_down.bytes(),
-                              cudaMemcpyDeviceToDevice, stream_));
-        fresh.emplace(m.layer, std::move(f));
+cuda_expert_mover::cuda_expert_mover(int rank, nccl_comm* comm, cudaStream_t step_stream)
+    : rank_(rank), step_stream_(step_stream) {
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    check(cudaEventCreateWithFlags(&step_mark_, cudaEventDisableTiming));
+    for (cudaEvent_t* e : {&transfer_start_, &transfer_end_, &install_start_, &install_end_}) check(cudaEventCreate(e));
+    if (comm && comm->world_size() > 1) {
+        // Rank 0's unique id reaches every rank through the executor's communicator.
+        const std::string mine = comm->rank() == 0 ? nccl_unique_id_bytes() : std::string(NCCL_UNIQUE_ID_BYTES, '\0');
+        const std::vector<std::string> all = comm->all_gather(mine, step_stream);
+        comm_ = std::make_unique<nccl_comm>(all.at(0), comm->rank(), comm->world_size());
+        // One byte each way with every peer now: NCCL sets up a pair's connections at its first transfer, which
+        // would otherwise stall the first rebalance's stage on the host.
+        device_buffer warm(2 * static_cast<size_t>(comm_->world_size()));
+        std::vector<nccl_comm::transfer> hello;
+        for (int p = 0; p < comm_->world_size(); ++p) {
+            if (p == rank_) continue;
+            hello.push_back({p, warm.as<std::byte>() + 2 * p, 1, true});
+            hello.push_back({p, warm.as<std::byte>() + 2 * p + 1, 1, false});
+        }
+        comm_->exchange(hello, stream_);
+        check(cudaStreamSynchronize(stream_));
+    }
+}
+
+cuda_expert_mover::~cuda_expert_mover() {
+    if (stream_) cudaStreamSynchronize(stream_);
+    comm_.reset();
+    for (cudaEvent_t e : {step_mark_, transfer_start_, transfer_end_, install_start_, install_end_})
+        if (e) cudaEventDestroy(e);
+    if (stream_) cudaStreamDestroy(stream_);
+}
+
+void cuda_expert_mover::stage(const std::vector<expert_slot_move>& moves, const expert_placement& placement,
+                              const std::vector<cuda_layer*>& moe_layers, size_t gate_up_bytes, size_t down_bytes) {
+    if (staged()) throw error(errc::invalid_argument, "expert move: a rebalance is already staged");
+    const int64_t per_rank = placement.slots_per_rank;
+    const size_t expert = gate_up_bytes + down_bytes;
+    gate_up_bytes_ = gate_up_bytes;
+    down_bytes_ = down_bytes;
+
+    // 1. Where each incoming expert waits: staging, in move order.
+    std::vector<size_t> staging_of(moves.size(), 0);
+    size_t n_in = 0;
+    for (size_t i = 0; i < moves.size(); ++i)
+        if (static_cast<int>(moves[i].slot / per_rank) == rank_) staging_of[i] = n_in++ * expert;
+    if (n_in * expert > staging_.bytes()) {
+        try {
+            staging_.ensure(n_in * expert);  // synchronises the device: only when staging grows
+        } catch (const error& e) {
+            throw error(errc::out_of_memory, "expert move: no room to stage " + std::to_string(n_in) + " experts (" +
+                                                 std::to_string((n_in * expert) >> 20) + " MiB): " + e.what());
+        }
     }
 
-    // 2. One NCCL group of every transfer, listed in move order on both ends so each pair's sends and receives
-    // match; moves within this rank are device copies.
+    // 2. On the mover's stream, after the step stream's queued work (an earlier switch's copies included): local
+    // copies, then one NCCL group of every transfer, listed in move order on both ends so each pair's sends and
+    // receives match. Sources are the current slots, which nothing overwrites before the switch.
+    check(cudaEventRecord(step_mark_, step_stream_));
+    check(cudaStreamWaitEvent(stream_, step_mark_, 0));
+    check(cudaEventRecord(transfer_start_, stream_));
     std::vector<nccl_comm::transfer> transfers;
-    uint64_t installed = 0;
-    for (const auto& m : moves) {
+    pending_.clear();
+    staged_bytes_ = 0;
+    for (size_t i = 0; i < moves.size(); ++i) {
+        const expert_slot_move& m = moves[i];
         const int dst_rank = static_cast<int>(m.slot / per_rank);
-        if (m.src_rank != rank && dst_rank != rank) continue;
-        std::byte *dst_gu = nullptr, *dst_dn = nullptr;
-        if (dst_rank == rank) {
-            const int64_t local = static_cast<int64_t>(m.slot) - rank * per_rank;
-            fresh_layer& f = fresh.at(m.layer);
-            dst_gu = f.gate_up.as<std::byte>() + local * gate_up_bytes;
-            dst_dn = f.down.as<std::byte>() + local * down_bytes;
-            installed += gate_up_bytes + down_bytes;
+        if (m.src_rank != rank_ && dst_rank != rank_) continue;
+        std::byte* slot_staging = staging_.as<std::byte>() + staging_of[i];
+        if (dst_rank == rank_) {
+            const int64_t local = static_cast<int64_t>(m.slot) - rank_ * per_rank;
+            cuda_layer& l = *moe_layers.at(m.layer);
+            pending_.push_back({l.experts_gate_up.as<std::byte>() + local * gate_up_bytes,
+                                l.experts_down.as<std::byte>() + local * down_bytes, staging_of[i]});
+            staged_bytes_ += expert;
         }
-        if (m.src_rank == rank) {
-            const cuda_layer& l = weights_.layers[layer_of_moe[m.layer]];
-            const int64_t local = static_cast<int64_t>(m.src_slot) - rank * per_rank;
-            ZMOE_CHECK(local >= 0 && local < per_rank, "move source slot " << m.src_slot << " is not on rank " << rank);
+        if (m.src_rank == rank_) {
+            const cuda_layer& l = *moe_layers.at(m.layer);
+            const int64_t local = static_cast<int64_t>(m.src_slot) - rank_ * per_rank;
+            ZMOE_CHECK(local >= 0 && local < per_rank,
+                       "move source slot " << m.src_slot << " is not on rank " << rank_);
             std::byte* src_gu = l.experts_gate_up.as<std::byte>() + local * gate_up_bytes;
             std::byte* src_dn = l.experts_down.as<std::byte>() + local * down_bytes;
-            if (dst_rank == rank) {
-                check(cudaMemcpyAsync(dst_gu, src_gu, gate_up_bytes, cudaMemcpyDeviceToDevice, stream_));
-                check(cudaMemcpyAsync(dst_dn, src_dn, down_bytes, cudaMemcpyDeviceToDevice, stream_));
+            if (dst_rank == rank_) {
+                check(cudaMemcpyAsync(slot_staging, src_gu, gate_up_bytes, cudaMemcpyDeviceToDevice, stream_));
+                check(cudaMemcpyAsync(slot_staging + gate_up_bytes, src_dn, down_bytes, cudaMemcpyDeviceToDevice,
+                                      stream_));
             } else {
                 transfers.push_back({dst_rank, src_gu, gate_up_bytes, true});
                 transfers.push_back({dst_rank, src_dn, down_bytes, true});
             }
         } else {
-            transfers.push_back({m.src_rank, dst_gu, gate_up_bytes, false});
-            transfers.push_back({m.src_rank, dst_dn, down_bytes, false});
+            transfers.push_back({m.src_rank, slot_staging, gate_up_bytes, false});
+            transfers.push_back({m.src_rank, slot_staging + gate_up_bytes, down_bytes, false});
         }
     }
     if (comm_) {
@@ -77,21 +117,62 @@ uint64_t cuda_step_executor::apply_expert_moves(const std::vector<expert_slot_mo
     } else if (!transfers.empty()) {
         throw error(errc::invalid_argument, "expert move between ranks in a world of one");
     }
-    check(cudaStreamSynchronize(stream_));
+    check(cudaEventRecord(transfer_end_, stream_));
+    staged_moves_ = std::make_unique<std::vector<expert_slot_move>>(moves);
+}
 
-    // 3. Copy in place (the slots keep their addresses, so captured graphs stay valid), and move to the new
-    // placement (every rank applies every move to its copy of the map).
-    for (auto& [layer, f] : fresh) {
-        cuda_layer& l = weights_.layers[layer_of_moe[layer]];
-        check(cudaMemcpyAsync(l.experts_gate_up.as<void>(), f.gate_up.as<void>(), f.gate_up.bytes(),
-                              cudaMemcpyDeviceToDevice, stream_));
-        check(cudaMemcpyAsync(l.experts_down.as<void>(), f.down.as<void>(), f.down.bytes(), cudaMemcpyDeviceToDevice,
-                              stream_));
+std::vector<expert_slot_move> cuda_expert_mover::install(expert_move_stats& stats) {
+    stats = {};
+    if (!staged_moves_) return {};
+    const auto t0 = std::chrono::steady_clock::now();
+    const cudaError_t q = cudaEventQuery(transfer_end_);
+    if (q != cudaErrorNotReady) check(q);
+    stats.transfer_done = q == cudaSuccess;
+    // The step stream waits for the transfer on the device, then the slots take the staged weights in place.
+    check(cudaStreamWaitEvent(step_stream_, transfer_end_, 0));
+    check(cudaEventRecord(install_start_, step_stream_));
+    for (const incoming& in : pending_) {
+        const std::byte* src = staging_.as<std::byte>() + in.staging_offset;
+        check(cudaMemcpyAsync(in.gate_up, src, gate_up_bytes_, cudaMemcpyDeviceToDevice, step_stream_));
+        check(cudaMemcpyAsync(in.down, src + gate_up_bytes_, down_bytes_, cudaMemcpyDeviceToDevice, step_stream_));
     }
-    check(cudaStreamSynchronize(stream_));  // before the fresh buffers are freed
+    check(cudaEventRecord(install_end_, step_stream_));
+    check(cudaEventSynchronize(install_end_));
+    float transfer_ms = 0, install_ms = 0;
+    check(cudaEventElapsedTime(&transfer_ms, transfer_start_, transfer_end_));
+    check(cudaEventElapsedTime(&install_ms, install_start_, install_end_));
+    stats.bytes = staged_bytes_;
+    stats.transfer_ms = transfer_ms;
+    stats.install_ms = install_ms;
+    stats.switch_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::vector<expert_slot_move> moves = std::move(*staged_moves_);
+    staged_moves_.reset();
+    pending_.clear();
+    return moves;
+}
+
+void cuda_step_executor::stage_expert_moves(const std::vector<expert_slot_move>& moves) {
+    check(cudaSetDevice(device_));
+    placement_.check_moves(moves);
+    if (!mover_) mover_ = std::make_unique<cuda_expert_mover>(options_.rank, comm_.get(), stream_);
+    std::vector<cuda_layer*> moe_layers;
+    for (cuda_layer& l : weights_.layers)
+        if (l.moe_index >= 0) moe_layers.push_back(&l);
+    const size_t gate_up_bytes = static_cast<size_t>(2 * config_.moe_intermediate_size * config_.hidden_size) * 2;
+    mover_->stage(moves, placement_, moe_layers, gate_up_bytes, gate_up_bytes / 2);
+}
+
+expert_move_stats cuda_step_executor::switch_expert_moves() {
+    expert_move_stats stats;
+    if (!mover_ || !mover_->staged()) return stats;
+    check(cudaSetDevice(device_));
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<expert_slot_move> moves = mover_->install(stats);
+    // Every rank applies every move to its copy of the map.
     placement_.apply_moves(moves);
     upload_replica_tables();
-    return installed;
+    stats.switch_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return stats;
 }
 
 }  // namespace zmoe::cuda

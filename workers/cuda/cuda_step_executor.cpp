@@ -91,11 +91,16 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
     blas_workspace_ = device_buffer(kBlasWorkspace);
     if (run.load_format == "dummy") {
         weights_ = cuda_weights::dummy(config_, placement_, options.rank);
+        apply_dummy_router_skew(weights_, config_, run.dummy_router_skew);  // EPLB hook: hot experts on request
     } else {
+        if (run.dummy_router_skew != 0)
+            throw error(errc::invalid_argument, "--dummy-router-skew needs --load-format dummy");
         const model_weights host(run.model, config_, placement_, options.rank);
         weights_ = cuda_weights::upload(host);
     }  // unmaps the checkpoint
     if (world_size > 1) comm_ = std::make_unique<nccl_comm>(options.collective_id, options.rank, world_size);
+    // EPLB hook: the expert mover's communicator is joined now rather than at the first rebalance.
+    if (run.enable_eplb) mover_ = std::make_unique<cuda_expert_mover>(options.rank, comm_.get(), stream_);
 
     const int64_t bs = run.block_size;
     const int64_t max_len = run.max_model_len > 0 ? run.max_model_len : config_.max_position_embeddings;
@@ -189,6 +194,7 @@ cuda_step_executor::~cuda_step_executor() {
     for (decode_graph& g : graphs_) cudaGraphExecDestroy(g.exec);
     for (decode_graph& g : dbo_graphs_) cudaGraphExecDestroy(g.exec);
     ep_.reset();
+    mover_.reset();
     comm_.reset();
     if (comm_stream_) cudaStreamDestroy(comm_stream_);
     if (blas_) cublasLtDestroy(blas_);

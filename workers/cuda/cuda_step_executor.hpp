@@ -31,6 +31,7 @@
 #include "messages/expert_placement.hpp"
 #include "workers/cuda/cuda_deepseek.hpp"
 #include "workers/cuda/cuda_ep_exchange.hpp"
+#include "workers/cuda/cuda_expert_moves.hpp"
 #include "workers/cuda/cuda_weights.hpp"
 #include "workers/cuda/cuda_workspace.hpp"
 #include "workers/cuda/device_buffer.hpp"
@@ -55,9 +56,11 @@ class cuda_step_executor final : public step_executor {
     /// request (or one beyond the workspace's limits) throws zmoe::error(invalid_argument) after joining the
     /// step's collectives with an empty batch.
     step_result execute(const step_request& request, std::vector<std::vector<float>>* logits_out = nullptr) override;
-    /// As model_runner::apply_expert_moves, the weights travelling by NCCL; the slots keep their device addresses
-    /// (the graphs stay valid) and the device replica tables follow the new placement.
-    uint64_t apply_expert_moves(const std::vector<expert_slot_move>& moves) override;
+    /// As model_runner's: the weights travel into staging beside the steps (cuda_expert_mover, by NCCL between
+    /// ranks); the switch installs them with the slots keeping their device addresses (the graphs stay valid), and
+    /// the device replica tables follow the new placement.
+    void stage_expert_moves(const std::vector<expert_slot_move>& moves) override;
+    expert_move_stats switch_expert_moves() override;
     int64_t num_kv_blocks() const override { return num_kv_blocks_; }
     const model_config& config() const override { return config_; }
 
@@ -149,7 +152,8 @@ class cuda_step_executor final : public step_executor {
     std::unique_ptr<nccl_comm> comm_;  // null for a world of one
     cuda_weights weights_;
     cuda_workspace ws_;
-    std::unique_ptr<cuda_ep_exchange> ep_;  // the MoE dispatch/combine over comm_; null for a world of one
+    std::unique_ptr<cuda_ep_exchange> ep_;      // the MoE dispatch/combine over comm_; null for a world of one
+    std::unique_ptr<cuda_expert_mover> mover_;  // EPLB moves (cuda_expert_moves.hpp); made with --enable-eplb
     int64_t num_kv_blocks_ = 0;
     std::vector<device_buffer> k_cache_, v_cache_;  // per layer [num_blocks, block_size, kv_heads, head_dim]; MLA:
                                                     // k_cache_ [num_blocks, block_size, r + dr], v_cache_ empty

@@ -2,9 +2,12 @@
 
 #include <cuda_bf16.h>
 
+#include <cmath>
 #include <cstring>
 
+#include "base/error.hpp"
 #include "kernels/cuda_check.hpp"
+#include "workers/dummy_weights.hpp"
 
 namespace zmoe::cuda {
 namespace {
@@ -138,6 +141,50 @@ cuda_weights cuda_weights::upload(const model_weights& w) {
         }
     }
     return out;
+}
+
+void apply_dummy_router_skew(cuda_weights& w, const model_config& c, double skew) {
+    if (!(skew >= 0) || !std::isfinite(skew))
+        throw error(errc::invalid_argument, "dummy router skew " + std::to_string(skew) + " (must be >= 0)");
+    if (skew == 0) return;
+    const auto H = static_cast<size_t>(c.hidden_size);
+    // Column 0 of a row-major [rows, H] BF16 matrix set from `col`, one strided copy.
+    auto set_column0 = [&](const device_buffer& m, const std::vector<uint16_t>& col) {
+        ZMOE_CUDA_CHECK(cudaMemcpy2D(m.as<void>(), H * 2, col.data(), 2, 2, col.size(), cudaMemcpyHostToDevice));
+    };
+    // Row 0 of each of `count` row-major [H, cols] BF16 matrices stored back to back: zeros.
+    auto zero_row0 = [&](const device_buffer& m, size_t cols, size_t count) {
+        if (m.empty() || count == 0) return;
+        ZMOE_CUDA_CHECK(cudaMemset2D(m.as<void>(), H * cols * 2, 0, cols * 2, count));
+    };
+    // Column 0 of a row-major [rows, H] BF16 matrix (every row of it): zeros.
+    auto zero_column0 = [&](const device_buffer& m) {
+        if (m.empty()) return;
+        ZMOE_CUDA_CHECK(cudaMemset2D(m.as<void>(), H * 2, 0, 2, m.bytes() / (H * 2)));
+    };
+    set_column0(w.embed, std::vector<uint16_t>(static_cast<size_t>(c.vocab_size), f32_to_bf16(dummy_embed_column0(c))));
+    for (size_t li = 0; li < w.layers.size(); ++li) {
+        cuda_layer& l = w.layers[li];
+        zero_row0(l.o, l.o.bytes() / (H * 2), 1);
+        zero_column0(l.qkv);
+        zero_column0(l.mla.kv_a);
+        zero_column0(l.mla.q_a.empty() ? l.mla.q_b : l.mla.q_a);  // q_b reads the residual only without q LoRA
+        zero_column0(l.dense.gate_up);
+        if (!l.dense.down.empty()) zero_row0(l.dense.down, static_cast<size_t>(l.dense.inter), 1);
+        if (l.moe_index < 0) continue;
+        const auto I = static_cast<size_t>(c.moe_intermediate_size);
+        zero_column0(l.experts_gate_up);
+        zero_row0(l.experts_down, I, static_cast<size_t>(l.num_slots));
+        if (l.has_shared) {
+            zero_column0(l.shared.gate_up);
+            zero_column0(l.shared_gate);
+            zero_row0(l.shared.down, static_cast<size_t>(l.shared.inter), 1);
+        }
+        std::vector<uint16_t> lean;
+        for (int64_t e = 0; e < c.num_experts; ++e)
+            lean.push_back(f32_to_bf16(dummy_router_column0(c, skew, static_cast<int64_t>(li), e)));
+        set_column0(l.router, lean);
+    }
 }
 
 }  // namespace zmoe::cuda

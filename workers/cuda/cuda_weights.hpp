@@ -72,4 +72,10 @@ struct cuda_weights {
 /// Bytes of one expert's weights on the device (gate_up then down, BF16).
 int64_t expert_bytes(const model_config& c);
 
+/// `--dummy-router-skew` on the device: the same hot experts as the CPU backend's dummy weights
+/// (workers/dummy_weights.hpp: embedding column 0, zero row 0 of every residual writer, router column 0), applied
+/// to weights cuda_weights::dummy generated. 0 leaves them as they are. Throws zmoe::error(invalid_argument) for a
+/// negative or non-finite skew.
+void apply_dummy_router_skew(cuda_weights& w, const model_config& c, double skew);
+
 }  // namespace zmoe::cuda
