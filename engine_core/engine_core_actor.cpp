@@ -432,7 +432,7 @@ void engine_core_actor::maybe_rebalance() {
     const auto load = load_window_->load();
     rebalance_plan plan;
     try {
-        plan = plan_rebalance(load, *placement_, options_.config.num_nodes);
+        plan = plan_rebalance(load, *placement_, options_.config.num_nodes, 0, std::max(0.0, c.eplb_min_gain));
     } catch (const error& e) {
         ZMOE_LOG(warn, "engine core: EPLB skipped: " << e.what());
         return;

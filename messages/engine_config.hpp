@@ -41,7 +41,10 @@ struct engine_config {
     int32_t num_redundant_experts = 0;
     /// Steps a rebalance's weight transfer runs beside before every rank switches to the new placement (the
     /// transfer starts at one step boundary, the switch happens at the boundary this many steps later).
-    int32_t eplb_stage_steps = 2;
+    int32_t eplb_stage_steps = 4;
+    /// A layer's placement changes only when its balancedness on the load window gains more than this (window noise
+    /// would otherwise move slots at every interval for nothing).
+    double eplb_min_gain = 0.02;
     // Dual-batch overlap (engine_core/dual_batch.hpp). Defaults from the crossover measured on 2 x H200 with the
     // peer-to-peer exchange (docs/benchmarks.md): decode steps were slower with DBO at every size measured (each
     // micro-batch re-reads the experts' weights), so they never split (2^30 tokens); prefill steps first gained at
@@ -60,7 +63,7 @@ struct engine_config {
     double gpu_memory_utilization = 0.9;  ///< CUDA: fraction of each GPU's memory for weights + KV cache
     std::string load_format = "auto";     ///< auto: the checkpoint's weights; dummy: random weights from config.json
     bool enforce_eager = false;           ///< CUDA: every step launched kernel by kernel (no decode CUDA graphs)
-    double dummy_router_skew = 0;         ///< CUDA, dummy weights: routers lean towards low expert ids (EPLB checks)
+    double dummy_router_skew = 0;         ///< dummy weights: routers lean towards the highest expert ids (EPLB checks)
     bool trace_steps = false;             ///< every step's record in the metrics JSON ("steps")
 
     bool operator==(const engine_config&) const = default;
@@ -111,6 +114,10 @@ void for_each_engine_flag(Config& c, Visitor&& visit) {
                            "steps an EPLB rebalance's weight transfer runs beside before every rank switches "
                            "to the new placement (0: the next step waits for it)"},
           c.eplb_stage_steps);
+    visit(engine_flag_info{"eplb-min-gain",
+                           "a layer's expert placement changes only when its balancedness (mean / max tokens "
+                           "per rank) on the load window gains more than this"},
+          c.eplb_min_gain);
     visit(engine_flag_info{"enable-dbo",
                            "dual-batch overlap: split big steps into two micro-batches, one's expert "
                            "all-to-all in flight while the other computes"},
@@ -141,8 +148,8 @@ void for_each_engine_flag(Config& c, Visitor&& visit) {
           c.load_format);
     visit(engine_flag_info{"enforce-eager", "CUDA: run every step eagerly (no decode CUDA graphs)"}, c.enforce_eager);
     visit(engine_flag_info{"dummy-router-skew",
-                           "CUDA with --load-format dummy: skew every router towards low expert ids "
-                           "(0 = none; 0.5 as make-demo --router-skew 0.5), to exercise EPLB"},
+                           "with --load-format dummy: skew every router towards the highest expert ids (expert e "
+                           "leans by about 7 S / (E - e) standard deviations; 0 = none), to exercise EPLB"},
           c.dummy_router_skew);
     visit(engine_flag_info{"trace-steps",
                            "keep every step's record (tokens, sequences, kind, time, EPLB stage/switch) in "

@@ -69,7 +69,7 @@ float dummy_router_column0(const model_config& c, double skew, int64_t layer, in
                        static_cast<double>(std::max<int64_t>(1, c.num_experts_per_tok));
     const double l = static_cast<double>(layer);
     const double var = s2 + (l + 1) * attn + l * moe;  // the residual the router of `layer` reads
-    const double lean = 7.0 * skew / static_cast<double>(expert + 1);
+    const double lean = 7.0 * skew / static_cast<double>(c.num_experts - expert);
     return static_cast<float>(lean * kStd * std::sqrt(H * var) / dummy_embed_column0(c));
 }
 

@@ -46,9 +46,11 @@ class dummy_checkpoint {
 /// dense and expert down projections) has a zero row 0, and every other matrix that reads the normed residual
 /// (q/k/v and the latent projections, gate/up projections, the shared expert's gate) a zero column 0, so attention
 /// and the MLPs see the plain dummy model. Column 0 of expert e's router row in decoder layer `layer` is
-/// dummy_router_column0, sized so that after the RMS norm expert e's logit leans by about 7 * skew / (e + 1)
+/// dummy_router_column0, sized so that after the RMS norm expert e's logit leans by about 7 * skew / (E - e)
 /// standard deviations of its random part in every layer (the rest of the residual grows with depth: the size
-/// follows an estimate of that growth from the model's dimensions). So low expert ids win most routings.
+/// follows an estimate of that growth from the model's dimensions). So the highest expert ids win most routings:
+/// all on the last rank of the fixed placement, and none among the experts the initial placement replicates into
+/// redundant slots (expert_placement::initial: slot p holds p mod E, so ids 0, 1, ...).
 float dummy_embed_column0(const model_config& c);
 float dummy_router_column0(const model_config& c, double skew, int64_t layer, int64_t expert);
 

@@ -5,10 +5,12 @@ balancing in the same run (the fixed placement is the peer). Prints tables and w
     python3 bench/eplb/eplb_bench.py [--zmoe build/bin/zmoe] [--workers 4] [--json OUT]
         # a make-demo checkpoint with --router-skew (CPU or CUDA workers)
     python3 bench/eplb/eplb_bench.py --device cuda --workers 2 --config bench/configs/qwen3-30b-a3b --layers 8 \\
-        --dummy-router-skew 0.5 --redundant 16 --requests 512 --max-tokens 128 --max-num-seqs 256 --json OUT
+        --dummy-router-skew 2 --redundant 16 --requests 512 --max-tokens 128 --max-num-seqs 256 --json OUT
         # a real model's dimensions with dummy weights skewed on the device (CUDA workers)
 
-Every run is traced (--trace-steps): each step's time (send -> every rank's result), tokens, sequences, kind
+Runs: the fixed placement (E/N experts per rank), the initial placement with the redundant slots and no
+rebalancing, and EPLB at each --stage-steps. Every run is traced (--trace-steps): each step's served time (from
+when the workers could start it to every rank's result), tokens, sequences, kind
 (decode: every sequence feeds one token; else prefill/mixed) and EPLB events (the step before which a rebalance
 is staged, the step from which it serves). Reported per run: every step, the decode steps, the decode steps after
 --warmup steps (the steady state the p90 is about), the prefill/mixed steps, the steps carrying EPLB events, and
@@ -61,8 +63,14 @@ def pct(xs, q):
     return s[min(len(s) - 1, max(0, int(-(-q * len(s) // 1)) - 1))]
 
 
+def step_ms(s):
+    """A step's served time: from when the workers could start it (sent, and the previous step done) to its last
+    result; its time from send also counts the wait behind the step before it (async scheduling)."""
+    return s["served_ms"]
+
+
 def summary(steps):
-    ms = [s["ms"] for s in steps]
+    ms = [step_ms(s) for s in steps]
     if not ms:
         return {"count": 0}
     return {"count": len(ms), "mean": sum(ms) / len(ms), "p50": pct(ms, 0.5), "p90": pct(ms, 0.9),
@@ -86,9 +94,10 @@ def analyse(m, warmup):
         "decode_steady_after_first_switch": summary([s for s in steady if first_switch is not None
                                                      and s["step"] >= first_switch]),
         "decode_steady_without_eplb_events": summary([s for s in steady if not s.get("eplb")]),
-        "eplb_event_steps": [{k: s[k] for k in ("step", "ms", "tokens", "decode", "eplb")} for s in events],
-        "slowest": [{k: s.get(k) for k in ("step", "ms", "tokens", "seqs", "decode", "eplb")}
-                    for s in sorted(steps, key=lambda s: -s["ms"])[:10]],
+        "eplb_event_steps": [{k: s[k] for k in ("step", "served_ms", "ms", "tokens", "decode", "eplb")}
+                             for s in events],
+        "slowest": [{k: s.get(k) for k in ("step", "served_ms", "ms", "tokens", "seqs", "decode", "eplb")}
+                    for s in sorted(steps, key=lambda s: -step_ms(s))[:10]],
         "first_switch_step": first_switch,
     }
 
@@ -117,7 +126,7 @@ def main():
     ap.add_argument("--prompt-len", default="8,64", help="prompt lengths drawn uniformly from [lo, hi)")
     ap.add_argument("--interval", type=int, default=8, help="--eplb-interval")
     ap.add_argument("--window", type=int, default=32, help="--eplb-window")
-    ap.add_argument("--stage-steps", default="2,0",
+    ap.add_argument("--stage-steps", default="4,0",
                     help="EPLB runs, one per --eplb-stage-steps value (0: the next step waits for the transfer)")
     ap.add_argument("--warmup", type=int, default=8, help="steps of each run left out of the steady decode")
     ap.add_argument("--run-timeout", type=float, help="seconds one generate run may take")
@@ -155,6 +164,10 @@ def main():
     N = args.workers
     runs = {"fixed": run_generate(args.zmoe, model, reqs, N, common, tmp, "fixed", args.run_timeout)}
     failed = {}
+    # The initial placement with the redundant slots, never rebalanced: what the slots alone give.
+    runs["fixed_redundant"] = run_generate(args.zmoe, model, reqs, N,
+                                           common + ["--num-redundant-experts", str(args.redundant)], tmp,
+                                           "fixed_redundant", args.run_timeout)
     for st in [int(x) for x in args.stage_steps.split(",") if x != ""]:
         try:
             runs[f"eplb_stage{st}"] = run_generate(
@@ -183,7 +196,7 @@ def main():
         r["tokens_identical_to_fixed"] = tokens == base_tokens
         r["decode_floor_ms_mean"] = (c.get("decode_floor_step_ms", 0) / c["decode_steps"]
                                      if c.get("decode_steps") else None)
-        if name != "fixed":
+        if name.startswith("eplb"):
             r["moves"] = {"rebalances": c.get("eplb_rebalances", 0), "slot_moves": c.get("eplb_expert_moves", 0),
                           "bytes_moved": c.get("eplb_bytes_moved", 0),
                           "switches_waited": c.get("eplb_switches_waited", 0),
@@ -226,11 +239,11 @@ def main():
     for n in names:
         r = result["runs"][n]
         print(f"  {n}: slowest steps: " + ", ".join(
-            f"#{s['step']} {s['ms']:.1f}ms {'decode' if s['decode'] else 'prefill'} {s['tokens']}t"
+            f"#{s['step']} {step_ms(s):.1f}ms {'decode' if s['decode'] else 'prefill'} {s['tokens']}t"
             + (f" [{s['eplb'].strip()}]" if s.get("eplb") else "") for s in r["slowest"][:6]))
         if r["eplb_event_steps"]:
             print(f"  {n}: EPLB event steps: " + ", ".join(
-                f"#{s['step']} {s['ms']:.1f}ms [{s['eplb'].strip()}]" for s in r["eplb_event_steps"]))
+                f"#{s['step']} {step_ms(s):.1f}ms [{s['eplb'].strip()}]" for s in r["eplb_event_steps"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -157,6 +157,17 @@ TEST_P(EplbProperties, ZipfLoadsGetValidBetterBalancedPlacements) {
         for (int i = 0; i < 8; ++i) window.push_back(zipf_load(rng, s.num_experts));
         const rebalance_plan plan = plan_rebalance(window, current, s.num_nodes, s.num_groups);
         ASSERT_NO_THROW(plan.placement.validate());
+        // --eplb-min-gain: a layer changes only when it gains more than the threshold; a gain of 1 is impossible.
+        const double min_gain = 0.05;
+        const rebalance_plan thresholded = plan_rebalance(window, current, s.num_nodes, s.num_groups, min_gain);
+        for (int32_t l = 0; l < current.num_moe_layers(); ++l) {
+            const double b_old = layer_balancedness(window[l], current.physical_to_logical[l], s.num_ranks);
+            const double b_new =
+                layer_balancedness(window[l], thresholded.placement.physical_to_logical[l], s.num_ranks);
+            if (thresholded.placement.physical_to_logical[l] != current.physical_to_logical[l])
+                EXPECT_GT(b_new, b_old + min_gain) << "layer " << l;
+        }
+        EXPECT_TRUE(plan_rebalance(window, current, s.num_nodes, s.num_groups, 1.0).changed_layers.empty());
         EXPECT_GE(plan.balancedness_after, plan.balancedness_before);
         EXPECT_DOUBLE_EQ(plan.balancedness_after, balancedness(window, plan.placement));
         EXPECT_DOUBLE_EQ(plan.balancedness_before, balancedness(window, current));

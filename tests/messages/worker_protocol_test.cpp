@@ -95,6 +95,7 @@ engine_config non_default_config() {
     c.dbo_prefill_token_threshold = 70;
     c.enforce_eager = true;
     c.eplb_stage_steps = 5;
+    c.eplb_min_gain = 0.125;
     c.dummy_router_skew = 0.25;
     c.trace_steps = true;
     return c;

@@ -119,8 +119,9 @@ TEST_P(DummyRunner, RunsFromConfigAloneDeterministicallyAndRoutesWidely) {
     }
 }
 
-// --dummy-router-skew: the shared component and the writers' zero row are where dummy_weights.hpp puts them, and
-// a prefill's tokens then pick experts 0 and 1 far more often than without the skew, in every MoE layer.
+// --dummy-router-skew: the shared component, the writers' zero row and the readers' zero column are where
+// dummy_weights.hpp puts them, and a prefill's tokens then pick the two highest expert ids far more often than
+// without the skew, in every MoE layer.
 TEST(DummyRunner, RouterSkewMakesLowExpertsHot) {
     const model_config c = config_of("qwen3_moe");
     const dummy_checkpoint plain(c), skewed(c, 0.5);
@@ -137,10 +138,15 @@ TEST(DummyRunner, RouterSkewMakesLowExpertsHot) {
     for (int64_t r = 0; r < 4; ++r) EXPECT_FLOAT_EQ(at(embed, r, 0), bf16_to_f32(f32_to_bf16(dummy_embed_column0(c))));
     for (int64_t k = 0; k < 8; ++k) EXPECT_EQ(at(o, 0, k), 0.f);
     EXPECT_NE(at(o, 1, 0), 0.f);
-    EXPECT_GT(at(router, 0, 0), at(router, 1, 0));
-    EXPECT_GT(at(router, 1, 0), 0.f);
+    const matrix_view q = skewed.get_matrix("model.layers.1.self_attn.q_proj.weight", 8, H);
+    for (int64_t r = 0; r < 8; ++r) EXPECT_EQ(at(q, r, 0), 0.f);
+    EXPECT_NE(at(q, 0, 1), 0.f);
+    EXPECT_GT(at(router, E - 1, 0), at(router, E - 2, 0));
+    EXPECT_GT(at(router, E - 2, 0), at(router, 0, 0));
+    EXPECT_GT(at(router, 0, 0), 0.f);
     EXPECT_EQ(at(router, 0, 1), at(plain_router, 0, 1)) << "only column 0 leans";
-    EXPECT_GT(dummy_router_column0(c, 0.5, 3, 0), dummy_router_column0(c, 0.5, 0, 0)) << "deeper layers lean more";
+    EXPECT_GT(dummy_router_column0(c, 0.5, 3, E - 1), dummy_router_column0(c, 0.5, 0, E - 1))
+        << "deeper layers lean more";
 
     temp_dir dir;
     std::filesystem::copy_file(std::string(ZMOE_FIXTURES_DIR) + "/models/qwen3_moe/config.json",
@@ -149,9 +155,9 @@ TEST(DummyRunner, RouterSkewMakesLowExpertsHot) {
     prefill_logits(dir.str(), c, &even, 0);
     prefill_logits(dir.str(), c, &hot, 0.5);
     for (int64_t l = 0; l < c.num_moe_layers(); ++l) {
-        // 24 tokens: with the skew experts 0 and 1 take at least one of each token's picks on average.
-        EXPECT_GE(hot[l * E] + hot[l * E + 1], 24u) << "layer " << l;
-        EXPECT_LT(even[l * E] + even[l * E + 1], 24u) << "layer " << l;
+        // 24 tokens: with the skew the last two experts take at least one of each token's picks on average.
+        EXPECT_GE(hot[(l + 1) * E - 1] + hot[(l + 1) * E - 2], 24u) << "layer " << l;
+        EXPECT_LT(even[(l + 1) * E - 1] + even[(l + 1) * E - 2], 24u) << "layer " << l;
     }
 }
 
