@@ -79,7 +79,7 @@ __device__ __forceinline__ uint32_t load_pair(const bf16* q, int row, int col, i
 
 template <int kHeadDim>
 struct tile_config {
-    static constexpr int kStages = 2;  // tiles in flight per warp
+    static constexpr int kStages = 2;             // tiles in flight per warp
     static constexpr int kStride = kHeadDim + 8;  // bf16 per K/V row in shared memory: ldmatrix rows hit distinct banks
     static constexpr int kTileElems = kKeys * kStride;
     static constexpr int kOStride = kHeadDim + 8;  // fp32 per row of a warp's output state
