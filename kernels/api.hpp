@@ -182,9 +182,7 @@ struct decode_attention_params {
 /// PV as launch_paged_attention does): num_splits blocks per (sequence, KV head) share its chunks; the group's query
 /// heads are the MMA rows that share each K/V tile; a sequence of one chunk (up to kDecodeAttentionMinChunk keys)
 /// is written in one pass, one of several chunks is merged, in chunk order, by the block of its KV head that finishes
-/// last. Launched programmatically dependent (pdl.cuh): block_tables, start_pos and the K/V rows of keys before
-/// start_pos are read before the wait for the kernel before, which must not write them; q and the rows at start_pos
-/// (the query's own key) are read after it.
+/// last.
 void launch_decode_attention(const decode_attention_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------

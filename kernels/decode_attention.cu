@@ -14,9 +14,7 @@
 // The four warps' states then meet in shared memory and merge in warp order. A sequence that fits one chunk writes its
 // output directly. Otherwise every chunk writes (o, m, l) to the workspace and the block whose arrival completes its
 // (sequence, KV head) merges them in chunk order (deterministic, and the same bits whatever the grid), then re-arms
-// the counter. Launched programmatically dependent (pdl.cuh): a block reads its position and block table and starts
-// copying its first tiles before the wait, leaving out only the query's own key, whose K/V row (like the query) the
-// kernel before writes; that row is read after the wait.
+// the counter. Launched programmatically dependent (pdl.cuh).
 
 #include <algorithm>
 
@@ -107,19 +105,15 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode
     __shared__ float inv_sum[kGroup];
     __shared__ bool merge_here;
 
-    // Before the programmatic wait (pdl.cuh), while the kernel before ends: the position and the block table (uploaded
-    // before the step's first kernel) and the K/V rows of the keys before it (written by earlier steps), i.e. the
-    // first tiles of this block's first chunk but for the query's own key. After it: the query and that key's K/V.
+    detail::pdl_wait();  // the query and this step's K/V rows come from the kernel before
+    detail::pdl_launch_dependents();
     const int32_t split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int32_t kv_len = p.start_pos[seq] + 1;
     const int32_t chunk = decode_attention_chunk(kv_len);
     const int32_t num_chunks = (kv_len + chunk - 1) / chunk;
     if (num_chunks > p.max_chunks) __trap();  // max_chunks below decode_attention_splits(kv_len)
-    if (split >= num_chunks) {                // an idle block: this sequence has fewer chunks than the grid
-        detail::pdl_wait();
-        return;
-    }
+    if (split >= num_chunks) return;          // an idle block: this sequence has fewer chunks than the grid
     const int32_t* table = p.block_tables + size_t(seq) * p.max_blocks_per_seq;
     const size_t head0 = size_t(seq) * p.num_q_heads + size_t(kvh) * kGroup;  // the group's first query head
     // A chunk's unnormalised state when the sequence has several: [num_seqs * num_q_heads][max_chunks][head_dim + 2].
@@ -128,8 +122,17 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode
     bf16* tiles = reinterpret_cast<bf16*>(smem + warp * C::kWarpBytes);
     const float scale_log2 = p.scale * 1.4426950408889634f;
 
-    uint32_t qa[kDimSteps]
-               [4];  // Q as the A operand: row g is head g, row g + 8 head g + 8, per K step (after the wait)
+    // Q as the A operand: row g is head g, row g + 8 head g + 8, for every K step of the head dimension.
+    uint32_t qa[kDimSteps][4];
+    const bf16* q = p.q + head0 * kHeadDim;
+#pragma unroll
+    for (int ks = 0; ks < kDimSteps; ++ks) {
+        const int col = ks * 16 + 2 * t;
+        qa[ks][0] = load_pair<kGroup>(q, g, col, kHeadDim);
+        qa[ks][1] = load_pair<kGroup>(q, g + 8, col, kHeadDim);
+        qa[ks][2] = load_pair<kGroup>(q, g, col + 8, kHeadDim);
+        qa[ks][3] = load_pair<kGroup>(q, g + 8, col + 8, kHeadDim);
+    }
 
     // This block's chunks: split, split + num_splits, ... (the chunking depends on kv_len only, the grid does not).
     int32_t my_chunks = 0;
@@ -143,61 +146,26 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode
             const int32_t key = tile_key(i) + lane % kKeys;
             return i < my_tiles && key < k_end ? table[key / p.block_size] * p.block_size + key % p.block_size : -1;
         };
-        // Tile i into stage i % kStages, with find_slot(i)'s slots; key `skip` is left out (its row is not copied).
-        auto load_tile = [&](int32_t i, int32_t slot, int32_t skip) {
+        auto load_tile = [&](int32_t i, int32_t slot) {  // tile i into stage i % kStages, with find_slot(i)'s slots
             bf16* k_s = tiles + (i % kStages) * 2 * kTileElems;
 #pragma unroll
             for (int r = 0; r < kKeys * kPieces / 32; ++r) {
                 const int idx = lane + r * 32, j = idx / kPieces, piece = idx % kPieces;
                 const int32_t s = __shfl_sync(detail::kFullMask, slot, j);
                 const size_t off = (size_t(max(s, 0)) * p.num_kv_heads + kvh) * kHeadDim + piece * 8;
-                if (tile_key(i) + j == skip) continue;
                 cp_async_16(k_s + j * kStride + piece * 8, p.k_cache + off, s >= 0);
                 cp_async_16(k_s + kTileElems + j * kStride + piece * 8, p.v_cache + off, s >= 0);
             }
         };
-        const bool first = c == split;  // the block's first chunk: its first tiles are copied before the wait
-        const int32_t skip = first ? kv_len - 1 : -1;
         int32_t first_slots[kStages];
 #pragma unroll
         for (int s = 0; s < kStages; ++s) first_slots[s] = find_slot(s);  // all table reads in flight at once
 #pragma unroll
         for (int s = 0; s < kStages; ++s) {
-            if (s < my_tiles) load_tile(s, first_slots[s], skip);
+            if (s < my_tiles) load_tile(s, first_slots[s]);
             cp_async_commit();  // empty groups keep the count uniform
         }
         int32_t next_slot = find_slot(kStages);
-        if (first) {
-            detail::pdl_wait();  // the query and its key's K/V row come from the kernel before
-            detail::pdl_launch_dependents();
-            const bf16* q = p.q + head0 * kHeadDim;
-#pragma unroll
-            for (int ks = 0; ks < kDimSteps; ++ks) {
-                const int col = ks * 16 + 2 * t;
-                qa[ks][0] = load_pair<kGroup>(q, g, col, kHeadDim);
-                qa[ks][1] = load_pair<kGroup>(q, g + 8, col, kHeadDim);
-                qa[ks][2] = load_pair<kGroup>(q, g, col + 8, kHeadDim);
-                qa[ks][3] = load_pair<kGroup>(q, g + 8, col + 8, kHeadDim);
-            }
-            // The skipped key, when one of this warp's copied tiles holds it: its K and V rows by plain loads past
-            // L1 (this step's row), stored before the loop's first warp barrier.
-            const int32_t t_last = (kv_len - 1 - k_begin) / kKeys, i_last = t_last / kWarps;
-            if (k_end == kv_len && t_last % kWarps == warp && i_last < kStages) {
-                int32_t slot = first_slots[0];
-#pragma unroll
-                for (int s = 1; s < kStages; ++s) slot = i_last == s ? first_slots[s] : slot;
-                const int j_last = (kv_len - 1 - k_begin) % kKeys;
-                slot = __shfl_sync(detail::kFullMask, slot, j_last);
-                bf16* dst = tiles + (i_last % kStages) * 2 * kTileElems + j_last * kStride;
-                for (int piece = lane; piece < 2 * kPieces; piece += 32) {
-                    const bool v = piece >= kPieces;
-                    const int col = (piece % kPieces) * 8;
-                    const bf16* src = (v ? p.v_cache : p.k_cache) + (size_t(slot) * p.num_kv_heads + kvh) * kHeadDim;
-                    *reinterpret_cast<uint4*>(dst + (v ? kTileElems : 0) + col) =
-                        __ldcg(reinterpret_cast<const uint4*>(src + col));
-                }
-            }
-        }
 
         float o[kDimTiles][4];  // rows g, g + 8 (heads) x dimensions 8 n + 2 t, + 1
 #pragma unroll
@@ -268,7 +236,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode
             }
 
             __syncwarp();  // every lane has read this stage before it is refilled
-            if (i + kStages < my_tiles) load_tile(i + kStages, next_slot, -1);
+            if (i + kStages < my_tiles) load_tile(i + kStages, next_slot);
             cp_async_commit();
             next_slot = find_slot(i + kStages + 1);  // read now, used one tile later
         }
