@@ -122,7 +122,7 @@ TEST_P(DummyRunner, RunsFromConfigAloneDeterministicallyAndRoutesWidely) {
 // --dummy-router-skew: the shared component, the writers' zero row and the readers' zero column are where
 // dummy_weights.hpp puts them, and a prefill's tokens then pick the two highest expert ids far more often than
 // without the skew, in every MoE layer.
-TEST(DummyRunner, RouterSkewMakesLowExpertsHot) {
+TEST(DummyRunner, RouterSkewMakesTheLastExpertsHot) {
     const model_config c = config_of("qwen3_moe");
     const dummy_checkpoint plain(c), skewed(c, 0.5);
     const int64_t H = c.hidden_size, E = c.num_experts;

@@ -230,25 +230,30 @@ TEST_P(CudaExpertParallel, OverflowingFixedWindowStillMatchesOne) {
     }
 }
 
-// Rank 0 holds every expert in reverse order, rank 1 replicas of the even ones; then EPLB moves swap the first
-// slot of rank 0 with the last slot of rank 1 in every layer, so weights cross between the GPUs by NCCL.
+/// On replicated_two_rank_placement (rank 0 holds every expert in reverse order, rank 1 replicas of the even ones):
+/// moves that swap the first slot of rank 0 with the last slot of rank 1 in every layer, so weights cross GPUs.
+std::vector<expert_slot_move> swap_across_gpus(const model_config& c, const expert_placement& placement) {
+    const std::vector<int32_t>& row = placement.physical_to_logical[0];
+    const auto last = static_cast<uint32_t>(2 * c.num_experts - 1);
+    std::vector<expert_slot_move> moves;
+    for (uint32_t l = 0; l < c.num_moe_layers(); ++l) {
+        moves.push_back({l, 0, row.back(), 1, last});   // rank 1's last slot -> rank 0's first
+        moves.push_back({l, last, row.front(), 0, 0});  // and back
+    }
+    return moves;
+}
+
+// Replicas, then the swap across the GPUs applied before the first step.
 TEST_P(CudaExpertParallel, ReplicasAndMovesAcrossGpusMatchOne) {
     if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs";
     const model_config c = model_config::load(dir_);
     const expert_placement placement =
         zmoe::testing::replicated_two_rank_placement(static_cast<int32_t>(c.num_experts), c.num_moe_layers());
-    const std::vector<int32_t>& row = placement.physical_to_logical[0];
-    const auto E = static_cast<int32_t>(c.num_experts);
     std::vector<step_driver> replicas =
         run_expert_parallel(dir_, prompts_, {.world = 2, .active = 2, .placement = &placement});
     expect_matches_single(replicas, 2, "replicas");
 
-    std::vector<expert_slot_move> moves;
-    const auto last = static_cast<uint32_t>(2 * E - 1);
-    for (uint32_t l = 0; l < c.num_moe_layers(); ++l) {
-        moves.push_back({l, 0, row.back(), 1, last});   // rank 1's last slot -> rank 0's first
-        moves.push_back({l, last, row.front(), 0, 0});  // and back
-    }
+    const std::vector<expert_slot_move> moves = swap_across_gpus(c, placement);
     // After the moves, with graphs and dual-batch overlap on: the graphs keep the slots' addresses.
     std::vector<ep_stats> stats;
     std::vector<step_driver> moved = run_expert_parallel(
@@ -265,14 +270,8 @@ TEST_P(CudaExpertParallel, StagedMovesSwitchMidRunAndMatchOne) {
     const expert_placement placement =
         zmoe::testing::replicated_two_rank_placement(static_cast<int32_t>(c.num_experts), c.num_moe_layers());
     const std::vector<int32_t>& row = placement.physical_to_logical[0];
-    const auto E = static_cast<int32_t>(c.num_experts);
     ASSERT_NE(row.front(), row.back()) << "the swap must change slot 0";
-    std::vector<expert_slot_move> moves;
-    const auto last = static_cast<uint32_t>(2 * E - 1);
-    for (uint32_t l = 0; l < c.num_moe_layers(); ++l) {
-        moves.push_back({l, 0, row.back(), 1, last});
-        moves.push_back({l, last, row.front(), 0, 0});
-    }
+    const std::vector<expert_slot_move> moves = swap_across_gpus(c, placement);
     static_assert(kNewTokens > 4, "the switch must fall inside the decode");
     std::vector<step_driver> moved = run_expert_parallel(
         dir_, prompts_,

@@ -206,7 +206,7 @@ TEST(CudaGraphsDecodeShapes, ReplayMatchesEagerThroughTheDecodeKernels) {
 
 // --dummy-router-skew: the same random prompts on dummy weights with and without the skew. With it, the highest
 // expert ids win most routings in every MoE layer (the hot experts EPLB is measured on); without it, they do not.
-TEST(CudaGraphsDecodeShapes, DummyRouterSkewMakesLowExpertsHot) {
+TEST(CudaGraphsDecodeShapes, DummyRouterSkewMakesTheLastExpertsHot) {
     const DecodeShapesModel model;
     std::vector<std::vector<uint32_t>> counts;
     int64_t tokens = 0;
