@@ -164,8 +164,9 @@ TEST_P(EplbProperties, ZipfLoadsGetValidBetterBalancedPlacements) {
             const double b_old = layer_balancedness(window[l], current.physical_to_logical[l], s.num_ranks);
             const double b_new =
                 layer_balancedness(window[l], thresholded.placement.physical_to_logical[l], s.num_ranks);
-            if (thresholded.placement.physical_to_logical[l] != current.physical_to_logical[l])
+            if (thresholded.placement.physical_to_logical[l] != current.physical_to_logical[l]) {
                 EXPECT_GT(b_new, b_old + min_gain) << "layer " << l;
+            }
         }
         EXPECT_TRUE(plan_rebalance(window, current, s.num_nodes, s.num_groups, 1.0).changed_layers.empty());
         EXPECT_GE(plan.balancedness_after, plan.balancedness_before);
