@@ -49,11 +49,10 @@ struct rms_norm_params {
     int32_t num_tokens = 0;
     int32_t hidden = 0;  ///< multiple of 8
     float eps = 1e-6f;
-    bf16* residual_out = nullptr;  // [num_tokens, hidden]: where s goes; nullptr: back into residual
 };
 
-/// With residual: s = bf16(x + residual); residual (or residual_out) = s; out = bf16(s * rsqrt(mean(s^2) + eps) *
-/// weight). Without: the same with s = x. As Hugging Face's decoder layers, where the sum is kept in BF16.
+/// With residual: s = bf16(x + residual); residual = s; out = bf16(s * rsqrt(mean(s^2) + eps) * weight).
+/// Without: the same with s = x. As Hugging Face's decoder layers, where the sum is kept in BF16.
 void launch_rms_norm(const rms_norm_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
@@ -136,7 +135,7 @@ void launch_paged_attention(const paged_attention_params& p, cudaStream_t stream
 /// kDecodeAttentionMinChunk keys (a multiple of it) and at most kDecodeAttentionMaxChunks chunks. A function of the
 /// sequence's own length only, so that its result depends on nothing else (not on the batch it is in, nor on the
 /// capacity the split count was sized for): graph replays of padded batches give the eager step's bits.
-constexpr int32_t kDecodeAttentionMinChunk = 64;
+constexpr int32_t kDecodeAttentionMinChunk = 256;
 constexpr int32_t kDecodeAttentionMaxChunks = 32;
 constexpr int32_t decode_attention_chunk(int32_t kv_len) {
     const int32_t per = (kv_len + kDecodeAttentionMaxChunks - 1) / kDecodeAttentionMaxChunks;
@@ -179,9 +178,11 @@ struct decode_attention_params {
 };
 
 /// What launch_paged_attention computes for a batch of one query token per sequence (query_start = 0, 1, ..., n),
-/// with the probabilities kept in fp32, in one launch: num_splits blocks per (sequence, KV head) share its chunks;
-/// the group's query heads share each K/V tile (read once into shared memory); a sequence of several chunks is
-/// merged, in chunk order, by the block of its KV head that finishes last.
+/// in one launch, on tensor cores (BF16 MMAs, fp32 accumulation and softmax, the probabilities rounded to BF16 for
+/// PV as launch_paged_attention does): num_splits blocks per (sequence, KV head) share its chunks; the group's query
+/// heads are the MMA rows that share each K/V tile; a sequence of one chunk (up to kDecodeAttentionMinChunk keys)
+/// is written in one pass, one of several chunks is merged, in chunk order, by the block of its KV head that finishes
+/// last.
 void launch_decode_attention(const decode_attention_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
@@ -498,33 +499,14 @@ struct gemv_bf16_params {
     int32_t n = 0;
     int32_t k = 0;
     bool y_fp32 = false;
-    // The RMSNorm before the GEMV, fused into its prologue (norm_weight set): every block computes
-    // s = bf16(x + residual) (s = x without residual) and x' = bf16(RMSNorm(s) * norm_weight) exactly as
-    // launch_rms_norm does (the same bits) and multiplies x' instead of x; the first block writes s to residual_out
-    // (nullptr: not written), which must alias neither x nor residual (other blocks still read them).
-    const bf16* norm_weight = nullptr;  // [k]
-    const bf16* residual = nullptr;     // [m, k] or nullptr
-    bf16* residual_out = nullptr;       // [m, k] or nullptr
-    float eps = 1e-6f;
-    // RoPE + per-head q/k norm + the KV-cache write fused into the epilogue (rope_counters set; y is the BF16 q|k|v
-    // projection): as the warps finish a head's rows (a KV head's K and V rows together), the warp that finishes it
-    // last applies launch_rope_qk_norm_kv to that head for every row of x (the same bits as that kernel; y is still
-    // written). rope.qkv is ignored (y is used); rope.num_tokens must be m; rope_gemv_supported must hold.
-    rope_qk_norm_kv_params rope{};
-    int32_t* rope_counters = nullptr;  // [num_q_heads + num_kv_heads], zero before the first launch; left zero after
 };
 
 /// True for 1 <= m <= kGemvMaxRows, k a multiple of 8 and x (m * k BF16) within 64 KB of shared memory.
 bool gemv_bf16_supported(int32_t m, int32_t n, int32_t k);
 
-/// True when launch_gemv_bf16 can fuse launch_rope_qk_norm_kv with rope's norm and head_dim into its epilogue
-/// (per-head q/k norm or none, head_dim <= 256).
-bool rope_gemv_supported(qk_norm_mode norm, int32_t head_dim);
-
 /// Row-major y = x . w^T (+ bias), fp32 accumulate, one pass over w with 16-byte streaming loads (memory bound for
-/// the m it takes); optionally the RMSNorm before it (prologue) and RoPE + q/k norm + KV write after it (epilogue),
-/// see gemv_bf16_params. A BF16 output's bias is added to the product rounded to BF16 (as launch_gemm_bf16
-/// followed by launch_add_bias rounds). m == 0 is a no-op.
+/// the m it takes). A BF16 output's bias is added to the product rounded to BF16 (as launch_gemm_bf16 followed by
+/// launch_add_bias rounds). m == 0 is a no-op.
 void launch_gemv_bf16(const gemv_bf16_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------

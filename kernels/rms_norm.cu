@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const rms_norm_param
             detail::load_f32x8(p.residual + row + vec * 8, r);
 #pragma unroll
             for (int j = 0; j < 8; ++j) v[i][j] = __bfloat162float(__float2bfloat16(v[i][j] + r[j]));
-            detail::store_f32x8((p.residual_out != nullptr ? p.residual_out : p.residual) + row + vec * 8, v[i]);
+            detail::store_f32x8(p.residual + row + vec * 8, v[i]);
         }
 #pragma unroll
         for (int j = 0; j < 8; ++j) sum_sq += v[i][j] * v[i][j];

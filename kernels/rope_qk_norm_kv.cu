@@ -6,7 +6,6 @@
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
 #include "kernels/pdl.cuh"
-#include "kernels/rope_head.cuh"
 
 namespace zmoe::kernels {
 namespace {
@@ -82,16 +81,68 @@ __global__ void __launch_bounds__(kThreads) rope_qk_norm_kv_kernel(const rope_qk
     }
 }
 
-constexpr int kHeadWarps = 4;  // heads per block of the per-head kernel, one warp each
+constexpr int kHeadWarps = 4;        // heads per block of the per-head kernel, one warp each
+constexpr int kMaxPairsPerLane = 4;  // head_dim <= 256
 
-/// Per-head norm (or none): one warp per (token, head) (detail::rope_one_head), so a decode step spreads over many
-/// blocks; the same bits as rope_qk_norm_kv_kernel's.
+/// Per-head norm (or none): one warp per (token, head), so a decode step spreads over many blocks. Lane l holds the
+/// rotation pairs (i, i + head_dim / 2) for i = l, l + 32, ...; the sum of squares runs over the same elements in
+/// the same order as rope_qk_norm_kv_kernel's (d = l, l + 32, ...), so both give the same bits.
 __global__ void __launch_bounds__(kHeadWarps * 32) rope_per_head_kernel(const rope_qk_norm_kv_params p) {
     detail::pdl_wait();
     detail::pdl_launch_dependents();
+    const int32_t t = blockIdx.x, hd = p.head_dim, half = hd / 2;
+    const int lane = threadIdx.x % 32;
     const int32_t h = blockIdx.y * kHeadWarps + threadIdx.x / 32;
     if (h >= p.num_q_heads + p.num_kv_heads) return;
-    detail::rope_one_head(p, blockIdx.x, h, threadIdx.x % 32);
+    const int32_t q_size = p.num_q_heads * hd, kv_size = p.num_kv_heads * hd;
+    const bf16* row = p.qkv + size_t(t) * (q_size + 2 * kv_size);
+    const int32_t slot = p.slot_mapping[t];
+    const bool is_q = h < p.num_q_heads;
+    if (!is_q && slot < 0) return;
+    const bf16* src = row + size_t(h) * hd;
+    if (!is_q) {
+        const int32_t kvh = h - p.num_q_heads;
+        const bf16* v = row + q_size + kv_size + size_t(kvh) * hd;
+        bf16* dst = p.v_cache + size_t(slot) * kv_size + size_t(kvh) * hd;
+        for (int32_t i = lane; i < hd / 8; i += 32)
+            reinterpret_cast<detail::bf16x8*>(dst)[i] = reinterpret_cast<const detail::bf16x8*>(v)[i];
+    }
+    float x1[kMaxPairsPerLane], x2[kMaxPairsPerLane];
+#pragma unroll
+    for (int m = 0; m < kMaxPairsPerLane; ++m) {
+        const int32_t i = lane + 32 * m;
+        x1[m] = i < half ? __bfloat162float(src[i]) : 0.f;
+        x2[m] = i < half ? __bfloat162float(src[i + half]) : 0.f;
+    }
+    if (p.norm == qk_norm_mode::per_head) {
+        float ss = 0.f;  // d = lane, lane + 32, ... over the whole head: the first half's elements, then the second's
+#pragma unroll
+        for (int m = 0; m < kMaxPairsPerLane; ++m) ss += x1[m] * x1[m];
+#pragma unroll
+        for (int m = 0; m < kMaxPairsPerLane; ++m) ss += x2[m] * x2[m];
+        const float inv = rsqrtf(detail::warp_sum(ss) / float(hd) + p.eps);
+        const bf16* w = is_q ? p.q_norm_weight : p.k_norm_weight;
+#pragma unroll
+        for (int m = 0; m < kMaxPairsPerLane; ++m) {
+            const int32_t i = lane + 32 * m;
+            if (i >= half) break;
+            x1[m] *= inv * __bfloat162float(w[i]);
+            x2[m] *= inv * __bfloat162float(w[i + half]);
+        }
+    }
+    const int32_t pos = p.positions[t];
+    bf16* dst = is_q ? p.q_out + (size_t(t) * p.num_q_heads + h) * hd
+                     : p.k_cache + size_t(slot) * kv_size + size_t(h - p.num_q_heads) * hd;
+#pragma unroll
+    for (int m = 0; m < kMaxPairsPerLane; ++m) {
+        const int32_t i = lane + 32 * m;
+        if (i >= half) break;
+        const float inv_freq = 1.0f / powf(p.rope_theta, float(2 * i) / float(hd));
+        float sn, cs;
+        sincosf(float(pos) * inv_freq, &sn, &cs);
+        dst[i] = __float2bfloat16(x1[m] * cs - x2[m] * sn);
+        dst[i + half] = __float2bfloat16(x2[m] * cs + x1[m] * sn);
+    }
 }
 
 }  // namespace
@@ -101,7 +152,7 @@ void launch_rope_qk_norm_kv(const rope_qk_norm_kv_params& p, cudaStream_t stream
     ZMOE_KERNEL_REQUIRE(p.norm == qk_norm_mode::none || (p.q_norm_weight && p.k_norm_weight),
                         "rope: q/k norm weights missing");
     if (p.num_tokens == 0) return;
-    if (p.norm != qk_norm_mode::whole && p.head_dim <= 2 * 32 * detail::kRopeMaxPairsPerLane) {
+    if (p.norm != qk_norm_mode::whole && p.head_dim <= 2 * 32 * kMaxPairsPerLane) {
         const int32_t heads = p.num_q_heads + p.num_kv_heads;
         detail::launch_pdl(rope_per_head_kernel, dim3(p.num_tokens, (heads + kHeadWarps - 1) / kHeadWarps),
                            dim3(kHeadWarps * 32), 0, stream, p);

@@ -30,11 +30,15 @@
 #include <string>
 #include <vector>
 
+#include "bench/kernels/bench_util.cuh"
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 
 namespace {
 
+using zmoe::bench::device_alloc;
+using zmoe::bench::fill;
+using zmoe::bench::parse_list;
 using zmoe::kernels::bf16;
 
 constexpr int32_t kHidden = 2048, kExperts = 128, kTopK = 8, kInter = 768;
@@ -61,30 +65,6 @@ const std::vector<const char*> kGroupedStages = {"router_gemm",  "router_topk", 
                                                  "gemm_gate_up", "gemm_down",   "combine"};
 const std::vector<const char*> kDecodeStages = {"moe_decode"};  // the router GEMV fused in, as in the executor
 const std::vector<const char*> kDecodeGemmStages = {"router_gemm", "moe_decode"};
-
-__global__ void fill_uniform(bf16* out, size_t n, float scale, uint32_t seed) {
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-        uint32_t h = uint32_t(i) * 0x9e3779b9u ^ seed ^ uint32_t(i >> 32) * 0x85ebca6bu;
-        h ^= h >> 16;
-        h *= 0x7feb352du;
-        h ^= h >> 15;
-        h *= 0x846ca68bu;
-        h ^= h >> 16;
-        out[i] = __float2bfloat16((float(h >> 8) * (1.f / 16777216.f) * 2.f - 1.f) * scale);
-    }
-}
-
-template <typename T>
-T* device_alloc(size_t n) {
-    void* p = nullptr;
-    ZMOE_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
-    return static_cast<T*>(p);
-}
-
-void fill(bf16* p, size_t n, float scale, uint32_t seed) {
-    fill_uniform<<<1024, 256>>>(p, n, scale, seed);
-    ZMOE_CUDA_CHECK_LAUNCH();
-}
 
 struct layer_buffers {
     bf16 *x, *gate_w, *w1, *w2, *xp, *act, *y, *out;
@@ -342,13 +322,6 @@ std::string json_escape(const std::string& s) {
         else if (static_cast<unsigned char>(ch) >= 0x20)
             out += ch;
     }
-    return out;
-}
-
-std::vector<int32_t> parse_list(const char* s) {
-    std::vector<int32_t> out;
-    std::stringstream ss(s);
-    for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
     return out;
 }
 

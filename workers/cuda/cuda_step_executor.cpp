@@ -348,17 +348,7 @@ void cuda_step_executor::gemm(const void* x, const void* w, void* y, int32_t m, 
     }
 }
 
-bool cuda_step_executor::fuse_qkv(const step_shape& s) const {
-    const model_config& c = config_;
-    const auto hq = i32(c.num_heads), hkv = i32(c.num_kv_heads), D = i32(c.head_dim), H = i32(c.hidden_size);
-    const kernels::qk_norm_mode norm = c.qk_norm == qk_norm_kind::full       ? kernels::qk_norm_mode::whole
-                                       : c.qk_norm == qk_norm_kind::per_head ? kernels::qk_norm_mode::per_head
-                                                                             : kernels::qk_norm_mode::none;
-    return !mla_ && c.clip_qkv <= 0.f && s.num_tokens > 0 &&
-           kernels::gemv_bf16_supported(s.num_tokens, (hq + 2 * hkv) * D, H) && kernels::rope_gemv_supported(norm, D);
-}
-
-void cuda_step_executor::attention(int64_t layer, const step_shape& s, const fused_input_norm* norm) {
+void cuda_step_executor::attention(int64_t layer, const step_shape& s) {
     const model_config& c = config_;
     const cuda_layer& w = weights_.layers[layer];
     const int32_t T = s.num_tokens, H = i32(c.hidden_size), D = i32(c.head_dim);
@@ -381,6 +371,9 @@ void cuda_step_executor::attention(int64_t layer, const step_shape& s, const fus
     }
     const int32_t qkv_dim = (hq + 2 * hkv) * D;
     bf16* qkv = ws_.qkv.as<bf16>();
+    gemm(ws_.xn.as<bf16>(), w.qkv.as<bf16>(), qkv, T, qkv_dim, H, false,
+         w.qkv_bias.empty() ? nullptr : w.qkv_bias.as<bf16>());
+
     kernels::rope_qk_norm_kv_params r{.qkv = qkv,
                                       .positions = ws_.positions.device,
                                       .slot_mapping = ws_.kv_slots.device,
@@ -394,44 +387,25 @@ void cuda_step_executor::attention(int64_t layer, const step_shape& s, const fus
                                       .block_size = i32(options_.config.block_size),
                                       .rope_theta = static_cast<float>(c.rope_theta),
                                       .eps = c.rms_norm_eps};
-    // OLMoE clamps after the q/k norms and before RoPE: the fused kernel has no clamp, so norm here.
-    const kernels::qk_norm_clip_params clip{.qkv = qkv,
-                                            .q_norm_weight = w.q_norm.as<bf16>(),
-                                            .k_norm_weight = w.k_norm.as<bf16>(),
-                                            .num_tokens = T,
-                                            .num_q_heads = hq,
-                                            .num_kv_heads = hkv,
-                                            .head_dim = D,
-                                            .per_head = c.qk_norm == qk_norm_kind::per_head,
-                                            .eps = c.rms_norm_eps,
-                                            .clip = c.clip_qkv};
-    if (c.clip_qkv <= 0.f && c.qk_norm != qk_norm_kind::none) {
+    if (c.clip_qkv > 0.f) {
+        // OLMoE clamps after the q/k norms and before RoPE: the fused kernel has no clamp, so norm here.
+        kernels::launch_qk_norm_clip({.qkv = qkv,
+                                      .q_norm_weight = w.q_norm.as<bf16>(),
+                                      .k_norm_weight = w.k_norm.as<bf16>(),
+                                      .num_tokens = T,
+                                      .num_q_heads = hq,
+                                      .num_kv_heads = hkv,
+                                      .head_dim = D,
+                                      .per_head = c.qk_norm == qk_norm_kind::per_head,
+                                      .eps = c.rms_norm_eps,
+                                      .clip = c.clip_qkv},
+                                     stream_);
+    } else if (c.qk_norm != qk_norm_kind::none) {
         r.norm = c.qk_norm == qk_norm_kind::per_head ? kernels::qk_norm_mode::per_head : kernels::qk_norm_mode::whole;
         r.q_norm_weight = w.q_norm.as<bf16>();
         r.k_norm_weight = w.k_norm.as<bf16>();
     }
-    if (norm != nullptr) {
-        // A few tokens: the input norm in the GEMV's prologue, RoPE + q/k norm + KV write in its epilogue.
-        kernels::launch_gemv_bf16({.x = norm->x,
-                                   .w = w.qkv.as<bf16>(),
-                                   .bias = w.qkv_bias.empty() ? nullptr : w.qkv_bias.as<bf16>(),
-                                   .y = qkv,
-                                   .m = T,
-                                   .n = qkv_dim,
-                                   .k = H,
-                                   .norm_weight = w.input_norm.as<bf16>(),
-                                   .residual = norm->residual,
-                                   .residual_out = norm->residual_out,
-                                   .eps = c.rms_norm_eps,
-                                   .rope = r,
-                                   .rope_counters = ws_.rope_counters.as<int32_t>()},
-                                  stream_);
-    } else {
-        gemm(ws_.xn.as<bf16>(), w.qkv.as<bf16>(), qkv, T, qkv_dim, H, false,
-             w.qkv_bias.empty() ? nullptr : w.qkv_bias.as<bf16>());
-        if (c.clip_qkv > 0.f) kernels::launch_qk_norm_clip(clip, stream_);
-        kernels::launch_rope_qk_norm_kv(r, stream_);
-    }
+    kernels::launch_rope_qk_norm_kv(r, stream_);
 
     if (s.one_token_each && kernels::decode_attention_supported(hq, hkv, D)) {
         // A decode step: one query token per sequence, split over the KV in fixed chunks of keys.
@@ -657,37 +631,26 @@ void cuda_step_executor::forward(const step_shape& s) {
                                    .hidden = H,
                                    .vocab_size = V},
                                   stream_);
-    // A few tokens: each layer's input norm runs in its QKV GEMV, which writes the residual stream to residual_mid
-    // (every block still reads residual); the post-attention norm adds the attention output and writes it back.
-    const bool fused = fuse_qkv(s);
-    bf16* mid = fused ? ws_.residual_mid.as<bf16>() : residual;
     for (int64_t l = 0; l < c.num_layers; ++l) {
         const cuda_layer& w = weights_.layers[l];
         if (T > 0) {
             // The residual stream: layer 0 normalises the embeddings, later layers add the last MLP output first.
-            if (fused) {
-                const fused_input_norm in{
-                    .x = l == 0 ? residual : delta, .residual = l == 0 ? nullptr : residual, .residual_out = mid};
-                attention(l, s, &in);
-            } else {
-                kernels::launch_rms_norm({.x = l == 0 ? residual : delta,
-                                          .residual = l == 0 ? nullptr : residual,
-                                          .weight = w.input_norm.as<bf16>(),
-                                          .out = xn,
-                                          .num_tokens = T,
-                                          .hidden = H,
-                                          .eps = c.rms_norm_eps},
-                                         stream_);
-                attention(l, s);
-            }
+            kernels::launch_rms_norm({.x = l == 0 ? residual : delta,
+                                      .residual = l == 0 ? nullptr : residual,
+                                      .weight = w.input_norm.as<bf16>(),
+                                      .out = xn,
+                                      .num_tokens = T,
+                                      .hidden = H,
+                                      .eps = c.rms_norm_eps},
+                                     stream_);
+            attention(l, s);
             kernels::launch_rms_norm({.x = delta,
-                                      .residual = mid,
+                                      .residual = residual,
                                       .weight = w.post_norm.as<bf16>(),
                                       .out = xn,
                                       .num_tokens = T,
                                       .hidden = H,
-                                      .eps = c.rms_norm_eps,
-                                      .residual_out = residual},
+                                      .eps = c.rms_norm_eps},
                                      stream_);
         }
         if (w.moe_index >= 0)

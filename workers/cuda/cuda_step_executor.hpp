@@ -114,17 +114,7 @@ class cuda_step_executor final : public step_executor {
     void finish_staging(step_shape& s, int32_t num_valid);
     void upload_inputs(const step_shape& s);
     void forward(const step_shape& s);
-    /// The input RMSNorm of a layer fused into its QKV GEMV: what launch_rms_norm would have been given.
-    struct fused_input_norm {
-        const kernels::bf16* x = nullptr;
-        const kernels::bf16* residual = nullptr;  // nullptr: layer 0 (x is the embedding)
-        kernels::bf16* residual_out = nullptr;
-    };
-    /// Whether this step's layers fuse the input norm into the QKV GEMV (and RoPE into its epilogue): a step of at
-    /// most kGemvMaxRows tokens, the standard attention.
-    bool fuse_qkv(const step_shape& s) const;
-    /// norm: the input norm to fuse (fuse_qkv(s)); nullptr: ws_.xn holds the normalised input already.
-    void attention(int64_t layer, const step_shape& s, const fused_input_norm* norm = nullptr);
+    void attention(int64_t layer, const step_shape& s);
     void dense_mlp(const cuda_mlp& m, const kernels::bf16* x, int32_t num_tokens, kernels::bf16* out);
     void moe(int64_t layer, const step_shape& s);
     void moe_local(const cuda_layer& w, int32_t num_tokens);

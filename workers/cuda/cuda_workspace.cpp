@@ -121,10 +121,6 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
     alloc(residual, T * H * bf);
     alloc(xn, T * H * bf);
     alloc(delta, T * H * bf);
-    alloc(residual_mid, std::min<size_t>(T, kernels::kGemvMaxRows) * H * bf);
-    alloc(rope_counters, static_cast<size_t>(s.num_q_heads + s.num_kv_heads) * i32);
-    if (rope_counters.bytes() > 0)  // the kernel keeps them zero
-        ZMOE_CUDA_CHECK(cudaMemset(rope_counters.as<void>(), 0, rope_counters.bytes()));
     alloc(qkv, T * qkv_dim * bf);
     alloc(q, T * q_dim * bf);
     alloc(attn, T * q_dim * bf);

@@ -130,9 +130,6 @@ struct cuda_workspace {
 
     // Activations.
     device_buffer residual, xn, delta;  // [max_tokens, hidden]
-    device_buffer residual_mid;         // [kGemvMaxRows, hidden]: the residual between a layer's two norms when the
-                                        // first is fused into the QKV GEMV (which cannot update it in place)
-    device_buffer rope_counters;        // [q + kv heads] int32: the QKV GEMV's fused-RoPE tickets, zeroed once
     device_buffer qkv;                  // [max_tokens, (q + 2 kv heads) * head_dim]
     device_buffer q, attn;              // [max_tokens, q heads * head_dim]
     device_buffer attn_partial;         // decode attention's per-chunk state (attn_splits > 1)
