@@ -49,6 +49,14 @@ void check_supported(const model_config& c) {
 
 int32_t i32(int64_t v) { return static_cast<int32_t>(v); }
 
+/// Whether the decode step runs launch_gemv_bf16 rather than cuBLASLt for m rows of n outputs (both supported).
+/// Measured on H200 at Qwen3-30B-A3B shapes, graphs of back-to-back launches (bench/kernels/gemv_bench.cu,
+/// docs/benchmarks.md): at one row the GEMV is faster on O (7.6 against 8.7 us) and within 7% on QKV (8.6 against
+/// 8.1 us), and in the step it issues its weight loads before the kernel before it ends, which cuBLASLt cannot; it is
+/// 3.5x faster on the router's 128 outputs and 1.3-1.6x on the LM head's 151 669 at every m <= 8; from two rows
+/// cuBLASLt is faster on the 2-5 K outputs of QKV and O (at 8 rows 7.9 against 17.0 us on QKV).
+bool gemv_preferred(int32_t m, int32_t n) { return m == 1 || n <= 1024 || n >= 65536; }
+
 }  // namespace
 
 std::vector<int32_t> decode_graph_batch_sizes(int32_t max_num_seqs) {
@@ -316,9 +324,10 @@ void cuda_step_executor::upload_inputs(const step_shape& s) {
 
 void cuda_step_executor::gemm(const void* x, const void* w, void* y, int32_t m, int32_t n, int32_t k, bool y_fp32,
                               const void* bias) {
-    // A few rows: one streaming pass over the weights (the bias added on the way); more: cuBLASLt (+ a bias launch).
+    // One row, and a few rows of the router-sized and LM-head-sized GEMMs: one streaming pass over the weights (the
+    // bias added on the way); otherwise cuBLASLt (+ a bias launch).
     const bool aligned = (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 == 0;
-    if (aligned && kernels::gemv_bf16_supported(m, n, k)) {
+    if (aligned && kernels::gemv_bf16_supported(m, n, k) && gemv_preferred(m, n)) {
         kernels::launch_gemv_bf16({.x = static_cast<const bf16*>(x),
                                    .w = static_cast<const bf16*>(w),
                                    .bias = static_cast<const bf16*>(bias),
