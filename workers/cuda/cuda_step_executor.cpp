@@ -50,11 +50,12 @@ void check_supported(const model_config& c) {
 int32_t i32(int64_t v) { return static_cast<int32_t>(v); }
 
 /// Whether the decode step runs launch_gemv_bf16 rather than cuBLASLt for m rows of n outputs (both supported).
-/// Measured on H200 at Qwen3-30B-A3B shapes, graphs of back-to-back launches (bench/kernels/gemv_bench.cu,
-/// docs/benchmarks.md): at one row the GEMV is faster on O (7.6 against 8.7 us) and within 7% on QKV (8.6 against
-/// 8.1 us), and in the step it issues its weight loads before the kernel before it ends, which cuBLASLt cannot; it is
-/// 3.5x faster on the router's 128 outputs and 1.3-1.6x on the LM head's 151 669 at every m <= 8; from two rows
-/// cuBLASLt is faster on the 2-5 K outputs of QKV and O (at 8 rows 7.9 against 17.0 us on QKV).
+/// Measured on H200 at Qwen3-30B-A3B shapes (bench/kernels/gemv_bench.cu: graphs of back-to-back launches; and
+/// `zmoe bench step`; docs/benchmarks.md): the GEMV beats cuBLASLt on the router's 128 outputs (1.9-4.3 against
+/// 4.8-5.0 us) and on the LM head's 151 669 (139-353 against 191-577 us) up to 8 rows, and at one row on O; at one
+/// row QKV stays on it too (9.6 against 8.1 us back to back, but in the step it prefetches its weights while the
+/// kernel before it ends). From two rows cuBLASLt is faster on the 2-5 K outputs of QKV and O (8 rows: 7.9 against
+/// 20.6 us on QKV); a decode step of 8 sequences takes 9.8 ms with it against 10.7 ms.
 bool gemv_preferred(int32_t m, int32_t n) { return m == 1 || n <= 1024 || n >= 65536; }
 
 }  // namespace
