@@ -25,6 +25,8 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
@@ -272,6 +274,64 @@ __device__ __forceinline__ row_tile locate_row_tile(const int32_t* offsets, cons
     return {e, m0, min(kBM, offsets[e + 1] - m0)};
 }
 
+/// Gathering producer: the rows of a behind this thread's rows threadIdx.x / 8 + 16 j of the row tile at m0 (-1
+/// past max_rows).
+template <int kBM>
+__device__ __forceinline__ void gather_rows_of_tile(const grouped_gemm_params& p, int32_t m0,
+                                                    int32_t (&src)[kBM / 16]) {
+#pragma unroll
+    for (int j = 0; j < kBM / 16; ++j) {
+        const int32_t row = m0 + int32_t(threadIdx.x) / 8 + 16 * j;
+        src[j] = row < p.max_rows ? p.a_rows[row] : -1;
+    }
+}
+
+/// Gathering producer: this thread's 16-byte chunk of K columns [k0, k0 + 64) of its rows, into the stage's A tile.
+template <int kBM>
+__device__ __forceinline__ void gather_stage(const grouped_gemm_params& p, unsigned char* a_s,
+                                             const int32_t (&src)[kBM / 16], int32_t k0, int chunk) {
+    const int32_t k = k0 + chunk * 8;
+#pragma unroll
+    for (int j = 0; j < kBM / 16; ++j) {
+        // Row r's chunk c goes to 16-byte slot c ^ (r % 8) of its 128 bytes: the 128-byte swizzle TMA writes and
+        // the matrix descriptors read.
+        const int r = int(threadIdx.x) / 8 + 16 * j;
+        const bool valid = src[j] >= 0 && k < p.k;
+        cp_async_16(a_s + r * 128 + ((chunk ^ (r & 7)) << 4), valid ? p.a + size_t(src[j]) * p.k + k : p.a, valid);
+    }
+}
+
+/// Epilogue: output box `box` (64 rows x 64 columns) of a warpgroup's 64 x kWgN accumulator block, after SiLU * up
+/// with swiglu (gate columns in the first kWgN / 2, up in the rest), as BF16 into the 128-byte-swizzled buffer at
+/// shared address buf (16-byte chunk c of row r at slot c ^ (r % 8)): the fragment (element 4j + 2h + q at row
+/// warp * 16 + lane / 4 + 8h, column 8j + 2 * (lane % 4) + q) lands without bank conflicts.
+template <int kWgN, bool kSwiglu>
+__device__ __forceinline__ void write_box(const float (&acc)[kWgN / 2], int box, uint32_t buf, int warp, int lane) {
+    const int r = warp * 16 + lane / 4;
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+        const int j = 8 * box + jj;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float v[2];
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                const float g = acc[4 * j + 2 * h + q];
+                if constexpr (kSwiglu) {
+                    const float u = acc[4 * (j + kWgN / 16) + 2 * h + q];
+                    v[q] = g / (1.f + __expf(-g)) * u;
+                } else {
+                    v[q] = g;
+                }
+            }
+            const __nv_bfloat162 pair = __floats2bfloat162_rn(v[0], v[1]);
+            const int row = r + 8 * h;
+            st_shared_b32(buf + row * 128 + ((jj ^ (row % 8)) << 4) + (lane % 4) * 4,
+                          *reinterpret_cast<const uint32_t*>(&pair));
+        }
+    }
+}
+
 template <int kBM, bool kSwiglu>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -320,13 +380,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const int32_t n0 = (t % n_tiles) * tile::kOutN;
                 const int32_t b_row = rt.expert * n_b;
                 int32_t src[kBM / 16];  // gather: the row of a behind tile rows threadIdx.x / 8 + 16 j
-                if (gather) {
-#pragma unroll
-                    for (int j = 0; j < kBM / 16; ++j) {
-                        const int32_t row = m0 + int32_t(threadIdx.x) / 8 + 16 * j;
-                        src[j] = row < p.max_rows ? p.a_rows[row] : -1;
-                    }
-                }
+                if (gather) gather_rows_of_tile<kBM>(p, m0, src);
                 for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
                     const uint32_t s = it % tile::kStages;
                     mbar_wait(&empty[s], ((it / tile::kStages) & 1) ^ 1);
@@ -350,16 +404,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         }
                     }
                     if (gather) {
-                        const int32_t k = k0 + chunk * 8;
-#pragma unroll
-                        for (int j = 0; j < kBM / 16; ++j) {
-                            // Row r's chunk c goes to 16-byte slot c ^ (r % 8) of its 128 bytes: the 128-byte
-                            // swizzle TMA writes and the matrix descriptors read.
-                            const int r = int(threadIdx.x) / 8 + 16 * j;
-                            const bool valid = src[j] >= 0 && k < p.k;
-                            cp_async_16(a_s + r * 128 + ((chunk ^ (r & 7)) << 4),
-                                        valid ? p.a + size_t(src[j]) * p.k + k : p.a, valid);
-                        }
+                        gather_stage<kBM>(p, a_s, src, k0, chunk);
                         cp_async_arrive_on(&full[s]);  // once this thread's copies of the stage have landed
                     }
                 }
@@ -412,44 +457,204 @@ __global__ void __launch_bounds__(kThreads, 1)
 
             // Epilogue: the warpgroup's kWgOut output columns go out in boxes of 64 rows x 64 columns, each written
             // into one of its kCBufs shared-memory buffers (once the store that last used that buffer has read it)
-            // and stored with TMA as its own bulk group. A buffer holds its box with the 128-byte swizzle (16-byte
-            // chunk c of row r at slot c ^ (r % 8)): the accumulator fragment (element 4j + 2h + q at row
-            // warp * 16 + lane / 4 + 8h, column 8j + 2 * (lane % 4) + q of the warpgroup's 64 x kWgN block) lands
-            // without bank conflicts.
+            // and stored with TMA as its own bulk group.
             const int32_t col0 = n0 + (kBM == 128 ? 0 : mw * tile::kWgOut);
-            const int r = warp * 16 + lane / 4;
 #pragma unroll
             for (int box = 0; box < tile::kWgOut / 64; ++box) {
                 const uint32_t buf = c_s + (box % tile::kCBufs) * tile::kCBoxBytes;
                 if (storer) bulk_wait_read<tile::kCBufs - 1>();
                 warpgroup_sync(1 + mw);
-#pragma unroll
-                for (int jj = 0; jj < 8; ++jj) {
-                    const int j = 8 * box + jj;
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        float v[2];
-#pragma unroll
-                        for (int q = 0; q < 2; ++q) {
-                            const float g = acc[4 * j + 2 * h + q];
-                            if constexpr (kSwiglu) {
-                                const float u = acc[4 * (j + tile::kWgN / 16) + 2 * h + q];
-                                v[q] = g / (1.f + __expf(-g)) * u;
-                            } else {
-                                v[q] = g;
-                            }
-                        }
-                        const __nv_bfloat162 pair = __floats2bfloat162_rn(v[0], v[1]);
-                        const int row = r + 8 * h;
-                        st_shared_b32(buf + row * 128 + ((jj ^ (row % 8)) << 4) + (lane % 4) * 4,
-                                      *reinterpret_cast<const uint32_t*>(&pair));
-                    }
-                }
+                write_box<tile::kWgN, kSwiglu>(acc, box, buf, warp, lane);
                 fence_proxy_async();  // the TMA store reads what these generic-proxy stores wrote
                 warpgroup_sync(1 + mw);
                 if (storer) {
                     if (col0 + box * 64 < p.n) tma_store_2d(&map_c, buf, col0 + box * 64, rt.m0 + a_row0);
                     bulk_commit();  // a group per box, empty past n, so that the buffer waits count boxes
+                }
+            }
+        }
+        if (storer) bulk_wait_all();
+    }
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Ping-pong schedule: the two math warpgroups work on different output tiles (kBM x kBRowsPP(kBM) rows of b,
+// 128 fp32 accumulators per thread either way), one tile each in turn from the CTA's tile sequence. The
+// producer fills the ring with the tiles' stages in that sequence, so warpgroup w consumes the stages of tiles
+// w, w + 2, ... and skips the others' stages in its count. An ordered hand-off (named barriers 3 and 4) lets a
+// warpgroup start a tile's main loop only once the other warpgroup has issued the whole main loop of the tile
+// before it: the wgmmas of the two warpgroups do not interleave, and the epilogue of one (SiLU * up, BF16
+// conversion, TMA stores) runs while the other's wgmmas keep the tensor cores busy. The hand-off also keeps each
+// wait on a stage's "full" barrier at most one phase ahead of the barrier (a parity wait cannot tell phases
+// two apart).
+
+/// Rows of b per ping-pong tile: 64 x 256 (one m64n256k16 per K step of 16) or 128 x 128 (two m64n128k16).
+constexpr int pp_b_rows(int bm) { return bm == 64 ? 256 : 128; }
+
+template <int kBM, bool kSwiglu>
+struct pp_tile {
+    static constexpr int kBN = pp_b_rows(kBM);             // rows of b per tile (wgmma N)
+    static constexpr int kSub = kBM / 64;                  // m64 row blocks per tile
+    static constexpr int kOutN = kSwiglu ? kBN / 2 : kBN;  // output columns of a tile
+    static constexpr int kBoxB = kSwiglu ? kBN / 2 : kBN;  // rows of one TMA box of b
+    static constexpr uint32_t kABytes = kBM * kBK * 2;
+    static constexpr uint32_t kBBytes = kBN * kBK * 2;
+    static constexpr uint32_t kStageBytes = kABytes + kBBytes;
+    static constexpr uint32_t kCBoxBytes = 64 * 128;          // 64 rows x 64 BF16 columns
+    static constexpr int kCBufs = 2;                          // output box buffers of a math warpgroup
+    static constexpr uint32_t kCBytes = kCBufs * kCBoxBytes;  // one math warpgroup's output buffers
+    static constexpr size_t kFixedBytes = 1024 + 16 * sizeof(uint64_t) + (kMaxWgmmaExperts + 1) * sizeof(int32_t);
+    static constexpr int kFit = int((kSmemLimit - kFixedBytes - 2 * kCBytes) / kStageBytes);
+    static constexpr int kStages = kFit < 8 ? kFit : 8;  // the barriers have room for 8
+    static constexpr size_t kCOffset = size_t(kStages) * kStageBytes;
+    static constexpr size_t kBarOffset = kCOffset + 2 * kCBytes;
+    static size_t smem_bytes(int32_t num_experts) {
+        return kBarOffset + 2 * kStages * sizeof(uint64_t) + size_t(num_experts + 1) * sizeof(int32_t) + 1024;
+    }
+    static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "boxes must stay 1024-byte aligned (swizzle atom)");
+    static_assert(kStages >= 3, "the ping-pong ring needs three stages");
+};
+
+/// Named-barrier hand-off between the two math warpgroups (256 threads: the 128 that arrive and the 128 that wait).
+__device__ __forceinline__ void handoff_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void handoff_wait(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
+
+template <int kBM, bool kSwiglu>
+__global__ void __launch_bounds__(kThreads, 1)
+    grouped_gemm_pingpong_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                                 const __grid_constant__ CUtensorMap map_c, const grouped_gemm_params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    using tile = pp_tile<kBM, kSwiglu>;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + tile::kBarOffset);
+    uint64_t* empty = full + tile::kStages;
+    int32_t* tile_start = reinterpret_cast<int32_t*>(empty + tile::kStages);  // [num_experts + 1]
+
+    const int warpgroup = threadIdx.x / 128;
+    const bool gather = p.a_rows != nullptr;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < tile::kStages; ++s) {
+            mbar_init(&full[s], gather ? 129 : 1);
+            mbar_init(&empty[s], 4);  // one arrive per warp of the warpgroup that consumed the stage
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    build_tile_schedule<kBM>(p.expert_offsets, p.num_experts, tile_start);
+    __syncthreads();
+
+    const int32_t m_tiles = tile_start[p.num_experts];
+    const int32_t n_tiles = (p.n + tile::kOutN - 1) / tile::kOutN;
+    const int32_t num_tiles = m_tiles * n_tiles;
+    const int32_t k_tiles = (p.k + kBK - 1) / kBK;
+
+    if (warpgroup == 0) {
+        if (gather || threadIdx.x == 0) {
+            if (threadIdx.x == 0) {
+                if (!gather) tma_prefetch_map(&map_a);
+                tma_prefetch_map(&map_b);
+            }
+            const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
+            const int chunk = threadIdx.x % 8;
+            uint32_t it = 0;
+            for (int32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+                const row_tile rt = locate_row_tile<kBM>(p.expert_offsets, tile_start, p.num_experts, t / n_tiles);
+                const int32_t n0 = (t % n_tiles) * tile::kOutN;
+                const int32_t b_row = rt.expert * n_b;
+                int32_t src[kBM / 16];
+                if (gather) gather_rows_of_tile<kBM>(p, rt.m0, src);
+                for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
+                    const uint32_t s = it % tile::kStages;
+                    mbar_wait(&empty[s], ((it / tile::kStages) & 1) ^ 1);
+                    unsigned char* a_s = smem + size_t(s) * tile::kStageBytes;
+                    unsigned char* b_s = a_s + tile::kABytes;
+                    const int32_t k0 = kt * kBK;
+                    if (threadIdx.x == 0) {
+                        mbar_arrive_expect_tx(&full[s], gather ? tile::kBBytes : tile::kStageBytes);
+                        if (!gather) tma_load_2d(a_s, &map_a, k0, rt.m0, &full[s]);
+                        if constexpr (kSwiglu) {
+                            // The tile's gate rows, then the matching up rows.
+                            tma_load_2d(b_s, &map_b, k0, b_row + n0, &full[s]);
+                            tma_load_2d(b_s + size_t(tile::kBoxB) * 128, &map_b, k0, b_row + p.n + n0, &full[s]);
+                        } else {
+                            tma_load_2d(b_s, &map_b, k0, b_row + n0, &full[s]);
+                        }
+                    }
+                    if (gather) {
+                        gather_stage<kBM>(p, a_s, src, k0, chunk);
+                        cp_async_arrive_on(&full[s]);
+                    }
+                }
+            }
+        }
+    } else {
+        const int mw = warpgroup - 1;
+        const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+        const bool storer = threadIdx.x % 128 == 0;
+        const uint32_t c_s = smem_addr(smem + tile::kCOffset + mw * tile::kCBytes);
+        if (storer) tma_prefetch_map(&map_c);
+        // This CTA's tiles: blockIdx.x + i * gridDim.x for i < my_tiles; warpgroup mw takes those with i % 2 == mw.
+        const int32_t first = int32_t(blockIdx.x), stride = int32_t(gridDim.x);
+        const int32_t my_tiles = first < num_tiles ? (num_tiles - first + stride - 1) / stride : 0;
+        float acc[tile::kSub][tile::kBN / 2];
+        uint32_t boxes = 0;  // TMA-store groups committed by this warpgroup (selects the output buffer)
+        for (int32_t i = mw; i < my_tiles; i += 2) {
+            uint32_t it = uint32_t(i) * uint32_t(k_tiles);  // the ring position of tile i's first stage
+            const int32_t t = first + i * stride;
+            const row_tile rt = locate_row_tile<kBM>(p.expert_offsets, tile_start, p.num_experts, t / n_tiles);
+            const int32_t n0 = (t % n_tiles) * tile::kOutN;
+#pragma unroll
+            for (int sb = 0; sb < tile::kSub; ++sb)
+#pragma unroll
+                for (int j = 0; j < tile::kBN / 2; ++j) acc[sb][j] = 0.f;
+            if (i > 0) handoff_wait(3 + mw);  // the other warpgroup has issued tile i - 1's main loop
+            for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
+                const uint32_t s = it % tile::kStages;
+                mbar_wait(&full[s], (it / tile::kStages) & 1);
+                if (gather) fence_proxy_async();
+                const unsigned char* a_s = smem + size_t(s) * tile::kStageBytes;
+                const uint64_t desc_a = smem_desc(a_s);
+                const uint64_t desc_b = smem_desc(a_s + tile::kABytes);
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < kBK / 16; ++kk) {
+                    wgmma_tile<tile::kBN>(acc[0], desc_a + 2 * kk, desc_b + 2 * kk);
+                    if constexpr (tile::kSub == 2) {
+                        // The second 64-row block, 64 rows of 128 bytes further (8 KB, 512 in descriptor units); also
+                        // for a 64-row tail tile, whose second block is not stored (a branch here would make ptxas
+                        // serialize the wgmmas).
+                        wgmma_tile<tile::kBN>(acc[1], desc_a + 512 + 2 * kk, desc_b + 2 * kk);
+                    }
+                }
+                wgmma_commit();
+                wgmma_wait<1>();
+#pragma unroll
+                for (int sb = 0; sb < tile::kSub; ++sb) fence_accumulators(acc[sb]);
+                if (kt > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % tile::kStages]);
+            }
+            if (i + 1 < my_tiles) handoff_arrive(3 + (mw ^ 1));  // the other warpgroup may start tile i + 1
+            wgmma_wait<0>();
+#pragma unroll
+            for (int sb = 0; sb < tile::kSub; ++sb) fence_accumulators(acc[sb]);
+            if (lane == 0) mbar_arrive(&empty[(it - 1) % tile::kStages]);
+
+#pragma unroll
+            for (int sb = 0; sb < tile::kSub; ++sb) {
+                if (sb * 64 >= rt.rows) break;
+#pragma unroll
+                for (int box = 0; box < tile::kOutN / 64; ++box, ++boxes) {
+                    const uint32_t buf = c_s + (boxes % tile::kCBufs) * tile::kCBoxBytes;
+                    if (storer) bulk_wait_read<tile::kCBufs - 1>();
+                    warpgroup_sync(1 + mw);
+                    write_box<tile::kBN, kSwiglu>(acc[sb], box, buf, warp, lane);
+                    fence_proxy_async();
+                    warpgroup_sync(1 + mw);
+                    if (storer) {
+                        const int32_t col = n0 + box * 64;
+                        if (col < p.n) tma_store_2d(&map_c, buf, col, rt.m0 + sb * 64);
+                        bulk_commit();
+                    }
                 }
             }
         }
@@ -534,6 +739,31 @@ void launch_swiglu_or_not(const grouped_gemm_params& p, cudaStream_t stream) {
         launch_config<kBM, false>(p, stream);
 }
 
+template <int kBM, bool kSwiglu>
+void launch_pingpong_config(const grouped_gemm_params& p, cudaStream_t stream) {
+    using tile = pp_tile<kBM, kSwiglu>;
+    if (p.max_rows < 64) return;  // expert groups are multiples of row_align >= 64 rows: all are empty
+    const auto kernel = grouped_gemm_pingpong_kernel<kBM, kSwiglu>;
+    const size_t smem = tile::smem_bytes(p.num_experts);
+    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
+    const CUtensorMap map_a = p.a_rows ? CUtensorMap{} : make_map(p.a, p.max_rows, p.k, kBM);  // gather: unused
+    const CUtensorMap map_b = make_map(p.b, int64_t(p.num_experts) * n_b, p.k, tile::kBoxB);
+    const CUtensorMap map_c = make_map(p.c, p.max_rows, p.n, 64);
+    const int64_t tiles_bound = int64_t(p.max_rows / 64) * ((p.n + tile::kOutN - 1) / tile::kOutN);
+    const int grid = int(std::max<int64_t>(1, std::min<int64_t>(tiles_bound, current_device().sms)));
+    kernel<<<grid, kThreads, smem, stream>>>(map_a, map_b, map_c, p);
+    ZMOE_CUDA_CHECK_LAUNCH();
+}
+
+template <int kBM>
+void launch_pingpong_swiglu_or_not(const grouped_gemm_params& p, cudaStream_t stream) {
+    if (p.swiglu)
+        launch_pingpong_config<kBM, true>(p, stream);
+    else
+        launch_pingpong_config<kBM, false>(p, stream);
+}
+
 }  // namespace
 
 bool device_has_wgmma() {
@@ -564,6 +794,22 @@ void launch_grouped_gemm_wgmma(const grouped_gemm_params& p, cudaStream_t stream
         launch_swiglu_or_not<128>(p, stream);
     else
         launch_swiglu_or_not<64>(p, stream);
+}
+
+int pingpong_tile_rows() {
+    const char* v = std::getenv("ZMOE_GG_PINGPONG_ROWS");
+    return v != nullptr && std::string_view(v) == "128" ? 128 : 64;
+}
+
+void launch_grouped_gemm_wgmma_pingpong(const grouped_gemm_params& p, int tile_rows, cudaStream_t stream) {
+    ZMOE_KERNEL_REQUIRE(grouped_gemm_wgmma_supported(p),
+                        "grouped_gemm: the wgmma kernel needs compute capability 9.x and row_align % 64 == 0");
+    ZMOE_KERNEL_REQUIRE(tile_rows == 64 || tile_rows == 128, "grouped_gemm: ping-pong tiles have 64 or 128 rows");
+    if (p.max_rows == 0 || p.n == 0) return;
+    if (tile_rows == 64)
+        launch_pingpong_swiglu_or_not<64>(p, stream);
+    else
+        launch_pingpong_swiglu_or_not<128>(p, stream);
 }
 
 }  // namespace zmoe::kernels::detail
