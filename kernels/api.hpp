@@ -430,6 +430,9 @@ struct grouped_gemm_params {
     int32_t row_align = 16;  ///< as given to launch_moe_permute
     bool swiglu = false;
     grouped_gemm_impl impl = grouped_gemm_impl::automatic;
+    /// > 0: the persistent (wgmma) kernel's grid stays within this many CTAs, leaving the other SMs to work on other
+    /// streams (an expert-parallel exchange in flight); 0: one CTA per SM. The other kernels ignore it.
+    int32_t max_ctas = 0;
 };
 
 /// For each expert e and row r in [offsets[e], offsets[e+1]): c[r] = a[r] . b[e]^T on the tensor cores (fp32

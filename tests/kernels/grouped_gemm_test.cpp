@@ -15,6 +15,7 @@ struct gemm_case {
     int32_t row_align;
     grouped_gemm_impl impl = grouped_gemm_impl::mma_sync;
     bool gather = false;   ///< read the unpermuted x through a_rows = row_token instead of the permuted copy
+    int32_t max_ctas = 0;  ///< grouped_gemm_params::max_ctas (the persistent kernel's grid bound)
     int32_t pp_rows = 64;  ///< wgmma_pingpong: the tile height (64 or 128)
 };
 
@@ -97,6 +98,7 @@ TEST_P(GroupedGemm, MatchesReference) {
     p.row_align = c.row_align;
     p.swiglu = c.swiglu;
     p.impl = c.impl;
+    p.max_ctas = c.max_ctas;
     if (c.impl == kPing)
         detail::launch_grouped_gemm_wgmma_pingpong(p, c.pp_rows, nullptr);  // both tile shapes
     else
@@ -150,19 +152,23 @@ INSTANTIATE_TEST_SUITE_P(
         // The ping-pong schedule, 64 x 256 and 128 x 128 tiles: ragged and empty groups, 64-row tails of 128-row
         // tiles, partial N tiles and K tails, one tile per CTA up to many (20 000 tokens), x read through a_rows.
         gemm_case{1, 8, 128, 2048, 768, true, 64, kPing},
-        gemm_case{1, 8, 128, 768, 2048, false, 128, kPing, false, 128},
-        gemm_case{37, 3, 16, 96, 40, true, 64, kPing, false, 128}, gemm_case{37, 3, 16, 40, 96, false, 128, kPing},
+        gemm_case{1, 8, 128, 768, 2048, false, 128, kPing, false, 0, 128},
+        gemm_case{37, 3, 16, 96, 40, true, 64, kPing, false, 0, 128}, gemm_case{37, 3, 16, 40, 96, false, 128, kPing},
         gemm_case{300, 4, 16, 200, 192, false, 64, kPing, true},
-        gemm_case{300, 4, 16, 192, 200, true, 64, kPing, true, 128},
+        gemm_case{300, 4, 16, 192, 200, true, 64, kPing, true, 0, 128},
         gemm_case{256, 8, 32, 2048, 768, true, 64, kPing, true},
-        gemm_case{256, 8, 32, 768, 2048, false, 64, kPing, false, 128},
-        gemm_case{3000, 6, 40, 136, 72, true, 64, kPing, true, 128}, gemm_case{3000, 8, 64, 128, 264, false, 64, kPing},
-        gemm_case{1024, 8, 128, 256, 768, true, 64, kPing, true},
-        gemm_case{1024, 8, 128, 768, 256, false, 64, kPing, false, 128},
+        gemm_case{256, 8, 32, 768, 2048, false, 64, kPing, false, 0, 128},
+        gemm_case{3000, 6, 40, 136, 72, true, 64, kPing, true, 0, 128},
+        gemm_case{3000, 8, 64, 128, 264, false, 64, kPing}, gemm_case{1024, 8, 128, 256, 768, true, 64, kPing, true},
+        gemm_case{1024, 8, 128, 768, 256, false, 64, kPing, false, 0, 128},
         gemm_case{20000, 2, 64, 136, 128, true, 64, kPing, true},
-        gemm_case{20000, 2, 64, 128, 264, false, 128, kPing, false, 128},
-        gemm_case{20000, 2, 64, 64, 128, false, 64, kPing, false, 128},
-        gemm_case{5000, 4, 32, 200, 264, false, 128, kPing, true, 128},
+        gemm_case{20000, 2, 64, 128, 264, false, 128, kPing, false, 0, 128},
+        gemm_case{20000, 2, 64, 64, 128, false, 64, kPing, false, 0, 128},
+        gemm_case{5000, 4, 32, 200, 264, false, 128, kPing, true, 0, 128},
+        // The ping-pong hand-off over many tiles per CTA, an odd and an even count per warpgroup (grid bound).
+        gemm_case{3000, 8, 64, 128, 256, false, 64, kPing, true, 7},
+        gemm_case{300, 4, 16, 200, 192, false, 64, kPing, false, 1, 128},
+        gemm_case{2048, 8, 32, 256, 128, true, 128, kPing, false, 2},
         // The small-group kernel (8-row groups; moe_row_align_for does not pick it, row_align 8 or impl small do):
         // Qwen3-30B-A3B shapes up to 16 rows per expert (256 tokens), all three tile counts (mean rows per expert up
         // to 4, 8, more), experts with more rows than its tiles (further passes), K tails (K % 32 != 0), N not a
@@ -179,12 +185,19 @@ INSTANTIATE_TEST_SUITE_P(
         gemm_case{64, 8, 128, 2048, 768, true, 16, kSmall, true}, gemm_case{64, 8, 128, 768, 2048, false, 64, kSmall},
         // The automatic choice at Qwen3-30B-A3B shapes (wgmma on sm_90 from row_align 64 on).
         gemm_case{8, 8, 128, 2048, 768, true, 16, kAuto}, gemm_case{64, 8, 128, 768, 2048, false, 64, kAuto},
-        gemm_case{1000, 4, 32, 512, 256, true, 128, kAuto}),
+        gemm_case{1000, 4, 32, 512, 256, true, 128, kAuto},
+        // The persistent wgmma kernel on fewer CTAs than SMs (SMs left to an exchange in flight): each CTA walks
+        // more tiles; one CTA walks them all.
+        gemm_case{3000, 8, 64, 128, 256, false, 64, kWgmma, true, 7},
+        gemm_case{2048, 8, 32, 256, 128, true, 128, kWgmma, true, 124},
+        gemm_case{300, 4, 16, 200, 192, false, 64, kWgmma, false, 1}),
     [](const auto& info) {
         const auto& c = info.param;
         return make_name("t", c.num_tokens, "_k", c.top_k, "_e", c.num_experts, "_K", c.k, "_N", c.n,
                          (c.swiglu ? "_swiglu" : "_plain"), "_align", c.row_align, "_", impl_name(c.impl),
-                         (c.gather ? "_gather" : ""), (c.impl == kPing && c.pp_rows == 128 ? "_rows128" : ""));
+                         (c.gather ? "_gather" : ""), (c.max_ctas > 0 ? "_ctas" : ""),
+                         (c.max_ctas > 0 ? std::to_string(c.max_ctas) : std::string()),
+                         (c.impl == kPing && c.pp_rows == 128 ? "_rows128" : ""));
     });
 
 }  // namespace
