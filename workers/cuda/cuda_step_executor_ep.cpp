@@ -8,6 +8,7 @@
 #include "base/check.hpp"
 #include "kernels/api.hpp"
 #include "workers/cuda/cuda_step_executor.hpp"
+#include "workers/micro_batch.hpp"
 
 namespace zmoe::cuda {
 namespace {
@@ -144,47 +145,34 @@ void cuda_step_executor::stage_dual_batch(const step_shape& s, int32_t split, in
     const int32_t* d = dbo_side_.as<int32_t>();
     const int32_t T = s.num_tokens, N = s.num_seqs;
     split = std::clamp(split, 0, T);
-    const int32_t* qs = ws_.query_start.host;
-    const int32_t* sp = ws_.start_pos.host;
-    // b0: the sequence that holds row `split` (N when B is empty). A takes sequences [0, b0), and the head of b0
-    // when the split cuts it; B takes [b0, N), b0's tail starting at its row `split`.
-    int32_t b0 = 0;
-    while (b0 < N && qs[b0 + 1] <= split) ++b0;
-    const int32_t n[2] = {b0 < N && qs[b0] < split ? b0 + 1 : b0, N - b0};
+    const auto m = micro_batch_sequences(std::span<const int32_t>(ws_.query_start.host, size_t(N) + 1),
+                                         std::span<const int32_t>(ws_.start_pos.host, size_t(N)), split);
     h[0] = std::clamp(num_valid, 0, split);
     h[1] = std::clamp(num_valid - split, 0, T - split);
-    for (int32_t i = 0; i < n[0]; ++i) {
-        h[o_qs[0] + i] = qs[i];
-        h[o_sp[0] + i] = sp[i];
-    }
-    h[o_qs[0] + n[0]] = split;
-    h[o_qs[1]] = split;
-    for (int32_t j = 0; j < n[1]; ++j) {
-        h[o_qs[1] + j + 1] = qs[b0 + j + 1];
-        h[o_sp[1] + j] = sp[b0 + j] + (j == 0 ? split - qs[b0] : 0);
+    for (int mb = 0; mb < 2; ++mb) {
+        std::copy(m[mb].query_start.begin(), m[mb].query_start.end(), h + o_qs[mb]);
+        std::copy(m[mb].start_pos.begin(), m[mb].start_pos.end(), h + o_sp[mb]);
     }
     size_t end = o_items;
     for (int mb = 0; mb < 2; ++mb) {
         const std::vector<int32_t> items =
-            kernels::paged_attention_plan(std::span<const int32_t>(h + o_qs[mb], size_t(n[mb]) + 1),
-                                          i32_of(config_.num_heads), i32_of(config_.num_kv_heads));
+            kernels::paged_attention_plan(m[mb].query_start, i32_of(config_.num_heads), i32_of(config_.num_kv_heads));
         ZMOE_CHECK(end + items.size() <= o_items + 2 * W, "micro-batch attention work items beyond their buffer");
         std::copy(items.begin(), items.end(), h + end);
         dbo_views_[mb] = {
             .first = mb == 0 ? 0 : split,
             .num_tokens = mb == 0 ? split : T - split,
-            .num_seqs = n[mb],
+            .num_seqs = m[mb].num_seqs(),
             .num_work_items = i32_of(int64_t(items.size()) / 2),
             .one_token_each = s.one_token_each,
             .query_start = d + o_qs[mb],
             .start_pos = d + o_sp[mb],
-            .block_tables = ws_.block_tables.device + size_t(mb == 0 ? 0 : b0) * ws_.shape.max_blocks_per_seq,
+            .block_tables = ws_.block_tables.device + size_t(m[mb].first_seq) * ws_.shape.max_blocks_per_seq,
             .work_items = d + end,
             .num_valid = d + mb};
         end += items.size();
     }
     check(cudaMemcpyAsync(dbo_side_.as<void>(), h, end * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-    ep_overlap_gemm_ctas();
 }
 
 void cuda_step_executor::forward_dual_batch() {
