@@ -357,8 +357,10 @@ int main(int argc, char** argv) {
                 g_impl = zmoe::kernels::grouped_gemm_impl::wgmma;
             else if (v == "small")
                 g_impl = zmoe::kernels::grouped_gemm_impl::small;
+            else if (v == "pingpong")
+                g_impl = zmoe::kernels::grouped_gemm_impl::wgmma_pingpong;
             else
-                return std::fprintf(stderr, "--impl: auto, mma, wgmma or small\n"), 2;
+                return std::fprintf(stderr, "--impl: auto, mma, wgmma, pingpong or small\n"), 2;
         } else if (a == "--decode-router" && i + 1 < argc) {
             const std::string v = argv[++i];
             if (v != "fused" && v != "gemm") return std::fprintf(stderr, "--decode-router: fused or gemm\n"), 2;
@@ -377,7 +379,7 @@ int main(int argc, char** argv) {
             std::fprintf(stderr,
                          "usage: %s [--tokens 1,8,...] [--iters N] [--warmup N] [--path auto|decode|grouped] "
                          "[--decode-router fused|gemm] "
-                         "[--align 8|16|32|64|128] [--impl auto|mma|wgmma|small] [--no-gather] [--peer CMD] "
+                         "[--align 8|16|32|64|128] [--impl auto|mma|wgmma|pingpong|small] [--no-gather] [--peer CMD] "
                          "[--json PATH]\n",
                          argv[0]);
             return 2;
@@ -500,10 +502,11 @@ int main(int argc, char** argv) {
           << "\",\"shape\":{\"hidden\":" << kHidden << ",\"experts\":" << kExperts << ",\"top_k\":" << kTopK
           << ",\"inter\":" << kInter << ",\"dtype\":\"bf16\"},\"measured\":{\"copy_bytes_per_s\":" << peak.bytes_per_s
           << ",\"bf16_gemm_flops_per_s\":" << peak.flops_per_s << "},\"iters\":" << iters << ",\"gemm_impl\":\""
-          << (g_impl == zmoe::kernels::grouped_gemm_impl::automatic ? "auto"
-              : g_impl == zmoe::kernels::grouped_gemm_impl::wgmma   ? "wgmma"
-              : g_impl == zmoe::kernels::grouped_gemm_impl::small   ? "small"
-                                                                    : "mma")
+          << (g_impl == zmoe::kernels::grouped_gemm_impl::automatic        ? "auto"
+              : g_impl == zmoe::kernels::grouped_gemm_impl::wgmma          ? "wgmma"
+              : g_impl == zmoe::kernels::grouped_gemm_impl::small          ? "small"
+              : g_impl == zmoe::kernels::grouped_gemm_impl::wgmma_pingpong ? "pingpong"
+                                                                           : "mma")
           << "\",\"path\":\""
           << (g_path == path_choice::automatic ? "auto"
               : g_path == path_choice::decode  ? "decode"
