@@ -108,8 +108,12 @@ TEST_P(MoeLayer, MatchesReference) {
                              .path = c.path,
                              .row_align = c.row_align,
                              .impl = c.impl};
-    if (c.path == moe_path::decode) ASSERT_TRUE(moe_layer_uses_decode_path(p));
-    if (c.path == moe_path::grouped) ASSERT_FALSE(moe_layer_uses_decode_path(p));
+    if (c.path == moe_path::decode) {
+        ASSERT_TRUE(moe_layer_uses_decode_path(p));
+    }
+    if (c.path == moe_path::grouped) {
+        ASSERT_FALSE(moe_layer_uses_decode_path(p));
+    }
     std::vector<moe_stage> stages;
     moe_layer_params marked = p;
     marked.mark = [](void* context, moe_stage s) { static_cast<std::vector<moe_stage>*>(context)->push_back(s); };
