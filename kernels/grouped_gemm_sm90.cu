@@ -29,6 +29,7 @@
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/grouped_gemm_sm90.hpp"
+#include "kernels/pdl.cuh"
 
 namespace zmoe::kernels::detail {
 namespace {
@@ -295,6 +296,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
+    // Launched programmatically dependent: the setup above overlaps the tail of the kernel before, which writes the
+    // offsets and a.
+    pdl_wait();
+    pdl_launch_dependents();
     build_tile_schedule<kBM>(p.expert_offsets, p.num_experts, tile_start);
     __syncthreads();
 
@@ -522,8 +527,7 @@ void launch_config(const grouped_gemm_params& p, cudaStream_t stream) {
     const CUtensorMap map_c = make_map(p.c, p.max_rows, p.n, 64);
     const int64_t tiles_bound = int64_t(p.max_rows / 64) * ((p.n + tile::kOutN - 1) / tile::kOutN);
     const int grid = int(std::max<int64_t>(1, std::min<int64_t>(tiles_bound, current_device().sms)));
-    kernel<<<grid, kThreads, smem, stream>>>(map_a, map_b, map_c, p);
-    ZMOE_CUDA_CHECK_LAUNCH();
+    launch_pdl(kernel, dim3(grid), dim3(kThreads), smem, stream, map_a, map_b, map_c, p);
 }
 
 template <int kBM>
