@@ -135,7 +135,7 @@ void launch_paged_attention(const paged_attention_params& p, cudaStream_t stream
 /// kDecodeAttentionMinChunk keys (a multiple of it) and at most kDecodeAttentionMaxChunks chunks. A function of the
 /// sequence's own length only, so that its result depends on nothing else (not on the batch it is in, nor on the
 /// capacity the split count was sized for): graph replays of padded batches give the eager step's bits.
-constexpr int32_t kDecodeAttentionMinChunk = 64;
+constexpr int32_t kDecodeAttentionMinChunk = 256;
 constexpr int32_t kDecodeAttentionMaxChunks = 32;
 constexpr int32_t decode_attention_chunk(int32_t kv_len) {
     const int32_t per = (kv_len + kDecodeAttentionMaxChunks - 1) / kDecodeAttentionMaxChunks;
@@ -178,9 +178,11 @@ struct decode_attention_params {
 };
 
 /// What launch_paged_attention computes for a batch of one query token per sequence (query_start = 0, 1, ..., n),
-/// with the probabilities kept in fp32, in one launch: num_splits blocks per (sequence, KV head) share its chunks;
-/// the group's query heads share each K/V tile (read once into shared memory); a sequence of several chunks is
-/// merged, in chunk order, by the block of its KV head that finishes last.
+/// in one launch, on tensor cores (BF16 MMAs, fp32 accumulation and softmax, the probabilities rounded to BF16 for
+/// PV as launch_paged_attention does): num_splits blocks per (sequence, KV head) share its chunks; the group's query
+/// heads are the MMA rows that share each K/V tile; a sequence of one chunk (up to kDecodeAttentionMinChunk keys)
+/// is written in one pass, one of several chunks is merged, in chunk order, by the block of its KV head that finishes
+/// last.
 void launch_decode_attention(const decode_attention_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------

@@ -1,18 +1,20 @@
 // Paged attention for decode steps (one query token per sequence), split over the KV in chunks whose size depends on
-// the sequence's length only (decode_attention_chunk), in one launch.
+// the sequence's length only (decode_attention_chunk), in one launch, on tensor cores.
 //
 // Blocks of four warps over (split, KV head, sequence); a block runs chunks split, split + num_splits, ... of its
-// sequence one after another (num_splits sized to the batch). The group's G query heads share every K/V row: a tile of
-// keys is copied once into shared memory (cp.async, K and V in separate groups so that the V copy overlaps the
-// scores, and the next tile's K copy overlaps this tile's PV), then
-//   scores:  each thread scores one key against min(G, 4) heads, q read as fp32 broadcasts from shared memory;
-//   softmax: online, in fp32 and base 2 (q is pre-scaled by scale * log2 e), warp w takes heads w, w + 4, ...;
-//   PV:      each thread owns two output dimensions of min(G, 4) heads, reading the probabilities of its heads as
-//            one broadcast vector per key.
-// A sequence that fits one chunk writes its output directly. Otherwise every chunk writes (o, m, l) to the
-// workspace and the block whose arrival completes its (sequence, KV head) merges them in chunk order
-// (deterministic, and the same bits whatever the grid), then re-arms the counter. Launched programmatically
-// dependent (pdl.cuh).
+// sequence one after another (num_splits sized to the batch). Inside a chunk, warp w takes the 16-key tiles w,
+// w + 4, ... and runs them on its own, with no block barrier:
+//   loads:   a kStages-deep cp.async pipeline per warp into the warp's own shared memory (K and V of one tile per
+//            stage, keys past the sequence zero-filled); the block-table reads for a tile are issued a tile ahead;
+//   scores:  S = Q K^T with mma.sync m16n8k16 (BF16 in, fp32 accumulate): the M side holds the group's query heads
+//            (rows past the group are zero), N the tile's 16 keys, K the head dimension; Q stays in registers;
+//   softmax: online, in fp32 and base 2, on the accumulator registers (a row's four lanes reduce by shuffles);
+//   PV:      O += P V with the probabilities rounded to BF16 as the A operand straight from the score registers, V
+//            read transposed by ldmatrix.
+// The four warps' states then meet in shared memory and merge in warp order. A sequence that fits one chunk writes its
+// output directly. Otherwise every chunk writes (o, m, l) to the workspace and the block whose arrival completes its
+// (sequence, KV head) merges them in chunk order (deterministic, and the same bits whatever the grid), then re-arms
+// the counter. Launched programmatically dependent (pdl.cuh).
 
 #include <algorithm>
 
@@ -26,54 +28,87 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
+constexpr int kKeys = 16;  // keys per warp tile: the K side of one PV MMA, the N side of two QK^T MMAs
+static_assert(kDecodeAttentionMinChunk % (kWarps * kKeys) == 0, "a full chunk gives every warp whole tiles");
 
-__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src) {
+/// 16 bytes global -> shared, asynchronously; zero-filled when !valid (src is then not read).
+__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src, bool valid) {
     const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(valid ? 16 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-/// Waits for all but the newest committed group of this thread's copies.
-__device__ __forceinline__ void cp_async_wait_all_but_newest() { asm volatile("cp.async.wait_group 1;\n" ::); }
+/// Waits until at most kPending of this thread's newest committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
 
-template <int kHeadDim, int kGroup>
+/// Four 8x8 BF16 matrices from shared memory (lanes 8i..8i+7 give matrix i's row addresses), plain or transposed.
+template <bool kTrans>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* row) {
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+    if constexpr (kTrans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+}
+
+/// d += a b, m16n8k16, BF16 in, fp32 accumulate (PTX fragment layouts: lane = 4 g + t holds rows g and g + 8).
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+/// The bits of two adjacent BF16 values of row `row` (zero for a row past the group: an MMA row with no head).
+template <int kGroup>
+__device__ __forceinline__ uint32_t load_pair(const bf16* q, int row, int col, int head_dim) {
+    return row < kGroup ? *reinterpret_cast<const uint32_t*>(q + row * head_dim + col) : 0u;
+}
+
+template <int kHeadDim>
 struct tile_config {
-    static constexpr int kTile = kHeadDim <= 128 ? 64 : 32;  // keys per shared-memory tile
-    static constexpr int kStride = kHeadDim + 8;             // bf16 per K/V row in shared memory (bank spread)
-    static constexpr int kHeads = kGroup < 4 ? kGroup : 4;   // heads per thread, scores and PV
-    static constexpr int kHeadBlocks = kGroup / kHeads;
-    static constexpr int kScoreItems = kTile * kHeadBlocks;  // (key, head block)
-    static constexpr int kScorePerThread = (kScoreItems + kThreads - 1) / kThreads;
-    static constexpr int kPvItems = kHeadBlocks * (kHeadDim / 2);  // (head block, dimension pair)
-    static constexpr int kPvPerThread = (kPvItems + kThreads - 1) / kThreads;
-    // Dynamic shared memory, bytes: K tile [kTile][kStride] bf16 | V tile [kTile][kStride] bf16 |
-    // q [kGroup][kHeadDim] fp32 | probabilities [kTile][kGroup] fp32.
-    static constexpr size_t kKvBytes = size_t(kTile) * kStride * 2;
-    static constexpr size_t kQBytes = size_t(kGroup) * kHeadDim * 4;
-    static constexpr size_t kPBytes = size_t(kTile) * kGroup * 4;
-    static constexpr size_t kSmemBytes = 2 * kKvBytes + kQBytes + kPBytes;
-    static_assert(kKvBytes % 16 == 0 && kQBytes % 16 == 0, "16-byte aligned regions");
-    static_assert(kHeadDim / 2 >= 32, "a warp's PV items share one head block");
+    static constexpr int kStages = 2;             // tiles in flight per warp
+    static constexpr int kStride = kHeadDim + 8;  // bf16 per K/V row in shared memory: ldmatrix rows hit distinct banks
+    static constexpr int kTileElems = kKeys * kStride;
+    static constexpr int kOStride = kHeadDim + 8;  // fp32 per row of a warp's output state
+    // Dynamic shared memory, bytes: per warp [kStages][K tile, V tile][kKeys][kStride] bf16; once a warp's tiles are
+    // done its region holds its output state [16][kOStride] fp32 (rows past the group unused).
+    static constexpr size_t kWarpBytes = size_t(kStages) * 2 * kTileElems * 2;
+    static constexpr size_t kSmemBytes = kWarps * kWarpBytes;
+    static_assert(size_t(16) * kOStride * 4 <= kWarpBytes, "the output state fits the warp's tile buffers");
+    static_assert(kWarpBytes % 16 == 0 && (kStride * 2) % 16 == 0, "16-byte aligned rows");
 };
 
 template <int kHeadDim, int kGroup>
 __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode_attention_params p) {
-    using C = tile_config<kHeadDim, kGroup>;
-    constexpr int kHeads = C::kHeads, kTile = C::kTile, kStride = C::kStride;
+    using C = tile_config<kHeadDim>;
+    constexpr int kStages = C::kStages, kStride = C::kStride, kTileElems = C::kTileElems;
+    constexpr int kDimSteps = kHeadDim / 16;  // K steps of QK^T
+    constexpr int kDimTiles = kHeadDim / 8;   // N tiles of PV
+    constexpr int kPieces = kHeadDim / 8;     // 16-byte pieces per K/V row
+    static_assert(kGroup <= 16, "the group fits the M side of one MMA");
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16* k_s = reinterpret_cast<bf16*>(smem);
-    bf16* v_s = reinterpret_cast<bf16*>(smem + C::kKvBytes);
-    float* q_s = reinterpret_cast<float*>(smem + 2 * C::kKvBytes);
-    float* p_s = reinterpret_cast<float*>(smem + 2 * C::kKvBytes + C::kQBytes);
-    __shared__ float m_run[kGroup], l_run[kGroup], alpha_s[kGroup];
+    __shared__ float m_warp[kWarps][16], l_warp[kWarps][16];      // each warp's running max and sum per head
     __shared__ float chunk_w[kGroup][kDecodeAttentionMaxChunks];  // merge: 2^(m_c - M) per head and chunk
     __shared__ float inv_sum[kGroup];
-    __shared__ int32_t slot_s[C::kTile];  // the cache slot of each key of the tile being copied
     __shared__ bool merge_here;
 
     detail::pdl_wait();  // the query and this step's K/V rows come from the kernel before
     detail::pdl_launch_dependents();
     const int32_t split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int32_t kv_len = p.start_pos[seq] + 1;
     const int32_t chunk = decode_attention_chunk(kv_len);
     const int32_t num_chunks = (kv_len + chunk - 1) / chunk;
@@ -84,171 +119,171 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode
     // A chunk's unnormalised state when the sequence has several: [num_seqs * num_q_heads][max_chunks][head_dim + 2].
     const size_t row = kHeadDim + 2;
     auto part = [&](int head, int32_t c) { return p.workspace + ((head0 + head) * p.max_chunks + c) * row; };
-
+    bf16* tiles = reinterpret_cast<bf16*>(smem + warp * C::kWarpBytes);
     const float scale_log2 = p.scale * 1.4426950408889634f;
-    for (int i = threadIdx.x; i < kGroup * kHeadDim; i += kThreads)
-        q_s[i] = __bfloat162float(p.q[head0 * kHeadDim + i]) * scale_log2;
+
+    // Q as the A operand: row g is head g, row g + 8 head g + 8, for every K step of the head dimension.
+    uint32_t qa[kDimSteps][4];
+    const bf16* q = p.q + head0 * kHeadDim;
+#pragma unroll
+    for (int ks = 0; ks < kDimSteps; ++ks) {
+        const int col = ks * 16 + 2 * t;
+        qa[ks][0] = load_pair<kGroup>(q, g, col, kHeadDim);
+        qa[ks][1] = load_pair<kGroup>(q, g + 8, col, kHeadDim);
+        qa[ks][2] = load_pair<kGroup>(q, g, col + 8, kHeadDim);
+        qa[ks][3] = load_pair<kGroup>(q, g + 8, col + 8, kHeadDim);
+    }
 
     // This block's chunks: split, split + num_splits, ... (the chunking depends on kv_len only, the grid does not).
     int32_t my_chunks = 0;
     for (int32_t c = split; c < num_chunks; c += p.num_splits, ++my_chunks) {
         const int32_t k_begin = c * chunk, k_end = min(kv_len, k_begin + chunk);
-        // The cache slots of a tile's keys, one block-table read per key, all in flight at once (the copies then
-        // issue back to back instead of each waiting on its table read).
-        auto find_slots = [&](int32_t t0) {
-            for (int j = threadIdx.x; j < min(kTile, k_end - t0); j += kThreads) {
-                const int32_t key = t0 + j;
-                slot_s[j] = table[key / p.block_size] * p.block_size + key % p.block_size;
-            }
-            __syncthreads();
+        const int32_t num_tiles = (k_end - k_begin + kKeys - 1) / kKeys;
+        const int32_t my_tiles = num_tiles > warp ? (num_tiles - warp + kWarps - 1) / kWarps : 0;
+        auto tile_key = [&](int32_t i) { return k_begin + (warp + i * kWarps) * kKeys; };  // the warp's i-th tile
+        // Lane j (and j + 16): the cache slot of key j of the warp's i-th tile, -1 past the chunk.
+        auto find_slot = [&](int32_t i) {
+            const int32_t key = tile_key(i) + lane % kKeys;
+            return i < my_tiles && key < k_end ? table[key / p.block_size] * p.block_size + key % p.block_size : -1;
         };
-        auto load_tile = [&](bf16* dst, const bf16* cache, int32_t t0) {  // the tile of find_slots(t0)
-            const int32_t n = min(kTile, k_end - t0);
-            for (int i = threadIdx.x; i < n * (kHeadDim / 8); i += kThreads) {
-                const int j = i / (kHeadDim / 8), piece = i % (kHeadDim / 8);
-                cp_async_16(dst + j * kStride + piece * 8,
-                            cache + (size_t(slot_s[j]) * p.num_kv_heads + kvh) * kHeadDim + piece * 8);
+        auto load_tile = [&](int32_t i, int32_t slot) {  // tile i into stage i % kStages, with find_slot(i)'s slots
+            bf16* k_s = tiles + (i % kStages) * 2 * kTileElems;
+#pragma unroll
+            for (int r = 0; r < kKeys * kPieces / 32; ++r) {
+                const int idx = lane + r * 32, j = idx / kPieces, piece = idx % kPieces;
+                const int32_t s = __shfl_sync(detail::kFullMask, slot, j);
+                const size_t off = (size_t(max(s, 0)) * p.num_kv_heads + kvh) * kHeadDim + piece * 8;
+                cp_async_16(k_s + j * kStride + piece * 8, p.k_cache + off, s >= 0);
+                cp_async_16(k_s + kTileElems + j * kStride + piece * 8, p.v_cache + off, s >= 0);
             }
+        };
+        int32_t first_slots[kStages];
+#pragma unroll
+        for (int s = 0; s < kStages; ++s) first_slots[s] = find_slot(s);  // all table reads in flight at once
+#pragma unroll
+        for (int s = 0; s < kStages; ++s) {
+            if (s < my_tiles) load_tile(s, first_slots[s]);
+            cp_async_commit();  // empty groups keep the count uniform
+        }
+        int32_t next_slot = find_slot(kStages);
+
+        float o[kDimTiles][4];  // rows g, g + 8 (heads) x dimensions 8 n + 2 t, + 1
+#pragma unroll
+        for (int n = 0; n < kDimTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+        float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.f, 0.f};  // rows g, g + 8; l: this lane's keys only
+
+        for (int32_t i = 0; i < my_tiles; ++i) {
+            cp_async_wait<kStages - 1>();
+            __syncwarp();  // every lane's copies of tile i have landed
+            const bf16* k_s = tiles + (i % kStages) * 2 * kTileElems;
+            const bf16* v_s = k_s + kTileElems;
+
+            // Scores: keys 0-7 and 8-15 of the tile, two N tiles; ldmatrix matrices (keys 0-7 | 8-15) x (dims +0 | +8).
+            float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+            const bf16* k_row = k_s + ((lane & 7) + (lane >> 4) * 8) * kStride + ((lane >> 3) & 1) * 8;
+#pragma unroll
+            for (int ks = 0; ks < kDimSteps; ++ks) {
+                uint32_t b[4];
+                ldmatrix_x4<false>(b, k_row + ks * 16);
+                mma_16816(s[0], qa[ks], b[0], b[1]);
+                mma_16816(s[1], qa[ks], b[2], b[3]);
+            }
+
+            // Online softmax on the registers: s[n][e] is row g + 8 (e / 2), key 8 n + 2 t + e % 2.
+            const int32_t key0 = tile_key(i);
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int n = 0; n < 2; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    s[n][e] = key0 + n * 8 + 2 * t + (e & 1) < k_end ? s[n][e] * scale_log2 : -INFINITY;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+                }
+            float alpha[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(detail::kFullMask, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(detail::kFullMask, mx[r], 2));
+                const float m_new = fmaxf(m_row[r], mx[r]);  // finite: the tile holds at least one key
+                alpha[r] = exp2f(m_row[r] - m_new);          // 0 on the first tile (m_row = -inf)
+                m_row[r] = m_new;
+                l_row[r] *= alpha[r];
+            }
+#pragma unroll
+            for (int n = 0; n < 2; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    s[n][e] = exp2f(s[n][e] - m_row[e >> 1]);
+                    l_row[e >> 1] += s[n][e];
+                }
+#pragma unroll
+            for (int n = 0; n < kDimTiles; ++n) {
+                o[n][0] *= alpha[0], o[n][1] *= alpha[0];
+                o[n][2] *= alpha[1], o[n][3] *= alpha[1];
+            }
+
+            // PV: the score accumulators are the A operand's layout (rows g, g + 8; keys 2 t, + 1 and 8 + 2 t, + 1).
+            const uint32_t pa[4] = {pack_bf16x2(s[0][0], s[0][1]), pack_bf16x2(s[0][2], s[0][3]),
+                                    pack_bf16x2(s[1][0], s[1][1]), pack_bf16x2(s[1][2], s[1][3])};
+            // ldmatrix.trans matrices: (keys 0-7 | 8-15) x (dims +0 | +8) of a 16-dimension slice.
+            const bf16* v_row = v_s + ((lane & 7) + ((lane >> 3) & 1) * 8) * kStride + (lane >> 4) * 8;
+#pragma unroll
+            for (int n = 0; n < kDimTiles; n += 2) {
+                uint32_t b[4];
+                ldmatrix_x4<true>(b, v_row + n * 8);
+                mma_16816(o[n], pa, b[0], b[1]);
+                mma_16816(o[n + 1], pa, b[2], b[3]);
+            }
+
+            __syncwarp();  // every lane has read this stage before it is refilled
+            if (i + kStages < my_tiles) load_tile(i + kStages, next_slot);
             cp_async_commit();
-        };
-        find_slots(k_begin);
-        load_tile(k_s, p.k_cache, k_begin);
-        load_tile(v_s, p.v_cache, k_begin);
-        if (threadIdx.x < kGroup) m_run[threadIdx.x] = -INFINITY, l_run[threadIdx.x] = 0.f;
+            next_slot = find_slot(i + kStages + 1);  // read now, used one tile later
+        }
+        cp_async_wait<0>();  // only empty groups are left; the region now holds the output state
+        __syncwarp();
 
-        float acc[C::kPvPerThread][kHeads][2];
+        // This warp's state: (m, l) per head and o [16][kOStride] fp32 in its own region.
+        float* o_s = reinterpret_cast<float*>(tiles);
 #pragma unroll
-        for (int r = 0; r < C::kPvPerThread; ++r)
+        for (int r = 0; r < 2; ++r) {
+            l_row[r] += __shfl_xor_sync(detail::kFullMask, l_row[r], 1);
+            l_row[r] += __shfl_xor_sync(detail::kFullMask, l_row[r], 2);
+            const int head = g + 8 * r;
+            if (head >= kGroup) continue;
+            if (t == 0) m_warp[warp][head] = m_row[r], l_warp[warp][head] = l_row[r];
 #pragma unroll
-            for (int h = 0; h < kHeads; ++h) acc[r][h][0] = acc[r][h][1] = 0.f;
+            for (int n = 0; n < kDimTiles; ++n)
+                *reinterpret_cast<float2*>(o_s + head * C::kOStride + n * 8 + 2 * t) =
+                    make_float2(o[n][2 * r], o[n][2 * r + 1]);
+        }
+        __syncthreads();
 
-        for (int32_t t0 = k_begin; t0 < k_end; t0 += kTile) {
-            const int32_t n = min(kTile, k_end - t0);
-            const bool more = t0 + kTile < k_end;
-            cp_async_wait_all_but_newest();  // this tile's K (its V may still be in flight)
-            __syncthreads();
-
-            // Scores of (key j, heads hb * kHeads ...) into p_s[j][h].
+        // The warps' states merged in warp order (a warp without tiles has m = -inf, l = 0, o = 0): the output when the
+        // sequence is one chunk, else this chunk's state.
+        for (int item = threadIdx.x; item < kGroup * (kHeadDim / 2); item += kThreads) {
+            const int head = item / (kHeadDim / 2), col = item % (kHeadDim / 2) * 2;
+            float m = -INFINITY;
 #pragma unroll
-            for (int r = 0; r < C::kScorePerThread; ++r) {
-                const int item = threadIdx.x + r * kThreads;
-                const int j = item % kTile, hb = item / kTile;
-                if (item >= C::kScoreItems || j >= n) continue;
-                float s[kHeads];
+            for (int w = 0; w < kWarps; ++w) m = fmaxf(m, m_warp[w][head]);
+            float o0 = 0.f, o1 = 0.f, l = 0.f;
 #pragma unroll
-                for (int h = 0; h < kHeads; ++h) s[h] = 0.f;
-                const bf16* krow = k_s + j * kStride;
-                const float* q0 = q_s + hb * kHeads * kHeadDim;
-#pragma unroll 4
-                for (int d = 0; d < kHeadDim; d += 8) {
-                    float kf[8];
-                    detail::load_f32x8(krow + d, kf);
-#pragma unroll
-                    for (int h = 0; h < kHeads; ++h) {
-                        const float4 qa = *reinterpret_cast<const float4*>(q0 + h * kHeadDim + d);
-                        const float4 qb = *reinterpret_cast<const float4*>(q0 + h * kHeadDim + d + 4);
-                        s[h] += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] + qb.x * kf[4] +
-                                qb.y * kf[5] + qb.z * kf[6] + qb.w * kf[7];
-                    }
-                }
-#pragma unroll
-                for (int h = 0; h < kHeads; ++h) p_s[j * kGroup + hb * kHeads + h] = s[h];
+            for (int w = 0; w < kWarps; ++w) {
+                const float wt = exp2f(m_warp[w][head] - m);
+                const float2 ow = *reinterpret_cast<const float2*>(
+                    reinterpret_cast<const float*>(smem + w * C::kWarpBytes) + head * C::kOStride + col);
+                o0 += ow.x * wt, o1 += ow.y * wt, l += l_warp[w][head] * wt;
             }
-            __syncthreads();
-
-            // Online softmax over the tile's n keys, one warp per head.
-            for (int h = warp; h < kGroup; h += kWarps) {
-                float mx = -INFINITY;
-                for (int j = lane; j < n; j += 32) mx = fmaxf(mx, p_s[j * kGroup + h]);
-                mx = detail::warp_max(mx);
-                const float m_old = m_run[h];
-                const float m_new = fmaxf(m_old, mx);  // finite: the tile holds at least one key
-                float sum = 0.f;
-                for (int j = lane; j < n; j += 32) {
-                    const float e = exp2f(p_s[j * kGroup + h] - m_new);
-                    p_s[j * kGroup + h] = e;
-                    sum += e;
-                }
-                sum = detail::warp_sum(sum);
-                if (lane == 0) {
-                    const float a = exp2f(m_old - m_new);  // 0 on the first tile (m_old = -inf)
-                    alpha_s[h] = a;
-                    l_run[h] = l_run[h] * a + sum;
-                    m_run[h] = m_new;
-                }
-            }
-            __syncthreads();  // probabilities ready; the K tile and the slots are free (this tile's V is issued)
-            if (more) {
-                find_slots(t0 + kTile);
-                load_tile(k_s, p.k_cache, t0 + kTile);
+            if (num_chunks == 1) {
+                const float inv = 1.f / l;  // > 0: the chunk holds a key
+                *reinterpret_cast<__nv_bfloat162*>(p.out + (head0 + head) * kHeadDim + col) =
+                    __floats2bfloat162_rn(o0 * inv, o1 * inv);
             } else {
-                cp_async_commit();  // an empty group keeps the count uniform
-            }
-            cp_async_wait_all_but_newest();  // this tile's V
-            __syncthreads();
-
-            // PV: (head block hb, dimensions 2 pair, 2 pair + 1).
-#pragma unroll
-            for (int r = 0; r < C::kPvPerThread; ++r) {
-                const int item = threadIdx.x + r * kThreads;
-                if (item >= C::kPvItems) continue;
-                const int pair = item % (kHeadDim / 2), hb = item / (kHeadDim / 2);
-#pragma unroll
-                for (int h = 0; h < kHeads; ++h) {
-                    const float a = alpha_s[hb * kHeads + h];
-                    acc[r][h][0] *= a;
-                    acc[r][h][1] *= a;
-                }
-                const bf16* vcol = v_s + pair * 2;
-                const float* pcol = p_s + hb * kHeads;
-#pragma unroll 4
-                for (int j = 0; j < n; ++j) {
-                    const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(vcol + j * kStride));
-                    float pr[kHeads];
-                    if constexpr (kHeads == 4) {
-                        const float4 p4 = *reinterpret_cast<const float4*>(pcol + j * kGroup);
-                        pr[0] = p4.x, pr[1] = p4.y, pr[2] = p4.z, pr[3] = p4.w;
-                    } else {
-#pragma unroll
-                        for (int h = 0; h < kHeads; ++h) pr[h] = pcol[j * kGroup + h];
-                    }
-#pragma unroll
-                    for (int h = 0; h < kHeads; ++h) {
-                        acc[r][h][0] += pr[h] * v.x;
-                        acc[r][h][1] += pr[h] * v.y;
-                    }
-                }
-            }
-            __syncthreads();  // the V tile and the probabilities are free
-            if (more)
-                load_tile(v_s, p.v_cache, t0 + kTile);  // the slots of find_slots(t0 + kTile)
-            else
-                cp_async_commit();
-        }
-
-        // One chunk: the output itself. Several: this chunk's state.
-#pragma unroll
-        for (int r = 0; r < C::kPvPerThread; ++r) {
-            const int item = threadIdx.x + r * kThreads;
-            if (item >= C::kPvItems) continue;
-            const int pair = item % (kHeadDim / 2), hb = item / (kHeadDim / 2);
-#pragma unroll
-            for (int h = 0; h < kHeads; ++h) {
-                const int head = hb * kHeads + h;
-                if (num_chunks == 1) {
-                    const float inv = 1.f / l_run[head];  // > 0: the chunk holds a key
-                    *reinterpret_cast<__nv_bfloat162*>(p.out + (head0 + head) * kHeadDim + pair * 2) =
-                        __floats2bfloat162_rn(acc[r][h][0] * inv, acc[r][h][1] * inv);
-                } else {
-                    *reinterpret_cast<float2*>(part(head, c) + pair * 2) = make_float2(acc[r][h][0], acc[r][h][1]);
-                }
+                *reinterpret_cast<float2*>(part(head, c) + col) = make_float2(o0, o1);
+                if (col == 0) part(head, c)[kHeadDim] = m, part(head, c)[kHeadDim + 1] = l;
             }
         }
-        if (num_chunks > 1 && threadIdx.x < kGroup) {
-            part(threadIdx.x, c)[kHeadDim] = m_run[threadIdx.x];
-            part(threadIdx.x, c)[kHeadDim + 1] = l_run[threadIdx.x];
-        }
-        __syncthreads();  // m_run / l_run are read above before the next chunk resets them
+        __syncthreads();  // the states are read above before the next chunk's tiles overwrite them
     }
     if (num_chunks == 1) return;
 
@@ -294,7 +329,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode
 
 template <int kHeadDim, int kGroup>
 void launch_one(const decode_attention_params& p, cudaStream_t stream) {
-    constexpr size_t smem = tile_config<kHeadDim, kGroup>::kSmemBytes;
+    constexpr size_t smem = tile_config<kHeadDim>::kSmemBytes;
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<kHeadDim, kGroup>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     detail::launch_pdl(decode_attention_kernel<kHeadDim, kGroup>, dim3(p.num_splits, p.num_kv_heads, p.num_seqs),

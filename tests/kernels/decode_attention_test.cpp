@@ -1,7 +1,9 @@
-// launch_decode_attention against ref::paged_attention (one query token per sequence): GQA groups 1 to 16, head
-// dims 64/128/256, contexts from 1 key to several KV chunks (split + in-kernel merge), block tables in shuffled
-// physical order, more chunks than a sequence needs; the merge counters are left zero and a second launch gives the
-// same bits; and a sequence's output is bitwise the same alone and in a batch.
+// launch_decode_attention against ref::paged_attention (one query token per sequence, probabilities and sums in
+// fp32): GQA groups 1 to 16, head dims 64/128/256, batches of 1 to 300 sequences, contexts from 1 key to several
+// chunks (split + in-kernel merge), lengths on and off the 16-key tiles, the 256-key chunks and the block size, block
+// tables in shuffled physical order, more chunks than a sequence needs and grids of 1 to 64 blocks per (sequence, KV
+// head); the merge counters are left zero and a second launch gives the same bits; and a sequence's output is bitwise
+// the same alone and in a batch.
 
 #include <numeric>
 
@@ -140,9 +142,15 @@ TEST(DecodeAttention, SequenceAloneEqualsSequenceInBatch) {
     for (size_t i = 0; i < row; ++i) ASSERT_EQ(alone[i], all[2 * row + i]) << "element " << i;
 }
 
+/// n positions in [0, below): i * stride mod below, so lengths fall on and off every tile and chunk edge.
+std::vector<int32_t> spread(int32_t n, int32_t stride, int32_t below) {
+    std::vector<int32_t> pos(n);
+    for (int32_t i = 0; i < n; ++i) pos[i] = int32_t((int64_t(i) * stride + below - 1) % below);
+    return pos;
+}
+
 std::vector<decode_case> cases() {
-    std::vector<int32_t> many;
-    for (int32_t i = 0; i < 40; ++i) many.push_back((i * 97) % 700);
+    const std::vector<int32_t> many = spread(40, 97, 700);
     return {
         {"qwen3_one", {128}, 32, 4, 128, 16},
         {"qwen3_first_token", {0}, 32, 4, 128, 16},
@@ -160,6 +168,16 @@ std::vector<decode_case> cases() {
         {"group16", {900, 64}, 64, 4, 128, 16},
         {"head_dim_256", {10, 520}, 8, 2, 256, 16},
         {"block_size_1", {45}, 4, 1, 64, 1},
+        {"block_size_24", {300, 47, 23}, 32, 4, 128, 24},
+        {"tile_edges", {0, 1, 14, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129}, 32, 4, 128, 16},
+        {"chunk_edges_256", {254, 255, 256, 511, 512, 513, 767, 1024, 4095}, 32, 4, 128, 16},
+        {"batch_300", spread(300, 41, 700), 8, 1, 128, 16},
+        {"batch_256_context_128", spread(256, 1, 129), 32, 4, 128, 16},
+        {"long_chunks_above_min", {8191, 9000, 300}, 8, 2, 128, 16, 0, 5},
+        {"grid_64", {4095, 17}, 32, 4, 128, 16, 0, 64},
+        {"grid_2_group1", {2000, 700}, 4, 4, 64, 16, 0, 2},
+        {"group16_long_d256", {2600, 5}, 16, 1, 256, 16},
+        {"group2_d64_batch", spread(33, 29, 1200), 4, 2, 64, 32},
     };
 }
 

@@ -1,0 +1,274 @@
+// Decode attention (launch_decode_attention) at Qwen3-30B-A3B's attention shape: 32 query / 4 KV heads of 128, BF16,
+// a paged KV cache of 16-key blocks in shuffled physical order, every sequence at the same context length.
+//
+// For each batch x context: the median time of one launch, from a CUDA graph of back-to-back launches (programmatic
+// dependent launch, as the decode step runs them) that cycles over enough copies of the KV cache (distinct blocks,
+// distinct block tables) that each launch reads its KV from memory, not from the L2 of the launch before. Beside it:
+//   floor: the bytes one launch must move (K, V, the query, the output, the block table) at the device's copy
+//          bandwidth, measured in the same run (1 GiB device to device, bytes read + written);
+//   peer:  --peer CMD runs after zmoe's measurements (the GPU otherwise idle) and prints "<batch> <context> <ms>" rows
+//          for the same shapes (bench/kernels/decode_attention_peer.py: PyTorch's scaled_dot_product_attention with
+//          enable_gqa over a contiguous KV cache); other lines are echoed.
+//
+// usage: decode_attention_bench [--batches 1,64,256] [--contexts 128,1024,4096] [--iters 20] [--peer CMD]
+//                               [--json PATH]
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/api.hpp"
+#include "kernels/cuda_check.hpp"
+
+namespace {
+
+using zmoe::kernels::bf16;
+
+constexpr int32_t kQHeads = 32, kKvHeads = 4, kHeadDim = 128, kBlockSize = 16;
+constexpr size_t kColdBytes = size_t(256) << 20;  // KV bytes a graph cycles over, at least: well past the 50 MB L2
+
+struct row {
+    int32_t batch = 0, context = 0, copies = 0, splits = 0;
+    double ms = 0, floor_ms = 0, bytes = 0, peer_ms = -1;  // peer_ms < 0: no peer row for this shape
+};
+
+template <typename T>
+T* device_alloc(size_t n) {
+    void* p = nullptr;
+    ZMOE_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+    return static_cast<T*>(p);
+}
+
+__global__ void fill_random(bf16* x, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+        uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+        x[i] = __float2bfloat16(float(h & 0xffff) / 32768.f - 1.f);
+    }
+}
+
+/// Milliseconds between two events around fn(), the median of `iters` runs after two warm-up runs.
+template <typename Fn>
+double median_ms(Fn&& fn, cudaStream_t stream, int iters) {
+    cudaEvent_t start, stop;
+    ZMOE_CUDA_CHECK(cudaEventCreate(&start));
+    ZMOE_CUDA_CHECK(cudaEventCreate(&stop));
+    std::vector<double> ms;
+    for (int i = -2; i < iters; ++i) {
+        ZMOE_CUDA_CHECK(cudaEventRecord(start, stream));
+        fn();
+        ZMOE_CUDA_CHECK(cudaEventRecord(stop, stream));
+        ZMOE_CUDA_CHECK(cudaEventSynchronize(stop));
+        float t = 0;
+        ZMOE_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+        if (i >= 0) ms.push_back(t);
+    }
+    ZMOE_CUDA_CHECK(cudaEventDestroy(start));
+    ZMOE_CUDA_CHECK(cudaEventDestroy(stop));
+    std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+    return ms[ms.size() / 2];
+}
+
+row measure(int32_t batch, int32_t context, int iters, cudaStream_t stream) {
+    row r{.batch = batch, .context = context};
+    const int32_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
+    const size_t block_bytes = size_t(kBlockSize) * kKvHeads * kHeadDim * sizeof(bf16);  // K or V
+    const size_t kv_bytes = 2 * size_t(batch) * blocks_per_seq * block_bytes;
+    r.copies = int32_t(std::clamp<size_t>((kColdBytes + kv_bytes - 1) / kv_bytes, 1, 1024));
+    const size_t num_blocks = size_t(r.copies) * batch * blocks_per_seq;
+    const size_t q_elems = size_t(batch) * kQHeads * kHeadDim;
+
+    bf16* q = device_alloc<bf16>(q_elems);
+    bf16* k_cache = device_alloc<bf16>(num_blocks * block_bytes / sizeof(bf16));
+    bf16* v_cache = device_alloc<bf16>(num_blocks * block_bytes / sizeof(bf16));
+    bf16* out = device_alloc<bf16>(q_elems);
+    fill_random<<<1024, 256, 0, stream>>>(q, q_elems, 1);
+    fill_random<<<1024, 256, 0, stream>>>(k_cache, num_blocks * block_bytes / sizeof(bf16), 2);
+    fill_random<<<1024, 256, 0, stream>>>(v_cache, num_blocks * block_bytes / sizeof(bf16), 3);
+    ZMOE_CUDA_CHECK_LAUNCH();
+
+    // Copy c's block tables: [copies][batch][blocks_per_seq], physical blocks shuffled over the whole cache.
+    std::vector<int32_t> tables(num_blocks);
+    std::iota(tables.begin(), tables.end(), 0);
+    std::shuffle(tables.begin(), tables.end(), std::mt19937(int(batch * 7 + context)));
+    int32_t* d_tables = device_alloc<int32_t>(tables.size());
+    ZMOE_CUDA_CHECK(cudaMemcpy(d_tables, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice));
+    const std::vector<int32_t> start_pos(batch, context - 1);
+    int32_t* d_start = device_alloc<int32_t>(batch);
+    ZMOE_CUDA_CHECK(cudaMemcpy(d_start, start_pos.data(), size_t(batch) * 4, cudaMemcpyHostToDevice));
+
+    const int32_t max_chunks = zmoe::kernels::decode_attention_splits(context);
+    r.splits = zmoe::kernels::decode_attention_grid_splits(batch, kKvHeads, max_chunks);
+    float* workspace = device_alloc<float>(
+        zmoe::kernels::decode_attention_workspace_bytes(batch, kQHeads, kHeadDim, max_chunks) / sizeof(float));
+    int32_t* counters = device_alloc<int32_t>(size_t(batch) * kKvHeads);
+    ZMOE_CUDA_CHECK(cudaMemset(counters, 0, size_t(batch) * kKvHeads * 4));
+    auto launch = [&](int32_t copy) {
+        zmoe::kernels::launch_decode_attention({.q = q,
+                                                .k_cache = k_cache,
+                                                .v_cache = v_cache,
+                                                .block_tables = d_tables + size_t(copy) * batch * blocks_per_seq,
+                                                .start_pos = d_start,
+                                                .workspace = workspace,
+                                                .merge_counters = counters,
+                                                .out = out,
+                                                .num_seqs = batch,
+                                                .num_q_heads = kQHeads,
+                                                .num_kv_heads = kKvHeads,
+                                                .head_dim = kHeadDim,
+                                                .block_size = kBlockSize,
+                                                .max_blocks_per_seq = blocks_per_seq,
+                                                .max_chunks = max_chunks,
+                                                .num_splits = r.splits,
+                                                .scale = 1.f / std::sqrt(float(kHeadDim))},
+                                               stream);
+    };
+    launch(0);  // outside the capture: sets the kernel's shared-memory limit
+    ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+    const int32_t launches = std::max(r.copies, 16);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    ZMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int32_t i = 0; i < launches; ++i) launch(i % r.copies);
+    ZMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    ZMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    r.ms = median_ms([&] { ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, stream, iters) / launches;
+    r.bytes = double(batch) * (double(context) * kKvHeads * kHeadDim * 2 * sizeof(bf16) +
+                               2.0 * kQHeads * kHeadDim * sizeof(bf16) + blocks_per_seq * 4.0);
+
+    ZMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    ZMOE_CUDA_CHECK(cudaGraphDestroy(graph));
+    for (void* p : {(void*)q, (void*)k_cache, (void*)v_cache, (void*)out, (void*)d_tables, (void*)d_start,
+                    (void*)workspace, (void*)counters})
+        ZMOE_CUDA_CHECK(cudaFree(p));
+    return r;
+}
+
+/// Device-to-device copy of 1 GiB, bytes read + written per second (the median of 10 copies).
+double copy_bandwidth(cudaStream_t stream) {
+    const size_t n = size_t(1) << 30;
+    char* src = device_alloc<char>(n);
+    char* dst = device_alloc<char>(n);
+    ZMOE_CUDA_CHECK(cudaMemsetAsync(src, 1, n, stream));
+    const double ms =
+        median_ms([&] { ZMOE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream)); }, stream, 10);
+    ZMOE_CUDA_CHECK(cudaFree(src));
+    ZMOE_CUDA_CHECK(cudaFree(dst));
+    return 2.0 * double(n) / (ms * 1e-3);
+}
+
+std::vector<int32_t> int_list(const std::string& s) {
+    std::vector<int32_t> v;
+    std::stringstream in(s);
+    for (std::string item; std::getline(in, item, ',');) v.push_back(std::stoi(item));
+    return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<int32_t> batches{1, 64, 256}, contexts{128, 1024, 4096};
+    int iters = 20;
+    std::string peer, json;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        const bool has_value = i + 1 < argc;
+        if (a == "--batches" && has_value)
+            batches = int_list(argv[++i]);
+        else if (a == "--contexts" && has_value)
+            contexts = int_list(argv[++i]);
+        else if (a == "--iters" && has_value)
+            iters = std::max(1, std::stoi(argv[++i]));
+        else if (a == "--peer" && has_value)
+            peer = argv[++i];
+        else if (a == "--json" && has_value)
+            json = argv[++i];
+        else {
+            std::fprintf(stderr,
+                         "usage: %s [--batches 1,64,256] [--contexts 128,1024,4096] [--iters N] [--peer CMD] "
+                         "[--json PATH]\n",
+                         argv[0]);
+            return 2;
+        }
+    }
+    cudaStream_t stream;
+    ZMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaDeviceProp prop{};
+    ZMOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    const double bandwidth = copy_bandwidth(stream);
+
+    std::vector<row> rows;
+    for (int32_t b : batches)
+        for (int32_t c : contexts) {
+            rows.push_back(measure(b, c, iters, stream));
+            rows.back().floor_ms = rows.back().bytes / bandwidth * 1e3;
+        }
+
+    std::string peer_name;
+    if (!peer.empty()) {
+        std::fflush(stdout);
+        FILE* pipe = popen(peer.c_str(), "r");
+        char line[1024];
+        while (pipe && std::fgets(line, sizeof line, pipe)) {
+            int32_t b = 0, c = 0;
+            double ms = 0;
+            char extra = 0;
+            if (std::sscanf(line, "%d %d %lf %c", &b, &c, &ms, &extra) == 3) {
+                for (row& r : rows)
+                    if (r.batch == b && r.context == c) r.peer_ms = ms;
+            } else {
+                std::printf("peer: %s", line);
+                if (peer_name.empty()) peer_name = std::string(line, std::strcspn(line, "\n\"\\"));
+            }
+        }
+        if (!pipe || pclose(pipe) != 0)
+            std::fprintf(stderr, "decode_attention_bench: the peer failed: %s\n", peer.c_str());
+    }
+
+    std::printf(
+        "\ndecode attention, %d query / %d KV heads of %d, BF16, block size %d, on %s; copy bandwidth %.0f GB/s\n",
+        kQHeads, kKvHeads, kHeadDim, kBlockSize, prop.name, bandwidth * 1e-9);
+    std::printf("%6s %8s %7s %7s %10s %10s %10s %7s %9s %8s\n", "batch", "context", "copies", "splits", "zmoe us",
+                "floor us", "peer us", "floor%", "GB/s", "vs peer");
+    for (const row& r : rows) {
+        char vs[16] = "-", peer_us[16] = "-";
+        if (r.peer_ms > 0) {
+            std::snprintf(vs, sizeof vs, "%.2fx", r.peer_ms / r.ms);
+            std::snprintf(peer_us, sizeof peer_us, "%.2f", r.peer_ms * 1e3);
+        }
+        std::printf("%6d %8d %7d %7d %10.2f %10.2f %10s %6.0f%% %9.0f %8s\n", r.batch, r.context, r.copies, r.splits,
+                    r.ms * 1e3, r.floor_ms * 1e3, peer_us, 100.0 * r.floor_ms / r.ms, r.bytes / r.ms * 1e-6, vs);
+    }
+    std::printf(
+        "(floor: K + V + query + output + block-table bytes at the copy bandwidth; vs peer: peer time / zmoe's, "
+        "> 1 means zmoe is faster)\n");
+
+    if (!json.empty()) {
+        std::ofstream f(json);
+        f << "{\"bench\":\"decode_attention\",\"device\":\"" << prop.name << "\",\"shape\":{\"num_q_heads\":" << kQHeads
+          << ",\"num_kv_heads\":" << kKvHeads << ",\"head_dim\":" << kHeadDim << ",\"block_size\":" << kBlockSize
+          << ",\"dtype\":\"bf16\"},\"copy_bytes_per_s\":" << bandwidth << ",\"iters\":" << iters << ",\"peer\":\""
+          << peer_name << "\",\"rows\":[";
+        for (size_t i = 0; i < rows.size(); ++i) {
+            const row& r = rows[i];
+            f << (i ? "," : "") << "{\"batch\":" << r.batch << ",\"context\":" << r.context
+              << ",\"copies\":" << r.copies << ",\"num_splits\":" << r.splits << ",\"ms\":" << r.ms
+              << ",\"bytes\":" << r.bytes << ",\"floor_ms\":" << r.floor_ms << ",\"peer_ms\":" << r.peer_ms << "}";
+        }
+        f << "]}\n";
+        std::printf("wrote %s\n", json.c_str());
+    }
+    ZMOE_CUDA_CHECK(cudaStreamDestroy(stream));
+    return 0;
+}
