@@ -28,9 +28,9 @@ struct blas_handle {
     ~blas_handle() { cublasLtDestroy(handle); }
 };
 
-class MoeLayer : public ::testing::TestWithParam<layer_case> {};
+class MoeLayerLaunch : public ::testing::TestWithParam<layer_case> {};
 
-TEST_P(MoeLayer, MatchesReference) {
+TEST_P(MoeLayerLaunch, MatchesReference) {
     const layer_case c = GetParam();
     const int32_t T = c.num_tokens, E = c.num_experts, K = c.top_k, H = c.hidden, I = c.inter;
     std::mt19937 rng(T * 7 + E * 3 + H + K);
@@ -152,7 +152,7 @@ constexpr auto kAutoImpl = grouped_gemm_impl::automatic, kMma = grouped_gemm_imp
                kWgmma = grouped_gemm_impl::wgmma, kSmall = grouped_gemm_impl::small;
 
 INSTANTIATE_TEST_SUITE_P(
-    Shapes, MoeLayer,
+    Shapes, MoeLayerLaunch,
     ::testing::Values(layer_case{1, 128, 8, 2048, 768},                         // Qwen3-30B-A3B, decode path
                       layer_case{1, 128, 8, 2048, 768, 0, -1, kGrouped},        // one token on the grouped path
                       layer_case{8, 128, 8, 2048, 768},                         // T = 8 as the executor runs it
