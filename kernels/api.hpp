@@ -486,7 +486,10 @@ void launch_moe_experts(const moe_experts_params& p, cudaStream_t stream);
 enum class moe_path : int32_t { automatic = 0, decode = 1, grouped = 2 };
 
 struct moe_layer_params {
-    const bf16* x = nullptr;          // [num_tokens, hidden]: the normalised hidden states
+    /// x, the expert weights, out, the permutation scratch, the shapes (num_slots: one GPU, every slot of
+    /// replica_slots is here), row_align, impl and the stage marks; its slots and topk_weights are ignored (the
+    /// router's slot_ids and topk_weights below are used). On the decode path act holds num_tokens * top_k rows.
+    moe_experts_params experts;
     const bf16* router_w = nullptr;   // [num_experts, hidden]
     float* router_logits = nullptr;   // [num_tokens, num_experts] fp32 scratch
     cublasLtHandle_t blas = nullptr;  // the router GEMM where launch_gemv_bf16 does not take it
@@ -496,34 +499,14 @@ struct moe_layer_params {
     const int32_t* replica_slots = nullptr;    // as moe_route_params
     const int32_t* num_valid = nullptr;        // [1] or nullptr (all valid): tokens from *num_valid on are padding
     int32_t* expert_counts = nullptr;          // [num_experts] or nullptr: += the valid choices of each expert
-    const bf16* w_gate_up = nullptr;           // [num_slots, 2 * inter, hidden]
-    const bf16* w_down = nullptr;              // [num_slots, hidden, inter]
     int32_t* topk_ids = nullptr;               // [num_tokens, top_k] scratch (logical experts)
     float* topk_weights = nullptr;             // [num_tokens, top_k] out
     int32_t* slot_ids = nullptr;               // [num_tokens, top_k] out
     int32_t* decode_scratch = nullptr;         // moe_decode_scratch_ints(kMoeDecodeMaxTokens, top_k)
-    int32_t* expert_offsets = nullptr;         // [num_slots + 1] scratch, as moe_experts_params
-    int32_t* dest_rows = nullptr;              // [num_tokens, top_k] scratch
-    int32_t* row_token = nullptr;              // [max_rows] scratch
-    void* permute_workspace = nullptr;         // moe_permute_workspace_bytes(num_tokens, top_k, num_slots)
-    bf16* x_permuted = nullptr;                // [max_rows, hidden] or nullptr (as moe_experts_params)
-    bf16* act = nullptr;                       // [max(max_rows, num_tokens * top_k), inter] scratch
-    bf16* y = nullptr;                         // [max_rows, hidden] scratch
-    bf16* out = nullptr;                       // [num_tokens, hidden]
-    int32_t max_rows = 0;                      ///< as moe_experts_params
-    int32_t num_tokens = 0;
-    int32_t top_k = 0;
     int32_t num_experts = 0;
-    int32_t num_slots = 0;  ///< one GPU: every slot of replica_slots is here
-    int32_t hidden = 0;
-    int32_t inter = 0;
     bool renormalize = false;
     moe_path path = moe_path::automatic;  ///< decode only where moe_decode_supported
     bool fuse_router = true;              ///< the decode path computes the router logits itself (else a GEMM first)
-    int32_t row_align = 0;                ///< as moe_experts_params
-    grouped_gemm_impl impl = grouped_gemm_impl::automatic;
-    moe_stage_mark mark = nullptr;
-    void* mark_context = nullptr;
 };
 
 /// True when launch_moe_layer takes the decode path for p (p.path, moe_use_decode_path, moe_decode_supported).

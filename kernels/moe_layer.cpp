@@ -88,79 +88,81 @@ void launch_moe_experts(const moe_experts_params& p, cudaStream_t stream) {
 }
 
 bool moe_layer_uses_decode_path(const moe_layer_params& p) {
+    const moe_experts_params& e = p.experts;
     if (p.path == moe_path::automatic)
-        return moe_use_decode_path(p.num_tokens, p.top_k, p.num_experts, p.hidden, p.inter);
-    return p.path == moe_path::decode && moe_decode_supported(p.num_tokens, p.top_k, p.num_experts, p.hidden, p.inter);
+        return moe_use_decode_path(e.num_tokens, e.top_k, p.num_experts, e.hidden, e.inter);
+    return p.path == moe_path::decode && moe_decode_supported(e.num_tokens, e.top_k, p.num_experts, e.hidden, e.inter);
 }
 
 void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream) {
-    if (p.num_tokens == 0) {
-        mark(p.mark, p.mark_context, moe_stage::end);
+    moe_experts_params e = p.experts;
+    if (e.num_tokens == 0) {
+        mark(e.mark, e.mark_context, moe_stage::end);
         return;
     }
     const bool decode = moe_layer_uses_decode_path(p);
     if (!decode || !p.fuse_router) {
         // A few rows: one streaming pass over the router weights; more: cuBLASLt.
-        mark(p.mark, p.mark_context, moe_stage::router_gemm);
-        const bool aligned = (reinterpret_cast<uintptr_t>(p.x) | reinterpret_cast<uintptr_t>(p.router_w)) % 16 == 0;
-        if (aligned && gemv_bf16_supported(p.num_tokens, p.num_experts, p.hidden))
-            launch_gemv_bf16({.x = p.x,
+        mark(e.mark, e.mark_context, moe_stage::router_gemm);
+        const bool aligned = (reinterpret_cast<uintptr_t>(e.x) | reinterpret_cast<uintptr_t>(p.router_w)) % 16 == 0;
+        if (aligned && gemv_bf16_supported(e.num_tokens, p.num_experts, e.hidden))
+            launch_gemv_bf16({.x = e.x,
                               .w = p.router_w,
                               .y = p.router_logits,
-                              .m = p.num_tokens,
+                              .m = e.num_tokens,
                               .n = p.num_experts,
-                              .k = p.hidden,
+                              .k = e.hidden,
                               .y_fp32 = true},
                              stream);
         else
             launch_gemm_bf16({.handle = p.blas,
                               .workspace = p.blas_workspace,
                               .workspace_bytes = p.blas_workspace_bytes,
-                              .x = p.x,
+                              .x = e.x,
                               .w = p.router_w,
                               .y = p.router_logits,
-                              .m = p.num_tokens,
+                              .m = e.num_tokens,
                               .n = p.num_experts,
-                              .k = p.hidden,
+                              .k = e.hidden,
                               .y_fp32 = true},
                              stream);
     }
     if (decode) {
         // The router GEMV (unless computed above), routing, gate|up, down and the weighted sum in three launches.
-        mark(p.mark, p.mark_context, moe_stage::moe_decode);
+        mark(e.mark, e.mark_context, moe_stage::moe_decode);
         launch_moe_decode({.router_w = p.fuse_router ? p.router_w : nullptr,
                            .router_logits = p.router_logits,
                            .replica_offsets = p.replica_offsets,
                            .replica_slots = p.replica_slots,
                            .num_valid = p.num_valid,
-                           .x = p.x,
-                           .w_gate_up = p.w_gate_up,
-                           .w_down = p.w_down,
+                           .x = e.x,
+                           .w_gate_up = e.w_gate_up,
+                           .w_down = e.w_down,
                            .topk_weights = p.topk_weights,
                            .slot_ids = p.slot_ids,
                            .scratch = p.decode_scratch,
-                           .act = p.act,
+                           .act = e.act,
                            .expert_counts = p.expert_counts,
-                           .out = p.out,
-                           .num_tokens = p.num_tokens,
-                           .top_k = p.top_k,
+                           .out = e.out,
+                           .num_tokens = e.num_tokens,
+                           .top_k = e.top_k,
                            .num_experts = p.num_experts,
-                           .hidden = p.hidden,
-                           .inter = p.inter,
+                           .hidden = e.hidden,
+                           .inter = e.inter,
                            .renormalize = p.renormalize},
                           stream);
-        mark(p.mark, p.mark_context, moe_stage::end);
+        mark(e.mark, e.mark_context, moe_stage::end);
         return;
     }
-    // Softmax top-k with the replica choice fused in.
-    mark(p.mark, p.mark_context, moe_stage::router_topk);
+    // Softmax top-k with the replica choice fused in, then the experts over the chosen slots.
+    mark(e.mark, e.mark_context, moe_stage::router_topk);
     launch_router_topk({.logits = p.router_logits,
                         .topk_ids = p.topk_ids,
                         .topk_weights = p.topk_weights,
                         .expert_counts = nullptr,
-                        .num_tokens = p.num_tokens,
+                        .num_tokens = e.num_tokens,
                         .num_experts = p.num_experts,
-                        .top_k = p.top_k,
+                        .top_k = e.top_k,
                         .renormalize = p.renormalize,
                         .replica_offsets = p.replica_offsets,
                         .replica_slots = p.replica_slots,
@@ -168,30 +170,9 @@ void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream) {
                         .slot_ids = p.slot_ids,
                         .load_counts = p.expert_counts},
                        stream);
-    launch_moe_experts({.slots = p.slot_ids,
-                        .x = p.x,
-                        .topk_weights = p.topk_weights,
-                        .w_gate_up = p.w_gate_up,
-                        .w_down = p.w_down,
-                        .out = p.out,
-                        .expert_offsets = p.expert_offsets,
-                        .dest_rows = p.dest_rows,
-                        .row_token = p.row_token,
-                        .permute_workspace = p.permute_workspace,
-                        .x_permuted = p.x_permuted,
-                        .act = p.act,
-                        .y = p.y,
-                        .max_rows = p.max_rows,
-                        .num_tokens = p.num_tokens,
-                        .top_k = p.top_k,
-                        .num_slots = p.num_slots,
-                        .hidden = p.hidden,
-                        .inter = p.inter,
-                        .row_align = p.row_align,
-                        .impl = p.impl,
-                        .mark = p.mark,
-                        .mark_context = p.mark_context},
-                       stream);
+    e.slots = p.slot_ids;
+    e.topk_weights = p.topk_weights;
+    launch_moe_experts(e, stream);
 }
 
 }  // namespace zmoe::kernels

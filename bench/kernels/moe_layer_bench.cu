@@ -93,7 +93,25 @@ struct layer_buffers {
 /// The layer's params as the executor fills them (kernels::launch_moe_layer), with the bench's overrides.
 zmoe::kernels::moe_layer_params layer_params(const layer_buffers& b, int32_t num_tokens) {
     using namespace zmoe::kernels;
-    return {.x = b.x,
+    return {.experts = {.x = b.x,
+                        .w_gate_up = b.w1,
+                        .w_down = b.w2,
+                        .out = b.out,
+                        .expert_offsets = b.offsets,
+                        .dest_rows = b.dest,
+                        .row_token = b.row_token,
+                        .permute_workspace = b.permute_ws,
+                        .x_permuted = g_gather ? nullptr : b.xp,
+                        .act = b.act,
+                        .y = b.y,
+                        .max_rows = b.max_rows,
+                        .num_tokens = num_tokens,
+                        .top_k = kTopK,
+                        .num_slots = kExperts,
+                        .hidden = kHidden,
+                        .inter = kInter,
+                        .row_align = g_forced_align,
+                        .impl = g_impl},
             .router_w = b.gate_w,
             .router_logits = b.logits,
             .blas = b.blas,
@@ -102,32 +120,14 @@ zmoe::kernels::moe_layer_params layer_params(const layer_buffers& b, int32_t num
             .replica_offsets = b.replica_offsets,
             .replica_slots = b.replica_slots,
             .expert_counts = b.counts,
-            .w_gate_up = b.w1,
-            .w_down = b.w2,
             .topk_ids = b.ids,
             .topk_weights = b.weights,
             .slot_ids = b.slots,
             .decode_scratch = b.decode_scratch,
-            .expert_offsets = b.offsets,
-            .dest_rows = b.dest,
-            .row_token = b.row_token,
-            .permute_workspace = b.permute_ws,
-            .x_permuted = g_gather ? nullptr : b.xp,
-            .act = b.act,
-            .y = b.y,
-            .out = b.out,
-            .max_rows = b.max_rows,
-            .num_tokens = num_tokens,
-            .top_k = kTopK,
             .num_experts = kExperts,
-            .num_slots = kExperts,
-            .hidden = kHidden,
-            .inter = kInter,
             .renormalize = true,
             .path = g_path,
-            .fuse_router = g_fused_router,
-            .row_align = g_forced_align,
-            .impl = g_impl};
+            .fuse_router = g_fused_router};
 }
 
 /// Enqueues the layer for num_tokens tokens through kernels::launch_moe_layer (the executor's call); calls mark(i)
@@ -140,11 +140,11 @@ void enqueue_layer(const layer_buffers& b, int32_t num_tokens, cudaStream_t stre
         int next = 0;
     } m{&mark};
     zmoe::kernels::moe_layer_params p = layer_params(b, num_tokens);
-    p.mark = [](void* context, zmoe::kernels::moe_stage) {
+    p.experts.mark = [](void* context, zmoe::kernels::moe_stage) {
         auto* self = static_cast<marker*>(context);
         (*self->mark)(self->next++);
     };
-    p.mark_context = &m;
+    p.experts.mark_context = &m;
     zmoe::kernels::launch_moe_layer(p, stream);
 }
 

@@ -73,7 +73,25 @@ TEST_P(MoeLayerLaunch, MatchesReference) {
     d_y.poison();
     d_out.poison();
     blas_handle blas;
-    const moe_layer_params p{.x = d_x.get(),
+    const moe_layer_params p{.experts = {.x = d_x.get(),
+                                         .w_gate_up = d_gu.get(),
+                                         .w_down = d_down.get(),
+                                         .out = d_out.get(),
+                                         .expert_offsets = d_perm_offsets.get(),
+                                         .dest_rows = d_dest.get(),
+                                         .row_token = d_row_token.get(),
+                                         .permute_workspace = d_perm_ws.get(),
+                                         .x_permuted = c.gather ? d_xp.get() : nullptr,
+                                         .act = d_act.get(),
+                                         .y = d_y.get(),
+                                         .max_rows = max_rows,
+                                         .num_tokens = T,
+                                         .top_k = K,
+                                         .num_slots = S,
+                                         .hidden = H,
+                                         .inter = I,
+                                         .row_align = c.row_align,
+                                         .impl = c.impl},
                              .router_w = d_router.get(),
                              .router_logits = d_logits.get(),
                              .blas = blas.handle,
@@ -83,31 +101,13 @@ TEST_P(MoeLayerLaunch, MatchesReference) {
                              .replica_slots = d_slots.get(),
                              .num_valid = c.num_valid < 0 ? nullptr : d_valid.get(),
                              .expert_counts = d_counts.get(),
-                             .w_gate_up = d_gu.get(),
-                             .w_down = d_down.get(),
                              .topk_ids = d_ids.get(),
                              .topk_weights = d_weights.get(),
                              .slot_ids = d_slot_ids.get(),
                              .decode_scratch = d_scratch.get(),
-                             .expert_offsets = d_perm_offsets.get(),
-                             .dest_rows = d_dest.get(),
-                             .row_token = d_row_token.get(),
-                             .permute_workspace = d_perm_ws.get(),
-                             .x_permuted = c.gather ? d_xp.get() : nullptr,
-                             .act = d_act.get(),
-                             .y = d_y.get(),
-                             .out = d_out.get(),
-                             .max_rows = max_rows,
-                             .num_tokens = T,
-                             .top_k = K,
                              .num_experts = E,
-                             .num_slots = S,
-                             .hidden = H,
-                             .inter = I,
                              .renormalize = T % 2 == 1,
-                             .path = c.path,
-                             .row_align = c.row_align,
-                             .impl = c.impl};
+                             .path = c.path};
     if (c.path == moe_path::decode) {
         ASSERT_TRUE(moe_layer_uses_decode_path(p));
     }
@@ -116,8 +116,10 @@ TEST_P(MoeLayerLaunch, MatchesReference) {
     }
     std::vector<moe_stage> stages;
     moe_layer_params marked = p;
-    marked.mark = [](void* context, moe_stage s) { static_cast<std::vector<moe_stage>*>(context)->push_back(s); };
-    marked.mark_context = &stages;
+    marked.experts.mark = [](void* context, moe_stage s) {
+        static_cast<std::vector<moe_stage>*>(context)->push_back(s);
+    };
+    marked.experts.mark_context = &stages;
     launch_moe_layer(marked, nullptr);
     sync_and_check();
     ASSERT_FALSE(stages.empty());

@@ -468,13 +468,12 @@ void cuda_step_executor::moe(int64_t layer, const step_shape& s) {
     const int64_t mi = w.moe_index;
     const int32_t T = s.num_tokens, H = i32(c.hidden_size), E = i32(c.num_experts), K = i32(c.num_experts_per_tok);
     bf16* xn = ws_.xn.as<bf16>();
-    const int32_t I = i32(c.moe_intermediate_size);
     // One GPU with the softmax top-k router: the routed experts' whole launch sequence (decode path or router GEMM,
     // top-k, permute, grouped GEMMs, combine) is kernels::launch_moe_layer's, the one moe_layer_bench times.
     // DeepSeek's group-limited routers and expert parallelism take the general path below.
     const bool local_softmax = !comm_ && !uses_grouped_router(c);
     if (local_softmax && T > 0) {
-        kernels::launch_moe_layer({.x = xn,
+        kernels::launch_moe_layer({.experts = expert_params(w, xn, T, K, ws_.delta.as<bf16>()),
                                    .router_w = w.router.as<bf16>(),
                                    .router_logits = ws_.router_logits.as<float>(),
                                    .blas = blas_,
@@ -484,26 +483,11 @@ void cuda_step_executor::moe(int64_t layer, const step_shape& s) {
                                    .replica_slots = ws_.replica_slots.as<int32_t>() + mi * int64_t(ws_.shape.num_slots),
                                    .num_valid = ws_.num_valid.device,
                                    .expert_counts = ws_.expert_counts.device + mi * E,
-                                   .w_gate_up = w.experts_gate_up.as<bf16>(),
-                                   .w_down = w.experts_down.as<bf16>(),
                                    .topk_ids = ws_.topk_ids.as<int32_t>(),
                                    .topk_weights = ws_.topk_weights.as<float>(),
                                    .slot_ids = ws_.slot_ids.as<int32_t>(),
                                    .decode_scratch = ws_.moe_decode_scratch.as<int32_t>(),
-                                   .expert_offsets = ws_.perm_offsets.as<int32_t>(),
-                                   .dest_rows = ws_.perm_dest.as<int32_t>(),
-                                   .row_token = ws_.perm_row_token.as<int32_t>(),
-                                   .permute_workspace = ws_.perm_workspace.as<void>(),
-                                   .act = ws_.perm_act.as<bf16>(),
-                                   .y = ws_.perm_y.as<bf16>(),
-                                   .out = ws_.delta.as<bf16>(),
-                                   .max_rows = ws_.max_moe_rows,
-                                   .num_tokens = T,
-                                   .top_k = K,
                                    .num_experts = E,
-                                   .num_slots = w.num_slots,
-                                   .hidden = H,
-                                   .inter = I,
                                    .renormalize = c.norm_topk_prob},
                                   stream_);
     } else if (T > 0) {
@@ -564,28 +548,33 @@ void cuda_step_executor::moe_local(const cuda_layer& w, int32_t T) {
                 ws_.topk_weights.as<float>(), ws_.delta.as<bf16>());
 }
 
+kernels::moe_experts_params cuda_step_executor::expert_params(const cuda_layer& w, const bf16* x, int32_t num_tokens,
+                                                              int32_t top_k, bf16* out) const {
+    return {.x = x,
+            .w_gate_up = w.experts_gate_up.as<bf16>(),
+            .w_down = w.experts_down.as<bf16>(),
+            .out = out,
+            .expert_offsets = ws_.perm_offsets.as<int32_t>(),
+            .dest_rows = ws_.perm_dest.as<int32_t>(),
+            .row_token = ws_.perm_row_token.as<int32_t>(),
+            .permute_workspace = ws_.perm_workspace.as<void>(),
+            .act = ws_.perm_act.as<bf16>(),
+            .y = ws_.perm_y.as<bf16>(),
+            .max_rows = ws_.max_moe_rows,
+            .num_tokens = num_tokens,
+            .top_k = top_k,
+            .num_slots = w.num_slots,
+            .hidden = i32(config_.hidden_size),
+            .inter = i32(config_.moe_intermediate_size)};
+}
+
 void cuda_step_executor::run_experts(const cuda_layer& w, const int32_t* slots, const bf16* x, int32_t num_tokens,
                                      int32_t top_k, const float* weights, bf16* out, int32_t permute_slots) {
-    kernels::launch_moe_experts({.slots = slots,
-                                 .x = x,
-                                 .topk_weights = weights,
-                                 .w_gate_up = w.experts_gate_up.as<bf16>(),
-                                 .w_down = w.experts_down.as<bf16>(),
-                                 .out = out,
-                                 .expert_offsets = ws_.perm_offsets.as<int32_t>(),
-                                 .dest_rows = ws_.perm_dest.as<int32_t>(),
-                                 .row_token = ws_.perm_row_token.as<int32_t>(),
-                                 .permute_workspace = ws_.perm_workspace.as<void>(),
-                                 .act = ws_.perm_act.as<bf16>(),
-                                 .y = ws_.perm_y.as<bf16>(),
-                                 .max_rows = ws_.max_moe_rows,
-                                 .num_tokens = num_tokens,
-                                 .top_k = top_k,
-                                 .num_slots = w.num_slots,
-                                 .permute_slots = permute_slots,
-                                 .hidden = i32(config_.hidden_size),
-                                 .inter = i32(config_.moe_intermediate_size)},
-                                stream_);
+    kernels::moe_experts_params p = expert_params(w, x, num_tokens, top_k, out);
+    p.slots = slots;
+    p.topk_weights = weights;
+    p.permute_slots = permute_slots;
+    kernels::launch_moe_experts(p, stream_);
 }
 
 void cuda_step_executor::sample(const step_shape& s) {
