@@ -51,6 +51,7 @@ struct options {
     std::string prefill_tokens;  ///< non-empty: prefill steps of these token counts per rank instead of decode steps
     std::vector<int32_t> prefill{};  ///< parsed
     double capacity_factor = 0;
+    int comm_sms = 0;  ///< executor_options::ep_comm_sms (0: the executor's default)
     bool skip_single = false;
     bool exchange_only = false;
     std::string json;
@@ -112,6 +113,7 @@ std::vector<phase> run_world(const options& o, const model_config& cfg, int worl
                 eo.collective_id = id;
                 eo.ep_capacity_factor = o.capacity_factor;
                 eo.ep_skip_transfers = skipped;
+                eo.ep_comm_sms = o.comm_sms;
                 auto ex = zmoe::make_step_executor(eo, placement);
                 std::mt19937 rng(1234 + r);
                 std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(cfg.vocab_size - 1));
@@ -201,6 +203,8 @@ int run(int argc, char** argv) {
                                    "tokens per rank of the exchange-only timing")(
         "capacity-factor", po::value(&o.capacity_factor)->default_value(o.capacity_factor),
         "fixed exchange window over the even share (0: the executor's default)")(
+        "comm-sms", po::value(&o.comm_sms)->default_value(o.comm_sms),
+        "SMs the expert GEMMs leave to the exchange while DBO overlaps it (0: none, the default)")(
         "skip-single", po::bool_switch(&o.skip_single), "no 1-GPU run")(
         "exchange-only", po::bool_switch(&o.exchange_only), "only the exchange timing (no decode steps)")(
         "prefill-tokens", po::value(&o.prefill_tokens),
@@ -226,6 +230,8 @@ int run(int argc, char** argv) {
                         {"context", o.context},
                         {"steps", o.steps},
                         {"warmup", o.warmup},
+                        {"capacity_factor", o.capacity_factor},
+                        {"comm_sms", o.comm_sms},
                         {"step_kind", o.prefill.empty() ? "decode" : "prefill"}};
 
 #ifdef ZMOE_WITH_CUDA

@@ -428,6 +428,9 @@ struct grouped_gemm_params {
     int32_t row_align = 16;  ///< as given to launch_moe_permute
     bool swiglu = false;
     grouped_gemm_impl impl = grouped_gemm_impl::automatic;
+    /// > 0: the persistent (wgmma) kernel's grid stays within this many CTAs, leaving the other SMs to work on other
+    /// streams (an expert-parallel exchange in flight); 0: one CTA per SM. The other kernels ignore it.
+    int32_t max_ctas = 0;
 };
 
 /// For each expert e and row r in [offsets[e], offsets[e+1]): c[r] = a[r] . b[e]^T on the tensor cores (fp32
@@ -473,6 +476,7 @@ struct moe_experts_params {
     int32_t inter = 0;          ///< multiple of 8
     int32_t row_align = 0;      ///< 0: moe_row_align_for(num_tokens, top_k, permute_slots)
     grouped_gemm_impl impl = grouped_gemm_impl::automatic;
+    int32_t max_ctas = 0;           ///< as grouped_gemm_params: 0 every SM
     moe_stage_mark mark = nullptr;  // or nullptr
     void* mark_context = nullptr;
 };

@@ -526,7 +526,8 @@ void launch_config(const grouped_gemm_params& p, cudaStream_t stream) {
     const CUtensorMap map_b = make_map(p.b, int64_t(p.num_experts) * n_b, p.k, tile::kBoxB);
     const CUtensorMap map_c = make_map(p.c, p.max_rows, p.n, 64);
     const int64_t tiles_bound = int64_t(p.max_rows / 64) * ((p.n + tile::kOutN - 1) / tile::kOutN);
-    const int grid = int(std::max<int64_t>(1, std::min<int64_t>(tiles_bound, current_device().sms)));
+    const int ctas = p.max_ctas > 0 ? std::min(p.max_ctas, current_device().sms) : current_device().sms;
+    const int grid = int(std::max<int64_t>(1, std::min<int64_t>(tiles_bound, ctas)));
     launch_pdl(kernel, dim3(grid), dim3(kThreads), smem, stream, map_a, map_b, map_c, p);
 }
 

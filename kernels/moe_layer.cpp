@@ -64,7 +64,8 @@ void launch_moe_experts(const moe_experts_params& p, cudaStream_t stream) {
                              .num_experts = p.num_slots,
                              .row_align = align,
                              .swiglu = true,
-                             .impl = p.impl};
+                             .impl = p.impl,
+                             .max_ctas = p.max_ctas};
     launch_grouped_gemm(gemm, stream);
     mark(p.mark, p.mark_context, moe_stage::gemm_down);
     gemm.a = p.act;

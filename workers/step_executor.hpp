@@ -46,6 +46,9 @@ struct executor_options {
     /// CUDA expert parallelism: the fixed exchange writes peer to peer into the other GPUs' memory when the run is
     /// one node and every rank can map every other's (else, and when false, NCCL send/recv).
     bool ep_peer_to_peer = true;
+    /// CUDA expert parallelism with dual-batch overlap: SMs the persistent expert GEMMs leave to the exchange's
+    /// kernels while a micro-batch's exchange is in flight. 0 (the default): none, the GEMMs take every SM.
+    int32_t ep_comm_sms = 0;
     int world_size() const { return config.workers; }
 };
 

@@ -13,7 +13,8 @@ struct gemm_case {
     bool swiglu;
     int32_t row_align;
     grouped_gemm_impl impl = grouped_gemm_impl::mma_sync;
-    bool gather = false;  ///< read the unpermuted x through a_rows = row_token instead of the permuted copy
+    bool gather = false;   ///< read the unpermuted x through a_rows = row_token instead of the permuted copy
+    int32_t max_ctas = 0;  ///< grouped_gemm_params::max_ctas (the persistent kernel's grid bound)
 };
 
 const char* impl_name(grouped_gemm_impl impl) {
@@ -92,6 +93,7 @@ TEST_P(GroupedGemm, MatchesReference) {
     p.row_align = c.row_align;
     p.swiglu = c.swiglu;
     p.impl = c.impl;
+    p.max_ctas = c.max_ctas;
     launch_grouped_gemm(p, nullptr);
     sync_and_check();
 
@@ -155,12 +157,18 @@ INSTANTIATE_TEST_SUITE_P(
         gemm_case{64, 8, 128, 2048, 768, true, 16, kSmall, true}, gemm_case{64, 8, 128, 768, 2048, false, 64, kSmall},
         // The automatic choice at Qwen3-30B-A3B shapes (wgmma on sm_90 from row_align 64 on).
         gemm_case{8, 8, 128, 2048, 768, true, 16, kAuto}, gemm_case{64, 8, 128, 768, 2048, false, 64, kAuto},
-        gemm_case{1000, 4, 32, 512, 256, true, 128, kAuto}),
+        gemm_case{1000, 4, 32, 512, 256, true, 128, kAuto},
+        // The persistent wgmma kernel on fewer CTAs than SMs (SMs left to an exchange in flight): each CTA walks
+        // more tiles; one CTA walks them all.
+        gemm_case{3000, 8, 64, 128, 256, false, 64, kWgmma, true, 7},
+        gemm_case{2048, 8, 32, 256, 128, true, 128, kWgmma, true, 124},
+        gemm_case{300, 4, 16, 200, 192, false, 64, kWgmma, false, 1}),
     [](const auto& info) {
         const auto& c = info.param;
         return make_name("t", c.num_tokens, "_k", c.top_k, "_e", c.num_experts, "_K", c.k, "_N", c.n,
                          (c.swiglu ? "_swiglu" : "_plain"), "_align", c.row_align, "_", impl_name(c.impl),
-                         (c.gather ? "_gather" : ""));
+                         (c.gather ? "_gather" : ""), (c.max_ctas > 0 ? "_ctas" : ""),
+                         (c.max_ctas > 0 ? std::to_string(c.max_ctas) : std::string()));
     });
 
 }  // namespace

@@ -50,6 +50,7 @@ struct ep_run {
     bool eager = false;                           ///< --enforce-eager
     int32_t max_num_seqs = 8;                     ///< few graph buckets: quick captures
     bool nccl = false;                            ///< the fixed exchange over NCCL send/recv, not peer to peer
+    bool enable_dbo = false;  ///< --enable-dbo: the fixed windows hold a whole prefill, so prefills overlap too
 };
 
 /// What each rank's executor reports after a run.
@@ -81,6 +82,7 @@ std::vector<step_driver> run_expert_parallel(const std::string& dir, const std::
                 o.config.enforce_eager = run.eager;
                 o.config.max_num_seqs = run.max_num_seqs;
                 o.ep_peer_to_peer = !run.nccl;
+                o.config.enable_dbo = run.enable_dbo;
                 cuda_step_executor ex(o, placement);
                 EXPECT_EQ(ex.device(), r);
                 if (!run.moves.empty()) ex.apply_expert_moves(run.moves);
@@ -186,6 +188,20 @@ TEST_P(CudaExpertParallel, DualBatchOverlapMatchesOne) {
         EXPECT_GT(stats[0].graph_replays, 0);
     }
     if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs";
+}
+
+// Dual-batch overlap with --enable-dbo, eager: the prefills take the fixed exchange too, so whole layers run as two
+// interleaved micro-batches whose split cuts a prompt (B attends to the KV that A wrote in the same layer), on ranks
+// with different numbers of sequences.
+TEST_P(CudaExpertParallel, DualBatchOverlapOfPrefillsMatchesOne) {
+    if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs";
+    std::vector<ep_stats> stats;
+    std::vector<step_driver> drivers = run_expert_parallel(
+        dir_, prompts_,
+        {.world = 2, .active = 2, .dual = true, .capacity_factor = 2, .eager = true, .enable_dbo = true}, &stats);
+    expect_matches_single(drivers, 2, "dual batch prefills");
+    EXPECT_GT(stats[0].dual_batch_steps, 0);
+    EXPECT_EQ(stats[0].overflow_steps, 0) << "the prefills must overlap on the fixed exchange, not the exact one";
 }
 
 // A fixed window far below the routing's needs: every overflowing step is redone on the exact path by all ranks, and

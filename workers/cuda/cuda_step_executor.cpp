@@ -135,7 +135,10 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
             .max_fixed_tokens = run.enable_dbo ? std::max(run.max_num_seqs, max_tokens) : run.max_num_seqs,
             .peer_to_peer = options.ep_peer_to_peer && run.num_nodes <= 1});
         ep_->set_skip_transfers(options.ep_skip_transfers);
-        check(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+        // The exchanges' stream first whenever SMs free up: its kernels are short and the other micro-batch waits.
+        int least = 0, greatest = 0;
+        check(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+        check(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, greatest));
     }
     if (config_.is_mla()) mla_ = std::make_unique<mla_attention_runner>(config_, max_tokens);
     upload_replica_tables();
@@ -348,20 +351,64 @@ void cuda_step_executor::gemm(const void* x, const void* w, void* y, int32_t m, 
     }
 }
 
-void cuda_step_executor::attention(int64_t layer, const step_shape& s) {
+cuda_step_executor::batch_view cuda_step_executor::whole_view(const step_shape& s) const {
+    return {.first = 0,
+            .num_tokens = s.num_tokens,
+            .num_seqs = s.num_seqs,
+            .num_work_items = s.num_work_items,
+            .one_token_each = s.one_token_each,
+            .query_start = ws_.query_start.device,
+            .start_pos = ws_.start_pos.device,
+            .block_tables = ws_.block_tables.device,
+            .work_items = ws_.work_items.device,
+            .num_valid = ws_.num_valid.device};
+}
+
+void cuda_step_executor::layer_attention(int64_t layer, const batch_view& v) {
+    // The residual stream: layer 0 normalises the embeddings, later layers add the last MLP output first.
     const model_config& c = config_;
     const cuda_layer& w = weights_.layers[layer];
-    const int32_t T = s.num_tokens, H = i32(c.hidden_size), D = i32(c.head_dim);
+    const int64_t at = int64_t(v.first) * c.hidden_size;
+    bf16* residual = ws_.residual.as<bf16>() + at;
+    bf16* xn = ws_.xn.as<bf16>() + at;
+    bf16* delta = ws_.delta.as<bf16>() + at;
+    const int32_t T = v.num_tokens, H = i32(c.hidden_size);
+    kernels::launch_rms_norm({.x = layer == 0 ? residual : delta,
+                              .residual = layer == 0 ? nullptr : residual,
+                              .weight = w.input_norm.as<bf16>(),
+                              .out = xn,
+                              .num_tokens = T,
+                              .hidden = H,
+                              .eps = c.rms_norm_eps},
+                             stream_);
+    attention(layer, v);
+    kernels::launch_rms_norm({.x = delta,
+                              .residual = residual,
+                              .weight = w.post_norm.as<bf16>(),
+                              .out = xn,
+                              .num_tokens = T,
+                              .hidden = H,
+                              .eps = c.rms_norm_eps},
+                             stream_);
+}
+
+void cuda_step_executor::attention(int64_t layer, const batch_view& v) {
+    // Row-indexed buffers are offset to the view's first row; query_start stays in rows of the whole step.
+    const model_config& c = config_;
+    const cuda_layer& w = weights_.layers[layer];
+    const int32_t T = v.num_tokens, H = i32(c.hidden_size), D = i32(c.head_dim);
     const int32_t hq = i32(c.num_heads), hkv = i32(c.num_kv_heads);
+    const int64_t f = v.first;
     if (mla_) {
+        ZMOE_CHECK(f == 0, "MLA attention over a part of the step");
         mla_->run(w,
                   {.positions = ws_.positions.device,
                    .kv_slots = ws_.kv_slots.device,
-                   .block_tables = ws_.block_tables.device,
-                   .query_start = ws_.query_start.device,
-                   .start_pos = ws_.start_pos.device,
+                   .block_tables = v.block_tables,
+                   .query_start = v.query_start,
+                   .start_pos = v.start_pos,
                    .num_tokens = T,
-                   .num_seqs = s.num_seqs,
+                   .num_seqs = v.num_seqs,
                    .block_size = i32(options_.config.block_size),
                    .max_blocks_per_seq = ws_.shape.max_blocks_per_seq},
                   ws_.xn.as<bf16>(), k_cache_[layer].as<bf16>(), ws_.delta.as<bf16>(),
@@ -370,14 +417,14 @@ void cuda_step_executor::attention(int64_t layer, const step_shape& s) {
         return;
     }
     const int32_t qkv_dim = (hq + 2 * hkv) * D;
-    bf16* qkv = ws_.qkv.as<bf16>();
-    gemm(ws_.xn.as<bf16>(), w.qkv.as<bf16>(), qkv, T, qkv_dim, H, false,
+    bf16* qkv = ws_.qkv.as<bf16>() + f * qkv_dim;
+    gemm(ws_.xn.as<bf16>() + f * H, w.qkv.as<bf16>(), qkv, T, qkv_dim, H, false,
          w.qkv_bias.empty() ? nullptr : w.qkv_bias.as<bf16>());
 
     kernels::rope_qk_norm_kv_params r{.qkv = qkv,
-                                      .positions = ws_.positions.device,
-                                      .slot_mapping = ws_.kv_slots.device,
-                                      .q_out = ws_.q.as<bf16>(),
+                                      .positions = ws_.positions.device + f,
+                                      .slot_mapping = ws_.kv_slots.device + f,
+                                      .q_out = ws_.q.as<bf16>() + f * hq * D,
                                       .k_cache = k_cache_[layer].as<bf16>(),
                                       .v_cache = v_cache_[layer].as<bf16>(),
                                       .num_tokens = T,
@@ -407,38 +454,38 @@ void cuda_step_executor::attention(int64_t layer, const step_shape& s) {
     }
     kernels::launch_rope_qk_norm_kv(r, stream_);
 
-    if (s.one_token_each && kernels::decode_attention_supported(hq, hkv, D)) {
+    if (v.one_token_each && kernels::decode_attention_supported(hq, hkv, D)) {
         // A decode step: one query token per sequence, split over the KV in fixed chunks of keys.
         kernels::launch_decode_attention(
-            {.q = ws_.q.as<bf16>(),
+            {.q = r.q_out,
              .k_cache = r.k_cache,
              .v_cache = r.v_cache,
-             .block_tables = ws_.block_tables.device,
-             .start_pos = ws_.start_pos.device,
+             .block_tables = v.block_tables,
+             .start_pos = v.start_pos,
              .workspace = ws_.attn_partial.as<float>(),
              .merge_counters = ws_.attn_counters.as<int32_t>(),
-             .out = ws_.attn.as<bf16>(),
-             .num_seqs = s.num_seqs,
+             .out = ws_.attn.as<bf16>() + f * hq * D,
+             .num_seqs = v.num_seqs,
              .num_q_heads = hq,
              .num_kv_heads = hkv,
              .head_dim = D,
              .block_size = i32(options_.config.block_size),
              .max_blocks_per_seq = ws_.shape.max_blocks_per_seq,
              .max_chunks = ws_.attn_splits,
-             .num_splits = kernels::decode_attention_grid_splits(s.num_seqs, hkv, ws_.attn_splits),
+             .num_splits = kernels::decode_attention_grid_splits(v.num_seqs, hkv, ws_.attn_splits),
              .scale = 1.f / std::sqrt(static_cast<float>(D))},
             stream_);
     } else {
         kernels::launch_paged_attention({.q = ws_.q.as<bf16>(),
                                          .k_cache = r.k_cache,
                                          .v_cache = r.v_cache,
-                                         .block_tables = ws_.block_tables.device,
-                                         .query_start = ws_.query_start.device,
-                                         .start_pos = ws_.start_pos.device,
-                                         .work_items = ws_.work_items.device,
+                                         .block_tables = v.block_tables,
+                                         .query_start = v.query_start,
+                                         .start_pos = v.start_pos,
+                                         .work_items = v.work_items,
                                          .out = ws_.attn.as<bf16>(),
-                                         .num_seqs = s.num_seqs,
-                                         .num_work_items = s.num_work_items,
+                                         .num_seqs = v.num_seqs,
+                                         .num_work_items = v.num_work_items,
                                          .num_q_heads = hq,
                                          .num_kv_heads = hkv,
                                          .head_dim = D,
@@ -448,8 +495,8 @@ void cuda_step_executor::attention(int64_t layer, const step_shape& s) {
                                         stream_);
     }
 
-    bf16* delta = ws_.delta.as<bf16>();
-    gemm(ws_.attn.as<bf16>(), w.o.as<bf16>(), delta, T, H, hq * D, false,
+    bf16* delta = ws_.delta.as<bf16>() + f * H;
+    gemm(ws_.attn.as<bf16>() + f * hq * D, w.o.as<bf16>(), delta, T, H, hq * D, false,
          w.o_bias.empty() ? nullptr : w.o_bias.as<bf16>());
 }
 
@@ -462,12 +509,13 @@ void cuda_step_executor::dense_mlp(const cuda_mlp& m, const bf16* x, int32_t T, 
     gemm(act, m.down.as<bf16>(), out, T, H, I);
 }
 
-void cuda_step_executor::moe(int64_t layer, const step_shape& s) {
+void cuda_step_executor::moe(int64_t layer, const batch_view& v) {
     const model_config& c = config_;
     const cuda_layer& w = weights_.layers[layer];
     const int64_t mi = w.moe_index;
-    const int32_t T = s.num_tokens, H = i32(c.hidden_size), E = i32(c.num_experts), K = i32(c.num_experts_per_tok);
+    const int32_t T = v.num_tokens, H = i32(c.hidden_size), E = i32(c.num_experts), K = i32(c.num_experts_per_tok);
     bf16* xn = ws_.xn.as<bf16>();
+    ZMOE_CHECK(v.first == 0, "a MoE layer over a part of the step");
     // One GPU with the softmax top-k router: the routed experts' whole launch sequence (decode path or router GEMM,
     // top-k, permute, grouped GEMMs, combine) is kernels::launch_moe_layer's, the one moe_layer_bench times.
     // DeepSeek's group-limited routers and expert parallelism take the general path below.
@@ -481,7 +529,7 @@ void cuda_step_executor::moe(int64_t layer, const step_shape& s) {
                                    .blas_workspace_bytes = kBlasWorkspace,
                                    .replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1),
                                    .replica_slots = ws_.replica_slots.as<int32_t>() + mi * int64_t(ws_.shape.num_slots),
-                                   .num_valid = ws_.num_valid.device,
+                                   .num_valid = v.num_valid,
                                    .expert_counts = ws_.expert_counts.device + mi * E,
                                    .topk_ids = ws_.topk_ids.as<int32_t>(),
                                    .topk_weights = ws_.topk_weights.as<float>(),
@@ -491,54 +539,79 @@ void cuda_step_executor::moe(int64_t layer, const step_shape& s) {
                                    .renormalize = c.norm_topk_prob},
                                   stream_);
     } else if (T > 0) {
-        float* logits = ws_.router_logits.as<float>();
-        gemm(xn, w.router.as<bf16>(), logits, T, E, H, true);
-        const int32_t* replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1);
-        const int32_t* replica_slots =
-            ws_.replica_slots.as<int32_t>() + mi * int64_t(ws_.shape.num_slots) * options_.world_size();
-        int32_t* load_counts = ws_.expert_counts.device + mi * E;
-        if (uses_grouped_router(c)) {  // DeepSeek: its router, then the replica choice
-            launch_deepseek_router(c, w, logits, ws_.topk_ids.as<int32_t>(), ws_.topk_weights.as<float>(), T, stream_);
-            kernels::launch_moe_route({.topk_ids = ws_.topk_ids.as<int32_t>(),
-                                       .replica_offsets = replica_offsets,
-                                       .replica_slots = replica_slots,
-                                       .num_valid = ws_.num_valid.device,
-                                       .slot_ids = ws_.slot_ids.as<int32_t>(),
-                                       .expert_counts = load_counts,
-                                       .num_tokens = T,
-                                       .top_k = K,
-                                       .num_experts = E},
-                                      stream_);
-        } else {  // softmax top-k with the replica choice fused in
-            kernels::launch_router_topk({.logits = logits,
-                                         .topk_ids = ws_.topk_ids.as<int32_t>(),
-                                         .topk_weights = ws_.topk_weights.as<float>(),
-                                         .expert_counts = nullptr,
-                                         .num_tokens = T,
-                                         .num_experts = E,
-                                         .top_k = K,
-                                         .renormalize = c.norm_topk_prob,
-                                         .replica_offsets = replica_offsets,
-                                         .replica_slots = replica_slots,
-                                         .num_valid = ws_.num_valid.device,
-                                         .slot_ids = ws_.slot_ids.as<int32_t>(),
-                                         .load_counts = load_counts},
-                                        stream_);
-        }
+        route(w, v);
     }
     if (comm_)
         moe_expert_parallel(w, T);  // a collective: joined with no tokens too
     else if (T > 0 && !local_softmax)
         moe_local(w, T);
     if (T > 0 && w.has_shared) {
-        bf16* shared = ws_.shared_out.as<bf16>();
-        dense_mlp(w.shared, xn, T, shared);
-        float* gate = w.shared_gate.empty() ? nullptr : ws_.shared_gate.as<float>();  // DeepSeek: ungated
-        if (gate != nullptr) gemm(xn, w.shared_gate.as<bf16>(), gate, T, 1, H, true);
-        kernels::launch_add_gated(
-            {.out = ws_.delta.as<bf16>(), .shared = shared, .gate_logits = gate, .num_tokens = T, .hidden = H},
-            stream_);
+        shared_expert(w, v);
+        add_shared(w, v);
     }
+}
+
+void cuda_step_executor::route(const cuda_layer& w, const batch_view& v) {
+    const model_config& c = config_;
+    const int64_t mi = w.moe_index, f = v.first;
+    const int32_t T = v.num_tokens, H = i32(c.hidden_size), E = i32(c.num_experts), K = i32(c.num_experts_per_tok);
+    float* logits = ws_.router_logits.as<float>();
+    gemm(ws_.xn.as<bf16>() + f * H, w.router.as<bf16>(), logits, T, E, H, true);
+    int32_t* topk_ids = ws_.topk_ids.as<int32_t>() + f * K;
+    float* topk_weights = ws_.topk_weights.as<float>() + f * K;
+    int32_t* slot_ids = ws_.slot_ids.as<int32_t>() + f * K;
+    const int32_t* replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1);
+    const int32_t* replica_slots =
+        ws_.replica_slots.as<int32_t>() + mi * int64_t(ws_.shape.num_slots) * options_.world_size();
+    int32_t* load_counts = ws_.expert_counts.device + mi * E;
+    if (uses_grouped_router(c)) {  // DeepSeek: its router, then the replica choice
+        launch_deepseek_router(c, w, logits, topk_ids, topk_weights, T, stream_);
+        kernels::launch_moe_route({.topk_ids = topk_ids,
+                                   .replica_offsets = replica_offsets,
+                                   .replica_slots = replica_slots,
+                                   .num_valid = v.num_valid,
+                                   .slot_ids = slot_ids,
+                                   .expert_counts = load_counts,
+                                   .num_tokens = T,
+                                   .top_k = K,
+                                   .num_experts = E},
+                                  stream_);
+    } else {  // softmax top-k with the replica choice fused in
+        kernels::launch_router_topk({.logits = logits,
+                                     .topk_ids = topk_ids,
+                                     .topk_weights = topk_weights,
+                                     .expert_counts = nullptr,
+                                     .num_tokens = T,
+                                     .num_experts = E,
+                                     .top_k = K,
+                                     .renormalize = c.norm_topk_prob,
+                                     .replica_offsets = replica_offsets,
+                                     .replica_slots = replica_slots,
+                                     .num_valid = v.num_valid,
+                                     .slot_ids = slot_ids,
+                                     .load_counts = load_counts},
+                                    stream_);
+    }
+}
+
+void cuda_step_executor::shared_expert(const cuda_layer& w, const batch_view& v) {
+    const int64_t f = v.first;
+    const int32_t T = v.num_tokens, H = i32(config_.hidden_size);
+    const bf16* xn = ws_.xn.as<bf16>() + f * H;
+    dense_mlp(w.shared, xn, T, ws_.shared_out.as<bf16>() + f * H);
+    if (!w.shared_gate.empty()) gemm(xn, w.shared_gate.as<bf16>(), ws_.shared_gate.as<float>() + f, T, 1, H, true);
+}
+
+void cuda_step_executor::add_shared(const cuda_layer& w, const batch_view& v) {
+    const int64_t f = v.first;
+    const int32_t H = i32(config_.hidden_size);
+    float* gate = w.shared_gate.empty() ? nullptr : ws_.shared_gate.as<float>() + f;  // DeepSeek: ungated
+    kernels::launch_add_gated({.out = ws_.delta.as<bf16>() + f * H,
+                               .shared = ws_.shared_out.as<bf16>() + f * H,
+                               .gate_logits = gate,
+                               .num_tokens = v.num_tokens,
+                               .hidden = H},
+                              stream_);
 }
 
 void cuda_step_executor::moe_local(const cuda_layer& w, int32_t T) {
@@ -569,11 +642,13 @@ kernels::moe_experts_params cuda_step_executor::expert_params(const cuda_layer& 
 }
 
 void cuda_step_executor::run_experts(const cuda_layer& w, const int32_t* slots, const bf16* x, int32_t num_tokens,
-                                     int32_t top_k, const float* weights, bf16* out, int32_t permute_slots) {
+                                     int32_t top_k, const float* weights, bf16* out, int32_t permute_slots,
+                                     int32_t max_ctas) {
     kernels::moe_experts_params p = expert_params(w, x, num_tokens, top_k, out);
     p.slots = slots;
     p.topk_weights = weights;
     p.permute_slots = permute_slots;
+    p.max_ctas = max_ctas;
     kernels::launch_moe_experts(p, stream_);
 }
 
@@ -599,32 +674,18 @@ void cuda_step_executor::forward(const step_shape& s) {
                                    .hidden = H,
                                    .vocab_size = V},
                                   stream_);
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-        const cuda_layer& w = weights_.layers[l];
-        if (T > 0) {
-            // The residual stream: layer 0 normalises the embeddings, later layers add the last MLP output first.
-            kernels::launch_rms_norm({.x = l == 0 ? residual : delta,
-                                      .residual = l == 0 ? nullptr : residual,
-                                      .weight = w.input_norm.as<bf16>(),
-                                      .out = xn,
-                                      .num_tokens = T,
-                                      .hidden = H,
-                                      .eps = c.rms_norm_eps},
-                                     stream_);
-            attention(l, s);
-            kernels::launch_rms_norm({.x = delta,
-                                      .residual = residual,
-                                      .weight = w.post_norm.as<bf16>(),
-                                      .out = xn,
-                                      .num_tokens = T,
-                                      .hidden = H,
-                                      .eps = c.rms_norm_eps},
-                                     stream_);
+    if (dual_batch_layers()) {
+        forward_dual_batch();  // dual-batch overlap (cuda_step_executor_ep.cpp)
+    } else {
+        const batch_view v = whole_view(s);
+        for (int64_t l = 0; l < c.num_layers; ++l) {
+            const cuda_layer& w = weights_.layers[l];
+            if (T > 0) layer_attention(l, v);
+            if (w.moe_index >= 0)
+                moe(l, v);
+            else if (T > 0)
+                dense_mlp(w.dense, xn, T, delta);
         }
-        if (w.moe_index >= 0)
-            moe(l, s);
-        else if (T > 0)
-            dense_mlp(w.dense, xn, T, delta);
     }
     if (ep_fixed) ep_->end_step(stream_);
     const int32_t R = s.num_sampled;
@@ -667,6 +728,7 @@ void cuda_step_executor::capture_decode_graphs() {
             pad_decode(s, batch);
             finish_staging(s, 0);
             upload_inputs(s);
+            if (dual_batch_layers()) stage_dual_batch(s, ep_mode_.split, 0);
             forward(s);
             check(cudaStreamSynchronize(stream_));
             cudaGraph_t graph = nullptr;
@@ -711,6 +773,7 @@ step_result cuda_step_executor::execute(const step_request& request, std::vector
             ep_mode_ = ep_eager_mode(ep_agree(empty, false, request.dual_batch, 0), 0);  // the others' mode
         }
         finish_staging(empty, 0);
+        if (dual_batch_layers()) stage_dual_batch(empty, 0, 0);
         forward(empty);
         check(cudaStreamSynchronize(stream_));
         throw;
@@ -731,6 +794,7 @@ step_result cuda_step_executor::execute(const step_request& request, std::vector
     if (g != nullptr) pad_decode(s, g->batch);
     finish_staging(s, num_real);
     upload_inputs(s);
+    if (dual_batch_layers()) stage_dual_batch(s, ep_mode_.split, num_real);
     if (g != nullptr) {
         check(cudaGraphLaunch(g->exec, stream_));
         ++graph_replays_;

@@ -100,6 +100,21 @@ class cuda_step_executor final : public step_executor {
         int32_t capacity[2] = {0, 0};  ///< each micro-batch's fixed window per rank; 0: the exact path
         bool fixed() const { return capacity[0] > 0 && (!dual || capacity[1] > 0); }
     };
+    /// The rows and sequences one pass over a layer covers: the whole step, or one micro-batch of a dual-batch step
+    /// (rows [first, first + num_tokens); a micro-batch may take the head or the tail of a sequence that the split
+    /// cuts). Its sequences' arrays on the device; query_start in rows of the whole step.
+    struct batch_view {
+        int32_t first = 0;
+        int32_t num_tokens = 0;
+        int32_t num_seqs = 0;
+        int32_t num_work_items = 0;
+        bool one_token_each = true;
+        const int32_t* query_start = nullptr;   // [num_seqs + 1]
+        const int32_t* start_pos = nullptr;     // [num_seqs]
+        const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+        const int32_t* work_items = nullptr;    // [num_work_items, 2]
+        const int32_t* num_valid = nullptr;     // [1]: the view's real rows (the rest of a graph's batch is padding)
+    };
     /// The element-wise maximum over the ranks of what decides a step's mode.
     struct ep_agreement {
         bool all_decode = false;  ///< every rank's step is a pure decode (or empty)
@@ -114,22 +129,49 @@ class cuda_step_executor final : public step_executor {
     void finish_staging(step_shape& s, int32_t num_valid);
     void upload_inputs(const step_shape& s);
     void forward(const step_shape& s);
-    void attention(int64_t layer, const step_shape& s);
+    batch_view whole_view(const step_shape& s) const;
+    /// The layer up to its MLP over the view's rows: input RMSNorm (+ the last MLP output into the residual),
+    /// attention, post-attention RMSNorm into xn.
+    void layer_attention(int64_t layer, const batch_view& v);
+    void attention(int64_t layer, const batch_view& v);
     void dense_mlp(const cuda_mlp& m, const kernels::bf16* x, int32_t num_tokens, kernels::bf16* out);
-    void moe(int64_t layer, const step_shape& s);
+    void moe(int64_t layer, const batch_view& v);
+    /// Router GEMM and top-k (with the replica choice) over the view's rows: topk_weights and slot_ids.
+    void route(const cuda_layer& w, const batch_view& v);
+    /// The shared expert over the view's rows into shared_out (+ its gate logits); add_shared adds it to delta.
+    void shared_expert(const cuda_layer& w, const batch_view& v);
+    void add_shared(const cuda_layer& w, const batch_view& v);
     void moe_local(const cuda_layer& w, int32_t num_tokens);
     void moe_expert_parallel(const cuda_layer& w, int32_t num_tokens);
     // Expert parallelism (cuda_step_executor_ep.cpp).
     ep_agreement ep_agree(const step_shape& s, bool decode, bool dual, int32_t split);
     ep_step_mode ep_graph_mode(int32_t batch, bool dual) const;
     ep_step_mode ep_eager_mode(const ep_agreement& a, int32_t split) const;
-    void ep_experts(const cuda_layer& w, int lane);
+    /// max_ctas as run_experts' (an exchange in flight beside them).
+    void ep_experts(const cuda_layer& w, int lane, int32_t max_ctas = 0);
+    /// The expert GEMMs' grid while an exchange is in flight: the SMs minus executor_options::ep_comm_sms (0, no
+    /// bound, when that is 0).
+    int32_t ep_overlap_gemm_ctas();
+    /// Micro-batch mb's rows [first, first + count) of xn to the ranks of their slots (lane mb, transfers on comm).
+    void ep_dispatch(const cuda_layer& w, int mb, int32_t first, int32_t count, cudaStream_t comm);
+    ep_combine_params ep_combine_of(int mb, int32_t first, int32_t count) const;
+    /// Dual-batch overlap on the fixed exchange (cuda_step_executor_ep.cpp): the two micro-batches' views for the
+    /// step just staged (A: rows [0, split), B: the rest), their sequence arrays uploaded on stream_.
+    void stage_dual_batch(const step_shape& s, int32_t split, int32_t num_valid);
+    /// Whether the step being enqueued runs its layers as two interleaved micro-batches (forward_dual_batch).
+    bool dual_batch_layers() const;
+    /// Every layer as two micro-batches on the compute stream, each one's exchange on the communication stream
+    /// while the other computes: A's attention, A's dispatch | B's attention, B's dispatch | A's experts | A's
+    /// combine | B's experts | B's combine | A's next layer, ...
+    void forward_dual_batch();
     /// The experts of this rank over num_tokens x top_k routed rows of x (slots [num_tokens, top_k] on the device):
     /// permute by slot, grouped GEMM gate|up with SiLU·up, grouped GEMM down, then
     /// out[t] = sum_j weights[t, j] * y[t, j] in top-k order. permute_slots > w.num_slots (expert parallelism's
     /// fixed exchange: slot w.num_slots marks its unused rows) groups those rows past every expert, uncomputed.
+    /// max_ctas > 0 bounds the persistent grouped GEMM's grid (SMs left to an exchange in flight).
     void run_experts(const cuda_layer& w, const int32_t* slots, const kernels::bf16* x, int32_t num_tokens,
-                     int32_t top_k, const float* weights, kernels::bf16* out, int32_t permute_slots = 0);
+                     int32_t top_k, const float* weights, kernels::bf16* out, int32_t permute_slots = 0,
+                     int32_t max_ctas = 0);
     /// launch_moe_experts' params for this layer's experts over num_tokens x top_k rows of x into out, on the
     /// workspace's permutation buffers (slots and weights left for the caller).
     kernels::moe_experts_params expert_params(const cuda_layer& w, const kernels::bf16* x, int32_t num_tokens,
@@ -164,6 +206,13 @@ class cuda_step_executor final : public step_executor {
     std::vector<decode_graph> dbo_graphs_;  // expert parallelism: the same batches as two micro-batches
     cudaStream_t comm_stream_ = nullptr;    // expert parallelism: the dual-batch exchanges
     ep_step_mode ep_mode_;                  // of the step being enqueued or captured
+    // Dual-batch overlap: the micro-batches' views, their sequence arrays ([num_valid A, B | query_start A, B |
+    // start_pos A, B | work items A, B], mirrored), and the persistent expert GEMMs' grid while an exchange is in
+    // flight when executor_options::ep_comm_sms keeps SMs for the exchange kernels.
+    batch_view dbo_views_[2];
+    device_buffer dbo_side_;
+    pinned_buffer dbo_side_host_;
+    int32_t dbo_gemm_ctas_ = 0;
     int64_t dual_batch_steps_ = 0;
     int64_t ep_overflow_steps_ = 0;
     double graph_capture_ms_ = 0;
