@@ -513,7 +513,7 @@ void cuda_step_executor::moe(int64_t layer, const batch_view& v) {
     const model_config& c = config_;
     const cuda_layer& w = weights_.layers[layer];
     const int64_t mi = w.moe_index;
-    const int32_t T = v.num_tokens, H = i32(c.hidden_size), E = i32(c.num_experts), K = i32(c.num_experts_per_tok);
+    const int32_t T = v.num_tokens, E = i32(c.num_experts), K = i32(c.num_experts_per_tok);
     bf16* xn = ws_.xn.as<bf16>();
     ZMOE_CHECK(v.first == 0, "a MoE layer over a part of the step");
     // One GPU with the softmax top-k router: the routed experts' whole launch sequence (decode path or router GEMM,
