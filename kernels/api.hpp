@@ -411,6 +411,8 @@ enum class grouped_gemm_impl : int32_t {
                    ///< row_align % 64 == 0
     small = 3,     ///< few rows per expert: weights on the tensor cores' M side, the expert's rows on N (8-row
                    ///< tiles), streamed through registers; any row_align that is a multiple of 8
+    wgmma_pingpong = 4,  ///< the wgmma kernel with the ping-pong schedule (the math warpgroups on different tiles,
+                         ///< one's epilogue under the other's wgmmas); same needs as wgmma
 };
 
 struct grouped_gemm_params {

@@ -25,11 +25,12 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/grouped_gemm_sm90.hpp"
-#include "kernels/pdl.cuh"
 
 namespace zmoe::kernels::detail {
 namespace {
@@ -39,21 +40,21 @@ constexpr int kBK = 64;                // K elements of one stage: one 128-byte 
 constexpr int kBRows = 256;            // rows of b per tile
 constexpr size_t kSmemLimit = 232448;  // an sm_90 block's dynamic shared memory (227 KB)
 
-template <int kBM, bool kSwiglu>
-struct wg_tile {
-    static constexpr int kWgN = kBM == 128 ? 256 : 128;          // wgmma N of each math warpgroup
-    static constexpr int kOutN = kSwiglu ? kBRows / 2 : kBRows;  // output columns of a tile
-    static constexpr int kWgOut = kSwiglu ? kWgN / 2 : kWgN;     // output columns of a math warpgroup
-    static constexpr int kBoxB = kSwiglu ? kWgN / 2 : kBRows;    // rows of one TMA box of b
+/// The shared memory of both kernels: a ring of stages (a kBM-row A tile and kBTileRows rows of b, kBK wide), then
+/// each math warpgroup's kCBufsPerWg output boxes, the ring's barriers and the tile schedule.
+template <int kBM, int kBTileRows, int kCBufsPerWg>
+struct ring_layout {
+    static constexpr int kBTile = kBTileRows;  // rows of b per tile
     static constexpr uint32_t kABytes = kBM * kBK * 2;
-    static constexpr uint32_t kBBytes = kBRows * kBK * 2;
+    static constexpr uint32_t kBBytes = kBTileRows * kBK * 2;
     static constexpr uint32_t kStageBytes = kABytes + kBBytes;
     static constexpr uint32_t kCBoxBytes = 64 * 128;          // 64 rows x 64 BF16 columns
-    static constexpr int kCBufs = kWgOut >= 128 ? 2 : 1;      // output box buffers of a math warpgroup
+    static constexpr int kCBufs = kCBufsPerWg;                // output box buffers of a math warpgroup
     static constexpr uint32_t kCBytes = kCBufs * kCBoxBytes;  // one math warpgroup's output buffers
-    // Alignment slack, the barriers (at most 8 stages of 2) and the schedule; the stages take the rest.
+    // Alignment slack, the barriers (at most 8 stages of 2) and the schedule; the stages take the rest (up to 8).
     static constexpr size_t kFixedBytes = 1024 + 16 * sizeof(uint64_t) + (kMaxWgmmaExperts + 1) * sizeof(int32_t);
-    static constexpr int kStages = int((kSmemLimit - kFixedBytes - 2 * kCBytes) / kStageBytes);
+    static constexpr int kFit = int((kSmemLimit - kFixedBytes - 2 * kCBytes) / kStageBytes);
+    static constexpr int kStages = kFit < 8 ? kFit : 8;
     static constexpr size_t kCOffset = size_t(kStages) * kStageBytes;
     static constexpr size_t kBarOffset = kCOffset + 2 * kCBytes;
     /// Dynamic shared memory: the stages, the math warpgroups' output buffers, the barriers, the tile schedule
@@ -62,7 +63,18 @@ struct wg_tile {
         return kBarOffset + 2 * kStages * sizeof(uint64_t) + size_t(num_experts + 1) * sizeof(int32_t) + 1024;
     }
     static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "boxes must stay 1024-byte aligned (swizzle atom)");
-    static_assert(kStages >= 2 && kStages <= 8, "the pipeline needs two stages; the barriers have room for 8");
+    static_assert(kStages >= 2, "the pipeline needs two stages");
+};
+
+/// The cooperative kernel's tile: kBM rows x 256 rows of b, both math warpgroups on it (two output buffers each
+/// when a warpgroup makes 128 output columns or more).
+template <int kBM, bool kSwiglu>
+struct wg_tile : ring_layout<kBM, kBRows, ((kSwiglu ? 1 : 2) * (kBM == 128 ? 128 : 64) >= 128 ? 2 : 1)> {
+    static constexpr int kWgN = kBM == 128 ? 256 : 128;          // wgmma N of each math warpgroup
+    static constexpr int kOutN = kSwiglu ? kBRows / 2 : kBRows;  // output columns of a tile
+    static constexpr int kWgOut = kSwiglu ? kWgN / 2 : kWgN;     // output columns of a math warpgroup
+    static constexpr int kBoxB = kSwiglu ? kWgN / 2 : kBRows;    // rows of one TMA box of b
+    static constexpr int kBGroup = kWgN;                         // with swiglu: gate rows then as many up rows
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -273,6 +285,157 @@ __device__ __forceinline__ row_tile locate_row_tile(const int32_t* offsets, cons
     return {e, m0, min(kBM, offsets[e + 1] - m0)};
 }
 
+/// Gathering producer: the rows of a behind this thread's rows threadIdx.x / 8 + 16 j of the row tile at m0 (-1
+/// past max_rows).
+template <int kBM>
+__device__ __forceinline__ void gather_rows_of_tile(const grouped_gemm_params& p, int32_t m0,
+                                                    int32_t (&src)[kBM / 16]) {
+#pragma unroll
+    for (int j = 0; j < kBM / 16; ++j) {
+        const int32_t row = m0 + int32_t(threadIdx.x) / 8 + 16 * j;
+        src[j] = row < p.max_rows ? p.a_rows[row] : -1;
+    }
+}
+
+/// Gathering producer: this thread's 16-byte chunk of K columns [k0, k0 + 64) of its rows, into the stage's A tile.
+template <int kBM>
+__device__ __forceinline__ void gather_stage(const grouped_gemm_params& p, unsigned char* a_s,
+                                             const int32_t (&src)[kBM / 16], int32_t k0, int chunk) {
+    const int32_t k = k0 + chunk * 8;
+#pragma unroll
+    for (int j = 0; j < kBM / 16; ++j) {
+        // Row r's chunk c goes to 16-byte slot c ^ (r % 8) of its 128 bytes: the 128-byte swizzle TMA writes and
+        // the matrix descriptors read.
+        const int r = int(threadIdx.x) / 8 + 16 * j;
+        const bool valid = src[j] >= 0 && k < p.k;
+        cp_async_16(a_s + r * 128 + ((chunk ^ (r & 7)) << 4), valid ? p.a + size_t(src[j]) * p.k + k : p.a, valid);
+    }
+}
+
+/// Epilogue: output box `box` (64 rows x 64 columns) of a warpgroup's 64 x kWgN accumulator block, after SiLU * up
+/// with swiglu (gate columns in the first kWgN / 2, up in the rest), as BF16 into the 128-byte-swizzled buffer at
+/// shared address buf (16-byte chunk c of row r at slot c ^ (r % 8)): the fragment (element 4j + 2h + q at row
+/// warp * 16 + lane / 4 + 8h, column 8j + 2 * (lane % 4) + q) lands without bank conflicts.
+template <int kWgN, bool kSwiglu>
+__device__ __forceinline__ void write_box(const float (&acc)[kWgN / 2], int box, uint32_t buf, int warp, int lane) {
+    const int r = warp * 16 + lane / 4;
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+        const int j = 8 * box + jj;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float v[2];
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                const float g = acc[4 * j + 2 * h + q];
+                if constexpr (kSwiglu) {
+                    const float u = acc[4 * (j + kWgN / 16) + 2 * h + q];
+                    v[q] = g / (1.f + __expf(-g)) * u;
+                } else {
+                    v[q] = g;
+                }
+            }
+            const __nv_bfloat162 pair = __floats2bfloat162_rn(v[0], v[1]);
+            const int row = r + 8 * h;
+            st_shared_b32(buf + row * 128 + ((jj ^ (row % 8)) << 4) + (lane % 4) * 4,
+                          *reinterpret_cast<const uint32_t*>(&pair));
+        }
+    }
+}
+
+/// Both kernels' shared memory past the stages and output buffers: the ring's barriers and the tile schedule.
+struct ring_smem {
+    unsigned char* smem;  // 1024-byte aligned: the stages (A tile, then b's rows), then the output buffers
+    uint64_t* full;       // [kStages]
+    uint64_t* empty;      // [kStages]
+    int32_t* tile_start;  // [num_experts + 1]
+    int32_t n_tiles;      // column tiles
+    int32_t num_tiles;    // row tiles x column tiles
+    int32_t k_tiles;      // K steps of kBK
+};
+
+/// Lays out the dynamic shared memory, initialises the ring's barriers (empty: empty_arrivals per phase) and builds
+/// the tile schedule; ends with __syncthreads and the tile counts.
+template <typename Tile, int kBM>
+__device__ __forceinline__ ring_smem setup_ring(unsigned char* smem_raw, const grouped_gemm_params& p,
+                                                uint32_t empty_arrivals) {
+    ring_smem r;
+    // The swizzle pattern is a function of the address bits: stages start on 1024-byte boundaries.
+    r.smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    r.full = reinterpret_cast<uint64_t*>(r.smem + Tile::kBarOffset);
+    r.empty = r.full + Tile::kStages;
+    r.tile_start = reinterpret_cast<int32_t*>(r.empty + Tile::kStages);
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < Tile::kStages; ++s) {
+            // The producer's arrive with the TMA bytes, and with a_rows each gathering thread's arrive.
+            mbar_init(&r.full[s], p.a_rows != nullptr ? 129 : 1);
+            mbar_init(&r.empty[s], empty_arrivals);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    build_tile_schedule<kBM>(p.expert_offsets, p.num_experts, r.tile_start);
+    __syncthreads();
+    r.n_tiles = (p.n + Tile::kOutN - 1) / Tile::kOutN;
+    r.num_tiles = r.tile_start[p.num_experts] * r.n_tiles;
+    r.k_tiles = (p.k + kBK - 1) / kBK;
+    return r;
+}
+
+/// The producer warpgroup of both kernels: for this CTA's tiles (blockIdx.x, + gridDim.x, ...) in order, each tile's
+/// K steps into the ring's next stage once it is empty: thread 0 issues the TMA copies of b's kBTile rows (with
+/// swiglu, groups of kBGroup / 2 gate rows followed by the matching up rows) and of the A tile, or with a_rows its
+/// 128 threads gather the A rows with cp.async.
+/// The whole kernel runs at the 168 registers per thread that 384 threads leave (no setmaxnreg: the math
+/// warpgroups' 128 accumulators fit).
+template <typename Tile, int kBM, bool kSwiglu>
+__device__ __forceinline__ void produce(const grouped_gemm_params& p, const ring_smem& r, const CUtensorMap* map_a,
+                                        const CUtensorMap* map_b) {
+    const int32_t n_tiles = r.n_tiles, num_tiles = r.num_tiles, k_tiles = r.k_tiles;
+    const bool gather = p.a_rows != nullptr;
+    if (!gather && threadIdx.x != 0) return;
+    if (threadIdx.x == 0) {
+        if (!gather) tma_prefetch_map(map_a);
+        tma_prefetch_map(map_b);
+    }
+    const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
+    const int chunk = threadIdx.x % 8;  // gather: this thread's 16-byte chunk of each 128-byte row
+    uint32_t it = 0;
+    for (int32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+        const row_tile rt = locate_row_tile<kBM>(p.expert_offsets, r.tile_start, p.num_experts, t / n_tiles);
+        const int32_t n0 = (t % n_tiles) * Tile::kOutN;
+        const int32_t b_row = rt.expert * n_b;
+        int32_t src[kBM / 16];  // gather: the row of a behind tile rows threadIdx.x / 8 + 16 j
+        if (gather) gather_rows_of_tile<kBM>(p, rt.m0, src);
+        for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
+            const uint32_t s = it % Tile::kStages;
+            mbar_wait(&r.empty[s], ((it / Tile::kStages) & 1) ^ 1);
+            unsigned char* a_s = r.smem + size_t(s) * Tile::kStageBytes;
+            unsigned char* b_s = a_s + Tile::kABytes;
+            const int32_t k0 = kt * kBK;
+            if (threadIdx.x == 0) {
+                mbar_arrive_expect_tx(&r.full[s], gather ? Tile::kBBytes : Tile::kStageBytes);
+                if (!gather) tma_load_2d(a_s, map_a, k0, rt.m0, &r.full[s]);
+                constexpr int kGroup = Tile::kBGroup;
+                if constexpr (kSwiglu) {
+#pragma unroll
+                    for (int w = 0; w < Tile::kBTile / kGroup; ++w) {
+                        const int32_t col = n0 + w * (kGroup / 2);
+                        unsigned char* group = b_s + size_t(w) * kGroup * 128;
+                        tma_load_2d(group, map_b, k0, b_row + col, &r.full[s]);
+                        tma_load_2d(group + (kGroup / 2) * 128, map_b, k0, b_row + p.n + col, &r.full[s]);
+                    }
+                } else {
+                    tma_load_2d(b_s, map_b, k0, b_row + n0, &r.full[s]);
+                }
+            }
+            if (gather) {
+                gather_stage<kBM>(p, a_s, src, k0, chunk);
+                cp_async_arrive_on(&r.full[s]);  // once this thread's copies of the stage have landed
+            }
+        }
+    }
+}
+
 template <int kBM, bool kSwiglu>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -280,98 +443,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     using tile = wg_tile<kBM, kSwiglu>;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    // The swizzle pattern is a function of the address bits: stages start on 1024-byte boundaries.
-    unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem + tile::kBarOffset);
-    uint64_t* empty = full + tile::kStages;
-    int32_t* tile_start = reinterpret_cast<int32_t*>(empty + tile::kStages);  // [num_experts + 1]
-
-    const int warpgroup = threadIdx.x / 128;
-    const bool gather = p.a_rows != nullptr;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < tile::kStages; ++s) {
-            // The producer's arrive with the TMA bytes, and with a_rows each gathering thread's arrive.
-            mbar_init(&full[s], gather ? 129 : 1);
-            mbar_init(&empty[s], 8);  // one arrive per math warp
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    // Launched programmatically dependent: the setup above overlaps the tail of the kernel before, which writes the
-    // offsets and a.
-    pdl_wait();
-    pdl_launch_dependents();
-    build_tile_schedule<kBM>(p.expert_offsets, p.num_experts, tile_start);
-    __syncthreads();
-
-    const int32_t m_tiles = tile_start[p.num_experts];
-    const int32_t n_tiles = (p.n + tile::kOutN - 1) / tile::kOutN;
-    const int32_t num_tiles = m_tiles * n_tiles;
-    const int32_t k_tiles = (p.k + kBK - 1) / kBK;
-
-    if (warpgroup == 0) {
-        // The whole kernel runs at the 168 registers per thread that 384 threads leave (no setmaxnreg: the math
-        // warpgroups' 128 accumulators fit).
-        if (gather || threadIdx.x == 0) {
-            if (threadIdx.x == 0) {
-                if (!gather) tma_prefetch_map(&map_a);
-                tma_prefetch_map(&map_b);
-            }
-            const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
-            const int chunk = threadIdx.x % 8;  // gather: this thread's 16-byte chunk of each 128-byte row
-            uint32_t it = 0;
-            for (int32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-                const row_tile rt = locate_row_tile<kBM>(p.expert_offsets, tile_start, p.num_experts, t / n_tiles);
-                const int32_t m0 = rt.m0;
-                const int32_t n0 = (t % n_tiles) * tile::kOutN;
-                const int32_t b_row = rt.expert * n_b;
-                int32_t src[kBM / 16];  // gather: the row of a behind tile rows threadIdx.x / 8 + 16 j
-                if (gather) {
-#pragma unroll
-                    for (int j = 0; j < kBM / 16; ++j) {
-                        const int32_t row = m0 + int32_t(threadIdx.x) / 8 + 16 * j;
-                        src[j] = row < p.max_rows ? p.a_rows[row] : -1;
-                    }
-                }
-                for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
-                    const uint32_t s = it % tile::kStages;
-                    mbar_wait(&empty[s], ((it / tile::kStages) & 1) ^ 1);
-                    unsigned char* a_s = smem + size_t(s) * tile::kStageBytes;
-                    unsigned char* b_s = a_s + tile::kABytes;
-                    const int32_t k0 = kt * kBK;
-                    if (threadIdx.x == 0) {
-                        mbar_arrive_expect_tx(&full[s], gather ? tile::kBBytes : tile::kStageBytes);
-                        if (!gather) tma_load_2d(a_s, &map_a, k0, m0, &full[s]);
-                        if constexpr (kSwiglu) {
-                            // Each math warpgroup's kWgN rows: its gate rows, then the matching up rows.
-#pragma unroll
-                            for (int w = 0; w < kBRows / tile::kWgN; ++w) {
-                                const int32_t col = n0 + w * (tile::kWgN / 2);
-                                tma_load_2d(b_s + size_t(w) * tile::kWgN * 128, &map_b, k0, b_row + col, &full[s]);
-                                tma_load_2d(b_s + (size_t(w) * tile::kWgN + tile::kWgN / 2) * 128, &map_b, k0,
-                                            b_row + p.n + col, &full[s]);
-                            }
-                        } else {
-                            tma_load_2d(b_s, &map_b, k0, b_row + n0, &full[s]);
-                        }
-                    }
-                    if (gather) {
-                        const int32_t k = k0 + chunk * 8;
-#pragma unroll
-                        for (int j = 0; j < kBM / 16; ++j) {
-                            // Row r's chunk c goes to 16-byte slot c ^ (r % 8) of its 128 bytes: the 128-byte
-                            // swizzle TMA writes and the matrix descriptors read.
-                            const int r = int(threadIdx.x) / 8 + 16 * j;
-                            const bool valid = src[j] >= 0 && k < p.k;
-                            cp_async_16(a_s + r * 128 + ((chunk ^ (r & 7)) << 4),
-                                        valid ? p.a + size_t(src[j]) * p.k + k : p.a, valid);
-                        }
-                        cp_async_arrive_on(&full[s]);  // once this thread's copies of the stage have landed
-                    }
-                }
-            }
-        }
+    const ring_smem ring = setup_ring<tile, kBM>(smem_raw, p, 8);  // one arrive per math warp
+    if (threadIdx.x < 128) {
+        produce<tile, kBM, kSwiglu>(p, ring, &map_a, &map_b);
     } else {
-        const int mw = warpgroup - 1;  // math warpgroup 0 or 1
+        const auto [smem, full, empty, tile_start, n_tiles, num_tiles, k_tiles] = ring;
+        const bool gather = p.a_rows != nullptr;
+        const int mw = int(threadIdx.x) / 128 - 1;  // math warpgroup 0 or 1
         const int a_row0 = kBM == 128 ? mw * 64 : 0;
         const int b_row0 = kBM == 128 ? 0 : mw * tile::kWgN;
         const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
@@ -417,44 +495,135 @@ __global__ void __launch_bounds__(kThreads, 1)
 
             // Epilogue: the warpgroup's kWgOut output columns go out in boxes of 64 rows x 64 columns, each written
             // into one of its kCBufs shared-memory buffers (once the store that last used that buffer has read it)
-            // and stored with TMA as its own bulk group. A buffer holds its box with the 128-byte swizzle (16-byte
-            // chunk c of row r at slot c ^ (r % 8)): the accumulator fragment (element 4j + 2h + q at row
-            // warp * 16 + lane / 4 + 8h, column 8j + 2 * (lane % 4) + q of the warpgroup's 64 x kWgN block) lands
-            // without bank conflicts.
+            // and stored with TMA as its own bulk group.
             const int32_t col0 = n0 + (kBM == 128 ? 0 : mw * tile::kWgOut);
-            const int r = warp * 16 + lane / 4;
 #pragma unroll
             for (int box = 0; box < tile::kWgOut / 64; ++box) {
                 const uint32_t buf = c_s + (box % tile::kCBufs) * tile::kCBoxBytes;
                 if (storer) bulk_wait_read<tile::kCBufs - 1>();
                 warpgroup_sync(1 + mw);
-#pragma unroll
-                for (int jj = 0; jj < 8; ++jj) {
-                    const int j = 8 * box + jj;
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        float v[2];
-#pragma unroll
-                        for (int q = 0; q < 2; ++q) {
-                            const float g = acc[4 * j + 2 * h + q];
-                            if constexpr (kSwiglu) {
-                                const float u = acc[4 * (j + tile::kWgN / 16) + 2 * h + q];
-                                v[q] = g / (1.f + __expf(-g)) * u;
-                            } else {
-                                v[q] = g;
-                            }
-                        }
-                        const __nv_bfloat162 pair = __floats2bfloat162_rn(v[0], v[1]);
-                        const int row = r + 8 * h;
-                        st_shared_b32(buf + row * 128 + ((jj ^ (row % 8)) << 4) + (lane % 4) * 4,
-                                      *reinterpret_cast<const uint32_t*>(&pair));
-                    }
-                }
+                write_box<tile::kWgN, kSwiglu>(acc, box, buf, warp, lane);
                 fence_proxy_async();  // the TMA store reads what these generic-proxy stores wrote
                 warpgroup_sync(1 + mw);
                 if (storer) {
                     if (col0 + box * 64 < p.n) tma_store_2d(&map_c, buf, col0 + box * 64, rt.m0 + a_row0);
                     bulk_commit();  // a group per box, empty past n, so that the buffer waits count boxes
+                }
+            }
+        }
+        if (storer) bulk_wait_all();
+    }
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Ping-pong schedule: the two math warpgroups work on different output tiles (kBM x kBRowsPP(kBM) rows of b,
+// 128 fp32 accumulators per thread either way), one tile each in turn from the CTA's tile sequence. The
+// producer fills the ring with the tiles' stages in that sequence, so warpgroup w consumes the stages of tiles
+// w, w + 2, ... and skips the others' stages in its count. An ordered hand-off (named barriers 3 and 4) lets a
+// warpgroup start a tile's main loop only once the other warpgroup has issued the whole main loop of the tile
+// before it: the wgmmas of the two warpgroups do not interleave, and the epilogue of one (SiLU * up, BF16
+// conversion, TMA stores) runs while the other's wgmmas keep the tensor cores busy. The hand-off also keeps each
+// wait on a stage's "full" barrier at most one phase ahead of the barrier (a parity wait cannot tell phases
+// two apart).
+
+/// Rows of b per ping-pong tile: 64 x 256 (one m64n256k16 per K step of 16) or 128 x 128 (two m64n128k16).
+constexpr int pp_b_rows(int bm) { return bm == 64 ? 256 : 128; }
+
+/// The ping-pong kernel's tile: kBM rows x pp_b_rows(kBM) rows of b, one math warpgroup on it.
+template <int kBM, bool kSwiglu>
+struct pp_tile : ring_layout<kBM, pp_b_rows(kBM), 2> {
+    static constexpr int kBN = pp_b_rows(kBM);             // rows of b per tile (wgmma N)
+    static constexpr int kSub = kBM / 64;                  // m64 row blocks per tile
+    static constexpr int kOutN = kSwiglu ? kBN / 2 : kBN;  // output columns of a tile
+    static constexpr int kBoxB = kSwiglu ? kBN / 2 : kBN;  // rows of one TMA box of b
+    static constexpr int kBGroup = kBN;                    // with swiglu: gate rows then as many up rows
+};
+
+/// Named-barrier hand-off between the two math warpgroups (256 threads: the 128 that arrive and the 128 that wait).
+__device__ __forceinline__ void handoff_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void handoff_wait(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
+
+template <int kBM, bool kSwiglu>
+__global__ void __launch_bounds__(kThreads, 1)
+    grouped_gemm_pingpong_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                                 const __grid_constant__ CUtensorMap map_c, const grouped_gemm_params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    using tile = pp_tile<kBM, kSwiglu>;
+    static_assert(tile::kStages >= 3, "the ping-pong ring needs three stages");
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const ring_smem ring = setup_ring<tile, kBM>(smem_raw, p, 4);  // one arrive per warp of the reader
+    if (threadIdx.x < 128) {
+        produce<tile, kBM, kSwiglu>(p, ring, &map_a, &map_b);
+    } else {
+        const auto [smem, full, empty, tile_start, n_tiles, num_tiles, k_tiles] = ring;
+        const bool gather = p.a_rows != nullptr;
+        const int mw = int(threadIdx.x) / 128 - 1;  // math warpgroup 0 or 1
+        const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+        const bool storer = threadIdx.x % 128 == 0;
+        const uint32_t c_s = smem_addr(smem + tile::kCOffset + mw * tile::kCBytes);
+        if (storer) tma_prefetch_map(&map_c);
+        // This CTA's tiles: blockIdx.x + i * gridDim.x for i < my_tiles; warpgroup mw takes those with i % 2 == mw.
+        const int32_t first = int32_t(blockIdx.x), stride = int32_t(gridDim.x);
+        const int32_t my_tiles = first < num_tiles ? (num_tiles - first + stride - 1) / stride : 0;
+        float acc[tile::kSub][tile::kBN / 2];
+        uint32_t boxes = 0;  // TMA-store groups committed by this warpgroup (selects the output buffer)
+        for (int32_t i = mw; i < my_tiles; i += 2) {
+            uint32_t it = uint32_t(i) * uint32_t(k_tiles);  // the ring position of tile i's first stage
+            const int32_t t = first + i * stride;
+            const row_tile rt = locate_row_tile<kBM>(p.expert_offsets, tile_start, p.num_experts, t / n_tiles);
+            const int32_t n0 = (t % n_tiles) * tile::kOutN;
+#pragma unroll
+            for (int sb = 0; sb < tile::kSub; ++sb)
+#pragma unroll
+                for (int j = 0; j < tile::kBN / 2; ++j) acc[sb][j] = 0.f;
+            if (i > 0) handoff_wait(3 + mw);  // the other warpgroup has issued tile i - 1's main loop
+            for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
+                const uint32_t s = it % tile::kStages;
+                mbar_wait(&full[s], (it / tile::kStages) & 1);
+                if (gather) fence_proxy_async();
+                const unsigned char* a_s = smem + size_t(s) * tile::kStageBytes;
+                const uint64_t desc_a = smem_desc(a_s);
+                const uint64_t desc_b = smem_desc(a_s + tile::kABytes);
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < kBK / 16; ++kk) {
+                    wgmma_tile<tile::kBN>(acc[0], desc_a + 2 * kk, desc_b + 2 * kk);
+                    if constexpr (tile::kSub == 2) {
+                        // The second 64-row block, 64 rows of 128 bytes further (8 KB, 512 in descriptor units); also
+                        // for a 64-row tail tile, whose second block is not stored (a branch here would make ptxas
+                        // serialize the wgmmas).
+                        wgmma_tile<tile::kBN>(acc[1], desc_a + 512 + 2 * kk, desc_b + 2 * kk);
+                    }
+                }
+                wgmma_commit();
+                wgmma_wait<1>();
+#pragma unroll
+                for (int sb = 0; sb < tile::kSub; ++sb) fence_accumulators(acc[sb]);
+                if (kt > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % tile::kStages]);
+            }
+            if (i + 1 < my_tiles) handoff_arrive(3 + (mw ^ 1));  // the other warpgroup may start tile i + 1
+            wgmma_wait<0>();
+#pragma unroll
+            for (int sb = 0; sb < tile::kSub; ++sb) fence_accumulators(acc[sb]);
+            if (lane == 0) mbar_arrive(&empty[(it - 1) % tile::kStages]);
+
+#pragma unroll
+            for (int sb = 0; sb < tile::kSub; ++sb) {
+                if (sb * 64 >= rt.rows) break;
+#pragma unroll
+                for (int box = 0; box < tile::kOutN / 64; ++box, ++boxes) {
+                    const uint32_t buf = c_s + (boxes % tile::kCBufs) * tile::kCBoxBytes;
+                    if (storer) bulk_wait_read<tile::kCBufs - 1>();
+                    warpgroup_sync(1 + mw);
+                    write_box<tile::kBN, kSwiglu>(acc[sb], box, buf, warp, lane);
+                    fence_proxy_async();
+                    warpgroup_sync(1 + mw);
+                    if (storer) {
+                        const int32_t col = n0 + box * 64;
+                        if (col < p.n) tma_store_2d(&map_c, buf, col, rt.m0 + sb * 64);
+                        bulk_commit();
+                    }
                 }
             }
         }
@@ -514,29 +683,38 @@ const device_info& current_device() {
     return info;
 }
 
-template <int kBM, bool kSwiglu>
-void launch_config(const grouped_gemm_params& p, cudaStream_t stream) {
-    using tile = wg_tile<kBM, kSwiglu>;
+/// Launches one of the persistent kernels with its tile layout: one CTA per SM at most (or p.max_ctas), no more than
+/// there are tiles.
+template <typename Tile, typename Kernel>
+void launch_tiles(Kernel kernel, int bm, const grouped_gemm_params& p, cudaStream_t stream) {
     if (p.max_rows < 64) return;  // expert groups are multiples of row_align >= 64 rows: all are empty
-    const auto kernel = grouped_gemm_wgmma_kernel<kBM, kSwiglu>;
-    const size_t smem = tile::smem_bytes(p.num_experts);
+    const size_t smem = Tile::smem_bytes(p.num_experts);
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
-    const CUtensorMap map_a = p.a_rows ? CUtensorMap{} : make_map(p.a, p.max_rows, p.k, kBM);  // gather: unused
-    const CUtensorMap map_b = make_map(p.b, int64_t(p.num_experts) * n_b, p.k, tile::kBoxB);
+    const int32_t n_b = p.swiglu ? 2 * p.n : p.n;
+    const CUtensorMap map_a = p.a_rows ? CUtensorMap{} : make_map(p.a, p.max_rows, p.k, bm);  // gather: unused
+    const CUtensorMap map_b = make_map(p.b, int64_t(p.num_experts) * n_b, p.k, Tile::kBoxB);
     const CUtensorMap map_c = make_map(p.c, p.max_rows, p.n, 64);
-    const int64_t tiles_bound = int64_t(p.max_rows / 64) * ((p.n + tile::kOutN - 1) / tile::kOutN);
+    const int64_t tiles_bound = int64_t(p.max_rows / 64) * ((p.n + Tile::kOutN - 1) / Tile::kOutN);
     const int ctas = p.max_ctas > 0 ? std::min(p.max_ctas, current_device().sms) : current_device().sms;
     const int grid = int(std::max<int64_t>(1, std::min<int64_t>(tiles_bound, ctas)));
-    launch_pdl(kernel, dim3(grid), dim3(kThreads), smem, stream, map_a, map_b, map_c, p);
+    kernel<<<grid, kThreads, smem, stream>>>(map_a, map_b, map_c, p);
+    ZMOE_CUDA_CHECK_LAUNCH();
 }
 
-template <int kBM>
+/// The cooperative kernel (kPingPong false) or the ping-pong one, with or without SiLU * up.
+template <int kBM, bool kPingPong>
 void launch_swiglu_or_not(const grouped_gemm_params& p, cudaStream_t stream) {
-    if (p.swiglu)
-        launch_config<kBM, true>(p, stream);
-    else
-        launch_config<kBM, false>(p, stream);
+    if constexpr (kPingPong) {
+        if (p.swiglu)
+            launch_tiles<pp_tile<kBM, true>>(grouped_gemm_pingpong_kernel<kBM, true>, kBM, p, stream);
+        else
+            launch_tiles<pp_tile<kBM, false>>(grouped_gemm_pingpong_kernel<kBM, false>, kBM, p, stream);
+    } else {
+        if (p.swiglu)
+            launch_tiles<wg_tile<kBM, true>>(grouped_gemm_wgmma_kernel<kBM, true>, kBM, p, stream);
+        else
+            launch_tiles<wg_tile<kBM, false>>(grouped_gemm_wgmma_kernel<kBM, false>, kBM, p, stream);
+    }
 }
 
 }  // namespace
@@ -566,9 +744,25 @@ void launch_grouped_gemm_wgmma(const grouped_gemm_params& p, cudaStream_t stream
     // tiles with the two math warpgroups splitting the columns.
     const bool tall = p.row_align % 128 == 0 || int64_t(p.max_rows) >= int64_t(p.num_experts) * (128 + p.row_align - 1);
     if (tall)
-        launch_swiglu_or_not<128>(p, stream);
+        launch_swiglu_or_not<128, false>(p, stream);
     else
-        launch_swiglu_or_not<64>(p, stream);
+        launch_swiglu_or_not<64, false>(p, stream);
+}
+
+int pingpong_tile_rows() {
+    const char* v = std::getenv("ZMOE_GG_PINGPONG_ROWS");
+    return v != nullptr && std::string_view(v) == "128" ? 128 : 64;
+}
+
+void launch_grouped_gemm_wgmma_pingpong(const grouped_gemm_params& p, int tile_rows, cudaStream_t stream) {
+    ZMOE_KERNEL_REQUIRE(grouped_gemm_wgmma_supported(p),
+                        "grouped_gemm: the wgmma kernel needs compute capability 9.x and row_align % 64 == 0");
+    ZMOE_KERNEL_REQUIRE(tile_rows == 64 || tile_rows == 128, "grouped_gemm: ping-pong tiles have 64 or 128 rows");
+    if (p.max_rows == 0 || p.n == 0) return;
+    if (tile_rows == 64)
+        launch_swiglu_or_not<64, true>(p, stream);
+    else
+        launch_swiglu_or_not<128, true>(p, stream);
 }
 
 }  // namespace zmoe::kernels::detail

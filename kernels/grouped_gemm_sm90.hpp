@@ -21,4 +21,13 @@ bool grouped_gemm_wgmma_supported(const grouped_gemm_params& p);
 /// Aborts unless grouped_gemm_wgmma_supported(p).
 void launch_grouped_gemm_wgmma(const grouped_gemm_params& p, cudaStream_t stream);
 
+/// The ping-pong tile height launch_grouped_gemm uses: 64, or 128 when the environment sets
+/// ZMOE_GG_PINGPONG_ROWS=128 (a measuring switch while the two shapes are compared).
+int pingpong_tile_rows();
+
+/// launch_grouped_gemm's contract on the wgmma kernel with the ping-pong schedule: the two math warpgroups take
+/// turns on different output tiles, one's epilogue under the other's wgmmas. tile_rows 64: 64 x 256 tiles (rows of
+/// b); 128: 128 x 128 tiles. Aborts unless grouped_gemm_wgmma_supported(p) and tile_rows is 64 or 128.
+void launch_grouped_gemm_wgmma_pingpong(const grouped_gemm_params& p, int tile_rows, cudaStream_t stream);
+
 }  // namespace zmoe::kernels::detail

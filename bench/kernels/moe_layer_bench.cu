@@ -32,11 +32,15 @@
 #include <type_traits>
 #include <vector>
 
+#include "bench/kernels/bench_util.cuh"
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 
 namespace {
 
+using zmoe::bench::device_alloc;
+using zmoe::bench::fill;
+using zmoe::bench::parse_list;
 using zmoe::kernels::bf16;
 
 constexpr int32_t kHidden = 2048, kExperts = 128, kTopK = 8, kInter = 768;
@@ -54,30 +58,6 @@ const std::vector<const char*> kGroupedStages = {"router_gemm",  "router_topk", 
                                                  "gemm_gate_up", "gemm_down",   "combine"};
 const std::vector<const char*> kDecodeStages = {"moe_decode"};  // the router GEMV fused in, as in the executor
 const std::vector<const char*> kDecodeGemmStages = {"router_gemm", "moe_decode"};
-
-__global__ void fill_uniform(bf16* out, size_t n, float scale, uint32_t seed) {
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-        uint32_t h = uint32_t(i) * 0x9e3779b9u ^ seed ^ uint32_t(i >> 32) * 0x85ebca6bu;
-        h ^= h >> 16;
-        h *= 0x7feb352du;
-        h ^= h >> 15;
-        h *= 0x846ca68bu;
-        h ^= h >> 16;
-        out[i] = __float2bfloat16((float(h >> 8) * (1.f / 16777216.f) * 2.f - 1.f) * scale);
-    }
-}
-
-template <typename T>
-T* device_alloc(size_t n) {
-    void* p = nullptr;
-    ZMOE_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
-    return static_cast<T*>(p);
-}
-
-void fill(bf16* p, size_t n, float scale, uint32_t seed) {
-    fill_uniform<<<1024, 256>>>(p, n, scale, seed);
-    ZMOE_CUDA_CHECK_LAUNCH();
-}
 
 struct layer_buffers {
     bf16 *x, *gate_w, *w1, *w2, *xp, *act, *y, *out;
@@ -289,13 +269,6 @@ std::string json_escape(const std::string& s) {
     return out;
 }
 
-std::vector<int32_t> parse_list(const char* s) {
-    std::vector<int32_t> out;
-    std::stringstream ss(s);
-    for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
-    return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -328,8 +301,10 @@ int main(int argc, char** argv) {
                 g_impl = zmoe::kernels::grouped_gemm_impl::wgmma;
             else if (v == "small")
                 g_impl = zmoe::kernels::grouped_gemm_impl::small;
+            else if (v == "pingpong")
+                g_impl = zmoe::kernels::grouped_gemm_impl::wgmma_pingpong;
             else
-                return std::fprintf(stderr, "--impl: auto, mma, wgmma or small\n"), 2;
+                return std::fprintf(stderr, "--impl: auto, mma, wgmma, pingpong or small\n"), 2;
         } else if (a == "--decode-router" && i + 1 < argc) {
             const std::string v = argv[++i];
             if (v != "fused" && v != "gemm") return std::fprintf(stderr, "--decode-router: fused or gemm\n"), 2;
@@ -348,7 +323,7 @@ int main(int argc, char** argv) {
             std::fprintf(stderr,
                          "usage: %s [--tokens 1,8,...] [--iters N] [--warmup N] [--path auto|decode|grouped] "
                          "[--decode-router fused|gemm] "
-                         "[--align 8|16|32|64|128] [--impl auto|mma|wgmma|small] [--no-gather] [--peer CMD] "
+                         "[--align 8|16|32|64|128] [--impl auto|mma|wgmma|pingpong|small] [--no-gather] [--peer CMD] "
                          "[--json PATH]\n",
                          argv[0]);
             return 2;
@@ -474,10 +449,11 @@ int main(int argc, char** argv) {
           << "\",\"shape\":{\"hidden\":" << kHidden << ",\"experts\":" << kExperts << ",\"top_k\":" << kTopK
           << ",\"inter\":" << kInter << ",\"dtype\":\"bf16\"},\"measured\":{\"copy_bytes_per_s\":" << peak.bytes_per_s
           << ",\"bf16_gemm_flops_per_s\":" << peak.flops_per_s << "},\"iters\":" << iters << ",\"gemm_impl\":\""
-          << (g_impl == zmoe::kernels::grouped_gemm_impl::automatic ? "auto"
-              : g_impl == zmoe::kernels::grouped_gemm_impl::wgmma   ? "wgmma"
-              : g_impl == zmoe::kernels::grouped_gemm_impl::small   ? "small"
-                                                                    : "mma")
+          << (g_impl == zmoe::kernels::grouped_gemm_impl::automatic        ? "auto"
+              : g_impl == zmoe::kernels::grouped_gemm_impl::wgmma          ? "wgmma"
+              : g_impl == zmoe::kernels::grouped_gemm_impl::small          ? "small"
+              : g_impl == zmoe::kernels::grouped_gemm_impl::wgmma_pingpong ? "pingpong"
+                                                                           : "mma")
           << "\",\"path\":\""
           << (g_path == zmoe::kernels::moe_path::automatic ? "auto"
               : g_path == zmoe::kernels::moe_path::decode  ? "decode"

@@ -2,6 +2,7 @@
 // over routings with empty and ragged expert groups, partial N tiles and K tails, for each kernel: the mma.sync
 // one, the sm_90a wgmma + TMA one (skipped off compute capability 9.x) and the automatic choice.
 
+#include "kernels/grouped_gemm_sm90.hpp"
 #include "kernels/reference/reference.hpp"
 #include "tests/kernels/test_util.hpp"
 
@@ -15,6 +16,7 @@ struct gemm_case {
     grouped_gemm_impl impl = grouped_gemm_impl::mma_sync;
     bool gather = false;   ///< read the unpermuted x through a_rows = row_token instead of the permuted copy
     int32_t max_ctas = 0;  ///< grouped_gemm_params::max_ctas (the persistent kernel's grid bound)
+    int32_t pp_rows = 64;  ///< wgmma_pingpong: the tile height (64 or 128)
 };
 
 const char* impl_name(grouped_gemm_impl impl) {
@@ -27,6 +29,8 @@ const char* impl_name(grouped_gemm_impl impl) {
             return "wgmma";
         case grouped_gemm_impl::small:
             return "small";
+        case grouped_gemm_impl::wgmma_pingpong:
+            return "wgmmapp";
     }
     return "?";
 }
@@ -54,12 +58,13 @@ constexpr auto kWgmma = grouped_gemm_impl::wgmma;
 constexpr auto kMma = grouped_gemm_impl::mma_sync;
 constexpr auto kAuto = grouped_gemm_impl::automatic;
 constexpr auto kSmall = grouped_gemm_impl::small;
+constexpr auto kPing = grouped_gemm_impl::wgmma_pingpong;
 
 class GroupedGemm : public ::testing::TestWithParam<gemm_case> {};
 
 TEST_P(GroupedGemm, MatchesReference) {
     const auto c = GetParam();
-    if (c.impl == grouped_gemm_impl::wgmma && !device_is_sm90()) GTEST_SKIP() << "the wgmma kernel needs sm_90";
+    if ((c.impl == kWgmma || c.impl == kPing) && !device_is_sm90()) GTEST_SKIP() << "the wgmma kernel needs sm_90";
     std::mt19937 rng(c.num_tokens * 5 + c.k + c.n + c.swiglu);
     const auto ids = route(c.num_tokens, c.top_k, c.num_experts, rng);
     const int32_t max_rows = moe_permuted_rows_bound(c.num_tokens, c.top_k, c.num_experts, c.row_align);
@@ -94,7 +99,10 @@ TEST_P(GroupedGemm, MatchesReference) {
     p.swiglu = c.swiglu;
     p.impl = c.impl;
     p.max_ctas = c.max_ctas;
-    launch_grouped_gemm(p, nullptr);
+    if (c.impl == kPing)
+        detail::launch_grouped_gemm_wgmma_pingpong(p, c.pp_rows, nullptr);  // both tile shapes
+    else
+        launch_grouped_gemm(p, nullptr);
     sync_and_check();
 
     std::vector<float> want(size_t(max_rows) * c.n, 0.f);
@@ -141,6 +149,26 @@ INSTANTIATE_TEST_SUITE_P(
         gemm_case{20000, 2, 64, 128, 64, true, 64, kWgmma, true},
         gemm_case{5000, 4, 32, 200, 264, false, 128, kWgmma, true},
         gemm_case{20000, 2, 64, 136, 128, true, 128, kWgmma, true},
+        // The ping-pong schedule, 64 x 256 and 128 x 128 tiles: ragged and empty groups, 64-row tails of 128-row
+        // tiles, partial N tiles and K tails, one tile per CTA up to many (20 000 tokens), x read through a_rows.
+        gemm_case{1, 8, 128, 2048, 768, true, 64, kPing},
+        gemm_case{1, 8, 128, 768, 2048, false, 128, kPing, false, 0, 128},
+        gemm_case{37, 3, 16, 96, 40, true, 64, kPing, false, 0, 128}, gemm_case{37, 3, 16, 40, 96, false, 128, kPing},
+        gemm_case{300, 4, 16, 200, 192, false, 64, kPing, true},
+        gemm_case{300, 4, 16, 192, 200, true, 64, kPing, true, 0, 128},
+        gemm_case{256, 8, 32, 2048, 768, true, 64, kPing, true},
+        gemm_case{256, 8, 32, 768, 2048, false, 64, kPing, false, 0, 128},
+        gemm_case{3000, 6, 40, 136, 72, true, 64, kPing, true, 0, 128},
+        gemm_case{3000, 8, 64, 128, 264, false, 64, kPing}, gemm_case{1024, 8, 128, 256, 768, true, 64, kPing, true},
+        gemm_case{1024, 8, 128, 768, 256, false, 64, kPing, false, 0, 128},
+        gemm_case{20000, 2, 64, 136, 128, true, 64, kPing, true},
+        gemm_case{20000, 2, 64, 128, 264, false, 128, kPing, false, 0, 128},
+        gemm_case{20000, 2, 64, 64, 128, false, 64, kPing, false, 0, 128},
+        gemm_case{5000, 4, 32, 200, 264, false, 128, kPing, true, 0, 128},
+        // The ping-pong hand-off over many tiles per CTA, an odd and an even count per warpgroup (grid bound).
+        gemm_case{3000, 8, 64, 128, 256, false, 64, kPing, true, 7},
+        gemm_case{300, 4, 16, 200, 192, false, 64, kPing, false, 1, 128},
+        gemm_case{2048, 8, 32, 256, 128, true, 128, kPing, false, 2},
         // The small-group kernel (8-row groups; moe_row_align_for does not pick it, row_align 8 or impl small do):
         // Qwen3-30B-A3B shapes up to 16 rows per expert (256 tokens), all three tile counts (mean rows per expert up
         // to 4, 8, more), experts with more rows than its tiles (further passes), K tails (K % 32 != 0), N not a
@@ -168,7 +196,8 @@ INSTANTIATE_TEST_SUITE_P(
         return make_name("t", c.num_tokens, "_k", c.top_k, "_e", c.num_experts, "_K", c.k, "_N", c.n,
                          (c.swiglu ? "_swiglu" : "_plain"), "_align", c.row_align, "_", impl_name(c.impl),
                          (c.gather ? "_gather" : ""), (c.max_ctas > 0 ? "_ctas" : ""),
-                         (c.max_ctas > 0 ? std::to_string(c.max_ctas) : std::string()));
+                         (c.max_ctas > 0 ? std::to_string(c.max_ctas) : std::string()),
+                         (c.impl == kPing && c.pp_rows == 128 ? "_rows128" : ""));
     });
 
 }  // namespace

@@ -49,6 +49,15 @@ void check_supported(const model_config& c) {
 
 int32_t i32(int64_t v) { return static_cast<int32_t>(v); }
 
+/// Whether the decode step runs launch_gemv_bf16 rather than cuBLASLt for m rows of n outputs (both supported).
+/// Measured on H200 at Qwen3-30B-A3B shapes (bench/kernels/gemv_bench.cu: graphs of back-to-back launches; and
+/// `zmoe bench step`; docs/benchmarks.md): the GEMV beats cuBLASLt on the router's 128 outputs (1.9-4.3 against
+/// 4.8-5.0 us) and on the LM head's 151 669 (139-353 against 191-577 us) up to 8 rows, and at one row on O; at one
+/// row QKV stays on it too (9.6 against 8.1 us back to back, but in the step it prefetches its weights while the
+/// kernel before it ends). From two rows cuBLASLt is faster on the 2-5 K outputs of QKV and O (8 rows: 7.9 against
+/// 20.6 us on QKV); a decode step of 8 sequences takes 9.8 ms with it against 10.7 ms.
+bool gemv_preferred(int32_t m, int32_t n) { return m == 1 || n <= 1024 || n >= 65536; }
+
 }  // namespace
 
 std::vector<int32_t> decode_graph_batch_sizes(int32_t max_num_seqs) {
@@ -319,9 +328,10 @@ void cuda_step_executor::upload_inputs(const step_shape& s) {
 
 void cuda_step_executor::gemm(const void* x, const void* w, void* y, int32_t m, int32_t n, int32_t k, bool y_fp32,
                               const void* bias) {
-    // A few rows: one streaming pass over the weights (the bias added on the way); more: cuBLASLt (+ a bias launch).
+    // One row, and a few rows of the router-sized and LM-head-sized GEMMs: one streaming pass over the weights (the
+    // bias added on the way); otherwise cuBLASLt (+ a bias launch).
     const bool aligned = (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 == 0;
-    if (aligned && kernels::gemv_bf16_supported(m, n, k)) {
+    if (aligned && kernels::gemv_bf16_supported(m, n, k) && gemv_preferred(m, n)) {
         kernels::launch_gemv_bf16({.x = static_cast<const bf16*>(x),
                                    .w = static_cast<const bf16*>(w),
                                    .bias = static_cast<const bf16*>(bias),
