@@ -441,6 +441,90 @@ struct grouped_gemm_params {
 void launch_grouped_gemm(const grouped_gemm_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
+// The routed-expert block of an MoE layer: one launch sequence for the CUDA executor and
+// bench/kernels/moe_layer_bench
+
+/// The stages launch_moe_experts / launch_moe_layer enqueue, in the order they enqueue them.
+enum class moe_stage : int32_t { router_gemm, router_topk, moe_decode, permute, gemm_gate_up, gemm_down, combine, end };
+
+/// Called on the host before each stage is enqueued and with moe_stage::end after the last (a benchmark records
+/// an event there); never called inside a kernel.
+using moe_stage_mark = void (*)(void* context, moe_stage stage);
+
+/// Rows of the permuted buffers (row_token, x_permuted, act, y) launch_moe_experts needs for this batch.
+int32_t moe_experts_rows(int32_t num_tokens, int32_t top_k, int32_t permute_slots, int32_t row_align);
+
+struct moe_experts_params {
+    const int32_t* slots = nullptr;       // [num_tokens, top_k]: the slot serving each choice, < permute_slots
+    const bf16* x = nullptr;              // [num_tokens, hidden]
+    const float* topk_weights = nullptr;  // [num_tokens, top_k]
+    const bf16* w_gate_up = nullptr;      // [num_slots, 2 * inter, hidden]: gate rows, then up rows
+    const bf16* w_down = nullptr;         // [num_slots, hidden, inter]
+    bf16* out = nullptr;                  // [num_tokens, hidden]
+    int32_t* expert_offsets = nullptr;    // [permute_slots + 1] scratch
+    int32_t* dest_rows = nullptr;         // [num_tokens, top_k] scratch
+    int32_t* row_token = nullptr;         // [max_rows] scratch
+    void* permute_workspace = nullptr;    // moe_permute_workspace_bytes(num_tokens, top_k, permute_slots)
+    bf16* x_permuted = nullptr;           // [max_rows, hidden] or nullptr: gate|up reads x through row_token
+    bf16* act = nullptr;                  // [max_rows, inter] scratch: SiLU(gate) * up per permuted row
+    bf16* y = nullptr;                    // [max_rows, hidden] scratch: the down projection per permuted row
+    int32_t max_rows = 0;                 ///< rows the scratch above holds, >= moe_experts_rows(...)
+    int32_t num_tokens = 0;
+    int32_t top_k = 0;
+    int32_t num_slots = 0;      ///< expert weight slots (the grouped GEMMs' groups)
+    int32_t permute_slots = 0;  ///< groups of the permutation, >= num_slots; 0: num_slots. Rows of slots past
+                                ///< num_slots (expert parallelism's unused rows) are grouped last, uncomputed
+    int32_t hidden = 0;         ///< multiple of 8
+    int32_t inter = 0;          ///< multiple of 8
+    int32_t row_align = 0;      ///< 0: moe_row_align_for(num_tokens, top_k, permute_slots)
+    grouped_gemm_impl impl = grouped_gemm_impl::automatic;
+    int32_t max_ctas = 0;           ///< as grouped_gemm_params: 0 every SM
+    moe_stage_mark mark = nullptr;  // or nullptr
+    void* mark_context = nullptr;
+};
+
+/// The experts over num_tokens x top_k routed rows of x: launch_moe_permute (plan only, or gathering x into
+/// x_permuted when given), launch_grouped_gemm gate|up with SiLU * up, launch_grouped_gemm down, then
+/// launch_moe_combine: out[t] = bf16(sum_j topk_weights[t, j] * y[t, j]) in top-k order. num_tokens == 0 is a no-op.
+void launch_moe_experts(const moe_experts_params& p, cudaStream_t stream);
+
+/// The routed-expert path launch_moe_layer takes: automatic chooses by moe_use_decode_path.
+enum class moe_path : int32_t { automatic = 0, decode = 1, grouped = 2 };
+
+struct moe_layer_params {
+    /// x, the expert weights, out, the permutation scratch, the shapes (num_slots: one GPU, every slot of
+    /// replica_slots is here), row_align, impl and the stage marks; its slots and topk_weights are ignored (the
+    /// router's slot_ids and topk_weights below are used). On the decode path act holds num_tokens * top_k rows.
+    moe_experts_params experts;
+    const bf16* router_w = nullptr;   // [num_experts, hidden]
+    float* router_logits = nullptr;   // [num_tokens, num_experts] fp32 scratch
+    cublasLtHandle_t blas = nullptr;  // the router GEMM where launch_gemv_bf16 does not take it
+    void* blas_workspace = nullptr;   // [blas_workspace_bytes]
+    size_t blas_workspace_bytes = 0;
+    const int32_t* replica_offsets = nullptr;  // [num_experts + 1], as moe_route_params
+    const int32_t* replica_slots = nullptr;    // as moe_route_params
+    const int32_t* num_valid = nullptr;        // [1] or nullptr (all valid): tokens from *num_valid on are padding
+    int32_t* expert_counts = nullptr;          // [num_experts] or nullptr: += the valid choices of each expert
+    int32_t* topk_ids = nullptr;               // [num_tokens, top_k] scratch (logical experts)
+    float* topk_weights = nullptr;             // [num_tokens, top_k] out
+    int32_t* slot_ids = nullptr;               // [num_tokens, top_k] out
+    int32_t* decode_scratch = nullptr;         // moe_decode_scratch_ints(kMoeDecodeMaxTokens, top_k)
+    int32_t num_experts = 0;
+    bool renormalize = false;
+    moe_path path = moe_path::automatic;  ///< decode only where moe_decode_supported
+    bool fuse_router = true;              ///< the decode path computes the router logits itself (else a GEMM first)
+};
+
+/// True when launch_moe_layer takes the decode path for p (p.path, moe_use_decode_path, moe_decode_supported).
+bool moe_layer_uses_decode_path(const moe_layer_params& p);
+
+/// The routed experts of one MoE layer on one GPU with the softmax top-k router (what the CUDA executor runs per MoE
+/// layer and moe_layer_bench times): on the decode path launch_moe_decode (the router GEMV fused in unless
+/// !fuse_router); else the router GEMM (launch_gemv_bf16 for a few rows, cuBLASLt past them), launch_router_topk
+/// with the replica choice, then launch_moe_experts. num_tokens == 0 is a no-op.
+void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------
 // Sampling
 
 // sample_seq_params (one sequence's parameters) is in kernels/sampling.hpp, shared with the CPU reference.

@@ -1,14 +1,18 @@
 // Weighted combine of the expert outputs back into token order: one block per token, 16-byte accesses,
-// the top-k rows summed in fp32 in top-k order (so the result does not depend on the permutation).
+// the top-k rows summed in fp32 in top-k order (so the result does not depend on the permutation). Launched
+// programmatically dependent (pdl.cuh): its launch overlaps the tail of the down GEMM.
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
+#include "kernels/pdl.cuh"
 
 namespace zmoe::kernels {
 namespace {
 
 __global__ void moe_combine_kernel(const moe_combine_params p) {
+    detail::pdl_wait();  // the kernel before writes what this one reads
+    detail::pdl_launch_dependents();
     const int32_t t = blockIdx.x;
     const int32_t* rows = p.dest_rows + size_t(t) * p.top_k;
     const float* weights = p.topk_weights + size_t(t) * p.top_k;
@@ -30,8 +34,7 @@ __global__ void moe_combine_kernel(const moe_combine_params p) {
 void launch_moe_combine(const moe_combine_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(p.hidden % 8 == 0, "moe_combine: hidden must be a multiple of 8");
     if (p.num_tokens == 0) return;
-    moe_combine_kernel<<<p.num_tokens, 128, 0, stream>>>(p);
-    ZMOE_CUDA_CHECK_LAUNCH();
+    detail::launch_pdl(moe_combine_kernel, dim3(p.num_tokens), dim3(128), 0, stream, p);
 }
 
 }  // namespace zmoe::kernels

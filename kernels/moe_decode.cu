@@ -14,6 +14,9 @@
 //      in shared memory; then out[t] = bf16(sum_j weights[t, j] * y[t, j]) in top-k order.
 // The GEMV kernels are instantiated for 1, 2, 4 and 8 tokens, so a one-token step keeps few registers per thread
 // and many warps per multiprocessor (the loads of many rows in flight are what streams the weights).
+// The three kernels are launched programmatically dependent (pdl.cuh): gate|up's blocks stage x while the routing
+// finishes, and down's blocks put their first weight rows' loads in flight before waiting for gate|up's act (the
+// slots they read were written by the routing, complete before gate|up's blocks passed their own wait).
 // Every dot product is summed in a fixed order (lanes, then a warp reduction), so a token's result does not depend
 // on which other tokens share the batch.
 
@@ -23,6 +26,7 @@
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
 #include "kernels/dispatch.cuh"
+#include "kernels/pdl.cuh"
 #include "kernels/warp_topk.cuh"
 
 namespace zmoe::kernels {
@@ -34,6 +38,8 @@ constexpr int kGemvWarps = kGemvThreads / 32;
 constexpr int kDownRows = 2;      // hidden rows per down block
 constexpr int kDownItems = 4;     // (slot, row) items per warp at once
 constexpr int kGateUpUnroll = 8;  // 16-byte vectors per lane in flight, per row (gate and up each)
+// FFN columns per gate|up warp, in turn (2 measured slower at one token on H200: 0.045-0.046 ms against 0.044).
+constexpr int kGateUpCols = 1;
 constexpr int kDownUnroll = 4;
 /// Most tokens moe_use_decode_path sends here: measured on H200 at Qwen3-30B-A3B shapes (the whole layer, CUDA
 /// graph), 1 / 2 / 4 / 8 tokens 0.047 / 0.081 / 0.139 / 0.373 ms here against 0.062 / 0.077 / 0.120 / 0.183 ms on
@@ -113,6 +119,8 @@ __device__ bool router_logits_then_last(const moe_decode_params& p) {
 
 template <int kPerLane, bool kFusedRouter>
 __global__ void __launch_bounds__(kThreads) moe_decode_route_kernel(const moe_decode_params p) {
+    detail::pdl_wait();  // x (and the given logits) come from the kernels before
+    detail::pdl_launch_dependents();
     if constexpr (kFusedRouter) {
         if (!router_logits_then_last(p)) return;
     }
@@ -159,7 +167,8 @@ __global__ void __launch_bounds__(kThreads) moe_decode_route_kernel(const moe_de
     if (a == 0) *sv.num_unique = num_unique;
 }
 
-/// One warp per FFN column j of one distinct slot: the gate and up rows are loaded whole (16-byte vectors, all in
+/// One warp per FFN column j (kGateUpCols of them in turn) of one distinct slot: the gate and up rows are loaded whole
+/// (16-byte vectors, all in
 /// flight at once) and dotted with the x of each token of the slot. kT >= num_tokens bounds the accumulators.
 template <int kT>
 __global__ void __launch_bounds__(kGemvThreads) moe_decode_gate_up_kernel(const moe_decode_params p) {
@@ -168,54 +177,59 @@ __global__ void __launch_bounds__(kGemvThreads) moe_decode_gate_up_kernel(const 
     const int32_t T = p.num_tokens, K = p.top_k, H = p.hidden;
     const scratch_view sv(p.scratch, T, K);
     const int32_t u = blockIdx.x;
-    if (u >= *sv.num_unique) return;
+    // x is complete before the routing kernel passed its wait: stage it while the routing finishes.
     for (int32_t v = threadIdx.x; v < T * H / 8; v += kGemvThreads)
         reinterpret_cast<detail::bf16x8*>(x_s)[v] = reinterpret_cast<const detail::bf16x8*>(p.x)[v];
+    detail::pdl_wait();  // the routing's slots and choices
+    detail::pdl_launch_dependents();
+    if (u >= *sv.num_unique) return;
     __syncthreads();
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int32_t j = blockIdx.y * kGemvWarps + warp;
-    if (j >= p.inter) return;
     int32_t choice[kT];
 #pragma unroll
     for (int t = 0; t < kT; ++t) choice[t] = t < T ? sv.choices[u * T + t] : -1;
-
     const int32_t nvec = H / 8;
     const bf16* w = p.w_gate_up + size_t(sv.slots[u]) * 2 * p.inter * H;
-    const auto* g_row = reinterpret_cast<const detail::bf16x8*>(w + size_t(j) * H);
-    const auto* u_row = reinterpret_cast<const detail::bf16x8*>(w + size_t(p.inter + j) * H);
-    float ag[kT] = {}, au[kT] = {};
-    for (int32_t v0 = 0; v0 < nvec; v0 += 32 * kGateUpUnroll) {
-        detail::bf16x8 gv[kGateUpUnroll], uv[kGateUpUnroll];
+    // kGateUpCols columns per warp, one after the other (fewer blocks: one wave, room left for down's blocks).
+    for (int32_t c = 0; c < kGateUpCols; ++c) {
+        const int32_t j = (blockIdx.y * kGateUpCols + c) * kGemvWarps + warp;
+        if (j >= p.inter) return;
+        const auto* g_row = reinterpret_cast<const detail::bf16x8*>(w + size_t(j) * H);
+        const auto* u_row = reinterpret_cast<const detail::bf16x8*>(w + size_t(p.inter + j) * H);
+        float ag[kT] = {}, au[kT] = {};
+        for (int32_t v0 = 0; v0 < nvec; v0 += 32 * kGateUpUnroll) {
+            detail::bf16x8 gv[kGateUpUnroll], uv[kGateUpUnroll];
 #pragma unroll
-        for (int i = 0; i < kGateUpUnroll; ++i) {
-            const int32_t v = v0 + i * 32 + lane;
-            if (v < nvec) gv[i] = g_row[v], uv[i] = u_row[v];
-        }
-#pragma unroll
-        for (int i = 0; i < kGateUpUnroll; ++i) {
-            const int32_t v = v0 + i * 32 + lane;
-            if (v >= nvec) break;
-            float g[8], up[8];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float2 gf = __bfloat1622float2(gv[i].h[e]), uf = __bfloat1622float2(uv[i].h[e]);
-                g[2 * e] = gf.x, g[2 * e + 1] = gf.y, up[2 * e] = uf.x, up[2 * e + 1] = uf.y;
+            for (int i = 0; i < kGateUpUnroll; ++i) {
+                const int32_t v = v0 + i * 32 + lane;
+                if (v < nvec) gv[i] = g_row[v], uv[i] = u_row[v];
             }
 #pragma unroll
-            for (int t = 0; t < kT; ++t) {
-                if (choice[t] < 0) continue;
-                float xv[8];
-                detail::load_f32x8(x_s + size_t(t) * H + v * 8, xv);
+            for (int i = 0; i < kGateUpUnroll; ++i) {
+                const int32_t v = v0 + i * 32 + lane;
+                if (v >= nvec) break;
+                float g[8], up[8];
 #pragma unroll
-                for (int e = 0; e < 8; ++e) ag[t] += g[e] * xv[e], au[t] += up[e] * xv[e];
+                for (int e = 0; e < 4; ++e) {
+                    const float2 gf = __bfloat1622float2(gv[i].h[e]), uf = __bfloat1622float2(uv[i].h[e]);
+                    g[2 * e] = gf.x, g[2 * e + 1] = gf.y, up[2 * e] = uf.x, up[2 * e + 1] = uf.y;
+                }
+#pragma unroll
+                for (int t = 0; t < kT; ++t) {
+                    if (choice[t] < 0) continue;
+                    float xv[8];
+                    detail::load_f32x8(x_s + size_t(t) * H + v * 8, xv);
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) ag[t] += g[e] * xv[e], au[t] += up[e] * xv[e];
+                }
             }
         }
-    }
 #pragma unroll
-    for (int t = 0; t < kT; ++t) {
-        if (choice[t] < 0) continue;
-        const float g = detail::warp_sum(ag[t]), up = detail::warp_sum(au[t]);
-        if (lane == 0) p.act[size_t(choice[t]) * p.inter + j] = __float2bfloat16(g / (1.f + __expf(-g)) * up);
+        for (int t = 0; t < kT; ++t) {
+            if (choice[t] < 0) continue;
+            const float g = detail::warp_sum(ag[t]), up = detail::warp_sum(au[t]);
+            if (lane == 0) p.act[size_t(choice[t]) * p.inter + j] = __float2bfloat16(g / (1.f + __expf(-g)) * up);
+        }
     }
 }
 
@@ -253,6 +267,7 @@ __global__ void __launch_bounds__(kGemvThreads) moe_decode_down_kernel(const moe
                     const int32_t v = v0 + i * 32 + lane;
                     if (live[it] && v < nvec) wv[it][i] = rows[it][v];
                 }
+            detail::pdl_wait();  // gate|up's act (a no-op after the first); the loads above are in flight
 #pragma unroll
             for (int i = 0; i < kDownUnroll; ++i) {
                 const int32_t v = v0 + i * 32 + lane;
@@ -286,6 +301,8 @@ __global__ void __launch_bounds__(kGemvThreads) moe_decode_down_kernel(const moe
                 if (lane == 0) y_s[choice[it][t]][(base + it) % kDownRows] = __bfloat162float(__float2bfloat16(y));
             }
     }
+    detail::pdl_wait();  // on every path (a warp without items)
+    detail::pdl_launch_dependents();
     __syncthreads();
     for (int32_t i = threadIdx.x; i < T * kDownRows; i += kGemvThreads) {
         const int32_t t = i / kDownRows, r = i % kDownRows, h = h0 + r;
@@ -303,11 +320,11 @@ void launch_gemvs(const moe_decode_params& p, cudaStream_t stream) {
     if (x_bytes > 48 * 1024)
         ZMOE_CUDA_CHECK(cudaFuncSetAttribute(moe_decode_gate_up_kernel<kT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              int(x_bytes)));
-    moe_decode_gate_up_kernel<kT>
-        <<<dim3(tk, (p.inter + kGemvWarps - 1) / kGemvWarps), kGemvThreads, x_bytes, stream>>>(p);
-    ZMOE_CUDA_CHECK_LAUNCH();
-    moe_decode_down_kernel<kT><<<(p.hidden + kDownRows - 1) / kDownRows, kGemvThreads, 0, stream>>>(p);
-    ZMOE_CUDA_CHECK_LAUNCH();
+    constexpr int kColsPerBlock = kGemvWarps * kGateUpCols;
+    detail::launch_pdl(moe_decode_gate_up_kernel<kT>, dim3(tk, (p.inter + kColsPerBlock - 1) / kColsPerBlock),
+                       dim3(kGemvThreads), x_bytes, stream, p);
+    detail::launch_pdl(moe_decode_down_kernel<kT>, dim3((p.hidden + kDownRows - 1) / kDownRows), dim3(kGemvThreads), 0,
+                       stream, p);
 }
 
 }  // namespace
@@ -341,13 +358,14 @@ void launch_moe_decode(const moe_decode_params& p, cudaStream_t stream) {
             if (x_bytes > 48 * 1024)
                 ZMOE_CUDA_CHECK(cudaFuncSetAttribute(moe_decode_route_kernel<kPerLane, true>,
                                                      cudaFuncAttributeMaxDynamicSharedMemorySize, int(x_bytes)));
-            moe_decode_route_kernel<kPerLane, true><<<blocks, kThreads, x_bytes, stream>>>(p);
+            detail::launch_pdl(moe_decode_route_kernel<kPerLane, true>, dim3(blocks), dim3(kThreads), x_bytes, stream,
+                               p);
         });
     } else {
-        DISPATCH_EXPERTS_PER_LANE(p.num_experts, kPerLane,
-                                  moe_decode_route_kernel<kPerLane, false><<<1, kThreads, 0, stream>>>(p));
+        DISPATCH_EXPERTS_PER_LANE(
+            p.num_experts, kPerLane,
+            detail::launch_pdl(moe_decode_route_kernel<kPerLane, false>, dim3(1), dim3(kThreads), 0, stream, p));
     }
-    ZMOE_CUDA_CHECK_LAUNCH();
     if (p.num_tokens == 1)
         launch_gemvs<1>(p, stream);
     else if (p.num_tokens == 2)

@@ -7,6 +7,7 @@
 //                    prefix over experts.
 //   3. assign:       within a chunk, ranks from warp match masks plus per-warp counts; writes dest_rows/row_token.
 //   4. gather:       x_permuted[row] = x[row_token[row]], zero rows for padding.
+// Every kernel is launched programmatically dependent (pdl.cuh): its launch overlaps the tail of the one before.
 
 #include <algorithm>
 
@@ -14,6 +15,7 @@
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
 #include "kernels/grouped_gemm_sm90.hpp"
+#include "kernels/pdl.cuh"
 
 namespace zmoe::kernels {
 namespace {
@@ -27,6 +29,8 @@ int32_t num_chunks(int32_t num_tokens, int32_t top_k) { return (num_tokens * top
 __global__ void __launch_bounds__(kChunk) chunk_count_kernel(const moe_permute_params p, int32_t* chunk_counts) {
     extern __shared__ int32_t hist[];  // [num_experts] int32
     for (int32_t e = threadIdx.x; e < p.num_experts; e += kChunk) hist[e] = 0;
+    detail::pdl_wait();  // the kernel before writes what this one reads
+    detail::pdl_launch_dependents();
     __syncthreads();
     const int32_t a = blockIdx.x * kChunk + threadIdx.x;
     if (a < p.num_tokens * p.top_k) atomicAdd(&hist[p.topk_ids[a]], 1);
@@ -40,6 +44,8 @@ __global__ void __launch_bounds__(kChunk) chunk_count_kernel(const moe_permute_p
 /// 16 384 tokens, was most of the plan).
 __global__ void __launch_bounds__(kMaxExperts)
     scan_kernel(const moe_permute_params p, int32_t* chunk_counts, int32_t chunks) {
+    detail::pdl_wait();  // the kernel before writes what this one reads
+    detail::pdl_launch_dependents();
     constexpr int kBatch = 8;                    // chunk counts loaded at once by a thread
     __shared__ int32_t padded[kMaxExperts + 1];  // padded group size of each expert, then its start row
     __shared__ int32_t part_sums[kMaxExperts];   // assignments in each thread's range of chunks
@@ -96,6 +102,8 @@ __global__ void __launch_bounds__(kMaxExperts)
 __global__ void __launch_bounds__(kChunk) assign_kernel(const moe_permute_params p, const int32_t* chunk_base) {
     extern __shared__ int32_t warp_counts[];  // [kChunkWarps][num_experts] int32: assignments per warp and expert
     for (int32_t i = threadIdx.x; i < kChunkWarps * p.num_experts; i += kChunk) warp_counts[i] = 0;
+    detail::pdl_wait();  // the kernel before writes what this one reads
+    detail::pdl_launch_dependents();
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int32_t a = blockIdx.x * kChunk + threadIdx.x;
@@ -113,6 +121,8 @@ __global__ void __launch_bounds__(kChunk) assign_kernel(const moe_permute_params
 }
 
 __global__ void gather_kernel(const moe_permute_params p) {
+    detail::pdl_wait();  // the kernel before writes what this one reads
+    detail::pdl_launch_dependents();
     const int32_t row = blockIdx.x;
     if (row >= p.expert_offsets[p.num_experts]) return;
     const int32_t token = p.row_token[row];
@@ -142,6 +152,8 @@ __global__ void __launch_bounds__(kSmallThreads) permute_one_block_kernel(const 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, num_warps = kSmallThreads / 32;
     const int32_t n = p.num_tokens * p.top_k, chunks = (n + 31) / 32, E = p.num_experts;
     for (int32_t i = threadIdx.x; i < chunks * E; i += kSmallThreads) counts[i] = 0;
+    detail::pdl_wait();  // the kernel before writes what this one reads
+    detail::pdl_launch_dependents();
     for (int32_t i = threadIdx.x; i < p.max_rows; i += kSmallThreads) p.row_token[i] = -1;
     __syncthreads();
     for (int32_t c = warp; c < chunks; c += num_warps) {
@@ -197,14 +209,12 @@ void launch_chunked(const moe_permute_params& p, cudaStream_t stream) {
     ZMOE_CUDA_CHECK(cudaMemsetAsync(p.row_token, 0xff, size_t(p.max_rows) * sizeof(int32_t), stream));
     const size_t hist_bytes = size_t(p.num_experts) * sizeof(int32_t);
     if (chunks > 0) {
-        chunk_count_kernel<<<chunks, kChunk, hist_bytes, stream>>>(p, chunk_counts);
-        ZMOE_CUDA_CHECK_LAUNCH();
+        detail::launch_pdl(chunk_count_kernel, dim3(chunks), dim3(kChunk), hist_bytes, stream, p, chunk_counts);
     }
-    scan_kernel<<<1, kMaxExperts, 0, stream>>>(p, chunk_counts, chunks);
-    ZMOE_CUDA_CHECK_LAUNCH();
+    detail::launch_pdl(scan_kernel, dim3(1), dim3(kMaxExperts), 0, stream, p, chunk_counts, chunks);
     if (chunks > 0) {
-        assign_kernel<<<chunks, kChunk, hist_bytes * kChunkWarps, stream>>>(p, chunk_counts);
-        ZMOE_CUDA_CHECK_LAUNCH();
+        detail::launch_pdl(assign_kernel, dim3(chunks), dim3(kChunk), hist_bytes * kChunkWarps, stream, p,
+                           static_cast<const int32_t*>(chunk_counts));
     }
 }
 
@@ -242,14 +252,12 @@ void launch_moe_permute(const moe_permute_params& p, cudaStream_t stream) {
     if (p.num_tokens * p.top_k <= kSmallAssignments && small_smem <= kSmallSmem) {
         ZMOE_CUDA_CHECK(cudaFuncSetAttribute(permute_one_block_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              int(kSmallSmem)));
-        permute_one_block_kernel<<<1, kSmallThreads, small_smem, stream>>>(p);
-        ZMOE_CUDA_CHECK_LAUNCH();
+        detail::launch_pdl(permute_one_block_kernel, dim3(1), dim3(kSmallThreads), small_smem, stream, p);
     } else {
         launch_chunked(p, stream);
     }
     if (p.x != nullptr && p.x_permuted != nullptr && p.max_rows > 0) {
-        gather_kernel<<<p.max_rows, 128, 0, stream>>>(p);
-        ZMOE_CUDA_CHECK_LAUNCH();
+        detail::launch_pdl(gather_kernel, dim3(p.max_rows), dim3(128), 0, stream, p);
     }
 }
 

@@ -1,11 +1,13 @@
 // MoE router: softmax over the gate logits and top-k selection, one warp per token with the experts spread over
 // the lanes (expert e in lane e % 32, slot e / 32), plus per-expert token counts; optionally fused with the replica
 // choice and EPLB load counts of launch_moe_route (the executor's decode steps: one launch instead of two).
+// Launched programmatically dependent (pdl.cuh).
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
 #include "kernels/dispatch.cuh"
+#include "kernels/pdl.cuh"
 #include "kernels/warp_topk.cuh"
 
 namespace zmoe::kernels {
@@ -19,6 +21,8 @@ __global__ void __launch_bounds__(kWarps * 32) router_topk_kernel(const router_t
     extern __shared__ int32_t hist[];
     int32_t* valid_hist = hist + p.num_experts;
     for (int32_t e = threadIdx.x; e < 2 * p.num_experts; e += blockDim.x) hist[e] = 0;
+    detail::pdl_wait();  // the kernel before writes what this one reads
+    detail::pdl_launch_dependents();
     __syncthreads();
 
     const int lane = threadIdx.x % 32;
@@ -61,9 +65,9 @@ void launch_router_topk(const router_topk_params& p, cudaStream_t stream) {
                         "router: the fused replica choice needs replica_slots and slot_ids");
     const int blocks = (p.num_tokens + kWarps - 1) / kWarps;
     const size_t smem = 2 * size_t(p.num_experts) * sizeof(int32_t);
-    DISPATCH_EXPERTS_PER_LANE(p.num_experts, kPerLane,
-                              router_topk_kernel<kPerLane><<<blocks, kWarps * 32, smem, stream>>>(p));
-    ZMOE_CUDA_CHECK_LAUNCH();
+    DISPATCH_EXPERTS_PER_LANE(
+        p.num_experts, kPerLane,
+        detail::launch_pdl(router_topk_kernel<kPerLane>, dim3(blocks), dim3(kWarps * 32), smem, stream, p));
 }
 
 }  // namespace zmoe::kernels

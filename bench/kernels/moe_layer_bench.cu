@@ -1,18 +1,19 @@
 // One MoE layer at Qwen3-30B-A3B shapes (hidden 2048, 128 experts, top-8, expert FFN 768, BF16) for 1..16384
-// tokens, on the path the CUDA executor takes for that batch (kernels::moe_use_decode_path): one token runs
-// launch_moe_decode (router GEMV, routing, gate|up with SiLU*up, down and the weighted sum in three launches, as in
-// the executor); larger batches run router GEMM (cuBLASLt, fp32 logits) +
-// softmax/top-k + permutation + gate/up GEMM with SiLU*up + down GEMM + weighted combine, the grouped GEMM kernel
-// chosen by moe_row_align_for. Timed with CUDA events (warm-up, then the median of --iters runs), once launched
-// stream-ordered (with a per-stage split) and once as a CUDA graph replay, beside the floor: the bytes the layer must
-// move (expert weights touched, activations in and out) at the device's copy bandwidth, or its FLOPs at the device's
-// dense BF16 GEMM rate, whichever is longer. Both ceilings are measured in the same run (a 1 GiB device-to-device copy
-// counting bytes read + written; an 8192^3 cuBLASLt BF16 GEMM).
+// tokens through kernels::launch_moe_layer, the call the CUDA executor makes per MoE layer, so the bench times the
+// executor's launch sequence and path choice (kernels::moe_use_decode_path): one token runs launch_moe_decode
+// (router GEMV, routing, gate|up with SiLU*up, down and the weighted sum in three launches); larger batches run the
+// router GEMM (fp32 logits) + softmax/top-k with the replica choice + permutation + gate/up GEMM with SiLU*up + down
+// GEMM + weighted combine, the grouped GEMM kernel chosen by moe_row_align_for. Timed with CUDA events (warm-up,
+// then the median of --iters runs), once launched stream-ordered (with a per-stage split from the launcher's stage
+// marks) and once as a CUDA graph replay, beside the floor: the bytes the layer must move (expert weights touched,
+// activations in and out) at the device's copy bandwidth, or its FLOPs at the device's dense BF16 GEMM rate,
+// whichever is longer. Both ceilings are measured in the same run (a 1 GiB device-to-device copy counting bytes
+// read + written; an 8192^3 cuBLASLt BF16 GEMM).
 //   moe_layer_bench [--tokens 1,8,...] [--iters N] [--warmup N] [--path auto|decode|grouped]
 //                   [--decode-router fused|gemm] [--align 8|16|32|64|128] [--impl auto|mma|wgmma|small] [--no-gather]
 //                   [--peer CMD] [--json PATH]
 // --path forces the expert path (decode: only where moe_decode_supported); --decode-router gemm runs the decode path
-// after the cuBLASLt router GEMM instead of fusing the router GEMV; --align forces the row alignment (hence
+// after the router GEMM instead of fusing the router GEMV; --align forces the row alignment (hence
 // the grouped GEMM kernel and its tile height) instead of moe_row_align_for's; --impl forces the grouped GEMM
 // kernel. By default the permute only plans (offsets, destinations, row_token) and the gate/up GEMM reads x through
 // row_token; --no-gather permutes x into a copy first. --peer runs CMD after zmoe's measurements (the GPU otherwise
@@ -28,6 +29,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bench/kernels/bench_util.cuh"
@@ -45,20 +47,11 @@ constexpr int32_t kHidden = 2048, kExperts = 128, kTopK = 8, kInter = 768;
 int32_t g_forced_align = 0;  // --align: 0 picks moe_row_align_for
 zmoe::kernels::grouped_gemm_impl g_impl = zmoe::kernels::grouped_gemm_impl::automatic;  // --impl
 bool g_gather = true;  // --no-gather: permute x into a copy instead of gate/up reading it through row_token
-enum class path_choice { automatic, decode, grouped };
-path_choice g_path = path_choice::automatic;  // --path
+zmoe::kernels::moe_path g_path = zmoe::kernels::moe_path::automatic;  // --path
 bool g_fused_router = true;  // --decode-router gemm: the decode path with the cuBLASLt router GEMM before it
 
 int32_t row_align_for(int32_t num_tokens) {
     return g_forced_align ? g_forced_align : zmoe::kernels::moe_row_align_for(num_tokens, kTopK, kExperts);
-}
-
-/// The executor's choice (kernels::moe_use_decode_path) unless --path forces one.
-bool use_decode_path(int32_t num_tokens) {
-    const bool supported = zmoe::kernels::moe_decode_supported(num_tokens, kTopK, kExperts, kHidden, kInter);
-    if (g_path == path_choice::automatic)
-        return zmoe::kernels::moe_use_decode_path(num_tokens, kTopK, kExperts, kHidden, kInter);
-    return g_path == path_choice::decode && supported;
 }
 
 const std::vector<const char*> kGroupedStages = {"router_gemm",  "router_topk", "permute",
@@ -69,119 +62,70 @@ const std::vector<const char*> kDecodeGemmStages = {"router_gemm", "moe_decode"}
 struct layer_buffers {
     bf16 *x, *gate_w, *w1, *w2, *xp, *act, *y, *out;
     float *logits, *weights;
-    int32_t *ids, *counts, *offsets, *dest, *row_token;
-    int32_t *replica_offsets, *replica_slots, *decode_scratch;  // the decode path: one slot per expert
+    int32_t *ids, *slots, *counts, *offsets, *dest, *row_token;
+    int32_t *replica_offsets, *replica_slots, *decode_scratch;  // one slot per expert
+    int32_t max_rows;
     void *permute_ws, *blas_ws;
     size_t blas_ws_bytes;
     cublasLtHandle_t blas;
 };
 
-/// Enqueues the layer for num_tokens tokens on the path use_decode_path picks; calls mark(i) before stage i and
-/// mark(number of stages) at the end.
-template <typename Mark>
-void enqueue_layer(const layer_buffers& b, int32_t num_tokens, cudaStream_t stream, Mark&& mark) {
+/// The layer's params as the executor fills them (kernels::launch_moe_layer), with the bench's overrides.
+zmoe::kernels::moe_layer_params layer_params(const layer_buffers& b, int32_t num_tokens) {
     using namespace zmoe::kernels;
-    const int32_t align = row_align_for(num_tokens);
-    const int32_t max_rows = moe_permuted_rows_bound(num_tokens, kTopK, kExperts, align);
-    const bool decode = use_decode_path(num_tokens);
-    int stage = 0;
-    mark(stage++);
-    if (!decode || !g_fused_router) {
-        launch_gemm_bf16({.handle = b.blas,
-                          .workspace = b.blas_ws,
-                          .workspace_bytes = b.blas_ws_bytes,
-                          .x = b.x,
-                          .w = b.gate_w,
-                          .y = b.logits,
-                          .m = num_tokens,
-                          .n = kExperts,
-                          .k = kHidden,
-                          .y_fp32 = true},
-                         stream);
-        mark(stage++);
-    }
-    if (decode) {
-        launch_moe_decode({.router_w = g_fused_router ? b.gate_w : nullptr,
-                           .router_logits = b.logits,
-                           .replica_offsets = b.replica_offsets,
-                           .replica_slots = b.replica_slots,
-                           .x = b.x,
-                           .w_gate_up = b.w1,
-                           .w_down = b.w2,
-                           .topk_weights = b.weights,
-                           .slot_ids = b.ids,
-                           .scratch = b.decode_scratch,
-                           .act = b.act,
-                           .expert_counts = b.counts,
-                           .out = b.out,
-                           .num_tokens = num_tokens,
-                           .top_k = kTopK,
-                           .num_experts = kExperts,
-                           .hidden = kHidden,
-                           .inter = kInter,
-                           .renormalize = true},
-                          stream);
-        mark(stage++);
-        return;
-    }
-    launch_router_topk({.logits = b.logits,
-                        .topk_ids = b.ids,
-                        .topk_weights = b.weights,
-                        .expert_counts = b.counts,
-                        .num_tokens = num_tokens,
-                        .num_experts = kExperts,
-                        .top_k = kTopK,
-                        .renormalize = true},
-                       stream);
-    mark(2);
-    launch_moe_permute({.topk_ids = b.ids,
-                        .x = g_gather ? nullptr : b.x,  // nullptr: plan only
+    return {.experts = {.x = b.x,
+                        .w_gate_up = b.w1,
+                        .w_down = b.w2,
+                        .out = b.out,
                         .expert_offsets = b.offsets,
                         .dest_rows = b.dest,
                         .row_token = b.row_token,
-                        .x_permuted = b.xp,
-                        .workspace = b.permute_ws,
+                        .permute_workspace = b.permute_ws,
+                        .x_permuted = g_gather ? nullptr : b.xp,
+                        .act = b.act,
+                        .y = b.y,
+                        .max_rows = b.max_rows,
                         .num_tokens = num_tokens,
                         .top_k = kTopK,
-                        .num_experts = kExperts,
+                        .num_slots = kExperts,
                         .hidden = kHidden,
-                        .row_align = align,
-                        .max_rows = max_rows},
-                       stream);
-    mark(3);
-    // gate|up (SiLU * up fused) reads x through row_token unless --no-gather, then down.
-    grouped_gemm_params gemm{.a = g_gather ? b.x : b.xp,
-                             .a_rows = g_gather ? b.row_token : nullptr,
-                             .b = b.w1,
-                             .expert_offsets = b.offsets,
-                             .c = b.act,
-                             .max_rows = max_rows,
-                             .n = kInter,
-                             .k = kHidden,
-                             .num_experts = kExperts,
-                             .row_align = align,
-                             .swiglu = true,
-                             .impl = g_impl};
-    launch_grouped_gemm(gemm, stream);
-    mark(4);
-    gemm.a = b.act;
-    gemm.a_rows = nullptr;
-    gemm.b = b.w2;
-    gemm.c = b.y;
-    gemm.n = kHidden;
-    gemm.k = kInter;
-    gemm.swiglu = false;
-    launch_grouped_gemm(gemm, stream);
-    mark(5);
-    launch_moe_combine({.y = b.y,
-                        .dest_rows = b.dest,
-                        .topk_weights = b.weights,
-                        .out = b.out,
-                        .num_tokens = num_tokens,
-                        .top_k = kTopK,
-                        .hidden = kHidden},
-                       stream);
-    mark(6);
+                        .inter = kInter,
+                        .row_align = g_forced_align,
+                        .impl = g_impl},
+            .router_w = b.gate_w,
+            .router_logits = b.logits,
+            .blas = b.blas,
+            .blas_workspace = b.blas_ws,
+            .blas_workspace_bytes = b.blas_ws_bytes,
+            .replica_offsets = b.replica_offsets,
+            .replica_slots = b.replica_slots,
+            .expert_counts = b.counts,
+            .topk_ids = b.ids,
+            .topk_weights = b.weights,
+            .slot_ids = b.slots,
+            .decode_scratch = b.decode_scratch,
+            .num_experts = kExperts,
+            .renormalize = true,
+            .path = g_path,
+            .fuse_router = g_fused_router};
+}
+
+/// Enqueues the layer for num_tokens tokens through kernels::launch_moe_layer (the executor's call); calls mark(i)
+/// before its i-th stage and once more at the end.
+template <typename Mark>
+void enqueue_layer(const layer_buffers& b, int32_t num_tokens, cudaStream_t stream, Mark&& mark) {
+    using mark_type = std::remove_reference_t<Mark>;
+    struct marker {
+        mark_type* mark;
+        int next = 0;
+    } m{&mark};
+    zmoe::kernels::moe_layer_params p = layer_params(b, num_tokens);
+    p.experts.mark = [](void* context, zmoe::kernels::moe_stage) {
+        auto* self = static_cast<marker*>(context);
+        (*self->mark)(self->next++);
+    };
+    p.experts.mark_context = &m;
+    zmoe::kernels::launch_moe_layer(p, stream);
 }
 
 double median(std::vector<double> v) {
@@ -368,11 +312,11 @@ int main(int argc, char** argv) {
         } else if (a == "--path" && i + 1 < argc) {
             const std::string v = argv[++i];
             if (v == "auto")
-                g_path = path_choice::automatic;
+                g_path = zmoe::kernels::moe_path::automatic;
             else if (v == "decode")
-                g_path = path_choice::decode;
+                g_path = zmoe::kernels::moe_path::decode;
             else if (v == "grouped")
-                g_path = path_choice::grouped;
+                g_path = zmoe::kernels::moe_path::grouped;
             else
                 return std::fprintf(stderr, "--path: auto, decode or grouped\n"), 2;
         } else {
@@ -402,6 +346,8 @@ int main(int argc, char** argv) {
     b.logits = device_alloc<float>(size_t(max_tokens) * kExperts);
     b.weights = device_alloc<float>(size_t(max_tokens) * kTopK);
     b.ids = device_alloc<int32_t>(size_t(max_tokens) * kTopK);
+    b.slots = device_alloc<int32_t>(size_t(max_tokens) * kTopK);
+    b.max_rows = max_rows;
     b.counts = device_alloc<int32_t>(kExperts);
     b.offsets = device_alloc<int32_t>(kExperts + 1);
     b.dest = device_alloc<int32_t>(size_t(max_tokens) * kTopK);
@@ -425,6 +371,7 @@ int main(int argc, char** argv) {
     fill(b.gate_w, size_t(kExperts) * kHidden, 0.05f, 2);
     fill(b.w1, size_t(kExperts) * 2 * kInter * kHidden, 0.03f, 3);
     fill(b.w2, size_t(kExperts) * kHidden * kInter, 0.03f, 4);
+    ZMOE_CUDA_CHECK(cudaMemset(b.counts, 0, sizeof(int32_t) * kExperts));  // += per run: only > 0 is read
     ZMOE_CUDA_CHECK(cudaDeviceSynchronize());
 
     cudaStream_t stream;
@@ -436,7 +383,7 @@ int main(int argc, char** argv) {
     for (int32_t tokens : token_counts) {
         result r;
         r.tokens = tokens;
-        r.decode_path = use_decode_path(tokens);
+        r.decode_path = zmoe::kernels::moe_layer_uses_decode_path(layer_params(b, tokens));
         r.row_align = r.decode_path ? 0 : row_align_for(tokens);
         r.stage_names = !r.decode_path ? kGroupedStages : g_fused_router ? kDecodeStages : kDecodeGemmStages;
         const int num_marks = int(r.stage_names.size()) + 1;
@@ -508,9 +455,9 @@ int main(int argc, char** argv) {
               : g_impl == zmoe::kernels::grouped_gemm_impl::wgmma_pingpong ? "pingpong"
                                                                            : "mma")
           << "\",\"path\":\""
-          << (g_path == path_choice::automatic ? "auto"
-              : g_path == path_choice::decode  ? "decode"
-                                               : "grouped")
+          << (g_path == zmoe::kernels::moe_path::automatic ? "auto"
+              : g_path == zmoe::kernels::moe_path::decode  ? "decode"
+                                                           : "grouped")
           << "\",\"gather\":" << (g_gather ? "true" : "false") << ",\"forced_align\":" << g_forced_align
           << ",\"peer_cmd\":\"" << json_escape(peer_cmd) << "\",\"peer_output\":\"" << json_escape(peer_raw)
           << "\",\"results\":[";

@@ -3,6 +3,7 @@
 // __float2bfloat16 does.
 
 #include <bit>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

@@ -529,43 +529,37 @@ void cuda_step_executor::moe(int64_t layer, const batch_view& v) {
     const model_config& c = config_;
     const cuda_layer& w = weights_.layers[layer];
     const int64_t mi = w.moe_index;
-    const int32_t T = v.num_tokens, H = i32(c.hidden_size), E = i32(c.num_experts), K = i32(c.num_experts_per_tok);
+    const int32_t T = v.num_tokens, E = i32(c.num_experts), K = i32(c.num_experts_per_tok);
     bf16* xn = ws_.xn.as<bf16>();
-    const int32_t I = i32(c.moe_intermediate_size);
     ZMOE_CHECK(v.first == 0, "a MoE layer over a part of the step");
-    // The fused decode path routes by softmax top-k only: DeepSeek's group-limited routers take the general path.
-    const bool fused = !comm_ && !uses_grouped_router(c) && kernels::moe_use_decode_path(T, K, E, H, I);
-    if (fused) {
-        // A few tokens on one GPU: the router GEMV, routing, both expert GEMMs and the combine in three launches, no
-        // permuted copies.
-        kernels::launch_moe_decode(
-            {.router_w = w.router.as<bf16>(),
-             .router_logits = ws_.router_logits.as<float>(),
-             .replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1),
-             .replica_slots = ws_.replica_slots.as<int32_t>() + mi * int64_t(ws_.shape.num_slots),
-             .num_valid = ws_.num_valid.device,
-             .x = xn,
-             .w_gate_up = w.experts_gate_up.as<bf16>(),
-             .w_down = w.experts_down.as<bf16>(),
-             .topk_weights = ws_.topk_weights.as<float>(),
-             .slot_ids = ws_.slot_ids.as<int32_t>(),
-             .scratch = ws_.moe_decode_scratch.as<int32_t>(),
-             .act = ws_.perm_act.as<bf16>(),
-             .expert_counts = ws_.expert_counts.device + mi * E,
-             .out = ws_.delta.as<bf16>(),
-             .num_tokens = T,
-             .top_k = K,
-             .num_experts = E,
-             .hidden = H,
-             .inter = I,
-             .renormalize = c.norm_topk_prob},
-            stream_);
+    // One GPU with the softmax top-k router: the routed experts' whole launch sequence (decode path or router GEMM,
+    // top-k, permute, grouped GEMMs, combine) is kernels::launch_moe_layer's, the one moe_layer_bench times.
+    // DeepSeek's group-limited routers and expert parallelism take the general path below.
+    const bool local_softmax = !comm_ && !uses_grouped_router(c);
+    if (local_softmax && T > 0) {
+        kernels::launch_moe_layer({.experts = expert_params(w, xn, T, K, ws_.delta.as<bf16>()),
+                                   .router_w = w.router.as<bf16>(),
+                                   .router_logits = ws_.router_logits.as<float>(),
+                                   .blas = blas_,
+                                   .blas_workspace = blas_workspace_.as<void>(),
+                                   .blas_workspace_bytes = kBlasWorkspace,
+                                   .replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1),
+                                   .replica_slots = ws_.replica_slots.as<int32_t>() + mi * int64_t(ws_.shape.num_slots),
+                                   .num_valid = v.num_valid,
+                                   .expert_counts = ws_.expert_counts.device + mi * E,
+                                   .topk_ids = ws_.topk_ids.as<int32_t>(),
+                                   .topk_weights = ws_.topk_weights.as<float>(),
+                                   .slot_ids = ws_.slot_ids.as<int32_t>(),
+                                   .decode_scratch = ws_.moe_decode_scratch.as<int32_t>(),
+                                   .num_experts = E,
+                                   .renormalize = c.norm_topk_prob},
+                                  stream_);
     } else if (T > 0) {
         route(w, v);
     }
     if (comm_)
         moe_expert_parallel(w, T);  // a collective: joined with no tokens too
-    else if (T > 0 && !fused)
+    else if (T > 0 && !local_softmax)
         moe_local(w, T);
     if (T > 0 && w.has_shared) {
         shared_expert(w, v);
@@ -643,62 +637,35 @@ void cuda_step_executor::moe_local(const cuda_layer& w, int32_t T) {
                 ws_.topk_weights.as<float>(), ws_.delta.as<bf16>());
 }
 
+kernels::moe_experts_params cuda_step_executor::expert_params(const cuda_layer& w, const bf16* x, int32_t num_tokens,
+                                                              int32_t top_k, bf16* out) const {
+    return {.x = x,
+            .w_gate_up = w.experts_gate_up.as<bf16>(),
+            .w_down = w.experts_down.as<bf16>(),
+            .out = out,
+            .expert_offsets = ws_.perm_offsets.as<int32_t>(),
+            .dest_rows = ws_.perm_dest.as<int32_t>(),
+            .row_token = ws_.perm_row_token.as<int32_t>(),
+            .permute_workspace = ws_.perm_workspace.as<void>(),
+            .act = ws_.perm_act.as<bf16>(),
+            .y = ws_.perm_y.as<bf16>(),
+            .max_rows = ws_.max_moe_rows,
+            .num_tokens = num_tokens,
+            .top_k = top_k,
+            .num_slots = w.num_slots,
+            .hidden = i32(config_.hidden_size),
+            .inter = i32(config_.moe_intermediate_size)};
+}
+
 void cuda_step_executor::run_experts(const cuda_layer& w, const int32_t* slots, const bf16* x, int32_t num_tokens,
                                      int32_t top_k, const float* weights, bf16* out, int32_t permute_slots,
                                      int32_t max_ctas) {
-    const int32_t H = i32(config_.hidden_size), I = i32(config_.moe_intermediate_size), S = w.num_slots;
-    const int32_t P = permute_slots > 0 ? permute_slots : S;  // groups of the permutation (the GEMMs run S)
-    const int32_t align = kernels::moe_row_align_for(num_tokens, top_k, P);
-    const int32_t max_rows = kernels::moe_permuted_rows_bound(num_tokens, top_k, P, align);
-    ZMOE_CHECK(max_rows <= ws_.max_moe_rows, max_rows << " permuted rows, the workspace holds " << ws_.max_moe_rows);
-    // The permutation only plans (no permuted copy of x): gate|up reads x's rows through row_token (a_rows).
-    kernels::launch_moe_permute({.topk_ids = slots,
-                                 .x = nullptr,
-                                 .expert_offsets = ws_.perm_offsets.as<int32_t>(),
-                                 .dest_rows = ws_.perm_dest.as<int32_t>(),
-                                 .row_token = ws_.perm_row_token.as<int32_t>(),
-                                 .x_permuted = nullptr,
-                                 .workspace = ws_.perm_workspace.as<void>(),
-                                 .num_tokens = num_tokens,
-                                 .top_k = top_k,
-                                 .num_experts = P,
-                                 .hidden = H,
-                                 .row_align = align,
-                                 .max_rows = max_rows},
-                                stream_);
-    kernels::launch_grouped_gemm({.a = x,
-                                  .a_rows = ws_.perm_row_token.as<int32_t>(),
-                                  .b = w.experts_gate_up.as<bf16>(),
-                                  .expert_offsets = ws_.perm_offsets.as<int32_t>(),
-                                  .c = ws_.perm_act.as<bf16>(),
-                                  .max_rows = max_rows,
-                                  .n = I,
-                                  .k = H,
-                                  .num_experts = S,
-                                  .row_align = align,
-                                  .swiglu = true,
-                                  .max_ctas = max_ctas},
-                                 stream_);
-    kernels::launch_grouped_gemm({.a = ws_.perm_act.as<bf16>(),
-                                  .b = w.experts_down.as<bf16>(),
-                                  .expert_offsets = ws_.perm_offsets.as<int32_t>(),
-                                  .c = ws_.perm_y.as<bf16>(),
-                                  .max_rows = max_rows,
-                                  .n = H,
-                                  .k = I,
-                                  .num_experts = S,
-                                  .row_align = align,
-                                  .swiglu = false,
-                                  .max_ctas = max_ctas},
-                                 stream_);
-    kernels::launch_moe_combine({.y = ws_.perm_y.as<bf16>(),
-                                 .dest_rows = ws_.perm_dest.as<int32_t>(),
-                                 .topk_weights = weights,
-                                 .out = out,
-                                 .num_tokens = num_tokens,
-                                 .top_k = top_k,
-                                 .hidden = H},
-                                stream_);
+    kernels::moe_experts_params p = expert_params(w, x, num_tokens, top_k, out);
+    p.slots = slots;
+    p.topk_weights = weights;
+    p.permute_slots = permute_slots;
+    p.max_ctas = max_ctas;
+    kernels::launch_moe_experts(p, stream_);
 }
 
 void cuda_step_executor::sample(const step_shape& s) {

@@ -175,6 +175,10 @@ class cuda_step_executor final : public step_executor {
     void run_experts(const cuda_layer& w, const int32_t* slots, const kernels::bf16* x, int32_t num_tokens,
                      int32_t top_k, const float* weights, kernels::bf16* out, int32_t permute_slots = 0,
                      int32_t max_ctas = 0);
+    /// launch_moe_experts' params for this layer's experts over num_tokens x top_k rows of x into out, on the
+    /// workspace's permutation buffers (slots and weights left for the caller).
+    kernels::moe_experts_params expert_params(const cuda_layer& w, const kernels::bf16* x, int32_t num_tokens,
+                                              int32_t top_k, kernels::bf16* out) const;
     /// The sampling call site: sampled[i] from logits row i with sampling[i], i < s.num_sampled.
     void sample(const step_shape& s);
     /// y[m, n] = x[m, k] . w[n, k]^T (+ bias[n], BF16 outputs only): launch_gemv_bf16 for a few rows, else cuBLASLt.
