@@ -36,8 +36,8 @@ T* device_alloc(size_t n) {
     return static_cast<T*>(p);
 }
 
-inline void fill(__nv_bfloat16* p, size_t n, float scale, uint32_t seed) {
-    fill_uniform<<<1024, 256>>>(p, n, scale, seed);
+inline void fill(__nv_bfloat16* p, size_t n, float scale, uint32_t seed, cudaStream_t stream = nullptr) {
+    fill_uniform<<<1024, 256, 0, stream>>>(p, n, scale, seed);
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -27,11 +27,15 @@
 #include <string>
 #include <vector>
 
+#include "bench/kernels/bench_util.cuh"
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 
 namespace {
 
+using zmoe::bench::device_alloc;
+using zmoe::bench::fill;
+using zmoe::bench::parse_list;
 using zmoe::kernels::bf16;
 
 constexpr int32_t kQHeads = 32, kKvHeads = 4, kHeadDim = 128, kBlockSize = 16;
@@ -41,21 +45,6 @@ struct row {
     int32_t batch = 0, context = 0, copies = 0, splits = 0;
     double ms = 0, floor_ms = 0, bytes = 0, peer_ms = -1;  // peer_ms < 0: no peer row for this shape
 };
-
-template <typename T>
-T* device_alloc(size_t n) {
-    void* p = nullptr;
-    ZMOE_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
-    return static_cast<T*>(p);
-}
-
-__global__ void fill_random(bf16* x, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-        uint32_t h = uint32_t(i) * 2654435761u ^ seed;
-        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-        x[i] = __float2bfloat16(float(h & 0xffff) / 32768.f - 1.f);
-    }
-}
 
 /// Milliseconds between two events around fn(), the median of `iters` runs after two warm-up runs.
 template <typename Fn>
@@ -92,10 +81,9 @@ row measure(int32_t batch, int32_t context, int iters, cudaStream_t stream) {
     bf16* k_cache = device_alloc<bf16>(num_blocks * block_bytes / sizeof(bf16));
     bf16* v_cache = device_alloc<bf16>(num_blocks * block_bytes / sizeof(bf16));
     bf16* out = device_alloc<bf16>(q_elems);
-    fill_random<<<1024, 256, 0, stream>>>(q, q_elems, 1);
-    fill_random<<<1024, 256, 0, stream>>>(k_cache, num_blocks * block_bytes / sizeof(bf16), 2);
-    fill_random<<<1024, 256, 0, stream>>>(v_cache, num_blocks * block_bytes / sizeof(bf16), 3);
-    ZMOE_CUDA_CHECK_LAUNCH();
+    fill(q, q_elems, 1.f, 1, stream);
+    fill(k_cache, num_blocks * block_bytes / sizeof(bf16), 1.f, 2, stream);
+    fill(v_cache, num_blocks * block_bytes / sizeof(bf16), 1.f, 3, stream);
 
     // Copy c's block tables: [copies][batch][blocks_per_seq], physical blocks shuffled over the whole cache.
     std::vector<int32_t> tables(num_blocks);
@@ -168,13 +156,6 @@ double copy_bandwidth(cudaStream_t stream) {
     return 2.0 * double(n) / (ms * 1e-3);
 }
 
-std::vector<int32_t> int_list(const std::string& s) {
-    std::vector<int32_t> v;
-    std::stringstream in(s);
-    for (std::string item; std::getline(in, item, ',');) v.push_back(std::stoi(item));
-    return v;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -185,9 +166,9 @@ int main(int argc, char** argv) {
         const std::string a = argv[i];
         const bool has_value = i + 1 < argc;
         if (a == "--batches" && has_value)
-            batches = int_list(argv[++i]);
+            batches = parse_list(argv[++i]);
         else if (a == "--contexts" && has_value)
-            contexts = int_list(argv[++i]);
+            contexts = parse_list(argv[++i]);
         else if (a == "--iters" && has_value)
             iters = std::max(1, std::stoi(argv[++i]));
         else if (a == "--peer" && has_value)
