@@ -598,6 +598,30 @@ bool gemv_bf16_supported(int32_t m, int32_t n, int32_t k);
 /// launch_add_bias rounds). m == 0 is a no-op.
 void launch_gemv_bf16(const gemv_bf16_params& p, cudaStream_t stream);
 
+/// Rows of x the skinny tensor-core GEMM takes (decode steps of tens of sequences).
+constexpr int32_t kSkinnyGemmMaxRows = 64;
+
+struct skinny_gemm_bf16_params {
+    const bf16* x = nullptr;     // [m, k], 16-byte aligned
+    const bf16* w = nullptr;     // [n, k], 16-byte aligned
+    const bf16* bias = nullptr;  // [n] or nullptr
+    void* y = nullptr;           // [m, n]: bf16, or fp32 when y_fp32
+    int32_t m = 0;               ///< skinny_gemm_bf16_supported
+    int32_t n = 0;
+    int32_t k = 0;
+    bool y_fp32 = false;
+    int32_t splits = 0;  ///< k split over a cluster of this many CTAs (1..8); 0: about three CTAs per SM
+};
+
+/// True for 1 <= m <= kSkinnyGemmMaxRows and k a multiple of 8 (any n).
+bool skinny_gemm_bf16_supported(int32_t m, int32_t n, int32_t k);
+
+/// Row-major y = x . w^T (+ bias) on tensor cores, fp32 accumulate: 64 rows of w per CTA, k split over a cluster
+/// whose partial sums meet in distributed shared memory in rank order (deterministic; the bits depend on the split
+/// count, which depends on n, k and the GPU's SM count, not on m). A BF16 output's bias is added to the product
+/// rounded to BF16, as launch_gemm_bf16 followed by launch_add_bias rounds. m == 0 is a no-op.
+void launch_skinny_gemm_bf16(const skinny_gemm_bf16_params& p, cudaStream_t stream);
+
 // ---------------------------------------------------------------------------------------------------------
 // Glue between the model kernels: bias add, SiLU * up for the dense MLPs, row gather, the qwen2_moe shared-expert
 // gate, and the unfused q/k norm + clamp of OLMoE's clip_qkv. num_tokens (num_rows) == 0 is a no-op.

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "base/check.hpp"
@@ -58,6 +60,13 @@ int32_t i32(int64_t v) { return static_cast<int32_t>(v); }
 /// 20.6 us on QKV); a decode step of 8 sequences takes 9.8 ms with it against 10.7 ms.
 bool gemv_preferred(int32_t m, int32_t n) { return m == 1 || n <= 1024 || n >= 65536; }
 
+/// Whether m rows of n outputs take launch_skinny_gemm_bf16 (tensor cores, k split over a cluster) rather than the
+/// GEMV or cuBLASLt, at min_rows..max_rows rows: the attention projections' 1-5 K outputs, and narrower outputs (the
+/// router's 128) up to 32 rows; never the LM head.
+bool skinny_preferred(int32_t m, int32_t n, int32_t min_rows, int32_t max_rows) {
+    return m >= min_rows && m <= max_rows && n < 65536 && (n > 1024 || m <= 32);
+}
+
 }  // namespace
 
 std::vector<int32_t> decode_graph_batch_sizes(int32_t max_num_seqs) {
@@ -72,6 +81,7 @@ void cuda_step_executor::check(cudaError_t e) { ZMOE_CUDA_CHECK(e); }
 
 cuda_step_executor::cuda_step_executor(const executor_options& options, const expert_placement& placement)
     : config_(options.model), options_(options), placement_(placement) {
+    if (const char* v = std::getenv("ZMOE_SKINNY_ROWS")) std::sscanf(v, "%d,%d", &skinny_min_rows_, &skinny_max_rows_);
     const engine_config& run = options.config;
     const int world_size = options.world_size();
     // Every step holds at most this many tokens (a decode of max_num_seqs sequences included).
@@ -337,6 +347,19 @@ void cuda_step_executor::gemm(const void* x, const void* w, void* y, int32_t m, 
     // One row, and a few rows of the router-sized and LM-head-sized GEMMs: one streaming pass over the weights (the
     // bias added on the way); otherwise cuBLASLt (+ a bias launch).
     const bool aligned = (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 == 0;
+    if (aligned && skinny_preferred(m, n, skinny_min_rows_, skinny_max_rows_) &&
+        kernels::skinny_gemm_bf16_supported(m, n, k)) {
+        kernels::launch_skinny_gemm_bf16({.x = static_cast<const bf16*>(x),
+                                          .w = static_cast<const bf16*>(w),
+                                          .bias = static_cast<const bf16*>(bias),
+                                          .y = y,
+                                          .m = m,
+                                          .n = n,
+                                          .k = k,
+                                          .y_fp32 = y_fp32},
+                                         stream_);
+        return;
+    }
     if (aligned && kernels::gemv_bf16_supported(m, n, k) && gemv_preferred(m, n)) {
         kernels::launch_gemv_bf16({.x = static_cast<const bf16*>(x),
                                    .w = static_cast<const bf16*>(w),

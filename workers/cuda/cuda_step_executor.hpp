@@ -188,6 +188,10 @@ class cuda_step_executor final : public step_executor {
     void capture_decode_graphs();
     const decode_graph* graph_for(int32_t num_seqs, bool dual = false) const;
 
+    // Experiment switch read once from the environment (ZMOE_SKINNY_ROWS=lo,hi): the rows that take
+    // launch_skinny_gemm_bf16 for the attention projections.
+    int32_t skinny_min_rows_ = 9, skinny_max_rows_ = kernels::kSkinnyGemmMaxRows;
+
     model_config config_;
     executor_options options_;
     expert_placement placement_;
