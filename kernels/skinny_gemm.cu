@@ -2,8 +2,10 @@
 // fp32 accumulation on tensor cores (mma.sync m16n8k16). Memory bound: the n x k weights are the bytes that count.
 //
 // The weight rows are the MMA's M side and the tokens its N side, so one CTA covers 64 weight rows and every token.
-// A CTA of four warps (16 weight rows each) streams its rows' slice of k through a four-stage cp.async ring (64-wide
-// k steps: 8 KB of weights per stage, XOR-swizzled 128-byte shared-memory rows read with ldmatrix). Too few 64-row
+// A CTA of four warps streams its rows' slice of k through a four-stage cp.async ring (64-wide k steps: 8 KB of
+// weights per stage, XOR-swizzled 128-byte shared-memory rows read with ldmatrix); warp w multiplies the 16-wide k
+// slice w of each stage for all 64 rows and all tokens, so every staged byte is read from shared memory once, and
+// the four warps' partial tiles are summed (in warp order) at the end. Too few 64-row
 // tiles to fill the GPU (5 120 rows: 80 tiles; 2 048: 32) split k over a thread-block cluster of `splits` CTAs; the
 // cluster reduces its fp32 partials through distributed shared memory, each CTA summing a share of the tile over the
 // ranks in rank order (deterministic: no atomics, no global scratch). Launched programmatically dependent (pdl.cuh):
@@ -27,7 +29,7 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kTileRows = 16 * kWarps;  // weight rows per CTA
 constexpr int kStepK = 64;              // k per pipeline stage: 128-byte rows of 8 chunks of 16 bytes
 constexpr int kStages = 4;
-constexpr int kMaxSplits = 8;  // portable cluster size
+constexpr int kMaxSplits = 8;                  // portable cluster size
 constexpr int kPartialStride = kTileRows + 4;  // fp32 partial tile [token][row]: conflict-free fragment stores
 
 /// Shared-memory byte offset of 16-byte chunk `chunk` (0..7) of 128-byte row `row`: XOR swizzle so that the eight
@@ -85,9 +87,9 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const skinny_gemm
         valid = row < p.n && c < kc;
         return reinterpret_cast<const uint4*>(p.w) + (valid ? row * kc + c : 0);
     };
-    // The weights depend on no earlier kernel: send all of this CTA's slice towards L2 (one prefetch per 128-byte
-    // row of a step) while that kernel ends.
-    for (int i = threadIdx.x; i < kTileRows * nsteps; i += kThreads) {
+    // The weights depend on no earlier kernel: send the first stages towards L2 (one prefetch per 128-byte row of a
+    // step) while that kernel ends.
+    for (int i = threadIdx.x; i < kTileRows * min(nsteps, kStages - 1); i += kThreads) {
         bool valid = false;
         const uint4* src = w_src(step_begin + i / kTileRows, (i % kTileRows) * 8, valid);
         if (valid) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(src));
@@ -111,64 +113,91 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const skinny_gemm
         }
     };
 
-    float acc[NT][4];
+    float acc[4][NT][4];  // [16-row tile][8-token tile][fragment]
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
+    for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
         if (s < nsteps) load_stage(s);
         cp_async_commit();
     }
+    static_assert(kStepK == 16 * kWarps, "one 16-wide k slice of a stage per warp");
     for (int s = 0; s < nsteps; ++s) {
         cp_async_wait<kStages - 2>();
         __syncthreads();  // stage s landed for every thread; stage s - 1's slot is free
         if (s + kStages - 1 < nsteps) load_stage(s + kStages - 1);
         cp_async_commit();
         const uint32_t w_base = smem_base + (s % kStages) * kStageBytes, x_base = w_base + kWBytes;
+        uint32_t a[4][4];
 #pragma unroll
-        for (int kk = 0; kk < kStepK / 16; ++kk) {
-            uint32_t a[4];
-            ldmatrix_x4(w_base + swizzle(warp * 16 + lane % 16, 2 * kk + lane / 16), a);
-            if constexpr (NT == 1) {
-                uint32_t b[2];
-                ldmatrix_x2(x_base + swizzle(lane % 8, 2 * kk + (lane / 8) % 2), b);
-                mma_bf16(acc[0], a, b[0], b[1]);
-            } else {
+        for (int i = 0; i < 4; ++i) ldmatrix_x4(w_base + swizzle(i * 16 + lane % 16, 2 * warp + lane / 16), a[i]);
+        if constexpr (NT == 1) {
+            uint32_t b[2];
+            ldmatrix_x2(x_base + swizzle(lane % 8, 2 * warp + (lane / 8) % 2), b);
 #pragma unroll
-                for (int j = 0; j < NT; j += 2) {
-                    uint32_t b[4];
-                    const int q = lane / 8;
-                    ldmatrix_x4(x_base + swizzle((j + q / 2) * 8 + lane % 8, 2 * kk + q % 2), b);
-                    mma_bf16(acc[j], a, b[0], b[1]);
-                    mma_bf16(acc[j + 1], a, b[2], b[3]);
+            for (int i = 0; i < 4; ++i) mma_bf16(acc[i][0], a[i], b[0], b[1]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < NT; j += 2) {
+                uint32_t b[4];
+                const int q = lane / 8;
+                ldmatrix_x4(x_base + swizzle((j + q / 2) * 8 + lane % 8, 2 * warp + q % 2), b);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    mma_bf16(acc[i][j], a[i], b[0], b[1]);
+                    mma_bf16(acc[i][j + 1], a[i], b[2], b[3]);
                 }
             }
         }
     }
     cp_async_wait<0>();
-    __syncthreads();  // every warp is done with the ring: reuse it for the partial tile
+    __syncthreads();  // every warp is done with the ring: reuse it for the partial tiles
 
-    // Partial tile [token][row] in fp32. Fragment element e of tile j: row g (+ 8 for e >= 2), token 2t (+ 1 odd e).
+    // Warp w's partial tile [token][row] in fp32 at partial + w * kTokens * kPartialStride. Fragment element e of
+    // tiles (i, j): row 16 i + g (+ 8 for e >= 2), token 8 j + 2 t (+ 1 for odd e).
     float* partial = reinterpret_cast<float*>(smem);
     {
         const int g = lane / 4, t = lane % 4;
+        float* mine = partial + warp * kTokens * kPartialStride;
 #pragma unroll
-        for (int j = 0; j < NT; ++j)
+        for (int i = 0; i < 4; ++i)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int row = warp * 16 + g + (e >= 2 ? 8 : 0), token = j * 8 + 2 * t + (e & 1);
-                partial[token * kPartialStride + row] = acc[j][e];
-            }
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int row = i * 16 + g + (e >= 2 ? 8 : 0), token = j * 8 + 2 * t + (e & 1);
+                    mine[token * kPartialStride + row] = acc[i][j][e];
+                }
+    }
+    __syncthreads();
+    // The CTA's tile: the warps' partials summed in warp order, into warp 0's (each element read, then written, by
+    // one thread).
+    constexpr int kGroups = kTileRows / 4;
+    const int tokens = min(p.m, kTokens);
+    for (int gi = int(threadIdx.x); gi < tokens * kGroups; gi += kThreads) {
+        const int at = (gi / kGroups) * kPartialStride + (gi % kGroups) * 4;
+        float4 part[kWarps];
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w)
+            part[w] = *reinterpret_cast<const float4*>(partial + w * kTokens * kPartialStride + at);
+#pragma unroll
+        for (int w = 1; w < kWarps; ++w) {
+            part[0].x += part[w].x;
+            part[0].y += part[w].y;
+            part[0].z += part[w].z;
+            part[0].w += part[w].w;
+        }
+        *reinterpret_cast<float4*>(partial + at) = part[0];
     }
     cluster.sync();  // every rank's partial tile is complete and visible to the cluster
 
     // Rank r sums groups of 4 rows r, r + splits, ... (in 128-group runs) over the ranks in rank order, all the
     // remote loads of a group issued before the sums.
-    constexpr int kGroups = kTileRows / 4;
-    const int tokens = min(p.m, kTokens);
     for (int gi = rank * kThreads + int(threadIdx.x); gi < tokens * kGroups; gi += splits * kThreads) {
         const int token = gi / kGroups, row = (gi % kGroups) * 4;
         float4 part[kMaxSplits];
@@ -216,7 +245,7 @@ int sm_count() {
 template <int NT, bool kF32>
 void launch_one(const skinny_gemm_bf16_params& p, cudaStream_t stream) {
     constexpr size_t stage_bytes = size_t(kTileRows + NT * 8) * 128;
-    constexpr size_t smem = std::max(kStages * stage_bytes, size_t(NT * 8) * kPartialStride * sizeof(float));
+    constexpr size_t smem = std::max(kStages * stage_bytes, size_t(kWarps * NT * 8) * kPartialStride * sizeof(float));
     static_assert(smem <= 227u << 10, "shared memory");
     ZMOE_CUDA_CHECK(
         cudaFuncSetAttribute(skinny_gemm_kernel<NT, kF32>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));

@@ -117,8 +117,10 @@ int main(int argc, char** argv) {
         else if (a == "--json" && i + 1 < argc)
             json_path = argv[++i];
         else
-            return std::fprintf(stderr, "usage: gemv_bench [--rows 1,2,4,8] [--splits 2,4,8] [--shapes qkv,o,router,lm_head] "
-                                "[--iters N] [--json PATH]\n"), 2;
+            return std::fprintf(stderr,
+                                "usage: gemv_bench [--rows 1,2,4,8] [--splits 2,4,8] [--shapes qkv,o,router,lm_head] "
+                                "[--iters N] [--json PATH]\n"),
+                   2;
     }
     // Qwen3-30B-A3B: hidden 2048, 32 query / 4 KV heads of 128, 128 experts, vocabulary 151 669.
     constexpr int32_t kHidden = 2048, kHq = 32, kHkv = 4, kHd = 128;

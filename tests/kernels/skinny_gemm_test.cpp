@@ -116,8 +116,8 @@ INSTANTIATE_TEST_SUITE_P(
                       skinny_case{2, 3, 24, false, true, 1}),
     [](const auto& info) {
         const auto& c = info.param;
-        return make_name("m", c.m, "_n", c.n, "_k", c.k, (c.y_fp32 ? "_f32" : "_bf16"), (c.bias ? "_bias" : ""),
-                         "_s", c.splits);
+        return make_name("m", c.m, "_n", c.n, "_k", c.k, (c.y_fp32 ? "_f32" : "_bf16"), (c.bias ? "_bias" : ""), "_s",
+                         c.splits);
     });
 
 }  // namespace

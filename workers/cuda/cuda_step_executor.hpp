@@ -181,16 +181,13 @@ class cuda_step_executor final : public step_executor {
                                               int32_t top_k, kernels::bf16* out) const;
     /// The sampling call site: sampled[i] from logits row i with sampling[i], i < s.num_sampled.
     void sample(const step_shape& s);
-    /// y[m, n] = x[m, k] . w[n, k]^T (+ bias[n], BF16 outputs only): launch_gemv_bf16 for a few rows, else cuBLASLt.
+    /// y[m, n] = x[m, k] . w[n, k]^T (+ bias[n], BF16 outputs only): launch_gemv_bf16 for a few rows,
+    /// launch_skinny_gemm_bf16 for up to 16 rows of at most 4 096 outputs, else cuBLASLt.
     void gemm(const void* x, const void* w, void* y, int32_t m, int32_t n, int32_t k, bool y_fp32 = false,
               const void* bias = nullptr);
     void upload_replica_tables();
     void capture_decode_graphs();
     const decode_graph* graph_for(int32_t num_seqs, bool dual = false) const;
-
-    // Experiment switch read once from the environment (ZMOE_SKINNY_ROWS=lo,hi): the rows that take
-    // launch_skinny_gemm_bf16 for the attention projections.
-    int32_t skinny_min_rows_ = 9, skinny_max_rows_ = kernels::kSkinnyGemmMaxRows;
 
     model_config config_;
     executor_options options_;
