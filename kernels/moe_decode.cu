@@ -1,5 +1,7 @@
-// The routed-expert block of a decode step of a few tokens (at most kMoeDecodeMaxTokens), in three launches and
-// with no permuted copies of the activations:
+// The routed-expert block of a decode step of a few tokens (at most kMoeDecodeMaxTokens). One token runs in ONE
+// launch (moe_decode_one_kernel, described where it is defined: grid barriers between router, gate|up and down, down
+// and the combine fused). Two to eight tokens (or a shape whose one-token kernel would not fit) run in three
+// launches, with no permuted copies of the activations:
 //   0. with router_w, the router GEMV is part of launch 1: one warp per expert over num_experts / 8 blocks (x staged
 //      in shared memory) writes the fp32 logits, and the last block to finish (a ticket counter in the scratch) goes
 //      on with the routing;
@@ -46,14 +48,19 @@ constexpr int kDownUnroll = 4;
 /// the grouped path with the wgmma kernel (64-row groups).
 constexpr int32_t kDecodePathMaxTokens = 1;
 
-/// Scratch layout: [num_unique | unique slots [TK] | choices [TK][T] | blocks done (the fused router)].
+/// Scratch layout: [the one-token kernel's barrier counter and blocks done (zero between launches) | num_unique |
+/// unique slots [TK] | choices [TK][T] | blocks done (the fused router)].
+constexpr int32_t kOneBarrierInts = 2;
 struct scratch_view {
     int32_t* num_unique;
     int32_t* slots;
     int32_t* choices;
     int32_t* blocks_done;
-    __device__ __host__ scratch_view(int32_t* s, int32_t T, int32_t K)
-        : num_unique(s), slots(s + 1), choices(s + 1 + T * K), blocks_done(s + 1 + T * K + T * K * T) {}
+    __device__ __host__ scratch_view(int32_t* s0, int32_t T, int32_t K)
+        : num_unique(s0 + kOneBarrierInts),
+          slots(num_unique + 1),
+          choices(num_unique + 1 + T * K),
+          blocks_done(num_unique + 1 + T * K + T * K * T) {}
 };
 
 constexpr int kRouterWarps = kThreads / 32;  // the fused router: experts per block, one warp each
@@ -313,6 +320,272 @@ __global__ void __launch_bounds__(kGemvThreads) moe_decode_down_kernel(const moe
     }
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// One token in one launch. Every block is resident at once (the grid is sized from the occupancy), so two grid
+// barriers (a counter in the scratch) separate the phases instead of kernel boundaries:
+//   0. with router_w: one warp per expert row (spread over the blocks), logits to router_logits; barrier;
+//   1. every block reads the logits and runs the same softmax top-k (one warp): the slots and weights are in each
+//      block's shared memory without another launch; block 0 writes topk_weights, slot_ids and the load counts;
+//   2. gate|up: one warp per (choice, FFN column), grid-stride, the gate and up rows' 16-byte loads all in flight
+//      and the warp's next item prefetched to L2; act[choice] = bf16(silu(gate) * up); each warp then prefetches
+//      into L2 the down rows it will read, so the memory keeps streaming through the barrier; barrier;
+//   3. down: one warp per hidden row across the top_k choices (act staged in shared memory), the y of every choice
+//      rounded to bf16 and summed with its routing weight in top-k order in registers: out is written once, no
+//      combine step. The same sums in the same order as the three-kernel path, so the results are bit-identical.
+
+constexpr int kOneThreads = 256;
+constexpr int kOneWarps = kOneThreads / 32;
+constexpr int kOneUnroll = 8;      // gate|up: 16-byte vectors per lane in flight per row (gate and up each)
+constexpr int kOneDownGroup = 4;   // down: choices whose rows are loaded together
+constexpr int kOneDownUnroll = 3;  // down: 16-byte vectors per lane per row in flight (768 / 8 / 32 = 3 at Qwen3)
+constexpr int kOneMaxTopK = 16;
+constexpr size_t kOneMaxSmem = 96u << 10;  // two blocks per multiprocessor
+
+/// Dynamic shared memory of the one-token kernel: x [hidden] bf16, act [top_k, inter] bf16, logits [experts] fp32.
+size_t one_token_smem(int32_t top_k, int32_t num_experts, int32_t hidden, int32_t inter) {
+    return size_t(hidden) * sizeof(bf16) + size_t(top_k) * inter * sizeof(bf16) + size_t(num_experts) * sizeof(float);
+}
+
+/// Streams a weight vector past L1 (each is read once).
+__device__ __forceinline__ uint4 load_stream(const void* src) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(src));
+    return v;
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
+__device__ __forceinline__ void prefetch_l2_keep(const void* p) {
+    asm volatile("prefetch.global.L2::evict_last [%0];\n" ::"l"(p));
+}
+
+/// Prefetches bytes [0, n) from p into L2, 128-byte lines spread over the warp's lanes.
+__device__ __forceinline__ void prefetch_row(const void* p, size_t n, int lane, bool keep) {
+    const auto* c = static_cast<const unsigned char*>(p);
+    for (size_t o = size_t(lane) * 128; o < n; o += 32 * 128) keep ? prefetch_l2_keep(c + o) : prefetch_l2(c + o);
+}
+
+/// All blocks of the grid meet (every block is resident): arrivals count up in *counter; the target is
+/// gridDim.x times the barrier's ordinal. Writes before it are visible after it.
+__device__ __forceinline__ void grid_barrier(uint32_t* counter, uint32_t target) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(counter, 1u);
+        uint32_t seen;
+        int64_t spins = 0;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+            if (++spins > (int64_t(1) << 24)) __trap();  // a block never arrived: fail loudly instead of hanging
+        } while (seen < target);
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+template <int kPerLane>
+__global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const moe_decode_params p) {
+    extern __shared__ __align__(16) unsigned char one_smem[];
+    const int32_t K = p.top_k, H = p.hidden, I = p.inter, E = p.num_experts;
+    bf16* x_s = reinterpret_cast<bf16*>(one_smem);
+    bf16* act_s = x_s + H;
+    float* logits_s = reinterpret_cast<float*>(act_s + size_t(K) * I);
+    __shared__ int32_t slot_s[kOneMaxTopK];
+    __shared__ float weight_s[kOneMaxTopK];
+    uint32_t* barrier = reinterpret_cast<uint32_t*>(p.scratch);  // [counter, blocks done]
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int32_t G = gridDim.x;
+    const int64_t gw = int64_t(warp) * G + blockIdx.x;  // warps numbered across blocks first: rows spread over SMs
+    const int64_t W = int64_t(G) * kOneWarps;
+    const bool fused_router = p.router_w != nullptr;
+    const int32_t hvec = H / 8, ivec = I / 8;
+
+    // The router rows depend on no earlier kernel: towards L2 while that kernel ends.
+    if (fused_router)
+        for (int64_t e = gw; e < E; e += W)
+            prefetch_row(p.router_w + size_t(e) * H, size_t(H) * sizeof(bf16), lane, false);
+    detail::pdl_wait();  // x (and given logits, num_valid) come from the kernels before
+    for (int32_t v = threadIdx.x; v < hvec; v += kOneThreads)
+        reinterpret_cast<detail::bf16x8*>(x_s)[v] = reinterpret_cast<const detail::bf16x8*>(p.x)[v];
+    __syncthreads();
+
+    // 0. Router logits, one warp per expert (lanes over 16-byte vectors, as the batched route kernel sums).
+    if (fused_router) {
+        for (int64_t e = gw; e < E; e += W) {
+            const auto* w = reinterpret_cast<const detail::bf16x8*>(p.router_w + size_t(e) * H);
+            float acc = 0.f;
+            for (int32_t v0 = 0; v0 < hvec; v0 += 32 * kOneUnroll) {
+                uint4 wv[kOneUnroll];
+#pragma unroll
+                for (int i = 0; i < kOneUnroll; ++i) {
+                    const int32_t v = v0 + i * 32 + lane;
+                    if (v < hvec) wv[i] = load_stream(w + v);
+                }
+#pragma unroll
+                for (int i = 0; i < kOneUnroll; ++i) {
+                    const int32_t v = v0 + i * 32 + lane;
+                    if (v >= hvec) break;
+                    float wf[8], xv[8];
+                    detail::load_f32x8(reinterpret_cast<const bf16*>(&wv[i]), wf);
+                    detail::load_f32x8(x_s + v * 8, xv);
+#pragma unroll
+                    for (int e8 = 0; e8 < 8; ++e8) acc += wf[e8] * xv[e8];
+                }
+            }
+            const float y = detail::warp_sum(acc);
+            if (lane == 0) p.router_logits[e] = y;
+        }
+        grid_barrier(barrier, G);
+    }
+
+    // 1. Top-k in every block (the same logits, the same order: the same choices everywhere).
+    for (int32_t e = threadIdx.x; e < E; e += kOneThreads) logits_s[e] = __ldcg(p.router_logits + e);
+    __syncthreads();
+    if (warp == 0) {
+        int32_t my_id;
+        float my_weight;
+        detail::warp_softmax_topk<kPerLane>(logits_s, E, K, p.renormalize, &my_id, &my_weight);
+        if (lane < K) {
+            const int32_t first = p.replica_offsets[my_id];
+            const int32_t slot = p.replica_slots[first];  // token 0: its replica is the first
+            slot_s[lane] = slot;
+            weight_s[lane] = my_weight;
+            if (blockIdx.x == 0) {
+                p.topk_weights[lane] = my_weight;
+                p.slot_ids[lane] = slot;
+                const int32_t num_valid = p.num_valid != nullptr ? *p.num_valid : 1;
+                if (num_valid > 0 && p.expert_counts != nullptr) atomicAdd(&p.expert_counts[my_id], 1);
+            }
+        }
+    }
+    __syncthreads();
+
+    // 2. gate|up: item = (choice, FFN column), grid-stride.
+    const int64_t items = int64_t(K) * I;
+    auto gate_row = [&](int64_t item) {
+        const int32_t j = int32_t(item / I), c = int32_t(item % I);
+        return p.w_gate_up + (size_t(slot_s[j]) * 2 * I + c) * H;
+    };
+    for (int64_t item = gw; item < items; item += W) {
+        if (item + W < items) {  // the next item's rows towards L2 while this one's loads are out
+            const bf16* g_next = gate_row(item + W);
+            prefetch_row(g_next, size_t(H) * sizeof(bf16), lane, false);
+            prefetch_row(g_next + size_t(I) * H, size_t(H) * sizeof(bf16), lane, false);
+        }
+        const bf16* g_row = gate_row(item);
+        const auto* gr = reinterpret_cast<const detail::bf16x8*>(g_row);
+        const auto* ur = reinterpret_cast<const detail::bf16x8*>(g_row + size_t(I) * H);
+        float ag = 0.f, au = 0.f;
+        for (int32_t v0 = 0; v0 < hvec; v0 += 32 * kOneUnroll) {
+            uint4 gv[kOneUnroll], uv[kOneUnroll];
+#pragma unroll
+            for (int i = 0; i < kOneUnroll; ++i) {
+                const int32_t v = v0 + i * 32 + lane;
+                if (v < hvec) gv[i] = load_stream(gr + v), uv[i] = load_stream(ur + v);
+            }
+#pragma unroll
+            for (int i = 0; i < kOneUnroll; ++i) {
+                const int32_t v = v0 + i * 32 + lane;
+                if (v >= hvec) break;
+                float g[8], up[8], xv[8];
+                detail::load_f32x8(reinterpret_cast<const bf16*>(&gv[i]), g);
+                detail::load_f32x8(reinterpret_cast<const bf16*>(&uv[i]), up);
+                detail::load_f32x8(x_s + v * 8, xv);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) ag += g[e] * xv[e], au += up[e] * xv[e];
+            }
+        }
+        const float g = detail::warp_sum(ag), up = detail::warp_sum(au);
+        if (lane == 0) p.act[item] = __float2bfloat16(g / (1.f + __expf(-g)) * up);
+    }
+    // The down rows this warp reads next, towards L2 (kept there) while the other warps finish gate|up.
+    for (int64_t h = gw; h < H; h += W)
+        for (int32_t j = 0; j < K; ++j)
+            prefetch_row(p.w_down + (size_t(slot_s[j]) * H + h) * I, size_t(I) * sizeof(bf16), lane, true);
+    grid_barrier(barrier, fused_router ? 2 * G : G);
+    detail::pdl_launch_dependents();  // every block is resident and past its last barrier
+
+    // 3. down + combine: one warp per hidden row across the choices.
+    for (int32_t v = threadIdx.x; v < K * ivec; v += kOneThreads)
+        reinterpret_cast<uint4*>(act_s)[v] = __ldcg(reinterpret_cast<const uint4*>(p.act) + v);
+    __syncthreads();
+    for (int64_t h = gw; h < H; h += W) {
+        float acc[kOneMaxTopK];
+#pragma unroll
+        for (int j = 0; j < kOneMaxTopK; ++j) acc[j] = 0.f;
+        for (int32_t v0 = 0; v0 < ivec; v0 += 32 * kOneDownUnroll) {
+#pragma unroll
+            for (int g0 = 0; g0 < kOneMaxTopK; g0 += kOneDownGroup) {
+                if (g0 >= K) break;
+                uint4 wv[kOneDownGroup][kOneDownUnroll];
+#pragma unroll
+                for (int jj = 0; jj < kOneDownGroup; ++jj) {
+                    const int32_t j = g0 + jj;
+                    const bf16* row = p.w_down + (size_t(slot_s[j < K ? j : 0]) * H + h) * I;
+#pragma unroll
+                    for (int i = 0; i < kOneDownUnroll; ++i) {
+                        const int32_t v = v0 + i * 32 + lane;
+                        if (j < K && v < ivec) wv[jj][i] = load_stream(reinterpret_cast<const uint4*>(row) + v);
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < kOneDownUnroll; ++i) {
+                    const int32_t v = v0 + i * 32 + lane;
+                    if (v >= ivec) break;
+#pragma unroll
+                    for (int jj = 0; jj < kOneDownGroup; ++jj) {
+                        const int32_t j = g0 + jj;
+                        if (j >= K) break;
+                        float wf[8], av[8];
+                        detail::load_f32x8(reinterpret_cast<const bf16*>(&wv[jj][i]), wf);
+                        detail::load_f32x8(act_s + size_t(j) * I + v * 8, av);
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) acc[g0 + jj] += wf[e] * av[e];
+                    }
+                }
+            }
+        }
+        float out = 0.f;
+#pragma unroll
+        for (int j = 0; j < kOneMaxTopK; ++j) {
+            if (j >= K) break;
+            const float y = __bfloat162float(__float2bfloat16(detail::warp_sum(acc[j])));
+            out += weight_s[j] * y;
+        }
+        if (lane == 0) p.out[h] = __float2bfloat16(out);
+    }
+
+    // The last block out leaves the barrier counter zero for the next launch.
+    __syncthreads();
+    if (threadIdx.x == 0 && atomicAdd(barrier + 1, 1u) == uint32_t(G) - 1) {
+        barrier[0] = 0;
+        barrier[1] = 0;
+    }
+}
+
+bool one_token_supported(const moe_decode_params& p) {
+    return p.num_tokens == 1 && p.top_k <= kOneMaxTopK &&
+           one_token_smem(p.top_k, p.num_experts, p.hidden, p.inter) <= kOneMaxSmem;
+}
+
+void launch_one_token(const moe_decode_params& p, cudaStream_t stream) {
+    const size_t smem = one_token_smem(p.top_k, p.num_experts, p.hidden, p.inter);
+    DISPATCH_EXPERTS_PER_LANE(p.num_experts, kPerLane, {
+        const auto kernel = moe_decode_one_kernel<kPerLane>;
+        ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kOneMaxSmem)));
+        int device = 0, sms = 0, per_sm = 0;
+        ZMOE_CUDA_CHECK(cudaGetDevice(&device));
+        ZMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+        ZMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kOneThreads, smem));
+        ZMOE_KERNEL_REQUIRE(per_sm >= 1, "moe_decode: the one-token kernel does not fit a multiprocessor");
+        // Enough warps for the widest phase, never more blocks than fit at once (the grid barriers need them all).
+        const int64_t rows = std::max<int64_t>({int64_t(p.num_experts), int64_t(p.top_k) * p.inter, p.hidden});
+        const int64_t blocks = std::min<int64_t>((rows + kOneWarps - 1) / kOneWarps, int64_t(per_sm) * sms);
+        detail::launch_pdl(kernel, dim3(uint32_t(blocks)), dim3(kOneThreads), smem, stream, p);
+    });
+}
+
 template <int kT>
 void launch_gemvs(const moe_decode_params& p, cudaStream_t stream) {
     const int32_t tk = p.num_tokens * p.top_k;
@@ -341,13 +614,17 @@ bool moe_use_decode_path(int32_t num_tokens, int32_t top_k, int32_t num_experts,
 
 size_t moe_decode_scratch_ints(int32_t num_tokens, int32_t top_k) {
     const size_t tk = size_t(num_tokens) * top_k;
-    return 1 + tk + tk * num_tokens + 1;
+    return kOneBarrierInts + 1 + tk + tk * num_tokens + 1;
 }
 
 void launch_moe_decode(const moe_decode_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(moe_decode_supported(p.num_tokens, p.top_k, p.num_experts, p.hidden, p.inter),
                         "moe_decode: 1..8 tokens, tokens x top_k <= 64, top_k <= 16, <= 512 experts, hidden and "
                         "inter multiples of 8");
+    if (one_token_supported(p)) {
+        launch_one_token(p, stream);
+        return;
+    }
     if (p.router_w != nullptr) {
         // The router GEMV fused in: one warp per expert over as many blocks, the last block to finish routes.
         const scratch_view sv(p.scratch, p.num_tokens, p.top_k);
