@@ -46,7 +46,7 @@ constexpr int kDownUnroll = 4;
 /// Most tokens moe_use_decode_path sends here: measured on H200 at Qwen3-30B-A3B shapes (the whole layer, CUDA
 /// graph), 1 / 2 / 4 / 8 tokens 0.047 / 0.081 / 0.139 / 0.373 ms here against 0.062 / 0.077 / 0.120 / 0.183 ms on
 /// the grouped path with the wgmma kernel (64-row groups).
-constexpr int32_t kDecodePathMaxTokens = 1;
+constexpr int32_t kDecodePathMaxTokens = 8;
 
 /// Scratch layout: [the one-token kernel's barrier counter and blocks done (zero between launches) | num_unique |
 /// unique slots [TK] | choices [TK][T] | blocks done (the fused router)].
@@ -338,13 +338,11 @@ constexpr int kOneWarps = kOneThreads / 32;
 constexpr int kOneUnroll = 8;      // gate|up: 16-byte vectors per lane in flight per row (gate and up each)
 constexpr int kOneDownGroup = 4;   // down: choices whose rows are loaded together
 constexpr int kOneDownUnroll = 3;  // down: 16-byte vectors per lane per row in flight (768 / 8 / 32 = 3 at Qwen3)
-constexpr int kOneMaxTopK = 16;
+constexpr int kOneMaxTopK = 16;    // one token: its choices' sums in registers
+/// Most tokens the one-launch kernel takes (more run the three-kernel path; moe_use_decode_path chooses between
+/// this and the grouped path by measurement).
+constexpr int kOneMaxTokens = 8;
 constexpr size_t kOneMaxSmem = 96u << 10;  // two blocks per multiprocessor
-
-/// Dynamic shared memory of the one-token kernel: x [hidden] bf16, act [top_k, inter] bf16, logits [experts] fp32.
-size_t one_token_smem(int32_t top_k, int32_t num_experts, int32_t hidden, int32_t inter) {
-    return size_t(hidden) * sizeof(bf16) + size_t(top_k) * inter * sizeof(bf16) + size_t(num_experts) * sizeof(float);
-}
 
 /// Streams a weight vector past L1 (each is read once).
 __device__ __forceinline__ uint4 load_stream(const void* src) {
@@ -384,15 +382,25 @@ __device__ __forceinline__ void grid_barrier(uint32_t* counter, uint32_t target)
     __syncthreads();
 }
 
-template <int kPerLane>
+/// kT >= num_tokens bounds the per-token accumulators (1, 2, 4 or 8).
+template <int kT, int kPerLane>
 __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const moe_decode_params p) {
     extern __shared__ __align__(16) unsigned char one_smem[];
-    const int32_t K = p.top_k, H = p.hidden, I = p.inter, E = p.num_experts;
-    bf16* x_s = reinterpret_cast<bf16*>(one_smem);
-    bf16* act_s = x_s + H;
-    float* logits_s = reinterpret_cast<float*>(act_s + size_t(K) * I);
-    __shared__ int32_t slot_s[kOneMaxTopK];
-    __shared__ float weight_s[kOneMaxTopK];
+    constexpr int kPairs = kT == 1 ? kOneMaxTopK : kMoeDecodeMaxPairs;
+    constexpr int kUnroll = kT <= 2 ? kOneUnroll : kOneUnroll / 2;        // fewer loads in flight where more sums are
+    constexpr int kGroupT = kT <= 2 ? kOneDownGroup : kOneDownGroup / 2;  // the same in down
+    const int32_t T = p.num_tokens, K = p.top_k, H = p.hidden, I = p.inter, E = p.num_experts, TK = T * K;
+    bf16* x_s = reinterpret_cast<bf16*>(one_smem);  // [T, hidden]
+    bf16* act_s = x_s + size_t(T) * H;              // [top_k, inter], one token only
+    float* logits_s = reinterpret_cast<float*>(act_s + (kT == 1 ? size_t(K) * I : 0));  // [T, experts]
+    __shared__ int32_t slot_s[kPairs];                                                  // per choice t * top_k + j
+    __shared__ float weight_s[kPairs];
+    // More than one token: the distinct slots in ascending order, and per slot the choice of each token (-1: none).
+    __shared__ int32_t uslot_s[kT == 1 ? 1 : kPairs];
+    __shared__ int32_t uchoice_s[kT == 1 ? 1 : kPairs * kT];
+    __shared__ int32_t first_s[kT == 1 ? 1 : kPairs];
+    __shared__ float y_s[kT == 1 ? 1 : kOneWarps][kT == 1 ? 1 : kPairs];  // down: y per choice of the warp's row
+    __shared__ int32_t num_unique_s;
     uint32_t* barrier = reinterpret_cast<uint32_t*>(p.scratch);  // [counter, blocks done]
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int32_t G = gridDim.x;
@@ -401,12 +409,17 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
     const bool fused_router = p.router_w != nullptr;
     const int32_t hvec = H / 8, ivec = I / 8;
 
-    // The router rows depend on no earlier kernel: towards L2 while that kernel ends.
+    // The router rows depend on no earlier kernel: towards L2 while that kernel ends; so do the replica tables the
+    // top-k reads (a prefetch into L2, the point of coherence, cannot see stale data).
     if (fused_router)
         for (int64_t e = gw; e < E; e += W)
             prefetch_row(p.router_w + size_t(e) * H, size_t(H) * sizeof(bf16), lane, false);
+    if (warp == 0) {
+        prefetch_row(p.replica_offsets, size_t(E + 1) * sizeof(int32_t), lane, false);
+        prefetch_row(p.replica_slots, size_t(E) * sizeof(int32_t), lane, false);
+    }
     detail::pdl_wait();  // x (and given logits, num_valid) come from the kernels before
-    for (int32_t v = threadIdx.x; v < hvec; v += kOneThreads)
+    for (int32_t v = threadIdx.x; v < T * hvec; v += kOneThreads)
         reinterpret_cast<detail::bf16x8*>(x_s)[v] = reinterpret_cast<const detail::bf16x8*>(p.x)[v];
     __syncthreads();
 
@@ -414,7 +427,7 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
     if (fused_router) {
         for (int64_t e = gw; e < E; e += W) {
             const auto* w = reinterpret_cast<const detail::bf16x8*>(p.router_w + size_t(e) * H);
-            float acc = 0.f;
+            float acc[kT] = {};
             for (int32_t v0 = 0; v0 < hvec; v0 += 32 * kOneUnroll) {
                 uint4 wv[kOneUnroll];
 #pragma unroll
@@ -426,46 +439,82 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
                 for (int i = 0; i < kOneUnroll; ++i) {
                     const int32_t v = v0 + i * 32 + lane;
                     if (v >= hvec) break;
-                    float wf[8], xv[8];
+                    float wf[8];
                     detail::load_f32x8(reinterpret_cast<const bf16*>(&wv[i]), wf);
-                    detail::load_f32x8(x_s + v * 8, xv);
 #pragma unroll
-                    for (int e8 = 0; e8 < 8; ++e8) acc += wf[e8] * xv[e8];
+                    for (int t = 0; t < kT; ++t) {
+                        if (t >= T) break;
+                        float xv[8];
+                        detail::load_f32x8(x_s + size_t(t) * H + v * 8, xv);
+#pragma unroll
+                        for (int e8 = 0; e8 < 8; ++e8) acc[t] += wf[e8] * xv[e8];
+                    }
                 }
             }
-            const float y = detail::warp_sum(acc);
-            if (lane == 0) p.router_logits[e] = y;
+#pragma unroll
+            for (int t = 0; t < kT; ++t) {
+                if (t >= T) break;
+                const float y = detail::warp_sum(acc[t]);
+                if (lane == 0) p.router_logits[size_t(t) * E + e] = y;
+            }
         }
         grid_barrier(barrier, G);
     }
 
-    // 1. Top-k in every block (the same logits, the same order: the same choices everywhere).
-    for (int32_t e = threadIdx.x; e < E; e += kOneThreads) logits_s[e] = __ldcg(p.router_logits + e);
+    // 1. Top-k in every block (the same logits, the same order: the same choices everywhere), one warp per token.
+    for (int32_t i = threadIdx.x; i < T * E; i += kOneThreads) logits_s[i] = __ldcg(p.router_logits + i);
+    if constexpr (kT > 1)
+        for (int32_t i = threadIdx.x; i < kPairs * kT; i += kOneThreads) uchoice_s[i] = -1;
     __syncthreads();
-    if (warp == 0) {
+    if (warp < T) {
+        const int32_t t = warp;
         int32_t my_id;
         float my_weight;
-        detail::warp_softmax_topk<kPerLane>(logits_s, E, K, p.renormalize, &my_id, &my_weight);
+        detail::warp_softmax_topk<kPerLane>(logits_s + size_t(t) * E, E, K, p.renormalize, &my_id, &my_weight);
         if (lane < K) {
-            const int32_t first = p.replica_offsets[my_id];
-            const int32_t slot = p.replica_slots[first];  // token 0: its replica is the first
-            slot_s[lane] = slot;
-            weight_s[lane] = my_weight;
+            const int32_t a = t * K + lane;
+            const int32_t first = p.replica_offsets[my_id], n = p.replica_offsets[my_id + 1] - first;
+            const int32_t slot = p.replica_slots[first + t % n];
+            slot_s[a] = slot;
+            weight_s[a] = my_weight;
             if (blockIdx.x == 0) {
-                p.topk_weights[lane] = my_weight;
-                p.slot_ids[lane] = slot;
-                const int32_t num_valid = p.num_valid != nullptr ? *p.num_valid : 1;
-                if (num_valid > 0 && p.expert_counts != nullptr) atomicAdd(&p.expert_counts[my_id], 1);
+                p.topk_weights[a] = my_weight;
+                p.slot_ids[a] = slot;
+                const int32_t num_valid = p.num_valid != nullptr ? *p.num_valid : T;
+                if (t < num_valid && p.expert_counts != nullptr) atomicAdd(&p.expert_counts[my_id], 1);
             }
         }
     }
     __syncthreads();
+    int32_t U = K;  // distinct slots
+    if constexpr (kT > 1) {
+        // A choice is its slot's first if no earlier choice has the slot; its slot's rank is the number of first
+        // choices with a smaller slot (as the three-kernel path's route kernel).
+        const int32_t a = threadIdx.x;
+        bool first = false;
+        if (a < TK) {
+            first = true;
+            for (int32_t b = 0; b < a; ++b) first = first && slot_s[b] != slot_s[a];
+            first_s[a] = first;
+        }
+        const int32_t n = __syncthreads_count(first);
+        if (a < TK) {
+            int32_t rank = 0;
+            for (int32_t b = 0; b < TK; ++b) rank += first_s[b] && slot_s[b] < slot_s[a];
+            if (first) uslot_s[rank] = slot_s[a];
+            uchoice_s[rank * T + a / K] = a;
+        }
+        if (a == 0) num_unique_s = n;
+        __syncthreads();
+        U = num_unique_s;
+    }
+    auto slot_of = [&](int32_t u) { return kT == 1 ? slot_s[u] : uslot_s[u]; };
+    auto choice_of = [&](int32_t u, int32_t t) { return kT == 1 ? u : uchoice_s[u * T + t]; };
 
-    // 2. gate|up: item = (choice, FFN column), grid-stride.
-    const int64_t items = int64_t(K) * I;
+    // 2. gate|up: item = (distinct slot, FFN column), grid-stride; every row read once for all its tokens.
+    const int64_t items = int64_t(U) * I;
     auto gate_row = [&](int64_t item) {
-        const int32_t j = int32_t(item / I), c = int32_t(item % I);
-        return p.w_gate_up + (size_t(slot_s[j]) * 2 * I + c) * H;
+        return p.w_gate_up + (size_t(slot_of(int32_t(item / I))) * 2 * I + size_t(item % I)) * H;
     };
     for (int64_t item = gw; item < items; item += W) {
         if (item + W < items) {  // the next item's rows towards L2 while this one's loads are out
@@ -473,87 +522,164 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
             prefetch_row(g_next, size_t(H) * sizeof(bf16), lane, false);
             prefetch_row(g_next + size_t(I) * H, size_t(H) * sizeof(bf16), lane, false);
         }
+        const int32_t u = int32_t(item / I), c = int32_t(item % I);
+        int32_t choice[kT];
+#pragma unroll
+        for (int t = 0; t < kT; ++t) choice[t] = t < T ? choice_of(u, t) : -1;
         const bf16* g_row = gate_row(item);
         const auto* gr = reinterpret_cast<const detail::bf16x8*>(g_row);
         const auto* ur = reinterpret_cast<const detail::bf16x8*>(g_row + size_t(I) * H);
-        float ag = 0.f, au = 0.f;
-        for (int32_t v0 = 0; v0 < hvec; v0 += 32 * kOneUnroll) {
-            uint4 gv[kOneUnroll], uv[kOneUnroll];
+        float ag[kT] = {}, au[kT] = {};
+        for (int32_t v0 = 0; v0 < hvec; v0 += 32 * kUnroll) {
+            uint4 gv[kUnroll], uv[kUnroll];
 #pragma unroll
-            for (int i = 0; i < kOneUnroll; ++i) {
+            for (int i = 0; i < kUnroll; ++i) {
                 const int32_t v = v0 + i * 32 + lane;
                 if (v < hvec) gv[i] = load_stream(gr + v), uv[i] = load_stream(ur + v);
             }
 #pragma unroll
-            for (int i = 0; i < kOneUnroll; ++i) {
+            for (int i = 0; i < kUnroll; ++i) {
                 const int32_t v = v0 + i * 32 + lane;
                 if (v >= hvec) break;
-                float g[8], up[8], xv[8];
+                float g[8], up[8];
                 detail::load_f32x8(reinterpret_cast<const bf16*>(&gv[i]), g);
                 detail::load_f32x8(reinterpret_cast<const bf16*>(&uv[i]), up);
-                detail::load_f32x8(x_s + v * 8, xv);
 #pragma unroll
-                for (int e = 0; e < 8; ++e) ag += g[e] * xv[e], au += up[e] * xv[e];
+                for (int t = 0; t < kT; ++t) {
+                    if (choice[t] < 0) continue;
+                    float xv[8];
+                    detail::load_f32x8(x_s + size_t(t) * H + v * 8, xv);
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) ag[t] += g[e] * xv[e], au[t] += up[e] * xv[e];
+                }
             }
         }
-        const float g = detail::warp_sum(ag), up = detail::warp_sum(au);
-        if (lane == 0) p.act[item] = __float2bfloat16(g / (1.f + __expf(-g)) * up);
+#pragma unroll
+        for (int t = 0; t < kT; ++t) {
+            if (choice[t] < 0) continue;
+            const float g = detail::warp_sum(ag[t]), up = detail::warp_sum(au[t]);
+            if (lane == 0) p.act[size_t(choice[t]) * I + c] = __float2bfloat16(g / (1.f + __expf(-g)) * up);
+        }
     }
     // The down rows this warp reads next, towards L2 (kept there) while the other warps finish gate|up.
     for (int64_t h = gw; h < H; h += W)
-        for (int32_t j = 0; j < K; ++j)
-            prefetch_row(p.w_down + (size_t(slot_s[j]) * H + h) * I, size_t(I) * sizeof(bf16), lane, true);
+        for (int32_t u = 0; u < U; ++u)
+            prefetch_row(p.w_down + (size_t(slot_of(u)) * H + h) * I, size_t(I) * sizeof(bf16), lane, true);
     grid_barrier(barrier, fused_router ? 2 * G : G);
     detail::pdl_launch_dependents();  // every block is resident and past its last barrier
 
-    // 3. down + combine: one warp per hidden row across the choices.
-    for (int32_t v = threadIdx.x; v < K * ivec; v += kOneThreads)
-        reinterpret_cast<uint4*>(act_s)[v] = __ldcg(reinterpret_cast<const uint4*>(p.act) + v);
-    __syncthreads();
-    for (int64_t h = gw; h < H; h += W) {
-        float acc[kOneMaxTopK];
+    // 3. down + combine: one warp per hidden row across the distinct slots.
+    if constexpr (kT == 1) {
+        for (int32_t v = threadIdx.x; v < K * ivec; v += kOneThreads)
+            reinterpret_cast<uint4*>(act_s)[v] = __ldcg(reinterpret_cast<const uint4*>(p.act) + v);
+        __syncthreads();
+        for (int64_t h = gw; h < H; h += W) {
+            float acc[kOneMaxTopK];
 #pragma unroll
-        for (int j = 0; j < kOneMaxTopK; ++j) acc[j] = 0.f;
-        for (int32_t v0 = 0; v0 < ivec; v0 += 32 * kOneDownUnroll) {
+            for (int j = 0; j < kOneMaxTopK; ++j) acc[j] = 0.f;
+            for (int32_t v0 = 0; v0 < ivec; v0 += 32 * kOneDownUnroll) {
 #pragma unroll
-            for (int g0 = 0; g0 < kOneMaxTopK; g0 += kOneDownGroup) {
-                if (g0 >= K) break;
-                uint4 wv[kOneDownGroup][kOneDownUnroll];
-#pragma unroll
-                for (int jj = 0; jj < kOneDownGroup; ++jj) {
-                    const int32_t j = g0 + jj;
-                    const bf16* row = p.w_down + (size_t(slot_s[j < K ? j : 0]) * H + h) * I;
-#pragma unroll
-                    for (int i = 0; i < kOneDownUnroll; ++i) {
-                        const int32_t v = v0 + i * 32 + lane;
-                        if (j < K && v < ivec) wv[jj][i] = load_stream(reinterpret_cast<const uint4*>(row) + v);
-                    }
-                }
-#pragma unroll
-                for (int i = 0; i < kOneDownUnroll; ++i) {
-                    const int32_t v = v0 + i * 32 + lane;
-                    if (v >= ivec) break;
+                for (int g0 = 0; g0 < kOneMaxTopK; g0 += kOneDownGroup) {
+                    if (g0 >= K) break;
+                    uint4 wv[kOneDownGroup][kOneDownUnroll];
 #pragma unroll
                     for (int jj = 0; jj < kOneDownGroup; ++jj) {
                         const int32_t j = g0 + jj;
-                        if (j >= K) break;
-                        float wf[8], av[8];
-                        detail::load_f32x8(reinterpret_cast<const bf16*>(&wv[jj][i]), wf);
-                        detail::load_f32x8(act_s + size_t(j) * I + v * 8, av);
+                        const bf16* row = p.w_down + (size_t(slot_s[j < K ? j : 0]) * H + h) * I;
 #pragma unroll
-                        for (int e = 0; e < 8; ++e) acc[g0 + jj] += wf[e] * av[e];
+                        for (int i = 0; i < kOneDownUnroll; ++i) {
+                            const int32_t v = v0 + i * 32 + lane;
+                            if (j < K && v < ivec) wv[jj][i] = load_stream(reinterpret_cast<const uint4*>(row) + v);
+                        }
+                    }
+#pragma unroll
+                    for (int i = 0; i < kOneDownUnroll; ++i) {
+                        const int32_t v = v0 + i * 32 + lane;
+                        if (v >= ivec) break;
+#pragma unroll
+                        for (int jj = 0; jj < kOneDownGroup; ++jj) {
+                            const int32_t j = g0 + jj;
+                            if (j >= K) break;
+                            float wf[8], av[8];
+                            detail::load_f32x8(reinterpret_cast<const bf16*>(&wv[jj][i]), wf);
+                            detail::load_f32x8(act_s + size_t(j) * I + v * 8, av);
+#pragma unroll
+                            for (int e = 0; e < 8; ++e) acc[g0 + jj] += wf[e] * av[e];
+                        }
                     }
                 }
             }
-        }
-        float out = 0.f;
+            float out = 0.f;
 #pragma unroll
-        for (int j = 0; j < kOneMaxTopK; ++j) {
-            if (j >= K) break;
-            const float y = __bfloat162float(__float2bfloat16(detail::warp_sum(acc[j])));
-            out += weight_s[j] * y;
+            for (int j = 0; j < kOneMaxTopK; ++j) {
+                if (j >= K) break;
+                const float y = __bfloat162float(__float2bfloat16(detail::warp_sum(acc[j])));
+                out += weight_s[j] * y;
+            }
+            if (lane == 0) p.out[h] = __float2bfloat16(out);
         }
-        if (lane == 0) p.out[h] = __float2bfloat16(out);
+    } else {
+        // act (written by other blocks) is read through L2; each (slot, token) sum is rounded into y_s, then lane t
+        // sums token t's choices in top-k order.
+        const auto* act = reinterpret_cast<const uint4*>(p.act);
+        for (int64_t h = gw; h < H; h += W) {
+            for (int32_t u0 = 0; u0 < U; u0 += kGroupT) {
+                int32_t choice[kGroupT][kT];
+#pragma unroll
+                for (int jj = 0; jj < kGroupT; ++jj)
+#pragma unroll
+                    for (int t = 0; t < kT; ++t) choice[jj][t] = u0 + jj < U && t < T ? choice_of(u0 + jj, t) : -1;
+                float acc[kGroupT][kT] = {};
+                for (int32_t v0 = 0; v0 < ivec; v0 += 32 * kOneDownUnroll) {
+                    uint4 wv[kGroupT][kOneDownUnroll];
+#pragma unroll
+                    for (int jj = 0; jj < kGroupT; ++jj) {
+                        const int32_t u = u0 + jj;
+                        const bf16* row = p.w_down + (size_t(slot_of(u < U ? u : 0)) * H + h) * I;
+#pragma unroll
+                        for (int i = 0; i < kOneDownUnroll; ++i) {
+                            const int32_t v = v0 + i * 32 + lane;
+                            if (u < U && v < ivec) wv[jj][i] = load_stream(reinterpret_cast<const uint4*>(row) + v);
+                        }
+                    }
+#pragma unroll
+                    for (int i = 0; i < kOneDownUnroll; ++i) {
+                        const int32_t v = v0 + i * 32 + lane;
+                        if (v >= ivec) break;
+#pragma unroll
+                        for (int jj = 0; jj < kGroupT; ++jj) {
+                            if (u0 + jj >= U) break;
+                            float wf[8];
+                            detail::load_f32x8(reinterpret_cast<const bf16*>(&wv[jj][i]), wf);
+#pragma unroll
+                            for (int t = 0; t < kT; ++t) {
+                                if (choice[jj][t] < 0) continue;
+                                const uint4 a = __ldcg(act + size_t(choice[jj][t]) * ivec + v);
+                                float av[8];
+                                detail::load_f32x8(reinterpret_cast<const bf16*>(&a), av);
+#pragma unroll
+                                for (int e = 0; e < 8; ++e) acc[jj][t] += wf[e] * av[e];
+                            }
+                        }
+                    }
+                }
+#pragma unroll
+                for (int jj = 0; jj < kGroupT; ++jj)
+#pragma unroll
+                    for (int t = 0; t < kT; ++t) {
+                        if (choice[jj][t] < 0) continue;
+                        const float y = detail::warp_sum(acc[jj][t]);
+                        if (lane == 0) y_s[warp][choice[jj][t]] = __bfloat162float(__float2bfloat16(y));
+                    }
+            }
+            __syncwarp();
+            if (lane < T) {
+                float out = 0.f;
+                for (int32_t j = 0; j < K; ++j) out += weight_s[lane * K + j] * y_s[warp][lane * K + j];
+                p.out[size_t(lane) * H + h] = __float2bfloat16(out);
+            }
+            __syncwarp();
+        }
     }
 
     // The last block out leaves the barrier counter zero for the next launch.
@@ -564,26 +690,47 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
     }
 }
 
-bool one_token_supported(const moe_decode_params& p) {
-    return p.num_tokens == 1 && p.top_k <= kOneMaxTopK &&
-           one_token_smem(p.top_k, p.num_experts, p.hidden, p.inter) <= kOneMaxSmem;
+/// Dynamic shared memory of the one-launch kernel: x [T, hidden] bf16, act [top_k, inter] bf16 (one token only),
+/// logits [T, experts] fp32.
+size_t one_launch_smem(const moe_decode_params& p) {
+    return size_t(p.num_tokens) * p.hidden * sizeof(bf16) +
+           (p.num_tokens == 1 ? size_t(p.top_k) * p.inter * sizeof(bf16) : 0) +
+           size_t(p.num_tokens) * p.num_experts * sizeof(float);
 }
 
-void launch_one_token(const moe_decode_params& p, cudaStream_t stream) {
-    const size_t smem = one_token_smem(p.top_k, p.num_experts, p.hidden, p.inter);
+bool one_launch_supported(const moe_decode_params& p) {
+    return p.num_tokens <= kOneMaxTokens && (p.num_tokens > 1 || p.top_k <= kOneMaxTopK) &&
+           one_launch_smem(p) <= kOneMaxSmem;
+}
+
+template <int kT>
+void launch_one_launch(const moe_decode_params& p, cudaStream_t stream) {
+    const size_t smem = one_launch_smem(p);
     DISPATCH_EXPERTS_PER_LANE(p.num_experts, kPerLane, {
-        const auto kernel = moe_decode_one_kernel<kPerLane>;
+        const auto kernel = moe_decode_one_kernel<kT, kPerLane>;
         ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kOneMaxSmem)));
         int device = 0, sms = 0, per_sm = 0;
         ZMOE_CUDA_CHECK(cudaGetDevice(&device));
         ZMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
         ZMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kOneThreads, smem));
-        ZMOE_KERNEL_REQUIRE(per_sm >= 1, "moe_decode: the one-token kernel does not fit a multiprocessor");
+        ZMOE_KERNEL_REQUIRE(per_sm >= 1, "moe_decode: the one-launch kernel does not fit a multiprocessor");
         // Enough warps for the widest phase, never more blocks than fit at once (the grid barriers need them all).
-        const int64_t rows = std::max<int64_t>({int64_t(p.num_experts), int64_t(p.top_k) * p.inter, p.hidden});
+        const int64_t tk = int64_t(p.num_tokens) * p.top_k;
+        const int64_t rows = std::max<int64_t>({int64_t(p.num_experts), tk * p.inter, p.hidden});
         const int64_t blocks = std::min<int64_t>((rows + kOneWarps - 1) / kOneWarps, int64_t(per_sm) * sms);
         detail::launch_pdl(kernel, dim3(uint32_t(blocks)), dim3(kOneThreads), smem, stream, p);
     });
+}
+
+void launch_one(const moe_decode_params& p, cudaStream_t stream) {
+    if (p.num_tokens == 1)
+        launch_one_launch<1>(p, stream);
+    else if (p.num_tokens == 2)
+        launch_one_launch<2>(p, stream);
+    else if (p.num_tokens <= 4)
+        launch_one_launch<4>(p, stream);
+    else
+        launch_one_launch<8>(p, stream);
 }
 
 template <int kT>
@@ -621,8 +768,8 @@ void launch_moe_decode(const moe_decode_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(moe_decode_supported(p.num_tokens, p.top_k, p.num_experts, p.hidden, p.inter),
                         "moe_decode: 1..8 tokens, tokens x top_k <= 64, top_k <= 16, <= 512 experts, hidden and "
                         "inter multiples of 8");
-    if (one_token_supported(p)) {
-        launch_one_token(p, stream);
+    if (one_launch_supported(p)) {
+        launch_one(p, stream);
         return;
     }
     if (p.router_w != nullptr) {

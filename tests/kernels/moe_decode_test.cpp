@@ -187,7 +187,10 @@ INSTANTIATE_TEST_SUITE_P(
                       decode_moe_case{1, 8, 8, 64, 776, 2, -1, true, true},
                       decode_moe_case{1, 64, 16, 256, 1032, 0, -1, false, false},
                       decode_moe_case{1, 128, 8, 4104, 128, 16, 0, true, true},
-                      decode_moe_case{1, 256, 3, 136, 40, 0, -1, true, false}),
+                      decode_moe_case{1, 256, 3, 136, 40, 0, -1, true, false},
+                      // x too wide for the one-launch kernel's shared memory: the three-kernel path.
+                      decode_moe_case{2, 4, 2, 24576, 64, 0, -1, true, true},
+                      decode_moe_case{1, 4, 2, 49152, 16, 1, -1, false, false}),
     [](const auto& info) {
         const auto& c = info.param;
         return make_name("t", c.num_tokens, "_e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter, "_extra",
