@@ -1,7 +1,7 @@
-// The routed-expert block of a decode step of a few tokens (at most kMoeDecodeMaxTokens). One token runs in ONE
-// launch (moe_decode_one_kernel, described where it is defined: grid barriers between router, gate|up and down, down
-// and the combine fused). Two to eight tokens (or a shape whose one-token kernel would not fit) run in three
-// launches, with no permuted copies of the activations:
+// The routed-expert block of a decode step of a few tokens (at most kMoeDecodeMaxTokens). Up to eight tokens run
+// in ONE launch (moe_decode_one_kernel, described where it is defined: grid barriers between router, gate|up and
+// down, down and the combine fused). A shape whose one-launch kernel would not fit (x, act and logits over 96 KB of
+// shared memory) runs in three launches, with no permuted copies of the activations:
 //   0. with router_w, the router GEMV is part of launch 1: one warp per expert over num_experts / 8 blocks (x staged
 //      in shared memory) writes the fp32 logits, and the last block to finish (a ticket counter in the scratch) goes
 //      on with the routing;
@@ -44,9 +44,9 @@ constexpr int kGateUpUnroll = 8;  // 16-byte vectors per lane in flight, per row
 constexpr int kGateUpCols = 1;
 constexpr int kDownUnroll = 4;
 /// Most tokens moe_use_decode_path sends here: measured on H200 at Qwen3-30B-A3B shapes (the whole layer, CUDA
-/// graph), 1 / 2 / 4 / 8 tokens 0.047 / 0.081 / 0.139 / 0.373 ms here against 0.062 / 0.077 / 0.120 / 0.183 ms on
-/// the grouped path with the wgmma kernel (64-row groups).
-constexpr int32_t kDecodePathMaxTokens = 8;
+/// graph, one call), the one-launch kernel at 1 / 2 / 4 / 8 tokens 0.035-0.039 / 0.080-0.089 / 0.152-0.154 /
+/// 0.332-0.338 ms against 0.075 / 0.120 / 0.186 ms on the grouped path (wgmma, 64-row groups) from 2 tokens on.
+constexpr int32_t kDecodePathMaxTokens = 1;
 
 /// Scratch layout: [the one-token kernel's barrier counter and blocks done (zero between launches) | num_unique |
 /// unique slots [TK] | choices [TK][T] | blocks done (the fused router)].
@@ -321,17 +321,24 @@ __global__ void __launch_bounds__(kGemvThreads) moe_decode_down_kernel(const moe
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// One token in one launch. Every block is resident at once (the grid is sized from the occupancy), so two grid
-// barriers (a counter in the scratch) separate the phases instead of kernel boundaries:
+// One to eight tokens in one launch. Every block is resident at once (the grid is sized from the occupancy), so two
+// grid barriers (a counter in the scratch, left at zero by the last block out) separate the phases instead of
+// kernel boundaries:
 //   0. with router_w: one warp per expert row (spread over the blocks), logits to router_logits; barrier;
-//   1. every block reads the logits and runs the same softmax top-k (one warp): the slots and weights are in each
-//      block's shared memory without another launch; block 0 writes topk_weights, slot_ids and the load counts;
-//   2. gate|up: one warp per (choice, FFN column), grid-stride, the gate and up rows' 16-byte loads all in flight
-//      and the warp's next item prefetched to L2; act[choice] = bf16(silu(gate) * up); each warp then prefetches
-//      into L2 the down rows it will read, so the memory keeps streaming through the barrier; barrier;
-//   3. down: one warp per hidden row across the top_k choices (act staged in shared memory), the y of every choice
-//      rounded to bf16 and summed with its routing weight in top-k order in registers: out is written once, no
-//      combine step. The same sums in the same order as the three-kernel path, so the results are bit-identical.
+//   1. every block reads the logits and runs the same softmax top-k (one warp per token): the slots and weights are
+//      in each block's shared memory without another launch (with more than one token, every block also finds the
+//      distinct slots of the step, ascending, and the choice of each token of each); block 0 writes topk_weights,
+//      slot_ids and the load counts;
+//   2. gate|up: one warp per (distinct slot, FFN column), grid-stride, the gate and up rows' 16-byte loads all in
+//      flight and the warp's next item prefetched to L2; act[choice] = bf16(silu(gate) * up) for every token of
+//      the slot; each warp then prefetches into L2 the down rows it will read, so the memory keeps streaming
+//      through the barrier; barrier;
+//   3. down: one warp per hidden row across the distinct slots; one token: act staged in shared memory and the y of
+//      every choice rounded to bf16 and summed with its routing weight in top-k order in registers; more tokens:
+//      act read through L2 and each (slot, token) sum rounded into shared memory, then summed per token in top-k
+//      order. out is written once, no combine step. The same sums in the same order as the three-kernel path, so
+//      the results are bit-identical.
+// Measured (H200, Qwen3-30B-A3B shapes) it beats the grouped path at one token only: see kDecodePathMaxTokens.
 
 constexpr int kOneThreads = 256;
 constexpr int kOneWarps = kOneThreads / 32;
