@@ -1,8 +1,8 @@
 // launch_moe_decode against ref::moe_decode: 1 to 8 tokens, Qwen3-30B-A3B's shape and small ones, top-k from 1 to
 // 16, renormalised or not, redundant replicas (several slots per expert), padding tokens (not counted); routing,
-// slots and counts exact, the output within BF16 tolerance; a token's output is bitwise the same alone (the
-// one-token kernel) and in a batch (the three-kernel path); and the one-token kernel's grid barriers leave the scratch
-// ready for the next launch (launched again on the same scratch, the same results).
+// slots and counts exact, the output within BF16 tolerance; a token's output is bitwise the same alone and in a
+// batch; the kernel's grid barriers leave the scratch ready for the next launch (launched again on the same scratch,
+// the same results); and the shapes whose x, act and logits overflow its shared memory are refused.
 
 #include "kernels/reference/reference.hpp"
 #include "tests/kernels/test_util.hpp"
@@ -163,6 +163,16 @@ TEST(MoeDecodeOneToken, RelaunchOnTheSameScratch) {
     for (int32_t e = 0; e < c.num_experts; ++e) EXPECT_EQ(thrice.counts[e], 3 * once.counts[e]) << "expert " << e;
 }
 
+TEST(MoeDecodeSupported, SharedMemoryBoundsTheShape) {
+    // x [T, hidden] bf16 + act [top_k, inter] bf16 (one token) + logits [T, experts] fp32 within 96 KB.
+    EXPECT_TRUE(moe_decode_supported(8, 8, 128, 4096, 768));     // 64 KB of x
+    EXPECT_FALSE(moe_decode_supported(8, 8, 128, 6144, 768));    // 96 KB of x + 4 KB of logits
+    EXPECT_TRUE(moe_decode_supported(1, 16, 128, 2048, 2048));   // 4 + 64 + 0.5 KB
+    EXPECT_FALSE(moe_decode_supported(1, 16, 128, 2048, 3072));  // 96 KB of act alone
+    EXPECT_FALSE(moe_decode_supported(9, 1, 128, 2048, 768));    // more than kMoeDecodeMaxTokens
+    EXPECT_FALSE(moe_decode_supported(1, 17, 128, 2048, 768));   // top-k over 16
+}
+
 INSTANTIATE_TEST_SUITE_P(Router, MoeDecodeAlone, ::testing::Bool(),
                          [](const auto& info) { return std::string(info.param ? "fused_router" : "given_logits"); });
 
@@ -188,9 +198,7 @@ INSTANTIATE_TEST_SUITE_P(
                       decode_moe_case{1, 64, 16, 256, 1032, 0, -1, false, false},
                       decode_moe_case{1, 128, 8, 4104, 128, 16, 0, true, true},
                       decode_moe_case{1, 256, 3, 136, 40, 0, -1, true, false},
-                      // x too wide for the one-launch kernel's shared memory: the three-kernel path.
-                      decode_moe_case{2, 4, 2, 24576, 64, 0, -1, true, true},
-                      decode_moe_case{1, 4, 2, 49152, 16, 1, -1, false, false}),
+                      decode_moe_case{1, 8, 8, 16384, 64, 0, -1, true, true}),  // x of 32 KB
     [](const auto& info) {
         const auto& c = info.param;
         return make_name("t", c.num_tokens, "_e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter, "_extra",
