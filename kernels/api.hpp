@@ -393,7 +393,8 @@ struct moe_decode_params {
 
 /// What (the router GEMM +) launch_router_topk + launch_moe_route + launch_moe_permute + the two grouped GEMMs +
 /// launch_moe_combine compute, for a few tokens, in ONE launch whose phases meet at grid barriers (every block of
-/// its grid is resident at once, so nothing that waits on this kernel may hold the multiprocessors meanwhile):
+/// its grid must be resident at once: nothing that waits on this kernel may hold the multiprocessors meanwhile, and
+/// two of these launches must not run concurrently on different streams):
 /// (0) with router_w, router_logits = fp32(x . router_w^T), one warp per expert; (1) in every block: softmax top-k
 /// per token, replica choice (block 0 writes the weights, slots and load counts), the distinct slots of the step with
 /// the tokens that chose each; (2) per distinct slot and FFN column, act = bf16(silu(x . gate) * (x . up)) for every

@@ -1,7 +1,8 @@
 // The routed-expert block of a decode step of a few tokens (at most kMoeDecodeMaxTokens) in ONE launch, with no
 // permuted copies of the activations. Every block of the grid is resident at once (the grid is sized from the
-// occupancy), so two grid barriers (a counter in the scratch, left at zero by the last block out) separate the
-// phases instead of kernel boundaries:
+// occupancy; two such launches on concurrent streams could each hold part of the GPU and wait for ever, so callers
+// keep them on one stream), so two grid barriers (a counter in the scratch, left at zero by the last block out)
+// separate the phases instead of kernel boundaries; a barrier that waits implausibly long traps instead of hanging:
 //   0. with router_w: one warp per expert row (spread over the blocks), logits to router_logits; barrier;
 //   1. every block reads the logits and runs the same softmax top-k (one warp per token): the slots and weights are
 //      in each block's shared memory without another launch (with more than one token, every block also finds the
