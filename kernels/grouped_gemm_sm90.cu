@@ -36,17 +36,20 @@ namespace zmoe::kernels::detail {
 namespace {
 
 constexpr int kThreads = 384;          // producer warpgroup + two math warpgroups
-constexpr int kBK = 64;                // K elements of one stage: one 128-byte swizzle row
+constexpr int kBK = 64;                // K elements of one stage by default: one 128-byte swizzle row
 constexpr int kBRows = 256;            // rows of b per tile
 constexpr size_t kSmemLimit = 232448;  // an sm_90 block's dynamic shared memory (227 KB)
 
-/// The shared memory of both kernels: a ring of stages (a kBM-row A tile and kBTileRows rows of b, kBK wide), then
-/// each math warpgroup's kCBufsPerWg output boxes, the ring's barriers and the tile schedule.
-template <int kBM, int kBTileRows, int kCBufsPerWg>
+/// The shared memory of both kernels: a ring of stages (a kBM-row A tile and kBTileRows rows of b, kStageK wide:
+/// 64 elements in 128-byte swizzled rows or 32 in 64-byte swizzled rows), then each math warpgroup's kCBufsPerWg
+/// output boxes, the ring's barriers and the tile schedule.
+template <int kBM, int kBTileRows, int kCBufsPerWg, int kStageK = kBK>
 struct ring_layout {
+    static_assert(kStageK == 64 || kStageK == 32, "a stage is 64 or 32 elements of K");
+    static constexpr int kSK = kStageK;        // K elements of one stage
     static constexpr int kBTile = kBTileRows;  // rows of b per tile
-    static constexpr uint32_t kABytes = kBM * kBK * 2;
-    static constexpr uint32_t kBBytes = kBTileRows * kBK * 2;
+    static constexpr uint32_t kABytes = kBM * kSK * 2;
+    static constexpr uint32_t kBBytes = kBTileRows * kSK * 2;
     static constexpr uint32_t kStageBytes = kABytes + kBBytes;
     static constexpr uint32_t kCBoxBytes = 64 * 128;          // 64 rows x 64 BF16 columns
     static constexpr int kCBufs = kCBufsPerWg;                // output box buffers of a math warpgroup
@@ -66,10 +69,16 @@ struct ring_layout {
     static_assert(kStages >= 2, "the pipeline needs two stages");
 };
 
-/// The cooperative kernel's tile: kBM rows x 256 rows of b, both math warpgroups on it (two output buffers each
-/// when a warpgroup makes 128 output columns or more).
-template <int kBM, bool kSwiglu>
-struct wg_tile : ring_layout<kBM, kBRows, ((kSwiglu ? 1 : 2) * (kBM == 128 ? 128 : 64) >= 128 ? 2 : 1)> {
+/// Output boxes (64 x 64) a math warpgroup of the cooperative kernel makes per tile.
+constexpr int wg_boxes(int bm, bool swiglu) { return (swiglu ? 1 : 2) * (bm == 128 ? 128 : 64) / 64; }
+
+/// The cooperative kernel's tile: kBM rows x 256 rows of b, both math warpgroups on it, stages kStageK wide. With
+/// kAllBoxes each math warpgroup has a buffer for every output box of a tile (one write phase per tile), else two
+/// (one when it makes a single box), reused box after box.
+template <int kBM, bool kSwiglu, int kStageK = kBK, bool kAllBoxes = false>
+struct wg_tile
+    : ring_layout<kBM, kBRows, (kAllBoxes ? wg_boxes(kBM, kSwiglu) : wg_boxes(kBM, kSwiglu) >= 2 ? 2 : 1), kStageK> {
+    static constexpr bool kOnePhase = kAllBoxes;
     static constexpr int kWgN = kBM == 128 ? 256 : 128;          // wgmma N of each math warpgroup
     static constexpr int kOutN = kSwiglu ? kBRows / 2 : kBRows;  // output columns of a tile
     static constexpr int kWgOut = kSwiglu ? kWgN / 2 : kWgN;     // output columns of a math warpgroup
@@ -137,14 +146,16 @@ __device__ __forceinline__ void cp_async_arrive_on(uint64_t* bar) {
 /// Orders generic-proxy shared-memory accesses (cp.async, st.shared) with the async proxy (wgmma, TMA stores).
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-/// Matrix descriptor of a K-major tile in shared memory written by TMA with 128-byte swizzle: rows of 128 bytes
-/// (64 BF16 along K), 8-row swizzle atoms 1024 bytes apart (the stride byte offset); the leading byte offset is
-/// unused for swizzled K-major layouts. Advancing K by 16 elements adds 32 bytes, i.e. 2, to the descriptor.
+/// Matrix descriptor of a K-major tile in shared memory written by TMA with 128-byte swizzle (kStageK 64: rows of
+/// 128 bytes, 8-row swizzle atoms 1024 bytes apart, the stride byte offset) or 64-byte swizzle (kStageK 32: rows of
+/// 64 bytes, atoms 512 bytes apart); the leading byte offset is unused for swizzled K-major layouts. Advancing K by
+/// 16 elements adds 32 bytes, i.e. 2, to the descriptor.
+template <int kStageK = kBK>
 __device__ __forceinline__ uint64_t smem_desc(const void* tile) {
     uint64_t d = (smem_addr(tile) & 0x3FFFFu) >> 4;
     d |= uint64_t(1) << 16;
-    d |= uint64_t(1024 >> 4) << 32;
-    d |= uint64_t(1) << 62;  // 128-byte swizzle
+    d |= uint64_t((8 * 2 * kStageK) >> 4) << 32;
+    d |= uint64_t(kStageK == 64 ? 1 : 2) << 62;  // 128-byte or 64-byte swizzle
     return d;
 }
 
@@ -285,30 +296,40 @@ __device__ __forceinline__ row_tile locate_row_tile(const int32_t* offsets, cons
     return {e, m0, min(kBM, offsets[e + 1] - m0)};
 }
 
-/// Gathering producer: the rows of a behind this thread's rows threadIdx.x / 8 + 16 j of the row tile at m0 (-1
-/// past max_rows).
-template <int kBM>
+/// Gathering producer with stages kStageK wide: each row is kStageK / 8 16-byte chunks, so the 128 threads cover
+/// kGatherRowsPerPass rows at a time and each thread copies kBM / kGatherRowsPerPass rows of a stage.
+template <int kStageK>
+constexpr int kGatherRowsPerPass = 128 / (kStageK / 8);
+
+/// Gathering producer: the rows of a behind this thread's rows threadIdx.x / (kStageK / 8) + kGatherRowsPerPass j
+/// of the row tile at m0 (-1 past max_rows).
+template <int kBM, int kStageK>
 __device__ __forceinline__ void gather_rows_of_tile(const grouped_gemm_params& p, int32_t m0,
-                                                    int32_t (&src)[kBM / 16]) {
+                                                    int32_t (&src)[kBM / kGatherRowsPerPass<kStageK>]) {
+    constexpr int kPass = kGatherRowsPerPass<kStageK>;
 #pragma unroll
-    for (int j = 0; j < kBM / 16; ++j) {
-        const int32_t row = m0 + int32_t(threadIdx.x) / 8 + 16 * j;
+    for (int j = 0; j < kBM / kPass; ++j) {
+        const int32_t row = m0 + int32_t(threadIdx.x) / (kStageK / 8) + kPass * j;
         src[j] = row < p.max_rows ? p.a_rows[row] : -1;
     }
 }
 
-/// Gathering producer: this thread's 16-byte chunk of K columns [k0, k0 + 64) of its rows, into the stage's A tile.
-template <int kBM>
+/// Gathering producer: this thread's 16-byte chunk of K columns [k0, k0 + kStageK) of its rows, into the stage's A
+/// tile.
+template <int kBM, int kStageK>
 __device__ __forceinline__ void gather_stage(const grouped_gemm_params& p, unsigned char* a_s,
-                                             const int32_t (&src)[kBM / 16], int32_t k0, int chunk) {
+                                             const int32_t (&src)[kBM / kGatherRowsPerPass<kStageK>], int32_t k0,
+                                             int chunk) {
+    constexpr int kPass = kGatherRowsPerPass<kStageK>;
     const int32_t k = k0 + chunk * 8;
 #pragma unroll
-    for (int j = 0; j < kBM / 16; ++j) {
-        // Row r's chunk c goes to 16-byte slot c ^ (r % 8) of its 128 bytes: the 128-byte swizzle TMA writes and
-        // the matrix descriptors read.
-        const int r = int(threadIdx.x) / 8 + 16 * j;
+    for (int j = 0; j < kBM / kPass; ++j) {
+        // Row r's chunk c goes to the 16-byte slot the TMA swizzle gives it, which the matrix descriptors read:
+        // c ^ (r % 8) of 128 bytes (128-byte swizzle), c ^ (r / 2 % 4) of 64 bytes (64-byte swizzle).
+        const int r = int(threadIdx.x) / (kStageK / 8) + kPass * j;
+        const int slot = kStageK == 64 ? chunk ^ (r & 7) : chunk ^ ((r >> 1) & 3);
         const bool valid = src[j] >= 0 && k < p.k;
-        cp_async_16(a_s + r * 128 + ((chunk ^ (r & 7)) << 4), valid ? p.a + size_t(src[j]) * p.k + k : p.a, valid);
+        cp_async_16(a_s + r * (2 * kStageK) + (slot << 4), valid ? p.a + size_t(src[j]) * p.k + k : p.a, valid);
     }
 }
 
@@ -351,7 +372,7 @@ struct ring_smem {
     int32_t* tile_start;  // [num_experts + 1]
     int32_t n_tiles;      // column tiles
     int32_t num_tiles;    // row tiles x column tiles
-    int32_t k_tiles;      // K steps of kBK
+    int32_t k_tiles;      // K steps (stages) of a tile
 };
 
 /// Lays out the dynamic shared memory, initialises the ring's barriers (empty: empty_arrivals per phase) and builds
@@ -377,7 +398,7 @@ __device__ __forceinline__ ring_smem setup_ring(unsigned char* smem_raw, const g
     __syncthreads();
     r.n_tiles = (p.n + Tile::kOutN - 1) / Tile::kOutN;
     r.num_tiles = r.tile_start[p.num_experts] * r.n_tiles;
-    r.k_tiles = (p.k + kBK - 1) / kBK;
+    r.k_tiles = (p.k + Tile::kSK - 1) / Tile::kSK;
     return r;
 }
 
@@ -398,20 +419,21 @@ __device__ __forceinline__ void produce(const grouped_gemm_params& p, const ring
         tma_prefetch_map(map_b);
     }
     const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
-    const int chunk = threadIdx.x % 8;  // gather: this thread's 16-byte chunk of each 128-byte row
+    constexpr int kSK = Tile::kSK;
+    const int chunk = threadIdx.x % (kSK / 8);  // gather: this thread's 16-byte chunk of each row
     uint32_t it = 0;
     for (int32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
         const row_tile rt = locate_row_tile<kBM>(p.expert_offsets, r.tile_start, p.num_experts, t / n_tiles);
         const int32_t n0 = (t % n_tiles) * Tile::kOutN;
         const int32_t b_row = rt.expert * n_b;
-        int32_t src[kBM / 16];  // gather: the row of a behind tile rows threadIdx.x / 8 + 16 j
-        if (gather) gather_rows_of_tile<kBM>(p, rt.m0, src);
+        int32_t src[kBM / kGatherRowsPerPass<kSK>];  // gather: the rows of a behind this thread's tile rows
+        if (gather) gather_rows_of_tile<kBM, kSK>(p, rt.m0, src);
         for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
             const uint32_t s = it % Tile::kStages;
             mbar_wait(&r.empty[s], ((it / Tile::kStages) & 1) ^ 1);
             unsigned char* a_s = r.smem + size_t(s) * Tile::kStageBytes;
             unsigned char* b_s = a_s + Tile::kABytes;
-            const int32_t k0 = kt * kBK;
+            const int32_t k0 = kt * kSK;
             if (threadIdx.x == 0) {
                 mbar_arrive_expect_tx(&r.full[s], gather ? Tile::kBBytes : Tile::kStageBytes);
                 if (!gather) tma_load_2d(a_s, map_a, k0, rt.m0, &r.full[s]);
@@ -420,28 +442,31 @@ __device__ __forceinline__ void produce(const grouped_gemm_params& p, const ring
 #pragma unroll
                     for (int w = 0; w < Tile::kBTile / kGroup; ++w) {
                         const int32_t col = n0 + w * (kGroup / 2);
-                        unsigned char* group = b_s + size_t(w) * kGroup * 128;
+                        unsigned char* group = b_s + size_t(w) * kGroup * (2 * kSK);
                         tma_load_2d(group, map_b, k0, b_row + col, &r.full[s]);
-                        tma_load_2d(group + (kGroup / 2) * 128, map_b, k0, b_row + p.n + col, &r.full[s]);
+                        tma_load_2d(group + (kGroup / 2) * (2 * kSK), map_b, k0, b_row + p.n + col, &r.full[s]);
                     }
                 } else {
+                    static_assert(Tile::kBoxB == Tile::kBTile, "one TMA box holds the tile's rows of b");
                     tma_load_2d(b_s, map_b, k0, b_row + n0, &r.full[s]);
                 }
             }
             if (gather) {
-                gather_stage<kBM>(p, a_s, src, k0, chunk);
+                gather_stage<kBM, kSK>(p, a_s, src, k0, chunk);
                 cp_async_arrive_on(&r.full[s]);  // once this thread's copies of the stage have landed
             }
         }
     }
 }
 
-template <int kBM, bool kSwiglu>
+template <int kBM, bool kSwiglu, int kStageK, bool kAllBoxes, int kInflight>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                               const __grid_constant__ CUtensorMap map_c, const grouped_gemm_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    using tile = wg_tile<kBM, kSwiglu>;
+    using tile = wg_tile<kBM, kSwiglu, kStageK, kAllBoxes>;
+    constexpr int kSK = tile::kSK;
+    static_assert(tile::kStages > kInflight, "the producer needs a stage the math does not hold");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const ring_smem ring = setup_ring<tile, kBM>(smem_raw, p, 8);  // one arrive per math warp
     if (threadIdx.x < 128) {
@@ -472,42 +497,63 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
 #pragma unroll
             for (int i = 0; i < tile::kWgN / 2; ++i) acc[i] = 0.f;
-            // One stage's wgmmas stay in flight while the next stage's are issued; a stage is released once its
-            // wgmmas are done.
+            // kInflight stages' wgmmas stay in flight while the next stage's are issued; a stage is released once
+            // its wgmmas are done.
             for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
                 const uint32_t s = it % tile::kStages;
                 mbar_wait(&full[s], (it / tile::kStages) & 1);
                 if (gather) fence_proxy_async();  // the gathered rows came through cp.async (generic proxy)
                 const unsigned char* a_s = smem + size_t(s) * tile::kStageBytes;
-                const uint64_t desc_a = smem_desc(a_s + a_row0 * 128);
-                const uint64_t desc_b = smem_desc(a_s + tile::kABytes + b_row0 * 128);
+                const uint64_t desc_a = smem_desc<kSK>(a_s + a_row0 * (2 * kSK));
+                const uint64_t desc_b = smem_desc<kSK>(a_s + tile::kABytes + b_row0 * (2 * kSK));
                 wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < kBK / 16; ++kk) wgmma_tile<tile::kWgN>(acc, desc_a + 2 * kk, desc_b + 2 * kk);
+                for (int kk = 0; kk < kSK / 16; ++kk) wgmma_tile<tile::kWgN>(acc, desc_a + 2 * kk, desc_b + 2 * kk);
                 wgmma_commit();
-                wgmma_wait<1>();
+                wgmma_wait<kInflight>();
                 fence_accumulators(acc);
-                if (kt > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % tile::kStages]);
+                if (kt >= kInflight && lane == 0) mbar_arrive(&empty[(it - kInflight) % tile::kStages]);
             }
             wgmma_wait<0>();
             fence_accumulators(acc);
-            if (lane == 0) mbar_arrive(&empty[(it - 1) % tile::kStages]);
+            if (lane == 0)
+                for (int32_t j = k_tiles < kInflight ? k_tiles : kInflight; j > 0; --j)
+                    mbar_arrive(&empty[(it - j) % tile::kStages]);
 
-            // Epilogue: the warpgroup's kWgOut output columns go out in boxes of 64 rows x 64 columns, each written
-            // into one of its kCBufs shared-memory buffers (once the store that last used that buffer has read it)
-            // and stored with TMA as its own bulk group.
+            // Epilogue: the warpgroup's kWgOut output columns go out in boxes of 64 rows x 64 columns.
             const int32_t col0 = n0 + (kBM == 128 ? 0 : mw * tile::kWgOut);
-#pragma unroll
-            for (int box = 0; box < tile::kWgOut / 64; ++box) {
-                const uint32_t buf = c_s + (box % tile::kCBufs) * tile::kCBoxBytes;
-                if (storer) bulk_wait_read<tile::kCBufs - 1>();
+            if constexpr (tile::kOnePhase) {
+                // A buffer per box: once the previous tile's stores have read the buffers (long done: a whole main
+                // loop ran since), all boxes are written between two barriers and stored as one bulk group.
+                if (storer) bulk_wait_read<0>();
                 warpgroup_sync(1 + mw);
-                write_box<tile::kWgN, kSwiglu>(acc, box, buf, warp, lane);
-                fence_proxy_async();  // the TMA store reads what these generic-proxy stores wrote
+#pragma unroll
+                for (int box = 0; box < tile::kWgOut / 64; ++box)
+                    write_box<tile::kWgN, kSwiglu>(acc, box, c_s + box * tile::kCBoxBytes, warp, lane);
+                fence_proxy_async();  // the TMA stores read what these generic-proxy stores wrote
                 warpgroup_sync(1 + mw);
                 if (storer) {
-                    if (col0 + box * 64 < p.n) tma_store_2d(&map_c, buf, col0 + box * 64, rt.m0 + a_row0);
-                    bulk_commit();  // a group per box, empty past n, so that the buffer waits count boxes
+#pragma unroll
+                    for (int box = 0; box < tile::kWgOut / 64; ++box)
+                        if (col0 + box * 64 < p.n)
+                            tma_store_2d(&map_c, c_s + box * tile::kCBoxBytes, col0 + box * 64, rt.m0 + a_row0);
+                    bulk_commit();
+                }
+            } else {
+                // Otherwise each box is written into one of the kCBufs buffers (once the store that last used that
+                // buffer has read it) and stored with TMA as its own bulk group.
+#pragma unroll
+                for (int box = 0; box < tile::kWgOut / 64; ++box) {
+                    const uint32_t buf = c_s + (box % tile::kCBufs) * tile::kCBoxBytes;
+                    if (storer) bulk_wait_read<tile::kCBufs - 1>();
+                    warpgroup_sync(1 + mw);
+                    write_box<tile::kWgN, kSwiglu>(acc, box, buf, warp, lane);
+                    fence_proxy_async();  // the TMA store reads what these generic-proxy stores wrote
+                    warpgroup_sync(1 + mw);
+                    if (storer) {
+                        if (col0 + box * 64 < p.n) tma_store_2d(&map_c, buf, col0 + box * 64, rt.m0 + a_row0);
+                        bulk_commit();  // a group per box, empty past n, so that the buffer waits count boxes
+                    }
                 }
             }
         }
@@ -650,16 +696,18 @@ encode_tiled_fn encode_tiled() {
     return fn;
 }
 
-/// Tensor map of a row-major BF16 matrix [rows, k], boxes of kBK x box_rows, 128-byte swizzle; reads past the
-/// matrix fill zeros (the K tail, and rows past the last expert), stores past it are dropped (the N tail).
-CUtensorMap make_map(const bf16* base, int64_t rows, int32_t k, int32_t box_rows) {
+/// Tensor map of a row-major BF16 matrix [rows, k], boxes of box_k (64: 128-byte swizzle; 32: 64-byte swizzle) x
+/// box_rows; reads past the matrix fill zeros (the K tail, and rows past the last expert), stores past it are
+/// dropped (the N tail).
+CUtensorMap make_map(const bf16* base, int64_t rows, int32_t k, int32_t box_rows, int32_t box_k = kBK) {
     CUtensorMap map{};
     const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
     const cuuint64_t strides[1] = {cuuint64_t(k) * sizeof(bf16)};
-    const cuuint32_t box[2] = {cuuint32_t(kBK), cuuint32_t(box_rows)};
+    const cuuint32_t box[2] = {cuuint32_t(box_k), cuuint32_t(box_rows)};
     const cuuint32_t elem_strides[2] = {1, 1};
+    const CUtensorMapSwizzle swizzle = box_k == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
     const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(base), dims, strides,
-                                      box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                      box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     ZMOE_KERNEL_REQUIRE(r == CUDA_SUCCESS, "grouped_gemm: cuTensorMapEncodeTiled failed");
     return map;
@@ -691,8 +739,9 @@ void launch_tiles(Kernel kernel, int bm, const grouped_gemm_params& p, cudaStrea
     const size_t smem = Tile::smem_bytes(p.num_experts);
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     const int32_t n_b = p.swiglu ? 2 * p.n : p.n;
-    const CUtensorMap map_a = p.a_rows ? CUtensorMap{} : make_map(p.a, p.max_rows, p.k, bm);  // gather: unused
-    const CUtensorMap map_b = make_map(p.b, int64_t(p.num_experts) * n_b, p.k, Tile::kBoxB);
+    const CUtensorMap map_a =
+        p.a_rows ? CUtensorMap{} : make_map(p.a, p.max_rows, p.k, bm, Tile::kSK);  // gather: unused
+    const CUtensorMap map_b = make_map(p.b, int64_t(p.num_experts) * n_b, p.k, Tile::kBoxB, Tile::kSK);
     const CUtensorMap map_c = make_map(p.c, p.max_rows, p.n, 64);
     const int64_t tiles_bound = int64_t(p.max_rows / 64) * ((p.n + Tile::kOutN - 1) / Tile::kOutN);
     const int ctas = p.max_ctas > 0 ? std::min(p.max_ctas, current_device().sms) : current_device().sms;
@@ -701,19 +750,35 @@ void launch_tiles(Kernel kernel, int bm, const grouped_gemm_params& p, cudaStrea
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 
-/// The cooperative kernel (kPingPong false) or the ping-pong one, with or without SiLU * up.
-template <int kBM, bool kPingPong>
-void launch_swiglu_or_not(const grouped_gemm_params& p, cudaStream_t stream) {
-    if constexpr (kPingPong) {
-        if (p.swiglu)
-            launch_tiles<pp_tile<kBM, true>>(grouped_gemm_pingpong_kernel<kBM, true>, kBM, p, stream);
-        else
-            launch_tiles<pp_tile<kBM, false>>(grouped_gemm_pingpong_kernel<kBM, false>, kBM, p, stream);
-    } else {
-        if (p.swiglu)
-            launch_tiles<wg_tile<kBM, true>>(grouped_gemm_wgmma_kernel<kBM, true>, kBM, p, stream);
-        else
-            launch_tiles<wg_tile<kBM, false>>(grouped_gemm_wgmma_kernel<kBM, false>, kBM, p, stream);
+/// The ping-pong kernel, with or without SiLU * up.
+template <int kBM>
+void launch_pingpong(const grouped_gemm_params& p, cudaStream_t stream) {
+    if (p.swiglu)
+        launch_tiles<pp_tile<kBM, true>>(grouped_gemm_pingpong_kernel<kBM, true>, kBM, p, stream);
+    else
+        launch_tiles<pp_tile<kBM, false>>(grouped_gemm_pingpong_kernel<kBM, false>, kBM, p, stream);
+}
+
+template <int kBM, bool kSwiglu, int kStageK, bool kAllBoxes, int kInflight>
+void launch_cooperative_as(const grouped_gemm_params& p, cudaStream_t stream) {
+    launch_tiles<wg_tile<kBM, kSwiglu, kStageK, kAllBoxes>>(
+        grouped_gemm_wgmma_kernel<kBM, kSwiglu, kStageK, kAllBoxes, kInflight>, kBM, p, stream);
+}
+
+/// The cooperative kernel with kSwiglu, kBM-row tiles and the stage width and epilogue of variant v.
+template <int kBM, bool kSwiglu>
+void launch_cooperative(const grouped_gemm_params& p, coop_variant v, cudaStream_t stream) {
+    switch (v) {
+        case coop_variant::k64:
+            return launch_cooperative_as<kBM, kSwiglu, 64, false, 1>(p, stream);
+        case coop_variant::k64_all_boxes:
+            return launch_cooperative_as<kBM, kSwiglu, 64, true, 1>(p, stream);
+        case coop_variant::k32:
+            return launch_cooperative_as<kBM, kSwiglu, 32, false, 1>(p, stream);
+        case coop_variant::k32_all_boxes:
+            return launch_cooperative_as<kBM, kSwiglu, 32, true, 1>(p, stream);
+        case coop_variant::k32_all_boxes_two_in_flight:
+            return launch_cooperative_as<kBM, kSwiglu, 32, true, 2>(p, stream);
     }
 }
 
@@ -743,10 +808,22 @@ void launch_grouped_gemm_wgmma(const grouped_gemm_params& p, cudaStream_t stream
     // moe_permuted_rows_bound, so max_rows / num_experts - (row_align - 1) is the mean group size), else 64-row
     // tiles with the two math warpgroups splitting the columns.
     const bool tall = p.row_align % 128 == 0 || int64_t(p.max_rows) >= int64_t(p.num_experts) * (128 + p.row_align - 1);
+    const coop_variant v = cooperative_variant(p.swiglu);
     if (tall)
-        launch_swiglu_or_not<128, false>(p, stream);
+        p.swiglu ? launch_cooperative<128, true>(p, v, stream) : launch_cooperative<128, false>(p, v, stream);
     else
-        launch_swiglu_or_not<64, false>(p, stream);
+        p.swiglu ? launch_cooperative<64, true>(p, v, stream) : launch_cooperative<64, false>(p, v, stream);
+}
+
+coop_variant cooperative_variant(bool swiglu) {
+    const char* v = std::getenv(swiglu ? "ZMOE_GG_COOP_GATE_UP" : "ZMOE_GG_COOP_DOWN");
+    if (v == nullptr) v = std::getenv("ZMOE_GG_COOP");
+    const std::string_view s = v != nullptr ? v : "";
+    if (s == "k64all") return coop_variant::k64_all_boxes;
+    if (s == "k32") return coop_variant::k32;
+    if (s == "k32all") return coop_variant::k32_all_boxes;
+    if (s == "k32all2") return coop_variant::k32_all_boxes_two_in_flight;
+    return coop_variant::k64;
 }
 
 int pingpong_tile_rows() {
@@ -760,9 +837,9 @@ void launch_grouped_gemm_wgmma_pingpong(const grouped_gemm_params& p, int tile_r
     ZMOE_KERNEL_REQUIRE(tile_rows == 64 || tile_rows == 128, "grouped_gemm: ping-pong tiles have 64 or 128 rows");
     if (p.max_rows == 0 || p.n == 0) return;
     if (tile_rows == 64)
-        launch_swiglu_or_not<64, true>(p, stream);
+        launch_pingpong<64>(p, stream);
     else
-        launch_swiglu_or_not<128, true>(p, stream);
+        launch_pingpong<128>(p, stream);
 }
 
 }  // namespace zmoe::kernels::detail

@@ -17,6 +17,18 @@ bool device_has_wgmma();
 /// of 64, n and k multiples of 8, at most kMaxWgmmaExperts experts, a, b and c 16-byte aligned as TMA needs).
 bool grouped_gemm_wgmma_supported(const grouped_gemm_params& p);
 
+/// The cooperative kernel's stage width and epilogue: stages 64 elements of K wide (128-byte swizzle) or 32 wide
+/// (64-byte swizzle: twice the stages in the same shared memory), and two output buffers per math warpgroup reused
+/// box after box, or one per output box (all of a tile's boxes written in one phase, stored as one bulk group);
+/// one stage's wgmmas in flight while the next stage's are issued, or two.
+enum class coop_variant { k64, k64_all_boxes, k32, k32_all_boxes, k32_all_boxes_two_in_flight };
+
+/// The variant launch_grouped_gemm_wgmma uses for the gate/up (swiglu) or the down GEMM: k64 unless the
+/// environment sets ZMOE_GG_COOP_GATE_UP / ZMOE_GG_COOP_DOWN (or ZMOE_GG_COOP for both) to k64all, k32, k32all
+/// or k32all2
+/// (a measuring switch while the variants are compared).
+coop_variant cooperative_variant(bool swiglu);
+
 /// launch_grouped_gemm's contract on the wgmma kernel: 128-row tiles when row_align % 128 == 0, else 64-row tiles.
 /// Aborts unless grouped_gemm_wgmma_supported(p).
 void launch_grouped_gemm_wgmma(const grouped_gemm_params& p, cudaStream_t stream);
