@@ -41,15 +41,19 @@ constexpr int kBRows = 256;            // rows of b per tile
 constexpr size_t kSmemLimit = 232448;  // an sm_90 block's dynamic shared memory (227 KB)
 
 /// The shared memory of both kernels: a ring of stages (a kBM-row A tile and kBTileRows rows of b, kStageK wide:
-/// 64 elements in 128-byte swizzled rows or 32 in 64-byte swizzled rows), then each math warpgroup's kCBufsPerWg
-/// output boxes, the ring's barriers and the tile schedule.
+/// one or two boxes 64 elements wide, 128-byte swizzled rows, A's boxes then b's), then each math warpgroup's
+/// kCBufsPerWg output boxes, the ring's barriers and the tile schedule.
 template <int kBM, int kBTileRows, int kCBufsPerWg, int kStageK = kBK>
 struct ring_layout {
-    static_assert(kStageK == 64 || kStageK == 32, "a stage is 64 or 32 elements of K");
-    static constexpr int kSK = kStageK;        // K elements of one stage
-    static constexpr int kBTile = kBTileRows;  // rows of b per tile
-    static constexpr uint32_t kABytes = kBM * kSK * 2;
-    static constexpr uint32_t kBBytes = kBTileRows * kSK * 2;
+    static_assert(kStageK == 64 || kStageK == 128, "a stage is one or two 64-wide boxes along K");
+    static constexpr int kSK = kStageK;          // K elements of one stage
+    static constexpr int kBoxK = kBK;            // K elements of one TMA box (one 128-byte swizzled row)
+    static constexpr int kSubs = kSK / kBoxK;    // boxes along K per stage
+    static constexpr int kBTile = kBTileRows;                  // rows of b per tile
+    static constexpr uint32_t kABox = kBM * kBoxK * 2;
+    static constexpr uint32_t kBBox = kBTileRows * kBoxK * 2;
+    static constexpr uint32_t kABytes = kSubs * kABox;
+    static constexpr uint32_t kBBytes = kSubs * kBBox;
     static constexpr uint32_t kStageBytes = kABytes + kBBytes;
     static constexpr uint32_t kCBoxBytes = 64 * 128;          // 64 rows x 64 BF16 columns
     static constexpr int kCBufs = kCBufsPerWg;                // output box buffers of a math warpgroup
@@ -65,7 +69,7 @@ struct ring_layout {
     static size_t smem_bytes(int32_t num_experts) {
         return kBarOffset + 2 * kStages * sizeof(uint64_t) + size_t(num_experts + 1) * sizeof(int32_t) + 1024;
     }
-    static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "boxes must stay 1024-byte aligned (swizzle atom)");
+    static_assert(kABox % 1024 == 0 && kBBox % 1024 == 0, "boxes must stay 1024-byte aligned (swizzle atom)");
     static_assert(kStages >= 2, "the pipeline needs two stages");
 };
 
@@ -146,16 +150,14 @@ __device__ __forceinline__ void cp_async_arrive_on(uint64_t* bar) {
 /// Orders generic-proxy shared-memory accesses (cp.async, st.shared) with the async proxy (wgmma, TMA stores).
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-/// Matrix descriptor of a K-major tile in shared memory written by TMA with 128-byte swizzle (kStageK 64: rows of
-/// 128 bytes, 8-row swizzle atoms 1024 bytes apart, the stride byte offset) or 64-byte swizzle (kStageK 32: rows of
-/// 64 bytes, atoms 512 bytes apart); the leading byte offset is unused for swizzled K-major layouts. Advancing K by
-/// 16 elements adds 32 bytes, i.e. 2, to the descriptor.
-template <int kStageK = kBK>
+/// Matrix descriptor of a K-major tile in shared memory written by TMA with 128-byte swizzle: rows of 128 bytes
+/// (64 BF16 along K), 8-row swizzle atoms 1024 bytes apart (the stride byte offset); the leading byte offset is
+/// unused for swizzled K-major layouts. Advancing K by 16 elements adds 32 bytes, i.e. 2, to the descriptor.
 __device__ __forceinline__ uint64_t smem_desc(const void* tile) {
     uint64_t d = (smem_addr(tile) & 0x3FFFFu) >> 4;
     d |= uint64_t(1) << 16;
-    d |= uint64_t((8 * 2 * kStageK) >> 4) << 32;
-    d |= uint64_t(kStageK == 64 ? 1 : 2) << 62;  // 128-byte or 64-byte swizzle
+    d |= uint64_t(1024 >> 4) << 32;
+    d |= uint64_t(1) << 62;  // 128-byte swizzle
     return d;
 }
 
@@ -296,40 +298,47 @@ __device__ __forceinline__ row_tile locate_row_tile(const int32_t* offsets, cons
     return {e, m0, min(kBM, offsets[e + 1] - m0)};
 }
 
-/// Gathering producer with stages kStageK wide: each row is kStageK / 8 16-byte chunks, so the 128 threads cover
-/// kGatherRowsPerPass rows at a time and each thread copies kBM / kGatherRowsPerPass rows of a stage.
-template <int kStageK>
-constexpr int kGatherRowsPerPass = 128 / (kStageK / 8);
-
-/// Gathering producer: the rows of a behind this thread's rows threadIdx.x / (kStageK / 8) + kGatherRowsPerPass j
-/// of the row tile at m0 (-1 past max_rows).
-template <int kBM, int kStageK>
+/// Gathering producer: the rows of a behind this thread's rows threadIdx.x / 8 + 16 j of the row tile at m0 (-1
+/// past max_rows).
+template <int kBM>
 __device__ __forceinline__ void gather_rows_of_tile(const grouped_gemm_params& p, int32_t m0,
-                                                    int32_t (&src)[kBM / kGatherRowsPerPass<kStageK>]) {
-    constexpr int kPass = kGatherRowsPerPass<kStageK>;
+                                                    int32_t (&src)[kBM / 16]) {
 #pragma unroll
-    for (int j = 0; j < kBM / kPass; ++j) {
-        const int32_t row = m0 + int32_t(threadIdx.x) / (kStageK / 8) + kPass * j;
+    for (int j = 0; j < kBM / 16; ++j) {
+        const int32_t row = m0 + int32_t(threadIdx.x) / 8 + 16 * j;
         src[j] = row < p.max_rows ? p.a_rows[row] : -1;
     }
 }
 
-/// Gathering producer: this thread's 16-byte chunk of K columns [k0, k0 + kStageK) of its rows, into the stage's A
-/// tile.
-template <int kBM, int kStageK>
+/// Gathering producer: this thread's 16-byte chunk of K columns [k0, k0 + 64) of its rows, into an A box.
+template <int kBM>
 __device__ __forceinline__ void gather_stage(const grouped_gemm_params& p, unsigned char* a_s,
-                                             const int32_t (&src)[kBM / kGatherRowsPerPass<kStageK>], int32_t k0,
-                                             int chunk) {
-    constexpr int kPass = kGatherRowsPerPass<kStageK>;
+                                             const int32_t (&src)[kBM / 16], int32_t k0, int chunk) {
     const int32_t k = k0 + chunk * 8;
 #pragma unroll
-    for (int j = 0; j < kBM / kPass; ++j) {
-        // Row r's chunk c goes to the 16-byte slot the TMA swizzle gives it, which the matrix descriptors read:
-        // c ^ (r % 8) of 128 bytes (128-byte swizzle), c ^ (r / 2 % 4) of 64 bytes (64-byte swizzle).
-        const int r = int(threadIdx.x) / (kStageK / 8) + kPass * j;
-        const int slot = kStageK == 64 ? chunk ^ (r & 7) : chunk ^ ((r >> 1) & 3);
+    for (int j = 0; j < kBM / 16; ++j) {
+        // Row r's chunk c goes to 16-byte slot c ^ (r % 8) of its 128 bytes: the 128-byte swizzle TMA writes and
+        // the matrix descriptors read.
+        const int r = int(threadIdx.x) / 8 + 16 * j;
         const bool valid = src[j] >= 0 && k < p.k;
-        cp_async_16(a_s + r * (2 * kStageK) + (slot << 4), valid ? p.a + size_t(src[j]) * p.k + k : p.a, valid);
+        cp_async_16(a_s + r * 128 + ((chunk ^ (r & 7)) << 4), valid ? p.a + size_t(src[j]) * p.k + k : p.a, valid);
+    }
+}
+
+/// SiLU(g) = g * sigmoid(g) three ways: g / (1 + e^-g) with IEEE division (kSiluDiv), with the approximate
+/// division (kSiluFastDiv: two MUFU operations), or 0.5 g (1 + tanh(0.5 g)) with tanh.approx (kSiluTanh: one).
+constexpr int kSiluDiv = 0, kSiluFastDiv = 1, kSiluTanh = 2;
+template <int kSilu>
+__device__ __forceinline__ float silu(float g) {
+    if constexpr (kSilu == kSiluDiv) {
+        return g / (1.f + __expf(-g));
+    } else if constexpr (kSilu == kSiluFastDiv) {
+        return __fdividef(g, 1.f + __expf(-g));
+    } else {
+        const float h = 0.5f * g;
+        float t;
+        asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(h));
+        return fmaf(h, t, h);
     }
 }
 
@@ -337,7 +346,7 @@ __device__ __forceinline__ void gather_stage(const grouped_gemm_params& p, unsig
 /// with swiglu (gate columns in the first kWgN / 2, up in the rest), as BF16 into the 128-byte-swizzled buffer at
 /// shared address buf (16-byte chunk c of row r at slot c ^ (r % 8)): the fragment (element 4j + 2h + q at row
 /// warp * 16 + lane / 4 + 8h, column 8j + 2 * (lane % 4) + q) lands without bank conflicts.
-template <int kWgN, bool kSwiglu>
+template <int kWgN, bool kSwiglu, int kSilu = kSiluDiv>
 __device__ __forceinline__ void write_box(const float (&acc)[kWgN / 2], int box, uint32_t buf, int warp, int lane) {
     const int r = warp * 16 + lane / 4;
 #pragma unroll
@@ -351,7 +360,7 @@ __device__ __forceinline__ void write_box(const float (&acc)[kWgN / 2], int box,
                 const float g = acc[4 * j + 2 * h + q];
                 if constexpr (kSwiglu) {
                     const float u = acc[4 * (j + kWgN / 16) + 2 * h + q];
-                    v[q] = g / (1.f + __expf(-g)) * u;
+                    v[q] = silu<kSilu>(g) * u;
                 } else {
                     v[q] = g;
                 }
@@ -419,15 +428,15 @@ __device__ __forceinline__ void produce(const grouped_gemm_params& p, const ring
         tma_prefetch_map(map_b);
     }
     const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
-    constexpr int kSK = Tile::kSK;
-    const int chunk = threadIdx.x % (kSK / 8);  // gather: this thread's 16-byte chunk of each row
+    constexpr int kSK = Tile::kSK, kBoxK = Tile::kBoxK;
+    const int chunk = threadIdx.x % 8;  // gather: this thread's 16-byte chunk of each 128-byte row
     uint32_t it = 0;
     for (int32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
         const row_tile rt = locate_row_tile<kBM>(p.expert_offsets, r.tile_start, p.num_experts, t / n_tiles);
         const int32_t n0 = (t % n_tiles) * Tile::kOutN;
         const int32_t b_row = rt.expert * n_b;
-        int32_t src[kBM / kGatherRowsPerPass<kSK>];  // gather: the rows of a behind this thread's tile rows
-        if (gather) gather_rows_of_tile<kBM, kSK>(p, rt.m0, src);
+        int32_t src[kBM / 16];  // gather: the row of a behind tile rows threadIdx.x / 8 + 16 j
+        if (gather) gather_rows_of_tile<kBM>(p, rt.m0, src);
         for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
             const uint32_t s = it % Tile::kStages;
             mbar_wait(&r.empty[s], ((it / Tile::kStages) & 1) ^ 1);
@@ -436,37 +445,43 @@ __device__ __forceinline__ void produce(const grouped_gemm_params& p, const ring
             const int32_t k0 = kt * kSK;
             if (threadIdx.x == 0) {
                 mbar_arrive_expect_tx(&r.full[s], gather ? Tile::kBBytes : Tile::kStageBytes);
-                if (!gather) tma_load_2d(a_s, map_a, k0, rt.m0, &r.full[s]);
-                constexpr int kGroup = Tile::kBGroup;
-                if constexpr (kSwiglu) {
 #pragma unroll
-                    for (int w = 0; w < Tile::kBTile / kGroup; ++w) {
-                        const int32_t col = n0 + w * (kGroup / 2);
-                        unsigned char* group = b_s + size_t(w) * kGroup * (2 * kSK);
-                        tma_load_2d(group, map_b, k0, b_row + col, &r.full[s]);
-                        tma_load_2d(group + (kGroup / 2) * (2 * kSK), map_b, k0, b_row + p.n + col, &r.full[s]);
+                for (int j = 0; j < Tile::kSubs; ++j) {
+                    const int32_t kj = k0 + j * kBoxK;
+                    unsigned char* b_j = b_s + size_t(j) * Tile::kBBox;
+                    if (!gather) tma_load_2d(a_s + size_t(j) * Tile::kABox, map_a, kj, rt.m0, &r.full[s]);
+                    constexpr int kGroup = Tile::kBGroup;
+                    if constexpr (kSwiglu) {
+#pragma unroll
+                        for (int w = 0; w < Tile::kBTile / kGroup; ++w) {
+                            const int32_t col = n0 + w * (kGroup / 2);
+                            unsigned char* group = b_j + size_t(w) * kGroup * (2 * kBoxK);
+                            tma_load_2d(group, map_b, kj, b_row + col, &r.full[s]);
+                            tma_load_2d(group + (kGroup / 2) * (2 * kBoxK), map_b, kj, b_row + p.n + col, &r.full[s]);
+                        }
+                    } else {
+                        static_assert(Tile::kBoxB == Tile::kBTile, "one TMA box holds the tile's rows of b");
+                        tma_load_2d(b_j, map_b, kj, b_row + n0, &r.full[s]);
                     }
-                } else {
-                    static_assert(Tile::kBoxB == Tile::kBTile, "one TMA box holds the tile's rows of b");
-                    tma_load_2d(b_s, map_b, k0, b_row + n0, &r.full[s]);
                 }
             }
             if (gather) {
-                gather_stage<kBM, kSK>(p, a_s, src, k0, chunk);
+#pragma unroll
+                for (int j = 0; j < Tile::kSubs; ++j)
+                    gather_stage<kBM>(p, a_s + size_t(j) * Tile::kABox, src, k0 + j * kBoxK, chunk);
                 cp_async_arrive_on(&r.full[s]);  // once this thread's copies of the stage have landed
             }
         }
     }
 }
 
-template <int kBM, bool kSwiglu, int kStageK, bool kAllBoxes, int kInflight>
+template <int kBM, bool kSwiglu, int kStageK, bool kAllBoxes, int kSilu>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                               const __grid_constant__ CUtensorMap map_c, const grouped_gemm_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     using tile = wg_tile<kBM, kSwiglu, kStageK, kAllBoxes>;
-    constexpr int kSK = tile::kSK;
-    static_assert(tile::kStages > kInflight, "the producer needs a stage the math does not hold");
+    constexpr int kBoxK = tile::kBoxK;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const ring_smem ring = setup_ring<tile, kBM>(smem_raw, p, 8);  // one arrive per math warp
     if (threadIdx.x < 128) {
@@ -497,28 +512,31 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
 #pragma unroll
             for (int i = 0; i < tile::kWgN / 2; ++i) acc[i] = 0.f;
-            // kInflight stages' wgmmas stay in flight while the next stage's are issued; a stage is released once
-            // its wgmmas are done.
+            // One stage's wgmmas stay in flight while the next stage's are issued; a stage is released once its
+            // wgmmas are done.
             for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
                 const uint32_t s = it % tile::kStages;
                 mbar_wait(&full[s], (it / tile::kStages) & 1);
                 if (gather) fence_proxy_async();  // the gathered rows came through cp.async (generic proxy)
                 const unsigned char* a_s = smem + size_t(s) * tile::kStageBytes;
-                const uint64_t desc_a = smem_desc<kSK>(a_s + a_row0 * (2 * kSK));
-                const uint64_t desc_b = smem_desc<kSK>(a_s + tile::kABytes + b_row0 * (2 * kSK));
                 wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < kSK / 16; ++kk) wgmma_tile<tile::kWgN>(acc, desc_a + 2 * kk, desc_b + 2 * kk);
+                for (int j = 0; j < tile::kSubs; ++j) {
+                    const uint64_t desc_a = smem_desc(a_s + j * tile::kABox + a_row0 * (2 * kBoxK));
+                    const uint64_t desc_b =
+                        smem_desc(a_s + tile::kABytes + j * tile::kBBox + b_row0 * (2 * kBoxK));
+#pragma unroll
+                    for (int kk = 0; kk < kBoxK / 16; ++kk)
+                        wgmma_tile<tile::kWgN>(acc, desc_a + 2 * kk, desc_b + 2 * kk);
+                }
                 wgmma_commit();
-                wgmma_wait<kInflight>();
+                wgmma_wait<1>();
                 fence_accumulators(acc);
-                if (kt >= kInflight && lane == 0) mbar_arrive(&empty[(it - kInflight) % tile::kStages]);
+                if (kt > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % tile::kStages]);
             }
             wgmma_wait<0>();
             fence_accumulators(acc);
-            if (lane == 0)
-                for (int32_t j = k_tiles < kInflight ? k_tiles : kInflight; j > 0; --j)
-                    mbar_arrive(&empty[(it - j) % tile::kStages]);
+            if (lane == 0) mbar_arrive(&empty[(it - 1) % tile::kStages]);
 
             // Epilogue: the warpgroup's kWgOut output columns go out in boxes of 64 rows x 64 columns.
             const int32_t col0 = n0 + (kBM == 128 ? 0 : mw * tile::kWgOut);
@@ -529,7 +547,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 warpgroup_sync(1 + mw);
 #pragma unroll
                 for (int box = 0; box < tile::kWgOut / 64; ++box)
-                    write_box<tile::kWgN, kSwiglu>(acc, box, c_s + box * tile::kCBoxBytes, warp, lane);
+                    write_box<tile::kWgN, kSwiglu, kSilu>(acc, box, c_s + box * tile::kCBoxBytes, warp, lane);
                 fence_proxy_async();  // the TMA stores read what these generic-proxy stores wrote
                 warpgroup_sync(1 + mw);
                 if (storer) {
@@ -547,7 +565,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const uint32_t buf = c_s + (box % tile::kCBufs) * tile::kCBoxBytes;
                     if (storer) bulk_wait_read<tile::kCBufs - 1>();
                     warpgroup_sync(1 + mw);
-                    write_box<tile::kWgN, kSwiglu>(acc, box, buf, warp, lane);
+                    write_box<tile::kWgN, kSwiglu, kSilu>(acc, box, buf, warp, lane);
                     fence_proxy_async();  // the TMA store reads what these generic-proxy stores wrote
                     warpgroup_sync(1 + mw);
                     if (storer) {
@@ -696,18 +714,16 @@ encode_tiled_fn encode_tiled() {
     return fn;
 }
 
-/// Tensor map of a row-major BF16 matrix [rows, k], boxes of box_k (64: 128-byte swizzle; 32: 64-byte swizzle) x
-/// box_rows; reads past the matrix fill zeros (the K tail, and rows past the last expert), stores past it are
-/// dropped (the N tail).
-CUtensorMap make_map(const bf16* base, int64_t rows, int32_t k, int32_t box_rows, int32_t box_k = kBK) {
+/// Tensor map of a row-major BF16 matrix [rows, k], boxes of kBK x box_rows, 128-byte swizzle; reads past the
+/// matrix fill zeros (the K tail, and rows past the last expert), stores past it are dropped (the N tail).
+CUtensorMap make_map(const bf16* base, int64_t rows, int32_t k, int32_t box_rows) {
     CUtensorMap map{};
     const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
     const cuuint64_t strides[1] = {cuuint64_t(k) * sizeof(bf16)};
-    const cuuint32_t box[2] = {cuuint32_t(box_k), cuuint32_t(box_rows)};
+    const cuuint32_t box[2] = {cuuint32_t(kBK), cuuint32_t(box_rows)};
     const cuuint32_t elem_strides[2] = {1, 1};
-    const CUtensorMapSwizzle swizzle = box_k == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
     const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(base), dims, strides,
-                                      box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                      box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     ZMOE_KERNEL_REQUIRE(r == CUDA_SUCCESS, "grouped_gemm: cuTensorMapEncodeTiled failed");
     return map;
@@ -740,8 +756,8 @@ void launch_tiles(Kernel kernel, int bm, const grouped_gemm_params& p, cudaStrea
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     const int32_t n_b = p.swiglu ? 2 * p.n : p.n;
     const CUtensorMap map_a =
-        p.a_rows ? CUtensorMap{} : make_map(p.a, p.max_rows, p.k, bm, Tile::kSK);  // gather: unused
-    const CUtensorMap map_b = make_map(p.b, int64_t(p.num_experts) * n_b, p.k, Tile::kBoxB, Tile::kSK);
+        p.a_rows ? CUtensorMap{} : make_map(p.a, p.max_rows, p.k, bm);  // gather: unused
+    const CUtensorMap map_b = make_map(p.b, int64_t(p.num_experts) * n_b, p.k, Tile::kBoxB);
     const CUtensorMap map_c = make_map(p.c, p.max_rows, p.n, 64);
     const int64_t tiles_bound = int64_t(p.max_rows / 64) * ((p.n + Tile::kOutN - 1) / Tile::kOutN);
     const int ctas = p.max_ctas > 0 ? std::min(p.max_ctas, current_device().sms) : current_device().sms;
@@ -759,10 +775,11 @@ void launch_pingpong(const grouped_gemm_params& p, cudaStream_t stream) {
         launch_tiles<pp_tile<kBM, false>>(grouped_gemm_pingpong_kernel<kBM, false>, kBM, p, stream);
 }
 
-template <int kBM, bool kSwiglu, int kStageK, bool kAllBoxes, int kInflight>
+template <int kBM, bool kSwiglu, int kStageK, bool kAllBoxes, int kSilu = kSiluDiv>
 void launch_cooperative_as(const grouped_gemm_params& p, cudaStream_t stream) {
+    // Without SiLU * up the SiLU mode is moot: one kernel.
     launch_tiles<wg_tile<kBM, kSwiglu, kStageK, kAllBoxes>>(
-        grouped_gemm_wgmma_kernel<kBM, kSwiglu, kStageK, kAllBoxes, kInflight>, kBM, p, stream);
+        grouped_gemm_wgmma_kernel<kBM, kSwiglu, kStageK, kAllBoxes, kSwiglu ? kSilu : kSiluDiv>, kBM, p, stream);
 }
 
 /// The cooperative kernel with kSwiglu, kBM-row tiles and the stage width and epilogue of variant v.
@@ -770,15 +787,19 @@ template <int kBM, bool kSwiglu>
 void launch_cooperative(const grouped_gemm_params& p, coop_variant v, cudaStream_t stream) {
     switch (v) {
         case coop_variant::k64:
-            return launch_cooperative_as<kBM, kSwiglu, 64, false, 1>(p, stream);
+            return launch_cooperative_as<kBM, kSwiglu, 64, false>(p, stream);
         case coop_variant::k64_all_boxes:
-            return launch_cooperative_as<kBM, kSwiglu, 64, true, 1>(p, stream);
-        case coop_variant::k32:
-            return launch_cooperative_as<kBM, kSwiglu, 32, false, 1>(p, stream);
-        case coop_variant::k32_all_boxes:
-            return launch_cooperative_as<kBM, kSwiglu, 32, true, 1>(p, stream);
-        case coop_variant::k32_all_boxes_two_in_flight:
-            return launch_cooperative_as<kBM, kSwiglu, 32, true, 2>(p, stream);
+            return launch_cooperative_as<kBM, kSwiglu, 64, true>(p, stream);
+        case coop_variant::k64_all_boxes_fast_div:
+            return launch_cooperative_as<kBM, kSwiglu, 64, true, kSiluFastDiv>(p, stream);
+        case coop_variant::k64_all_boxes_tanh:
+            return launch_cooperative_as<kBM, kSwiglu, 64, true, kSiluTanh>(p, stream);
+        // 128-wide stages: two stages of 96 KB; the output buffers of one phase per tile only where they are the
+        // two a warpgroup already has (gate/up).
+        case coop_variant::k128:
+            return launch_cooperative_as<kBM, kSwiglu, 128, kSwiglu>(p, stream);
+        case coop_variant::k128_tanh:
+            return launch_cooperative_as<kBM, kSwiglu, 128, kSwiglu, kSiluTanh>(p, stream);
     }
 }
 
@@ -820,9 +841,10 @@ coop_variant cooperative_variant(bool swiglu) {
     if (v == nullptr) v = std::getenv("ZMOE_GG_COOP");
     const std::string_view s = v != nullptr ? v : "";
     if (s == "k64all") return coop_variant::k64_all_boxes;
-    if (s == "k32") return coop_variant::k32;
-    if (s == "k32all") return coop_variant::k32_all_boxes;
-    if (s == "k32all2") return coop_variant::k32_all_boxes_two_in_flight;
+    if (s == "k64allf") return coop_variant::k64_all_boxes_fast_div;
+    if (s == "k64allt") return coop_variant::k64_all_boxes_tanh;
+    if (s == "k128") return coop_variant::k128;
+    if (s == "k128t") return coop_variant::k128_tanh;
     return coop_variant::k64;
 }
 

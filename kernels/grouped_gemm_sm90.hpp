@@ -17,15 +17,15 @@ bool device_has_wgmma();
 /// of 64, n and k multiples of 8, at most kMaxWgmmaExperts experts, a, b and c 16-byte aligned as TMA needs).
 bool grouped_gemm_wgmma_supported(const grouped_gemm_params& p);
 
-/// The cooperative kernel's stage width and epilogue: stages 64 elements of K wide (128-byte swizzle) or 32 wide
-/// (64-byte swizzle: twice the stages in the same shared memory), and two output buffers per math warpgroup reused
+/// The cooperative kernel's stage width and epilogue: stages 64 elements of K wide (4 of 48 KB with 128-row tiles)
+/// or 128 (two 64-wide boxes under one barrier, 2 stages of 96 KB); two output buffers per math warpgroup reused
 /// box after box, or one per output box (all of a tile's boxes written in one phase, stored as one bulk group);
-/// one stage's wgmmas in flight while the next stage's are issued, or two.
-enum class coop_variant { k64, k64_all_boxes, k32, k32_all_boxes, k32_all_boxes_two_in_flight };
+/// SiLU in the gate/up epilogue with IEEE division (main), the approximate division (fast_div) or tanh.approx.
+enum class coop_variant { k64, k64_all_boxes, k64_all_boxes_fast_div, k64_all_boxes_tanh, k128, k128_tanh };
 
 /// The variant launch_grouped_gemm_wgmma uses for the gate/up (swiglu) or the down GEMM: k64 unless the
-/// environment sets ZMOE_GG_COOP_GATE_UP / ZMOE_GG_COOP_DOWN (or ZMOE_GG_COOP for both) to k64all, k32, k32all
-/// or k32all2
+/// environment sets ZMOE_GG_COOP_GATE_UP / ZMOE_GG_COOP_DOWN (or ZMOE_GG_COOP for both) to k64all, k64allf,
+/// k64allt, k128 or k128t
 /// (a measuring switch while the variants are compared).
 coop_variant cooperative_variant(bool swiglu);
 
