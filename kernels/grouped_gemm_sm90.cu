@@ -17,10 +17,11 @@
 // activations in L2.
 //
 // Epilogue: each math warpgroup converts its accumulators to BF16 (after SiLU * up), 64 x 64 boxes at a time, into
-// its own two 128-byte-swizzled shared-memory buffers, and one of its threads stores each box with TMA (a bulk
-// async group of its own); the warpgroup goes on to the next box and the next tile's main loop while the stores
-// run, and waits for a store to have read its buffer only before it writes that buffer again, so the global
-// writes overlap the math.
+// its own 128-byte-swizzled shared-memory buffers, and one of its threads stores the boxes with TMA (bulk async
+// groups); the warpgroup goes on to the next tile's main loop while the stores run, and waits for a store to have
+// read its buffer only before it writes that buffer again, so the global writes overlap the math. The gate/up GEMM
+// (by default; coop_variant) has a buffer per box and writes a tile's boxes in one phase between two barriers,
+// with SiLU through tanh.approx; the down GEMM reuses two buffers box after box.
 
 #include <cuda.h>
 
@@ -36,24 +37,17 @@ namespace zmoe::kernels::detail {
 namespace {
 
 constexpr int kThreads = 384;          // producer warpgroup + two math warpgroups
-constexpr int kBK = 64;                // K elements of one stage by default: one 128-byte swizzle row
+constexpr int kBK = 64;                // K elements of one stage: one 128-byte swizzle row
 constexpr int kBRows = 256;            // rows of b per tile
 constexpr size_t kSmemLimit = 232448;  // an sm_90 block's dynamic shared memory (227 KB)
 
-/// The shared memory of both kernels: a ring of stages (a kBM-row A tile and kBTileRows rows of b, kStageK wide:
-/// one or two boxes 64 elements wide, 128-byte swizzled rows, A's boxes then b's), then each math warpgroup's
-/// kCBufsPerWg output boxes, the ring's barriers and the tile schedule.
-template <int kBM, int kBTileRows, int kCBufsPerWg, int kStageK = kBK>
+/// The shared memory of both kernels: a ring of stages (a kBM-row A tile and kBTileRows rows of b, kBK wide), then
+/// each math warpgroup's kCBufsPerWg output boxes, the ring's barriers and the tile schedule.
+template <int kBM, int kBTileRows, int kCBufsPerWg>
 struct ring_layout {
-    static_assert(kStageK == 64 || kStageK == 128, "a stage is one or two 64-wide boxes along K");
-    static constexpr int kSK = kStageK;          // K elements of one stage
-    static constexpr int kBoxK = kBK;            // K elements of one TMA box (one 128-byte swizzled row)
-    static constexpr int kSubs = kSK / kBoxK;    // boxes along K per stage
-    static constexpr int kBTile = kBTileRows;                  // rows of b per tile
-    static constexpr uint32_t kABox = kBM * kBoxK * 2;
-    static constexpr uint32_t kBBox = kBTileRows * kBoxK * 2;
-    static constexpr uint32_t kABytes = kSubs * kABox;
-    static constexpr uint32_t kBBytes = kSubs * kBBox;
+    static constexpr int kBTile = kBTileRows;  // rows of b per tile
+    static constexpr uint32_t kABytes = kBM * kBK * 2;
+    static constexpr uint32_t kBBytes = kBTileRows * kBK * 2;
     static constexpr uint32_t kStageBytes = kABytes + kBBytes;
     static constexpr uint32_t kCBoxBytes = 64 * 128;          // 64 rows x 64 BF16 columns
     static constexpr int kCBufs = kCBufsPerWg;                // output box buffers of a math warpgroup
@@ -69,19 +63,22 @@ struct ring_layout {
     static size_t smem_bytes(int32_t num_experts) {
         return kBarOffset + 2 * kStages * sizeof(uint64_t) + size_t(num_experts + 1) * sizeof(int32_t) + 1024;
     }
-    static_assert(kABox % 1024 == 0 && kBBox % 1024 == 0, "boxes must stay 1024-byte aligned (swizzle atom)");
+    static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "boxes must stay 1024-byte aligned (swizzle atom)");
     static_assert(kStages >= 2, "the pipeline needs two stages");
 };
 
 /// Output boxes (64 x 64) a math warpgroup of the cooperative kernel makes per tile.
 constexpr int wg_boxes(int bm, bool swiglu) { return (swiglu ? 1 : 2) * (bm == 128 ? 128 : 64) / 64; }
+/// Its output buffers: one per box (all_boxes), else two, or one where it makes a single box.
+constexpr int wg_buffers(int bm, bool swiglu, bool all_boxes) {
+    return all_boxes || wg_boxes(bm, swiglu) < 2 ? wg_boxes(bm, swiglu) : 2;
+}
 
-/// The cooperative kernel's tile: kBM rows x 256 rows of b, both math warpgroups on it, stages kStageK wide. With
-/// kAllBoxes each math warpgroup has a buffer for every output box of a tile (one write phase per tile), else two
-/// (one when it makes a single box), reused box after box.
-template <int kBM, bool kSwiglu, int kStageK = kBK, bool kAllBoxes = false>
-struct wg_tile
-    : ring_layout<kBM, kBRows, (kAllBoxes ? wg_boxes(kBM, kSwiglu) : wg_boxes(kBM, kSwiglu) >= 2 ? 2 : 1), kStageK> {
+/// The cooperative kernel's tile: kBM rows x 256 rows of b, both math warpgroups on it. With kAllBoxes each math
+/// warpgroup has a buffer for every output box of a tile (one write phase per tile), else two (one where it makes
+/// a single box), reused box after box.
+template <int kBM, bool kSwiglu, bool kAllBoxes = false>
+struct wg_tile : ring_layout<kBM, kBRows, wg_buffers(kBM, kSwiglu, kAllBoxes)> {
     static constexpr bool kOnePhase = kAllBoxes;
     static constexpr int kWgN = kBM == 128 ? 256 : 128;          // wgmma N of each math warpgroup
     static constexpr int kOutN = kSwiglu ? kBRows / 2 : kBRows;  // output columns of a tile
@@ -310,7 +307,7 @@ __device__ __forceinline__ void gather_rows_of_tile(const grouped_gemm_params& p
     }
 }
 
-/// Gathering producer: this thread's 16-byte chunk of K columns [k0, k0 + 64) of its rows, into an A box.
+/// Gathering producer: this thread's 16-byte chunk of K columns [k0, k0 + 64) of its rows, into the stage's A tile.
 template <int kBM>
 __device__ __forceinline__ void gather_stage(const grouped_gemm_params& p, unsigned char* a_s,
                                              const int32_t (&src)[kBM / 16], int32_t k0, int chunk) {
@@ -325,8 +322,9 @@ __device__ __forceinline__ void gather_stage(const grouped_gemm_params& p, unsig
     }
 }
 
-/// SiLU(g) = g * sigmoid(g) three ways: g / (1 + e^-g) with IEEE division (kSiluDiv), with the approximate
-/// division (kSiluFastDiv: two MUFU operations), or 0.5 g (1 + tanh(0.5 g)) with tanh.approx (kSiluTanh: one).
+/// SiLU(g) = g * sigmoid(g) three ways: g / (1 + e^-g) with IEEE division (kSiluDiv: a division subroutine per
+/// element), with the approximate division (kSiluFastDiv: two MUFU operations), or 0.5 g (1 + tanh(0.5 g)) with
+/// tanh.approx (kSiluTanh: one; relative error ~2^-11, below BF16's rounding of the product).
 constexpr int kSiluDiv = 0, kSiluFastDiv = 1, kSiluTanh = 2;
 template <int kSilu>
 __device__ __forceinline__ float silu(float g) {
@@ -381,7 +379,7 @@ struct ring_smem {
     int32_t* tile_start;  // [num_experts + 1]
     int32_t n_tiles;      // column tiles
     int32_t num_tiles;    // row tiles x column tiles
-    int32_t k_tiles;      // K steps (stages) of a tile
+    int32_t k_tiles;      // K steps of kBK
 };
 
 /// Lays out the dynamic shared memory, initialises the ring's barriers (empty: empty_arrivals per phase) and builds
@@ -407,7 +405,7 @@ __device__ __forceinline__ ring_smem setup_ring(unsigned char* smem_raw, const g
     __syncthreads();
     r.n_tiles = (p.n + Tile::kOutN - 1) / Tile::kOutN;
     r.num_tiles = r.tile_start[p.num_experts] * r.n_tiles;
-    r.k_tiles = (p.k + Tile::kSK - 1) / Tile::kSK;
+    r.k_tiles = (p.k + kBK - 1) / kBK;
     return r;
 }
 
@@ -428,7 +426,6 @@ __device__ __forceinline__ void produce(const grouped_gemm_params& p, const ring
         tma_prefetch_map(map_b);
     }
     const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
-    constexpr int kSK = Tile::kSK, kBoxK = Tile::kBoxK;
     const int chunk = threadIdx.x % 8;  // gather: this thread's 16-byte chunk of each 128-byte row
     uint32_t it = 0;
     for (int32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
@@ -442,46 +439,38 @@ __device__ __forceinline__ void produce(const grouped_gemm_params& p, const ring
             mbar_wait(&r.empty[s], ((it / Tile::kStages) & 1) ^ 1);
             unsigned char* a_s = r.smem + size_t(s) * Tile::kStageBytes;
             unsigned char* b_s = a_s + Tile::kABytes;
-            const int32_t k0 = kt * kSK;
+            const int32_t k0 = kt * kBK;
             if (threadIdx.x == 0) {
                 mbar_arrive_expect_tx(&r.full[s], gather ? Tile::kBBytes : Tile::kStageBytes);
+                if (!gather) tma_load_2d(a_s, map_a, k0, rt.m0, &r.full[s]);
+                constexpr int kGroup = Tile::kBGroup;
+                if constexpr (kSwiglu) {
 #pragma unroll
-                for (int j = 0; j < Tile::kSubs; ++j) {
-                    const int32_t kj = k0 + j * kBoxK;
-                    unsigned char* b_j = b_s + size_t(j) * Tile::kBBox;
-                    if (!gather) tma_load_2d(a_s + size_t(j) * Tile::kABox, map_a, kj, rt.m0, &r.full[s]);
-                    constexpr int kGroup = Tile::kBGroup;
-                    if constexpr (kSwiglu) {
-#pragma unroll
-                        for (int w = 0; w < Tile::kBTile / kGroup; ++w) {
-                            const int32_t col = n0 + w * (kGroup / 2);
-                            unsigned char* group = b_j + size_t(w) * kGroup * (2 * kBoxK);
-                            tma_load_2d(group, map_b, kj, b_row + col, &r.full[s]);
-                            tma_load_2d(group + (kGroup / 2) * (2 * kBoxK), map_b, kj, b_row + p.n + col, &r.full[s]);
-                        }
-                    } else {
-                        static_assert(Tile::kBoxB == Tile::kBTile, "one TMA box holds the tile's rows of b");
-                        tma_load_2d(b_j, map_b, kj, b_row + n0, &r.full[s]);
+                    for (int w = 0; w < Tile::kBTile / kGroup; ++w) {
+                        const int32_t col = n0 + w * (kGroup / 2);
+                        unsigned char* group = b_s + size_t(w) * kGroup * 128;
+                        tma_load_2d(group, map_b, k0, b_row + col, &r.full[s]);
+                        tma_load_2d(group + (kGroup / 2) * 128, map_b, k0, b_row + p.n + col, &r.full[s]);
                     }
+                } else {
+                    static_assert(Tile::kBoxB == Tile::kBTile, "one TMA box holds the tile's rows of b");
+                    tma_load_2d(b_s, map_b, k0, b_row + n0, &r.full[s]);
                 }
             }
             if (gather) {
-#pragma unroll
-                for (int j = 0; j < Tile::kSubs; ++j)
-                    gather_stage<kBM>(p, a_s + size_t(j) * Tile::kABox, src, k0 + j * kBoxK, chunk);
+                gather_stage<kBM>(p, a_s, src, k0, chunk);
                 cp_async_arrive_on(&r.full[s]);  // once this thread's copies of the stage have landed
             }
         }
     }
 }
 
-template <int kBM, bool kSwiglu, int kStageK, bool kAllBoxes, int kSilu>
+template <int kBM, bool kSwiglu, bool kAllBoxes, int kSilu>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                               const __grid_constant__ CUtensorMap map_c, const grouped_gemm_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    using tile = wg_tile<kBM, kSwiglu, kStageK, kAllBoxes>;
-    constexpr int kBoxK = tile::kBoxK;
+    using tile = wg_tile<kBM, kSwiglu, kAllBoxes>;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const ring_smem ring = setup_ring<tile, kBM>(smem_raw, p, 8);  // one arrive per math warp
     if (threadIdx.x < 128) {
@@ -519,16 +508,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                 mbar_wait(&full[s], (it / tile::kStages) & 1);
                 if (gather) fence_proxy_async();  // the gathered rows came through cp.async (generic proxy)
                 const unsigned char* a_s = smem + size_t(s) * tile::kStageBytes;
+                const uint64_t desc_a = smem_desc(a_s + a_row0 * 128);
+                const uint64_t desc_b = smem_desc(a_s + tile::kABytes + b_row0 * 128);
                 wgmma_fence();
 #pragma unroll
-                for (int j = 0; j < tile::kSubs; ++j) {
-                    const uint64_t desc_a = smem_desc(a_s + j * tile::kABox + a_row0 * (2 * kBoxK));
-                    const uint64_t desc_b =
-                        smem_desc(a_s + tile::kABytes + j * tile::kBBox + b_row0 * (2 * kBoxK));
-#pragma unroll
-                    for (int kk = 0; kk < kBoxK / 16; ++kk)
-                        wgmma_tile<tile::kWgN>(acc, desc_a + 2 * kk, desc_b + 2 * kk);
-                }
+                for (int kk = 0; kk < kBK / 16; ++kk) wgmma_tile<tile::kWgN>(acc, desc_a + 2 * kk, desc_b + 2 * kk);
                 wgmma_commit();
                 wgmma_wait<1>();
                 fence_accumulators(acc);
@@ -755,8 +739,7 @@ void launch_tiles(Kernel kernel, int bm, const grouped_gemm_params& p, cudaStrea
     const size_t smem = Tile::smem_bytes(p.num_experts);
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     const int32_t n_b = p.swiglu ? 2 * p.n : p.n;
-    const CUtensorMap map_a =
-        p.a_rows ? CUtensorMap{} : make_map(p.a, p.max_rows, p.k, bm);  // gather: unused
+    const CUtensorMap map_a = p.a_rows ? CUtensorMap{} : make_map(p.a, p.max_rows, p.k, bm);  // gather: unused
     const CUtensorMap map_b = make_map(p.b, int64_t(p.num_experts) * n_b, p.k, Tile::kBoxB);
     const CUtensorMap map_c = make_map(p.c, p.max_rows, p.n, 64);
     const int64_t tiles_bound = int64_t(p.max_rows / 64) * ((p.n + Tile::kOutN - 1) / Tile::kOutN);
@@ -775,31 +758,25 @@ void launch_pingpong(const grouped_gemm_params& p, cudaStream_t stream) {
         launch_tiles<pp_tile<kBM, false>>(grouped_gemm_pingpong_kernel<kBM, false>, kBM, p, stream);
 }
 
-template <int kBM, bool kSwiglu, int kStageK, bool kAllBoxes, int kSilu = kSiluDiv>
+template <int kBM, bool kSwiglu, bool kAllBoxes, int kSilu = kSiluDiv>
 void launch_cooperative_as(const grouped_gemm_params& p, cudaStream_t stream) {
-    // Without SiLU * up the SiLU mode is moot: one kernel.
-    launch_tiles<wg_tile<kBM, kSwiglu, kStageK, kAllBoxes>>(
-        grouped_gemm_wgmma_kernel<kBM, kSwiglu, kStageK, kAllBoxes, kSwiglu ? kSilu : kSiluDiv>, kBM, p, stream);
+    constexpr int kMode = kSwiglu ? kSilu : kSiluDiv;  // without SiLU * up the mode is moot: one kernel
+    launch_tiles<wg_tile<kBM, kSwiglu, kAllBoxes>>(grouped_gemm_wgmma_kernel<kBM, kSwiglu, kAllBoxes, kMode>, kBM, p,
+                                                   stream);
 }
 
-/// The cooperative kernel with kSwiglu, kBM-row tiles and the stage width and epilogue of variant v.
+/// The cooperative kernel with kSwiglu, kBM-row tiles and the epilogue of variant v.
 template <int kBM, bool kSwiglu>
 void launch_cooperative(const grouped_gemm_params& p, coop_variant v, cudaStream_t stream) {
     switch (v) {
-        case coop_variant::k64:
-            return launch_cooperative_as<kBM, kSwiglu, 64, false>(p, stream);
-        case coop_variant::k64_all_boxes:
-            return launch_cooperative_as<kBM, kSwiglu, 64, true>(p, stream);
-        case coop_variant::k64_all_boxes_fast_div:
-            return launch_cooperative_as<kBM, kSwiglu, 64, true, kSiluFastDiv>(p, stream);
-        case coop_variant::k64_all_boxes_tanh:
-            return launch_cooperative_as<kBM, kSwiglu, 64, true, kSiluTanh>(p, stream);
-        // 128-wide stages: two stages of 96 KB; the output buffers of one phase per tile only where they are the
-        // two a warpgroup already has (gate/up).
-        case coop_variant::k128:
-            return launch_cooperative_as<kBM, kSwiglu, 128, kSwiglu>(p, stream);
-        case coop_variant::k128_tanh:
-            return launch_cooperative_as<kBM, kSwiglu, 128, kSwiglu, kSiluTanh>(p, stream);
+        case coop_variant::two_buffers:
+            return launch_cooperative_as<kBM, kSwiglu, false>(p, stream);
+        case coop_variant::all_boxes:
+            return launch_cooperative_as<kBM, kSwiglu, true>(p, stream);
+        case coop_variant::all_boxes_fast_div:
+            return launch_cooperative_as<kBM, kSwiglu, true, kSiluFastDiv>(p, stream);
+        case coop_variant::all_boxes_tanh:
+            return launch_cooperative_as<kBM, kSwiglu, true, kSiluTanh>(p, stream);
     }
 }
 
@@ -822,6 +799,10 @@ bool grouped_gemm_wgmma_supported(const grouped_gemm_params& p) {
 }
 
 void launch_grouped_gemm_wgmma(const grouped_gemm_params& p, cudaStream_t stream) {
+    launch_grouped_gemm_wgmma(p, cooperative_variant(p.swiglu), stream);
+}
+
+void launch_grouped_gemm_wgmma(const grouped_gemm_params& p, coop_variant v, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(grouped_gemm_wgmma_supported(p),
                         "grouped_gemm: the wgmma kernel needs compute capability 9.x and row_align % 64 == 0");
     if (p.max_rows == 0 || p.n == 0) return;
@@ -829,7 +810,6 @@ void launch_grouped_gemm_wgmma(const grouped_gemm_params& p, cudaStream_t stream
     // moe_permuted_rows_bound, so max_rows / num_experts - (row_align - 1) is the mean group size), else 64-row
     // tiles with the two math warpgroups splitting the columns.
     const bool tall = p.row_align % 128 == 0 || int64_t(p.max_rows) >= int64_t(p.num_experts) * (128 + p.row_align - 1);
-    const coop_variant v = cooperative_variant(p.swiglu);
     if (tall)
         p.swiglu ? launch_cooperative<128, true>(p, v, stream) : launch_cooperative<128, false>(p, v, stream);
     else
@@ -840,12 +820,12 @@ coop_variant cooperative_variant(bool swiglu) {
     const char* v = std::getenv(swiglu ? "ZMOE_GG_COOP_GATE_UP" : "ZMOE_GG_COOP_DOWN");
     if (v == nullptr) v = std::getenv("ZMOE_GG_COOP");
     const std::string_view s = v != nullptr ? v : "";
-    if (s == "k64all") return coop_variant::k64_all_boxes;
-    if (s == "k64allf") return coop_variant::k64_all_boxes_fast_div;
-    if (s == "k64allt") return coop_variant::k64_all_boxes_tanh;
-    if (s == "k128") return coop_variant::k128;
-    if (s == "k128t") return coop_variant::k128_tanh;
-    return coop_variant::k64;
+    if (s == "k64") return coop_variant::two_buffers;
+    if (s == "k64all") return coop_variant::all_boxes;
+    if (s == "k64allf") return coop_variant::all_boxes_fast_div;
+    if (s == "k64allt") return coop_variant::all_boxes_tanh;
+    // The measured defaults: gate/up with one write phase per tile and SiLU through tanh.approx, down as before.
+    return swiglu ? coop_variant::all_boxes_tanh : coop_variant::two_buffers;
 }
 
 int pingpong_tile_rows() {

@@ -17,17 +17,19 @@ bool device_has_wgmma();
 /// of 64, n and k multiples of 8, at most kMaxWgmmaExperts experts, a, b and c 16-byte aligned as TMA needs).
 bool grouped_gemm_wgmma_supported(const grouped_gemm_params& p);
 
-/// The cooperative kernel's stage width and epilogue: stages 64 elements of K wide (4 of 48 KB with 128-row tiles)
-/// or 128 (two 64-wide boxes under one barrier, 2 stages of 96 KB); two output buffers per math warpgroup reused
-/// box after box, or one per output box (all of a tile's boxes written in one phase, stored as one bulk group);
-/// SiLU in the gate/up epilogue with IEEE division (main), the approximate division (fast_div) or tanh.approx.
-enum class coop_variant { k64, k64_all_boxes, k64_all_boxes_fast_div, k64_all_boxes_tanh, k128, k128_tanh };
+/// The cooperative kernel's epilogue: two output buffers per math warpgroup reused box after box (two barriers per
+/// box), or one per output box (all of a tile's boxes written between two barriers); SiLU in the gate/up epilogue
+/// with IEEE division (`g / (1 + e^-g)`), the approximate division, or tanh.approx.
+enum class coop_variant { two_buffers, all_boxes, all_boxes_fast_div, all_boxes_tanh };
 
-/// The variant launch_grouped_gemm_wgmma uses for the gate/up (swiglu) or the down GEMM: k64 unless the
-/// environment sets ZMOE_GG_COOP_GATE_UP / ZMOE_GG_COOP_DOWN (or ZMOE_GG_COOP for both) to k64all, k64allf,
-/// k64allt, k128 or k128t
-/// (a measuring switch while the variants are compared).
+/// The variant launch_grouped_gemm_wgmma uses: all_boxes_tanh for the gate/up (swiglu) GEMM and two_buffers for
+/// the down GEMM (the fastest measured, bench/kernels/NOTES.md), unless the environment sets ZMOE_GG_COOP_GATE_UP /
+/// ZMOE_GG_COOP_DOWN (or ZMOE_GG_COOP for both) to k64 (two_buffers), k64all, k64allf or k64allt (a measuring
+/// switch).
 coop_variant cooperative_variant(bool swiglu);
+
+/// Launches the cooperative wgmma kernel with variant v (launch_grouped_gemm_wgmma with v forced: tests).
+void launch_grouped_gemm_wgmma(const grouped_gemm_params& p, coop_variant v, cudaStream_t stream);
 
 /// launch_grouped_gemm's contract on the wgmma kernel: 128-row tiles when row_align % 128 == 0, else 64-row tiles.
 /// Aborts unless grouped_gemm_wgmma_supported(p).
