@@ -3,15 +3,18 @@
 // occupancy; two such launches on concurrent streams could each hold part of the GPU and wait for ever, so callers
 // keep them on one stream), so two grid barriers (a counter in the scratch, left at zero by the last block out)
 // separate the phases instead of kernel boundaries; a barrier that waits implausibly long traps instead of hanging:
-//   0. with router_w: one warp per expert row (spread over the blocks), logits to router_logits; barrier;
-//   1. every block reads the logits and runs the same softmax top-k (one warp per token): the slots and weights are
+//   0. with router_w: one warp per expert row (spread over the blocks; one token: x loaded beside the row), logits
+//      to router_logits, the replica tables copied to shared memory meanwhile; barrier;
+//   1. every block reads the logits and runs the same softmax top-k (one warp per token, each choice by two redux
+//      instructions, the replica lookups in shared memory): the slots and weights are
 //      in each block's shared memory without another launch (with more than one token, every block also finds the
 //      distinct slots of the step, ascending, and the choice of each token of each); block 0 writes topk_weights,
 //      slot_ids and the load counts;
 //   2. gate|up: one warp per (distinct slot, FFN column), grid-stride, the gate and up rows' 16-byte loads all in
 //      flight and the warp's next item prefetched to L2; act[choice] = bf16(silu(gate) * up) for every token of
 //      the slot; each warp then prefetches into L2 the down rows it will read, so the memory keeps streaming
-//      through the barrier; barrier;
+//      through the barrier (one token: the first choices' vectors of the warp's down row loaded into registers);
+//      barrier;
 //   3. down: one warp per hidden row across the distinct slots; one token: act staged in shared memory and the y of
 //      every choice rounded to bf16 and summed with its routing weight in top-k order in registers; more tokens:
 //      act read through L2 and each (slot, token) sum rounded into shared memory, then summed per token in top-k
@@ -51,6 +54,8 @@ constexpr int kOneDownGroup = 4;   // down: choices whose rows are loaded togeth
 constexpr int kOneDownUnroll = 3;  // down: 16-byte vectors per lane per row in flight (768 / 8 / 32 = 3 at Qwen3)
 constexpr int kOneMaxTopK = 16;    // one token: its choices' sums in registers
 constexpr size_t kOneMaxSmem = 96u << 10;  // two blocks per multiprocessor
+constexpr int kMaxExperts = 512;           // moe_decode_supported's bound
+constexpr int kSmemSlots = 1024;           // replica tables up to this many slots are copied to shared memory
 
 /// Dynamic shared memory of the kernel: x [T, hidden] bf16, act [top_k, inter] bf16 (one token only), logits
 /// [T, experts] fp32.
@@ -59,23 +64,53 @@ size_t one_launch_smem(int32_t num_tokens, int32_t top_k, int32_t num_experts, i
            size_t(num_tokens) * num_experts * sizeof(float);
 }
 
-/// All blocks of the grid meet (every block is resident): arrivals count up in *counter; the target is
-/// gridDim.x times the barrier's ordinal. Writes before it are visible after it.
+/// All blocks of the grid meet (every block is resident): one arrival per block, a release add to *counter after
+/// the block's threads have met, then acquire loads until the count reaches target (gridDim.x times the barrier's
+/// ordinal). Writes before it are visible after it.
 __device__ __forceinline__ void grid_barrier(uint32_t* counter, uint32_t target) {
     __syncthreads();
     if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(counter, 1u);
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(counter) : "memory");
         uint32_t seen;
         int64_t spins = 0;
         do {
             asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
             if (++spins > (int64_t(1) << 24)) __trap();  // a block never arrived: fail loudly instead of hanging
         } while (seen < target);
-        __threadfence();
     }
     __syncthreads();
 }
+
+#ifdef ZMOE_MOE_DECODE_PHASE_TIMES
+// Experiment only (off in every build of the project): %globaltimer per block at the phase boundaries; the last block
+// out prints the earliest and latest block at each boundary, from the earliest start, every 32nd launch.
+constexpr int kStamps = 7;
+__device__ unsigned long long g_stamps[kStamps][1024];
+__device__ unsigned int g_stamp_launches;
+__device__ __forceinline__ void stamp(int k) {
+    if (threadIdx.x == 0 && blockIdx.x < 1024) {
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        g_stamps[k][blockIdx.x] = t;
+    }
+}
+__device__ void print_stamps(int32_t blocks) {
+    __threadfence();
+    if (atomicAdd(&g_stamp_launches, 1u) % 32 != 31) return;
+    unsigned long long t0 = ~0ull;
+    for (int32_t b = 0; b < blocks && b < 1024; ++b) t0 = min(t0, g_stamps[0][b]);
+    printf("moe_decode phase stamps (ns from the first block's start; min / max over %d blocks):", int(blocks));
+    for (int k = 0; k < kStamps; ++k) {
+        unsigned long long lo = ~0ull, hi = 0;
+        for (int32_t b = 0; b < blocks && b < 1024; ++b) lo = min(lo, g_stamps[k][b]), hi = max(hi, g_stamps[k][b]);
+        printf(" s%d %llu/%llu", k, lo - t0, hi - t0);
+    }
+    printf("\n");
+}
+#define ZMOE_STAMP(k) stamp(k)
+#else
+#define ZMOE_STAMP(k) ((void)0)
+#endif
 
 /// kT >= num_tokens bounds the per-token accumulators (1, 2, 4 or 8).
 /// This lane's kOneDownUnroll 16-byte vectors (from vector v0 on) of down row h of the distinct slots u0 .. u0 + kG - 1
@@ -98,6 +133,41 @@ __device__ __forceinline__ void load_down_rows(uint4 (&wv)[kG][kOneDownUnroll], 
     }
 }
 
+/// One token, down: adds this lane's part of row (choice g0 + jj) . act[choice] for the loaded vectors to acc.
+__device__ __forceinline__ void accumulate_down(float (&acc)[kOneMaxTopK],
+                                                const uint4 (&wv)[kOneDownGroup][kOneDownUnroll], const bf16* act_s,
+                                                const moe_decode_params& p, int32_t K, int g0, int32_t v0, int lane) {
+    const int32_t ivec = p.inter / 8;
+#pragma unroll
+    for (int i = 0; i < kOneDownUnroll; ++i) {
+        const int32_t v = v0 + i * 32 + lane;
+        if (v >= ivec) break;
+#pragma unroll
+        for (int jj = 0; jj < kOneDownGroup; ++jj) {
+            const int32_t j = g0 + jj;
+            if (j >= K) break;
+            float wf[8], av[8];
+            detail::load_f32x8(reinterpret_cast<const bf16*>(&wv[jj][i]), wf);
+            detail::load_f32x8(act_s + size_t(j) * p.inter + v * 8, av);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[g0 + jj] += wf[e] * av[e];
+        }
+    }
+}
+
+/// One token, down: out[h] = the choices' sums, each rounded to bf16, weighted and added in top-k order.
+__device__ __forceinline__ void store_down_row(const float (&acc)[kOneMaxTopK], const float* weight_s,
+                                               const moe_decode_params& p, int32_t K, int64_t h, int lane) {
+    float out = 0.f;
+#pragma unroll
+    for (int j = 0; j < kOneMaxTopK; ++j) {
+        if (j >= K) break;
+        const float y = __bfloat162float(__float2bfloat16(detail::warp_sum(acc[j])));
+        out += weight_s[j] * y;
+    }
+    if (lane == 0) p.out[h] = __float2bfloat16(out);
+}
+
 template <int kT, int kPerLane>
 __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const moe_decode_params p) {
     extern __shared__ __align__(16) unsigned char one_smem[];
@@ -116,6 +186,10 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
     __shared__ int32_t first_s[kT == 1 ? 1 : kPairs];
     __shared__ float y_s[kT == 1 ? 1 : kOneWarps][kT == 1 ? 1 : kPairs];  // down: y per choice of the warp's row
     __shared__ int32_t num_unique_s;
+    // The replica tables, read in the router phase so that the top-k's lookups are in shared memory (the slots only
+    // up to kSmemSlots of them; beyond, from global memory).
+    __shared__ int32_t offsets_s[kMaxExperts + 1];
+    __shared__ int32_t rslots_s[kSmemSlots];
     uint32_t* barrier = reinterpret_cast<uint32_t*>(p.scratch);  // [counter, blocks done]
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int32_t G = gridDim.x;
@@ -134,9 +208,16 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
         detail::prefetch_l2_range(p.replica_slots, size_t(E) * sizeof(int32_t), lane, false);
     }
     detail::pdl_wait();  // x (and given logits, num_valid) come from the kernels before
+    ZMOE_STAMP(0);
     for (int32_t v = threadIdx.x; v < T * hvec; v += kOneThreads)
         reinterpret_cast<detail::bf16x8*>(x_s)[v] = reinterpret_cast<const detail::bf16x8*>(p.x)[v];
+    for (int32_t e = threadIdx.x; e <= E; e += kOneThreads) offsets_s[e] = p.replica_offsets[e];
     __syncthreads();
+    const int32_t num_slots = offsets_s[E];
+    const bool slots_in_smem = num_slots <= kSmemSlots;
+    // The last warp copies the slots table while the router rows are summed (the top-k's second lookup).
+    if (warp == kOneWarps - 1 && slots_in_smem)
+        for (int32_t i = lane; i < num_slots; i += 32) rslots_s[i] = p.replica_slots[i];
 
     // 0. Router logits, one warp per expert (lanes over 16-byte vectors, as the batched route kernel sums).
     if (fused_router) {
@@ -144,11 +225,16 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
             const auto* w = reinterpret_cast<const detail::bf16x8*>(p.router_w + size_t(e) * H);
             float acc[kT] = {};
             for (int32_t v0 = 0; v0 < hvec; v0 += 32 * kOneUnroll) {
-                uint4 wv[kOneUnroll];
+                // One token: its x vectors loaded from global memory beside the weights (one round trip, not two).
+                constexpr bool kXr = kT == 1;
+                uint4 wv[kOneUnroll], xr[kXr ? kOneUnroll : 1];
 #pragma unroll
                 for (int i = 0; i < kOneUnroll; ++i) {
                     const int32_t v = v0 + i * 32 + lane;
-                    if (v < hvec) wv[i] = detail::load_stream(w + v);
+                    if (v < hvec) {
+                        wv[i] = detail::load_stream(w + v);
+                        if constexpr (kXr) xr[i] = reinterpret_cast<const uint4*>(p.x)[v];
+                    }
                 }
 #pragma unroll
                 for (int i = 0; i < kOneUnroll; ++i) {
@@ -160,7 +246,8 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
                     for (int t = 0; t < kT; ++t) {
                         if (t >= T) break;
                         float xv[8];
-                        detail::load_f32x8(x_s + size_t(t) * H + v * 8, xv);
+                        detail::load_f32x8(kXr ? reinterpret_cast<const bf16*>(&xr[i]) : x_s + size_t(t) * H + v * 8,
+                                           xv);
 #pragma unroll
                         for (int e8 = 0; e8 < 8; ++e8) acc[t] += wf[e8] * xv[e8];
                     }
@@ -173,8 +260,12 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
                 if (lane == 0) p.router_logits[size_t(t) * E + e] = y;
             }
         }
+        ZMOE_STAMP(1);
         grid_barrier(barrier, G);
+    } else {
+        __syncthreads();  // the slots table
     }
+    ZMOE_STAMP(2);
 
     // 1. Top-k in every block (the same logits, the same order: the same choices everywhere), one warp per token.
     for (int32_t i = threadIdx.x; i < T * E; i += kOneThreads) logits_s[i] = __ldcg(p.router_logits + i);
@@ -185,11 +276,11 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
         const int32_t t = warp;
         int32_t my_id;
         float my_weight;
-        detail::warp_softmax_topk<kPerLane>(logits_s + size_t(t) * E, E, K, p.renormalize, &my_id, &my_weight);
+        detail::warp_softmax_topk<kPerLane, true>(logits_s + size_t(t) * E, E, K, p.renormalize, &my_id, &my_weight);
         if (lane < K) {
             const int32_t a = t * K + lane;
-            const int32_t first = p.replica_offsets[my_id], n = p.replica_offsets[my_id + 1] - first;
-            const int32_t slot = p.replica_slots[first + t % n];
+            const int32_t first = offsets_s[my_id], n = offsets_s[my_id + 1] - first;
+            const int32_t slot = slots_in_smem ? rslots_s[first + t % n] : p.replica_slots[first + t % n];
             slot_s[a] = slot;
             weight_s[a] = my_weight;
             if (blockIdx.x == 0) {
@@ -223,6 +314,7 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
         __syncthreads();
         U = num_unique_s;
     }
+    ZMOE_STAMP(3);
     auto slot_of = [&](int32_t u) { return kT == 1 ? slot_s[u] : uslot_s[u]; };
     auto choice_of = [&](int32_t u, int32_t t) { return kT == 1 ? u : uchoice_s[u * T + t]; };
 
@@ -285,7 +377,15 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
         for (int32_t u = 0; u < U; ++u)
             detail::prefetch_l2_range(p.w_down + (size_t(slot_of(u)) * H + h) * I, size_t(I) * sizeof(bf16), lane,
                                       true);
+    // One token: the first kOneDownGroup choices' first vectors of this warp's first down row are loaded into
+    // registers now and arrive during the barrier.
+    // (One pass: the warp has at most one row and each row one block of vectors per lane.)
+    const bool one_pass = kT == 1 && gw + W >= H && ivec <= 32 * kOneDownUnroll;
+    uint4 down_first[kOneDownGroup][kOneDownUnroll];
+    if (one_pass && gw < H) load_down_rows(down_first, p, slot_of, 0, K, gw, 0, lane);
+    ZMOE_STAMP(4);
     grid_barrier(barrier, fused_router ? 2 * G : G);
+    ZMOE_STAMP(5);
     detail::pdl_launch_dependents();  // every block is resident and past its last barrier
 
     // 3. down + combine: one warp per hidden row across the distinct slots.
@@ -293,41 +393,37 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
         for (int32_t v = threadIdx.x; v < K * ivec; v += kOneThreads)
             reinterpret_cast<uint4*>(act_s)[v] = __ldcg(reinterpret_cast<const uint4*>(p.act) + v);
         __syncthreads();
-        for (int64_t h = gw; h < H; h += W) {
-            float acc[kOneMaxTopK];
+        if (one_pass) {
+            if (gw < H) {  // the first group arrived during the barrier; the others are loaded now
+                float acc[kOneMaxTopK];
 #pragma unroll
-            for (int j = 0; j < kOneMaxTopK; ++j) acc[j] = 0.f;
-            for (int32_t v0 = 0; v0 < ivec; v0 += 32 * kOneDownUnroll) {
+                for (int j = 0; j < kOneMaxTopK; ++j) acc[j] = 0.f;
+                accumulate_down(acc, down_first, act_s, p, K, 0, 0, lane);
 #pragma unroll
-                for (int g0 = 0; g0 < kOneMaxTopK; g0 += kOneDownGroup) {
+                for (int g0 = kOneDownGroup; g0 < kOneMaxTopK; g0 += kOneDownGroup) {
                     if (g0 >= K) break;
                     uint4 wv[kOneDownGroup][kOneDownUnroll];
-                    load_down_rows(wv, p, slot_of, g0, K, h, v0, lane);
+                    load_down_rows(wv, p, slot_of, g0, K, gw, 0, lane);
+                    accumulate_down(acc, wv, act_s, p, K, g0, 0, lane);
+                }
+                store_down_row(acc, weight_s, p, K, gw, lane);
+            }
+        } else {
+            for (int64_t h = gw; h < H; h += W) {
+                float acc[kOneMaxTopK];
 #pragma unroll
-                    for (int i = 0; i < kOneDownUnroll; ++i) {
-                        const int32_t v = v0 + i * 32 + lane;
-                        if (v >= ivec) break;
+                for (int j = 0; j < kOneMaxTopK; ++j) acc[j] = 0.f;
+                for (int32_t v0 = 0; v0 < ivec; v0 += 32 * kOneDownUnroll) {
 #pragma unroll
-                        for (int jj = 0; jj < kOneDownGroup; ++jj) {
-                            const int32_t j = g0 + jj;
-                            if (j >= K) break;
-                            float wf[8], av[8];
-                            detail::load_f32x8(reinterpret_cast<const bf16*>(&wv[jj][i]), wf);
-                            detail::load_f32x8(act_s + size_t(j) * I + v * 8, av);
-#pragma unroll
-                            for (int e = 0; e < 8; ++e) acc[g0 + jj] += wf[e] * av[e];
-                        }
+                    for (int g0 = 0; g0 < kOneMaxTopK; g0 += kOneDownGroup) {
+                        if (g0 >= K) break;
+                        uint4 wv[kOneDownGroup][kOneDownUnroll];
+                        load_down_rows(wv, p, slot_of, g0, K, h, v0, lane);
+                        accumulate_down(acc, wv, act_s, p, K, g0, v0, lane);
                     }
                 }
+                store_down_row(acc, weight_s, p, K, h, lane);
             }
-            float out = 0.f;
-#pragma unroll
-            for (int j = 0; j < kOneMaxTopK; ++j) {
-                if (j >= K) break;
-                const float y = __bfloat162float(__float2bfloat16(detail::warp_sum(acc[j])));
-                out += weight_s[j] * y;
-            }
-            if (lane == 0) p.out[h] = __float2bfloat16(out);
         }
     } else {
         // act (written by other blocks) is read through L2; each (slot, token) sum is rounded into y_s, then lane t
@@ -386,9 +482,16 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
 
     // The last block out leaves the barrier counter zero for the next launch.
     __syncthreads();
+#ifdef ZMOE_MOE_DECODE_PHASE_TIMES
+    ZMOE_STAMP(6);
+    __threadfence();
+#endif
     if (threadIdx.x == 0 && atomicAdd(barrier + 1, 1u) == uint32_t(G) - 1) {
         barrier[0] = 0;
         barrier[1] = 0;
+#ifdef ZMOE_MOE_DECODE_PHASE_TIMES
+        print_stamps(G);
+#endif
     }
 }
 

@@ -198,7 +198,10 @@ INSTANTIATE_TEST_SUITE_P(
                       decode_moe_case{1, 64, 16, 256, 1032, 0, -1, false, false},
                       decode_moe_case{1, 128, 8, 4104, 128, 16, 0, true, true},
                       decode_moe_case{1, 256, 3, 136, 40, 0, -1, true, false},
-                      decode_moe_case{1, 8, 8, 16384, 64, 0, -1, true, true}),  // x of 32 KB
+                      decode_moe_case{1, 8, 8, 16384, 64, 0, -1, true, true},  // x of 32 KB
+                      // More than the 1024 replica slots the kernel copies to shared memory: read from global memory.
+                      decode_moe_case{1, 16, 4, 64, 24, 1100, -1, true, true},
+                      decode_moe_case{4, 16, 4, 64, 24, 1100, 3, false, true}),
     [](const auto& info) {
         const auto& c = info.param;
         return make_name("t", c.num_tokens, "_e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter, "_extra",
