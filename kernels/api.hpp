@@ -527,18 +527,13 @@ void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream);
 // ---------------------------------------------------------------------------------------------------------
 // The softmax top-k router of an MoE layer: the router GEMM, then launch_router_topk with the replica choice
 
-/// The router GEMM's kernel. automatic: launch_gemv_bf16 for up to kGemvMaxRows rows, the mma kernel up to
-/// kMoeRouterMmaMaxTokens, cuBLASLt past them (and for any shape the chosen one does not take).
+/// The router GEMM's kernel (moe_router.cu says which one automatic takes at which batch size, and why).
 enum class moe_router_impl : int32_t {
-    automatic = 0,
-    gemv = 1,  ///< launch_gemv_bf16 (up to kGemvMaxRows rows; x and router_w 16-byte aligned)
-    mma = 2,   ///< mma.sync m16n8k16, 16 experts x 16 or 32 tokens per block, the hidden size split over 8 warps and
-               ///< summed in a fixed order (hidden a multiple of 8; x and router_w 16-byte aligned)
-    blas = 3,  ///< cuBLASLt
+    automatic = 0,  ///< the one measured fastest for the batch size; cuBLASLt for a shape the chosen one refuses
+    gemv = 1,       ///< launch_gemv_bf16 (up to kGemvMaxRows rows; x and router_w 16-byte aligned)
+    mma = 2,        ///< moe_router.cu's tensor-core kernel (hidden a multiple of 8; x and router_w 16-byte aligned)
+    blas = 3,       ///< cuBLASLt
 };
-
-/// Most tokens the automatic choice gives the mma router kernel.
-constexpr int32_t kMoeRouterMmaMaxTokens = 2048;
 
 struct moe_router_params {
     const bf16* x = nullptr;          // [num_tokens, hidden]: the normalised hidden states

@@ -163,30 +163,14 @@ __global__ void __launch_bounds__(kSmallThreads) permute_one_block_kernel(const 
         if (a < n && __popc(peers & ((1u << lane) - 1)) == 0) counts[c * E + id] = __popc(peers);
     }
     __syncthreads();
-    {
-        // Per expert, an exclusive scan over the chunks by `parts` adjacent lanes (a power of two, parts * E <=
-        // kSmallThreads), each over a contiguous range of chunks, joined by a segmented warp scan: the serial part is
-        // chunks / parts long instead of chunks.
-        int32_t parts = 1;
-        while (parts < 32 && 2 * parts * E <= kSmallThreads) parts *= 2;
-        const int32_t e = int32_t(threadIdx.x) / parts, part = int32_t(threadIdx.x) % parts;
-        const int32_t per = (chunks + parts - 1) / parts;
-        const int32_t c0 = min(chunks, part * per), c1 = e < E ? min(chunks, c0 + per) : c0;
-        int32_t sum = 0;
-        for (int32_t c = c0; c < c1; ++c) sum += counts[c * E + e];
-        int32_t incl = sum;
-        for (int32_t o = 1; o < parts; o <<= 1) {
-            const int32_t up = __shfl_up_sync(detail::kFullMask, incl, o, parts);
-            if (part >= o) incl += up;
-        }
-        const int32_t total = __shfl_sync(detail::kFullMask, incl, parts - 1, parts);
-        int32_t running = incl - sum;
-        for (int32_t c = c0; c < c1; ++c) {
+    for (int32_t e = threadIdx.x; e < E; e += kSmallThreads) {
+        int32_t running = 0;
+        for (int32_t c = 0; c < chunks; ++c) {
             const int32_t v = counts[c * E + e];
             counts[c * E + e] = running;
             running += v;
         }
-        if (e < E && part == 0) start[e] = (total + p.row_align - 1) / p.row_align * p.row_align;
+        start[e] = (running + p.row_align - 1) / p.row_align * p.row_align;
     }
     __syncthreads();
     if (warp == 0) {  // exclusive scan of the padded sizes over the experts, 32 at a time

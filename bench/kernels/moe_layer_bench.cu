@@ -486,8 +486,10 @@ int main(int argc, char** argv) {
         std::printf("\n");
     }
     std::printf("(vs_peer: peer ms / zmoe's best of stream and graph; > 1 means zmoe is faster)\n");
-    std::printf("router alone (GEMM + softmax top-k + replica choice, launch_moe_router), graph ms per GEMM kernel:\n");
-    std::printf("%7s %10s %10s %10s\n", "tokens", "gemv", "mma", "cublaslt");
+    std::printf(
+        "router alone (launch_moe_router: GEMM + softmax top-k + replica choice), graph ms per GEMM kernel\n"
+        "(mma_fused: GEMM and top-k in one launch; the others: then launch_router_topk):\n");
+    std::printf("%7s %10s %10s %10s\n", "tokens", "gemv", "mma_fused", "cublaslt");
     for (const auto& r : results)
         std::printf("%7d %10.4f %10.4f %10.4f\n", r.tokens, r.router_gemv_ms, r.router_mma_ms, r.router_blas_ms);
 

@@ -134,24 +134,27 @@ constexpr auto kGemv = moe_router_impl::gemv, kMma = moe_router_impl::mma, kBlas
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, MoeRouter,
-    ::testing::Values(router_case{1, 128, 8, 2048},                              // decode: the GEMV
-                      router_case{1, 128, 8, 2048, false, -1, false, kMma},      // one token on the mma kernel
-                      router_case{8, 128, 8, 2048, false, 6},                    // padding, the GEMV
-                      router_case{8, 128, 8, 2048, true, 6, false, kMma},        // ties on the mma kernel
-                      router_case{5, 40, 3, 64, false, -1, false, kGemv},        // the GEMV asked for
-                      router_case{9, 8, 1, 64},                                  // past the GEMV: mma
-                      router_case{64, 128, 8, 2048},                             // Qwen3-30B-A3B at 64
-                      router_case{64, 128, 8, 2048, false, 60, false, kBlas},    // cuBLASLt asked for
-                      router_case{77, 128, 8, 2048, true},                       // true ties
-                      router_case{130, 60, 4, 200, false, 100},                  // 32-token tiles, ragged tiles
-                      router_case{512, 128, 8, 2048},                            //
-                      router_case{333, 512, 16, 96, true},                       // 512 experts, top-16
-                      router_case{1000, 16, 2, 40},                              // hidden not a multiple of 32
-                      router_case{3000, 128, 8, 256, true},                      // past the mma kernel: cuBLASLt
-                      router_case{3000, 128, 8, 256, true, -1, false, kMma},     // the mma kernel asked for
-                      router_case{20000, 64, 6, 64, false, 19000, false, kMma},  // 20 000 tokens
-                      router_case{20000, 8, 2, 64, false, 19000},                //
-                      router_case{50, 128, 8, 256, false, -1, true},             // logits only
+    ::testing::Values(router_case{1, 128, 8, 2048},                            // decode: the GEMV
+                      router_case{1, 128, 8, 2048, false, -1, false, kMma},    // one token, GEMM + top-k in one launch
+                      router_case{8, 128, 8, 2048, false, 6},                  // padding, the GEMV
+                      router_case{8, 128, 8, 2048, true, 6, false, kMma},      // ties, fused
+                      router_case{5, 40, 3, 64, false, -1, false, kGemv},      // the GEMV asked for
+                      router_case{9, 8, 1, 64},                                // past the GEMV: fused, a cluster of 1
+                      router_case{64, 128, 8, 2048},                           // Qwen3-30B-A3B at 64: fused
+                      router_case{64, 128, 8, 2048, false, 60, false, kBlas},  // cuBLASLt asked for
+                      router_case{77, 128, 8, 2048, true},                     // true ties, fused
+                      router_case{77, 128, 8, 2048, true, -1, false, kBlas},   // true ties, cuBLASLt
+                      router_case{130, 60, 4, 200, false, 100, false, kMma},   // a cluster of 4, ragged tiles
+                      router_case{512, 128, 8, 2048},                          // fused
+                      router_case{333, 512, 16, 96, true, -1, false, kMma},    // 512 experts: mma, then the top-k
+                      router_case{100, 256, 8, 512, false, 90, false, kMma},   // 256 experts, 16-token tiles
+                      router_case{1000, 16, 2, 40, false, -1, false, kMma},    // hidden not a multiple of 32
+                      router_case{3000, 128, 8, 256, true},                    // cuBLASLt
+                      router_case{3000, 128, 8, 256, true, -1, false, kMma},   // fused at 3 000 tokens
+                      router_case{20000, 64, 6, 64, false, 19000, false, kMma},  // 20 000 tokens, fused
+                      router_case{20000, 8, 2, 64, false, 19000},                // cuBLASLt
+                      router_case{50, 128, 8, 256, false, -1, true},             // logits only, cuBLASLt
+                      router_case{50, 128, 8, 256, false, -1, true, kMma},       // logits only, mma
                       router_case{0, 128, 8, 2048}),
     [](const auto& info) {
         const auto& c = info.param;
