@@ -355,7 +355,8 @@ constexpr int32_t kMoeDecodeMaxTokens = 8;
 constexpr int32_t kMoeDecodeMaxPairs = 64;
 
 /// True when launch_moe_decode takes this shape: num_tokens in [1, kMoeDecodeMaxTokens], num_tokens x top_k <=
-/// kMoeDecodeMaxPairs, num_experts <= 512, top_k <= 16, hidden and inter multiples of 8.
+/// kMoeDecodeMaxPairs, num_experts <= 512, top_k <= 16, hidden and inter multiples of 8, and x [T, hidden] BF16 +
+/// (one token) act [top_k, inter] BF16 + logits [T, num_experts] fp32 within 96 KB of shared memory.
 bool moe_decode_supported(int32_t num_tokens, int32_t top_k, int32_t num_experts, int32_t hidden, int32_t inter);
 
 /// The routed-expert path a batch takes on one GPU with the softmax top-k router: true for launch_moe_decode (where
@@ -363,7 +364,8 @@ bool moe_decode_supported(int32_t num_tokens, int32_t top_k, int32_t num_experts
 /// alone; the CUDA executor and bench/kernels/moe_layer_bench both choose by it.
 bool moe_use_decode_path(int32_t num_tokens, int32_t top_k, int32_t num_experts, int32_t hidden, int32_t inter);
 
-/// int32 scratch launch_moe_decode needs for num_tokens x top_k choices.
+/// int32 scratch launch_moe_decode needs for num_tokens x top_k choices: its grid barrier's counters. Zero it once
+/// before the first launch; every launch leaves it zero again.
 size_t moe_decode_scratch_ints(int32_t num_tokens, int32_t top_k);
 
 struct moe_decode_params {
@@ -390,12 +392,15 @@ struct moe_decode_params {
 };
 
 /// What (the router GEMM +) launch_router_topk + launch_moe_route + launch_moe_permute + the two grouped GEMMs +
-/// launch_moe_combine compute, for a few tokens: (0) with router_w, router_logits = fp32(x . router_w^T), one warp
-/// per expert, and the last block to finish goes on with (1); (1) one block: softmax top-k per token, replica choice,
-/// load counts, and the distinct slots of the step with the tokens that chose each; (2) per distinct slot and slice of
-/// the FFN width, act = bf16(silu(x . gate) * (x . up)) for every token that chose it, each weight row read once; (3)
-/// per slice of the hidden size, y = bf16(act . down) per choice, then out[t] = bf16(sum_j weights[t, j] * y[t, j]) in
-/// top-k order. A token's result does not depend on the other tokens of the batch.
+/// launch_moe_combine compute, for a few tokens, in ONE launch whose phases meet at grid barriers (every block of
+/// its grid must be resident at once: nothing that waits on this kernel may hold the multiprocessors meanwhile, and
+/// two of these launches must not run concurrently on different streams):
+/// (0) with router_w, router_logits = fp32(x . router_w^T), one warp per expert; (1) in every block: softmax top-k
+/// per token, replica choice (block 0 writes the weights, slots and load counts), the distinct slots of the step with
+/// the tokens that chose each; (2) per distinct slot and FFN column, act = bf16(silu(x . gate) * (x . up)) for every
+/// token that chose it, each weight row read once; (3) per hidden row, y = bf16(act . down) per choice, then out[t] =
+/// bf16(sum_j weights[t, j] * y[t, j]) in top-k order. A token's result does not depend on the other tokens of the
+/// batch.
 void launch_moe_decode(const moe_decode_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
@@ -640,6 +645,30 @@ bool gemv_bf16_supported(int32_t m, int32_t n, int32_t k);
 /// the m it takes). A BF16 output's bias is added to the product rounded to BF16 (as launch_gemm_bf16 followed by
 /// launch_add_bias rounds). m == 0 is a no-op.
 void launch_gemv_bf16(const gemv_bf16_params& p, cudaStream_t stream);
+
+/// Rows of x the skinny tensor-core GEMM takes (decode steps of tens of sequences).
+constexpr int32_t kSkinnyGemmMaxRows = 64;
+
+struct skinny_gemm_bf16_params {
+    const bf16* x = nullptr;     // [m, k], 16-byte aligned
+    const bf16* w = nullptr;     // [n, k], 16-byte aligned
+    const bf16* bias = nullptr;  // [n] or nullptr
+    void* y = nullptr;           // [m, n]: bf16, or fp32 when y_fp32
+    int32_t m = 0;               ///< skinny_gemm_bf16_supported
+    int32_t n = 0;
+    int32_t k = 0;
+    bool y_fp32 = false;
+    int32_t splits = 0;  ///< k split over a cluster of this many CTAs (1..8); 0: about three CTAs per SM
+};
+
+/// True for 1 <= m <= kSkinnyGemmMaxRows and k a multiple of 8 (any n).
+bool skinny_gemm_bf16_supported(int32_t m, int32_t n, int32_t k);
+
+/// Row-major y = x . w^T (+ bias) on tensor cores, fp32 accumulate: 64 rows of w per CTA, k split over a cluster
+/// whose partial sums meet in distributed shared memory in rank order (deterministic; the bits depend on the split
+/// count, which depends on n, k and the GPU's SM count, not on m). A BF16 output's bias is added to the product
+/// rounded to BF16, as launch_gemm_bf16 followed by launch_add_bias rounds. m == 0 is a no-op.
+void launch_skinny_gemm_bf16(const skinny_gemm_bf16_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
 // Glue between the model kernels: bias add, SiLU * up for the dense MLPs, row gather, the qwen2_moe shared-expert

@@ -17,10 +17,11 @@
 // activations in L2.
 //
 // Epilogue: each math warpgroup converts its accumulators to BF16 (after SiLU * up), 64 x 64 boxes at a time, into
-// its own two 128-byte-swizzled shared-memory buffers, and one of its threads stores each box with TMA (a bulk
-// async group of its own); the warpgroup goes on to the next box and the next tile's main loop while the stores
-// run, and waits for a store to have read its buffer only before it writes that buffer again, so the global
-// writes overlap the math.
+// its own 128-byte-swizzled shared-memory buffers, and one of its threads stores the boxes with TMA (bulk async
+// groups); the warpgroup goes on to the next tile's main loop while the stores run, and waits for a store to have
+// read its buffer only before it writes that buffer again, so the global writes overlap the math. The gate/up GEMM
+// (by default; coop_variant) has a buffer per box and writes a tile's boxes in one phase between two barriers,
+// with SiLU through tanh.approx; the down GEMM reuses two buffers box after box.
 
 #include <cuda.h>
 
@@ -66,10 +67,19 @@ struct ring_layout {
     static_assert(kStages >= 2, "the pipeline needs two stages");
 };
 
-/// The cooperative kernel's tile: kBM rows x 256 rows of b, both math warpgroups on it (two output buffers each
-/// when a warpgroup makes 128 output columns or more).
-template <int kBM, bool kSwiglu>
-struct wg_tile : ring_layout<kBM, kBRows, ((kSwiglu ? 1 : 2) * (kBM == 128 ? 128 : 64) >= 128 ? 2 : 1)> {
+/// Output boxes (64 x 64) a math warpgroup of the cooperative kernel makes per tile.
+constexpr int wg_boxes(int bm, bool swiglu) { return (swiglu ? 1 : 2) * (bm == 128 ? 128 : 64) / 64; }
+/// Its output buffers: one per box (all_boxes), else two, or one where it makes a single box.
+constexpr int wg_buffers(int bm, bool swiglu, bool all_boxes) {
+    return all_boxes || wg_boxes(bm, swiglu) < 2 ? wg_boxes(bm, swiglu) : 2;
+}
+
+/// The cooperative kernel's tile: kBM rows x 256 rows of b, both math warpgroups on it. With kAllBoxes each math
+/// warpgroup has a buffer for every output box of a tile (one write phase per tile), else two (one where it makes
+/// a single box), reused box after box.
+template <int kBM, bool kSwiglu, bool kAllBoxes = false>
+struct wg_tile : ring_layout<kBM, kBRows, wg_buffers(kBM, kSwiglu, kAllBoxes)> {
+    static constexpr bool kOnePhase = kAllBoxes;
     static constexpr int kWgN = kBM == 128 ? 256 : 128;          // wgmma N of each math warpgroup
     static constexpr int kOutN = kSwiglu ? kBRows / 2 : kBRows;  // output columns of a tile
     static constexpr int kWgOut = kSwiglu ? kWgN / 2 : kWgN;     // output columns of a math warpgroup
@@ -312,11 +322,29 @@ __device__ __forceinline__ void gather_stage(const grouped_gemm_params& p, unsig
     }
 }
 
+/// SiLU(g) = g * sigmoid(g) three ways: g / (1 + e^-g) with IEEE division (kSiluDiv: a division subroutine per
+/// element), with the approximate division (kSiluFastDiv: two MUFU operations), or 0.5 g (1 + tanh(0.5 g)) with
+/// tanh.approx (kSiluTanh: one; relative error ~2^-11, below BF16's rounding of the product).
+constexpr int kSiluDiv = 0, kSiluFastDiv = 1, kSiluTanh = 2;
+template <int kSilu>
+__device__ __forceinline__ float silu(float g) {
+    if constexpr (kSilu == kSiluDiv) {
+        return g / (1.f + __expf(-g));
+    } else if constexpr (kSilu == kSiluFastDiv) {
+        return __fdividef(g, 1.f + __expf(-g));
+    } else {
+        const float h = 0.5f * g;
+        float t;
+        asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(h));
+        return fmaf(h, t, h);
+    }
+}
+
 /// Epilogue: output box `box` (64 rows x 64 columns) of a warpgroup's 64 x kWgN accumulator block, after SiLU * up
 /// with swiglu (gate columns in the first kWgN / 2, up in the rest), as BF16 into the 128-byte-swizzled buffer at
 /// shared address buf (16-byte chunk c of row r at slot c ^ (r % 8)): the fragment (element 4j + 2h + q at row
 /// warp * 16 + lane / 4 + 8h, column 8j + 2 * (lane % 4) + q) lands without bank conflicts.
-template <int kWgN, bool kSwiglu>
+template <int kWgN, bool kSwiglu, int kSilu = kSiluDiv>
 __device__ __forceinline__ void write_box(const float (&acc)[kWgN / 2], int box, uint32_t buf, int warp, int lane) {
     const int r = warp * 16 + lane / 4;
 #pragma unroll
@@ -330,7 +358,7 @@ __device__ __forceinline__ void write_box(const float (&acc)[kWgN / 2], int box,
                 const float g = acc[4 * j + 2 * h + q];
                 if constexpr (kSwiglu) {
                     const float u = acc[4 * (j + kWgN / 16) + 2 * h + q];
-                    v[q] = g / (1.f + __expf(-g)) * u;
+                    v[q] = silu<kSilu>(g) * u;
                 } else {
                     v[q] = g;
                 }
@@ -425,6 +453,7 @@ __device__ __forceinline__ void produce(const grouped_gemm_params& p, const ring
                         tma_load_2d(group + (kGroup / 2) * 128, map_b, k0, b_row + p.n + col, &r.full[s]);
                     }
                 } else {
+                    static_assert(Tile::kBoxB == Tile::kBTile, "one TMA box holds the tile's rows of b");
                     tma_load_2d(b_s, map_b, k0, b_row + n0, &r.full[s]);
                 }
             }
@@ -436,12 +465,12 @@ __device__ __forceinline__ void produce(const grouped_gemm_params& p, const ring
     }
 }
 
-template <int kBM, bool kSwiglu>
+template <int kBM, bool kSwiglu, bool kAllBoxes, int kSilu>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                               const __grid_constant__ CUtensorMap map_c, const grouped_gemm_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    using tile = wg_tile<kBM, kSwiglu>;
+    using tile = wg_tile<kBM, kSwiglu, kAllBoxes>;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const ring_smem ring = setup_ring<tile, kBM>(smem_raw, p, 8);  // one arrive per math warp
     if (threadIdx.x < 128) {
@@ -493,21 +522,40 @@ __global__ void __launch_bounds__(kThreads, 1)
             fence_accumulators(acc);
             if (lane == 0) mbar_arrive(&empty[(it - 1) % tile::kStages]);
 
-            // Epilogue: the warpgroup's kWgOut output columns go out in boxes of 64 rows x 64 columns, each written
-            // into one of its kCBufs shared-memory buffers (once the store that last used that buffer has read it)
-            // and stored with TMA as its own bulk group.
+            // Epilogue: the warpgroup's kWgOut output columns go out in boxes of 64 rows x 64 columns.
             const int32_t col0 = n0 + (kBM == 128 ? 0 : mw * tile::kWgOut);
-#pragma unroll
-            for (int box = 0; box < tile::kWgOut / 64; ++box) {
-                const uint32_t buf = c_s + (box % tile::kCBufs) * tile::kCBoxBytes;
-                if (storer) bulk_wait_read<tile::kCBufs - 1>();
+            if constexpr (tile::kOnePhase) {
+                // A buffer per box: once the previous tile's stores have read the buffers (long done: a whole main
+                // loop ran since), all boxes are written between two barriers and stored as one bulk group.
+                if (storer) bulk_wait_read<0>();
                 warpgroup_sync(1 + mw);
-                write_box<tile::kWgN, kSwiglu>(acc, box, buf, warp, lane);
-                fence_proxy_async();  // the TMA store reads what these generic-proxy stores wrote
+#pragma unroll
+                for (int box = 0; box < tile::kWgOut / 64; ++box)
+                    write_box<tile::kWgN, kSwiglu, kSilu>(acc, box, c_s + box * tile::kCBoxBytes, warp, lane);
+                fence_proxy_async();  // the TMA stores read what these generic-proxy stores wrote
                 warpgroup_sync(1 + mw);
                 if (storer) {
-                    if (col0 + box * 64 < p.n) tma_store_2d(&map_c, buf, col0 + box * 64, rt.m0 + a_row0);
-                    bulk_commit();  // a group per box, empty past n, so that the buffer waits count boxes
+#pragma unroll
+                    for (int box = 0; box < tile::kWgOut / 64; ++box)
+                        if (col0 + box * 64 < p.n)
+                            tma_store_2d(&map_c, c_s + box * tile::kCBoxBytes, col0 + box * 64, rt.m0 + a_row0);
+                    bulk_commit();
+                }
+            } else {
+                // Otherwise each box is written into one of the kCBufs buffers (once the store that last used that
+                // buffer has read it) and stored with TMA as its own bulk group.
+#pragma unroll
+                for (int box = 0; box < tile::kWgOut / 64; ++box) {
+                    const uint32_t buf = c_s + (box % tile::kCBufs) * tile::kCBoxBytes;
+                    if (storer) bulk_wait_read<tile::kCBufs - 1>();
+                    warpgroup_sync(1 + mw);
+                    write_box<tile::kWgN, kSwiglu, kSilu>(acc, box, buf, warp, lane);
+                    fence_proxy_async();  // the TMA store reads what these generic-proxy stores wrote
+                    warpgroup_sync(1 + mw);
+                    if (storer) {
+                        if (col0 + box * 64 < p.n) tma_store_2d(&map_c, buf, col0 + box * 64, rt.m0 + a_row0);
+                        bulk_commit();  // a group per box, empty past n, so that the buffer waits count boxes
+                    }
                 }
             }
         }
@@ -701,19 +749,34 @@ void launch_tiles(Kernel kernel, int bm, const grouped_gemm_params& p, cudaStrea
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 
-/// The cooperative kernel (kPingPong false) or the ping-pong one, with or without SiLU * up.
-template <int kBM, bool kPingPong>
-void launch_swiglu_or_not(const grouped_gemm_params& p, cudaStream_t stream) {
-    if constexpr (kPingPong) {
-        if (p.swiglu)
-            launch_tiles<pp_tile<kBM, true>>(grouped_gemm_pingpong_kernel<kBM, true>, kBM, p, stream);
-        else
-            launch_tiles<pp_tile<kBM, false>>(grouped_gemm_pingpong_kernel<kBM, false>, kBM, p, stream);
-    } else {
-        if (p.swiglu)
-            launch_tiles<wg_tile<kBM, true>>(grouped_gemm_wgmma_kernel<kBM, true>, kBM, p, stream);
-        else
-            launch_tiles<wg_tile<kBM, false>>(grouped_gemm_wgmma_kernel<kBM, false>, kBM, p, stream);
+/// The ping-pong kernel, with or without SiLU * up.
+template <int kBM>
+void launch_pingpong(const grouped_gemm_params& p, cudaStream_t stream) {
+    if (p.swiglu)
+        launch_tiles<pp_tile<kBM, true>>(grouped_gemm_pingpong_kernel<kBM, true>, kBM, p, stream);
+    else
+        launch_tiles<pp_tile<kBM, false>>(grouped_gemm_pingpong_kernel<kBM, false>, kBM, p, stream);
+}
+
+template <int kBM, bool kSwiglu, bool kAllBoxes, int kSilu = kSiluDiv>
+void launch_cooperative_as(const grouped_gemm_params& p, cudaStream_t stream) {
+    constexpr int kMode = kSwiglu ? kSilu : kSiluDiv;  // without SiLU * up the mode is moot: one kernel
+    launch_tiles<wg_tile<kBM, kSwiglu, kAllBoxes>>(grouped_gemm_wgmma_kernel<kBM, kSwiglu, kAllBoxes, kMode>, kBM, p,
+                                                   stream);
+}
+
+/// The cooperative kernel with kSwiglu, kBM-row tiles and the epilogue of variant v.
+template <int kBM, bool kSwiglu>
+void launch_cooperative(const grouped_gemm_params& p, coop_variant v, cudaStream_t stream) {
+    switch (v) {
+        case coop_variant::two_buffers:
+            return launch_cooperative_as<kBM, kSwiglu, false>(p, stream);
+        case coop_variant::all_boxes:
+            return launch_cooperative_as<kBM, kSwiglu, true>(p, stream);
+        case coop_variant::all_boxes_fast_div:
+            return launch_cooperative_as<kBM, kSwiglu, true, kSiluFastDiv>(p, stream);
+        case coop_variant::all_boxes_tanh:
+            return launch_cooperative_as<kBM, kSwiglu, true, kSiluTanh>(p, stream);
     }
 }
 
@@ -736,6 +799,10 @@ bool grouped_gemm_wgmma_supported(const grouped_gemm_params& p) {
 }
 
 void launch_grouped_gemm_wgmma(const grouped_gemm_params& p, cudaStream_t stream) {
+    launch_grouped_gemm_wgmma(p, cooperative_variant(p.swiglu), stream);
+}
+
+void launch_grouped_gemm_wgmma(const grouped_gemm_params& p, coop_variant v, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(grouped_gemm_wgmma_supported(p),
                         "grouped_gemm: the wgmma kernel needs compute capability 9.x and row_align % 64 == 0");
     if (p.max_rows == 0 || p.n == 0) return;
@@ -744,9 +811,21 @@ void launch_grouped_gemm_wgmma(const grouped_gemm_params& p, cudaStream_t stream
     // tiles with the two math warpgroups splitting the columns.
     const bool tall = p.row_align % 128 == 0 || int64_t(p.max_rows) >= int64_t(p.num_experts) * (128 + p.row_align - 1);
     if (tall)
-        launch_swiglu_or_not<128, false>(p, stream);
+        p.swiglu ? launch_cooperative<128, true>(p, v, stream) : launch_cooperative<128, false>(p, v, stream);
     else
-        launch_swiglu_or_not<64, false>(p, stream);
+        p.swiglu ? launch_cooperative<64, true>(p, v, stream) : launch_cooperative<64, false>(p, v, stream);
+}
+
+coop_variant cooperative_variant(bool swiglu) {
+    const char* v = std::getenv(swiglu ? "ZMOE_GG_COOP_GATE_UP" : "ZMOE_GG_COOP_DOWN");
+    if (v == nullptr) v = std::getenv("ZMOE_GG_COOP");
+    const std::string_view s = v != nullptr ? v : "";
+    if (s == "k64") return coop_variant::two_buffers;
+    if (s == "k64all") return coop_variant::all_boxes;
+    if (s == "k64allf") return coop_variant::all_boxes_fast_div;
+    if (s == "k64allt") return coop_variant::all_boxes_tanh;
+    // The measured defaults: gate/up with one write phase per tile and SiLU through tanh.approx, down as before.
+    return swiglu ? coop_variant::all_boxes_tanh : coop_variant::two_buffers;
 }
 
 int pingpong_tile_rows() {
@@ -760,9 +839,9 @@ void launch_grouped_gemm_wgmma_pingpong(const grouped_gemm_params& p, int tile_r
     ZMOE_KERNEL_REQUIRE(tile_rows == 64 || tile_rows == 128, "grouped_gemm: ping-pong tiles have 64 or 128 rows");
     if (p.max_rows == 0 || p.n == 0) return;
     if (tile_rows == 64)
-        launch_swiglu_or_not<64, true>(p, stream);
+        launch_pingpong<64>(p, stream);
     else
-        launch_swiglu_or_not<128, true>(p, stream);
+        launch_pingpong<128>(p, stream);
 }
 
 }  // namespace zmoe::kernels::detail

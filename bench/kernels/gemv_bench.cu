@@ -4,10 +4,12 @@
 // Each shape runs as the step runs it: a CUDA graph of `layers` launches back to back (one per layer), each on its
 // own copy of the weights (so that no launch finds its weights in L2), replayed --iters times; the median replay
 // over `layers` is the time per launch. Rows: gemv (launch_gemv_bf16, programmatically dependent launches as in the
-// step) and cublaslt (launch_gemm_bf16, the path for more rows). TB/s = weight bytes / time; floor = (weights + x +
-// y bytes) / copy bandwidth (device-to-device copies, bytes read + written, best of 6).
+// step), skinny (launch_skinny_gemm_bf16, the tensor-core path for up to 64 rows, with its own split choice; and
+// skinny_sN with N CTAs per cluster for each N of --splits) and cublaslt (launch_gemm_bf16). Each variant runs where
+// it supports m. TB/s = weight bytes / time; floor = (weights + x + y bytes) / copy bandwidth (device-to-device
+// copies, bytes read + written, best of 6).
 //
-//   gemv_bench [--rows 1,2,4,8] [--iters N] [--json PATH]
+//   gemv_bench [--rows 1,2,4,8] [--splits 2,4,8] [--shapes qkv,o,router,lm_head] [--iters N] [--json PATH]
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -98,18 +100,27 @@ struct shape {
 
 int main(int argc, char** argv) {
     std::vector<int32_t> rows = {1, 2, 4, 8};
+    std::vector<int32_t> splits;
+    std::string only;  // comma-separated shape names, empty: all
     int iters = 20;
     std::string json_path;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--rows" && i + 1 < argc)
             rows = parse_list(argv[++i]);
+        else if (a == "--splits" && i + 1 < argc)
+            splits = parse_list(argv[++i]);
+        else if (a == "--shapes" && i + 1 < argc)
+            only = "," + std::string(argv[++i]) + ",";
         else if (a == "--iters" && i + 1 < argc)
             iters = std::stoi(argv[++i]);
         else if (a == "--json" && i + 1 < argc)
             json_path = argv[++i];
         else
-            return std::fprintf(stderr, "usage: gemv_bench [--rows 1,2,4,8] [--iters N] [--json PATH]\n"), 2;
+            return std::fprintf(stderr,
+                                "usage: gemv_bench [--rows 1,2,4,8] [--splits 2,4,8] [--shapes qkv,o,router,lm_head] "
+                                "[--iters N] [--json PATH]\n"),
+                   2;
     }
     // Qwen3-30B-A3B: hidden 2048, 32 query / 4 KV heads of 128, 128 experts, vocabulary 151 669.
     constexpr int32_t kHidden = 2048, kHq = 32, kHkv = 4, kHd = 128;
@@ -135,8 +146,9 @@ int main(int argc, char** argv) {
     std::ostringstream json;
     json << "{\"device\": \"" << prop.name << "\", \"copy_bytes_per_s\": " << bw << ", \"rows\": [";
     bool first_row = true;
-    std::printf("%-8s %2s %-9s %8s %7s %9s %7s\n", "shape", "m", "variant", "us", "TB/s", "floor us", "floor%");
+    std::printf("%-8s %3s %-10s %8s %7s %9s %7s\n", "shape", "m", "variant", "us", "TB/s", "floor us", "floor%");
     for (const shape& sh : shapes) {
+        if (!only.empty() && only.find("," + std::string(sh.name) + ",") == std::string::npos) continue;
         const size_t w_elems = size_t(sh.n) * sh.k, w_bytes = w_elems * sizeof(bf16);
         // As many weight copies as one step has layers, fewer where they would not fit next to each other in 4 GB.
         const int layers = int(std::clamp<size_t>((size_t(4) << 30) / w_bytes, 1, 48));
@@ -150,10 +162,28 @@ int main(int argc, char** argv) {
             const size_t y_bytes = size_t(m) * sh.n * (sh.f32 ? 4 : 2);
             const double floor_us = double(w_bytes + size_t(m) * sh.k * 2 + y_bytes) / bw * 1e6;
             std::vector<std::pair<std::string, std::function<void(int)>>> variants;
-            variants.emplace_back("gemv", [&](int l) {
-                zmoe::kernels::launch_gemv_bf16(
-                    {.x = x, .w = w[l], .y = y, .m = m, .n = sh.n, .k = sh.k, .y_fp32 = sh.f32}, stream);
-            });
+            if (zmoe::kernels::gemv_bf16_supported(m, sh.n, sh.k))
+                variants.emplace_back("gemv", [&](int l) {
+                    zmoe::kernels::launch_gemv_bf16(
+                        {.x = x, .w = w[l], .y = y, .m = m, .n = sh.n, .k = sh.k, .y_fp32 = sh.f32}, stream);
+                });
+            if (zmoe::kernels::skinny_gemm_bf16_supported(m, sh.n, sh.k)) {
+                std::vector<int32_t> split_list = {0};
+                split_list.insert(split_list.end(), splits.begin(), splits.end());
+                for (int32_t sp : split_list)
+                    variants.emplace_back(sp == 0 ? std::string("skinny") : "skinny_s" + std::to_string(sp),
+                                          [&, sp](int l) {
+                                              zmoe::kernels::launch_skinny_gemm_bf16({.x = x,
+                                                                                      .w = w[l],
+                                                                                      .y = y,
+                                                                                      .m = m,
+                                                                                      .n = sh.n,
+                                                                                      .k = sh.k,
+                                                                                      .y_fp32 = sh.f32,
+                                                                                      .splits = sp},
+                                                                                     stream);
+                                          });
+            }
             variants.emplace_back("cublaslt", [&](int l) {
                 zmoe::kernels::launch_gemm_bf16({.handle = blas,
                                                  .workspace = blas_ws,
@@ -175,7 +205,7 @@ int main(int argc, char** argv) {
                     stream, iters);
                 const double us = ms * 1e3 / layers;
                 const double tbs = double(w_bytes) / (us * 1e-6) / 1e12;
-                std::printf("%-8s %2d %-9s %8.2f %7.2f %9.2f %6.0f%%\n", sh.name, m, name.c_str(), us, tbs, floor_us,
+                std::printf("%-8s %3d %-10s %8.2f %7.2f %9.2f %6.0f%%\n", sh.name, m, name.c_str(), us, tbs, floor_us,
                             100.0 * floor_us / us);
                 json << (first_row ? "" : ", ") << "{\"shape\": \"" << sh.name << "\", \"m\": " << m
                      << ", \"n\": " << sh.n << ", \"k\": " << sh.k << ", \"variant\": \"" << name

@@ -410,8 +410,9 @@ int main(int argc, char** argv) {
         b.replica_slots = device_alloc<int32_t>(slots.size());
         ZMOE_CUDA_CHECK(cudaMemcpy(b.replica_offsets, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
         ZMOE_CUDA_CHECK(cudaMemcpy(b.replica_slots, slots.data(), slots.size() * 4, cudaMemcpyHostToDevice));
-        b.decode_scratch =
-            device_alloc<int32_t>(zmoe::kernels::moe_decode_scratch_ints(zmoe::kernels::kMoeDecodeMaxTokens, kTopK));
+        const size_t scratch_ints = zmoe::kernels::moe_decode_scratch_ints(zmoe::kernels::kMoeDecodeMaxTokens, kTopK);
+        b.decode_scratch = device_alloc<int32_t>(scratch_ints);
+        ZMOE_CUDA_CHECK(cudaMemset(b.decode_scratch, 0, scratch_ints * sizeof(int32_t)));  // zero before first use
     }
     b.blas_ws_bytes = 32u << 20;
     b.blas_ws = device_alloc<uint8_t>(b.blas_ws_bytes);

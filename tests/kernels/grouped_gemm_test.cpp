@@ -17,6 +17,7 @@ struct gemm_case {
     bool gather = false;   ///< read the unpermuted x through a_rows = row_token instead of the permuted copy
     int32_t max_ctas = 0;  ///< grouped_gemm_params::max_ctas (the persistent kernel's grid bound)
     int32_t pp_rows = 64;  ///< wgmma_pingpong: the tile height (64 or 128)
+    int32_t coop = -1;     ///< wgmma: a detail::coop_variant forced (-1: the default of cooperative_variant)
 };
 
 const char* impl_name(grouped_gemm_impl impl) {
@@ -59,6 +60,10 @@ constexpr auto kMma = grouped_gemm_impl::mma_sync;
 constexpr auto kAuto = grouped_gemm_impl::automatic;
 constexpr auto kSmall = grouped_gemm_impl::small;
 constexpr auto kPing = grouped_gemm_impl::wgmma_pingpong;
+constexpr int32_t kTwoBuffers = int32_t(detail::coop_variant::two_buffers),
+                  kAllBoxes = int32_t(detail::coop_variant::all_boxes),
+                  kAllBoxesFastDiv = int32_t(detail::coop_variant::all_boxes_fast_div),
+                  kAllBoxesTanh = int32_t(detail::coop_variant::all_boxes_tanh);
 
 class GroupedGemm : public ::testing::TestWithParam<gemm_case> {};
 
@@ -101,6 +106,8 @@ TEST_P(GroupedGemm, MatchesReference) {
     p.max_ctas = c.max_ctas;
     if (c.impl == kPing)
         detail::launch_grouped_gemm_wgmma_pingpong(p, c.pp_rows, nullptr);  // both tile shapes
+    else if (c.impl == kWgmma && c.coop >= 0)
+        detail::launch_grouped_gemm_wgmma(p, detail::coop_variant(c.coop), nullptr);
     else
         launch_grouped_gemm(p, nullptr);
     sync_and_check();
@@ -190,14 +197,27 @@ INSTANTIATE_TEST_SUITE_P(
         // more tiles; one CTA walks them all.
         gemm_case{3000, 8, 64, 128, 256, false, 64, kWgmma, true, 7},
         gemm_case{2048, 8, 32, 256, 128, true, 128, kWgmma, true, 124},
-        gemm_case{300, 4, 16, 200, 192, false, 64, kWgmma, false, 1}),
+        gemm_case{300, 4, 16, 200, 192, false, 64, kWgmma, false, 1},
+        // The cooperative kernel's epilogue variants forced (two buffers per warpgroup reused box after box, or one
+        // per box; SiLU with IEEE division, the approximate one, tanh.approx), both tile heights, ragged groups,
+        // partial last column boxes, many tiles per CTA.
+        gemm_case{300, 4, 16, 192, 200, true, 128, kWgmma, true, 0, 64, kTwoBuffers},
+        gemm_case{3000, 8, 64, 128, 264, false, 64, kWgmma, false, 0, 64, kTwoBuffers},
+        gemm_case{300, 4, 16, 192, 200, true, 64, kWgmma, true, 0, 64, kAllBoxes},
+        gemm_case{3000, 8, 64, 128, 264, false, 64, kWgmma, false, 0, 64, kAllBoxes},
+        gemm_case{5000, 4, 32, 200, 264, false, 128, kWgmma, true, 0, 64, kAllBoxes},
+        gemm_case{2048, 8, 32, 256, 136, true, 128, kWgmma, true, 0, 64, kAllBoxesFastDiv},
+        gemm_case{20000, 2, 64, 136, 128, true, 64, kWgmma, true, 7, 64, kAllBoxesFastDiv},
+        gemm_case{2048, 8, 32, 256, 136, true, 128, kWgmma, true, 0, 64, kAllBoxesTanh},
+        gemm_case{37, 3, 16, 96, 40, true, 64, kWgmma, false, 0, 64, kAllBoxesTanh}),
     [](const auto& info) {
         const auto& c = info.param;
         return make_name("t", c.num_tokens, "_k", c.top_k, "_e", c.num_experts, "_K", c.k, "_N", c.n,
                          (c.swiglu ? "_swiglu" : "_plain"), "_align", c.row_align, "_", impl_name(c.impl),
                          (c.gather ? "_gather" : ""), (c.max_ctas > 0 ? "_ctas" : ""),
                          (c.max_ctas > 0 ? std::to_string(c.max_ctas) : std::string()),
-                         (c.impl == kPing && c.pp_rows == 128 ? "_rows128" : ""));
+                         (c.impl == kPing && c.pp_rows == 128 ? "_rows128" : ""),
+                         (c.coop >= 0 ? "_coop" + std::to_string(c.coop) : std::string()));
     });
 
 }  // namespace

@@ -1,7 +1,8 @@
 // launch_moe_decode against ref::moe_decode: 1 to 8 tokens, Qwen3-30B-A3B's shape and small ones, top-k from 1 to
 // 16, renormalised or not, redundant replicas (several slots per expert), padding tokens (not counted); routing,
-// slots and counts exact, the output within BF16 tolerance; and a token's output is bitwise the same alone and in a
-// batch.
+// slots and counts exact, the output within BF16 tolerance; a token's output is bitwise the same alone and in a
+// batch; the kernel's grid barriers leave the scratch ready for the next launch (launched again on the same scratch,
+// the same results); and the shapes whose x, act and logits overflow its shared memory are refused.
 
 #include "kernels/reference/reference.hpp"
 #include "tests/kernels/test_util.hpp"
@@ -57,7 +58,8 @@ struct moe_outputs {
     std::vector<int32_t> slot_ids, counts;
 };
 
-moe_outputs run_decode(const decode_moe_case& c, const moe_inputs& in, const std::vector<int32_t>& counts0) {
+moe_outputs run_decode(const decode_moe_case& c, const moe_inputs& in, const std::vector<int32_t>& counts0,
+                       int launches = 1) {
     auto d_logits = upload(in.logits);
     auto d_offsets = upload(in.offsets), d_slots = upload(in.slots);
     auto d_valid = upload(std::vector<int32_t>{c.num_valid});
@@ -71,31 +73,34 @@ moe_outputs run_decode(const decode_moe_case& c, const moe_inputs& in, const std
     auto d_counts = upload(counts0);
     d_weights.poison();
     d_slot_ids.poison();
-    d_scratch.poison();
+    d_scratch.poison(0);  // zero before the first launch (moe_decode_scratch_ints)
     d_act.poison();
     d_out.poison();
-    launch_moe_decode({.router_w = c.fused_router ? d_router.get() : nullptr,
-                       .router_logits = d_logits.get(),
-                       .replica_offsets = d_offsets.get(),
-                       .replica_slots = d_slots.get(),
-                       .num_valid = c.num_valid < 0 ? nullptr : d_valid.get(),
-                       .x = d_x.get(),
-                       .w_gate_up = d_gu.get(),
-                       .w_down = d_down.get(),
-                       .topk_weights = d_weights.get(),
-                       .slot_ids = d_slot_ids.get(),
-                       .scratch = d_scratch.get(),
-                       .act = d_act.get(),
-                       .expert_counts = d_counts.get(),
-                       .out = d_out.get(),
-                       .num_tokens = c.num_tokens,
-                       .top_k = c.top_k,
-                       .num_experts = c.num_experts,
-                       .hidden = c.hidden,
-                       .inter = c.inter,
-                       .renormalize = c.renormalize},
-                      nullptr);
-    sync_and_check();
+    for (int l = 0; l < launches; ++l) {
+        if (l > 0) d_out.poison();
+        launch_moe_decode({.router_w = c.fused_router ? d_router.get() : nullptr,
+                           .router_logits = d_logits.get(),
+                           .replica_offsets = d_offsets.get(),
+                           .replica_slots = d_slots.get(),
+                           .num_valid = c.num_valid < 0 ? nullptr : d_valid.get(),
+                           .x = d_x.get(),
+                           .w_gate_up = d_gu.get(),
+                           .w_down = d_down.get(),
+                           .topk_weights = d_weights.get(),
+                           .slot_ids = d_slot_ids.get(),
+                           .scratch = d_scratch.get(),
+                           .act = d_act.get(),
+                           .expert_counts = d_counts.get(),
+                           .out = d_out.get(),
+                           .num_tokens = c.num_tokens,
+                           .top_k = c.top_k,
+                           .num_experts = c.num_experts,
+                           .hidden = c.hidden,
+                           .inter = c.inter,
+                           .renormalize = c.renormalize},
+                          nullptr);
+        sync_and_check();
+    }
     return {download_bf16(d_out), download(d_weights), download(d_logits), download(d_slot_ids), download(d_counts)};
 }
 
@@ -144,6 +149,30 @@ TEST_P(MoeDecodeAlone, TokenAloneEqualsTokenInBatch) {
     for (int32_t h = 0; h < batch.hidden; ++h) ASSERT_EQ(single.out[h], all.out[h]) << "element " << h;
 }
 
+TEST(MoeDecodeOneToken, RelaunchOnTheSameScratch) {
+    // Three launches on one scratch: each must find the barrier counters at zero again (a stale counter would let a
+    // block pass a barrier early or hang); the expert counts accumulate once per launch.
+    const decode_moe_case c{1, 128, 8, 2048, 768, 0, -1, true, true};
+    std::mt19937 rng(11);
+    const moe_inputs in = make_inputs(c, rng);
+    const std::vector<int32_t> zeros(c.num_experts, 0);
+    const moe_outputs once = run_decode(c, in, zeros);
+    const moe_outputs thrice = run_decode(c, in, zeros, 3);
+    EXPECT_EQ(thrice.out, once.out);
+    EXPECT_EQ(thrice.slot_ids, once.slot_ids);
+    for (int32_t e = 0; e < c.num_experts; ++e) EXPECT_EQ(thrice.counts[e], 3 * once.counts[e]) << "expert " << e;
+}
+
+TEST(MoeDecodeSupported, SharedMemoryBoundsTheShape) {
+    // x [T, hidden] bf16 + act [top_k, inter] bf16 (one token) + logits [T, experts] fp32 within 96 KB.
+    EXPECT_TRUE(moe_decode_supported(8, 8, 128, 4096, 768));     // 64 KB of x
+    EXPECT_FALSE(moe_decode_supported(8, 8, 128, 6144, 768));    // 96 KB of x + 4 KB of logits
+    EXPECT_TRUE(moe_decode_supported(1, 16, 128, 2048, 2048));   // 4 + 64 + 0.5 KB
+    EXPECT_FALSE(moe_decode_supported(1, 16, 128, 2048, 3072));  // 96 KB of act alone
+    EXPECT_FALSE(moe_decode_supported(9, 1, 128, 2048, 768));    // more than kMoeDecodeMaxTokens
+    EXPECT_FALSE(moe_decode_supported(1, 17, 128, 2048, 768));   // top-k over 16
+}
+
 INSTANTIATE_TEST_SUITE_P(Router, MoeDecodeAlone, ::testing::Bool(),
                          [](const auto& info) { return std::string(info.param ? "fused_router" : "given_logits"); });
 
@@ -160,7 +189,16 @@ INSTANTIATE_TEST_SUITE_P(
                       decode_moe_case{1, 128, 8, 2048, 768, 0, -1, true, true},
                       decode_moe_case{8, 128, 8, 256, 128, 24, -1, true, true},
                       decode_moe_case{3, 60, 4, 64, 88, 0, 2, false, true},
-                      decode_moe_case{5, 500, 2, 40, 24, 3, -1, true, true}),
+                      decode_moe_case{5, 500, 2, 40, 24, 3, -1, true, true},
+                      // One token (the one-token kernel): hidden and FFN widths that are not multiples of its 256- and
+                      // 96-vector chunks, 1 to 16 choices, replicas, padding, 8 to 512 experts.
+                      decode_moe_case{1, 60, 4, 2056, 88, 0, -1, false, true},
+                      decode_moe_case{1, 500, 2, 40, 24, 3, -1, true, true},
+                      decode_moe_case{1, 8, 8, 64, 776, 2, -1, true, true},
+                      decode_moe_case{1, 64, 16, 256, 1032, 0, -1, false, false},
+                      decode_moe_case{1, 128, 8, 4104, 128, 16, 0, true, true},
+                      decode_moe_case{1, 256, 3, 136, 40, 0, -1, true, false},
+                      decode_moe_case{1, 8, 8, 16384, 64, 0, -1, true, true}),  // x of 32 KB
     [](const auto& info) {
         const auto& c = info.param;
         return make_name("t", c.num_tokens, "_e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter, "_extra",

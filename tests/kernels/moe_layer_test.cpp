@@ -66,6 +66,7 @@ TEST_P(MoeLayerLaunch, MatchesReference) {
     device_buffer<bf16> d_xp(c.gather ? size_t(max_rows) * H : 8), d_act(size_t(max_rows) * I);
     device_buffer<bf16> d_y(size_t(max_rows) * H), d_out(size_t(T) * H);
     device_buffer<uint8_t> d_blas_ws(4u << 20);
+    d_scratch.poison(0);  // the decode path's scratch starts zeroed (moe_decode_scratch_ints)
     d_logits.poison();
     d_weights.poison();
     d_slot_ids.poison();

@@ -58,6 +58,27 @@ int32_t i32(int64_t v) { return static_cast<int32_t>(v); }
 /// 20.6 us on QKV); a decode step of 8 sequences takes 9.8 ms with it against 10.7 ms.
 bool gemv_preferred(int32_t m, int32_t n) { return m == 1 || n <= 1024 || n >= 65536; }
 
+/// Whether m rows of n outputs take launch_skinny_gemm_bf16 (tensor cores, k split over a cluster) rather than
+/// cuBLASLt, where gemv_preferred does not take them. Measured on H200 at Qwen3-30B-A3B shapes (gemv_bench, graphs
+/// of back-to-back launches; docs/benchmarks.md): it beats cuBLASLt on O (2 048 outputs) from 2 to 16 rows (7.2-8.3
+/// against 8.6-8.8 us) and on the router's 128 outputs from 9 to 32 rows (3.8-4.5 against 4.9-5.1 us), not on QKV's
+/// 5 120 outputs beyond 4 rows, nor on anything beyond 32 rows (at 64 rows QKV + O take 26.6 against 17.2 us).
+bool skinny_preferred(int32_t m, int32_t n) { return m >= 2 && m <= 16 && n <= 4096; }
+
+/// The params of launch_gemv_bf16 or launch_skinny_gemm_bf16 (the same leading fields), the rest defaulted.
+template <typename Params>
+Params small_gemm(const void* x, const void* w, const void* bias, void* y, int32_t m, int32_t n, int32_t k,
+                  bool y_fp32) {
+    return {.x = static_cast<const bf16*>(x),
+            .w = static_cast<const bf16*>(w),
+            .bias = static_cast<const bf16*>(bias),
+            .y = y,
+            .m = m,
+            .n = n,
+            .k = k,
+            .y_fp32 = y_fp32};
+}
+
 }  // namespace
 
 std::vector<int32_t> decode_graph_batch_sizes(int32_t max_num_seqs) {
@@ -335,18 +356,16 @@ void cuda_step_executor::upload_inputs(const step_shape& s) {
 void cuda_step_executor::gemm(const void* x, const void* w, void* y, int32_t m, int32_t n, int32_t k, bool y_fp32,
                               const void* bias) {
     // One row, and a few rows of the router-sized and LM-head-sized GEMMs: one streaming pass over the weights (the
-    // bias added on the way); otherwise cuBLASLt (+ a bias launch).
+    // bias added on the way); up to 16 rows of at most 4 096 outputs: the skinny tensor-core GEMM (bias fused too);
+    // otherwise cuBLASLt (+ a bias launch).
     const bool aligned = (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 == 0;
     if (aligned && kernels::gemv_bf16_supported(m, n, k) && gemv_preferred(m, n)) {
-        kernels::launch_gemv_bf16({.x = static_cast<const bf16*>(x),
-                                   .w = static_cast<const bf16*>(w),
-                                   .bias = static_cast<const bf16*>(bias),
-                                   .y = y,
-                                   .m = m,
-                                   .n = n,
-                                   .k = k,
-                                   .y_fp32 = y_fp32},
-                                  stream_);
+        kernels::launch_gemv_bf16(small_gemm<kernels::gemv_bf16_params>(x, w, bias, y, m, n, k, y_fp32), stream_);
+        return;
+    }
+    if (aligned && kernels::skinny_gemm_bf16_supported(m, n, k) && skinny_preferred(m, n)) {
+        kernels::launch_skinny_gemm_bf16(small_gemm<kernels::skinny_gemm_bf16_params>(x, w, bias, y, m, n, k, y_fp32),
+                                         stream_);
         return;
     }
     kernels::launch_gemm_bf16({.handle = blas_,

@@ -181,7 +181,8 @@ class cuda_step_executor final : public step_executor {
                                               int32_t top_k, kernels::bf16* out) const;
     /// The sampling call site: sampled[i] from logits row i with sampling[i], i < s.num_sampled.
     void sample(const step_shape& s);
-    /// y[m, n] = x[m, k] . w[n, k]^T (+ bias[n], BF16 outputs only): launch_gemv_bf16 for a few rows, else cuBLASLt.
+    /// y[m, n] = x[m, k] . w[n, k]^T (+ bias[n], BF16 outputs only): launch_gemv_bf16 for a few rows,
+    /// launch_skinny_gemm_bf16 for up to 16 rows of at most 4 096 outputs, else cuBLASLt.
     void gemm(const void* x, const void* w, void* y, int32_t m, int32_t n, int32_t k, bool y_fp32 = false,
               const void* bias = nullptr);
     void upload_replica_tables();

@@ -153,6 +153,8 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
           E == 0
               ? 0
               : kernels::moe_decode_scratch_ints(std::min(s.max_tokens, kernels::kMoeDecodeMaxTokens), s.top_k) * i32);
+    if (moe_decode_scratch.bytes() > 0)  // launch_moe_decode needs it zeroed once
+        ZMOE_CUDA_CHECK(cudaMemset(moe_decode_scratch.as<void>(), 0, moe_decode_scratch.bytes()));
     if (ep) {
         std::vector<float> ones(recv, 1.f);
         if (!ones.empty())
