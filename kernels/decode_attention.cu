@@ -21,6 +21,7 @@
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
+#include "kernels/mma_sm80.cuh"
 #include "kernels/pdl.cuh"
 
 namespace zmoe::kernels {
@@ -48,22 +49,9 @@ template <bool kTrans>
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* row) {
     const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
     if constexpr (kTrans)
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                     : "r"(a));
+        detail::ldmatrix_x4_trans(a, r);
     else
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                     : "r"(a));
-}
-
-/// d += a b, m16n8k16, BF16 in, fp32 accumulate (PTX fragment layouts: lane = 4 g + t holds rows g and g + 8).
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        detail::ldmatrix_x4(a, r);
 }
 
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
@@ -185,8 +173,8 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode
             for (int ks = 0; ks < kDimSteps; ++ks) {
                 uint32_t b[4];
                 ldmatrix_x4<false>(b, k_row + ks * 16);
-                mma_16816(s[0], qa[ks], b[0], b[1]);
-                mma_16816(s[1], qa[ks], b[2], b[3]);
+                detail::mma_bf16_16816(s[0], qa[ks], b[0], b[1]);
+                detail::mma_bf16_16816(s[1], qa[ks], b[2], b[3]);
             }
 
             // Online softmax on the registers: s[n][e] is row g + 8 (e / 2), key 8 n + 2 t + e % 2.
@@ -231,8 +219,8 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode
             for (int n = 0; n < kDimTiles; n += 2) {
                 uint32_t b[4];
                 ldmatrix_x4<true>(b, v_row + n * 8);
-                mma_16816(o[n], pa, b[0], b[1]);
-                mma_16816(o[n + 1], pa, b[2], b[3]);
+                detail::mma_bf16_16816(o[n], pa, b[0], b[1]);
+                detail::mma_bf16_16816(o[n + 1], pa, b[2], b[3]);
             }
 
             __syncwarp();  // every lane has read this stage before it is refilled

@@ -14,6 +14,7 @@
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
 #include "kernels/pdl.cuh"
+#include "kernels/stream_load.cuh"
 
 namespace zmoe::kernels {
 namespace {
@@ -22,15 +23,6 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxBlocks = 4096;  // grid-stride beyond (enough to fill any current GPU several times)
 constexpr size_t kMaxSmem = 64u << 10;
-
-/// Streams a weight chunk past L1 (each is read once).
-__device__ __forceinline__ uint4 load_stream(const uint4* src) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(src));
-    return v;
-}
 
 __device__ __forceinline__ void to_f32x8(const uint4& u, float (&f)[8]) {
     const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
@@ -57,8 +49,7 @@ __global__ void __launch_bounds__(kThreads) gemv_bf16_kernel(const gemv_bf16_par
 #pragma unroll
             for (int u = 0; u < kUnroll; ++u)
                 if (row0 + r < p.n && lane + 32 * u < kv)
-                    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(reinterpret_cast<const uint4*>(p.w) +
-                                                                    (row0 + r) * kv + lane + 32 * u));
+                    detail::prefetch_l2(reinterpret_cast<const uint4*>(p.w) + (row0 + r) * kv + lane + 32 * u);
     }
     detail::pdl_wait();
     detail::pdl_launch_dependents();
@@ -86,7 +77,8 @@ __global__ void __launch_bounds__(kThreads) gemv_bf16_kernel(const gemv_bf16_par
             for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
                 for (int r = 0; r < R; ++r)
-                    wv[r][u] = live[r] && c0 + 32 * u < kv ? load_stream(w[r] + c0 + 32 * u) : make_uint4(0, 0, 0, 0);
+                    wv[r][u] =
+                        live[r] && c0 + 32 * u < kv ? detail::load_stream(w[r] + c0 + 32 * u) : make_uint4(0, 0, 0, 0);
 #pragma unroll
             for (int u = 0; u < kUnroll; ++u) {
                 const int32_t c = c0 + 32 * u;

@@ -27,7 +27,10 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kRowsPerWarp = 32;  // weight rows: two m16 tiles
 constexpr int kChunkK = 32;       // K elements per chunk: 4 threads x 8
 
-/// A 16-byte load that bypasses L1 (weights are read once).
+/// A 16-byte load that bypasses L1 (weights are read once). Kept apart from stream_load.cuh's detail::load_stream on
+/// purpose: the same instruction, but a plain asm, not a volatile one, so the compiler is free to move these loads
+/// across the (volatile) MMAs and to drop unused ones; the kernel was tuned with this form (see launch_tiles). Both
+/// forms compile to the same sm_90a code with nvcc 13.0.
 __device__ __forceinline__ uint4 load_stream(const bf16* p) {
     uint4 v;
     asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"

@@ -17,7 +17,9 @@
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/mma_sm80.cuh"
 #include "kernels/pdl.cuh"
+#include "kernels/stream_load.cuh"
 
 namespace zmoe::kernels {
 namespace {
@@ -44,23 +46,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x2(uint32_t addr, uint32_t (&r)[2]) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
-}
-
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /// NT tiles of 8 tokens (m <= 8 * NT). Grid: (splits, ceil(n / 64)), clusters of (splits, 1, 1).
@@ -92,7 +77,7 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const skinny_gemm
     for (int i = threadIdx.x; i < kTileRows * min(nsteps, kStages - 1); i += kThreads) {
         bool valid = false;
         const uint4* src = w_src(step_begin + i / kTileRows, (i % kTileRows) * 8, valid);
-        if (valid) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(src));
+        if (valid) detail::prefetch_l2(src);
     }
     detail::pdl_wait();
     detail::pdl_launch_dependents();
@@ -135,22 +120,23 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const skinny_gemm
         const uint32_t w_base = smem_base + (s % kStages) * kStageBytes, x_base = w_base + kWBytes;
         uint32_t a[4][4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) ldmatrix_x4(w_base + swizzle(i * 16 + lane % 16, 2 * warp + lane / 16), a[i]);
+        for (int i = 0; i < 4; ++i)
+            detail::ldmatrix_x4(w_base + swizzle(i * 16 + lane % 16, 2 * warp + lane / 16), a[i]);
         if constexpr (NT == 1) {
             uint32_t b[2];
-            ldmatrix_x2(x_base + swizzle(lane % 8, 2 * warp + (lane / 8) % 2), b);
+            detail::ldmatrix_x2(x_base + swizzle(lane % 8, 2 * warp + (lane / 8) % 2), b);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) mma_bf16(acc[i][0], a[i], b[0], b[1]);
+            for (int i = 0; i < 4; ++i) detail::mma_bf16_16816(acc[i][0], a[i], b[0], b[1]);
         } else {
 #pragma unroll
             for (int j = 0; j < NT; j += 2) {
                 uint32_t b[4];
                 const int q = lane / 8;
-                ldmatrix_x4(x_base + swizzle((j + q / 2) * 8 + lane % 8, 2 * warp + q % 2), b);
+                detail::ldmatrix_x4(x_base + swizzle((j + q / 2) * 8 + lane % 8, 2 * warp + q % 2), b);
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
-                    mma_bf16(acc[i][j], a[i], b[0], b[1]);
-                    mma_bf16(acc[i][j + 1], a[i], b[2], b[3]);
+                    detail::mma_bf16_16816(acc[i][j], a[i], b[0], b[1]);
+                    detail::mma_bf16_16816(acc[i][j + 1], a[i], b[2], b[3]);
                 }
             }
         }

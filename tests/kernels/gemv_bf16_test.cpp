@@ -2,8 +2,7 @@
 // of Qwen3-30B-A3B (QKV, O, router with fp32 logits), odd row counts, short and long k; and the result does not
 // depend on the grid (a row's bits are the same alone and among many).
 
-#include "kernels/reference/reference.hpp"
-#include "tests/kernels/test_util.hpp"
+#include "tests/kernels/dense_gemm_test_util.hpp"
 
 namespace zmoe::kernels::test {
 namespace {
@@ -16,24 +15,8 @@ struct gemv_case {
 
 std::vector<float> run_gemv(const gemv_case& c, const std::vector<float>& x, const std::vector<float>& w,
                             const std::vector<float>& bias) {
-    auto d_x = upload_bf16(x);
-    auto d_w = upload_bf16(w);
-    auto d_b = upload_bf16(bias);
-    device_buffer<bf16> d_y16(size_t(c.m) * c.n);
-    device_buffer<float> d_y32(size_t(c.m) * c.n);
-    d_y16.poison();
-    d_y32.poison();
-    launch_gemv_bf16({.x = d_x.get(),
-                      .w = d_w.get(),
-                      .bias = c.bias ? d_b.get() : nullptr,
-                      .y = c.y_fp32 ? static_cast<void*>(d_y32.get()) : static_cast<void*>(d_y16.get()),
-                      .m = c.m,
-                      .n = c.n,
-                      .k = c.k,
-                      .y_fp32 = c.y_fp32},
-                     nullptr);
-    sync_and_check();
-    return c.y_fp32 ? download(d_y32) : download_bf16(d_y16);
+    return run_dense_bf16(gemv_bf16_params{.m = c.m, .n = c.n, .k = c.k, .y_fp32 = c.y_fp32}, c.bias, x, w, bias,
+                          launch_gemv_bf16);
 }
 
 class GemvBf16 : public ::testing::TestWithParam<gemv_case> {};
@@ -47,11 +30,7 @@ TEST_P(GemvBf16, MatchesReference) {
     const auto bias = random_bf16(size_t(c.n), 1.f, rng);
     const std::vector<float> got = run_gemv(c, x, w, bias);
 
-    std::vector<float> want(size_t(c.m) * c.n);
-    ref::gemm(x.data(), w.data(), want.data(), c.m, c.n, c.k);
-    if (c.bias)
-        for (int32_t i = 0; i < c.m; ++i)
-            for (int32_t j = 0; j < c.n; ++j) want[size_t(i) * c.n + j] += bias[j];
+    const std::vector<float> want = dense_reference(x, w, bias, c.bias, c.m, c.n, c.k);
     for (float v : got) ASSERT_TRUE(std::isfinite(v));
     EXPECT_LT(rel_error(got, want), c.y_fp32 ? 1e-4 : kBf16Tolerance);
 }

@@ -3,8 +3,7 @@
 // 64-row tile or the 64-wide k step, fp32 and BF16 outputs, every split count; and the result is deterministic, does
 // not depend on the other rows of x, and is the same sum whatever the split count (within fp32 rounding).
 
-#include "kernels/reference/reference.hpp"
-#include "tests/kernels/test_util.hpp"
+#include "tests/kernels/dense_gemm_test_util.hpp"
 
 namespace zmoe::kernels::test {
 namespace {
@@ -18,25 +17,8 @@ struct skinny_case {
 
 std::vector<float> run_skinny(const skinny_case& c, const std::vector<float>& x, const std::vector<float>& w,
                               const std::vector<float>& bias) {
-    auto d_x = upload_bf16(x);
-    auto d_w = upload_bf16(w);
-    auto d_b = upload_bf16(bias);
-    device_buffer<bf16> d_y16(size_t(c.m) * c.n);
-    device_buffer<float> d_y32(size_t(c.m) * c.n);
-    d_y16.poison();
-    d_y32.poison();
-    launch_skinny_gemm_bf16({.x = d_x.get(),
-                             .w = d_w.get(),
-                             .bias = c.bias ? d_b.get() : nullptr,
-                             .y = c.y_fp32 ? static_cast<void*>(d_y32.get()) : static_cast<void*>(d_y16.get()),
-                             .m = c.m,
-                             .n = c.n,
-                             .k = c.k,
-                             .y_fp32 = c.y_fp32,
-                             .splits = c.splits},
-                            nullptr);
-    sync_and_check();
-    return c.y_fp32 ? download(d_y32) : download_bf16(d_y16);
+    return run_dense_bf16(skinny_gemm_bf16_params{.m = c.m, .n = c.n, .k = c.k, .y_fp32 = c.y_fp32, .splits = c.splits},
+                          c.bias, x, w, bias, launch_skinny_gemm_bf16);
 }
 
 struct inputs {
@@ -60,11 +42,7 @@ TEST_P(SkinnyGemmBf16, MatchesReference) {
     const inputs in = random_inputs(c, uint32_t(c.m * 31 + c.n + c.k + c.splits));
     const std::vector<float> got = run_skinny(c, in.x, in.w, in.bias);
 
-    std::vector<float> want(size_t(c.m) * c.n);
-    ref::gemm(in.x.data(), in.w.data(), want.data(), c.m, c.n, c.k);
-    if (c.bias)
-        for (int32_t i = 0; i < c.m; ++i)
-            for (int32_t j = 0; j < c.n; ++j) want[size_t(i) * c.n + j] += in.bias[j];
+    const std::vector<float> want = dense_reference(in.x, in.w, in.bias, c.bias, c.m, c.n, c.k);
     for (float v : got) ASSERT_TRUE(std::isfinite(v));
     EXPECT_LT(rel_error(got, want), c.y_fp32 ? 1e-4 : kBf16Tolerance);
 }
