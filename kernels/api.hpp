@@ -503,7 +503,7 @@ struct moe_layer_params {
     moe_experts_params experts;
     const bf16* router_w = nullptr;   // [num_experts, hidden]
     float* router_logits = nullptr;   // [num_tokens, num_experts] fp32 scratch
-    cublasLtHandle_t blas = nullptr;  // the router GEMM where launch_gemv_bf16 does not take it
+    cublasLtHandle_t blas = nullptr;  // as moe_router_params
     void* blas_workspace = nullptr;   // [blas_workspace_bytes]
     size_t blas_workspace_bytes = 0;
     const int32_t* replica_offsets = nullptr;  // [num_experts + 1], as moe_route_params
@@ -525,9 +525,52 @@ bool moe_layer_uses_decode_path(const moe_layer_params& p);
 
 /// The routed experts of one MoE layer on one GPU with the softmax top-k router (what the CUDA executor runs per MoE
 /// layer and moe_layer_bench times): on the decode path launch_moe_decode (the router GEMV fused in unless
-/// !fuse_router); else the router GEMM (launch_gemv_bf16 for a few rows, cuBLASLt past them), launch_router_topk
-/// with the replica choice, then launch_moe_experts. num_tokens == 0 is a no-op.
+/// !fuse_router: launch_moe_router's logits first); else launch_moe_router (the router GEMM, then the softmax top-k
+/// with the replica choice), then launch_moe_experts. num_tokens == 0 is a no-op.
 void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------
+// The softmax top-k router of an MoE layer: the router GEMM, then launch_router_topk with the replica choice
+
+/// The router GEMM's kernel (moe_router.cu says which one automatic takes at which batch size, and why).
+enum class moe_router_impl : int32_t {
+    automatic = 0,  ///< the one measured fastest for the batch size; cuBLASLt for a shape the chosen one refuses
+    gemv = 1,       ///< launch_gemv_bf16 (up to kGemvMaxRows rows; x and router_w 16-byte aligned)
+    mma = 2,        ///< moe_router.cu's tensor-core kernel (hidden a multiple of 8; x and router_w 16-byte aligned)
+    blas = 3,       ///< cuBLASLt
+};
+
+struct moe_router_params {
+    const bf16* x = nullptr;          // [num_tokens, hidden]: the normalised hidden states
+    const bf16* router_w = nullptr;   // [num_experts, hidden]
+    float* router_logits = nullptr;   // [num_tokens, num_experts] fp32 out
+    cublasLtHandle_t blas = nullptr;  // the router GEMM on cuBLASLt (moe_router_impl)
+    void* blas_workspace = nullptr;   // [blas_workspace_bytes]
+    size_t blas_workspace_bytes = 0;
+    // The top-k; topk_weights == nullptr: the logits only (the decode path's router, its top-k its own).
+    int32_t* topk_ids = nullptr;               // [num_tokens, top_k] out: logical experts
+    float* topk_weights = nullptr;             // [num_tokens, top_k] out
+    const int32_t* replica_offsets = nullptr;  // [num_experts + 1] or nullptr (no replica choice), as moe_route_params
+    const int32_t* replica_slots = nullptr;    // as moe_route_params
+    const int32_t* num_valid = nullptr;        // [1] or nullptr (all valid): tokens from *num_valid on are padding
+    int32_t* slot_ids = nullptr;               // [num_tokens, top_k] out with replica_offsets
+    int32_t* load_counts = nullptr;            // [num_experts] or nullptr: += the valid choices of each expert
+    int32_t num_tokens = 0;
+    int32_t num_experts = 0;  ///< <= 512
+    int32_t hidden = 0;       ///< multiple of 8
+    int32_t top_k = 0;        ///< 1..16, <= num_experts
+    bool renormalize = false;
+    moe_router_impl impl = moe_router_impl::automatic;  ///< a kernel that does not take the shape: cuBLASLt
+    moe_stage_mark mark = nullptr;                      // or nullptr: called with router_gemm and router_topk
+    void* mark_context = nullptr;
+};
+
+/// router_logits = fp32(x . router_w^T) (BF16 products, fp32 accumulation; the kernel by impl), then, unless
+/// topk_weights is nullptr, launch_router_topk over them with the replica choice and load counts fused in (what
+/// launch_moe_route would add). The one router of the CUDA executor's softmax MoE layers (launch_moe_layer's and the
+/// expert-parallel path's). num_tokens
+/// == 0 is a no-op.
+void launch_moe_router(const moe_router_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
 // Sampling

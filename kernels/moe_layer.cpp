@@ -102,32 +102,30 @@ void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream) {
         return;
     }
     const bool decode = moe_layer_uses_decode_path(p);
-    if (!decode || !p.fuse_router) {
-        // A few rows: one streaming pass over the router weights; more: cuBLASLt.
-        mark(e.mark, e.mark_context, moe_stage::router_gemm);
-        const bool aligned = (reinterpret_cast<uintptr_t>(e.x) | reinterpret_cast<uintptr_t>(p.router_w)) % 16 == 0;
-        if (aligned && gemv_bf16_supported(e.num_tokens, p.num_experts, e.hidden))
-            launch_gemv_bf16({.x = e.x,
-                              .w = p.router_w,
-                              .y = p.router_logits,
-                              .m = e.num_tokens,
-                              .n = p.num_experts,
-                              .k = e.hidden,
-                              .y_fp32 = true},
-                             stream);
-        else
-            launch_gemm_bf16({.handle = p.blas,
-                              .workspace = p.blas_workspace,
-                              .workspace_bytes = p.blas_workspace_bytes,
-                              .x = e.x,
-                              .w = p.router_w,
-                              .y = p.router_logits,
-                              .m = e.num_tokens,
-                              .n = p.num_experts,
-                              .k = e.hidden,
-                              .y_fp32 = true},
-                             stream);
-    }
+    // The router: its logits only for the decode path that does not compute them itself; on the grouped path with the
+    // softmax top-k and the replica choice fused in.
+    if (!decode || !p.fuse_router)
+        launch_moe_router({.x = e.x,
+                           .router_w = p.router_w,
+                           .router_logits = p.router_logits,
+                           .blas = p.blas,
+                           .blas_workspace = p.blas_workspace,
+                           .blas_workspace_bytes = p.blas_workspace_bytes,
+                           .topk_ids = p.topk_ids,
+                           .topk_weights = decode ? nullptr : p.topk_weights,
+                           .replica_offsets = p.replica_offsets,
+                           .replica_slots = p.replica_slots,
+                           .num_valid = p.num_valid,
+                           .slot_ids = p.slot_ids,
+                           .load_counts = p.expert_counts,
+                           .num_tokens = e.num_tokens,
+                           .num_experts = p.num_experts,
+                           .hidden = e.hidden,
+                           .top_k = e.top_k,
+                           .renormalize = p.renormalize,
+                           .mark = e.mark,
+                           .mark_context = e.mark_context},
+                          stream);
     if (decode) {
         // The router GEMV (unless computed above), routing, gate|up, down and the weighted sum in three launches.
         mark(e.mark, e.mark_context, moe_stage::moe_decode);
@@ -155,22 +153,7 @@ void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream) {
         mark(e.mark, e.mark_context, moe_stage::end);
         return;
     }
-    // Softmax top-k with the replica choice fused in, then the experts over the chosen slots.
-    mark(e.mark, e.mark_context, moe_stage::router_topk);
-    launch_router_topk({.logits = p.router_logits,
-                        .topk_ids = p.topk_ids,
-                        .topk_weights = p.topk_weights,
-                        .expert_counts = nullptr,
-                        .num_tokens = e.num_tokens,
-                        .num_experts = p.num_experts,
-                        .top_k = e.top_k,
-                        .renormalize = p.renormalize,
-                        .replica_offsets = p.replica_offsets,
-                        .replica_slots = p.replica_slots,
-                        .num_valid = p.num_valid,
-                        .slot_ids = p.slot_ids,
-                        .load_counts = p.expert_counts},
-                       stream);
+    // The experts over the chosen slots.
     e.slots = p.slot_ids;
     e.topk_weights = p.topk_weights;
     launch_moe_experts(e, stream);

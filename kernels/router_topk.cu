@@ -8,6 +8,7 @@
 #include "kernels/device_utils.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/pdl.cuh"
+#include "kernels/router_topk.cuh"
 #include "kernels/warp_topk.cuh"
 
 namespace zmoe::kernels {
@@ -32,19 +33,9 @@ __global__ void __launch_bounds__(kWarps * 32) router_topk_kernel(const router_t
         float my_weight;
         detail::warp_softmax_topk<kPerLane>(p.logits + size_t(t) * p.num_experts, p.num_experts, p.top_k, p.renormalize,
                                             &my_id, &my_weight);
-        if (lane < p.top_k) {
-            const size_t a = size_t(t) * p.top_k + lane;
-            p.topk_ids[a] = my_id;
-            p.topk_weights[a] = my_weight;
-            if (p.expert_counts != nullptr) atomicAdd(&hist[my_id], 1);
-            if (p.replica_offsets != nullptr) {
-                // launch_moe_route's rule: the token's index in the batch picks the replica.
-                const int32_t first = p.replica_offsets[my_id], n = p.replica_offsets[my_id + 1] - first;
-                p.slot_ids[a] = p.replica_slots[first + t % n];
-                const int32_t num_valid = p.num_valid != nullptr ? *p.num_valid : p.num_tokens;
-                if (p.load_counts != nullptr && t < num_valid) atomicAdd(&valid_hist[my_id], 1);
-            }
-        }
+        if (lane < p.top_k)
+            detail::store_router_choice(p, t, lane, my_id, my_weight, p.expert_counts != nullptr ? hist : nullptr,
+                                        p.load_counts != nullptr ? valid_hist : nullptr);
     }
     __syncthreads();
     for (int32_t e = threadIdx.x; e < p.num_experts; e += blockDim.x) {

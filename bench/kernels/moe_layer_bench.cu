@@ -18,7 +18,9 @@
 // kernel. By default the permute only plans (offsets, destinations, row_token) and the gate/up GEMM reads x through
 // row_token; --no-gather permutes x into a copy first. --peer runs CMD after zmoe's measurements (the GPU otherwise
 // idle) and reads from its standard output the rows "<tokens> <milliseconds> ..." (the first two fields; other lines
-// are ignored): the table and the JSON then compare zmoe with that peer at the same token counts.
+// are ignored): the table and the JSON then compare zmoe with that peer at the same token counts. A second table
+// times the router alone (kernels::launch_moe_router: GEMM + softmax top-k + replica choice) as a graph on each of
+// its GEMM kernels (moe_router_impl; launch_moe_layer lets it choose).
 
 #include <algorithm>
 #include <chrono>
@@ -140,6 +142,9 @@ struct result {
     std::vector<const char*> stage_names;
     std::vector<double> stage_ms;
     double peer_ms = -1;  // < 0: no peer row for this token count
+    // The router alone (GEMM + softmax top-k + replica choice, kernels::launch_moe_router) as a graph, per GEMM
+    // kernel; < 0 where that kernel does not take the batch.
+    double router_gemv_ms = -1, router_mma_ms = -1, router_blas_ms = -1;
 };
 
 /// Runs `run(mark)` warmup times untimed, then iters times with events recorded at mark(0) .. mark(num_marks - 1)
@@ -182,6 +187,50 @@ double time_op_ms(F&& run, cudaStream_t stream, int warmup, int iters) {
                },
                stream, warmup, iters, 2)
         .back();
+}
+
+/// Median milliseconds of a CUDA graph of what enqueue(stream) enqueues.
+template <typename F>
+double time_graph_ms(F&& enqueue, cudaStream_t stream, int warmup, int iters) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    ZMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+    enqueue(stream);
+    ZMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    ZMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const double ms = time_op_ms([&] { ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, stream, warmup, iters);
+    ZMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    ZMOE_CUDA_CHECK(cudaGraphDestroy(graph));
+    return ms;
+}
+
+/// The router of the layer (kernels::launch_moe_router, as launch_moe_layer fills it) on the given GEMM kernel, as a
+/// graph.
+double time_router_ms(const layer_buffers& b, int32_t num_tokens, zmoe::kernels::moe_router_impl impl,
+                      cudaStream_t stream, int warmup, int iters) {
+    return time_graph_ms(
+        [&](cudaStream_t s) {
+            zmoe::kernels::launch_moe_router({.x = b.x,
+                                              .router_w = b.gate_w,
+                                              .router_logits = b.logits,
+                                              .blas = b.blas,
+                                              .blas_workspace = b.blas_ws,
+                                              .blas_workspace_bytes = b.blas_ws_bytes,
+                                              .topk_ids = b.ids,
+                                              .topk_weights = b.weights,
+                                              .replica_offsets = b.replica_offsets,
+                                              .replica_slots = b.replica_slots,
+                                              .slot_ids = b.slots,
+                                              .load_counts = b.counts,
+                                              .num_tokens = num_tokens,
+                                              .num_experts = kExperts,
+                                              .hidden = kHidden,
+                                              .top_k = kTopK,
+                                              .renormalize = true,
+                                              .impl = impl},
+                                             s);
+        },
+        stream, warmup, iters);
 }
 
 struct ceilings {
@@ -393,15 +442,13 @@ int main(int argc, char** argv) {
         r.median_ms = r.stage_ms.back();
         r.stage_ms.pop_back();
 
-        cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        ZMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-        enqueue_layer(b, tokens, stream, [](int) {});
-        ZMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-        ZMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        r.graph_median_ms = time_op_ms([&] { ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, stream, warmup, iters);
-        ZMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
-        ZMOE_CUDA_CHECK(cudaGraphDestroy(graph));
+        r.graph_median_ms =
+            time_graph_ms([&](cudaStream_t s) { enqueue_layer(b, tokens, s, [](int) {}); }, stream, warmup, iters);
+        using zmoe::kernels::moe_router_impl;
+        if (tokens <= zmoe::kernels::kGemvMaxRows)
+            r.router_gemv_ms = time_router_ms(b, tokens, moe_router_impl::gemv, stream, warmup, iters);
+        r.router_mma_ms = time_router_ms(b, tokens, moe_router_impl::mma, stream, warmup, iters);
+        r.router_blas_ms = time_router_ms(b, tokens, moe_router_impl::blas, stream, warmup, iters);
 
         std::vector<int32_t> counts(kExperts);
         ZMOE_CUDA_CHECK(cudaMemcpy(counts.data(), b.counts, sizeof(int32_t) * kExperts, cudaMemcpyDeviceToHost));
@@ -440,6 +487,12 @@ int main(int argc, char** argv) {
         std::printf("\n");
     }
     std::printf("(vs_peer: peer ms / zmoe's best of stream and graph; > 1 means zmoe is faster)\n");
+    std::printf(
+        "router alone (launch_moe_router: GEMM + softmax top-k + replica choice), graph ms per GEMM kernel\n"
+        "(mma_fused: GEMM and top-k in one launch; the others: then launch_router_topk):\n");
+    std::printf("%7s %10s %10s %10s\n", "tokens", "gemv", "mma_fused", "cublaslt");
+    for (const auto& r : results)
+        std::printf("%7d %10.4f %10.4f %10.4f\n", r.tokens, r.router_gemv_ms, r.router_mma_ms, r.router_blas_ms);
 
     if (!json_path.empty()) {
         char date[32];
@@ -468,7 +521,8 @@ int main(int argc, char** argv) {
               << ",\"graph_median_ms\":" << r.graph_median_ms << ",\"peer_ms\":" << r.peer_ms
               << ",\"floor_ms\":" << r.floor_ms << ",\"bytes\":" << r.bytes << ",\"flops\":" << r.flops
               << ",\"active_experts\":" << r.active_experts << ",\"path\":\"" << (r.decode_path ? "decode" : "grouped")
-              << "\",\"row_align\":" << r.row_align << ",\"stages_ms\":{";
+              << "\",\"row_align\":" << r.row_align << ",\"router_graph_ms\":{\"gemv\":" << r.router_gemv_ms
+              << ",\"mma\":" << r.router_mma_ms << ",\"cublaslt\":" << r.router_blas_ms << "},\"stages_ms\":{";
             for (size_t s = 0; s < r.stage_ms.size(); ++s)
                 f << (s ? "," : "") << "\"" << r.stage_names[s] << "\":" << r.stage_ms[s];
             f << "}}";

@@ -591,7 +591,6 @@ void cuda_step_executor::route(const cuda_layer& w, const batch_view& v) {
     const int64_t mi = w.moe_index, f = v.first;
     const int32_t T = v.num_tokens, H = i32(c.hidden_size), E = i32(c.num_experts), K = i32(c.num_experts_per_tok);
     float* logits = ws_.router_logits.as<float>();
-    gemm(ws_.xn.as<bf16>() + f * H, w.router.as<bf16>(), logits, T, E, H, true);
     int32_t* topk_ids = ws_.topk_ids.as<int32_t>() + f * K;
     float* topk_weights = ws_.topk_weights.as<float>() + f * K;
     int32_t* slot_ids = ws_.slot_ids.as<int32_t>() + f * K;
@@ -600,6 +599,7 @@ void cuda_step_executor::route(const cuda_layer& w, const batch_view& v) {
         ws_.replica_slots.as<int32_t>() + mi * int64_t(ws_.shape.num_slots) * options_.world_size();
     int32_t* load_counts = ws_.expert_counts.device + mi * E;
     if (uses_grouped_router(c)) {  // DeepSeek: its router, then the replica choice
+        gemm(ws_.xn.as<bf16>() + f * H, w.router.as<bf16>(), logits, T, E, H, true);
         launch_deepseek_router(c, w, logits, topk_ids, topk_weights, T, stream_);
         kernels::launch_moe_route({.topk_ids = topk_ids,
                                    .replica_offsets = replica_offsets,
@@ -611,21 +611,26 @@ void cuda_step_executor::route(const cuda_layer& w, const batch_view& v) {
                                    .top_k = K,
                                    .num_experts = E},
                                   stream_);
-    } else {  // softmax top-k with the replica choice fused in
-        kernels::launch_router_topk({.logits = logits,
-                                     .topk_ids = topk_ids,
-                                     .topk_weights = topk_weights,
-                                     .expert_counts = nullptr,
-                                     .num_tokens = T,
-                                     .num_experts = E,
-                                     .top_k = K,
-                                     .renormalize = c.norm_topk_prob,
-                                     .replica_offsets = replica_offsets,
-                                     .replica_slots = replica_slots,
-                                     .num_valid = v.num_valid,
-                                     .slot_ids = slot_ids,
-                                     .load_counts = load_counts},
-                                    stream_);
+    } else {  // the softmax top-k router launch_moe_layer runs, with the replica choice fused in
+        kernels::launch_moe_router({.x = ws_.xn.as<bf16>() + f * H,
+                                    .router_w = w.router.as<bf16>(),
+                                    .router_logits = logits,
+                                    .blas = blas_,
+                                    .blas_workspace = blas_workspace_.as<void>(),
+                                    .blas_workspace_bytes = kBlasWorkspace,
+                                    .topk_ids = topk_ids,
+                                    .topk_weights = topk_weights,
+                                    .replica_offsets = replica_offsets,
+                                    .replica_slots = replica_slots,
+                                    .num_valid = v.num_valid,
+                                    .slot_ids = slot_ids,
+                                    .load_counts = load_counts,
+                                    .num_tokens = T,
+                                    .num_experts = E,
+                                    .hidden = H,
+                                    .top_k = K,
+                                    .renormalize = c.norm_topk_prob},
+                                   stream_);
     }
 }
 
