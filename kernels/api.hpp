@@ -348,7 +348,7 @@ struct moe_combine_params {
 void launch_moe_combine(const moe_combine_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
-// The whole routed-expert block of a decode step of a few tokens, in three launches
+// The whole routed-expert block of a decode step of a few tokens, in one launch (grid barriers between the phases)
 
 /// Tokens (and tokens x top_k choices) the few-token MoE path takes at most.
 constexpr int32_t kMoeDecodeMaxTokens = 8;

@@ -127,7 +127,7 @@ void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream) {
                            .mark_context = e.mark_context},
                           stream);
     if (decode) {
-        // The router GEMV (unless computed above), routing, gate|up, down and the weighted sum in three launches.
+        // The router GEMV (unless computed above), routing, gate|up, down and the weighted sum in one launch.
         mark(e.mark, e.mark_context, moe_stage::moe_decode);
         launch_moe_decode({.router_w = p.fuse_router ? p.router_w : nullptr,
                            .router_logits = p.router_logits,

@@ -22,6 +22,7 @@
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/mma_sm80.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/router_topk.cuh"
 #include "kernels/warp_topk.cuh"
@@ -46,15 +47,6 @@ struct router_mma_args {
     int32_t num_tokens, num_experts, hidden;
     router_topk_params topk;
 };
-
-__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                          uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 /// Shared-memory bytes block_logits stages its loads in: per warp and step of a batch, each lane's 16 bytes of the
 /// 2 kMTiles token rows and the 2 router rows it feeds to its MMAs.
@@ -125,10 +117,11 @@ __device__ __forceinline__ void block_logits(const router_mma_args& a, uint4* st
                 // Lane (g, t4) holds values 8 t4 .. 8 t4 + 7 of the step: pairs 0, 1 play k = 2 t4 and 2 t4 + 8
                 // of the first MMA, pairs 2, 3 those of the second, for x and the router alike.
                 const uint4 lo = slot[(2 * m) * 32], hi = slot[(2 * m + 1) * 32];
-                mma_16816(acc[m][0], lo.x, hi.x, lo.y, hi.y, w0.x, w0.y);
-                mma_16816(acc[m][0], lo.z, hi.z, lo.w, hi.w, w0.z, w0.w);
-                mma_16816(acc[m][1], lo.x, hi.x, lo.y, hi.y, w1.x, w1.y);
-                mma_16816(acc[m][1], lo.z, hi.z, lo.w, hi.w, w1.z, w1.w);
+                const uint32_t a0[4] = {lo.x, hi.x, lo.y, hi.y}, a1[4] = {lo.z, hi.z, lo.w, hi.w};
+                detail::mma_bf16_16816(acc[m][0], a0, w0.x, w0.y);
+                detail::mma_bf16_16816(acc[m][0], a1, w0.z, w0.w);
+                detail::mma_bf16_16816(acc[m][1], a0, w1.x, w1.y);
+                detail::mma_bf16_16816(acc[m][1], a1, w1.z, w1.w);
             }
         }
     }
