@@ -1,4 +1,5 @@
-// launch_moe_combine against ref::moe_combine, and the whole MoE layer chained on the GPU (router, permute,
+// launch_moe_combine against ref::moe_combine (and bit for bit against its contract's summation order: fused
+// multiply-adds in top-k order), and the whole MoE layer chained on the GPU (router, permute,
 // gate/up GEMM with SiLU * up, down GEMM, combine) against the chained CPU references.
 
 #include <numeric>
@@ -44,13 +45,28 @@ TEST_P(MoeCombine, MatchesReference) {
     sync_and_check();
     std::vector<float> want(d_out.size());
     ref::moe_combine(y.data(), dest.data(), w.data(), want.data(), c.num_tokens, c.top_k, c.hidden);
-    EXPECT_LT(rel_error(download_bf16(d_out), want), kBf16Tolerance);
+    const auto got = download_bf16(d_out);
+    EXPECT_LT(rel_error(got, want), kBf16Tolerance);
+    // The contract's order exactly: per element, fp32 fused multiply-adds over the choices in top-k order.
+    std::vector<float> exact(got.size());
+    for (int32_t t = 0; t < c.num_tokens; ++t)
+        for (int32_t h = 0; h < c.hidden; ++h) {
+            float acc = 0.f;
+            for (int32_t j = 0; j < c.top_k; ++j) {
+                const size_t a = size_t(t) * c.top_k + j;
+                acc = std::fma(w[a], y[size_t(dest[a]) * c.hidden + h], acc);
+            }
+            exact[size_t(t) * c.hidden + h] = ref::round_bf16(acc);
+        }
+    EXPECT_EQ(got, exact);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeCombine,
                          ::testing::Values(combine_case{1, 2, 64}, combine_case{1, 8, 2048},
                                            combine_case{1000, 8, 2048}, combine_case{4096, 4, 256},
-                                           combine_case{33, 6, 128}, combine_case{5, 1, 64}, combine_case{100, 3, 72}),
+                                           combine_case{33, 6, 128}, combine_case{5, 1, 64}, combine_case{100, 3, 72},
+                                           combine_case{7, 12, 264}, combine_case{3, 16, 2056},
+                                           combine_case{2, 64, 4104}),
                          [](const auto& info) {
                              const auto& c = info.param;
                              return make_name("t", c.num_tokens, "_k", c.top_k, "_h", c.hidden);
