@@ -340,11 +340,11 @@ struct moe_combine_params {
     const float* topk_weights = nullptr;  // [num_tokens, top_k]
     bf16* out = nullptr;                  // [num_tokens, hidden]
     int32_t num_tokens = 0;
-    int32_t top_k = 0;
+    int32_t top_k = 0;   ///< 1..64
     int32_t hidden = 0;  ///< multiple of 8
 };
 
-/// out[t] = bf16(sum_j topk_weights[t, j] * y[dest_rows[t, j]]), summed in fp32 in top-k order.
+/// out[t] = bf16(sum_j topk_weights[t, j] * y[dest_rows[t, j]]), summed in fp32 fused multiply-adds in top-k order.
 void launch_moe_combine(const moe_combine_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
