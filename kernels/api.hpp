@@ -364,8 +364,8 @@ bool moe_decode_supported(int32_t num_tokens, int32_t top_k, int32_t num_experts
 /// alone; the CUDA executor and bench/kernels/moe_layer_bench both choose by it.
 bool moe_use_decode_path(int32_t num_tokens, int32_t top_k, int32_t num_experts, int32_t hidden, int32_t inter);
 
-/// int32 scratch launch_moe_decode needs for num_tokens x top_k choices: its grid barrier's counters. Zero it once
-/// before the first launch; every launch leaves it zero again.
+/// int32 scratch launch_moe_decode needs for num_tokens x top_k choices: its grid barrier's counters and the counter
+/// of its gate|up tail. Zero it once before the first launch; every launch leaves it zero again.
 size_t moe_decode_scratch_ints(int32_t num_tokens, int32_t top_k);
 
 struct moe_decode_params {

@@ -10,11 +10,10 @@
 //      in each block's shared memory without another launch (with more than one token, every block also finds the
 //      distinct slots of the step, ascending, and the choice of each token of each); block 0 writes topk_weights,
 //      slot_ids and the load counts;
-//   2. gate|up: one warp per (distinct slot, FFN column), grid-stride, the gate and up rows' 16-byte loads all in
-//      flight and the warp's next item prefetched to L2; act[choice] = bf16(silu(gate) * up) for every token of
-//      the slot; each warp then prefetches into L2 the down rows it will read, so the memory keeps streaming
-//      through the barrier (one token: the first choices' vectors of the warp's down row loaded into registers);
-//      barrier;
+//   2. gate|up: one warp per (distinct slot, FFN column), the whole rounds of the grid's warps dealt out and the
+//      rest taken from a counter, the gate and up rows' 16-byte loads all in flight; act[choice] = bf16(silu(gate) * up) for every token of
+//      the slot (one token: then the first choices' vectors of the warp's down row are loaded into registers, to
+//      arrive during the barrier); barrier;
 //   3. down: one warp per hidden row across the distinct slots; one token: act staged in shared memory and the y of
 //      every choice rounded to bf16 and summed with its routing weight in top-k order in registers; more tokens:
 //      act read through L2 and each (slot, token) sum rounded into shared memory, then summed per token in top-k
@@ -43,13 +42,14 @@ namespace {
 /// 0.332-0.338 ms against 0.075 / 0.120 / 0.186 ms on the grouped path (wgmma, 64-row groups) from 2 tokens on.
 constexpr int32_t kDecodePathMaxTokens = 1;
 
-/// Scratch: the grid barrier's arrival counter and the blocks done (both zero between launches).
-constexpr int32_t kOneBarrierInts = 2;
+/// Scratch: the grid barrier's arrival counter, the blocks done, and (in its own 128-byte line) the gate|up tail's
+/// next item; all zero between launches.
+constexpr int32_t kOneBarrierInts = 64;
+constexpr int32_t kTailCounter = 32;
 
 constexpr int kOneThreads = 256;
 constexpr int kOneWarps = kOneThreads / 32;
 constexpr int kOneUnroll = 8;      // gate|up: 16-byte vectors per lane in flight per row (gate and up each)
-constexpr int kGateUpAhead = 1;    // gate|up: items of a warp prefetched to L2 ahead (4: the same, measured)
 constexpr int kOneDownGroup = 4;   // down: choices whose rows are loaded together
 constexpr int kOneDownUnroll = 3;  // down: 16-byte vectors per lane per row in flight (768 / 8 / 32 = 3 at Qwen3)
 constexpr int kOneMaxTopK = 16;    // one token: its choices' sums in registers
@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
     // up to kSmemSlots of them; beyond, from global memory).
     __shared__ int32_t offsets_s[kMaxExperts + 1];
     __shared__ int32_t rslots_s[kSmemSlots];
-    uint32_t* barrier = reinterpret_cast<uint32_t*>(p.scratch);  // [counter, blocks done]
+    uint32_t* barrier = reinterpret_cast<uint32_t*>(p.scratch);  // [counter, blocks done, ..., tail counter]
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int32_t G = gridDim.x;
     const int64_t gw = int64_t(warp) * G + blockIdx.x;  // warps numbered across blocks first: rows spread over SMs
@@ -202,10 +202,10 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
     // top-k reads (a prefetch into L2, the point of coherence, cannot see stale data).
     if (fused_router)
         for (int64_t e = gw; e < E; e += W)
-            detail::prefetch_l2_range(p.router_w + size_t(e) * H, size_t(H) * sizeof(bf16), lane, false);
+            detail::prefetch_l2_range(p.router_w + size_t(e) * H, size_t(H) * sizeof(bf16), lane);
     if (warp == 0) {
-        detail::prefetch_l2_range(p.replica_offsets, size_t(E + 1) * sizeof(int32_t), lane, false);
-        detail::prefetch_l2_range(p.replica_slots, size_t(E) * sizeof(int32_t), lane, false);
+        detail::prefetch_l2_range(p.replica_offsets, size_t(E + 1) * sizeof(int32_t), lane);
+        detail::prefetch_l2_range(p.replica_slots, size_t(E) * sizeof(int32_t), lane);
     }
     detail::pdl_wait();  // x (and given logits, num_valid) come from the kernels before
     ZMOE_STAMP(0);
@@ -323,16 +323,20 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
     auto gate_row = [&](int64_t item) {
         return p.w_gate_up + (size_t(slot_of(int32_t(item / I))) * 2 * I + size_t(item % I)) * H;
     };
-    auto prefetch_item = [&](int64_t item) {
-        if (item >= items) return;
-        const bf16* g = gate_row(item);
-        detail::prefetch_l2_range(g, size_t(H) * sizeof(bf16), lane);
-        detail::prefetch_l2_range(g + size_t(I) * H, size_t(H) * sizeof(bf16), lane);
-    };
-    // The rows of the kGateUpAhead items after the current one are on their way to L2 while its loads are out.
-    for (int a = 1; a < kGateUpAhead; ++a) prefetch_item(gw + a * W);
-    for (int64_t item = gw; item < items; item += W) {
-        prefetch_item(item + kGateUpAhead * W);
+    // No L2 prefetch of the warp's next item: in the decode step (other weights in every layer) it costs 1.0-1.5%
+    // of the step, though replaying one layer (its rows partly still in L2) it looked a gain (NOTES.md, 2026-11-27).
+    // The whole rounds of W items are dealt out (item gw + r W); the rest, the tail, from a counter: a warp asks for
+    // its next tail item (one atomic by lane 0) before it starts on the current one, so the answer arrives while it
+    // computes. Multiprocessors do not stream equally fast (cold, one token: the first block done ~9 us before the
+    // last with every item dealt out), so the faster ones take more of the tail.
+    const int64_t dealt = items <= W ? items : items / W * W;  // items below this are dealt out
+    const bool has_tail = dealt < items;
+    auto ask_tail = [&]() -> uint32_t { return lane == 0 ? atomicAdd(barrier + kTailCounter, 1u) : 0u; };
+    uint32_t asked = 0;  // lane 0: the counter's answer for the warp's next item
+    int64_t item = gw < dealt ? gw : has_tail ? dealt + __shfl_sync(detail::kFullMask, ask_tail(), 0) : items;
+    while (item < items) {
+        const bool next_dealt = item + W < dealt;
+        if (!next_dealt && has_tail) asked = ask_tail();  // answered while this item is computed
         const int32_t u = int32_t(item / I), c = int32_t(item % I);
         int32_t choice[kT];
 #pragma unroll
@@ -371,12 +375,10 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
             const float g = detail::warp_sum(ag[t]), up = detail::warp_sum(au[t]);
             if (lane == 0) p.act[size_t(choice[t]) * I + c] = __float2bfloat16(g / (1.f + __expf(-g)) * up);
         }
+        item = next_dealt ? item + W : has_tail ? dealt + __shfl_sync(detail::kFullMask, asked, 0) : items;
     }
-    // The down rows this warp reads next, towards L2 (kept there) while the other warps finish gate|up.
-    for (int64_t h = gw; h < H; h += W)
-        for (int32_t u = 0; u < U; ++u)
-            detail::prefetch_l2_range(p.w_down + (size_t(slot_of(u)) * H + h) * I, size_t(I) * sizeof(bf16), lane,
-                                      true);
+    // No L2 prefetch of the down rows here: in the decode step, prefetching them (evict-last or normal priority, here
+    // or at the top-k) costs 4-9% of the step (bench/kernels/NOTES.md, 2026-11-27).
     // One token: the first kOneDownGroup choices' first vectors of this warp's first down row are loaded into
     // registers now and arrive during the barrier.
     // (One pass: the warp has at most one row and each row one block of vectors per lane.)
@@ -489,6 +491,7 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
     if (threadIdx.x == 0 && atomicAdd(barrier + 1, 1u) == uint32_t(G) - 1) {
         barrier[0] = 0;
         barrier[1] = 0;
+        barrier[kTailCounter] = 0;
 #ifdef ZMOE_MOE_DECODE_PHASE_TIMES
         print_stamps(G);
 #endif

@@ -17,19 +17,15 @@ __device__ __forceinline__ uint4 load_stream(const void* src) {
     return v;
 }
 
-/// Brings the 128-byte line holding p into L2; keep: with the evict_last priority (read again soon).
-__device__ __forceinline__ void prefetch_l2(const void* p, bool keep = false) {
-    if (keep)
-        asm volatile("prefetch.global.L2::evict_last [%0];\n" ::"l"(p));
-    else
-        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
-}
+/// Brings the 128-byte line holding p into L2 with normal priority (moe_decode's down rows prefetched with evict-last
+/// priority cost 6% of a batch-one decode step: bench/kernels/NOTES.md, 2026-11-27).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 
 /// Prefetches bytes [0, n) from p into L2, the 128-byte lines spread over a warp's lanes. A prefetch into L2, the
 /// point of coherence, never returns stale data, so it may precede the wait for an earlier kernel.
-__device__ __forceinline__ void prefetch_l2_range(const void* p, size_t n, int lane, bool keep = false) {
+__device__ __forceinline__ void prefetch_l2_range(const void* p, size_t n, int lane) {
     const auto* c = static_cast<const unsigned char*>(p);
-    for (size_t o = size_t(lane) * 128; o < n; o += 32 * 128) prefetch_l2(c + o, keep);
+    for (size_t o = size_t(lane) * 128; o < n; o += 32 * 128) prefetch_l2(c + o);
 }
 
 }  // namespace zmoe::kernels::detail

@@ -21,6 +21,11 @@
 // are ignored): the table and the JSON then compare zmoe with that peer at the same token counts. A second table
 // times the router alone (kernels::launch_moe_router: GEMM + softmax top-k + replica choice) as a graph on each of
 // its GEMM kernels (moe_router_impl; launch_moe_layer lets it choose).
+// --cold N (default 4; 1 turns it off): a third timing, "cold_ms", replays a graph of N layers back to back, each
+// with its own copy of the expert weights, and divides by N. Replaying one layer alone, the expert rows read at a few
+// tokens (75 MB at one token, 25 MB of it down rows prefetched with L2 evict-last priority) may partly stay in the
+// 50 MB L2 from one replay to the next; in a decode step every layer reads other weights. The cold column is that
+// case, and the one the step sees.
 
 #include <algorithm>
 #include <chrono>
@@ -51,6 +56,7 @@ zmoe::kernels::grouped_gemm_impl g_impl = zmoe::kernels::grouped_gemm_impl::auto
 bool g_gather = true;  // --no-gather: permute x into a copy instead of gate/up reading it through row_token
 zmoe::kernels::moe_path g_path = zmoe::kernels::moe_path::automatic;  // --path
 bool g_fused_router = true;  // --decode-router gemm: the decode path with the cuBLASLt router GEMM before it
+int g_cold_layers = 4;       // --cold: layers (each with its own expert weights) in the cold graph
 
 int32_t row_align_for(int32_t num_tokens) {
     return g_forced_align ? g_forced_align : zmoe::kernels::moe_row_align_for(num_tokens, kTopK, kExperts);
@@ -139,6 +145,7 @@ struct result {
     int32_t tokens = 0, row_align = 0, active_experts = 0;
     bool decode_path = false;
     double median_ms = 0, graph_median_ms = 0, floor_ms = 0, bytes = 0, flops = 0;
+    double cold_ms = -1;  // a graph of g_cold_layers layers with their own weights, per layer (< 0: not run)
     std::vector<const char*> stage_names;
     std::vector<double> stage_ms;
     double peer_ms = -1;  // < 0: no peer row for this token count
@@ -336,6 +343,8 @@ int main(int argc, char** argv) {
             json_path = argv[++i];
         else if (a == "--align" && i + 1 < argc)
             g_forced_align = std::stoi(argv[++i]);
+        else if (a == "--cold" && i + 1 < argc)
+            g_cold_layers = std::max(1, std::stoi(argv[++i]));
         else if (a == "--no-gather")
             g_gather = false;
         else if (a == "--peer" && i + 1 < argc)
@@ -372,8 +381,8 @@ int main(int argc, char** argv) {
             std::fprintf(stderr,
                          "usage: %s [--tokens 1,8,...] [--iters N] [--warmup N] [--path auto|decode|grouped] "
                          "[--decode-router fused|gemm] "
-                         "[--align 8|16|32|64|128] [--impl auto|mma|wgmma|pingpong|small] [--no-gather] [--peer CMD] "
-                         "[--json PATH]\n",
+                         "[--align 8|16|32|64|128] [--impl auto|mma|wgmma|pingpong|small] [--no-gather] [--cold N] "
+                         "[--peer CMD] [--json PATH]\n",
                          argv[0]);
             return 2;
         }
@@ -422,6 +431,15 @@ int main(int argc, char** argv) {
     fill(b.w1, size_t(kExperts) * 2 * kInter * kHidden, 0.03f, 3);
     fill(b.w2, size_t(kExperts) * kHidden * kInter, 0.03f, 4);
     ZMOE_CUDA_CHECK(cudaMemset(b.counts, 0, sizeof(int32_t) * kExperts));  // += per run: only > 0 is read
+    // The cold graph's layers: the same buffers with copies of the expert weights (the same routing and results).
+    std::vector<layer_buffers> cold(size_t(g_cold_layers), b);
+    for (size_t l = 1; l < cold.size(); ++l) {
+        const size_t n1 = size_t(kExperts) * 2 * kInter * kHidden, n2 = size_t(kExperts) * kHidden * kInter;
+        cold[l].w1 = device_alloc<bf16>(n1);
+        cold[l].w2 = device_alloc<bf16>(n2);
+        ZMOE_CUDA_CHECK(cudaMemcpy(cold[l].w1, b.w1, n1 * sizeof(bf16), cudaMemcpyDeviceToDevice));
+        ZMOE_CUDA_CHECK(cudaMemcpy(cold[l].w2, b.w2, n2 * sizeof(bf16), cudaMemcpyDeviceToDevice));
+    }
     ZMOE_CUDA_CHECK(cudaDeviceSynchronize());
 
     cudaStream_t stream;
@@ -444,6 +462,13 @@ int main(int argc, char** argv) {
 
         r.graph_median_ms =
             time_graph_ms([&](cudaStream_t s) { enqueue_layer(b, tokens, s, [](int) {}); }, stream, warmup, iters);
+        if (cold.size() > 1)
+            r.cold_ms = time_graph_ms(
+                            [&](cudaStream_t s) {
+                                for (const auto& layer : cold) enqueue_layer(layer, tokens, s, [](int) {});
+                            },
+                            stream, warmup, iters) /
+                        double(cold.size());
         using zmoe::kernels::moe_router_impl;
         if (tokens <= zmoe::kernels::kGemvMaxRows)
             r.router_gemv_ms = time_router_ms(b, tokens, moe_router_impl::gemv, stream, warmup, iters);
@@ -474,19 +499,21 @@ int main(int argc, char** argv) {
         "MoE layer, hidden %d, %d experts, top-%d, expert FFN %d, BF16 on %s (median of %d); floor at the "
         "measured %.0f GB/s and %.0f TFLOP/s\n",
         kHidden, kExperts, kTopK, kInter, prop.name, iters, peak.bytes_per_s * 1e-9, peak.flops_per_s * 1e-12);
-    std::printf("%7s %7s %5s %6s %10s %10s %9s %10s %7s %8s %8s %9s | %s\n", "tokens", "path", "align", "active",
-                "median_ms", "graph_ms", "peer_ms", "floor_ms", "floor%", "TFLOP/s", "GB/s", "vs_peer", "stages ms");
+    std::printf("%7s %7s %5s %6s %10s %10s %9s %9s %10s %7s %8s %8s %9s | %s\n", "tokens", "path", "align", "active",
+                "median_ms", "graph_ms", "cold_ms", "peer_ms", "floor_ms", "floor%", "TFLOP/s", "GB/s", "vs_peer", "stages ms");
     for (const auto& r : results) {
         const double best = std::min(r.median_ms, r.graph_median_ms);
         char vs[32] = "-";
         if (r.peer_ms > 0) std::snprintf(vs, sizeof vs, "%.2fx", r.peer_ms / best);
-        std::printf("%7d %7s %5d %6d %10.4f %10.4f %9.4f %10.4f %6.1f%% %8.1f %8.0f %9s |", r.tokens,
+        std::printf("%7d %7s %5d %6d %10.4f %10.4f %9.4f %9.4f %10.4f %6.1f%% %8.1f %8.0f %9s |", r.tokens,
                     r.decode_path ? "decode" : "grouped", r.row_align, r.active_experts, r.median_ms, r.graph_median_ms,
-                    r.peer_ms, r.floor_ms, 100.0 * r.floor_ms / best, r.flops / best * 1e-9, r.bytes / best * 1e-6, vs);
+                    r.cold_ms, r.peer_ms, r.floor_ms, 100.0 * r.floor_ms / best, r.flops / best * 1e-9, r.bytes / best * 1e-6, vs);
         for (size_t s = 0; s < r.stage_ms.size(); ++s) std::printf(" %s %.4f", r.stage_names[s], r.stage_ms[s]);
         std::printf("\n");
     }
-    std::printf("(vs_peer: peer ms / zmoe's best of stream and graph; > 1 means zmoe is faster)\n");
+    std::printf("(vs_peer: peer ms / zmoe's best of stream and graph; > 1 means zmoe is faster; cold_ms: a graph of %d "
+                "layers with their own expert weights, per layer)\n",
+                g_cold_layers);
     std::printf(
         "router alone (launch_moe_router: GEMM + softmax top-k + replica choice), graph ms per GEMM kernel\n"
         "(mma_fused: GEMM and top-k in one launch; the others: then launch_router_topk):\n");
@@ -518,7 +545,8 @@ int main(int argc, char** argv) {
         for (size_t i = 0; i < results.size(); ++i) {
             const auto& r = results[i];
             f << (i ? "," : "") << "{\"tokens\":" << r.tokens << ",\"median_ms\":" << r.median_ms
-              << ",\"graph_median_ms\":" << r.graph_median_ms << ",\"peer_ms\":" << r.peer_ms
+              << ",\"graph_median_ms\":" << r.graph_median_ms << ",\"cold_graph_ms\":" << r.cold_ms
+              << ",\"cold_layers\":" << g_cold_layers << ",\"peer_ms\":" << r.peer_ms
               << ",\"floor_ms\":" << r.floor_ms << ",\"bytes\":" << r.bytes << ",\"flops\":" << r.flops
               << ",\"active_experts\":" << r.active_experts << ",\"path\":\"" << (r.decode_path ? "decode" : "grouped")
               << "\",\"row_align\":" << r.row_align << ",\"router_graph_ms\":{\"gemv\":" << r.router_gemv_ms
