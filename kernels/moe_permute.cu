@@ -5,7 +5,7 @@
 //   1. chunk_count:  per chunk of kChunk assignments, a histogram over experts.
 //   2. scan:         per expert, exclusive prefix over chunks (ranges of chunks in parallel); padded group sizes;
 //                    prefix over experts.
-//   3. assign:       within a chunk, ranks from warp match masks plus per-warp counts; writes dest_rows/row_token.
+//   3. assign:       within a chunk, ranks from warp peer masks plus per-warp counts; writes dest_rows/row_token.
 //   4. gather:       x_permuted[row] = x[row_token[row]], zero rows for padding.
 // Every kernel is launched programmatically dependent (pdl.cuh): its launch overlaps the tail of the one before.
 
@@ -25,6 +25,24 @@ constexpr int kChunkWarps = kChunk / 32;
 constexpr int kMaxExperts = 1024;
 
 int32_t num_chunks(int32_t num_tokens, int32_t top_k) { return (num_tokens * top_k + kChunk - 1) / kChunk; }
+
+/// Bits that hold every expert id below num_experts.
+__device__ __forceinline__ int id_bits(int32_t num_experts) {
+    return num_experts > 1 ? 32 - __clz(num_experts - 1) : 0;
+}
+
+/// The valid lanes of the warp whose id equals this lane's (what __match_any_sync gives, less the invalid lanes), from
+/// one ballot per bit of the ids (ids below 2^bits), in place of __match_any_sync (measured: bench/kernels/NOTES.md,
+/// 2026-11-27).
+__device__ __forceinline__ unsigned match_peers(int32_t id, bool valid, int bits) {
+    unsigned peers = __ballot_sync(detail::kFullMask, valid);
+    for (int b = 0; b < bits; ++b) {
+        const bool set = (id >> b) & 1;
+        const unsigned ones = __ballot_sync(detail::kFullMask, set);
+        peers &= set ? ones : ~ones;
+    }
+    return peers;
+}
 
 __global__ void __launch_bounds__(kChunk) chunk_count_kernel(const moe_permute_params p, int32_t* chunk_counts) {
     extern __shared__ int32_t hist[];  // [num_experts] int32
@@ -109,7 +127,7 @@ __global__ void __launch_bounds__(kChunk) assign_kernel(const moe_permute_params
     const int32_t a = blockIdx.x * kChunk + threadIdx.x;
     const bool valid = a < p.num_tokens * p.top_k;
     const int32_t id = valid ? p.topk_ids[a] : -1;
-    const unsigned peers = __match_any_sync(detail::kFullMask, id);
+    const unsigned peers = match_peers(id, valid, id_bits(p.num_experts));
     const int32_t rank = __popc(peers & ((1u << lane) - 1));
     if (valid && rank == 0) warp_counts[warp * p.num_experts + id] = __popc(peers);
     __syncthreads();
@@ -143,14 +161,15 @@ size_t small_smem_bytes(int32_t num_tokens, int32_t top_k, int32_t num_experts) 
     return size_t((num_tokens * top_k + 31) / 32) * num_experts * sizeof(int32_t);
 }
 
-/// The whole plan in one block. A warp pass takes 32 assignments (a "chunk"); ranks within a chunk come from match
-/// masks, and counts[chunk][expert] turns, by a scan over the chunks per expert and one over the experts, into each
-/// chunk's first row for each expert.
+/// The whole plan in one block. A warp pass takes 32 assignments (a "chunk"); ranks within a chunk come from peer
+/// masks (match_peers), and counts[chunk][expert] turns, by a scan over the chunks per expert and one over the experts,
+/// into each chunk's first row for each expert.
 __global__ void __launch_bounds__(kSmallThreads) permute_one_block_kernel(const moe_permute_params p) {
     extern __shared__ int32_t counts[];         // [chunks][num_experts] int32: count, then the chunk's first row
     __shared__ int32_t start[kMaxExperts + 1];  // padded group size of each expert, then its first row
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, num_warps = kSmallThreads / 32;
     const int32_t n = p.num_tokens * p.top_k, chunks = (n + 31) / 32, E = p.num_experts;
+    const int bits = id_bits(E);
     for (int32_t i = threadIdx.x; i < chunks * E; i += kSmallThreads) counts[i] = 0;
     detail::pdl_wait();  // the kernel before writes what this one reads
     detail::pdl_launch_dependents();
@@ -159,7 +178,7 @@ __global__ void __launch_bounds__(kSmallThreads) permute_one_block_kernel(const 
     for (int32_t c = warp; c < chunks; c += num_warps) {
         const int32_t a = c * 32 + lane;
         const int32_t id = a < n ? p.topk_ids[a] : -1;
-        const unsigned peers = __match_any_sync(detail::kFullMask, id);
+        const unsigned peers = match_peers(id, a < n, bits);
         if (a < n && __popc(peers & ((1u << lane) - 1)) == 0) counts[c * E + id] = __popc(peers);
     }
     __syncthreads();
@@ -194,7 +213,7 @@ __global__ void __launch_bounds__(kSmallThreads) permute_one_block_kernel(const 
     for (int32_t c = warp; c < chunks; c += num_warps) {
         const int32_t a = c * 32 + lane;
         const int32_t id = a < n ? p.topk_ids[a] : -1;
-        const unsigned peers = __match_any_sync(detail::kFullMask, id);
+        const unsigned peers = match_peers(id, a < n, bits);
         if (a >= n) continue;
         const int32_t row = start[id] + counts[c * E + id] + __popc(peers & ((1u << lane) - 1));
         p.dest_rows[a] = row;
