@@ -11,9 +11,9 @@
 //      distinct slots of the step, ascending, and the choice of each token of each); block 0 writes topk_weights,
 //      slot_ids and the load counts;
 //   2. gate|up: one warp per (distinct slot, FFN column), the whole rounds of the grid's warps dealt out and the
-//      rest taken from a counter, the gate and up rows' 16-byte loads all in flight; act[choice] = bf16(silu(gate) * up) for every token of
-//      the slot (one token: then the first choices' vectors of the warp's down row are loaded into registers, to
-//      arrive during the barrier); barrier;
+//      rest taken from a counter, the gate and up rows' 16-byte loads all in flight;
+//      act[choice] = bf16(silu(gate) * up) for every token of the slot (one token: then the first choices' vectors
+//      of the warp's down row are loaded into registers, to arrive during the barrier); barrier;
 //   3. down: one warp per hidden row across the distinct slots; one token: act staged in shared memory and the y of
 //      every choice rounded to bf16 and summed with its routing weight in top-k order in registers; more tokens:
 //      act read through L2 and each (slot, token) sum rounded into shared memory, then summed per token in top-k
@@ -44,7 +44,7 @@ constexpr int32_t kDecodePathMaxTokens = 1;
 
 /// Scratch: the grid barrier's arrival counter, the blocks done, and (in its own 128-byte line) the gate|up tail's
 /// next item; all zero between launches.
-constexpr int32_t kOneBarrierInts = 64;
+constexpr int32_t kOneScratchInts = 64;
 constexpr int32_t kTailCounter = 32;
 
 constexpr int kOneThreads = 256;
@@ -331,12 +331,14 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
     // last with every item dealt out), so the faster ones take more of the tail.
     const int64_t dealt = items <= W ? items : items / W * W;  // items below this are dealt out
     const bool has_tail = dealt < items;
-    auto ask_tail = [&]() -> uint32_t { return lane == 0 ? atomicAdd(barrier + kTailCounter, 1u) : 0u; };
+    auto ask_tail = [&]() -> uint32_t { return lane == 0 && has_tail ? atomicAdd(barrier + kTailCounter, 1u) : 0u; };
+    // The tail item of lane 0's answer (items, the end, where there is no tail: dealt == items).
+    auto tail_item = [&](uint32_t answer) { return dealt + __shfl_sync(detail::kFullMask, answer, 0); };
     uint32_t asked = 0;  // lane 0: the counter's answer for the warp's next item
-    int64_t item = gw < dealt ? gw : has_tail ? dealt + __shfl_sync(detail::kFullMask, ask_tail(), 0) : items;
+    int64_t item = gw < dealt ? gw : tail_item(ask_tail());
     while (item < items) {
         const bool next_dealt = item + W < dealt;
-        if (!next_dealt && has_tail) asked = ask_tail();  // answered while this item is computed
+        if (!next_dealt) asked = ask_tail();  // answered while this item is computed
         const int32_t u = int32_t(item / I), c = int32_t(item % I);
         int32_t choice[kT];
 #pragma unroll
@@ -375,7 +377,7 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
             const float g = detail::warp_sum(ag[t]), up = detail::warp_sum(au[t]);
             if (lane == 0) p.act[size_t(choice[t]) * I + c] = __float2bfloat16(g / (1.f + __expf(-g)) * up);
         }
-        item = next_dealt ? item + W : has_tail ? dealt + __shfl_sync(detail::kFullMask, asked, 0) : items;
+        item = next_dealt ? item + W : tail_item(asked);
     }
     // No L2 prefetch of the down rows here: in the decode step, prefetching them (evict-last or normal priority, here
     // or at the top-k) costs 4-9% of the step (bench/kernels/NOTES.md, 2026-11-27).
@@ -530,7 +532,7 @@ bool moe_use_decode_path(int32_t num_tokens, int32_t top_k, int32_t num_experts,
     return num_tokens <= kDecodePathMaxTokens && moe_decode_supported(num_tokens, top_k, num_experts, hidden, inter);
 }
 
-size_t moe_decode_scratch_ints(int32_t /*num_tokens*/, int32_t /*top_k*/) { return kOneBarrierInts; }
+size_t moe_decode_scratch_ints(int32_t /*num_tokens*/, int32_t /*top_k*/) { return kOneScratchInts; }
 
 void launch_moe_decode(const moe_decode_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(moe_decode_supported(p.num_tokens, p.top_k, p.num_experts, p.hidden, p.inter),

@@ -500,20 +500,23 @@ int main(int argc, char** argv) {
         "measured %.0f GB/s and %.0f TFLOP/s\n",
         kHidden, kExperts, kTopK, kInter, prop.name, iters, peak.bytes_per_s * 1e-9, peak.flops_per_s * 1e-12);
     std::printf("%7s %7s %5s %6s %10s %10s %9s %9s %10s %7s %8s %8s %9s | %s\n", "tokens", "path", "align", "active",
-                "median_ms", "graph_ms", "cold_ms", "peer_ms", "floor_ms", "floor%", "TFLOP/s", "GB/s", "vs_peer", "stages ms");
+                "median_ms", "graph_ms", "cold_ms", "peer_ms", "floor_ms", "floor%", "TFLOP/s", "GB/s", "vs_peer",
+                "stages ms");
     for (const auto& r : results) {
         const double best = std::min(r.median_ms, r.graph_median_ms);
         char vs[32] = "-";
         if (r.peer_ms > 0) std::snprintf(vs, sizeof vs, "%.2fx", r.peer_ms / best);
         std::printf("%7d %7s %5d %6d %10.4f %10.4f %9.4f %9.4f %10.4f %6.1f%% %8.1f %8.0f %9s |", r.tokens,
                     r.decode_path ? "decode" : "grouped", r.row_align, r.active_experts, r.median_ms, r.graph_median_ms,
-                    r.cold_ms, r.peer_ms, r.floor_ms, 100.0 * r.floor_ms / best, r.flops / best * 1e-9, r.bytes / best * 1e-6, vs);
+                    r.cold_ms, r.peer_ms, r.floor_ms, 100.0 * r.floor_ms / best, r.flops / best * 1e-9,
+                    r.bytes / best * 1e-6, vs);
         for (size_t s = 0; s < r.stage_ms.size(); ++s) std::printf(" %s %.4f", r.stage_names[s], r.stage_ms[s]);
         std::printf("\n");
     }
-    std::printf("(vs_peer: peer ms / zmoe's best of stream and graph; > 1 means zmoe is faster; cold_ms: a graph of %d "
-                "layers with their own expert weights, per layer)\n",
-                g_cold_layers);
+    std::printf(
+        "(vs_peer: peer ms / zmoe's best of stream and graph; > 1 means zmoe is faster; cold_ms: a graph of %d "
+        "layers with their own expert weights, per layer)\n",
+        g_cold_layers);
     std::printf(
         "router alone (launch_moe_router: GEMM + softmax top-k + replica choice), graph ms per GEMM kernel\n"
         "(mma_fused: GEMM and top-k in one launch; the others: then launch_router_topk):\n");
@@ -546,11 +549,11 @@ int main(int argc, char** argv) {
             const auto& r = results[i];
             f << (i ? "," : "") << "{\"tokens\":" << r.tokens << ",\"median_ms\":" << r.median_ms
               << ",\"graph_median_ms\":" << r.graph_median_ms << ",\"cold_graph_ms\":" << r.cold_ms
-              << ",\"cold_layers\":" << g_cold_layers << ",\"peer_ms\":" << r.peer_ms
-              << ",\"floor_ms\":" << r.floor_ms << ",\"bytes\":" << r.bytes << ",\"flops\":" << r.flops
-              << ",\"active_experts\":" << r.active_experts << ",\"path\":\"" << (r.decode_path ? "decode" : "grouped")
-              << "\",\"row_align\":" << r.row_align << ",\"router_graph_ms\":{\"gemv\":" << r.router_gemv_ms
-              << ",\"mma\":" << r.router_mma_ms << ",\"cublaslt\":" << r.router_blas_ms << "},\"stages_ms\":{";
+              << ",\"cold_layers\":" << g_cold_layers << ",\"peer_ms\":" << r.peer_ms << ",\"floor_ms\":" << r.floor_ms
+              << ",\"bytes\":" << r.bytes << ",\"flops\":" << r.flops << ",\"active_experts\":" << r.active_experts
+              << ",\"path\":\"" << (r.decode_path ? "decode" : "grouped") << "\",\"row_align\":" << r.row_align
+              << ",\"router_graph_ms\":{\"gemv\":" << r.router_gemv_ms << ",\"mma\":" << r.router_mma_ms
+              << ",\"cublaslt\":" << r.router_blas_ms << "},\"stages_ms\":{";
             for (size_t s = 0; s < r.stage_ms.size(); ++s)
                 f << (s ? "," : "") << "\"" << r.stage_names[s] << "\":" << r.stage_ms[s];
             f << "}}";
