@@ -23,9 +23,9 @@
 // its GEMM kernels (moe_router_impl; launch_moe_layer lets it choose).
 // --cold N (default 4; 1 turns it off): a third timing, "cold_ms", replays a graph of N layers back to back, each
 // with its own copy of the expert weights, and divides by N. Replaying one layer alone, the expert rows read at a few
-// tokens (75 MB at one token, 25 MB of it down rows prefetched with L2 evict-last priority) may partly stay in the
-// 50 MB L2 from one replay to the next; in a decode step every layer reads other weights. The cold column is that
-// case, and the one the step sees.
+// tokens (75 MB at one token) may partly stay in the 50 MB L2 from one replay to the next (the more so for rows a
+// kernel prefetches with evict-last priority, as moe_decode did before 2026-11-27); in a decode step every layer reads
+// other weights. The cold column is that case, and the one the step sees.
 
 #include <algorithm>
 #include <chrono>
