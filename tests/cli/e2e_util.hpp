@@ -2,7 +2,9 @@
 // Helpers for the end-to-end tests: run the real zmoe binary as processes, on loopback, with bounded time.
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,7 +15,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -40,19 +44,51 @@ struct temp_dir {
     std::string operator/(const std::string& name) const { return (path / name).string(); }
 };
 
-/// A TCP port on 127.0.0.1 that was free a moment ago.
+/// A TCP port on 127.0.0.1 for this test process alone, held until the process exits.
+///
+/// Tests run in parallel (ctest -j) and each starts servers, so "a port that was free a moment ago" is not
+/// enough: two processes can be handed the same ephemeral port, or a client connection elsewhere can take it
+/// as its local port before the server binds it (a CI run lost a test that way). So the port is drawn below the
+/// kernel's ephemeral range (no outgoing connection is ever given it), reserved across processes by an flock on
+/// /tmp/zmoe-test-ports/PORT (released by the kernel when the process exits, however it exits), and checked
+/// bindable. The lock's descriptor stays open on purpose: a test process takes a handful of ports.
 inline int free_port() {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    socklen_t len = sizeof addr;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    const int port = ntohs(addr.sin_port);
-    close(fd);
-    return port;
+    static const std::filesystem::path dir = [] {
+        std::filesystem::path d = "/tmp/zmoe-test-ports";
+        std::error_code ec;
+        std::filesystem::create_directories(d, ec);
+        std::filesystem::permissions(d, std::filesystem::perms::all, ec);
+        return d;
+    }();
+    int lo = 32768;  // the ephemeral range's start, on Linux's default
+    {
+        std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+        int a = 0;
+        if (range >> a && a > 12000) lo = a;
+    }
+    constexpr int kFloor = 10000;
+    const int span = lo - kFloor;
+    static std::mt19937 rng{std::random_device{}()};
+    for (int attempt = 0; attempt < 4 * span; ++attempt) {
+        const int port = kFloor + static_cast<int>(rng() % static_cast<unsigned>(span));
+        const int lock = ::open((dir / std::to_string(port)).c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0666);
+        if (lock < 0) continue;
+        if (flock(lock, LOCK_EX | LOCK_NB) != 0) {
+            ::close(lock);
+            continue;
+        }
+        const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        addr.sin_port = htons(static_cast<uint16_t>(port));
+        const bool bindable = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+        ::close(fd);
+        if (bindable) return port;  // `lock` stays open: the port is this process's until it exits
+        ::close(lock);
+    }
+    ADD_FAILURE() << "no free loopback port between " << kFloor << " and " << lo;
+    return 0;
 }
 
 /// `zmoe serve --model MODEL --port P --threads 1 EXTRA...` (env: more environment variables) on a free loopback port,
@@ -86,9 +122,16 @@ struct serve_process {
             }
             if (!proc.running()) break;
         }
-        ADD_FAILURE() << "server did not become healthy";
+        // Thrown, not a non-fatal failure: a test must not go on against no server (or against whatever answers on
+        // the port), which once made a test wait on someone else's requests until ctest killed it.
+        const bool hung = proc.running();
+        stop();
+        throw std::runtime_error("zmoe serve on port " + std::to_string(port) +
+                                 (hung ? " did not become healthy within 60 s" : " exited before it was healthy"));
     }
-    ~serve_process() {
+    ~serve_process() { stop(); }
+    /// SIGTERM, then SIGKILL after 15 s; a no-op once it has exited.
+    void stop() {
         if (proc.running()) {
             proc.kill(SIGTERM);
             if (!proc.wait_for(std::chrono::seconds(15))) {
