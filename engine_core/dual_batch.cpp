@@ -4,6 +4,17 @@
 
 namespace zmoe {
 
+int32_t dbo_prefill_token_threshold_for(int32_t workers) { return workers >= 4 ? 2048 : 8192; }
+
+dbo_options dbo_options::of(bool enabled, int32_t decode_token_threshold, int32_t prefill_token_threshold,
+                            int32_t workers) {
+    return dbo_options{.enabled = enabled,
+                       .decode_token_threshold = decode_token_threshold,
+                       .prefill_token_threshold = prefill_token_threshold > 0
+                                                      ? prefill_token_threshold
+                                                      : dbo_prefill_token_threshold_for(workers)};
+}
+
 bool should_split_step(const std::vector<step_request>& steps, const dbo_options& options) {
     if (!options.enabled) return false;
     size_t busiest = 0;

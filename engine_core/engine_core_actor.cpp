@@ -31,9 +31,7 @@ engine_core_actor::engine_core_actor(engine_core_options options)
     const engine_config& c = options_.config;
     if (c.workers < 1) throw error(errc::invalid_argument, "--workers must be >= 1");
     workers_.resize(c.workers);
-    dbo_ = dbo_options{.enabled = c.enable_dbo,
-                       .decode_token_threshold = c.dbo_decode_token_threshold,
-                       .prefill_token_threshold = c.dbo_prefill_token_threshold};
+    dbo_ = dbo_options::of(c.enable_dbo, c.dbo_decode_token_threshold, c.dbo_prefill_token_threshold, c.workers);
     if (model_.num_moe_layers() > 0) {
         placement_ =
             expert_placement::initial(static_cast<int32_t>(model_.num_moe_layers()),
@@ -222,6 +220,10 @@ void engine_core_actor::handle_ready(int32_t rank, const worker_ready& m) {
     }
     ZMOE_LOG(info, "engine core: serving (" << c.workers << " rank(s), max_model_len " << cfg.max_model_len
                                             << ", async " << (cfg.async_scheduling ? "on" : "off") << ")");
+    if (dbo_.enabled)
+        ZMOE_LOG(info, "engine core: dual-batch overlap on: a step splits at "
+                           << dbo_.prefill_token_threshold << " tokens on some rank with prefill, "
+                           << dbo_.decode_token_threshold << " when decoding only");
     if (!frontend_identity_.empty()) send_frontend_welcome();
     update_gauges();
 }

@@ -45,13 +45,14 @@ struct engine_config {
     /// A layer's placement changes only when its balancedness on the load window gains more than this (window noise
     /// would otherwise move slots at every interval for nothing).
     double eplb_min_gain = 0.02;
-    // Dual-batch overlap (engine_core/dual_batch.hpp). Defaults from the crossover measured on 2 x H200 with the
-    // peer-to-peer exchange (docs/benchmarks.md): decode steps were slower with DBO at every size measured (each
-    // micro-batch re-reads the experts' weights), so they never split (2^30 tokens); prefill steps first gained at
-    // 8192 tokens per rank.
+    // Dual-batch overlap (engine_core/dual_batch.hpp). Defaults from the crossovers measured with the peer-to-peer
+    // exchange (docs/benchmarks.md): decode steps were slower with DBO at every size measured on 2 and 4 GPUs (each
+    // micro-batch re-reads the experts' weights), so they never split (2^30 tokens). Prefill steps first gained at
+    // 8192 tokens per rank on 2 GPUs and at 2048 on 4 (the exchange grows with the ranks), so the prefill threshold's
+    // default, 0, means "by the number of workers" (dbo_prefill_token_threshold_for).
     bool enable_dbo = false;
     int32_t dbo_decode_token_threshold = 1 << 30;
-    int32_t dbo_prefill_token_threshold = 8192;
+    int32_t dbo_prefill_token_threshold = 0;
     // Liveness.
     int32_t heartbeat_ms = 1000;
     /// Heartbeat intervals of silence after which a peer is dead: every actor of the run (frontend, engine core,
@@ -128,7 +129,8 @@ void for_each_engine_flag(Config& c, Visitor&& visit) {
           c.dbo_decode_token_threshold);
     visit(engine_flag_info{"dbo-prefill-token-threshold",
                            "with --enable-dbo: a step with prefill splits when some "
-                           "rank has at least this many tokens"},
+                           "rank has at least this many tokens (0: by the worker count, "
+                           "8192 below 4 workers, 2048 from 4, the crossovers measured)"},
           c.dbo_prefill_token_threshold);
     visit(engine_flag_info{"heartbeat-ms",
                            "heartbeat interval; a peer silent for --heartbeat-max-missed intervals "

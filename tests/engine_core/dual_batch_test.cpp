@@ -46,5 +46,25 @@ TEST(DualBatch, EmptyStepsNeverSplit) {
     EXPECT_TRUE(should_split_step({share({}), share({1})}, o));
 }
 
+// --dbo-prefill-token-threshold 0 (the default) stands for the crossover measured at the run's worker count; any other
+// value is taken as given.
+TEST(DualBatch, PrefillThresholdZeroIsResolvedByTheWorkerCount) {
+    EXPECT_EQ(dbo_options::of(true, 1 << 30, 0, 1).prefill_token_threshold, 8192);
+    EXPECT_EQ(dbo_options::of(true, 1 << 30, 0, 2).prefill_token_threshold, 8192);
+    EXPECT_EQ(dbo_options::of(true, 1 << 30, 0, 3).prefill_token_threshold, 8192);
+    EXPECT_EQ(dbo_options::of(true, 1 << 30, 0, 4).prefill_token_threshold, 2048);
+    EXPECT_EQ(dbo_options::of(true, 1 << 30, 0, 8).prefill_token_threshold, 2048);
+    EXPECT_EQ(dbo_options::of(true, 1 << 30, 100, 4).prefill_token_threshold, 100);
+    EXPECT_EQ(dbo_options::of(true, 1 << 30, 100, 2).prefill_token_threshold, 100);
+    const dbo_options four = dbo_options::of(true, 1 << 30, 0, 4);
+    EXPECT_EQ(four.decode_token_threshold, 1 << 30);
+    EXPECT_TRUE(four.enabled);
+    // With 4 workers a 2048-token prefill on one rank splits the step; with 2 it does not.
+    EXPECT_TRUE(should_split_step({share({2048}), share({}), share({1}), share({})}, four));
+    EXPECT_FALSE(should_split_step({share({2047}), share({}), share({1}), share({})}, four));
+    EXPECT_FALSE(should_split_step({share({2048}), share({1})}, dbo_options::of(true, 1 << 30, 0, 2)));
+    EXPECT_FALSE(dbo_options::of(false, 1 << 30, 0, 4).enabled);
+}
+
 }  // namespace
 }  // namespace zmoe
