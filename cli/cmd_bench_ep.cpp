@@ -235,7 +235,7 @@ int run(int argc, char** argv) {
                         {"step_kind", o.prefill.empty() ? "decode" : "prefill"}};
 
 #ifdef ZMOE_WITH_CUDA
-    const double factor = o.capacity_factor > 0 ? o.capacity_factor : 1.25;  // the executor's default
+    const double factor = o.capacity_factor;  // 0: the executor's default window (workers/ep_capacity.hpp)
     const auto ex = zmoe::measure_ep_exchange({.world = o.workers,
                                                .tokens = o.exchange_tokens,
                                                .hidden = static_cast<int32_t>(cfg.hidden_size),

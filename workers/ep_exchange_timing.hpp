@@ -14,7 +14,7 @@ struct ep_exchange_timing_params {
     int32_t hidden = 2048;
     int32_t top_k = 8;
     int32_t num_experts = 128;  ///< num_experts / world slots per rank
-    double capacity_factor = 1.25;
+    double capacity_factor = 0;  ///< as executor_options::ep_capacity_factor (0: the executor's default window)
     int iterations = 50;  ///< timed, after a few untimed
 };
 

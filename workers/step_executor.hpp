@@ -59,7 +59,8 @@ struct executor_options {
     expert_comm* comm = nullptr;  ///< CPU expert-parallel collective (not owned)
     std::string collective_id;    ///< CUDA: the NCCL unique id bytes rank 0 made (welcome)
     /// CUDA expert parallelism: the fixed exchange window per rank is this × the even share of a step's rows
-    /// (cuda_ep_exchange::capacity_for); a step that overflows it is redone on the exact path. 0: the default.
+    /// (ep_window_capacity); a step that overflows it is redone on the exact path. 0: the default rule (the share
+    /// with room for a random routing's spread, workers/ep_capacity.hpp).
     double ep_capacity_factor = 0;
     /// Benchmarks only (CUDA expert parallelism): the fixed exchange's transfers become local copies of the same
     /// bytes, to time a step without its all-to-all; the results are wrong.

@@ -1,8 +1,8 @@
 #pragma once
 // Helpers for the end-to-end tests: run the real zmoe binary as processes, on loopback, with bounded time.
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/file.h>
 #include <sys/socket.h>

@@ -8,6 +8,7 @@
 
 #include "base/check.hpp"
 #include "kernels/cuda_check.hpp"
+#include "workers/ep_capacity.hpp"
 
 namespace zmoe::cuda {
 namespace {
@@ -144,10 +145,7 @@ kernels::ep_p2p_params cuda_ep_exchange::p2p_params(int lane, int32_t capacity, 
 
 int32_t cuda_ep_exchange::capacity_for(int32_t max_tokens, double factor) const {
     if (max_tokens > p_.max_fixed_tokens) return 0;
-    const int64_t tk = int64_t(std::max(max_tokens, 1)) * p_.top_k;
-    auto c = static_cast<int64_t>(std::ceil(factor * static_cast<double>(tk) / world_));
-    c = (std::max<int64_t>(c, 1) + 7) / 8 * 8;
-    return static_cast<int32_t>(std::min<int64_t>({c, tk, max_capacity_}));
+    return ep_window_capacity(max_tokens, p_.top_k, world_, factor, max_capacity_);
 }
 
 void cuda_ep_exchange::begin_step(cudaStream_t stream) {

@@ -88,8 +88,8 @@ class cuda_ep_exchange {
     cuda_ep_exchange& operator=(const cuda_ep_exchange&) = delete;
 
     /// The fixed path's rows per destination rank for a lane of at most `max_tokens` tokens on any rank:
-    /// factor × the even share (max_tokens × top_k / world), rounded up to 8, at most max_tokens × top_k (then no
-    /// routing can overflow) and at most what the buffers hold; 0 (exact path) when the lane does not fit them.
+    /// ep_window_capacity (workers/ep_capacity.hpp; `factor` <= 0: the default rule, the even share with room for
+    /// a random routing's spread), at most what the buffers hold; 0 (exact path) when the lane does not fit them.
     int32_t capacity_for(int32_t max_tokens, double factor) const;
 
     /// Clears the step's overflow flag (enqueued on `stream`, capturable). Before the first fixed dispatch of a step.

@@ -15,9 +15,6 @@ namespace {
 
 using kernels::bf16;
 
-/// The fixed window's default headroom over the even share of a step's rows.
-constexpr double kDefaultCapacityFactor = 1.25;
-
 int32_t i32_of(int64_t v) { return static_cast<int32_t>(v); }
 
 }  // namespace
@@ -34,7 +31,7 @@ cuda_step_executor::ep_agreement cuda_step_executor::ep_agree(const step_shape& 
 }
 
 cuda_step_executor::ep_step_mode cuda_step_executor::ep_graph_mode(int32_t batch, bool dual) const {
-    const double f = options_.ep_capacity_factor > 0 ? options_.ep_capacity_factor : kDefaultCapacityFactor;
+    const double f = options_.ep_capacity_factor;  // <= 0: the default window (workers/ep_capacity.hpp)
     ep_step_mode m{.dual = dual};
     if (!dual) {
         m.capacity[0] = ep_->capacity_for(batch, f);
@@ -48,7 +45,7 @@ cuda_step_executor::ep_step_mode cuda_step_executor::ep_graph_mode(int32_t batch
 }
 
 cuda_step_executor::ep_step_mode cuda_step_executor::ep_eager_mode(const ep_agreement& a, int32_t split) const {
-    const double f = options_.ep_capacity_factor > 0 ? options_.ep_capacity_factor : kDefaultCapacityFactor;
+    const double f = options_.ep_capacity_factor;  // <= 0: the default window (workers/ep_capacity.hpp)
     ep_step_mode m{.dual = a.dual, .split = split};
     if (!a.dual) {
         m.capacity[0] = ep_->capacity_for(a.max_tokens, f);
