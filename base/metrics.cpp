@@ -154,6 +154,8 @@ const std::map<std::string, family_info>& known_families() {
         {"request_latency_seconds", {"Time from a request's arrival at the frontend to its end."}},
         // workers
         {"sampled_tokens", {"Tokens this worker sampled."}},
+        {"exchange_steps_redone",
+         {"Steps this worker redid on the exact expert exchange because a fixed window overflowed."}},
         {"step_compute_seconds", {"Time a worker spent computing one step."}},
         {"step_wait_seconds", {"Time a worker's compute thread sat idle before a step arrived."}},
         {"alive", {"1 while the engine core hears this worker's heartbeats."}},

@@ -253,6 +253,8 @@ void engine_core_actor::handle_step_result(int32_t rank, step_result&& m) {
     // The worker reports a running total: the counter follows it (docs/reliability.md, hostile input).
     const double dropped = static_cast<double>(m.frames_dropped);
     w.counter_add("frames_dropped", std::max(0.0, dropped - w.counter("frames_dropped")));  // present at 0 too
+    const double redone = static_cast<double>(m.exchange_steps_redone);
+    w.counter_add("exchange_steps_redone", std::max(0.0, redone - w.counter("exchange_steps_redone")));
     it->second[rank] = std::move(m);
     while (!in_flight_.empty()) {
         auto& slot = results_[in_flight_.front()];

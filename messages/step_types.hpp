@@ -97,6 +97,9 @@ struct step_result {
     /// Appended: how long this rank's compute thread waited, idle, between finishing its previous task and
     /// receiving this step (0 when the step was already queued): time the device had no step to run.
     double wait_ms = 0.0;
+    /// Appended: steps this rank has redone on the exact expert exchange since it started, because some rank's fixed
+    /// window overflowed (CUDA expert parallelism; each costs about a second step). A running total.
+    uint64_t exchange_steps_redone = 0;
 };
 
 }  // namespace zmoe

@@ -61,6 +61,7 @@ step_result read_step_result(field_cursor& f, msgpack_reader& r) {
     m.compute_ms = f.read_double("step_result.compute_ms");
     m.frames_dropped = f.read_uint("step_result.frames_dropped");  // appended
     m.wait_ms = f.read_double("step_result.wait_ms");              // appended
+    m.exchange_steps_redone = f.read_uint("step_result.exchange_steps_redone");  // appended
     return m;
 }
 }  // namespace
@@ -121,7 +122,7 @@ std::string encode(const step_request& m) {
 }
 
 std::string encode(const step_result& m) {
-    auto w = start(worker_kind::step_result, 7, 64 + 16 * m.tokens.size() + 4 * m.expert_counts.size());
+    auto w = start(worker_kind::step_result, 8, 64 + 16 * m.tokens.size() + 4 * m.expert_counts.size());
     w.uint(m.step_id);
     w.sint(m.rank);
     w.array_header(static_cast<uint32_t>(m.tokens.size()));
@@ -135,6 +136,7 @@ std::string encode(const step_result& m) {
     w.f64(m.compute_ms);
     w.uint(m.frames_dropped);
     w.f64(m.wait_ms);
+    w.uint(m.exchange_steps_redone);
     return w.take();
 }
 

@@ -381,8 +381,12 @@ TEST(Reliability, ForgedAllToAllFramesAreDroppedAndTheRunGoesOn) {
     // What was dropped is counted, per worker, in the metrics (and so in `zmoe ctl metrics` and Prometheus text).
     zmoe::zmoe_client c(s.endpoint());
     const auto m = nlohmann::json::parse(c.metrics(10s));
-    for (const char* w : {"worker_0", "worker_1"})
+    for (const char* w : {"worker_0", "worker_1"}) {
         EXPECT_GT(counter(m[w]["counters"], "frames_dropped"), 0) << w << ": " << m[w].dump();
+        // Each worker's exchange redo count is there from its first step; CPU workers never redo one.
+        ASSERT_TRUE(m[w]["counters"].contains("exchange_steps_redone")) << w << ": " << m[w].dump();
+        EXPECT_EQ(counter(m[w]["counters"], "exchange_steps_redone"), 0) << w;
+    }
 }
 
 // Failure 4b: the first peer to say hello on the engine core's frontend endpoint took the frontend's place.

@@ -57,6 +57,7 @@ step_result sample_result(int num_tokens, int num_counts) {
     m.compute_ms = 3.25;
     m.frames_dropped = 7001;
     m.wait_ms = 0.625;
+    m.exchange_steps_redone = 299;
     return m;
 }
 

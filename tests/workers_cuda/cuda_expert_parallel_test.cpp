@@ -103,6 +103,8 @@ std::vector<step_driver> run_expert_parallel(const std::string& dir, const std::
                     q.dual_batch = run.dual;             // the engine core sets it for every rank alike
                     std::vector<std::vector<float>> logits;
                     const step_result res = ex.execute(q, &logits);
+                    // What the engine core's exchange_steps_redone counter follows: the running total, every step.
+                    EXPECT_EQ(res.exchange_steps_redone, static_cast<uint64_t>(ex.ep_overflow_steps())) << "rank " << r;
                     drivers[r].record(q, res, logits);
                 }
                 if (stats)

@@ -880,6 +880,7 @@ step_result cuda_step_executor::execute(const step_request& request, std::vector
         ++out;
     }
     result.compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    result.exchange_steps_redone = static_cast<uint64_t>(ep_overflow_steps_);
     return result;
 }
 
