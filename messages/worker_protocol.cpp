@@ -59,8 +59,8 @@ step_result read_step_result(field_cursor& f, msgpack_reader& r) {
     }
     m.expert_counts = f.read_uint32_le("step_result.expert_counts", kMaxExpertCounts);
     m.compute_ms = f.read_double("step_result.compute_ms");
-    m.frames_dropped = f.read_uint("step_result.frames_dropped");  // appended
-    m.wait_ms = f.read_double("step_result.wait_ms");              // appended
+    m.frames_dropped = f.read_uint("step_result.frames_dropped");                // appended
+    m.wait_ms = f.read_double("step_result.wait_ms");                            // appended
     m.exchange_steps_redone = f.read_uint("step_result.exchange_steps_redone");  // appended
     return m;
 }

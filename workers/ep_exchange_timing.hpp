@@ -13,9 +13,9 @@ struct ep_exchange_timing_params {
     int32_t tokens = 128;  ///< per rank
     int32_t hidden = 2048;
     int32_t top_k = 8;
-    int32_t num_experts = 128;  ///< num_experts / world slots per rank
+    int32_t num_experts = 128;   ///< num_experts / world slots per rank
     double capacity_factor = 0;  ///< as executor_options::ep_capacity_factor (0: the executor's default window)
-    int iterations = 50;  ///< timed, after a few untimed
+    int iterations = 50;         ///< timed, after a few untimed
 };
 
 /// One rank's medians, in µs: the fixed path's dispatch + combine replayed as a CUDA graph (what a decode graph
