@@ -3,6 +3,7 @@
 // (`kv_blocks_used{rank="1"}`), which the exporters keep as they are. Not thread-safe: an actor owns one and
 // touches it on its own thread.
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -28,6 +29,12 @@ struct histogram {
 class metrics_registry {
   public:
     void counter_add(const std::string& name, double v = 1.0) { counters_[name] += v; }
+    /// A counter that follows a running total kept elsewhere (a worker's): raised to `total`, never lowered; present
+    /// at 0 from the first report.
+    void counter_follow(const std::string& name, double total) {
+        double& c = counters_[name];
+        c = std::max(c, total);
+    }
     void gauge_set(const std::string& name, double v) { gauges_[name] = v; }
     void observe(const std::string& name, double v) { histograms_[name].observe(v); }
     double counter(const std::string& name) const;

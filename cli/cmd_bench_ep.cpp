@@ -235,13 +235,13 @@ int run(int argc, char** argv) {
                         {"step_kind", o.prefill.empty() ? "decode" : "prefill"}};
 
 #ifdef ZMOE_WITH_CUDA
-    const double factor = o.capacity_factor;  // 0: the executor's default window (workers/ep_capacity.hpp)
+    // capacity_factor 0: the executor's default window (workers/ep_capacity.hpp).
     const auto ex = zmoe::measure_ep_exchange({.world = o.workers,
                                                .tokens = o.exchange_tokens,
                                                .hidden = static_cast<int32_t>(cfg.hidden_size),
                                                .top_k = static_cast<int32_t>(cfg.num_experts_per_tok),
                                                .num_experts = static_cast<int32_t>(cfg.num_experts),
-                                               .capacity_factor = factor});
+                                               .capacity_factor = o.capacity_factor});
     std::printf("\nzmoe bench ep: MoE exchange per layer, %d tokens per rank, %d GPUs, hidden %ld, top-%ld of %ld\n",
                 o.exchange_tokens, o.workers, static_cast<long>(cfg.hidden_size),
                 static_cast<long>(cfg.num_experts_per_tok), static_cast<long>(cfg.num_experts));
@@ -274,7 +274,7 @@ int run(int argc, char** argv) {
                        {"exact_send_bytes", t.exact_send_bytes}});
     }
     std::fflush(stdout);
-    j["exchange"] = {{"tokens_per_rank", o.exchange_tokens}, {"capacity_factor", factor}, {"ranks", jex}};
+    j["exchange"] = {{"tokens_per_rank", o.exchange_tokens}, {"capacity_factor", o.capacity_factor}, {"ranks", jex}};
 #endif
 
     if (o.exchange_only) {

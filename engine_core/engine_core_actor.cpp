@@ -250,11 +250,9 @@ void engine_core_actor::handle_step_result(int32_t rank, step_result&& m) {
     w.observe("step_wait_ms", m.wait_ms);
     w.counter_add("steps");
     w.counter_add("sampled_tokens", static_cast<double>(m.tokens.size()));
-    // The worker reports a running total: the counter follows it (docs/reliability.md, hostile input).
-    const double dropped = static_cast<double>(m.frames_dropped);
-    w.counter_add("frames_dropped", std::max(0.0, dropped - w.counter("frames_dropped")));  // present at 0 too
-    const double redone = static_cast<double>(m.exchange_steps_redone);
-    w.counter_add("exchange_steps_redone", std::max(0.0, redone - w.counter("exchange_steps_redone")));
+    // The worker reports running totals: the counters follow them (docs/reliability.md, hostile input).
+    w.counter_follow("frames_dropped", static_cast<double>(m.frames_dropped));
+    w.counter_follow("exchange_steps_redone", static_cast<double>(m.exchange_steps_redone));
     it->second[rank] = std::move(m);
     while (!in_flight_.empty()) {
         auto& slot = results_[in_flight_.front()];
@@ -729,7 +727,7 @@ nlohmann::json engine_core_actor::metrics_json() {
         if (expert_tokens_[i] == 0) continue;
         const std::string name = "expert_tokens{layer=\"" + std::to_string(i / num_experts) + "\",expert=\"" +
                                  std::to_string(i % num_experts) + "\"}";
-        metrics_.counter_add(name, expert_tokens_[i] - metrics_.counter(name));
+        metrics_.counter_follow(name, expert_tokens_[i]);  // a running total
     }
     // What the memory floor of a step is made of (docs/benchmarks.md, served decode).
     metrics_.gauge_set("floor_dense_bytes", static_cast<double>(floor_model_.dense_bytes));
