@@ -84,11 +84,17 @@ struct zmoe_client::impl {
                             std::to_string((options.heartbeat_interval * options.heartbeat_max_missed).count()) +
                             " ms)");
         }
-        if (now - last_received >= options.heartbeat_interval && now - last_heartbeat >= options.heartbeat_interval) {
-            sock.send(zmq::buffer(encode(client_heartbeat{})), zmq::send_flags::dontwait);
-            last_heartbeat = now;
-            if (!unanswered_since) unanswered_since = now;
-        }
+        heartbeat_if_due(now);
+    }
+
+    /// Heartbeats flow on schedule, one per interval, whatever else is arriving: the frontend judges this client
+    /// by what it *sends*, so a client busy reading a long stream must still speak (issue: a listening client was
+    /// declared dead after 3 intervals). Any frame from the frontend answers them (unanswered_since resets).
+    void heartbeat_if_due(clock_type::time_point now) {
+        if (options.heartbeat_max_missed <= 0 || now - last_heartbeat < options.heartbeat_interval) return;
+        sock.send(zmq::buffer(encode(client_heartbeat{})), zmq::send_flags::dontwait);
+        last_heartbeat = now;
+        if (!unanswered_since) unanswered_since = now;
     }
 
     /// Receives at most one frame, waiting until deadline; false when nothing arrived.
@@ -182,6 +188,7 @@ std::string zmoe_client::generate(client_generate request) {
 
 std::optional<client_event> zmoe_client::next(const std::string& id, std::chrono::milliseconds timeout) {
     auto deadline = clock_type::now() + timeout;
+    impl_->heartbeat_if_due(clock_type::now());  // also while buffered events are handed out without a receive
     size_t scanned = 0;
     for (;;) {
         for (auto it = impl_->events.begin() + static_cast<std::ptrdiff_t>(scanned); it != impl_->events.end(); ++it) {
@@ -201,6 +208,7 @@ std::optional<client_event> zmoe_client::next(const std::string& id, std::chrono
 
 std::optional<client_event> zmoe_client::next_any(std::chrono::milliseconds timeout) {
     auto deadline = clock_type::now() + timeout;
+    impl_->heartbeat_if_due(clock_type::now());
     while (impl_->events.empty()) {
         if (!impl_->receive_one(deadline) && clock_type::now() >= deadline) return std::nullopt;
     }

@@ -31,7 +31,10 @@ struct client_completion {
 };
 
 struct zmoe_client_options {
-    /// While a call waits and nothing arrives for this long, the client sends a heartbeat (the frontend echoes it).
+    /// While the client is in any call, it sends a heartbeat every interval, whether or not frames are arriving
+    /// (the frontend echoes it; any frame from the frontend counts as its answer). The frontend ends the requests
+    /// of a heartbeating client that then sends nothing for 3 of its intervals, so an application must call into
+    /// the client (next, next_any, collect, ...) at least that often while it has live requests.
     std::chrono::milliseconds heartbeat_interval{1000};
     /// A heartbeat unanswered for this many intervals means the frontend is dead: the waiting call throws
     /// errc::peer_dead. 0 = never (wait for the call's own timeout).

@@ -372,7 +372,7 @@ void frontend_actor::on_client_message(const inbound_message& msg) {
             } else if constexpr (std::is_same_v<T, client_abort>) {
                 handle_abort(client, m);
             } else if constexpr (std::is_same_v<T, client_heartbeat>) {
-                info.sends_heartbeats = true;
+                note_client_heartbeat(info);
                 if (!info.blocked) send_to(client_sock_, client, encode(client_heartbeat{}));
             } else if constexpr (std::is_same_v<T, client_health>) {
                 client_health_reply r;
@@ -594,17 +594,43 @@ void frontend_actor::handle_abort(const std::string& client, const client_abort&
     maybe_finish_drain();
 }
 
-void frontend_actor::check_clients() {
-    // A client that heartbeats and then falls silent for 3 intervals has gone: abort its requests.
+void frontend_actor::note_client_heartbeat(client_info& info) {
     const auto now = clock_type::now();
+    if (info.num_heartbeats > 0) {
+        // The period decays towards the latest gaps but never below one: a client that once paused between calls
+        // is judged by that pause for a while. Capped, so a dead client is still found within a bound.
+        const auto gap = std::chrono::duration_cast<std::chrono::milliseconds>(now - info.last_heartbeat);
+        info.heartbeat_period = std::min(std::max(gap, info.heartbeat_period * 3 / 4), kMaxClientHeartbeatPeriod);
+    }
+    info.last_heartbeat = now;
+    if (++info.num_heartbeats >= 2) info.sends_heartbeats = true;
+}
+
+void frontend_actor::check_clients() {
+    // A client that heartbeats on schedule and then falls silent for 3 of its periods (ours, or its own when
+    // longer) has gone: its requests end with an error saying so. A client that is only reading still heartbeats
+    // (the clients send on schedule whatever arrives), and any frame it sends counts (last_seen).
+    const auto now = clock_type::now();
+    std::vector<std::pair<std::string, std::chrono::milliseconds>> silent;  // failed after the walk: sends may erase
     for (auto& [client, info] : clients_) {
-        if (!info.sends_heartbeats || now - info.last_seen < 3 * options_.heartbeat_interval) continue;
-        for (const uint64_t id : live_ids(client)) {
-            send_reliable(engine_sock_, encode(engine_abort{id}));
-            finish_request(id, finish_reason::abort);
-            metrics_.counter_add("requests_aborted_client_gone");
-        }
+        if (!info.sends_heartbeats) continue;
+        const auto period = std::max(options_.heartbeat_interval, info.heartbeat_period);
+        const auto bound = period * std::max(options_.heartbeat_max_missed, 1);
+        if (now - info.last_seen < bound) continue;
         info.sends_heartbeats = false;
+        info.num_heartbeats = 0;
+        info.heartbeat_period = std::chrono::milliseconds(0);
+        if (info.num_live == 0) continue;
+        metrics_.counter_add("requests_aborted_client_gone", static_cast<double>(info.num_live));
+        ZMOE_LOG(info, "frontend: a client sent nothing for " << ms_between(info.last_seen, now) << " ms; ending its "
+                                                              << info.num_live << " requests");
+        silent.emplace_back(client, std::chrono::duration_cast<std::chrono::milliseconds>(bound));
+    }
+    for (const auto& [client, bound] : silent) {
+        fail_client_requests(client, errc::aborted,
+                             "the client sent no heartbeat for " + std::to_string(bound.count()) +
+                                 " ms (it must call into its client library at least every heartbeat interval): "
+                                 "request ended");
     }
     reap_clients();
     maybe_finish_drain();

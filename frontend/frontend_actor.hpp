@@ -104,7 +104,12 @@ class frontend_actor : public actor {
         /// heartbeat is refused from then on, loopback or not).
         enum class auth_state { none, ok, refused };
         auth_state auth = auth_state::none;
+        /// Liveness (check_clients): judged only for a client seen heartbeating twice, against its own observed
+        /// heartbeat period, so a client whose interval is longer than ours is never taken for dead.
         bool sends_heartbeats = false;
+        int num_heartbeats = 0;
+        std::chrono::steady_clock::time_point last_heartbeat;
+        std::chrono::milliseconds heartbeat_period{0};  ///< the longest recent gap between its heartbeats (capped)
         size_t num_live = 0;
         /// The pipe was full: messages wait here, in order, and streaming deltas coalesce in their requests.
         bool blocked = false;
@@ -142,6 +147,9 @@ class frontend_actor : public actor {
     void reap_clients();
     void fail_all(errc code, const std::string& why);
     void check_clients();
+    void note_client_heartbeat(client_info& info);
+    /// The longest heartbeat period a client is granted (a silent client is ended within 3 of these at most).
+    static constexpr std::chrono::milliseconds kMaxClientHeartbeatPeriod{20000};
     void maybe_finish_drain();
     nlohmann::json metrics_json() const;
 

@@ -163,8 +163,9 @@ class Client:
     def __init__(self, endpoint, timeout=60.0, context=None, heartbeat_interval=1.0, heartbeat_max_missed=3,
                  api_key=None):
         """endpoint: the frontend's ROUTER, e.g. "tcp://127.0.0.1:5555". timeout: default seconds to wait for
-        each reply (each delta of a stream). While waiting with nothing arriving, the client heartbeats the
-        frontend every heartbeat_interval seconds and raises ZmoeError("peer_dead") when heartbeat_max_missed
+        each reply (each delta of a stream). While in any call, the client heartbeats the frontend every
+        heartbeat_interval seconds, whatever is arriving (the frontend ends the requests of a heartbeating client
+        that then falls silent for 3 intervals, so read streams at least that often), and raises ZmoeError("peer_dead") when heartbeat_max_missed
         intervals pass without an answer (0 = never), so a dead frontend is noticed within seconds. api_key: the
         server's API key (default: ZMOE_API_KEY from the environment), needed when this client is not on the
         server's loopback; it is sent in a hello before each request."""
@@ -275,6 +276,7 @@ class Client:
 
     def _next_event(self, request_id, timeout):
         deadline = time.monotonic() + timeout
+        self._heartbeat_if_due(time.monotonic())  # also while buffered events are handed out
         while not self._events[request_id]:
             if request_id not in self._live:
                 raise ZmoeError("invalid_argument", f"no live request {request_id!r}", request_id)
@@ -290,7 +292,12 @@ class Client:
             self._last_received = now
             raise ZmoeError("peer_dead", f"the frontend stopped answering (no reply to heartbeats for "
                                          f"{self._hb_interval * self._hb_max_missed:g} s)")
-        if now - self._last_received >= self._hb_interval and now - self._last_heartbeat >= self._hb_interval:
+        self._heartbeat_if_due(now)
+
+    def _heartbeat_if_due(self, now):
+        # On schedule, whatever is arriving: the frontend judges a client by what it sends, so a client busy
+        # reading a long stream must still heartbeat. Any frame from the frontend answers (resets unanswered).
+        if self._hb_max_missed > 0 and now - self._last_heartbeat >= self._hb_interval:
             self._send(HEARTBEAT)
             self._last_heartbeat = now
             if self._unanswered_since is None:
