@@ -1,7 +1,8 @@
 // `zmoe apply-chat-template --tokenizer DIR --input IN.jsonl [--chat-template FILE]`: renders each input line
 // {"messages": [...], "add_generation_prompt": bool, "tools"?: [...], "chat_template_kwargs"?: {...}} with the
-// tokenizer's chat template exactly as Hugging Face's apply_chat_template(..., tokenize=False) does, and prints
-// the rendered prompt as one JSON string per line. A bad line stops with an error naming its line number.
+// tokenizer's chat template exactly as Hugging Face's apply_chat_template(..., tokenize=False) does, its messages
+// first normalised as vLLM's OpenAI server does (frontend/chat_messages.hpp), and prints the rendered prompt as one
+// JSON string per line. A bad line stops with an error naming its line number (and the message field).
 
 #include <boost/program_options.hpp>
 #include <chrono>

@@ -4,6 +4,8 @@
 // messages, tools (None when absent), documents (None), add_generation_prompt, the tokenizer's special tokens
 // (bos_token, eos_token, ...) and the caller's chat_template_kwargs (e.g. enable_thinking); the extra globals
 // raise_exception(message) and strftime_now(format); tojson as json.dumps(ensure_ascii=False, indent, sort_keys).
+// The messages are first normalised as vLLM's OpenAI server prepares them (chat_messages.hpp), for the message shape
+// the template reads (chat_template_shape.hpp).
 
 #include <chrono>
 #include <functional>
