@@ -235,6 +235,20 @@ json normalize_message(const json& msg, const std::string& field, const chat_mes
 
 bool is_chat_role(const std::string& role) { return one_of(kRoles, role); }
 
+std::optional<chat_content_format> parse_content_format(const std::string& option) {
+    if (option == "auto") return std::nullopt;
+    if (option == "string") return chat_content_format::string;
+    if (option == "openai") return chat_content_format::openai;
+    throw error(errc::invalid_argument,
+                "--chat-template-content-format must be auto, string or openai, got '" + option + "'");
+}
+
+std::string describe(const chat_message_shape& shape) {
+    return std::string("content format ") + (shape.content == chat_content_format::openai ? "openai" : "string") +
+           (shape.null_content ? ", null content kept" : ", null content as \"\"") +
+           (shape.string_arguments ? ", tool-call arguments as JSON text" : ", tool-call arguments as objects");
+}
+
 json normalize_chat_messages(const json& messages, const chat_message_shape& shape) {
     if (!messages.is_array()) throw chat_message_error("messages", "must be a list of messages");
     json out = json::array();

@@ -9,6 +9,7 @@
 // audio, video, files) are refused: the served models take text only. Every refusal names its field.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "base/error.hpp"
@@ -28,6 +29,13 @@ struct chat_message_shape {
     bool null_content = false;      ///< a null or missing content stays null (the template tests `is none`)
     bool string_arguments = false;  ///< tool_calls[].function.arguments stay JSON text (the template concatenates)
 };
+
+/// vLLM's --chat-template-content-format values: "auto" (nullopt: what the template's syntax shows), "string",
+/// "openai". Throws error(invalid_argument) naming the flag for anything else.
+std::optional<chat_content_format> parse_content_format(const std::string& option);
+
+/// The shape in words, for logs: "content format string, null content as \"\", tool-call arguments as objects".
+std::string describe(const chat_message_shape& shape);
 
 /// A malformed or unsupported message: errc::invalid_argument, its what() "FIELD: reason".
 class chat_message_error : public error {

@@ -48,6 +48,11 @@ class chat_template {
 
     /// The message shape the template reads (the tool_use template's when tools are given and it has one).
     const chat_message_shape& message_shape(bool with_tools = false) const;
+    /// Replaces the detected content format (--chat-template-content-format string|openai).
+    void set_content_format(chat_content_format format) {
+        shape_.content = format;
+        tool_use_shape_.content = format;
+    }
 
     /// The clock strftime_now reads (tests fix it; default: now).
     void set_clock(std::function<std::chrono::system_clock::time_point()> clock) { clock_ = std::move(clock); }
