@@ -1,7 +1,9 @@
-// `zmoe apply-chat-template --tokenizer DIR --input IN.jsonl [--chat-template FILE]`: renders each input line
+// `zmoe apply-chat-template --tokenizer DIR --input IN.jsonl [--chat-template FILE] [--chat-template-content-format
+// auto|string|openai]`: renders each input line
 // {"messages": [...], "add_generation_prompt": bool, "tools"?: [...], "chat_template_kwargs"?: {...}} with the
-// tokenizer's chat template exactly as Hugging Face's apply_chat_template(..., tokenize=False) does, and prints
-// the rendered prompt as one JSON string per line. A bad line stops with an error naming its line number.
+// tokenizer's chat template exactly as Hugging Face's apply_chat_template(..., tokenize=False) does, its messages
+// first normalised as vLLM's OpenAI server does (frontend/chat_messages.hpp), and prints the rendered prompt as one
+// JSON string per line. A bad line stops with an error naming its line number (and the message field).
 
 #include <boost/program_options.hpp>
 #include <chrono>
@@ -20,12 +22,14 @@ namespace {
 namespace po = boost::program_options;
 
 int cmd_apply_chat_template(int argc, char** argv) {
-    std::string tokenizer_path, input = "-", template_file, now;
+    std::string tokenizer_path, input = "-", template_file, now, content_format = "auto";
     po::options_description desc("zmoe apply-chat-template: conversations (JSON lines) to rendered prompts");
     desc.add_options()("tokenizer", po::value(&tokenizer_path)->required(),
                        "tokenizer directory (tokenizer_config.json with a chat_template)")(
         "input", po::value(&input), "JSON-lines input file, '-' for stdin (default)")(
         "chat-template", po::value(&template_file), "a Jinja file replacing the tokenizer's chat template")(
+        "chat-template-content-format", po::value(&content_format)->default_value(content_format),
+        "how the template reads message content: auto (from its syntax), string or openai")(
         "now", po::value(&now), "the local time strftime_now() reports, YYYY-MM-DDTHH:MM:SS (default: now)");
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, desc, vm)) return 0;
@@ -40,6 +44,7 @@ int cmd_apply_chat_template(int argc, char** argv) {
     }
     if (!tmpl)
         throw zmoe::error(zmoe::errc::unsupported, tokenizer_path + " has no chat template (use --chat-template)");
+    if (auto format = zmoe::parse_content_format(content_format)) tmpl->set_content_format(*format);
 
     zmoe::cli::for_each_jsonl_line(input, [&](const std::string& line) {
         if (line.find_first_not_of(" \t") == std::string::npos) return;

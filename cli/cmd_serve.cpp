@@ -19,6 +19,7 @@
 #include "cli/frontend_flags.hpp"
 #include "cli/local_cluster.hpp"
 #include "cli/options.hpp"
+#include "frontend/chat_messages.hpp"
 
 namespace po = boost::program_options;
 
@@ -55,6 +56,7 @@ int cmd_serve(int argc, char** argv) {
     if (fe.shutdown_timeout_s < 0 || fe.client_send_timeout_s <= 0 || fe.client_idle_timeout_s <= 0)
         throw zmoe::error(zmoe::errc::invalid_argument,
                           "--shutdown-timeout / --client-send-timeout / --client-idle-timeout must be positive");
+    zmoe::parse_content_format(fe.options.chat_template_content_format);  // a bad value fails before any child starts
     const std::string endpoint = "tcp://" + host + ":" + std::to_string(port);
     const std::string& tokenizer = fe.options.tokenizer_path;
     if (!fe.options.skip_tokenizer_init && !zmoe::cli::tokenizer_json_exists(f.model, tokenizer))

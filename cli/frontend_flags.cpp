@@ -1,6 +1,7 @@
 #include "cli/frontend_flags.hpp"
 
 #include "base/error.hpp"
+#include "frontend/chat_messages.hpp"
 
 namespace po = boost::program_options;
 
@@ -23,6 +24,7 @@ frontend_options frontend_flags::resolved() const {
     o.drain_timeout = seconds_to_ms(shutdown_timeout_s, "shutdown-timeout", true);
     o.client_send_timeout = seconds_to_ms(client_send_timeout_s, "client-send-timeout", false);
     o.client_idle_timeout = seconds_to_ms(client_idle_timeout_s, "client-idle-timeout", false);
+    parse_content_format(o.chat_template_content_format);  // refused here, before any process starts
     return o;
 }
 
@@ -30,6 +32,10 @@ void add_served_frontend_options(po::options_description& d, frontend_flags& f) 
     frontend_options& o = f.options;
     d.add_options()("tokenizer", po::value(&o.tokenizer_path), "tokenizer.json or its directory (default: --model)")(
         "chat-template", po::value(&o.chat_template_path), "a Jinja file replacing the tokenizer's chat template")(
+        "chat-template-content-format",
+        po::value(&o.chat_template_content_format)->default_value(o.chat_template_content_format),
+        "how the template reads message content: auto (from its syntax), string (text parts joined) or openai "
+        "(a list of parts)")(
         "skip-tokenizer-init", po::bool_switch(&o.skip_tokenizer_init),
         "serve prompt_token_ids only, without a tokenizer (required when there is no tokenizer.json)")(
         "shutdown-timeout", po::value(&f.shutdown_timeout_s)->default_value(f.shutdown_timeout_s),
@@ -67,6 +73,8 @@ std::vector<std::string> served_frontend_args(const frontend_flags& f) {
     if (o.skip_tokenizer_init) args.push_back("--skip-tokenizer-init");
     if (!o.tokenizer_path.empty()) args.insert(args.end(), {"--tokenizer", o.tokenizer_path});
     if (!o.chat_template_path.empty()) args.insert(args.end(), {"--chat-template", o.chat_template_path});
+    if (o.chat_template_content_format != "auto")
+        args.insert(args.end(), {"--chat-template-content-format", o.chat_template_content_format});
     return args;
 }
 

@@ -18,6 +18,8 @@ std::vector<int32_t> chat_prompt_ids(const std::optional<chat_template>& tmpl, c
     std::string text;
     try {
         text = tmpl->render(request);
+    } catch (const chat_message_error&) {
+        throw;  // already names the field
     } catch (const error& e) {
         throw error(errc::invalid_argument, std::string("chat template: ") + e.what());
     }

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "frontend/chat_template_shape.hpp"
+
 namespace zmoe {
 
 namespace fs = std::filesystem;
@@ -54,9 +56,7 @@ chat_request parse_chat_request(const json& j) {
     chat_request r;
     auto m = j.find("messages");
     if (m == j.end() || !m->is_array()) throw error(errc::invalid_argument, "'messages' must be an array");
-    for (const auto& msg : *m)
-        if (!msg.is_object()) throw error(errc::invalid_argument, "each message must be an object");
-    r.messages = *m;
+    r.messages = *m;  // checked and normalised by render (normalize_chat_messages)
     if (auto t = j.find("tools"); t != j.end() && !t->is_null()) {
         if (!t->is_array()) throw error(errc::invalid_argument, "'tools' must be an array");
         r.tools = *t;
@@ -73,7 +73,13 @@ chat_request parse_chat_request(const json& j) {
 }
 
 chat_template::chat_template(const std::string& source, json special_tokens)
-    : template_(source), special_tokens_(std::move(special_tokens)) {}
+    : template_(source),
+      shape_(detect_message_shape(template_.statements())),
+      special_tokens_(std::move(special_tokens)) {}
+
+const chat_message_shape& chat_template::message_shape(bool with_tools) const {
+    return with_tools && tool_use_template_ ? tool_use_shape_ : shape_;
+}
 
 std::optional<chat_template> chat_template::from_tokenizer(const std::string& tokenizer_path,
                                                            const std::string& override_file) {
@@ -103,15 +109,19 @@ std::optional<chat_template> chat_template::from_tokenizer(const std::string& to
         }
         if (!dflt) throw error(errc::unsupported, config_path.string() + ": no \"default\" chat template");
         chat_template out(*dflt, special);
-        if (tool_use) out.tool_use_template_.emplace(*tool_use);
+        if (tool_use) {
+            out.tool_use_template_.emplace(*tool_use);
+            out.tool_use_shape_ = detect_message_shape(out.tool_use_template_->statements());
+        }
         return out;
     }
     throw error(errc::invalid_argument, config_path.string() + ": chat_template is neither a string nor a list");
 }
 
 std::string chat_template::render(const chat_request& request) const {
+    const bool use_tools = tool_use_template_ && request.tools.is_array() && !request.tools.empty();
     json vars = json::object();
-    vars["messages"] = request.messages;
+    vars["messages"] = normalize_chat_messages(request.messages, message_shape(use_tools));
     vars["tools"] = request.tools;
     vars["documents"] = nullptr;
     vars["add_generation_prompt"] = request.add_generation_prompt;
@@ -137,7 +147,6 @@ std::string chat_template::render(const chat_request& request) const {
         const size_t n = std::strftime(buf, sizeof buf, a.positional[0].str_ref().c_str(), &tm);
         return jinja::value(json(std::string(buf, n)));
     });
-    const bool use_tools = tool_use_template_ && request.tools.is_array() && !request.tools.empty();
     return (use_tools ? *tool_use_template_ : template_).render(vars, globals);
 }
 

@@ -4,12 +4,15 @@
 // messages, tools (None when absent), documents (None), add_generation_prompt, the tokenizer's special tokens
 // (bos_token, eos_token, ...) and the caller's chat_template_kwargs (e.g. enable_thinking); the extra globals
 // raise_exception(message) and strftime_now(format); tojson as json.dumps(ensure_ascii=False, indent, sort_keys).
+// The messages are first normalised as vLLM's OpenAI server prepares them (chat_messages.hpp), for the message shape
+// the template reads (chat_template_shape.hpp).
 
 #include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
 
+#include "frontend/chat_messages.hpp"
 #include "frontend/jinja_template.hpp"
 
 namespace zmoe {
@@ -38,15 +41,27 @@ class chat_template {
     static std::optional<chat_template> from_tokenizer(const std::string& tokenizer_path,
                                                        const std::string& override_file = {});
 
-    /// Renders a conversation; throws jinja::render_error (raise_exception's message, or a template error).
+    /// Renders a conversation, its messages first normalised for the template (normalize_chat_messages with the
+    /// template's message_shape). Throws chat_message_error for a malformed or unsupported message, and
+    /// jinja::render_error (raise_exception's message, or a template error).
     std::string render(const chat_request& request) const;
+
+    /// The message shape the template reads (the tool_use template's when tools are given and it has one).
+    const chat_message_shape& message_shape(bool with_tools = false) const;
+    /// Replaces the detected content format (--chat-template-content-format string|openai).
+    void set_content_format(chat_content_format format) {
+        shape_.content = format;
+        tool_use_shape_.content = format;
+    }
 
     /// The clock strftime_now reads (tests fix it; default: now).
     void set_clock(std::function<std::chrono::system_clock::time_point()> clock) { clock_ = std::move(clock); }
 
   private:
     jinja::jinja_template template_;
+    chat_message_shape shape_;
     std::optional<jinja::jinja_template> tool_use_template_;
+    chat_message_shape tool_use_shape_;
     jinja::json special_tokens_;
     std::function<std::chrono::system_clock::time_point()> clock_;
 };

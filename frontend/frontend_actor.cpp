@@ -88,7 +88,11 @@ void frontend_actor::on_start() {
         tokenize_pool_ = std::make_unique<work_pool>(std::max<size_t>(1, options_.tokenizer_threads));
         ZMOE_LOG(info, "frontend: tokenizer " << json_path.string() << " (" << tokenizer_->vocab_size() << " ids)");
         chat_template_ = chat_template::from_tokenizer(tok_path, options_.chat_template_path);
-        if (chat_template_) ZMOE_LOG(info, "frontend: chat template loaded");
+        if (chat_template_) {
+            if (auto format = parse_content_format(options_.chat_template_content_format))
+                chat_template_->set_content_format(*format);
+            ZMOE_LOG(info, "frontend: chat template loaded (" << describe(chat_template_->message_shape()) << ")");
+        }
     }
     if (options_.api_key.empty() && endpoint_reachable_off_host(options_.client_endpoint)) {
         ZMOE_LOG(error, "frontend: " << options_.client_endpoint

@@ -45,6 +45,8 @@ struct frontend_options {
     std::string model_dir;                                 ///< for tokenizer.json and the name in health
     std::string tokenizer_path;                            ///< empty = model_dir
     std::string chat_template_path;  ///< a Jinja file replacing the tokenizer's chat template; empty = the tokenizer's
+    /// How the template reads message content: "auto" (detected from its syntax), "string" or "openai" (vLLM's flag).
+    std::string chat_template_content_format = "auto";
     std::chrono::milliseconds heartbeat_interval{1000};
     std::chrono::milliseconds drain_timeout{5000};  ///< on stop: how long running requests may finish
     int heartbeat_max_missed = 3;                   ///< intervals of silence before the engine core is dead

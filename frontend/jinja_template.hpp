@@ -21,6 +21,9 @@ class jinja_template {
     /// values added to jinja2's default globals: range, dict, namespace). Throws render_error.
     std::string render(const json& variables, const object& globals = {}) const;
 
+    /// The parsed statements (to inspect the template without rendering it).
+    const body& statements() const { return body_; }
+
   private:
     body body_;
 };

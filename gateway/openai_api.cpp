@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "frontend/chat_messages.hpp"
 #include "messages/sampling_codec.hpp"
 
 namespace zmoe::gateway {
@@ -58,8 +59,15 @@ ojson parse_body(const std::string& text) {
 }
 
 /// The frontend's chat JSON (client_generate.chat): the messages and the body's add_generation_prompt, tools and
-/// chat_template_kwargs.
+/// chat_template_kwargs. The messages are checked here so that a refusal names its field in the 400's param (the
+/// frontend normalises them again for its template's shape, and refuses the same messages).
 std::string chat_json(const ojson& body, const ojson& messages) {
+    if (!messages.is_array() || messages.empty()) bad("'messages' must be a non-empty list", "messages");
+    try {
+        normalize_chat_messages(messages);
+    } catch (const chat_message_error& e) {
+        bad(e.what(), e.field());
+    }
     ojson chat = {{"messages", messages}, {"add_generation_prompt", bool_field(body, "add_generation_prompt", true)}};
     if (const ojson* t = field(body, "tools")) {
         if (!t->is_array()) bad("'tools' must be a list", "tools");
@@ -132,10 +140,7 @@ openai_request parse_openai_request(const std::string& text, endpoint_kind kind)
         if (field(body, "suffix")) bad("'suffix' is not supported", "suffix");
     } else {
         const ojson* m = field(body, "messages");
-        if (!m || !m->is_array() || m->empty()) bad("'messages' must be a non-empty list", "messages");
-        for (const auto& msg : *m)
-            if (!msg.is_object() || !msg.contains("role"))
-                bad("each message must be an object with a role", "messages");
+        if (!m) bad("'messages' must be a non-empty list", "messages");
         g.prompt = std::string();
         g.chat = chat_json(body, *m);
     }
@@ -368,7 +373,6 @@ client_tokenize parse_tokenize_request(const std::string& text) {
         t.text = prompt->get<std::string>();
         return t;
     }
-    if (!messages->is_array() || messages->empty()) bad("'messages' must be a non-empty list", "messages");
     t.chat = chat_json(body, *messages);
     return t;
 }

@@ -3,7 +3,8 @@
 
   scripts/make_chat_fixtures.py
       writes tests/fixtures/chat/conversations.jsonl and tests/fixtures/chat/expected/<template>.jsonl (one line
-      per conversation: {"prompt": "..."} or {"error": "..."} when the template raises), for the templates of
+      per conversation: {"prompt": "..."}, {"error": "..."} when the template raises, or {"error": "...",
+      "field": "messages[i]..."} when a message is refused), for the templates of
       third_party/tokenizers/{qwen3,deepseek_v3,llama3} and tests/fixtures/chat/templates/*.
   scripts/make_chat_fixtures.py --compare build/bin/zmoe [--conversations FILE | --random N --seed S]
       renders FILE (default: the committed conversations), or N random conversations, with jinja2 and with
@@ -16,6 +17,11 @@ ensure_ascii=False, indent=..., separators=..., sort_keys=...), raise_exception 
 render(messages=, tools=, documents=None, add_generation_prompt=, **special_tokens, **chat_template_kwargs).
 strftime_now reads a fixed clock (2026-01-15 10:30 local time) so that fixtures are stable; the C++ test fixes
 its clock the same way.
+
+Before rendering, the messages are normalised as vLLM's OpenAI server does (vllm/entrypoints/chat_utils.py,
+parse_chat_messages and _postprocess_messages), with zmoe's two deviations and refusals (docs/chat_templates.md):
+normalize() below is the reference for frontend/chat_messages.cpp, message_shape() for
+frontend/chat_template_shape.cpp.
 """
 import argparse
 import datetime
@@ -100,12 +106,255 @@ def make_env():
     return env
 
 
+# ---- message shape of a template (frontend/chat_template_shape.cpp) ----
+
+def _accesses(node, var, key=None):
+    """`var`, or `var.key` / `var['key']` when key is given, seen through filters, tests and slices."""
+    if isinstance(node, (nodes.Filter, nodes.Test)):
+        return node.node is not None and _accesses(node.node, var, key)
+    if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
+        return _accesses(node.node, var, key)
+    if key is None:
+        return isinstance(node, nodes.Name) and node.name == var
+    if isinstance(node, nodes.Getattr):
+        return node.attr == key and isinstance(node.node, nodes.Name) and node.node.name == var
+    if isinstance(node, nodes.Getitem):
+        return (isinstance(node.node, nodes.Name) and node.node.name == var and isinstance(node.arg, nodes.Const)
+                and node.arg.value == key)
+    return False
+
+
+def _is_arguments(node):
+    return ((isinstance(node, nodes.Getattr) and node.attr == "arguments") or
+            (isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const) and node.arg.value == "arguments"))
+
+
+def message_shape(env, source):
+    """{"content": "string"|"openai", "null_content": bool, "string_arguments": bool} of a template:
+    content "openai" when a for-loop iterates over a message's content (vLLM's auto detection); null content kept
+    when the template tests a message's content with `is none`; arguments as JSON text when the template
+    concatenates an `arguments` attribute or item with + or ~."""
+    ast = env.parse(source)
+    sets = [a for a in ast.find_all(nodes.Assign) if isinstance(a.target, nodes.Name)]
+    loops = list(ast.find_all(nodes.For))
+    messages_vars = ["messages"]
+    i = 0
+    while i < len(messages_vars):
+        for a in sets:
+            if _accesses(a.node, messages_vars[i]) and a.target.name not in messages_vars:
+                messages_vars.append(a.target.name)
+        i += 1
+    message_vars = []
+    for loop in loops:
+        if isinstance(loop.target, nodes.Name) and any(_accesses(loop.iter, v) for v in messages_vars):
+            if loop.target.name not in message_vars:
+                message_vars.append(loop.target.name)
+    shape = {"content": "string", "null_content": False, "string_arguments": False}
+    if any(_accesses(loop.iter, m, "content") for loop in loops for m in message_vars):
+        shape["content"] = "openai"
+    if any(t.name == "none" and _accesses(t.node, m, "content") for t in ast.find_all(nodes.Test)
+           for m in message_vars):
+        shape["null_content"] = True
+    if (any(_is_arguments(n.left) or _is_arguments(n.right) for n in ast.find_all(nodes.Add)) or
+            any(_is_arguments(n) for c in ast.find_all(nodes.Concat) for n in c.nodes)):
+        shape["string_arguments"] = True
+    return shape
+
+
+# ---- message normalisation (frontend/chat_messages.cpp) ----
+
+ROLES = ["system", "developer", "user", "assistant", "tool", "function"]
+TEXT_PARTS = ["text", "input_text", "output_text", "refusal"]
+MEDIA_PARTS = ["image_url", "input_image", "image_pil", "image_embeds", "audio_url", "input_audio", "audio_embeds",
+               "video_url", "file", "prompt_embeds"]
+
+
+class MessageError(Exception):
+    def __init__(self, field, reason):
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+
+
+def _part_texts(parts, field):
+    texts = []
+    for j, part in enumerate(parts):
+        at = f"{field}[{j}]"
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        if not isinstance(part, dict):
+            raise MessageError(at, "a content part must be a string or an object")
+        t = part.get("type")
+        if not isinstance(t, str):
+            raise MessageError(at + ".type", "a content part needs a string 'type'")
+        if t in MEDIA_PARTS:
+            raise MessageError(at + ".type", f"'{t}' content parts are not supported")
+        if t not in TEXT_PARTS:
+            raise MessageError(at + ".type", f"unknown content part type '{t}'")
+        key = "refusal" if t == "refusal" else "text"
+        for k in part:
+            if k not in ("type", key):
+                raise MessageError(f"{at}.{k}", "not supported")
+        if not isinstance(part.get(key), str):
+            raise MessageError(f"{at}.{key}", "must be a string")
+        texts.append(part[key])
+    return texts
+
+
+def _content(msg, role, field, shape):
+    c = msg.get("content")
+    openai = shape["content"] == "openai"
+    if c is None:
+        if shape["null_content"]:
+            return None
+        return [] if openai and role != "tool" else ""
+    if isinstance(c, str):
+        texts = [c]
+    elif isinstance(c, list):
+        texts = _part_texts(c, field + ".content")
+    else:
+        raise MessageError(field + ".content", "must be a string, a list of content parts, or null")
+    if not openai:  # vLLM's string format: the non-empty texts joined
+        return "\n".join(t for t in texts if t)
+    if role == "tool":  # vLLM: a tool result of text parts is one string
+        return "\n".join(texts)
+    return [{"type": "text", "text": t} for t in texts]
+
+
+def _no_constants(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _arguments(fn, field, as_text):
+    a = fn.get("arguments")
+    value = {}
+    if a is None:
+        pass
+    elif isinstance(a, str):
+        if a.strip(" \t\r\n"):
+            try:
+                value = json.loads(a, parse_constant=_no_constants)
+            except ValueError as e:
+                raise MessageError(field, f"not valid JSON: {e}")
+            if as_text:
+                return a
+    elif isinstance(a, (dict, list)):
+        value = a
+    else:
+        raise MessageError(field, "must be a JSON string or an object")
+    return json.dumps(value, ensure_ascii=False) if as_text else value
+
+
+def _tool_calls(calls, field, shape):
+    if not isinstance(calls, list):
+        raise MessageError(field, "must be a list of tool calls")
+    out = []
+    for j, call in enumerate(calls):
+        at = f"{field}[{j}]"
+        if not isinstance(call, dict):
+            raise MessageError(at, "a tool call must be an object")
+        copy = {}
+        for key, v in call.items():
+            if key == "id":
+                if not isinstance(v, str):
+                    raise MessageError(at + ".id", "must be a string")
+            elif key == "type":
+                if v != "function":
+                    raise MessageError(at + ".type", "only 'function' tool calls are supported")
+            elif key == "function":
+                if not isinstance(v, dict):
+                    raise MessageError(at + ".function", "must be an object")
+                fn = {}
+                for fk, fv in v.items():
+                    if fk == "name":
+                        if not isinstance(fv, str):
+                            raise MessageError(at + ".function.name", "must be a string")
+                        fn["name"] = fv
+                    elif fk == "arguments":
+                        fn["arguments"] = _arguments(v, at + ".function.arguments", shape["string_arguments"])
+                    else:
+                        raise MessageError(f"{at}.function.{fk}", "not supported in a tool call")
+                if "name" not in fn:
+                    raise MessageError(at + ".function.name", "is required")
+                if "arguments" not in fn:
+                    fn["arguments"] = _arguments(v, at + ".function.arguments", shape["string_arguments"])
+                copy[key] = fn
+                continue
+            else:
+                raise MessageError(f"{at}.{key}", "not supported in a tool call")
+            copy[key] = v
+        if "function" not in copy:
+            raise MessageError(at + ".function", "is required")
+        out.append(copy)
+    return out
+
+
+def _string_field(msg, key, field):
+    v = msg.get(key)
+    if v is not None and not isinstance(v, str):
+        raise MessageError(f"{field}.{key}", "must be a string")
+    return v
+
+
+def normalize(messages, shape):
+    """The messages as the template receives them (vLLM's parse_chat_messages, zmoe's refusals)."""
+    if not isinstance(messages, list):
+        raise MessageError("messages", "must be a list of messages")
+    out = []
+    for i, msg in enumerate(messages):
+        field = f"messages[{i}]"
+        if not isinstance(msg, dict):
+            raise MessageError(field, "a message must be an object")
+        role = msg.get("role")
+        if not isinstance(role, str):
+            raise MessageError(field + ".role", "a message needs a string role")
+        if role not in ROLES:
+            raise MessageError(field + ".role", f"unknown role '{role}'")
+        assistant = role == "assistant"
+        for key, v in msg.items():
+            if key in ("role", "content", "name"):
+                continue
+            if assistant and key in ("tool_calls", "reasoning", "reasoning_content"):
+                continue
+            if role == "tool" and key == "tool_call_id":
+                continue
+            if assistant and key in ("refusal", "audio", "function_call") and v is None:
+                continue
+            if assistant and key == "annotations" and (v is None or v == []):
+                continue
+            raise MessageError(f"{field}.{key}", f"not supported in a '{role}' message")
+        m = {"role": role, "content": _content(msg, role, field, shape)}
+        if assistant:
+            if msg.get("tool_calls") is not None:
+                calls = _tool_calls(msg["tool_calls"], field + ".tool_calls", shape)
+                if calls:
+                    m["tool_calls"] = calls
+            reasoning = _string_field(msg, "reasoning", field)
+            legacy = _string_field(msg, "reasoning_content", field)
+            if reasoning is not None and legacy is not None and reasoning != legacy:
+                raise MessageError(field + ".reasoning_content", "differs from 'reasoning'")
+            text = reasoning if reasoning is not None else legacy
+            if text is not None:
+                m["reasoning"] = text
+                m["reasoning_content"] = text
+        if role == "tool" and _string_field(msg, "tool_call_id", field) is not None:
+            m["tool_call_id"] = msg["tool_call_id"]
+        if _string_field(msg, "name", field) is not None:
+            m["name"] = msg["name"]
+        out.append(m)
+    return out
+
+
 def render(env, source, special, conv):
     kwargs = dict(special)
     kwargs.update(conv.get("chat_template_kwargs") or {})
     try:
+        messages = normalize(conv["messages"], message_shape(env, source))
+    except MessageError as e:  # refused before the template: record the field
+        return {"error": f"MessageError: {e}", "field": e.field}
+    try:
         return {"prompt": env.from_string(source).render(
-            messages=conv["messages"], tools=conv.get("tools"), documents=None,
+            messages=messages, tools=conv.get("tools"), documents=None,
             add_generation_prompt=conv.get("add_generation_prompt", False), **kwargs)}
     except Exception as e:  # the template raised (raise_exception or a type error): record it
         return {"error": f"{type(e).__name__}: {e}"}
@@ -128,6 +377,8 @@ def conversations():
     a = lambda c: {"role": "assistant", "content": c}
     s = lambda c: {"role": "system", "content": c}
     call = lambda name, args: {"type": "function", "function": {"name": name, "arguments": args}}
+    called = lambda id_, name, args: {"id": id_, "type": "function", "function": {"name": name, "arguments": args}}
+    text = lambda t: {"type": "text", "text": t}
     convs = [
         {"messages": [u("Hello!")], "add_generation_prompt": True},
         {"messages": [u("Hello!")], "add_generation_prompt": False},
@@ -186,6 +437,58 @@ def conversations():
          "add_generation_prompt": True},
         {"messages": [u("Numbers 1.5 2e10"), a("<think>\n</think>\n\nNo thought."), u("more?"),
                       a("<think>\nsecond\n</think>\n\nsecond answer")], "add_generation_prompt": True},
+        # OpenAI message shapes (docs/chat_templates.md): content parts, null content with tool calls, tool results.
+        {"messages": [u([{"type": "text", "text": "hi"}])], "add_generation_prompt": True},
+        {"messages": [s([text("You are terse."), text("Answer in English.")]),
+                      u([text("first"), text(""), "a plain string part", {"type": "input_text", "text": "last"}])],
+         "add_generation_prompt": True},
+        {"messages": [u("Will you?"), a([{"type": "refusal", "refusal": "I cannot help with that."}]), u([text("ok")])],
+         "add_generation_prompt": True},
+        # A full tool-call round trip as an OpenAI SDK sends it back (arguments as JSON text, ids, content null).
+        {"messages": [s("You can call tools."), u("Weather in Paris?"),
+                      {"role": "assistant", "content": None,
+                       "tool_calls": [called("call_1", "get_weather", "{\"city\": \"Paris\", \"unit\": \"celsius\"}")]},
+                      {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": "{\"temperature\": 21}"},
+                      a("It is 21°C in Paris.")],
+         "add_generation_prompt": False, "tools": [WEATHER]},
+        {"messages": [u("Weather in Paris?"),
+                      {"role": "assistant", "content": None, "refusal": None, "annotations": [], "audio": None,
+                       "function_call": None,
+                       "tool_calls": [called("call_9", "get_weather", "{\"city\": \"Paris\"}")]},
+                      {"role": "tool", "tool_call_id": "call_9", "content": [text("21C"), text("clear sky")]}],
+         "add_generation_prompt": True, "tools": [WEATHER]},
+        # Several calls in one turn, one with no arguments at all and one with empty ones; content absent.
+        {"messages": [u("Search twice, then the weather"),
+                      {"role": "assistant",
+                       "tool_calls": [called("c1", "search", "{\"query\": \"zmoe\", \"top_k\": 2}"),
+                                      called("c2", "search", "{\"query\": \"東京\"}"),
+                                      {"id": "c3", "type": "function", "function": {"name": "get_weather"}},
+                                      called("c4", "get_weather", "")]},
+                      {"role": "tool", "tool_call_id": "c1", "name": "search", "content": "one"},
+                      {"role": "tool", "tool_call_id": "c2", "name": "search", "content": "two"},
+                      {"role": "tool", "tool_call_id": "c3", "content": "three"},
+                      {"role": "tool", "tool_call_id": "c4", "content": ""},
+                      a("Done.")],
+         "add_generation_prompt": True, "tools": [WEATHER, SEARCH]},
+        {"messages": [u("Solve"), {"role": "assistant", "content": "x = 1", "reasoning": "subtract one"}, u("again")],
+         "add_generation_prompt": True},
+        {"messages": [{"role": "developer", "content": "Be brief."}, u("Hi"), {"role": "user", "name": "bob", "content": "Hey"}],
+         "add_generation_prompt": True},
+        {"messages": [u("empty tool_calls"), {"role": "assistant", "content": "plain", "tool_calls": []}],
+         "add_generation_prompt": True},
+        # Refused messages: the error names the field.
+        {"messages": [u([text("look:"), {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}])],
+         "add_generation_prompt": True},
+        {"messages": [u("hi"), {"role": "ipython", "content": "x"}], "add_generation_prompt": True},
+        {"messages": [u([{"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}])],
+         "add_generation_prompt": True},
+        {"messages": [u([{"type": "mystery", "text": "?"}])], "add_generation_prompt": True},
+        {"messages": [u("hi"), {"role": "assistant", "content": None,
+                                "tool_calls": [called("c1", "search", "{not json")]}], "add_generation_prompt": True},
+        {"messages": [{"role": "user", "content": "hi", "tool_call_id": "c1"}], "add_generation_prompt": True},
+        {"messages": [u([{"type": "text"}])], "add_generation_prompt": True},
+        {"messages": [u("hi"), {"role": "assistant", "content": "no", "refusal": "I refuse."}],
+         "add_generation_prompt": True},
     ]
     return convs
 
@@ -200,21 +503,23 @@ def random_conversations(n, seed):
     out = []
     for _ in range(n):
         msgs = []
+        parts = lambda: [rng.choice([{"type": "text", "text": text()}, text()]) for _ in range(rng.randint(0, 3))]
+        content = lambda: parts() if rng.random() < 0.3 else text()
         if rng.random() < 0.4:
-            msgs.append({"role": "system", "content": text()})
+            msgs.append({"role": "system", "content": content()})
         for turn in range(rng.randint(1, 4)):
-            msgs.append({"role": "user", "content": text()})
+            msgs.append({"role": "user", "content": content()})
             if turn == 0 and rng.random() < 0.3:
                 continue
             r = rng.random()
             if r < 0.25:
                 args = {"city": rng.choice(["Paris", "Zürich", "東京"])}
-                calls = [{"type": "function", "function": {"name": "get_weather",
+                calls = [{"id": f"call_{k}", "type": "function", "function": {"name": "get_weather",
                           "arguments": args if rng.random() < 0.5 else json.dumps(args, ensure_ascii=False)}}
-                         for _ in range(rng.randint(1, 2))]
-                msgs.append({"role": "assistant", "content": rng.choice(["", None, text()]) , "tool_calls": calls})
-                for _ in calls:
-                    msgs.append({"role": "tool", "content": text()})
+                         for k in range(rng.randint(1, 2))]
+                msgs.append({"role": "assistant", "content": rng.choice(["", None, text()]), "tool_calls": calls})
+                for c in calls:
+                    msgs.append({"role": "tool", "tool_call_id": c["id"], "content": content()})
             elif r < 0.4:
                 msgs.append({"role": "assistant", "content": text(), "reasoning_content": text()})
             elif r < 0.6:

@@ -243,6 +243,35 @@ TEST(FrontendFlags, ChatTemplate) {
     EXPECT_EQ(c->collect(c->generate(chat), 60s).prompt_tokens, std::string("[hi][you]").size());
 }
 
+TEST(FrontendFlags, ChatTemplateContentFormat) {
+    // A template printing content as it is: auto detects the string format (the text parts joined); openai hands
+    // it the list of parts, which it prints as Python's repr.
+    testing::temp_dir dir;
+    const std::string tok = write_byte_tokenizer(dir);
+    std::ofstream(dir.file("chat.jinja")) << "{% for m in messages %}[{{ m['content'] }}]{% endfor %}";
+    client_generate chat = request(std::string(), 2);
+    chat.chat = R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, "you"]}]})";
+    auto prompt_tokens = [&](const std::string& format) {
+        inproc_server s(engine(), {"--tokenizer", tok, "--chat-template", dir.file("chat.jinja"),
+                                   "--chat-template-content-format", format});
+        EXPECT_TRUE(s.wait_serving());
+        auto c = s.connect();
+        return c->collect(c->generate(chat), 60s).prompt_tokens;
+    };
+    EXPECT_EQ(prompt_tokens("auto"), std::string("[hi\nyou]").size());
+    EXPECT_EQ(prompt_tokens("string"), std::string("[hi\nyou]").size());
+    EXPECT_EQ(prompt_tokens("openai"),
+              std::string("[[{'type': 'text', 'text': 'hi'}, {'type': 'text', 'text': 'you'}]]").size());
+    try {
+        cli::parse_frontend_args(
+            {"--engine", "inproc://e", "--model", kModel, "--chat-template-content-format", "xml"});
+        ADD_FAILURE() << "--chat-template-content-format xml was accepted";
+    } catch (const error& e) {
+        EXPECT_EQ(e.code(), errc::invalid_argument);
+        EXPECT_NE(std::string(e.what()).find("--chat-template-content-format"), std::string::npos) << e.what();
+    }
+}
+
 TEST(FrontendFlags, HeartbeatMsAndHeartbeatMaxMissed) {
     // A welcomed engine core that then goes silent is declared dead after heartbeat-ms x heartbeat-max-missed.
     auto status_after = [](std::vector<std::string> args, std::chrono::milliseconds wait, const std::string& want) {
@@ -369,13 +398,22 @@ TEST(FrontendFlags, ServedFlagsReachTheFrontend) {
     cli::frontend_flags served;
     po::options_description d;
     cli::add_served_frontend_options(d, served);
-    const std::vector<std::string> given = {"--tokenizer",           "/t/tokenizer.json",
-                                            "--chat-template",       "/t/c.jinja",
-                                            "--shutdown-timeout",    "2.5",
-                                            "--max-prompt-bytes",    "123",
-                                            "--client-send-timeout", "7",
-                                            "--tokenizer-threads",   "5",
-                                            "--client-idle-timeout", "9",
+    const std::vector<std::string> given = {"--tokenizer",
+                                            "/t/tokenizer.json",
+                                            "--chat-template",
+                                            "/t/c.jinja",
+                                            "--shutdown-timeout",
+                                            "2.5",
+                                            "--max-prompt-bytes",
+                                            "123",
+                                            "--client-send-timeout",
+                                            "7",
+                                            "--tokenizer-threads",
+                                            "5",
+                                            "--client-idle-timeout",
+                                            "9",
+                                            "--chat-template-content-format",
+                                            "openai",
                                             "--skip-tokenizer-init"};
     po::variables_map vm;
     po::store(po::command_line_parser(given).options(d).run(), vm);
@@ -385,6 +423,7 @@ TEST(FrontendFlags, ServedFlagsReachTheFrontend) {
     const frontend_options o = cli::parse_frontend_args(args);
     EXPECT_EQ(o.tokenizer_path, "/t/tokenizer.json");
     EXPECT_EQ(o.chat_template_path, "/t/c.jinja");
+    EXPECT_EQ(o.chat_template_content_format, "openai");
     EXPECT_EQ(o.drain_timeout, 2500ms);
     EXPECT_EQ(o.client_send_timeout, 7000ms);
     EXPECT_EQ(o.max_prompt_bytes, 123u);
@@ -398,6 +437,7 @@ TEST(FrontendFlags, ServedFlagsReachTheFrontend) {
     EXPECT_EQ(defaults.tokenizer_threads, plain.tokenizer_threads);
     EXPECT_EQ(defaults.client_send_timeout, plain.client_send_timeout);
     EXPECT_EQ(defaults.drain_timeout, plain.drain_timeout);
+    EXPECT_EQ(defaults.chat_template_content_format, "auto");
     EXPECT_EQ(defaults.client_idle_timeout, plain.client_idle_timeout);
     EXPECT_EQ(defaults.skip_tokenizer_init, plain.skip_tokenizer_init);
     EXPECT_THROW(cli::parse_frontend_args({"--model", kModel}), error);  // --engine is required

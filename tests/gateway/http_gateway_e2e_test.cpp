@@ -3,7 +3,7 @@
 // OpenAI error body, 404, client disconnect aborting the request (visible in /metrics), streamed or not; /tokenize
 // and /detokenize; the sampling fields (logprobs against the engine's own answer, n choices, stop_token_ids,
 // logit_bias, min_tokens). Also: a chat request's prompt tokens are the tokenized rendering of its conversation,
-// through HTTP, the ZeroMQ protocol and JSONL.
+// through HTTP, the ZeroMQ protocol and JSONL, OpenAI's message shapes included.
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -213,6 +213,84 @@ TEST(HttpGateway, ChatPromptTokensAreTheTokenizedRendering) {
     const auto out = read_jsonl(s.dir / "chat_out.jsonl");
     ASSERT_EQ(out.size(), 1u);
     EXPECT_EQ(out[0]["token_ids"].get<std::vector<int32_t>>(), b.token_ids);
+}
+
+// OpenAI's message shapes (content parts, a tool-call round trip with content null and JSON-text arguments) reach
+// the template normalised the same way through HTTP, the ZeroMQ protocol and JSONL; a refused part is an error
+// naming its field on each path (docs/chat_templates.md).
+TEST(HttpGateway, OpenAIMessageShapesOnEveryPath) {
+    auto& s = server();
+    const std::string shapes =
+        R"({"messages": [{"role": "system", "content": [{"type": "text", "text": "Be brief."}]},)"
+        R"( {"role": "user", "content": [{"type": "text", "text": "Weather"}, "in Paris?"]},)"
+        R"( {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",)"
+        R"( "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},)"
+        R"( {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": [{"type": "text", "text": "21C"}]}],)"
+        R"( "add_generation_prompt": true})";
+    // The reference: Qwen3's template over the same conversation written in the shapes it reads.
+    const std::string plain =
+        R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather\nin Paris?"},)"
+        R"( {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",)"
+        R"( "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},)"
+        R"( {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "21C"}],)"
+        R"( "add_generation_prompt": true})";
+    const auto tmpl = zmoe::chat_template::from_tokenizer(s.model());
+    ASSERT_TRUE(tmpl.has_value());
+    const std::string rendering = tmpl->render(zmoe::parse_chat_request(ojson::parse(plain)));
+    EXPECT_NE(rendering.find("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"),
+              std::string::npos)
+        << rendering;
+    const auto tok = zmoe::tokenizer::from_file(s.model());
+    const std::vector<int32_t> ids = tok.encode(rendering, /*add_special_tokens=*/false);
+
+    ojson chat = ojson::parse(shapes);
+    chat["max_tokens"] = 3;
+    chat["temperature"] = 0;
+    chat["ignore_eos"] = true;
+    const auto r = s.curl("/v1/chat/completions", chat.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(ojson::parse(r.body)["usage"]["prompt_tokens"].get<size_t>(), ids.size());
+    const auto t = s.curl("/tokenize", shapes);
+    ASSERT_EQ(t.status, 200) << t.body;
+    EXPECT_EQ(ojson::parse(t.body)["tokens"].get<std::vector<int32_t>>(), ids);
+
+    zmoe::zmoe_client client(s.endpoint());
+    zmoe::client_generate g;
+    g.prompt = std::string();
+    g.chat = shapes;
+    g.max_tokens = 3;
+    g.temperature = 0.f;
+    g.ignore_eos = true;
+    EXPECT_EQ(client.collect(client.generate(g), 60s).prompt_tokens, ids.size());
+
+    // An image part: refused naming the field, over ZeroMQ (invalid_argument), HTTP (param) and JSONL (error line).
+    ojson image = ojson::parse(shapes);
+    image["messages"][1]["content"][1] = {{"type", "image_url"}, {"image_url", {{"url", "https://example.com/a.png"}}}};
+    g.chat = image.dump();
+    try {
+        client.collect(client.generate(g), 60s);
+        ADD_FAILURE() << "an image part was accepted";
+    } catch (const zmoe::error& e) {
+        EXPECT_EQ(e.code(), zmoe::errc::invalid_argument);
+        EXPECT_NE(std::string(e.what()).find("messages[1].content[1].type: 'image_url'"), std::string::npos)
+            << e.what();
+    }
+    image["max_tokens"] = 3;
+    const auto refused = s.curl("/v1/chat/completions", image.dump());
+    EXPECT_EQ(refused.status, 400) << refused.body;
+    EXPECT_EQ(ojson::parse(refused.body)["error"]["param"], "messages[1].content[1].type") << refused.body;
+    {
+        std::ofstream in(s.dir / "shapes.jsonl");
+        in << chat.dump() << "\n" << image.dump() << "\n";
+    }
+    run_zmoe({"client", "--endpoint", s.endpoint(), "--input", s.dir / "shapes.jsonl", "--output",
+              s.dir / "shapes_out.jsonl"});
+    const auto out = read_jsonl(s.dir / "shapes_out.jsonl");
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_EQ(out[0]["usage"]["prompt_tokens"].get<size_t>(), ids.size()) << out[0].dump();
+    EXPECT_EQ(out[1]["finish_reason"], "error") << out[1].dump();
+    EXPECT_NE(out[1]["error"]["message"].get<std::string>().find("messages[1].content[1].type"), std::string::npos)
+        << out[1].dump();
 }
 
 TEST(HttpGateway, BadRequestsGetOpenAIErrors) {

@@ -154,7 +154,43 @@ TEST(OpenaiApi, BadRequestsNameTheField) {
               "prompt_logprobs");
     EXPECT_EQ(refusal(R"({"prompt": "x", "stream_options": {"include_usage": true}})").param, "stream_options");
     EXPECT_EQ(refusal(R"({"messages": []})", endpoint_kind::chat).param, "messages");
-    EXPECT_EQ(refusal(R"({"messages": [{"content": "no role"}]})", endpoint_kind::chat).param, "messages");
+    EXPECT_EQ(refusal(R"({"messages": [{"content": "no role"}]})", endpoint_kind::chat).param, "messages[0].role");
+}
+
+// OpenAI's message shapes (frontend/chat_messages.hpp): accepted and forwarded as sent (the frontend normalises them
+// for its template), or refused with the offending field as the 400's param.
+TEST(OpenaiApi, ChatMessagesAreCheckedAndRefusalsNameTheField) {
+    const std::string round_trip = R"([{"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+        {"role": "user", "content": [{"type": "text", "text": "Weather?"}]},
+        {"role": "assistant", "content": null, "refusal": null, "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "21C"},
+        {"role": "assistant", "content": "It is 21C."}])";
+    const auto r = parse_openai_request(R"({"messages": )" + round_trip + "}", endpoint_kind::chat);
+    EXPECT_EQ(ojson::parse(r.generate.chat)["messages"], ojson::parse(round_trip));
+    EXPECT_EQ(ojson::parse(parse_tokenize_request(R"({"messages": )" + round_trip + "}").chat)["messages"],
+              ojson::parse(round_trip));
+
+    const auto image = refusal(R"({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": [
+        {"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "https://x/a.png"}}]}]})",
+                               endpoint_kind::chat);
+    EXPECT_EQ(image.status, 400);
+    EXPECT_EQ(image.type, "invalid_request_error");
+    EXPECT_EQ(image.param, "messages[1].content[1].type");
+    EXPECT_NE(image.message.find("'image_url' content parts are not supported"), std::string::npos) << image.message;
+    EXPECT_EQ(refusal(R"({"messages": [{"role": "robot", "content": "x"}]})", endpoint_kind::chat).param,
+              "messages[0].role");
+    EXPECT_EQ(refusal(R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f",
+                          "arguments": "{bad"}}]}]})",
+                      endpoint_kind::chat)
+                  .param,
+              "messages[0].tool_calls[0].function.arguments");
+    try {
+        parse_tokenize_request(R"({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]})");
+        FAIL() << "expected an api_error";
+    } catch (const api_error& e) {
+        EXPECT_EQ(e.param, "messages[0].content[0].type");
+    }
 }
 
 TEST(OpenaiApi, ErrorBodyIsOpenAIs) {

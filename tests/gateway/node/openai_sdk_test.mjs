@@ -3,8 +3,9 @@
 //
 //   node tests/gateway/node/openai_sdk_test.mjs --base-url http://127.0.0.1:8000/v1
 //
-// Completions and chat completions, streamed and not (usage in the stream), logprobs, n choices, and a bad request
-// surfaced as the SDK's BadRequestError with status 400. Exits 0 when every check passes, 1 on the first failure,
+// Completions and chat completions, streamed and not (usage in the stream), logprobs, n choices, content parts, a
+// full tool-call round trip in the messages, and bad requests surfaced as the SDK's BadRequestError with status 400
+// (an image part's names its field). Exits 0 when every check passes, 1 on the first failure,
 // 77 when the SDK is not installed.
 import assert from 'node:assert/strict';
 
@@ -77,4 +78,62 @@ assert.equal(two.usage.completion_tokens, 8);
 await assert.rejects(client.completions.create({ model, prompt: 'x', max_tokens: 5, min_p: 2 }),
                      (e) => e instanceof OpenAI.BadRequestError && e.status === 400);
 
-console.log('openai Node SDK: completions, chat completions, streaming, logprobs, n and errors OK');
+// Content as a list of parts (what many SDKs and frameworks send): accepted, and rendered for the text-only
+// template as vLLM does, text parts joined with "\n", so the prompt is the one of the joined strings.
+const chat = (msgs, extra = {}) => client.chat.completions.create({ model, messages: msgs, max_tokens: 3,
+                                                                    temperature: 0, ignore_eos: true, ...extra });
+const parts = await chat([
+  { role: 'system', content: [{ type: 'text', text: 'Be brief.' }, { type: 'text', text: 'Use English.' }] },
+  { role: 'user', content: [{ type: 'text', text: 'Name' }, { type: 'text', text: 'a colour.' }] },
+]);
+assert.equal(parts.choices[0].finish_reason, 'length');
+assert.equal(parts.usage.completion_tokens, 3);
+const joined = await chat([{ role: 'system', content: 'Be brief.\nUse English.' },
+                           { role: 'user', content: 'Name\na colour.' }]);
+assert.equal(parts.usage.prompt_tokens, joined.usage.prompt_tokens);
+assert.equal(parts.choices[0].message.content, joined.choices[0].message.content);
+
+// A full tool-call round trip, as an agent loop sends it back: the assistant's turn with content null and
+// tool_calls (arguments as JSON text), the tool results with tool_call_id and name, the assistant's answer, and
+// the next user turn; then two calls in one turn.
+const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Current weather for a city.',
+                                                parameters: { type: 'object', properties: { city: { type: 'string' } },
+                                                              required: ['city'] } } }];
+const call = (id, city) => ({ id, type: 'function',
+                              function: { name: 'get_weather', arguments: JSON.stringify({ city }) } });
+const loop = [
+  { role: 'user', content: 'Weather in Paris?' },
+  { role: 'assistant', content: null, tool_calls: [call('call_1', 'Paris')] },
+  { role: 'tool', tool_call_id: 'call_1', name: 'get_weather', content: '{"temperature": 21}' },
+  { role: 'assistant', content: 'It is 21°C in Paris.' },
+  { role: 'user', content: [{ type: 'text', text: 'And Tokyo and Oslo?' }] },
+  { role: 'assistant', content: null, tool_calls: [call('call_2', 'Tokyo'), call('call_3', 'Oslo')] },
+  { role: 'tool', tool_call_id: 'call_2', name: 'get_weather', content: [{ type: 'text', text: '15C' }] },
+  { role: 'tool', tool_call_id: 'call_3', name: 'get_weather', content: '-3C' },
+];
+const answered = await chat(loop, { tools });
+assert.equal(answered.object, 'chat.completion');
+assert.equal(answered.choices[0].finish_reason, 'length');
+assert.equal(answered.usage.completion_tokens, 3);
+// The same round trip streamed; and /tokenize renders the same conversation to the same prompt.
+let chunks = 0;
+for await (const chunk of await chat(loop, { tools, stream: true })) chunks += chunk.choices.length;
+assert.ok(chunks >= 1);
+const tokenized = await fetch(new URL('../tokenize', client.baseURL + '/'), {
+  method: 'POST', headers: { 'content-type': 'application/json' },
+  body: JSON.stringify({ model, messages: loop, tools }),
+}).then((res) => res.json());
+assert.equal(tokenized.count, answered.usage.prompt_tokens);
+
+// An image part: the model takes text only, so a 400 naming the part's field.
+await assert.rejects(
+  chat([{ role: 'user', content: [{ type: 'text', text: 'What is this?' },
+                                  { type: 'image_url', image_url: { url: 'https://example.com/a.png' } }] }]),
+  (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'messages[0].content[1].type' &&
+         /image_url/.test(e.message));
+// An unknown role: a 400 naming it.
+await assert.rejects(chat([{ role: 'robot', content: 'beep' }]),
+                     (e) => e instanceof OpenAI.BadRequestError && e.param === 'messages[0].role');
+
+console.log('openai Node SDK: completions, chat completions, streaming, logprobs, n, content parts, tool-call ' +
+            'round trips and errors OK');
