@@ -152,6 +152,11 @@ struct bench_options {
         if (params.range_ratio < 0 || params.range_ratio >= 1)
             throw zmoe::error(zmoe::errc::invalid_argument, "--random-range-ratio must be in [0, 1)");
         if (model_dir || (!model.empty() && http.base_url.empty())) read_model_vocabulary();
+        if (!http.base_url.empty() && http.endpoint_type == zmoe::cli::openai_endpoint_type::chat &&
+            http.tokenizer.empty())
+            throw zmoe::error(zmoe::errc::invalid_argument,
+                              "--endpoint-type chat sends text: give --tokenizer PATH (or --model DIR with a "
+                              "tokenizer.json)");
         if (params.vocab_size <= 0)
             throw zmoe::error(zmoe::errc::invalid_argument,
                               "give --model DIR (its config.json has the vocabulary size) or --vocab-size N");

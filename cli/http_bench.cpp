@@ -13,6 +13,7 @@
 #include <boost/beast/http.hpp>
 #include <condition_variable>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -207,7 +208,9 @@ class http_stream_session : public std::enable_shared_from_this<http_stream_sess
     void on_write(beast::error_code ec, size_t) {
         if (ec) return retry_or_end("sending the request: " + ec.message());
         parser_.emplace();
-        parser_->body_limit(boost::none);
+        // No limit on a stream's length. Not boost::none: Boost 1.74's parser compares a Content-Length with an
+        // empty limit as "over it".
+        parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
         read_some();
     }
 

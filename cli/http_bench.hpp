@@ -28,17 +28,17 @@ http_url parse_http_url(const std::string& url);
 enum class openai_endpoint_type { completions, chat };
 
 struct http_bench_target {
-    std::string base_url;  ///< http://HOST:PORT
+    std::string base_url{};  ///< http://HOST:PORT
     openai_endpoint_type endpoint_type = openai_endpoint_type::completions;
     /// The requests' "model"; empty: the first model GET /v1/models lists.
-    std::string model_name;
-    std::string api_key;  ///< non-empty: sent as "Authorization: Bearer <key>"
+    std::string model_name{};
+    std::string api_key{};  ///< non-empty: sent as "Authorization: Bearer <key>"
     /// Chat prompts are text: random token ids decoded by this tokenizer (a tokenizer.json or a directory holding
     /// one). Unused for completions, whose prompts are the token ids themselves.
-    std::string tokenizer;
+    std::string tokenizer{};
     /// Non-empty: the server's ZeroMQ endpoint, read for its metrics before and after the run (served decode
     /// steps, as the ZeroMQ path reports them).
-    std::string metrics_endpoint;
+    std::string metrics_endpoint{};
     unsigned num_threads = 0;  ///< I/O threads; 0: half the cores, between 1 and 8
     bool keep_alive = true;    ///< reuse connections; false: one connection per request
 };
