@@ -73,7 +73,7 @@ TEST(HttpBench, RequestBodiesAskForAStreamOfExactlyTheTokens) {
 }
 
 /// What the fake server does with the n-th completion request (0-based).
-enum class answer { stream, http_500, cut_mid_stream, error_event };
+enum class answer { stream, http_500, cut_mid_stream, error_event, hang };
 
 /// An OpenAI-like server on a loopback port: GET /health, GET /v1/models, and POST /v1/completions answered by
 /// `behaviour` with max_tokens chunks of one character each, a usage chunk and [DONE] (chunked encoding).
@@ -167,6 +167,10 @@ class fake_openai_server {
             write(s, "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: " +
                          std::to_string(err.size()) + "\r\n\r\n" + err);
             return true;
+        }
+        if (a == answer::hang) {  // says nothing for 3 s, then drops the connection
+            std::this_thread::sleep_for(std::chrono::seconds(3));
+            return false;
         }
         write(s, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n");
         for (int i = 0; i < tokens; ++i) {
@@ -270,6 +274,19 @@ TEST(HttpBench, FailuresAreRecordedWithTheirReasons) {
     EXPECT_EQ(sum["completed"].get<int>(), 2);
     EXPECT_EQ(sum["failed"].get<int>(), 3);
     EXPECT_EQ(sum["total_output_tokens"].get<int>(), 10);
+}
+
+TEST(HttpBench, AStalledServerFailsTheRestUnsent) {
+    fake_openai_server server;
+    server.behaviour = [](int) { return answer::hang; };
+    auto p = params(3, 1);
+    p.timeout_s = 1;
+    const auto run = zmoe::cli::run_http_bench(p, {.base_url = server.base_url()}, 10.0);
+    ASSERT_EQ(run.records.size(), 3u);
+    EXPECT_EQ(run.records[0].error, "no data for 1 s");
+    EXPECT_EQ(run.records[1].error, "not sent: the server stalled");
+    EXPECT_EQ(run.records[2].error, "not sent: the server stalled");
+    EXPECT_EQ(server.completions.load(), 1);
 }
 
 TEST(HttpBench, ThousandsOfConcurrentStreamsFromOneProcess) {
