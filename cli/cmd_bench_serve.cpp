@@ -110,9 +110,15 @@ struct bench_options {
         return out;
     }
 
-    /// Resolves the passes, the rate, the vocabulary and the progress bar; throws invalid_argument on bad values.
-    /// endpoint_given: --endpoint was on the command line (with --base-url: run both passes).
-    void finish(bool endpoint_given) {
+    /// Resolves the passes, the rate, the vocabulary and the progress bar; throws invalid_argument on bad values
+    /// (an HTTP option without --base-url among them: nothing given is ignored).
+    void finish(const po::variables_map& vm) {
+        const bool endpoint_given = !vm["endpoint"].defaulted();
+        for (const char* name :
+             {"endpoint-type", "served-model-name", "api-key", "tokenizer", "http-threads", "no-http-keep-alive"})
+            if (vm.count(name) && !vm[name].defaulted() && http.base_url.empty())
+                throw zmoe::error(zmoe::errc::invalid_argument,
+                                  std::string("--") + name + " is an option of the HTTP pass: give --base-url too");
         paths.clear();
         if (http.base_url.empty() || endpoint_given) paths.push_back(bench_path::zmq);
         if (!http.base_url.empty()) {
@@ -301,7 +307,7 @@ int cmd_bench_serve(int argc, char** argv) {
     o.add(opts);
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
-    o.finish(!vm["endpoint"].defaulted());
+    o.finish(vm);
     const auto result = run_one(o);
     const auto ps = passes(o, result);
     std::vector<std::tuple<std::string, std::string, const nlohmann::ordered_json*>> rows;
@@ -347,7 +353,7 @@ int cmd_bench_sweep(int argc, char** argv) {
     if (!plot_path.empty() && !zmoe::cli::plot_supported())
         throw zmoe::error(zmoe::errc::invalid_argument, "this zmoe was built without cairo (libcairo2-dev): no --plot");
     const bool fixed_prompts = !vm["num-prompts"].defaulted();
-    o.finish(!vm["endpoint"].defaulted());
+    o.finish(vm);
     if (!plot_path.empty() && o.paths.size() > 1)
         throw zmoe::error(zmoe::errc::invalid_argument, "--plot draws one path: give --endpoint or --base-url alone");
 

@@ -237,6 +237,9 @@ TEST(BenchHttp, BadOptionsAreRefusedBeforeSending) {
     EXPECT_NE(run_zmoe({"bench", "serve", "--vocab-size", "100", "--base-url", "http://127.0.0.1:1", "--endpoint-type",
                         "chat", "--ready-timeout", "0"}),
               0);
+    // An option of the HTTP pass without --base-url would be ignored: refused.
+    EXPECT_NE(run_zmoe({"bench", "serve", "--vocab-size", "100", "--endpoint-type", "chat"}), 0);
+    EXPECT_NE(run_zmoe({"bench", "serve", "--vocab-size", "100", "--no-http-keep-alive"}), 0);
     // Two passes cannot share one plot.
     EXPECT_NE(run_zmoe({"bench", "sweep", "--vocab-size", "100", "--endpoint", "tcp://127.0.0.1:1", "--base-url",
                         "http://127.0.0.1:1", "--plot", "/tmp/never.png"}),
