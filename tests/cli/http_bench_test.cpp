@@ -73,7 +73,7 @@ TEST(HttpBench, RequestBodiesAskForAStreamOfExactlyTheTokens) {
 }
 
 /// What the fake server does with the n-th completion request (0-based).
-enum class answer { stream, http_500, cut_mid_stream, error_event, hang };
+enum class answer { stream, http_500, cut_mid_stream, error_event, hang, until_close };
 
 /// An OpenAI-like server on a loopback port: GET /health, GET /v1/models, and POST /v1/completions answered by
 /// `behaviour` with max_tokens chunks of one character each, a usage chunk and [DONE] (chunked encoding).
@@ -170,6 +170,14 @@ class fake_openai_server {
         }
         if (a == answer::hang) {  // says nothing for 3 s, then drops the connection
             std::this_thread::sleep_for(std::chrono::seconds(3));
+            return false;
+        }
+        if (a == answer::until_close) {  // no length, no chunks: the body ends when the connection does
+            write(s, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n");
+            for (int i = 0; i < tokens; ++i) write(s, "data: {\"choices\":[{\"text\":\"x\"}]}\n\n");
+            write(s, "data: [DONE]\n\n");
+            beast::error_code ec;
+            s.shutdown(tcp::socket::shutdown_both, ec);
             return false;
         }
         write(s, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n");
@@ -274,6 +282,17 @@ TEST(HttpBench, FailuresAreRecordedWithTheirReasons) {
     EXPECT_EQ(sum["completed"].get<int>(), 2);
     EXPECT_EQ(sum["failed"].get<int>(), 3);
     EXPECT_EQ(sum["total_output_tokens"].get<int>(), 10);
+}
+
+TEST(HttpBench, ABodyEndedByClosingTheConnection) {
+    fake_openai_server server;
+    server.behaviour = [](int) { return answer::until_close; };
+    const auto run = zmoe::cli::run_http_bench(params(4, 2), {.base_url = server.base_url()}, 10.0);
+    for (const auto& r : run.records) {
+        EXPECT_TRUE(r.success) << r.error;
+        EXPECT_EQ(r.output_tokens, 5u);  // no usage: one token per content chunk
+    }
+    EXPECT_EQ(server.connections.load(), 2 + 4);  // none could be reused
 }
 
 TEST(HttpBench, AStalledServerFailsTheRestUnsent) {
