@@ -119,7 +119,7 @@ struct http_run {
     std::mutex mu;
     std::condition_variable cv;
     uint32_t in_flight = 0, done = 0, failed = 0;
-    std::atomic<uint64_t> content_chunks{0};
+    std::atomic<uint64_t> token_chunks{0};
     /// A request saw nothing for the whole timeout: the server stalled, and the requests not sent yet fail unsent
     /// (as on the ZeroMQ path) rather than each waiting out the timeout in turn.
     std::atomic<bool> stalled{false};
@@ -257,9 +257,9 @@ class http_stream_session : public std::enable_shared_from_this<http_stream_sess
         sse_.feed(bytes, events_);
         const double t = seconds_since(sent_, now);
         for (const auto& ev : events_) {
-            const uint32_t before = recorder_.content_chunks();
+            const uint32_t before = recorder_.token_chunks();
             recorder_.on_event(ev, t);
-            run_.content_chunks.fetch_add(recorder_.content_chunks() - before, std::memory_order_relaxed);
+            run_.token_chunks.fetch_add(recorder_.token_chunks() - before, std::memory_order_relaxed);
         }
     }
 
@@ -494,7 +494,7 @@ serve_bench_run run_http_bench(const serve_bench_params& p, const http_bench_tar
     bench_progress_bar bar(p.progress, n);
     const auto t0 = clock_type::now();
     auto progress = [&](std::unique_lock<std::mutex>&, bool force) {
-        bar.update(run.done - run.failed, run.failed, run.in_flight, run.content_chunks.load(),
+        bar.update(run.done - run.failed, run.failed, run.in_flight, run.token_chunks.load(),
                    seconds_since(t0, clock_type::now()), force);
     };
     for (size_t i = 0; i < prompts.size(); ++i) {

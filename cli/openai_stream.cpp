@@ -6,11 +6,6 @@ namespace zmoe::cli {
 
 namespace {
 
-bool non_empty_string(const nlohmann::json& obj, const char* key) {
-    const auto it = obj.find(key);
-    return it != obj.end() && it->is_string() && !it->get_ref<const std::string&>().empty();
-}
-
 /// The message of an OpenAI error object ({"error": {"message": ...}} or {"message": ...} or a string).
 std::string error_text(const nlohmann::json& e) {
     if (e.is_string()) return e.get<std::string>();
@@ -49,28 +44,24 @@ void openai_stream_recorder::on_event(const sse_event& event, double t) {
         if (const auto p = u->find("prompt_tokens"); p != u->end() && p->is_number_unsigned())
             rec_.prompt_tokens = p->get<uint32_t>();
     }
+    // vLLM's rule: every chunk with a choice is a token event, whether or not its text is empty (a token whose
+    // text the server holds back, an incomplete UTF-8 sequence, still arrived); a chunk without (usage) is not.
     const auto choices = j.find("choices");
-    if (choices == j.end() || !choices->is_array() || choices->empty() || !(*choices)[0].is_object()) return;
-    const auto& choice = (*choices)[0];
-    bool content = non_empty_string(choice, "text");
-    if (const auto d = choice.find("delta"); d != choice.end() && d->is_object())
-        content = content || non_empty_string(*d, "content") || non_empty_string(*d, "reasoning_content") ||
-                  non_empty_string(*d, "reasoning");
-    if (!content) return;
-    if (content_chunks_ == 0)
+    if (choices == j.end() || !choices->is_array() || choices->empty()) return;
+    if (token_chunks_ == 0)
         rec_.ttft_s = t;
     else
-        rec_.itl_s.push_back(t - last_content_s_);
-    last_content_s_ = t;
-    ++content_chunks_;
+        rec_.itl_s.push_back(t - last_token_s_);
+    last_token_s_ = t;
+    ++token_chunks_;
 }
 
 void openai_stream_recorder::finish(double t, const std::string& transport_error) {
     rec_.latency_s = t;
-    rec_.output_tokens = has_usage_ ? usage_completion_tokens_ : content_chunks_;
+    rec_.output_tokens = has_usage_ ? usage_completion_tokens_ : token_chunks_;
     if (!transport_error.empty()) fail(transport_error);
     if (!done_) fail("the stream ended without data: [DONE]");
-    if (content_chunks_ == 0) fail("no content in the stream");
+    if (token_chunks_ == 0) fail("no choice in the stream");
     if (has_usage_ && rec_.output_tokens != rec_.output_len)
         fail("asked for " + std::to_string(rec_.output_len) + " tokens, got " + std::to_string(rec_.output_tokens));
     rec_.error = error_;

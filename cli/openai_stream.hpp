@@ -17,22 +17,22 @@ class openai_stream_recorder {
     /// Fills `record` (whose input_len and output_len are set; they stay), which must outlive this object.
     explicit openai_stream_recorder(bench_request_record& record) : rec_(record) {}
 
-    /// One event of the stream, arrived t seconds after the request was sent. A chunk whose first choice carries
-    /// text (completions: `text`; chat: `delta.content`, or `delta.reasoning_content` / `delta.reasoning` of a
-    /// reasoning model) is a content chunk: the first one sets TTFT, each later one adds the gap since the
-    /// previous one to the ITLs. A `usage` object gives the token counts the server reports. `data: [DONE]` ends
-    /// the stream. An event of type "error", a chunk with an "error" object, or data that is not JSON makes the
-    /// request fail with that text (the first error is kept).
+    /// One event of the stream, arrived t seconds after the request was sent. A chunk with a choice (its text
+    /// empty or not, as `vllm bench serve` counts: a token whose text the server holds back still arrived) is a
+    /// token chunk: the first one sets TTFT, each later one adds the gap since the previous one to the ITLs. A
+    /// `usage` object gives the token counts the server reports. `data: [DONE]` ends the stream. An event of type
+    /// "error", a chunk with an "error" object, or data that is not JSON makes the request fail with that text
+    /// (the first error is kept).
     void on_event(const sse_event& event, double t);
 
     /// The response ended at t seconds (transport_error: why it was cut, empty when it ended cleanly). Sets the
     /// latency, the output tokens (usage.completion_tokens when the server sent usage, else the number of
-    /// content chunks) and success: no error, `data: [DONE]` seen, at least one content chunk, and, where usage
+    /// token chunks) and success: no error, `data: [DONE]` seen, at least one token chunk, and, where usage
     /// was reported, exactly the output_len tokens asked for (ignore_eos).
     void finish(double t, const std::string& transport_error);
 
     bool done() const { return done_; }
-    uint32_t content_chunks() const { return content_chunks_; }
+    uint32_t token_chunks() const { return token_chunks_; }
 
   private:
     void fail(std::string why) {
@@ -44,8 +44,8 @@ class openai_stream_recorder {
     bool done_ = false;
     bool has_usage_ = false;
     uint32_t usage_completion_tokens_ = 0;
-    uint32_t content_chunks_ = 0;
-    double last_content_s_ = 0.0;
+    uint32_t token_chunks_ = 0;
+    double last_token_s_ = 0.0;
 };
 
 }  // namespace zmoe::cli

@@ -70,7 +70,7 @@ void check_pass(const nlohmann::json& r, size_t n, int in_len, int out_len) {
         EXPECT_EQ(r["output_lens"][i].get<int>(), out_len);
         EXPECT_EQ(r["errors"][i].get<std::string>(), "");
         EXPECT_GT(r["ttfts"][i].get<double>(), 0.0);
-        // One ITL per content chunk after the first: at most one per token.
+        // One ITL per chunk after the first: at most one per token.
         EXPECT_LE(r["itls"][i].size(), static_cast<size_t>(out_len - 1));
     }
     EXPECT_EQ(r["total_input_tokens"].get<size_t>(), in_sum);

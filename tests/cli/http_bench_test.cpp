@@ -290,7 +290,7 @@ TEST(HttpBench, ABodyEndedByClosingTheConnection) {
     const auto run = zmoe::cli::run_http_bench(params(4, 2), {.base_url = server.base_url()}, 10.0);
     for (const auto& r : run.records) {
         EXPECT_TRUE(r.success) << r.error;
-        EXPECT_EQ(r.output_tokens, 5u);  // no usage: one token per content chunk
+        EXPECT_EQ(r.output_tokens, 5u);  // no usage: one token per chunk
     }
     EXPECT_EQ(server.connections.load(), 2 + 4);  // none could be reused
 }

@@ -1,5 +1,5 @@
-// What `zmoe bench serve --base-url` records of one streamed OpenAI response: TTFT at the first content chunk,
-// one ITL per later content chunk, output tokens from usage (else content chunks), and every failure with its
+// What `zmoe bench serve --base-url` records of one streamed OpenAI response: TTFT at the first chunk with a
+// choice, one ITL per later such chunk, output tokens from usage (else those chunks), and every failure with its
 // reason. Then the summary arithmetic of such records.
 
 #include "cli/openai_stream.hpp"
@@ -36,43 +36,44 @@ bench_request_record asked(uint32_t in, uint32_t out) {
 }
 
 TEST(OpenaiStream, CompletionChunksGiveTtftItlAndUsage) {
-    auto rec = asked(12, 4);
+    auto rec = asked(12, 5);
     openai_stream_recorder s(rec);
-    s.on_event(data(text_chunk("")), 0.05);  // an empty chunk carries no token: no TTFT yet
-    s.on_event(data(text_chunk("a")), 0.10);
-    s.on_event(data(text_chunk("b")), 0.13);
-    s.on_event(data(text_chunk("cd")), 0.20);  // two tokens in one chunk: one ITL, as vLLM counts
-    s.on_event(data(R"({"choices":[{"index":0,"text":"","finish_reason":"length"}]})"), 0.21);
-    s.on_event(data(R"({"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":4,"total_tokens":16}})"), 0.21);
+    s.on_event(data(R"({"choices":[]})"), 0.05);  // no choice: not a token
+    s.on_event(data(text_chunk("")), 0.10);       // a token whose text is held back still arrived (vLLM's rule)
+    s.on_event(data(text_chunk("a")), 0.13);
+    s.on_event(data(text_chunk("bc")), 0.20);  // two tokens in one chunk: one ITL, as vLLM counts
+    s.on_event(data(R"({"choices":[{"index":0,"text":"d","finish_reason":"length"}]})"), 0.21);
+    s.on_event(data(R"({"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}})"), 0.21);
     s.on_event(data("[DONE]"), 0.22);
     s.finish(0.23, "");
     EXPECT_TRUE(rec.success) << rec.error;
     EXPECT_EQ(rec.error, "");
     EXPECT_DOUBLE_EQ(rec.ttft_s, 0.10);
-    ASSERT_EQ(rec.itl_s.size(), 2u);
+    ASSERT_EQ(rec.itl_s.size(), 3u);
     EXPECT_NEAR(rec.itl_s[0], 0.03, 1e-12);
     EXPECT_NEAR(rec.itl_s[1], 0.07, 1e-12);
+    EXPECT_NEAR(rec.itl_s[2], 0.01, 1e-12);
     EXPECT_DOUBLE_EQ(rec.latency_s, 0.23);
-    EXPECT_EQ(rec.output_tokens, 4u);  // from usage, not the 3 content chunks
+    EXPECT_EQ(rec.output_tokens, 5u);  // from usage, not the 4 token chunks
     EXPECT_EQ(rec.prompt_tokens, 12u);
-    EXPECT_EQ(s.content_chunks(), 3u);
+    EXPECT_EQ(s.token_chunks(), 4u);
 }
 
-TEST(OpenaiStream, ChatDeltasAndReasoningCountAsContent) {
-    auto rec = asked(5, 3);
+TEST(OpenaiStream, ChatDeltasCountWithoutUsage) {
+    auto rec = asked(5, 4);
     openai_stream_recorder s(rec);
     s.on_event(data(R"({"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]})"), 0.01);
     s.on_event(data(chat_chunk("reasoning_content", "hm")), 0.02);
     s.on_event(data(chat_chunk("content", "x")), 0.04);
-    s.on_event(data(chat_chunk("reasoning", "y")), 0.07);
+    s.on_event(data(chat_chunk("content", "y")), 0.07);
     s.on_event(data("[DONE]"), 0.08);
     s.finish(0.08, "");
-    // No usage: the content chunks are the output tokens.
+    // No usage: the token chunks are the output tokens.
     EXPECT_TRUE(rec.success) << rec.error;
-    EXPECT_EQ(rec.output_tokens, 3u);
-    EXPECT_DOUBLE_EQ(rec.ttft_s, 0.02);
-    ASSERT_EQ(rec.itl_s.size(), 2u);
-    EXPECT_NEAR(rec.itl_s[1], 0.03, 1e-12);
+    EXPECT_EQ(rec.output_tokens, 4u);
+    EXPECT_DOUBLE_EQ(rec.ttft_s, 0.01);
+    ASSERT_EQ(rec.itl_s.size(), 3u);
+    EXPECT_NEAR(rec.itl_s[2], 0.03, 1e-12);
 }
 
 TEST(OpenaiStream, FailuresKeepTheFirstReason) {
@@ -122,7 +123,7 @@ TEST(OpenaiStream, FailuresKeepTheFirstReason) {
         openai_stream_recorder s(rec);
         s.on_event(data("[DONE]"), 0.1);
         s.finish(0.1, "");
-        EXPECT_EQ(rec.error, "no content in the stream");
+        EXPECT_EQ(rec.error, "no choice in the stream");
     }
     {  // the server stopped early although ignore_eos asked for every token
         auto rec = asked(5, 3);
