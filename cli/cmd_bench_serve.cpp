@@ -293,12 +293,19 @@ std::string comparison_table(
     return out;
 }
 
-/// The first error of each kind of failure in a pass, with its count, for the terminal.
+/// Each kind of failure of a pass (the first five), with its count, for the terminal.
 void print_errors(const std::string& path, const nlohmann::ordered_json& r) {
     std::map<std::string, size_t> counts;
     for (const auto& e : r["errors"])
         if (!e.get<std::string>().empty()) ++counts[e.get<std::string>().substr(0, 300)];
-    for (const auto& [e, n] : counts) std::cerr << "bench: " << path << ": " << n << " failed: " << e << "\n";
+    size_t shown = 0;
+    for (const auto& [e, n] : counts) {
+        if (++shown > 5) {
+            std::cerr << "bench: " << path << ": " << counts.size() - 5 << " more kinds of failure (--json has all)\n";
+            break;
+        }
+        std::cerr << "bench: " << path << ": " << n << " failed: " << e << "\n";
+    }
 }
 
 int cmd_bench_serve(int argc, char** argv) {
