@@ -35,6 +35,27 @@ enum class bench_path { zmq, http };
 
 const char* path_name(bench_path p) { return p == bench_path::zmq ? "zmq" : "http"; }
 
+/// A comma list of concurrency caps ("1,64,512"); a lone 0 (no cap) only where zero_alone is allowed.
+std::vector<uint32_t> parse_levels(const std::string& list, const char* option, bool zero_alone) {
+    std::vector<uint32_t> levels;
+    std::stringstream ss(list);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        unsigned long v = 0;
+        size_t used = 0;
+        try {
+            v = std::stoul(item, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used == 0 || used != item.size() || v > UINT32_MAX || (v == 0 && !(zero_alone && list == item)))
+            throw zmoe::error(zmoe::errc::invalid_argument, std::string(option) + ": bad value '" + item + "'");
+        levels.push_back(static_cast<uint32_t>(v));
+    }
+    if (levels.empty()) throw zmoe::error(zmoe::errc::invalid_argument, std::string(option) + " is empty");
+    return levels;
+}
+
 /// The options shared by serve and sweep, and what they fill in.
 struct bench_options {
     serve_bench_params params;
@@ -43,6 +64,8 @@ struct bench_options {
     std::string percentiles = "90,99";
     std::string model;
     std::string endpoint_type = "completions";
+    std::string max_concurrency = "0";
+    std::vector<uint32_t> concurrency_list;  ///< --max-concurrency as a comma list of several caps
     std::string json_path;
     bool no_progress = false;
     bool no_keep_alive = false;
@@ -75,9 +98,10 @@ struct bench_options {
             "lengths drawn uniformly from [len*(1-r), len*(1+r)]")(
             "request-rate", po::value(&request_rate)->default_value(request_rate),
             "requests per second, Poisson arrivals; inf = all at once")(
-            "max-concurrency", po::value(&p.max_concurrency)->default_value(p.max_concurrency),
-            "requests in flight at most (0 = no cap)")("seed", po::value(&p.seed)->default_value(p.seed),
-                                                       "seed of the prompts and arrivals")(
+            "max-concurrency", po::value(&max_concurrency)->default_value(max_concurrency),
+            "requests in flight at most (0 = no cap); bench serve: a comma list runs one pass per cap, as bench "
+            "sweep --concurrency")("seed", po::value(&p.seed)->default_value(p.seed),
+                                   "seed of the prompts and arrivals")(
             "model", po::value(&model),
             "the served model's directory: its config.json gives the vocabulary (over HTTP, a name that is not a "
             "directory is the requests' model)")("vocab-size", po::value(&p.vocab_size)->default_value(0),
@@ -119,6 +143,9 @@ struct bench_options {
             if (vm.count(name) && !vm[name].defaulted() && http.base_url.empty())
                 throw zmoe::error(zmoe::errc::invalid_argument,
                                   std::string("--") + name + " is an option of the HTTP pass: give --base-url too");
+        concurrency_list = parse_levels(max_concurrency, "--max-concurrency", true);
+        params.max_concurrency = concurrency_list.size() == 1 ? concurrency_list[0] : 0;
+        if (concurrency_list.size() == 1) concurrency_list.clear();
         paths.clear();
         if (http.base_url.empty() || endpoint_given) paths.push_back(bench_path::zmq);
         if (!http.base_url.empty()) {
@@ -308,62 +335,11 @@ void print_errors(const std::string& path, const nlohmann::ordered_json& r) {
     }
 }
 
-int cmd_bench_serve(int argc, char** argv) {
-    bench_options o;
-    po::options_description opts("zmoe bench serve options (against a running `zmoe serve`)");
-    o.add(opts);
-    po::variables_map vm;
-    if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
-    o.finish(vm);
-    const auto result = run_one(o);
-    const auto ps = passes(o, result);
-    std::vector<std::tuple<std::string, std::string, const nlohmann::ordered_json*>> rows;
-    for (const auto& [name, r] : ps) {
-        if (ps.size() > 1) std::cout << name << ": " << (name == "zmq" ? o.params.endpoint : o.http.base_url) << "\n";
-        std::cout << zmoe::cli::bench_summary_table(*r, o.percentile_list());
-        print_errors(name, *r);
-        rows.emplace_back(o.params.max_concurrency ? std::to_string(o.params.max_concurrency) : "none", name, r);
-    }
-    if (ps.size() > 1) std::cout << comparison_table(rows, "concurrency");
-    std::cout << std::flush;
-    if (!o.json_path.empty()) write_json(o.json_path, result);
-    for (const auto& [name, r] : ps)
-        if ((*r)["completed"].get<uint64_t>() == 0) return 1;
-    return 0;
-}
-
-int cmd_bench_sweep(int argc, char** argv) {
-    bench_options o;
-    std::string concurrency = "1,4,16,64", plot_path;
-    po::options_description opts("zmoe bench sweep options (zmoe bench serve at each --concurrency)");
-    o.add(opts);
-    opts.add_options()("concurrency", po::value(&concurrency)->default_value(concurrency),
-                       "comma-separated concurrency caps, one run each")(
-        "plot", po::value(&plot_path), "write a PNG plot of output throughput against median TPOT here");
-    po::variables_map vm;
-    if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
-    std::vector<uint32_t> levels;
-    {
-        std::stringstream ss(concurrency);
-        std::string item;
-        while (std::getline(ss, item, ',')) {
-            unsigned long v = 0;
-            try {
-                v = std::stoul(item);
-            } catch (const std::exception&) {
-            }
-            if (v == 0) throw zmoe::error(zmoe::errc::invalid_argument, "--concurrency: bad value '" + item + "'");
-            levels.push_back(static_cast<uint32_t>(v));
-        }
-    }
-    if (levels.empty()) throw zmoe::error(zmoe::errc::invalid_argument, "--concurrency is empty");
-    if (!plot_path.empty() && !zmoe::cli::plot_supported())
-        throw zmoe::error(zmoe::errc::invalid_argument, "this zmoe was built without cairo (libcairo2-dev): no --plot");
-    const bool fixed_prompts = !vm["num-prompts"].defaulted();
-    o.finish(vm);
-    if (!plot_path.empty() && o.paths.size() > 1)
-        throw zmoe::error(zmoe::errc::invalid_argument, "--plot draws one path: give --endpoint or --base-url alone");
-
+/// bench serve at each concurrency cap of levels: --num-prompts requests each when fixed_prompts, else 4 x the
+/// cap (at least 8); one table row per cap and path, JSON {parameters, "concurrency", "results"}, an optional
+/// plot. Exit status 1 when a pass completed nothing.
+int run_sweep(const bench_options& o, const std::vector<uint32_t>& levels, bool fixed_prompts,
+              const std::string& plot_path) {
     nlohmann::ordered_json out = o.parameters_json();
     out.erase("max_concurrency");
     out["num_prompts"] = fixed_prompts ? nlohmann::json(o.params.num_prompts) : nlohmann::json("4 x concurrency");
@@ -401,6 +377,55 @@ int cmd_bench_sweep(int argc, char** argv) {
         for (const auto& [name, pass] : passes(o, r))
             if ((*pass)["completed"].get<uint64_t>() == 0) return 1;
     return 0;
+}
+
+int cmd_bench_serve(int argc, char** argv) {
+    bench_options o;
+    po::options_description opts("zmoe bench serve options (against a running `zmoe serve`)");
+    o.add(opts);
+    po::variables_map vm;
+    if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
+    o.finish(vm);
+    if (!o.concurrency_list.empty()) return run_sweep(o, o.concurrency_list, !vm["num-prompts"].defaulted(), {});
+    const auto result = run_one(o);
+    const auto ps = passes(o, result);
+    std::vector<std::tuple<std::string, std::string, const nlohmann::ordered_json*>> rows;
+    for (const auto& [name, r] : ps) {
+        if (ps.size() > 1) std::cout << name << ": " << (name == "zmq" ? o.params.endpoint : o.http.base_url) << "\n";
+        std::cout << zmoe::cli::bench_summary_table(*r, o.percentile_list());
+        print_errors(name, *r);
+        rows.emplace_back(o.params.max_concurrency ? std::to_string(o.params.max_concurrency) : "none", name, r);
+    }
+    if (ps.size() > 1) std::cout << comparison_table(rows, "concurrency");
+    std::cout << std::flush;
+    if (!o.json_path.empty()) write_json(o.json_path, result);
+    for (const auto& [name, r] : ps)
+        if ((*r)["completed"].get<uint64_t>() == 0) return 1;
+    return 0;
+}
+
+int cmd_bench_sweep(int argc, char** argv) {
+    bench_options o;
+    std::string concurrency = "1,4,16,64", plot_path;
+    po::options_description opts("zmoe bench sweep options (zmoe bench serve at each --concurrency)");
+    o.add(opts);
+    opts.add_options()("concurrency", po::value(&concurrency)->default_value(concurrency),
+                       "comma-separated concurrency caps, one run each")(
+        "plot", po::value(&plot_path), "write a PNG plot of output throughput against median TPOT here");
+    po::variables_map vm;
+    if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
+    const std::vector<uint32_t> levels = parse_levels(concurrency, "--concurrency", false);
+    if (!vm["max-concurrency"].defaulted())
+        throw zmoe::error(zmoe::errc::invalid_argument,
+                          "bench sweep takes its caps from --concurrency, not "
+                          "--max-concurrency");
+    if (!plot_path.empty() && !zmoe::cli::plot_supported())
+        throw zmoe::error(zmoe::errc::invalid_argument, "this zmoe was built without cairo (libcairo2-dev): no --plot");
+    const bool fixed_prompts = !vm["num-prompts"].defaulted();
+    o.finish(vm);
+    if (!plot_path.empty() && o.paths.size() > 1)
+        throw zmoe::error(zmoe::errc::invalid_argument, "--plot draws one path: give --endpoint or --base-url alone");
+    return run_sweep(o, levels, fixed_prompts, plot_path);
 }
 
 }  // namespace

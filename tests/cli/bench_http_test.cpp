@@ -171,7 +171,7 @@ TEST(BenchHttp, BothEndpointTypesAndSideBySideWithZeroMq) {
         EXPECT_LE(num(b[path], "decode_tokens"), static_cast<double>(kPrompts * kOut)) << path;
     }
 
-    // The same over a sweep of concurrency caps: one result per cap, each with both passes.
+    // The same over a sweep of concurrency caps (bench sweep): one result per cap, each with both passes.
     const std::string sweep = s.dir / "sweep.json";
     ASSERT_EQ(run_zmoe({"bench",
                         "sweep",
@@ -195,12 +195,40 @@ TEST(BenchHttp, BothEndpointTypesAndSideBySideWithZeroMq) {
                         "--json",
                         sweep}),
               0);
-    const auto w = read_json(sweep);
-    ASSERT_EQ(w["results"].size(), 2u);
-    EXPECT_EQ(w["results"][1]["max_concurrency"].get<int>(), 3);
-    for (const auto& r : w["results"]) {
-        check_pass(r["zmq"], 3, 8, 4);
-        check_pass(r["http"], 3, 8, 4);
+    // bench serve --max-concurrency as a list: the same sweep, --num-prompts requests at each cap.
+    const std::string listed = s.dir / "listed.json";
+    ASSERT_EQ(run_zmoe({"bench",
+                        "serve",
+                        "--model",
+                        s.model(),
+                        "--endpoint",
+                        s.endpoint(),
+                        "--base-url",
+                        s.base_url(),
+                        "--api-key",
+                        "k3y",
+                        "--num-prompts",
+                        "3",
+                        "--random-input-len",
+                        "8",
+                        "--random-output-len",
+                        "4",
+                        "--max-concurrency",
+                        "1,3",
+                        "--no-progress",
+                        "--json",
+                        listed}),
+              0);
+    for (const std::string& file : {sweep, listed}) {
+        const auto w = read_json(file);
+        ASSERT_EQ(w["results"].size(), 2u) << file;
+        EXPECT_EQ(w["concurrency"], nlohmann::json::array({1, 3})) << file;
+        EXPECT_EQ(w["results"][0]["max_concurrency"].get<int>(), 1);
+        EXPECT_EQ(w["results"][1]["max_concurrency"].get<int>(), 3);
+        for (const auto& r : w["results"]) {
+            check_pass(r["zmq"], 3, 8, 4);
+            check_pass(r["http"], 3, 8, 4);
+        }
     }
 }
 
