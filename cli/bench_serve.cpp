@@ -115,15 +115,7 @@ serve_bench_run run_serve_bench(const serve_bench_params& p, double ready_timeou
     }
 
     serve_bench_run run;
-    auto scrape = [&client]() {
-        try {
-            return nlohmann::json::parse(client.metrics(std::chrono::seconds(10)));
-        } catch (const std::exception& e) {
-            ZMOE_LOG(warn, "bench: no metrics from the server (" << e.what() << "): no floor in the result");
-            return nlohmann::json::object();
-        }
-    };
-    run.metrics_before = scrape();
+    run.metrics_before = scrape_server_metrics(p.endpoint);
 
     const std::vector<double> arrival = bench_arrival_times(p, prompts.size());
 
@@ -240,7 +232,7 @@ serve_bench_run run_serve_bench(const serve_bench_params& p, double ready_timeou
     }
     run.duration_s = seconds_since(t0, clock_type::now());
     bar.finish();
-    run.metrics_after = scrape();
+    run.metrics_after = scrape_server_metrics(p.endpoint);
     return run;
 }
 
