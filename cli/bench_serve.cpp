@@ -29,33 +29,50 @@ double seconds_since(clock_type::time_point t0, clock_type::time_point t) {
     return std::chrono::duration<double>(t - t0).count();
 }
 
-/// A one-line progress bar redrawn in place on stderr (a terminal), at most every 100 ms.
-class progress_bar {
-  public:
-    progress_bar(bool on, uint32_t total) : on_(on), total_(total) {}
-    void update(uint32_t done, uint32_t failed, uint32_t in_flight, uint64_t tokens, double elapsed_s, bool force) {
-        if (!on_) return;
-        const auto now = clock_type::now();
-        if (!force && now - last_ < std::chrono::milliseconds(100)) return;
-        last_ = now;
-        constexpr int kWidth = 30;
-        const int filled = total_ ? static_cast<int>(kWidth * static_cast<double>(done) / total_) : kWidth;
-        std::fprintf(stderr, "\r[%s%s] %u/%u  in flight %u  failed %u  %.0f tok/s  %.1f s ",
-                     std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(), done, total_,
-                     in_flight, failed, elapsed_s > 0 ? static_cast<double>(tokens) / elapsed_s : 0.0, elapsed_s);
-        std::fflush(stderr);
-    }
-    void finish() {
-        if (on_) std::fprintf(stderr, "\n");
-    }
-
-  private:
-    bool on_;
-    uint32_t total_;
-    clock_type::time_point last_{};
-};
-
 }  // namespace
+
+void bench_progress_bar::update(uint32_t done, uint32_t failed, uint32_t in_flight, uint64_t tokens, double elapsed_s,
+                                bool force) {
+    if (!on_) return;
+    const auto now = clock_type::now();
+    if (!force && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    constexpr int kWidth = 30;
+    const int filled = total_ ? static_cast<int>(kWidth * static_cast<double>(done) / total_) : kWidth;
+    std::fprintf(stderr, "\r[%s%s] %u/%u  in flight %u  failed %u  %.0f tok/s  %.1f s ",
+                 std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(), done, total_, in_flight,
+                 failed, elapsed_s > 0 ? static_cast<double>(tokens) / elapsed_s : 0.0, elapsed_s);
+    std::fflush(stderr);
+}
+
+void bench_progress_bar::finish() {
+    if (on_) std::fprintf(stderr, "\n");
+}
+
+std::vector<double> bench_arrival_times(const serve_bench_params& p, size_t n) {
+    // All at zero for an infinite rate, else exponential gaps (a Poisson process), seeded.
+    std::vector<double> arrival(n, 0.0);
+    if (std::isfinite(p.request_rate)) {
+        if (p.request_rate <= 0) throw error(errc::invalid_argument, "bench: --request-rate must be > 0 or inf");
+        std::mt19937_64 rng(p.seed ^ 0x9e3779b97f4a7c15ull);
+        std::exponential_distribution<double> gap(p.request_rate);
+        double t = 0.0;
+        for (auto& a : arrival) a = (t += gap(rng));
+        const double first = arrival.empty() ? 0.0 : arrival.front();
+        for (auto& a : arrival) a -= first;  // the first request goes at once
+    }
+    return arrival;
+}
+
+nlohmann::json scrape_server_metrics(const std::string& endpoint) {
+    try {
+        zmoe_client client(endpoint);
+        return nlohmann::json::parse(client.metrics(std::chrono::seconds(10)));
+    } catch (const std::exception& e) {
+        ZMOE_LOG(warn, "bench: no metrics from the server (" << e.what() << "): no floor in the result");
+        return nlohmann::json::object();
+    }
+}
 
 std::vector<bench_prompt> make_bench_prompts(const serve_bench_params& p) {
     if (p.vocab_size <= 0) throw error(errc::invalid_argument, "bench: the vocabulary size is unknown");
@@ -98,27 +115,9 @@ serve_bench_run run_serve_bench(const serve_bench_params& p, double ready_timeou
     }
 
     serve_bench_run run;
-    auto scrape = [&client]() {
-        try {
-            return nlohmann::json::parse(client.metrics(std::chrono::seconds(10)));
-        } catch (const std::exception& e) {
-            ZMOE_LOG(warn, "bench: no metrics from the server (" << e.what() << "): no floor in the result");
-            return nlohmann::json::object();
-        }
-    };
-    run.metrics_before = scrape();
+    run.metrics_before = scrape_server_metrics(p.endpoint);
 
-    // Arrival times: all at zero for an infinite rate, else exponential gaps (a Poisson process), seeded.
-    std::vector<double> arrival(prompts.size(), 0.0);
-    if (std::isfinite(p.request_rate)) {
-        if (p.request_rate <= 0) throw error(errc::invalid_argument, "bench: --request-rate must be > 0 or inf");
-        std::mt19937_64 rng(p.seed ^ 0x9e3779b97f4a7c15ull);
-        std::exponential_distribution<double> gap(p.request_rate);
-        double t = 0.0;
-        for (auto& a : arrival) a = (t += gap(rng));
-        const double first = arrival.empty() ? 0.0 : arrival.front();
-        for (auto& a : arrival) a -= first;  // the first request goes at once
-    }
+    const std::vector<double> arrival = bench_arrival_times(p, prompts.size());
 
     run.records.resize(prompts.size());
     std::vector<clock_type::time_point> sent(prompts.size()), last_token(prompts.size());
@@ -128,7 +127,7 @@ serve_bench_run run_serve_bench(const serve_bench_params& p, double ready_timeou
     size_t next = 0;
     uint32_t done = 0, failed = 0;
     uint64_t tokens = 0;
-    progress_bar bar(p.progress, static_cast<uint32_t>(prompts.size()));
+    bench_progress_bar bar(p.progress, static_cast<uint32_t>(prompts.size()));
     const auto t0 = clock_type::now();
     auto last_event = t0;
     auto finish = [&](size_t i, clock_type::time_point at) {
@@ -233,7 +232,7 @@ serve_bench_run run_serve_bench(const serve_bench_params& p, double ready_timeou
     }
     run.duration_s = seconds_since(t0, clock_type::now());
     bar.finish();
-    run.metrics_after = scrape();
+    run.metrics_after = scrape_server_metrics(p.endpoint);
     return run;
 }
 

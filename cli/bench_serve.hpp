@@ -3,6 +3,7 @@
 // through one zmoe_client at a request rate (all at once, or Poisson arrivals) under a concurrency cap, every
 // stream consumed and timed.
 
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -35,12 +36,35 @@ struct bench_prompt {
 };
 std::vector<bench_prompt> make_bench_prompts(const serve_bench_params& params);
 
+/// When each of n requests may be sent, in seconds from the start: all 0 for an infinite request rate, else a
+/// Poisson process of that rate (exponential gaps, drawn from params.seed) whose first arrival is 0. Throws
+/// errc::invalid_argument for a rate that is not positive.
+std::vector<double> bench_arrival_times(const serve_bench_params& params, size_t n);
+
+/// Every actor's metrics of the server at `endpoint`, as `zmoe ctl metrics` reads them; an empty object (and a
+/// warning) when it does not answer within 10 s.
+nlohmann::json scrape_server_metrics(const std::string& endpoint);
+
+/// A one-line progress bar redrawn in place on stderr, at most every 100 ms; nothing when off.
+class bench_progress_bar {
+  public:
+    bench_progress_bar(bool on, uint32_t total) : on_(on), total_(total) {}
+    void update(uint32_t done, uint32_t failed, uint32_t in_flight, uint64_t tokens, double elapsed_s, bool force);
+    void finish();
+
+  private:
+    bool on_;
+    uint32_t total_;
+    std::chrono::steady_clock::time_point last_{};
+};
+
 struct serve_bench_run {
     std::vector<bench_request_record> records;  ///< in prompt order
     double duration_s = 0.0;                    ///< first send to last terminal event
     /// The server's metrics (every actor's, as `zmoe ctl metrics` reads them) just before the first request and
     /// just after the last: their difference is what the engine core saw of this run (served_steps_summary).
     nlohmann::json metrics_before, metrics_after;
+    std::string served_model;  ///< the "model" the requests named (HTTP path)
 };
 
 /// Waits until the server reports healthy (throws errc::peer_dead after ready_timeout_s), then runs the benchmark.

@@ -12,13 +12,16 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <sstream>
+#include <tuple>
 
 #include "base/error.hpp"
 #include "cli/bench_metrics.hpp"
 #include "cli/bench_plot.hpp"
 #include "cli/bench_serve.hpp"
 #include "cli/cmd_bench.hpp"
+#include "cli/http_bench.hpp"
 #include "cli/options.hpp"
 
 namespace po = boost::program_options;
@@ -27,21 +30,67 @@ namespace {
 
 using zmoe::cli::serve_bench_params;
 
+/// Which door a pass goes through: the frontend's ZeroMQ socket or the OpenAI HTTP API.
+enum class bench_path { zmq, http };
+
+const char* path_name(bench_path p) { return p == bench_path::zmq ? "zmq" : "http"; }
+
+/// A comma list of concurrency caps ("1,64,512"); a lone 0 (no cap) only where zero_alone is allowed.
+std::vector<uint32_t> parse_levels(const std::string& list, const char* option, bool zero_alone) {
+    std::vector<uint32_t> levels;
+    std::stringstream ss(list);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        unsigned long v = 0;
+        size_t used = 0;
+        try {
+            v = std::stoul(item, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used == 0 || used != item.size() || v > UINT32_MAX || (v == 0 && !(zero_alone && list == item)))
+            throw zmoe::error(zmoe::errc::invalid_argument, std::string(option) + ": bad value '" + item + "'");
+        levels.push_back(static_cast<uint32_t>(v));
+    }
+    if (levels.empty()) throw zmoe::error(zmoe::errc::invalid_argument, std::string(option) + " is empty");
+    return levels;
+}
+
 /// The options shared by serve and sweep, and what they fill in.
 struct bench_options {
     serve_bench_params params;
+    zmoe::cli::http_bench_target http;
     std::string request_rate = "inf";
     std::string percentiles = "90,99";
     std::string model;
+    std::string endpoint_type = "completions";
+    std::string max_concurrency = "0";
+    std::vector<uint32_t> concurrency_list;  ///< --max-concurrency as a comma list of several caps
     std::string json_path;
     bool no_progress = false;
+    bool no_keep_alive = false;
     double ready_timeout_s = 60.0;
+    std::vector<bench_path> paths;  ///< the passes, in order (zmq first)
 
     void add(po::options_description& d) {
         auto& p = params;
         d.add_options()("endpoint", po::value(&p.endpoint)->default_value("tcp://127.0.0.1:5555"),
-                        "the server's frontend")("num-prompts", po::value(&p.num_prompts)->default_value(p.num_prompts),
-                                                 "requests to send")(
+                        "the server's frontend (ZeroMQ); with --base-url too, both are measured, this one first")(
+            "base-url", po::value(&http.base_url),
+            "an OpenAI-compatible HTTP server, http://HOST:PORT: measured through its streamed API")(
+            "endpoint-type", po::value(&endpoint_type)->default_value(endpoint_type),
+            "completions (/v1/completions, token-id prompts) or chat (/v1/chat/completions, text prompts)")(
+            "served-model-name", po::value(&http.model_name),
+            "the \"model\" of the HTTP requests (default: --model when it is not a directory, else the first of "
+            "GET /v1/models)")("api-key", po::value(&http.api_key),
+                               "sent as a bearer token over HTTP (default: $OPENAI_API_KEY)")(
+            "tokenizer", po::value(&http.tokenizer),
+            "tokenizer.json (or its directory) that turns random ids into chat text (default: --model DIR)")(
+            "http-threads", po::value(&http.num_threads)->default_value(0),
+            "I/O threads of the HTTP client (0: half the cores, 1 to 8)")(
+            "no-http-keep-alive", po::bool_switch(&no_keep_alive),
+            "a new HTTP connection per request (default: connections are kept alive and reused)")(
+            "num-prompts", po::value(&p.num_prompts)->default_value(p.num_prompts), "requests to send")(
             "random-input-len", po::value(&p.input_len)->default_value(p.input_len), "prompt tokens per request")(
             "random-output-len", po::value(&p.output_len)->default_value(p.output_len),
             "tokens generated per request (exactly: ignore_eos)")(
@@ -49,12 +98,14 @@ struct bench_options {
             "lengths drawn uniformly from [len*(1-r), len*(1+r)]")(
             "request-rate", po::value(&request_rate)->default_value(request_rate),
             "requests per second, Poisson arrivals; inf = all at once")(
-            "max-concurrency", po::value(&p.max_concurrency)->default_value(p.max_concurrency),
-            "requests in flight at most (0 = no cap)")("seed", po::value(&p.seed)->default_value(p.seed),
-                                                       "seed of the prompts and arrivals")(
-            "model", po::value(&model), "the served model's directory: its config.json gives the vocabulary")(
-            "vocab-size", po::value(&p.vocab_size)->default_value(0),
-            "prompt token ids are drawn from [0, this) (instead of --model)")(
+            "max-concurrency", po::value(&max_concurrency)->default_value(max_concurrency),
+            "requests in flight at most (0 = no cap); bench serve: a comma list runs one pass per cap, as bench "
+            "sweep --concurrency")("seed", po::value(&p.seed)->default_value(p.seed),
+                                   "seed of the prompts and arrivals")(
+            "model", po::value(&model),
+            "the served model's directory: its config.json gives the vocabulary (over HTTP, a name that is not a "
+            "directory is the requests' model)")("vocab-size", po::value(&p.vocab_size)->default_value(0),
+                                                 "prompt token ids are drawn from [0, this) (instead of --model)")(
             "temperature", po::value(&p.temperature)->default_value(p.temperature, "0"), "0 = greedy")(
             "metric-percentiles", po::value(&percentiles)->default_value(percentiles),
             "comma-separated percentiles reported beside mean and median")("json", po::value(&json_path),
@@ -83,8 +134,41 @@ struct bench_options {
         return out;
     }
 
-    /// Resolves the rate, the vocabulary and the progress bar; throws invalid_argument on bad values.
-    void finish() {
+    /// Resolves the passes, the rate, the vocabulary and the progress bar; throws invalid_argument on bad values
+    /// (an HTTP option without --base-url among them: nothing given is ignored).
+    void finish(const po::variables_map& vm) {
+        const bool endpoint_given = !vm["endpoint"].defaulted();
+        for (const char* name :
+             {"endpoint-type", "served-model-name", "api-key", "tokenizer", "http-threads", "no-http-keep-alive"})
+            if (vm.count(name) && !vm[name].defaulted() && http.base_url.empty())
+                throw zmoe::error(zmoe::errc::invalid_argument,
+                                  std::string("--") + name + " is an option of the HTTP pass: give --base-url too");
+        concurrency_list = parse_levels(max_concurrency, "--max-concurrency", true);
+        params.max_concurrency = concurrency_list.size() == 1 ? concurrency_list[0] : 0;
+        if (concurrency_list.size() == 1) concurrency_list.clear();
+        paths.clear();
+        if (http.base_url.empty() || endpoint_given) paths.push_back(bench_path::zmq);
+        if (!http.base_url.empty()) {
+            paths.push_back(bench_path::http);
+            zmoe::cli::parse_http_url(http.base_url);  // a bad URL is refused before anything is sent
+            if (endpoint_type == "completions")
+                http.endpoint_type = zmoe::cli::openai_endpoint_type::completions;
+            else if (endpoint_type == "chat")
+                http.endpoint_type = zmoe::cli::openai_endpoint_type::chat;
+            else
+                throw zmoe::error(zmoe::errc::invalid_argument,
+                                  "--endpoint-type must be completions or chat, not '" + endpoint_type + "'");
+            if (http.api_key.empty())
+                if (const char* k = std::getenv("OPENAI_API_KEY")) http.api_key = k;
+            http.keep_alive = !no_keep_alive;
+            // The ZeroMQ endpoint, when given, is also where the served decode steps are read for the HTTP pass.
+            if (endpoint_given) http.metrics_endpoint = params.endpoint;
+        }
+        const bool model_dir = !model.empty() && std::filesystem::is_directory(model);
+        if (!model.empty() && !model_dir && !http.base_url.empty() && http.model_name.empty()) http.model_name = model;
+        if (model_dir && http.tokenizer.empty() &&
+            std::filesystem::exists(std::filesystem::path(model) / "tokenizer.json"))
+            http.tokenizer = model;
         if (request_rate == "inf") {
             params.request_rate = std::numeric_limits<double>::infinity();
         } else {
@@ -100,7 +184,12 @@ struct bench_options {
             throw zmoe::error(zmoe::errc::invalid_argument, "--num-prompts and the lengths must be positive");
         if (params.range_ratio < 0 || params.range_ratio >= 1)
             throw zmoe::error(zmoe::errc::invalid_argument, "--random-range-ratio must be in [0, 1)");
-        if (!model.empty()) read_model_vocabulary();
+        if (model_dir || (!model.empty() && http.base_url.empty())) read_model_vocabulary();
+        if (!http.base_url.empty() && http.endpoint_type == zmoe::cli::openai_endpoint_type::chat &&
+            http.tokenizer.empty())
+            throw zmoe::error(zmoe::errc::invalid_argument,
+                              "--endpoint-type chat sends text: give --tokenizer PATH (or --model DIR with a "
+                              "tokenizer.json)");
         if (params.vocab_size <= 0)
             throw zmoe::error(zmoe::errc::invalid_argument,
                               "give --model DIR (its config.json has the vocabulary size) or --vocab-size N");
@@ -135,8 +224,17 @@ struct bench_options {
         std::strftime(date, sizeof(date), "%Y%m%d-%H%M%S", std::gmtime(&now));
         nlohmann::ordered_json j;
         j["date"] = date;
-        j["backend"] = "zmoe";
-        j["endpoint"] = params.endpoint;
+        const bool zmq = std::find(paths.begin(), paths.end(), bench_path::zmq) != paths.end();
+        const bool over_http = std::find(paths.begin(), paths.end(), bench_path::http) != paths.end();
+        j["backend"] = zmq                                                           ? "zmoe"
+                       : http.endpoint_type == zmoe::cli::openai_endpoint_type::chat ? "openai-chat"
+                                                                                     : "openai";
+        if (zmq) j["endpoint"] = params.endpoint;
+        if (over_http) {
+            j["base_url"] = http.base_url;
+            j["endpoint_type"] = endpoint_type;
+            j["http_keep_alive"] = http.keep_alive;
+        }
         j["model"] = model;
         j["num_prompts"] = params.num_prompts;
         j["random_input_len"] = params.input_len;
@@ -159,9 +257,12 @@ void write_json(const std::string& path, const nlohmann::ordered_json& j) {
     if (!out) throw zmoe::error(zmoe::errc::internal, "cannot write " + path);
 }
 
-nlohmann::ordered_json run_one(const bench_options& o) {
-    const auto run = zmoe::cli::run_serve_bench(o.params, o.ready_timeout_s);
-    auto result = o.parameters_json();
+/// One pass: the summary of the run (vLLM's keys), then the engine core's served decode steps and their floor.
+nlohmann::ordered_json run_pass(const bench_options& o, bench_path path) {
+    const auto run = path == bench_path::zmq ? zmoe::cli::run_serve_bench(o.params, o.ready_timeout_s)
+                                             : zmoe::cli::run_http_bench(o.params, o.http, o.ready_timeout_s);
+    nlohmann::ordered_json result;
+    if (path == bench_path::http) result["served_model_name"] = run.served_model;
     const auto summary = zmoe::cli::bench_summary(run.records, run.duration_s, o.percentile_list());
     for (const auto& [k, v] : summary.items()) result[k] = v;
     // Beside vLLM's keys: the engine core's served decode steps and their memory floor.
@@ -170,49 +271,75 @@ nlohmann::ordered_json run_one(const bench_options& o) {
     return result;
 }
 
-int cmd_bench_serve(int argc, char** argv) {
-    bench_options o;
-    po::options_description opts("zmoe bench serve options (against a running `zmoe serve`)");
-    o.add(opts);
-    po::variables_map vm;
-    if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
-    o.finish();
-    const auto result = run_one(o);
-    std::cout << zmoe::cli::bench_summary_table(result, o.percentile_list()) << std::flush;
-    if (!o.json_path.empty()) write_json(o.json_path, result);
-    return result["completed"].get<uint64_t>() > 0 ? 0 : 1;
+/// Every pass of o with the same prompts: with one path its keys at the top level beside the parameters; with
+/// both, one object per path ("zmq", "http").
+nlohmann::ordered_json run_one(const bench_options& o) {
+    auto result = o.parameters_json();
+    if (o.paths.size() == 1) {
+        const auto pass = run_pass(o, o.paths[0]);
+        for (const auto& [k, v] : pass.items()) result[k] = v;
+        return result;
+    }
+    for (const bench_path path : o.paths) {
+        std::cerr << "bench: the " << path_name(path) << " pass\n";
+        result[path_name(path)] = run_pass(o, path);
+    }
+    return result;
 }
 
-int cmd_bench_sweep(int argc, char** argv) {
-    bench_options o;
-    std::string concurrency = "1,4,16,64", plot_path;
-    po::options_description opts("zmoe bench sweep options (zmoe bench serve at each --concurrency)");
-    o.add(opts);
-    opts.add_options()("concurrency", po::value(&concurrency)->default_value(concurrency),
-                       "comma-separated concurrency caps, one run each")(
-        "plot", po::value(&plot_path), "write a PNG plot of output throughput against median TPOT here");
-    po::variables_map vm;
-    if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
-    std::vector<uint32_t> levels;
-    {
-        std::stringstream ss(concurrency);
-        std::string item;
-        while (std::getline(ss, item, ',')) {
-            unsigned long v = 0;
-            try {
-                v = std::stoul(item);
-            } catch (const std::exception&) {
-            }
-            if (v == 0) throw zmoe::error(zmoe::errc::invalid_argument, "--concurrency: bad value '" + item + "'");
-            levels.push_back(static_cast<uint32_t>(v));
-        }
-    }
-    if (levels.empty()) throw zmoe::error(zmoe::errc::invalid_argument, "--concurrency is empty");
-    if (!plot_path.empty() && !zmoe::cli::plot_supported())
-        throw zmoe::error(zmoe::errc::invalid_argument, "this zmoe was built without cairo (libcairo2-dev): no --plot");
-    const bool fixed_prompts = !vm["num-prompts"].defaulted();
-    o.finish();
+/// The passes of a result: {name, object} per path ("" and the result itself for a single path).
+std::vector<std::pair<std::string, const nlohmann::ordered_json*>> passes(const bench_options& o,
+                                                                          const nlohmann::ordered_json& r) {
+    std::vector<std::pair<std::string, const nlohmann::ordered_json*>> out;
+    if (o.paths.size() == 1) return {{path_name(o.paths[0]), &r}};
+    for (const bench_path path : o.paths) out.emplace_back(path_name(path), &r[path_name(path)]);
+    return out;
+}
 
+/// The side-by-side rows of one or more passes (a header, then one row per pass).
+std::string comparison_table(
+    const std::vector<std::tuple<std::string, std::string, const nlohmann::ordered_json*>>& rows,
+    const char* first_column) {
+    std::string out;
+    char line[512];
+    std::snprintf(line, sizeof(line), "%11s %5s %9s %7s %9s %12s %12s %12s %12s %12s %12s %13s %13s\n", first_column,
+                  "path", "completed", "failed", "req/s", "out tok/s", "total tok/s", "med TTFT ms", "p99 TTFT ms",
+                  "med TPOT ms", "mean ITL ms", "decode tok/s", "floor tok/s");
+    out += line;
+    for (const auto& [label, path, r] : rows) {
+        std::snprintf(
+            line, sizeof(line), "%11s %5s %9llu %7llu %9.2f %12.1f %12.1f %12.2f %12.2f %12.2f %12.2f %13.1f %13.1f\n",
+            label.c_str(), path.c_str(), static_cast<unsigned long long>((*r)["completed"].get<uint64_t>()),
+            static_cast<unsigned long long>((*r)["failed"].get<uint64_t>()), (*r)["request_throughput"].get<double>(),
+            (*r)["output_throughput"].get<double>(), (*r)["total_token_throughput"].get<double>(),
+            (*r)["median_ttft_ms"].get<double>(), r->value("p99_ttft_ms", 0.0), (*r)["median_tpot_ms"].get<double>(),
+            (*r)["mean_itl_ms"].get<double>(), r->value("decode_output_throughput", 0.0),
+            r->value("floor_decode_output_throughput", 0.0));
+        out += line;
+    }
+    return out;
+}
+
+/// Each kind of failure of a pass (the first five), with its count, for the terminal.
+void print_errors(const std::string& path, const nlohmann::ordered_json& r) {
+    std::map<std::string, size_t> counts;
+    for (const auto& e : r["errors"])
+        if (!e.get<std::string>().empty()) ++counts[e.get<std::string>().substr(0, 300)];
+    size_t shown = 0;
+    for (const auto& [e, n] : counts) {
+        if (++shown > 5) {
+            std::cerr << "bench: " << path << ": " << counts.size() - 5 << " more kinds of failure (--json has all)\n";
+            break;
+        }
+        std::cerr << "bench: " << path << ": " << n << " failed: " << e << "\n";
+    }
+}
+
+/// bench serve at each concurrency cap of levels: --num-prompts requests each when fixed_prompts, else 4 x the
+/// cap (at least 8); one table row per cap and path, JSON {parameters, "concurrency", "results"}, an optional
+/// plot. Exit status 1 when a pass completed nothing.
+int run_sweep(const bench_options& o, const std::vector<uint32_t>& levels, bool fixed_prompts,
+              const std::string& plot_path) {
     nlohmann::ordered_json out = o.parameters_json();
     out.erase("max_concurrency");
     out["num_prompts"] = fixed_prompts ? nlohmann::json(o.params.num_prompts) : nlohmann::json("4 x concurrency");
@@ -228,28 +355,77 @@ int cmd_bench_sweep(int argc, char** argv) {
         if (!fixed_prompts) point.params.num_prompts = std::max<uint32_t>(8, 4 * c);
         std::cerr << "bench sweep: concurrency " << c << ", " << point.params.num_prompts << " requests\n";
         auto r = run_one(point);
-        plot.points.push_back({.x = r["median_tpot_ms"].get<double>(),
-                               .y = r["output_throughput"].get<double>(),
-                               .label = "c=" + std::to_string(c)});
+        r["max_concurrency"] = c;
+        r["num_prompts"] = point.params.num_prompts;
+        if (o.paths.size() == 1)
+            plot.points.push_back({.x = r["median_tpot_ms"].get<double>(),
+                                   .y = r["output_throughput"].get<double>(),
+                                   .label = "c=" + std::to_string(c)});
         out["results"].push_back(std::move(r));
     }
-    std::printf("%11s %9s %7s %9s %12s %12s %12s %12s %12s %13s %13s\n", "concurrency", "completed", "failed", "req/s",
-                "out tok/s", "total tok/s", "med TTFT ms", "med TPOT ms", "mean ITL ms", "decode tok/s", "floor tok/s");
-    for (const auto& r : out["results"]) {
-        std::printf(
-            "%11u %9llu %7llu %9.2f %12.1f %12.1f %12.2f %12.2f %12.2f %13.1f %13.1f\n",
-            r["max_concurrency"].get<uint32_t>(), static_cast<unsigned long long>(r["completed"].get<uint64_t>()),
-            static_cast<unsigned long long>(r["failed"].get<uint64_t>()), r["request_throughput"].get<double>(),
-            r["output_throughput"].get<double>(), r["total_token_throughput"].get<double>(),
-            r["median_ttft_ms"].get<double>(), r["median_tpot_ms"].get<double>(), r["mean_itl_ms"].get<double>(),
-            r.value("decode_output_throughput", 0.0), r.value("floor_decode_output_throughput", 0.0));
-    }
+    std::vector<std::tuple<std::string, std::string, const nlohmann::ordered_json*>> rows;
+    for (const auto& r : out["results"])
+        for (const auto& [name, pass] : passes(o, r)) {
+            print_errors(name + " c=" + std::to_string(r["max_concurrency"].get<uint32_t>()), *pass);
+            rows.emplace_back(std::to_string(r["max_concurrency"].get<uint32_t>()), name, pass);
+        }
+    std::cout << comparison_table(rows, "concurrency");
     std::fflush(stdout);
     if (!o.json_path.empty()) write_json(o.json_path, out);
     if (!plot_path.empty()) zmoe::cli::write_plot_png(plot, plot_path);
     for (const auto& r : out["results"])
-        if (r["completed"].get<uint64_t>() == 0) return 1;
+        for (const auto& [name, pass] : passes(o, r))
+            if ((*pass)["completed"].get<uint64_t>() == 0) return 1;
     return 0;
+}
+
+int cmd_bench_serve(int argc, char** argv) {
+    bench_options o;
+    po::options_description opts("zmoe bench serve options (against a running `zmoe serve`)");
+    o.add(opts);
+    po::variables_map vm;
+    if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
+    o.finish(vm);
+    if (!o.concurrency_list.empty()) return run_sweep(o, o.concurrency_list, !vm["num-prompts"].defaulted(), {});
+    const auto result = run_one(o);
+    const auto ps = passes(o, result);
+    std::vector<std::tuple<std::string, std::string, const nlohmann::ordered_json*>> rows;
+    for (const auto& [name, r] : ps) {
+        if (ps.size() > 1) std::cout << name << ": " << (name == "zmq" ? o.params.endpoint : o.http.base_url) << "\n";
+        std::cout << zmoe::cli::bench_summary_table(*r, o.percentile_list());
+        print_errors(name, *r);
+        rows.emplace_back(o.params.max_concurrency ? std::to_string(o.params.max_concurrency) : "none", name, r);
+    }
+    if (ps.size() > 1) std::cout << comparison_table(rows, "concurrency");
+    std::cout << std::flush;
+    if (!o.json_path.empty()) write_json(o.json_path, result);
+    for (const auto& [name, r] : ps)
+        if ((*r)["completed"].get<uint64_t>() == 0) return 1;
+    return 0;
+}
+
+int cmd_bench_sweep(int argc, char** argv) {
+    bench_options o;
+    std::string concurrency = "1,4,16,64", plot_path;
+    po::options_description opts("zmoe bench sweep options (zmoe bench serve at each --concurrency)");
+    o.add(opts);
+    opts.add_options()("concurrency", po::value(&concurrency)->default_value(concurrency),
+                       "comma-separated concurrency caps, one run each")(
+        "plot", po::value(&plot_path), "write a PNG plot of output throughput against median TPOT here");
+    po::variables_map vm;
+    if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
+    const std::vector<uint32_t> levels = parse_levels(concurrency, "--concurrency", false);
+    if (!vm["max-concurrency"].defaulted())
+        throw zmoe::error(zmoe::errc::invalid_argument,
+                          "bench sweep takes its caps from --concurrency, not "
+                          "--max-concurrency");
+    if (!plot_path.empty() && !zmoe::cli::plot_supported())
+        throw zmoe::error(zmoe::errc::invalid_argument, "this zmoe was built without cairo (libcairo2-dev): no --plot");
+    const bool fixed_prompts = !vm["num-prompts"].defaulted();
+    o.finish(vm);
+    if (!plot_path.empty() && o.paths.size() > 1)
+        throw zmoe::error(zmoe::errc::invalid_argument, "--plot draws one path: give --endpoint or --base-url alone");
+    return run_sweep(o, levels, fixed_prompts, plot_path);
 }
 
 }  // namespace
