@@ -24,7 +24,7 @@
 #include "kernels/cuda_check.hpp"
 #include "kernels/mma_sm80.cuh"
 #include "kernels/pdl.cuh"
-#include "kernels/router_topk.cuh"
+#include "kernels/router_softmax_topk.cuh"
 #include "kernels/warp_topk.cuh"
 
 namespace zmoe::kernels {
@@ -211,16 +211,16 @@ moe_router_impl choose(const moe_router_params& p) {
         aligned16(p.x) && aligned16(p.router_w) && gemv_bf16_supported(p.num_tokens, p.num_experts, p.hidden);
     switch (p.impl) {
         case moe_router_impl::gemv:
-            return gemv ? moe_router_impl::gemv : moe_router_impl::blas;
+            return gemv ? moe_router_impl::gemv : moe_router_impl::cublaslt;
         case moe_router_impl::mma:
-            return mma_takes(p) ? moe_router_impl::mma : moe_router_impl::blas;
-        case moe_router_impl::blas:
-            return moe_router_impl::blas;
+            return mma_takes(p) ? moe_router_impl::mma : moe_router_impl::cublaslt;
+        case moe_router_impl::cublaslt:
+            return moe_router_impl::cublaslt;
         case moe_router_impl::automatic:
             break;
     }
     if (gemv) return moe_router_impl::gemv;
-    return fused_takes(p) && p.num_tokens <= kFusedMaxTokens ? moe_router_impl::mma : moe_router_impl::blas;
+    return fused_takes(p) && p.num_tokens <= kFusedMaxTokens ? moe_router_impl::mma : moe_router_impl::cublaslt;
 }
 
 router_topk_params topk_params(const moe_router_params& p) {

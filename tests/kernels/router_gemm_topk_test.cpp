@@ -130,7 +130,7 @@ TEST_P(MoeRouter, MatchesReference) {
     EXPECT_LT(rel_error(download(d_weights), weights), 1e-5);
 }
 
-constexpr auto kGemv = moe_router_impl::gemv, kMma = moe_router_impl::mma, kBlas = moe_router_impl::blas;
+constexpr auto kGemv = moe_router_impl::gemv, kMma = moe_router_impl::mma, kBlas = moe_router_impl::cublaslt;
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, MoeRouter,

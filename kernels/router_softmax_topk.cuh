@@ -1,5 +1,5 @@
 #pragma once
-// What the softmax router stores for one (token, k) choice: launch_router_topk's kernel and moe_router.cu's fused
+// What the softmax router stores for one (token, k) choice: launch_router_topk's kernel and router_gemm_topk.cu's fused
 // GEMM + top-k kernel both end with it.
 
 #include <cstdint>

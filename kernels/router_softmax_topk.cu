@@ -8,7 +8,7 @@
 #include "kernels/device_utils.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/pdl.cuh"
-#include "kernels/router_topk.cuh"
+#include "kernels/router_softmax_topk.cuh"
 #include "kernels/warp_topk.cuh"
 
 namespace zmoe::kernels {
