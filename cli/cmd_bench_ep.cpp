@@ -5,9 +5,7 @@
 //   graph and each half eagerly; the exact (host-planned) path's halves; and the floor, a copy-engine copy of the
 //   same remote bytes to the peer and back;
 // - decode step times at --batch sequences per GPU on 1 GPU and on --workers GPUs, with dual-batch overlap off and
-//   forced on, and the same steps with the exchange's transfers replaced by local copies (the exchange skipped):
-//   output tok/s per GPU, scaling over 1 GPU, and the share of the exchange time DBO hides,
-//   (off - on) / (off - skipped);
+//   forced on: output tok/s per GPU, scaling over 1 GPU, and what DBO saves (off - on);
 // - with --prefill-tokens N1,N2,..., the same for prefill steps of each N tokens per GPU (N / --context sequences),
 //   eagerly, every step on the fixed exchange: where dual-batch overlap can pay (compute-bound GEMMs).
 //
@@ -26,6 +24,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "base/stats.hpp"
 #include "cli/cmd_bench.hpp"
 #include "cli/options.hpp"
 #include "messages/expert_placement.hpp"
@@ -57,16 +56,10 @@ struct options {
     std::string json;
 };
 
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0 : v[v.size() / 2];
-}
-
 struct phase {
     int world = 1;
     bool dual = false;
-    int32_t tokens = 0;    ///< per rank and step
-    bool skipped = false;  ///< the exchange's transfers replaced by local copies
+    int32_t tokens = 0;  ///< per rank and step
     std::vector<double> ms{};
 };
 
@@ -74,8 +67,7 @@ struct phase {
 /// (dual, tokens) warmup + steps decode steps with step_request::dual_batch = dual; with --prefill-tokens, each
 /// phase's steps are instead prefills of tokens / --context sequences (new requests, the same KV blocks). Step
 /// times are rank 0's.
-std::vector<phase> run_world(const options& o, const model_config& cfg, int world, bool skipped,
-                             std::vector<phase> phases) {
+std::vector<phase> run_world(const options& o, const model_config& cfg, int world, std::vector<phase> phases) {
     zmoe::engine_config run;
     run.model = o.model;
     run.device = "cuda";
@@ -97,10 +89,7 @@ std::vector<phase> run_world(const options& o, const model_config& cfg, int worl
     run.num_kv_blocks = blocks_per_seq * o.batch;
     const auto placement = zmoe::expert_placement::initial(cfg.num_moe_layers(), cfg.num_experts, 0, world);
     const std::string id = world > 1 ? zmoe::make_collective_id("cuda") : std::string();
-    for (phase& p : phases) {
-        p.world = world;
-        p.skipped = skipped;
-    }
+    for (phase& p : phases) p.world = world;
     std::vector<std::string> errors(world);
     std::vector<std::thread> threads;
     for (int r = 0; r < world; ++r)
@@ -112,7 +101,6 @@ std::vector<phase> run_world(const options& o, const model_config& cfg, int worl
                 eo.rank = r;
                 eo.collective_id = id;
                 eo.ep_capacity_factor = o.capacity_factor;
-                eo.ep_skip_transfers = skipped;
                 eo.ep_comm_sms = o.comm_sms;
                 auto ex = zmoe::make_step_executor(eo, placement);
                 std::mt19937 rng(1234 + r);
@@ -291,56 +279,41 @@ int run(int argc, char** argv) {
         std::vector<phase> single;
         for (const phase& p : wanted)
             if (!p.dual) single.push_back(p);
-        for (auto& p : run_world(o, cfg, 1, false, single)) phases.push_back(p);
+        for (auto& p : run_world(o, cfg, 1, single)) phases.push_back(p);
     }
     std::fprintf(stderr, "%d GPUs...\n", o.workers);
-    for (auto& p : run_world(o, cfg, o.workers, false, wanted)) phases.push_back(p);
-    std::fprintf(stderr, "%d GPUs, exchange skipped...\n", o.workers);
-    for (auto& p : run_world(o, cfg, o.workers, true, wanted)) phases.push_back(p);
+    for (auto& p : run_world(o, cfg, o.workers, wanted)) phases.push_back(p);
 
     std::printf("\nzmoe bench ep: %s steps, context %d, %d timed steps\n", o.prefill.empty() ? "decode" : "prefill",
                 o.context, o.steps);
-    std::printf("%8s %5s %5s %10s %12s %14s %12s %12s\n", "tokens", "GPUs", "DBO", "exchange", "ms/step",
-                "tok/s per GPU", "tok/s total", "vs 1 GPU");
+    std::printf("%8s %5s %5s %12s %14s %12s %12s\n", "tokens", "GPUs", "DBO", "ms/step", "tok/s per GPU", "tok/s total",
+                "vs 1 GPU");
     nlohmann::json jsteps = nlohmann::json::array(), jdbo = nlohmann::json::array();
-    auto find = [&](int32_t tokens, int world, bool dual, bool skipped) {
+    auto find = [&](int32_t tokens, int world, bool dual) {
         for (const phase& p : phases)
-            if (p.tokens == tokens && p.world == world && p.dual == dual && p.skipped == skipped) return median(p.ms);
+            if (p.tokens == tokens && p.world == world && p.dual == dual) return zmoe::median(p.ms);
         return 0.0;
     };
     for (const phase& p : phases) {
-        const double ms = median(p.ms), tps = p.tokens / ms * 1e3, single = find(p.tokens, 1, false, false);
+        const double ms = zmoe::median(p.ms), tps = p.tokens / ms * 1e3, single = find(p.tokens, 1, false);
         const double scaling = single > 0 ? single / ms : 0;  // same tokens per GPU
-        std::printf("%8d %5d %5s %10s %12.3f %14.0f %12.0f %11.0f%%\n", p.tokens, p.world, p.dual ? "on" : "off",
-                    p.world == 1 ? "-"
-                    : p.skipped  ? "skipped"
-                                 : "live",
-                    ms, tps, tps * p.world, 100 * scaling);
+        std::printf("%8d %5d %5s %12.3f %14.0f %12.0f %11.0f%%\n", p.tokens, p.world, p.dual ? "on" : "off", ms, tps,
+                    tps * p.world, 100 * scaling);
         jsteps.push_back({{"tokens_per_gpu", p.tokens},
                           {"gpus", p.world},
                           {"dbo", p.dual},
-                          {"exchange_skipped", p.skipped},
                           {"median_step_ms", ms},
                           {"tok_per_s_per_gpu", tps},
                           {"tok_per_s_total", tps * p.world},
                           {"per_gpu_vs_single", scaling},
                           {"step_ms", p.ms}});
     }
-    std::printf("\n%8s %12s %12s %12s %12s %12s %8s\n", "tokens", "DBO off ms", "DBO on ms", "skipped ms",
-                "exchange ms", "DBO saves", "hidden");
+    std::printf("\n%8s %12s %12s %12s\n", "tokens", "DBO off ms", "DBO on ms", "DBO saves");
     for (const phase& p : wanted) {
         if (p.dual) continue;
-        const double off = find(p.tokens, o.workers, false, false), on = find(p.tokens, o.workers, true, false),
-                     skip = find(p.tokens, o.workers, false, true), exchange = off - skip;
-        const double hidden = exchange > 0 ? (off - on) / exchange : 0;
-        std::printf("%8d %12.3f %12.3f %12.3f %12.3f %12.3f %7.0f%%\n", p.tokens, off, on, skip, exchange, off - on,
-                    100 * hidden);
-        jdbo.push_back({{"tokens_per_gpu", p.tokens},
-                        {"off_ms", off},
-                        {"on_ms", on},
-                        {"skipped_ms", skip},
-                        {"exchange_ms", exchange},
-                        {"hidden_fraction", hidden}});
+        const double off = find(p.tokens, o.workers, false), on = find(p.tokens, o.workers, true);
+        std::printf("%8d %12.3f %12.3f %12.3f\n", p.tokens, off, on, off - on);
+        jdbo.push_back({{"tokens_per_gpu", p.tokens}, {"off_ms", off}, {"on_ms", on}, {"saved_ms", off - on}});
     }
     j["steps"] = jsteps;
     j["dbo"] = jdbo;
@@ -350,4 +323,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-ZMOE_BENCH_MODE("ep", "expert parallelism on CUDA: exchange per layer, DBO on/off/skipped, 1 vs N GPUs", run);
+ZMOE_BENCH_MODE("ep", "expert parallelism on CUDA: exchange per layer, DBO on/off, 1 vs N GPUs", run);

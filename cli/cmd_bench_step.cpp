@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "base/stats.hpp"
 #include "cli/cmd_bench.hpp"
 #include "cli/options.hpp"
 #include "messages/expert_placement.hpp"
@@ -56,11 +57,6 @@ std::vector<int32_t> parse_sizes(const std::string& text) {
     }
     if (out.empty()) throw zmoe::error(zmoe::errc::invalid_argument, "--batch-sizes is empty");
     return out;
-}
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0 : v[v.size() / 2];
 }
 
 int run(int argc, char** argv) {
@@ -184,7 +180,7 @@ int run(int argc, char** argv) {
         if (o.profile) zmoe::device_profiler_range(o.device, false);
         floor_bytes /= o.steps;
         experts_touched /= o.steps;
-        const double step_ms = median(ms);
+        const double step_ms = zmoe::median(ms);
         const double mean_ms = std::accumulate(ms.begin(), ms.end(), 0.0) / static_cast<double>(ms.size());
         const double floor_ms = floor_bytes / bandwidth * 1e3;
         std::printf("%6d %10.3f %12.0f %14.1f %10.2f %10.3f %7.0f%%\n", B, step_ms, B / step_ms * 1e3, experts_touched,

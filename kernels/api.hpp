@@ -279,9 +279,8 @@ struct ep_p2p_params {
     int32_t num_ranks = 0;
     int32_t capacity = 0;  ///< rows per source rank this step (<= the layout's max_capacity)
     int32_t slots_per_rank = 0;
-    int32_t hidden = 0;     ///< multiple of 8
-    int32_t blocks = 0;     ///< grid size (bounds the SMs the copy takes); 0: one block per 8 rows, at most 64
-    bool loopback = false;  ///< benchmarks: write own window only, rank d's rows where rank s's would go (same bytes)
+    int32_t hidden = 0;         ///< multiple of 8
+    int32_t blocks = 0;         ///< grid size (bounds the SMs the copy takes); 0: one block per 8 rows, at most 64
     uint32_t* epoch = nullptr;  ///< [1] this lane's exchange counter (dispatch increments it, combine reads it)
     uint32_t* done = nullptr;   ///< [1] zeroed once; the kernel's block counter (one per lane and direction)
 };
@@ -416,8 +415,6 @@ enum class grouped_gemm_impl : int32_t {
                    ///< row_align % 64 == 0
     small = 3,     ///< few rows per expert: weights on the tensor cores' M side, the expert's rows on N (8-row
                    ///< tiles), streamed through registers; any row_align that is a multiple of 8
-    wgmma_pingpong = 4,  ///< the wgmma kernel with the ping-pong schedule (the math warpgroups on different tiles,
-                         ///< one's epilogue under the other's wgmmas); same needs as wgmma
 };
 
 struct grouped_gemm_params {
@@ -532,12 +529,13 @@ void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream);
 // ---------------------------------------------------------------------------------------------------------
 // The softmax top-k router of an MoE layer: the router GEMM, then launch_router_topk with the replica choice
 
-/// The router GEMM's kernel (moe_router.cu says which one automatic takes at which batch size, and why).
+/// The router GEMM's kernel (router_gemm_topk.cu says which one automatic takes at which batch size, and why).
 enum class moe_router_impl : int32_t {
     automatic = 0,  ///< the one measured fastest for the batch size; cuBLASLt for a shape the chosen one refuses
     gemv = 1,       ///< launch_gemv_bf16 (up to kGemvMaxRows rows; x and router_w 16-byte aligned)
-    mma = 2,        ///< moe_router.cu's tensor-core kernel (hidden a multiple of 8; x and router_w 16-byte aligned)
-    blas = 3,       ///< cuBLASLt
+    mma = 2,        ///< router_gemm_topk.cu's mma.sync kernel, the top-k fused into the same launch up to 128 experts
+                    ///< (hidden a multiple of 8; x and router_w 16-byte aligned)
+    cublaslt = 3,   ///< cuBLASLt, then launch_router_topk (two launches)
 };
 
 struct moe_router_params {

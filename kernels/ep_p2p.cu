@@ -37,11 +37,6 @@ __device__ __forceinline__ void copy_row(uint4* dst, const uint4* src, int32_t v
     for (int32_t v = lane; v < vecs; v += 32) dst[v] = src[v];
 }
 
-/// The window a row of source s / destination d goes to, and its row index there (loopback: own window).
-__device__ __forceinline__ char* window_of(const ep_p2p_params& p, int32_t peer) {
-    return p.windows[p.loopback ? p.rank : peer];
-}
-
 /// Every block: fence its writes system-wide; the last one (the block counter) raises flag `flag_index` in every
 /// peer's window: to *epoch, after incrementing it when `bump`.
 __device__ void signal_peers(const ep_p2p_params& p, int32_t flag_base, bool bump) {
@@ -55,10 +50,8 @@ __device__ void signal_peers(const ep_p2p_params& p, int32_t flag_base, bool bum
     uint32_t e = *p.epoch;
     if (bump) *p.epoch = ++e;
     for (int32_t d = 0; d < p.num_ranks; ++d) {
-        // Loopback: this rank stands in for every source, so it raises every flag of its own window.
-        const int32_t src = p.loopback ? d : p.rank;
-        auto* flags = reinterpret_cast<uint32_t*>(window_of(p, d) + p.layout.flags);
-        store_release_sys(flags + flag_base + src, e);
+        auto* flags = reinterpret_cast<uint32_t*>(p.windows[d] + p.layout.flags);
+        store_release_sys(flags + flag_base + p.rank, e);
     }
 }
 
@@ -70,8 +63,8 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t row_bytes = int64_t(p.hidden) * sizeof(bf16);
     for (int32_t i = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5); i < rows; i += gridDim.x * kWarpsPerBlock) {
         const int32_t d = i / p.capacity, pos = i % p.capacity;
-        const int32_t at = (p.loopback ? d : p.rank) * p.capacity + pos;
-        char* w = window_of(p, d);
+        const int32_t at = p.rank * p.capacity + pos;
+        char* w = p.windows[d];
         const int32_t slot = send_slot[i];
         if (lane == 0) reinterpret_cast<int32_t*>(w + p.layout.recv_slot)[at] = slot;
         if (slot < p.slots_per_rank)
@@ -90,8 +83,8 @@ __global__ void __launch_bounds__(kThreads) ep_p2p_combine_kernel(const ep_p2p_p
     for (int32_t r = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5); r < rows; r += gridDim.x * kWarpsPerBlock) {
         if (recv_slot[r] >= p.slots_per_rank) continue;  // an unused row
         const int32_t s = r / p.capacity, pos = r % p.capacity;
-        const int32_t at = (p.loopback ? s : p.rank) * p.capacity + pos;
-        copy_row(reinterpret_cast<uint4*>(window_of(p, s) + p.layout.y_back + at * row_bytes),
+        const int32_t at = p.rank * p.capacity + pos;
+        copy_row(reinterpret_cast<uint4*>(p.windows[s] + p.layout.y_back + at * row_bytes),
                  reinterpret_cast<const uint4*>(y + int64_t(r) * p.hidden), vecs, lane);
     }
     signal_peers(p, p.num_ranks, false);

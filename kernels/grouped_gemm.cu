@@ -204,14 +204,9 @@ void launch_grouped_gemm(const grouped_gemm_params& p, cudaStream_t stream) {
     // The choice by rows per expert is made with row_align (moe_row_align_for): 8-row groups are few rows per
     // expert, bound by streaming the weights; 64-row groups and up fill the wgmma tiles.
     if (p.impl == grouped_gemm_impl::small || p.row_align == 8) {
-        ZMOE_KERNEL_REQUIRE(p.impl != grouped_gemm_impl::wgmma && p.impl != grouped_gemm_impl::wgmma_pingpong &&
-                                p.impl != grouped_gemm_impl::mma_sync,
+        ZMOE_KERNEL_REQUIRE(p.impl != grouped_gemm_impl::wgmma && p.impl != grouped_gemm_impl::mma_sync,
                             "grouped_gemm: row_align 8 runs on the small-group kernel only");
         detail::launch_grouped_gemm_small(p, stream);
-        return;
-    }
-    if (p.impl == grouped_gemm_impl::wgmma_pingpong) {
-        detail::launch_grouped_gemm_wgmma_pingpong(p, detail::pingpong_tile_rows(), stream);
         return;
     }
     if (p.impl == grouped_gemm_impl::wgmma ||

@@ -26,8 +26,6 @@
 #include <cuda.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
@@ -41,7 +39,7 @@ constexpr int kBK = 64;                // K elements of one stage: one 128-byte 
 constexpr int kBRows = 256;            // rows of b per tile
 constexpr size_t kSmemLimit = 232448;  // an sm_90 block's dynamic shared memory (227 KB)
 
-/// The shared memory of both kernels: a ring of stages (a kBM-row A tile and kBTileRows rows of b, kBK wide), then
+/// The shared memory of the kernel: a ring of stages (a kBM-row A tile and kBTileRows rows of b, kBK wide), then
 /// each math warpgroup's kCBufsPerWg output boxes, the ring's barriers and the tile schedule.
 template <int kBM, int kBTileRows, int kCBufsPerWg>
 struct ring_layout {
@@ -371,7 +369,7 @@ __device__ __forceinline__ void write_box(const float (&acc)[kWgN / 2], int box,
     }
 }
 
-/// Both kernels' shared memory past the stages and output buffers: the ring's barriers and the tile schedule.
+/// The shared memory past the stages and output buffers: the ring's barriers and the tile schedule.
 struct ring_smem {
     unsigned char* smem;  // 1024-byte aligned: the stages (A tile, then b's rows), then the output buffers
     uint64_t* full;       // [kStages]
@@ -409,7 +407,7 @@ __device__ __forceinline__ ring_smem setup_ring(unsigned char* smem_raw, const g
     return r;
 }
 
-/// The producer warpgroup of both kernels: for this CTA's tiles (blockIdx.x, + gridDim.x, ...) in order, each tile's
+/// The producer warpgroup: for this CTA's tiles (blockIdx.x, + gridDim.x, ...) in order, each tile's
 /// K steps into the ring's next stage once it is empty: thread 0 issues the TMA copies of b's kBTile rows (with
 /// swiglu, groups of kBGroup / 2 gate rows followed by the matching up rows) and of the A tile, or with a_rows its
 /// 128 threads gather the A rows with cp.async.
@@ -564,122 +562,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// ---------------------------------------------------------------------------------------------------------
-// Ping-pong schedule: the two math warpgroups work on different output tiles (kBM x kBRowsPP(kBM) rows of b,
-// 128 fp32 accumulators per thread either way), one tile each in turn from the CTA's tile sequence. The
-// producer fills the ring with the tiles' stages in that sequence, so warpgroup w consumes the stages of tiles
-// w, w + 2, ... and skips the others' stages in its count. An ordered hand-off (named barriers 3 and 4) lets a
-// warpgroup start a tile's main loop only once the other warpgroup has issued the whole main loop of the tile
-// before it: the wgmmas of the two warpgroups do not interleave, and the epilogue of one (SiLU * up, BF16
-// conversion, TMA stores) runs while the other's wgmmas keep the tensor cores busy. The hand-off also keeps each
-// wait on a stage's "full" barrier at most one phase ahead of the barrier (a parity wait cannot tell phases
-// two apart).
-
-/// Rows of b per ping-pong tile: 64 x 256 (one m64n256k16 per K step of 16) or 128 x 128 (two m64n128k16).
-constexpr int pp_b_rows(int bm) { return bm == 64 ? 256 : 128; }
-
-/// The ping-pong kernel's tile: kBM rows x pp_b_rows(kBM) rows of b, one math warpgroup on it.
-template <int kBM, bool kSwiglu>
-struct pp_tile : ring_layout<kBM, pp_b_rows(kBM), 2> {
-    static constexpr int kBN = pp_b_rows(kBM);             // rows of b per tile (wgmma N)
-    static constexpr int kSub = kBM / 64;                  // m64 row blocks per tile
-    static constexpr int kOutN = kSwiglu ? kBN / 2 : kBN;  // output columns of a tile
-    static constexpr int kBoxB = kSwiglu ? kBN / 2 : kBN;  // rows of one TMA box of b
-    static constexpr int kBGroup = kBN;                    // with swiglu: gate rows then as many up rows
-};
-
-/// Named-barrier hand-off between the two math warpgroups (256 threads: the 128 that arrive and the 128 that wait).
-__device__ __forceinline__ void handoff_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
-__device__ __forceinline__ void handoff_wait(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
-
-template <int kBM, bool kSwiglu>
-__global__ void __launch_bounds__(kThreads, 1)
-    grouped_gemm_pingpong_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                                 const __grid_constant__ CUtensorMap map_c, const grouped_gemm_params p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    using tile = pp_tile<kBM, kSwiglu>;
-    static_assert(tile::kStages >= 3, "the ping-pong ring needs three stages");
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    const ring_smem ring = setup_ring<tile, kBM>(smem_raw, p, 4);  // one arrive per warp of the reader
-    if (threadIdx.x < 128) {
-        produce<tile, kBM, kSwiglu>(p, ring, &map_a, &map_b);
-    } else {
-        const auto [smem, full, empty, tile_start, n_tiles, num_tiles, k_tiles] = ring;
-        const bool gather = p.a_rows != nullptr;
-        const int mw = int(threadIdx.x) / 128 - 1;  // math warpgroup 0 or 1
-        const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-        const bool storer = threadIdx.x % 128 == 0;
-        const uint32_t c_s = smem_addr(smem + tile::kCOffset + mw * tile::kCBytes);
-        if (storer) tma_prefetch_map(&map_c);
-        // This CTA's tiles: blockIdx.x + i * gridDim.x for i < my_tiles; warpgroup mw takes those with i % 2 == mw.
-        const int32_t first = int32_t(blockIdx.x), stride = int32_t(gridDim.x);
-        const int32_t my_tiles = first < num_tiles ? (num_tiles - first + stride - 1) / stride : 0;
-        float acc[tile::kSub][tile::kBN / 2];
-        uint32_t boxes = 0;  // TMA-store groups committed by this warpgroup (selects the output buffer)
-        for (int32_t i = mw; i < my_tiles; i += 2) {
-            uint32_t it = uint32_t(i) * uint32_t(k_tiles);  // the ring position of tile i's first stage
-            const int32_t t = first + i * stride;
-            const row_tile rt = locate_row_tile<kBM>(p.expert_offsets, tile_start, p.num_experts, t / n_tiles);
-            const int32_t n0 = (t % n_tiles) * tile::kOutN;
-#pragma unroll
-            for (int sb = 0; sb < tile::kSub; ++sb)
-#pragma unroll
-                for (int j = 0; j < tile::kBN / 2; ++j) acc[sb][j] = 0.f;
-            if (i > 0) handoff_wait(3 + mw);  // the other warpgroup has issued tile i - 1's main loop
-            for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
-                const uint32_t s = it % tile::kStages;
-                mbar_wait(&full[s], (it / tile::kStages) & 1);
-                if (gather) fence_proxy_async();
-                const unsigned char* a_s = smem + size_t(s) * tile::kStageBytes;
-                const uint64_t desc_a = smem_desc(a_s);
-                const uint64_t desc_b = smem_desc(a_s + tile::kABytes);
-                wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < kBK / 16; ++kk) {
-                    wgmma_tile<tile::kBN>(acc[0], desc_a + 2 * kk, desc_b + 2 * kk);
-                    if constexpr (tile::kSub == 2) {
-                        // The second 64-row block, 64 rows of 128 bytes further (8 KB, 512 in descriptor units); also
-                        // for a 64-row tail tile, whose second block is not stored (a branch here would make ptxas
-                        // serialize the wgmmas).
-                        wgmma_tile<tile::kBN>(acc[1], desc_a + 512 + 2 * kk, desc_b + 2 * kk);
-                    }
-                }
-                wgmma_commit();
-                wgmma_wait<1>();
-#pragma unroll
-                for (int sb = 0; sb < tile::kSub; ++sb) fence_accumulators(acc[sb]);
-                if (kt > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % tile::kStages]);
-            }
-            if (i + 1 < my_tiles) handoff_arrive(3 + (mw ^ 1));  // the other warpgroup may start tile i + 1
-            wgmma_wait<0>();
-#pragma unroll
-            for (int sb = 0; sb < tile::kSub; ++sb) fence_accumulators(acc[sb]);
-            if (lane == 0) mbar_arrive(&empty[(it - 1) % tile::kStages]);
-
-#pragma unroll
-            for (int sb = 0; sb < tile::kSub; ++sb) {
-                if (sb * 64 >= rt.rows) break;
-#pragma unroll
-                for (int box = 0; box < tile::kOutN / 64; ++box, ++boxes) {
-                    const uint32_t buf = c_s + (boxes % tile::kCBufs) * tile::kCBoxBytes;
-                    if (storer) bulk_wait_read<tile::kCBufs - 1>();
-                    warpgroup_sync(1 + mw);
-                    write_box<tile::kBN, kSwiglu>(acc[sb], box, buf, warp, lane);
-                    fence_proxy_async();
-                    warpgroup_sync(1 + mw);
-                    if (storer) {
-                        const int32_t col = n0 + box * 64;
-                        if (col < p.n) tma_store_2d(&map_c, buf, col, rt.m0 + sb * 64);
-                        bulk_commit();
-                    }
-                }
-            }
-        }
-        if (storer) bulk_wait_all();
-    }
-#endif
-}
-
 using encode_tiled_fn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                      const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                      CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -731,7 +613,7 @@ const device_info& current_device() {
     return info;
 }
 
-/// Launches one of the persistent kernels with its tile layout: one CTA per SM at most (or p.max_ctas), no more than
+/// Launches the persistent kernel with its tile layout: one CTA per SM at most (or p.max_ctas), no more than
 /// there are tiles.
 template <typename Tile, typename Kernel>
 void launch_tiles(Kernel kernel, int bm, const grouped_gemm_params& p, cudaStream_t stream) {
@@ -747,15 +629,6 @@ void launch_tiles(Kernel kernel, int bm, const grouped_gemm_params& p, cudaStrea
     const int grid = int(std::max<int64_t>(1, std::min<int64_t>(tiles_bound, ctas)));
     kernel<<<grid, kThreads, smem, stream>>>(map_a, map_b, map_c, p);
     ZMOE_CUDA_CHECK_LAUNCH();
-}
-
-/// The ping-pong kernel, with or without SiLU * up.
-template <int kBM>
-void launch_pingpong(const grouped_gemm_params& p, cudaStream_t stream) {
-    if (p.swiglu)
-        launch_tiles<pp_tile<kBM, true>>(grouped_gemm_pingpong_kernel<kBM, true>, kBM, p, stream);
-    else
-        launch_tiles<pp_tile<kBM, false>>(grouped_gemm_pingpong_kernel<kBM, false>, kBM, p, stream);
 }
 
 template <int kBM, bool kSwiglu, bool kAllBoxes, int kSilu = kSiluDiv>
@@ -817,31 +690,8 @@ void launch_grouped_gemm_wgmma(const grouped_gemm_params& p, coop_variant v, cud
 }
 
 coop_variant cooperative_variant(bool swiglu) {
-    const char* v = std::getenv(swiglu ? "ZMOE_GG_COOP_GATE_UP" : "ZMOE_GG_COOP_DOWN");
-    if (v == nullptr) v = std::getenv("ZMOE_GG_COOP");
-    const std::string_view s = v != nullptr ? v : "";
-    if (s == "k64") return coop_variant::two_buffers;
-    if (s == "k64all") return coop_variant::all_boxes;
-    if (s == "k64allf") return coop_variant::all_boxes_fast_div;
-    if (s == "k64allt") return coop_variant::all_boxes_tanh;
     // The measured defaults: gate/up with one write phase per tile and SiLU through tanh.approx, down as before.
     return swiglu ? coop_variant::all_boxes_tanh : coop_variant::two_buffers;
-}
-
-int pingpong_tile_rows() {
-    const char* v = std::getenv("ZMOE_GG_PINGPONG_ROWS");
-    return v != nullptr && std::string_view(v) == "128" ? 128 : 64;
-}
-
-void launch_grouped_gemm_wgmma_pingpong(const grouped_gemm_params& p, int tile_rows, cudaStream_t stream) {
-    ZMOE_KERNEL_REQUIRE(grouped_gemm_wgmma_supported(p),
-                        "grouped_gemm: the wgmma kernel needs compute capability 9.x and row_align % 64 == 0");
-    ZMOE_KERNEL_REQUIRE(tile_rows == 64 || tile_rows == 128, "grouped_gemm: ping-pong tiles have 64 or 128 rows");
-    if (p.max_rows == 0 || p.n == 0) return;
-    if (tile_rows == 64)
-        launch_pingpong<64>(p, stream);
-    else
-        launch_pingpong<128>(p, stream);
 }
 
 }  // namespace zmoe::kernels::detail

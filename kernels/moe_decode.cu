@@ -81,37 +81,6 @@ __device__ __forceinline__ void grid_barrier(uint32_t* counter, uint32_t target)
     __syncthreads();
 }
 
-#ifdef ZMOE_MOE_DECODE_PHASE_TIMES
-// Experiment only (off in every build of the project): %globaltimer per block at the phase boundaries; the last block
-// out prints the earliest and latest block at each boundary, from the earliest start, every 32nd launch.
-constexpr int kStamps = 7;
-__device__ unsigned long long g_stamps[kStamps][1024];
-__device__ unsigned int g_stamp_launches;
-__device__ __forceinline__ void stamp(int k) {
-    if (threadIdx.x == 0 && blockIdx.x < 1024) {
-        unsigned long long t;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        g_stamps[k][blockIdx.x] = t;
-    }
-}
-__device__ void print_stamps(int32_t blocks) {
-    __threadfence();
-    if (atomicAdd(&g_stamp_launches, 1u) % 32 != 31) return;
-    unsigned long long t0 = ~0ull;
-    for (int32_t b = 0; b < blocks && b < 1024; ++b) t0 = min(t0, g_stamps[0][b]);
-    printf("moe_decode phase stamps (ns from the first block's start; min / max over %d blocks):", int(blocks));
-    for (int k = 0; k < kStamps; ++k) {
-        unsigned long long lo = ~0ull, hi = 0;
-        for (int32_t b = 0; b < blocks && b < 1024; ++b) lo = min(lo, g_stamps[k][b]), hi = max(hi, g_stamps[k][b]);
-        printf(" s%d %llu/%llu", k, lo - t0, hi - t0);
-    }
-    printf("\n");
-}
-#define ZMOE_STAMP(k) stamp(k)
-#else
-#define ZMOE_STAMP(k) ((void)0)
-#endif
-
 /// kT >= num_tokens bounds the per-token accumulators (1, 2, 4 or 8).
 /// This lane's kOneDownUnroll 16-byte vectors (from vector v0 on) of down row h of the distinct slots u0 .. u0 + kG - 1
 /// that are below U, all loads in flight together.
@@ -208,7 +177,6 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
         detail::prefetch_l2_range(p.replica_slots, size_t(E) * sizeof(int32_t), lane);
     }
     detail::pdl_wait();  // x (and given logits, num_valid) come from the kernels before
-    ZMOE_STAMP(0);
     for (int32_t v = threadIdx.x; v < T * hvec; v += kOneThreads)
         reinterpret_cast<detail::bf16x8*>(x_s)[v] = reinterpret_cast<const detail::bf16x8*>(p.x)[v];
     for (int32_t e = threadIdx.x; e <= E; e += kOneThreads) offsets_s[e] = p.replica_offsets[e];
@@ -260,12 +228,10 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
                 if (lane == 0) p.router_logits[size_t(t) * E + e] = y;
             }
         }
-        ZMOE_STAMP(1);
         grid_barrier(barrier, G);
     } else {
         __syncthreads();  // the slots table
     }
-    ZMOE_STAMP(2);
 
     // 1. Top-k in every block (the same logits, the same order: the same choices everywhere), one warp per token.
     for (int32_t i = threadIdx.x; i < T * E; i += kOneThreads) logits_s[i] = __ldcg(p.router_logits + i);
@@ -314,7 +280,6 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
         __syncthreads();
         U = num_unique_s;
     }
-    ZMOE_STAMP(3);
     auto slot_of = [&](int32_t u) { return kT == 1 ? slot_s[u] : uslot_s[u]; };
     auto choice_of = [&](int32_t u, int32_t t) { return kT == 1 ? u : uchoice_s[u * T + t]; };
 
@@ -324,11 +289,11 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
         return p.w_gate_up + (size_t(slot_of(int32_t(item / I))) * 2 * I + size_t(item % I)) * H;
     };
     // No L2 prefetch of the warp's next item: in the decode step (other weights in every layer) it costs 1.0-1.5%
-    // of the step, though replaying one layer (its rows partly still in L2) it looked a gain (NOTES.md, 2026-11-27).
-    // The whole rounds of W items are dealt out (item gw + r W); the rest, the tail, from a counter: a warp asks for
-    // its next tail item (one atomic by lane 0) before it starts on the current one, so the answer arrives while it
-    // computes. Multiprocessors do not stream equally fast (cold, one token: the first block done ~9 us before the
-    // last with every item dealt out), so the faster ones take more of the tail.
+    // of the step, though replaying one layer (its rows partly still in L2) it looked a gain (docs/kernels.md, the
+    // one-token kernel). The whole rounds of W items are dealt out (item gw + r W); the rest, the tail, from a counter:
+    // a warp asks for its next tail item (one atomic by lane 0) before it starts on the current one, so the answer
+    // arrives while it computes. Multiprocessors do not stream equally fast (cold, one token: the first block done ~9
+    // us before the last with every item dealt out), so the faster ones take more of the tail.
     const int64_t dealt = items <= W ? items : items / W * W;  // items below this are dealt out
     const bool has_tail = dealt < items;
     auto ask_tail = [&]() -> uint32_t { return lane == 0 && has_tail ? atomicAdd(barrier + kTailCounter, 1u) : 0u; };
@@ -380,16 +345,14 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
         item = next_dealt ? item + W : tail_item(asked);
     }
     // No L2 prefetch of the down rows here: in the decode step, prefetching them (evict-last or normal priority, here
-    // or at the top-k) costs 4-9% of the step (bench/kernels/NOTES.md, 2026-11-27).
+    // or at the top-k) costs 4-9% of the step (docs/kernels.md, the one-token kernel).
     // One token: the first kOneDownGroup choices' first vectors of this warp's first down row are loaded into
     // registers now and arrive during the barrier.
     // (One pass: the warp has at most one row and each row one block of vectors per lane.)
     const bool one_pass = kT == 1 && gw + W >= H && ivec <= 32 * kOneDownUnroll;
     uint4 down_first[kOneDownGroup][kOneDownUnroll];
     if (one_pass && gw < H) load_down_rows(down_first, p, slot_of, 0, K, gw, 0, lane);
-    ZMOE_STAMP(4);
     grid_barrier(barrier, fused_router ? 2 * G : G);
-    ZMOE_STAMP(5);
     detail::pdl_launch_dependents();  // every block is resident and past its last barrier
 
     // 3. down + combine: one warp per hidden row across the distinct slots.
@@ -486,17 +449,10 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
 
     // The last block out leaves the barrier counter zero for the next launch.
     __syncthreads();
-#ifdef ZMOE_MOE_DECODE_PHASE_TIMES
-    ZMOE_STAMP(6);
-    __threadfence();
-#endif
     if (threadIdx.x == 0 && atomicAdd(barrier + 1, 1u) == uint32_t(G) - 1) {
         barrier[0] = 0;
         barrier[1] = 0;
         barrier[kTailCounter] = 0;
-#ifdef ZMOE_MOE_DECODE_PHASE_TIMES
-        print_stamps(G);
-#endif
     }
 }
 

@@ -32,7 +32,7 @@ __device__ __forceinline__ int id_bits(int32_t num_experts) {
 }
 
 /// The valid lanes of the warp whose id equals this lane's (what __match_any_sync gives, less the invalid lanes), from
-/// one ballot per bit of the ids (ids below 2^bits), in place of __match_any_sync (measured: bench/kernels/NOTES.md,
+/// one ballot per bit of the ids (ids below 2^bits), in place of __match_any_sync (measured: docs/kernels.md,
 /// 2026-11-27).
 __device__ __forceinline__ unsigned match_peers(int32_t id, bool valid, int bits) {
     unsigned peers = __ballot_sync(detail::kFullMask, valid);

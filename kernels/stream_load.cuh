@@ -18,7 +18,7 @@ __device__ __forceinline__ uint4 load_stream(const void* src) {
 }
 
 /// Brings the 128-byte line holding p into L2 with normal priority (moe_decode's down rows prefetched with evict-last
-/// priority cost 6% of a batch-one decode step: bench/kernels/NOTES.md, 2026-11-27).
+/// priority cost 6% of a batch-one decode step: docs/kernels.md, the one-token kernel).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 
 /// Prefetches bytes [0, n) from p into L2, the 128-byte lines spread over a warp's lanes. A prefetch into L2, the

@@ -62,9 +62,6 @@ struct executor_options {
     /// (ep_window_capacity); a step that overflows it is redone on the exact path. 0: the default rule (the share
     /// with room for a random routing's spread, workers/ep_capacity.hpp).
     double ep_capacity_factor = 0;
-    /// Benchmarks only (CUDA expert parallelism): the fixed exchange's transfers become local copies of the same
-    /// bytes, to time a step without its all-to-all; the results are wrong.
-    bool ep_skip_transfers = false;
     /// CUDA expert parallelism: the fixed exchange writes peer to peer into the other GPUs' memory when the run is
     /// one node and every rank can map every other's (else, and when false, NCCL send/recv).
     bool ep_peer_to_peer = true;

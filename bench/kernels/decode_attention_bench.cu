@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "base/stats.hpp"
 #include "bench/kernels/bench_util.cuh"
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
@@ -64,8 +65,7 @@ double median_ms(Fn&& fn, cudaStream_t stream, int iters) {
     }
     ZMOE_CUDA_CHECK(cudaEventDestroy(start));
     ZMOE_CUDA_CHECK(cudaEventDestroy(stop));
-    std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-    return ms[ms.size() / 2];
+    return zmoe::median(ms);
 }
 
 row measure(int32_t batch, int32_t context, int iters, cudaStream_t stream) {

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "base/stats.hpp"
 #include "bench/kernels/bench_util.cuh"
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
@@ -47,7 +48,7 @@ double time_graph_ms(const std::function<void()>& enqueue, cudaStream_t stream, 
     cudaEvent_t a = nullptr, b = nullptr;
     ZMOE_CUDA_CHECK(cudaEventCreate(&a));
     ZMOE_CUDA_CHECK(cudaEventCreate(&b));
-    std::vector<float> ms;
+    std::vector<double> ms;
     for (int i = 0; i < iters + 3; ++i) {
         ZMOE_CUDA_CHECK(cudaEventRecord(a, stream));
         ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
@@ -61,8 +62,7 @@ double time_graph_ms(const std::function<void()>& enqueue, cudaStream_t stream, 
     cudaEventDestroy(b);
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
-    std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-    return ms[ms.size() / 2];
+    return zmoe::median(ms);
 }
 
 double copy_bandwidth(cudaStream_t stream) {

@@ -39,6 +39,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/stats.hpp"
 #include "bench/kernels/bench_util.cuh"
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
@@ -136,11 +137,6 @@ void enqueue_layer(const layer_buffers& b, int32_t num_tokens, cudaStream_t stre
     zmoe::kernels::launch_moe_layer(p, stream);
 }
 
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
 struct result {
     int32_t tokens = 0, row_align = 0, active_experts = 0;
     bool decode_path = false;
@@ -179,7 +175,7 @@ std::vector<double> time_ms(F&& run, cudaStream_t stream, int warmup, int iters,
     }
     for (auto& e : events) ZMOE_CUDA_CHECK(cudaEventDestroy(e));
     std::vector<double> out;
-    for (auto& v : ms) out.push_back(median(v));
+    for (auto& v : ms) out.push_back(zmoe::median(v));
     return out;
 }
 
@@ -359,10 +355,8 @@ int main(int argc, char** argv) {
                 g_impl = zmoe::kernels::grouped_gemm_impl::wgmma;
             else if (v == "small")
                 g_impl = zmoe::kernels::grouped_gemm_impl::small;
-            else if (v == "pingpong")
-                g_impl = zmoe::kernels::grouped_gemm_impl::wgmma_pingpong;
             else
-                return std::fprintf(stderr, "--impl: auto, mma, wgmma, pingpong or small\n"), 2;
+                return std::fprintf(stderr, "--impl: auto, mma, wgmma or small\n"), 2;
         } else if (a == "--decode-router" && i + 1 < argc) {
             const std::string v = argv[++i];
             if (v != "fused" && v != "gemm") return std::fprintf(stderr, "--decode-router: fused or gemm\n"), 2;
@@ -381,7 +375,7 @@ int main(int argc, char** argv) {
             std::fprintf(stderr,
                          "usage: %s [--tokens 1,8,...] [--iters N] [--warmup N] [--path auto|decode|grouped] "
                          "[--decode-router fused|gemm] "
-                         "[--align 8|16|32|64|128] [--impl auto|mma|wgmma|pingpong|small] [--no-gather] [--cold N] "
+                         "[--align 8|16|32|64|128] [--impl auto|mma|wgmma|small] [--no-gather] [--cold N] "
                          "[--peer CMD] [--json PATH]\n",
                          argv[0]);
             return 2;
@@ -473,7 +467,7 @@ int main(int argc, char** argv) {
         if (tokens <= zmoe::kernels::kGemvMaxRows)
             r.router_gemv_ms = time_router_ms(b, tokens, moe_router_impl::gemv, stream, warmup, iters);
         r.router_mma_ms = time_router_ms(b, tokens, moe_router_impl::mma, stream, warmup, iters);
-        r.router_blas_ms = time_router_ms(b, tokens, moe_router_impl::blas, stream, warmup, iters);
+        r.router_blas_ms = time_router_ms(b, tokens, moe_router_impl::cublaslt, stream, warmup, iters);
 
         std::vector<int32_t> counts(kExperts);
         ZMOE_CUDA_CHECK(cudaMemcpy(counts.data(), b.counts, sizeof(int32_t) * kExperts, cudaMemcpyDeviceToHost));
@@ -533,11 +527,10 @@ int main(int argc, char** argv) {
           << "\",\"shape\":{\"hidden\":" << kHidden << ",\"experts\":" << kExperts << ",\"top_k\":" << kTopK
           << ",\"inter\":" << kInter << ",\"dtype\":\"bf16\"},\"measured\":{\"copy_bytes_per_s\":" << peak.bytes_per_s
           << ",\"bf16_gemm_flops_per_s\":" << peak.flops_per_s << "},\"iters\":" << iters << ",\"gemm_impl\":\""
-          << (g_impl == zmoe::kernels::grouped_gemm_impl::automatic        ? "auto"
-              : g_impl == zmoe::kernels::grouped_gemm_impl::wgmma          ? "wgmma"
-              : g_impl == zmoe::kernels::grouped_gemm_impl::small          ? "small"
-              : g_impl == zmoe::kernels::grouped_gemm_impl::wgmma_pingpong ? "pingpong"
-                                                                           : "mma")
+          << (g_impl == zmoe::kernels::grouped_gemm_impl::automatic ? "auto"
+              : g_impl == zmoe::kernels::grouped_gemm_impl::wgmma   ? "wgmma"
+              : g_impl == zmoe::kernels::grouped_gemm_impl::small   ? "small"
+                                                                    : "mma")
           << "\",\"path\":\""
           << (g_path == zmoe::kernels::moe_path::automatic ? "auto"
               : g_path == zmoe::kernels::moe_path::decode  ? "decode"

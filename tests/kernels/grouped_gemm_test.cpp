@@ -16,7 +16,6 @@ struct gemm_case {
     grouped_gemm_impl impl = grouped_gemm_impl::mma_sync;
     bool gather = false;   ///< read the unpermuted x through a_rows = row_token instead of the permuted copy
     int32_t max_ctas = 0;  ///< grouped_gemm_params::max_ctas (the persistent kernel's grid bound)
-    int32_t pp_rows = 64;  ///< wgmma_pingpong: the tile height (64 or 128)
     int32_t coop = -1;     ///< wgmma: a detail::coop_variant forced (-1: the default of cooperative_variant)
 };
 
@@ -30,8 +29,6 @@ const char* impl_name(grouped_gemm_impl impl) {
             return "wgmma";
         case grouped_gemm_impl::small:
             return "small";
-        case grouped_gemm_impl::wgmma_pingpong:
-            return "wgmmapp";
     }
     return "?";
 }
@@ -59,7 +56,6 @@ constexpr auto kWgmma = grouped_gemm_impl::wgmma;
 constexpr auto kMma = grouped_gemm_impl::mma_sync;
 constexpr auto kAuto = grouped_gemm_impl::automatic;
 constexpr auto kSmall = grouped_gemm_impl::small;
-constexpr auto kPing = grouped_gemm_impl::wgmma_pingpong;
 constexpr int32_t kTwoBuffers = int32_t(detail::coop_variant::two_buffers),
                   kAllBoxes = int32_t(detail::coop_variant::all_boxes),
                   kAllBoxesFastDiv = int32_t(detail::coop_variant::all_boxes_fast_div),
@@ -69,7 +65,7 @@ class GroupedGemm : public ::testing::TestWithParam<gemm_case> {};
 
 TEST_P(GroupedGemm, MatchesReference) {
     const auto c = GetParam();
-    if ((c.impl == kWgmma || c.impl == kPing) && !device_is_sm90()) GTEST_SKIP() << "the wgmma kernel needs sm_90";
+    if (c.impl == kWgmma && !device_is_sm90()) GTEST_SKIP() << "the wgmma kernel needs sm_90";
     std::mt19937 rng(c.num_tokens * 5 + c.k + c.n + c.swiglu);
     const auto ids = route(c.num_tokens, c.top_k, c.num_experts, rng);
     const int32_t max_rows = moe_permuted_rows_bound(c.num_tokens, c.top_k, c.num_experts, c.row_align);
@@ -104,9 +100,7 @@ TEST_P(GroupedGemm, MatchesReference) {
     p.swiglu = c.swiglu;
     p.impl = c.impl;
     p.max_ctas = c.max_ctas;
-    if (c.impl == kPing)
-        detail::launch_grouped_gemm_wgmma_pingpong(p, c.pp_rows, nullptr);  // both tile shapes
-    else if (c.impl == kWgmma && c.coop >= 0)
+    if (c.impl == kWgmma && c.coop >= 0)
         detail::launch_grouped_gemm_wgmma(p, detail::coop_variant(c.coop), nullptr);
     else
         launch_grouped_gemm(p, nullptr);
@@ -156,26 +150,6 @@ INSTANTIATE_TEST_SUITE_P(
         gemm_case{20000, 2, 64, 128, 64, true, 64, kWgmma, true},
         gemm_case{5000, 4, 32, 200, 264, false, 128, kWgmma, true},
         gemm_case{20000, 2, 64, 136, 128, true, 128, kWgmma, true},
-        // The ping-pong schedule, 64 x 256 and 128 x 128 tiles: ragged and empty groups, 64-row tails of 128-row
-        // tiles, partial N tiles and K tails, one tile per CTA up to many (20 000 tokens), x read through a_rows.
-        gemm_case{1, 8, 128, 2048, 768, true, 64, kPing},
-        gemm_case{1, 8, 128, 768, 2048, false, 128, kPing, false, 0, 128},
-        gemm_case{37, 3, 16, 96, 40, true, 64, kPing, false, 0, 128}, gemm_case{37, 3, 16, 40, 96, false, 128, kPing},
-        gemm_case{300, 4, 16, 200, 192, false, 64, kPing, true},
-        gemm_case{300, 4, 16, 192, 200, true, 64, kPing, true, 0, 128},
-        gemm_case{256, 8, 32, 2048, 768, true, 64, kPing, true},
-        gemm_case{256, 8, 32, 768, 2048, false, 64, kPing, false, 0, 128},
-        gemm_case{3000, 6, 40, 136, 72, true, 64, kPing, true, 0, 128},
-        gemm_case{3000, 8, 64, 128, 264, false, 64, kPing}, gemm_case{1024, 8, 128, 256, 768, true, 64, kPing, true},
-        gemm_case{1024, 8, 128, 768, 256, false, 64, kPing, false, 0, 128},
-        gemm_case{20000, 2, 64, 136, 128, true, 64, kPing, true},
-        gemm_case{20000, 2, 64, 128, 264, false, 128, kPing, false, 0, 128},
-        gemm_case{20000, 2, 64, 64, 128, false, 64, kPing, false, 0, 128},
-        gemm_case{5000, 4, 32, 200, 264, false, 128, kPing, true, 0, 128},
-        // The ping-pong hand-off over many tiles per CTA, an odd and an even count per warpgroup (grid bound).
-        gemm_case{3000, 8, 64, 128, 256, false, 64, kPing, true, 7},
-        gemm_case{300, 4, 16, 200, 192, false, 64, kPing, false, 1, 128},
-        gemm_case{2048, 8, 32, 256, 128, true, 128, kPing, false, 2},
         // The small-group kernel (8-row groups; moe_row_align_for does not pick it, row_align 8 or impl small do):
         // Qwen3-30B-A3B shapes up to 16 rows per expert (256 tokens), all three tile counts (mean rows per expert up
         // to 4, 8, more), experts with more rows than its tiles (further passes), K tails (K % 32 != 0), N not a
@@ -201,22 +175,21 @@ INSTANTIATE_TEST_SUITE_P(
         // The cooperative kernel's epilogue variants forced (two buffers per warpgroup reused box after box, or one
         // per box; SiLU with IEEE division, the approximate one, tanh.approx), both tile heights, ragged groups,
         // partial last column boxes, many tiles per CTA.
-        gemm_case{300, 4, 16, 192, 200, true, 128, kWgmma, true, 0, 64, kTwoBuffers},
-        gemm_case{3000, 8, 64, 128, 264, false, 64, kWgmma, false, 0, 64, kTwoBuffers},
-        gemm_case{300, 4, 16, 192, 200, true, 64, kWgmma, true, 0, 64, kAllBoxes},
-        gemm_case{3000, 8, 64, 128, 264, false, 64, kWgmma, false, 0, 64, kAllBoxes},
-        gemm_case{5000, 4, 32, 200, 264, false, 128, kWgmma, true, 0, 64, kAllBoxes},
-        gemm_case{2048, 8, 32, 256, 136, true, 128, kWgmma, true, 0, 64, kAllBoxesFastDiv},
-        gemm_case{20000, 2, 64, 136, 128, true, 64, kWgmma, true, 7, 64, kAllBoxesFastDiv},
-        gemm_case{2048, 8, 32, 256, 136, true, 128, kWgmma, true, 0, 64, kAllBoxesTanh},
-        gemm_case{37, 3, 16, 96, 40, true, 64, kWgmma, false, 0, 64, kAllBoxesTanh}),
+        gemm_case{300, 4, 16, 192, 200, true, 128, kWgmma, true, 0, kTwoBuffers},
+        gemm_case{3000, 8, 64, 128, 264, false, 64, kWgmma, false, 0, kTwoBuffers},
+        gemm_case{300, 4, 16, 192, 200, true, 64, kWgmma, true, 0, kAllBoxes},
+        gemm_case{3000, 8, 64, 128, 264, false, 64, kWgmma, false, 0, kAllBoxes},
+        gemm_case{5000, 4, 32, 200, 264, false, 128, kWgmma, true, 0, kAllBoxes},
+        gemm_case{2048, 8, 32, 256, 136, true, 128, kWgmma, true, 0, kAllBoxesFastDiv},
+        gemm_case{20000, 2, 64, 136, 128, true, 64, kWgmma, true, 7, kAllBoxesFastDiv},
+        gemm_case{2048, 8, 32, 256, 136, true, 128, kWgmma, true, 0, kAllBoxesTanh},
+        gemm_case{37, 3, 16, 96, 40, true, 64, kWgmma, false, 0, kAllBoxesTanh}),
     [](const auto& info) {
         const auto& c = info.param;
         return make_name("t", c.num_tokens, "_k", c.top_k, "_e", c.num_experts, "_K", c.k, "_N", c.n,
                          (c.swiglu ? "_swiglu" : "_plain"), "_align", c.row_align, "_", impl_name(c.impl),
                          (c.gather ? "_gather" : ""), (c.max_ctas > 0 ? "_ctas" : ""),
                          (c.max_ctas > 0 ? std::to_string(c.max_ctas) : std::string()),
-                         (c.impl == kPing && c.pp_rows == 128 ? "_rows128" : ""),
                          (c.coop >= 0 ? "_coop" + std::to_string(c.coop) : std::string()));
     });
 

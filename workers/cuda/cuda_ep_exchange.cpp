@@ -136,7 +136,6 @@ kernels::ep_p2p_params cuda_ep_exchange::p2p_params(int lane, int32_t capacity, 
                              .slots_per_rank = slots_per_rank,
                              .hidden = p_.hidden,
                              .blocks = p_.p2p_blocks,
-                             .loopback = skip_transfers_,
                              .epoch = p2p_state_.as<uint32_t>() + 4 * lane,
                              .done = p2p_state_.as<uint32_t>() + 4 * lane + (combine ? 2 : 1)};
     for (int r = 0; r < world_; ++r) k.windows[r] = peer_windows_[size_t(r)] + lane * layout_.bytes;
@@ -161,10 +160,6 @@ void cuda_ep_exchange::end_step(cudaStream_t stream) {
 bool cuda_ep_exchange::overflowed() const { return *overflow_host_ != 0; }
 
 void cuda_ep_exchange::transfer(const void* send, void* recv, int64_t chunk_bytes, cudaStream_t stream) {
-    if (skip_transfers_) {
-        ZMOE_CUDA_CHECK(cudaMemcpyAsync(recv, send, chunk_bytes * world_, cudaMemcpyDeviceToDevice, stream));
-        return;
-    }
     const std::vector<int64_t> bytes(world_, chunk_bytes);
     p_.comm->all_to_all(send, bytes, recv, bytes, stream);
 }
@@ -218,23 +213,18 @@ void cuda_ep_exchange::dispatch(const ep_dispatch_params& p, cudaStream_t comput
         ZMOE_CUDA_CHECK(cudaStreamWaitEvent(comm, l.gathered, 0));
     }
     // The rows and their slots, fixed sizes, in one NCCL group.
-    if (skip_transfers_) {
-        transfer(l.send_x.as<void>(), l.recv_x.as<void>(), int64_t(C) * H * sizeof(bf16), comm);
-        transfer(l.send_slot.as<void>(), l.recv_slot.as<void>(), int64_t(C) * sizeof(int32_t), comm);
-    } else {
-        const size_t x_bytes = size_t(C) * H * sizeof(bf16), slot_bytes = size_t(C) * sizeof(int32_t);
-        std::vector<nccl_comm::transfer> t;
-        for (int peer = 0; peer < world_; ++peer) {
-            // Per peer, both ends list: rows, then slots (sends and receives match in that order).
-            t.push_back({.peer = peer, .data = l.send_x.as<char>() + peer * x_bytes, .bytes = x_bytes, .send = true});
-            t.push_back({.peer = peer, .data = l.recv_x.as<char>() + peer * x_bytes, .bytes = x_bytes, .send = false});
-            t.push_back(
-                {.peer = peer, .data = l.send_slot.as<char>() + peer * slot_bytes, .bytes = slot_bytes, .send = true});
-            t.push_back(
-                {.peer = peer, .data = l.recv_slot.as<char>() + peer * slot_bytes, .bytes = slot_bytes, .send = false});
-        }
-        p_.comm->exchange(t, comm);
+    const size_t x_bytes = size_t(C) * H * sizeof(bf16), slot_bytes = size_t(C) * sizeof(int32_t);
+    std::vector<nccl_comm::transfer> t;
+    for (int peer = 0; peer < world_; ++peer) {
+        // Per peer, both ends list: rows, then slots (sends and receives match in that order).
+        t.push_back({.peer = peer, .data = l.send_x.as<char>() + peer * x_bytes, .bytes = x_bytes, .send = true});
+        t.push_back({.peer = peer, .data = l.recv_x.as<char>() + peer * x_bytes, .bytes = x_bytes, .send = false});
+        t.push_back(
+            {.peer = peer, .data = l.send_slot.as<char>() + peer * slot_bytes, .bytes = slot_bytes, .send = true});
+        t.push_back(
+            {.peer = peer, .data = l.recv_slot.as<char>() + peer * slot_bytes, .bytes = slot_bytes, .send = false});
     }
+    p_.comm->exchange(t, comm);
     if (comm != compute) ZMOE_CUDA_CHECK(cudaEventRecord(l.dispatched, comm));
 }
 

@@ -114,10 +114,6 @@ class cuda_ep_exchange {
     /// Whether the fixed path writes peer to peer (else NCCL send/recv).
     bool peer_to_peer() const { return p2p_; }
 
-    /// Benchmarks only: the fixed path's transfers become a device copy of this rank's own send buffer into its
-    /// receive buffer (same bytes, same compute, wrong results), to time a step with the exchange skipped.
-    void set_skip_transfers(bool skip) { skip_transfers_ = skip; }
-
   private:
     struct lane_buffers {
         device_buffer send_token, send_slot, src_row, send_counts;  // the plan
@@ -140,7 +136,6 @@ class cuda_ep_exchange {
     std::array<lane_buffers, 2> lanes_;
     device_buffer overflow_;            // [1] int32: this step's overflow flag
     int32_t* overflow_host_ = nullptr;  // pinned mirror
-    bool skip_transfers_ = false;
     // Peer to peer: both lanes' windows in one allocation, every rank's as this GPU addresses it, the IPC mappings
     // to close, and per lane [epoch, dispatch block counter, combine block counter].
     bool p2p_ = false;

@@ -169,7 +169,6 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
             .top_k = shape.top_k,
             .max_fixed_tokens = run.enable_dbo ? std::max(run.max_num_seqs, max_tokens) : run.max_num_seqs,
             .peer_to_peer = options.ep_peer_to_peer && run.num_nodes <= 1});
-        ep_->set_skip_transfers(options.ep_skip_transfers);
         // The exchanges' stream first whenever SMs free up: its kernels are short and the other micro-batch waits.
         int least = 0, greatest = 0;
         check(cudaDeviceGetStreamPriorityRange(&least, &greatest));

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "base/error.hpp"
+#include "base/stats.hpp"
 #include "kernels/cuda_check.hpp"
 #include "workers/cuda/cuda_ep_exchange.hpp"
 
@@ -15,11 +16,6 @@ namespace {
 
 using cuda::cuda_ep_exchange;
 using kernels::bf16;
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0 : v[v.size() / 2];
-}
 
 /// Times `enqueue` on `stream`: the median of `n` runs, each between two events, in µs.
 template <typename F>
