@@ -1,0 +1,45 @@
+#pragma once
+// The vocabulary as the grammar engine sees it: each token id's bytes (byte-level BPE tokens already mapped back to
+// raw bytes), the stop ids (EOS and the like: allowed only where the grammar can end) and the special ids (never
+// text). The text tokens are kept sorted by their bytes with each one's common prefix length with the one before:
+// walking them in that order is a depth-first walk of the vocabulary trie, and a prefix shared with the previous
+// token need not be matched again. Independent of zmoe_frontend: the caller passes the bytes
+// (tokenizer::token_bytes for each id).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zmoe::grammar {
+
+class tokenizer_info {
+  public:
+    /// `token_bytes[id]` is the token's raw bytes (empty for ids without a token). Stop and special ids are never
+    /// matched as text. Throws zmoe::error(invalid_argument) for a stop id outside the vocabulary.
+    tokenizer_info(std::vector<std::string> token_bytes, std::vector<int32_t> stop_ids,
+                   const std::vector<int32_t>& special_ids = {});
+
+    int32_t vocab_size() const { return static_cast<int32_t>(bytes_.size()); }
+    /// uint32 words of a bitmask over the vocabulary (bit i of word i/32 is token i).
+    size_t bitmask_words() const { return (bytes_.size() + 31) / 32; }
+    const std::string& token_bytes(int32_t id) const { return bytes_[static_cast<size_t>(id)]; }
+    const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
+    bool is_stop(int32_t id) const { return kind_[static_cast<size_t>(id)] == 1; }
+    /// A token that can be matched as text (non-empty, neither stop nor special).
+    bool is_text(int32_t id) const { return kind_[static_cast<size_t>(id)] == 0; }
+
+    /// The text tokens sorted by bytes, and each one's common prefix length with the previous in that order.
+    const std::vector<int32_t>& sorted_ids() const { return sorted_; }
+    const std::vector<int32_t>& sorted_lcp() const { return lcp_; }
+    /// The bitmask of all text tokens.
+    const std::vector<uint32_t>& text_mask() const { return text_mask_; }
+
+  private:
+    std::vector<std::string> bytes_;
+    std::vector<int32_t> stop_ids_;
+    std::vector<uint8_t> kind_;  // 0 text, 1 stop, 2 special or empty
+    std::vector<int32_t> sorted_, lcp_;
+    std::vector<uint32_t> text_mask_;
+};
+
+}  // namespace zmoe::grammar
