@@ -39,7 +39,7 @@ position_mask compiled_grammar::compute(int32_t state) const {
     std::vector<size_t> pool_mark{1};
     std::vector<uint8_t> bnd{0}, unc{0};
     std::vector<uint8_t> verdict(sorted.size(), 0);  // 0 rejected, 1 accepted, 2 uncertain
-    size_t valid = 0;          // levels 0..valid are those of the previous token's prefix
+    size_t valid = 0;                                // levels 0..valid are those of the previous token's prefix
     size_t dead_depth = SIZE_MAX;  // tokens sharing this many bytes with the previous one are rejected
     std::vector<int32_t> out;
     for (size_t i = 0; i < sorted.size(); ++i) {
@@ -77,14 +77,18 @@ position_mask compiled_grammar::compute(int32_t state) const {
         }
         if (dead) continue;
         const size_t n = b.size();
-        if (begin[n + 1] > begin[n] || bnd[n]) verdict[i] = 1;
-        else if (unc[n]) verdict[i] = 2;
+        if (begin[n + 1] > begin[n] || bnd[n])
+            verdict[i] = 1;
+        else if (unc[n])
+            verdict[i] = 2;
     }
     position_mask m;
     size_t num_rejected = 0;
     for (size_t i = 0; i < sorted.size(); ++i) {
-        if (verdict[i] == 1) ++m.num_accepted;
-        else if (verdict[i] == 0) ++num_rejected;
+        if (verdict[i] == 1)
+            ++m.num_accepted;
+        else if (verdict[i] == 0)
+            ++num_rejected;
         else {
             size_t prev_l = m.uncertain.empty() ? 0 : SIZE_MAX;
             if (!m.uncertain.empty()) {

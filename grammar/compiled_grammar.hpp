@@ -20,10 +20,10 @@ namespace zmoe::grammar {
 struct position_mask {
     enum class storage : uint8_t { accepted_list, rejected_list, bitset };
     storage kind = storage::accepted_list;
-    std::vector<int32_t> ids;             ///< accepted_list: accepted ids; rejected_list: rejected text ids
-    std::vector<uint32_t> bits;           ///< bitset: accepted ids
-    std::vector<int32_t> uncertain;       ///< indices into tokenizer_info::sorted_ids(), ascending
-    std::vector<int32_t> uncertain_lcp;   ///< common prefix length of each uncertain token with the one before it
+    std::vector<int32_t> ids;            ///< accepted_list: accepted ids; rejected_list: rejected text ids
+    std::vector<uint32_t> bits;          ///< bitset: accepted ids
+    std::vector<int32_t> uncertain;      ///< indices into tokenizer_info::sorted_ids(), ascending
+    std::vector<int32_t> uncertain_lcp;  ///< common prefix length of each uncertain token with the one before it
     int32_t num_accepted = 0;
 };
 

@@ -58,11 +58,14 @@ class ebnf_parser {
     void skip_space() {
         while (i_ < s_.size()) {
             char c = s_[i_];
-            if (c == '\n') ++line_, ++i_;
-            else if (c == ' ' || c == '\t' || c == '\r') ++i_;
+            if (c == '\n')
+                ++line_, ++i_;
+            else if (c == ' ' || c == '\t' || c == '\r')
+                ++i_;
             else if (c == '#') {
                 while (i_ < s_.size() && s_[i_] != '\n') ++i_;
-            } else break;
+            } else
+                break;
         }
     }
     std::string parse_name() {
@@ -108,9 +111,12 @@ class ebnf_parser {
         while (i_ < s_.size()) {
             char c = s_[i_];
             int32_t lo, hi;
-            if (c == '?') lo = 0, hi = 1, ++i_;
-            else if (c == '*') lo = 0, hi = -1, ++i_;
-            else if (c == '+') lo = 1, hi = -1, ++i_;
+            if (c == '?')
+                lo = 0, hi = 1, ++i_;
+            else if (c == '*')
+                lo = 0, hi = -1, ++i_;
+            else if (c == '+')
+                lo = 1, hi = -1, ++i_;
             else if (c == '{') {
                 size_t close = s_.find('}', i_);
                 if (close == std::string_view::npos) fail(line_, "unterminated '{'");
@@ -118,13 +124,17 @@ class ebnf_parser {
                 size_t comma = body.find(',');
                 try {
                     lo = std::stoi(body.substr(0, comma));
-                    hi = comma == std::string::npos ? lo : (comma + 1 == body.size() ? -1 : std::stoi(body.substr(comma + 1)));
+                    hi = comma == std::string::npos
+                             ? lo
+                             : (comma + 1 == body.size() ? -1 : std::stoi(body.substr(comma + 1)));
                 } catch (const std::exception&) {
                     fail(line_, "bad repetition '{" + body + "}'");
                 }
-                if (lo < 0 || (hi >= 0 && hi < lo) || lo > 10000 || hi > 10000) fail(line_, "bad repetition '{" + body + "}'");
+                if (lo < 0 || (hi >= 0 && hi < lo) || lo > 10000 || hi > 10000)
+                    fail(line_, "bad repetition '{" + body + "}'");
                 i_ = close + 1;
-            } else break;
+            } else
+                break;
             re_node r;
             r.k = re_node::kind::repeat;
             r.min = lo;
@@ -147,7 +157,8 @@ class ebnf_parser {
                 if (s_[i_] == '\\') {
                     ++i_;
                     auto r = parse_escape(s_, i_, true);
-                    if (r.size() != 1 || r[0].first != r[0].second) fail(line_, "a class escape inside a string literal");
+                    if (r.size() != 1 || r[0].first != r[0].second)
+                        fail(line_, "a class escape inside a string literal");
                     append_utf8(lit.text, r[0].first);
                 } else {
                     lit.text += s_[i_++];
@@ -216,7 +227,8 @@ grammar compile_ebnf(std::string_view text, std::string_view root_rule) {
         ids[name] = b.add_rule(name);
     }
     auto root = ids.find(std::string(root_rule));
-    if (root == ids.end()) throw zmoe::error(errc::invalid_argument, "ebnf: no rule named '" + std::string(root_rule) + "'");
+    if (root == ids.end())
+        throw zmoe::error(errc::invalid_argument, "ebnf: no rule named '" + std::string(root_rule) + "'");
     auto resolve = [&](const std::string& name) {
         auto it = ids.find(name);
         if (it == ids.end()) throw zmoe::error(errc::invalid_argument, "ebnf: undefined rule '" + name + "'");

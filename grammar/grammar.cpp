@@ -30,7 +30,9 @@ int32_t nfa::add_state() {
 void nfa::add_bytes(int32_t from, uint8_t lo, uint8_t hi, int32_t to) {
     states_[static_cast<size_t>(from)].bytes.push_back({lo, hi, to});
 }
-void nfa::add_call(int32_t from, int32_t rule, int32_t to) { states_[static_cast<size_t>(from)].calls.push_back({rule, to}); }
+void nfa::add_call(int32_t from, int32_t rule, int32_t to) {
+    states_[static_cast<size_t>(from)].calls.push_back({rule, to});
+}
 void nfa::add_epsilon(int32_t from, int32_t to) { states_[static_cast<size_t>(from)].eps.push_back(to); }
 
 fragment nfa::empty() {
@@ -207,7 +209,8 @@ grammar grammar_builder::build(int32_t root_rule) {
                 d.next.back().fill(-1);
                 d.calls.emplace_back();
                 d.final.push_back(0);
-                if (total_states + sets.size() > kMaxStates) fail("grammar: too large (more than 2^20 automaton states)");
+                if (total_states + sets.size() > kMaxStates)
+                    fail("grammar: too large (more than 2^20 automaton states)");
             }
             return it->second;
         };
@@ -231,11 +234,15 @@ grammar grammar_builder::build(int32_t root_rule) {
                 if (t.empty()) continue;
                 std::sort(t.begin(), t.end());
                 t.erase(std::unique(t.begin(), t.end()), t.end());
-                int32_t id = (b > 0 && prev_id >= 0 && t == targets[static_cast<size_t>(b - 1)]) ? prev_id : intern(closure(t));
+                int32_t id =
+                    (b > 0 && prev_id >= 0 && t == targets[static_cast<size_t>(b - 1)]) ? prev_id : intern(closure(t));
                 d.next[i][static_cast<size_t>(b)] = id;
                 prev_id = id;
             }
-            for (auto& [callee, t] : call_targets) d.calls[i].push_back({callee, intern(closure(t))});
+            for (auto& [callee, t] : call_targets) {
+                int32_t id = intern(closure(t));  // may grow d.calls: index it afterwards
+                d.calls[i].push_back({callee, id});
+            }
         }
         total_states += sets.size();
     }
@@ -372,10 +379,12 @@ grammar grammar_builder::build(int32_t root_rule) {
         while (!work.empty()) {
             int32_t s = work.back();
             work.pop_back();
-            for (int32_t i = g.call_offset[static_cast<size_t>(s)]; i < g.call_offset[static_cast<size_t>(s) + 1]; ++i) {
+            for (int32_t i = g.call_offset[static_cast<size_t>(s)]; i < g.call_offset[static_cast<size_t>(s) + 1];
+                 ++i) {
                 const call_edge& c = g.calls[static_cast<size_t>(i)];
                 left_calls[static_cast<size_t>(r)].push_back(c.rule);
-                if (null_rule[static_cast<size_t>(c.rule)] && std::find(seen.begin(), seen.end(), c.return_state) == seen.end()) {
+                if (null_rule[static_cast<size_t>(c.rule)] &&
+                    std::find(seen.begin(), seen.end(), c.return_state) == seen.end()) {
                     seen.push_back(c.return_state);
                     work.push_back(c.return_state);
                 }
@@ -388,7 +397,8 @@ grammar grammar_builder::build(int32_t root_rule) {
             color[static_cast<size_t>(r)] = 1;
             for (int32_t c : left_calls[static_cast<size_t>(r)]) {
                 if (color[static_cast<size_t>(c)] == 1)
-                    fail("grammar: rule '" + names_[static_cast<size_t>(c)] + "' is left-recursive (it can call itself before consuming a byte)");
+                    fail("grammar: rule '" + names_[static_cast<size_t>(c)] +
+                         "' is left-recursive (it can call itself before consuming a byte)");
                 if (color[static_cast<size_t>(c)] == 0) dfs(c);
             }
             color[static_cast<size_t>(r)] = 2;
@@ -421,8 +431,10 @@ grammar grammar_builder::build(int32_t root_rule) {
             for (int32_t i = g.call_offset[s]; i < g.call_offset[s + 1]; ++i) {
                 const call_edge& c = g.calls[static_cast<size_t>(i)];
                 std::bitset<256> f = g.follow[static_cast<size_t>(c.rule)] | first[static_cast<size_t>(c.return_state)];
-                if (null_state[static_cast<size_t>(c.return_state)]) f |= g.follow[static_cast<size_t>(g.state_rule[s])];
-                if (f != g.follow[static_cast<size_t>(c.rule)]) g.follow[static_cast<size_t>(c.rule)] = f, changed = true;
+                if (null_state[static_cast<size_t>(c.return_state)])
+                    f |= g.follow[static_cast<size_t>(g.state_rule[s])];
+                if (f != g.follow[static_cast<size_t>(c.rule)])
+                    g.follow[static_cast<size_t>(c.rule)] = f, changed = true;
             }
         }
     }
@@ -432,10 +444,12 @@ grammar grammar_builder::build(int32_t root_rule) {
 std::string grammar::to_string() const {
     std::ostringstream os;
     for (int32_t r = 0; r < num_rules(); ++r) {
-        os << "rule " << r << " '" << rule_names[static_cast<size_t>(r)] << "' start " << rule_start[static_cast<size_t>(r)] << "\n";
+        os << "rule " << r << " '" << rule_names[static_cast<size_t>(r)] << "' start "
+           << rule_start[static_cast<size_t>(r)] << "\n";
     }
     for (int32_t s = 0; s < num_states(); ++s) {
-        os << "  state " << s << " (rule " << state_rule[static_cast<size_t>(s)] << ")" << (is_final[static_cast<size_t>(s)] ? " final" : "") << ":";
+        os << "  state " << s << " (rule " << state_rule[static_cast<size_t>(s)] << ")"
+           << (is_final[static_cast<size_t>(s)] ? " final" : "") << ":";
         for (int b = 0; b < 256;) {
             int32_t t = step(s, static_cast<uint8_t>(b));
             int e = b;

@@ -10,8 +10,8 @@
 #include <array>
 #include <bitset>
 #include <cstdint>
-#include <string>
 #include <deque>
+#include <string>
 #include <vector>
 
 namespace zmoe::grammar {
@@ -29,11 +29,12 @@ struct grammar {
     int32_t root_rule = 0;
 
     // Per global state.
-    std::vector<int32_t> state_rule;   ///< [num_states] the rule a state belongs to
-    std::vector<int32_t> next;         ///< [num_states * 256] state after a byte, -1 when the byte is not allowed
-    std::vector<uint8_t> is_final;     ///< [num_states] the rule may end here
-    std::vector<uint8_t> has_bytes;    ///< [num_states] some byte is allowed here (a "scan" position)
-    std::vector<int32_t> call_offset;  ///< [num_states + 1] calls of state s are calls[call_offset[s], call_offset[s+1])
+    std::vector<int32_t> state_rule;  ///< [num_states] the rule a state belongs to
+    std::vector<int32_t> next;        ///< [num_states * 256] state after a byte, -1 when the byte is not allowed
+    std::vector<uint8_t> is_final;    ///< [num_states] the rule may end here
+    std::vector<uint8_t> has_bytes;   ///< [num_states] some byte is allowed here (a "scan" position)
+    std::vector<int32_t>
+        call_offset;  ///< [num_states + 1] calls of state s are calls[call_offset[s], call_offset[s+1])
     std::vector<call_edge> calls;
 
     std::vector<std::bitset<256>> follow;  ///< [num_rules] bytes that may come right after the rule ends

@@ -10,11 +10,16 @@ namespace zmoe::grammar {
 
 const char* grammar_kind_name(grammar_kind k) {
     switch (k) {
-        case grammar_kind::json_schema: return "json_schema";
-        case grammar_kind::json_object: return "json_object";
-        case grammar_kind::regex: return "regex";
-        case grammar_kind::choice: return "choice";
-        case grammar_kind::ebnf: return "ebnf";
+        case grammar_kind::json_schema:
+            return "json_schema";
+        case grammar_kind::json_object:
+            return "json_object";
+        case grammar_kind::regex:
+            return "regex";
+        case grammar_kind::choice:
+            return "choice";
+        case grammar_kind::ebnf:
+            return "ebnf";
     }
     return "?";
 }
@@ -41,10 +46,14 @@ grammar compile_choice(const std::vector<std::string>& choices) {
 
 grammar compile_grammar(grammar_kind kind, std::string_view text, const json_schema_options& options) {
     switch (kind) {
-        case grammar_kind::json_schema: return compile_json_schema(text, options);
-        case grammar_kind::json_object: return compile_json_object(options);
-        case grammar_kind::regex: return compile_regex(text);
-        case grammar_kind::ebnf: return compile_ebnf(text);
+        case grammar_kind::json_schema:
+            return compile_json_schema(text, options);
+        case grammar_kind::json_object:
+            return compile_json_object(options);
+        case grammar_kind::regex:
+            return compile_regex(text);
+        case grammar_kind::ebnf:
+            return compile_ebnf(text);
         case grammar_kind::choice: {
             nlohmann::json j;
             try {
@@ -55,7 +64,8 @@ grammar compile_grammar(grammar_kind kind, std::string_view text, const json_sch
             if (!j.is_array()) throw zmoe::error(errc::invalid_argument, "choice: expected a JSON array of strings");
             std::vector<std::string> choices;
             for (const auto& x : j) {
-                if (!x.is_string()) throw zmoe::error(errc::invalid_argument, "choice: expected a JSON array of strings");
+                if (!x.is_string())
+                    throw zmoe::error(errc::invalid_argument, "choice: expected a JSON array of strings");
                 choices.push_back(x.get<std::string>());
             }
             return compile_choice(choices);
@@ -80,9 +90,12 @@ std::string grammar_compiler::cache_key(grammar_kind kind, std::string_view text
                                   std::string(grammar_kind_name(kind)) + ": not valid JSON: " + e.what());
             }
             break;
-        case grammar_kind::json_object: break;
+        case grammar_kind::json_object:
+            break;
         case grammar_kind::regex:
-        case grammar_kind::ebnf: key += text; break;
+        case grammar_kind::ebnf:
+            key += text;
+            break;
     }
     return key;
 }

@@ -24,7 +24,8 @@ void grammar_matcher::reset() {
     std::vector<std::vector<int32_t>> chains;
     for (int32_t n : out) {
         std::vector<int32_t> states;
-        for (int32_t x = n; x >= 0; x = pool_[static_cast<size_t>(x)].parent) states.push_back(pool_[static_cast<size_t>(x)].state);
+        for (int32_t x = n; x >= 0; x = pool_[static_cast<size_t>(x)].parent)
+            states.push_back(pool_[static_cast<size_t>(x)].state);
         chains.push_back(std::move(states));
     }
     pool_.clear();
@@ -149,7 +150,8 @@ void grammar_matcher::check_uncertain(int32_t top, const position_mask& pm, uint
         for (size_t d = valid; d < b.size(); ++d) {
             step_flags f;
             next_.clear();
-            stepper_.advance(pool_, nodes_.data() + begin_[d], begin_[d + 1] - begin_[d], static_cast<uint8_t>(b[d]), next_, f);
+            stepper_.advance(pool_, nodes_.data() + begin_[d], begin_[d + 1] - begin_[d], static_cast<uint8_t>(b[d]),
+                             next_, f);
             nodes_.insert(nodes_.end(), next_.begin(), next_.end());
             begin_.push_back(nodes_.size());
             pool_mark_.push_back(pool_.size());

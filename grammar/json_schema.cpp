@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <optional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "base/error.hpp"
@@ -23,20 +23,38 @@ using ranges_t = std::vector<std::pair<uint32_t, uint32_t>>;
 }
 
 const std::set<std::string>& annotation_keywords() {
-    static const std::set<std::string> k{"title",    "description", "examples",      "default",        "$schema",
-                                         "$id",      "$comment",    "deprecated",    "readOnly",       "writeOnly",
-                                         "$anchor",  "contentMediaType", "contentEncoding", "$defs", "definitions",
-                                         "strict"};
+    static const std::set<std::string> k{"title",           "description", "examples",    "default",
+                                         "$schema",         "$id",         "$comment",    "deprecated",
+                                         "readOnly",        "writeOnly",   "$anchor",     "contentMediaType",
+                                         "contentEncoding", "$defs",       "definitions", "strict"};
     return k;
 }
 
 const std::set<std::string>& supported_keywords() {
-    static const std::set<std::string> k{"type",          "properties", "required",         "additionalProperties",
-                                         "items",         "prefixItems", "minItems",        "maxItems",
-                                         "enum",          "const",       "anyOf",           "oneOf",
-                                         "allOf",         "$ref",        "minLength",       "maxLength",
-                                         "pattern",       "format",      "minimum",         "maximum",
-                                         "exclusiveMinimum", "exclusiveMaximum", "uniqueItems", "nullable"};
+    static const std::set<std::string> k{"type",
+                                         "properties",
+                                         "required",
+                                         "additionalProperties",
+                                         "items",
+                                         "prefixItems",
+                                         "minItems",
+                                         "maxItems",
+                                         "enum",
+                                         "const",
+                                         "anyOf",
+                                         "oneOf",
+                                         "allOf",
+                                         "$ref",
+                                         "minLength",
+                                         "maxLength",
+                                         "pattern",
+                                         "format",
+                                         "minimum",
+                                         "maximum",
+                                         "exclusiveMinimum",
+                                         "exclusiveMaximum",
+                                         "uniqueItems",
+                                         "nullable"};
     return k;
 }
 
@@ -52,7 +70,8 @@ const std::map<std::string, std::string>& format_patterns() {
         {"time", time},
         {"date-time", date + "T" + time},
         {"uuid", R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
-        {"email", R"([A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@)" + label + R"((\.)" + label + ")+"},
+        {"email",
+         R"([A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@)" + label + R"((\.)" + label + ")+"},
         {"ipv4", "(" + octet + R"(\.){3})" + octet},
         {"hostname", label + R"((\.)" + label + ")*"},
     };
@@ -93,7 +112,8 @@ std::string same_length_range(const std::string& lo, const std::string& hi) {
     size_t n = lo.size() - 1;
     std::string out = lo.substr(0, 1) + "(" + same_length_range(lo.substr(1), std::string(n, '9')) + ")";
     if (lo[0] + 1 <= hi[0] - 1)
-        out += std::string("|[") + static_cast<char>(lo[0] + 1) + "-" + static_cast<char>(hi[0] - 1) + "]\\d{" + std::to_string(n) + "}";
+        out += std::string("|[") + static_cast<char>(lo[0] + 1) + "-" + static_cast<char>(hi[0] - 1) + "]\\d{" +
+               std::to_string(n) + "}";
     out += "|" + hi.substr(0, 1) + "(" + same_length_range(std::string(n, '0'), hi.substr(1)) + ")";
     return out;
 }
@@ -138,7 +158,8 @@ class schema_compiler {
     fragment ws(nfa& a) {
         if (!opt_.any_whitespace) return a.empty();
         fragment f{a.add_state(), a.add_state()};
-        for (char c : {' ', '\t', '\n', '\r'}) a.add_bytes(f.start, static_cast<uint8_t>(c), static_cast<uint8_t>(c), f.end);
+        for (char c : {' ', '\t', '\n', '\r'})
+            a.add_bytes(f.start, static_cast<uint8_t>(c), static_cast<uint8_t>(c), f.end);
         return a.star(f);
     }
     fragment sep(nfa& a, char c) {
@@ -151,7 +172,8 @@ class schema_compiler {
         fragment f = emit_chars(a, {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x10FFFF}}, char_encoding::utf8);
         int32_t bs = a.add_state();
         a.add_bytes(f.start, '\\', '\\', bs);
-        for (char c : std::string("\"\\/bfnrt")) a.add_bytes(bs, static_cast<uint8_t>(c), static_cast<uint8_t>(c), f.end);
+        for (char c : std::string("\"\\/bfnrt"))
+            a.add_bytes(bs, static_cast<uint8_t>(c), static_cast<uint8_t>(c), f.end);
         int32_t u = a.add_state();
         a.add_bytes(bs, 'u', 'u', u);
         // \uXXXX outside the surrogates D800-DFFF (a lone surrogate is not valid JSON text for most parsers).
@@ -180,7 +202,8 @@ class schema_compiler {
     fragment any_string(nfa& a) { return a.concat({a.literal("\""), a.star(string_char(a)), a.literal("\"")}); }
 
     fragment number(nfa& a, bool integer) {
-        std::string re = integer ? R"(-?(0|[1-9]\d*))" : R"(-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?)";
+        // At most two exponent digits: a value any double holds (common parsers refuse 1e999 as an overflow).
+        std::string re = integer ? R"(-?(0|[1-9]\d*))" : R"(-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d{1,2})?)";
         return emit_regex(a, parse_regex(re).root, char_encoding::utf8);
     }
 
@@ -228,7 +251,8 @@ class schema_compiler {
             if (supported_keywords().count(k) || annotation_keywords().count(k)) continue;
             fail(path, "unsupported keyword '" + k + "'");
         }
-        if (s.contains("uniqueItems") && s["uniqueItems"] == true) fail(path, "unsupported keyword 'uniqueItems' (true)");
+        if (s.contains("uniqueItems") && s["uniqueItems"] == true)
+            fail(path, "unsupported keyword 'uniqueItems' (true)");
     }
 
     /// Merges allOf's members into one schema when they do not conflict (properties and required are combined).
@@ -240,7 +264,8 @@ class schema_compiler {
         for (size_t i = 0; i < parts.size(); ++i) {
             json p = parts[i];
             std::string ppath = path + "/allOf/" + std::to_string(i);
-            if (p.is_object() && p.contains("$ref") && p.size() == 1) p = resolve_ref(p["$ref"].get<std::string>(), ppath);
+            if (p.is_object() && p.contains("$ref") && p.size() == 1)
+                p = resolve_ref(p["$ref"].get<std::string>(), ppath);
             if (!p.is_object()) fail(ppath, "allOf member must be an object schema");
             if (p.contains("allOf")) p = merge_all_of(p, ppath);
             for (const auto& [k, v] : p.items()) {
@@ -249,7 +274,8 @@ class schema_compiler {
                     out[k] = v;
                 } else if (k == "properties" && v.is_object() && out[k].is_object()) {
                     for (const auto& [pk, pv] : v.items()) {
-                        if (out[k].contains(pk) && out[k][pk] != pv) fail(ppath, "allOf members disagree on property '" + pk + "'");
+                        if (out[k].contains(pk) && out[k][pk] != pv)
+                            fail(ppath, "allOf members disagree on property '" + pk + "'");
                         out[k][pk] = pv;
                     }
                 } else if (k == "required" && v.is_array()) {
@@ -326,17 +352,21 @@ class schema_compiler {
         std::vector<std::string> types;
         if (s.contains("type")) {
             const json& t = s["type"];
-            if (t.is_string()) types.push_back(t.get<std::string>());
+            if (t.is_string())
+                types.push_back(t.get<std::string>());
             else if (t.is_array() && !t.empty())
                 for (const auto& x : t) types.push_back(x.is_string() ? x.get<std::string>() : "?");
-            else fail(path, "'type' must be a string or a non-empty array of strings");
+            else
+                fail(path, "'type' must be a string or a non-empty array of strings");
         } else if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required")) {
             types.push_back("object");
         } else if (s.contains("items") || s.contains("prefixItems")) {
             types.push_back("array");
-        } else if (s.contains("pattern") || s.contains("format") || s.contains("minLength") || s.contains("maxLength")) {
+        } else if (s.contains("pattern") || s.contains("format") || s.contains("minLength") ||
+                   s.contains("maxLength")) {
             types.push_back("string");
-        } else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum")) {
+        } else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+                   s.contains("exclusiveMaximum")) {
             types.push_back("number");
         } else {
             return a.call(any_value_rule());
@@ -370,7 +400,8 @@ class schema_compiler {
         bool has_len = s.contains("minLength") || s.contains("maxLength");
         if (s.contains("pattern") || s.contains("format")) {
             if (has_len) fail(path, "'minLength'/'maxLength' together with 'pattern' or 'format' is not supported");
-            if (s.contains("pattern") && s.contains("format")) fail(path, "'pattern' together with 'format' is not supported");
+            if (s.contains("pattern") && s.contains("format"))
+                fail(path, "'pattern' together with 'format' is not supported");
             std::string re;
             bool full = true;
             if (s.contains("pattern")) {
@@ -420,15 +451,18 @@ class schema_compiler {
         const json& v = s[key];
         if (!v.is_number()) fail(path, std::string("'") + key + "' must be a number");
         double d = v.get<double>();
-        if (std::fabs(d) > static_cast<double>(kMaxBound)) fail(path, std::string("'") + key + "' beyond 1e18 is not supported");
+        if (std::fabs(d) > static_cast<double>(kMaxBound))
+            fail(path, std::string("'") + key + "' beyond 1e18 is not supported");
         bool exclusive = std::string(key).rfind("exclusive", 0) == 0;
         if (std::floor(d) != d) {
-            if (!integer) fail(path, std::string("unsupported keyword '") + key + "' with a non-integer bound on a number");
+            if (!integer)
+                fail(path, std::string("unsupported keyword '") + key + "' with a non-integer bound on a number");
             return static_cast<int64_t>(lower ? std::ceil(d) : std::floor(d));
         }
         int64_t x = v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(d);
         if (exclusive) {
-            if (!integer) fail(path, std::string("unsupported keyword '") + key + "' on a number (supported on integers)");
+            if (!integer)
+                fail(path, std::string("unsupported keyword '") + key + "' on a number (supported on integers)");
             x += lower ? 1 : -1;
         }
         return x;
@@ -564,7 +598,8 @@ class schema_compiler {
             if (!props.contains(name) && !extra)
                 fail(path, "required property '" + name + "' is not in 'properties' and additionalProperties is false");
         for (const std::string& name : required)
-            if (!props.contains(name)) fail(path, "required property '" + name + "' outside 'properties' is not supported");
+            if (!props.contains(name))
+                fail(path, "required property '" + name + "' outside 'properties' is not supported");
 
         // none[i] / some[i]: no property written yet / some written, next candidate is property i.
         const size_t n = props.size();

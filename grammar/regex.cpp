@@ -83,13 +83,19 @@ class parser {
         while (i_ < s_.size()) {
             char c = s_[i_];
             int32_t lo, hi;
-            if (c == '?') lo = 0, hi = 1, ++i_;
-            else if (c == '*') lo = 0, hi = -1, ++i_;
-            else if (c == '+') lo = 1, hi = -1, ++i_;
+            if (c == '?')
+                lo = 0, hi = 1, ++i_;
+            else if (c == '*')
+                lo = 0, hi = -1, ++i_;
+            else if (c == '+')
+                lo = 1, hi = -1, ++i_;
             else if (c == '{' && parse_braces(lo, hi)) {
-            } else break;
-            if (i_ < s_.size() && s_[i_] == '?') ++i_;  // lazy: same language
-            else if (i_ < s_.size() && s_[i_] == '+') fail("regex: possessive quantifiers are not supported");
+            } else
+                break;
+            if (i_ < s_.size() && s_[i_] == '?')
+                ++i_;  // lazy: same language
+            else if (i_ < s_.size() && s_[i_] == '+')
+                fail("regex: possessive quantifiers are not supported");
             re_node r;
             r.k = re_node::kind::repeat;
             r.min = lo;
@@ -119,8 +125,10 @@ class parser {
             hi = lo;
         } else if (j < s_.size() && s_[j] == ',') {
             ++j;
-            if (j < s_.size() && s_[j] == '}') hi = -1;
-            else if (!number(hi)) return false;
+            if (j < s_.size() && s_[j] == '}')
+                hi = -1;
+            else if (!number(hi))
+                return false;
             if (j >= s_.size() || s_[j] != '}') return false;
             if (hi >= 0 && hi < lo) fail("regex: repetition {m,n} with n < m");
         } else {
@@ -149,7 +157,8 @@ class parser {
                     fail("regex: lookahead (?= / (?! is not supported");
                 } else if (i_ + 1 < s_.size() && s_[i_] == '<' && (s_[i_ + 1] == '=' || s_[i_ + 1] == '!')) {
                     fail("regex: lookbehind (?<= / (?<! is not supported");
-                } else if (i_ < s_.size() && (s_[i_] == '<' || (s_[i_] == 'P' && i_ + 1 < s_.size() && s_[i_ + 1] == '<'))) {
+                } else if (i_ < s_.size() &&
+                           (s_[i_] == '<' || (s_[i_] == 'P' && i_ + 1 < s_.size() && s_[i_ + 1] == '<'))) {
                     size_t close = s_.find('>', i_);
                     if (close == std::string_view::npos) fail("regex: unterminated group name");
                     i_ = close + 1;
@@ -171,7 +180,8 @@ class parser {
             ++i_;
             return chars(parse_escape(s_, i_, false));
         }
-        if (c == '*' || c == '+' || c == '?') fail("regex: quantifier without an operand at offset " + std::to_string(i_));
+        if (c == '*' || c == '+' || c == '?')
+            fail("regex: quantifier without an operand at offset " + std::to_string(i_));
         uint32_t cp = decode_utf8(s_, i_);
         return chars({{cp, cp}});
     }
@@ -233,8 +243,10 @@ ranges_t normalize_ranges(ranges_t r) {
     std::sort(r.begin(), r.end());
     ranges_t out;
     for (const auto& [lo, hi] : r) {
-        if (!out.empty() && lo <= out.back().second + 1) out.back().second = std::max(out.back().second, hi);
-        else out.push_back({lo, hi});
+        if (!out.empty() && lo <= out.back().second + 1)
+            out.back().second = std::max(out.back().second, hi);
+        else
+            out.push_back({lo, hi});
     }
     return out;
 }
@@ -254,23 +266,37 @@ ranges_t parse_escape(std::string_view s, size_t& i, bool in_class) {
     if (i >= s.size()) fail("regex: trailing backslash");
     char c = s[i++];
     switch (c) {
-        case 'd': return kDigit;
-        case 'D': return complement_ranges(kDigit);
-        case 'w': return kWord;
-        case 'W': return complement_ranges(kWord);
-        case 's': return kSpace;
-        case 'S': return complement_ranges(kSpace);
-        case 't': return {{'\t', '\t'}};
-        case 'n': return {{'\n', '\n'}};
-        case 'r': return {{'\r', '\r'}};
-        case 'f': return {{'\f', '\f'}};
-        case 'v': return {{'\v', '\v'}};
-        case '0': return {{0, 0}};
+        case 'd':
+            return kDigit;
+        case 'D':
+            return complement_ranges(kDigit);
+        case 'w':
+            return kWord;
+        case 'W':
+            return complement_ranges(kWord);
+        case 's':
+            return kSpace;
+        case 'S':
+            return complement_ranges(kSpace);
+        case 't':
+            return {{'\t', '\t'}};
+        case 'n':
+            return {{'\n', '\n'}};
+        case 'r':
+            return {{'\r', '\r'}};
+        case 'f':
+            return {{'\f', '\f'}};
+        case 'v':
+            return {{'\v', '\v'}};
+        case '0':
+            return {{0, 0}};
         case 'b':
             if (in_class) return {{'\b', '\b'}};
             fail("regex: word boundaries (\\b) are not supported");
-        case 'B': fail("regex: word boundaries (\\B) are not supported");
-        case 'k': fail("regex: backreferences (\\k) are not supported");
+        case 'B':
+            fail("regex: word boundaries (\\B) are not supported");
+        case 'k':
+            fail("regex: backreferences (\\k) are not supported");
         case 'x':
         case 'u': {
             size_t n = c == 'x' ? 2 : 4;
@@ -295,8 +321,7 @@ ranges_t parse_escape(std::string_view s, size_t& i, bool in_class) {
         }
         default:
             if (c >= '1' && c <= '9') fail("regex: backreferences (\\1 .. \\9) are not supported");
-            if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))
-                fail(std::string("regex: unknown escape \\") + c);
+            if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) fail(std::string("regex: unknown escape \\") + c);
             {
                 --i;
                 uint32_t cp = decode_utf8(s, i);
@@ -319,13 +344,27 @@ fragment emit_chars(nfa& a, const ranges_t& ranges, char_encoding enc) {
             if (cp >= 0x20 && cp != '"' && cp != '\\') continue;
             std::string esc;
             switch (cp) {
-                case '"': esc = "\\\""; break;
-                case '\\': esc = "\\\\"; break;
-                case '\b': esc = "\\b"; break;
-                case '\f': esc = "\\f"; break;
-                case '\n': esc = "\\n"; break;
-                case '\r': esc = "\\r"; break;
-                case '\t': esc = "\\t"; break;
+                case '"':
+                    esc = "\\\"";
+                    break;
+                case '\\':
+                    esc = "\\\\";
+                    break;
+                case '\b':
+                    esc = "\\b";
+                    break;
+                case '\f':
+                    esc = "\\f";
+                    break;
+                case '\n':
+                    esc = "\\n";
+                    break;
+                case '\r':
+                    esc = "\\r";
+                    break;
+                case '\t':
+                    esc = "\\t";
+                    break;
                 default: {
                     static const char* kHex = "0123456789abcdef";
                     esc = std::string("\\u00") + kHex[cp >> 4] + kHex[cp & 15];
@@ -353,11 +392,15 @@ fragment emit_chars(nfa& a, const ranges_t& ranges, char_encoding enc) {
     return f;
 }
 
-fragment emit_regex(nfa& a, const re_node& n, char_encoding enc, const std::function<int32_t(const std::string&)>& resolve) {
+fragment emit_regex(nfa& a, const re_node& n, char_encoding enc,
+                    const std::function<int32_t(const std::string&)>& resolve) {
     switch (n.k) {
-        case re_node::kind::empty: return a.empty();
-        case re_node::kind::chars: return emit_chars(a, n.ranges, enc);
-        case re_node::kind::literal_bytes: return a.literal(n.text);
+        case re_node::kind::empty:
+            return a.empty();
+        case re_node::kind::chars:
+            return emit_chars(a, n.ranges, enc);
+        case re_node::kind::literal_bytes:
+            return a.literal(n.text);
         case re_node::kind::concat: {
             std::vector<fragment> parts;
             for (const re_node& c : n.children) parts.push_back(emit_regex(a, c, enc, resolve));

@@ -66,9 +66,12 @@ class stack_stepper {
             expand_one(pool, static_cast<int32_t>(pool.size() - 1), out, flags);
         }
         if (g_.is_final[s]) {
-            if (n.parent == kStackBottom) flags.accepting = true;
-            else if (n.parent == kContextBoundary) flags.boundary = true;
-            else expand_one(pool, n.parent, out, flags);
+            if (n.parent == kStackBottom)
+                flags.accepting = true;
+            else if (n.parent == kContextBoundary)
+                flags.boundary = true;
+            else
+                expand_one(pool, n.parent, out, flags);
         }
     }
 

@@ -16,14 +16,14 @@ tokenizer_info::tokenizer_info(std::vector<std::string> token_bytes, std::vector
         if (id >= 0 && static_cast<size_t>(id) < bytes_.size()) kind_[static_cast<size_t>(id)] = 2;
     for (int32_t id : stop_ids_) {
         if (id < 0 || static_cast<size_t>(id) >= bytes_.size())
-            throw zmoe::error(errc::invalid_argument, "tokenizer_info: stop id " + std::to_string(id) + " outside the vocabulary");
+            throw zmoe::error(errc::invalid_argument,
+                              "tokenizer_info: stop id " + std::to_string(id) + " outside the vocabulary");
         kind_[static_cast<size_t>(id)] = 1;
     }
     for (size_t i = 0; i < bytes_.size(); ++i)
         if (kind_[i] == 0) sorted_.push_back(static_cast<int32_t>(i));
-    std::sort(sorted_.begin(), sorted_.end(), [&](int32_t a, int32_t b) {
-        return bytes_[static_cast<size_t>(a)] < bytes_[static_cast<size_t>(b)];
-    });
+    std::sort(sorted_.begin(), sorted_.end(),
+              [&](int32_t a, int32_t b) { return bytes_[static_cast<size_t>(a)] < bytes_[static_cast<size_t>(b)]; });
     lcp_.assign(sorted_.size(), 0);
     for (size_t i = 1; i < sorted_.size(); ++i) {
         const std::string& a = bytes_[static_cast<size_t>(sorted_[i - 1])];
