@@ -30,95 +30,105 @@ int32_t compiled_grammar::num_scan_positions() const {
 position_mask compiled_grammar::compute(int32_t state) const {
     const std::vector<int32_t>& sorted = tok_->sorted_ids();
     const std::vector<int32_t>& lcp = tok_->sorted_lcp();
+    const int32_t num_sorted = static_cast<int32_t>(sorted.size());
     const std::bitset<256>& follow = g_.follow[static_cast<size_t>(g_.state_rule[static_cast<size_t>(state)])];
     stack_stepper stepper(g_);
+    // A state is "plain" when entering it pushes and pops nothing: a level that holds one plain state (on the
+    // position's own frame) steps by a table lookup, without stack nodes. Most bytes of most tokens go this way.
+    auto plain = [&](int32_t t) {
+        return !g_.is_final[static_cast<size_t>(t)] &&
+               g_.call_offset[static_cast<size_t>(t)] == g_.call_offset[static_cast<size_t>(t) + 1];
+    };
     std::vector<stack_node> pool{{state, kContextBoundary}};
-    // Level d: the stacks after the first d bytes of the current token, flat in `nodes`.
+    // Level d: the stacks after the first d bytes of the current token, flat in `nodes` (unless plain[d] >= 0:
+    // then the level is that single state on the position's frame).
     std::vector<int32_t> nodes{0};
     std::vector<size_t> begin{0, 1};  // level d is nodes[begin[d], begin[d+1])
     std::vector<size_t> pool_mark{1};
+    std::vector<int32_t> plain_state{state};
     std::vector<uint8_t> bnd{0}, unc{0};
-    std::vector<uint8_t> verdict(sorted.size(), 0);  // 0 rejected, 1 accepted, 2 uncertain
-    size_t valid = 0;                                // levels 0..valid are those of the previous token's prefix
-    size_t dead_depth = SIZE_MAX;  // tokens sharing this many bytes with the previous one are rejected
+    std::vector<int32_t> accepted, uncertain;  // indices into sorted, ascending
+    size_t valid = 0;  // levels 0..valid are those of the previous token's prefix
     std::vector<int32_t> out;
-    for (size_t i = 0; i < sorted.size(); ++i) {
-        const std::string& b = tok_->token_bytes(sorted[i]);
-        const size_t l = static_cast<size_t>(lcp[i]);
-        if (dead_depth != SIZE_MAX) {
-            if (l >= dead_depth) continue;
-            dead_depth = SIZE_MAX;
-        }
-        valid = std::min(valid, l);
+    for (int32_t i = 0; i < num_sorted;) {
+        const std::string_view b = tok_->sorted_token(i);
+        valid = std::min(valid, static_cast<size_t>(lcp[static_cast<size_t>(i)]));
         // Drop the levels past `valid`.
         begin.resize(valid + 2);
         nodes.resize(begin[valid + 1]);
         pool.resize(pool_mark[valid]);
         pool_mark.resize(valid + 1);
+        plain_state.resize(valid + 1);
         bnd.resize(valid + 1);
         unc.resize(valid + 1);
-        bool dead = false;
+        size_t dead_depth = 0;
         for (size_t d = valid; d < b.size(); ++d) {
             const auto byte = static_cast<uint8_t>(b[d]);
             step_flags f;
-            out.clear();
-            stepper.advance(pool, nodes.data() + begin[d], begin[d + 1] - begin[d], byte, out, f);
-            nodes.insert(nodes.end(), out.begin(), out.end());
+            int32_t next_plain = -1;
+            if (plain_state[d] >= 0) {
+                const int32_t t = g_.step(plain_state[d], byte);
+                if (t >= 0 && plain(t)) {
+                    next_plain = t;
+                } else if (t >= 0) {
+                    pool.push_back({t, kContextBoundary});
+                    out.clear();
+                    stepper.expand(pool, static_cast<int32_t>(pool.size() - 1), out, f);
+                    nodes.insert(nodes.end(), out.begin(), out.end());
+                } else {
+                    out.clear();
+                }
+            } else {
+                out.clear();
+                stepper.advance(pool, nodes.data() + begin[d], begin[d + 1] - begin[d], byte, out, f);
+                nodes.insert(nodes.end(), out.begin(), out.end());
+            }
             begin.push_back(nodes.size());
             pool_mark.push_back(pool.size());
+            plain_state.push_back(next_plain);
             bnd.push_back(f.boundary);
             unc.push_back(unc[d] || (bnd[d] && follow.test(byte)));
             valid = d + 1;
-            if (out.empty() && !f.boundary && !unc[d + 1]) {
-                dead = true;
+            if (next_plain < 0 && begin[d + 2] == begin[d + 1] && !f.boundary && !unc[d + 1]) {
                 dead_depth = d + 1;
                 break;
             }
         }
-        if (dead) continue;
+        if (dead_depth > 0) {
+            // Every token below this prefix is rejected.
+            i = tok_->subtree_end(i, static_cast<int32_t>(dead_depth));
+            continue;
+        }
         const size_t n = b.size();
-        if (begin[n + 1] > begin[n] || bnd[n])
-            verdict[i] = 1;
-        else if (unc[n])
-            verdict[i] = 2;
+        if (plain_state[n] >= 0 || begin[n + 1] > begin[n] || bnd[n]) accepted.push_back(i);
+        else if (unc[n]) uncertain.push_back(i);
+        ++i;
     }
     position_mask m;
-    size_t num_rejected = 0;
-    for (size_t i = 0; i < sorted.size(); ++i) {
-        if (verdict[i] == 1)
-            ++m.num_accepted;
-        else if (verdict[i] == 0)
-            ++num_rejected;
-        else {
-            size_t prev_l = m.uncertain.empty() ? 0 : SIZE_MAX;
-            if (!m.uncertain.empty()) {
-                // Common prefix with the previous uncertain token: the minimum lcp over the tokens between.
-                for (size_t j = static_cast<size_t>(m.uncertain.back()) + 1; j <= i; ++j)
-                    prev_l = std::min(prev_l, static_cast<size_t>(lcp[j]));
-            }
-            m.uncertain.push_back(static_cast<int32_t>(i));
-            m.uncertain_lcp.push_back(static_cast<int32_t>(prev_l));
-        }
-    }
+    m.num_accepted = static_cast<int32_t>(accepted.size());
+    m.uncertain = std::move(uncertain);
+    for (size_t u = 0; u < m.uncertain.size(); ++u)
+        m.uncertain_lcp.push_back(u == 0 ? 0 : tok_->min_lcp(m.uncertain[u - 1] + 1, m.uncertain[u] + 1));
     const size_t words = tok_->bitmask_words();
-    if (static_cast<size_t>(m.num_accepted) <= words || static_cast<size_t>(m.num_accepted) <= num_rejected) {
-        if (static_cast<size_t>(m.num_accepted) <= words) {
-            m.kind = position_mask::storage::accepted_list;
-            for (size_t i = 0; i < sorted.size(); ++i)
-                if (verdict[i] == 1) m.ids.push_back(sorted[i]);
-            return m;
+    const size_t num_rejected = static_cast<size_t>(num_sorted) - accepted.size();
+    if (accepted.size() <= words) {
+        m.kind = position_mask::storage::accepted_list;
+        for (int32_t i : accepted) m.ids.push_back(sorted[static_cast<size_t>(i)]);
+    } else if (num_rejected <= words) {
+        m.kind = position_mask::storage::rejected_list;
+        size_t a = 0;
+        for (int32_t i = 0; i < num_sorted; ++i) {
+            if (a < accepted.size() && accepted[a] == i) ++a;
+            else m.ids.push_back(sorted[static_cast<size_t>(i)]);
+        }
+    } else {
+        m.kind = position_mask::storage::bitset;
+        m.bits.assign(words, 0);
+        for (int32_t i : accepted) {
+            int32_t id = sorted[static_cast<size_t>(i)];
+            m.bits[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
         }
     }
-    if (num_rejected <= words) {
-        m.kind = position_mask::storage::rejected_list;
-        for (size_t i = 0; i < sorted.size(); ++i)
-            if (verdict[i] != 1) m.ids.push_back(sorted[i]);
-        return m;
-    }
-    m.kind = position_mask::storage::bitset;
-    m.bits.assign(words, 0);
-    for (size_t i = 0; i < sorted.size(); ++i)
-        if (verdict[i] == 1) m.bits[static_cast<size_t>(sorted[i]) / 32] |= 1u << (sorted[i] % 32);
     return m;
 }
 

@@ -111,6 +111,12 @@ bool grammar_matcher::accept_token(int32_t id) {
 
 bool grammar_matcher::accept_bytes(std::string_view bytes) { return advance(bytes); }
 
+std::vector<int32_t> grammar_matcher::top_states() const {
+    std::vector<int32_t> out;
+    for (int32_t t : history_.back().tops) out.push_back(pool_[static_cast<size_t>(t)].state);
+    return out;
+}
+
 void grammar_matcher::rollback(int32_t n) {
     if (n < 0 || n > num_accepted())
         throw zmoe::error(errc::invalid_argument, "grammar_matcher: cannot roll back " + std::to_string(n) +
@@ -139,7 +145,7 @@ void grammar_matcher::check_uncertain(int32_t top, const position_mask& pm, uint
             valid = std::min(valid, l);  // skipped: its levels are not computed
             continue;
         }
-        const std::string& b = tok.token_bytes(id);
+        const std::string_view b = tok.sorted_token(pm.uncertain[u]);
         valid = std::min(valid, l);
         begin_.resize(valid + 2);
         nodes_.resize(begin_[valid + 1]);

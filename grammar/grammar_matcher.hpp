@@ -40,6 +40,8 @@ class grammar_matcher {
     int32_t num_accepted() const { return static_cast<int32_t>(history_.size()) - 1; }
     /// Number of stacks in the current state (for tests and benchmarks).
     size_t num_stacks() const { return history_.back().tops.size(); }
+    /// The automaton states on top of the current stacks (for tests and benchmarks).
+    std::vector<int32_t> top_states() const;
     const compiled_grammar& compiled() const { return *g_; }
 
   private:

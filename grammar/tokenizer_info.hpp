@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace zmoe::grammar {
@@ -31,6 +32,16 @@ class tokenizer_info {
     /// The text tokens sorted by bytes, and each one's common prefix length with the previous in that order.
     const std::vector<int32_t>& sorted_ids() const { return sorted_; }
     const std::vector<int32_t>& sorted_lcp() const { return lcp_; }
+    /// The bytes of sorted_ids()[i], stored contiguously in sorted order (walks read them sequentially).
+    std::string_view sorted_token(int32_t i) const {
+        return std::string_view(sorted_bytes_).substr(sorted_begin_[static_cast<size_t>(i)],
+                                                      sorted_begin_[static_cast<size_t>(i) + 1] - sorted_begin_[static_cast<size_t>(i)]);
+    }
+    /// The first index j > i of sorted_ids() whose common prefix with its predecessor is shorter than `depth`: the
+    /// end of the vocabulary-trie subtree below token i's first `depth` bytes. O(log n).
+    int32_t subtree_end(int32_t i, int32_t depth) const;
+    /// The minimum of sorted_lcp() over [lo, hi) (hi > lo): the common prefix of sorted tokens lo-1 and hi-1.
+    int32_t min_lcp(int32_t lo, int32_t hi) const;
     /// The bitmask of all text tokens.
     const std::vector<uint32_t>& text_mask() const { return text_mask_; }
 
@@ -39,7 +50,10 @@ class tokenizer_info {
     std::vector<int32_t> stop_ids_;
     std::vector<uint8_t> kind_;  // 0 text, 1 stop, 2 special or empty
     std::vector<int32_t> sorted_, lcp_;
+    std::string sorted_bytes_;
+    std::vector<uint32_t> sorted_begin_;
     std::vector<uint32_t> text_mask_;
+    std::vector<std::vector<int32_t>> lcp_min_;  // sparse table: lcp_min_[k][i] = min lcp_[i, i + 2^k)
 };
 
 }  // namespace zmoe::grammar
