@@ -635,15 +635,24 @@ class schema_compiler {
         if (extra) {
             // Further members after the listed ones, with keys other than theirs; the value in its own rule so
             // that both chains (first member / later member) call it.
-            int32_t extra_rule = b_.add_rule(path + "/additionalProperties");
-            nfa& ea = b_.rule(extra_rule);
-            ea.set_body(value(ea, additional, path + "/additionalProperties"));
+            // A scalar value schema is written inline in both chains instead.
+            const bool scalar_value = additional.is_object() && additional.contains("type") &&
+                                      additional["type"].is_string() && additional["type"] != "object" &&
+                                      additional["type"] != "array" && !additional.contains("$ref") &&
+                                      !additional.contains("anyOf") && !additional.contains("oneOf") &&
+                                      !additional.contains("allOf");
+            int32_t extra_rule = -1;
+            if (!scalar_value) {
+                extra_rule = b_.add_rule(path + "/additionalProperties");
+                nfa& ea = b_.rule(extra_rule);
+                ea.set_body(value(ea, additional, path + "/additionalProperties"));
+            }
             auto member = [&](bool comma) {
                 std::vector<fragment> parts;
                 if (comma) parts.push_back(sep(a, ','));
                 parts.push_back(other_key(a, names));
                 parts.push_back(sep(a, ':'));
-                parts.push_back(a.call(extra_rule));
+                parts.push_back(extra_rule >= 0 ? a.call(extra_rule) : value(a, additional, path + "/additionalProperties"));
                 return a.concat(parts);
             };
             fragment first = member(false), later = member(true);
@@ -680,9 +689,24 @@ class schema_compiler {
         if (!items_allowed) hi = hi < 0 ? p : std::min(hi, p);
         if (hi >= 0 && hi < lo) fail(path, "'minItems' is above the number of items allowed");
         if (lo > 1000 || hi > 1000) fail(path, "'minItems'/'maxItems' above 1000 is not supported");
-        // Every element in its own rule (one per distinct schema), so unrolled bounds stay linear in size.
+        // Elements in their own rules (one per distinct schema), so unrolled bounds stay linear in size; a scalar
+        // item schema of an array with few unrolled elements is written inline instead, so that tokens such as
+        // "\", " that end one element and begin the next are decided by the cache, not at run time.
+        auto scalar = [&](const json& x) {
+            if (!x.is_object()) return false;
+            for (const char* k : {"$ref", "anyOf", "oneOf", "allOf", "properties", "items", "prefixItems", "additionalProperties"})
+                if (x.contains(k)) return false;
+            if (x.contains("enum") || x.contains("const")) return true;
+            if (!x.contains("type") || !x["type"].is_string()) return false;
+            const std::string t = x["type"].get<std::string>();
+            return t == "string" || t == "number" || t == "integer" || t == "boolean" || t == "null";
+        };
+        const bool inline_items = hi < 0 ? std::max(lo, p) <= 4 : hi <= 4;
         int32_t item_rule = -1;
         auto element = [&](int64_t k) -> fragment {
+            if (inline_items && k >= p && scalar(items)) return value(a, items, path + "/items");
+            if (inline_items && k < p && scalar(prefix[static_cast<size_t>(k)]))
+                return value(a, prefix[static_cast<size_t>(k)], path + "/prefixItems/" + std::to_string(k));
             if (k < p) {
                 std::string ip = path + "/prefixItems/" + std::to_string(k);
                 int32_t er = b_.add_rule(ip);
