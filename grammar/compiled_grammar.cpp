@@ -1,5 +1,8 @@
 #include "grammar/compiled_grammar.hpp"
 
+#include <atomic>
+#include <thread>
+
 #include "grammar/stack_step.hpp"
 
 namespace zmoe::grammar {
@@ -16,9 +19,16 @@ const position_mask& compiled_grammar::mask_at(int32_t state) const {
     return *masks_[static_cast<size_t>(state)];
 }
 
-void compiled_grammar::precompute_all() const {
-    for (int32_t s = 0; s < g_.num_states(); ++s)
-        if (g_.has_bytes[static_cast<size_t>(s)]) mask_at(s);
+void compiled_grammar::precompute_all(int num_threads) const {
+    std::atomic<int32_t> next{0};
+    auto work = [&] {
+        for (int32_t s = next++; s < g_.num_states(); s = next++)
+            if (g_.has_bytes[static_cast<size_t>(s)]) mask_at(s);
+    };
+    std::vector<std::thread> threads;
+    for (int i = 1; i < num_threads; ++i) threads.emplace_back(work);
+    work();
+    for (auto& t : threads) t.join();
 }
 
 int32_t compiled_grammar::num_scan_positions() const {

@@ -37,8 +37,8 @@ class compiled_grammar {
 
     /// The mask entry of scan position `state` (computed on first call; thread-safe).
     const position_mask& mask_at(int32_t state) const;
-    /// Computes every scan position's entry now.
-    void precompute_all() const;
+    /// Computes every scan position's entry now, on `num_threads` threads (positions are independent).
+    void precompute_all(int num_threads = 1) const;
     int32_t num_scan_positions() const;
 
   private:
