@@ -58,7 +58,7 @@ position_mask compiled_grammar::compute(int32_t state) const {
     std::vector<int32_t> plain_state{state};
     std::vector<uint8_t> bnd{0}, unc{0};
     std::vector<int32_t> accepted, uncertain;  // indices into sorted, ascending
-    size_t valid = 0;  // levels 0..valid are those of the previous token's prefix
+    size_t valid = 0;                          // levels 0..valid are those of the previous token's prefix
     std::vector<int32_t> out;
     for (int32_t i = 0; i < num_sorted;) {
         const std::string_view b = tok_->sorted_token(i);
@@ -110,8 +110,10 @@ position_mask compiled_grammar::compute(int32_t state) const {
             continue;
         }
         const size_t n = b.size();
-        if (plain_state[n] >= 0 || begin[n + 1] > begin[n] || bnd[n]) accepted.push_back(i);
-        else if (unc[n]) uncertain.push_back(i);
+        if (plain_state[n] >= 0 || begin[n + 1] > begin[n] || bnd[n])
+            accepted.push_back(i);
+        else if (unc[n])
+            uncertain.push_back(i);
         ++i;
     }
     position_mask m;
@@ -128,8 +130,10 @@ position_mask compiled_grammar::compute(int32_t state) const {
         m.kind = position_mask::storage::rejected_list;
         size_t a = 0;
         for (int32_t i = 0; i < num_sorted; ++i) {
-            if (a < accepted.size() && accepted[a] == i) ++a;
-            else m.ids.push_back(sorted[static_cast<size_t>(i)]);
+            if (a < accepted.size() && accepted[a] == i)
+                ++a;
+            else
+                m.ids.push_back(sorted[static_cast<size_t>(i)]);
         }
     } else {
         m.kind = position_mask::storage::bitset;

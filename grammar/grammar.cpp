@@ -11,7 +11,9 @@ namespace zmoe::grammar {
 
 namespace {
 
-constexpr size_t kMaxStates = 1 << 20;  // a grammar past this many DFA states is refused (about 1 GiB of tables)
+constexpr size_t kMaxStates = 1 << 17;  // a grammar past this many DFA states is refused (128 MiB of tables)
+
+constexpr size_t kMaxNfaStates = 1 << 19;  // one rule's NFA past this is refused (bounded repetitions multiply)
 
 [[noreturn]] void fail(const std::string& what) { throw zmoe::error(errc::invalid_argument, what); }
 
@@ -23,6 +25,7 @@ constexpr size_t kMaxStates = 1 << 20;  // a grammar past this many DFA states i
 nfa::nfa() = default;
 
 int32_t nfa::add_state() {
+    if (states_.size() >= kMaxNfaStates) fail("grammar: too large (a rule past 2^19 automaton states)");
     states_.emplace_back();
     return static_cast<int32_t>(states_.size() - 1);
 }
@@ -210,7 +213,7 @@ grammar grammar_builder::build(int32_t root_rule) {
                 d.calls.emplace_back();
                 d.final.push_back(0);
                 if (total_states + sets.size() > kMaxStates)
-                    fail("grammar: too large (more than 2^20 automaton states)");
+                    fail("grammar: too large (more than 131072 automaton states)");
             }
             return it->second;
         };

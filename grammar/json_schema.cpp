@@ -636,11 +636,10 @@ class schema_compiler {
             // Further members after the listed ones, with keys other than theirs; the value in its own rule so
             // that both chains (first member / later member) call it.
             // A scalar value schema is written inline in both chains instead.
-            const bool scalar_value = additional.is_object() && additional.contains("type") &&
-                                      additional["type"].is_string() && additional["type"] != "object" &&
-                                      additional["type"] != "array" && !additional.contains("$ref") &&
-                                      !additional.contains("anyOf") && !additional.contains("oneOf") &&
-                                      !additional.contains("allOf");
+            const bool scalar_value =
+                additional.is_object() && additional.contains("type") && additional["type"].is_string() &&
+                additional["type"] != "object" && additional["type"] != "array" && !additional.contains("$ref") &&
+                !additional.contains("anyOf") && !additional.contains("oneOf") && !additional.contains("allOf");
             int32_t extra_rule = -1;
             if (!scalar_value) {
                 extra_rule = b_.add_rule(path + "/additionalProperties");
@@ -652,7 +651,8 @@ class schema_compiler {
                 if (comma) parts.push_back(sep(a, ','));
                 parts.push_back(other_key(a, names));
                 parts.push_back(sep(a, ':'));
-                parts.push_back(extra_rule >= 0 ? a.call(extra_rule) : value(a, additional, path + "/additionalProperties"));
+                parts.push_back(extra_rule >= 0 ? a.call(extra_rule)
+                                                : value(a, additional, path + "/additionalProperties"));
                 return a.concat(parts);
             };
             fragment first = member(false), later = member(true);
@@ -694,7 +694,8 @@ class schema_compiler {
         // "\", " that end one element and begin the next are decided by the cache, not at run time.
         auto scalar = [&](const json& x) {
             if (!x.is_object()) return false;
-            for (const char* k : {"$ref", "anyOf", "oneOf", "allOf", "properties", "items", "prefixItems", "additionalProperties"})
+            for (const char* k :
+                 {"$ref", "anyOf", "oneOf", "allOf", "properties", "items", "prefixItems", "additionalProperties"})
                 if (x.contains(k)) return false;
             if (x.contains("enum") || x.contains("const")) return true;
             if (!x.contains("type") || !x["type"].is_string()) return false;

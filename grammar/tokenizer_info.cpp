@@ -62,8 +62,10 @@ int32_t tokenizer_info::subtree_end(int32_t i, int32_t depth) const {
         if (min_lcp(lo, hi) < depth) {
             while (hi - lo > 1) {  // the first index in [lo, hi) below depth
                 int32_t mid = lo + (hi - lo) / 2;
-                if (min_lcp(lo, mid) < depth) hi = mid;
-                else lo = mid;
+                if (min_lcp(lo, mid) < depth)
+                    hi = mid;
+                else
+                    lo = mid;
             }
             return lo;
         }

@@ -34,8 +34,9 @@ class tokenizer_info {
     const std::vector<int32_t>& sorted_lcp() const { return lcp_; }
     /// The bytes of sorted_ids()[i], stored contiguously in sorted order (walks read them sequentially).
     std::string_view sorted_token(int32_t i) const {
-        return std::string_view(sorted_bytes_).substr(sorted_begin_[static_cast<size_t>(i)],
-                                                      sorted_begin_[static_cast<size_t>(i) + 1] - sorted_begin_[static_cast<size_t>(i)]);
+        return std::string_view(sorted_bytes_)
+            .substr(sorted_begin_[static_cast<size_t>(i)],
+                    sorted_begin_[static_cast<size_t>(i) + 1] - sorted_begin_[static_cast<size_t>(i)]);
     }
     /// The first index j > i of sorted_ids() whose common prefix with its predecessor is shorter than `depth`: the
     /// end of the vocabulary-trie subtree below token i's first `depth` bytes. O(log n).

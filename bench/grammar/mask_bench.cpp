@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -68,8 +68,9 @@ int main(int argc, char** argv) {
     po::options_description desc("mask_bench options");
     desc.add_options()("help", "this help")("vocab", po::value(&vocab), "tokenizer directory")(
         "schemas", po::value(&schemas), "directory of *.json schemas")("walks", po::value(&walks), "walks per schema")(
-        "steps", po::value(&steps), "most tokens per walk")("seed", po::value(&seed), "random seed")("verbose", po::bool_switch(&verbose), "print masks slower than 200 us")(
-        "json", po::value(&json_out), "write the results as JSON here");
+        "steps", po::value(&steps), "most tokens per walk")("seed", po::value(&seed), "random seed")(
+        "verbose", po::bool_switch(&verbose), "print masks slower than 200 us")("json", po::value(&json_out),
+                                                                                "write the results as JSON here");
     po::variables_map vm;
     try {
         po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -89,8 +90,10 @@ int main(int argc, char** argv) {
     std::vector<int32_t> special, stops;
     for (int32_t id = 0; id < tok.vocab_size(); ++id) {
         if (!tok.is_valid_id(id)) continue;
-        if (tok.is_special(id)) special.push_back(id);
-        else bytes[static_cast<size_t>(id)] = std::string(tok.token_bytes(id));
+        if (tok.is_special(id))
+            special.push_back(id);
+        else
+            bytes[static_cast<size_t>(id)] = std::string(tok.token_bytes(id));
     }
     for (const char* s : {"<|im_end|>", "<|endoftext|>", "<｜end▁of▁sentence｜>", "<|eot_id|>"})
         if (auto id = tok.token_to_id(s)) stops.push_back(*id);
@@ -108,10 +111,10 @@ int main(int argc, char** argv) {
 
     nlohmann::json results = nlohmann::json::array();
     std::vector<double> all_times;
-    std::printf("%-22s %6s %6s %8s %8s %8s %8s %7s %7s %7s %7s %7s %8s %8s %6s\n", "schema", "states", "scan", "grammar",
-                "g.cpu", "masks", "m.cpu", "cached", "p50", "p90", "p99", "max", "cold99", "tokens", "docs");
-    std::printf("%-22s %6s %6s %8s %8s %8s %8s %7s %7s %7s %7s %7s %8s %8s %6s\n", "", "", "", "ms", "ms", "ms", "ms", "us",
-                "us", "us", "us", "us", "us", "", "");
+    std::printf("%-22s %6s %6s %8s %8s %8s %8s %7s %7s %7s %7s %7s %8s %8s %6s\n", "schema", "states", "scan",
+                "grammar", "g.cpu", "masks", "m.cpu", "cached", "p50", "p90", "p99", "max", "cold99", "tokens", "docs");
+    std::printf("%-22s %6s %6s %8s %8s %8s %8s %7s %7s %7s %7s %7s %8s %8s %6s\n", "", "", "", "ms", "ms", "ms", "ms",
+                "us", "us", "us", "us", "us", "us", "", "");
     for (const auto& file : files) {
         const std::string text = read_file(file);
         zg::grammar_compiler compiler(info);
@@ -147,9 +150,12 @@ int main(int argc, char** argv) {
                 if (verbose && !cold && us > 200) {
                     std::printf("  slow mask %.0f us, %zu stacks:", us, m.num_stacks());
                     for (int32_t st : m.top_states())
-                        std::printf(" state %d (rule '%s', %zu uncertain, %d accepted)", st,
-                                    warm->rules().rule_names[static_cast<size_t>(warm->rules().state_rule[static_cast<size_t>(st)])].c_str(),
-                                    warm->mask_at(st).uncertain.size(), warm->mask_at(st).num_accepted);
+                        std::printf(
+                            " state %d (rule '%s', %zu uncertain, %d accepted)", st,
+                            warm->rules()
+                                .rule_names[static_cast<size_t>(warm->rules().state_rule[static_cast<size_t>(st)])]
+                                .c_str(),
+                            warm->mask_at(st).uncertain.size(), warm->mask_at(st).num_accepted);
                     std::printf("\n");
                 }
                 std::vector<int32_t> allowed, closing;
@@ -168,10 +174,12 @@ int main(int argc, char** argv) {
                     return 1;
                 }
                 int32_t pick;
-                if (m.can_terminate()) pick = stops[0];
+                if (m.can_terminate())
+                    pick = stops[0];
                 else if (!closing.empty() && std::uniform_int_distribution<int>(0, 9)(rng) < 6)
                     pick = closing[std::uniform_int_distribution<size_t>(0, closing.size() - 1)(rng)];
-                else pick = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+                else
+                    pick = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
                 if (!m.accept_token(pick)) {
                     std::fprintf(stderr, "%s: an allowed token was refused\n", file.filename().c_str());
                     return 1;
@@ -186,25 +194,26 @@ int main(int argc, char** argv) {
         const std::string name = file.stem().string();
         std::printf("%-22s %6d %6d %8.2f %8.2f %8.1f %8.1f %7.1f %7.1f %7.1f %7.1f %7.1f %8.1f %8zu %3d/%-3d\n",
                     name.c_str(), num_states, warm->num_scan_positions(), grammar_ms, grammar_cpu_ms, masks_ms,
-                    masks_cpu_ms, cached_us, percentile(times, 50),
-                    percentile(times, 90), percentile(times, 99), percentile(times, 100), percentile(cold_times, 99),
-                    times.size(), docs, walks);
-        results.push_back({{"schema", name},
-                           {"states", num_states},
-                           {"scan_positions", warm->num_scan_positions()},
-                           {"grammar_compile_ms", grammar_ms},
-                           {"grammar_compile_cpu_ms", grammar_cpu_ms},
-                           {"mask_cache_ms", masks_ms},
-                           {"mask_cache_cpu_ms", masks_cpu_ms},
-                           {"cached_compile_us", cached_us},
-                           {"mask_us", {{"p50", percentile(times, 50)},
-                                        {"p90", percentile(times, 90)},
-                                        {"p99", percentile(times, 99)},
-                                        {"max", percentile(times, 100)}}},
-                           {"cold_walk_mask_us", {{"p99", percentile(cold_times, 99)}, {"max", percentile(cold_times, 100)}}},
-                           {"tokens", times.size()},
-                           {"documents_finished", docs},
-                           {"walks", walks}});
+                    masks_cpu_ms, cached_us, percentile(times, 50), percentile(times, 90), percentile(times, 99),
+                    percentile(times, 100), percentile(cold_times, 99), times.size(), docs, walks);
+        results.push_back(
+            {{"schema", name},
+             {"states", num_states},
+             {"scan_positions", warm->num_scan_positions()},
+             {"grammar_compile_ms", grammar_ms},
+             {"grammar_compile_cpu_ms", grammar_cpu_ms},
+             {"mask_cache_ms", masks_ms},
+             {"mask_cache_cpu_ms", masks_cpu_ms},
+             {"cached_compile_us", cached_us},
+             {"mask_us",
+              {{"p50", percentile(times, 50)},
+               {"p90", percentile(times, 90)},
+               {"p99", percentile(times, 99)},
+               {"max", percentile(times, 100)}}},
+             {"cold_walk_mask_us", {{"p99", percentile(cold_times, 99)}, {"max", percentile(cold_times, 100)}}},
+             {"tokens", times.size()},
+             {"documents_finished", docs},
+             {"walks", walks}});
         (void)cached;
     }
     std::printf("all schemas, warm cache: p50 %.1f us, p90 %.1f us, p99 %.1f us, max %.1f us over %zu tokens\n",
@@ -217,11 +226,12 @@ int main(int argc, char** argv) {
                            {"steps", steps},
                            {"seed", seed},
                            {"schemas", results},
-                           {"all", {{"p50", percentile(all_times, 50)},
-                                    {"p90", percentile(all_times, 90)},
-                                    {"p99", percentile(all_times, 99)},
-                                    {"max", percentile(all_times, 100)},
-                                    {"tokens", all_times.size()}}}};
+                           {"all",
+                            {{"p50", percentile(all_times, 50)},
+                             {"p90", percentile(all_times, 90)},
+                             {"p99", percentile(all_times, 99)},
+                             {"max", percentile(all_times, 100)},
+                             {"tokens", all_times.size()}}}};
         std::ofstream(json_out) << out.dump(2) << "\n";
     }
     return 0;

@@ -91,6 +91,8 @@ TEST(Regex, RefusesWhatItDoesNotSupportByName) {
     EXPECT_NE(message("a^b").find("'^'"), std::string::npos);
     EXPECT_NE(message("(ab").find("missing ')'"), std::string::npos);
     EXPECT_NE(message("a{3,1}").find("n < m"), std::string::npos);
+    EXPECT_NE(message("((a|b){1000}){1000}").find("too large"), std::string::npos);
+    EXPECT_NE(message("(a|b)*a(a|b){18}").find("too large"), std::string::npos);
 }
 
 TEST(Choice, AcceptsExactlyTheChoices) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "grammar/grammar_compiler.hpp"
@@ -168,6 +169,84 @@ TEST(JsonObject, AcceptsObjectsOnly) {
     EXPECT_TRUE(testing::accepts_all(m, tok.encode("{\"a\": [1, 2.5e-3, {\"b\": null}], \"c\": \"\\u00e9\\ud7ff\"}")));
     EXPECT_FALSE(testing::accepts_all(m, tok.encode("{\"a\": \"\\ud800\"}")));  // a lone surrogate
     EXPECT_FALSE(testing::accepts_all(m, tok.encode("{\"a\": 01}")));
+}
+
+}  // namespace
+}  // namespace zmoe::grammar
+
+namespace zmoe::grammar {
+namespace {
+
+/// Random walks over the Qwen3 mask of a regex, choice or EBNF grammar: every finished walk matches the reference
+/// recognizer; the mask equals a brute-force check at the start and at sampled steps.
+void walk_real_vocabulary(grammar_kind kind, const std::string& text,
+                          const std::function<bool(const std::string&)>& ok) {
+    auto g = qwen3_compiler().compile(kind, text);
+    const tokenizer_info& info = g->tokenizer();
+    grammar_matcher m(g);
+    std::mt19937 rng(17);
+    std::vector<uint32_t> mask(info.bitmask_words());
+    int finished = 0;
+    for (int walk = 0; walk < 30; ++walk) {
+        m.reset();
+        std::string out;
+        for (int step = 0; step < 100; ++step) {
+            m.fill_next_token_bitmask(mask.data());
+            if ((walk < 3 && step == 0) || std::uniform_int_distribution<int>(0, 40)(rng) == 0) {
+                for (int32_t id = 0; id < info.vocab_size(); ++id) {
+                    bool accepted = m.accept_token(id);
+                    if (accepted) m.rollback(1);
+                    ASSERT_EQ(accepted, testing::bit(mask, id)) << text << ": token " << id << " after '" << out << "'";
+                }
+            }
+            std::vector<int32_t> allowed;
+            for (int32_t id = 0; id < info.vocab_size(); ++id)
+                if (testing::bit(mask, id)) allowed.push_back(id);
+            ASSERT_FALSE(allowed.empty()) << text << " after '" << out << "'";
+            int32_t pick = m.can_terminate() && std::uniform_int_distribution<int>(0, 3)(rng) == 0
+                               ? info.stop_ids()[0]
+                               : allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+            ASSERT_TRUE(m.accept_token(pick));
+            if (info.is_stop(pick)) {
+                EXPECT_TRUE(ok(out)) << text << ": '" << out << "'";
+                ++finished;
+                break;
+            }
+            out += info.token_bytes(pick);
+        }
+    }
+    EXPECT_GT(finished, 5) << text;
+}
+
+TEST(RealVocabulary, RegexWalksMatchStdRegex) {
+    for (const std::string re : {"[A-Z][a-z]{2,8}( [A-Z][a-z]+)?", "(\\d{1,3}\\.){3}\\d{1,3}",
+                                 "(yes|no|maybe), because [a-z ]{0,30}\\.", "[0-9a-f]{8}-[0-9a-f]{4}"}) {
+        walk_real_vocabulary(grammar_kind::regex, re,
+                             [&](const std::string& s) { return std::regex_match(s, std::regex(re)); });
+    }
+}
+
+TEST(RealVocabulary, ChoiceWalksGiveAChoice) {
+    const std::vector<std::string> choices{"positive", "negative", "neutral", "mixed feelings", "pos"};
+    walk_real_vocabulary(grammar_kind::choice, json(choices).dump(), [&](const std::string& s) {
+        return std::find(choices.begin(), choices.end(), s) != choices.end();
+    });
+}
+
+TEST(RealVocabulary, EbnfWalksAreBalanced) {
+    walk_real_vocabulary(grammar_kind::ebnf, "root ::= item+\nitem ::= \"(\" item* \")\" | [ab] | \" \"",
+                         [](const std::string& s) {
+                             int depth = 0;
+                             for (char c : s) {
+                                 if (c == '(')
+                                     ++depth;
+                                 else if (c == ')' && --depth < 0)
+                                     return false;
+                                 else if (c != ')' && c != 'a' && c != 'b' && c != ' ')
+                                     return false;
+                             }
+                             return depth == 0 && !s.empty();
+                         });
 }
 
 }  // namespace
