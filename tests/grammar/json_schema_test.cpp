@@ -154,6 +154,64 @@ TEST_P(JsonSchemaQwen3, RandomWalksOverTheMaskEndInValidDocuments) {
     EXPECT_GT(brute_checked, 0);
 }
 
+TEST(JsonSchemaAnyWhitespace, WalksEndInValidDocumentsAndMasksMatchBruteForce) {
+    json_schema_options opt;
+    opt.any_whitespace = true;
+    grammar_compiler compiler(testing::qwen3_info(), 8, opt);
+    const zmoe::tokenizer& tok = testing::qwen3_tokenizer();
+    for (const std::string name : {"01_person", "07_linked_list", "19_ui_component"}) {
+        const std::string text = schema_text(name);
+        const json schema = json::parse(text);
+        auto g = compiler.compile(grammar_kind::json_schema, text);
+        const tokenizer_info& info = g->tokenizer();
+        grammar_matcher m(g);
+        std::mt19937 rng(23);
+        // Pretty-printed valid instances are accepted.
+        for (int i = 0; i < 10; ++i) {
+            json v = testing::generate(schema, schema, rng);
+            EXPECT_TRUE(testing::accepts_all(m, tok.encode(v.dump(2)))) << v.dump(2);
+            EXPECT_TRUE(testing::accepts_all(m, tok.encode(v.dump()))) << v.dump();
+        }
+        std::vector<uint32_t> mask(info.bitmask_words());
+        int finished = 0;
+        for (int walk = 0; walk < 8; ++walk) {
+            m.reset();
+            std::string doc;
+            for (int step = 0; step < 300; ++step) {
+                m.fill_next_token_bitmask(mask.data());
+                if (std::uniform_int_distribution<int>(0, 80)(rng) == 0) {
+                    for (int32_t id = 0; id < info.vocab_size(); ++id) {
+                        bool ok = m.accept_token(id);
+                        if (ok) m.rollback(1);
+                        ASSERT_EQ(ok, testing::bit(mask, id)) << name << ": token " << id << " after '" << doc << "'";
+                    }
+                }
+                std::vector<int32_t> allowed, closing;
+                for (int32_t id = 0; id < info.vocab_size(); ++id) {
+                    if (!testing::bit(mask, id)) continue;
+                    allowed.push_back(id);
+                    if (info.token_bytes(id).find_first_of("\"]}") != std::string::npos) closing.push_back(id);
+                }
+                ASSERT_FALSE(allowed.empty());
+                int32_t pick = m.can_terminate() ? info.stop_ids()[0]
+                               : !closing.empty() && std::uniform_int_distribution<int>(0, 9)(rng) < 6
+                                   ? closing[std::uniform_int_distribution<size_t>(0, closing.size() - 1)(rng)]
+                                   : allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+                ASSERT_TRUE(m.accept_token(pick));
+                if (info.is_stop(pick)) {
+                    json v;
+                    ASSERT_NO_THROW(v = json::parse(doc)) << doc;
+                    EXPECT_TRUE(testing::validate(v, schema, schema)) << doc;
+                    ++finished;
+                    break;
+                }
+                doc += info.token_bytes(pick);
+            }
+        }
+        EXPECT_GT(finished, 0) << name;
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(BenchSchemas, JsonSchemaQwen3, ::testing::ValuesIn(schema_names()),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
