@@ -256,7 +256,7 @@ class session : public std::enable_shared_from_this<session> {
             case phase::writing:
             case phase::busy:
                 gw_.count("http_send_timeouts");
-                if (gen_ && !gen_->ended) ZMOE_LOG(info, "gateway: client read nothing; ending " << gen_->id);
+                if (gen_ && !gen_->ended) ZMOE_LOG(debug, "gateway: client read nothing; ending " << gen_->id);
                 break;
         }
         close();
@@ -840,7 +840,7 @@ class session : public std::enable_shared_from_this<session> {
     void client_gone() {
         if (gen_ && !gen_->ended) {
             gw_.count("http_client_disconnects");
-            ZMOE_LOG(info, "gateway: client disconnected; aborted " << gen_->id);
+            ZMOE_LOG(debug, "gateway: client disconnected; aborted " << gen_->id);
         }
         close();
     }
