@@ -30,7 +30,8 @@ struct gateway_options {
     std::chrono::milliseconds header_timeout{10000};      ///< a request's header must arrive within this
     std::chrono::milliseconds body_timeout{30000};        ///< and its body within this after the header
     std::chrono::milliseconds keep_alive_timeout{30000};  ///< an idle keep-alive connection's next request header
-    /// A write to the client that makes no progress for this long ends the request (aborted at the frontend).
+    /// A write to the client not completed within this ends the request (aborted at the frontend); deltas that
+    /// arrive while a write is in flight coalesce, so a slow reader costs at most its own output.
     std::chrono::milliseconds send_timeout{30000};
     size_t max_header_bytes = 16 << 10;  ///< 431 beyond
     size_t max_body_bytes = 32 << 20;    ///< 413 beyond

@@ -69,6 +69,11 @@ class fake_frontend {
         std::lock_guard<std::mutex> lock(mutex_);
         status_ = s;
     }
+    /// The text of each delta after the first of a held stream.
+    void set_delta_text(std::string t) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        delta_text_ = std::move(t);
+    }
     /// Held streams get a delta every period (0: none after the first).
     void set_delta_period(std::chrono::milliseconds p) { delta_period_ms_ = static_cast<int>(p.count()); }
 
@@ -124,8 +129,17 @@ class fake_frontend {
             const int period = delta_period_ms_;
             if (period > 0 && !silent_ && clock_type::now() - last_tick >= std::chrono::milliseconds(period)) {
                 last_tick = clock_type::now();
+                std::string text;
+                {
+                    std::lock_guard<std::mutex> lock(mutex_);
+                    text = delta_text_;
+                }
                 for (auto& [key, h] : streams)
-                    for (uint32_t i = 0; i < h.n; ++i) send(sock, h.peer, encode(delta(h.cid, i, ++h.tokens, false)));
+                    for (uint32_t i = 0; i < h.n; ++i) {
+                        zmoe::client_delta d = delta(h.cid, i, ++h.tokens, false);
+                        d.text = text;
+                        send(sock, h.peer, encode(d));
+                    }
             }
             held_count_ = streams.size();
             if (silent_ || !(item.revents & ZMQ_POLLIN)) continue;
@@ -196,6 +210,7 @@ class fake_frontend {
     std::atomic<size_t> generates_{0}, aborts_{0}, heartbeats_{0}, held_count_{0};
     std::mutex mutex_;
     std::string status_ = "ok";
+    std::string delta_text_ = "x";
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -658,6 +673,31 @@ TEST(HttpGatewayLoad, HeartbeatsFlowWhileStreaming) {
     EXPECT_GE(beats, 12u) << "3 s at one heartbeat per 200 ms";
     EXPECT_LE(beats, 18u);
     for (int fd : streams) close(fd);
+}
+
+// A streaming client that stops reading: what the gateway holds for it stays bounded (deltas coalesce while a
+// write is blocked) and after the send timeout its request is ended and aborted at the frontend.
+TEST(HttpGatewayLoad, StalledReaderIsEndedAfterTheSendTimeout) {
+    fake_frontend fe(free_port());
+    fe.set_mode(fake_mode::hold);
+    fe.set_delta_text(std::string(16384, 'y'));
+    fe.set_delta_period(2ms);  // ~8 MB/s, far more than the socket buffers hold
+    gateway_process gw(fe.endpoint(), {"--send-timeout", "2"});
+    ASSERT_TRUE(wait_healthy(gw.port));
+    const long rss_before_kb = gw.status_field("VmRSS");
+    const int fd = connect_to(gw.port);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    send_all(fd, post("/v1/completions", kStream));
+    // Never read. The write blocks once the socket buffers are full; 2 s later the request ends.
+    const auto deadline = clock_type::now() + 20s;
+    while (fe.num_aborts() == 0 && clock_type::now() < deadline) std::this_thread::sleep_for(50ms);
+    EXPECT_EQ(fe.num_aborts(), 1u);
+    const long rss_after_kb = gw.status_field("VmRSS");
+    std::printf("stalled reader: gateway RSS %ld -> %ld KiB\n", rss_before_kb, rss_after_kb);
+    const std::string m = http_exchange(gw.port, get("/metrics")).body;
+    EXPECT_EQ(metric(m, R"(zmoe_http_send_timeouts_total{actor="gateway"})"), 1);
+    close(fd);
 }
 
 // A frontend that stops answering: /health turns 503 within the heartbeat bound and an open stream ends with an
