@@ -183,11 +183,10 @@ struct async_client::impl {
         const auto bound = options.heartbeat_interval * options.heartbeat_max_missed;
         if (now - last_received >= bound && !dead_reported) {
             dead_reported = true;
-            const std::string why = "the frontend stopped answering (nothing received for " +
-                                    std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                       now - last_received)
-                                                       .count()) +
-                                    " ms)";
+            const std::string why =
+                "the frontend stopped answering (nothing received for " +
+                std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - last_received).count()) +
+                " ms)";
             ZMOE_LOG(warn, "async_client: " << why);
             update_state([&](async_client_health& s) {
                 s.alive = false;
@@ -316,8 +315,8 @@ void async_client::abort(const std::string& client_request_id) {
 void async_client::tokenize(client_tokenize request, std::function<void(client_tokens_reply)> done) {
     impl_->post([im = impl_.get(), request = std::move(request), done = std::move(done)]() mutable {
         request.tag = "t" + std::to_string(im->next_tag++);
-        impl::pending_reply w{.deadline = clock_type::now() + im->options.reply_timeout, .tokens = std::move(done),
-                              .metrics = {}};
+        impl::pending_reply w{
+            .deadline = clock_type::now() + im->options.reply_timeout, .tokens = std::move(done), .metrics = {}};
         if (!im->send_authenticated(encode(request)))
             return impl::fail_reply(request.tag, w, errc::overloaded, "the frontend connection takes no more messages");
         im->replies.emplace(request.tag, std::move(w));
@@ -327,8 +326,8 @@ void async_client::tokenize(client_tokenize request, std::function<void(client_t
 void async_client::detokenize(std::vector<int32_t> token_ids, std::function<void(client_tokens_reply)> done) {
     impl_->post([im = impl_.get(), ids = std::move(token_ids), done = std::move(done)]() mutable {
         client_detokenize request{"d" + std::to_string(im->next_tag++), std::move(ids)};
-        impl::pending_reply w{.deadline = clock_type::now() + im->options.reply_timeout, .tokens = std::move(done),
-                              .metrics = {}};
+        impl::pending_reply w{
+            .deadline = clock_type::now() + im->options.reply_timeout, .tokens = std::move(done), .metrics = {}};
         if (!im->send_authenticated(encode(request)))
             return impl::fail_reply(request.tag, w, errc::overloaded, "the frontend connection takes no more messages");
         im->replies.emplace(request.tag, std::move(w));
@@ -338,10 +337,10 @@ void async_client::detokenize(std::vector<int32_t> token_ids, std::function<void
 void async_client::metrics(std::function<void(std::optional<std::string>)> done) {
     impl_->post([im = impl_.get(), done = std::move(done)]() mutable {
         const std::string tag = "m" + std::to_string(im->next_tag++);
-        impl::pending_reply w{.deadline = clock_type::now() + std::min(im->options.reply_timeout,
-                                                                          std::chrono::milliseconds(5000)),
-                              .tokens = {},
-                              .metrics = std::move(done)};
+        impl::pending_reply w{
+            .deadline = clock_type::now() + std::min(im->options.reply_timeout, std::chrono::milliseconds(5000)),
+            .tokens = {},
+            .metrics = std::move(done)};
         if (!im->send_authenticated(encode(client_metrics{tag})))
             return impl::fail_reply(tag, w, errc::overloaded, "the frontend connection takes no more messages");
         im->replies.emplace(tag, std::move(w));

@@ -35,8 +35,8 @@ struct async_client_options {
 
 /// What the client knows of the frontend, as of its last frames.
 struct async_client_health {
-    bool alive = false;                         ///< a frame came within the liveness bound
-    std::optional<client_health_reply> health;  ///< the latest health reply (none before the first)
+    bool alive = false;                                 ///< a frame came within the liveness bound
+    std::optional<client_health_reply> health;          ///< the latest health reply (none before the first)
     std::chrono::steady_clock::time_point health_at{};  ///< when it came
     std::string why_not;                                ///< when not alive: why
     size_t num_inflight = 0;                            ///< generate requests whose terminal event has not come

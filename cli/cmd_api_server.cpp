@@ -43,18 +43,19 @@ int cmd_api_server(int argc, char** argv) {
         "send-timeout", po::value(&send_timeout_s)->default_value(send_timeout_s),
         "seconds a write to a client may make no progress before its request is ended")(
         "max-header-bytes", po::value(&o.max_header_bytes)->default_value(o.max_header_bytes),
-        "largest request header (431 beyond)")(
-        "max-body-bytes", po::value(&o.max_body_bytes)->default_value(o.max_body_bytes),
-        "largest request body (413 beyond)")(
+        "largest request header (431 beyond)")("max-body-bytes",
+                                               po::value(&o.max_body_bytes)->default_value(o.max_body_bytes),
+                                               "largest request body (413 beyond)")(
         "max-connections", po::value(&o.max_connections)->default_value(o.max_connections),
         "open connections beyond which new ones get 503 and are closed (0: the descriptor limit less a margin)")(
-        "max-connections-per-address", po::value(&o.max_connections_per_address)->default_value(
-                                           o.max_connections_per_address),
-        "the same per remote IP address")(
-        "max-inflight", po::value(&o.max_inflight)->default_value(o.max_inflight),
-        "generate requests in flight beyond which new ones get 429 with Retry-After")(
+        "max-connections-per-address",
+        po::value(&o.max_connections_per_address)->default_value(o.max_connections_per_address),
+        "the same per remote IP address")("max-inflight", po::value(&o.max_inflight)->default_value(o.max_inflight),
+                                          "generate requests in flight beyond which new ones get 429 with Retry-After")(
         "heartbeat-ms", po::value(&heartbeat_ms)->default_value(heartbeat_ms),
-        "heartbeat interval of the frontend connection (dead after 3 intervals of silence)");
+        "heartbeat interval of the frontend connection (at most the frontend's own --heartbeat-ms)")(
+        "heartbeat-max-missed", po::value(&o.heartbeat_max_missed)->default_value(o.heartbeat_max_missed),
+        "intervals without a frame from the frontend before it is taken for dead");
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
     if (legacy_threads > 0 && vm["num-threads"].defaulted()) o.num_threads = legacy_threads;
@@ -62,7 +63,8 @@ int cmd_api_server(int argc, char** argv) {
                                   {"body-timeout", body_timeout_s},
                                   {"keep-alive-timeout", keep_alive_timeout_s},
                                   {"send-timeout", send_timeout_s},
-                                  {"heartbeat-ms", heartbeat_ms}})
+                                  {"heartbeat-ms", heartbeat_ms},
+                                  {"heartbeat-max-missed", o.heartbeat_max_missed}})
         if (v <= 0) {
             std::cerr << "zmoe api-server: --" << name << " must be positive\n";
             return 2;

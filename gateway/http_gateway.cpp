@@ -3,9 +3,11 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 
+// clang-format off
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange without including <utility>
+// clang-format on
 #include <algorithm>
 #include <atomic>
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange without including it
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -100,10 +102,10 @@ struct generation {
     clock_type::time_point arrived;
     std::optional<clock_type::time_point> last_token;  // of any choice
     uint32_t prompt_tokens = 0;
-    bool headers_sent = false;  // streamed: the 200 is out
-    bool ended = false;         // the frontend's part is over (terminal event, or aborted)
-    bool answered = false;      // the whole answer is queued for writing
-    bool resolving = false;     // waiting for token texts (logprobs)
+    bool headers_sent = false;                        // streamed: the 200 is out
+    bool ended = false;                               // the frontend's part is over (terminal event, or aborted)
+    bool answered = false;                            // the whole answer is queued for writing
+    bool resolving = false;                           // waiting for token texts (logprobs)
     std::unordered_map<int32_t, std::string> pieces;  // token id -> text, for logprobs
 
     uint32_t completion_tokens() const {
@@ -299,37 +301,37 @@ class session : public std::enable_shared_from_this<session> {
     }
 
     void read_body() {
-        http::async_read(sock_, buf_, *parser_,
-                         [self = shared_from_this()](beast::error_code ec, size_t) {
-                             if (ec) return self->read_failed(ec);
-                             self->on_request();
-                         });
+        http::async_read(sock_, buf_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+            if (ec) return self->read_failed(ec);
+            self->on_request();
+        });
     }
 
     void read_failed(beast::error_code ec) {
         if (closed_) return;
         if (ec == http::error::header_limit) {
             gw_.count("http_header_too_large");
-            return respond_error({.status = 431, .message = "request header too large", .type = "invalid_request_error",
-                                  .param = {}},
-                                 true);
+            return respond_error(
+                {.status = 431, .message = "request header too large", .type = "invalid_request_error", .param = {}},
+                true);
         }
         if (ec == http::error::body_limit) {
             gw_.count("http_body_too_large");
-            return respond_error({.status = 413,
-                                  .message = "request body larger than " + std::to_string(gw_.options.max_body_bytes) +
-                                             " bytes",
-                                  .type = "invalid_request_error",
-                                  .param = {}},
-                                 true);
+            return respond_error(
+                {.status = 413,
+                 .message = "request body larger than " + std::to_string(gw_.options.max_body_bytes) + " bytes",
+                 .type = "invalid_request_error",
+                 .param = {}},
+                true);
         }
         if (ec.category() == http::make_error_code(http::error::end_of_stream).category() &&
             ec != http::error::end_of_stream && ec != http::error::partial_message) {
             gw_.count("http_malformed");
-            return respond_error(
-                {.status = 400, .message = "malformed HTTP request: " + ec.message(), .type = "invalid_request_error",
-                 .param = {}},
-                true);
+            return respond_error({.status = 400,
+                                  .message = "malformed HTTP request: " + ec.message(),
+                                  .type = "invalid_request_error",
+                                  .param = {}},
+                                 true);
         }
         close();  // the client closed, or a timeout closed the socket
     }
@@ -339,9 +341,8 @@ class session : public std::enable_shared_from_this<session> {
     void watch() {
         if (watching_ || closed_ || buf_.size() >= kMaxPipelinedBytes) return;
         watching_ = true;
-        sock_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
-            self->on_readable(ec);
-        });
+        sock_.async_wait(tcp::socket::wait_read,
+                         [self = shared_from_this()](beast::error_code ec) { self->on_readable(ec); });
     }
 
     void on_readable(beast::error_code ec) {
@@ -385,11 +386,10 @@ class session : public std::enable_shared_from_this<session> {
         if (!gw_.options.api_key.empty() && path != "/health" && path != "/ping") {
             const auto auth = req[http::field::authorization];
             if (!secrets_equal(std::string(auth.data(), auth.size()), "Bearer " + gw_.options.api_key))
-                return respond_error(
-                    {.status = 401,
-                     .message = "missing or wrong API key (send the header Authorization: Bearer KEY)",
-                     .type = "authentication_error",
-                     .param = {}});
+                return respond_error({.status = 401,
+                                      .message = "missing or wrong API key (send the header Authorization: Bearer KEY)",
+                                      .type = "authentication_error",
+                                      .param = {}});
         }
         const auto route = [&](std::initializer_list<http::verb> verbs) {
             return std::find(verbs.begin(), verbs.end(), method) != verbs.end();
@@ -421,8 +421,10 @@ class session : public std::enable_shared_from_this<session> {
         }
         const std::string what = std::string(req.method_string()) + " " + path;
         if (known)
-            return respond_error(
-                {.status = 405, .message = "method not allowed: " + what, .type = "invalid_request_error", .param = {}});
+            return respond_error({.status = 405,
+                                  .message = "method not allowed: " + what,
+                                  .type = "invalid_request_error",
+                                  .param = {}});
         respond_error({.status = 404, .message = "no route " + what, .type = "not_found_error", .param = {}});
     }
 
@@ -442,10 +444,9 @@ class session : public std::enable_shared_from_this<session> {
     template <class F>
     auto on_strand(F f) {
         return [self = shared_from_this(), f = std::move(f)](auto&&... args) mutable {
-            asio::post(self->sock_.get_executor(),
-                       [self, f = std::move(f), ... a = std::forward<decltype(args)>(args)]() mutable {
-                           f(std::move(a)...);
-                       });
+            asio::post(
+                self->sock_.get_executor(),
+                [self, f = std::move(f), ... a = std::forward<decltype(args)>(args)]() mutable { f(std::move(a)...); });
         };
     }
 
@@ -544,11 +545,11 @@ class session : public std::enable_shared_from_this<session> {
             gw_.count("http_bad_requests");
             return respond_error(e);
         }
-        gw_.client->detokenize(std::move(ids), on_strand([this](client_tokens_reply r) {
-                                   if (r.code != errc::ok) return respond_error(error_from_errc(r.code, r.message));
-                                   respond(200, ojson{{"prompt", r.text}}.dump(-1, ' ', false,
-                                                                               ojson::error_handler_t::replace));
-                               }));
+        gw_.client->detokenize(
+            std::move(ids), on_strand([this](client_tokens_reply r) {
+                if (r.code != errc::ok) return respond_error(error_from_errc(r.code, r.message));
+                respond(200, ojson{{"prompt", r.text}}.dump(-1, ' ', false, ojson::error_handler_t::replace));
+            }));
     }
 
     // --- generate -----------------------------------------------------------------------------------------------
@@ -689,7 +690,8 @@ class session : public std::enable_shared_from_this<session> {
         }
         if (missing.empty()) return true;
         g.resolving = true;
-        gw_.client->detokenize(missing, on_strand([this, missing, pending, serial = gen_serial_](client_tokens_reply r) {
+        gw_.client->detokenize(missing,
+                               on_strand([this, missing, pending, serial = gen_serial_](client_tokens_reply r) {
                                    if (!gen_ || closed_ || serial != gen_serial_) return;
                                    gen_->resolving = false;
                                    if (r.code != errc::ok)
@@ -736,11 +738,11 @@ class session : public std::enable_shared_from_this<session> {
                 if (!c.has_pending) continue;
                 if (!c.pending_text.empty() || c.finished || c.first_chunk ||
                     (g.req.logprobs && !c.pending_ids.empty())) {
-                    const choice_output out{.index = i,
-                                            .text = c.pending_text,
-                                            .reason = c.reason,
-                                            .logprobs = logprobs_of(c.pending_ids, c.pending_logprobs,
-                                                                    c.pending_offset)};
+                    const choice_output out{
+                        .index = i,
+                        .text = c.pending_text,
+                        .reason = c.reason,
+                        .logprobs = logprobs_of(c.pending_ids, c.pending_logprobs, c.pending_offset)};
                     events += sse_event(chunk_object(g.req, g.id, g.created, out, c.first_chunk, c.finished));
                     c.first_chunk = false;
                 }
@@ -783,10 +785,9 @@ class session : public std::enable_shared_from_this<session> {
         disarm();
         phase_ = phase::busy;
         if (ec) return client_gone();
-        if (!out_.empty() || (gen_ && !gen_->answered && std::any_of(gen_->choices.begin(), gen_->choices.end(),
-                                                                      [](const choice_state& c) {
-                                                                          return c.has_pending;
-                                                                      })))
+        if (!out_.empty() || (gen_ && !gen_->answered &&
+                              std::any_of(gen_->choices.begin(), gen_->choices.end(),
+                                          [](const choice_state& c) { return c.has_pending; })))
             return flush();
         if (gen_ && gen_->answered) return exchange_done();
     }
@@ -887,9 +888,10 @@ void http_gateway::impl::on_accept(beast::error_code ec, tcp::socket sock) {
         count("http_connections_refused");
         static const std::string body =
             R"({"error":{"message":"too many connections","type":"service_unavailable","param":null,"code":503}})";
-        static const std::string reply = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                                         "Retry-After: 1\r\nConnection: close\r\nContent-Length: " +
-                                         std::to_string(body.size()) + "\r\n\r\n" + body;
+        static const std::string reply =
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            "Retry-After: 1\r\nConnection: close\r\nContent-Length: " +
+            std::to_string(body.size()) + "\r\n\r\n" + body;
         [[maybe_unused]] const ssize_t n =
             ::send(sock.native_handle(), reply.data(), reply.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
         sock.shutdown(tcp::socket::shutdown_both, aec);
@@ -909,12 +911,12 @@ http_gateway::http_gateway(gateway_options options) : impl_(std::make_unique<imp
     // A margin of descriptors for the frontend connection, logs and ZeroMQ's own.
     const size_t fd_cap = nofile > 128 ? static_cast<size_t>(nofile) - 64 : 64;
     impl_->max_connections = options.max_connections == 0 ? fd_cap : std::min(options.max_connections, fd_cap);
-    impl_->client = std::make_unique<async_client>(async_client_options{.endpoint = options.frontend_endpoint,
-                                                                        .heartbeat_interval = options.heartbeat_interval,
-                                                                        .heartbeat_max_missed =
-                                                                            options.heartbeat_max_missed,
-                                                                        .api_key = options.api_key,
-                                                                        .reply_timeout = std::chrono::seconds(30)});
+    impl_->client =
+        std::make_unique<async_client>(async_client_options{.endpoint = options.frontend_endpoint,
+                                                            .heartbeat_interval = options.heartbeat_interval,
+                                                            .heartbeat_max_missed = options.heartbeat_max_missed,
+                                                            .api_key = options.api_key,
+                                                            .reply_timeout = std::chrono::seconds(30)});
 }
 
 http_gateway::~http_gateway() {

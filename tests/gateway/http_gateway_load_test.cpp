@@ -187,15 +187,18 @@ class fake_frontend {
                     r.version = "fake";
                     send(sock, peer, encode(r));
                 } else if (auto* m = std::get_if<zmoe::client_metrics>(&req)) {
-                    const json all = {
-                        {"frontend", {{"counters", {{"requests_accepted", generates_.load()}}}, {"gauges", json::object()},
-                                      {"histograms", json::object()}}},
-                        {"engine_core",
-                         {{"counters", json::object()},
-                          {"gauges",
-                           {{"requests_running", 3}, {"requests_waiting", 2}, {"kv_blocks_used", 25},
-                            {"kv_blocks_total", 100}}},
-                          {"histograms", json::object()}}}};
+                    const json all = {{"frontend",
+                                       {{"counters", {{"requests_accepted", generates_.load()}}},
+                                        {"gauges", json::object()},
+                                        {"histograms", json::object()}}},
+                                      {"engine_core",
+                                       {{"counters", json::object()},
+                                        {"gauges",
+                                         {{"requests_running", 3},
+                                          {"requests_waiting", 2},
+                                          {"kv_blocks_used", 25},
+                                          {"kv_blocks_total", 100}}},
+                                        {"histograms", json::object()}}}};
                     send(sock, peer, encode(zmoe::client_metrics_reply{m->tag, all.dump()}));
                 }
             }
@@ -424,8 +427,9 @@ TEST(HttpGatewayLoad, TenThousandStreamsHeldWithBoundedMemoryAndFixedThreads) {
 
     const long threads_loaded = gw.status_field("Threads");
     const long rss_loaded_kb = gw.status_field("VmRSS");
-    std::printf("gateway with %d SSE streams held: RSS %ld MiB (idle %ld MiB), %ld threads (idle %ld); opened in %.1f s\n",
-                kStreams, rss_loaded_kb / 1024, rss_idle_kb / 1024, threads_loaded, threads_idle, open_s);
+    std::printf(
+        "gateway with %d SSE streams held: RSS %ld MiB (idle %ld MiB), %ld threads (idle %ld); opened in %.1f s\n",
+        kStreams, rss_loaded_kb / 1024, rss_idle_kb / 1024, threads_loaded, threads_idle, open_s);
     RecordProperty("gateway_rss_kib_10k_streams", static_cast<int>(rss_loaded_kb));
     RecordProperty("gateway_threads", static_cast<int>(threads_loaded));
     EXPECT_EQ(threads_loaded, threads_idle) << "the gateway's threads grew with its connections";
@@ -603,13 +607,14 @@ TEST(HttpGatewayLoad, OperationsRoutesAndMetrics) {
     EXPECT_EQ(chat.header("X-Request-Id"), "s-9");
     EXPECT_NE(chat.body.find(R"("id":"chatcmpl-s-9")"), std::string::npos) << chat.body;
     EXPECT_NE(chat.body.find("data: [DONE]"), std::string::npos);
-    EXPECT_EQ(http_exchange(gw.port, post("/v1/completions", kComplete, "Connection: close\r\nX-Request-Id: a b\r\n"))
-                  .status,
-              400);
+    EXPECT_EQ(
+        http_exchange(gw.port, post("/v1/completions", kComplete, "Connection: close\r\nX-Request-Id: a b\r\n")).status,
+        400);
     // Keep-alive with pipelining: three requests in one write, answered in order on one connection.
     {
         const int fd = connect_to(gw.port);
-        send_all(fd, "GET /version HTTP/1.1\r\nHost: x\r\n\r\n" + post("/v1/completions", kComplete, "X-Request-Id: p1\r\n") +
+        send_all(fd, "GET /version HTTP/1.1\r\nHost: x\r\n\r\n" +
+                         post("/v1/completions", kComplete, "X-Request-Id: p1\r\n") +
                          post("/v1/completions", kComplete, "X-Request-Id: p2\r\nConnection: close\r\n"));
         const std::string all = read_until(fd, "\x01never", 10s);
         close(fd);
@@ -622,9 +627,9 @@ TEST(HttpGatewayLoad, OperationsRoutesAndMetrics) {
     // 4 completions so far (tagged, streamed chat, 2 pipelined; the refused one never reached the frontend).
     const std::string m = http_exchange(gw.port, get("/metrics")).body;
     const std::string model = R"(model_name="fake-model")";
-    for (const char* h : {"vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
-                          "vllm:e2e_request_latency_seconds", "vllm:request_prompt_tokens",
-                          "vllm:request_generation_tokens"}) {
+    for (const char* h :
+         {"vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds",
+          "vllm:request_prompt_tokens", "vllm:request_generation_tokens"}) {
         EXPECT_NE(m.find(std::string("# TYPE ") + h + " histogram"), std::string::npos) << h;
     }
     EXPECT_EQ(metric(m, "vllm:e2e_request_latency_seconds_count{" + model + "}"), 4) << m.substr(0, 3000);
@@ -751,7 +756,8 @@ TEST(HttpGatewayLoad, HeaderAndBodyLimits) {
     ASSERT_TRUE(wait_healthy(gw.port));
     const auto big_header = http_exchange(gw.port, get("/version", "X-Big: " + std::string(8000, 'a') + "\r\n"));
     EXPECT_EQ(big_header.status, 431) << big_header.head;
-    const auto big_body = http_exchange(gw.port, post("/v1/completions", std::string(100000, ' '), "Connection: close\r\n"));
+    const auto big_body =
+        http_exchange(gw.port, post("/v1/completions", std::string(100000, ' '), "Connection: close\r\n"));
     EXPECT_EQ(big_body.status, 413) << big_body.head;
     EXPECT_EQ(http_exchange(gw.port, get("/version")).status, 200);
 }
