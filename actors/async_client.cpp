@@ -160,6 +160,15 @@ struct async_client::impl {
         update_state([](async_client_health&) {});
     }
 
+    /// Sends a tagged request and registers who waits for its reply; fails it at once when the frontend is taken for
+    /// dead or the frame cannot be queued.
+    void ask(const std::string& tag, const std::string& bytes, pending_reply w) {
+        if (dead_reported) return fail_reply(tag, w, errc::peer_dead, state.why_not);
+        if (!send_authenticated(bytes))
+            return fail_reply(tag, w, errc::overloaded, "the frontend connection takes no more messages");
+        replies.emplace(tag, std::move(w));
+    }
+
     static void fail_reply(const std::string& tag, pending_reply& w, errc code, const std::string& why) {
         if (w.tokens) {
             client_tokens_reply r;
@@ -315,35 +324,27 @@ void async_client::abort(const std::string& client_request_id) {
 void async_client::tokenize(client_tokenize request, std::function<void(client_tokens_reply)> done) {
     impl_->post([im = impl_.get(), request = std::move(request), done = std::move(done)]() mutable {
         request.tag = "t" + std::to_string(im->next_tag++);
-        impl::pending_reply w{
-            .deadline = clock_type::now() + im->options.reply_timeout, .tokens = std::move(done), .metrics = {}};
-        if (!im->send_authenticated(encode(request)))
-            return impl::fail_reply(request.tag, w, errc::overloaded, "the frontend connection takes no more messages");
-        im->replies.emplace(request.tag, std::move(w));
+        im->ask(request.tag, encode(request),
+                {.deadline = clock_type::now() + im->options.reply_timeout, .tokens = std::move(done), .metrics = {}});
     });
 }
 
 void async_client::detokenize(std::vector<int32_t> token_ids, std::function<void(client_tokens_reply)> done) {
     impl_->post([im = impl_.get(), ids = std::move(token_ids), done = std::move(done)]() mutable {
         client_detokenize request{"d" + std::to_string(im->next_tag++), std::move(ids)};
-        impl::pending_reply w{
-            .deadline = clock_type::now() + im->options.reply_timeout, .tokens = std::move(done), .metrics = {}};
-        if (!im->send_authenticated(encode(request)))
-            return impl::fail_reply(request.tag, w, errc::overloaded, "the frontend connection takes no more messages");
-        im->replies.emplace(request.tag, std::move(w));
+        im->ask(request.tag, encode(request),
+                {.deadline = clock_type::now() + im->options.reply_timeout, .tokens = std::move(done), .metrics = {}});
     });
 }
 
 void async_client::metrics(std::function<void(std::optional<std::string>)> done) {
     impl_->post([im = impl_.get(), done = std::move(done)]() mutable {
         const std::string tag = "m" + std::to_string(im->next_tag++);
-        impl::pending_reply w{
-            .deadline = clock_type::now() + std::min(im->options.reply_timeout, std::chrono::milliseconds(5000)),
-            .tokens = {},
-            .metrics = std::move(done)};
-        if (!im->send_authenticated(encode(client_metrics{tag})))
-            return impl::fail_reply(tag, w, errc::overloaded, "the frontend connection takes no more messages");
-        im->replies.emplace(tag, std::move(w));
+        // The frontend answers within 3 s itself (with what it has when the engine core is slow).
+        im->ask(tag, encode(client_metrics{tag}),
+                {.deadline = clock_type::now() + std::min(im->options.reply_timeout, std::chrono::milliseconds(5000)),
+                 .tokens = {},
+                 .metrics = std::move(done)});
     });
 }
 

@@ -221,6 +221,7 @@ class session : public std::enable_shared_from_this<session> {
     phase phase_ = phase::header;
     bool first_request_ = true;
     bool keep_alive_ = true;
+    bool http10_ = false;  // an HTTP/1.0 request: no chunked encoding, so a stream ends with the connection
     bool closed_ = false;
     std::string request_id_;  // X-Request-Id, echoed
     // Watching for a close while a request is answered.
@@ -370,6 +371,7 @@ class session : public std::enable_shared_from_this<session> {
         phase_ = phase::busy;
         const auto& req = parser_->get();
         keep_alive_ = req.keep_alive();
+        http10_ = req.version() < 11;
         std::string_view target(req.target().data(), req.target().size());
         const std::string path(target.substr(0, target.find('?')));
         const http::verb method = req.method();
@@ -612,7 +614,7 @@ class session : public std::enable_shared_from_this<session> {
                 return respond_error(err);
             }
             // Mid-stream failure: an error event, then the end of the stream.
-            out_ += chunk("data: " + error_body(err) + "\n\n" + "data: [DONE]\n\n") + "0\r\n\r\n";
+            out_ += chunk("data: " + error_body(err) + "\n\n" + "data: [DONE]\n\n") + (http10_ ? "" : "0\r\n\r\n");
             g.answered = true;
             return flush();
         }
@@ -719,7 +721,8 @@ class session : public std::enable_shared_from_this<session> {
             text_offset);
     }
 
-    static std::string chunk(const std::string& data) {
+    std::string chunk(const std::string& data) const {
+        if (http10_) return data;
         char size[20];
         std::snprintf(size, sizeof size, "%zx\r\n", data.size());
         return size + data + "\r\n";
@@ -759,15 +762,15 @@ class session : public std::enable_shared_from_this<session> {
             }
             if (!g.headers_sent) {
                 g.headers_sent = true;
-                std::string head =
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                    "Transfer-Encoding: chunked\r\n";
+                if (http10_) keep_alive_ = false;
+                std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n";
+                if (!http10_) head += "Transfer-Encoding: chunked\r\n";
                 if (!keep_alive_) head += "Connection: close\r\n";
                 if (!request_id_.empty()) head += "X-Request-Id: " + request_id_ + "\r\n";
                 out_ = head + "\r\n" + out_;
             }
             if (!events.empty()) out_ += chunk(events);
-            if (g.answered) out_ += "0\r\n\r\n";
+            if (g.answered && !http10_) out_ += "0\r\n\r\n";
         }
         if (out_.empty()) return;
         writing_ = true;

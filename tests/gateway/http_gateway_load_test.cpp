@@ -610,6 +610,32 @@ TEST(HttpGatewayLoad, OperationsRoutesAndMetrics) {
     EXPECT_EQ(
         http_exchange(gw.port, post("/v1/completions", kComplete, "Connection: close\r\nX-Request-Id: a b\r\n")).status,
         400);
+    // Expect: 100-continue (curl sends it before a body over 1 KiB): the interim answer, then the real one.
+    {
+        const int fd = connect_to(gw.port);
+        const std::string body = R"({"prompt": ")" + std::string(2000, 'a') + R"(", "max_tokens": 2})";
+        send_all(fd,
+                 "POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nConnection: close\r\n"
+                 "Content-Length: " +
+                     std::to_string(body.size()) + "\r\n\r\n");
+        EXPECT_EQ(read_until(fd, "\r\n\r\n", 5s), "HTTP/1.1 100 Continue\r\n\r\n");
+        send_all(fd, body);
+        const std::string answer = read_until(fd, "\x01never", 5s);
+        EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+        close(fd);
+    }
+    // HTTP/1.0: a stream without chunked encoding, ended by closing the connection.
+    {
+        const int fd = connect_to(gw.port);
+        const std::string body = R"({"prompt": "hi", "max_tokens": 2, "stream": true})";
+        send_all(fd,
+                 "POST /v1/completions HTTP/1.0\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+        const std::string answer = read_until(fd, "\x01never", 5s);
+        EXPECT_EQ(answer.find("chunked"), std::string::npos) << answer;
+        EXPECT_NE(answer.find("\r\n\r\ndata: {"), std::string::npos) << answer;
+        EXPECT_NE(answer.find("data: [DONE]\n\n"), std::string::npos) << answer;
+        close(fd);
+    }
     // Keep-alive with pipelining: three requests in one write, answered in order on one connection.
     {
         const int fd = connect_to(gw.port);
@@ -624,7 +650,8 @@ TEST(HttpGatewayLoad, OperationsRoutesAndMetrics) {
         EXPECT_LT(p1, p2);
     }
 
-    // 4 completions so far (tagged, streamed chat, 2 pipelined; the refused one never reached the frontend).
+    // 6 completions so far (tagged, streamed chat, 100-continue, HTTP/1.0, 2 pipelined; the refused one never reached
+    // the frontend).
     const std::string m = http_exchange(gw.port, get("/metrics")).body;
     const std::string model = R"(model_name="fake-model")";
     for (const char* h :
@@ -632,15 +659,15 @@ TEST(HttpGatewayLoad, OperationsRoutesAndMetrics) {
           "vllm:request_prompt_tokens", "vllm:request_generation_tokens"}) {
         EXPECT_NE(m.find(std::string("# TYPE ") + h + " histogram"), std::string::npos) << h;
     }
-    EXPECT_EQ(metric(m, "vllm:e2e_request_latency_seconds_count{" + model + "}"), 4) << m.substr(0, 3000);
-    EXPECT_EQ(metric(m, "vllm:e2e_request_latency_seconds_bucket{" + model + R"(,le="+Inf"})"), 4);
-    EXPECT_EQ(metric(m, "vllm:time_to_first_token_seconds_count{" + model + "}"), 4);
+    EXPECT_EQ(metric(m, "vllm:e2e_request_latency_seconds_count{" + model + "}"), 6) << m.substr(0, 3000);
+    EXPECT_EQ(metric(m, "vllm:e2e_request_latency_seconds_bucket{" + model + R"(,le="+Inf"})"), 6);
+    EXPECT_EQ(metric(m, "vllm:time_to_first_token_seconds_count{" + model + "}"), 6);
     // Each request: tokens 1 then 2 in two deltas, one inter-token gap each.
-    EXPECT_EQ(metric(m, "vllm:inter_token_latency_seconds_count{" + model + "}"), 4);
-    EXPECT_EQ(metric(m, "vllm:request_generation_tokens_bucket{" + model + R"(,le="2"})"), 4);
+    EXPECT_EQ(metric(m, "vllm:inter_token_latency_seconds_count{" + model + "}"), 6);
+    EXPECT_EQ(metric(m, "vllm:request_generation_tokens_bucket{" + model + R"(,le="2"})"), 6);
     EXPECT_EQ(metric(m, "vllm:request_generation_tokens_bucket{" + model + R"(,le="1"})"), 0);
-    EXPECT_EQ(metric(m, "vllm:request_prompt_tokens_sum{" + model + "}"), 12);
-    EXPECT_EQ(metric(m, "vllm:request_success_total{" + model + R"(,finished_reason="length"})"), 4);
+    EXPECT_EQ(metric(m, "vllm:request_prompt_tokens_sum{" + model + "}"), 18);
+    EXPECT_EQ(metric(m, "vllm:request_success_total{" + model + R"(,finished_reason="length"})"), 6);
     EXPECT_EQ(metric(m, "vllm:kv_cache_usage_perc{" + model + "}"), 0.25);
     EXPECT_EQ(metric(m, "vllm:num_requests_running{" + model + "}"), 3);
     EXPECT_EQ(metric(m, "vllm:num_requests_waiting{" + model + "}"), 2);
