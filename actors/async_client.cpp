@@ -91,6 +91,7 @@ struct async_client::impl {
         if (terminal) {
             event_sink sink = std::move(it->second.sink);
             live.erase(it);
+            update_state([](async_client_health&) {});
             sink(std::move(ev));
         } else {
             it->second.sink(std::move(ev));

@@ -1,7 +1,7 @@
 #include "gateway/serving_metrics.hpp"
 
 #include <algorithm>
-#include <cstdio>
+#include <charconv>
 #include <sstream>
 
 namespace zmoe::gateway {
@@ -29,10 +29,11 @@ std::vector<double> token_bounds() {
     return b;
 }
 
+// The shortest text that reads back as v (0.04, not 0.040000000000000001), as Prometheus clients write bounds.
 std::string number(double v) {
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%.17g", v);
-    return buf;
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return std::string(buf, r.ptr);
 }
 
 std::string label_value(const std::string& s) {
