@@ -187,7 +187,9 @@ struct async_client::impl {
             // for 3 intervals for gone.
             send(encode(client_heartbeat{}));
             send(encode(client_health{"health"}));
-            next_beat = now + options.heartbeat_interval;
+            // On the schedule rather than after the last beat: a late wake-up does not push every later beat back.
+            next_beat += options.heartbeat_interval;
+            if (next_beat <= now) next_beat = now + options.heartbeat_interval;
             update_state([](async_client_health& s) { ++s.num_heartbeats_sent; });
         }
         const auto bound = options.heartbeat_interval * options.heartbeat_max_missed;

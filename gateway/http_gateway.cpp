@@ -609,13 +609,13 @@ class session : public std::enable_shared_from_this<session> {
             end_generation(false);
             if (e->code == errc::overloaded) gw_.count("http_refused_overloaded");
             const api_error err = frontend_error(*e);
+            g.answered = true;  // nothing pending is written after this
             if (!g.req.stream || !g.headers_sent) {
                 if (!g.headers_sent) gw_.count("http_refused");
                 return respond_error(err);
             }
             // Mid-stream failure: an error event, then the end of the stream.
             out_ += chunk("data: " + error_body(err) + "\n\n" + "data: [DONE]\n\n") + (http10_ ? "" : "0\r\n\r\n");
-            g.answered = true;
             return flush();
         }
         const client_delta& d = std::get<client_delta>(ev);
@@ -664,6 +664,7 @@ class session : public std::enable_shared_from_this<session> {
     // The non-streamed answer, once every choice has finished (token texts fetched first for logprobs).
     void answer_whole() {
         generation& g = *gen_;
+        if (g.answered) return;
         if (g.req.logprobs && !resolve_pieces(g.choices, false)) return;
         std::vector<choice_output> out;
         for (uint32_t i = 0; i < g.choices.size(); ++i) {
@@ -731,7 +732,7 @@ class session : public std::enable_shared_from_this<session> {
     // Streamed: writes what has accumulated, unless a write is in flight (its completion calls this again). Deltas
     // that arrive meanwhile coalesce per choice, so a slow reader costs at most its request's output.
     void flush() {
-        if (writing_ || closed_ || !gen_) return;
+        if (writing_ || closed_ || !gen_ || res_) return;  // res_: a plain answer (an error) is being written
         generation& g = *gen_;
         if (!g.answered && !g.resolving) {
             if (g.req.logprobs && !resolve_pieces(g.choices, true)) return;
