@@ -374,9 +374,27 @@ TEST(HttpGatewayLoad, TenThousandStreamsHeldWithBoundedMemoryAndFixedThreads) {
     if (raise_nofile() < static_cast<rlim_t>(kStreams + 200))
         GTEST_SKIP() << "RLIMIT_NOFILE's hard limit is below " << kStreams + 200 << " descriptors";
     fake_frontend fe(free_port());
+    // The gateway starts with the usual soft limit (1024) and must raise it itself.
+    rlimit lim{};
+    getrlimit(RLIMIT_NOFILE, &lim);
+    lim.rlim_cur = 1024;
+    setrlimit(RLIMIT_NOFILE, &lim);
     gateway_process gw(fe.endpoint(), {"--max-connections-per-address", "20000", "--max-inflight", "20000"});
+    raise_nofile();
     ASSERT_TRUE(wait_healthy(gw.port));
     ASSERT_EQ(http_exchange(gw.port, post("/v1/completions", kComplete, "Connection: close\r\n")).status, 200);
+    // The gateway raised its descriptor limit's soft value to the hard one at start (from 1024).
+    {
+        std::ifstream limits("/proc/" + std::to_string(gw.proc.pid()) + "/limits");
+        std::string line;
+        while (std::getline(limits, line) && line.rfind("Max open files", 0) != 0) {
+        }
+        std::istringstream fields(line.substr(std::string("Max open files").size()));
+        long soft = 0, hard = 0;
+        fields >> soft >> hard;
+        EXPECT_GT(soft, kStreams) << line;
+        EXPECT_EQ(soft, hard) << line;
+    }
     const long threads_idle = gw.status_field("Threads");
     const long rss_idle_kb = gw.status_field("VmRSS");
     ASSERT_GT(threads_idle, 0);
