@@ -85,9 +85,13 @@ int cmd_serve(int argc, char** argv) {
     // The HTTP gateway: a client of the frontend like any other, in its own process.
     std::optional<zmoe::child_process> gateway;
     if (http_port >= 0) {
-        gateway = zmoe::child_process::spawn({zmoe::self_executable_path(), "api-server", "--endpoint", endpoint,
-                                              "--port", std::to_string(http_port), "--host", host},
-                                             {"ZMOE_DIE_WITH_PARENT=1"});
+        // Its frontend connection heartbeats at the frontend's interval: the frontend takes a client that heartbeated
+        // and then fell silent for 3 of its intervals for gone.
+        gateway = zmoe::child_process::spawn(
+            {zmoe::self_executable_path(), "api-server", "--endpoint", endpoint, "--port", std::to_string(http_port),
+             "--host", host, "--heartbeat-ms", std::to_string(f.heartbeat_ms), "--heartbeat-max-missed",
+             std::to_string(f.heartbeat_max_missed)},
+            {"ZMOE_DIE_WITH_PARENT=1"});
         std::cout << "zmoe serve: OpenAI API on http://" << host << ":" << http_port << std::endl;
     }
     const auto stop_gateway = [&gateway] {

@@ -9,7 +9,7 @@ sudo_cmd=""
 [[ $(id -u) -ne 0 ]] && sudo_cmd="sudo"
 packages=(build-essential cmake ninja-build pkg-config
           libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libboost-dev libboost-program-options-dev libgtest-dev libgmock-dev
-          nlohmann-json3-dev libonig-dev libicu-dev libcairo2-dev libcpp-httplib-dev curl python3 python3-zmq
+          nlohmann-json3-dev libonig-dev libicu-dev libcairo2-dev curl python3 python3-zmq
           python3-msgpack python3-jinja2)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -16,6 +16,7 @@
 #include "actors/child_process.hpp"
 #include "actors/zmoe_client.hpp"
 #include "base/error.hpp"
+#include "base/version.hpp"
 #include "frontend/chat_template.hpp"
 #include "frontend/tokenizer.hpp"
 #include "tests/cli/e2e_util.hpp"
@@ -549,6 +550,74 @@ TEST(HttpGateway, SamplingFieldsReachTheEngine) {
     const auto outside = s.curl("/v1/completions", R"({"prompt": "x", "stop_token_ids": [999999999]})");
     EXPECT_EQ(outside.status, 400) << outside.body;
     EXPECT_EQ(ojson::parse(outside.body)["error"]["type"], "invalid_request_error");
+}
+
+// vLLM's metric names from the real engine through the gateway, and the operations routes.
+TEST(HttpGateway, VllmMetricsAndOperationsRoutes) {
+    auto& s = server();
+    const auto r = s.curl("/v1/completions", R"({"prompt": "Hello", "max_tokens": 3, "ignore_eos": true})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    const std::string m = s.curl("/metrics").body;
+    const std::string l = R"({model_name="demo"})";
+    EXPECT_GE(metric(m, "vllm:e2e_request_latency_seconds_count" + l), 1) << m.substr(0, 3000);
+    EXPECT_GE(metric(m, "vllm:time_to_first_token_seconds_count" + l), 1);
+    EXPECT_GE(metric(m, "vllm:request_generation_tokens_sum" + l), 3);
+    EXPECT_GE(metric(m, R"(vllm:request_success_total{model_name="demo",finished_reason="length"})"), 1);
+    // The engine core's gauges: nothing runs now, and the KV cache is a fraction.
+    EXPECT_NE(m.find("\nvllm:num_requests_running" + l + " 0\n"), std::string::npos) << m.substr(0, 3000);
+    EXPECT_NE(m.find("\nvllm:num_requests_waiting" + l + " 0\n"), std::string::npos);
+    const size_t kv = m.find("\nvllm:kv_cache_usage_perc" + l + " ");
+    ASSERT_NE(kv, std::string::npos);
+    const double usage = std::atof(m.c_str() + kv + std::string("\nvllm:kv_cache_usage_perc").size() + l.size() + 1);
+    EXPECT_GE(usage, 0.0);
+    EXPECT_LE(usage, 1.0);
+    EXPECT_EQ(ojson::parse(s.curl("/version").body)["version"], zmoe::kVersion);
+    EXPECT_EQ(s.curl("/ping").status, 200);
+    EXPECT_EQ(ojson::parse(s.curl("/load").body)["server_load"], 0);
+}
+
+// A worker that dies turns the gateway's /health to 503 within the actors' heartbeat bound (the engine core
+// misses 3 of its 200 ms heartbeats, the frontend reports degraded, the gateway polls it every interval).
+TEST(HttpGateway, HealthIs503SoonAfterAWorkerDies) {
+    auto& shared = server();  // for its demo checkpoint
+    const int port = free_port(), http_port = free_port();
+    zmoe::child_process serve = zmoe::child_process::spawn(
+        {kZmoe, "serve", "--model", shared.model(), "--port", std::to_string(port), "--http-port",
+         std::to_string(http_port), "--threads", "1", "--heartbeat-ms", "200", "--failure-grace-ms", "10000"});
+    const std::string health_url = "http://127.0.0.1:" + std::to_string(http_port) + "/health";
+    const auto status = [&] {
+        std::string cmd = "curl -s -o /dev/null --max-time 5 -w '%{http_code}' '" + health_url + "'";
+        int code = 0;
+        if (FILE* p = popen(cmd.c_str(), "r")) {
+            char buf[16] = {};
+            if (fgets(buf, sizeof buf, p)) code = std::atoi(buf);
+            pclose(p);
+        }
+        return code;
+    };
+    const auto ready_deadline = std::chrono::steady_clock::now() + 90s;
+    while (status() != 200 && std::chrono::steady_clock::now() < ready_deadline && serve.running())
+        std::this_thread::sleep_for(100ms);
+    ASSERT_EQ(status(), 200);
+    const auto workers = find_processes(serve.pid(), {" worker "});
+    ASSERT_EQ(workers.size(), 1u);
+    kill(workers[0], SIGKILL);
+    const auto killed_at = std::chrono::steady_clock::now();
+    int code = 200;
+    while (code == 200 && std::chrono::steady_clock::now() - killed_at < 10s) {
+        code = status();
+        if (code == 200) std::this_thread::sleep_for(20ms);
+    }
+    const double after_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+    EXPECT_EQ(code, 503);
+    // 3 × 200 ms for the engine core to take the worker for dead, one 200 ms poll, curl and scheduling.
+    EXPECT_LT(after_s, 3.0);
+    std::printf("gateway /health 503 %.2f s after a worker's SIGKILL\n", after_s);
+    serve.kill(SIGTERM);
+    if (!serve.wait_for(30s)) {
+        serve.kill(SIGKILL);
+        serve.wait();
+    }
 }
 
 // Exit status of a shell command (its output to `log`).

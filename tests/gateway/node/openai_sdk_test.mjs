@@ -3,10 +3,10 @@
 //
 //   node tests/gateway/node/openai_sdk_test.mjs --base-url http://127.0.0.1:8000/v1
 //
-// Completions and chat completions, streamed and not (usage in the stream), logprobs, n choices, content parts, a
-// full tool-call round trip in the messages, and bad requests surfaced as the SDK's BadRequestError with status 400
-// (an image part's names its field). Exits 0 when every check passes, 1 on the first failure,
-// 77 when the SDK is not installed.
+// Completions and chat completions, streamed and not (usage in the stream), logprobs, n choices, X-Request-Id, the
+// operations routes (/version, /ping, /load), content parts, a full tool-call round trip in the messages, and bad
+// requests surfaced as the SDK's BadRequestError with status 400 (an image part's names its field). Exits 0 when
+// every check passes, 1 on the first failure, 77 when the SDK is not installed.
 import assert from 'node:assert/strict';
 
 let OpenAI;
@@ -74,6 +74,20 @@ const two = await client.completions.create({ model, prompt: 'Once', max_tokens:
 assert.deepEqual(two.choices.map((ch) => ch.index), [0, 1]);
 assert.equal(two.usage.completion_tokens, 8);
 
+// X-Request-Id through the SDK: echoed in the response header and the response id's suffix.
+const tagged = await client.completions.create({ model, prompt: 'Hi', max_tokens: 2 },
+                                               { headers: { 'X-Request-Id': 'node-sdk-1' } }).withResponse();
+assert.equal(tagged.response.headers.get('x-request-id'), 'node-sdk-1');
+assert.equal(tagged.data.id, 'cmpl-node-sdk-1');
+
+// The operations routes beside /v1 (vLLM's): /version, /ping (GET and POST), /load.
+const origin = new URL(process.argv[at + 1]).origin;
+const version = await (await fetch(`${origin}/version`)).json();
+assert.equal(typeof version.version, 'string');
+assert.equal((await fetch(`${origin}/ping`)).status, 200);
+assert.equal((await fetch(`${origin}/ping`, { method: 'POST' })).status, 200);
+assert.equal((await (await fetch(`${origin}/load`)).json()).server_load, 0);
+
 // A bad request: the SDK's BadRequestError, status 400.
 await assert.rejects(client.completions.create({ model, prompt: 'x', max_tokens: 5, min_p: 2 }),
                      (e) => e instanceof OpenAI.BadRequestError && e.status === 400);
@@ -135,5 +149,5 @@ await assert.rejects(
 await assert.rejects(chat([{ role: 'robot', content: 'beep' }]),
                      (e) => e instanceof OpenAI.BadRequestError && e.param === 'messages[0].role');
 
-console.log('openai Node SDK: completions, chat completions, streaming, logprobs, n, content parts, tool-call ' +
-            'round trips and errors OK');
+console.log('openai Node SDK: completions, chat completions, streaming, logprobs, n, X-Request-Id, routes, content ' +
+            'parts, tool-call round trips and errors OK');
