@@ -58,7 +58,7 @@ for _ in $(seq 1 100); do
   curl -sf "http://127.0.0.1:$http_port/health" >/dev/null && break
   sleep 0.2
 done
-bench_model=${tokenizer:-$model}
+bench_model=$model
 IFS=, read -ra cap_list <<<"$caps"
 for c in "${cap_list[@]}"; do
   n=$((c == 1 ? 16 : c * waves))
