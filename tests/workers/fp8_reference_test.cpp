@@ -333,10 +333,10 @@ TEST(Fp8QuantizeAtLoad, SameLogitsAsTheFp8Checkpoint) {
 }
 
 // An FP8 checkpoint written here from a BF16 fixture of another family (Mixtral: w1/w3/w2 experts under
-// block_sparse_moe or mlp) loads and runs exactly as `--quantization fp8` of the fixture; modules_to_not_convert
-// keeps a listed linear in BF16 on both paths.
+// block_sparse_moe or mlp; OLMoE; Qwen2-MoE with its shared expert; DeepSeek-V2-Lite style MLA) loads and runs exactly
+// as `--quantization fp8` of the fixture; modules_to_not_convert keeps a listed linear in BF16 on both paths.
 TEST(Fp8Checkpoint, WrittenFp8CheckpointRunsAsQuantizedAtLoad) {
-    for (const std::string src : {"mixtral", "olmoe", "qwen2_moe"}) {
+    for (const std::string src : {"mixtral", "olmoe", "qwen2_moe", "deepseek_v2"}) {
         SCOPED_TRACE(src);
         testing::temp_dir dir;
         nlohmann::json cfg = nlohmann::json::parse(std::ifstream(fixture_dir(src) + "/config.json"));
@@ -388,7 +388,13 @@ TEST(Fp8Checkpoint, WrittenFp8CheckpointRunsAsQuantizedAtLoad) {
             const model_weights at_load(fixture_dir(src), q, placement, 0);
             EXPECT_EQ(at_load.layers()[1].attn.o.type, dtype::bf16);
             expect_same_fp8(w.layers()[0].attn.o, at_load.layers()[0].attn.o, "o_proj");
-            expect_same_mlp(w.layers()[0].moe.experts[1], at_load.layers()[0].moe.experts[1], "expert 1");
+            size_t l = 0;
+            while (w.layers()[l].moe_index < 0) ++l;  // the first MoE layer
+            expect_same_mlp(w.layers()[l].moe.experts[1], at_load.layers()[l].moe.experts[1], "expert 1");
+            if (stored_cfg.is_mla()) {  // V2-Lite style: q_proj without q LoRA, kv_b dequantized
+                expect_same_fp8(w.layers()[0].attn.q, at_load.layers()[0].attn.q, "q_proj");
+                EXPECT_EQ(w.layers()[0].attn.mla.kv_b, at_load.layers()[0].attn.mla.kv_b);
+            }
         }
         // And it runs: the same greedy tokens as the BF16 model for the first steps is not guaranteed (FP8 is
         // lossy), but the logits stay within the FP8 error of the BF16 reference.
