@@ -129,8 +129,10 @@ int run(int argc, char** argv) {
     uint64_t next_id = 1, step_id = 0;
     nlohmann::json results = nlohmann::json::array();
 
-    std::printf("\nzmoe bench step: %s (%s weights), %s, context %d, %d timed steps, copy bandwidth %.0f GB/s\n",
-                o.model.c_str(), o.load_format.c_str(), o.device.c_str(), o.context, o.steps, bandwidth / 1e9);
+    std::printf("\nzmoe bench step: %s (%s weights%s), %s, context %d, %d timed steps, copy bandwidth %.0f GB/s\n",
+                o.model.c_str(), o.load_format.c_str(),
+                o.quantization.empty() ? "" : (", quantized " + o.quantization).c_str(), o.device.c_str(), o.context,
+                o.steps, bandwidth / 1e9);
     std::printf("%6s %10s %12s %14s %10s %10s %8s\n", "batch", "ms/step", "tok/s", "experts/layer", "floor GB",
                 "floor ms", "floor %");
     for (int32_t B : sizes) {
