@@ -3,7 +3,8 @@
 // the bytes one step must read (the dense weights, the experts the step's tokens actually touched, the KV cache)
 // over the device's copy bandwidth, measured in the same run. Table on stdout, JSON with --json.
 //
-//   zmoe bench step --model DIR [--load-format dummy] [--batch-sizes 1,64,256] [--context 128] [--steps 32]
+//   zmoe bench step --model DIR [--load-format dummy] [--quantization fp8] [--batch-sizes 1,64,256] [--context 128]
+//   [--steps 32]
 
 #include <algorithm>
 #include <boost/program_options.hpp>
@@ -34,6 +35,7 @@ struct options {
     std::string model;
     std::string device = "cuda";
     std::string load_format = "auto";
+    std::string quantization;
     std::string batch_sizes = "1,8,64,256";
     int context = 128;
     int steps = 32;
@@ -66,6 +68,8 @@ int run(int argc, char** argv) {
         "device", po::value(&o.device)->default_value(o.device), "cuda or cpu")(
         "load-format", po::value(&o.load_format)->default_value(o.load_format),
         "auto (the checkpoint) or dummy (random weights from config.json)")(
+        "quantization", po::value(&o.quantization)->default_value(o.quantization),
+        "fp8: quantize the BF16 weights at load (docs/fp8.md); empty: the checkpoint's format")(
         "batch-sizes", po::value(&o.batch_sizes)->default_value(o.batch_sizes), "comma-separated decode batch sizes")(
         "context", po::value(&o.context)->default_value(o.context), "prompt tokens per sequence before decoding")(
         "steps", po::value(&o.steps)->default_value(o.steps), "timed decode steps per batch size")(
@@ -101,6 +105,7 @@ int run(int argc, char** argv) {
     run.gpu_memory_utilization = o.gpu_memory_utilization;
     run.enforce_eager = o.enforce_eager;
     run.load_format = o.load_format;
+    run.quantization = o.quantization;
     const int64_t blocks_per_seq = (len + o.block_size - 1) / o.block_size;
     run.num_kv_blocks = o.device == "cpu" ? blocks_per_seq * max_batch : 0;
     const auto placement = zmoe::expert_placement::initial(cfg.num_moe_layers(), cfg.num_experts, 0, 1);
@@ -124,8 +129,10 @@ int run(int argc, char** argv) {
     uint64_t next_id = 1, step_id = 0;
     nlohmann::json results = nlohmann::json::array();
 
-    std::printf("\nzmoe bench step: %s (%s weights), %s, context %d, %d timed steps, copy bandwidth %.0f GB/s\n",
-                o.model.c_str(), o.load_format.c_str(), o.device.c_str(), o.context, o.steps, bandwidth / 1e9);
+    std::printf("\nzmoe bench step: %s (%s weights%s), %s, context %d, %d timed steps, copy bandwidth %.0f GB/s\n",
+                o.model.c_str(), o.load_format.c_str(),
+                o.quantization.empty() ? "" : (", quantized " + o.quantization).c_str(), o.device.c_str(), o.context,
+                o.steps, bandwidth / 1e9);
     std::printf("%6s %10s %12s %14s %10s %10s %8s\n", "batch", "ms/step", "tok/s", "experts/layer", "floor GB",
                 "floor ms", "floor %");
     for (int32_t B : sizes) {
@@ -204,6 +211,7 @@ int run(int argc, char** argv) {
         nlohmann::json j = {{"model", o.model},
                             {"model_type", zmoe::model_arch_name(cfg.arch)},
                             {"load_format", o.load_format},
+                            {"quantization", o.quantization},
                             {"device", o.device},
                             {"enforce_eager", o.enforce_eager},
                             {"context", o.context},

@@ -63,6 +63,7 @@ struct engine_config {
     int64_t kv_cache_mb = 256;  ///< CPU: KV cache budget per worker when num_kv_blocks is 0
     double gpu_memory_utilization = 0.9;  ///< CUDA: fraction of each GPU's memory for weights + KV cache
     std::string load_format = "auto";     ///< auto: the checkpoint's weights; dummy: random weights from config.json
+    std::string quantization;             ///< "": the checkpoint's format; "fp8": quantize BF16 weights at load
     bool enforce_eager = false;           ///< CUDA: every step launched kernel by kernel (no decode CUDA graphs)
     double dummy_router_skew = 0;         ///< dummy weights: routers lean towards the highest expert ids (EPLB checks)
     bool trace_steps = false;             ///< every step's record in the metrics JSON ("steps")
@@ -148,6 +149,11 @@ void for_each_engine_flag(Config& c, Visitor&& visit) {
                            "auto: the checkpoint's weights; dummy: random weights generated from "
                            "config.json (benchmarks)"},
           c.load_format);
+    visit(engine_flag_info{"quantization",
+                           "fp8: quantize the checkpoint's BF16 linears at load to block-scaled FP8 (e4m3, one "
+                           "scale per 128x128 block, activations per token and 128 channels; docs/fp8.md); "
+                           "empty: the checkpoint's own format (an FP8 checkpoint runs FP8)"},
+          c.quantization);
     visit(engine_flag_info{"enforce-eager", "CUDA: run every step eagerly (no decode CUDA graphs)"}, c.enforce_eager);
     visit(engine_flag_info{"dummy-router-skew",
                            "with --load-format dummy: skew every router towards the highest expert ids (expert e "

@@ -11,6 +11,21 @@ transformers 5's fused 3D tensors), so both loaders are exercised against the sa
 fixtures other than deepseek_v3 and deepseek_v2 skip the variant to keep the fixtures small).
 Every model is initialised from its own seed, so `--only` reproduces one without the others.
 
+FP8 fixtures (names ending in _fp8; dimensions not multiples of 128, so the 128 x 128 blocks are ragged):
+    python3 scripts/make_model_fixtures.py --out tests/fixtures/models --only qwen3_moe_fp8,deepseek_v3_fp8
+For NAME_fp8 it writes OUT/NAME_fp8_source/ (the random BF16 checkpoint, per-expert layout, and its plain fp32
+reference.json as above) and OUT/NAME_fp8/: the same checkpoint quantized to DeepSeek-V3's block-scaled FP8 format
+(config.json gains quantization_config {quant_method fp8, fmt e4m3, weight_block_size [128, 128], activation_scheme
+dynamic}; every quantized linear has `weight` F8_E4M3 and `weight_scale_inv` F32 [ceil(out/128), ceil(in/128)];
+embeddings, norms, routers and lm_head stay BF16). Its reference.json is transformers' model code in fp32 with the
+format's arithmetic made explicit: weights dequantized block by block (e4m3 * scale), and the input of every
+quantized linear (and of each expert's gate/up and down products) quantized per token and 128-channel group to
+e4m3 and back. kv_b_proj (MLA) is the exception: its weight is dequantized but its input is not quantized, as
+engines that absorb it into the attention (vLLM, SGLang, zmoe) compute with the dequantized matrix.
+The quantization (per 128 x 128 block: scale = amax / 448 in fp32, e4m3 = round-to-nearest-even(w / scale)
+saturated to +-448, weight_scale_inv = scale; an all-zero block gets scale 1) is the reference that zmoe's
+`--quantization fp8` must reproduce bit for bit from NAME_fp8_source.
+
 reference.json = {"transformers": version, "expert_layout": "fused"|"per_expert",
                   "prompts": [{"token_ids": [...], "last_logits": [vocab floats],
                                "greedy": [N ids], "margins": [top-2 logit margin at each greedy step]}],
@@ -45,7 +60,7 @@ def make_config(cls, rope_theta, rope=None, **kw):
 # non-zero e_score_correction_bias (V3), softmax greedy and group_limited_greedy (V2), q_lora_rank on and off,
 # rope_interleave on and off, YaRN with mscale != mscale_all_dim, shared experts, dense first layers,
 # norm_topk_prob on and off, routed_scaling_factor != 1, and v_head_dim != qk_nope_head_dim.
-DEEPSEEK = ("deepseek_v3", "deepseek_v2", "deepseek_v3_flat", "deepseek_v2_greedy")
+DEEPSEEK = ("deepseek_v3", "deepseek_v2", "deepseek_v3_flat", "deepseek_v2_greedy", "deepseek_v3_fp8")
 WITH_ALT = lambda name: name not in ("deepseek_v3_flat", "deepseek_v2_greedy")
 
 
@@ -100,6 +115,25 @@ def configs():
         num_experts_per_tok=2, topk_method="greedy", n_shared_experts=1, routed_scaling_factor=1.0,
         norm_topk_prob=True, q_lora_rank=24, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
         v_head_dim=16, attention_bias=False)
+    # FP8 fixtures: hidden 144 = 128 + 16, expert intermediate 136 = 128 + 8, attention widths 160 / 80 / 192 / 288,
+    # so every product has a ragged K block and most a ragged N block.
+    common_fp8 = dict(common)
+    common_fp8["hidden_size"] = 144
+    out["qwen3_moe_fp8"] = lambda: make_config(
+        transformers.Qwen3MoeConfig, 10000.0, **common_fp8, head_dim=40, intermediate_size=200,
+        moe_intermediate_size=136, num_hidden_layers=2, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
+        decoder_sparse_step=1, mlp_only_layers=[1])
+    common_fp8_ds = dict(common_fp8)
+    common_fp8_ds["num_key_value_heads"] = 4
+    out["deepseek_v3_fp8"] = lambda: make_config(
+        transformers.DeepseekV3Config, 10000.0, rope={"rope_type": "yarn", "factor": 4.0,
+                                                      "original_max_position_embeddings": 128, "mscale": 0.8,
+                                                      "mscale_all_dim": 0.6, "beta_fast": 32, "beta_slow": 1},
+        **common_fp8_ds, num_hidden_layers=2, first_k_dense_replace=1, intermediate_size=200,
+        moe_intermediate_size=136, n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3,
+        n_shared_experts=1, norm_topk_prob=True, routed_scaling_factor=2.5, q_lora_rank=136, kv_lora_rank=64,
+        qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=40, rope_interleave=True, num_nextn_predict_layers=1,
+        attention_bias=False)
     return out
 
 
@@ -198,6 +232,212 @@ def rope_info(model):
     return out
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Block-scaled FP8 (DeepSeek-V3's format).
+
+FP8_BLOCK = 128
+E4M3_MAX = 448.0
+# The linears the format quantizes (every projection of the decoder layers); routers (mlp.gate), qwen2_moe's
+# shared_expert_gate, embeddings, norms and lm_head stay BF16. zmoe's loader uses the same list.
+FP8_LINEAR = re.compile(r"^model\.layers\.\d+\..*(q_proj|k_proj|v_proj|o_proj|q_a_proj|q_b_proj|kv_a_proj_with_mqa|"
+                        r"kv_b_proj|gate_proj|up_proj|down_proj|w1|w2|w3)\.weight$")
+FP8_CONFIG = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [FP8_BLOCK, FP8_BLOCK],
+              "activation_scheme": "dynamic"}
+
+
+def e4m3_round(x):
+    """fp32 numpy array, already divided by its scale, -> torch float8_e4m3fn: saturated to +-448, then torch's cast
+    (round to nearest even)."""
+    import numpy as np
+    return torch.from_numpy(np.clip(x, np.float32(-E4M3_MAX), np.float32(E4M3_MAX))).to(torch.float8_e4m3fn)
+
+
+def quantize_weight(w):
+    """w [N, K] (bf16) -> (e4m3 [N, K], scale_inv fp32 [ceil(N/128), ceil(K/128)]), per 128 x 128 block:
+    scale = amax / 448 (fp32 division; 1 for an all-zero block), e4m3 = RNE(w / scale) saturated. Divisions are
+    done in numpy fp32 (IEEE, correctly rounded) so the bits are reproducible anywhere."""
+    import numpy as np
+    a = w.float().cpu().numpy().astype(np.float32)
+    N, K = a.shape
+    nb, kb = -(-N // FP8_BLOCK), -(-K // FP8_BLOCK)
+    q = torch.empty((N, K), dtype=torch.float8_e4m3fn)
+    s = torch.empty((nb, kb), dtype=torch.float32)
+    for i in range(nb):
+        for j in range(kb):
+            blk = a[i * FP8_BLOCK:(i + 1) * FP8_BLOCK, j * FP8_BLOCK:(j + 1) * FP8_BLOCK]
+            amax = np.float32(np.abs(blk).max())
+            scale = np.float32(amax / np.float32(E4M3_MAX)) if amax > 0 else np.float32(1.0)
+            q[i * FP8_BLOCK:(i + 1) * FP8_BLOCK, j * FP8_BLOCK:(j + 1) * FP8_BLOCK] = e4m3_round(
+                (blk / scale).astype(np.float32))
+            s[i, j] = float(scale)
+    return q, s
+
+
+def dequantize_weight(q, s):
+    """e4m3 [N, K] and its block scales -> fp32 [N, K] (each element e4m3 * its block's scale, in fp32)."""
+    full = s.repeat_interleave(FP8_BLOCK, 0)[:q.shape[0]].repeat_interleave(FP8_BLOCK, 1)[:, :q.shape[1]]
+    return q.float() * full
+
+
+def act_qdq(x):
+    """Activations quantized per token and 128-channel group to e4m3 and back, as the FP8 kernels do (scale =
+    amax / 448 of the group, 1 for an all-zero group)."""
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1]).float()
+    out = torch.empty_like(x2)
+    for k0 in range(0, shape[-1], FP8_BLOCK):
+        blk = x2[:, k0:k0 + FP8_BLOCK]
+        amax = blk.abs().amax(dim=1, keepdim=True)
+        scale = torch.where(amax > 0, amax / torch.full_like(amax, E4M3_MAX), torch.ones_like(amax))
+        q = (blk / scale.expand_as(blk)).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+        out[:, k0:k0 + FP8_BLOCK] = q.float() * scale
+    return out.reshape(shape).to(x.dtype)
+
+
+def fp8_experts_forward(module, experts, quantize):
+    """A forward for transformers 5's fused experts module (forward(hidden_states [T, H], top_k_index [T, K],
+    top_k_weights [T, K]) -> [T, H]) with the FP8 arithmetic explicit: `experts` = [(gate, up, down)] dequantized
+    fp32 per expert; with `quantize`, the expert inputs and the SiLU(gate) * up activations are quantized per token
+    and 128-channel group."""
+    qdq = act_qdq if quantize else (lambda t: t)
+
+    def forward(hidden_states, top_k_index, top_k_weights, *args, **kwargs):
+        out = torch.zeros_like(hidden_states)
+        x = qdq(hidden_states)
+        for e, (g, u, d) in enumerate(experts):
+            tok, pos = torch.where(top_k_index == e)
+            if tok.numel() == 0:
+                continue
+            xe = x[tok]
+            h = torch.nn.functional.silu(xe @ g.T) * (xe @ u.T)
+            y = qdq(h) @ d.T
+            out.index_add_(0, tok, (y * top_k_weights[tok, pos, None]).to(out.dtype))
+        return out
+
+    return forward
+
+
+def install_fp8_emulation(model, quantized):
+    """Forward pre-hooks quantizing the input of every quantized nn.Linear (kv_b_proj excepted, see the module
+    docstring), and the explicit experts forward on fused expert modules. Raises if a quantized tensor is not
+    covered by one of them (a module structure this script does not know)."""
+    covered = set()
+    hook = lambda mod, args: (act_qdq(args[0]),) + tuple(args[1:])
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.Linear) and f"{name}.weight" in quantized:
+            covered.add(f"{name}.weight")
+            if not name.endswith("kv_b_proj"):
+                mod.register_forward_pre_hook(hook)
+        elif name.endswith(".experts") and not isinstance(mod, torch.nn.ModuleList):
+            experts, e = [], 0
+            while f"{name}.{e}.gate_proj.weight" in quantized:
+                experts.append(tuple(quantized[f"{name}.{e}.{p}_proj.weight"] for p in ("gate", "up", "down")))
+                covered.update(f"{name}.{e}.{p}_proj.weight" for p in ("gate", "up", "down"))
+                e += 1
+            if not experts:
+                raise RuntimeError(f"{name}: no quantized per-expert weights for this experts module")
+            # Check the replacement against transformers' own forward (same weights, no activation quantization)
+            # before installing it, so a change of its signature or semantics is caught here.
+            gen = torch.Generator().manual_seed(7)
+            T, H, K = 9, experts[0][0].shape[1], min(2, len(experts))
+            hs = torch.randn(T, H, generator=gen)
+            idx = torch.stack([torch.randperm(len(experts), generator=gen)[:K] for _ in range(T)])
+            wts = torch.rand(T, K, generator=gen)
+            want = mod(hs, idx, wts)
+            got = fp8_experts_forward(mod, experts, quantize=False)(hs, idx, wts)
+            if not torch.allclose(want, got, rtol=1e-4, atol=1e-5):
+                raise RuntimeError(f"{name}: explicit experts forward differs from transformers' "
+                                   f"(max {float((want - got).abs().max()):.3g})")
+            mod.forward = fp8_experts_forward(mod, experts, quantize=True)
+    missing = sorted(set(quantized) - covered)
+    if missing:
+        raise RuntimeError(f"quantized tensors no hook covers: {missing[:8]}")
+
+
+def make_fp8(args, idx, name, cfg):
+    torch.manual_seed(1234 + idx)
+    prompt_seed = 100 + idx
+    cfg._attn_implementation = "eager"
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    perturb(model, torch.Generator().manual_seed(prompt_seed))
+    src = os.path.join(args.out, name + "_source")
+    dst = os.path.join(args.out, name)
+    for d in (src, dst):
+        shutil.rmtree(d, ignore_errors=True)
+    model.to(torch.bfloat16).save_pretrained(src, safe_serialization=True)
+    tensors = load_all(src)
+    if is_fused(tensors.keys()):  # FP8 checkpoints in the wild are per-expert; keep the source the same
+        tensors = convert_layout(tensors, cfg)
+        for f in os.listdir(src):
+            if f.endswith(".safetensors") or f.endswith(".safetensors.index.json"):
+                os.remove(os.path.join(src, f))
+        save_file(tensors, os.path.join(src, "model.safetensors"), metadata={"format": "pt"})
+    # Reference of the BF16 source (plain fp32 arithmetic).
+    ref_model = transformers.AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32,
+                                                                  attn_implementation="eager").eval()
+    prompts = reference(ref_model, torch.Generator().manual_seed(prompt_seed))
+    extra = rope_info(ref_model) if name in DEEPSEEK else {}
+    with open(os.path.join(src, "reference.json"), "w") as f:
+        json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
+                   "expert_layout": "per_expert", "prompts": prompts, **extra}, f)
+    del ref_model
+
+    # Quantize.
+    fp8, dequant = {}, {}
+    for k, v in tensors.items():
+        if FP8_LINEAR.match(k) and v.dim() == 2:
+            q, s = quantize_weight(v)
+            fp8[k] = q
+            fp8[k[:-len("weight")] + "weight_scale_inv"] = s
+            dequant[k] = dequantize_weight(q, s)
+        else:
+            fp8[k] = v
+    if not dequant:
+        raise RuntimeError(f"{name}: nothing quantized")
+    os.makedirs(dst)
+    save_file(fp8, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(src, "config.json")) as f:
+        config = json.load(f)
+    config["quantization_config"] = FP8_CONFIG
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    if os.path.exists(os.path.join(src, "generation_config.json")):
+        shutil.copy(os.path.join(src, "generation_config.json"), dst)
+
+    # Reference of the FP8 checkpoint: the dequantized weights in fp32 (loaded through transformers from a scratch
+    # directory with the source's config), activation quantization hooked in.
+    scratch = os.path.join(args.out, name + "_scratch")
+    shutil.rmtree(scratch, ignore_errors=True)
+    os.makedirs(scratch)
+    deq_all = {k: (dequant[k] if k in dequant else v.float()) for k, v in tensors.items()}
+    save_file({k: v.contiguous() for k, v in deq_all.items()}, os.path.join(scratch, "model.safetensors"),
+              metadata={"format": "pt"})
+    shutil.copy(os.path.join(src, "config.json"), scratch)
+    q_model = transformers.AutoModelForCausalLM.from_pretrained(scratch, dtype=torch.float32,
+                                                                attn_implementation="eager").eval()
+    shutil.rmtree(scratch)
+    loaded = q_model.state_dict()
+    for k, v in dequant.items():  # the Linear weights are exactly the dequantized ones
+        if k in loaded and not torch.equal(loaded[k].float(), v):
+            raise RuntimeError(f"{k}: dequantized weight did not survive the load")
+    install_fp8_emulation(q_model, dequant)
+    fp8_prompts = reference(q_model, torch.Generator().manual_seed(prompt_seed))
+    with open(os.path.join(dst, "reference.json"), "w") as f:
+        json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
+                   "expert_layout": "per_expert", "quantization": FP8_CONFIG,
+                   "emulation": "weights dequantized per 128x128 block; inputs of every quantized linear (kv_b_proj "
+                                "excepted) and of the experts' gate/up and down quantized per token and 128-channel "
+                                "group to e4m3 and back", "prompts": fp8_prompts, **extra}, f)
+    min_margin = min(min(p["margins"]) for p in fp8_prompts)
+    same = sum(a["greedy"] == b["greedy"] for a, b in zip(prompts, fp8_prompts))
+    print(f"{name}: quantized={len(dequant)} tensors={len(fp8)} min_margin={min_margin:.4g} "
+          f"prompts with the same greedy tokens as BF16: {same}/{len(prompts)} "
+          f"sizes: {os.path.getsize(os.path.join(src, 'model.safetensors'))} -> "
+          f"{os.path.getsize(os.path.join(dst, 'model.safetensors'))} bytes", flush=True)
+    print("  quantized:", sorted(dequant.keys()), flush=True)
+    return (name, "fp8", len(dequant), min_margin)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -210,7 +450,10 @@ def main():
         if only and name not in only:
             continue
         try:
-            summary.append(make_one(args, idx, name, make_cfg()))
+            if name.endswith("_fp8"):
+                summary.append(make_fp8(args, idx, name, make_cfg()))
+            else:
+                summary.append(make_one(args, idx, name, make_cfg()))
         except Exception as e:  # report and go on: one architecture's failure must not hide the others'
             import traceback
             traceback.print_exc()

@@ -4,10 +4,59 @@
 #include <cmath>
 #include <vector>
 
+#include "workers/fp8.hpp"
+
 namespace zmoe {
+namespace {
+
+// Every row of x [num_tokens, cols] (row stride x_stride) quantized per 128-channel group into xq / xs.
+void quantize_rows(const float* x, int64_t num_tokens, int64_t x_stride, int64_t cols, std::vector<float>& xq,
+                   std::vector<float>& xs) {
+    const int64_t kb = fp8_blocks(cols);
+    xq.resize(static_cast<size_t>(num_tokens * cols));
+    xs.resize(static_cast<size_t>(num_tokens * kb));
+    for (int64_t t = 0; t < num_tokens; ++t)
+        quantize_fp8_activation_row(x + t * x_stride, cols, xq.data() + t * cols, xs.data() + t * kb);
+}
+
+}  // namespace
+
+void linear_rows_fp8(const float* xq, const float* xs, int64_t num_tokens, const matrix_view& w, int64_t row_begin,
+                     int64_t row_end, const float* bias, float* y, int64_t y_stride, float* scratch) {
+    const int64_t in = w.cols, kb = fp8_blocks(in);
+    for (int64_t r0 = row_begin; r0 < row_end; r0 += kLinearRowBlock) {
+        const int64_t r1 = std::min(row_end, r0 + kLinearRowBlock);
+        // The e4m3 values of the rows, unscaled (the scales apply per block below).
+        for (int64_t r = r0; r < r1; ++r)
+            convert_to_f32(dtype::f8_e4m3, w.data + static_cast<size_t>(r * in), scratch + (r - r0) * in,
+                           static_cast<size_t>(in));
+        for (int64_t t = 0; t < num_tokens; ++t) {
+            const float* xt = xq + t * in;
+            const float* st = xs + t * kb;
+            float* yt = y + t * y_stride;
+            for (int64_t r = r0; r < r1; ++r) {
+                const float* wr = scratch + (r - r0) * in;
+                const float* ws = w.row_scales(r);
+                float acc = 0.f;
+                for (int64_t b = 0; b < kb; ++b) {
+                    const int64_t k0 = b * kFp8Block;
+                    const float part = dot_f32(xt + k0, wr + k0, std::min(kFp8Block, in - k0));
+                    acc += part * (st[b] * ws[b]);
+                }
+                yt[r - row_begin] = bias ? acc + bias[r] : acc;
+            }
+        }
+    }
+}
 
 void linear_rows(const float* x, int64_t num_tokens, int64_t x_stride, const matrix_view& w, int64_t row_begin,
                  int64_t row_end, const float* bias, float* y, int64_t y_stride, float* scratch) {
+    if (w.type == dtype::f8_e4m3) {
+        thread_local std::vector<float> xq, xs;
+        quantize_rows(x, num_tokens, x_stride, w.cols, xq, xs);
+        linear_rows_fp8(xq.data(), xs.data(), num_tokens, w, row_begin, row_end, bias, y, y_stride, scratch);
+        return;
+    }
     const int64_t in = w.cols;
     const auto* wf = reinterpret_cast<const float*>(w.data);
     for (int64_t r0 = row_begin; r0 < row_end; r0 += kLinearRowBlock) {
@@ -36,6 +85,29 @@ void linear(thread_pool& pool, const float* x, int64_t num_tokens, const matrix_
     // Small products are not worth waking the pool for.
     const int64_t work_per_block = num_tokens * kLinearRowBlock * w.cols;
     const int64_t min_blocks = std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, work_per_block));
+    if (w.type == dtype::f8_e4m3) {
+        // Quantize the activations once (each row independently: the same values linear_rows would compute).
+        const int64_t in = w.cols, kb = fp8_blocks(in);
+        std::vector<float> xq(static_cast<size_t>(num_tokens * in)), xs(static_cast<size_t>(num_tokens * kb));
+        pool.parallel_for(
+            num_tokens,
+            [&](int64_t t0, int64_t t1) {
+                for (int64_t t = t0; t < t1; ++t)
+                    quantize_fp8_activation_row(x + t * in, in, xq.data() + t * in, xs.data() + t * kb);
+            },
+            std::max<int64_t>(1, 4096 / std::max<int64_t>(1, in)));
+        pool.parallel_for(
+            num_blocks,
+            [&](int64_t b0, int64_t b1) {
+                thread_local std::vector<float> scratch;
+                scratch.resize(static_cast<size_t>(kLinearRowBlock * in));
+                const int64_t r0 = b0 * kLinearRowBlock;
+                linear_rows_fp8(xq.data(), xs.data(), num_tokens, w, r0, std::min(w.rows, b1 * kLinearRowBlock), bias,
+                                y + r0, w.rows, scratch.data());
+            },
+            min_blocks);
+        return;
+    }
     pool.parallel_for(
         num_blocks,
         [&](int64_t b0, int64_t b1) {

@@ -24,17 +24,27 @@ inline float dot_f32(const float* a, const float* b, int64_t n) {
 }
 
 /// Rows [row_begin, row_end) of y = x W^T (+ bias) on the calling thread.
+/// A block-scaled FP8 W (dtype f8_e4m3, workers/fp8.hpp) runs the format's W8A8 arithmetic, the reference of the
+/// CUDA FP8 GEMMs: each token's row of x is quantized per 128-channel group to e4m3 (quantize_fp8_activation_row),
+/// and y[t, n] = sum over K blocks kb of dot(x_q[t, kb], w_q[n, kb]) * (x_scale[t, kb] * w_scale[n / 128, kb]),
+/// each block's dot in fp32 over the e4m3 values (DeepGEMM's promotion of the accumulator per 128-wide K block),
+/// the blocks accumulated in fp32 in order.
 /// x: [num_tokens, w.cols] with row stride x_stride; y: [num_tokens, row_end - row_begin] with row stride y_stride
 /// (output row r of W lands in column r - row_begin); bias: [w.rows] or null. `scratch` holds at least kLinearRowBlock
 /// * w.cols floats.
 void linear_rows(const float* x, int64_t num_tokens, int64_t x_stride, const matrix_view& w, int64_t row_begin,
                  int64_t row_end, const float* bias, float* y, int64_t y_stride, float* scratch);
 
+/// Rows of an FP8 W [row_begin, row_end) times activations already quantized by quantize_fp8_activation_row:
+/// xq [num_tokens, w.cols] (e4m3 values), xs [num_tokens, fp8_blocks(w.cols)] (their group scales). As linear_rows.
+void linear_rows_fp8(const float* xq, const float* xs, int64_t num_tokens, const matrix_view& w, int64_t row_begin,
+                     int64_t row_end, const float* bias, float* y, int64_t y_stride, float* scratch);
+
 /// Rows of W widened per block in linear_rows.
 constexpr int64_t kLinearRowBlock = 8;
 
 /// y[t, :] = x[t, :] W^T (+ bias), parallel over W's rows. x: [num_tokens, w.cols], y: [num_tokens, w.rows],
-/// both dense.
+/// both dense. FP8 W: as linear_rows (the activations are quantized once, the same values).
 void linear(thread_pool& pool, const float* x, int64_t num_tokens, const matrix_view& w, const float* bias, float* y);
 
 /// RMSNorm of one row: y = weight * (x / sqrt(mean(x^2) + eps)). x and y may alias.

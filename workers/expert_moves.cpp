@@ -7,20 +7,37 @@
 
 #include "base/check.hpp"
 #include "base/error.hpp"
+#include "workers/fp8.hpp"
 #include "workers/model_runner.hpp"
 
 namespace zmoe {
 
 namespace {
 
-size_t matrix_bytes(const matrix_view& m) { return static_cast<size_t>(m.rows * m.cols) * dtype_size(m.type); }
+size_t element_bytes(const matrix_view& m) { return static_cast<size_t>(m.rows * m.cols) * dtype_size(m.type); }
+
+// FP8 matrices travel with the rows of their scale grid that cover them.
+int64_t scale_floats(const matrix_view& m) {
+    if (m.type != dtype::f8_e4m3) return 0;
+    return fp8_blocks(m.scale_row0 % kFp8Block + m.rows) * fp8_blocks(m.cols);
+}
+
+size_t aligned(size_t n) { return (n + alignof(float) - 1) / alignof(float) * alignof(float); }
+
+// Elements, padded to a float boundary, then the scales (FP8 only).
+size_t matrix_bytes(const matrix_view& m) {
+    return aligned(element_bytes(m)) + static_cast<size_t>(scale_floats(m)) * sizeof(float);
+}
 
 size_t expert_bytes(const mlp_weights& e) { return matrix_bytes(e.gate) + matrix_bytes(e.up) + matrix_bytes(e.down); }
 
-/// Byte layout of one expert on the wire and in its owned buffer: gate | up | down, each in its checkpoint dtype.
+/// Byte layout of one expert on the wire and in its owned buffer: gate | up | down, each in its checkpoint dtype
+/// (padded to 4 bytes), an FP8 matrix followed by its block scales. Buffers are float-aligned.
 void copy_expert(const mlp_weights& e, std::byte* dst) {
     for (const matrix_view* m : {&e.gate, &e.up, &e.down}) {
-        std::memcpy(dst, m->data, matrix_bytes(*m));
+        std::memcpy(dst, m->data, element_bytes(*m));
+        if (const int64_t n = scale_floats(*m))
+            std::memcpy(dst + aligned(element_bytes(*m)), m->row_scales(0), static_cast<size_t>(n) * sizeof(float));
         dst += matrix_bytes(*m);
     }
 }
@@ -28,8 +45,13 @@ void copy_expert(const mlp_weights& e, std::byte* dst) {
 mlp_weights view_expert(const mlp_weights& shape, const std::byte* src) {
     mlp_weights out = shape;
     for (matrix_view* m : {&out.gate, &out.up, &out.down}) {
+        const size_t n = matrix_bytes(*m);
         m->data = src;
-        src += matrix_bytes(*m);
+        if (m->type == dtype::f8_e4m3) {
+            m->scale = reinterpret_cast<const float*>(src + aligned(element_bytes(*m)));
+            m->scale_row0 %= kFp8Block;
+        }
+        src += n;
     }
     return out;
 }

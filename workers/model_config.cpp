@@ -173,21 +173,51 @@ void parse_deepseek_rope(const json& j, const std::string& file, model_config& c
     c.rope_theta = r.theta;
 }
 
+// quantization_config: DeepSeek-V3's block-scaled FP8 (also Qwen3-FP8's) and nothing else, refused naming the method.
+void parse_quantization(const json& j, const std::string& file, model_config& c) {
+    if (!present(j, "quantization_config")) return;
+    const json& q = j["quantization_config"];
+    if (!q.is_object()) bad(file, "field 'quantization_config' is not an object");
+    const std::string method = get_string_or(q, file, "quant_method", "");
+    const std::string supported =
+        " (supported: quant_method 'fp8' with fmt 'e4m3', weight_block_size [128, 128] and activation_scheme "
+        "'dynamic', DeepSeek-V3's format)";
+    if (method != "fp8")
+        unsupported(file, "quantization_config quant_method '" + method + "' is not supported" + supported);
+    const std::string fmt = get_string_or(q, file, "fmt", "e4m3");
+    if (fmt != "e4m3")
+        unsupported(file, "quantization_config quant_method 'fp8' with fmt '" + fmt + "' is not supported" + supported);
+    const std::string act = get_string_or(q, file, "activation_scheme", "dynamic");
+    if (act != "dynamic")
+        unsupported(file, "quantization_config quant_method 'fp8' with activation_scheme '" + act +
+                              "' (static activation scales) is not supported" + supported);
+    if (!present(q, "weight_block_size"))
+        unsupported(file,
+                    "quantization_config quant_method 'fp8' without weight_block_size (per-tensor scales) is not "
+                    "supported" +
+                        supported);
+    const json& b = q["weight_block_size"];
+    if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
+        b[0].get<int64_t>() != 128 || b[1].get<int64_t>() != 128)
+        unsupported(file, "quantization_config quant_method 'fp8' with weight_block_size " + b.dump() +
+                              " is not supported" + supported);
+    for (const char* key : {"modules_to_not_convert", "ignored_layers"}) {
+        if (!present(q, key)) continue;
+        if (!q[key].is_array()) bad(file, std::string("quantization_config field '") + key + "' is not a list");
+        for (const json& m : q[key]) {
+            if (!m.is_string()) bad(file, std::string("quantization_config field '") + key + "' holds a non-string");
+            c.quantization.modules_to_not_convert.push_back(m.get<std::string>());
+        }
+    }
+    c.quantization.method = "fp8";
+    c.quantization.in_checkpoint = true;
+}
+
 // deepseek_v2 / deepseek_v3 (and kimi_k2): as transformers' DeepseekV2Config / DeepseekV3Config read them, with
 // their defaults where a field is absent.
 void parse_deepseek(const json& j, const std::string& file, model_config& c) {
     const bool v3 = c.arch == model_arch::deepseek_v3;
     // Refuse what the forward pass does not implement, naming the field.
-    if (present(j, "quantization_config")) {
-        const json& q = j["quantization_config"];
-        std::string method = q.is_object() ? get_string_or(q, file, "quant_method", "?") : "?";
-        std::string what = "quantization_config (quant_method '" + method + "'";
-        if (q.is_object() && present(q, "weight_block_size"))
-            what += ", weight_block_size " + q["weight_block_size"].dump();
-        unsupported(file, what +
-                              ") is not supported: quantised weights (e.g. FP8 block-quantised DeepSeek-V3 "
-                              "checkpoints) must be converted to BF16 first");
-    }
     if (get_bool_or(j, file, "attention_bias", false)) unsupported(file, "attention_bias=true is not supported");
     if (get_bool_or(j, file, "mlp_bias", false)) unsupported(file, "mlp_bias=true is not supported");
     const std::string act = get_string_or(j, file, "hidden_act", "silu");
@@ -389,6 +419,20 @@ std::vector<int64_t> model_config::moe_layer_indices() const {
     return out;
 }
 
+bool quantization_params::not_converted(const std::string& tensor_name) const {
+    for (const std::string& m : modules_to_not_convert)
+        if (!m.empty() && tensor_name.find(m) != std::string::npos) return true;
+    return false;
+}
+
+void model_config::apply_quantization_flag(const std::string& flag) {
+    if (flag.empty() || (flag == "fp8" && quantization.fp8())) return;
+    if (flag != "fp8")
+        throw error(errc::unsupported, "--quantization '" + flag + "' is not supported (supported: fp8)");
+    quantization.method = "fp8";
+    quantization.in_checkpoint = false;
+}
+
 model_config model_config::parse(const std::string& config_text, const std::string& file) {
     json j;
     try {
@@ -415,6 +459,7 @@ model_config model_config::parse(const std::string& config_text, const std::stri
     if (c.num_heads % c.num_kv_heads != 0)
         bad(file, "num_attention_heads " + std::to_string(c.num_heads) + " is not a multiple of num_key_value_heads " +
                       std::to_string(c.num_kv_heads));
+    parse_quantization(j, file, c);
     if (c.arch == model_arch::deepseek_v2 || c.arch == model_arch::deepseek_v3) {
         parse_deepseek(j, file, c);
         parse_special_tokens(j, file, c);

@@ -53,6 +53,22 @@ struct mla_params {
     bool rope_interleave = true;  ///< rotate pairs (2i, 2i+1) rather than (i, i + d/2)
 };
 
+/// Weight quantization: config.json's quantization_config (the checkpoint stores quantized weights), or
+/// `--quantization` (the BF16 checkpoint is quantized at load). Only DeepSeek-V3's block-scaled FP8 is implemented
+/// (docs/fp8.md, workers/fp8.hpp).
+struct quantization_params {
+    /// "" = none (weights in their checkpoint dtype); "fp8": e4m3 weights with one fp32 scale per 128 x 128 block,
+    /// activations quantized per token and 128-channel group at run time ("dynamic").
+    std::string method;
+    bool in_checkpoint = false;  ///< the checkpoint's weights are quantized (quantization_config); else at load
+    /// modules_to_not_convert / ignored_layers: a linear whose tensor name contains one of these stays unquantized.
+    std::vector<std::string> modules_to_not_convert;
+
+    bool fp8() const { return method == "fp8"; }
+    /// Whether the linear whose weight tensor is `tensor_name` is exempted by modules_to_not_convert.
+    bool not_converted(const std::string& tensor_name) const;
+};
+
 struct model_config {
     model_arch arch = model_arch::qwen3_moe;
     std::string dtype = "bfloat16";  ///< torch_dtype / dtype, informational: weights keep their file dtype
@@ -91,6 +107,8 @@ struct model_config {
     int64_t max_position_embeddings = 0;
     int64_t sliding_window = 0;  ///< mixtral: attend to the last this-many positions; 0 = full causal attention
 
+    quantization_params quantization;
+
     std::vector<int32_t> eos_token_ids;  ///< config.json then generation_config.json, duplicates removed
     int32_t bos_token_id = -1;           ///< -1 = none
 
@@ -112,8 +130,14 @@ struct model_config {
     /// For every layer, its index among MoE layers, or -1 for a dense layer.
     std::vector<int64_t> moe_layer_indices() const;
 
+    /// Applies `--quantization` (vLLM's flag): "" keeps the checkpoint's own format; "fp8" quantizes a BF16
+    /// checkpoint's linears at load to the block-scaled FP8 format (a no-op on an FP8 checkpoint). Throws
+    /// zmoe::error(unsupported) naming any other value.
+    void apply_quantization_flag(const std::string& flag);
+
     /// Parses `config_text` (contents of `file`, named in errors). Throws zmoe::error(unsupported) for an
-    /// architecture or RoPE type we do not implement, (invalid_checkpoint) for a missing or malformed field.
+    /// architecture, RoPE type or quantization_config we do not implement (naming the quant_method), and
+    /// (invalid_checkpoint) for a missing or malformed field.
     static model_config parse(const std::string& config_text, const std::string& file = "config.json");
     /// Reads DIR/config.json and, if present, DIR/generation_config.json.
     static model_config load(const std::string& model_dir);

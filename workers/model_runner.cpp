@@ -39,8 +39,17 @@ int64_t kv_blocks_for_budget(const model_config& config, int64_t block_size, int
 model_runner::model_runner(const std::string& model_dir, const runner_options& options)
     : model_runner(model_config::load(model_dir), model_dir, options) {}
 
+namespace {
+
+model_config with_quantization(model_config c, const std::string& flag) {
+    c.apply_quantization_flag(flag);
+    return c;
+}
+
+}  // namespace
+
 model_runner::model_runner(const model_config& config, const std::string& model_dir, const runner_options& options)
-    : config_(config),
+    : config_(with_quantization(config, options.quantization)),
       options_(options),
       placement_(make_placement(config_, options)),
       own_comm_(options.comm ? nullptr : std::make_unique<local_expert_comm>()),

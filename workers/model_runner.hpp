@@ -39,6 +39,9 @@ struct runner_options {
     /// "auto": the checkpoint's weights; "dummy": generated from config.json (dummy_checkpoint).
     std::string load_format = "auto";
     double dummy_router_skew = 0;  ///< with "dummy": hot experts (dummy_checkpoint)
+    /// `--quantization`: "" = the checkpoint's own format; "fp8": quantize at load
+    /// (model_config::apply_quantization_flag).
+    std::string quantization;
 };
 
 class model_runner final : public step_executor {

@@ -2,7 +2,12 @@
 // The weights of one rank, mapped from Hugging Face tensor names per architecture. Views point into the
 // memory-mapped checkpoint and keep its dtype; only the 1D tensors (norms, biases) are widened to fp32 at load.
 // A rank holds every attention/dense/router weight and only the experts of its slots in the expert placement.
+// Block-scaled FP8 (config.quantization, docs/fp8.md): the linear projections of the decoder layers are f8_e4m3
+// views with their fp32 block scales, straight from an FP8 checkpoint (scales widened to fp32 at load) or quantized
+// at load from a BF16 one (`--quantization fp8`, codes and scales owned here); embeddings, norms, routers, the
+// shared-expert gate and lm_head stay in their checkpoint dtype.
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +73,9 @@ class model_weights {
   public:
     /// Maps the checkpoint in `model_dir` for `rank` of `placement`. Throws zmoe::error(invalid_checkpoint) naming
     /// the file and tensor for a missing tensor or a wrong shape (expected vs got), (unsupported) for a dtype.
+    /// config.quantization fp8: from an FP8 checkpoint (in_checkpoint) each FP8 linear's `weight_scale_inv` is read
+    /// with it (shape [ceil(rows / 128), ceil(cols / 128)] checked); otherwise the linears are quantized at load
+    /// (quantize_fp8_blocks), dummy weights included.
     /// load_format "dummy" (vLLM's name): no checkpoint is read; every tensor is generated from the config
     /// (dummy_checkpoint: N(0, 0.02^2) matrices, norms 1, biases 0).
     /// dummy_router_skew > 0 (with "dummy"): dummy_checkpoint's hot experts.
@@ -86,10 +94,21 @@ class model_weights {
     std::vector<layer_weights>& mutable_layers() { return layers_; }
     /// Whether the checkpoint stores experts as fused 3D tensors (transformers 5) rather than one 2D tensor each.
     bool fused_experts() const { return fused_experts_; }
+    /// Bytes of FP8 codes and scales quantized at load (0 when read from an FP8 checkpoint or unquantized).
+    int64_t quantized_bytes() const { return quantized_bytes_; }
 
   private:
     template <class Source>
     void load(const Source& source, const expert_placement& placement, int rank);
+    /// A linear projection's weight `name` ("....weight") [rows, cols]: FP8 with its scales (from the checkpoint,
+    /// or quantized here), or in the checkpoint dtype where the format keeps it so.
+    template <class Source>
+    matrix_view linear(const Source& source, const std::string& name, int64_t rows, int64_t cols);
+    /// A weight the format never quantizes (embeddings, lm_head, routers, gates): an FP8 one is refused.
+    template <class Source>
+    matrix_view plain(const Source& source, const std::string& name, int64_t rows, int64_t cols) const;
+    /// `m` (any dtype) quantized to block-scaled FP8 into owned storage.
+    matrix_view quantize(const matrix_view& m);
 
     model_config config_;
     std::unique_ptr<safetensors_checkpoint> checkpoint_;
@@ -99,6 +118,10 @@ class model_weights {
     std::vector<float> final_norm_;
     std::vector<layer_weights> layers_;
     bool fused_experts_ = false;
+    bool quantize_at_load_ = false;  // fp8 requested but the weights read are not FP8 (BF16 checkpoint, dummy)
+    std::deque<std::vector<uint8_t>> fp8_codes_;  // quantized at load
+    std::deque<std::vector<float>> fp8_scales_;   // block scales (read from the checkpoint, or computed)
+    int64_t quantized_bytes_ = 0;
 };
 
 }  // namespace zmoe

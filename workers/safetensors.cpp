@@ -143,9 +143,11 @@ tensor_view safetensors_file::get(const std::string& name) const {
         v.type = dtype::f16;
     } else if (e.dtype_name == "BF16") {
         v.type = dtype::bf16;
+    } else if (e.dtype_name == "F8_E4M3") {
+        v.type = dtype::f8_e4m3;  // model_weights pairs it with its weight_scale_inv
     } else {
         throw error(errc::unsupported, path_ + ": tensor '" + name + "' has unsupported dtype " + e.dtype_name +
-                                           " (supported: BF16, F16, F32)");
+                                           " (supported: BF16, F16, F32, F8_E4M3)");
     }
     v.shape = e.shape;
     v.data = data_block_ + e.begin;

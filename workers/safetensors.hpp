@@ -28,7 +28,7 @@ class safetensors_file {
     bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
     /// Tensor names in header order (sorted, as the format's JSON object).
     std::vector<std::string> names() const;
-    /// The tensor `name`. Throws invalid_checkpoint if absent, unsupported if its dtype is not F32/F16/BF16.
+    /// The tensor `name`. Throws invalid_checkpoint if absent, unsupported if its dtype is not F32/F16/BF16/F8_E4M3.
     tensor_view get(const std::string& name) const;
 
   private:

@@ -5,6 +5,7 @@
 
 #include "base/check.hpp"
 #include "base/error.hpp"
+#include "workers/fp8.hpp"
 
 namespace zmoe {
 
@@ -21,6 +22,8 @@ std::string encode_safetensors(const std::vector<tensor_to_write>& tensors) {
         for (float v : t.values) {
             if (t.type == dtype::f32) {
                 data.append(reinterpret_cast<const char*>(&v), 4);
+            } else if (t.type == dtype::f8_e4m3) {
+                data.push_back(static_cast<char>(f32_to_e4m3(v)));
             } else {
                 const uint16_t h = t.type == dtype::bf16 ? f32_to_bf16(v) : f32_to_f16(v);
                 data.append(reinterpret_cast<const char*>(&h), 2);

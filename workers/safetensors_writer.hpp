@@ -10,7 +10,8 @@
 
 namespace zmoe {
 
-/// One tensor to write: values given in fp32 and stored as `type` (rounded to nearest even).
+/// One tensor to write: values given in fp32 and stored as `type` (rounded to nearest even; f8_e4m3: f32_to_e4m3,
+/// unscaled, so pass the e4m3 values themselves).
 struct tensor_to_write {
     std::string name;
     dtype type = dtype::bf16;

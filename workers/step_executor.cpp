@@ -26,6 +26,7 @@ std::unique_ptr<step_executor> make_step_executor(const executor_options& option
         runner_options ro;
         ro.load_format = c.load_format;
         ro.dummy_router_skew = c.dummy_router_skew;
+        ro.quantization = c.quantization;
         ro.block_size = c.block_size;
         ro.num_kv_blocks = c.num_kv_blocks > 0 ? c.num_kv_blocks
                                                : kv_blocks_for_budget(options.model, c.block_size, c.kv_cache_mb << 20);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "base/check.hpp"
+#include "workers/fp8.hpp"
 
 namespace zmoe {
 
@@ -13,6 +14,8 @@ size_t dtype_size(dtype t) {
         case dtype::f16:
         case dtype::bf16:
             return 2;
+        case dtype::f8_e4m3:
+            return 1;
     }
     return 0;
 }
@@ -25,6 +28,8 @@ const char* dtype_name(dtype t) {
             return "F16";
         case dtype::bf16:
             return "BF16";
+        case dtype::f8_e4m3:
+            return "F8_E4M3";
     }
     return "?";
 }
@@ -110,6 +115,12 @@ void convert_to_f32(dtype t, const void* src, float* dst, size_t n) {
             }
             return;
         }
+        case dtype::f8_e4m3: {
+            const auto* s = static_cast<const uint8_t*>(src);
+            const float* table = e4m3_table();
+            for (size_t i = 0; i < n; ++i) dst[i] = table[s[i]];
+            return;
+        }
     }
 }
 
@@ -131,7 +142,18 @@ matrix_view matrix_view::slice_rows(int64_t first, int64_t count) const {
     matrix_view v = *this;
     v.data = data + static_cast<size_t>(first * cols) * dtype_size(type);
     v.rows = count;
+    v.scale_row0 = scale_row0 + first;
     return v;
+}
+
+const float* matrix_view::row_scales(int64_t r) const {
+    ZMOE_CHECK(type == dtype::f8_e4m3 && scale != nullptr, "row_scales of a matrix without FP8 block scales");
+    return scale + ((scale_row0 + r) / kFp8Block) * fp8_blocks(cols);
+}
+
+void matrix_view::scale_row(int64_t r, float* dst) const {
+    const float* s = row_scales(r);
+    for (int64_t c = 0; c < cols; ++c) dst[c] *= s[c / kFp8Block];
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {

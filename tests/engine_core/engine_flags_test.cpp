@@ -93,6 +93,8 @@ TEST(EngineFlags, CommandLineRoundTripsEveryFlag) {
                                    "0.55",
                                    "--load-format",
                                    "dummy",
+                                   "--quantization",
+                                   "fp8",
                                    "--enforce-eager",
                                    "--allow-long-max-model-len",
                                    "--heartbeat-max-missed",
@@ -436,6 +438,25 @@ TEST(EngineFlags, LoadFormat) {
     test::inproc_engine e(parse({"--load-format", "dummy"}));
     ASSERT_TRUE(e.wait_serving());
     EXPECT_EQ(welcome_of(e).config.load_format, "dummy");
+    EXPECT_TRUE(e.run(1, prompt(4), 2).finished);
+}
+
+TEST(EngineFlags, Quantization) {
+    // The worker reads it: the CPU backend quantizes the BF16 fixture to block-scaled FP8 at load and serves with it.
+    EXPECT_EQ(parse({}).quantization, "");
+    {  // the default (empty: the checkpoint's own format) survives the engine-core command line too
+        std::vector<std::string> args = engine_config_args(parse({}));
+        engine_config back;
+        po::options_description d;
+        cli::add_engine_options(d, back);
+        po::variables_map vm;
+        po::store(po::command_line_parser(args).options(d).run(), vm);
+        po::notify(vm);
+        EXPECT_EQ(back, parse({}));
+    }
+    test::inproc_engine e(parse({"--quantization", "fp8"}));
+    ASSERT_TRUE(e.wait_serving());
+    EXPECT_EQ(welcome_of(e).config.quantization, "fp8");
     EXPECT_TRUE(e.run(1, prompt(4), 2).finished);
 }
 

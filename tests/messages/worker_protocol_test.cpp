@@ -91,6 +91,7 @@ engine_config non_default_config() {
     c.kv_cache_mb = 1024;
     c.gpu_memory_utilization = 0.625;
     c.load_format = "dummy";
+    c.quantization = "fp8";
     c.enable_dbo = true;
     c.dbo_decode_token_threshold = 7;
     c.dbo_prefill_token_threshold = 70;

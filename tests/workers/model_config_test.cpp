@@ -263,17 +263,66 @@ TEST(ModelConfig, DeepseekTransformers4AndKimiSpellings) {
     EXPECT_EQ(kimi.router, router_kind::sigmoid_group_limited);
 }
 
+// quantization_config: DeepSeek-V3's block-scaled FP8 loads (any architecture); every other method or FP8 variant
+// is refused at parse time, naming the method and what differs.
+TEST(ModelConfig, QuantizationConfigFp8BlockAcceptedOthersRefusedByName) {
+    for (const char* fixture : {"deepseek_v3", "qwen3_moe", "mixtral"}) {
+        json j = read_json_file(deepseek_fixture(fixture) + "/config.json");
+        const model_config plain = model_config::parse(j.dump());
+        EXPECT_FALSE(plain.quantization.fp8());
+        j["quantization_config"] = {{"activation_scheme", "dynamic"},
+                                    {"fmt", "e4m3"},
+                                    {"quant_method", "fp8"},
+                                    {"weight_block_size", {128, 128}},
+                                    {"modules_to_not_convert", {"lm_head", "model.layers.0.self_attn.o_proj"}}};
+        const model_config c = model_config::parse(j.dump(), "/m/config.json");
+        EXPECT_TRUE(c.quantization.fp8()) << fixture;
+        EXPECT_TRUE(c.quantization.in_checkpoint);
+        EXPECT_TRUE(c.quantization.not_converted("model.layers.0.self_attn.o_proj.weight"));
+        EXPECT_FALSE(c.quantization.not_converted("model.layers.1.self_attn.o_proj.weight"));
+        // Qwen3-FP8 spells the list ignored_layers; fmt and activation_scheme may be absent (their defaults).
+        json q = j;
+        q["quantization_config"] = {
+            {"quant_method", "fp8"}, {"weight_block_size", {128, 128}}, {"ignored_layers", {"mlp.gate"}}};
+        const model_config qc = model_config::parse(q.dump());
+        EXPECT_TRUE(qc.quantization.fp8());
+        EXPECT_EQ(qc.quantization.modules_to_not_convert, std::vector<std::string>{"mlp.gate"});
+        // The rest of the config is unaffected.
+        EXPECT_EQ(c.hidden_size, plain.hidden_size);
+        EXPECT_EQ(c.num_experts, plain.num_experts);
+    }
+    const json base = read_json_file(deepseek_fixture("deepseek_v3") + "/config.json");
+    auto refused = [&](const json& qc, const std::vector<std::string>& words) {
+        json j = base;
+        j["quantization_config"] = qc;
+        const std::string msg = error_of([&] { model_config::parse(j.dump(), "/m/config.json"); }, errc::unsupported);
+        EXPECT_NE(msg.find("/m/config.json"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("quantization_config"), std::string::npos) << msg;
+        for (const std::string& w : words) EXPECT_NE(msg.find(w), std::string::npos) << w << " in " << msg;
+    };
+    refused({{"quant_method", "awq"}, {"bits", 4}}, {"awq"});
+    refused({{"quant_method", "gptq"}}, {"gptq"});
+    refused({{"quant_method", "compressed-tensors"}}, {"compressed-tensors"});
+    refused({{"quant_method", "fp8"}, {"weight_block_size", {64, 64}}}, {"fp8", "weight_block_size", "64"});
+    refused({{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}, {"activation_scheme", "static"}},
+            {"fp8", "static"});
+    refused({{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}}, {"fp8", "per-tensor"});
+    refused({{"quant_method", "fp8"}, {"fmt", "e5m2"}, {"weight_block_size", {128, 128}}}, {"e5m2"});
+
+    // --quantization: fp8 quantizes a BF16 checkpoint at load; anything else is refused by name.
+    model_config c = model_config::parse(base.dump());
+    c.apply_quantization_flag("");
+    EXPECT_FALSE(c.quantization.fp8());
+    c.apply_quantization_flag("fp8");
+    EXPECT_TRUE(c.quantization.fp8());
+    EXPECT_FALSE(c.quantization.in_checkpoint);
+    const std::string msg = error_of([&] { c.apply_quantization_flag("int8"); }, errc::unsupported);
+    EXPECT_NE(msg.find("int8"), std::string::npos) << msg;
+}
+
 TEST(ModelConfig, DeepseekUnsupportedVariantsNameTheField) {
     const json base = read_json_file(deepseek_fixture("deepseek_v3") + "/config.json");
     json j = base;
-    j["quantization_config"] = {
-        {"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
-    std::string msg = error_of([&] { model_config::parse(j.dump(), "/m/config.json"); }, errc::unsupported);
-    EXPECT_NE(msg.find("/m/config.json"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("quantization_config"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("fp8"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("weight_block_size"), std::string::npos) << msg;
-
     j = base;
     j["scoring_func"] = "softmax";
     EXPECT_NE(error_of([&] { model_config::parse(j.dump()); }, errc::unsupported).find("scoring_func"),
