@@ -23,7 +23,26 @@ done
 [[ -n $model ]] || { echo "launch_two_nodes_check.sh: --model is required" >&2; exit 2; }
 [[ -n $out ]] || out=$(mktemp -d)
 mkdir -p "$out"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# reserve_port VAR: a loopback port below the kernel's ephemeral range (no outgoing connection of a test running
+# beside this one can take it between our check and the server's bind), locked for this script's life with an flock
+# on /tmp/zmoe-test-ports/PORT (the lock tests/cli/e2e_util.hpp takes), and checked bindable.
+mkdir -p /tmp/zmoe-test-ports 2>/dev/null && chmod 777 /tmp/zmoe-test-ports 2>/dev/null
+reserve_port() {
+  local lo p fd
+  lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  ((lo > 12000)) || lo=32768
+  for _ in $(seq 1 2000); do
+    p=$((10000 + (RANDOM * 32768 + RANDOM) % (lo - 10000)))
+    exec {fd}>"/tmp/zmoe-test-ports/$p" || continue
+    if flock -n "$fd" && python3 -c "import socket; socket.socket().bind(('127.0.0.1', $p))" 2>/dev/null; then
+      printf -v "$1" %s "$p"
+      return 0
+    fi
+    exec {fd}>&-
+  done
+  echo "launch_two_nodes_check.sh: no free loopback port below $lo" >&2
+  exit 1
+}
 
 # Requests: every reference prompt (else four fixed ones), greedy.
 python3 - "$model" "$max_tokens" >"$out/requests.jsonl" <<'EOF'
@@ -43,8 +62,8 @@ trap cleanup EXIT
 # run TAG NODES: serves the requests with NODES nodes (2 workers in all), writes $out/TAG.jsonl.
 run() {
   local tag=$1 nodes=$2 wpn=$((2 / $2)) port engine_port
-  port=$(free_port)
-  engine_port=$(free_port)
+  reserve_port port
+  reserve_port engine_port
   pids=()
   export ZMOE_RUN_SECRET=two-node-check-$RANDOM$RANDOM
   for ((r = nodes - 1; r >= 0; r--)); do
