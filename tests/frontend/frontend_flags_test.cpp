@@ -320,7 +320,11 @@ TEST(FrontendFlags, ShutdownTimeout) {
 TEST(FrontendFlags, ClientSendTimeout) {
     // A client that takes nothing while its pipe is full has its requests ended after --client-send-timeout.
     auto stuck_clients = [](const std::string& timeout) {
-        inproc_server s(engine(), {"--client-send-timeout", timeout});
+        // One sequence at a time and eight long requests: the client has live requests for hundreds of steps
+        // after its pipe fills (one 400-token request alone can finish within the 50 ms bound on the fixture).
+        engine_config one_at_a_time = engine();
+        one_at_a_time.max_num_seqs = 1;
+        inproc_server s(one_at_a_time, {"--client-send-timeout", timeout});
         EXPECT_TRUE(s.wait_serving());
         auto observer = s.connect();
         // A raw client socket that sends and never receives: health requests whose replies fill its pipe (ZeroMQ's
@@ -330,9 +334,11 @@ TEST(FrontendFlags, ClientSendTimeout) {
         never_reads.set(zmq::sockopt::linger, 0);
         never_reads.connect(s.client_endpoint());
         for (int k = 0; k < 3000; ++k) never_reads.send(zmq::buffer(encode(client_health{"h"})));
-        client_generate g = request(prompt(4), 400);
-        g.client_request_id = "stuck";
-        never_reads.send(zmq::buffer(encode(g)));
+        for (int k = 0; k < 8; ++k) {
+            client_generate g = request(prompt(4), 500);
+            g.client_request_id = "stuck" + std::to_string(k);
+            never_reads.send(zmq::buffer(encode(g)));
+        }
         test::wait_until([&] { return test::frontend_counter(*observer, "client_pipe_full") > 0; }, 10s);
         EXPECT_GT(test::frontend_counter(*observer, "client_pipe_full"), 0) << "the pipe never filled";
         test::wait_until([&] { return test::frontend_counter(*observer, "clients_stuck") > 0; }, 2s);
