@@ -10,8 +10,8 @@
 #include "base/check.hpp"
 #include "base/log.hpp"
 #include "messages/expert_placement.hpp"
+#include "model/model_config.hpp"
 #include "workers/expert_comm.hpp"
-#include "workers/model_config.hpp"
 #include "workers/model_runner.hpp"
 #include "workers/step_executor.hpp"
 
