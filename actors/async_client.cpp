@@ -15,6 +15,7 @@
 #include "actors/zmq_context.hpp"
 #include "actors/zmq_poll.hpp"
 #include "base/log.hpp"
+#include "base/overloaded.hpp"
 #include "messages/envelope.hpp"
 
 namespace zmoe {
@@ -106,48 +107,48 @@ struct async_client::impl {
             ZMOE_LOG(warn, "async_client: undecodable frame from the frontend: " << e.what());
             return;
         }
-        std::visit(
-            [&](auto&& m) {
-                using T = std::decay_t<decltype(m)>;
-                if constexpr (std::is_same_v<T, client_delta>) {
-                    auto it = live.find(m.client_request_id);
-                    if (it == live.end()) return;
-                    const bool terminal = m.finished && --it->second.num_open == 0;
-                    const std::string cid = m.client_request_id;
-                    deliver(cid, std::move(m), terminal);
-                } else if constexpr (std::is_same_v<T, client_error>) {
-                    if (m.client_request_id.empty()) {
-                        ZMOE_LOG(warn, "async_client: the frontend says: " << errc_name(m.code) << ": " << m.message);
-                        if (m.code == errc::unauthenticated) fail_all(m.code, m.message);
-                        return;
-                    }
-                    // duplicate_request leaves the live request of that id running; ids here are fresh, so this
-                    // cannot happen, but it would not be that request's end.
-                    if (m.code == errc::duplicate_request) return;
-                    const std::string cid = m.client_request_id;
-                    deliver(cid, std::move(m), true);
-                } else if constexpr (std::is_same_v<T, client_health_reply>) {
-                    update_state([&](async_client_health& s) {
-                        s.health = std::move(m);
-                        s.health_at = clock_type::now();
-                    });
-                } else if constexpr (std::is_same_v<T, client_metrics_reply>) {
-                    auto it = replies.find(m.tag);
-                    if (it == replies.end() || !it->second.metrics) return;
-                    auto done = std::move(it->second.metrics);
-                    replies.erase(it);
-                    done(std::move(m.json));
-                } else if constexpr (std::is_same_v<T, client_tokens_reply>) {
-                    auto it = replies.find(m.tag);
-                    if (it == replies.end() || !it->second.tokens) return;
-                    auto done = std::move(it->second.tokens);
-                    replies.erase(it);
-                    done(std::move(m));
-                } else if constexpr (std::is_same_v<T, client_heartbeat>) {
-                    // Liveness only: every frame counts.
-                }
+        visit_exhaustive(
+            std::move(reply),
+            [&](client_delta&& m) {
+                auto it = live.find(m.client_request_id);
+                if (it == live.end()) return;
+                const bool terminal = m.finished && --it->second.num_open == 0;
+                const std::string cid = m.client_request_id;
+                deliver(cid, std::move(m), terminal);
             },
-            std::move(reply));
+            [&](client_error&& m) {
+                if (m.client_request_id.empty()) {
+                    ZMOE_LOG(warn, "async_client: the frontend says: " << errc_name(m.code) << ": " << m.message);
+                    if (m.code == errc::unauthenticated) fail_all(m.code, m.message);
+                    return;
+                }
+                // duplicate_request leaves the live request of that id running; ids here are fresh, so this
+                // cannot happen, but it would not be that request's end.
+                if (m.code == errc::duplicate_request) return;
+                const std::string cid = m.client_request_id;
+                deliver(cid, std::move(m), true);
+            },
+            [&](client_health_reply&& m) {
+                update_state([&](async_client_health& s) {
+                    s.health = std::move(m);
+                    s.health_at = clock_type::now();
+                });
+            },
+            [&](client_metrics_reply&& m) {
+                auto it = replies.find(m.tag);
+                if (it == replies.end() || !it->second.metrics) return;
+                auto done = std::move(it->second.metrics);
+                replies.erase(it);
+                done(std::move(m.json));
+            },
+            [&](client_tokens_reply&& m) {
+                auto it = replies.find(m.tag);
+                if (it == replies.end() || !it->second.tokens) return;
+                auto done = std::move(it->second.tokens);
+                replies.erase(it);
+                done(std::move(m));
+            },
+            [](const client_heartbeat&) {});  // liveness only: every frame counts
     }
 
     // Ends every open request and pending reply with `code`.

@@ -11,6 +11,7 @@
 #include "actors/zmq_context.hpp"
 #include "actors/zmq_poll.hpp"
 #include "base/log.hpp"
+#include "base/overloaded.hpp"
 #include "messages/envelope.hpp"
 
 namespace zmoe {
@@ -123,32 +124,28 @@ struct zmoe_client::impl {
         }
         try {
             client_reply reply = decode_client_reply({msg.data<char>(), msg.size()});
-            std::visit(
-                [&](auto&& m) {
-                    using T = std::decay_t<decltype(m)>;
-                    if constexpr (std::is_same_v<T, client_delta>) {
-                        if (m.finished) {  // the request ends with the last of its n sequences
-                            auto it = live.find(m.client_request_id);
-                            if (it != live.end() && --it->second == 0) live.erase(it);
-                        }
-                        events.emplace_back(std::move(m));
-                    } else if constexpr (std::is_same_v<T, client_error>) {
-                        if (m.code == errc::unauthenticated && m.client_request_id.empty()) {
-                            refused = m;  // a wrong key: the waiting call throws it
-                            return;
-                        }
-                        // duplicate_request leaves the live request of that id running: not its end.
-                        if (m.code != errc::duplicate_request) live.erase(m.client_request_id);
-                        events.emplace_back(std::move(m));
-                    } else if constexpr (std::is_same_v<T, client_health_reply>) {
-                        health_replies[m.tag] = std::move(m);
-                    } else if constexpr (std::is_same_v<T, client_metrics_reply>) {
-                        metrics_replies[m.tag] = std::move(m);
-                    } else if constexpr (std::is_same_v<T, client_tokens_reply>) {
-                        tokens_replies[m.tag] = std::move(m);
+            visit_exhaustive(
+                std::move(reply),
+                [&](client_delta&& m) {
+                    if (m.finished) {  // the request ends with the last of its n sequences
+                        auto it = live.find(m.client_request_id);
+                        if (it != live.end() && --it->second == 0) live.erase(it);
                     }
+                    events.emplace_back(std::move(m));
                 },
-                std::move(reply));
+                [&](client_error&& m) {
+                    if (m.code == errc::unauthenticated && m.client_request_id.empty()) {
+                        refused = m;  // a wrong key: the waiting call throws it
+                        return;
+                    }
+                    // duplicate_request leaves the live request of that id running: not its end.
+                    if (m.code != errc::duplicate_request) live.erase(m.client_request_id);
+                    events.emplace_back(std::move(m));
+                },
+                [&](client_health_reply&& m) { health_replies[m.tag] = std::move(m); },
+                [&](client_metrics_reply&& m) { metrics_replies[m.tag] = std::move(m); },
+                [&](client_tokens_reply&& m) { tokens_replies[m.tag] = std::move(m); },
+                [](const client_heartbeat&) {});  // a sign of life: last_received is already set
         } catch (const error& e) {
             ZMOE_LOG(warn, "zmoe_client: dropped an undecodable reply: " << e.what());
         }

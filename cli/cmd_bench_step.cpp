@@ -23,8 +23,8 @@
 #include "cli/cmd_bench.hpp"
 #include "cli/options.hpp"
 #include "messages/expert_placement.hpp"
+#include "model/step_floor.hpp"
 #include "workers/step_executor.hpp"
-#include "workers/step_floor.hpp"
 
 namespace {
 

@@ -143,6 +143,16 @@ std::optional<request_output> scheduler::abort_request(uint64_t id, finish_reaso
 
 int32_t scheduler::num_in_flight() const { return static_cast<int32_t>(in_flight_.size()); }
 
+std::optional<uint64_t> scheduler::oldest_in_flight() const {
+    if (in_flight_.empty()) return std::nullopt;
+    return in_flight_.front().step_id;
+}
+
+bool scheduler::is_in_flight(uint64_t step_id) const {
+    return std::any_of(in_flight_.begin(), in_flight_.end(),
+                       [step_id](const in_flight_step& f) { return f.step_id == step_id; });
+}
+
 int32_t scheduler::num_ranks() const { return static_cast<int32_t>(ranks_.size()); }
 
 bool scheduler::can_schedule() const { return in_flight_.size() < (config_.async_scheduling ? 2u : 1u); }

@@ -65,6 +65,12 @@ class scheduler {
     bool can_schedule() const;
     /// Steps returned by schedule() whose results have not yet been given to update().
     int32_t num_in_flight() const;
+    /// The oldest step in flight (the one update() takes next), or nullopt when none is.
+    std::optional<uint64_t> oldest_in_flight() const;
+    /// Whether step `step_id` was returned by schedule() and its results are not yet given to update().
+    bool is_in_flight(uint64_t step_id) const;
+    /// The id the next schedule() gives its step.
+    uint64_t next_step_id() const { return next_step_id_; }
     /// Whether a schedule() now could give some rank work (a waiting request or a running one still to sample).
     /// False while the only unfinished requests wait for their last in-flight token.
     bool has_pending_work() const;

@@ -11,6 +11,7 @@
 #include "actors/run_secret.hpp"
 #include "base/check.hpp"
 #include "base/log.hpp"
+#include "base/overloaded.hpp"
 #include "base/version.hpp"
 #include "frontend/chat_prompt.hpp"
 #include "frontend/sampling_defaults.hpp"
@@ -339,21 +340,11 @@ void frontend_actor::on_client_message(const inbound_message& msg) {
         send_client_error(client, peek_client_request_id(msg.payload), errc::protocol, e.what());
         return;
     }
-    // Client authentication (actors/client_auth.hpp): health and heartbeats are open to all; generate, abort and
+    // Client authentication (actors/client_auth.hpp): hello, health and heartbeats are open to all; generate, abort and
     // metrics need the API key from a client over TCP that is not on loopback, and from anyone who gave a wrong one.
-    if (auto* hello = std::get_if<client_hello>(&decoded)) {
-        if (options_.api_key.empty() || hello->api_key.empty()) return;  // no key asked for, or none given
-        if (secrets_equal(hello->api_key, options_.api_key)) {
-            info.auth = client_info::auth_state::ok;
-        } else {
-            info.auth = client_info::auth_state::refused;
-            metrics_.counter_add("clients_unauthenticated");
-            send_client_error(client, "", errc::unauthenticated, "wrong API key");
-        }
-        return;
-    }
-    const bool open_message =
-        std::holds_alternative<client_health>(decoded) || std::holds_alternative<client_heartbeat>(decoded);
+    const bool open_message = std::holds_alternative<client_hello>(decoded) ||
+                              std::holds_alternative<client_health>(decoded) ||
+                              std::holds_alternative<client_heartbeat>(decoded);
     if (!open_message && !options_.api_key.empty() && info.auth != client_info::auth_state::ok) {
         const bool local = !client_endpoint_is_tcp_ || is_loopback_address(msg.peer_address);
         if (!local || info.auth == client_info::auth_state::refused) {
@@ -368,58 +359,67 @@ void frontend_actor::on_client_message(const inbound_message& msg) {
                                            "--api-key, ZMOE_API_KEY, or the HTTP header Authorization: Bearer KEY)");
         }
     }
-    std::visit(
-        [&](auto&& m) {
-            using T = std::decay_t<decltype(m)>;
-            if constexpr (std::is_same_v<T, client_generate>) {
-                handle_generate(client, std::move(m));
-            } else if constexpr (std::is_same_v<T, client_abort>) {
-                handle_abort(client, m);
-            } else if constexpr (std::is_same_v<T, client_heartbeat>) {
-                note_client_heartbeat(info);
-                if (!info.blocked) send_to(client_sock_, client, encode(client_heartbeat{}));
-            } else if constexpr (std::is_same_v<T, client_health>) {
-                client_health_reply r;
-                r.tag = m.tag;
-                r.status = engine_failed_ ? "degraded" : draining_ ? "draining" : engine_ready_ ? "ok" : "starting";
-                r.model = std::filesystem::path(options_.model_dir).filename().string();
-                r.num_workers = engine_ready_ ? welcome_.num_workers : options_.num_workers;
-                r.num_workers_alive = engine_failed_ ? 0 : engine_ready_ ? welcome_.num_workers : 0;
-                // Running: producing tokens; waiting: accepted, no token yet (queued or in prefill).
-                for (const auto& [id, lr] : live_) ++(lr.first_token_seen ? r.num_running : r.num_waiting);
-                r.uptime_s = ms_between(started_at_, clock_type::now()) / 1000.0;
-                r.version = kVersion;
-                r.detail = engine_failure_;
-                r.run_id = options_.run_id;
-                send_to_client(client, encode(r));
-            } else if constexpr (std::is_same_v<T, client_tokenize>) {
-                client_tokens_reply r =
-                    answer_tokenize(m, tokenizer_ ? &*tokenizer_ : nullptr, chat_template_, options_.max_prompt_bytes);
-                r.max_model_len = engine_ready_ ? welcome_.max_model_len : 0;
-                send_to_client(client, encode(r));
-            } else if constexpr (std::is_same_v<T, client_detokenize>) {
-                client_tokens_reply r = answer_detokenize(m, tokenizer_ ? &*tokenizer_ : nullptr);
-                r.max_model_len = engine_ready_ ? welcome_.max_model_len : 0;
-                send_to_client(client, encode(r));
-            } else if constexpr (std::is_same_v<T, client_metrics>) {
-                if (!engine_ready_ || engine_failed_) {
-                    nlohmann::json all = {{"frontend", metrics_json()}};
-                    send_to_client(client, encode(client_metrics_reply{m.tag, all.dump()}));
-                    return;
-                }
-                const std::string tag = "m" + std::to_string(next_tag_++);
-                metrics_waiters_[tag] = {client, m.tag};
-                send_reliable(engine_sock_, encode(engine_metrics{tag}));
-                add_timer(std::chrono::milliseconds(3000), [this, tag] {
-                    auto it = metrics_waiters_.find(tag);
-                    if (it == metrics_waiters_.end()) return;
-                    nlohmann::json all = {{"frontend", metrics_json()}, {"engine_core", "no answer"}};
-                    send_to_client(it->second.first, encode(client_metrics_reply{it->second.second, all.dump()}));
-                    metrics_waiters_.erase(it);
-                });
+    visit_exhaustive(
+        std::move(decoded),
+        [&](const client_hello& m) {
+            if (options_.api_key.empty() || m.api_key.empty()) return;  // no key asked for, or none given
+            if (secrets_equal(m.api_key, options_.api_key)) {
+                info.auth = client_info::auth_state::ok;
+            } else {
+                info.auth = client_info::auth_state::refused;
+                metrics_.counter_add("clients_unauthenticated");
+                send_client_error(client, "", errc::unauthenticated, "wrong API key");
             }
         },
-        std::move(decoded));
+        [&](client_generate&& m) { handle_generate(client, std::move(m)); },
+        [&](const client_abort& m) { handle_abort(client, m); },
+        [&](const client_heartbeat&) {
+            note_client_heartbeat(info);
+            if (!info.blocked) send_to(client_sock_, client, encode(client_heartbeat{}));
+        },
+        [&](const client_health& m) {
+            client_health_reply r;
+            r.tag = m.tag;
+            r.status = engine_failed_ ? "degraded" : draining_ ? "draining" : engine_ready_ ? "ok" : "starting";
+            r.model = std::filesystem::path(options_.model_dir).filename().string();
+            r.num_workers = engine_ready_ ? welcome_.num_workers : options_.num_workers;
+            r.num_workers_alive = engine_failed_ ? 0 : engine_ready_ ? welcome_.num_workers : 0;
+            // Running: producing tokens; waiting: accepted, no token yet (queued or in prefill).
+            for (const auto& [id, lr] : live_) ++(lr.first_token_seen ? r.num_running : r.num_waiting);
+            r.uptime_s = ms_between(started_at_, clock_type::now()) / 1000.0;
+            r.version = kVersion;
+            r.detail = engine_failure_;
+            r.run_id = options_.run_id;
+            send_to_client(client, encode(r));
+        },
+        [&](const client_tokenize& m) {
+            client_tokens_reply r =
+                answer_tokenize(m, tokenizer_ ? &*tokenizer_ : nullptr, chat_template_, options_.max_prompt_bytes);
+            r.max_model_len = engine_ready_ ? welcome_.max_model_len : 0;
+            send_to_client(client, encode(r));
+        },
+        [&](const client_detokenize& m) {
+            client_tokens_reply r = answer_detokenize(m, tokenizer_ ? &*tokenizer_ : nullptr);
+            r.max_model_len = engine_ready_ ? welcome_.max_model_len : 0;
+            send_to_client(client, encode(r));
+        },
+        [&](const client_metrics& m) {
+            if (!engine_ready_ || engine_failed_) {
+                nlohmann::json all = {{"frontend", metrics_json()}};
+                send_to_client(client, encode(client_metrics_reply{m.tag, all.dump()}));
+                return;
+            }
+            const std::string tag = "m" + std::to_string(next_tag_++);
+            metrics_waiters_[tag] = {client, m.tag};
+            send_reliable(engine_sock_, encode(engine_metrics{tag}));
+            add_timer(std::chrono::milliseconds(3000), [this, tag] {
+                auto it = metrics_waiters_.find(tag);
+                if (it == metrics_waiters_.end()) return;
+                nlohmann::json all = {{"frontend", metrics_json()}, {"engine_core", "no answer"}};
+                send_to_client(it->second.first, encode(client_metrics_reply{it->second.second, all.dump()}));
+                metrics_waiters_.erase(it);
+            });
+        });
 }
 
 void frontend_actor::handle_generate(const std::string& client, client_generate&& m) {
@@ -652,39 +652,38 @@ void frontend_actor::on_engine_message(const inbound_message& msg) {
         metrics_.counter_add("frames_dropped");
         return;
     }
-    std::visit(
-        [&](auto&& m) {
-            using T = std::decay_t<decltype(m)>;
-            if constexpr (std::is_same_v<T, engine_welcome>) {
-                welcome_ = m;
-                engine_ready_ = true;
-                ZMOE_LOG(info, "frontend: engine ready (" << m.num_workers << " worker(s), context " << m.max_model_len
-                                                          << ")");
-            } else if constexpr (std::is_same_v<T, engine_outputs>) {
-                handle_outputs(m);
-            } else if constexpr (std::is_same_v<T, engine_metrics_reply>) {
-                auto it = metrics_waiters_.find(m.tag);
-                if (it == metrics_waiters_.end()) return;
-                nlohmann::json all;
-                try {
-                    all = nlohmann::json::parse(m.json);
-                } catch (const std::exception&) {
-                    all = nlohmann::json::object();
-                }
-                all["frontend"] = metrics_json();
-                send_to_client(it->second.first, encode(client_metrics_reply{it->second.second, all.dump()}));
-                metrics_waiters_.erase(it);
-            } else if constexpr (std::is_same_v<T, engine_error>) {
-                ZMOE_LOG(error, "frontend: engine core error: " << m.message);
-                if (m.code != errc::protocol) {  // a failed run (a dead worker, a refused start-up)
-                    engine_failed_ = true;
-                    engine_failure_ = m.message;
-                    exit_code_ = 1;
-                    fail_all(m.code, m.message);
-                }
+    visit_exhaustive(
+        std::move(decoded),
+        [&](const engine_welcome& m) {
+            welcome_ = m;
+            engine_ready_ = true;
+            ZMOE_LOG(info,
+                     "frontend: engine ready (" << m.num_workers << " worker(s), context " << m.max_model_len << ")");
+        },
+        [&](const engine_outputs& m) { handle_outputs(m); },
+        [&](const engine_metrics_reply& m) {
+            auto it = metrics_waiters_.find(m.tag);
+            if (it == metrics_waiters_.end()) return;
+            nlohmann::json all;
+            try {
+                all = nlohmann::json::parse(m.json);
+            } catch (const std::exception&) {
+                all = nlohmann::json::object();
+            }
+            all["frontend"] = metrics_json();
+            send_to_client(it->second.first, encode(client_metrics_reply{it->second.second, all.dump()}));
+            metrics_waiters_.erase(it);
+        },
+        [&](const engine_error& m) {
+            ZMOE_LOG(error, "frontend: engine core error: " << m.message);
+            if (m.code != errc::protocol) {  // a failed run (a dead worker, a refused start-up)
+                engine_failed_ = true;
+                engine_failure_ = m.message;
+                exit_code_ = 1;
+                fail_all(m.code, m.message);
             }
         },
-        std::move(decoded));
+        [](const engine_heartbeat&) {});  // a sign of life, which the runtime already noted
 }
 
 void frontend_actor::handle_outputs(const engine_outputs& m) {

@@ -1,15 +1,13 @@
 #pragma once
-// sampling_params as a nested record, shared by the engine and worker codecs:
+// sampling_params and token_logprobs as nested records, shared by the engine and worker codecs (field_list.hpp):
 // [temperature, top_p, top_k, seed, min_p, presence_penalty, frequency_penalty, repetition_penalty, min_tokens,
 //  min_tokens_stop_ids [int], logit_bias_ids [int], logit_bias_values [float], logprobs int]. The fields after seed
 // were appended: a record that ends after seed decodes with them off. token_logprobs likewise:
-// [logprob, top_ids [int], top_logprobs [float]].
+// [logprob, top_ids [int], top_logprobs [float]]. Their fields go by the record's name in error messages.
 
 #include <string>
 
-#include "base/error.hpp"
-#include "messages/msgpack_reader.hpp"
-#include "messages/msgpack_writer.hpp"
+#include "messages/field_list.hpp"
 #include "messages/step_types.hpp"
 
 namespace zmoe {
@@ -19,76 +17,37 @@ constexpr uint32_t kMaxLogitBias = 1u << 16;
 constexpr uint32_t kMaxStopTokenIds = 1u << 12;
 constexpr uint32_t kMaxTopLogprobs = 20;
 
-inline void write_f32_array(msgpack_writer& w, const std::vector<float>& v) {
-    w.array_header(static_cast<uint32_t>(v.size()));
-    for (float x : v) w.f32(x);
-}
+inline constexpr auto sampling_fields = [](auto& io, auto& s) {
+    const char* n = io.record();
+    io.field(n, s.temperature, as_f32{});
+    io.field(n, s.top_p, as_f32{});
+    io.field(n, s.top_k, as_sint{});
+    io.field(n, s.seed, as_uint{});
+    io.appended(9);
+    io.field(n, s.min_p, as_f32{});
+    io.field(n, s.presence_penalty, as_f32{});
+    io.field(n, s.frequency_penalty, as_f32{});
+    io.field(n, s.repetition_penalty, as_f32{});
+    io.field(n, s.min_tokens, as_uint{});
+    io.field(n, s.min_tokens_stop_ids, as_int32_array{kMaxStopTokenIds});
+    io.field(n, s.logit_bias_ids, as_int32_array{kMaxLogitBias});
+    io.field(n, s.logit_bias_values, as_array<as_f32>{kMaxLogitBias, {}});
+    io.field(n, s.logprobs, as_sint{});
+    io.check([&] { return s.logit_bias_ids.size() == s.logit_bias_values.size(); },
+             "logit_bias ids and values differ in length");
+};
 
-inline std::vector<float> read_f32_array(field_cursor& f, const char* field, uint32_t max_len) {
-    msgpack_reader& r = f.next(field);
-    std::vector<float> v(r.read_array_header(max_len, field));
-    for (float& x : v) x = r.read_float(field);
-    return v;
-}
+inline constexpr auto logprobs_fields = [](auto& io, auto& l) {
+    const char* n = io.record();
+    io.field(n, l.logprob, as_f32{});
+    io.field(n, l.top_ids, as_int32_array{kMaxTopLogprobs});
+    io.field(n, l.top_logprobs, as_array<as_f32>{kMaxTopLogprobs, {}});
+    io.check([&] { return l.top_ids.size() == l.top_logprobs.size(); }, "top_ids and top_logprobs differ in length");
+};
 
-inline void write_sampling(msgpack_writer& w, const sampling_params& s) {
-    w.array_header(13);
-    w.f32(s.temperature);
-    w.f32(s.top_p);
-    w.sint(s.top_k);
-    w.uint(s.seed);
-    w.f32(s.min_p);
-    w.f32(s.presence_penalty);
-    w.f32(s.frequency_penalty);
-    w.f32(s.repetition_penalty);
-    w.uint(s.min_tokens);
-    w.int32_array(s.min_tokens_stop_ids);
-    w.int32_array(s.logit_bias_ids);
-    write_f32_array(w, s.logit_bias_values);
-    w.sint(s.logprobs);
-}
-
-inline sampling_params read_sampling(field_cursor& parent, const char* field) {
-    field_cursor f = parent.read_record(field, 4, 64);
-    sampling_params s;
-    s.temperature = f.read_float(field);
-    s.top_p = f.read_float(field);
-    s.top_k = f.read_int32(field);
-    s.seed = f.read_uint(field);
-    if (f.left() >= 9) {
-        s.min_p = f.read_float(field);
-        s.presence_penalty = f.read_float(field);
-        s.frequency_penalty = f.read_float(field);
-        s.repetition_penalty = f.read_float(field);
-        s.min_tokens = f.read_uint32(field);
-        s.min_tokens_stop_ids = f.read_int32_array(field, kMaxStopTokenIds);
-        s.logit_bias_ids = f.read_int32_array(field, kMaxLogitBias);
-        s.logit_bias_values = read_f32_array(f, field, kMaxLogitBias);
-        s.logprobs = f.read_int32(field);
-        if (s.logit_bias_ids.size() != s.logit_bias_values.size())
-            throw error(errc::protocol, std::string(field) + ": logit_bias ids and values differ in length");
-    }
-    f.finish();
-    return s;
-}
-
-inline void write_logprobs(msgpack_writer& w, const token_logprobs& l) {
-    w.array_header(3);
-    w.f32(l.logprob);
-    w.int32_array(l.top_ids);
-    write_f32_array(w, l.top_logprobs);
-}
-
-inline token_logprobs read_logprobs(field_cursor& parent, const char* field) {
-    field_cursor f = parent.read_record(field, 3, 64);
-    token_logprobs l;
-    l.logprob = f.read_float(field);
-    l.top_ids = f.read_int32_array(field, kMaxTopLogprobs);
-    l.top_logprobs = read_f32_array(f, field, kMaxTopLogprobs);
-    if (l.top_ids.size() != l.top_logprobs.size())
-        throw error(errc::protocol, std::string(field) + ": top_ids and top_logprobs differ in length");
-    f.finish();
-    return l;
-}
+/// A sampling_params record: at least the four original fields.
+inline constexpr as_record as_sampling{sampling_fields, 4, 64};
+/// A token_logprobs record.
+inline constexpr as_record as_logprobs{logprobs_fields, 3, 64};
 
 }  // namespace zmoe

@@ -1,6 +1,7 @@
 #include "messages/worker_protocol.hpp"
 
 #include "messages/envelope.hpp"
+#include "messages/field_list.hpp"
 #include "messages/sampling_codec.hpp"
 
 namespace zmoe {
@@ -15,219 +16,149 @@ constexpr uint32_t kMaxPhysicalSlots = uint32_t{1} << 16;
 constexpr uint32_t kMaxWorldSize = 4096;
 constexpr uint32_t kMaxMoves = uint32_t{1} << 20;
 
-msgpack_writer start(worker_kind kind, uint32_t num_fields, size_t reserve = 64) {
-    msgpack_writer w(reserve);
-    begin_message(w, kWorkerProtocolVersion, static_cast<uint8_t>(kind), num_fields);
-    return w;
-}
+const auto seq_fields = [](auto& io, auto& s) {
+    io.field("seq.request_id", s.request_id, as_uint{});
+    io.field("seq.token_ids", s.token_ids, as_int32_le{kMaxSeqTokens});
+    io.field("seq.start_pos", s.start_pos, as_sint{});
+    io.field("seq.block_table", s.block_table, as_int32_le{kMaxBlocksPerSeq});
+    io.field("seq.do_sample", s.do_sample, as_bool{});
+    io.field("seq.sample_index", s.sample_index, as_uint{});
+    io.field("seq.sampling", s.sampling, as_sampling);
+};
 
-step_request read_step(field_cursor& f, msgpack_reader& r) {
-    step_request m;
-    m.step_id = f.read_uint("step.step_id");
-    uint32_t n = f.next("step.seqs").read_array_header(kMaxSeqsPerStep, "step.seqs");
-    m.seqs.resize(n);
-    for (auto& s : m.seqs) {
-        uint32_t num_fields = r.read_array_header(kMaxMessageFields, "step.seq");
-        field_cursor g(r, num_fields);
-        s.request_id = g.read_uint("seq.request_id");
-        s.token_ids = g.read_int32_le("seq.token_ids", kMaxSeqTokens);
-        s.start_pos = g.read_int32("seq.start_pos");
-        s.block_table = g.read_int32_le("seq.block_table", kMaxBlocksPerSeq);
-        s.do_sample = g.read_bool("seq.do_sample");
-        s.sample_index = g.read_uint32("seq.sample_index");
-        s.sampling = read_sampling(g, "seq.sampling");
-        g.finish();
-    }
-    auto ids = f.read_uint64_array("step.finished_ids", kMaxSeqsPerStep);
-    m.finished_ids.assign(ids.begin(), ids.end());
-    m.dual_batch = f.read_bool("step.dual_batch");
-    return m;
-}
+const auto token_fields = [](auto& io, auto& t) {
+    io.field("token.request_id", t.request_id, as_uint{});
+    io.field("token.token_id", t.token_id, as_sint{});
+    io.field_if_set("token.logprobs", t.logprobs, as_logprobs);  // appended: only when asked for
+};
 
-step_result read_step_result(field_cursor& f, msgpack_reader& r) {
-    step_result m;
-    m.step_id = f.read_uint("step_result.step_id");
-    m.rank = f.read_int32("step_result.rank");
-    uint32_t n = f.next("step_result.tokens").read_array_header(kMaxSeqsPerStep, "step_result.tokens");
-    m.tokens.resize(n);
-    for (auto& t : m.tokens) {
-        field_cursor g(r, r.read_array_header(kMaxMessageFields, "step_result.token"));
-        t.request_id = g.read_uint("token.request_id");
-        t.token_id = g.read_int32("token.token_id");
-        if (g.left() > 0) t.logprobs = read_logprobs(g, "token.logprobs");  // appended: only when asked for
-        g.finish();
-    }
-    m.expert_counts = f.read_uint32_le("step_result.expert_counts", kMaxExpertCounts);
-    m.compute_ms = f.read_double("step_result.compute_ms");
-    m.frames_dropped = f.read_uint("step_result.frames_dropped");                // appended
-    m.wait_ms = f.read_double("step_result.wait_ms");                            // appended
-    m.exchange_steps_redone = f.read_uint("step_result.exchange_steps_redone");  // appended
-    return m;
-}
+const auto move_fields = [](auto& io, auto& mv) {
+    io.field("move.layer", mv.layer, as_uint{});
+    io.field("move.slot", mv.slot, as_uint{});
+    io.field("move.logical_expert", mv.logical_expert, as_sint{});
+    io.field("move.src_rank", mv.src_rank, as_sint{});
+    io.field("move.src_slot", mv.src_slot, as_uint{});
+};
+
+/// The engine configuration, as engine_config.hpp encodes it (a record of the flags by name).
+struct as_engine_config {
+    void write(msgpack_writer& w, const engine_config& c) const { encode_engine_config(w, c); }
+    void read(field_cursor& f, const char* name, engine_config& c) const { c = read_engine_config(f, name); }
+    size_t hint(const engine_config&) const { return 1024; }
+};
+
 }  // namespace
 
-std::string encode(const worker_hello& m) {
-    auto w = start(worker_kind::hello, 8);
-    w.sint(m.rank);
-    w.str(m.device);
-    w.uint(m.free_memory);
-    w.uint(m.protocol_version);
-    w.sint(m.pid);
-    w.str(m.data_endpoint);
-    w.bin(m.collective_id);
-    w.str(m.auth);
-    return w.take();
+void fields(auto& io, message_of<worker_hello> auto& m) {
+    io.field("hello.rank", m.rank, as_sint{});
+    io.field("hello.device", m.device, as_str{kMaxNameBytes});
+    io.field("hello.free_memory", m.free_memory, as_uint{});
+    io.field("hello.protocol_version", m.protocol_version, as_uint{});
+    io.field("hello.pid", m.pid, as_sint{});
+    io.field("hello.data_endpoint", m.data_endpoint, as_str{kMaxNameBytes});
+    io.field("hello.collective_id", m.collective_id, as_bin{1024});
+    io.field("hello.auth", m.auth, as_str{kMaxNameBytes});
 }
 
-std::string encode(const worker_welcome& m) {
-    size_t reserve = 1024 + m.nccl_unique_id.size();
-    for (const auto& layer : m.expert_placement) reserve += 8 + 5 * layer.size();
-    auto w = start(worker_kind::welcome, 5, reserve);
-    w.sint(m.rank);
-    encode_engine_config(w, m.config);
-    w.array_header(static_cast<uint32_t>(m.expert_placement.size()));
-    for (const auto& layer : m.expert_placement) w.int32_array(layer);
-    w.bin(m.nccl_unique_id);
-    w.string_array(m.peer_endpoints);
-    return w.take();
+void fields(auto& io, message_of<worker_welcome> auto& m) {
+    io.field("welcome.rank", m.rank, as_sint{});
+    io.field("welcome.config", m.config, as_engine_config{});
+    io.field("welcome.expert_placement", m.expert_placement,
+             as_array<as_int32_array>{kMaxMoeLayers, {kMaxPhysicalSlots}});
+    io.field("welcome.nccl_unique_id", m.nccl_unique_id, as_bin{4096});
+    io.field("welcome.peer_endpoints", m.peer_endpoints, as_string_array{kMaxWorldSize, kMaxNameBytes});
 }
 
-std::string encode(const worker_ready& m) {
-    auto w = start(worker_kind::ready, 3);
-    w.sint(m.rank);
-    w.uint(m.num_kv_blocks);
-    w.f64(m.copy_bandwidth);
-    return w.take();
+void fields(auto& io, message_of<worker_ready> auto& m) {
+    io.field("ready.rank", m.rank, as_sint{});
+    io.field("ready.num_kv_blocks", m.num_kv_blocks, as_uint{});
+    io.field("ready.copy_bandwidth", m.copy_bandwidth, as_f64{});  // appended
 }
 
-std::string encode(const step_request& m) {
-    size_t reserve = 32 + 9 * m.finished_ids.size();
-    for (const auto& s : m.seqs) reserve += 48 + 4 * (s.token_ids.size() + s.block_table.size());
-    auto w = start(worker_kind::step, 4, reserve);
-    w.uint(m.step_id);
-    w.array_header(static_cast<uint32_t>(m.seqs.size()));
-    for (const auto& s : m.seqs) {
-        w.array_header(7);
-        w.uint(s.request_id);
-        w.int32_le(s.token_ids);
-        w.sint(s.start_pos);
-        w.int32_le(s.block_table);
-        w.boolean(s.do_sample);
-        w.uint(s.sample_index);
-        write_sampling(w, s.sampling);
-    }
-    w.uint64_array(m.finished_ids);
-    w.boolean(m.dual_batch);
-    return w.take();
+void fields(auto& io, message_of<step_request> auto& m) {
+    io.field("step.step_id", m.step_id, as_uint{});
+    io.field("step.seqs", m.seqs, as_records(seq_fields, kMaxSeqsPerStep, "step.seq"));
+    io.field("step.finished_ids", m.finished_ids, as_uint64_array{kMaxSeqsPerStep});
+    io.field("step.dual_batch", m.dual_batch, as_bool{});
 }
 
-std::string encode(const step_result& m) {
-    auto w = start(worker_kind::step_result, 8, 64 + 16 * m.tokens.size() + 4 * m.expert_counts.size());
-    w.uint(m.step_id);
-    w.sint(m.rank);
-    w.array_header(static_cast<uint32_t>(m.tokens.size()));
-    for (const auto& t : m.tokens) {
-        w.array_header(t.logprobs ? 3 : 2);
-        w.uint(t.request_id);
-        w.sint(t.token_id);
-        if (t.logprobs) write_logprobs(w, *t.logprobs);
-    }
-    w.uint32_le(m.expert_counts);
-    w.f64(m.compute_ms);
-    w.uint(m.frames_dropped);
-    w.f64(m.wait_ms);
-    w.uint(m.exchange_steps_redone);
-    return w.take();
+void fields(auto& io, message_of<step_result> auto& m) {
+    io.field("step_result.step_id", m.step_id, as_uint{});
+    io.field("step_result.rank", m.rank, as_sint{});
+    io.field("step_result.tokens", m.tokens, as_records(token_fields, kMaxSeqsPerStep, "step_result.token"));
+    io.field("step_result.expert_counts", m.expert_counts, as_uint32_le{kMaxExpertCounts});
+    io.field("step_result.compute_ms", m.compute_ms, as_f64{});
+    io.field("step_result.frames_dropped", m.frames_dropped, as_uint{});                // appended
+    io.field("step_result.wait_ms", m.wait_ms, as_f64{});                               // appended
+    io.field("step_result.exchange_steps_redone", m.exchange_steps_redone, as_uint{});  // appended
 }
 
-std::string encode(const worker_heartbeat&) { return start(worker_kind::heartbeat, 0).take(); }
-std::string encode(const worker_shutdown&) { return start(worker_kind::shutdown, 0).take(); }
+void fields(auto&, message_of<worker_heartbeat> auto&) {}
+void fields(auto&, message_of<worker_shutdown> auto&) {}
 
-std::string encode(const worker_expert_move& m) {
-    auto w = start(worker_kind::expert_move, 3, 32 + 16 * m.moves.size());
-    w.uint(m.move_id);
-    w.uint(m.apply_at_step);
-    w.array_header(static_cast<uint32_t>(m.moves.size()));
-    for (const auto& mv : m.moves) {
-        w.array_header(5);
-        w.uint(mv.layer);
-        w.uint(mv.slot);
-        w.sint(mv.logical_expert);
-        w.sint(mv.src_rank);
-        w.uint(mv.src_slot);
-    }
-    return w.take();
+void fields(auto& io, message_of<worker_expert_move> auto& m) {
+    io.field("expert_move.move_id", m.move_id, as_uint{});
+    io.field("expert_move.apply_at_step", m.apply_at_step, as_uint{});
+    io.field("expert_move.moves", m.moves, as_records(move_fields, kMaxMoves, "expert_move.move"));
 }
 
-std::string encode(const worker_expert_move_done& m) {
-    auto w = start(worker_kind::expert_move_done, 8);
-    w.uint(m.move_id);
-    w.sint(m.rank);
-    w.uint(m.bytes_moved);
-    w.uint(m.switched_at_step);
-    w.f64(m.transfer_ms);
-    w.boolean(m.transfer_done);
-    w.f64(m.switch_ms);
-    w.f64(m.install_ms);
-    return w.take();
+void fields(auto& io, message_of<worker_expert_move_done> auto& m) {
+    io.field("expert_move_done.move_id", m.move_id, as_uint{});
+    io.field("expert_move_done.rank", m.rank, as_sint{});
+    io.field("expert_move_done.bytes_moved", m.bytes_moved, as_uint{});
+    io.field("expert_move_done.switched_at_step", m.switched_at_step, as_uint{});
+    io.field("expert_move_done.transfer_ms", m.transfer_ms, as_f64{});
+    io.field("expert_move_done.transfer_done", m.transfer_done, as_bool{});
+    io.field("expert_move_done.switch_ms", m.switch_ms, as_f64{});
+    io.field("expert_move_done.install_ms", m.install_ms, as_f64{});
 }
 
-std::string encode(const worker_error& m) {
-    auto w = start(worker_kind::error, 3);
-    w.sint(m.rank);
-    w.uint(static_cast<uint8_t>(m.code));
-    w.str(m.message);
-    return w.take();
+void fields(auto& io, message_of<worker_error> auto& m) {
+    io.field("error.rank", m.rank, as_sint{});
+    io.field("error.code", m.code, as_errc{});
+    io.field("error.message", m.message, as_str{kMaxStringBytes});
 }
+
+namespace {
+
+template <class M>
+std::string encode_worker(worker_kind kind, const M& m) {
+    return encode_message(kWorkerProtocolVersion, static_cast<uint8_t>(kind), m);
+}
+
+}  // namespace
+
+std::string encode(const worker_hello& m) { return encode_worker(worker_kind::hello, m); }
+std::string encode(const worker_welcome& m) { return encode_worker(worker_kind::welcome, m); }
+std::string encode(const worker_ready& m) { return encode_worker(worker_kind::ready, m); }
+std::string encode(const step_request& m) { return encode_worker(worker_kind::step, m); }
+std::string encode(const step_result& m) { return encode_worker(worker_kind::step_result, m); }
+std::string encode(const worker_heartbeat& m) { return encode_worker(worker_kind::heartbeat, m); }
+std::string encode(const worker_shutdown& m) { return encode_worker(worker_kind::shutdown, m); }
+std::string encode(const worker_expert_move& m) { return encode_worker(worker_kind::expert_move, m); }
+std::string encode(const worker_expert_move_done& m) { return encode_worker(worker_kind::expert_move_done, m); }
+std::string encode(const worker_error& m) { return encode_worker(worker_kind::error, m); }
 
 engine_to_worker decode_engine_to_worker(std::string_view bytes) {
     msgpack_reader r(bytes, kWhat);
     auto [kind, f] = open_message(r, bytes, kWorkerProtocolVersion, kWhat);
     engine_to_worker out;
     switch (static_cast<worker_kind>(kind)) {
-        case worker_kind::welcome: {
-            worker_welcome m;
-            m.rank = f.read_int32("welcome.rank");
-            m.config = read_engine_config(f, "welcome.config");
-            uint32_t num_layers =
-                f.next("welcome.expert_placement").read_array_header(kMaxMoeLayers, "welcome.expert_placement");
-            m.expert_placement.resize(num_layers);
-            for (auto& layer : m.expert_placement) {
-                field_cursor one(r, 1);  // each layer is one array value
-                layer = one.read_int32_array("welcome.expert_placement", kMaxPhysicalSlots);
-            }
-            m.nccl_unique_id = f.read_bin_string("welcome.nccl_unique_id", 4096);
-            m.peer_endpoints = f.read_string_array("welcome.peer_endpoints", kMaxWorldSize, kMaxNameBytes);
-            out = std::move(m);
+        case worker_kind::welcome:
+            out = decode_fields<worker_welcome>(f, "welcome");
             break;
-        }
         case worker_kind::step:
-            out = read_step(f, r);
+            out = decode_fields<step_request>(f, "step");
             break;
         case worker_kind::heartbeat:
-            out = worker_heartbeat{};
+            out = decode_fields<worker_heartbeat>(f, "heartbeat");
             break;
         case worker_kind::shutdown:
-            out = worker_shutdown{};
+            out = decode_fields<worker_shutdown>(f, "shutdown");
             break;
-        case worker_kind::expert_move: {
-            worker_expert_move m;
-            m.move_id = f.read_uint("expert_move.move_id");
-            m.apply_at_step = f.read_uint("expert_move.apply_at_step");
-            uint32_t n = f.next("expert_move.moves").read_array_header(kMaxMoves, "expert_move.moves");
-            m.moves.resize(n);
-            for (auto& mv : m.moves) {
-                field_cursor g(r, r.read_array_header(kMaxMessageFields, "expert_move.move"));
-                mv.layer = g.read_uint32("move.layer");
-                mv.slot = g.read_uint32("move.slot");
-                mv.logical_expert = g.read_int32("move.logical_expert");
-                mv.src_rank = g.read_int32("move.src_rank");
-                mv.src_slot = g.read_uint32("move.src_slot");
-                g.finish();
-            }
-            out = std::move(m);
+        case worker_kind::expert_move:
+            out = decode_fields<worker_expert_move>(f, "expert_move");
             break;
-        }
         default:
             r.fail("kind", "unknown engine-to-worker kind " + std::to_string(kind));
     }
@@ -240,54 +171,24 @@ worker_to_engine decode_worker_to_engine(std::string_view bytes) {
     auto [kind, f] = open_message(r, bytes, kWorkerProtocolVersion, kWhat);
     worker_to_engine out;
     switch (static_cast<worker_kind>(kind)) {
-        case worker_kind::hello: {
-            worker_hello m;
-            m.rank = f.read_int32("hello.rank");
-            m.device = f.read_string("hello.device", kMaxNameBytes);
-            m.free_memory = f.read_uint("hello.free_memory");
-            m.protocol_version = f.read_uint32("hello.protocol_version");
-            m.pid = f.read_int("hello.pid");
-            m.data_endpoint = f.read_string("hello.data_endpoint", kMaxNameBytes);
-            m.collective_id = f.read_bin_string("hello.collective_id", 1024);
-            m.auth = f.read_string("hello.auth", kMaxNameBytes);
-            out = std::move(m);
+        case worker_kind::hello:
+            out = decode_fields<worker_hello>(f, "hello");
             break;
-        }
-        case worker_kind::ready: {
-            worker_ready m;
-            m.rank = f.read_int32("ready.rank");
-            m.num_kv_blocks = f.read_uint("ready.num_kv_blocks");
-            m.copy_bandwidth = f.read_double("ready.copy_bandwidth");  // appended
-            out = std::move(m);
+        case worker_kind::ready:
+            out = decode_fields<worker_ready>(f, "ready");
             break;
-        }
         case worker_kind::step_result:
-            out = read_step_result(f, r);
+            out = decode_fields<step_result>(f, "step_result");
             break;
         case worker_kind::heartbeat:
-            out = worker_heartbeat{};
+            out = decode_fields<worker_heartbeat>(f, "heartbeat");
             break;
-        case worker_kind::expert_move_done: {
-            worker_expert_move_done m;
-            m.move_id = f.read_uint("expert_move_done.move_id");
-            m.rank = f.read_int32("expert_move_done.rank");
-            m.bytes_moved = f.read_uint("expert_move_done.bytes_moved");
-            m.switched_at_step = f.read_uint("expert_move_done.switched_at_step");
-            m.transfer_ms = f.read_double("expert_move_done.transfer_ms");
-            m.transfer_done = f.read_bool("expert_move_done.transfer_done");
-            m.switch_ms = f.read_double("expert_move_done.switch_ms");
-            m.install_ms = f.read_double("expert_move_done.install_ms");
-            out = m;
+        case worker_kind::expert_move_done:
+            out = decode_fields<worker_expert_move_done>(f, "expert_move_done");
             break;
-        }
-        case worker_kind::error: {
-            worker_error m;
-            m.rank = f.read_int32("error.rank");
-            m.code = static_cast<errc>(f.read_uint("error.code", 255));
-            m.message = f.read_string("error.message", kMaxStringBytes);
-            out = std::move(m);
+        case worker_kind::error:
+            out = decode_fields<worker_error>(f, "error");
             break;
-        }
         default:
             r.fail("kind", "unknown worker-to-engine kind " + std::to_string(kind));
     }

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "workers/model_config.hpp"
+#include "model/model_config.hpp"
 #include "workers/tensor_view.hpp"
 
 namespace zmoe {

@@ -1,7 +1,7 @@
 #include "workers/kv_cache.hpp"
 
 #include "base/check.hpp"
-#include "workers/model_config.hpp"
+#include "model/model_config.hpp"
 
 namespace zmoe {
 

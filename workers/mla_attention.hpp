@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/model_config.hpp"
 #include "workers/kv_cache.hpp"
-#include "workers/model_config.hpp"
 #include "workers/model_weights.hpp"
 #include "workers/paged_attention.hpp"
 #include "workers/thread_pool.hpp"

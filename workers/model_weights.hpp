@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "messages/expert_placement.hpp"
-#include "workers/model_config.hpp"
+#include "model/model_config.hpp"
 #include "workers/safetensors.hpp"
 #include "workers/tensor_view.hpp"
 

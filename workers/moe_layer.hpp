@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "messages/expert_placement.hpp"
+#include "model/model_config.hpp"
 #include "workers/comm_stream.hpp"
 #include "workers/expert_comm.hpp"
-#include "workers/model_config.hpp"
 #include "workers/model_weights.hpp"
 #include "workers/router.hpp"
 #include "workers/thread_pool.hpp"

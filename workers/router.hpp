@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "workers/model_config.hpp"
+#include "model/model_config.hpp"
 
 namespace zmoe {
 

@@ -10,7 +10,7 @@
 #include "messages/engine_config.hpp"
 #include "messages/step_types.hpp"
 #include "messages/worker_protocol.hpp"
-#include "workers/model_config.hpp"
+#include "model/model_config.hpp"
 
 namespace zmoe {
 

@@ -9,9 +9,10 @@
 #include "actors/run_secret.hpp"
 #include "base/check.hpp"
 #include "base/log.hpp"
+#include "base/overloaded.hpp"
 #include "messages/expert_placement.hpp"
+#include "model/model_config.hpp"
 #include "workers/expert_comm.hpp"
-#include "workers/model_config.hpp"
 #include "workers/model_runner.hpp"
 #include "workers/step_executor.hpp"
 
@@ -142,33 +143,29 @@ void worker_actor::on_engine_message(const inbound_message& msg) {
         ++malformed_dropped_;
         return;
     }
-    std::visit(
-        [&](auto&& m) {
-            using T = std::decay_t<decltype(m)>;
-            if constexpr (std::is_same_v<T, worker_welcome>) {
-                handle_welcome(m);
-            } else if constexpr (std::is_same_v<T, step_request>) {
-                submit([this, req = std::move(m)] {
-                    const auto t0 = clock_type::now();
-                    const double wait_ms = std::chrono::duration<double, std::milli>(t0 - idle_since_).count();
-                    maybe_switch_expert_move(req.step_id);
-                    step_result res = runner_->execute(req);
-                    res.rank = options_.rank;
-                    res.compute_ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
-                    res.frames_dropped = mesh_->num_dropped() + malformed_dropped_.load();
-                    res.wait_ms = wait_ms;
-                    // Encoded and sent on the actor thread: the compute thread goes straight to the next step.
-                    post([this, res = std::move(res)] { send_reliable(engine_sock_, encode(res)); });
-                });
-            } else if constexpr (std::is_same_v<T, worker_expert_move>) {
-                submit([this, mv = std::move(m)] { stage_expert_move(mv); });
-            } else if constexpr (std::is_same_v<T, worker_shutdown>) {
-                ZMOE_LOG(info, "worker " << options_.rank << ": shutdown");
-                cancel_ = true;
-                stop_now();
-            }
+    visit_exhaustive(
+        std::move(decoded), [&](const worker_welcome& m) { handle_welcome(m); },
+        [&](step_request&& m) {
+            submit([this, req = std::move(m)] {
+                const auto t0 = clock_type::now();
+                const double wait_ms = std::chrono::duration<double, std::milli>(t0 - idle_since_).count();
+                maybe_switch_expert_move(req.step_id);
+                step_result res = runner_->execute(req);
+                res.rank = options_.rank;
+                res.compute_ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+                res.frames_dropped = mesh_->num_dropped() + malformed_dropped_.load();
+                res.wait_ms = wait_ms;
+                // Encoded and sent on the actor thread: the compute thread goes straight to the next step.
+                post([this, res = std::move(res)] { send_reliable(engine_sock_, encode(res)); });
+            });
         },
-        std::move(decoded));
+        [&](worker_expert_move&& m) { submit([this, mv = std::move(m)] { stage_expert_move(mv); }); },
+        [&](const worker_shutdown&) {
+            ZMOE_LOG(info, "worker " << options_.rank << ": shutdown");
+            cancel_ = true;
+            stop_now();
+        },
+        [](const worker_heartbeat&) {});  // a sign of life, which the runtime already noted
 }
 
 void worker_actor::handle_welcome(const worker_welcome& m) {

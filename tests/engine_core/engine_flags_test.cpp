@@ -11,9 +11,9 @@
 #include <numeric>
 #include <thread>
 
+#include "model/model_config.hpp"
 #include "tests/engine_core/inproc_engine.hpp"
 #include "workers/kv_cache.hpp"
-#include "workers/model_config.hpp"
 
 namespace zmoe {
 namespace {

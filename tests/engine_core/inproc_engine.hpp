@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "actors/actor.hpp"
+#include "base/overloaded.hpp"
 #include "engine_core/engine_core_actor.hpp"
 #include "messages/engine_protocol.hpp"
 #include "workers/worker_actor.hpp"
@@ -104,33 +105,25 @@ class engine_client : public actor {
   private:
     void on_message(const inbound_message& m) {
         std::lock_guard<std::mutex> lock(mu_);
-        std::visit(
-            [&](auto&& msg) {
-                using T = std::decay_t<decltype(msg)>;
-                if constexpr (std::is_same_v<T, engine_welcome>) {
-                    welcome_ = msg;
-                } else if constexpr (std::is_same_v<T, engine_outputs>) {
-                    for (const auto& o : msg.outputs) {
-                        auto& r = requests_[o.request_id];
-                        r.tokens.insert(r.tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
-                        r.finished = r.finished || o.finished;
-                        if (o.finished) {
-                            r.reason = o.reason;
-                            r.code = o.error_code;
-                            r.message = o.error_message;
-                        }
-                        ++r.num_outputs;
+        visit_exhaustive(
+            decode_engine_to_frontend(m.payload), [&](const engine_welcome& msg) { welcome_ = msg; },
+            [&](engine_outputs&& msg) {
+                for (const auto& o : msg.outputs) {
+                    auto& r = requests_[o.request_id];
+                    r.tokens.insert(r.tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+                    r.finished = r.finished || o.finished;
+                    if (o.finished) {
+                        r.reason = o.reason;
+                        r.code = o.error_code;
+                        r.message = o.error_message;
                     }
-                    outputs_.push_back(std::move(msg));
-                } else if constexpr (std::is_same_v<T, engine_metrics_reply>) {
-                    metrics_[msg.tag] = msg.json;
-                } else if constexpr (std::is_same_v<T, engine_error>) {
-                    errors_.push_back(msg);
-                } else if constexpr (std::is_same_v<T, engine_heartbeat>) {
-                    send(sock_, encode(engine_heartbeat{}));
+                    ++r.num_outputs;
                 }
+                outputs_.push_back(std::move(msg));
             },
-            decode_engine_to_frontend(m.payload));
+            [&](const engine_metrics_reply& msg) { metrics_[msg.tag] = msg.json; },
+            [&](const engine_error& msg) { errors_.push_back(msg); },
+            [&](const engine_heartbeat&) { send(sock_, encode(engine_heartbeat{})); });
     }
 
     std::string endpoint_;

@@ -1,4 +1,4 @@
-#include "workers/model_config.hpp"
+#include "model/model_config.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The memory floor's byte counts against real checkpoints: the fixtures' tensors, summed one by one, in BF16.
 
-#include "workers/step_floor.hpp"
+#include "model/step_floor.hpp"
 
 #include <gtest/gtest.h>
 

@@ -16,9 +16,9 @@
 #include <cstdint>
 
 #include "kernels/api.hpp"
+#include "model/model_config.hpp"
 #include "workers/cuda/cuda_weights.hpp"
 #include "workers/cuda/device_buffer.hpp"
-#include "workers/model_config.hpp"
 
 namespace zmoe::cuda {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <span>
 
-#include "workers/model_config.hpp"
+#include "model/model_config.hpp"
 
 namespace zmoe {
 

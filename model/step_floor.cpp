@@ -1,4 +1,4 @@
-#include "workers/step_floor.hpp"
+#include "model/step_floor.hpp"
 
 namespace zmoe {
 
