@@ -110,6 +110,7 @@ void engine_core::add_request(engine_add_request&& m) {
         return;
     }
     prompt_len_[m.request_id] = prompt_len;
+    queued_since_[m.request_id] = clock_type::now();
     metrics_.counter_add("requests_added");
     metrics_.counter_add("prompt_tokens", prompt_len);
     pump();
@@ -120,6 +121,7 @@ void engine_core::abort_request(uint64_t id) {
     auto out = scheduler_->abort_request(id);
     if (!out) return;
     prompt_len_.erase(id);  // the abort's output reports no prompt tokens
+    queued_since_.erase(id);
     emit_outputs(scheduler_->next_step_id(), {*out});
 }
 
@@ -128,6 +130,7 @@ void engine_core::pump() {
     while (scheduler_->has_pending_work() && scheduler_->can_schedule()) {
         const auto planned_at = clock_type::now();
         std::vector<step_request> steps = scheduler_->schedule();
+        if (!queued_since_.empty()) observe_queue_times(steps, planned_at);
         const bool dual_batch = should_split_step(steps, dbo_);
         size_t message_bytes = 0;
         for (int32_t r = 0; r < static_cast<int32_t>(steps.size()); ++r) {
@@ -135,6 +138,18 @@ void engine_core::pump() {
             message_bytes += sink_.send_step(r, steps[static_cast<size_t>(r)]);
         }
         accounting_.step_sent(steps, planned_at, clock_type::now(), message_bytes);
+    }
+}
+
+void engine_core::observe_queue_times(const std::vector<step_request>& steps, clock_type::time_point now) {
+    for (const auto& step : steps) {
+        for (const auto& seq : step.seqs) {
+            const auto it = queued_since_.find(seq.request_id);
+            if (it == queued_since_.end()) continue;  // scheduled before (a later chunk, a decode, a preemption)
+            metrics_.observe("request_queue_time_ms",
+                             std::chrono::duration<double, std::milli>(now - it->second).count());
+            queued_since_.erase(it);
+        }
     }
 }
 
@@ -215,6 +230,7 @@ void engine_core::emit_outputs(uint64_t step_id, const std::vector<request_outpu
         metrics_.counter_add("generation_tokens", static_cast<double>(o.new_tokens.size()));
         if (o.finished) {
             prompt_len_.erase(o.id);
+            queued_since_.erase(o.id);
             metrics_.counter_add(std::string("requests_finished{reason=\"") +
                                  std::string(finish_reason_name(o.reason)) + "\"}");
         }
@@ -239,6 +255,7 @@ void engine_core::fail_all(errc code, const std::string& why) {
         msg.outputs.push_back(std::move(e));
     }
     prompt_len_.clear();
+    queued_since_.clear();
     if (!msg.outputs.empty()) sink_.send_outputs(msg);
 }
 
@@ -247,6 +264,7 @@ void engine_core::halt() {
     if (scheduler_)
         for (const auto& [id, len] : prompt_len_) scheduler_->abort_request(id);
     prompt_len_.clear();
+    queued_since_.clear();
 }
 
 bool engine_core::idle() const {

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "base/error.hpp"
@@ -90,6 +91,8 @@ class engine_core {
     void take_move_done(const worker_expert_move_done& m);
     /// Sends steps while the scheduler has work and room for another step in flight. Does nothing unless serving.
     void pump();
+    /// Observes request_queue_time_ms for each request these steps take for the first time.
+    void observe_queue_times(const std::vector<step_request>& steps, clock_type::time_point now);
 
     /// Ends every unfinished request with an error output (`code`, `why`) and stops scheduling.
     void fail_all(errc code, const std::string& why);
@@ -135,6 +138,9 @@ class engine_core {
     /// Results received of steps still in flight (the scheduler says which are), by step id, then rank.
     std::map<uint64_t, std::vector<std::optional<step_result>>> arrived_;
     std::map<uint64_t, uint32_t> prompt_len_;  ///< unfinished request id -> prompt tokens
+    /// Requests added and not yet in any step: when they arrived (their queue time, vLLM's
+    /// request_queue_time_seconds, is observed as request_queue_time_ms when a step first takes them).
+    std::unordered_map<uint64_t, std::chrono::steady_clock::time_point> queued_since_;
 };
 
 }  // namespace zmoe

@@ -516,6 +516,17 @@ class session : public std::enable_shared_from_this<session> {
             total = get("kv_blocks_total");
         }
         if (total > 0) g.kv_cache_usage = std::clamp(used / total, 0.0, 1.0);
+        const auto hs = it->find("histograms");
+        if (hs != it->end() && hs->is_object()) {
+            const auto q = hs->find("request_queue_time_ms");
+            if (q != hs->end() && q->is_object()) {
+                g.queue_time_count = q->value("count", uint64_t{0});
+                g.queue_time_sum_ms = q->value("sum", 0.0);
+                for (const auto& b : q->value("buckets", nlohmann::json::array()))
+                    if (b.is_array() && b.size() == 2 && b[0].is_number() && b[1].is_number_unsigned())
+                        g.queue_time_buckets_ms.emplace_back(b[0].get<double>(), b[1].get<uint64_t>());
+            }
+        }
         return g;
     }
 

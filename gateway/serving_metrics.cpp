@@ -29,6 +29,14 @@ std::vector<double> token_bounds() {
     return b;
 }
 
+// 1-2-5 steps from 1 ms to 500 s: the engine's histogram bounds for times (base/metrics.hpp), in seconds.
+std::vector<double> engine_time_bounds() {
+    std::vector<double> b;
+    for (double m = 1e-3; m <= 100; m *= 10)
+        for (double s : {1.0, 2.0, 5.0}) b.push_back(s * m);
+    return b;
+}
+
 // The shortest text that reads back as v (0.04, not 0.040000000000000001), as Prometheus clients write bounds.
 std::string number(double v) {
     char buf[32];
@@ -77,6 +85,23 @@ void prom_histogram::observe(double v, uint64_t times) {
     counts[i] += times;
     count += times;
     sum += v * static_cast<double>(times);
+}
+
+prom_histogram queue_time_histogram(const engine_gauges& engine) {
+    prom_histogram h(engine_time_bounds());
+    uint64_t below = 0;
+    for (const auto& [bound_ms, cumulative] : engine.queue_time_buckets_ms) {
+        const double bound = bound_ms / 1000.0;
+        const size_t i = static_cast<size_t>(std::lower_bound(h.bounds.begin(), h.bounds.end(), bound * (1 - 1e-9)) -
+                                             h.bounds.begin());
+        if (cumulative < below) continue;  // not cumulative: malformed, skipped
+        h.counts[i] += cumulative - below;
+        below = cumulative;
+    }
+    if (engine.queue_time_count > below) h.counts.back() += engine.queue_time_count - below;
+    h.count = std::max(engine.queue_time_count, below);
+    h.sum = engine.queue_time_sum_ms / 1000.0;
+    return h;
 }
 
 serving_metrics::serving_metrics()
@@ -158,6 +183,9 @@ std::string serving_metrics::prometheus(const std::string& model_name, const eng
                    labels);
     histogram_text(out, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", e2e_,
                    labels);
+    if (engine.queue_time_count > 0)
+        histogram_text(out, "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+                       queue_time_histogram(engine), labels);
     histogram_text(out, "vllm:request_prompt_tokens", "Number of prefill tokens processed.", prompt_tokens_, labels);
     histogram_text(out, "vllm:request_generation_tokens", "Number of generation tokens processed.", generation_tokens_,
                    labels);

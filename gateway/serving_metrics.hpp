@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "messages/finish_reason.hpp"
@@ -30,7 +31,16 @@ struct engine_gauges {
     double num_running = -1;
     double num_waiting = -1;
     double kv_cache_usage = -1;  ///< fraction of KV blocks in use, [0, 1]
+    /// The engine core's request_queue_time_ms histogram (added until first scheduled), as its metrics JSON gives
+    /// it: sparse cumulative buckets {upper bound in ms, count at or below}; count 0 with no buckets: none yet.
+    std::vector<std::pair<double, uint64_t>> queue_time_buckets_ms{};
+    uint64_t queue_time_count = 0;
+    double queue_time_sum_ms = 0.0;
 };
+
+/// vLLM's request_queue_time_seconds from the engine's histogram, on the engine's 1-2-5 bounds (1 ms to 500 s, in
+/// seconds; vLLM's own bounds for this family are not all on that grid, and the engine's counts cannot be split).
+prom_histogram queue_time_histogram(const engine_gauges& engine);
 
 class serving_metrics {
   public:

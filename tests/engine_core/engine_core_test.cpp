@@ -303,6 +303,34 @@ TEST(EngineCore, EplbStagesAfterTheStepsInFlightAndSwitchesStageStepsLater) {
     for (const auto& r : f.requests) EXPECT_EQ(f.cluster.tokens[r.request_id], expected_tokens(r));
 }
 
+TEST(EngineCore, QueueTimeIsObservedOnceWhenAStepFirstTakesARequest) {
+    auto queued = [](engine_fixture& f) {
+        const auto j = f.engine.metrics_json()["engine_core"]["histograms"];
+        return j.contains("request_queue_time_ms") ? j["request_queue_time_ms"]["count"].get<uint64_t>() : 0u;
+    };
+    {
+        // Six requests of several steps each (prefill, decodes): each observed once, when first scheduled.
+        engine_fixture f(small_config(2));
+        for (uint64_t id = 1; id <= 6; ++id) f.add(long_request(id, 5, 6));
+        f.run_to_idle();
+        EXPECT_EQ(queued(f), 6u);
+        EXPECT_GE(f.engine.metrics_json()["engine_core"]["histograms"]["request_queue_time_ms"]["sum"].get<double>(),
+                  0.0);
+    }
+    {
+        // One sequence at a time: the second request waits, and aborted while waiting it has no queue time.
+        engine_config c = small_config(1);
+        c.max_num_seqs = 1;
+        engine_fixture f(c);
+        f.add(long_request(1, 5, 6));
+        f.add(long_request(2, 5, 6));
+        EXPECT_EQ(queued(f), 1u);
+        f.engine.abort_request(2);
+        f.run_to_idle();
+        EXPECT_EQ(queued(f), 1u);
+    }
+}
+
 TEST(EngineCore, MetricsJsonHasEveryPartAndTheGaugesOfNow) {
     engine_config c = small_config(2);
     c.trace_steps = true;

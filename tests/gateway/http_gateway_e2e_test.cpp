@@ -561,6 +561,7 @@ TEST(HttpGateway, VllmMetricsAndOperationsRoutes) {
     const std::string l = R"({model_name="demo"})";
     EXPECT_GE(metric(m, "vllm:e2e_request_latency_seconds_count" + l), 1) << m.substr(0, 3000);
     EXPECT_GE(metric(m, "vllm:time_to_first_token_seconds_count" + l), 1);
+    EXPECT_GE(metric(m, "vllm:request_queue_time_seconds_count" + l), 1);  // from the engine core's histogram
     EXPECT_GE(metric(m, "vllm:request_generation_tokens_sum" + l), 3);
     EXPECT_GE(metric(m, R"(vllm:request_success_total{model_name="demo",finished_reason="length"})"), 1);
     // The engine core's gauges: nothing runs now, and the KV cache is a fraction.

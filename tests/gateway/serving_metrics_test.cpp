@@ -24,6 +24,29 @@ TEST(PromHistogram, BoundsAreInclusiveUpperEdges) {
     EXPECT_DOUBLE_EQ(h.sum, 0.1 + 0.5 + 1.0 + 14.0);
 }
 
+TEST(ServingMetrics, QueueTimeComesFromTheEnginesHistogramOnItsBounds) {
+    // The engine's JSON: sparse cumulative buckets in ms (1 at <= 2 ms, 3 at <= 50 ms), and one past 500 s.
+    engine_gauges e;
+    e.queue_time_buckets_ms = {{2.0, 1}, {50.0, 3}};
+    e.queue_time_count = 4;
+    e.queue_time_sum_ms = 1.5 + 20 + 40 + 600000;
+    const prom_histogram h = queue_time_histogram(e);
+    EXPECT_EQ(h.count, 4u);
+    EXPECT_DOUBLE_EQ(h.sum, e.queue_time_sum_ms / 1000);
+    EXPECT_EQ(h.counts.back(), 1u) << "past the last bound";
+    const std::string t = serving_metrics().prometheus("demo", e);
+    const std::string l = R"(model_name="demo")";
+    EXPECT_EQ(sample(t, "vllm:request_queue_time_seconds_bucket{" + l + R"(,le="0.001"})"), 0);
+    EXPECT_EQ(sample(t, "vllm:request_queue_time_seconds_bucket{" + l + R"(,le="0.002"})"), 1);
+    EXPECT_EQ(sample(t, "vllm:request_queue_time_seconds_bucket{" + l + R"(,le="0.02"})"), 1);
+    EXPECT_EQ(sample(t, "vllm:request_queue_time_seconds_bucket{" + l + R"(,le="0.05"})"), 3);
+    EXPECT_EQ(sample(t, "vllm:request_queue_time_seconds_bucket{" + l + R"(,le="500"})"), 3);
+    EXPECT_EQ(sample(t, "vllm:request_queue_time_seconds_bucket{" + l + R"(,le="+Inf"})"), 4);
+    EXPECT_EQ(sample(t, "vllm:request_queue_time_seconds_count{" + l + "}"), 4);
+    // No queue time observed yet: the family is left out.
+    EXPECT_EQ(serving_metrics().prometheus("demo", {}).find("vllm:request_queue_time_seconds"), std::string::npos);
+}
+
 TEST(ServingMetrics, ExportsVllmFamiliesWithCumulativeBuckets) {
     serving_metrics m;
     m.observe_ttft(0.03);
