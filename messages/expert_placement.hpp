@@ -55,7 +55,7 @@ struct expert_placement {
     /// Replicas of `expert` in `layer`, ordered by physical slot, i.e. by (rank, slot).
     std::vector<expert_replica> replicas(int32_t layer, int32_t expert) const;
     /// The replica serving the `token_index`-th routed token of `expert`: replicas(layer, expert)[token_index mod
-    /// their count], the deterministic spread every worker (CPU and CUDA, kernels/moe_route.cu) uses.
+    /// their count], the deterministic spread every worker (CPU and CUDA, kernels/router_replica_choice.cu) uses.
     expert_replica pick(int32_t layer, int32_t expert, int64_t token_index) const;
 
     /// Throws zmoe::error(invalid_argument) unless every move names an existing layer, physical slots, source rank
