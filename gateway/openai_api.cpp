@@ -1,6 +1,7 @@
 #include "gateway/openai_api.hpp"
 
 #include <cmath>
+#include <set>
 #include <string>
 
 #include "frontend/chat_messages.hpp"
@@ -107,8 +108,47 @@ api_error error_from_errc(errc code, const std::string& message) {
     }
 }
 
+namespace {
+
+/// Every body field this server implements, per route (docs/openai_api.md). Anything else is refused with a 400
+/// naming it, never accepted and ignored: a client that asks for `response_format`, `tool_choice: "required"` or an
+/// option of another engine learns at once that it does not get it.
+bool known_field(const std::string& name, endpoint_kind kind) {
+    static const std::set<std::string> kCommon = {
+        "model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "n", "stop", "seed",
+        "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "user",
+        // vLLM's sampling extras
+        "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens", "stop_token_ids", "prompt_logprobs"};
+    static const std::set<std::string> kCompletion = {"prompt", "echo", "suffix", "best_of"};
+    static const std::set<std::string> kChat = {
+        "messages",    "max_completion_tokens", "top_logprobs",          "tools",
+        "tool_choice", "response_format",       "add_generation_prompt", "chat_template_kwargs"};
+    return kCommon.count(name) || (kind == endpoint_kind::completion ? kCompletion : kChat).count(name);
+}
+
+void refuse_unknown_fields(const ojson& body, endpoint_kind kind) {
+    for (const auto& [name, value] : body.items()) {
+        if (!known_field(name, kind))
+            bad("'" + name + "' is not supported by this server" +
+                    (kind == endpoint_kind::completion ? " on /v1/completions" : " on /v1/chat/completions"),
+                name);
+    }
+    if (kind != endpoint_kind::chat) return;
+    // Accepted only in the values that ask for nothing beyond plain text: constrained decoding and tool-call
+    // parsing are not built yet.
+    if (const ojson* t = field(body, "tool_choice"); t && !(t->is_string() && t->get<std::string>() == "none"))
+        bad("'tool_choice' other than \"none\" is not supported yet (no tool-call parsing)", "tool_choice");
+    if (const ojson* f = field(body, "response_format");
+        f && !(f->is_object() && f->contains("type") && (*f)["type"] == "text" && f->size() == 1))
+        bad("'response_format' other than {\"type\": \"text\"} is not supported yet (no constrained decoding)",
+            "response_format");
+}
+
+}  // namespace
+
 openai_request parse_openai_request(const std::string& text, endpoint_kind kind) {
     const ojson body = parse_body(text);
+    refuse_unknown_fields(body, kind);
     openai_request r;
     r.kind = kind;
     client_generate& g = r.generate;

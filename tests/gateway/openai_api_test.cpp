@@ -121,6 +121,32 @@ TEST(OpenaiApi, ChatRequestCarriesMessagesToolsAndKwargsInOrder) {
     EXPECT_EQ(r.generate.max_tokens, 9u);
 }
 
+TEST(OpenaiApi, FieldsThisServerDoesNotImplementAreRefusedByName) {
+    const auto chat = [](const std::string& extra) {
+        return refusal(R"({"messages": [{"role": "user", "content": "hi"}], )" + extra + "}", endpoint_kind::chat);
+    };
+    // Unknown to both routes, and each route's own fields on the other.
+    EXPECT_EQ(refusal(R"({"prompt": "x", "guided_json": {}})").param, "guided_json");
+    EXPECT_EQ(refusal(R"({"prompt": "x", "messages": []})").param, "messages");
+    EXPECT_EQ(chat(R"("prompt": "x")").param, "prompt");
+    EXPECT_EQ(chat(R"("structured_outputs": {"regex": "a+"})").param, "structured_outputs");
+    EXPECT_EQ(chat(R"("parallel_tool_calls": false)").param, "parallel_tool_calls");
+    EXPECT_NE(chat(R"("reasoning_effort": "low")").message.find("'reasoning_effort' is not supported"),
+              std::string::npos);
+    // Known names in values that would need what is not built yet.
+    EXPECT_EQ(chat(R"("response_format": {"type": "json_object"})").param, "response_format");
+    EXPECT_EQ(chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {}}})").param,
+              "response_format");
+    EXPECT_EQ(chat(R"("tool_choice": "required")").param, "tool_choice");
+    EXPECT_EQ(chat(R"("tool_choice": "auto")").param, "tool_choice");
+    EXPECT_EQ(chat(R"("tool_choice": {"type": "function", "function": {"name": "f"}})").param, "tool_choice");
+    // ... and in the values that ask for plain text: accepted.
+    EXPECT_NO_THROW(parse_openai_request(
+        R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "text"}, "tool_choice": "none", "user": "u1"})",
+        endpoint_kind::chat));
+    EXPECT_NO_THROW(parse_openai_request(R"({"prompt": "x", "user": "u1", "best_of": 1})", endpoint_kind::completion));
+}
+
 TEST(OpenaiApi, BadRequestsNameTheField) {
     EXPECT_EQ(refusal("{not json").status, 400);
     EXPECT_EQ(refusal("[1]").status, 400);
