@@ -25,10 +25,10 @@
 
 #include "base/error.hpp"
 #include "base/stats.hpp"
+#include "cli/bench_ep_exchange.hpp"
 #include "cli/cmd_bench.hpp"
 #include "cli/options.hpp"
 #include "messages/expert_placement.hpp"
-#include "workers/ep_exchange_timing.hpp"
 #include "workers/step_executor.hpp"
 
 namespace {

@@ -1,4 +1,4 @@
-#include "workers/ep_exchange_timing.hpp"
+#include "cli/bench_ep_exchange.hpp"
 
 #include <algorithm>
 #include <random>
