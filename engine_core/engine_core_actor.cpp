@@ -275,13 +275,12 @@ void engine_core_actor::handle_shutdown() {
 
 void engine_core_actor::send_frontend_welcome() {
     const engine_config& c = options_.config;
-    send_to_frontend(encode(engine_welcome{
-        .num_workers = static_cast<uint32_t>(c.workers),
-        .max_num_seqs = static_cast<uint32_t>(c.max_num_seqs),
-        .max_model_len = static_cast<uint32_t>(core_.max_model_len()),
-        .block_size = static_cast<uint32_t>(c.block_size),
-        .num_kv_blocks = static_cast<uint64_t>(workers_[0].capacity.num_kv_blocks),
-        .heartbeat_interval_ms = static_cast<uint32_t>(c.heartbeat_ms)}));
+    send_to_frontend(encode(engine_welcome{.num_workers = static_cast<uint32_t>(c.workers),
+                                           .max_num_seqs = static_cast<uint32_t>(c.max_num_seqs),
+                                           .max_model_len = static_cast<uint32_t>(core_.max_model_len()),
+                                           .block_size = static_cast<uint32_t>(c.block_size),
+                                           .num_kv_blocks = static_cast<uint64_t>(workers_[0].capacity.num_kv_blocks),
+                                           .heartbeat_interval_ms = static_cast<uint32_t>(c.heartbeat_ms)}));
 }
 
 std::string engine_core_actor::metrics_reply_json() {

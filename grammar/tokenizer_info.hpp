@@ -17,7 +17,8 @@ class tokenizer_info {
   public:
     /// `token_bytes[id]` is the token's raw bytes (empty for ids without a token). Stop and special ids are never
     /// matched as text. To cover a model whose logits are wider than the tokenizer (Qwen3: 151 936 rows, 151 669
-    /// tokens), pass `token_bytes` padded with empty strings to that width: those ids are never allowed. Throws zmoe::error(invalid_argument) for a stop id outside the vocabulary.
+    /// tokens), pass `token_bytes` padded with empty strings to that width: those ids are never allowed. Throws
+    /// zmoe::error(invalid_argument) for a stop id outside the vocabulary.
     tokenizer_info(std::vector<std::string> token_bytes, std::vector<int32_t> stop_ids,
                    const std::vector<int32_t>& special_ids = {});
 
