@@ -155,15 +155,23 @@ class fake_openai_server {
         const int now = ++in_flight;
         for (int m = max_in_flight.load(); now > m && !max_in_flight.compare_exchange_weak(m, now);) {
         }
+        // Leaves the in-flight count before the answer's last bytes go out: once the client has those it may open
+        // its next request's connection, whose thread can count itself in before this one returns.
         struct leave {
             std::atomic<int>& v;
-            ~leave() { --v; }
+            bool done = false;
+            void now() {
+                if (!done) --v;
+                done = true;
+            }
+            ~leave() { now(); }
         } leave_{in_flight};
         const auto body = nlohmann::json::parse(req.body());
         const int tokens = body["max_tokens"].get<int>();
         const answer a = behaviour(n);
         if (a == answer::http_500) {
             const std::string err = R"({"error":{"message":"boom","code":500}})";
+            leave_.now();
             write(s, "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: " +
                          std::to_string(err.size()) + "\r\n\r\n" + err);
             return true;
@@ -175,6 +183,7 @@ class fake_openai_server {
         if (a == answer::until_close) {  // no length, no chunks: the body ends when the connection does
             write(s, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n");
             for (int i = 0; i < tokens; ++i) write(s, "data: {\"choices\":[{\"text\":\"x\"}]}\n\n");
+            leave_.now();
             write(s, "data: [DONE]\n\n");
             beast::error_code ec;
             s.shutdown(tcp::socket::shutdown_both, ec);
@@ -195,6 +204,7 @@ class fake_openai_server {
             chunk(s, "data: {\"choices\":[{\"index\":0,\"text\":\"x\",\"finish_reason\":null}]}\n\n");
             std::this_thread::sleep_for(std::chrono::milliseconds(2));
         }
+        leave_.now();
         if (a == answer::stream)
             chunk(s, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":" + std::to_string(body["prompt"].size()) +
                          ",\"completion_tokens\":" + std::to_string(tokens) + "}}\n\n");
