@@ -166,12 +166,13 @@ nlohmann::ordered_json multi_turn_summary(const std::vector<bench_request_record
     std::vector<std::vector<double>> ttft_ms(static_cast<size_t>(num_turns));
     std::vector<double> later_ms;
     nlohmann::json conversations = nlohmann::json::array(), turns = nlohmann::json::array(),
-                   sends = nlohmann::json::array(), prompt_tokens = nlohmann::json::array(),
-                   answers = nlohmann::json::array();
+                   sends = nlohmann::json::array(), ends = nlohmann::json::array(),
+                   prompt_tokens = nlohmann::json::array(), answers = nlohmann::json::array();
     for (const auto& r : records) {
         conversations.push_back(r.conversation);
         turns.push_back(r.turn);
         sends.push_back(r.sent_s);
+        ends.push_back(r.sent_s < 0 ? -1.0 : r.sent_s + r.latency_s);
         prompt_tokens.push_back(r.prompt_tokens);
         answers.push_back(r.answer_len);
         if (!r.success || r.turn < 0) continue;
@@ -195,6 +196,7 @@ nlohmann::ordered_json multi_turn_summary(const std::vector<bench_request_record
     out["conversation_ids"] = std::move(conversations);
     out["turn_ids"] = std::move(turns);
     out["send_times"] = std::move(sends);
+    out["end_times"] = std::move(ends);
     out["prompt_tokens"] = std::move(prompt_tokens);
     out["answer_lens"] = std::move(answers);
     return out;

@@ -58,8 +58,10 @@ nlohmann::ordered_json served_steps_summary(const nlohmann::json& before, const 
 /// The multi-turn view of a run's records (each with its turn): "ttft_by_turn", one object per turn (from 1) with
 /// "turn", "completed", "mean_ttft_ms", "median_ttft_ms" and "pP_ttft_ms" for each P of percentiles;
 /// "median_ttft_ms_later_turns" and "mean_ttft_ms_later_turns" (turns 2 and later together); and the per-request
-/// arrays "conversation_ids", "turn_ids", "send_times" (seconds from the start; -1: never sent), "prompt_tokens"
-/// (as the server reported them) and "answer_lens" (tokens of each answer carried into the next turn).
+/// arrays "conversation_ids", "turn_ids", "send_times" and "end_times" (seconds from the start of the run, when it
+/// was sent and when its last event came; -1: never sent), "prompt_tokens" (as the server reported them) and
+/// "answer_lens" (the tokens of each answer as the next turn's prompt carries them: the ids generated over ZeroMQ,
+/// the answer's text encoded by the tokenizer over HTTP).
 nlohmann::ordered_json multi_turn_summary(const std::vector<bench_request_record>& records,
                                           const std::vector<double>& percentiles);
 

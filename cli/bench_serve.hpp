@@ -120,8 +120,9 @@ struct serve_bench_run {
     /// just after the last: their difference is what the engine core saw of this run (served_steps_summary).
     nlohmann::json metrics_before, metrics_after;
     std::string served_model;  ///< the "model" the requests named (HTTP path)
-    /// The HTTP server's GET /metrics (Prometheus text) just before the first request and just after the last;
-    /// empty on the ZeroMQ path or when it did not answer.
+    /// The HTTP server's GET /metrics (Prometheus text) just before the first request and just after the last, for
+    /// the prefix-repetition and multi-turn datasets; empty otherwise (the ZeroMQ path, the random dataset, no
+    /// answer).
     std::string prometheus_before, prometheus_after;
     /// With params.rank_sample_interval_s: the engine core's per-rank load read during the run, one entry per read:
     /// {"t": seconds from the start, "running": [per rank], "waiting": [per rank]}.

@@ -510,8 +510,10 @@ serve_bench_run run_http_bench(const serve_bench_params& p, const http_bench_tar
         return openai_request_body(target.endpoint_type, model, prompt, text, p.temperature);
     };
     if (!target.metrics_endpoint.empty()) out.metrics_before = scrape_server_metrics(target.metrics_endpoint);
+    // The prefix-cache counters of GET /metrics, for the datasets that repeat prefixes (a random run reads none).
     const std::string metrics_target = url.prefix + "/metrics";
     auto scrape_prometheus = [&] {
+        if (p.dataset == bench_dataset::random) return std::string();
         const auto r =
             http_get(run.endpoints, run.host_header, metrics_target, run.authorization, std::chrono::seconds(10));
         return r.status == 200 ? r.body : std::string();
