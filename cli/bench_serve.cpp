@@ -198,7 +198,8 @@ rank_load_sampler::rank_load_sampler(const std::string& endpoint, double interva
         try {
             zmoe_client client(endpoint);
             std::unique_lock lock(impl_->mu);
-            while (!impl_->stopping) {
+            // A read at the end of each interval: the first comes once the run is under way.
+            while (!impl_->cv.wait_for(lock, period, [this] { return impl_->stopping; })) {
                 lock.unlock();
                 nlohmann::json m;
                 try {
@@ -213,7 +214,6 @@ rank_load_sampler::rank_load_sampler(const std::string& endpoint, double interva
                                               {"running", per_rank(g, "requests_running")},
                                               {"waiting", per_rank(g, "requests_waiting")}});
                 }
-                impl_->cv.wait_for(lock, period, [this] { return impl_->stopping; });
             }
         } catch (const std::exception& e) {
             ZMOE_LOG(warn, "bench: per-rank load not read: " << e.what());
