@@ -6,12 +6,44 @@
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "cli/bench_metrics.hpp"
 
 namespace zmoe::cli {
+
+/// What the prompts are (vLLM's --dataset-name values where vLLM has them).
+enum class bench_dataset {
+    random,             ///< independent random prompts (--random-input-len, --random-output-len)
+    prefix_repetition,  ///< vLLM's prefix_repetition: R random prefixes, each shared by num_prompts / R prompts
+    multi_turn,         ///< conversations whose every turn resends the history and the model's answers
+};
+const char* bench_dataset_name(bench_dataset d);
+
+/// vLLM's prefix_repetition dataset: num_prefixes random prefixes of prefix_len tokens; each prompt is one of them
+/// followed by suffix_len random tokens of its own.
+struct prefix_repetition_params {
+    uint32_t prefix_len = 256;
+    uint32_t suffix_len = 256;
+    uint32_t num_prefixes = 10;
+    uint32_t output_len = 128;
+};
+
+/// num_conversations conversations of num_turns turns. Turn 1's prompt is a system prompt of system_prompt_len
+/// random tokens, the same in every conversation, then user_len new random tokens; turn t + 1's prompt is turn t's
+/// prompt, the output_len tokens the model answered, then user_len new tokens. A turn is sent when the previous
+/// answer has ended; conversations run side by side up to the concurrency cap.
+struct multi_turn_params {
+    uint32_t num_conversations = 16;
+    uint32_t num_turns = 4;
+    uint32_t system_prompt_len = 1000;
+    uint32_t user_len = 100;
+    uint32_t output_len = 128;
+};
 
 struct serve_bench_params {
     std::string endpoint;  ///< the frontend, e.g. tcp://127.0.0.1:5555
@@ -27,6 +59,12 @@ struct serve_bench_params {
     float temperature = 0.f;
     double timeout_s = 600.0;  ///< with requests in flight and no event for this long, the rest fail
     bool progress = false;     ///< a progress bar on stderr
+    bench_dataset dataset = bench_dataset::random;
+    prefix_repetition_params prefix_repetition{};
+    multi_turn_params multi_turn{};
+    /// > 0: the engine core's per-rank running and waiting requests are read every this many seconds during the run
+    /// (ZeroMQ metrics), for rank_load_summary.
+    double rank_sample_interval_s = 0.0;
 };
 
 /// The prompts of a run: lengths and ids drawn from params.seed (the same seed gives the same prompts).
@@ -34,7 +72,24 @@ struct bench_prompt {
     std::vector<int32_t> token_ids;
     uint32_t output_len = 0;
 };
+/// The prompts of the random dataset, or of the prefix-repetition dataset: num_prompts / num_prefixes prompts per
+/// prefix (the first num_prompts % num_prefixes prefixes one more), shuffled (seeded), as vLLM's
+/// prefix_repetition (which fills the remainder with copies of drawn prompts instead). Throws
+/// errc::invalid_argument for the multi-turn dataset (its prompts depend on the answers: bench_workload builds
+/// them) or fewer prompts than prefixes.
 std::vector<bench_prompt> make_bench_prompts(const serve_bench_params& params);
+
+/// Draws n token ids uniformly from [0, params.vocab_size) minus params.excluded_ids.
+class bench_token_source {
+  public:
+    bench_token_source(const serve_bench_params& params, uint64_t seed);
+    std::vector<int32_t> draw(size_t n);
+
+  private:
+    std::mt19937_64 rng_;
+    std::uniform_int_distribution<int32_t> id_;
+    std::set<int32_t> excluded_;
+};
 
 /// When each of n requests may be sent, in seconds from the start: all 0 for an infinite request rate, else a
 /// Poisson process of that rate (exponential gaps, drawn from params.seed) whose first arrival is 0. Throws
@@ -65,6 +120,29 @@ struct serve_bench_run {
     /// just after the last: their difference is what the engine core saw of this run (served_steps_summary).
     nlohmann::json metrics_before, metrics_after;
     std::string served_model;  ///< the "model" the requests named (HTTP path)
+    /// The HTTP server's GET /metrics (Prometheus text) just before the first request and just after the last, for
+    /// the prefix-repetition and multi-turn datasets; empty otherwise (the ZeroMQ path, the random dataset, no
+    /// answer).
+    std::string prometheus_before, prometheus_after;
+    /// With params.rank_sample_interval_s: the engine core's per-rank load read during the run, one entry per read:
+    /// {"t": seconds from the start, "running": [per rank], "waiting": [per rank]}.
+    nlohmann::json rank_samples = nlohmann::json::array();
+};
+
+/// Reads the per-rank running and waiting requests of the engine core at `endpoint` every interval_s seconds on a
+/// thread of its own (its own client), from construction to stop(); nothing when interval_s <= 0.
+class rank_load_sampler {
+  public:
+    rank_load_sampler(const std::string& endpoint, double interval_s);
+    ~rank_load_sampler();
+    rank_load_sampler(const rank_load_sampler&) = delete;
+    rank_load_sampler& operator=(const rank_load_sampler&) = delete;
+    /// Ends the thread and returns the samples (serve_bench_run::rank_samples' form).
+    nlohmann::json stop();
+
+  private:
+    struct impl;
+    std::unique_ptr<impl> impl_;
 };
 
 /// Waits until the server reports healthy (throws errc::peer_dead after ready_timeout_s), then runs the benchmark.

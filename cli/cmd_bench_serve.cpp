@@ -67,6 +67,8 @@ struct bench_options {
     std::string max_concurrency = "0";
     std::vector<uint32_t> concurrency_list;  ///< --max-concurrency as a comma list of several caps
     std::string json_path;
+    std::string dataset = "random";
+    std::string dataset_name;  ///< vLLM's spelling of --dataset
     bool no_progress = false;
     bool no_keep_alive = false;
     double ready_timeout_s = 60.0;
@@ -116,6 +118,121 @@ struct bench_options {
             "seconds to wait for the server to report healthy")(
             "no-progress", po::bool_switch(&no_progress),
             "no progress bar (there is none unless stderr is a terminal)");
+        auto& r = p.prefix_repetition;
+        auto& m = p.multi_turn;
+        d.add_options()("dataset", po::value(&dataset)->default_value(dataset),
+                        "the prompts: random, prefix-repetition (vLLM's prefix_repetition) or multi-turn")(
+            "dataset-name", po::value(&dataset_name),
+            "vLLM's name of --dataset (random, prefix_repetition, multi_turn; the spellings of --dataset too)")(
+            "prefix-repetition-prefix-len", po::value(&r.prefix_len)->default_value(r.prefix_len),
+            "prefix-repetition: tokens of each shared prefix")(
+            "prefix-repetition-suffix-len", po::value(&r.suffix_len)->default_value(r.suffix_len),
+            "prefix-repetition: random tokens after the prefix, per prompt")(
+            "prefix-repetition-num-prefixes", po::value(&r.num_prefixes)->default_value(r.num_prefixes),
+            "prefix-repetition: distinct prefixes (each shared by --num-prompts / this many prompts)")(
+            "prefix-repetition-output-len", po::value(&r.output_len)->default_value(r.output_len),
+            "prefix-repetition: tokens generated per request")(
+            "multi-turn-num-conversations", po::value(&m.num_conversations)->default_value(m.num_conversations),
+            "multi-turn: conversations (side by side up to --max-concurrency)")(
+            "multi-turn-num-turns", po::value(&m.num_turns)->default_value(m.num_turns),
+            "multi-turn: turns per conversation (requests: conversations x turns)")(
+            "multi-turn-system-prompt-len", po::value(&m.system_prompt_len)->default_value(m.system_prompt_len),
+            "multi-turn: tokens of the system prompt every conversation starts with")(
+            "multi-turn-user-len", po::value(&m.user_len)->default_value(m.user_len),
+            "multi-turn: new user tokens per turn")(
+            "multi-turn-output-len", po::value(&m.output_len)->default_value(m.output_len),
+            "multi-turn: tokens generated per turn (the answer the next turn carries)")(
+            "rank-sample-interval", po::value(&p.rank_sample_interval_s)->default_value(0.0, "0"),
+            "> 0: read the engine core's per-rank running and waiting requests every this many seconds during the "
+            "run (over --endpoint) and report each rank's load");
+    }
+
+    /// The dataset and its options: a flag of another dataset, given, is refused by name.
+    void finish_dataset(const po::variables_map& vm) {
+        std::string name = dataset;
+        if (vm.count("dataset-name")) {
+            if (!vm["dataset"].defaulted())
+                throw zmoe::error(zmoe::errc::invalid_argument, "give --dataset or --dataset-name, not both");
+            name = dataset_name;
+        }
+        const char* flag = vm.count("dataset-name") ? "--dataset-name" : "--dataset";
+        if (name == "random")
+            params.dataset = zmoe::cli::bench_dataset::random;
+        else if (name == "prefix-repetition" || name == "prefix_repetition")
+            params.dataset = zmoe::cli::bench_dataset::prefix_repetition;
+        else if (name == "multi-turn" || name == "multi_turn")
+            params.dataset = zmoe::cli::bench_dataset::multi_turn;
+        else
+            throw zmoe::error(zmoe::errc::invalid_argument, std::string(flag) +
+                                                                " must be random, prefix-repetition "
+                                                                "or multi-turn, not '" +
+                                                                name + "'");
+        dataset = zmoe::cli::bench_dataset_name(params.dataset);
+        auto refuse_given = [&](std::initializer_list<const char*> names, const std::string& why) {
+            for (const char* n : names)
+                if (vm.count(n) && !vm[n].defaulted())
+                    throw zmoe::error(zmoe::errc::invalid_argument, std::string("--") + n + " " + why);
+        };
+        const auto ds = params.dataset;
+        using zmoe::cli::bench_dataset;
+        if (ds != bench_dataset::random)
+            refuse_given({"random-input-len", "random-output-len", "random-range-ratio"},
+                         "is an option of --dataset random, not " + dataset);
+        if (ds != bench_dataset::prefix_repetition)
+            refuse_given({"prefix-repetition-prefix-len", "prefix-repetition-suffix-len",
+                          "prefix-repetition-num-prefixes", "prefix-repetition-output-len"},
+                         "is an option of --dataset prefix-repetition, not " + dataset);
+        if (ds != bench_dataset::multi_turn)
+            refuse_given({"multi-turn-num-conversations", "multi-turn-num-turns", "multi-turn-system-prompt-len",
+                          "multi-turn-user-len", "multi-turn-output-len"},
+                         "is an option of --dataset multi-turn, not " + dataset);
+        if (ds == bench_dataset::multi_turn)
+            refuse_given({"num-prompts"},
+                         "does not apply to --dataset multi-turn: it sends --multi-turn-num-conversations x "
+                         "--multi-turn-num-turns requests");
+        if (ds != bench_dataset::random && !http.base_url.empty() && endpoint_type != "completions")
+            throw zmoe::error(zmoe::errc::invalid_argument, "--endpoint-type " + endpoint_type + ": --dataset " +
+                                                                dataset +
+                                                                " sends token-id prompts, on /v1/completions only");
+        const auto& r = params.prefix_repetition;
+        const auto& m = params.multi_turn;
+        if (ds == bench_dataset::prefix_repetition) {
+            if (r.num_prefixes == 0)
+                throw zmoe::error(zmoe::errc::invalid_argument, "--prefix-repetition-num-prefixes must be positive");
+            if (r.prefix_len + r.suffix_len == 0)
+                throw zmoe::error(zmoe::errc::invalid_argument,
+                                  "--prefix-repetition-prefix-len and --prefix-repetition-suffix-len are both 0: "
+                                  "an empty prompt");
+            if (r.output_len == 0)
+                throw zmoe::error(zmoe::errc::invalid_argument, "--prefix-repetition-output-len must be positive");
+            if (params.num_prompts < r.num_prefixes)
+                throw zmoe::error(zmoe::errc::invalid_argument,
+                                  "--num-prompts (" + std::to_string(params.num_prompts) +
+                                      ") must be at least --prefix-repetition-num-prefixes (" +
+                                      std::to_string(r.num_prefixes) + ")");
+        }
+        if (ds == bench_dataset::multi_turn) {
+            if (m.num_conversations == 0)
+                throw zmoe::error(zmoe::errc::invalid_argument, "--multi-turn-num-conversations must be positive");
+            if (m.num_turns == 0)
+                throw zmoe::error(zmoe::errc::invalid_argument, "--multi-turn-num-turns must be positive");
+            if (m.system_prompt_len + m.user_len == 0)
+                throw zmoe::error(zmoe::errc::invalid_argument,
+                                  "--multi-turn-system-prompt-len and --multi-turn-user-len are both 0: an empty "
+                                  "first prompt");
+            if (m.output_len == 0)
+                throw zmoe::error(zmoe::errc::invalid_argument, "--multi-turn-output-len must be positive");
+            if (!http.base_url.empty() && http.tokenizer.empty())
+                throw zmoe::error(zmoe::errc::invalid_argument,
+                                  "--dataset multi-turn over --base-url reads each answer as text: give --tokenizer "
+                                  "PATH (or --model DIR with a tokenizer.json) to carry it into the next turn");
+            params.num_prompts = m.num_conversations * m.num_turns;
+        }
+        if (params.rank_sample_interval_s < 0)
+            throw zmoe::error(zmoe::errc::invalid_argument, "--rank-sample-interval must be >= 0");
+        if (params.rank_sample_interval_s > 0 && !http.base_url.empty() && vm["endpoint"].defaulted())
+            throw zmoe::error(zmoe::errc::invalid_argument,
+                              "--rank-sample-interval reads the engine core over ZeroMQ: give --endpoint too");
     }
 
     std::vector<double> percentile_list() const {
@@ -180,8 +297,10 @@ struct bench_options {
             if (!(params.request_rate > 0))
                 throw zmoe::error(zmoe::errc::invalid_argument, "--request-rate must be a positive number or inf");
         }
-        if (params.num_prompts == 0 || params.input_len == 0 || params.output_len == 0)
-            throw zmoe::error(zmoe::errc::invalid_argument, "--num-prompts and the lengths must be positive");
+        if (params.num_prompts == 0) throw zmoe::error(zmoe::errc::invalid_argument, "--num-prompts must be positive");
+        if (params.input_len == 0 || params.output_len == 0)
+            throw zmoe::error(zmoe::errc::invalid_argument,
+                              "--random-input-len and --random-output-len must be positive");
         if (params.range_ratio < 0 || params.range_ratio >= 1)
             throw zmoe::error(zmoe::errc::invalid_argument, "--random-range-ratio must be in [0, 1)");
         if (model_dir || (!model.empty() && http.base_url.empty())) read_model_vocabulary();
@@ -194,6 +313,10 @@ struct bench_options {
             throw zmoe::error(zmoe::errc::invalid_argument,
                               "give --model DIR (its config.json has the vocabulary size) or --vocab-size N");
         params.progress = !no_progress && isatty(STDERR_FILENO);
+        finish_dataset(vm);
+        if (!concurrency_list.empty() && params.dataset != zmoe::cli::bench_dataset::random)
+            throw zmoe::error(zmoe::errc::invalid_argument,
+                              "--max-concurrency as a list runs a sweep, which takes --dataset random only");
     }
 
     void read_model_vocabulary() {
@@ -236,10 +359,28 @@ struct bench_options {
             j["http_keep_alive"] = http.keep_alive;
         }
         j["model"] = model;
+        j["dataset_name"] = dataset;
         j["num_prompts"] = params.num_prompts;
-        j["random_input_len"] = params.input_len;
-        j["random_output_len"] = params.output_len;
-        j["random_range_ratio"] = params.range_ratio;
+        switch (params.dataset) {
+            case zmoe::cli::bench_dataset::random:
+                j["random_input_len"] = params.input_len;
+                j["random_output_len"] = params.output_len;
+                j["random_range_ratio"] = params.range_ratio;
+                break;
+            case zmoe::cli::bench_dataset::prefix_repetition:
+                j["prefix_repetition_prefix_len"] = params.prefix_repetition.prefix_len;
+                j["prefix_repetition_suffix_len"] = params.prefix_repetition.suffix_len;
+                j["prefix_repetition_num_prefixes"] = params.prefix_repetition.num_prefixes;
+                j["prefix_repetition_output_len"] = params.prefix_repetition.output_len;
+                break;
+            case zmoe::cli::bench_dataset::multi_turn:
+                j["multi_turn_num_conversations"] = params.multi_turn.num_conversations;
+                j["multi_turn_num_turns"] = params.multi_turn.num_turns;
+                j["multi_turn_system_prompt_len"] = params.multi_turn.system_prompt_len;
+                j["multi_turn_user_len"] = params.multi_turn.user_len;
+                j["multi_turn_output_len"] = params.multi_turn.output_len;
+                break;
+        }
         if (std::isinf(params.request_rate))
             j["request_rate"] = "inf";
         else
@@ -268,6 +409,15 @@ nlohmann::ordered_json run_pass(const bench_options& o, bench_path path) {
     // Beside vLLM's keys: the engine core's served decode steps and their memory floor.
     const auto served = zmoe::cli::served_steps_summary(run.metrics_before, run.metrics_after);
     for (const auto& [k, v] : served.items()) result[k] = v;
+    // The dataset's own views of the run: TTFT per turn, the prefix cache, the ranks' load.
+    nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+    if (o.params.dataset == zmoe::cli::bench_dataset::multi_turn)
+        extra.update(zmoe::cli::multi_turn_summary(run.records, o.percentile_list()));
+    if (o.params.dataset != zmoe::cli::bench_dataset::random)
+        extra.update(zmoe::cli::prefix_cache_summary(run.metrics_before, run.metrics_after, run.prometheus_before,
+                                                     run.prometheus_after, run.records));
+    extra.update(zmoe::cli::rank_load_summary(run.rank_samples));
+    for (const auto& [k, v] : extra.items()) result[k] = v;
     return result;
 }
 
@@ -393,6 +543,7 @@ int cmd_bench_serve(int argc, char** argv) {
     for (const auto& [name, r] : ps) {
         if (ps.size() > 1) std::cout << name << ": " << (name == "zmq" ? o.params.endpoint : o.http.base_url) << "\n";
         std::cout << zmoe::cli::bench_summary_table(*r, o.percentile_list());
+        std::cout << zmoe::cli::workload_summary_table(*r, o.percentile_list());
         print_errors(name, *r);
         rows.emplace_back(o.params.max_concurrency ? std::to_string(o.params.max_concurrency) : "none", name, r);
     }
@@ -423,6 +574,9 @@ int cmd_bench_sweep(int argc, char** argv) {
         throw zmoe::error(zmoe::errc::invalid_argument, "this zmoe was built without cairo (libcairo2-dev): no --plot");
     const bool fixed_prompts = !vm["num-prompts"].defaulted();
     o.finish(vm);
+    if (o.params.dataset != zmoe::cli::bench_dataset::random)
+        throw zmoe::error(zmoe::errc::invalid_argument,
+                          "bench sweep takes --dataset random only (run bench serve per concurrency for the others)");
     if (!plot_path.empty() && o.paths.size() > 1)
         throw zmoe::error(zmoe::errc::invalid_argument, "--plot draws one path: give --endpoint or --base-url alone");
     return run_sweep(o, levels, fixed_prompts, plot_path);

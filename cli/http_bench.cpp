@@ -11,6 +11,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <limits>
@@ -22,6 +23,7 @@
 
 #include "base/error.hpp"
 #include "base/log.hpp"
+#include "cli/bench_workload.hpp"
 #include "cli/openai_stream.hpp"
 #include "cli/sse_parser.hpp"
 #include "frontend/tokenizer.hpp"
@@ -110,8 +112,10 @@ struct http_run {
     std::string authorization;
     bool keep_alive = true;
     std::chrono::steady_clock::duration timeout{};
-    std::vector<std::string> bodies;  ///< per prompt
     std::vector<bench_request_record>* records = nullptr;
+    bench_workload* work = nullptr;  ///< guarded by mu
+    /// Multi-turn: each answer's text is encoded with this to be carried into the next turn; null otherwise.
+    const tokenizer* answer_tokenizer = nullptr;
 
     std::mutex pool_mu;
     std::vector<beast::tcp_stream> idle;  ///< kept-alive connections, free for the next request
@@ -126,12 +130,22 @@ struct http_run {
 
     explicit http_run(int threads) : ioc(threads) {}
 
-    void finished(bool success) {
+    /// Request i ended (text: its answer). Multi-turn: the answer, encoded, goes into the conversation's next turn,
+    /// or the conversation's later turns are given up when it failed.
+    void finished(size_t i, bool success, const std::string& text) {
+        std::vector<int32_t> answer;
+        if (answer_tokenizer && success) answer = answer_tokenizer->encode(text);
         {
             std::lock_guard lock(mu);
             --in_flight;
             ++done;
             if (!success) ++failed;
+            if (answer_tokenizer && success) (*records)[i].answer_len = static_cast<uint32_t>(answer.size());
+            for (const size_t j : work->finish(i, success, answer)) {
+                (*records)[j].error = "not sent: an earlier turn of its conversation failed";
+                ++done;
+                ++failed;
+            }
         }
         cv.notify_all();
     }
@@ -157,9 +171,10 @@ struct http_run {
 /// on the connection's strand; it writes only its own record.
 class http_stream_session : public std::enable_shared_from_this<http_stream_session> {
   public:
-    http_stream_session(http_run& run, size_t index, beast::tcp_stream stream, bool reused)
+    http_stream_session(http_run& run, size_t index, std::string body, beast::tcp_stream stream, bool reused)
         : run_(run),
           index_(index),
+          body_(std::move(body)),
           stream_(std::move(stream)),
           reused_(reused),
           rec_((*run.records)[index]),
@@ -182,7 +197,7 @@ class http_stream_session : public std::enable_shared_from_this<http_stream_sess
         req_.set(http::field::accept, "text/event-stream");
         if (!run_.authorization.empty()) req_.set(http::field::authorization, run_.authorization);
         req_.keep_alive(run_.keep_alive);
-        req_.body() = run_.bodies[index_];
+        req_.body() = std::move(body_);
         req_.prepare_payload();
         if (reused_)
             write();
@@ -295,7 +310,7 @@ class http_stream_session : public std::enable_shared_from_this<http_stream_sess
             stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
             stream_.socket().close(ignored);
         }
-        run_.finished(rec_.success);
+        run_.finished(index_, rec_.success, recorder_.text());
     }
 
     static long seconds(std::chrono::steady_clock::duration d) {
@@ -305,6 +320,7 @@ class http_stream_session : public std::enable_shared_from_this<http_stream_sess
     static constexpr size_t kMaxErrorBody = 2000;
     http_run& run_;
     size_t index_;
+    std::string body_;
     beast::tcp_stream stream_;
     bool reused_;
     bench_request_record& rec_;
@@ -409,7 +425,6 @@ std::string chat_text(const tokenizer& tok, const bench_prompt& prompt, std::mt1
 serve_bench_run run_http_bench(const serve_bench_params& p, const http_bench_target& target, double ready_timeout_s) {
     raise_open_files_limit();
     const http_url url = parse_http_url(target.base_url);
-    const auto prompts = make_bench_prompts(p);
     const unsigned threads =
         target.num_threads ? target.num_threads : std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u);
     http_run run(static_cast<int>(threads));
@@ -462,70 +477,93 @@ serve_bench_run run_http_bench(const serve_bench_params& p, const http_bench_tar
 
     serve_bench_run out;
     out.served_model = model;
-    out.records.resize(prompts.size());
+    bench_workload work(p);
+    const size_t n = work.size();
+    out.records.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+        out.records[i].conversation = work.conversation(i);
+        out.records[i].turn = work.turn(i);
+        out.records[i].output_len = work.prompt(i).output_len;
+    }
     run.records = &out.records;
-    run.bodies.reserve(prompts.size());
+    run.work = &work;
     std::optional<tokenizer> tok;
-    if (target.endpoint_type == openai_endpoint_type::chat) {
+    const bool multi_turn = p.dataset == bench_dataset::multi_turn;
+    if (target.endpoint_type == openai_endpoint_type::chat || multi_turn) {
         if (target.tokenizer.empty())
-            throw error(
-                errc::invalid_argument,
-                "--endpoint-type chat sends text: give --tokenizer PATH (or --model DIR with a tokenizer.json)");
+            throw error(errc::invalid_argument,
+                        multi_turn ? "--dataset multi-turn over HTTP reads each answer as text: give --tokenizer PATH "
+                                     "(or --model DIR with a tokenizer.json)"
+                                   : "--endpoint-type chat sends text: give --tokenizer PATH (or --model DIR with a "
+                                     "tokenizer.json)");
         tok.emplace(tokenizer::from_file(target.tokenizer));
     }
+    if (multi_turn) run.answer_tokenizer = &*tok;
     std::mt19937_64 text_rng(p.seed ^ 0x5851f42d4c957f2dull);
-    for (size_t i = 0; i < prompts.size(); ++i) {
+    // The body of request i, built when it goes (a multi-turn turn's prompt holds the answer before it).
+    auto body_of = [&](size_t i) {
         auto& rec = out.records[i];
-        rec.input_len = static_cast<uint32_t>(prompts[i].token_ids.size());
-        rec.output_len = prompts[i].output_len;
+        const bench_prompt& prompt = work.prompt(i);
+        rec.input_len = static_cast<uint32_t>(prompt.token_ids.size());
         std::string text;
-        if (tok) text = chat_text(*tok, prompts[i], text_rng, rec.input_len);
-        run.bodies.push_back(openai_request_body(target.endpoint_type, model, prompts[i], text, p.temperature));
-    }
+        if (target.endpoint_type == openai_endpoint_type::chat) text = chat_text(*tok, prompt, text_rng, rec.input_len);
+        return openai_request_body(target.endpoint_type, model, prompt, text, p.temperature);
+    };
     if (!target.metrics_endpoint.empty()) out.metrics_before = scrape_server_metrics(target.metrics_endpoint);
-    const std::vector<double> arrival = bench_arrival_times(p, prompts.size());
+    // The prefix-cache counters of GET /metrics, for the datasets that repeat prefixes (a random run reads none).
+    const std::string metrics_target = url.prefix + "/metrics";
+    auto scrape_prometheus = [&] {
+        if (p.dataset == bench_dataset::random) return std::string();
+        const auto r =
+            http_get(run.endpoints, run.host_header, metrics_target, run.authorization, std::chrono::seconds(10));
+        return r.status == 200 ? r.body : std::string();
+    };
+    out.prometheus_before = scrape_prometheus();
 
-    auto work = net::make_work_guard(run.ioc);
+    auto io_work = net::make_work_guard(run.ioc);
     std::vector<std::thread> io_threads;
     for (unsigned i = 0; i < threads; ++i) io_threads.emplace_back([&run] { run.ioc.run(); });
 
-    const uint32_t cap = p.max_concurrency ? p.max_concurrency : static_cast<uint32_t>(prompts.size());
-    const auto n = static_cast<uint32_t>(prompts.size());
-    bench_progress_bar bar(p.progress, n);
+    const uint32_t cap = p.max_concurrency ? p.max_concurrency : static_cast<uint32_t>(n);
+    bench_progress_bar bar(p.progress, static_cast<uint32_t>(n));
+    std::optional<rank_load_sampler> sampler;
+    if (!target.metrics_endpoint.empty()) sampler.emplace(target.metrics_endpoint, p.rank_sample_interval_s);
     const auto t0 = clock_type::now();
     auto progress = [&](std::unique_lock<std::mutex>&, bool force) {
         bar.update(run.done - run.failed, run.failed, run.in_flight, run.token_chunks.load(),
                    seconds_since(t0, clock_type::now()), force);
     };
-    for (size_t i = 0; i < prompts.size(); ++i) {
-        std::unique_lock lock(run.mu);
-        // Its arrival time, then a free slot (as vLLM's semaphore: a request whose time has come waits for one).
-        const auto at =
-            t0 + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(arrival[i]));
-        while (clock_type::now() < at) {
-            run.cv.wait_until(lock, std::min(at, clock_type::now() + std::chrono::milliseconds(100)));
-            progress(lock, false);
-        }
-        while (run.in_flight >= cap) {
-            run.cv.wait_for(lock, std::chrono::milliseconds(100));
-            progress(lock, false);
-        }
-        if (run.stalled) {
-            for (size_t j = i; j < prompts.size(); ++j) out.records[j].error = "not sent: the server stalled";
-            run.done += static_cast<uint32_t>(prompts.size() - i);
-            run.failed += static_cast<uint32_t>(prompts.size() - i);
-            break;
-        }
-        ++run.in_flight;
-        lock.unlock();
-        auto [stream, reused] = run.take_stream();
-        std::make_shared<http_stream_session>(run, i, std::move(stream), reused)->start();
-    }
     {
         std::unique_lock lock(run.mu);
         while (run.done < n) {
-            run.cv.wait_for(lock, std::chrono::milliseconds(100));
-            progress(lock, false);
+            if (run.stalled) {
+                for (const size_t j : work.give_up_unsent()) {
+                    out.records[j].error = "not sent: the server stalled";
+                    ++run.done;
+                    ++run.failed;
+                }
+            }
+            // A free slot and a request whose time has come (as vLLM's semaphore: a request whose time has come
+            // waits for a slot); a conversation's next turn goes as soon as the answer before it has ended.
+            std::optional<size_t> next;
+            if (run.in_flight < cap) next = work.pop_ready(seconds_since(t0, clock_type::now()));
+            if (!next) {
+                auto until = clock_type::now() + std::chrono::milliseconds(100);
+                if (run.in_flight < cap && std::isfinite(work.next_arrival_s()))
+                    until = std::min(until, t0 + std::chrono::duration_cast<clock_type::duration>(
+                                                     std::chrono::duration<double>(work.next_arrival_s())));
+                run.cv.wait_until(lock, until);
+                progress(lock, false);
+                continue;
+            }
+            ++run.in_flight;
+            const size_t i = *next;
+            out.records[i].sent_s = seconds_since(t0, clock_type::now());
+            lock.unlock();
+            std::string body = body_of(i);
+            auto [stream, reused] = run.take_stream();
+            std::make_shared<http_stream_session>(run, i, std::move(body), std::move(stream), reused)->start();
+            lock.lock();
         }
         progress(lock, true);
     }
@@ -540,9 +578,11 @@ serve_bench_run run_http_bench(const serve_bench_params& p, const http_bench_tar
         }
         run.idle.clear();
     }
-    work.reset();
+    io_work.reset();
     run.ioc.stop();
     for (auto& t : io_threads) t.join();
+    if (sampler) out.rank_samples = sampler->stop();
+    out.prometheus_after = scrape_prometheus();
     if (!target.metrics_endpoint.empty()) out.metrics_after = scrape_server_metrics(target.metrics_endpoint);
     return out;
 }

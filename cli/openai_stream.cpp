@@ -43,11 +43,20 @@ void openai_stream_recorder::on_event(const sse_event& event, double t) {
         }
         if (const auto p = u->find("prompt_tokens"); p != u->end() && p->is_number_unsigned())
             rec_.prompt_tokens = p->get<uint32_t>();
+        if (const auto d = u->find("prompt_tokens_details"); d != u->end() && d->is_object())
+            if (const auto c = d->find("cached_tokens"); c != d->end() && c->is_number_unsigned())
+                rec_.cached_tokens = c->get<int64_t>();
     }
     // vLLM's rule: every chunk with a choice is a token event, whether or not its text is empty (a token whose
     // text the server holds back, an incomplete UTF-8 sequence, still arrived); a chunk without (usage) is not.
     const auto choices = j.find("choices");
     if (choices == j.end() || !choices->is_array() || choices->empty()) return;
+    if (const auto& c = (*choices)[0]; c.is_object()) {
+        if (const auto text = c.find("text"); text != c.end() && text->is_string()) text_ += text->get<std::string>();
+        if (const auto delta = c.find("delta"); delta != c.end() && delta->is_object())
+            if (const auto content = delta->find("content"); content != delta->end() && content->is_string())
+                text_ += content->get<std::string>();
+    }
     if (token_chunks_ == 0)
         rec_.ttft_s = t;
     else

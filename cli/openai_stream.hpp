@@ -20,7 +20,8 @@ class openai_stream_recorder {
     /// One event of the stream, arrived t seconds after the request was sent. A chunk with a choice (its text
     /// empty or not, as `vllm bench serve` counts: a token whose text the server holds back still arrived) is a
     /// token chunk: the first one sets TTFT, each later one adds the gap since the previous one to the ITLs. A
-    /// `usage` object gives the token counts the server reports. `data: [DONE]` ends the stream. An event of type
+    /// `usage` object gives the token counts the server reports (and the prompt tokens it found cached, from
+    /// usage.prompt_tokens_details.cached_tokens). `data: [DONE]` ends the stream. An event of type
     /// "error", a chunk with an "error" object, or data that is not JSON makes the request fail with that text
     /// (the first error is kept).
     void on_event(const sse_event& event, double t);
@@ -32,6 +33,8 @@ class openai_stream_recorder {
     void finish(double t, const std::string& transport_error);
 
     bool done() const { return done_; }
+    /// The text of the first choice so far (completions: "text"; chat: "delta"."content").
+    const std::string& text() const { return text_; }
     uint32_t token_chunks() const { return token_chunks_; }
 
   private:
@@ -46,6 +49,7 @@ class openai_stream_recorder {
     uint32_t usage_completion_tokens_ = 0;
     uint32_t token_chunks_ = 0;
     double last_token_s_ = 0.0;
+    std::string text_;
 };
 
 }  // namespace zmoe::cli
