@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <map>
 #include <thread>
 
 #include "grammar/stack_step.hpp"
@@ -18,7 +19,9 @@ compiled_grammar::compiled_grammar(grammar g, std::shared_ptr<const tokenizer_in
     all.set();
     for (int b = 0; b < 256; ++b)
         if (!tokenizer_info::is_rare_byte(static_cast<uint8_t>(b))) common.set(static_cast<size_t>(b));
-    full_ = compute_state_classes(g_, all, tok_->max_token_bytes());
+    // Equal masks: the same walk of the common tokens (common_) and of the rare ones, which the classes over all
+    // bytes up to the longest rare token decide.
+    const state_classes full = compute_state_classes(g_, all, tok_->max_rare_token_bytes());
     common_ = compute_state_classes(g_, common, tok_->max_common_token_bytes(), /*keep_rounds=*/true);
     plan_.assign(static_cast<size_t>(common_.num_classes()), {});
     // Anchors: classes that walk every common token. A class whose states agree with an anchor's up to depth d (a
@@ -27,7 +30,11 @@ compiled_grammar::compiled_grammar(grammar g, std::shared_ptr<const tokenizer_in
     // others.
     const auto& rounds = common_.by_round;
     const size_t last = rounds.size() - 1;
-    constexpr size_t kMinDepth = 4;  // below this the shared part is too small to pay for the filtering
+    // Reuse pays when the longer tokens left to walk are few: a quarter of the common ones at most (Qwen3: 8 bytes).
+    size_t min_depth = 1;
+    while (min_depth < tok_->max_common_token_bytes() &&
+           tok_->common_longer_than(min_depth).size() * 4 > tok_->common_sorted().size())
+        ++min_depth;
     std::vector<std::vector<int32_t>> anchor_at(last);
     for (size_t d = 0; d < last; ++d)
         anchor_at[d].assign(static_cast<size_t>(*std::max_element(rounds[d].begin(), rounds[d].end())) + 1, -1);
@@ -35,7 +42,7 @@ compiled_grammar::compiled_grammar(grammar g, std::shared_ptr<const tokenizer_in
         const int32_t c = common_.of_state[s];
         if (!g_.has_bytes[s] || common_.representative[static_cast<size_t>(c)] != static_cast<int32_t>(s)) continue;
         common_plan& p = plan_[static_cast<size_t>(c)];
-        for (size_t d = last; d-- > kMinDepth;) {
+        for (size_t d = last; d-- > min_depth;) {
             const int32_t a = anchor_at[d][static_cast<size_t>(rounds[d][s])];
             if (a >= 0) {
                 p = {a, static_cast<int32_t>(d)};
@@ -49,16 +56,24 @@ compiled_grammar::compiled_grammar(grammar g, std::shared_ptr<const tokenizer_in
         }
     }
     common_.by_round.clear();
-    mask_once_ = std::make_unique<std::once_flag[]>(static_cast<size_t>(full_.num_classes()));
-    masks_.resize(static_cast<size_t>(full_.num_classes()));
+    mask_slot_.assign(n, -1);
+    std::map<std::pair<int32_t, int32_t>, int32_t> slots;
+    for (size_t s = 0; s < n; ++s) {
+        if (!g_.has_bytes[s]) continue;
+        auto [it, added] = slots.emplace(std::make_pair(common_.of_state[s], full.of_state[s]),
+                                         static_cast<int32_t>(slot_state_.size()));
+        if (added) slot_state_.push_back(static_cast<int32_t>(s));
+        mask_slot_[s] = it->second;
+    }
+    mask_once_ = std::make_unique<std::once_flag[]>(slot_state_.size());
+    masks_.resize(slot_state_.size());
     common_once_ = std::make_unique<std::once_flag[]>(static_cast<size_t>(common_.num_classes()));
     commons_.resize(static_cast<size_t>(common_.num_classes()));
 }
 
 const position_mask& compiled_grammar::mask_at(int32_t state) const {
-    const auto c = static_cast<size_t>(full_.of_state[static_cast<size_t>(state)]);
-    std::call_once(mask_once_[c],
-                   [&] { masks_[c] = std::make_unique<position_mask>(compute(full_.representative[c])); });
+    const auto c = static_cast<size_t>(mask_slot_[static_cast<size_t>(state)]);
+    std::call_once(mask_once_[c], [&] { masks_[c] = std::make_unique<position_mask>(compute(slot_state_[c])); });
     return *masks_[c];
 }
 
@@ -71,7 +86,11 @@ const compiled_grammar::walk_result& compiled_grammar::common_walk(int32_t commo
         const common_plan p = plan_[c];
         if (p.anchor < 0) {
             walk(state, tok.common_sorted(), tok.common_lcp(), false, *r);
+            r->accepted_up_to.assign(tok.max_common_token_bytes() + 1, 0);
+            for (int32_t i : r->accepted) ++r->accepted_up_to[tok.sorted_token_size(i)];
+            for (size_t d = 1; d < r->accepted_up_to.size(); ++d) r->accepted_up_to[d] += r->accepted_up_to[d - 1];
         } else {
+            // The anchor's tokens of at most d bytes, and this position's own walk of the longer ones.
             const walk_result& a = common_walk(p.anchor);
             const auto d = static_cast<size_t>(p.depth);
             walk_result longer;
@@ -88,13 +107,18 @@ const compiled_grammar::walk_result& compiled_grammar::common_walk(int32_t commo
                 out.insert(out.end(), o, own.end());
                 return out;
             };
-            r->accepted = merge_short(a.accepted, longer.accepted);
             r->uncertain = merge_short(a.uncertain, longer.uncertain);
+            r->num_accepted = static_cast<size_t>(a.accepted_up_to[d]) + longer.num_accepted;
             const size_t num = tok.common_sorted().size();
-            if (r->accepted.size() * 2 > num) {
-                if (a.accepted.size() * 2 > num) {
-                    r->rejected = merge_short(a.rejected, longer.rejected);
-                } else {
+            if (r->num_accepted * 2 > num && a.rejected_listed) {
+                // Most tokens accepted (a long string's positions): only the rejected ones are listed.
+                r->rejected = merge_short(a.rejected, longer.rejected);
+                r->rejected_listed = true;
+                r->accepted_listed = false;
+            } else {
+                r->accepted = merge_short(a.accepted, longer.accepted);
+                if (r->num_accepted * 2 > num) {
+                    r->rejected_listed = true;
                     size_t k = 0;
                     for (int32_t i : tok.common_sorted()) {
                         if (k < r->accepted.size() && r->accepted[k] == i)
@@ -113,10 +137,8 @@ const compiled_grammar::walk_result& compiled_grammar::common_walk(int32_t commo
 void compiled_grammar::precompute_all(int num_threads) const {
     std::atomic<int32_t> next{0};
     auto work = [&] {
-        for (int32_t c = next++; c < full_.num_classes(); c = next++) {
-            const int32_t s = full_.representative[static_cast<size_t>(c)];
-            if (g_.has_bytes[static_cast<size_t>(s)]) mask_at(s);
-        }
+        for (int32_t c = next++; c < static_cast<int32_t>(slot_state_.size()); c = next++)
+            mask_at(slot_state_[static_cast<size_t>(c)]);
     };
     std::vector<std::thread> threads;
     for (int i = 1; i < num_threads; ++i) threads.emplace_back(work);
@@ -130,11 +152,7 @@ int32_t compiled_grammar::num_scan_positions() const {
     return n;
 }
 
-int32_t compiled_grammar::num_distinct_masks() const {
-    int32_t n = 0;
-    for (int32_t s : full_.representative) n += g_.has_bytes[static_cast<size_t>(s)];
-    return n;
-}
+int32_t compiled_grammar::num_distinct_masks() const { return static_cast<int32_t>(slot_state_.size()); }
 
 int32_t compiled_grammar::num_common_walks() const {
     int32_t n = 0;
@@ -262,8 +280,10 @@ void compiled_grammar::walk(int32_t state, const std::vector<int32_t>& list, con
             r.uncertain.push_back(i);
         ++k;
     }
+    r.num_accepted = r.accepted.size();
     // The complement, when it is the smaller side (what a rejected list stores).
     if (always_complement || r.accepted.size() * 2 > num) {
+        r.rejected_listed = true;
         r.rejected.reserve(num - r.accepted.size());
         size_t a = 0;
         for (int32_t i : list) {
@@ -294,7 +314,7 @@ position_mask compiled_grammar::compute(int32_t state) const {
     const walk_result& rare = rare_walk;
 
     position_mask m;
-    m.num_accepted = static_cast<int32_t>(common.accepted.size() + rare.accepted.size());
+    m.num_accepted = static_cast<int32_t>(common.num_accepted + rare.num_accepted);
     m.uncertain = merge_sorted(common.uncertain, rare.uncertain);
     for (size_t u = 0; u < m.uncertain.size(); ++u)
         m.uncertain_lcp.push_back(u == 0 ? 0 : tok.min_lcp(m.uncertain[u - 1] + 1, m.uncertain[u] + 1));
@@ -305,18 +325,26 @@ position_mask compiled_grammar::compute(int32_t state) const {
         m.ids.reserve(static_cast<size_t>(m.num_accepted));
         for (const auto* list : {&common.accepted, &rare.accepted})
             for (int32_t i : *list) m.ids.push_back(sorted[static_cast<size_t>(i)]);
-    } else if (num_rejected <= words && common.accepted.size() * 2 > tok.common_sorted().size()) {
+    } else if (num_rejected <= words && common.rejected_listed) {
         m.kind = position_mask::storage::rejected_list;
         m.ids.reserve(num_rejected);
         for (const auto* list : {&common.rejected, &rare.rejected})
             for (int32_t i : *list) m.ids.push_back(sorted[static_cast<size_t>(i)]);
-    } else {
+    } else if (common.accepted_listed) {
         m.kind = position_mask::storage::bitset;
         m.bits.assign(words, 0);
         for (const auto* list : {&common.accepted, &rare.accepted})
             for (int32_t i : *list) {
                 const int32_t id = sorted[static_cast<size_t>(i)];
                 m.bits[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
+            }
+    } else {
+        m.kind = position_mask::storage::bitset;  // every text token but the rejected ones
+        m.bits = tok.text_mask();
+        for (const auto* list : {&common.rejected, &rare.rejected})
+            for (int32_t i : *list) {
+                const int32_t id = sorted[static_cast<size_t>(i)];
+                m.bits[static_cast<size_t>(id) / 32] &= ~(1u << (id % 32));
             }
     }
     return m;

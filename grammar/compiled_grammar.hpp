@@ -53,8 +53,11 @@ class compiled_grammar {
   private:
     /// Tokens of a walk, as indices into tokenizer_info::sorted_ids(), ascending.
     struct walk_result {
-        std::vector<int32_t> accepted, uncertain;
-        std::vector<int32_t> rejected;  ///< the rest of the walked list (uncertain included), see walk()
+        size_t num_accepted = 0;
+        bool accepted_listed = true;   ///< `accepted` holds them (else only `rejected` is filled)
+        bool rejected_listed = false;  ///< `rejected` holds the rest of the walked list (uncertain included)
+        std::vector<int32_t> accepted, uncertain, rejected;
+        std::vector<int32_t> accepted_up_to;  ///< of a full walk: [d] accepted tokens of at most d bytes
     };
     /// Walks the tokens `list` (indices into sorted_ids(), ascending; `list_lcp` their common prefixes) from
     /// position `state`; `rejected` is filled when `always_complement` or when it is the smaller side.
@@ -66,7 +69,6 @@ class compiled_grammar {
     grammar g_;
     std::shared_ptr<const tokenizer_info> tok_;
     std::vector<uint8_t> plain_;  ///< [num_states] entering the state pushes and pops nothing
-    state_classes full_;          ///< equal masks
     state_classes common_;        ///< equal walks of the common tokens
     /// Per class of common_: the class whose walk it reuses for the tokens of at most `depth` bytes (its states
     /// agree with this one's on every such string: a bounded repetition's positions), walking only the longer ones
@@ -77,7 +79,9 @@ class compiled_grammar {
     };
     std::vector<common_plan> plan_;
     mutable std::unique_ptr<std::once_flag[]> mask_once_, common_once_;
-    mutable std::vector<std::unique_ptr<position_mask>> masks_;  ///< [full_.num_classes()]
+    std::vector<int32_t> mask_slot_;   ///< [num_states] the entry of each scan position (-1 elsewhere)
+    std::vector<int32_t> slot_state_;  ///< [entries] the position each entry is computed from
+    mutable std::vector<std::unique_ptr<position_mask>> masks_;  ///< [entries]
     mutable std::vector<std::unique_ptr<walk_result>> commons_;  ///< [common_.num_classes()]
 };
 

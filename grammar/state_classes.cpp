@@ -39,22 +39,39 @@ std::vector<uint8_t> nullable_rules(const grammar& g) {
     return nullable;
 }
 
-/// Assigns class ids to the rows of `sig` (n rows of `width` ints): equal rows, equal ids. Returns the count.
+/// Assigns class ids to the rows of `sig` (n rows of `width` ints): equal rows, equal ids, numbered in order of
+/// their first row. Returns the count.
 int32_t number_rows(const std::vector<int32_t>& sig, size_t n, size_t width, std::vector<int32_t>& out) {
-    std::vector<int32_t> order(n);
-    std::iota(order.begin(), order.end(), 0);
-    auto row = [&](int32_t i) { return sig.data() + static_cast<size_t>(i) * width; };
-    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-        int c = std::memcmp(row(a), row(b), width * sizeof(int32_t));
-        return c < 0 || (c == 0 && a < b);
-    });
-    out.assign(n, 0);
-    int32_t id = -1;
-    for (size_t k = 0; k < n; ++k) {
-        if (k == 0 || std::memcmp(row(order[k - 1]), row(order[k]), width * sizeof(int32_t)) != 0) ++id;
-        out[static_cast<size_t>(order[k])] = id;
+    auto row = [&](size_t i) { return sig.data() + i * width; };
+    std::vector<std::pair<uint64_t, int32_t>> order(n);
+    for (size_t i = 0; i < n; ++i) {
+        uint64_t h = 1469598103934665603ull;
+        const int32_t* r = row(i);
+        for (size_t k = 0; k < width; ++k) h = (h ^ static_cast<uint32_t>(r[k])) * 1099511628211ull;
+        order[i] = {h, static_cast<int32_t>(i)};
     }
-    return id + 1;
+    std::sort(order.begin(), order.end());
+    // Within a run of equal hashes, rows equal to an earlier row of the run share its id (collisions compared).
+    std::vector<int32_t> first(n, -1);  // the first row of each row's class
+    for (size_t a = 0; a < n;) {
+        size_t b = a;
+        while (b < n && order[b].first == order[a].first) ++b;
+        for (size_t k = a; k < b; ++k) {
+            const auto i = static_cast<size_t>(order[k].second);
+            for (size_t j = a; j < k && first[i] < 0; ++j) {
+                const auto o = static_cast<size_t>(order[j].second);
+                if (first[o] == order[j].second && std::memcmp(row(o), row(i), width * sizeof(int32_t)) == 0)
+                    first[i] = order[j].second;
+            }
+            if (first[i] < 0) first[i] = static_cast<int32_t>(i);
+        }
+        a = b;
+    }
+    out.assign(n, -1);
+    int32_t count = 0;
+    for (size_t i = 0; i < n; ++i)
+        out[i] = first[i] == static_cast<int32_t>(i) ? count++ : out[static_cast<size_t>(first[i])];
+    return count;
 }
 
 }  // namespace

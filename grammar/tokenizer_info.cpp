@@ -53,7 +53,7 @@ tokenizer_info::tokenizer_info(std::vector<std::string> token_bytes, std::vector
         std::vector<int32_t>& list_lcp = rare ? rare_lcp_ : common_lcp_;
         list_lcp.push_back(list.empty() ? 0 : min_lcp(list.back() + 1, static_cast<int32_t>(i) + 1));
         list.push_back(static_cast<int32_t>(i));
-        if (!rare) max_common_bytes_ = std::max(max_common_bytes_, b.size());
+        (rare ? max_rare_bytes_ : max_common_bytes_) = std::max(rare ? max_rare_bytes_ : max_common_bytes_, b.size());
     }
     first_at_least_.assign(257, static_cast<int32_t>(sorted_.size()));
     for (size_t i = sorted_.size(); i-- > 0;)

@@ -60,8 +60,9 @@ class tokenizer_info {
     const std::vector<int32_t>& common_lcp() const { return common_lcp_; }
     const std::vector<int32_t>& rare_sorted() const { return rare_; }
     const std::vector<int32_t>& rare_lcp() const { return rare_lcp_; }
-    /// The longest common token, in bytes.
+    /// The longest common (resp. rare) token, in bytes.
     size_t max_common_token_bytes() const { return max_common_bytes_; }
+    size_t max_rare_token_bytes() const { return max_rare_bytes_; }
     /// The common tokens longer than `depth` bytes (depth <= max_common_token_bytes()), as common_sorted() does, with
     /// their common prefixes within this list.
     const std::vector<int32_t>& common_longer_than(size_t depth) const { return longer_[depth]; }
@@ -81,7 +82,7 @@ class tokenizer_info {
     std::vector<uint32_t> sorted_begin_;
     std::vector<uint32_t> text_mask_;
     std::vector<std::vector<int32_t>> lcp_min_;
-    size_t max_bytes_ = 0, max_common_bytes_ = 0;
+    size_t max_bytes_ = 0, max_common_bytes_ = 0, max_rare_bytes_ = 0;
     std::vector<int32_t> common_, common_lcp_, rare_, rare_lcp_;
     std::vector<std::vector<int32_t>> longer_, longer_lcp_;
     std::vector<int32_t> first_at_least_;  // [257]  // sparse table: lcp_min_[k][i] = min lcp_[i, i + 2^k)
