@@ -4,10 +4,11 @@
 // rejected whatever it holds, and the few "uncertain" ones whose bytes may run past the end of the position's
 // rule. Only the uncertain ones are matched against the real stack at run time. A token that can leave the rule
 // is uncertain only when the byte after the rule's end is in the rule's FOLLOW set; otherwise it is rejected here.
-// Positions whose automata agree up to the longest token share one entry, and positions that differ only past a
-// '"' or '\\' share the walk of the tokens without those bytes (state_classes.hpp), so a grammar needs a few dozen
-// vocabulary walks, not one per position. Each entry is computed on first use (thread-safe, once) or all at once by
-// precompute_all(), which grammar_compiler runs when it compiles.
+// Positions whose automata agree up to the longest token share one entry; positions that differ only past a '"' or
+// '\\' share the walk of the tokens without those bytes (state_classes.hpp); a position that agrees with an earlier
+// walked one up to d bytes (a bounded repetition) reuses its walk for the tokens of at most d bytes. So a grammar
+// needs a few dozen full vocabulary walks, not one per position. Each entry is computed on first use (thread-safe,
+// once) or all at once by precompute_all(), which grammar_compiler runs when it compiles.
 
 #include <cstdint>
 #include <memory>
@@ -45,9 +46,10 @@ class compiled_grammar {
     /// Computes every scan position's entry now, on `num_threads` threads (classes are independent).
     void precompute_all(int num_threads = 1) const;
     int32_t num_scan_positions() const;
-    /// Distinct entries among the scan positions (classes of positions with equal masks).
+    /// Distinct entries among the scan positions (positions equal in both kinds of class share one).
     int32_t num_distinct_masks() const;
-    /// Vocabulary walks over the common tokens among the scan positions (one per class of the common alphabet).
+    /// Walks of the common tokens (one per class over the bytes other than '"' and '\\'; some walk only the
+    /// tokens longer than what they reuse).
     int32_t num_common_walks() const;
 
   private:
