@@ -146,43 +146,65 @@ state_classes compute_state_classes(const grammar& g, const std::bitset<256>& al
     std::vector<std::vector<int32_t>> members(static_cast<size_t>(count));
     for (size_t s = 0; s < n; ++s) members[static_cast<size_t>(cls[s])].push_back(static_cast<int32_t>(s));
     width = bytes.size() + max_calls;
-    std::vector<int32_t> changed(n), dirty, stamp(static_cast<size_t>(count), -1), rows;
+    std::vector<int32_t> changed(n), dirty, stamp(static_cast<size_t>(count), -1), rows, ids, part;
+    std::vector<int32_t> state_stamp(n, -1);
     std::iota(changed.begin(), changed.end(), 0);
-    std::vector<std::pair<int32_t, int32_t>> moves;  // (state, new class)
+    std::vector<std::pair<int32_t, int32_t>> affected;  // (class, state): a successor changed class last round
+    std::vector<std::pair<int32_t, int32_t>> moves;     // (state, new class)
+    auto build_row = [&](size_t s, int32_t* row) {
+        for (size_t k = 0; k < bytes.size(); ++k) {
+            const int32_t t = g.next[s * 256 + static_cast<size_t>(bytes[k])];
+            row[k] = t < 0 ? -1 : cls[static_cast<size_t>(t)];
+        }
+        for (int32_t i = g.call_offset[s], k = 0; i < g.call_offset[s + 1]; ++i, ++k)
+            row[bytes.size() + static_cast<size_t>(k)] =
+                cls[static_cast<size_t>(g.calls[static_cast<size_t>(i)].return_state)];
+    };
     for (int32_t round = 1; exact || static_cast<size_t>(round) <= max_len; ++round) {
-        dirty.clear();
+        // Members of a class none of whose successors changed class have equal rows (they had last round): only
+        // the affected ones are compared, with one unaffected member standing for the rest.
+        affected.clear();
         for (int32_t t : changed)
             for (int32_t k = pred_offset[static_cast<size_t>(t)]; k < pred_offset[static_cast<size_t>(t) + 1]; ++k) {
-                const int32_t c = cls[static_cast<size_t>(pred[static_cast<size_t>(k)])];
-                if (stamp[static_cast<size_t>(c)] == round || members[static_cast<size_t>(c)].size() < 2) continue;
-                stamp[static_cast<size_t>(c)] = round;
-                dirty.push_back(c);
+                const int32_t s = pred[static_cast<size_t>(k)];
+                const int32_t c = cls[static_cast<size_t>(s)];
+                if (state_stamp[static_cast<size_t>(s)] == round || members[static_cast<size_t>(c)].size() < 2)
+                    continue;
+                state_stamp[static_cast<size_t>(s)] = round;
+                affected.push_back({c, s});
             }
+        std::sort(affected.begin(), affected.end());
+        dirty.clear();
         moves.clear();
-        for (int32_t c : dirty) {
+        for (size_t lo = 0; lo < affected.size();) {
+            const int32_t c = affected[lo].first;
+            size_t hi = lo;
+            while (hi < affected.size() && affected[hi].first == c) ++hi;
+            dirty.push_back(c);
             const std::vector<int32_t>& mem = members[static_cast<size_t>(c)];
-            rows.assign(mem.size() * width, -1);
-            for (size_t m = 0; m < mem.size(); ++m) {
-                const auto s = static_cast<size_t>(mem[m]);
-                int32_t* row = rows.data() + m * width;
-                for (size_t k = 0; k < bytes.size(); ++k) {
-                    const int32_t t = g.next[s * 256 + static_cast<size_t>(bytes[k])];
-                    row[k] = t < 0 ? -1 : cls[static_cast<size_t>(t)];
-                }
-                for (int32_t i = g.call_offset[s], k = 0; i < g.call_offset[s + 1]; ++i, ++k)
-                    row[bytes.size() + static_cast<size_t>(k)] =
-                        cls[static_cast<size_t>(g.calls[static_cast<size_t>(i)].return_state)];
-            }
-            std::vector<int32_t> ids;
-            const int32_t parts = number_rows(rows, mem.size(), width, ids);
+            part.clear();
+            for (size_t k = lo; k < hi; ++k) part.push_back(affected[k].second);
+            int32_t rest = -1;  // an unaffected member
+            if (part.size() < mem.size())
+                for (int32_t s : mem)
+                    if (state_stamp[static_cast<size_t>(s)] != round) {
+                        rest = s;
+                        break;
+                    }
+            if (rest >= 0) part.push_back(rest);
+            rows.assign(part.size() * width, -1);
+            for (size_t m = 0; m < part.size(); ++m) build_row(static_cast<size_t>(part[m]), rows.data() + m * width);
+            const int32_t parts = number_rows(rows, part.size(), width, ids);
+            lo = hi;
             if (parts == 1) continue;
-            // The part of the class's first state keeps the id; the others get new ones.
+            // The part of the unaffected members (else of the first affected one) keeps the id; the others get
+            // new ones.
             std::vector<int32_t> fresh(static_cast<size_t>(parts), -1);
-            fresh[static_cast<size_t>(ids[0])] = c;
-            for (size_t m = 0; m < mem.size(); ++m) {
+            fresh[static_cast<size_t>(rest >= 0 ? ids.back() : ids[0])] = c;
+            for (size_t m = 0; m < part.size(); ++m) {
                 int32_t& f = fresh[static_cast<size_t>(ids[m])];
                 if (f < 0) f = count++;
-                if (f != c) moves.push_back({mem[m], f});
+                if (f != c) moves.push_back({part[m], f});
             }
         }
         if (moves.empty()) break;  // stable: no further round splits a class
