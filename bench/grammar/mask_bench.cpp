@@ -4,7 +4,7 @@
 // fill_next_token_bitmask takes per token along random walks that sample only allowed tokens (biased towards
 // tokens that close strings and containers, so that walks finish documents). The first walk runs on the grammar
 // just returned by the compiler (a never-seen schema's first request); the others give the steady state. Single
-// thread; compile times are CPU time too, since a shared machine inflates wall time.
+// thread; compile times and mask times are also given as CPU time, since a shared machine inflates wall time.
 //
 //   mask_bench [--vocab third_party/tokenizers/qwen3] [--schemas bench/grammar/schemas] [--walks 20]
 //              [--steps 300] [--seed 1] [--json OUT]
@@ -43,6 +43,14 @@ double cpu_ms() {
     timespec ts{};
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+/// CPU microseconds of this thread: a mask's cost without the time the thread spent descheduled (the wall-time
+/// maxima on a shared machine are that).
+double thread_cpu_us() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
 }
 
 double percentile(std::vector<double> v, double p) {
@@ -113,7 +121,7 @@ int main(int argc, char** argv) {
     std::sort(files.begin(), files.end());
 
     nlohmann::json results = nlohmann::json::array();
-    std::vector<double> all_times;
+    std::vector<double> all_times, all_cpu, all_first_cpu;
     std::printf("%-20s %6s %6s %6s %6s %7s %7s %7s %7s %7s %7s %6s %6s %6s %7s %7s %6s %7s\n", "schema", "states",
                 "scan", "masks", "walks", "grammar", "g.cpu", "cache", "c.cpu", "compile", "cmp.cpu", "cached", "p50",
                 "p90", "p99", "max", "first99", "docs");
@@ -147,15 +155,17 @@ int main(int argc, char** argv) {
 
         std::mt19937 rng(seed);
         std::vector<uint32_t> mask(info->bitmask_words());
-        std::vector<double> times, cold_times;
+        std::vector<double> times, cold_times, cpu_times, cold_cpu_times;
         int docs = 0;
         for (int w = 0; w < walks; ++w) {
             const bool cold = w == 0;
             zg::grammar_matcher m(compiled);
             for (int step = 0; step < steps; ++step) {
+                const double t0 = thread_cpu_us();
                 auto s0 = clock_type::now();
                 m.fill_next_token_bitmask(mask.data());
                 double us = us_since(s0);
+                (cold ? cold_cpu_times : cpu_times).push_back(thread_cpu_us() - t0);
                 (cold ? cold_times : times).push_back(us);
                 if (verbose && !cold && us > 200) {
                     std::printf("  slow mask %.0f us, %zu stacks:", us, m.num_stacks());
@@ -202,6 +212,8 @@ int main(int argc, char** argv) {
         }
         all_times.insert(all_times.end(), times.begin(), times.end());
         all_first.insert(all_first.end(), cold_times.begin(), cold_times.end());
+        all_cpu.insert(all_cpu.end(), cpu_times.begin(), cpu_times.end());
+        all_first_cpu.insert(all_first_cpu.end(), cold_cpu_times.begin(), cold_cpu_times.end());
         const std::string name = file.stem().string();
         std::printf(
             "%-20s %6d %6d %6d %6d %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %6.1f %6.1f %6.1f %7.1f %7.1f %6.1f %3d/%-3d\n",
@@ -227,7 +239,14 @@ int main(int argc, char** argv) {
                {"p90", percentile(times, 90)},
                {"p99", percentile(times, 99)},
                {"max", percentile(times, 100)}}},
+             {"mask_cpu_us",
+              {{"p50", percentile(cpu_times, 50)},
+               {"p90", percentile(cpu_times, 90)},
+               {"p99", percentile(cpu_times, 99)},
+               {"max", percentile(cpu_times, 100)}}},
              {"first_walk_mask_us", {{"p99", percentile(cold_times, 99)}, {"max", percentile(cold_times, 100)}}},
+             {"first_walk_mask_cpu_us",
+              {{"p99", percentile(cold_cpu_times, 99)}, {"max", percentile(cold_cpu_times, 100)}}},
              {"first_walk_tokens", cold_times.size()},
              {"tokens", times.size()},
              {"documents_finished", docs},
@@ -240,6 +259,10 @@ int main(int argc, char** argv) {
                 percentile(all_times, 100), all_times.size());
     std::printf("all schemas, first walk after compile: p50 %.1f us, p99 %.1f us, max %.1f us over %zu tokens\n",
                 percentile(all_first, 50), percentile(all_first, 99), percentile(all_first, 100), all_first.size());
+    std::printf("thread CPU time per mask, warm: p50 %.1f us, p90 %.1f us, p99 %.1f us, max %.1f us\n",
+                percentile(all_cpu, 50), percentile(all_cpu, 90), percentile(all_cpu, 99), percentile(all_cpu, 100));
+    std::printf("thread CPU time per mask, first walk after compile: p50 %.1f us, p99 %.1f us, max %.1f us\n",
+                percentile(all_first_cpu, 50), percentile(all_first_cpu, 99), percentile(all_first_cpu, 100));
     std::printf("compile with the whole mask cache (CPU): median %.2f ms, p90 %.2f ms, max %.2f ms\n",
                 percentile(compile_cpu_all, 50), percentile(compile_cpu_all, 90), percentile(compile_cpu_all, 100));
     if (!json_out.empty()) {
@@ -260,6 +283,15 @@ int main(int argc, char** argv) {
                              {"p99", percentile(all_first, 99)},
                              {"max", percentile(all_first, 100)},
                              {"tokens", all_first.size()}}},
+                           {"all_cpu",
+                            {{"p50", percentile(all_cpu, 50)},
+                             {"p90", percentile(all_cpu, 90)},
+                             {"p99", percentile(all_cpu, 99)},
+                             {"max", percentile(all_cpu, 100)}}},
+                           {"all_first_walk_cpu",
+                            {{"p50", percentile(all_first_cpu, 50)},
+                             {"p99", percentile(all_first_cpu, 99)},
+                             {"max", percentile(all_first_cpu, 100)}}},
                            {"compile_with_cache_cpu_ms",
                             {{"median", percentile(compile_cpu_all, 50)},
                              {"p90", percentile(compile_cpu_all, 90)},
