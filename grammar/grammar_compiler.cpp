@@ -121,6 +121,7 @@ std::shared_ptr<const compiled_grammar> grammar_compiler::compile(grammar_kind k
     if (existing.valid()) return existing.get();  // compiled (or being compiled) by another request
     try {
         auto g = std::make_shared<const compiled_grammar>(compile_grammar(kind, text, options_), tok_);
+        g->precompute_all(1);  // the whole token mask cache now: no request pays a position's first use
         promise.set_value(g);
         return g;
     } catch (...) {

@@ -42,7 +42,8 @@ class grammar_compiler {
     explicit grammar_compiler(std::shared_ptr<const tokenizer_info> tok, size_t max_cached = 256,
                               json_schema_options options = {});
 
-    /// The compiled grammar of a request, from the cache when the same (kind, canonical text) was compiled.
+    /// The compiled grammar of a request, from the cache when the same (kind, canonical text) was compiled. A new
+    /// grammar's token mask cache is filled before it is returned (on the calling thread).
     std::shared_ptr<const compiled_grammar> compile(grammar_kind kind, std::string_view text);
     /// The cache key of a request (throws like compile for JSON that does not parse).
     static std::string cache_key(grammar_kind kind, std::string_view text);

@@ -44,6 +44,32 @@ tokenizer_info::tokenizer_info(std::vector<std::string> token_bytes, std::vector
         for (size_t i = 0; i < cur.size(); ++i) cur[i] = std::min(prev[i], prev[i + (size_t{1} << (k - 1))]);
         lcp_min_.push_back(std::move(cur));
     }
+    for (size_t i = 0; i < sorted_.size(); ++i) {
+        const std::string_view b = sorted_token(static_cast<int32_t>(i));
+        max_bytes_ = std::max(max_bytes_, b.size());
+        bool rare = false;
+        for (char c : b) rare = rare || is_rare_byte(static_cast<uint8_t>(c));
+        std::vector<int32_t>& list = rare ? rare_ : common_;
+        std::vector<int32_t>& list_lcp = rare ? rare_lcp_ : common_lcp_;
+        list_lcp.push_back(list.empty() ? 0 : min_lcp(list.back() + 1, static_cast<int32_t>(i) + 1));
+        list.push_back(static_cast<int32_t>(i));
+        (rare ? max_rare_bytes_ : max_common_bytes_) = std::max(rare ? max_rare_bytes_ : max_common_bytes_, b.size());
+    }
+    first_at_least_.assign(257, static_cast<int32_t>(sorted_.size()));
+    for (size_t i = sorted_.size(); i-- > 0;)
+        first_at_least_[static_cast<uint8_t>(sorted_token(static_cast<int32_t>(i))[0])] = static_cast<int32_t>(i);
+    for (size_t b = 256; b-- > 0;) first_at_least_[b] = std::min(first_at_least_[b], first_at_least_[b + 1]);
+    longer_.resize(max_common_bytes_ + 1);
+    longer_lcp_.resize(max_common_bytes_ + 1);
+    longer_[0] = common_;
+    longer_lcp_[0] = common_lcp_;
+    for (size_t d = 1; d <= max_common_bytes_; ++d) {
+        for (int32_t i : longer_[d - 1]) {
+            if (sorted_token_size(i) <= d) continue;
+            longer_lcp_[d].push_back(longer_[d].empty() ? 0 : min_lcp(longer_[d].back() + 1, i + 1));
+            longer_[d].push_back(i);
+        }
+    }
     text_mask_.assign(bitmask_words(), 0);
     for (int32_t id : sorted_) text_mask_[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
 }

@@ -47,6 +47,31 @@ class tokenizer_info {
     int32_t min_lcp(int32_t lo, int32_t hi) const;
     /// The bitmask of all text tokens.
     const std::vector<uint32_t>& text_mask() const { return text_mask_; }
+    /// The longest text token, in bytes.
+    size_t max_token_bytes() const { return max_bytes_; }
+
+    /// '"' and '\\': bytes that delimit strings in most grammars and are rare inside text tokens. The text tokens
+    /// split into the "common" ones, without either, and the "rare" rest: positions whose automata differ only past
+    /// such a byte (the insides of two JSON strings followed by different keys) share the walk of the common tokens.
+    static bool is_rare_byte(uint8_t b) { return b == '"' || b == '\\'; }
+    /// Indices into sorted_ids() of the common (resp. rare) tokens, ascending, and each one's common prefix length
+    /// with the one before it in that list.
+    const std::vector<int32_t>& common_sorted() const { return common_; }
+    const std::vector<int32_t>& common_lcp() const { return common_lcp_; }
+    const std::vector<int32_t>& rare_sorted() const { return rare_; }
+    const std::vector<int32_t>& rare_lcp() const { return rare_lcp_; }
+    /// The longest common (resp. rare) token, in bytes.
+    size_t max_common_token_bytes() const { return max_common_bytes_; }
+    size_t max_rare_token_bytes() const { return max_rare_bytes_; }
+    /// The common tokens longer than `depth` bytes (depth <= max_common_token_bytes()), as common_sorted() does, with
+    /// their common prefixes within this list.
+    const std::vector<int32_t>& common_longer_than(size_t depth) const { return longer_[depth]; }
+    const std::vector<int32_t>& common_longer_than_lcp(size_t depth) const { return longer_lcp_[depth]; }
+    /// The first index of sorted_ids() whose token starts with a byte >= `b` (0 <= b <= 256).
+    int32_t first_starting_at_least(int b) const { return first_at_least_[static_cast<size_t>(b)]; }
+    size_t sorted_token_size(int32_t i) const {
+        return sorted_begin_[static_cast<size_t>(i) + 1] - sorted_begin_[static_cast<size_t>(i)];
+    }
 
   private:
     std::vector<std::string> bytes_;
@@ -56,7 +81,11 @@ class tokenizer_info {
     std::string sorted_bytes_;
     std::vector<uint32_t> sorted_begin_;
     std::vector<uint32_t> text_mask_;
-    std::vector<std::vector<int32_t>> lcp_min_;  // sparse table: lcp_min_[k][i] = min lcp_[i, i + 2^k)
+    std::vector<std::vector<int32_t>> lcp_min_;
+    size_t max_bytes_ = 0, max_common_bytes_ = 0, max_rare_bytes_ = 0;
+    std::vector<int32_t> common_, common_lcp_, rare_, rare_lcp_;
+    std::vector<std::vector<int32_t>> longer_, longer_lcp_;
+    std::vector<int32_t> first_at_least_;  // [257]  // sparse table: lcp_min_[k][i] = min lcp_[i, i + 2^k)
 };
 
 }  // namespace zmoe::grammar
