@@ -101,25 +101,30 @@ block_hash block_hasher::root(std::string_view cache_salt) const {
 }
 
 block_hash block_hasher::next(const block_hash& parent, std::span<const int32_t> block_tokens) const {
-    // 16 parent bytes then the ids; a small block fits on the stack.
-    constexpr size_t kStack = 16 + 4 * 64;
-    uint8_t stack[kStack];
-    std::vector<uint8_t> heap;
-    const size_t n = 16 + 4 * block_tokens.size();
-    uint8_t* p = stack;
-    if (n > kStack) {
-        heap.resize(n);
-        p = heap.data();
+    // SipHash of the bytes [parent.lo, parent.hi, ids as little-endian int32] (the layout the 128-bit test against
+    // siphash24_128 checks), absorbed a word at a time: two ids per word, no byte buffer.
+    sip_state s{.v0 = k0_ ^ 0x736f6d6570736575ull,
+                .v1 = k1_ ^ 0x646f72616e646f6dull ^ 0xee,
+                .v2 = k0_ ^ 0x6c7967656e657261ull,
+                .v3 = k1_ ^ 0x7465646279746573ull};
+    s.compress(parent.lo);
+    s.compress(parent.hi);
+    const size_t n = block_tokens.size();
+    size_t t = 0;
+    for (; t + 2 <= n; t += 2) {
+        s.compress(static_cast<uint64_t>(static_cast<uint32_t>(block_tokens[t])) |
+                   (static_cast<uint64_t>(static_cast<uint32_t>(block_tokens[t + 1])) << 32));
     }
-    for (int i = 0; i < 8; ++i) {
-        p[i] = static_cast<uint8_t>(parent.lo >> (8 * i));
-        p[8 + i] = static_cast<uint8_t>(parent.hi >> (8 * i));
-    }
-    for (size_t t = 0; t < block_tokens.size(); ++t) {
-        const auto v = static_cast<uint32_t>(block_tokens[t]);
-        for (int i = 0; i < 4; ++i) p[16 + 4 * t + static_cast<size_t>(i)] = static_cast<uint8_t>(v >> (8 * i));
-    }
-    return siphash24_128(k0_, k1_, std::span<const uint8_t>(p, n));
+    const uint64_t num_bytes = 16 + 4 * static_cast<uint64_t>(n);
+    uint64_t last = (num_bytes & 0xff) << 56;
+    if (t < n) last |= static_cast<uint64_t>(static_cast<uint32_t>(block_tokens[t]));
+    s.compress(last);
+    s.v2 ^= 0xee;
+    block_hash h;
+    h.lo = s.finalize_word();
+    s.v1 ^= 0xdd;
+    h.hi = s.finalize_word();
+    return h;
 }
 
 void block_hasher::extend(std::vector<block_hash>& hashes, const block_hash& root, std::span<const int32_t> tokens,

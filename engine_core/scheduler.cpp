@@ -88,8 +88,8 @@ dp_placement dp_placement_from_name(std::string_view name) {
     for (const dp_placement p : {dp_placement::cache_aware, dp_placement::least_loaded, dp_placement::round_robin}) {
         if (name == dp_placement_name(p)) return p;
     }
-    throw error(errc::invalid_argument, "--dp-placement must be cache-aware, least-loaded or round-robin, got '" +
-                                            std::string(name) + "'");
+    throw error(errc::invalid_argument,
+                "--dp-placement must be cache-aware, least-loaded or round-robin, got '" + std::string(name) + "'");
 }
 
 scheduler::scheduler(scheduler_config config) : config_(std::move(config)), hasher_(block_hasher::random()) {
@@ -164,8 +164,7 @@ int32_t scheduler::max_hit_blocks(request_state& req) {
     return limit;
 }
 
-int32_t scheduler::prefix_on_rank(const rank_state& rank, const request_state& req, int32_t limit,
-                                  bool pending) const {
+int32_t scheduler::prefix_on_rank(const rank_state& rank, const request_state& req, int32_t limit, bool pending) const {
     int32_t n = 0;
     while (n < limit) {
         const block_hash& h = req.hashes[static_cast<size_t>(n)];
@@ -175,8 +174,7 @@ int32_t scheduler::prefix_on_rank(const rank_state& rank, const request_state& r
     return n;
 }
 
-int32_t scheduler::place(const request_state& req_const, int64_t kv_tokens) {
-    auto& req = const_cast<request_state&>(req_const);  // only its hash chain is extended
+int32_t scheduler::place(request_state& req, int64_t kv_tokens) {
     const int32_t n = num_ranks();
     auto fits = [&](int32_t r) {
         const kv_block_pool& pool = ranks_[static_cast<size_t>(r)].pool;
@@ -188,7 +186,8 @@ int32_t scheduler::place(const request_state& req_const, int64_t kv_tokens) {
     };
     if (config_.placement == dp_placement::round_robin) {
         for (int32_t k = 0; k < n; ++k) {
-            const auto r = static_cast<int32_t>((next_round_robin_ + static_cast<uint64_t>(k)) % static_cast<uint64_t>(n));
+            const auto r =
+                static_cast<int32_t>((next_round_robin_ + static_cast<uint64_t>(k)) % static_cast<uint64_t>(n));
             if (!fits(r)) continue;
             next_round_robin_ = static_cast<uint64_t>(r) + 1;
             ++num_placed_round_robin_;
@@ -323,8 +322,8 @@ void scheduler::schedule_rank(rank_state& rank, step_request& out, in_flight_ste
             continue;
         }
         // A waiting request holds no blocks (preemption frees them all). Its cached prefix is shared, not computed.
-        ZMOE_CHECK(req->blocks.empty() && req->num_computed == 0, "scheduler: waiting request " << req->id
-                                                                                              << " holds blocks");
+        ZMOE_CHECK(req->blocks.empty() && req->num_computed == 0,
+                   "scheduler: waiting request " << req->id << " holds blocks");
         const int32_t limit = max_hit_blocks(*req);
         const int32_t hit = prefix_on_rank(rank, *req, limit, false);
         // Its next block is being computed by a step in flight (another request with the same prefix, such as
@@ -413,8 +412,8 @@ void scheduler::emit(request_state& req, int32_t n, uint64_t step_id, step_reque
 
     if (config_.enable_prefix_caching) {
         // The full blocks this chunk completes whose tokens are known now (a decode's placeholder is not).
-        computed_chunk chunk{.id = req.id, .serial = req.serial, .epoch = req.epoch, .rank = req.rank, .end = end,
-                             .pending = {}};
+        computed_chunk chunk{
+            .id = req.id, .serial = req.serial, .epoch = req.epoch, .rank = req.rank, .end = end, .pending = {}};
         const int32_t first = std::max(req.num_computed / config_.block_size, req.num_published);
         const int32_t last = std::min(end, req.num_known()) / config_.block_size;
         if (last > first) {

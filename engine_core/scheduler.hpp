@@ -62,12 +62,12 @@ struct scheduler_stats {
     // prompt length, and the prompt tokens its cached prefix spared.
     std::vector<uint64_t> prefix_cache_queries;
     std::vector<uint64_t> prefix_cache_hits;
-    std::vector<int32_t> num_blocks_cached;     ///< blocks holding a published hash (in use or free)
-    std::vector<uint64_t> num_blocks_evicted;   ///< cached blocks reused for other content
-    std::vector<uint64_t> num_placed;           ///< requests add_request sent to each rank
+    std::vector<int32_t> num_blocks_cached;    ///< blocks holding a published hash (in use or free)
+    std::vector<uint64_t> num_blocks_evicted;  ///< cached blocks reused for other content
+    std::vector<uint64_t> num_placed;          ///< requests add_request sent to each rank
     // Placement decisions since construction.
-    uint64_t num_placed_cache_hit = 0;   ///< cache_aware: to the rank with the longest cached prefix
-    uint64_t num_placed_overloaded = 0;  ///< cache_aware: that rank was too loaded, least loaded instead
+    uint64_t num_placed_cache_hit = 0;     ///< cache_aware: to the rank with the longest cached prefix
+    uint64_t num_placed_overloaded = 0;    ///< cache_aware: that rank was too loaded, least loaded instead
     uint64_t num_placed_least_loaded = 0;  ///< no cached prefix anywhere (cache_aware), or least_loaded
     uint64_t num_placed_round_robin = 0;
 };
@@ -156,7 +156,8 @@ class scheduler {
     void preempt(rank_state& rank, request_state& req);
     void finish(request_state& req);
     void emit(request_state& req, int32_t num_tokens, uint64_t step_id, step_request& out, in_flight_step& flight);
-    int32_t place(const request_state& req, int64_t kv_tokens);
+    /// The rank for a new request (extends its hash chain for the lookup), or -1 when no rank can hold it.
+    int32_t place(request_state& req, int64_t kv_tokens);
     /// Full blocks of the request's known tokens a cache hit may cover: (known - 1) / block_size, the last token is
     /// always computed (its logits are the sample). 0 when prefix caching is off or the request reads its history.
     int32_t max_hit_blocks(request_state& req);

@@ -695,8 +695,9 @@ class session : public std::enable_shared_from_this<session> {
                 {.index = i, .text = c.text, .reason = c.reason, .logprobs = logprobs_of(c.token_ids, c.logprobs, 0)});
         }
         g.answered = true;
-        respond(200, response_object(g.req, g.id, g.created, out, g.prompt_tokens, g.completion_tokens(), g.cached_tokens)
-                         .dump(-1, ' ', false, ojson::error_handler_t::replace));
+        respond(200,
+                response_object(g.req, g.id, g.created, out, g.prompt_tokens, g.completion_tokens(), g.cached_tokens)
+                    .dump(-1, ' ', false, ojson::error_handler_t::replace));
     }
 
     // True when the texts of every id the choices' logprobs name are known; otherwise asks the frontend for them
@@ -779,8 +780,8 @@ class session : public std::enable_shared_from_this<session> {
             }
             if (g.all_finished()) {
                 if (g.req.include_usage)
-                    events += sse_event(usage_chunk(g.req, g.id, g.created, g.prompt_tokens, g.completion_tokens(),
-                                                    g.cached_tokens));
+                    events += sse_event(
+                        usage_chunk(g.req, g.id, g.created, g.prompt_tokens, g.completion_tokens(), g.cached_tokens));
                 events += "data: [DONE]\n\n";
                 g.answered = true;
             }

@@ -171,7 +171,8 @@ std::string serving_metrics::prometheus(const std::string& model_name, const eng
         family(out, "vllm:prefix_cache_queries_total", "counter",
                "Prefix cache queries, in terms of number of queried tokens.");
         out << "vllm:prefix_cache_queries_total{" << labels << "} " << number(engine.prefix_cache_queries) << "\n";
-        family(out, "vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.");
+        family(out, "vllm:prefix_cache_hits_total", "counter",
+               "Prefix cache hits, in terms of number of cached tokens.");
         out << "vllm:prefix_cache_hits_total{" << labels << "} " << number(engine.prefix_cache_hits) << "\n";
     }
     family(out, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.");

@@ -37,7 +37,10 @@ void write_shared_prefix_requests(const std::string& model, const std::string& p
                                                    base};
     std::ofstream out(path);
     for (const auto& prompt : prompts) {
-        out << nlohmann::json{{"prompt_token_ids", prompt}, {"max_tokens", 10}, {"temperature", 0}, {"ignore_eos", true}}
+        out << nlohmann::json{{"prompt_token_ids", prompt},
+                              {"max_tokens", 10},
+                              {"temperature", 0},
+                              {"ignore_eos", true}}
                    .dump()
             << "\n";
     }
@@ -57,10 +60,9 @@ struct run_result {
 
 run_result generate(const std::string& model, const std::string& input, const temp_dir& dir, const std::string& tag,
                     const std::vector<std::string>& extra) {
-    std::vector<std::string> args = {"generate", "--model",  kFixtures + "/models/" + model,
-                                     "--input",  input,      "--output",
-                                     dir / (tag + ".out.jsonl"),
-                                     "--threads", "1", "--metrics-json", dir / (tag + ".metrics.json")};
+    std::vector<std::string> args = {"generate", "--model",        kFixtures + "/models/" + model, "--input",
+                                     input,      "--output",       dir / (tag + ".out.jsonl"),     "--threads",
+                                     "1",        "--metrics-json", dir / (tag + ".metrics.json")};
     args.insert(args.end(), extra.begin(), extra.end());
     EXPECT_EQ(run_zmoe(args), 0) << model << " " << tag;
     return {read_jsonl(dir / (tag + ".out.jsonl")), read_json(dir / (tag + ".metrics.json"))};

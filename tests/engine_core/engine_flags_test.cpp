@@ -319,8 +319,8 @@ TEST(EngineFlags, NoEnablePrefixCaching) {
     // The same 40-token prompt twice, one after the other: the second finds 32 tokens (2 blocks of 16) cached, and
     // produces the same tokens; with the flag nothing is looked up or found.
     for (const bool off : {false, true}) {
-        test::inproc_engine e(parse(off ? std::vector<std::string>{"--no-enable-prefix-caching"}
-                                        : std::vector<std::string>{}));
+        test::inproc_engine e(
+            parse(off ? std::vector<std::string>{"--no-enable-prefix-caching"} : std::vector<std::string>{}));
         ASSERT_TRUE(e.wait_serving());
         const auto first = e.run(1, prompt(40), 4);
         const auto second = e.run(2, prompt(40), 4);

@@ -43,7 +43,7 @@ class engine_client : public actor {
         finish_reason reason = finish_reason::none;
         errc code = errc::ok;
         std::string message;
-        int num_outputs = 0;  ///< outputs messages that carried this request
+        int num_outputs = 0;             ///< outputs messages that carried this request
         uint32_t num_cached_tokens = 0;  ///< prompt tokens the prefix cache served
     };
 

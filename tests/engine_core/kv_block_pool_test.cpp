@@ -138,9 +138,9 @@ TEST(KvBlockPool, ASequencesLastCachedBlockIsEvictedFirst) {
         auto b = pool.block_alloc(1).value();
         EXPECT_EQ(b[0], a[i]);
         // The prefix up to the evicted block is still whole.
-        EXPECT_EQ(pool.num_cached_prefix(std::vector<block_hash>{hash_of(100), hash_of(101), hash_of(102),
-                                                                  hash_of(103)}),
-                  static_cast<int32_t>(i));
+        EXPECT_EQ(
+            pool.num_cached_prefix(std::vector<block_hash>{hash_of(100), hash_of(101), hash_of(102), hash_of(103)}),
+            static_cast<int32_t>(i));
     }
 }
 

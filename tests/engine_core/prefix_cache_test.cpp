@@ -79,7 +79,8 @@ std::vector<new_request> shared_prefix_workload(uint32_t seed, int32_t num_reque
         prefixes.push_back(tokens_from(seed * 100 + static_cast<uint32_t>(p), 9 + 7 * p));
     std::vector<new_request> reqs;
     for (int32_t i = 0; i < num_requests; ++i) {
-        const auto& prefix = prefixes[static_cast<size_t>(std::uniform_int_distribution<int32_t>(0, num_prefixes - 1)(rng))];
+        const auto& prefix =
+            prefixes[static_cast<size_t>(std::uniform_int_distribution<int32_t>(0, num_prefixes - 1)(rng))];
         const int32_t tail = std::uniform_int_distribution<int32_t>(0, 9)(rng);
         new_request r = make_request(500 + static_cast<uint64_t>(i),
                                      concat(prefix, tokens_from(seed * 1000 + static_cast<uint32_t>(i), tail)),

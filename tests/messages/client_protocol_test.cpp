@@ -149,8 +149,8 @@ TEST(ClientProtocol, AcceptsAGenericMsgpackEncoding) {
     pk.pack_array(2);
     pk.pack_int64(9);
     pk.pack_double(-1.5);
-    pk.pack_uint64(2);  // min_tokens
-    pk.pack_uint8(3);   // n
+    pk.pack_uint64(2);             // min_tokens
+    pk.pack_uint8(3);              // n
     pk.pack(std::string("salt"));  // cache_salt
     auto req = decode_client_request({buf.data(), buf.size()});
     const auto& g = std::get<client_generate>(req);
