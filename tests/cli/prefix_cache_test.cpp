@@ -131,6 +131,24 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, PrefixCacheMatchesNoCache,
                                            "deepseek_v3_flat", "deepseek_v2"),
                          [](const auto& info) { return info.param; });
 
+// EPLB moves experts between ranks while cached blocks are reused: expert placement does not change KV, so the tokens
+// stay those of the run without the cache.
+TEST(PrefixCache, EplbRebalancesKeepCachedTokens) {
+    temp_dir dir;
+    const std::string input = dir / "in.jsonl";
+    write_shared_prefix_requests("olmoe", input);
+    const std::vector<std::string> eplb = {
+        "--workers",          "4", "--enable-eplb", "--eplb-interval", "4", "--num-redundant-experts", "4",
+        "--eplb-stage-steps", "0"};
+    std::vector<std::string> off_flags = eplb;
+    off_flags.push_back("--no-enable-prefix-caching");
+    const run_result off = generate("olmoe", input, dir, "off", off_flags);
+    const run_result on = generate("olmoe", input, dir, "on", eplb);
+    EXPECT_EQ(tokens_of(on), tokens_of(off));
+    EXPECT_GT(on.metrics["engine_core"]["counters"].value("eplb_rebalances", 0.0), 0) << on.metrics.dump();
+    EXPECT_GT(on.metrics["engine_core"]["counters"].value("prefix_cache_hits", 0.0), 0);
+}
+
 // A second turn (the first turn's prompt and answer, then new tokens) sent after the first ended: its prefix,
 // the answer's computed tokens included, comes from the cache, and the client is told how many tokens that was.
 TEST(PrefixCache, SecondTurnReusesTheFirstTurnsPromptAndAnswer) {
