@@ -111,6 +111,8 @@ const std::map<std::string, family_info>& known_families() {
         {"prefix_cache_hits", {"Prefix cache hits: prompt tokens whose KV came from the prefix cache."}},
         {"prefix_cache_queries_per_rank", {"Prefix cache queries on each rank, in prompt tokens."}},
         {"prefix_cache_hits_per_rank", {"Prefix cache hits on each rank, in prompt tokens."}},
+        {"prefix_cache_hit_rate", {"Prefix cache hits over queries since start (tokens), all ranks."}},
+        {"prefix_cache_hit_rate_per_rank", {"Prefix cache hits over queries since start (tokens) on each rank."}},
         {"prefix_cache_blocks_per_rank", {"KV blocks holding a cached prefix on each rank (in use or free)."}},
         {"prefix_cache_evictions_per_rank", {"Cached KV blocks reused for other content on each rank."}},
         {"dp_placements", {"New requests placed on a data-parallel rank, by the placement's decision."}},

@@ -288,11 +288,15 @@ void engine_core::set_prefix_cache_metrics(const scheduler_stats& st) {
         metrics_.counter_follow("prefix_cache_evictions" + label, static_cast<double>(st.num_blocks_evicted[r]));
         metrics_.counter_follow("requests_placed" + label, static_cast<double>(st.num_placed[r]));
         metrics_.gauge_set("prefix_cache_blocks" + label, st.num_blocks_cached[r]);
+        if (st.prefix_cache_queries[r] > 0)
+            metrics_.gauge_set("prefix_cache_hit_rate" + label, static_cast<double>(st.prefix_cache_hits[r]) /
+                                                                    static_cast<double>(st.prefix_cache_queries[r]));
         queries += static_cast<double>(st.prefix_cache_queries[r]);
         hits += static_cast<double>(st.prefix_cache_hits[r]);
     }
     metrics_.counter_follow("prefix_cache_queries", queries);
     metrics_.counter_follow("prefix_cache_hits", hits);
+    if (queries > 0) metrics_.gauge_set("prefix_cache_hit_rate", hits / queries);
     metrics_.counter_follow("dp_placements{decision=\"cache_hit\"}", static_cast<double>(st.num_placed_cache_hit));
     metrics_.counter_follow("dp_placements{decision=\"overloaded\"}", static_cast<double>(st.num_placed_overloaded));
     metrics_.counter_follow("dp_placements{decision=\"least_loaded\"}",

@@ -328,6 +328,7 @@ TEST(EngineFlags, NoEnablePrefixCaching) {
         const auto m = e.client().metrics();
         EXPECT_EQ(counter(m, "prefix_cache_queries"), off ? 0 : 80);
         EXPECT_EQ(counter(m, "prefix_cache_hits"), off ? 0 : 32);
+        EXPECT_DOUBLE_EQ(gauge(m, "prefix_cache_hit_rate"), off ? -1 : 32.0 / 80.0);  // -1: absent
         EXPECT_EQ(second.num_cached_tokens, off ? 0u : 32u);
     }
 }
