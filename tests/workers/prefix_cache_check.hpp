@@ -7,7 +7,9 @@
 // sequences of one prompt (what the frontend sends for n = 3). A cache hit makes the backend start a sequence at
 // start_pos > 0 on a block table whose first blocks other sequences hold (and read) too. Greedy tokens must equal
 // those of the run without the cache; so must a run whose KV pool is small enough that cached blocks are evicted
-// and requests preempted (recomputed from their cached prefix).
+// and requests preempted (recomputed from their cached prefix). A shared block with the wrong content changes the
+// tokens; blocks of the right content in the wrong order would not (attention sums over cached keys that carry their
+// own rotary position), which the scheduler's fake-worker tests catch instead (tests/engine_core/fake_worker.hpp).
 
 #include <gtest/gtest.h>
 
