@@ -238,6 +238,7 @@ std::vector<client_completion> zmoe_client::collect_all(const std::string& id, s
         c.text += d.text;
         c.prompt_tokens = d.prompt_tokens;
         c.completion_tokens = d.completion_tokens;
+        c.cached_tokens = d.cached_tokens;
         if (d.finished) c.reason = d.reason;
     }
     return out;

@@ -28,6 +28,7 @@ struct client_completion {
     finish_reason reason = finish_reason::none;
     uint32_t prompt_tokens = 0;
     uint32_t completion_tokens = 0;
+    uint32_t cached_tokens = 0;  ///< prompt tokens the prefix cache served
 };
 
 struct zmoe_client_options {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "messages/envelope.hpp"
 
 namespace zmoe::cli {
 
@@ -40,7 +41,8 @@ client_generate parse_request(const nlohmann::ordered_json& j, size_t line_no) {
                                   "min_tokens",
                                   "stop_token_ids",
                                   "logprobs",
-                                  "n"};
+                                  "n",
+                                  "cache_salt"};
     for (const auto& [k, v] : j.items())
         if (std::find(std::begin(known), std::end(known), k) == std::end(known)) throw bad("unknown field '" + k + "'");
     client_generate g;
@@ -124,6 +126,13 @@ client_generate parse_request(const nlohmann::ordered_json& j, size_t line_no) {
                 throw bad("n must be an integer in [1, " + std::to_string(kMaxChoices) + "]");
             g.n = static_cast<uint32_t>(n.get<int64_t>());
         }
+        if (j.contains("cache_salt")) {
+            const auto& s = j.at("cache_salt");
+            if (!s.is_string() || s.get<std::string>().empty() || s.get<std::string>().size() > kMaxNameBytes)
+                throw bad("cache_salt must be a non-empty string of at most " + std::to_string(kMaxNameBytes) +
+                          " bytes");
+            g.cache_salt = s.get<std::string>();
+        }
         if (j.contains("logit_bias")) {  // OpenAI's form: {"token id": bias}
             for (const auto& [id, bias] : j.at("logit_bias").items()) {
                 size_t used = 0;
@@ -206,11 +215,13 @@ void write_result_line(std::ostream& out, size_t i, const request_result& r) {
         j["token_ids"] = c.token_ids;
         j["text"] = c.text;
         j["finish_reason"] = std::string(finish_reason_name(c.reason));
-        j["usage"] = {{"prompt_tokens", c.prompt_tokens}, {"completion_tokens", c.completion_tokens}};
+        j["usage"] = {{"prompt_tokens", c.prompt_tokens},
+                      {"completion_tokens", c.completion_tokens},
+                      {"prompt_tokens_details", {{"cached_tokens", c.cached_tokens}}}};
         if (!r.logprobs[0].empty()) j["logprobs"] = logprobs_json(r.logprobs[0]);
     } else {  // n > 1: one entry per sequence; usage counts the prompt once and every sequence's tokens
         auto& choices = j["choices"] = nlohmann::ordered_json::array();
-        uint32_t prompt_tokens = 0, completion_tokens = 0;
+        uint32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
         for (size_t k = 0; k < r.choices.size(); ++k) {
             const client_completion& c = r.choices[k];
             nlohmann::ordered_json one = {{"index", k},
@@ -221,8 +232,11 @@ void write_result_line(std::ostream& out, size_t i, const request_result& r) {
             choices.push_back(std::move(one));
             prompt_tokens = c.prompt_tokens;
             completion_tokens += c.completion_tokens;
+            if (k == 0) cached_tokens = c.cached_tokens;  // the prompt's, as its first sequence found it
         }
-        j["usage"] = {{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens}};
+        j["usage"] = {{"prompt_tokens", prompt_tokens},
+                      {"completion_tokens", completion_tokens},
+                      {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
     }
     out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
@@ -300,6 +314,7 @@ size_t run_request_lines(zmoe_client& client, const std::vector<request_line>& l
             c.text += d->text;
             c.prompt_tokens = d->prompt_tokens;
             c.completion_tokens = d->completion_tokens;
+            c.cached_tokens = d->cached_tokens;
             auto& lp = results[i].logprobs[d->index];
             lp.insert(lp.end(), d->logprobs.begin(), d->logprobs.end());
             if (d->finished) {

@@ -3,8 +3,10 @@
 // each input line an object with "prompt" (text) or "prompt_token_ids", and optional "max_tokens" (16),
 // "temperature" (0 = greedy; unset = the server's default), "top_p", "top_k", "seed", "stop" (string or list),
 // "ignore_eos", and vLLM's "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias",
-// "min_tokens", "stop_token_ids", "logprobs" (docs/sampling.md), "n" (sequences from the prompt, seeded seed + i);
-// each output line {"index", "token_ids", "text", "finish_reason", "usage"} in input order (with n > 1: "choices").
+// "min_tokens", "stop_token_ids", "logprobs" (docs/sampling.md), "n" (sequences from the prompt, seeded seed + i),
+// "cache_salt" (prefix-cache isolation, docs/scheduler.md); each output line {"index", "token_ids", "text",
+// "finish_reason", "usage"} in input order (with n > 1: "choices"); usage holds prompt_tokens, completion_tokens and
+// prompt_tokens_details.cached_tokens.
 
 #include <chrono>
 #include <fstream>

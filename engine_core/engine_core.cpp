@@ -69,6 +69,9 @@ void engine_core::start(const std::vector<rank_capacity>& ranks) {
     cfg.max_num_seqs = c.max_num_seqs;
     cfg.block_size = c.block_size;
     cfg.async_scheduling = !c.no_async;
+    cfg.enable_prefix_caching = !c.no_enable_prefix_caching;
+    cfg.placement = dp_placement_from_name(c.dp_placement);
+    cfg.placement_max_imbalance = c.dp_placement_max_imbalance;
     cfg.max_model_len = c.max_model_len > 0 ? c.max_model_len : static_cast<int32_t>(model_len);
     if (cfg.max_model_len <= 0) cfg.max_model_len = 4096;
     std::vector<double> bandwidth;
@@ -81,7 +84,9 @@ void engine_core::start(const std::vector<rank_capacity>& ranks) {
     accounting_.set_copy_bandwidth(std::move(bandwidth));
     eplb_.start();
     ZMOE_LOG(info, "engine core: serving (" << c.workers << " rank(s), max_model_len " << cfg.max_model_len
-                                            << ", async " << (cfg.async_scheduling ? "on" : "off") << ")");
+                                            << ", async " << (cfg.async_scheduling ? "on" : "off")
+                                            << ", prefix caching " << (cfg.enable_prefix_caching ? "on" : "off")
+                                            << ", placement " << dp_placement_name(cfg.placement) << ")");
     if (dbo_.enabled)
         ZMOE_LOG(info, "engine core: dual-batch overlap on: a step splits at "
                            << dbo_.prefill_token_threshold << " tokens on some rank with prefill, "
@@ -99,6 +104,7 @@ void engine_core::add_request(engine_add_request&& m) {
     if (!m.ignore_eos)
         req.stop_token_ids.insert(req.stop_token_ids.end(), model_.eos_token_ids.begin(), model_.eos_token_ids.end());
     req.ignore_eos = false;  // eos ids are already folded into stop_token_ids (or left out)
+    req.cache_salt = std::move(m.cache_salt);
     // The workers keep every stop id (EOS included unless ignore_eos) from being sampled before min_tokens.
     if (req.sampling.min_tokens > 0) req.sampling.min_tokens_stop_ids = req.stop_token_ids;
     const uint32_t prompt_len = static_cast<uint32_t>(req.prompt.size());
@@ -227,6 +233,7 @@ void engine_core::emit_outputs(uint64_t step_id, const std::vector<request_outpu
         auto p = prompt_len_.find(o.id);
         e.num_prompt_tokens = p == prompt_len_.end() ? 0 : p->second;
         e.new_logprobs = o.new_logprobs;
+        e.num_cached_tokens = static_cast<uint32_t>(std::max(o.num_cached_tokens, 0));
         metrics_.counter_add("generation_tokens", static_cast<double>(o.new_tokens.size()));
         if (o.finished) {
             prompt_len_.erase(o.id);
@@ -271,6 +278,32 @@ bool engine_core::idle() const {
     return !scheduler_ || (scheduler_->num_unfinished() == 0 && scheduler_->num_in_flight() == 0);
 }
 
+void engine_core::set_prefix_cache_metrics(const scheduler_stats& st) {
+    // Running totals kept by the scheduler: the counters follow them.
+    double queries = 0, hits = 0;
+    for (size_t r = 0; r < st.prefix_cache_queries.size(); ++r) {
+        const std::string label = "{rank=\"" + std::to_string(r) + "\"}";
+        metrics_.counter_follow("prefix_cache_queries" + label, static_cast<double>(st.prefix_cache_queries[r]));
+        metrics_.counter_follow("prefix_cache_hits" + label, static_cast<double>(st.prefix_cache_hits[r]));
+        metrics_.counter_follow("prefix_cache_evictions" + label, static_cast<double>(st.num_blocks_evicted[r]));
+        metrics_.counter_follow("requests_placed" + label, static_cast<double>(st.num_placed[r]));
+        metrics_.gauge_set("prefix_cache_blocks" + label, st.num_blocks_cached[r]);
+        if (st.prefix_cache_queries[r] > 0)
+            metrics_.gauge_set("prefix_cache_hit_rate" + label, static_cast<double>(st.prefix_cache_hits[r]) /
+                                                                    static_cast<double>(st.prefix_cache_queries[r]));
+        queries += static_cast<double>(st.prefix_cache_queries[r]);
+        hits += static_cast<double>(st.prefix_cache_hits[r]);
+    }
+    metrics_.counter_follow("prefix_cache_queries", queries);
+    metrics_.counter_follow("prefix_cache_hits", hits);
+    if (queries > 0) metrics_.gauge_set("prefix_cache_hit_rate", hits / queries);
+    metrics_.counter_follow("dp_placements{decision=\"cache_hit\"}", static_cast<double>(st.num_placed_cache_hit));
+    metrics_.counter_follow("dp_placements{decision=\"overloaded\"}", static_cast<double>(st.num_placed_overloaded));
+    metrics_.counter_follow("dp_placements{decision=\"least_loaded\"}",
+                            static_cast<double>(st.num_placed_least_loaded));
+    metrics_.counter_follow("dp_placements{decision=\"round_robin\"}", static_cast<double>(st.num_placed_round_robin));
+}
+
 std::optional<std::string> engine_core::stats_line_at(clock_type::time_point now) {
     if (!scheduler_ || halted_) return std::nullopt;
     const auto st = scheduler_->stats();
@@ -281,18 +314,26 @@ std::optional<std::string> engine_core::stats_line_at(clock_type::time_point now
                         .num_running = 0,
                         .num_waiting = 0,
                         .kv_blocks_used = 0,
-                        .kv_blocks_total = 0};
+                        .kv_blocks_total = 0,
+                        .prefix_cache_queries = 0,
+                        .prefix_cache_hits = 0};
     for (size_t r = 0; r < st.num_running.size(); ++r) {
         sample.num_running += st.num_running[r];
         sample.num_waiting += st.num_waiting[r];
         sample.kv_blocks_used += st.num_blocks_used[r];
         sample.kv_blocks_total += st.num_blocks_total[r];
+        sample.prefix_cache_queries += static_cast<double>(st.prefix_cache_queries[r]);
+        sample.prefix_cache_hits += static_cast<double>(st.prefix_cache_hits[r]);
     }
     return stats_line_.next(sample);
 }
 
 nlohmann::json engine_core::metrics_json() {
-    if (scheduler_) accounting_.set_gauges(scheduler_->stats(), scheduler_->num_in_flight());
+    if (scheduler_) {
+        const scheduler_stats st = scheduler_->stats();
+        accounting_.set_gauges(st, scheduler_->num_in_flight());
+        set_prefix_cache_metrics(st);
+    }
     // Steps of expert load EPLB plans from: grows to --eplb-window, then stays.
     if (scheduler_ && eplb_.placement()) metrics_.gauge_set("eplb_load_window_steps", eplb_.load_window_steps());
     const auto num_experts = static_cast<size_t>(std::max<int64_t>(1, model_.num_experts));

@@ -121,6 +121,7 @@ class engine_core {
 
   private:
     void finish_step(uint64_t step_id);
+    void set_prefix_cache_metrics(const scheduler_stats& st);
     void emit_outputs(uint64_t step_id, const std::vector<request_output>& outs);
 
     engine_config config_;

@@ -2,6 +2,7 @@
 // What the engine core's scheduler takes in (a new request) and hands back (a request's new tokens and its end).
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "messages/finish_reason.hpp"
@@ -19,6 +20,8 @@ struct new_request {
     /// Tokens that end generation (eos and the like); ignored when ignore_eos.
     std::vector<int32_t> stop_token_ids;
     bool ignore_eos = false;
+    /// Prefix caching: only requests with the same salt share cached blocks (empty = the unsalted cache).
+    std::string cache_salt{};
 };
 
 /// One request's share of a step's results: the tokens it gained and whether it ended.
@@ -28,6 +31,8 @@ struct request_output {
     bool finished = false;
     finish_reason reason = finish_reason::none;
     std::vector<token_logprobs> new_logprobs{};  ///< one per new token when the request asked for logprobs
+    /// Prompt tokens whose KV came from the prefix cache when the request was first scheduled (0 before that).
+    int32_t num_cached_tokens = 0;
 };
 
 }  // namespace zmoe

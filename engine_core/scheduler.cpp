@@ -24,6 +24,13 @@ struct scheduler::request_state {
     int32_t max_tokens = 0;
     std::vector<int32_t> stop_token_ids;
     bool ignore_eos = false;
+    // Prefix caching: the hash chain of the full blocks of `tokens` computed so far (extended as needed), from
+    // `root` (the salt's), and how many of the request's leading blocks are published.
+    block_hash root;
+    std::vector<block_hash> hashes;
+    int32_t num_published = 0;
+    uint32_t epoch = 0;  // preemptions so far: a chunk sent before one is not published after it
+    int32_t num_cached_tokens = 0;
 
     int32_t num_computed = 0;
     int32_t num_pending = 0;
@@ -50,6 +57,11 @@ struct scheduler::rank_state {
     uint64_t num_known_tokens = 0;        // over running + waiting requests, for placement
     int32_t num_tokens_last = 0;
     uint64_t num_tokens_total = 0;
+    // Hashes of full blocks that steps in flight compute (not yet published), with their multiplicity.
+    std::unordered_map<block_hash, int32_t, block_hash_hasher> pending;
+    uint64_t prefix_cache_queries = 0;
+    uint64_t prefix_cache_hits = 0;
+    uint64_t num_placed = 0;
 };
 
 namespace {
@@ -60,11 +72,32 @@ namespace {
 
 }  // namespace
 
-scheduler::scheduler(scheduler_config config) : config_(std::move(config)) {
+std::string_view dp_placement_name(dp_placement p) {
+    switch (p) {
+        case dp_placement::cache_aware:
+            return "cache-aware";
+        case dp_placement::least_loaded:
+            return "least-loaded";
+        case dp_placement::round_robin:
+            return "round-robin";
+    }
+    return "?";
+}
+
+dp_placement dp_placement_from_name(std::string_view name) {
+    for (const dp_placement p : {dp_placement::cache_aware, dp_placement::least_loaded, dp_placement::round_robin}) {
+        if (name == dp_placement_name(p)) return p;
+    }
+    throw error(errc::invalid_argument,
+                "--dp-placement must be cache-aware, least-loaded or round-robin, got '" + std::string(name) + "'");
+}
+
+scheduler::scheduler(scheduler_config config) : config_(std::move(config)), hasher_(block_hasher::random()) {
     if (config_.max_num_batched_tokens < 1) bad_config("max_num_batched_tokens must be >= 1");
     if (config_.max_num_seqs < 1) bad_config("max_num_seqs must be >= 1");
     if (config_.block_size < 1) bad_config("block_size must be >= 1");
     if (config_.max_model_len < 1) bad_config("max_model_len must be >= 1");
+    if (config_.placement_max_imbalance < 0) bad_config("placement_max_imbalance must be >= 0");
     if (config_.num_blocks_per_rank.empty()) bad_config("num_blocks_per_rank is empty (no data-parallel rank)");
     ranks_.reserve(config_.num_blocks_per_rank.size());
     for (size_t r = 0; r < config_.num_blocks_per_rank.size(); ++r) {
@@ -100,26 +133,8 @@ int32_t scheduler::add_request(new_request req) {
     // The last generated token is never fed back, so its KV slot is never needed.
     const int64_t kv_tokens = total - 1;
 
-    int32_t best = -1;
-    std::pair<size_t, uint64_t> best_load{};
-    for (int32_t r = 0; r < num_ranks(); ++r) {
-        const rank_state& rank = ranks_[static_cast<size_t>(r)];
-        if (rank.pool.blocks_for_tokens(kv_tokens) > rank.pool.num_blocks()) continue;
-        const std::pair<size_t, uint64_t> load{rank.running.size() + rank.waiting.size(), rank.num_known_tokens};
-        if (best < 0 || load < best_load) {
-            best = r;
-            best_load = load;
-        }
-    }
-    if (best < 0) {
-        throw error(errc::out_of_memory, who + ": prompt + max_tokens (" + std::to_string(total) +
-                                             " tokens) can never fit in any rank's KV cache");
-    }
-
     auto state = std::make_unique<request_state>();
     state->id = req.id;
-    state->serial = next_serial_++;
-    state->rank = best;
     state->num_prompt = static_cast<int32_t>(req.prompt.size());
     state->tokens = std::move(req.prompt);
     state->tokens.reserve(static_cast<size_t>(total));
@@ -127,16 +142,98 @@ int32_t scheduler::add_request(new_request req) {
     state->max_tokens = req.max_tokens;
     state->stop_token_ids = std::move(req.stop_token_ids);
     state->ignore_eos = req.ignore_eos;
+    if (config_.enable_prefix_caching) state->root = hasher_.root(req.cache_salt);
+    const int32_t best = place(*state, kv_tokens);
+    if (best < 0) {
+        throw error(errc::out_of_memory, who + ": prompt + max_tokens (" + std::to_string(total) +
+                                             " tokens) can never fit in any rank's KV cache");
+    }
+    state->serial = next_serial_++;
+    state->rank = best;
+    ++ranks_[static_cast<size_t>(best)].num_placed;
     ranks_[static_cast<size_t>(best)].waiting.push_back(state.get());
     ranks_[static_cast<size_t>(best)].num_known_tokens += state->tokens.size();
     requests_.emplace(state->id, std::move(state));
     return best;
 }
 
+int32_t scheduler::max_hit_blocks(request_state& req) {
+    if (!config_.enable_prefix_caching || req.sampling.reads_token_history()) return 0;
+    const int32_t limit = (req.num_known() - 1) / config_.block_size;
+    hasher_.extend(req.hashes, req.root, req.tokens, config_.block_size, static_cast<size_t>(limit));
+    return limit;
+}
+
+int32_t scheduler::prefix_on_rank(const rank_state& rank, const request_state& req, int32_t limit, bool pending) const {
+    int32_t n = 0;
+    while (n < limit) {
+        const block_hash& h = req.hashes[static_cast<size_t>(n)];
+        if (rank.pool.block_find(h) < 0 && !(pending && rank.pending.contains(h))) break;
+        ++n;
+    }
+    return n;
+}
+
+int32_t scheduler::place(request_state& req, int64_t kv_tokens) {
+    const int32_t n = num_ranks();
+    auto fits = [&](int32_t r) {
+        const kv_block_pool& pool = ranks_[static_cast<size_t>(r)].pool;
+        return pool.blocks_for_tokens(kv_tokens) <= pool.num_blocks();
+    };
+    auto load_of = [&](int32_t r) {
+        const rank_state& rank = ranks_[static_cast<size_t>(r)];
+        return std::pair<size_t, uint64_t>{rank.running.size() + rank.waiting.size(), rank.num_known_tokens};
+    };
+    if (config_.placement == dp_placement::round_robin) {
+        for (int32_t k = 0; k < n; ++k) {
+            const auto r =
+                static_cast<int32_t>((next_round_robin_ + static_cast<uint64_t>(k)) % static_cast<uint64_t>(n));
+            if (!fits(r)) continue;
+            next_round_robin_ = static_cast<uint64_t>(r) + 1;
+            ++num_placed_round_robin_;
+            return r;
+        }
+        return -1;
+    }
+    int32_t least = -1;
+    for (int32_t r = 0; r < n; ++r) {
+        if (fits(r) && (least < 0 || load_of(r) < load_of(least))) least = r;
+    }
+    if (least < 0) return -1;
+    if (config_.placement == dp_placement::cache_aware && n > 1) {
+        const int32_t limit = max_hit_blocks(req);
+        int32_t best = -1;
+        int32_t best_hit = 0;
+        for (int32_t r = 0; r < n; ++r) {
+            if (!fits(r)) continue;
+            const int32_t hit = prefix_on_rank(ranks_[static_cast<size_t>(r)], req, limit, true);
+            if (hit > best_hit || (hit == best_hit && hit > 0 && load_of(r) < load_of(best))) {
+                best = r;
+                best_hit = hit;
+            }
+        }
+        if (best >= 0) {
+            if (load_of(best).first <= load_of(least).first + static_cast<size_t>(config_.placement_max_imbalance)) {
+                ++num_placed_cache_hit_;
+                return best;
+            }
+            ++num_placed_overloaded_;
+            return least;
+        }
+    }
+    ++num_placed_least_loaded_;
+    return least;
+}
+
 std::optional<request_output> scheduler::abort_request(uint64_t id, finish_reason reason) {
     auto it = requests_.find(id);
     if (it == requests_.end()) return std::nullopt;
-    request_output out{.id = id, .new_tokens = {}, .finished = true, .reason = reason, .new_logprobs = {}};
+    request_output out{.id = id,
+                       .new_tokens = {},
+                       .finished = true,
+                       .reason = reason,
+                       .new_logprobs = {},
+                       .num_cached_tokens = it->second->num_cached_tokens};
     finish(*it->second);
     return out;
 }
@@ -173,7 +270,7 @@ std::vector<step_request> scheduler::schedule() {
     ZMOE_CHECK(can_schedule(), "scheduler::schedule called with " << in_flight_.size() << " steps in flight");
     const uint64_t step_id = next_step_id_++;
     std::vector<step_request> steps(ranks_.size());
-    in_flight_step flight{.step_id = step_id, .samples = {}};
+    in_flight_step flight{.step_id = step_id, .samples = {}, .computed = {}};
     flight.samples.resize(ranks_.size());
     for (size_t r = 0; r < ranks_.size(); ++r) {
         steps[r].step_id = step_id;
@@ -224,11 +321,37 @@ void scheduler::schedule_rank(rank_state& rank, step_request& out, in_flight_ste
             ++it;
             continue;
         }
-        const int32_t n = std::min(req->num_remaining(), budget);
-        const int32_t need =
-            rank.pool.blocks_for_tokens(req->num_computed + n) - static_cast<int32_t>(req->blocks.size());
+        // A waiting request holds no blocks (preemption frees them all). Its cached prefix is shared, not computed.
+        ZMOE_CHECK(req->blocks.empty() && req->num_computed == 0,
+                   "scheduler: waiting request " << req->id << " holds blocks");
+        const int32_t limit = max_hit_blocks(*req);
+        const int32_t hit = prefix_on_rank(rank, *req, limit, false);
+        // Its next block is being computed by a step in flight (another request with the same prefix, such as
+        // the other sequences of an n > 1 request): wait one step for it rather than compute it twice.
+        if (hit < limit && rank.pending.contains(req->hashes[static_cast<size_t>(hit)])) {
+            ++it;
+            continue;
+        }
+        std::vector<int32_t> shared;
+        shared.reserve(static_cast<size_t>(hit));
+        for (int32_t b = 0; b < hit; ++b) shared.push_back(rank.pool.block_find(req->hashes[static_cast<size_t>(b)]));
+        const int32_t hit_tokens = hit * config_.block_size;
+        const int32_t n = std::min(req->num_known() - hit_tokens, budget);
+        const int32_t need = rank.pool.blocks_for_tokens(hit_tokens + n) - hit;
         // First come, first served: a request that does not fit holds back those behind it.
-        if (!rank.pool.block_alloc_into(need, req->blocks)) break;
+        if (need > rank.pool.num_free() - rank.pool.num_free_among(shared)) break;
+        rank.pool.block_share(shared);
+        req->blocks = std::move(shared);
+        ZMOE_CHECK(rank.pool.block_alloc_into(need, req->blocks), "scheduler: block allocation failed after check");
+        req->num_computed = hit_tokens;
+        req->num_published = hit;
+        if (!req->ever_scheduled) {
+            req->num_cached_tokens = hit_tokens;
+            if (config_.enable_prefix_caching) {
+                rank.prefix_cache_queries += static_cast<uint64_t>(req->num_prompt);
+                rank.prefix_cache_hits += static_cast<uint64_t>(hit_tokens);
+            }
+        }
         it = rank.waiting.erase(it);
         req->running = true;
         rank.running.push_back(req);
@@ -260,6 +383,8 @@ void scheduler::preempt(rank_state& rank, request_state& req) {
     rank.pool.block_free(req.blocks);
     req.blocks.clear();
     req.num_computed = 0;
+    req.num_published = 0;
+    ++req.epoch;
     req.running = false;
     std::erase(rank.running, &req);
     rank.waiting.push_front(&req);
@@ -284,6 +409,23 @@ void scheduler::emit(request_state& req, int32_t n, uint64_t step_id, step_reque
     seq.sample_index = static_cast<uint32_t>(req.num_output() + req.num_pending);
     seq.sampling = req.sampling;
     out.seqs.push_back(std::move(seq));
+
+    if (config_.enable_prefix_caching) {
+        // The full blocks this chunk completes whose tokens are known now (a decode's placeholder is not).
+        computed_chunk chunk{
+            .id = req.id, .serial = req.serial, .epoch = req.epoch, .rank = req.rank, .end = end, .pending = {}};
+        const int32_t first = std::max(req.num_computed / config_.block_size, req.num_published);
+        const int32_t last = std::min(end, req.num_known()) / config_.block_size;
+        if (last > first) {
+            hasher_.extend(req.hashes, req.root, req.tokens, config_.block_size, static_cast<size_t>(last));
+            rank_state& rank = ranks_[static_cast<size_t>(req.rank)];
+            for (int32_t b = first; b < last; ++b) {
+                chunk.pending.push_back(req.hashes[static_cast<size_t>(b)]);
+                ++rank.pending[chunk.pending.back()];
+            }
+        }
+        flight.computed.push_back(std::move(chunk));
+    }
 
     req.num_computed = end;
     req.last_step = step_id;
@@ -339,6 +481,10 @@ std::vector<request_output> scheduler::update(const std::vector<step_result>& re
         }
     }
 
+    // The KV of every chunk of this step is computed: publish the full blocks, before a request that ends here
+    // frees them (they stay findable in the free queue).
+    publish_computed(flight);
+
     std::vector<request_output> outputs;
     for (size_t r = 0; r < ranks_.size(); ++r) {
         const auto& expected = flight.samples[r];
@@ -359,7 +505,8 @@ std::vector<request_output> scheduler::update(const std::vector<step_result>& re
                                .new_tokens = {token},
                                .finished = false,
                                .reason = finish_reason::none,
-                               .new_logprobs = {}};
+                               .new_logprobs = {},
+                               .num_cached_tokens = req.num_cached_tokens};
             if (by_rank[r]->tokens[i].logprobs) out.new_logprobs.push_back(*by_rank[r]->tokens[i].logprobs);
             // Stop ids end a request only once it has min_tokens (the workers also keep them from being sampled).
             const bool is_stop =
@@ -381,6 +528,28 @@ std::vector<request_output> scheduler::update(const std::vector<step_result>& re
     return outputs;
 }
 
+void scheduler::publish_computed(const in_flight_step& flight) {
+    for (const computed_chunk& c : flight.computed) {
+        rank_state& rank = ranks_[static_cast<size_t>(c.rank)];
+        for (const block_hash& h : c.pending) {
+            auto p = rank.pending.find(h);
+            ZMOE_CHECK(p != rank.pending.end(), "scheduler: pending block hash lost");
+            if (--p->second == 0) rank.pending.erase(p);
+        }
+        auto it = requests_.find(c.id);
+        if (it == requests_.end()) continue;
+        request_state& req = *it->second;
+        if (req.serial != c.serial || req.epoch != c.epoch) continue;  // ended or preempted since: blocks freed
+        const int32_t last = std::min(c.end, req.num_known()) / config_.block_size;
+        if (last <= req.num_published) continue;
+        hasher_.extend(req.hashes, req.root, req.tokens, config_.block_size, static_cast<size_t>(last));
+        for (int32_t b = req.num_published; b < last; ++b) {
+            rank.pool.block_publish(req.blocks[static_cast<size_t>(b)], req.hashes[static_cast<size_t>(b)]);
+        }
+        req.num_published = last;
+    }
+}
+
 scheduler_stats scheduler::stats() const {
     scheduler_stats s;
     for (const rank_state& rank : ranks_) {
@@ -390,7 +559,16 @@ scheduler_stats scheduler::stats() const {
         s.num_blocks_total.push_back(rank.pool.num_blocks());
         s.num_tokens_scheduled.push_back(rank.num_tokens_last);
         s.num_tokens_scheduled_total.push_back(rank.num_tokens_total);
+        s.prefix_cache_queries.push_back(rank.prefix_cache_queries);
+        s.prefix_cache_hits.push_back(rank.prefix_cache_hits);
+        s.num_blocks_cached.push_back(rank.pool.num_cached());
+        s.num_blocks_evicted.push_back(rank.pool.num_evicted());
+        s.num_placed.push_back(rank.num_placed);
     }
+    s.num_placed_cache_hit = num_placed_cache_hit_;
+    s.num_placed_overloaded = num_placed_overloaded_;
+    s.num_placed_least_loaded = num_placed_least_loaded_;
+    s.num_placed_round_robin = num_placed_round_robin_;
     s.num_steps = num_steps_;
     s.num_preemptions = num_preemptions_;
     s.num_discarded_tokens = num_discarded_tokens_;

@@ -20,6 +20,8 @@ struct stats_sample {
     int64_t num_waiting = 0;
     int64_t kv_blocks_used = 0;  ///< all ranks
     int64_t kv_blocks_total = 0;
+    double prefix_cache_queries = 0;  ///< prompt tokens looked up in the prefix cache, since start
+    double prefix_cache_hits = 0;     ///< of those, found cached
 };
 
 class stats_line {

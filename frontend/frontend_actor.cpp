@@ -207,6 +207,7 @@ bool frontend_actor::send_pending_delta(uint64_t id) {
     d.text = r.pending_text;
     d.prompt_tokens = r.prompt_tokens;
     d.completion_tokens = r.completion_tokens;
+    d.cached_tokens = r.cached_tokens;
     d.logprobs = r.pending_logprobs;
     d.index = r.index;
     const send_status st = try_send_to(client_sock_, r.client, encode(d));
@@ -540,8 +541,8 @@ void frontend_actor::accept_generate(const std::string& client, client_generate&
                                      std::to_string(m.max_tokens) + ") exceeds the model's context of " +
                                      std::to_string(max_len));
 
-    // n sequences share the prompt: n engine requests (the engine core has no prefix sharing to give them), the
-    // i-th seeded seed + i, so that each is reproducible alone and they differ.
+    // n sequences share the prompt: n engine requests, the i-th seeded seed + i, so that each is reproducible alone
+    // and they differ. The engine core's prefix cache computes the shared prompt once (docs/scheduler.md).
     auto& group = by_client_id_[{client, cid}];
     for (uint32_t i = 0; i < m.n; ++i) {
         const uint64_t id = next_request_id_++;
@@ -558,6 +559,7 @@ void frontend_actor::accept_generate(const std::string& client, client_generate&
         }
         req.max_tokens = m.max_tokens;
         req.ignore_eos = m.ignore_eos;
+        req.cache_salt = m.cache_salt;
 
         live_request lr;
         lr.client = client;
@@ -696,6 +698,7 @@ void frontend_actor::handle_outputs(const engine_outputs& m) {
             finish_request(o.request_id, finish_reason::error, o.error_code, o.error_message);
             continue;
         }
+        r.cached_tokens = o.num_cached_tokens;
         std::vector<int32_t> new_ids;
         std::string new_text;
         bool stopped = false;
@@ -799,6 +802,7 @@ void frontend_actor::finish_request(uint64_t id, finish_reason reason, errc code
     d.reason = reason;
     d.prompt_tokens = r.prompt_tokens;
     d.completion_tokens = r.completion_tokens;
+    d.cached_tokens = r.cached_tokens;
     metrics_.counter_add("requests_finished");
     metrics_.counter_add(std::string("requests_finished{reason=\"") + std::string(finish_reason_name(reason)) + "\"}");
     metrics_.observe("request_latency_ms", ms_between(r.arrived, clock_type::now()));

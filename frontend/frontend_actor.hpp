@@ -89,6 +89,7 @@ class frontend_actor : public actor {
         std::vector<std::string> stop;
         bool stream = true;
         uint32_t prompt_tokens = 0;
+        uint32_t cached_tokens = 0;  // prompt tokens the engine's prefix cache served
         uint32_t completion_tokens = 0;
         std::string text;                              // text emitted so far (for stop-string search)
         std::string held_text;                         // decoded but held back: could be the start of a stop string

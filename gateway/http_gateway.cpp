@@ -102,6 +102,7 @@ struct generation {
     clock_type::time_point arrived;
     std::optional<clock_type::time_point> last_token;  // of any choice
     uint32_t prompt_tokens = 0;
+    uint32_t cached_tokens = 0;                       // of the prompt, from the prefix cache (choice 0's count)
     bool headers_sent = false;                        // streamed: the 200 is out
     bool ended = false;                               // the frontend's part is over (terminal event, or aborted)
     bool answered = false;                            // the whole answer is queued for writing
@@ -516,6 +517,15 @@ class session : public std::enable_shared_from_this<session> {
             total = get("kv_blocks_total");
         }
         if (total > 0) g.kv_cache_usage = std::clamp(used / total, 0.0, 1.0);
+        if (it->contains("counters") && (*it)["counters"].is_object()) {
+            const auto& counters = (*it)["counters"];
+            const auto q = counters.find("prefix_cache_queries");
+            const auto h = counters.find("prefix_cache_hits");
+            if (q != counters.end() && h != counters.end() && q->is_number() && h->is_number()) {
+                g.prefix_cache_queries = q->get<double>();
+                g.prefix_cache_hits = h->get<double>();
+            }
+        }
         const auto hs = it->find("histograms");
         if (hs != it->end() && hs->is_object()) {
             const auto q = hs->find("request_queue_time_ms");
@@ -657,6 +667,7 @@ class session : public std::enable_shared_from_this<session> {
             }
         }
         g.prompt_tokens = d.prompt_tokens;
+        if (d.index == 0) g.cached_tokens = d.cached_tokens;
         c.completion_tokens = d.completion_tokens;
         if (d.finished) {
             c.finished = true;
@@ -684,8 +695,9 @@ class session : public std::enable_shared_from_this<session> {
                 {.index = i, .text = c.text, .reason = c.reason, .logprobs = logprobs_of(c.token_ids, c.logprobs, 0)});
         }
         g.answered = true;
-        respond(200, response_object(g.req, g.id, g.created, out, g.prompt_tokens, g.completion_tokens())
-                         .dump(-1, ' ', false, ojson::error_handler_t::replace));
+        respond(200,
+                response_object(g.req, g.id, g.created, out, g.prompt_tokens, g.completion_tokens(), g.cached_tokens)
+                    .dump(-1, ' ', false, ojson::error_handler_t::replace));
     }
 
     // True when the texts of every id the choices' logprobs name are known; otherwise asks the frontend for them
@@ -768,7 +780,8 @@ class session : public std::enable_shared_from_this<session> {
             }
             if (g.all_finished()) {
                 if (g.req.include_usage)
-                    events += sse_event(usage_chunk(g.req, g.id, g.created, g.prompt_tokens, g.completion_tokens()));
+                    events += sse_event(
+                        usage_chunk(g.req, g.id, g.created, g.prompt_tokens, g.completion_tokens(), g.cached_tokens));
                 events += "data: [DONE]\n\n";
                 g.answered = true;
             }

@@ -118,7 +118,9 @@ bool known_field(const std::string& name, endpoint_kind kind) {
         "model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "n", "stop", "seed",
         "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "user",
         // vLLM's sampling extras
-        "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens", "stop_token_ids", "prompt_logprobs"};
+        "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens", "stop_token_ids", "prompt_logprobs",
+        // vLLM's prefix-cache isolation
+        "cache_salt"};
     static const std::set<std::string> kCompletion = {"prompt", "echo", "suffix", "best_of"};
     static const std::set<std::string> kChat = {
         "messages",    "max_completion_tokens", "top_logprobs",          "tools",
@@ -216,6 +218,12 @@ openai_request parse_openai_request(const std::string& text, endpoint_kind kind)
         }
     }
     g.ignore_eos = bool_field(body, "ignore_eos", false);
+    if (const ojson* s = field(body, "cache_salt")) {
+        if (!s->is_string() || s->get<std::string>().empty() || s->get<std::string>().size() > kMaxNameBytes)
+            bad("'cache_salt' must be a non-empty string of at most " + std::to_string(kMaxNameBytes) + " bytes",
+                "cache_salt");
+        g.cache_salt = s->get<std::string>();
+    }
     // vLLM's prompt_logprobs (and echo, which needs them) are not served yet: refused rather than ignored.
     if (field(body, "prompt_logprobs")) bad("'prompt_logprobs' is not supported", "prompt_logprobs");
     // vLLM's sampling extras and OpenAI's penalties, logit bias and logprobs. The frontend checks them again
@@ -300,10 +308,11 @@ ojson finish_reason_json(finish_reason r, bool finished) {
 }
 
 namespace {
-ojson usage(uint32_t prompt_tokens, uint32_t completion_tokens) {
+ojson usage(uint32_t prompt_tokens, uint32_t completion_tokens, uint32_t cached_tokens) {
     return {{"prompt_tokens", prompt_tokens},
             {"completion_tokens", completion_tokens},
-            {"total_tokens", prompt_tokens + completion_tokens}};
+            {"total_tokens", prompt_tokens + completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 }  // namespace
 
@@ -347,7 +356,8 @@ ojson logprobs_json(endpoint_kind kind, const std::vector<int32_t>& ids, const s
 }
 
 ojson response_object(const openai_request& req, const std::string& id, int64_t created,
-                      const std::vector<choice_output>& choices, uint32_t prompt_tokens, uint32_t completion_tokens) {
+                      const std::vector<choice_output>& choices, uint32_t prompt_tokens, uint32_t completion_tokens,
+                      uint32_t cached_tokens) {
     ojson list = ojson::array();
     for (const choice_output& c : choices) {
         if (req.kind == endpoint_kind::chat) {
@@ -364,7 +374,7 @@ ojson response_object(const openai_request& req, const std::string& id, int64_t 
     }
     return {{"id", id},           {"object", req.kind == endpoint_kind::chat ? "chat.completion" : "text_completion"},
             {"created", created}, {"model", req.model},
-            {"choices", list},    {"usage", usage(prompt_tokens, completion_tokens)}};
+            {"choices", list},    {"usage", usage(prompt_tokens, completion_tokens, cached_tokens)}};
 }
 
 ojson chunk_object(const openai_request& req, const std::string& id, int64_t created, const choice_output& c,
@@ -392,13 +402,13 @@ ojson chunk_object(const openai_request& req, const std::string& id, int64_t cre
 }
 
 ojson usage_chunk(const openai_request& req, const std::string& id, int64_t created, uint32_t prompt_tokens,
-                  uint32_t completion_tokens) {
+                  uint32_t completion_tokens, uint32_t cached_tokens) {
     return {{"id", id},
             {"object", req.kind == endpoint_kind::chat ? "chat.completion.chunk" : "text_completion"},
             {"created", created},
             {"model", req.model},
             {"choices", ojson::array()},
-            {"usage", usage(prompt_tokens, completion_tokens)}};
+            {"usage", usage(prompt_tokens, completion_tokens, cached_tokens)}};
 }
 
 client_tokenize parse_tokenize_request(const std::string& text) {

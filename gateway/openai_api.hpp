@@ -68,16 +68,18 @@ std::vector<int32_t> parse_detokenize_request(const std::string& body);
 /// The finish_reason string OpenAI uses ("stop", "length"; abort as "abort"), null while running.
 ojson finish_reason_json(finish_reason r, bool finished);
 
-/// The non-streamed response object, its choices in the order given.
+/// The non-streamed response object, its choices in the order given. usage carries
+/// prompt_tokens_details.cached_tokens: the prompt tokens the prefix cache served.
 ojson response_object(const openai_request& req, const std::string& id, int64_t created,
-                      const std::vector<choice_output>& choices, uint32_t prompt_tokens, uint32_t completion_tokens);
+                      const std::vector<choice_output>& choices, uint32_t prompt_tokens, uint32_t completion_tokens,
+                      uint32_t cached_tokens);
 /// One streamed chunk object for a delta of one choice (its text and logprobs, and c.reason on its last chunk).
 /// first: a chat stream's first chunk of that choice carries delta.role = "assistant". finished: the choice's last.
 ojson chunk_object(const openai_request& req, const std::string& id, int64_t created, const choice_output& c,
                    bool first, bool finished);
 /// The final usage-only chunk of a stream with stream_options.include_usage.
 ojson usage_chunk(const openai_request& req, const std::string& id, int64_t created, uint32_t prompt_tokens,
-                  uint32_t completion_tokens);
+                  uint32_t completion_tokens, uint32_t cached_tokens);
 /// "data: <json>\n\n"
 std::string sse_event(const ojson& j);
 

@@ -167,6 +167,14 @@ std::string serving_metrics::prometheus(const std::string& model_name, const eng
         family(out, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.");
         out << "vllm:kv_cache_usage_perc{" << labels << "} " << number(engine.kv_cache_usage) << "\n";
     }
+    if (engine.prefix_cache_queries >= 0 && engine.prefix_cache_hits >= 0) {
+        family(out, "vllm:prefix_cache_queries_total", "counter",
+               "Prefix cache queries, in terms of number of queried tokens.");
+        out << "vllm:prefix_cache_queries_total{" << labels << "} " << number(engine.prefix_cache_queries) << "\n";
+        family(out, "vllm:prefix_cache_hits_total", "counter",
+               "Prefix cache hits, in terms of number of cached tokens.");
+        out << "vllm:prefix_cache_hits_total{" << labels << "} " << number(engine.prefix_cache_hits) << "\n";
+    }
     family(out, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.");
     out << "vllm:prompt_tokens_total{" << labels << "} " << prompt_tokens_total_ << "\n";
     family(out, "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.");

@@ -36,6 +36,9 @@ struct engine_gauges {
     std::vector<std::pair<double, uint64_t>> queue_time_buckets_ms{};
     uint64_t queue_time_count = 0;
     double queue_time_sum_ms = 0.0;
+    /// The engine core's prefix-cache counters (tokens looked up, tokens found); negative: not known.
+    double prefix_cache_queries = -1;
+    double prefix_cache_hits = -1;
 };
 
 /// vLLM's request_queue_time_seconds from the engine's histogram, on the engine's 1-2-5 bounds (1 ms to 500 s, in

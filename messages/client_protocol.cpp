@@ -75,7 +75,8 @@ void fields(auto& io, message_of<client_generate> auto& m) {
     io.field("generate.min_p", m.min_p, as_nullable<as_f32>{});
     io.field("generate.logit_bias", m.logit_bias, as_records(logit_bias_fields, kMaxLogitBias, "generate.logit_bias"));
     io.field("generate.min_tokens", m.min_tokens, as_uint{});
-    io.field("generate.n", m.n, as_uint{});  // appended
+    io.field("generate.n", m.n, as_uint{});                                // appended
+    io.field("generate.cache_salt", m.cache_salt, as_str{kMaxNameBytes});  // appended
 }
 
 void fields(auto& io, message_of<client_abort> auto& m) {
@@ -112,6 +113,7 @@ void fields(auto& io, message_of<client_delta> auto& m) {
     io.field("delta.completion_tokens", m.completion_tokens, as_uint{});
     io.field("delta.logprobs", m.logprobs, as_array<decltype(as_logprobs)>{kMaxSeqTokens, as_logprobs});  // appended
     io.field("delta.index", m.index, as_uint{});                                                          // appended
+    io.field("delta.cached_tokens", m.cached_tokens, as_uint{});                                          // appended
 }
 
 void fields(auto& io, message_of<client_error> auto& m) {

@@ -78,6 +78,9 @@ struct client_generate {
     /// seed is given (each one reproducible on its own); its deltas carry index i and it ends with its own finished
     /// delta, so the request's stream ends after n finished deltas (or one error, which ends every sequence).
     uint32_t n = 1;
+    /// Appended: prefix caching shares cached KV blocks only among requests with the same salt (vLLM's cache_salt;
+    /// empty = the unsalted cache), so that one tenant cannot learn from timing what another's prompts were.
+    std::string cache_salt{};
     bool operator==(const client_generate&) const = default;
 };
 
@@ -152,6 +155,9 @@ struct client_delta {
     /// Appended: which of the request's n sequences this delta belongs to (0 when n = 1). prompt_tokens is the shared
     /// prompt's length; completion_tokens counts this sequence's tokens only.
     uint32_t index = 0;
+    /// Appended: prompt tokens served from the prefix cache (OpenAI usage.prompt_tokens_details.cached_tokens); set
+    /// on every delta once the engine has scheduled the request.
+    uint32_t cached_tokens = 0;
     bool operator==(const client_delta&) const = default;
 };
 

@@ -34,6 +34,10 @@ struct engine_config {
     /// has ZMOE_ALLOW_LONG_MAX_MODEL_LEN=1): positions past the trained ones give output of unknown quality.
     bool allow_long_max_model_len = false;
     bool no_async = false;  ///< synchronous scheduling
+    // Prefix caching and placement across data-parallel ranks (docs/scheduler.md).
+    bool no_enable_prefix_caching = false;
+    std::string dp_placement = "cache-aware";  ///< cache-aware | least-loaded | round-robin
+    int32_t dp_placement_max_imbalance = 4;    ///< cache-aware: extra requests the cached rank may hold
     // EPLB.
     bool enable_eplb = false;
     int32_t eplb_interval = 32;  ///< steps between rebalances
@@ -108,6 +112,18 @@ void for_each_engine_flag(Config& c, Visitor&& visit) {
                            "max_position_embeddings (also: ZMOE_ALLOW_LONG_MAX_MODEL_LEN=1)"},
           c.allow_long_max_model_len);
     visit(engine_flag_info{"no-async", "synchronous scheduling (step N+1 waits for step N's tokens)"}, c.no_async);
+    visit(engine_flag_info{"no-enable-prefix-caching",
+                           "turn off automatic prefix caching (on by default: full KV blocks are reused by later "
+                           "requests with the same prefix and cache_salt)"},
+          c.no_enable_prefix_caching);
+    visit(engine_flag_info{"dp-placement",
+                           "data-parallel rank of a new request: cache-aware (the rank holding its longest cached "
+                           "prefix, within --dp-placement-max-imbalance), least-loaded or round-robin"},
+          c.dp_placement);
+    visit(engine_flag_info{"dp-placement-max-imbalance",
+                           "cache-aware placement: the rank with the cached prefix is taken while its unfinished "
+                           "requests exceed the least loaded rank's by at most this many"},
+          c.dp_placement_max_imbalance);
     visit(engine_flag_info{"enable-eplb", "expert-parallel load balancing while serving"}, c.enable_eplb);
     visit(engine_flag_info{"eplb-interval", "steps between rebalances"}, c.eplb_interval);
     visit(engine_flag_info{"eplb-window", "steps of expert load kept"}, c.eplb_window);

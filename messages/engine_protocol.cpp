@@ -33,6 +33,8 @@ const auto output_fields = [](auto& io, auto& o) {
     io.field("output.num_prompt_tokens", o.num_prompt_tokens, as_uint{});
     io.appended(1);
     io.field("output.new_logprobs", o.new_logprobs, as_array<decltype(as_logprobs)>{kMaxSeqTokens, as_logprobs});
+    io.appended(1);
+    io.field("output.num_cached_tokens", o.num_cached_tokens, as_uint{});
 };
 
 }  // namespace
@@ -59,6 +61,7 @@ void fields(auto& io, message_of<engine_add_request> auto& m) {
     io.field("add_request.max_tokens", m.max_tokens, as_uint{});
     io.field("add_request.stop_token_ids", m.stop_token_ids, as_int32_array{4096});
     io.field("add_request.ignore_eos", m.ignore_eos, as_bool{});
+    io.field("add_request.cache_salt", m.cache_salt, as_str{kMaxNameBytes});  // appended
 }
 
 void fields(auto& io, message_of<engine_abort> auto& m) { io.field("abort.request_id", m.request_id, as_uint{}); }

@@ -58,6 +58,8 @@ struct engine_add_request {
     uint32_t max_tokens = 0;
     std::vector<int32_t> stop_token_ids;  ///< besides the model's EOS ids (which ignore_eos disables)
     bool ignore_eos = false;
+    /// Appended: prefix caching shares blocks only among requests with the same salt (empty: the unsalted cache).
+    std::string cache_salt{};
 };
 
 struct engine_abort {
@@ -76,6 +78,8 @@ struct engine_request_output {
     uint32_t num_prompt_tokens = 0;
     /// One per new token when the request asked for logprobs (sampling.logprobs >= 0); empty otherwise.
     std::vector<token_logprobs> new_logprobs{};
+    /// Appended: prompt tokens whose KV came from the prefix cache (known once the request was first scheduled).
+    uint32_t num_cached_tokens = 0;
     bool operator==(const engine_request_output&) const = default;
 };
 

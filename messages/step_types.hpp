@@ -37,6 +37,11 @@ struct sampling_params {
     std::vector<float> logit_bias_values{};      ///< added to those logits, one per id
     int32_t logprobs = -1;  ///< -1 = none; k >= 0: the sampled token's logprob and the k most likely (k <= 20)
     bool operator==(const sampling_params&) const = default;
+    /// Whether sampling reads the request's fed tokens (the penalties): a worker then keeps every token it is fed,
+    /// so the engine core must feed the whole prompt (no prefix-cache hit skips part of it).
+    bool reads_token_history() const {
+        return presence_penalty != 0.f || frequency_penalty != 0.f || repetition_penalty != 1.f;
+    }
 };
 
 /// Log-probabilities of one sampled token: log-softmax of the raw logits (before any processing or temperature,

@@ -15,9 +15,7 @@ const std::vector<int32_t>* token_history::find(uint64_t request_id) const {
     return it == tokens_.end() ? nullptr : &it->second;
 }
 
-bool needs_history(const sampling_params& p) {
-    return p.presence_penalty != 0.f || p.frequency_penalty != 0.f || p.repetition_penalty != 1.f;
-}
+bool needs_history(const sampling_params& p) { return p.reads_token_history(); }
 
 void sample_batch::add(const scheduled_seq& seq, const std::vector<int32_t>* fed) {
     const sampling_params& p = seq.sampling;

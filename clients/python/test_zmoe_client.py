@@ -74,7 +74,7 @@ class FakeFrontend(threading.Thread):
                     for k in range(f[19] if len(f) > 19 else 1):
                         self.send(peer, zmoe_client.DELTA, rid, [t + 100 * k for t in ids],
                                   "".join(f"<{i}>" for i in range(max_tokens)), True, "length", n_prompt, max_tokens,
-                                  [], k)
+                                  [], k, n_prompt - 1)  # cached_tokens: all but the last prompt token
             elif kind == zmoe_client.ABORT:
                 peer_of = self.hanging.pop(f[0], None)
                 if peer_of is not None:
@@ -127,13 +127,19 @@ class ClientTest(unittest.TestCase):
         gen = [m for m in self.server.seen if m[1] == zmoe_client.GENERATE]
         # Unset sampling fields travel as nil: the server's defaults apply (docs/sampling.md).
         self.assertEqual(gen[0][2:], [a.request_id, "hello", 4, None, None, None, 7, ["\n"], False, True, "",
-                                      [], None, 0.0, 0.0, None, None, [], 0, 1])
+                                      [], None, 0.0, 0.0, None, None, [], 0, 1, ""])
+        salted = self.client.generate(prompt_token_ids=[1], max_tokens=1, cache_salt="tenant")
+        salted.collect()
+        self.assertEqual([m for m in self.server.seen if m[1] == zmoe_client.GENERATE][-1][-1], "tenant")
 
     def test_n_sequences_end_after_each_finished(self):
         stream = self.client.generate(prompt_token_ids=[5], max_tokens=2, stream=False, n=3)
         outs = stream.collect_all()
         self.assertEqual([o.index for o in outs], [0, 1, 2])
         self.assertEqual([o.token_ids for o in outs], [[6, 7], [106, 107], [206, 207]])
+        self.assertEqual([o.cached_tokens for o in outs], [0, 0, 0])
+        outs = self.client.generate(prompt_token_ids=[5, 6, 7], max_tokens=1, stream=False).collect_all()
+        self.assertEqual(outs[0].cached_tokens, 2)
         self.assertEqual(self.client._live, {})  # the request ended with its third sequence
         with self.assertRaises(ValueError):
             self.client.generate(prompt_token_ids=[5], n=3).collect()

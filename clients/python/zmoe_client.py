@@ -71,6 +71,7 @@ class Delta:
     # {"logprob": float, "top_ids": [int], "top_logprobs": [float]}.
     logprobs: list = dataclasses.field(default_factory=list)
     index: int = 0  # which of the request's n sequences (completion_tokens counts that sequence's tokens)
+    cached_tokens: int = 0  # prompt tokens the server's prefix cache served
 
 
 @dataclasses.dataclass
@@ -83,6 +84,7 @@ class Completion:
     completion_tokens: int
     logprobs: list = dataclasses.field(default_factory=list)
     index: int = 0
+    cached_tokens: int = 0
 
 
 def _fields(frame, expected_kinds):
@@ -154,6 +156,7 @@ class Stream:
             c.text += d.text
             c.logprobs.extend(d.logprobs)
             c.prompt_tokens, c.completion_tokens = d.prompt_tokens, d.completion_tokens
+            c.cached_tokens = d.cached_tokens
             if d.finished:
                 c.finish_reason = d.finish_reason
         return out
@@ -205,7 +208,7 @@ class Client:
                  top_k=None, seed=None, stop=(), ignore_eos=False, stream=True, request_id=None, timeout=None,
                  messages=None, add_generation_prompt=True, tools=None, chat_template_kwargs=None,
                  stop_token_ids=(), logprobs=None, presence_penalty=0.0, frequency_penalty=0.0,
-                 repetition_penalty=None, min_p=None, logit_bias=None, min_tokens=0, n=1):
+                 repetition_penalty=None, min_p=None, logit_bias=None, min_tokens=0, n=1, cache_salt=None):
         """Starts a request (text prompt, prompt_token_ids or chat messages, exactly one) and returns a Stream of its
         deltas. messages: the server renders them with the model's chat template (with tools and
         chat_template_kwargs). stream=False: the server sends one final delta holding everything. Sampling
@@ -213,7 +216,8 @@ class Client:
         generation_config.json, else vLLM's defaults (temperature 1, top_p 1, top_k off, min_p off,
         repetition_penalty 1). logit_bias: {token id: bias}. logprobs=k: each delta carries, per token, its logprob
         and the k most likely tokens' logprobs. n: sequences from the prompt (sequence i seeded seed + i); the
-        stream's deltas name theirs in Delta.index, and it ends once all n have finished."""
+        stream's deltas name theirs in Delta.index, and it ends once all n have finished. cache_salt: only requests
+        with the same salt share the server's prefix cache (Delta.cached_tokens: prompt tokens it served)."""
         if sum(x is not None for x in (prompt, prompt_token_ids, messages)) != 1:
             raise ValueError("give exactly one of prompt, prompt_token_ids and messages")
         chat = ""
@@ -240,7 +244,7 @@ class Client:
                    opt(top_k, int), opt(seed, int), [str(s) for s in stop], bool(ignore_eos), bool(stream), chat,
                    [int(t) for t in stop_token_ids], opt(logprobs, int), float(presence_penalty),
                    float(frequency_penalty), opt(repetition_penalty, float), opt(min_p, float), bias, int(min_tokens),
-                   int(n))
+                   int(n), str(cache_salt or ""))
         self._live[request_id] = int(n)
         return Stream(self, request_id, self._timeout if timeout is None else timeout, int(n))
 
@@ -325,7 +329,8 @@ class Client:
                 lps = [{"logprob": x[0], "top_ids": list(x[1]), "top_logprobs": list(x[2])}
                        for x in (f[7] if len(f) > 7 and isinstance(f[7], list) else [])]
                 index = f[8] if len(f) > 8 and isinstance(f[8], int) else 0
-                d = Delta(f[0], list(f[1]), f[2], bool(f[3]), f[4], f[5], f[6], lps, index)
+                cached = f[9] if len(f) > 9 and isinstance(f[9], int) else 0
+                d = Delta(f[0], list(f[1]), f[2], bool(f[3]), f[4], f[5], f[6], lps, index, cached)
                 if d.finished and d.client_request_id in self._live:  # the request ends with its last sequence
                     self._live[d.client_request_id] -= 1
                     if self._live[d.client_request_id] <= 0:

@@ -76,6 +76,11 @@ TEST(EngineFlags, CommandLineRoundTripsEveryFlag) {
                                    "--max-model-len",
                                    "33",
                                    "--no-async",
+                                   "--no-enable-prefix-caching",
+                                   "--dp-placement",
+                                   "round-robin",
+                                   "--dp-placement-max-imbalance",
+                                   "2",
                                    "--enable-eplb",
                                    "--eplb-interval",
                                    "5",
@@ -308,6 +313,74 @@ TEST(EngineFlags, NoAsync) {
     };
     EXPECT_GT(discarded({}), 0);
     EXPECT_EQ(discarded({"--no-async"}), 0);
+}
+
+TEST(EngineFlags, NoEnablePrefixCaching) {
+    // The same 40-token prompt twice, one after the other: the second finds 32 tokens (2 blocks of 16) cached, and
+    // produces the same tokens; with the flag nothing is looked up or found.
+    for (const bool off : {false, true}) {
+        test::inproc_engine e(
+            parse(off ? std::vector<std::string>{"--no-enable-prefix-caching"} : std::vector<std::string>{}));
+        ASSERT_TRUE(e.wait_serving());
+        const auto first = e.run(1, prompt(40), 4);
+        const auto second = e.run(2, prompt(40), 4);
+        EXPECT_EQ(second.tokens, first.tokens);
+        const auto m = e.client().metrics();
+        EXPECT_EQ(counter(m, "prefix_cache_queries"), off ? 0 : 80);
+        EXPECT_EQ(counter(m, "prefix_cache_hits"), off ? 0 : 32);
+        EXPECT_DOUBLE_EQ(gauge(m, "prefix_cache_hit_rate"), off ? -1 : 32.0 / 80.0);  // -1: absent
+        EXPECT_EQ(second.num_cached_tokens, off ? 0u : 32u);
+    }
+}
+
+TEST(EngineFlags, DpPlacementAndMaxImbalance) {
+    // Two ranks. Request 1 (a 49-token prompt) runs alone on rank 0 and leaves 3 blocks cached there; request 2, long
+    // and unrelated, goes to rank 0 too (both ranks idle: the lower one), except under round-robin (rank 1); request
+    // 3 shares request 1's 48-token prefix.
+    struct outcome {
+        double on_rank0;
+        double decision;
+        uint32_t cached;
+    };
+    auto run = [&](const std::vector<std::string>& flags, const std::string& decision) {
+        std::vector<std::string> args = {"--workers", "2"};
+        args.insert(args.end(), flags.begin(), flags.end());
+        test::inproc_engine e(parse(args));
+        EXPECT_TRUE(e.wait_serving());
+        e.run(1, prompt(49), 2);
+        engine_add_request busy;
+        busy.request_id = 2;
+        busy.prompt_token_ids = prompt(5, 200);
+        busy.max_tokens = 100;
+        busy.ignore_eos = true;
+        e.client().add_request(busy);
+        const auto third = e.run(3, prompt(50), 2);
+        EXPECT_TRUE(test::wait_until([&] {
+            auto r = e.client().request(2);
+            return r && r->finished;
+        }));
+        const auto m = e.client().metrics();
+        return outcome{counter(m, "requests_placed{rank=\"0\"}"),
+                       counter(m, "dp_placements{decision=\"" + decision + "\"}"), third.num_cached_tokens};
+    };
+    // Cache-aware (the default): request 3 follows its prefix to rank 0, one request above rank 1, within the bound.
+    const outcome aware = run({}, "cache_hit");
+    EXPECT_EQ(aware.on_rank0, 3);
+    EXPECT_EQ(aware.decision, 1);
+    EXPECT_EQ(aware.cached, 48u);
+    // A bound of 0: rank 0 is too loaded, request 3 goes to rank 1 and computes its whole prompt.
+    const outcome bounded = run({"--dp-placement-max-imbalance", "0"}, "overloaded");
+    EXPECT_EQ(bounded.on_rank0, 2);
+    EXPECT_EQ(bounded.decision, 1);
+    EXPECT_EQ(bounded.cached, 0u);
+    const outcome least = run({"--dp-placement", "least-loaded"}, "least_loaded");
+    EXPECT_EQ(least.on_rank0, 2);
+    EXPECT_EQ(least.decision, 3);
+    // Round-robin: ranks 0, 1, 0 whatever the cache holds.
+    const outcome rr = run({"--dp-placement", "round-robin"}, "round_robin");
+    EXPECT_EQ(rr.on_rank0, 2);
+    EXPECT_EQ(rr.decision, 3);
+    EXPECT_EQ(rr.cached, 48u);
 }
 
 TEST(EngineFlags, EnableEplbAndEplbInterval) {

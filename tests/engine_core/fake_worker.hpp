@@ -32,7 +32,26 @@ class fake_worker {
         step_result res;
         res.step_id = step.step_id;
         res.rank = rank_;
-        std::set<int32_t> blocks_in_step;
+        // Blocks may be shared between sequences (prefix caching) only for reading: a block one sequence writes in
+        // a step appears in no other sequence's table of that step, and is written by that sequence alone.
+        std::map<int32_t, int32_t> readers;  // block -> sequences whose table holds it
+        std::set<int32_t> written;
+        for (const scheduled_seq& seq : step.seqs) {
+            const int32_t n = static_cast<int32_t>(seq.token_ids.size());
+            std::set<int32_t> in_table;
+            for (const int32_t b : seq.block_table) {
+                EXPECT_TRUE(in_table.insert(b).second) << "block " << b << " twice in one table";
+                ++readers[b];
+            }
+            for (int32_t p = seq.start_pos; p < seq.start_pos + n; ++p) {
+                const auto i = static_cast<size_t>(p / block_size_);
+                if (i < seq.block_table.size()) written.insert(seq.block_table[i]);
+            }
+        }
+        for (const int32_t b : written) {
+            EXPECT_EQ(readers[b], 1) << "block " << b << " written in step " << step.step_id
+                                     << " while another sequence holds it";
+        }
         for (const scheduled_seq& seq : step.seqs) {
             const int32_t n = static_cast<int32_t>(seq.token_ids.size());
             EXPECT_GE(n, 1) << "request " << seq.request_id;
@@ -40,7 +59,6 @@ class fake_worker {
             EXPECT_EQ(static_cast<int32_t>(seq.block_table.size()), (end + block_size_ - 1) / block_size_)
                 << "block table of request " << seq.request_id << " does not cover exactly [0, " << end << ")";
             for (const int32_t b : seq.block_table) {
-                EXPECT_TRUE(blocks_in_step.insert(b).second) << "block " << b << " used twice in step " << step.step_id;
                 EXPECT_GE(b, 0);
                 EXPECT_LT(static_cast<size_t>(b) * block_size_, kv_.size());
             }

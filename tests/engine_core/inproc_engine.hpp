@@ -43,7 +43,8 @@ class engine_client : public actor {
         finish_reason reason = finish_reason::none;
         errc code = errc::ok;
         std::string message;
-        int num_outputs = 0;  ///< outputs messages that carried this request
+        int num_outputs = 0;             ///< outputs messages that carried this request
+        uint32_t num_cached_tokens = 0;  ///< prompt tokens the prefix cache served
     };
 
     explicit engine_client(std::string endpoint, std::chrono::milliseconds heartbeat)
@@ -118,6 +119,7 @@ class engine_client : public actor {
                         r.message = o.error_message;
                     }
                     ++r.num_outputs;
+                    r.num_cached_tokens = o.num_cached_tokens;
                 }
                 outputs_.push_back(std::move(msg));
             },

@@ -79,3 +79,70 @@ TEST(KvBlockPoolDeathTest, DoubleFreeIsABug) {
 
 }  // namespace
 }  // namespace zmoe
+
+namespace zmoe {
+namespace {
+
+block_hash hash_of(uint64_t v) { return block_hash{.lo = v, .hi = ~v}; }
+
+TEST(KvBlockPool, SharedBlocksAreFreedByTheirLastUser) {
+    kv_block_pool pool(4, 4);
+    auto a = pool.block_alloc(2).value();
+    pool.block_share(a);
+    EXPECT_EQ(pool.ref_count(a[0]), 2);
+    EXPECT_EQ(pool.num_free(), 2);
+    pool.block_free(a);
+    EXPECT_EQ(pool.ref_count(a[0]), 1);
+    EXPECT_EQ(pool.num_free(), 2);
+    pool.block_free(a);
+    EXPECT_EQ(pool.num_free(), 4);
+}
+
+TEST(KvBlockPool, PublishedBlocksStayFindableUntilEvicted) {
+    kv_block_pool pool(3, 4);
+    auto a = pool.block_alloc(2).value();
+    EXPECT_TRUE(pool.block_publish(a[0], hash_of(10)));
+    EXPECT_FALSE(pool.block_publish(a[0], hash_of(11)));  // already has a hash
+    EXPECT_FALSE(pool.block_publish(a[1], hash_of(10)));  // hash already held by another block
+    EXPECT_TRUE(pool.block_publish(a[1], hash_of(11)));
+    EXPECT_EQ(pool.num_cached_prefix(std::vector<block_hash>{hash_of(10), hash_of(11), hash_of(12)}), 2);
+    EXPECT_EQ(pool.num_cached_prefix(std::vector<block_hash>{hash_of(11)}), 1);
+    EXPECT_EQ(pool.num_cached_prefix(std::vector<block_hash>{hash_of(12), hash_of(10)}), 0);
+    pool.block_free(a);
+    EXPECT_EQ(pool.num_free(), 3);
+    EXPECT_EQ(pool.block_find(hash_of(10)), a[0]);
+    // Reusing a cached block: it leaves the free queue, keeps its hash.
+    pool.block_share(std::vector<int32_t>{a[0]});
+    EXPECT_EQ(pool.num_free(), 2);
+    EXPECT_EQ(pool.num_free_among(std::vector<int32_t>{a[0], a[1]}), 1);
+    pool.block_free(std::vector<int32_t>{a[0]});
+    // The never-cached block goes first, then the cached ones (least recently freed first).
+    auto b = pool.block_alloc(1).value();
+    EXPECT_NE(b[0], a[0]);
+    EXPECT_NE(b[0], a[1]);
+    EXPECT_EQ(pool.num_evicted(), 0u);
+    auto c = pool.block_alloc(1).value();
+    EXPECT_EQ(c[0], a[1]);  // freed before a[0]'s second release: least recently used
+    EXPECT_EQ(pool.block_find(hash_of(11)), -1);
+    EXPECT_EQ(pool.block_find(hash_of(10)), a[0]);
+    EXPECT_EQ(pool.num_evicted(), 1u);
+    EXPECT_EQ(pool.num_cached(), 1);
+}
+
+TEST(KvBlockPool, ASequencesLastCachedBlockIsEvictedFirst) {
+    kv_block_pool pool(4, 4);
+    auto a = pool.block_alloc(4).value();
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(pool.block_publish(a[i], hash_of(100 + i)));
+    pool.block_free(a);  // freed as one table: its deepest block goes first
+    for (size_t i = a.size(); i-- > 0;) {
+        auto b = pool.block_alloc(1).value();
+        EXPECT_EQ(b[0], a[i]);
+        // The prefix up to the evicted block is still whole.
+        EXPECT_EQ(
+            pool.num_cached_prefix(std::vector<block_hash>{hash_of(100), hash_of(101), hash_of(102), hash_of(103)}),
+            static_cast<int32_t>(i));
+    }
+}
+
+}  // namespace
+}  // namespace zmoe

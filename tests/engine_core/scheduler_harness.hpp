@@ -23,6 +23,7 @@ constexpr int32_t kVocab = 64;
 struct run_outcome {
     std::map<uint64_t, std::vector<int32_t>> tokens;
     std::map<uint64_t, finish_reason> reasons;
+    std::map<uint64_t, int32_t> cached_tokens;  ///< num_cached_tokens of each request's outputs
     scheduler_stats stats;
     int64_t num_placeholders = 0;
     int32_t max_in_flight = 0;
@@ -88,6 +89,7 @@ class harness {
             auto& toks = outcome.tokens[o.id];
             toks.insert(toks.end(), o.new_tokens.begin(), o.new_tokens.end());
             if (o.finished) outcome.reasons[o.id] = o.reason;
+            outcome.cached_tokens[o.id] = o.num_cached_tokens;
         }
     }
 

@@ -15,7 +15,9 @@ zmoe::stats_sample sample(std::chrono::steady_clock::time_point at, double promp
             .num_running = running,
             .num_waiting = waiting,
             .kv_blocks_used = kv_used,
-            .kv_blocks_total = 200};
+            .kv_blocks_total = 200,
+            .prefix_cache_queries = prompt,
+            .prefix_cache_hits = prompt / 4};
 }
 
 }  // namespace
@@ -31,6 +33,8 @@ TEST(StatsLine, ThroughputsOverTheIntervalAndKvUsage) {
     EXPECT_NE(line->find("generation throughput 400.0 tok/s"), std::string::npos) << *line;
     EXPECT_NE(line->find("running 8, waiting 3"), std::string::npos) << *line;
     EXPECT_NE(line->find("KV cache 25.0% (50 of 200 blocks)"), std::string::npos) << *line;
+    // 500 prompt tokens looked up in the interval, 125 of them cached.
+    EXPECT_NE(line->find("prefix cache hit rate 25.0%"), std::string::npos) << *line;
 }
 
 TEST(StatsLine, AnIdleServerLogsOneIdleLine) {

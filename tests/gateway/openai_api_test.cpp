@@ -70,6 +70,15 @@ TEST(OpenaiApi, SamplingExtrasReachTheGenerateRequest) {
         parse_openai_request(R"({"messages": [{"role": "user", "content": "Hi"}]})", endpoint_kind::chat);
     EXPECT_FALSE(plain.logprobs || plain.generate.logprobs.has_value());
     EXPECT_EQ(plain.generate.n, 1u);
+    EXPECT_TRUE(plain.generate.cache_salt.empty());
+    // vLLM's cache_salt, on both routes: only requests with the same salt share prefix-cache blocks.
+    EXPECT_EQ(parse_openai_request(R"({"prompt": "Hi", "cache_salt": "tenant-7"})", endpoint_kind::completion)
+                  .generate.cache_salt,
+              "tenant-7");
+    EXPECT_EQ(parse_openai_request(R"({"messages": [{"role": "user", "content": "Hi"}], "cache_salt": "s"})",
+                                   endpoint_kind::chat)
+                  .generate.cache_salt,
+              "s");
 }
 
 TEST(OpenaiApi, LogprobsObjects) {
@@ -156,6 +165,8 @@ TEST(OpenaiApi, BadRequestsNameTheField) {
     EXPECT_EQ(refusal(R"({"prompt": "x", "temperature": "hot"})").param, "temperature");
     EXPECT_EQ(refusal(R"({"prompt": "x", "top_p": 0})").param, "top_p");
     EXPECT_EQ(refusal(R"({"prompt": "x", "n": 0})").param, "n");
+    EXPECT_EQ(refusal(R"({"prompt": "x", "cache_salt": ""})").param, "cache_salt");
+    EXPECT_EQ(refusal(R"({"prompt": "x", "cache_salt": 5})").param, "cache_salt");
     EXPECT_EQ(refusal(R"({"prompt": "x", "n": 17})").param, "n");
     EXPECT_EQ(refusal(R"({"prompt": "x", "n": 2, "best_of": 3})").param, "best_of");
     EXPECT_EQ(refusal(R"({"prompt": "x", "top_k": -2})").param, "top_k");
@@ -237,11 +248,12 @@ TEST(OpenaiApi, ResponseAndChunkShapes) {
     chat.kind = endpoint_kind::chat;
     chat.model = "m";
     const auto resp =
-        response_object(chat, "id1", 10, {{.index = 0, .text = "Hello", .reason = finish_reason::length}}, 4, 2);
+        response_object(chat, "id1", 10, {{.index = 0, .text = "Hello", .reason = finish_reason::length}}, 4, 2, 0);
     EXPECT_EQ(resp["object"], "chat.completion");
     EXPECT_EQ(resp["choices"][0]["message"]["content"], "Hello");
     EXPECT_EQ(resp["choices"][0]["finish_reason"], "length");
     EXPECT_EQ(resp["usage"]["total_tokens"], 6);
+    EXPECT_EQ(resp["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
     const auto first = chunk_object(chat, "id1", 10, {.index = 0, .text = "He"}, true, false);
     EXPECT_EQ(first["object"], "chat.completion.chunk");
     EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
@@ -250,15 +262,16 @@ TEST(OpenaiApi, ResponseAndChunkShapes) {
     EXPECT_EQ(last["choices"][0]["index"], 1);
     EXPECT_FALSE(last["choices"][0]["delta"].contains("role"));
     EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
-    const auto usage = usage_chunk(chat, "id1", 10, 4, 2);
+    const auto usage = usage_chunk(chat, "id1", 10, 4, 2, 3);
     EXPECT_TRUE(usage["choices"].empty());
+    EXPECT_EQ(usage["usage"]["prompt_tokens_details"]["cached_tokens"], 3);
     EXPECT_EQ(usage["usage"]["completion_tokens"], 2);
     openai_request comp;
     comp.model = "m";
     const auto two = response_object(comp, "c", 1,
                                      {{.index = 0, .text = "t", .reason = finish_reason::stop},
                                       {.index = 1, .text = "u", .reason = finish_reason::length}},
-                                     1, 2);
+                                     1, 2, 0);
     EXPECT_EQ(two["choices"][0]["text"], "t");
     EXPECT_EQ(two["choices"][1]["text"], "u");
     EXPECT_EQ(two["choices"][1]["index"], 1);

@@ -125,7 +125,7 @@ TEST(ClientProtocol, RejectsPromptOfWrongElementType) {
 TEST(ClientProtocol, AcceptsAGenericMsgpackEncoding) {
     msgpack::sbuffer buf;
     msgpack::packer<msgpack::sbuffer> pk(buf);
-    pk.pack_array(22);
+    pk.pack_array(23);
     pk.pack_uint32(kClientProtocolVersion);
     pk.pack_uint64(static_cast<uint8_t>(client_kind::generate));
     pk.pack(std::string("abc"));
@@ -149,8 +149,9 @@ TEST(ClientProtocol, AcceptsAGenericMsgpackEncoding) {
     pk.pack_array(2);
     pk.pack_int64(9);
     pk.pack_double(-1.5);
-    pk.pack_uint64(2);  // min_tokens
-    pk.pack_uint8(3);   // n
+    pk.pack_uint64(2);             // min_tokens
+    pk.pack_uint8(3);              // n
+    pk.pack(std::string("salt"));  // cache_salt
     auto req = decode_client_request({buf.data(), buf.size()});
     const auto& g = std::get<client_generate>(req);
     EXPECT_EQ(g.client_request_id, "abc");
@@ -169,6 +170,7 @@ TEST(ClientProtocol, AcceptsAGenericMsgpackEncoding) {
     EXPECT_EQ(g.logit_bias, (std::vector<std::pair<int32_t, float>>{{9, -1.5f}}));
     EXPECT_EQ(g.min_tokens, 2u);
     EXPECT_EQ(g.n, 3u);
+    EXPECT_EQ(g.cache_salt, "salt");
 }
 
 TEST(ClientProtocol, RejectsOversizedFrameAndNonArrays) {

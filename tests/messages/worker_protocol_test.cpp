@@ -80,6 +80,9 @@ engine_config non_default_config() {
     c.num_kv_blocks = int64_t{1} << 33;
     c.max_model_len = 32768;
     c.no_async = true;
+    c.no_enable_prefix_caching = true;
+    c.dp_placement = "round-robin";
+    c.dp_placement_max_imbalance = 9;
     c.enable_eplb = true;
     c.eplb_interval = 3000;
     c.eplb_window = 1000;
