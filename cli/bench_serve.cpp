@@ -32,17 +32,6 @@ double seconds_since(clock_type::time_point t0, clock_type::time_point t) {
     return std::chrono::duration<double>(t - t0).count();
 }
 
-/// The prompt tokens a delta says the prefix cache served, where the client protocol carries them (the appended
-/// client_delta::cached_tokens field); -1 (not reported) where it does not.
-template <typename delta>
-auto delta_cached_tokens(const delta& d, int) -> decltype(static_cast<int64_t>(d.cached_tokens)) {
-    return static_cast<int64_t>(d.cached_tokens);
-}
-template <typename delta>
-int64_t delta_cached_tokens(const delta&, long) {
-    return -1;
-}
-
 }  // namespace
 
 void bench_progress_bar::update(uint32_t done, uint32_t failed, uint32_t in_flight, uint64_t tokens, double elapsed_s,
@@ -378,7 +367,7 @@ serve_bench_run run_serve_bench(const serve_bench_params& p, double ready_timeou
                 if (keep_answers) answers[i].insert(answers[i].end(), d.token_ids.begin(), d.token_ids.end());
             }
             rec.prompt_tokens = d.prompt_tokens;
-            rec.cached_tokens = delta_cached_tokens(d, 0);
+            rec.cached_tokens = static_cast<int64_t>(d.cached_tokens);
             if (d.finished) {
                 live.erase(it);
                 if (d.reason == finish_reason::abort || d.reason == finish_reason::error) {
