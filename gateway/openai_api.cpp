@@ -121,8 +121,9 @@ bool known_field(const std::string& name, endpoint_kind kind) {
         "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens", "stop_token_ids", "prompt_logprobs"};
     static const std::set<std::string> kCompletion = {"prompt", "echo", "suffix", "best_of"};
     static const std::set<std::string> kChat = {
-        "messages",    "max_completion_tokens", "top_logprobs",          "tools",
-        "tool_choice", "response_format",       "add_generation_prompt", "chat_template_kwargs"};
+        "messages",           "max_completion_tokens", "top_logprobs",          "tools",
+        "tool_choice",        "response_format",       "add_generation_prompt", "chat_template_kwargs",
+        "parallel_tool_calls"};
     return kCommon.count(name) || (kind == endpoint_kind::completion ? kCompletion : kChat).count(name);
 }
 
@@ -134,14 +135,94 @@ void refuse_unknown_fields(const ojson& body, endpoint_kind kind) {
                 name);
     }
     if (kind != endpoint_kind::chat) return;
-    // Accepted only in the values that ask for nothing beyond plain text: constrained decoding and tool-call
-    // parsing are not built yet.
-    if (const ojson* t = field(body, "tool_choice"); t && !(t->is_string() && t->get<std::string>() == "none"))
-        bad("'tool_choice' other than \"none\" is not supported yet (no tool-call parsing)", "tool_choice");
+    // Accepted only in the values that ask for nothing beyond plain text: constrained decoding is not built yet.
     if (const ojson* f = field(body, "response_format");
         f && !(f->is_object() && f->contains("type") && (*f)["type"] == "text" && f->size() == 1))
         bad("'response_format' other than {\"type\": \"text\"} is not supported yet (no constrained decoding)",
             "response_format");
+}
+
+/// `tools`: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}], each field
+/// checked and anything else refused by name.
+void check_tools(const ojson& tools) {
+    if (!tools.is_array()) bad("'tools' must be a list", "tools");
+    std::set<std::string> names;
+    for (size_t i = 0; i < tools.size(); ++i) {
+        const std::string at = "tools[" + std::to_string(i) + "]";
+        const ojson& t = tools[i];
+        if (!t.is_object()) bad("'" + at + "' must be an object", at);
+        for (const auto& [key, v] : t.items())
+            if (key != "type" && key != "function") bad("'" + at + "." + key + "' is not supported", at + "." + key);
+        if (!t.contains("type") || t["type"] != "function") bad("'" + at + ".type' must be \"function\"", at + ".type");
+        const ojson* f = field(t, "function");
+        if (!f || !f->is_object()) bad("'" + at + ".function' must be an object", at + ".function");
+        for (const auto& [key, v] : f->items()) {
+            const std::string path = at + ".function." + key;
+            if (key == "name") {
+                if (!v.is_string() || v.get<std::string>().empty())
+                    bad("'" + path + "' must be a non-empty string", path);
+                if (!names.insert(v.get<std::string>()).second)
+                    bad("'" + path + "': two tools named '" + v.get<std::string>() + "'", path);
+            } else if (key == "description") {
+                if (!v.is_string() && !v.is_null()) bad("'" + path + "' must be a string", path);
+            } else if (key == "parameters") {
+                if (!v.is_object() && !v.is_null()) bad("'" + path + "' must be a JSON Schema object", path);
+            } else if (key == "strict") {
+                if (!v.is_boolean() && !v.is_null()) bad("'" + path + "' must be a boolean", path);
+            } else {
+                bad("'" + path + "' is not supported", path);
+            }
+        }
+        if (!f->contains("name")) bad("'" + at + ".function.name' is required", at + ".function.name");
+    }
+}
+
+/// tools, tool_choice and parallel_tool_calls into the request (OpenAI's defaults and refusals).
+void parse_tool_fields(const ojson& body, openai_request& r) {
+    const ojson* tools = field(body, "tools");
+    if (tools) {
+        check_tools(*tools);
+        if (!tools->empty()) r.tools = *tools;
+    }
+    r.parallel_tool_calls = bool_field(body, "parallel_tool_calls", true);
+    const bool has_tools = !r.tools.is_null();
+    r.tool_choice = has_tools ? tool_choice_mode::automatic : tool_choice_mode::none;
+    const ojson* c = field(body, "tool_choice");
+    if (!c) return;
+    if (c->is_string()) {
+        const std::string v = c->get<std::string>();
+        if (v == "none")
+            r.tool_choice = tool_choice_mode::none;
+        else if (v == "auto")
+            r.tool_choice = tool_choice_mode::automatic;
+        else if (v == "required")
+            r.tool_choice = tool_choice_mode::required;
+        else
+            bad("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
+                "{\"name\": ...}}",
+                "tool_choice");
+    } else if (c->is_object()) {
+        const ojson* f = field(*c, "function");
+        const ojson* name = f && f->is_object() ? field(*f, "name") : nullptr;
+        if (!c->contains("type") || (*c)["type"] != "function" || !name || !name->is_string())
+            bad("'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                "tool_choice");
+        r.tool_choice = tool_choice_mode::named;
+        r.tool_choice_name = name->get<std::string>();
+    } else {
+        bad("'tool_choice' must be a string or an object", "tool_choice");
+    }
+    if (r.tool_choice != tool_choice_mode::none && !has_tools)
+        bad("'tool_choice' other than \"none\" needs 'tools'", "tool_choice");
+    if (r.tool_choice == tool_choice_mode::named) {
+        bool found = false;
+        for (const ojson& t : r.tools) found = found || t["function"]["name"] == r.tool_choice_name;
+        if (!found) bad("'tool_choice' names '" + r.tool_choice_name + "', which is not among 'tools'", "tool_choice");
+    }
+    // Constrained by the grammar (tool_calls/tool_call_grammar.hpp) once the sampler takes a constraint.
+    if (r.tool_choice == tool_choice_mode::required || r.tool_choice == tool_choice_mode::named)
+        bad("'tool_choice' \"required\" or a named function is not supported yet (no constrained decoding)",
+            "tool_choice");
 }
 
 }  // namespace
@@ -183,6 +264,9 @@ openai_request parse_openai_request(const std::string& text, endpoint_kind kind)
         if (!m) bad("'messages' must be a non-empty list", "messages");
         g.prompt = std::string();
         g.chat = chat_json(body, *m);
+        parse_tool_fields(body, r);
+        if (const ojson* k = field(body, "chat_template_kwargs"))
+            if (const ojson* t = field(*k, "enable_thinking"); t && t->is_boolean()) r.enable_thinking = t->get<bool>();
     }
     int64_t max_tokens = int_field(body, "max_tokens", 1, 1 << 24, kind == endpoint_kind::completion ? 16 : 0);
     max_tokens = int_field(body, "max_completion_tokens", 1, 1 << 24, max_tokens);
@@ -285,18 +369,60 @@ openai_request parse_openai_request(const std::string& text, endpoint_kind kind)
     return r;
 }
 
-ojson finish_reason_json(finish_reason r, bool finished) {
+ojson finish_reason_json(finish_reason r, bool finished, bool tool_called) {
     if (!finished) return nullptr;
     switch (r) {
         case finish_reason::length:
             return "length";
         case finish_reason::stop:
-            return "stop";
+            return tool_called ? "tool_calls" : "stop";
         case finish_reason::abort:
             return "abort";
         default:
-            return "stop";
+            return tool_called ? "tool_calls" : "stop";
     }
+}
+
+ojson parsed_message(const tool_calls::parsed_output& p, bool with_reasoning) {
+    ojson m = {{"role", "assistant"}, {"content", p.content.empty() && !p.calls.empty() ? ojson() : ojson(p.content)}};
+    if (with_reasoning) {
+        const ojson r = p.reasoning.empty() ? ojson() : ojson(p.reasoning);
+        m["reasoning_content"] = r;
+        m["reasoning"] = r;
+    }
+    if (!p.calls.empty()) {
+        ojson calls = ojson::array();
+        for (const tool_calls::tool_call& c : p.calls)
+            calls.push_back(
+                {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+        m["tool_calls"] = calls;
+    }
+    return m;
+}
+
+std::vector<ojson> parsed_deltas(const std::vector<tool_calls::parse_event>& events) {
+    std::vector<ojson> out;
+    for (const tool_calls::parse_event& e : events) {
+        switch (e.kind) {
+            case tool_calls::event_kind::content:
+                out.push_back({{"content", e.text}});
+                break;
+            case tool_calls::event_kind::reasoning:
+                out.push_back({{"reasoning_content", e.text}, {"reasoning", e.text}});
+                break;
+            case tool_calls::event_kind::call_start:
+                out.push_back({{"tool_calls", ojson::array({{{"index", e.call_index},
+                                                             {"id", e.id},
+                                                             {"type", "function"},
+                                                             {"function", {{"name", e.text}, {"arguments", ""}}}}})}});
+                break;
+            case tool_calls::event_kind::call_arguments:
+                out.push_back(
+                    {{"tool_calls", ojson::array({{{"index", e.call_index}, {"function", {{"arguments", e.text}}}}})}});
+                break;
+        }
+    }
+    return out;
 }
 
 namespace {
@@ -351,10 +477,11 @@ ojson response_object(const openai_request& req, const std::string& id, int64_t 
     ojson list = ojson::array();
     for (const choice_output& c : choices) {
         if (req.kind == endpoint_kind::chat) {
-            list.push_back({{"index", c.index},
-                            {"message", {{"role", "assistant"}, {"content", c.text}}},
-                            {"logprobs", c.logprobs},
-                            {"finish_reason", finish_reason_json(c.reason, true)}});
+            list.push_back(
+                {{"index", c.index},
+                 {"message", c.parsed.is_null() ? ojson{{"role", "assistant"}, {"content", c.text}} : c.parsed},
+                 {"logprobs", c.logprobs},
+                 {"finish_reason", finish_reason_json(c.reason, true, c.tool_called)}});
         } else {
             list.push_back({{"index", c.index},
                             {"text", c.text},
@@ -373,11 +500,14 @@ ojson chunk_object(const openai_request& req, const std::string& id, int64_t cre
     if (req.kind == endpoint_kind::chat) {
         ojson delta = ojson::object();
         if (first) delta["role"] = "assistant";
-        if (!c.text.empty() || !finished) delta["content"] = c.text;
+        if (!c.parsed.is_null())
+            delta.update(c.parsed);
+        else if (!c.text.empty() || !finished)
+            delta["content"] = c.text;
         choice = {{"index", c.index},
                   {"delta", delta},
                   {"logprobs", c.logprobs},
-                  {"finish_reason", finish_reason_json(c.reason, finished)}};
+                  {"finish_reason", finish_reason_json(c.reason, finished, c.tool_called)}};
     } else {
         choice = {{"index", c.index},
                   {"text", c.text},

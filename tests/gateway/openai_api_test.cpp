@@ -130,7 +130,6 @@ TEST(OpenaiApi, FieldsThisServerDoesNotImplementAreRefusedByName) {
     EXPECT_EQ(refusal(R"({"prompt": "x", "messages": []})").param, "messages");
     EXPECT_EQ(chat(R"("prompt": "x")").param, "prompt");
     EXPECT_EQ(chat(R"("structured_outputs": {"regex": "a+"})").param, "structured_outputs");
-    EXPECT_EQ(chat(R"("parallel_tool_calls": false)").param, "parallel_tool_calls");
     EXPECT_NE(chat(R"("reasoning_effort": "low")").message.find("'reasoning_effort' is not supported"),
               std::string::npos);
     // Known names in values that would need what is not built yet.
@@ -264,6 +263,94 @@ TEST(OpenaiApi, ResponseAndChunkShapes) {
     EXPECT_EQ(two["choices"][1]["index"], 1);
     EXPECT_EQ(two["choices"][1]["finish_reason"], "length");
     EXPECT_EQ(sse_event(ojson{{"a", 1}}), "data: {\"a\":1}\n\n");
+}
+
+openai_request chat_request(const std::string& extra) {
+    return parse_openai_request(R"({"messages": [{"role": "user", "content": "hi"}], )" + extra + "}",
+                                endpoint_kind::chat);
+}
+
+TEST(OpenaiApi, ToolsAndToolChoice) {
+    const std::string tools =
+        R"("tools": [{"type": "function", "function": {"name": "get_weather", "description": "d", "parameters": )"
+        R"({"type": "object", "properties": {"city": {"type": "string"}}}, "strict": true}}, )"
+        R"({"type": "function", "function": {"name": "get_time"}}])";
+    // With tools and no tool_choice: auto (OpenAI's default); without tools: none.
+    openai_request r = chat_request(tools);
+    EXPECT_EQ(r.tool_choice, tool_choice_mode::automatic);
+    EXPECT_EQ(r.tools.size(), 2u);
+    EXPECT_TRUE(r.parallel_tool_calls);
+    EXPECT_EQ(chat_request(R"("tool_choice": "none")").tool_choice, tool_choice_mode::none);
+    EXPECT_EQ(chat_request(tools + R"(, "tool_choice": "none")").tool_choice, tool_choice_mode::none);
+    r = chat_request(tools + R"(, "tool_choice": "auto", "parallel_tool_calls": false)");
+    EXPECT_EQ(r.tool_choice, tool_choice_mode::automatic);
+    EXPECT_FALSE(r.parallel_tool_calls);
+    // The template still gets the tools.
+    EXPECT_NE(r.generate.chat.find("get_weather"), std::string::npos);
+    EXPECT_TRUE(chat_request(R"("chat_template_kwargs": {"enable_thinking": true})").enable_thinking);
+    EXPECT_FALSE(chat_request(R"("chat_template_kwargs": {"enable_thinking": false})").enable_thinking);
+
+    const auto bad = [&](const std::string& extra) {
+        return refusal(R"({"messages": [{"role": "user", "content": "hi"}], )" + extra + "}", endpoint_kind::chat);
+    };
+    EXPECT_EQ(bad(R"("tool_choice": "auto")").param, "tool_choice");  // no tools
+    EXPECT_EQ(bad(tools + R"(, "tool_choice": "sometimes")").param, "tool_choice");
+    EXPECT_EQ(bad(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "nope"}})").param,
+              "tool_choice");
+    // Not constrained yet: refused rather than answered with free text.
+    EXPECT_EQ(bad(tools + R"(, "tool_choice": "required")").param, "tool_choice");
+    EXPECT_EQ(bad(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_time"}})").param,
+              "tool_choice");
+    EXPECT_EQ(bad(R"("tools": [{"type": "retrieval"}])").param, "tools[0].type");
+    EXPECT_EQ(bad(R"("tools": [{"type": "function", "function": {"description": "x"}}])").param,
+              "tools[0].function.name");
+    EXPECT_EQ(bad(R"("tools": [{"type": "function", "function": {"name": "f", "examples": []}}])").param,
+              "tools[0].function.examples");
+    EXPECT_EQ(bad(R"("tools": [{"type": "function", "function": {"name": "f", "parameters": 3}}])").param,
+              "tools[0].function.parameters");
+    EXPECT_EQ(bad(R"("tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function", )"
+                  R"("function": {"name": "f"}}])")
+                  .param,
+              "tools[1].function.name");
+    EXPECT_EQ(bad(R"("parallel_tool_calls": "yes")").param, "parallel_tool_calls");
+}
+
+TEST(OpenaiApi, ParsedMessageAndDeltas) {
+    tool_calls::parsed_output p;
+    p.reasoning = "think";
+    p.calls.push_back({.id = "call_1", .name = "f", .arguments = "{\"a\": 1}"});
+    const ojson m = parsed_message(p, true);
+    EXPECT_EQ(m, ojson::parse(R"({"role": "assistant", "content": null, "reasoning_content": "think", )"
+                              R"("reasoning": "think", "tool_calls": [{"id": "call_1", "type": "function", )"
+                              R"("function": {"name": "f", "arguments": "{\"a\": 1}"}}]})"));
+    // Without a reasoning parser, no reasoning fields; without calls, no tool_calls and the content as a string.
+    EXPECT_EQ(parsed_message({.content = "", .reasoning = "", .calls = {}}, false),
+              ojson::parse(R"({"role": "assistant", "content": ""})"));
+    const std::vector<ojson> d = parsed_deltas({
+        {.kind = tool_calls::event_kind::reasoning, .call_index = 0, .id = {}, .text = "hm"},
+        {.kind = tool_calls::event_kind::content, .call_index = 0, .id = {}, .text = "ok"},
+        {.kind = tool_calls::event_kind::call_start, .call_index = 0, .id = "call_9", .text = "f"},
+        {.kind = tool_calls::event_kind::call_arguments, .call_index = 0, .id = {}, .text = "{\"a\""},
+    });
+    ASSERT_EQ(d.size(), 4u);
+    EXPECT_EQ(d[0], ojson::parse(R"({"reasoning_content": "hm", "reasoning": "hm"})"));
+    EXPECT_EQ(d[1], ojson::parse(R"({"content": "ok"})"));
+    EXPECT_EQ(d[2], ojson::parse(R"({"tool_calls": [{"index": 0, "id": "call_9", "type": "function", )"
+                                 R"("function": {"name": "f", "arguments": ""}}]})"));
+    EXPECT_EQ(d[3], ojson::parse(R"({"tool_calls": [{"index": 0, "function": {"arguments": "{\"a\""}}]})"));
+    // finish_reason: "tool_calls" for a stop after calls; a length cut stays "length".
+    openai_request chat;
+    chat.kind = endpoint_kind::chat;
+    const auto last = chunk_object(
+        chat, "id", 1, {.index = 0, .text = {}, .reason = finish_reason::stop, .parsed = d[3], .tool_called = true},
+        false, true);
+    EXPECT_EQ(last["choices"][0]["finish_reason"], "tool_calls");
+    EXPECT_EQ(last["choices"][0]["delta"], d[3]);
+    const auto resp = response_object(
+        chat, "id", 1, {{.index = 0, .text = "raw", .reason = finish_reason::length, .parsed = m, .tool_called = true}},
+        1, 1);
+    EXPECT_EQ(resp["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(resp["choices"][0]["message"], m);
 }
 
 }  // namespace
