@@ -444,6 +444,21 @@ void frontend_actor::handle_generate(const std::string& client, client_generate&
     }
     for (const auto& s : m.stop)
         if (s.empty()) return send_client_error(client, cid, errc::invalid_argument, "stop strings must not be empty");
+    if (m.structured.active()) {
+        if (!tokenizer_)
+            return send_client_error(client, cid, errc::unsupported,
+                                     "structured outputs need the tokenizer: the server runs with "
+                                     "--skip-tokenizer-init");
+        // Compiled here (cached by canonical text) so that a constraint that cannot be built is refused before the
+        // request is queued; the workers compile it again against their vocabulary.
+        try {
+            grammar_check_.check(m.structured);
+        } catch (const error& e) {
+            metrics_.counter_add("structured_outputs_refused");
+            return send_client_error(client, cid, e.code(), e.what());
+        }
+        metrics_.counter_add("structured_outputs_requests");
+    }
 
     if (!m.chat.empty() && !std::holds_alternative<std::string>(m.prompt))
         return send_client_error(client, cid, errc::invalid_argument, "give either prompt_token_ids or chat messages");
@@ -558,6 +573,7 @@ void frontend_actor::accept_generate(const std::string& client, client_generate&
         }
         req.max_tokens = m.max_tokens;
         req.ignore_eos = m.ignore_eos;
+        req.structured = m.structured;
 
         live_request lr;
         lr.client = client;
