@@ -19,6 +19,8 @@ struct new_request {
     /// Tokens that end generation (eos and the like); ignored when ignore_eos.
     std::vector<int32_t> stop_token_ids;
     bool ignore_eos = false;
+    /// Structured outputs: the constraint the worker sampling this request masks it with (kind none: none).
+    structured_output structured{};
 };
 
 /// One request's share of a step's results: the tokens it gained and whether it ended.

@@ -24,6 +24,8 @@ struct scheduler::request_state {
     int32_t max_tokens = 0;
     std::vector<int32_t> stop_token_ids;
     bool ignore_eos = false;
+    structured_output structured;
+    bool structured_sent = false;  // the worker holds this request's matcher (reset by preemption: it is rebuilt)
 
     int32_t num_computed = 0;
     int32_t num_pending = 0;
@@ -127,6 +129,7 @@ int32_t scheduler::add_request(new_request req) {
     state->max_tokens = req.max_tokens;
     state->stop_token_ids = std::move(req.stop_token_ids);
     state->ignore_eos = req.ignore_eos;
+    state->structured = std::move(req.structured);
     ranks_[static_cast<size_t>(best)].waiting.push_back(state.get());
     ranks_[static_cast<size_t>(best)].num_known_tokens += state->tokens.size();
     requests_.emplace(state->id, std::move(state));
@@ -261,6 +264,7 @@ void scheduler::preempt(rank_state& rank, request_state& req) {
     req.blocks.clear();
     req.num_computed = 0;
     req.running = false;
+    req.structured_sent = false;
     std::erase(rank.running, &req);
     rank.waiting.push_front(&req);
     ++num_preemptions_;
@@ -283,6 +287,13 @@ void scheduler::emit(request_state& req, int32_t n, uint64_t step_id, step_reque
     seq.do_sample = end == req.num_known() + req.num_pending;
     seq.sample_index = static_cast<uint32_t>(req.num_output() + req.num_pending);
     seq.sampling = req.sampling;
+    if (seq.do_sample && req.structured.active() && !req.structured_sent) {
+        // The request's first sample, or the first after a recompute: the worker builds the sequence's matcher from
+        // the constraint and replays the tokens generated so far (all known: a recompute waits for its pending token).
+        seq.structured = req.structured;
+        seq.output_token_ids.assign(req.tokens.begin() + req.num_prompt, req.tokens.end());
+        req.structured_sent = true;
+    }
     out.seqs.push_back(std::move(seq));
 
     req.num_computed = end;

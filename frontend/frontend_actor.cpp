@@ -444,6 +444,21 @@ void frontend_actor::handle_generate(const std::string& client, client_generate&
     }
     for (const auto& s : m.stop)
         if (s.empty()) return send_client_error(client, cid, errc::invalid_argument, "stop strings must not be empty");
+    if (m.structured.active()) {
+        if (!tokenizer_)
+            return send_client_error(client, cid, errc::unsupported,
+                                     "structured outputs need the tokenizer: the server runs with "
+                                     "--skip-tokenizer-init");
+        // Compiled here (cached by canonical text) so that a constraint that cannot be built is refused before the
+        // request is queued; the workers compile it again against their vocabulary.
+        try {
+            grammar_check_.check(m.structured);
+        } catch (const error& e) {
+            metrics_.counter_add("structured_outputs_refused");
+            return send_client_error(client, cid, e.code(), e.what());
+        }
+        metrics_.counter_add("structured_outputs_requests");
+    }
 
     if (!m.chat.empty() && !std::holds_alternative<std::string>(m.prompt))
         return send_client_error(client, cid, errc::invalid_argument, "give either prompt_token_ids or chat messages");
@@ -558,6 +573,7 @@ void frontend_actor::accept_generate(const std::string& client, client_generate&
         }
         req.max_tokens = m.max_tokens;
         req.ignore_eos = m.ignore_eos;
+        req.structured = m.structured;
 
         live_request lr;
         lr.client = client;
@@ -700,7 +716,12 @@ void frontend_actor::handle_outputs(const engine_outputs& m) {
         std::string new_text;
         bool stopped = false;
         size_t k = 0;  // index into o.new_logprobs
-        for (int32_t tok : o.new_token_ids) {
+        for (size_t t = 0; t < o.new_token_ids.size(); ++t) {
+            const int32_t tok = o.new_token_ids[t];
+            // The engine ends a request with reason stop only on a stop token (EOS or stop_token_ids), its last:
+            // its id is output, its text is not (vLLM's include_stop_str_in_output false), so that a chat answer or
+            // a tool call does not end with "<|im_end|>".
+            const bool stop_token = o.finished && o.reason == finish_reason::stop && t + 1 == o.new_token_ids.size();
             if (!r.first_token_seen) {
                 r.first_token_seen = true;
                 metrics_.observe("ttft_ms", ms_between(r.arrived, now));
@@ -713,7 +734,7 @@ void frontend_actor::handle_outputs(const engine_outputs& m) {
             new_ids.push_back(tok);
             if (k < o.new_logprobs.size()) r.pending_logprobs.push_back(o.new_logprobs[k]);
             ++k;
-            if (r.detok) {
+            if (r.detok && !stop_token) {
                 try {
                     new_text += r.detok->push(tok);
                 } catch (const error&) {

@@ -168,22 +168,25 @@ struct http_gateway::impl {
         metrics.counter_add(name, v);
     }
 
-    /// The output parsers of a chat request: the tool-call parser when tool_choice is auto (400 when the server has
-    /// none), the reasoning parser unless chat_template_kwargs.enable_thinking is false.
-    tool_calls::output_parser_options output_parsing(const openai_request& req) const {
+    /// The output parsers of a chat request: the tool-call parser unless tool_choice is none (400 when the server
+    /// has none), the reasoning parser unless chat_template_kwargs.enable_thinking is false. tool_choice required
+    /// or named also constrains the request by the grammar of that parser's format.
+    tool_calls::output_parser_options output_parsing(openai_request& req) const {
         tool_calls::output_parser_options o;
         o.make_id = new_tool_call_id;
-        if (req.tool_choice == tool_choice_mode::automatic) {
+        if (req.enable_thinking) o.reasoning = tool_calls::reasoning_format_from_name(options.reasoning_parser);
+        if (req.tool_choice != tool_choice_mode::none) {
             o.tools = tool_calls::tool_call_format_from_name(options.tool_call_parser);
             if (!o.tools)
                 throw api_error{.status = 400,
                                 .message =
-                                    "'tool_choice' \"auto\" (the default with 'tools') needs a tool-call parser: "
-                                    "this server runs without one (start it with --tool-call-parser NAME)",
+                                    "'tool_choice' other than \"none\" (\"auto\" is the default with 'tools') "
+                                    "needs a tool-call parser: this server runs without one (start it with "
+                                    "--tool-call-parser NAME)",
                                 .type = "invalid_request_error",
                                 .param = "tool_choice"};
+            constrain_tool_choice(req, *o.tools, o.reasoning);
         }
-        if (req.enable_thinking) o.reasoning = tool_calls::reasoning_format_from_name(options.reasoning_parser);
         return o;
     }
 

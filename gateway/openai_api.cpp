@@ -6,6 +6,7 @@
 
 #include "frontend/chat_messages.hpp"
 #include "messages/sampling_codec.hpp"
+#include "tool_calls/tool_call_grammar.hpp"
 
 namespace zmoe::gateway {
 
@@ -118,12 +119,13 @@ bool known_field(const std::string& name, endpoint_kind kind) {
         "model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "n", "stop", "seed",
         "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "user",
         // vLLM's sampling extras
-        "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens", "stop_token_ids", "prompt_logprobs"};
+        "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens", "stop_token_ids", "prompt_logprobs",
+        // structured outputs: OpenAI's response_format, vLLM's structured_outputs and its older guided_* names
+        "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar"};
     static const std::set<std::string> kCompletion = {"prompt", "echo", "suffix", "best_of"};
     static const std::set<std::string> kChat = {
-        "messages",           "max_completion_tokens", "top_logprobs",          "tools",
-        "tool_choice",        "response_format",       "add_generation_prompt", "chat_template_kwargs",
-        "parallel_tool_calls"};
+        "messages",    "max_completion_tokens", "top_logprobs",         "tools",
+        "tool_choice", "add_generation_prompt", "chat_template_kwargs", "parallel_tool_calls"};
     return kCommon.count(name) || (kind == endpoint_kind::completion ? kCompletion : kChat).count(name);
 }
 
@@ -134,12 +136,122 @@ void refuse_unknown_fields(const ojson& body, endpoint_kind kind) {
                     (kind == endpoint_kind::completion ? " on /v1/completions" : " on /v1/chat/completions"),
                 name);
     }
-    if (kind != endpoint_kind::chat) return;
-    // Accepted only in the values that ask for nothing beyond plain text: constrained decoding is not built yet.
-    if (const ojson* f = field(body, "response_format");
-        f && !(f->is_object() && f->contains("type") && (*f)["type"] == "text" && f->size() == 1))
-        bad("'response_format' other than {\"type\": \"text\"} is not supported yet (no constrained decoding)",
+}
+
+/// Refuses the keys of object `obj` (named `where`) outside `allowed`, naming the first.
+void refuse_unknown_keys(const ojson& obj, const std::set<std::string>& allowed, const std::string& where) {
+    for (const auto& [key, value] : obj.items())
+        if (!allowed.count(key)) bad("'" + where + "." + key + "' is not supported by this server", where);
+}
+
+/// A JSON Schema given as an object (or, in vLLM's fields, as its JSON text): its compact text.
+std::string schema_text(const ojson& v, const std::string& where) {
+    if (v.is_object()) return v.dump();
+    if (v.is_string()) {
+        ojson parsed;
+        try {
+            parsed = ojson::parse(v.get<std::string>());
+        } catch (const ojson::exception& e) {
+            bad("'" + where + "' is not valid JSON: " + e.what(), where);
+        }
+        if (!parsed.is_object()) bad("'" + where + "' must be a JSON Schema object", where);
+        return parsed.dump();
+    }
+    bad("'" + where + "' must be a JSON Schema object", where);
+}
+
+std::string string_value(const ojson& v, const std::string& where) {
+    if (!v.is_string() || v.get<std::string>().empty()) bad("'" + where + "' must be a non-empty string", where);
+    return v.get<std::string>();
+}
+
+std::string choice_text(const ojson& v, const std::string& where) {
+    if (!v.is_array() || v.empty()) bad("'" + where + "' must be a non-empty list of strings", where);
+    for (const auto& c : v)
+        if (!c.is_string()) bad("'" + where + "' must be a non-empty list of strings", where);
+    return v.dump();
+}
+
+/// OpenAI's response_format: text, json_object, or json_schema {name, schema, strict, description}.
+structured_output parse_response_format(const ojson& f) {
+    if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
+        bad("'response_format' must be an object with a 'type'", "response_format");
+    const std::string type = f["type"].get<std::string>();
+    if (type == "text") {
+        refuse_unknown_keys(f, {"type"}, "response_format");
+        return {};
+    }
+    if (type == "json_object") {
+        refuse_unknown_keys(f, {"type"}, "response_format");
+        return {structured_kind::json_object, ""};
+    }
+    if (type != "json_schema")
+        bad("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", got \"" + type + "\"",
             "response_format");
+    refuse_unknown_keys(f, {"type", "json_schema"}, "response_format");
+    const ojson* js = field(f, "json_schema");
+    if (!js || !js->is_object()) bad("'response_format.json_schema' must be an object", "response_format");
+    refuse_unknown_keys(*js, {"name", "schema", "strict", "description"}, "response_format.json_schema");
+    if (const ojson* n = field(*js, "name"); n && !n->is_string())
+        bad("'response_format.json_schema.name' must be a string", "response_format");
+    // strict: true or false alike, objects without additionalProperties are closed (as xgrammar's strict mode does):
+    // the output is a subset of what the schema allows either way (docs/structured_outputs.md).
+    if (const ojson* s = field(*js, "strict"); s && !s->is_boolean())
+        bad("'response_format.json_schema.strict' must be a boolean", "response_format");
+    const ojson* schema = field(*js, "schema");
+    // OpenAI's SDKs may leave the schema out: any JSON object then, as vLLM does.
+    if (!schema) return {structured_kind::json_object, ""};
+    return {structured_kind::json_schema, schema_text(*schema, "response_format.json_schema.schema")};
+}
+
+/// vLLM's structured_outputs {json, regex, choice, grammar, json_object}: exactly one of them.
+structured_output parse_vllm_structured(const ojson& so) {
+    if (!so.is_object()) bad("'structured_outputs' must be an object", "structured_outputs");
+    refuse_unknown_keys(so, {"json", "regex", "choice", "grammar", "json_object"}, "structured_outputs");
+    std::vector<structured_output> found;
+    if (const ojson* v = field(so, "json"))
+        found.push_back({structured_kind::json_schema, schema_text(*v, "structured_outputs.json")});
+    if (const ojson* v = field(so, "regex"))
+        found.push_back({structured_kind::regex, string_value(*v, "structured_outputs.regex")});
+    if (const ojson* v = field(so, "choice"))
+        found.push_back({structured_kind::choice, choice_text(*v, "structured_outputs.choice")});
+    if (const ojson* v = field(so, "grammar"))
+        found.push_back({structured_kind::grammar, string_value(*v, "structured_outputs.grammar")});
+    if (const ojson* v = field(so, "json_object")) {
+        if (!v->is_boolean()) bad("'structured_outputs.json_object' must be a boolean", "structured_outputs");
+        if (v->get<bool>()) found.push_back({structured_kind::json_object, ""});
+    }
+    if (found.size() != 1)
+        bad("'structured_outputs' must give exactly one of json, regex, choice, grammar, json_object",
+            "structured_outputs");
+    return found[0];
+}
+
+/// The request's structured-output constraint from whichever one field gives it (two are refused).
+structured_output parse_structured(const ojson& body) {
+    std::vector<std::pair<std::string, structured_output>> found;
+    if (const ojson* f = field(body, "response_format")) {
+        structured_output s = parse_response_format(*f);
+        if (s.active()) found.emplace_back("response_format", std::move(s));
+    }
+    if (const ojson* f = field(body, "structured_outputs"))
+        found.emplace_back("structured_outputs", parse_vllm_structured(*f));
+    if (const ojson* v = field(body, "guided_json"))
+        found.emplace_back("guided_json",
+                           structured_output{structured_kind::json_schema, schema_text(*v, "guided_json")});
+    if (const ojson* v = field(body, "guided_regex"))
+        found.emplace_back("guided_regex", structured_output{structured_kind::regex, string_value(*v, "guided_regex")});
+    if (const ojson* v = field(body, "guided_choice"))
+        found.emplace_back("guided_choice",
+                           structured_output{structured_kind::choice, choice_text(*v, "guided_choice")});
+    if (const ojson* v = field(body, "guided_grammar"))
+        found.emplace_back("guided_grammar",
+                           structured_output{structured_kind::grammar, string_value(*v, "guided_grammar")});
+    if (found.empty()) return {};
+    if (found.size() > 1)
+        bad("'" + found[0].first + "' and '" + found[1].first + "' both constrain the output: give one",
+            found[1].first);
+    return std::move(found[0].second);
 }
 
 /// `tools`: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}], each field
@@ -219,10 +331,6 @@ void parse_tool_fields(const ojson& body, openai_request& r) {
         for (const ojson& t : r.tools) found = found || t["function"]["name"] == r.tool_choice_name;
         if (!found) bad("'tool_choice' names '" + r.tool_choice_name + "', which is not among 'tools'", "tool_choice");
     }
-    // Constrained by the grammar (tool_calls/tool_call_grammar.hpp) once the sampler takes a constraint.
-    if (r.tool_choice == tool_choice_mode::required || r.tool_choice == tool_choice_mode::named)
-        bad("'tool_choice' \"required\" or a named function is not supported yet (no constrained decoding)",
-            "tool_choice");
 }
 
 }  // namespace
@@ -300,6 +408,10 @@ openai_request parse_openai_request(const std::string& text, endpoint_kind kind)
         }
     }
     g.ignore_eos = bool_field(body, "ignore_eos", false);
+    g.structured = parse_structured(body);
+    if ((r.tool_choice == tool_choice_mode::required || r.tool_choice == tool_choice_mode::named) &&
+        g.structured.active())
+        bad("'tool_choice' and a structured-output field both constrain the output: give one", "tool_choice");
     // vLLM's prompt_logprobs (and echo, which needs them) are not served yet: refused rather than ignored.
     if (field(body, "prompt_logprobs")) bad("'prompt_logprobs' is not supported", "prompt_logprobs");
     // vLLM's sampling extras and OpenAI's penalties, logit bias and logprobs. The frontend checks them again
@@ -380,6 +492,23 @@ ojson finish_reason_json(finish_reason r, bool finished, bool tool_called) {
             return "abort";
         default:
             return tool_called ? "tool_calls" : "stop";
+    }
+}
+
+void constrain_tool_choice(openai_request& r, tool_calls::tool_call_format format,
+                           std::optional<tool_calls::reasoning_format> reasoning) {
+    if (r.tool_choice != tool_choice_mode::required && r.tool_choice != tool_choice_mode::named) return;
+    try {
+        r.generate.structured = {
+            structured_kind::grammar,
+            tool_calls::tool_call_ebnf(
+                {.format = format,
+                 .tools = r.tools,
+                 .only_function = r.tool_choice == tool_choice_mode::named ? r.tool_choice_name : std::string(),
+                 .parallel = r.parallel_tool_calls && r.tool_choice == tool_choice_mode::required,
+                 .reasoning = reasoning})};
+    } catch (const zmoe::error& e) {
+        bad(std::string("'tools' cannot constrain tool_choice: ") + e.what(), "tools");
     }
 }
 

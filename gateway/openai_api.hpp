@@ -11,6 +11,8 @@
 
 #include "messages/client_protocol.hpp"
 #include "tool_calls/parse_event.hpp"
+#include "tool_calls/reasoning_parser.hpp"
+#include "tool_calls/tool_call_parser.hpp"
 
 namespace zmoe::gateway {
 
@@ -52,10 +54,17 @@ struct openai_request {
 
 /// Parses a /v1/completions (kind completion) or /v1/chat/completions (kind chat) body: every sampling field of
 /// OpenAI's API and vLLM's extras (docs/openai_api.md). Throws api_error (400) naming the field for malformed
-/// JSON, missing, mistyped or out-of-range fields and unsupported values (echo, suffix, best_of other than n;
-/// tool_choice "required" or named until the grammar constrains it; a tool_choice without tools; a named function
-/// not among the tools).
+/// JSON, missing, mistyped or out-of-range fields and unsupported values (echo, suffix, best_of other than n; a
+/// tool_choice without tools; a named function not among the tools; tool_choice required or named beside a
+/// structured-output field).
 openai_request parse_openai_request(const std::string& body, endpoint_kind kind);
+
+/// tool_choice "required" or named: constrains the output (generate.structured) by the grammar of calls in `format`
+/// (tool_calls/tool_call_grammar.hpp): one call of a listed function, or one or more with parallel_tool_calls
+/// (required only), arguments valid against its parameters; thinking first with a reasoning format. Does nothing
+/// for none and auto. Throws api_error (param "tools") for a parameters schema the grammar cannot express.
+void constrain_tool_choice(openai_request& r, tool_calls::tool_call_format format,
+                           std::optional<tool_calls::reasoning_format> reasoning);
 
 /// One choice's output so far (or in one chunk).
 struct choice_output {

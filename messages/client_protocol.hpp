@@ -78,6 +78,10 @@ struct client_generate {
     /// seed is given (each one reproducible on its own); its deltas carry index i and it ends with its own finished
     /// delta, so the request's stream ends after n finished deltas (or one error, which ends every sequence).
     uint32_t n = 1;
+    /// Appended: constrain the output to a JSON Schema, any JSON object, a regex, one of a list of choices or an EBNF
+    /// grammar (structured_output.hpp). The frontend refuses with invalid_argument, before queueing, a constraint
+    /// that does not compile, naming the problem.
+    structured_output structured{};
     bool operator==(const client_generate&) const = default;
 };
 

@@ -59,6 +59,7 @@ void fields(auto& io, message_of<engine_add_request> auto& m) {
     io.field("add_request.max_tokens", m.max_tokens, as_uint{});
     io.field("add_request.stop_token_ids", m.stop_token_ids, as_int32_array{4096});
     io.field("add_request.ignore_eos", m.ignore_eos, as_bool{});
+    io.field("add_request.structured", m.structured, as_structured{});  // appended
 }
 
 void fields(auto& io, message_of<engine_abort> auto& m) { io.field("abort.request_id", m.request_id, as_uint{}); }

@@ -58,6 +58,8 @@ struct engine_add_request {
     uint32_t max_tokens = 0;
     std::vector<int32_t> stop_token_ids;  ///< besides the model's EOS ids (which ignore_eos disables)
     bool ignore_eos = false;
+    /// Appended: the structured-output constraint (kind none: unconstrained). The frontend has compiled it.
+    structured_output structured{};
 };
 
 struct engine_abort {

@@ -92,6 +92,8 @@ std::map<std::string, std::string> encoded_messages() {
     q.do_sample = true;
     q.sample_index = 6;
     q.sampling = s;
+    q.structured = {structured_kind::regex, "a+"};
+    q.output_token_ids = {7, 8};
     st.seqs = {q, scheduled_seq{}};
     add("step_request", encode(st));
     step_result res;
@@ -139,6 +141,7 @@ std::map<std::string, std::string> encoded_messages() {
     ar.max_tokens = 100;
     ar.stop_token_ids = {7};
     ar.ignore_eos = true;
+    ar.structured = {structured_kind::json_object, ""};
     add("engine_add_request", encode(ar));
     add("engine_abort", encode(engine_abort{123}));
     engine_outputs eo;
@@ -184,6 +187,7 @@ std::map<std::string, std::string> encoded_messages() {
     g.logit_bias = {{5, 1.f}, {6, -1.f}};
     g.min_tokens = 2;
     g.n = 3;
+    g.structured = {structured_kind::choice, "[\"x\"]"};
     add("client_generate_text", encode(g));
     client_generate g2;
     g2.client_request_id = "r2";
@@ -249,7 +253,7 @@ const std::map<std::string, std::string> kGolden = {
     // The engine configuration travels as [name, value] pairs (one per engine flag): a new flag adds a pair,
     // here "quantization" (empty: none), which decoders read by name.
     {"worker_welcome",
-     "97020201dc001e92a56d6f64656ca22f6d92a6646576696365a363707592a7776f726b6572730292a96e756d2d6e6f64"
+     "97020201dc001f92a56d6f64656ca22f6d92a6646576696365a363707592a7776f726b6572730292a96e756d2d6e6f64"
      "65730192b66d61782d6e756d2d626174636865642d746f6b656e73cd080092ac6d61782d6e756d2d736571734092aa62"
      "6c6f636b2d73697a651092ad6e756d2d6b762d626c6f636b730092ad6d61782d6d6f64656c2d6c656e0092b8616c6c6f"
      "772d6c6f6e672d6d61782d6d6f64656c2d6c656ec292a86e6f2d6173796e63c292ab656e61626c652d65706c62c392ad"
@@ -260,12 +264,14 @@ const std::map<std::string, std::string> kGolden = {
      "617274626561742d6d61782d6d69737365640392a7746872656164730092ab6b762d63616368652d6d62cd010092b667"
      "70752d6d656d6f72792d7574696c697a6174696f6ecb3feccccccccccccd92ab6c6f61642d666f726d6174a46175746f"
      "92ac7175616e74697a6174696f6ea092ad656e666f7263652d6561676572c292b164756d6d792d726f757465722d736b"
-     "65770092ab74726163652d7374657073c29294000102039403020100c4046e63636c92a161a162"},
+     "65770092ab74726163652d7374657073c292b16772616d6d61722d746f6b656e697a6572a09294000102039403020100"
+     "c4046e63636c92a161a162"},
     {"worker_ready", "95020301ce0001869fcf0000032ee841b800"},
     {"step_request",
-     "9602044d92970cc40c01000000feffffffe093040011c4080400000005000000c3069dca3f000000ca3f66666607cf00"
-     "00011f71fb04cbca3dcccccdca3e800000cabf000000ca3fc000000392020592090a92ca3fc00000fe029700c40000c4"
-     "00c2009d000100000000000100909090ff9205cf0000010000000000c3"},
+     "9602044d92990cc40c01000000feffffffe093040011c4080400000005000000c3069dca3f000000ca3f66666607cf00"
+     "00011f71fb04cbca3dcccccdca3e800000cabf000000ca3fc000000392020592090a92ca3fc00000fe0292a572656765"
+     "78a2612bc40807000000080000009900c40000c400c2009d000100000000000100909090ff92a0a0c4009205cf000001"
+     "0000000000c3"},
     {"step_result",
      "9a02054dff92920c63930d6493cabf40000092040892cabf000000cabfa00000c40c010000000000000070110100cb3f"
      "f400000000000004cb3fe000000000000002"},
@@ -277,8 +283,8 @@ const std::map<std::string, std::string> kGolden = {
     {"engine_hello", "950101a26665fba16b"},
     {"engine_welcome", "9801020240cd100010cf0000000200000000cd01f4"},
     {"engine_add_request",
-     "98010309930102039dca3f000000ca3f66666607cf0000011f71fb04cbca3dcccccdca3e800000cabf000000ca3fc000"
-     "000392020592090a92ca3fc00000fe02649107c3"},
+     "99010309930102039dca3f000000ca3f66666607cf0000011f71fb04cbca3dcccccdca3e800000cabf000000ca3fc000"
+     "000392020592090a92ca3fc00000fe02649107c392ab6a736f6e5f6f626a656374a0"},
     {"engine_abort", "9301047b"},
     {"engine_outputs",
      "94010505929809920405c30200a0039293cabf40000092040892cabf000000cabfa0000093cabf40000092040892cabf"
@@ -289,9 +295,9 @@ const std::map<std::string, std::string> kGolden = {
     {"engine_shutdown", "920109"},
     {"engine_error", "94010a08a3626164"},
     {"client_generate_text",
-     "dc00160101a27231a568656c6c6f14ca3f333333c0280592a10aa3454e44c3c2a25b5d910203ca3f000000ca3e800000"
-     "ca3f8ccccdc0929205019206ff0203"},
-    {"client_generate_ids", "dc00160101a272329301020310c0c0c0c090c2c3a090c00000c0c0900001"},
+     "dc00170101a27231a568656c6c6f14ca3f333333c0280592a10aa3454e44c3c2a25b5d910203ca3f000000ca3e800000"
+     "ca3f8ccccdc0929205019206ff020392a663686f696365a55b2278225d"},
+    {"client_generate_ids", "dc00170101a272329301020310c0c0c0c090c2c3a090c00000c0c090000192a0a0"},
     {"client_abort", "930102a27231"},
     {"client_health", "930103a168"},
     {"client_metrics", "930104a16d"},
