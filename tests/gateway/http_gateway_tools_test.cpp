@@ -75,17 +75,21 @@ class scripted_frontend {
                     output = output_;
                     step = delta_bytes_;
                 }
-                uint32_t tokens = 0;
+                // Each of the n sequences writes the output, their deltas interleaved.
+                std::vector<uint32_t> tokens(g->n, 0);
                 for (size_t at = 0; at < output.size(); at += step) {
-                    zmoe::client_delta d;
-                    d.client_request_id = g->client_request_id;
-                    d.token_ids = {static_cast<int32_t>(++tokens)};
-                    d.text = output.substr(at, step);
-                    d.prompt_tokens = 5;
-                    d.completion_tokens = tokens;
-                    d.finished = at + step >= output.size();
-                    d.reason = d.finished ? zmoe::finish_reason::stop : zmoe::finish_reason::none;
-                    send(sock, peer, encode(d));
+                    for (uint32_t i = 0; i < g->n; ++i) {
+                        zmoe::client_delta d;
+                        d.client_request_id = g->client_request_id;
+                        d.index = i;
+                        d.token_ids = {static_cast<int32_t>(++tokens[i])};
+                        d.text = output.substr(at, step);
+                        d.prompt_tokens = 5;
+                        d.completion_tokens = tokens[i];
+                        d.finished = at + step >= output.size();
+                        d.reason = d.finished ? zmoe::finish_reason::stop : zmoe::finish_reason::none;
+                        send(sock, peer, encode(d));
+                    }
                 }
             } else if (std::holds_alternative<zmoe::client_heartbeat>(req)) {
                 send(sock, peer, encode(zmoe::client_heartbeat{}));
@@ -313,6 +317,39 @@ TEST(HttpGatewayTools, NoneAndThinkingOffAndMalformed) {
     int n = 0;
     EXPECT_EQ(fold(sse_chunks(gw.post("/v1/chat/completions", request("", true)).body), finish, n)["content"], bad);
     EXPECT_EQ(finish, "stop");
+}
+
+// n choices: each parses its own output; the streamed calls of each choice fold into that choice's message.
+TEST(HttpGatewayTools, EachOfNChoicesHasItsOwnCalls) {
+    gateway gw({"--tool-call-parser", "hermes", "--reasoning-parser", "qwen3"});
+    gw.fe.script(kOutput, 4);
+    const ojson whole = ojson::parse(gw.post("/v1/chat/completions", request(R"(, "n": 2)", false)).body);
+    ASSERT_EQ(whole["choices"].size(), 2u);
+    for (const ojson& c : whole["choices"]) {
+        EXPECT_EQ(c["finish_reason"], "tool_calls");
+        EXPECT_EQ(c["message"]["tool_calls"].size(), 2u);
+    }
+    EXPECT_NE(whole["choices"][0]["message"]["tool_calls"][0]["id"],
+              whole["choices"][1]["message"]["tool_calls"][0]["id"]);
+    const std::vector<ojson> chunks = sse_chunks(
+        gw.post("/v1/chat/completions", request(R"(, "n": 2, "stream_options": {"include_usage": true})", true)).body);
+    for (uint32_t i = 0; i < 2; ++i) {
+        std::vector<ojson> mine;
+        for (const ojson& c : chunks)
+            if (!c["choices"].empty() && c["choices"][0]["index"] == i) mine.push_back(c);
+        std::string finish;
+        int n = 0;
+        ojson folded = fold(mine, finish, n);
+        EXPECT_EQ(finish, "tool_calls");
+        EXPECT_EQ(n, 1);
+        ojson expected = whole["choices"][i]["message"];
+        expected.erase("reasoning");
+        for (size_t k = 0; k < folded["tool_calls"].size(); ++k)
+            folded["tool_calls"][k]["id"] = expected["tool_calls"][k]["id"];
+        EXPECT_EQ(folded, expected) << "choice " << i;
+    }
+    EXPECT_TRUE(chunks.back()["choices"].empty());
+    EXPECT_EQ(chunks.back()["usage"]["completion_tokens"], whole["usage"]["completion_tokens"]);
 }
 
 TEST(HttpGatewayTools, AutoWithoutAParserIsRefused) {

@@ -369,6 +369,72 @@ TEST(OutputParserProperty, DeepSeekV3) { run_property(tool_call_format::deepseek
 TEST(OutputParserProperty, Llama3Json) { run_property(tool_call_format::llama3_json, llama3_sample, 3); }
 TEST(OutputParserProperty, Mistral) { run_property(tool_call_format::mistral, mistral_sample, 4); }
 
+/// Random soup of markers, marker pieces, call headers and JSON fragments: mostly malformed calls of every kind.
+/// No expectation of its own; the stream must equal the whole parse exactly, for every parser and reasoning mode.
+TEST(OutputParserProperty, MalformedSoupStreamsAsItParses) {
+    static const std::vector<std::string> kPieces = {"<tool_call>",
+                                                     "</tool_call>",
+                                                     "<tool_",
+                                                     "</tool",
+                                                     "<think>",
+                                                     "</think>",
+                                                     "<thi",
+                                                     "[TOOL_CALLS]",
+                                                     "[TOOL",
+                                                     "<|python_tag|>",
+                                                     "<｜tool▁calls▁begin｜>",
+                                                     "<｜tool▁calls▁end｜>",
+                                                     "<｜tool▁call▁begin｜>",
+                                                     "<｜tool▁call▁end｜>",
+                                                     "<｜tool▁sep｜>",
+                                                     "<｜tool▁",
+                                                     "function",
+                                                     "\n```json\n",
+                                                     "\n```",
+                                                     "```",
+                                                     "{\"name\": \"f\", \"arguments\": {",
+                                                     "{\"name\": \"g\", \"parameters\": ",
+                                                     "{\"arguments\": ",
+                                                     "{",
+                                                     "}",
+                                                     "[",
+                                                     "]",
+                                                     "\"",
+                                                     "\\",
+                                                     "\\\"",
+                                                     ":",
+                                                     ",",
+                                                     ";",
+                                                     " ",
+                                                     "\n",
+                                                     "x",
+                                                     "é",
+                                                     "🙂",
+                                                     "null",
+                                                     "42",
+                                                     "\"name\"",
+                                                     "\"k\": \"v\""};
+    rng_t rng(6);
+    for (tool_call_format f : {tool_call_format::hermes, tool_call_format::deepseek_v3, tool_call_format::llama3_json,
+                               tool_call_format::mistral}) {
+        for (int i = 0; i < 2500; ++i) {
+            std::string text;
+            const size_t n = pick(rng, 40);
+            for (size_t k = 0; k < n; ++k) text += kPieces[pick(rng, kPieces.size())];
+            const std::optional<reasoning_format> reasoning = std::array<std::optional<reasoning_format>, 3>{
+                std::nullopt, reasoning_format::qwen3, reasoning_format::deepseek_r1}[pick(rng, 3)];
+            const output_parser_options options{.tools = f, .reasoning = reasoning, .make_id = {}};
+            const parsed_output whole = output_parser::parse(text, options);
+            ASSERT_EQ(show(stream(text, options, rng)), show(whole))
+                << tool_call_format_name(f) << ": " << ojson(text).dump();
+            // Nothing is lost: every byte is content, reasoning, a call's arguments, or layout and markers.
+            size_t kept = whole.content.size() + whole.reasoning.size();
+            for (const tool_call& c : whole.calls) kept += c.arguments.size();
+            ASSERT_LE(kept, text.size() + 2 * whole.calls.size()) << ojson(text).dump();  // "{}" for no arguments
+        }
+    }
+}
+
 TEST(OutputParserProperty, ReasoningOnly) {
     rng_t rng(5);
     for (int i = 0; i < 1000; ++i) {
