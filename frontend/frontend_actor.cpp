@@ -729,7 +729,10 @@ void frontend_actor::handle_outputs(const engine_outputs& m) {
             new_ids.push_back(tok);
             if (k < o.new_logprobs.size()) r.pending_logprobs.push_back(o.new_logprobs[k]);
             ++k;
-            if (r.detok) {
+            // The token that ended the request by being a stop id (EOS, stop_token_ids) keeps its id but adds no
+            // text, as vLLM's detokenizer does: a structured output ends with its grammar, not with "<|im_end|>".
+            const bool stop_id = o.finished && o.reason == finish_reason::stop && k == o.new_token_ids.size();
+            if (r.detok && !stop_id) {
                 try {
                     new_text += r.detok->push(tok);
                 } catch (const error&) {
