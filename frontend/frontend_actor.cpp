@@ -716,12 +716,7 @@ void frontend_actor::handle_outputs(const engine_outputs& m) {
         std::string new_text;
         bool stopped = false;
         size_t k = 0;  // index into o.new_logprobs
-        for (size_t t = 0; t < o.new_token_ids.size(); ++t) {
-            const int32_t tok = o.new_token_ids[t];
-            // The engine ends a request with reason stop only on a stop token (EOS or stop_token_ids), its last:
-            // its id is output, its text is not (vLLM's include_stop_str_in_output false), so that a chat answer or
-            // a tool call does not end with "<|im_end|>".
-            const bool stop_token = o.finished && o.reason == finish_reason::stop && t + 1 == o.new_token_ids.size();
+        for (int32_t tok : o.new_token_ids) {
             if (!r.first_token_seen) {
                 r.first_token_seen = true;
                 metrics_.observe("ttft_ms", ms_between(r.arrived, now));
@@ -734,7 +729,10 @@ void frontend_actor::handle_outputs(const engine_outputs& m) {
             new_ids.push_back(tok);
             if (k < o.new_logprobs.size()) r.pending_logprobs.push_back(o.new_logprobs[k]);
             ++k;
-            if (r.detok && !stop_token) {
+            // The token that ended the request by being a stop id (EOS, stop_token_ids) keeps its id but adds no
+            // text, as vLLM's detokenizer does: a structured output ends with its grammar, not with "<|im_end|>".
+            const bool stop_id = o.finished && o.reason == finish_reason::stop && k == o.new_token_ids.size();
+            if (r.detok && !stop_id) {
                 try {
                     new_text += r.detok->push(tok);
                 } catch (const error&) {

@@ -152,7 +152,7 @@ std::shared_ptr<const grammar::tokenizer_info> info_of(const small_vocab& v) {
 /// Runs one constrained request to its end through begin_step / sample / end_step, as an executor does, drawing from
 /// random logits; returns its text and whether it ended with the stop token.
 std::pair<std::string, bool> generate(grammar_masks& gm, const small_vocab& v, structured_output so, uint64_t id,
-                                      uint32_t seed, int max_tokens = 64) {
+                                      uint32_t seed, int max_tokens = 2000) {
     std::string text;
     std::vector<int32_t> out;
     for (int i = 0; i < max_tokens; ++i) {
