@@ -1,5 +1,7 @@
 #include "tool_calls/json_schema_ebnf.hpp"
 
+#include <cmath>
+#include <optional>
 #include <set>
 
 #include "base/error.hpp"
@@ -18,10 +20,25 @@ const std::set<std::string>& annotations() {
 }
 
 const std::set<std::string>& supported() {
-    static const std::set<std::string> k{"type",      "properties", "required", "additionalProperties",
-                                         "items",     "minItems",   "maxItems", "enum",
-                                         "const",     "anyOf",      "oneOf",    "$ref",
-                                         "minLength", "maxLength",  "nullable"};
+    static const std::set<std::string> k{"type",
+                                         "properties",
+                                         "required",
+                                         "additionalProperties",
+                                         "items",
+                                         "minItems",
+                                         "maxItems",
+                                         "enum",
+                                         "const",
+                                         "anyOf",
+                                         "oneOf",
+                                         "$ref",
+                                         "minLength",
+                                         "maxLength",
+                                         "nullable",
+                                         "minimum",
+                                         "maximum",
+                                         "exclusiveMinimum",
+                                         "exclusiveMaximum"};
     return k;
 }
 
@@ -64,6 +81,52 @@ std::string repeat(const std::string& item, const std::string& sep, size_t lo, s
         rest = more + "{" + std::to_string(lo1) + "," + std::to_string(hi - 1) + "}";
     const std::string one = item + " " + rest;
     return lo == 0 ? "(" + one + ")?" : one;
+}
+
+constexpr int64_t kMaxInteger = 9999999999999999;  // 16 digits: json-integer's bound
+
+/// The decimal strings of [lo, hi], both with the same number of digits, as an EBNF expression.
+std::string same_length(const std::string& lo, const std::string& hi) {
+    if (lo == hi) return "\"" + lo + "\"";
+    const size_t n = lo.size() - 1;
+    const std::string rest_lo = lo.substr(1), rest_hi = hi.substr(1);
+    const std::string any = n == 0 ? "" : " [0-9]{" + std::to_string(n) + "}";
+    if (lo[0] == hi[0]) return "\"" + std::string(1, lo[0]) + "\" " + same_length(rest_lo, rest_hi);
+    // lo[0] rest_lo..9s | (lo[0]+1 .. hi[0]-1) anything | hi[0] 0s..rest_hi; a first (last) branch that covers all
+    // of its digits joins the middle class, so the expression stays quadratic in the digits.
+    const bool full_lo = rest_lo == std::string(n, '0'), full_hi = rest_hi == std::string(n, '9');
+    const char first = full_lo ? lo[0] : static_cast<char>(lo[0] + 1);
+    const char last = full_hi ? hi[0] : static_cast<char>(hi[0] - 1);
+    std::vector<std::string> alts;
+    if (!full_lo) alts.push_back("\"" + std::string(1, lo[0]) + "\" " + same_length(rest_lo, std::string(n, '9')));
+    if (first <= last) alts.push_back(std::string("[") + first + "-" + last + "]" + any);
+    if (!full_hi) alts.push_back("\"" + std::string(1, hi[0]) + "\" " + same_length(std::string(n, '0'), rest_hi));
+    std::string out;
+    for (const std::string& x : alts) out += (out.empty() ? "(" : " | ") + x;
+    return out + ")";
+}
+
+/// The integers [lo, hi] (0 <= lo <= hi), without leading zeros.
+std::string nonneg_range(int64_t lo, int64_t hi) {
+    std::string out;
+    int64_t low = 1;  // smallest number of the current digit count
+    for (int digits = 1; digits <= 16; ++digits, low *= 10) {
+        const int64_t high = low * 10 - 1;
+        const int64_t a = std::max(lo, digits == 1 ? 0 : low), b = std::min(hi, high);
+        if (a > b) continue;
+        out += (out.empty() ? "" : " | ") + same_length(std::to_string(a), std::to_string(b));
+    }
+    return "(" + out + ")";
+}
+
+/// The JSON integers in [lo, hi].
+std::string integer_range(int64_t lo, int64_t hi) {
+    std::vector<std::string> alts;
+    if (lo < 0) alts.push_back("\"-\" " + nonneg_range(std::max<int64_t>(1, hi < 0 ? -hi : 1), -lo));
+    if (hi >= 0) alts.push_back(nonneg_range(std::max<int64_t>(lo, 0), hi));
+    std::string out;
+    for (const std::string& a : alts) out += (out.empty() ? "(" : " | ") + a;
+    return out + ")";
 }
 
 }  // namespace
@@ -182,8 +245,12 @@ std::string json_schema_ebnf::value(const ojson& s, const std::string& path) {
                 e = "\"\\\"\" json-char{" + std::to_string(lo) + "," + (hi == SIZE_MAX ? "" : std::to_string(hi)) +
                     "} \"\\\"\"";
         } else if (t == "integer") {
-            e = "json-integer";
+            e = integer(s, at);
         } else if (t == "number") {
+            for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+                if (s.contains(k))
+                    throw error(errc::invalid_argument,
+                                at + ": '" + std::string(k) + "' on a number is not supported (on an integer it is)");
             e = "json-number";
         } else if (t == "boolean") {
             e = "(\"true\" | \"false\")";
@@ -195,6 +262,25 @@ std::string json_schema_ebnf::value(const ojson& s, const std::string& path) {
         alts += (alts.empty() ? "" : " | ") + e;
     }
     return types.size() == 1 ? alts : "(" + alts + ")";
+}
+
+std::string json_schema_ebnf::integer(const ojson& s, const std::string& at) {
+    int64_t lo = -kMaxInteger, hi = kMaxInteger;
+    const auto bound = [&](const char* key) -> std::optional<double> {
+        if (!s.contains(key)) return std::nullopt;
+        if (!s[key].is_number()) throw error(errc::invalid_argument, at + ": '" + key + "' must be a number");
+        return s[key].get<double>();
+    };
+    const auto clamp = [](double v) { return static_cast<int64_t>(std::max(-1e16, std::min(1e16, v))); };
+    if (auto v = bound("minimum")) lo = std::max(lo, clamp(std::ceil(*v)));
+    if (auto v = bound("exclusiveMinimum")) lo = std::max(lo, clamp(std::floor(*v) + 1));
+    if (auto v = bound("maximum")) hi = std::min(hi, clamp(std::floor(*v)));
+    if (auto v = bound("exclusiveMaximum")) hi = std::min(hi, clamp(std::ceil(*v) - 1));
+    lo = std::max(lo, -kMaxInteger);
+    hi = std::min(hi, kMaxInteger);
+    if (lo > hi) throw error(errc::invalid_argument, at + ": no integer lies within its bounds");
+    if (lo == -kMaxInteger && hi == kMaxInteger) return "json-integer";
+    return integer_range(lo, hi);
 }
 
 std::string json_schema_ebnf::object(const ojson& s, const std::string& path) {

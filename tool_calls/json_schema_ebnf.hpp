@@ -4,7 +4,8 @@
 // ": " after keys, raw UTF-8), the one the chat templates show the model; properties in the schema's order,
 // optional ones may be left out. Subset: type (one or a list), properties, required, additionalProperties (false or
 // absent: no other keys; an object schema without properties takes any object), items, minItems, maxItems, enum,
-// const, anyOf, oneOf, $ref into #/$defs or #/definitions (recursion allowed), minLength, maxLength, nullable.
+// const, anyOf, oneOf, $ref into #/$defs or #/definitions (recursion allowed), minLength, maxLength, nullable, and
+// minimum/maximum/exclusiveMinimum/exclusiveMaximum on integers (not on numbers: refused).
 // Numbers are bounded so that every parser reads them as doubles: at most 16 integer and 16 fraction digits, a
 // two-digit exponent. Annotations (title, description, examples, default, $schema, $id, $comment, strict, ...) are
 // ignored; every other keyword is refused by name (zmoe::error invalid_argument), never ignored.
@@ -30,6 +31,7 @@ class json_schema_ebnf {
     std::string value(const nlohmann::ordered_json& s, const std::string& path);
     std::string object(const nlohmann::ordered_json& s, const std::string& path);
     std::string array(const nlohmann::ordered_json& s, const std::string& path);
+    std::string integer(const nlohmann::ordered_json& s, const std::string& at);
     std::string rule(const std::string& body);
 
     std::vector<std::pair<std::string, std::string>> rules_;

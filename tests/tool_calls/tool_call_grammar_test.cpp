@@ -27,7 +27,7 @@ const ojson kTools = ojson::parse(R"([
     "parameters": {"type": "object", "properties": {
       "city": {"type": "string", "minLength": 1, "maxLength": 12},
       "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-      "days": {"type": "integer"}}, "required": ["city"]}}},
+      "days": {"type": "integer", "minimum": 1, "maximum": 14}}, "required": ["city"]}}},
   {"type": "function", "function": {"name": "book", "parameters": {"type": "object",
     "$defs": {"guest": {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": ["integer", "null"]}},
                         "required": ["name", "age"]}},
@@ -145,6 +145,7 @@ TEST(ToolCallGrammar, InvalidCallsAreRefused) {
                  write_call(f, "get_weather", "{\"city\": \"\"}"),                             // minLength
                  write_call(f, "get_weather", "{\"city\": \"Paris\", \"extra\": 1}"),          // another key
                  write_call(f, "get_weather", "{\"city\": 3}"),                                // wrong type
+                 write_call(f, "get_weather", "{\"city\": \"P\", \"days\": 15}"),              // maximum
                  write_call(f, "get_weather", "{\"days\": 2, \"city\": \"P\"}"),               // out of order
                  write_call(f, "book", "{\"guests\": [], \"vip\": true}"),                     // minItems
                  write_call(f, "book", "{\"guests\": [{\"name\": \"a\"}], \"vip\": true}"),    // nested required
@@ -233,6 +234,51 @@ TEST(ToolCallGrammar, RandomWalksAlwaysYieldValidCalls) {
     EXPECT_GT(walks, 100);
 }
 
+// Integer bounds: every candidate around each bound (and random ones) is accepted exactly when it is in range.
+TEST(ToolCallGrammar, IntegerBoundsAreExact) {
+    struct range {
+        std::string keywords;
+        int64_t lo, hi;
+    };
+    constexpr int64_t kMax = 9999999999999999;
+    const std::vector<range> ranges = {
+        {R"("minimum": 0, "maximum": 0)", 0, 0},
+        {R"("minimum": -5, "maximum": 5)", -5, 5},
+        {R"("minimum": 7, "maximum": 1234)", 7, 1234},
+        {R"("minimum": -1000, "maximum": -37)", -1000, -37},
+        {R"("minimum": 1)", 1, kMax},
+        {R"("maximum": -1)", -kMax, -1},
+        {R"("exclusiveMinimum": 0, "exclusiveMaximum": 10)", 1, 9},
+        {R"("minimum": 2.5, "maximum": 99.5)", 3, 99},
+        {R"("minimum": -999999999999, "maximum": 123456789012345)", -999999999999, 123456789012345},
+    };
+    std::mt19937_64 rng(9);
+    for (const range& r : ranges) {
+        const ojson tools = ojson::parse(R"([{"type": "function", "function": {"name": "f", "parameters": )"
+                                         R"({"type": "object", "properties": {"n": {"type": "integer", )" +
+                                         r.keywords + R"(}}, "required": ["n"]}}}])");
+        const auto g =
+            compile({.format = tool_call_format::hermes, .tools = tools, .only_function = {}, .parallel = false});
+        std::vector<int64_t> candidates = {0, 1, -1, 9, 10, 99, 100, -10, -100, kMax, -kMax};
+        for (int64_t b : {r.lo, r.hi})
+            for (int64_t d = -12; d <= 12; ++d)
+                if (std::abs(b) < kMax - 20) candidates.push_back(b + d);
+        for (int i = 0; i < 300; ++i) {
+            const int64_t span = std::min<int64_t>(r.hi - r.lo, 1'000'000'000'000);
+            candidates.push_back(r.lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(span + 1)));
+            candidates.push_back(static_cast<int64_t>(rng() % 2000001) - 1000000);
+        }
+        for (int64_t x : candidates) {
+            const std::string text =
+                "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"n\": " + std::to_string(x) + "}}\n</tool_call>";
+            EXPECT_EQ(accepts(g, text), x >= r.lo && x <= r.hi) << r.keywords << ": " << x;
+        }
+        // Leading zeros and "-0" are not JSON integers.
+        EXPECT_FALSE(accepts(g, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"n\": 007}}\n</tool_call>"));
+        EXPECT_FALSE(accepts(g, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"n\": -0}}\n</tool_call>"));
+    }
+}
+
 TEST(ToolCallGrammar, RefusesWhatItCannotConstrainByName) {
     const auto message = [](const std::string& schema) {
         try {
@@ -247,7 +293,8 @@ TEST(ToolCallGrammar, RefusesWhatItCannotConstrainByName) {
         return std::string("accepted");
     };
     EXPECT_NE(message(R"({"type": "string", "pattern": "a+"})").find("'pattern'"), std::string::npos);
-    EXPECT_NE(message(R"({"type": "integer", "minimum": 1})").find("'minimum'"), std::string::npos);
+    EXPECT_NE(message(R"({"type": "number", "minimum": 1})").find("'minimum'"), std::string::npos);
+    EXPECT_NE(message(R"({"type": "integer", "minimum": 3, "maximum": 2})").find("no integer"), std::string::npos);
     EXPECT_NE(message(R"({"$ref": "#/$defs/missing"})").find("does not resolve"), std::string::npos);
     EXPECT_NE(message(R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})").find("'required'"),
               std::string::npos);
