@@ -122,9 +122,8 @@ bool known_field(const std::string& name, endpoint_kind kind) {
         // structured outputs: OpenAI's response_format, vLLM's structured_outputs and its older guided_* names
         "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar"};
     static const std::set<std::string> kCompletion = {"prompt", "echo", "suffix", "best_of"};
-    static const std::set<std::string> kChat = {
-        "messages",    "max_completion_tokens", "top_logprobs",          "tools",
-        "tool_choice", "add_generation_prompt", "chat_template_kwargs"};
+    static const std::set<std::string> kChat = {"messages",    "max_completion_tokens", "top_logprobs",        "tools",
+                                                "tool_choice", "add_generation_prompt", "chat_template_kwargs"};
     return kCommon.count(name) || (kind == endpoint_kind::completion ? kCompletion : kChat).count(name);
 }
 
@@ -237,13 +236,16 @@ structured_output parse_structured(const ojson& body) {
         structured_output s = parse_response_format(*f);
         if (s.active()) found.emplace_back("response_format", std::move(s));
     }
-    if (const ojson* f = field(body, "structured_outputs")) found.emplace_back("structured_outputs", parse_vllm_structured(*f));
+    if (const ojson* f = field(body, "structured_outputs"))
+        found.emplace_back("structured_outputs", parse_vllm_structured(*f));
     if (const ojson* v = field(body, "guided_json"))
-        found.emplace_back("guided_json", structured_output{structured_kind::json_schema, schema_text(*v, "guided_json")});
+        found.emplace_back("guided_json",
+                           structured_output{structured_kind::json_schema, schema_text(*v, "guided_json")});
     if (const ojson* v = field(body, "guided_regex"))
         found.emplace_back("guided_regex", structured_output{structured_kind::regex, string_value(*v, "guided_regex")});
     if (const ojson* v = field(body, "guided_choice"))
-        found.emplace_back("guided_choice", structured_output{structured_kind::choice, choice_text(*v, "guided_choice")});
+        found.emplace_back("guided_choice",
+                           structured_output{structured_kind::choice, choice_text(*v, "guided_choice")});
     if (const ojson* v = field(body, "guided_grammar"))
         found.emplace_back("guided_grammar",
                            structured_output{structured_kind::grammar, string_value(*v, "guided_grammar")});

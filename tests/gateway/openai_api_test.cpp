@@ -160,9 +160,10 @@ TEST(OpenaiApi, StructuredOutputsReachTheGenerateRequest) {
                   (structured_output{structured_kind::json_object, ""}));
         // The schema's text keeps its key order (the output follows it), without whitespace.
         EXPECT_EQ(
-            parsed(R"("response_format": {"type": "json_schema", "json_schema": {"name": "p", "strict": true, )"
-                   R"("schema": {"type": "object", "properties": {"z": {"type": "integer"}, "a": {"type": "string"}}}}})",
-                   k),
+            parsed(
+                R"("response_format": {"type": "json_schema", "json_schema": {"name": "p", "strict": true, )"
+                R"("schema": {"type": "object", "properties": {"z": {"type": "integer"}, "a": {"type": "string"}}}}})",
+                k),
             (structured_output{structured_kind::json_schema,
                                R"({"type":"object","properties":{"z":{"type":"integer"},"a":{"type":"string"}}})"}));
         EXPECT_EQ(parsed(R"("structured_outputs": {"regex": "[a-z]+"})", k),
@@ -198,9 +199,9 @@ TEST(OpenaiApi, StructuredOutputRefusalsNameTheField) {
               std::string::npos);
     EXPECT_EQ(chat(R"("response_format": {"type": "json_schema", "json_schema": {"schema": [1]}})").param,
               "response_format.json_schema.schema");
-    EXPECT_EQ(chat(R"("response_format": {"type": "json_schema", "json_schema": {"strict": "yes", "schema": {}}})")
-                  .param,
-              "response_format");
+    EXPECT_EQ(
+        chat(R"("response_format": {"type": "json_schema", "json_schema": {"strict": "yes", "schema": {}}})").param,
+        "response_format");
     EXPECT_NE(chat(R"("structured_outputs": {"regex": "a", "whitespace_pattern": " "})")
                   .message.find("'structured_outputs.whitespace_pattern' is not supported"),
               std::string::npos);
