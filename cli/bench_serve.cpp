@@ -146,6 +146,7 @@ serve_bench_run run_serve_bench(const serve_bench_params& p, double ready_timeou
             g.temperature = p.temperature;
             g.ignore_eos = true;
             g.stream = true;
+            g.structured = p.structured;
             run.records[next].input_len = static_cast<uint32_t>(prompts[next].token_ids.size());
             run.records[next].output_len = prompts[next].output_len;
             sent[next] = clock_type::now();

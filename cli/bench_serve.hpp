@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/bench_metrics.hpp"
+#include "messages/structured_output.hpp"
 
 namespace zmoe::cli {
 
@@ -27,6 +28,8 @@ struct serve_bench_params {
     float temperature = 0.f;
     double timeout_s = 600.0;  ///< with requests in flight and no event for this long, the rest fail
     bool progress = false;     ///< a progress bar on stderr
+    /// Every request constrained by this (docs/structured_outputs.md); kind none: unconstrained.
+    structured_output structured{};
 };
 
 /// The prompts of a run: lengths and ids drawn from params.seed (the same seed gives the same prompts).

@@ -55,7 +55,8 @@ int cmd_serve(int argc, char** argv) {
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
     zmoe::cli::default_workers_to_gpus(f, vm);
-    if (f.grammar_tokenizer.empty()) f.grammar_tokenizer = fe.options.tokenizer_path;  // the workers' structured outputs
+    if (f.grammar_tokenizer.empty())
+        f.grammar_tokenizer = fe.options.tokenizer_path;  // the workers' structured outputs
     zmoe::log_set_name("serve");
     zmoe::install_stop_signal_handlers();
 

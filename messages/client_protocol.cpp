@@ -75,7 +75,7 @@ void fields(auto& io, message_of<client_generate> auto& m) {
     io.field("generate.min_p", m.min_p, as_nullable<as_f32>{});
     io.field("generate.logit_bias", m.logit_bias, as_records(logit_bias_fields, kMaxLogitBias, "generate.logit_bias"));
     io.field("generate.min_tokens", m.min_tokens, as_uint{});
-    io.field("generate.n", m.n, as_uint{});                                // appended
+    io.field("generate.n", m.n, as_uint{});                          // appended
     io.field("generate.structured", m.structured, as_structured{});  // appended
 }
 

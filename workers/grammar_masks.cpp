@@ -103,11 +103,10 @@ void grammar_masks::begin_step(const step_request& request, sample_batch& batch)
         vocab_ = std::async(std::launch::async, [this] {
                      const auto t0 = std::chrono::steady_clock::now();
                      auto v = load_grammar_vocabulary(tokenizer_path_, stop_ids_, vocab_size_);
-                     ZMOE_LOG(info, "structured outputs: vocabulary of " << tokenizer_path_ << " loaded in "
-                                                                         << std::chrono::duration<double>(
-                                                                                std::chrono::steady_clock::now() - t0)
-                                                                                .count()
-                                                                         << " s");
+                     ZMOE_LOG(info, "structured outputs: vocabulary of "
+                                        << tokenizer_path_ << " loaded in "
+                                        << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
+                                        << " s");
                      return v;
                  }).share();
     }

@@ -50,11 +50,11 @@ TEST(ClientProtocol, GenerateWithNSequences) {
 }
 
 TEST(ClientProtocol, GenerateWithEveryStructuredOutputKind) {
-    for (const auto& s : {structured_output{structured_kind::json_schema, R"({"type":"object"})"},
-                          structured_output{structured_kind::json_object, ""},
-                          structured_output{structured_kind::regex, "[a-z]{3}"},
-                          structured_output{structured_kind::choice, R"(["a","b"])"},
-                          structured_output{structured_kind::grammar, R"(root ::= "x")"}}) {
+    for (const auto& s :
+         {structured_output{structured_kind::json_schema, R"({"type":"object"})"},
+          structured_output{structured_kind::json_object, ""}, structured_output{structured_kind::regex, "[a-z]{3}"},
+          structured_output{structured_kind::choice, R"(["a","b"])"},
+          structured_output{structured_kind::grammar, R"(root ::= "x")"}}) {
         client_generate m = sample_generate();
         m.structured = s;
         test::check_wire_contract(m, decode_client_request);

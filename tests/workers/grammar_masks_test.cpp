@@ -205,7 +205,8 @@ TEST(GrammarMasks, ChoiceOutputsAreOneOfTheChoices) {
     const small_vocab v = make_vocab();
     grammar_masks gm(info_of(v));
     for (uint32_t seed = 0; seed < 30; ++seed) {
-        const auto [text, stopped] = generate(gm, v, {structured_kind::choice, R"(["true","false","abc"])"}, seed, seed);
+        const auto [text, stopped] =
+            generate(gm, v, {structured_kind::choice, R"(["true","false","abc"])"}, seed, seed);
         EXPECT_TRUE(stopped);
         EXPECT_TRUE(text == "true" || text == "false" || text == "abc") << text;
     }

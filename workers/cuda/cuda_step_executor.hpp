@@ -225,7 +225,7 @@ class cuda_step_executor final : public step_executor {
     int64_t ep_overflow_steps_ = 0;
     double graph_capture_ms_ = 0;
     int64_t graph_replays_ = 0;
-    grammar_masks masks_;   // structured outputs: matchers and token masks
+    grammar_masks masks_;         // structured outputs: matchers and token masks
     device_buffer masks_device_;  // [sampled rows, mask words] uint32: the step's token masks
     static void check(cudaError_t e);
 };

@@ -5,7 +5,8 @@
 //
 // Completions and chat completions, streamed and not (usage in the stream), logprobs, n choices, X-Request-Id, the
 // operations routes (/version, /ping, /load), content parts, a full tool-call round trip in the messages, tool calls
-// for every tool_choice (streamed deltas included), reasoning_content, and bad
+// for every tool_choice (streamed deltas included), reasoning_content, response_format json_object and json_schema
+// (outputs parsed and checked against the schema), and bad
 // requests surfaced as the SDK's BadRequestError with status 400 (an image part's names its field). Exits 0 when
 // every check passes, 1 on the first failure, 77 when the SDK is not installed.
 import assert from 'node:assert/strict';
@@ -252,6 +253,57 @@ await assert.rejects(
 await assert.rejects(chat([{ role: 'robot', content: 'beep' }]),
                      (e) => e instanceof OpenAI.BadRequestError && e.param === 'messages[0].role');
 
+// Structured outputs: response_format json_object and json_schema, whole and streamed. The demo model's random weights
+// ramble, so the tokens that close a string or an object get a logit bias: it moves no token past the grammar.
+const idOf = async (s) => (await fetch(new URL('../tokenize', client.baseURL + '/'), {
+  method: 'POST', headers: { 'content-type': 'application/json' },
+  body: JSON.stringify({ model, prompt: s, add_special_tokens: false }),
+}).then((res) => res.json())).tokens;
+const bias = {};
+for (const [s, b] of [['"', 36], ['",', 36], ['"}', 36], ['}', 12], [',', 12], ['@', 24]]) {
+  const ids = await idOf(s);
+  if (ids.length === 1) bias[String(ids[0])] = b;
+}
+const person = {
+  type: 'object',
+  properties: { name: { type: 'string' }, age: { type: 'integer', minimum: 0, maximum: 150 },
+                role: { enum: ['admin', 'user'] }, tags: { type: 'array', items: { type: 'string' }, maxItems: 3 } },
+  required: ['name', 'age', 'role'],
+  additionalProperties: false,
+};
+const checkPerson = (text) => {
+  const v = JSON.parse(text);
+  assert.equal(typeof v.name, 'string');
+  assert.ok(Number.isInteger(v.age) && v.age >= 0 && v.age <= 150, text);
+  assert.ok(['admin', 'user'].includes(v.role), text);
+  for (const k of Object.keys(v)) assert.ok(['name', 'age', 'role', 'tags'].includes(k), text);
+  if (v.tags !== undefined) assert.ok(Array.isArray(v.tags) && v.tags.length <= 3, text);
+};
+for (const seed of [1, 2, 3]) {
+  const asked = { model, messages: [{ role: 'user', content: 'Describe a person as JSON.' }], max_tokens: 400,
+                  temperature: 1, seed, logit_bias: bias };
+  const obj = await client.chat.completions.create({ ...asked, response_format: { type: 'json_object' } });
+  assert.equal(obj.choices[0].finish_reason, 'stop', obj.choices[0].message.content);
+  const o = JSON.parse(obj.choices[0].message.content);
+  assert.ok(o !== null && typeof o === 'object' && !Array.isArray(o));
+  const schemaFormat = { type: 'json_schema', json_schema: { name: 'person', schema: person, strict: true } };
+  const whole = await client.chat.completions.create({ ...asked, response_format: schemaFormat });
+  assert.equal(whole.choices[0].finish_reason, 'stop', whole.choices[0].message.content);
+  checkPerson(whole.choices[0].message.content);
+  let streamed = '';
+  for await (const chunk of await client.chat.completions.create({ ...asked, response_format: schemaFormat,
+                                                                    stream: true })) {
+    if (chunk.choices.length) streamed += chunk.choices[0].delta.content ?? '';
+  }
+  assert.equal(streamed, whole.choices[0].message.content);
+}
+// A schema the grammar engine cannot compile: a 400 naming the keyword.
+await assert.rejects(
+  client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], max_tokens: 4,
+                                   response_format: { type: 'json_schema', json_schema: { name: 'bad', schema: {
+                                     type: 'object', patternProperties: { '^a': { type: 'string' } } } } } }),
+  (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && /patternProperties/.test(e.message));
+
 console.log('openai Node SDK: completions, chat completions, streaming, logprobs, n, X-Request-Id, routes, content ' +
-            'parts, tool-call round trips, tool_choice required/named/none/auto (streamed and not), reasoning_content and ' +
-            'errors OK');
+            'parts, tool-call round trips, tool_choice required/named/none/auto (streamed and not), reasoning_content, ' +
+            'response_format (json_object, json_schema) and errors OK');
