@@ -127,29 +127,37 @@ void grammar_masks::stop_only(uint32_t* mask) {
     }
 }
 
+void grammar_masks::advance(seq_state& st, const scheduled_seq& s, bool& refused) {
+    if (s.structured.active()) {
+        st.matcher = std::make_unique<grammar::grammar_matcher>(
+            compiler().compile(grammar::grammar_kind_of(s.structured.kind), s.structured.text));
+        for (const int32_t t : s.output_token_ids) refused = refused || !st.matcher->accept_token(t);
+    }
+    if (st.matcher == nullptr) throw error(errc::internal, "no matcher (its constraint failed to build)");
+    for (const int32_t t : st.pending) refused = refused || !st.matcher->accept_token(t);
+    st.pending.clear();
+    // The matcher has accepted every token sampled for the sequence: sample_index of them.
+    const int32_t have = st.matcher->num_accepted();
+    const auto want = static_cast<int32_t>(s.sample_index);
+    if (have > want) st.matcher->rollback(have - want);
+    if (have < want && !refused) {
+        ZMOE_LOG(error, "structured outputs: request " << s.request_id << " at sample " << want << " has a matcher at "
+                                                       << have << " tokens");
+        refused = true;
+    }
+}
+
 void grammar_masks::compute_row(const row_job& job) {
     const auto t0 = std::chrono::steady_clock::now();
     uint32_t* mask = masks_.data() + static_cast<size_t>(job.mask_row) * mask_words_;
     seq_state& st = *job.seq;
     const scheduled_seq& s = *job.sched;
     bool refused = false;
+    // A sequence already left with its stop tokens only (it ends at its next sample) is not advanced again.
+    const bool ended = st.refused && !s.structured.active();
+    if (ended) st.pending.clear();
     try {
-        if (s.structured.active()) {
-            st.matcher = std::make_unique<grammar::grammar_matcher>(
-                compiler().compile(grammar::grammar_kind_of(s.structured.kind), s.structured.text));
-            for (const int32_t t : s.output_token_ids) refused = refused || !st.matcher->accept_token(t);
-        }
-        for (const int32_t t : st.pending) refused = refused || !st.matcher->accept_token(t);
-        st.pending.clear();
-        // The matcher has accepted every token sampled for the sequence: sample_index of them.
-        const int32_t have = st.matcher->num_accepted();
-        const auto want = static_cast<int32_t>(s.sample_index);
-        if (have > want) st.matcher->rollback(have - want);
-        if (have < want && !refused) {
-            ZMOE_LOG(error, "structured outputs: request " << s.request_id << " at sample " << want
-                                                           << " has a matcher at " << have << " tokens");
-            refused = true;
-        }
+        if (!ended) advance(st, s, refused);
     } catch (const std::exception& e) {
         ZMOE_LOG(error, "structured outputs: request " << s.request_id << ": " << e.what());
         refused = true;

@@ -81,6 +81,9 @@ class grammar_masks {
     const grammar::tokenizer_info& vocab();
     grammar::grammar_compiler& compiler();
     void compute_row(const row_job& job);
+    /// Builds (from the constraint and its replayed tokens) or advances (over the pending tokens) the matcher of
+    /// one row; `refused` is set when a token does not fit. Throws zmoe::error when no matcher can be had.
+    void advance(seq_state& st, const scheduled_seq& s, bool& refused);
     void stop_only(uint32_t* mask);
 
     std::string tokenizer_path_;

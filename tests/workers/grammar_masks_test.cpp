@@ -270,6 +270,35 @@ TEST(GrammarMasks, UnconstrainedRowsKeepNoMask) {
     }
 }
 
+TEST(GrammarMasks, ARefusedTokenLeavesOnlyTheStopTokens) {
+    // A token the grammar does not allow (sampled despite the mask: min_tokens banning the only allowed stop) leaves
+    // the sequence its stop tokens only, from then on, counted once.
+    const small_vocab v = make_vocab();
+    grammar_masks gm(info_of(v));
+    for (uint32_t i = 0; i < 3; ++i) {
+        step_request step;
+        scheduled_seq s;
+        s.request_id = 9;
+        s.do_sample = true;
+        s.sample_index = i;
+        if (i == 0) s.structured = {structured_kind::regex, "a+"};
+        step.seqs = {s};
+        sample_batch b;
+        b.add(s, nullptr);
+        gm.begin_step(step, b);
+        gm.finish_masks(b);
+        const bool only_stop = [&] {
+            for (int32_t id = 0; id < v.width; ++id)
+                if (kernels::mask_allows(b.masks, b.mask_words, 0, id) != (id == v.stop)) return false;
+            return true;
+        }();
+        EXPECT_EQ(only_stop, i > 0) << "step " << i;
+        if (i == 0) EXPECT_TRUE(kernels::mask_allows(b.masks, b.mask_words, 0, 'a'));
+        gm.end_step(std::vector<sampled_token>{{.request_id = 9, .token_id = 'b'}});
+    }
+    EXPECT_EQ(gm.stats().num_refused, 1u);
+}
+
 TEST(GrammarMasks, AMissingVocabularyEndsConstrainedRowsInsteadOfCrashing) {
     grammar_masks gm("/nonexistent/tokenizer.json", {1}, 64);
     step_request step;
