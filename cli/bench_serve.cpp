@@ -309,6 +309,7 @@ serve_bench_run run_serve_bench(const serve_bench_params& p, double ready_timeou
             g.temperature = p.temperature;
             g.ignore_eos = true;
             g.stream = true;
+            g.structured = p.structured;
             run.records[i].input_len = static_cast<uint32_t>(work.prompt(i).token_ids.size());
             sent[i] = clock_type::now();
             run.records[i].sent_s = seconds_since(t0, sent[i]);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/bench_metrics.hpp"
+#include "messages/structured_output.hpp"
 
 namespace zmoe::cli {
 
@@ -65,6 +66,8 @@ struct serve_bench_params {
     /// > 0: the engine core's per-rank running and waiting requests are read every this many seconds during the run
     /// (ZeroMQ metrics), for rank_load_summary.
     double rank_sample_interval_s = 0.0;
+    /// Every request constrained by this (docs/structured_outputs.md); kind none: unconstrained.
+    structured_output structured{};
 };
 
 /// The prompts of a run: lengths and ids drawn from params.seed (the same seed gives the same prompts).

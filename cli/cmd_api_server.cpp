@@ -15,6 +15,7 @@
 #include "base/log.hpp"
 #include "cli/command.hpp"
 #include "cli/options.hpp"
+#include "cli/output_parsers.hpp"
 #include "gateway/http_gateway.hpp"
 
 namespace po = boost::program_options;
@@ -26,12 +27,17 @@ int cmd_api_server(int argc, char** argv) {
     int header_timeout_s = 10, body_timeout_s = 30, keep_alive_timeout_s = 30, send_timeout_s = 30;
     int heartbeat_ms = 1000;
     int legacy_threads = 0;
+    std::string tool_call_parser = "none", reasoning_parser = "none";
     po::options_description opts("zmoe api-server options");
     opts.add_options()("endpoint", po::value(&o.frontend_endpoint)->required(),
                        "the frontend's client endpoint, e.g. tcp://127.0.0.1:5555")(
         "port", po::value(&o.port)->default_value(o.port), "HTTP port (0: any free port)")(
         "host", po::value(&o.host)->default_value(o.host), "address to listen on (loopback unless told)")(
         "served-model-name", po::value(&o.served_model_name), "the model name of /v1/models (default: the model's)")(
+        "tool-call-parser", po::value(&tool_call_parser)->default_value(tool_call_parser),
+        "tool calls in chat outputs: hermes, deepseek_v3, llama3_json, mistral or none (tool_choice auto needs one)")(
+        "reasoning-parser", po::value(&reasoning_parser)->default_value(reasoning_parser),
+        "thinking apart from the answer (reasoning_content): qwen3, deepseek_r1 or none")(
         "num-threads", po::value(&o.num_threads)->default_value(0), "I/O threads (0: one per core, at most 16)")(
         "threads", po::value(&legacy_threads), "the former name of --num-threads")(
         "header-timeout", po::value(&header_timeout_s)->default_value(header_timeout_s),
@@ -59,6 +65,13 @@ int cmd_api_server(int argc, char** argv) {
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
     if (legacy_threads > 0 && vm["num-threads"].defaulted()) o.num_threads = legacy_threads;
+    if (tool_call_parser == "auto" || reasoning_parser == "auto") {
+        std::cerr << "zmoe api-server: 'auto' parsers need the model (zmoe serve resolves them): give a name or none\n";
+        return 2;
+    }
+    const auto parsers = zmoe::cli::resolve_output_parsers(tool_call_parser, reasoning_parser, "", "");
+    o.tool_call_parser = parsers.tool_call;
+    o.reasoning_parser = parsers.reasoning;
     for (const auto& [name, v] : {std::pair<const char*, int>{"header-timeout", header_timeout_s},
                                   {"body-timeout", body_timeout_s},
                                   {"keep-alive-timeout", keep_alive_timeout_s},

@@ -7,6 +7,7 @@
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -69,6 +70,7 @@ struct bench_options {
     std::string json_path;
     std::string dataset = "random";
     std::string dataset_name;  ///< vLLM's spelling of --dataset
+    std::string structured;  // --structured-output as given
     bool no_progress = false;
     bool no_keep_alive = false;
     double ready_timeout_s = 60.0;
@@ -109,6 +111,9 @@ struct bench_options {
             "directory is the requests' model)")("vocab-size", po::value(&p.vocab_size)->default_value(0),
                                                  "prompt token ids are drawn from [0, this) (instead of --model)")(
             "temperature", po::value(&p.temperature)->default_value(p.temperature, "0"), "0 = greedy")(
+            "structured-output", po::value(&structured),
+            "json_object, schema:FILE (a JSON Schema) or regex:PATTERN: run the requests unconstrained, then "
+            "constrained by it (the same prompts), and print both and the ratio of output throughputs")(
             "metric-percentiles", po::value(&percentiles)->default_value(percentiles),
             "comma-separated percentiles reported beside mean and median")("json", po::value(&json_path),
                                                                            "write the result here (JSON)")(
@@ -251,9 +256,30 @@ struct bench_options {
         return out;
     }
 
+    /// `--structured-output`'s constraint.
+    static zmoe::structured_output parse_structured(const std::string& s) {
+        if (s == "json_object") return {zmoe::structured_kind::json_object, ""};
+        if (s.starts_with("regex:")) return {zmoe::structured_kind::regex, s.substr(6)};
+        if (s.starts_with("schema:")) {
+            std::ifstream in(s.substr(7));
+            if (!in) throw zmoe::error(zmoe::errc::invalid_argument, "--structured-output: cannot read " + s.substr(7));
+            std::stringstream text;
+            text << in.rdbuf();
+            return {zmoe::structured_kind::json_schema, text.str()};
+        }
+        throw zmoe::error(zmoe::errc::invalid_argument,
+                          "--structured-output must be json_object, schema:FILE or regex:PATTERN, not '" + s + "'");
+    }
+
     /// Resolves the passes, the rate, the vocabulary and the progress bar; throws invalid_argument on bad values
     /// (an HTTP option without --base-url among them: nothing given is ignored).
     void finish(const po::variables_map& vm) {
+        if (!structured.empty()) {
+            params.structured = parse_structured(structured);
+            if (!http.base_url.empty())
+                throw zmoe::error(zmoe::errc::invalid_argument,
+                                  "--structured-output runs over the ZeroMQ endpoint only: leave out --base-url");
+        }
         const bool endpoint_given = !vm["endpoint"].defaulted();
         for (const char* name :
              {"endpoint-type", "served-model-name", "api-key", "tokenizer", "http-threads", "no-http-keep-alive"})
@@ -529,6 +555,38 @@ int run_sweep(const bench_options& o, const std::vector<uint32_t>& levels, bool 
     return 0;
 }
 
+/// `--structured-output`: the same prompts unconstrained, then constrained; both tables, a comparison, the ratio of
+/// output throughputs, and JSON {parameters, "structured_output", "unconstrained", "structured",
+/// "structured_output_throughput_ratio"}. The per-token mask times are in each worker's log when it exits.
+int run_structured_comparison(const bench_options& o) {
+    bench_options plain = o;
+    plain.params.structured = {};
+    auto result = o.parameters_json();
+    result["structured_output"] = o.structured;
+    std::cerr << "bench: the unconstrained pass\n";
+    result["unconstrained"] = run_pass(plain, bench_path::zmq);
+    std::cerr << "bench: the structured-output pass (" << o.structured << ")\n";
+    result["structured"] = run_pass(o, bench_path::zmq);
+    const double base = result["unconstrained"]["output_throughput"].get<double>();
+    const double constrained = result["structured"]["output_throughput"].get<double>();
+    result["structured_output_throughput_ratio"] = base > 0 ? constrained / base : 0.0;
+    std::vector<std::tuple<std::string, std::string, const nlohmann::ordered_json*>> rows;
+    for (const char* name : {"unconstrained", "structured"}) {
+        std::cout << name << ":\n" << zmoe::cli::bench_summary_table(result[name], o.percentile_list());
+        print_errors(name, result[name]);
+        rows.emplace_back(name, "zmq", &result[name]);
+    }
+    std::cout << comparison_table(rows, "requests");
+    std::printf("structured outputs (%s): output throughput %.1f tok/s vs %.1f unconstrained: %.3f\n",
+                o.structured.c_str(), constrained, base, base > 0 ? constrained / base : 0.0);
+    std::cout << std::flush;
+    if (!o.json_path.empty()) write_json(o.json_path, result);
+    return result["unconstrained"]["completed"].get<uint64_t>() > 0 &&
+                   result["structured"]["completed"].get<uint64_t>() > 0
+               ? 0
+               : 1;
+}
+
 int cmd_bench_serve(int argc, char** argv) {
     bench_options o;
     po::options_description opts("zmoe bench serve options (against a running `zmoe serve`)");
@@ -536,7 +594,12 @@ int cmd_bench_serve(int argc, char** argv) {
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
     o.finish(vm);
-    if (!o.concurrency_list.empty()) return run_sweep(o, o.concurrency_list, !vm["num-prompts"].defaulted(), {});
+    if (!o.concurrency_list.empty()) {
+        if (o.params.structured.active())
+            throw zmoe::error(zmoe::errc::invalid_argument, "--structured-output takes one --max-concurrency");
+        return run_sweep(o, o.concurrency_list, !vm["num-prompts"].defaulted(), {});
+    }
+    if (o.params.structured.active()) return run_structured_comparison(o);
     const auto result = run_one(o);
     const auto ps = passes(o, result);
     std::vector<std::tuple<std::string, std::string, const nlohmann::ordered_json*>> rows;

@@ -33,6 +33,7 @@ int cmd_generate(int argc, char** argv) {
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
     zmoe::cli::default_workers_to_gpus(f, vm);
+    if (f.grammar_tokenizer.empty()) f.grammar_tokenizer = tokenizer;  // the workers' structured outputs
     zmoe::log_set_name("generate");
     const auto lines = zmoe::cli::read_request_lines(input);
     // The output is opened first: a bad path fails before any work is done.

@@ -19,6 +19,7 @@
 #include "cli/frontend_flags.hpp"
 #include "cli/local_cluster.hpp"
 #include "cli/options.hpp"
+#include "cli/output_parsers.hpp"
 #include "frontend/chat_messages.hpp"
 
 namespace po = boost::program_options;
@@ -33,11 +34,17 @@ int cmd_serve(int argc, char** argv) {
     std::string api_key;
     int http_port = -1;
     int failure_grace_ms = 3000;
+    std::string tool_call_parser = "auto", reasoning_parser = "auto";
     po::options_description opts("zmoe serve options");
     opts.add_options()("help,h", "show this help")("port", po::value(&port)->default_value(port),
                                                    "client port of the frontend")(
         "host", po::value(&host)->default_value(host), "address the frontend binds (loopback unless told)")(
         "http-port", po::value(&http_port), "also serve the OpenAI-compatible HTTP API on this port (on --host)")(
+        "tool-call-parser", po::value(&tool_call_parser)->default_value(tool_call_parser),
+        "tool calls in chat outputs (HTTP API): hermes, deepseek_v3, llama3_json, mistral, none, or auto (what the "
+        "chat template shows)")(
+        "reasoning-parser", po::value(&reasoning_parser)->default_value(reasoning_parser),
+        "thinking apart from the answer (reasoning_content): qwen3, deepseek_r1, none, or auto")(
         "failure-grace-ms", po::value(&failure_grace_ms)->default_value(failure_grace_ms),
         "after an actor fails: how long health keeps reporting it before serve exits 1")(
         "api-key", po::value(&api_key),
@@ -48,6 +55,8 @@ int cmd_serve(int argc, char** argv) {
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, opts, vm)) return 0;
     zmoe::cli::default_workers_to_gpus(f, vm);
+    if (f.grammar_tokenizer.empty())
+        f.grammar_tokenizer = fe.options.tokenizer_path;  // the workers' structured outputs
     zmoe::log_set_name("serve");
     zmoe::install_stop_signal_handlers();
 
@@ -59,6 +68,8 @@ int cmd_serve(int argc, char** argv) {
     zmoe::parse_content_format(fe.options.chat_template_content_format);  // a bad value fails before any child starts
     const std::string endpoint = "tcp://" + host + ":" + std::to_string(port);
     const std::string& tokenizer = fe.options.tokenizer_path;
+    const auto parsers = zmoe::cli::resolve_output_parsers(
+        tool_call_parser, reasoning_parser, tokenizer.empty() ? f.model : tokenizer, fe.options.chat_template_path);
     if (!fe.options.skip_tokenizer_init && !zmoe::cli::tokenizer_json_exists(f.model, tokenizer))
         throw zmoe::error(zmoe::errc::invalid_argument,
                           "no tokenizer.json in " + (tokenizer.empty() ? f.model : tokenizer) +
@@ -90,9 +101,13 @@ int cmd_serve(int argc, char** argv) {
         gateway = zmoe::child_process::spawn(
             {zmoe::self_executable_path(), "api-server", "--endpoint", endpoint, "--port", std::to_string(http_port),
              "--host", host, "--heartbeat-ms", std::to_string(f.heartbeat_ms), "--heartbeat-max-missed",
-             std::to_string(f.heartbeat_max_missed)},
+             std::to_string(f.heartbeat_max_missed), "--tool-call-parser",
+             parsers.tool_call.empty() ? "none" : parsers.tool_call, "--reasoning-parser",
+             parsers.reasoning.empty() ? "none" : parsers.reasoning},
             {"ZMOE_DIE_WITH_PARENT=1"});
-        std::cout << "zmoe serve: OpenAI API on http://" << host << ":" << http_port << std::endl;
+        std::cout << "zmoe serve: OpenAI API on http://" << host << ":" << http_port << " (tool-call parser "
+                  << (parsers.tool_call.empty() ? "none" : parsers.tool_call) << ", reasoning parser "
+                  << (parsers.reasoning.empty() ? "none" : parsers.reasoning) << ")" << std::endl;
     }
     const auto stop_gateway = [&gateway] {
         if (gateway && gateway->running()) {

@@ -42,7 +42,8 @@ client_generate parse_request(const nlohmann::ordered_json& j, size_t line_no) {
                                   "stop_token_ids",
                                   "logprobs",
                                   "n",
-                                  "cache_salt"};
+                                  "cache_salt",
+                                  "structured_outputs"};
     for (const auto& [k, v] : j.items())
         if (std::find(std::begin(known), std::end(known), k) == std::end(known)) throw bad("unknown field '" + k + "'");
     client_generate g;
@@ -132,6 +133,26 @@ client_generate parse_request(const nlohmann::ordered_json& j, size_t line_no) {
                 throw bad("cache_salt must be a non-empty string of at most " + std::to_string(kMaxNameBytes) +
                           " bytes");
             g.cache_salt = s.get<std::string>();
+        }
+        if (j.contains("structured_outputs")) {  // vLLM's form, one of json, json_object, regex, choice, grammar
+            const auto& so = j.at("structured_outputs");
+            if (!so.is_object() || so.size() != 1)
+                throw bad("structured_outputs must be an object with one of json, json_object, regex, choice, grammar");
+            const auto& [key, v] = *so.items().begin();
+            if (key == "json") {
+                g.structured = {structured_kind::json_schema, v.is_string() ? v.get<std::string>() : v.dump()};
+            } else if (key == "json_object") {
+                if (v.get<bool>()) g.structured = {structured_kind::json_object, ""};
+            } else if (key == "regex") {
+                g.structured = {structured_kind::regex, v.get<std::string>()};
+            } else if (key == "choice") {
+                (void)v.get<std::vector<std::string>>();  // a list of strings, else a type error
+                g.structured = {structured_kind::choice, v.dump()};
+            } else if (key == "grammar") {
+                g.structured = {structured_kind::grammar, v.get<std::string>()};
+            } else {
+                throw bad("structured_outputs." + std::string(key) + " is not supported");
+            }
         }
         if (j.contains("logit_bias")) {  // OpenAI's form: {"token id": bias}
             for (const auto& [id, bias] : j.at("logit_bias").items()) {

@@ -103,6 +103,7 @@ void engine_core::add_request(engine_add_request&& m) {
     req.stop_token_ids = m.stop_token_ids;
     if (!m.ignore_eos)
         req.stop_token_ids.insert(req.stop_token_ids.end(), model_.eos_token_ids.begin(), model_.eos_token_ids.end());
+    req.structured = std::move(m.structured);
     req.ignore_eos = false;  // eos ids are already folded into stop_token_ids (or left out)
     req.cache_salt = std::move(m.cache_salt);
     // The workers keep every stop id (EOS included unless ignore_eos) from being sampled before min_tokens.

@@ -22,6 +22,8 @@ struct new_request {
     bool ignore_eos = false;
     /// Prefix caching: only requests with the same salt share cached blocks (empty = the unsalted cache).
     std::string cache_salt{};
+    /// Structured outputs: the constraint the worker sampling this request masks it with (kind none: none).
+    structured_output structured{};
 };
 
 /// One request's share of a step's results: the tokens it gained and whether it ended.

@@ -31,6 +31,8 @@ struct scheduler::request_state {
     int32_t num_published = 0;
     uint32_t epoch = 0;  // preemptions so far: a chunk sent before one is not published after it
     int32_t num_cached_tokens = 0;
+    structured_output structured;
+    bool structured_sent = false;  // the worker holds this request's matcher (reset by preemption: it is rebuilt)
 
     int32_t num_computed = 0;
     int32_t num_pending = 0;
@@ -151,6 +153,7 @@ int32_t scheduler::add_request(new_request req) {
     state->serial = next_serial_++;
     state->rank = best;
     ++ranks_[static_cast<size_t>(best)].num_placed;
+    state->structured = std::move(req.structured);
     ranks_[static_cast<size_t>(best)].waiting.push_back(state.get());
     ranks_[static_cast<size_t>(best)].num_known_tokens += state->tokens.size();
     requests_.emplace(state->id, std::move(state));
@@ -386,6 +389,7 @@ void scheduler::preempt(rank_state& rank, request_state& req) {
     req.num_published = 0;
     ++req.epoch;
     req.running = false;
+    req.structured_sent = false;
     std::erase(rank.running, &req);
     rank.waiting.push_front(&req);
     ++num_preemptions_;
@@ -408,6 +412,13 @@ void scheduler::emit(request_state& req, int32_t n, uint64_t step_id, step_reque
     seq.do_sample = end == req.num_known() + req.num_pending;
     seq.sample_index = static_cast<uint32_t>(req.num_output() + req.num_pending);
     seq.sampling = req.sampling;
+    if (seq.do_sample && req.structured.active() && !req.structured_sent) {
+        // The request's first sample, or the first after a recompute: the worker builds the sequence's matcher from
+        // the constraint and replays the tokens generated so far (all known: a recompute waits for its pending token).
+        seq.structured = req.structured;
+        seq.output_token_ids.assign(req.tokens.begin() + req.num_prompt, req.tokens.end());
+        req.structured_sent = true;
+    }
     out.seqs.push_back(std::move(seq));
 
     if (config_.enable_prefix_caching) {

@@ -445,6 +445,21 @@ void frontend_actor::handle_generate(const std::string& client, client_generate&
     }
     for (const auto& s : m.stop)
         if (s.empty()) return send_client_error(client, cid, errc::invalid_argument, "stop strings must not be empty");
+    if (m.structured.active()) {
+        if (!tokenizer_)
+            return send_client_error(client, cid, errc::unsupported,
+                                     "structured outputs need the tokenizer: the server runs with "
+                                     "--skip-tokenizer-init");
+        // Compiled here (cached by canonical text) so that a constraint that cannot be built is refused before the
+        // request is queued; the workers compile it again against their vocabulary.
+        try {
+            grammar_check_.check(m.structured);
+        } catch (const error& e) {
+            metrics_.counter_add("structured_outputs_refused");
+            return send_client_error(client, cid, e.code(), e.what());
+        }
+        metrics_.counter_add("structured_outputs_requests");
+    }
 
     if (!m.chat.empty() && !std::holds_alternative<std::string>(m.prompt))
         return send_client_error(client, cid, errc::invalid_argument, "give either prompt_token_ids or chat messages");
@@ -560,6 +575,7 @@ void frontend_actor::accept_generate(const std::string& client, client_generate&
         req.max_tokens = m.max_tokens;
         req.ignore_eos = m.ignore_eos;
         req.cache_salt = m.cache_salt;
+        req.structured = m.structured;
 
         live_request lr;
         lr.client = client;
@@ -716,7 +732,10 @@ void frontend_actor::handle_outputs(const engine_outputs& m) {
             new_ids.push_back(tok);
             if (k < o.new_logprobs.size()) r.pending_logprobs.push_back(o.new_logprobs[k]);
             ++k;
-            if (r.detok) {
+            // The token that ended the request by being a stop id (EOS, stop_token_ids) keeps its id but adds no
+            // text, as vLLM's detokenizer does: a structured output ends with its grammar, not with "<|im_end|>".
+            const bool stop_id = o.finished && o.reason == finish_reason::stop && k == o.new_token_ids.size();
+            if (r.detok && !stop_id) {
                 try {
                     new_text += r.detok->push(tok);
                 } catch (const error&) {

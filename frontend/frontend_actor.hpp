@@ -30,6 +30,7 @@
 #include "actors/actor.hpp"
 #include "base/metrics.hpp"
 #include "frontend/chat_template.hpp"
+#include "frontend/grammar_check.hpp"
 #include "frontend/incremental_detokenizer.hpp"
 #include "frontend/sampling_defaults.hpp"
 #include "frontend/tokenizer.hpp"
@@ -183,6 +184,7 @@ class frontend_actor : public actor {
     std::map<std::string, std::pair<std::string, std::string>> metrics_waiters_;  // our tag -> (client, its tag)
     int64_t model_vocab_size_ = 0;
     sampling_defaults sampling_defaults_;
+    grammar_check grammar_check_;  // structured outputs: constraints are compiled before queueing
     bool drain_done_ = false;
     uint64_t next_tag_ = 1;
     metrics_registry metrics_;

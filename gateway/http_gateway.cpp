@@ -13,6 +13,7 @@
 #include <boost/beast/http.hpp>
 #include <filesystem>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -25,6 +26,7 @@
 #include "base/version.hpp"
 #include "gateway/openai_api.hpp"
 #include "gateway/serving_metrics.hpp"
+#include "tool_calls/output_parser.hpp"
 
 namespace zmoe::gateway {
 
@@ -90,7 +92,21 @@ struct choice_state {
     std::vector<int32_t> pending_ids{};
     std::vector<token_logprobs> pending_logprobs{};
     size_t pending_offset = 0;  // text offset of pending_text in the choice's text
+    // Chat with tool-call or reasoning parsing: the parser, the whole parse (non-streamed) and the events not
+    // written yet (streamed).
+    std::unique_ptr<tool_calls::output_parser> parser{};
+    tool_calls::parsed_output parsed{};
+    std::vector<tool_calls::parse_event> pending_events{};
 };
+
+// OpenAI's look of a tool call id: "call_" and 24 random letters and digits.
+std::string new_tool_call_id() {
+    static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    std::string id = "call_";
+    for (int i = 0; i < 24; ++i) id += kChars[rng() % (sizeof kChars - 1)];
+    return id;
+}
 
 // One generate request of a connection.
 struct generation {
@@ -107,6 +123,7 @@ struct generation {
     bool ended = false;                               // the frontend's part is over (terminal event, or aborted)
     bool answered = false;                            // the whole answer is queued for writing
     bool resolving = false;                           // waiting for token texts (logprobs)
+    bool reasoning = false;                           // a reasoning parser splits the output
     std::unordered_map<int32_t, std::string> pieces;  // token id -> text, for logprobs
 
     uint32_t completion_tokens() const {
@@ -150,6 +167,28 @@ struct http_gateway::impl {
     void count(const std::string& name, double v = 1.0) {
         std::lock_guard<std::mutex> lock(metrics_mutex);
         metrics.counter_add(name, v);
+    }
+
+    /// The output parsers of a chat request: the tool-call parser unless tool_choice is none (400 when the server
+    /// has none), the reasoning parser unless chat_template_kwargs.enable_thinking is false. tool_choice required
+    /// or named also constrains the request by the grammar of that parser's format.
+    tool_calls::output_parser_options output_parsing(openai_request& req) const {
+        tool_calls::output_parser_options o;
+        o.make_id = new_tool_call_id;
+        if (req.enable_thinking) o.reasoning = tool_calls::reasoning_format_from_name(options.reasoning_parser);
+        if (req.tool_choice != tool_choice_mode::none) {
+            o.tools = tool_calls::tool_call_format_from_name(options.tool_call_parser);
+            if (!o.tools)
+                throw api_error{.status = 400,
+                                .message =
+                                    "'tool_choice' other than \"none\" (\"auto\" is the default with 'tools') "
+                                    "needs a tool-call parser: this server runs without one (start it with "
+                                    "--tool-call-parser NAME)",
+                                .type = "invalid_request_error",
+                                .param = "tool_choice"};
+            constrain_tool_choice(req, *o.tools, o.reasoning);
+        }
+        return o;
     }
 
     std::string model_name() const {
@@ -596,6 +635,15 @@ class session : public std::enable_shared_from_this<session> {
                                   .param = {}});
         }
         if (g->req.model.empty()) g->req.model = gw_.model_name();
+        tool_calls::output_parser_options parsing;
+        if (kind == endpoint_kind::chat) {
+            try {
+                parsing = gw_.output_parsing(g->req);
+            } catch (const api_error& e) {
+                gw_.count("http_bad_requests");
+                return respond_error(e);
+            }
+        }
         const uint64_t n = gw_.next_id++;
         const char* prefix = kind == endpoint_kind::chat ? "chatcmpl-" : "cmpl-";
         g->id = prefix + (request_id_.empty() ? std::to_string(unix_now()) + "-" + std::to_string(n) : request_id_);
@@ -604,6 +652,9 @@ class session : public std::enable_shared_from_this<session> {
         client_generate cg = g->req.generate;
         cg.stream = true;
         g->choices.resize(std::max<uint32_t>(cg.n, 1));
+        g->reasoning = parsing.reasoning.has_value();
+        if (parsing.tools || parsing.reasoning)
+            for (choice_state& c : g->choices) c.parser = std::make_unique<tool_calls::output_parser>(parsing);
         gen_ = std::move(g);
         ++gw_.inflight;
         const uint64_t serial = ++gen_serial_;
@@ -657,6 +708,23 @@ class session : public std::enable_shared_from_this<session> {
         c.text += d.text;
         c.has_pending = true;
         c.pending_text += d.text;
+        if (c.parser) {
+            std::vector<tool_calls::parse_event> events = c.parser->feed(d.text);
+            if (d.finished)
+                for (tool_calls::parse_event& e : c.parser->finish()) events.push_back(std::move(e));
+            if (g.req.stream) {
+                for (tool_calls::parse_event& e : events) {
+                    auto& p = c.pending_events;
+                    if (!p.empty() && e.kind != tool_calls::event_kind::call_start && p.back().kind == e.kind &&
+                        p.back().call_index == e.call_index)
+                        p.back().text += e.text;
+                    else
+                        p.push_back(std::move(e));
+                }
+            } else {
+                tool_calls::add_events(c.parsed, events);
+            }
+        }
         if (g.req.logprobs) {
             if (g.req.stream) {
                 c.pending_ids.insert(c.pending_ids.end(), d.token_ids.begin(), d.token_ids.end());
@@ -691,8 +759,12 @@ class session : public std::enable_shared_from_this<session> {
         std::vector<choice_output> out;
         for (uint32_t i = 0; i < g.choices.size(); ++i) {
             const choice_state& c = g.choices[i];
-            out.push_back(
-                {.index = i, .text = c.text, .reason = c.reason, .logprobs = logprobs_of(c.token_ids, c.logprobs, 0)});
+            out.push_back({.index = i,
+                           .text = c.text,
+                           .reason = c.reason,
+                           .logprobs = logprobs_of(c.token_ids, c.logprobs, 0),
+                           .parsed = c.parser ? parsed_message(c.parsed, g.reasoning) : ojson(),
+                           .tool_called = !c.parsed.calls.empty()});
         }
         g.answered = true;
         respond(200,
@@ -763,8 +835,25 @@ class session : public std::enable_shared_from_this<session> {
             for (uint32_t i = 0; i < g.choices.size(); ++i) {
                 choice_state& c = g.choices[i];
                 if (!c.has_pending) continue;
-                if (!c.pending_text.empty() || c.finished || c.first_chunk ||
-                    (g.req.logprobs && !c.pending_ids.empty())) {
+                if (c.parser) {
+                    std::vector<ojson> deltas = parsed_deltas(c.pending_events);
+                    ojson lps = logprobs_of(c.pending_ids, c.pending_logprobs, c.pending_offset);
+                    if (deltas.empty() && (c.finished || c.first_chunk || !lps.is_null()))
+                        deltas.push_back(ojson::object());
+                    for (size_t k = 0; k < deltas.size(); ++k) {
+                        const choice_output out{.index = i,
+                                                .text = {},
+                                                .reason = c.reason,
+                                                .logprobs = k == 0 ? lps : ojson(),
+                                                .parsed = std::move(deltas[k]),
+                                                .tool_called = c.parser->num_calls() > 0};
+                        events += sse_event(chunk_object(g.req, g.id, g.created, out, c.first_chunk,
+                                                         c.finished && k + 1 == deltas.size()));
+                        c.first_chunk = false;
+                    }
+                    c.pending_events.clear();
+                } else if (!c.pending_text.empty() || c.finished || c.first_chunk ||
+                           (g.req.logprobs && !c.pending_ids.empty())) {
                     const choice_output out{
                         .index = i,
                         .text = c.pending_text,

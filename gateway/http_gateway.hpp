@@ -25,6 +25,10 @@ struct gateway_options {
     int port = 8000;                ///< 0: any free port
     std::string served_model_name;  ///< the "model" of /v1/models and responses; empty: the frontend's model name
     int num_threads = 0;            ///< I/O threads; 0: one per core, at most 16
+    /// Chat output parsing (docs/tool_calling.md): tool_calls::tool_call_format_from_name's names (empty: none, and
+    /// tool_choice "auto" is refused) and reasoning_format_from_name's (empty: no reasoning split).
+    std::string tool_call_parser{};
+    std::string reasoning_parser{};
     /// Non-empty: every route but /health and /ping needs "Authorization: Bearer <api_key>" (401 otherwise).
     std::string api_key{};
     std::chrono::milliseconds header_timeout{10000};      ///< a request's header must arrive within this

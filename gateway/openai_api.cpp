@@ -6,6 +6,7 @@
 
 #include "frontend/chat_messages.hpp"
 #include "messages/sampling_codec.hpp"
+#include "tool_calls/tool_call_grammar.hpp"
 
 namespace zmoe::gateway {
 
@@ -120,11 +121,13 @@ bool known_field(const std::string& name, endpoint_kind kind) {
         // vLLM's sampling extras
         "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens", "stop_token_ids", "prompt_logprobs",
         // vLLM's prefix-cache isolation
-        "cache_salt"};
+        "cache_salt",
+        // structured outputs: OpenAI's response_format, vLLM's structured_outputs and its older guided_* names
+        "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar"};
     static const std::set<std::string> kCompletion = {"prompt", "echo", "suffix", "best_of"};
-    static const std::set<std::string> kChat = {
-        "messages",    "max_completion_tokens", "top_logprobs",          "tools",
-        "tool_choice", "response_format",       "add_generation_prompt", "chat_template_kwargs"};
+    static const std::set<std::string> kChat = {"messages",    "max_completion_tokens", "top_logprobs",        "tools",
+                                                "tool_choice", "add_generation_prompt", "chat_template_kwargs",
+                                                "parallel_tool_calls"};
     return kCommon.count(name) || (kind == endpoint_kind::completion ? kCompletion : kChat).count(name);
 }
 
@@ -135,15 +138,201 @@ void refuse_unknown_fields(const ojson& body, endpoint_kind kind) {
                     (kind == endpoint_kind::completion ? " on /v1/completions" : " on /v1/chat/completions"),
                 name);
     }
-    if (kind != endpoint_kind::chat) return;
-    // Accepted only in the values that ask for nothing beyond plain text: constrained decoding and tool-call
-    // parsing are not built yet.
-    if (const ojson* t = field(body, "tool_choice"); t && !(t->is_string() && t->get<std::string>() == "none"))
-        bad("'tool_choice' other than \"none\" is not supported yet (no tool-call parsing)", "tool_choice");
-    if (const ojson* f = field(body, "response_format");
-        f && !(f->is_object() && f->contains("type") && (*f)["type"] == "text" && f->size() == 1))
-        bad("'response_format' other than {\"type\": \"text\"} is not supported yet (no constrained decoding)",
+}
+
+/// Refuses the keys of object `obj` (named `where`) outside `allowed`, naming the first.
+void refuse_unknown_keys(const ojson& obj, const std::set<std::string>& allowed, const std::string& where) {
+    for (const auto& [key, value] : obj.items())
+        if (!allowed.count(key)) bad("'" + where + "." + key + "' is not supported by this server", where);
+}
+
+/// A JSON Schema given as an object (or, in vLLM's fields, as its JSON text): its compact text.
+std::string schema_text(const ojson& v, const std::string& where) {
+    if (v.is_object()) return v.dump();
+    if (v.is_string()) {
+        ojson parsed;
+        try {
+            parsed = ojson::parse(v.get<std::string>());
+        } catch (const ojson::exception& e) {
+            bad("'" + where + "' is not valid JSON: " + e.what(), where);
+        }
+        if (!parsed.is_object()) bad("'" + where + "' must be a JSON Schema object", where);
+        return parsed.dump();
+    }
+    bad("'" + where + "' must be a JSON Schema object", where);
+}
+
+std::string string_value(const ojson& v, const std::string& where) {
+    if (!v.is_string() || v.get<std::string>().empty()) bad("'" + where + "' must be a non-empty string", where);
+    return v.get<std::string>();
+}
+
+std::string choice_text(const ojson& v, const std::string& where) {
+    if (!v.is_array() || v.empty()) bad("'" + where + "' must be a non-empty list of strings", where);
+    for (const auto& c : v)
+        if (!c.is_string()) bad("'" + where + "' must be a non-empty list of strings", where);
+    return v.dump();
+}
+
+/// OpenAI's response_format: text, json_object, or json_schema {name, schema, strict, description}.
+structured_output parse_response_format(const ojson& f) {
+    if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
+        bad("'response_format' must be an object with a 'type'", "response_format");
+    const std::string type = f["type"].get<std::string>();
+    if (type == "text") {
+        refuse_unknown_keys(f, {"type"}, "response_format");
+        return {};
+    }
+    if (type == "json_object") {
+        refuse_unknown_keys(f, {"type"}, "response_format");
+        return {structured_kind::json_object, ""};
+    }
+    if (type != "json_schema")
+        bad("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", got \"" + type + "\"",
             "response_format");
+    refuse_unknown_keys(f, {"type", "json_schema"}, "response_format");
+    const ojson* js = field(f, "json_schema");
+    if (!js || !js->is_object()) bad("'response_format.json_schema' must be an object", "response_format");
+    refuse_unknown_keys(*js, {"name", "schema", "strict", "description"}, "response_format.json_schema");
+    if (const ojson* n = field(*js, "name"); n && !n->is_string())
+        bad("'response_format.json_schema.name' must be a string", "response_format");
+    // strict: true or false alike, objects without additionalProperties are closed (as xgrammar's strict mode does):
+    // the output is a subset of what the schema allows either way (docs/structured_outputs.md).
+    if (const ojson* s = field(*js, "strict"); s && !s->is_boolean())
+        bad("'response_format.json_schema.strict' must be a boolean", "response_format");
+    const ojson* schema = field(*js, "schema");
+    // OpenAI's SDKs may leave the schema out: any JSON object then, as vLLM does.
+    if (!schema) return {structured_kind::json_object, ""};
+    return {structured_kind::json_schema, schema_text(*schema, "response_format.json_schema.schema")};
+}
+
+/// vLLM's structured_outputs {json, regex, choice, grammar, json_object}: exactly one of them.
+structured_output parse_vllm_structured(const ojson& so) {
+    if (!so.is_object()) bad("'structured_outputs' must be an object", "structured_outputs");
+    refuse_unknown_keys(so, {"json", "regex", "choice", "grammar", "json_object"}, "structured_outputs");
+    std::vector<structured_output> found;
+    if (const ojson* v = field(so, "json"))
+        found.push_back({structured_kind::json_schema, schema_text(*v, "structured_outputs.json")});
+    if (const ojson* v = field(so, "regex"))
+        found.push_back({structured_kind::regex, string_value(*v, "structured_outputs.regex")});
+    if (const ojson* v = field(so, "choice"))
+        found.push_back({structured_kind::choice, choice_text(*v, "structured_outputs.choice")});
+    if (const ojson* v = field(so, "grammar"))
+        found.push_back({structured_kind::grammar, string_value(*v, "structured_outputs.grammar")});
+    if (const ojson* v = field(so, "json_object")) {
+        if (!v->is_boolean()) bad("'structured_outputs.json_object' must be a boolean", "structured_outputs");
+        if (v->get<bool>()) found.push_back({structured_kind::json_object, ""});
+    }
+    if (found.size() != 1)
+        bad("'structured_outputs' must give exactly one of json, regex, choice, grammar, json_object",
+            "structured_outputs");
+    return found[0];
+}
+
+/// The request's structured-output constraint from whichever one field gives it (two are refused).
+structured_output parse_structured(const ojson& body) {
+    std::vector<std::pair<std::string, structured_output>> found;
+    if (const ojson* f = field(body, "response_format")) {
+        structured_output s = parse_response_format(*f);
+        if (s.active()) found.emplace_back("response_format", std::move(s));
+    }
+    if (const ojson* f = field(body, "structured_outputs"))
+        found.emplace_back("structured_outputs", parse_vllm_structured(*f));
+    if (const ojson* v = field(body, "guided_json"))
+        found.emplace_back("guided_json",
+                           structured_output{structured_kind::json_schema, schema_text(*v, "guided_json")});
+    if (const ojson* v = field(body, "guided_regex"))
+        found.emplace_back("guided_regex", structured_output{structured_kind::regex, string_value(*v, "guided_regex")});
+    if (const ojson* v = field(body, "guided_choice"))
+        found.emplace_back("guided_choice",
+                           structured_output{structured_kind::choice, choice_text(*v, "guided_choice")});
+    if (const ojson* v = field(body, "guided_grammar"))
+        found.emplace_back("guided_grammar",
+                           structured_output{structured_kind::grammar, string_value(*v, "guided_grammar")});
+    if (found.empty()) return {};
+    if (found.size() > 1)
+        bad("'" + found[0].first + "' and '" + found[1].first + "' both constrain the output: give one",
+            found[1].first);
+    return std::move(found[0].second);
+}
+
+/// `tools`: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}], each field
+/// checked and anything else refused by name.
+void check_tools(const ojson& tools) {
+    if (!tools.is_array()) bad("'tools' must be a list", "tools");
+    std::set<std::string> names;
+    for (size_t i = 0; i < tools.size(); ++i) {
+        const std::string at = "tools[" + std::to_string(i) + "]";
+        const ojson& t = tools[i];
+        if (!t.is_object()) bad("'" + at + "' must be an object", at);
+        for (const auto& [key, v] : t.items())
+            if (key != "type" && key != "function") bad("'" + at + "." + key + "' is not supported", at + "." + key);
+        if (!t.contains("type") || t["type"] != "function") bad("'" + at + ".type' must be \"function\"", at + ".type");
+        const ojson* f = field(t, "function");
+        if (!f || !f->is_object()) bad("'" + at + ".function' must be an object", at + ".function");
+        for (const auto& [key, v] : f->items()) {
+            const std::string path = at + ".function." + key;
+            if (key == "name") {
+                if (!v.is_string() || v.get<std::string>().empty())
+                    bad("'" + path + "' must be a non-empty string", path);
+                if (!names.insert(v.get<std::string>()).second)
+                    bad("'" + path + "': two tools named '" + v.get<std::string>() + "'", path);
+            } else if (key == "description") {
+                if (!v.is_string() && !v.is_null()) bad("'" + path + "' must be a string", path);
+            } else if (key == "parameters") {
+                if (!v.is_object() && !v.is_null()) bad("'" + path + "' must be a JSON Schema object", path);
+            } else if (key == "strict") {
+                if (!v.is_boolean() && !v.is_null()) bad("'" + path + "' must be a boolean", path);
+            } else {
+                bad("'" + path + "' is not supported", path);
+            }
+        }
+        if (!f->contains("name")) bad("'" + at + ".function.name' is required", at + ".function.name");
+    }
+}
+
+/// tools, tool_choice and parallel_tool_calls into the request (OpenAI's defaults and refusals).
+void parse_tool_fields(const ojson& body, openai_request& r) {
+    const ojson* tools = field(body, "tools");
+    if (tools) {
+        check_tools(*tools);
+        if (!tools->empty()) r.tools = *tools;
+    }
+    r.parallel_tool_calls = bool_field(body, "parallel_tool_calls", true);
+    const bool has_tools = !r.tools.is_null();
+    r.tool_choice = has_tools ? tool_choice_mode::automatic : tool_choice_mode::none;
+    const ojson* c = field(body, "tool_choice");
+    if (!c) return;
+    if (c->is_string()) {
+        const std::string v = c->get<std::string>();
+        if (v == "none")
+            r.tool_choice = tool_choice_mode::none;
+        else if (v == "auto")
+            r.tool_choice = tool_choice_mode::automatic;
+        else if (v == "required")
+            r.tool_choice = tool_choice_mode::required;
+        else
+            bad("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
+                "{\"name\": ...}}",
+                "tool_choice");
+    } else if (c->is_object()) {
+        const ojson* f = field(*c, "function");
+        const ojson* name = f && f->is_object() ? field(*f, "name") : nullptr;
+        if (!c->contains("type") || (*c)["type"] != "function" || !name || !name->is_string())
+            bad("'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                "tool_choice");
+        r.tool_choice = tool_choice_mode::named;
+        r.tool_choice_name = name->get<std::string>();
+    } else {
+        bad("'tool_choice' must be a string or an object", "tool_choice");
+    }
+    if (r.tool_choice != tool_choice_mode::none && !has_tools)
+        bad("'tool_choice' other than \"none\" needs 'tools'", "tool_choice");
+    if (r.tool_choice == tool_choice_mode::named) {
+        bool found = false;
+        for (const ojson& t : r.tools) found = found || t["function"]["name"] == r.tool_choice_name;
+        if (!found) bad("'tool_choice' names '" + r.tool_choice_name + "', which is not among 'tools'", "tool_choice");
+    }
 }
 
 }  // namespace
@@ -185,6 +374,9 @@ openai_request parse_openai_request(const std::string& text, endpoint_kind kind)
         if (!m) bad("'messages' must be a non-empty list", "messages");
         g.prompt = std::string();
         g.chat = chat_json(body, *m);
+        parse_tool_fields(body, r);
+        if (const ojson* k = field(body, "chat_template_kwargs"))
+            if (const ojson* t = field(*k, "enable_thinking"); t && t->is_boolean()) r.enable_thinking = t->get<bool>();
     }
     int64_t max_tokens = int_field(body, "max_tokens", 1, 1 << 24, kind == endpoint_kind::completion ? 16 : 0);
     max_tokens = int_field(body, "max_completion_tokens", 1, 1 << 24, max_tokens);
@@ -224,6 +416,10 @@ openai_request parse_openai_request(const std::string& text, endpoint_kind kind)
                 "cache_salt");
         g.cache_salt = s->get<std::string>();
     }
+    g.structured = parse_structured(body);
+    if ((r.tool_choice == tool_choice_mode::required || r.tool_choice == tool_choice_mode::named) &&
+        g.structured.active())
+        bad("'tool_choice' and a structured-output field both constrain the output: give one", "tool_choice");
     // vLLM's prompt_logprobs (and echo, which needs them) are not served yet: refused rather than ignored.
     if (field(body, "prompt_logprobs")) bad("'prompt_logprobs' is not supported", "prompt_logprobs");
     // vLLM's sampling extras and OpenAI's penalties, logit bias and logprobs. The frontend checks them again
@@ -293,18 +489,77 @@ openai_request parse_openai_request(const std::string& text, endpoint_kind kind)
     return r;
 }
 
-ojson finish_reason_json(finish_reason r, bool finished) {
+ojson finish_reason_json(finish_reason r, bool finished, bool tool_called) {
     if (!finished) return nullptr;
     switch (r) {
         case finish_reason::length:
             return "length";
         case finish_reason::stop:
-            return "stop";
+            return tool_called ? "tool_calls" : "stop";
         case finish_reason::abort:
             return "abort";
         default:
-            return "stop";
+            return tool_called ? "tool_calls" : "stop";
     }
+}
+
+void constrain_tool_choice(openai_request& r, tool_calls::tool_call_format format,
+                           std::optional<tool_calls::reasoning_format> reasoning) {
+    if (r.tool_choice != tool_choice_mode::required && r.tool_choice != tool_choice_mode::named) return;
+    try {
+        r.generate.structured = {
+            structured_kind::grammar,
+            tool_calls::tool_call_ebnf(
+                {.format = format,
+                 .tools = r.tools,
+                 .only_function = r.tool_choice == tool_choice_mode::named ? r.tool_choice_name : std::string(),
+                 .parallel = r.parallel_tool_calls && r.tool_choice == tool_choice_mode::required,
+                 .reasoning = reasoning})};
+    } catch (const zmoe::error& e) {
+        bad(std::string("'tools' cannot constrain tool_choice: ") + e.what(), "tools");
+    }
+}
+
+ojson parsed_message(const tool_calls::parsed_output& p, bool with_reasoning) {
+    ojson m = {{"role", "assistant"}, {"content", p.content.empty() && !p.calls.empty() ? ojson() : ojson(p.content)}};
+    if (with_reasoning) {
+        const ojson r = p.reasoning.empty() ? ojson() : ojson(p.reasoning);
+        m["reasoning_content"] = r;
+        m["reasoning"] = r;
+    }
+    if (!p.calls.empty()) {
+        ojson calls = ojson::array();
+        for (const tool_calls::tool_call& c : p.calls)
+            calls.push_back(
+                {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+        m["tool_calls"] = calls;
+    }
+    return m;
+}
+
+std::vector<ojson> parsed_deltas(const std::vector<tool_calls::parse_event>& events) {
+    std::vector<ojson> out;
+    for (const tool_calls::parse_event& e : events) {
+        switch (e.kind) {
+            case tool_calls::event_kind::content:
+                out.push_back({{"content", e.text}});
+                break;
+            case tool_calls::event_kind::reasoning:
+                out.push_back({{"reasoning_content", e.text}, {"reasoning", e.text}});
+                break;
+            case tool_calls::event_kind::call_start:
+                out.push_back({{"tool_calls", ojson::array({{{"index", e.call_index},
+                                                             {"id", e.id},
+                                                             {"type", "function"},
+                                                             {"function", {{"name", e.text}, {"arguments", ""}}}}})}});
+                break;
+            case tool_calls::event_kind::call_arguments:
+                out.push_back(
+                    {{"tool_calls", ojson::array({{{"index", e.call_index}, {"function", {{"arguments", e.text}}}}})}});
+                break;
+        }
+    }
+    return out;
 }
 
 namespace {
@@ -361,10 +616,11 @@ ojson response_object(const openai_request& req, const std::string& id, int64_t 
     ojson list = ojson::array();
     for (const choice_output& c : choices) {
         if (req.kind == endpoint_kind::chat) {
-            list.push_back({{"index", c.index},
-                            {"message", {{"role", "assistant"}, {"content", c.text}}},
-                            {"logprobs", c.logprobs},
-                            {"finish_reason", finish_reason_json(c.reason, true)}});
+            list.push_back(
+                {{"index", c.index},
+                 {"message", c.parsed.is_null() ? ojson{{"role", "assistant"}, {"content", c.text}} : c.parsed},
+                 {"logprobs", c.logprobs},
+                 {"finish_reason", finish_reason_json(c.reason, true, c.tool_called)}});
         } else {
             list.push_back({{"index", c.index},
                             {"text", c.text},
@@ -383,11 +639,14 @@ ojson chunk_object(const openai_request& req, const std::string& id, int64_t cre
     if (req.kind == endpoint_kind::chat) {
         ojson delta = ojson::object();
         if (first) delta["role"] = "assistant";
-        if (!c.text.empty() || !finished) delta["content"] = c.text;
+        if (!c.parsed.is_null())
+            delta.update(c.parsed);
+        else if (!c.text.empty() || !finished)
+            delta["content"] = c.text;
         choice = {{"index", c.index},
                   {"delta", delta},
                   {"logprobs", c.logprobs},
-                  {"finish_reason", finish_reason_json(c.reason, finished)}};
+                  {"finish_reason", finish_reason_json(c.reason, finished, c.tool_called)}};
     } else {
         choice = {{"index", c.index},
                   {"text", c.text},

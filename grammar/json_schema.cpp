@@ -59,10 +59,17 @@ const std::set<std::string>& supported_keywords() {
 }
 
 /// Formats as regular expressions over the string's content (RFC 3339 dates and times, RFC 4122 UUIDs, a practical
-/// e-mail address, dotted IPv4, RFC 1123 host names).
+/// e-mail address, dotted IPv4, RFC 1123 host names). Dates are calendar dates of years 0001-9999 (each month's own
+/// length, February 29 in leap years only) and seconds stop at 59: narrowings of RFC 3339, so that date and time
+/// libraries (Python's datetime, jsonschema's format checks) accept every output.
 const std::map<std::string, std::string>& format_patterns() {
-    static const std::string date = R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))";
-    static const std::string time = R"(([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))";
+    static const std::string year = R"((\d{3}[1-9]|\d{2}[1-9]\d|\d[1-9]\d{2}|[1-9]\d{3}))";
+    static const std::string leap_year = R"((\d\d(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00))";
+    static const std::string date = "(" + year +
+                                    R"(-((0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|(0[469]|11)-(0[1-9]|[12]\d|30)|)"
+                                    R"(02-(0[1-9]|1\d|2[0-8]))|)" +
+                                    leap_year + "-02-29)";
+    static const std::string time = R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))";
     static const std::string label = R"([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)";
     static const std::string octet = R"((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))";
     static const std::map<std::string, std::string> m{

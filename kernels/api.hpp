@@ -588,13 +588,16 @@ struct sample_params {
     const int32_t* bias_ids = nullptr;   // [sum of num_bias]
     const float* bias_values = nullptr;  // [sum of num_bias]
     const int32_t* banned = nullptr;     // [sum of num_banned]
+    const uint32_t* masks = nullptr;     // [rows, mask_words]: token bitmasks of the rows with mask_row >= 0
+    int32_t mask_words = 0;
     // Logprobs; written only for sequences with num_logprobs >= 0.
     float* token_logprobs = nullptr;  // [num_seqs]: raw logprob of the sampled token
     int32_t* top_ids = nullptr;       // [num_seqs, kMaxLogprobs]: the first num_logprobs entries
     float* top_logprobs = nullptr;    // [num_seqs, kMaxLogprobs]
 };
 
-/// Per sequence: the processed logits (ref::process_logits: + logit bias, penalties, banned ids -> -inf) when it
+/// Per sequence: the processed logits (ref::process_logits: + logit bias, penalties, banned ids -> -inf, tokens its
+/// structured-output mask disallows -> -inf) when it
 /// has_processing, else the raw row, are sampled: greedy: argmax, lowest index on ties. Otherwise
 /// z = logits / temperature; keep z >= the k-th largest (ties kept) when top_k > 0, and z >= max z + log(min_p)
 /// when min_p > 0; then keep the smallest set of largest z whose softmax mass reaches top_p; draw by Gumbel-max:

@@ -1,4 +1,5 @@
-// Sampling, one block per sequence: logits processing (logit bias, penalties, banned ids) into a scratch row, then
+// Sampling, one block per sequence: logits processing (logit bias, penalties, banned ids, the structured-output
+// token mask) into a scratch row, then
 // greedy argmax, or temperature -> top-k -> min-p -> top-p -> Gumbel-max draw, then the raw logprobs asked for.
 // The top-k and top-p cut-offs are found without sorting, by a radix select over order-preserving 32-bit keys of
 // the scaled logits: four passes of 8 bits, each a 256-bin histogram of counts (top-k) or probability mass (top-p).
@@ -120,6 +121,11 @@ __device__ void process_row(const sample_params& p, const sample_seq_params& sp,
     for (int32_t j = threadIdx.x; j < sp.num_banned; j += kThreads) {
         const int32_t id = p.banned[sp.banned_begin + j];
         if (id >= 0 && id < vocab) out[id] = -INFINITY;
+    }
+    if (sp.mask_row >= 0) {
+        __syncthreads();
+        for (int32_t i = threadIdx.x; i < vocab; i += kThreads)
+            if (!mask_allows(p.masks, p.mask_words, sp.mask_row, i)) out[i] = -INFINITY;
     }
     __syncthreads();
 }

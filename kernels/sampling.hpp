@@ -32,6 +32,9 @@ struct sample_seq_params {
     int32_t num_bias = 0;
     int32_t banned_begin = 0;  ///< banned[banned_begin, + num_banned): logits set to -inf (stop ids under min_tokens)
     int32_t num_banned = 0;
+    /// Structured outputs: row of the masks array ([rows, mask_words] uint32, bit i % 32 of word i / 32 = token i
+    /// allowed) whose disallowed tokens (and every id past mask_words * 32) are set to -inf last; -1: no mask.
+    int32_t mask_row = -1;
 };
 
 ZMOE_HOST_DEVICE inline bool has_penalties(const sample_seq_params& s) {
@@ -40,7 +43,12 @@ ZMOE_HOST_DEVICE inline bool has_penalties(const sample_seq_params& s) {
 
 /// Whether logits processing changes this sequence's logits (otherwise the raw row is sampled).
 ZMOE_HOST_DEVICE inline bool has_processing(const sample_seq_params& s) {
-    return s.num_bias > 0 || s.num_banned > 0 || has_penalties(s);
+    return s.num_bias > 0 || s.num_banned > 0 || s.mask_row >= 0 || has_penalties(s);
+}
+
+/// Whether token `i` is allowed by row `row` of a token bitmask of `words` uint32 words per row.
+ZMOE_HOST_DEVICE inline bool mask_allows(const uint32_t* masks, int32_t words, int32_t row, int32_t i) {
+    return i < words * 32 && ((masks[static_cast<int64_t>(row) * words + i / 32] >> (i % 32)) & 1u) != 0;
 }
 
 /// The penalties of one token, as vLLM and transformers define them: the repetition penalty (CTRL) on a token

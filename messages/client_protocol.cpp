@@ -77,6 +77,7 @@ void fields(auto& io, message_of<client_generate> auto& m) {
     io.field("generate.min_tokens", m.min_tokens, as_uint{});
     io.field("generate.n", m.n, as_uint{});                                // appended
     io.field("generate.cache_salt", m.cache_salt, as_str{kMaxNameBytes});  // appended
+    io.field("generate.structured", m.structured, as_structured{});        // appended
 }
 
 void fields(auto& io, message_of<client_abort> auto& m) {

@@ -81,6 +81,10 @@ struct client_generate {
     /// Appended: prefix caching shares cached KV blocks only among requests with the same salt (vLLM's cache_salt;
     /// empty = the unsalted cache), so that one tenant cannot learn from timing what another's prompts were.
     std::string cache_salt{};
+    /// Appended: constrain the output to a JSON Schema, any JSON object, a regex, one of a list of choices or an EBNF
+    /// grammar (structured_output.hpp). The frontend refuses with invalid_argument, before queueing, a constraint
+    /// that does not compile, naming the problem.
+    structured_output structured{};
     bool operator==(const client_generate&) const = default;
 };
 

@@ -71,6 +71,9 @@ struct engine_config {
     bool enforce_eager = false;           ///< CUDA: every step launched kernel by kernel (no decode CUDA graphs)
     double dummy_router_skew = 0;         ///< dummy weights: routers lean towards the highest expert ids (EPLB checks)
     bool trace_steps = false;             ///< every step's record in the metrics JSON ("steps")
+    /// tokenizer.json (or its directory) the workers bind structured-output grammars to; empty: the command's
+    /// --tokenizer (serve, generate), else the model directory.
+    std::string grammar_tokenizer;
 
     bool operator==(const engine_config&) const = default;
 };
@@ -179,6 +182,10 @@ void for_each_engine_flag(Config& c, Visitor&& visit) {
                            "keep every step's record (tokens, sequences, kind, time, EPLB stage/switch) in "
                            "the metrics JSON"},
           c.trace_steps);
+    visit(engine_flag_info{"grammar-tokenizer",
+                           "tokenizer.json (or its directory) the workers bind structured-output grammars to "
+                           "(default: --tokenizer, else --model)"},
+          c.grammar_tokenizer);
 }
 
 /// The configuration as `--name value` arguments (switches only when set), parseable by the same flags.

@@ -62,6 +62,7 @@ void fields(auto& io, message_of<engine_add_request> auto& m) {
     io.field("add_request.stop_token_ids", m.stop_token_ids, as_int32_array{4096});
     io.field("add_request.ignore_eos", m.ignore_eos, as_bool{});
     io.field("add_request.cache_salt", m.cache_salt, as_str{kMaxNameBytes});  // appended
+    io.field("add_request.structured", m.structured, as_structured{});        // appended
 }
 
 void fields(auto& io, message_of<engine_abort> auto& m) { io.field("abort.request_id", m.request_id, as_uint{}); }

@@ -60,6 +60,8 @@ struct engine_add_request {
     bool ignore_eos = false;
     /// Appended: prefix caching shares blocks only among requests with the same salt (empty: the unsalted cache).
     std::string cache_salt{};
+    /// Appended: the structured-output constraint (kind none: unconstrained). The frontend has compiled it.
+    structured_output structured{};
 };
 
 struct engine_abort {

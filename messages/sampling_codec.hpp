@@ -9,6 +9,7 @@
 
 #include "messages/field_list.hpp"
 #include "messages/step_types.hpp"
+#include "messages/structured_output.hpp"
 
 namespace zmoe {
 
@@ -43,6 +44,30 @@ inline constexpr auto logprobs_fields = [](auto& io, auto& l) {
     io.field(n, l.top_ids, as_int32_array{kMaxTopLogprobs});
     io.field(n, l.top_logprobs, as_array<as_f32>{kMaxTopLogprobs, {}});
     io.check([&] { return l.top_ids.size() == l.top_logprobs.size(); }, "top_ids and top_logprobs differ in length");
+};
+
+/// Most bytes of a structured-output constraint's text (a JSON Schema, a regex, a grammar).
+constexpr size_t kMaxStructuredBytes = size_t{1} << 20;
+
+/// A structured_output as [kind name, text] ("" for none; structured_output.hpp); a reader refuses a kind it does not
+/// know.
+struct as_structured {
+    void write(msgpack_writer& w, const structured_output& v) const {
+        w.array_header(2);
+        w.str(structured_kind_name(v.kind));
+        w.str(v.text);
+    }
+    void read(field_cursor& f, const char* name, structured_output& v) const {
+        field_cursor g = f.read_record(name, 2, 64);
+        msgpack_reader& r = g.next(name);
+        const std::string_view kind = r.read_str(name, 64);
+        const auto parsed = structured_kind_from_name(kind);
+        if (!parsed) r.fail(name, "unknown structured-output kind '" + std::string(kind) + "'");
+        v.kind = *parsed;
+        v.text = g.read_string(name, kMaxStructuredBytes);
+        g.finish();
+    }
+    size_t hint(const structured_output& v) const { return 24 + v.text.size(); }
 };
 
 /// A sampling_params record: at least the four original fields.

@@ -8,6 +8,8 @@
 #include <optional>
 #include <vector>
 
+#include "messages/structured_output.hpp"
+
 namespace zmoe {
 
 /// Stands in for "the token this worker sampled for this request in its previous step". Async scheduling
@@ -67,6 +69,13 @@ struct scheduled_seq {
     /// Number of tokens this request has generated before this sample (the RNG counter).
     uint32_t sample_index = 0;
     sampling_params sampling;
+    /// Appended: the request's structured-output constraint, sent only where the worker must (re)build the sequence's
+    /// matcher: on the request's first sample, and on the last chunk of a recompute after preemption (kind none
+    /// elsewhere, also for constrained requests: the worker keeps their matcher until finished_ids names them).
+    structured_output structured{};
+    /// Appended: with `structured` set, the tokens the sequence has generated so far (sample_index of them), which
+    /// the worker replays into a fresh matcher when it holds none at that position.
+    std::vector<int32_t> output_token_ids{};
 };
 
 /// What the engine core sends one rank for one step. Every rank gets one every step, empty or not:

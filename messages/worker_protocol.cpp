@@ -24,6 +24,8 @@ const auto seq_fields = [](auto& io, auto& s) {
     io.field("seq.do_sample", s.do_sample, as_bool{});
     io.field("seq.sample_index", s.sample_index, as_uint{});
     io.field("seq.sampling", s.sampling, as_sampling);
+    io.field("seq.structured", s.structured, as_structured{});  // appended
+    io.field("seq.output_token_ids", s.output_token_ids, as_int32_le{kMaxSeqTokens});
 };
 
 const auto token_fields = [](auto& io, auto& t) {

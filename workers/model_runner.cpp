@@ -57,7 +57,9 @@ model_runner::model_runner(const model_config& config, const std::string& model_
       weights_(model_dir, config_, placement_, options.rank, options.load_format, options.dummy_router_skew),
       pool_(options.num_threads),
       cache_(kv_cache::for_model(config_, options.num_kv_blocks, options.block_size)),
-      model_(weights_, placement_, *comm_, pool_) {
+      model_(weights_, placement_, *comm_, pool_),
+      masks_(options.grammar_tokenizer.empty() ? model_dir : options.grammar_tokenizer, config_.eos_token_ids,
+             static_cast<int32_t>(config_.vocab_size)) {
     if (placement_.num_ranks != options.world_size)
         throw error(errc::invalid_argument, "expert placement spans " + std::to_string(placement_.num_ranks) +
                                                 " ranks, world size is " + std::to_string(options.world_size));
@@ -68,6 +70,7 @@ forward_batch model_runner::prepare(const step_request& request, sample_batch& s
     const auto tokens =
         validate_step(request, cache_.block_size(), cache_.num_blocks(), config_.vocab_size, last_sampled_);
     samples = gather_samples(request, tokens, history_, sample_ids);
+    masks_.begin_step(request, samples);  // computed while the forward pass runs
     forward_batch b;
     for (size_t i = 0; i < request.seqs.size(); ++i) {
         const scheduled_seq& s = request.seqs[i];
@@ -113,7 +116,9 @@ step_result model_runner::execute(const step_request& request, std::vector<std::
     model_.forward(batch, cache_, logits, result.expert_counts);
 
     const int64_t V = config_.vocab_size;
+    masks_.finish_masks(samples);
     result.tokens = sample_rows(logits.data(), V, samples, sample_ids);
+    masks_.end_step(result.tokens);
     for (const sampled_token& t : result.tokens) last_sampled_[t.request_id] = t.token_id;
     if (logits_out) {
         logits_out->clear();

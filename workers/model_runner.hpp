@@ -17,6 +17,7 @@
 #include "model/model_config.hpp"
 #include "workers/cpu_model.hpp"
 #include "workers/expert_comm.hpp"
+#include "workers/grammar_masks.hpp"
 #include "workers/kv_cache.hpp"
 #include "workers/model_weights.hpp"
 #include "workers/sampler.hpp"
@@ -38,6 +39,8 @@ struct runner_options {
     int num_threads = 0;
     /// "auto": the checkpoint's weights; "dummy": generated from config.json (dummy_checkpoint).
     std::string load_format = "auto";
+    /// tokenizer.json (or its directory) of structured outputs' grammars; empty: the model directory.
+    std::string grammar_tokenizer;
     double dummy_router_skew = 0;  ///< with "dummy": hot experts (dummy_checkpoint)
     /// `--quantization`: "" = the checkpoint's own format; "fp8": quantize at load
     /// (model_config::apply_quantization_flag).
@@ -84,6 +87,7 @@ class model_runner final : public step_executor {
     cpu_model model_;
     std::unordered_map<uint64_t, int32_t> last_sampled_;  // request id -> token sampled for it last
     token_history history_;                               // fed tokens of the requests with penalties
+    grammar_masks masks_;                                 // structured outputs: matchers and token masks
     std::map<std::pair<int64_t, int64_t>, std::unique_ptr<std::byte[]>> moved_experts_;  // (layer, slot) -> weights
     struct staged_expert {
         uint32_t layer;

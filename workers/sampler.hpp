@@ -45,6 +45,10 @@ struct sample_batch {
     std::vector<float> bias_values;
     std::vector<int32_t> banned;
     bool any_logprobs = false;
+    /// Structured outputs: the rows' token bitmasks ([rows, mask_words]; seqs[r].mask_row indexes them), set by
+    /// grammar_masks once computed (not owned).
+    const uint32_t* masks = nullptr;
+    int32_t mask_words = 0;
 
     /// Appends the row of `seq` (a do_sample sequence); `history` holds its fed tokens (prompt then generated),
     /// needed when needs_history(seq.sampling).
@@ -53,7 +57,9 @@ struct sample_batch {
         return {.history = history.data(),
                 .bias_ids = bias_ids.data(),
                 .bias_values = bias_values.data(),
-                .banned = banned.data()};
+                .banned = banned.data(),
+                .masks = masks,
+                .mask_words = mask_words};
     }
 };
 

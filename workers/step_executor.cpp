@@ -25,6 +25,7 @@ std::unique_ptr<step_executor> make_step_executor(const executor_options& option
     if (c.device == "cpu") {
         runner_options ro;
         ro.load_format = c.load_format;
+        ro.grammar_tokenizer = c.grammar_tokenizer;
         ro.dummy_router_skew = c.dummy_router_skew;
         ro.quantization = c.quantization;
         ro.block_size = c.block_size;

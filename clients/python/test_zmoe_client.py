@@ -127,10 +127,27 @@ class ClientTest(unittest.TestCase):
         gen = [m for m in self.server.seen if m[1] == zmoe_client.GENERATE]
         # Unset sampling fields travel as nil: the server's defaults apply (docs/sampling.md).
         self.assertEqual(gen[0][2:], [a.request_id, "hello", 4, None, None, None, 7, ["\n"], False, True, "",
-                                      [], None, 0.0, 0.0, None, None, [], 0, 1, ""])
+                                      [], None, 0.0, 0.0, None, None, [], 0, 1, "", ["", ""]])
         salted = self.client.generate(prompt_token_ids=[1], max_tokens=1, cache_salt="tenant")
         salted.collect()
-        self.assertEqual([m for m in self.server.seen if m[1] == zmoe_client.GENERATE][-1][-1], "tenant")
+        self.assertEqual([m for m in self.server.seen if m[1] == zmoe_client.GENERATE][-1][-2], "tenant")
+
+    def test_structured_outputs_travel_as_kind_and_text(self):
+        cases = [({"json": {"type": "object", "properties": {"b": {}, "a": {}}}},
+                  ["json_schema", '{"type": "object", "properties": {"b": {}, "a": {}}}']),
+                 ({"json": '{"type":"integer"}'}, ["json_schema", '{"type":"integer"}']),
+                 ({"json_object": True}, ["json_object", ""]),
+                 ({"regex": "[a-z]+"}, ["regex", "[a-z]+"]),
+                 ({"choice": ["yes", "no"]}, ["choice", '["yes", "no"]']),
+                 ({"grammar": 'root ::= "x"'}, ["grammar", 'root ::= "x"'])]
+        for structured, wire in cases:
+            self.client.generate(prompt_token_ids=[100], max_tokens=2, structured=structured).collect()
+            gen = [m for m in self.server.seen if m[1] == zmoe_client.GENERATE]
+            self.assertEqual(gen[-1][-1], wire)
+        with self.assertRaises(ValueError):
+            self.client.generate(prompt_token_ids=[5], structured={"regex": "a", "choice": ["a"]})
+        with self.assertRaises(ValueError):
+            self.client.generate(prompt_token_ids=[5], structured={"yaml": "a"})
 
     def test_n_sequences_end_after_each_finished(self):
         stream = self.client.generate(prompt_token_ids=[5], max_tokens=2, stream=False, n=3)

@@ -87,6 +87,26 @@ class Completion:
     cached_tokens: int = 0
 
 
+def _structured_field(structured):
+    """The wire's [kind, text] of a structured-output constraint (["", ""] for none)."""
+    if not structured:
+        return ["", ""]
+    if len(structured) != 1:
+        raise ValueError("structured: give exactly one of json, json_object, regex, choice, grammar")
+    (key, value), = structured.items()
+    if key == "json":
+        return ["json_schema", value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)]
+    if key == "json_object":
+        return ["json_object", ""] if value else ["", ""]
+    if key == "regex":
+        return ["regex", str(value)]
+    if key == "choice":
+        return ["choice", json.dumps([str(c) for c in value], ensure_ascii=False)]
+    if key == "grammar":
+        return ["grammar", str(value)]
+    raise ValueError(f"structured: unknown kind {key!r}")
+
+
 def _fields(frame, expected_kinds):
     """Decodes one frame into (kind, fields); raises ZmoeError("protocol") when malformed."""
     if len(frame) > MAX_FRAME_BYTES:
@@ -208,7 +228,8 @@ class Client:
                  top_k=None, seed=None, stop=(), ignore_eos=False, stream=True, request_id=None, timeout=None,
                  messages=None, add_generation_prompt=True, tools=None, chat_template_kwargs=None,
                  stop_token_ids=(), logprobs=None, presence_penalty=0.0, frequency_penalty=0.0,
-                 repetition_penalty=None, min_p=None, logit_bias=None, min_tokens=0, n=1, cache_salt=None):
+                 repetition_penalty=None, min_p=None, logit_bias=None, min_tokens=0, n=1, cache_salt=None,
+                 structured=None):
         """Starts a request (text prompt, prompt_token_ids or chat messages, exactly one) and returns a Stream of its
         deltas. messages: the server renders them with the model's chat template (with tools and
         chat_template_kwargs). stream=False: the server sends one final delta holding everything. Sampling
@@ -217,7 +238,10 @@ class Client:
         repetition_penalty 1). logit_bias: {token id: bias}. logprobs=k: each delta carries, per token, its logprob
         and the k most likely tokens' logprobs. n: sequences from the prompt (sequence i seeded seed + i); the
         stream's deltas name theirs in Delta.index, and it ends once all n have finished. cache_salt: only requests
-        with the same salt share the server's prefix cache (Delta.cached_tokens: prompt tokens it served)."""
+        with the same salt share the server's prefix cache (Delta.cached_tokens: prompt tokens it served).
+        structured: constrain the output, one of {"json": schema (a dict or its JSON text)}, {"json_object": True},
+        {"regex": pattern}, {"choice": [strings]}, {"grammar": EBNF text} (docs/structured_outputs.md); a constraint
+        that does not compile fails the request with invalid_argument."""
         if sum(x is not None for x in (prompt, prompt_token_ids, messages)) != 1:
             raise ValueError("give exactly one of prompt, prompt_token_ids and messages")
         chat = ""
@@ -240,11 +264,12 @@ class Client:
             return None if v is None else kind(v)
 
         bias = [[int(t), float(b)] for t, b in (logit_bias or {}).items()]
+        constraint = _structured_field(structured)
         self._send(GENERATE, request_id, wire_prompt, int(max_tokens), opt(temperature, float), opt(top_p, float),
                    opt(top_k, int), opt(seed, int), [str(s) for s in stop], bool(ignore_eos), bool(stream), chat,
                    [int(t) for t in stop_token_ids], opt(logprobs, int), float(presence_penalty),
                    float(frequency_penalty), opt(repetition_penalty, float), opt(min_p, float), bias, int(min_tokens),
-                   int(n), str(cache_salt or ""))
+                   int(n), str(cache_salt or ""), constraint)
         self._live[request_id] = int(n)
         return Stream(self, request_id, self._timeout if timeout is None else timeout, int(n))
 

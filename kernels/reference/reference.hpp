@@ -99,10 +99,12 @@ struct sample_inputs {
     const int32_t* bias_ids = nullptr;
     const float* bias_values = nullptr;
     const int32_t* banned = nullptr;
+    const uint32_t* masks = nullptr;  ///< [rows, mask_words]: structured-output token bitmasks (mask_row)
+    int32_t mask_words = 0;
 };
 
 /// See launch_sample: out = logits + logit bias, then the penalties (apply_penalties on every token of the
-/// history), then banned ids set to -inf.
+/// history), then banned ids set to -inf, then the tokens the sequence's mask (mask_row >= 0) disallows set to -inf.
 void process_logits(const float* logits, int32_t vocab_size, const sample_seq_params& s, const sample_inputs& in,
                     float* out);
 

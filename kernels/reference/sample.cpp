@@ -37,6 +37,10 @@ void process_logits(const float* logits, int32_t vocab_size, const sample_seq_pa
         const int32_t id = in.banned[s.banned_begin + j];
         if (id >= 0 && id < vocab_size) out[id] = -INFINITY;
     }
+    if (s.mask_row >= 0) {
+        for (int32_t i = 0; i < vocab_size; ++i)
+            if (!mask_allows(in.masks, in.mask_words, s.mask_row, i)) out[i] = -INFINITY;
+    }
 }
 
 int32_t sample(const float* logits, int32_t vocab_size, const sample_seq_params& s) {

@@ -256,6 +256,60 @@ TEST(Scheduler, RequestPreemptedWithATokenInFlightKeepsIt) {
     EXPECT_EQ(out.stats.num_discarded_tokens, 0u);
 }
 
+TEST(Scheduler, StructuredOutputSpecGoesWithTheFirstSampleAndEveryRecompute) {
+    // The preemption scenario above with both requests constrained: the constraint reaches the worker with each
+    // request's first sample, and again (with the tokens generated so far) with the sample that ends B's recompute;
+    // no other sequence carries it, and an unconstrained request never does.
+    harness h(make_config({3}, true, 64, 8, 4));
+    new_request a = make_request(1, 4, 5);
+    new_request b = make_request(2, 3, 6);
+    a.structured = {structured_kind::regex, "[0-9]+"};
+    b.structured = {structured_kind::json_object, ""};
+    struct sent {
+        uint64_t id;
+        uint32_t sample_index;
+        structured_output spec;
+        std::vector<int32_t> replay;
+    };
+    std::vector<sent> with_spec;
+    int num_samples = 0;
+    h.on_step = [&](const std::vector<step_request>& steps) {
+        for (const step_request& s : steps) {
+            for (const scheduled_seq& q : s.seqs) {
+                num_samples += q.do_sample ? 1 : 0;
+                if (!q.structured.active()) {
+                    EXPECT_TRUE(q.output_token_ids.empty());
+                    continue;
+                }
+                EXPECT_TRUE(q.do_sample);
+                // What the engine core knows of the request's output when it sends the recompute.
+                const auto it = h.outcome.tokens.find(q.request_id);
+                const std::vector<int32_t> known = it == h.outcome.tokens.end() ? std::vector<int32_t>{} : it->second;
+                EXPECT_EQ(q.output_token_ids, known) << "request " << q.request_id;
+                with_spec.push_back({q.request_id, q.sample_index, q.structured, q.output_token_ids});
+            }
+        }
+    };
+    h.add(a);
+    h.add(b);
+    h.add(make_request(3, 2, 3));
+    run_outcome out = h.run();
+    ASSERT_GE(out.stats.num_preemptions, 1u);
+    std::map<uint64_t, int> first_samples, recomputes;
+    for (const sent& s : with_spec) {
+        EXPECT_TRUE(s.id == 1 || s.id == 2) << "request " << s.id << " is not constrained";
+        EXPECT_EQ(s.spec, s.id == 1 ? a.structured : b.structured);
+        EXPECT_EQ(s.sample_index, s.replay.size());
+        ++(s.sample_index == 0 ? first_samples : recomputes)[s.id];
+    }
+    EXPECT_EQ(first_samples, (std::map<uint64_t, int>{{1, 1}, {2, 1}}));
+    EXPECT_GE(recomputes[2], 1) << "B's recompute carries the constraint and its tokens again";
+    EXPECT_LE(static_cast<uint64_t>(recomputes[1] + recomputes[2]), out.stats.num_preemptions);
+    EXPECT_GT(num_samples, static_cast<int>(with_spec.size()));
+    EXPECT_EQ(out.tokens.at(1), reference_output(a));
+    EXPECT_EQ(out.tokens.at(2), reference_output(b));
+}
+
 TEST(Scheduler, AsyncAndSyncGiveTheSameOutputs) {
     const auto reqs = random_workload(5, 60, 50, 40);
     // Staggered arrivals so that prefills, decodes and finishes interleave.

@@ -657,6 +657,70 @@ int shell(const std::string& cmd, const std::string& log) {
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
+// tool_choice "required" and a named function on the demo model (random weights, the real Qwen3 tokenizer and
+// template, so `serve` picked the hermes and qwen3 parsers): the grammar makes every answer a valid call, whatever
+// the seed; the stream folds into the same call.
+TEST(HttpGateway, ToolChoiceRequiredGivesValidCallsFromRandomWeights) {
+    auto& s = server();
+    const std::string tools =
+        R"("tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", )"
+        R"("properties": {"city": {"type": "string", "enum": ["Paris", "Tokyo"]}, "days": {"type": "integer"}}, )"
+        R"("required": ["city"]}}}, {"type": "function", "function": {"name": "get_time"}}])";
+    const auto body = [&](const std::string& choice, int seed, bool stream) {
+        return R"({"messages": [{"role": "user", "content": "Weather in Paris?"}], )" + tools + R"(, "tool_choice": )" +
+               choice + R"(, "parallel_tool_calls": false, "max_tokens": 200, "seed": )" + std::to_string(seed) +
+               R"(, "temperature": 1, "chat_template_kwargs": {"enable_thinking": false})" +
+               (stream ? R"(, "stream": true})" : "}");
+    };
+    for (const std::string& choice :
+         {std::string(R"("required")"), std::string(R"({"type": "function", "function": {"name": "get_time"}})")}) {
+        for (int seed = 1; seed <= 4; ++seed) {
+            const auto r = s.curl("/v1/chat/completions", body(choice, seed, false), 120);
+            ASSERT_EQ(r.status, 200) << r.body;
+            const ojson c = ojson::parse(r.body)["choices"][0];
+            ASSERT_EQ(c["finish_reason"], "tool_calls") << r.body;
+            ASSERT_EQ(c["message"]["tool_calls"].size(), 1u) << r.body;
+            const ojson& call = c["message"]["tool_calls"][0];
+            const std::string name = call["function"]["name"];
+            const ojson args = ojson::parse(call["function"]["arguments"].get<std::string>());
+            if (choice != R"("required")") {
+                EXPECT_EQ(name, "get_time");
+            }
+            if (name == "get_weather") {
+                EXPECT_TRUE(args["city"] == "Paris" || args["city"] == "Tokyo") << args.dump();
+                for (const auto& [k, v] : args.items())
+                    EXPECT_TRUE(k == "city" || (k == "days" && v.is_number_integer()));
+            } else {
+                EXPECT_EQ(name, "get_time");
+                EXPECT_EQ(args, ojson::object());
+            }
+            if (seed != 1) continue;
+            // Streamed with the same seed: id and name first, then the arguments, folding into the same call.
+            const auto st = s.curl("/v1/chat/completions", body(choice, seed, true), 120);
+            std::string streamed_name, streamed_args, finish;
+            for (const std::string& d : sse_data(st.body)) {
+                if (d == "[DONE]") continue;
+                const ojson chunk = ojson::parse(d);
+                if (chunk["choices"].empty()) continue;
+                const ojson& ch = chunk["choices"][0];
+                if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+                if (!ch["delta"].contains("tool_calls")) continue;
+                const ojson& t = ch["delta"]["tool_calls"][0];
+                if (t.contains("id")) {
+                    EXPECT_TRUE(streamed_name.empty());
+                    streamed_name = t["function"]["name"];
+                } else {
+                    EXPECT_FALSE(streamed_name.empty()) << "arguments before the call's name";
+                }
+                streamed_args += t["function"]["arguments"].get<std::string>();
+            }
+            EXPECT_EQ(finish, "tool_calls");
+            EXPECT_EQ(streamed_name, name);
+            EXPECT_EQ(streamed_args, call["function"]["arguments"]);
+        }
+    }
+}
+
 std::string read_file(const std::string& path) {
     std::ifstream in(path);
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());

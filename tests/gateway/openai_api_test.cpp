@@ -135,17 +135,12 @@ TEST(OpenaiApi, FieldsThisServerDoesNotImplementAreRefusedByName) {
         return refusal(R"({"messages": [{"role": "user", "content": "hi"}], )" + extra + "}", endpoint_kind::chat);
     };
     // Unknown to both routes, and each route's own fields on the other.
-    EXPECT_EQ(refusal(R"({"prompt": "x", "guided_json": {}})").param, "guided_json");
+    EXPECT_EQ(refusal(R"({"prompt": "x", "guided_decoding_backend": "xgrammar"})").param, "guided_decoding_backend");
     EXPECT_EQ(refusal(R"({"prompt": "x", "messages": []})").param, "messages");
     EXPECT_EQ(chat(R"("prompt": "x")").param, "prompt");
-    EXPECT_EQ(chat(R"("structured_outputs": {"regex": "a+"})").param, "structured_outputs");
-    EXPECT_EQ(chat(R"("parallel_tool_calls": false)").param, "parallel_tool_calls");
     EXPECT_NE(chat(R"("reasoning_effort": "low")").message.find("'reasoning_effort' is not supported"),
               std::string::npos);
-    // Known names in values that would need what is not built yet.
-    EXPECT_EQ(chat(R"("response_format": {"type": "json_object"})").param, "response_format");
-    EXPECT_EQ(chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {}}})").param,
-              "response_format");
+    // tool_choice without tools.
     EXPECT_EQ(chat(R"("tool_choice": "required")").param, "tool_choice");
     EXPECT_EQ(chat(R"("tool_choice": "auto")").param, "tool_choice");
     EXPECT_EQ(chat(R"("tool_choice": {"type": "function", "function": {"name": "f"}})").param, "tool_choice");
@@ -154,6 +149,78 @@ TEST(OpenaiApi, FieldsThisServerDoesNotImplementAreRefusedByName) {
         R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "text"}, "tool_choice": "none", "user": "u1"})",
         endpoint_kind::chat));
     EXPECT_NO_THROW(parse_openai_request(R"({"prompt": "x", "user": "u1", "best_of": 1})", endpoint_kind::completion));
+}
+
+TEST(OpenaiApi, StructuredOutputsReachTheGenerateRequest) {
+    const auto parsed = [](const std::string& extra, endpoint_kind kind) {
+        const std::string head = kind == endpoint_kind::chat ? R"({"messages": [{"role": "user", "content": "hi"}], )"
+                                                             : R"({"prompt": "x", )";
+        try {
+            return parse_openai_request(head + extra + "}", kind).generate.structured;
+        } catch (const api_error& e) {
+            ADD_FAILURE() << extra << ": " << e.message;
+            return structured_output{};
+        }
+    };
+    for (const endpoint_kind k : {endpoint_kind::chat, endpoint_kind::completion}) {
+        EXPECT_EQ(parsed(R"("response_format": {"type": "text"})", k), structured_output{});
+        EXPECT_EQ(parsed(R"("response_format": {"type": "json_object"})", k),
+                  (structured_output{structured_kind::json_object, ""}));
+        // The schema's text keeps its key order (the output follows it), without whitespace.
+        EXPECT_EQ(
+            parsed(
+                R"("response_format": {"type": "json_schema", "json_schema": {"name": "p", "strict": true, )"
+                R"("schema": {"type": "object", "properties": {"z": {"type": "integer"}, "a": {"type": "string"}}}}})",
+                k),
+            (structured_output{structured_kind::json_schema,
+                               R"({"type":"object","properties":{"z":{"type":"integer"},"a":{"type":"string"}}})"}));
+        EXPECT_EQ(parsed(R"("structured_outputs": {"regex": "[a-z]+"})", k),
+                  (structured_output{structured_kind::regex, "[a-z]+"}));
+        EXPECT_EQ(parsed(R"("structured_outputs": {"choice": ["yes", "no"]})", k),
+                  (structured_output{structured_kind::choice, R"(["yes","no"])"}));
+        EXPECT_EQ(parsed(R"("structured_outputs": {"grammar": "root ::= \"a\""})", k),
+                  (structured_output{structured_kind::grammar, R"(root ::= "a")"}));
+        EXPECT_EQ(parsed(R"("structured_outputs": {"json": {"type": "boolean"}})", k),
+                  (structured_output{structured_kind::json_schema, R"({"type":"boolean"})"}));
+        EXPECT_EQ(parsed(R"("structured_outputs": {"json": "{\"type\": \"null\"}"})", k),
+                  (structured_output{structured_kind::json_schema, R"({"type":"null"})"}));
+        EXPECT_EQ(parsed(R"("structured_outputs": {"json_object": true})", k),
+                  (structured_output{structured_kind::json_object, ""}));
+        EXPECT_EQ(parsed(R"("guided_json": {"type": "integer"})", k),
+                  (structured_output{structured_kind::json_schema, R"({"type":"integer"})"}));
+        EXPECT_EQ(parsed(R"("guided_regex": "\\d+")", k), (structured_output{structured_kind::regex, R"(\d+)"}));
+        EXPECT_EQ(parsed(R"("guided_choice": ["a"])", k), (structured_output{structured_kind::choice, R"(["a"])"}));
+        EXPECT_EQ(parsed(R"("guided_grammar": "root ::= [0-9]+")", k),
+                  (structured_output{structured_kind::grammar, "root ::= [0-9]+"}));
+    }
+}
+
+TEST(OpenaiApi, StructuredOutputRefusalsNameTheField) {
+    const auto chat = [](const std::string& extra) {
+        return refusal(R"({"messages": [{"role": "user", "content": "hi"}], )" + extra + "}", endpoint_kind::chat);
+    };
+    EXPECT_EQ(chat(R"("response_format": {"type": "yaml"})").param, "response_format");
+    EXPECT_EQ(chat(R"("response_format": "json")").param, "response_format");
+    EXPECT_EQ(chat(R"("response_format": {"type": "json_object", "schema": {}})").param, "response_format");
+    EXPECT_NE(chat(R"("response_format": {"type": "json_schema", "json_schema": {"schema": {}, "extra": 1}})")
+                  .message.find("'response_format.json_schema.extra' is not supported"),
+              std::string::npos);
+    EXPECT_EQ(chat(R"("response_format": {"type": "json_schema", "json_schema": {"schema": [1]}})").param,
+              "response_format.json_schema.schema");
+    EXPECT_EQ(
+        chat(R"("response_format": {"type": "json_schema", "json_schema": {"strict": "yes", "schema": {}}})").param,
+        "response_format");
+    EXPECT_NE(chat(R"("structured_outputs": {"regex": "a", "whitespace_pattern": " "})")
+                  .message.find("'structured_outputs.whitespace_pattern' is not supported"),
+              std::string::npos);
+    EXPECT_EQ(chat(R"("structured_outputs": {"regex": "a", "choice": ["a"]})").param, "structured_outputs");
+    EXPECT_EQ(chat(R"("structured_outputs": {})").param, "structured_outputs");
+    EXPECT_EQ(chat(R"("structured_outputs": {"choice": []})").param, "structured_outputs.choice");
+    EXPECT_EQ(chat(R"("structured_outputs": {"choice": ["a", 1]})").param, "structured_outputs.choice");
+    EXPECT_EQ(chat(R"("structured_outputs": {"json": "{not json"})").param, "structured_outputs.json");
+    EXPECT_EQ(chat(R"("guided_regex": "")").param, "guided_regex");
+    // Two fields constraining one output: refused, naming the second.
+    EXPECT_EQ(chat(R"("response_format": {"type": "json_object"}, "guided_regex": "a")").param, "guided_regex");
 }
 
 TEST(OpenaiApi, BadRequestsNameTheField) {
@@ -277,6 +344,119 @@ TEST(OpenaiApi, ResponseAndChunkShapes) {
     EXPECT_EQ(two["choices"][1]["index"], 1);
     EXPECT_EQ(two["choices"][1]["finish_reason"], "length");
     EXPECT_EQ(sse_event(ojson{{"a", 1}}), "data: {\"a\":1}\n\n");
+}
+
+openai_request chat_request(const std::string& extra) {
+    return parse_openai_request(R"({"messages": [{"role": "user", "content": "hi"}], )" + extra + "}",
+                                endpoint_kind::chat);
+}
+
+TEST(OpenaiApi, ToolsAndToolChoice) {
+    const std::string tools =
+        R"("tools": [{"type": "function", "function": {"name": "get_weather", "description": "d", "parameters": )"
+        R"({"type": "object", "properties": {"city": {"type": "string"}}}, "strict": true}}, )"
+        R"({"type": "function", "function": {"name": "get_time"}}])";
+    // With tools and no tool_choice: auto (OpenAI's default); without tools: none.
+    openai_request r = chat_request(tools);
+    EXPECT_EQ(r.tool_choice, tool_choice_mode::automatic);
+    EXPECT_EQ(r.tools.size(), 2u);
+    EXPECT_TRUE(r.parallel_tool_calls);
+    EXPECT_EQ(chat_request(R"("tool_choice": "none")").tool_choice, tool_choice_mode::none);
+    EXPECT_EQ(chat_request(tools + R"(, "tool_choice": "none")").tool_choice, tool_choice_mode::none);
+    r = chat_request(tools + R"(, "tool_choice": "auto", "parallel_tool_calls": false)");
+    EXPECT_EQ(r.tool_choice, tool_choice_mode::automatic);
+    EXPECT_FALSE(r.parallel_tool_calls);
+    // The template still gets the tools.
+    EXPECT_NE(r.generate.chat.find("get_weather"), std::string::npos);
+    EXPECT_TRUE(chat_request(R"("chat_template_kwargs": {"enable_thinking": true})").enable_thinking);
+    EXPECT_FALSE(chat_request(R"("chat_template_kwargs": {"enable_thinking": false})").enable_thinking);
+
+    const auto bad = [&](const std::string& extra) {
+        return refusal(R"({"messages": [{"role": "user", "content": "hi"}], )" + extra + "}", endpoint_kind::chat);
+    };
+    EXPECT_EQ(bad(R"("tool_choice": "auto")").param, "tool_choice");  // no tools
+    EXPECT_EQ(bad(tools + R"(, "tool_choice": "sometimes")").param, "tool_choice");
+    EXPECT_EQ(bad(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "nope"}})").param,
+              "tool_choice");
+    // required / named: constrained by the grammar of the server's format (constrain_tool_choice), so not beside
+    // another constraint.
+    EXPECT_EQ(bad(tools + R"(, "tool_choice": "required", "response_format": {"type": "json_object"})").param,
+              "tool_choice");
+    r = chat_request(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_time"}})");
+    EXPECT_EQ(r.tool_choice, tool_choice_mode::named);
+    EXPECT_EQ(r.tool_choice_name, "get_time");
+    EXPECT_FALSE(r.generate.structured.active());
+    constrain_tool_choice(r, tool_calls::tool_call_format::hermes, std::nullopt);
+    EXPECT_EQ(r.generate.structured.kind, structured_kind::grammar);
+    EXPECT_NE(r.generate.structured.text.find("get_time"), std::string::npos);
+    EXPECT_EQ(r.generate.structured.text.find("get_weather"), std::string::npos);
+    r = chat_request(tools + R"(, "tool_choice": "required")");
+    EXPECT_EQ(r.tool_choice, tool_choice_mode::required);
+    constrain_tool_choice(r, tool_calls::tool_call_format::hermes, tool_calls::reasoning_format::qwen3);
+    EXPECT_NE(r.generate.structured.text.find("get_weather"), std::string::npos);
+    EXPECT_NE(r.generate.structured.text.find("<think>"), std::string::npos);
+    r = chat_request(tools);  // auto: no constraint
+    constrain_tool_choice(r, tool_calls::tool_call_format::hermes, std::nullopt);
+    EXPECT_FALSE(r.generate.structured.active());
+    r = chat_request(R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string", )"
+                     R"("pattern": "a+"}}}], "tool_choice": "required")");
+    try {
+        constrain_tool_choice(r, tool_calls::tool_call_format::hermes, std::nullopt);
+        ADD_FAILURE() << "a pattern was accepted";
+    } catch (const api_error& e) {
+        EXPECT_EQ(e.param, "tools");
+        EXPECT_NE(e.message.find("'pattern'"), std::string::npos);
+    }
+    EXPECT_EQ(bad(R"("tools": [{"type": "retrieval"}])").param, "tools[0].type");
+    EXPECT_EQ(bad(R"("tools": [{"type": "function", "function": {"description": "x"}}])").param,
+              "tools[0].function.name");
+    EXPECT_EQ(bad(R"("tools": [{"type": "function", "function": {"name": "f", "examples": []}}])").param,
+              "tools[0].function.examples");
+    EXPECT_EQ(bad(R"("tools": [{"type": "function", "function": {"name": "f", "parameters": 3}}])").param,
+              "tools[0].function.parameters");
+    EXPECT_EQ(bad(R"("tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function", )"
+                  R"("function": {"name": "f"}}])")
+                  .param,
+              "tools[1].function.name");
+    EXPECT_EQ(bad(R"("parallel_tool_calls": "yes")").param, "parallel_tool_calls");
+}
+
+TEST(OpenaiApi, ParsedMessageAndDeltas) {
+    tool_calls::parsed_output p;
+    p.reasoning = "think";
+    p.calls.push_back({.id = "call_1", .name = "f", .arguments = "{\"a\": 1}"});
+    const ojson m = parsed_message(p, true);
+    EXPECT_EQ(m, ojson::parse(R"({"role": "assistant", "content": null, "reasoning_content": "think", )"
+                              R"("reasoning": "think", "tool_calls": [{"id": "call_1", "type": "function", )"
+                              R"("function": {"name": "f", "arguments": "{\"a\": 1}"}}]})"));
+    // Without a reasoning parser, no reasoning fields; without calls, no tool_calls and the content as a string.
+    EXPECT_EQ(parsed_message({.content = "", .reasoning = "", .calls = {}}, false),
+              ojson::parse(R"({"role": "assistant", "content": ""})"));
+    const std::vector<ojson> d = parsed_deltas({
+        {.kind = tool_calls::event_kind::reasoning, .call_index = 0, .id = {}, .text = "hm"},
+        {.kind = tool_calls::event_kind::content, .call_index = 0, .id = {}, .text = "ok"},
+        {.kind = tool_calls::event_kind::call_start, .call_index = 0, .id = "call_9", .text = "f"},
+        {.kind = tool_calls::event_kind::call_arguments, .call_index = 0, .id = {}, .text = "{\"a\""},
+    });
+    ASSERT_EQ(d.size(), 4u);
+    EXPECT_EQ(d[0], ojson::parse(R"({"reasoning_content": "hm", "reasoning": "hm"})"));
+    EXPECT_EQ(d[1], ojson::parse(R"({"content": "ok"})"));
+    EXPECT_EQ(d[2], ojson::parse(R"({"tool_calls": [{"index": 0, "id": "call_9", "type": "function", )"
+                                 R"("function": {"name": "f", "arguments": ""}}]})"));
+    EXPECT_EQ(d[3], ojson::parse(R"({"tool_calls": [{"index": 0, "function": {"arguments": "{\"a\""}}]})"));
+    // finish_reason: "tool_calls" for a stop after calls; a length cut stays "length".
+    openai_request chat;
+    chat.kind = endpoint_kind::chat;
+    const auto last = chunk_object(
+        chat, "id", 1, {.index = 0, .text = {}, .reason = finish_reason::stop, .parsed = d[3], .tool_called = true},
+        false, true);
+    EXPECT_EQ(last["choices"][0]["finish_reason"], "tool_calls");
+    EXPECT_EQ(last["choices"][0]["delta"], d[3]);
+    const auto resp = response_object(
+        chat, "id", 1, {{.index = 0, .text = "raw", .reason = finish_reason::length, .parsed = m, .tool_called = true}},
+        1, 1, 0);
+    EXPECT_EQ(resp["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(resp["choices"][0]["message"], m);
 }
 
 }  // namespace

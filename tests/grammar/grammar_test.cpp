@@ -240,6 +240,14 @@ TEST(JsonSchema, StringsFormatsAndPatterns) {
     auto date = small(compile_json_schema(R"({"type": "string", "format": "date-time"})"));
     EXPECT_TRUE(matches(date, "\"2024-02-29T12:30:00.123Z\""));
     EXPECT_FALSE(matches(date, "\"2024-13-01T00:00:00Z\""));
+    // Calendar dates only (datetime libraries refuse the others): month lengths, leap years, year 0 and second 60.
+    EXPECT_FALSE(matches(date, "\"2023-02-29T12:30:00Z\""));
+    EXPECT_FALSE(matches(date, "\"1900-02-29T12:30:00Z\""));
+    EXPECT_TRUE(matches(date, "\"2000-02-29T12:30:00Z\""));
+    EXPECT_FALSE(matches(date, "\"2024-09-31T12:30:00Z\""));
+    EXPECT_TRUE(matches(date, "\"2024-10-31T12:30:00Z\""));
+    EXPECT_FALSE(matches(date, "\"0000-01-01T12:30:00Z\""));
+    EXPECT_FALSE(matches(date, "\"2024-01-01T23:59:60Z\""));
     auto pat = small(compile_json_schema(R"({"type": "string", "pattern": "a\"b"})"));  // unanchored: a search
     EXPECT_TRUE(matches(pat, "\"xxa\\\"byy\""));
     EXPECT_FALSE(matches(pat, "\"ab\""));

@@ -297,7 +297,7 @@ inline json generate(const json& s, const json& root, std::mt19937& rng, int dep
         if (s.contains("format")) {
             std::string f = s["format"];
             if (f == "date") return "2024-02-29";
-            if (f == "time") return "23:59:60.5+01:00";
+            if (f == "time") return "23:59:59.5+01:00";
             if (f == "date-time") return "1999-12-31T00:00:00Z";
             if (f == "uuid") return "123e4567-e89b-12d3-a456-426614174000";
             if (f == "email") return "john.doe@example.com";

@@ -1,6 +1,7 @@
 // launch_sample against ref::sample (the same token, exactly), plus properties the reference cannot vouch for:
 // the batch does not change a sequence's token, and the draws follow the softmax they claim to sample. Logits
-// processing (bias, penalties, banned ids, min-p) and logprobs against ref::process_and_sample and ref::logprobs.
+// processing (bias, penalties, banned ids, structured-output token masks, min-p) and logprobs against
+// ref::process_and_sample and ref::logprobs.
 
 #include "kernels/reference/reference.hpp"
 #include "tests/kernels/test_util.hpp"
@@ -130,6 +131,10 @@ TEST_P(SampleProcessing, MatchesReference) {
     std::vector<sample_seq_params> seqs(c.num_seqs);
     std::vector<int32_t> history, bias_ids, banned;
     std::vector<float> bias_values;
+    // Token masks: every fourth row (from row 1) allows about an eighth of the vocabulary; the mask words stop short
+    // of the vocabulary (ids past them are never allowed, as the padded rows of a real model's logits).
+    const int32_t mask_words = std::max(1, (c.vocab - 33 + 31) / 32);
+    std::vector<uint32_t> masks;
     for (int32_t s = 0; s < c.num_seqs; ++s) {
         sample_seq_params& p = seqs[s];
         p.temperature = s % 4 == 0 ? 0.f : c.temperature;
@@ -156,8 +161,14 @@ TEST_P(SampleProcessing, MatchesReference) {
         p.banned_begin = int32_t(banned.size());
         p.num_banned = s % 3 == 0 ? 2 : 0;
         for (int32_t j = 0; j < p.num_banned; ++j) banned.push_back(token(rng));
+        if (s % 4 == 1) {
+            p.mask_row = int32_t(masks.size() / mask_words);
+            for (int32_t w = 0; w < mask_words; ++w) masks.push_back(uint32_t(rng()) & uint32_t(rng()) & uint32_t(rng()));
+            masks[size_t(p.mask_row) * mask_words] |= 0xffu;  // a few allowed tokens whatever the draw
+        }
     }
     auto d_logits = upload(logits);
+    auto d_masks = upload(masks.empty() ? std::vector<uint32_t>{0} : masks);
     auto d_seqs = upload(seqs);
     auto d_history = upload(history.empty() ? std::vector<int32_t>{0} : history);
     auto d_bias_ids = upload(bias_ids.empty() ? std::vector<int32_t>{0} : bias_ids);
@@ -181,6 +192,8 @@ TEST_P(SampleProcessing, MatchesReference) {
                    .bias_ids = d_bias_ids.get(),
                    .bias_values = d_bias_values.get(),
                    .banned = d_banned.get(),
+                   .masks = d_masks.get(),
+                   .mask_words = mask_words,
                    .token_logprobs = d_token_lp.get(),
                    .top_ids = d_top_ids.get(),
                    .top_logprobs = d_top_lp.get()},
@@ -193,13 +206,19 @@ TEST_P(SampleProcessing, MatchesReference) {
     const ref::sample_inputs in{.history = history.data(),
                                 .bias_ids = bias_ids.data(),
                                 .bias_values = bias_values.data(),
-                                .banned = banned.data()};
-    int32_t processed_rows = 0;
+                                .banned = banned.data(),
+                                .masks = masks.data(),
+                                .mask_words = mask_words};
+    int32_t processed_rows = 0, masked_rows = 0;
     for (int32_t s = 0; s < c.num_seqs; ++s) {
         const float* row = &logits[size_t(s) * c.vocab];
         const int32_t want = ref::process_and_sample(row, c.vocab, seqs[s], in);
         EXPECT_EQ(got[s], want) << "seq " << s;
         for (int32_t j = 0; j < seqs[s].num_banned; ++j) EXPECT_NE(got[s], banned[seqs[s].banned_begin + j]);
+        if (seqs[s].mask_row >= 0) {
+            ++masked_rows;
+            EXPECT_TRUE(mask_allows(masks.data(), mask_words, seqs[s].mask_row, got[s])) << "seq " << s;
+        }
         processed_rows += has_processing(seqs[s]);
         if (seqs[s].num_logprobs < 0) continue;
         const int32_t k = std::min(seqs[s].num_logprobs, c.vocab);
@@ -214,6 +233,7 @@ TEST_P(SampleProcessing, MatchesReference) {
         }
     }
     EXPECT_GT(processed_rows, 0);
+    EXPECT_GT(masked_rows, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Params, SampleProcessing,

@@ -49,6 +49,43 @@ TEST(ClientProtocol, GenerateWithNSequences) {
     EXPECT_EQ(std::get<client_generate>(decode_client_request(encode(m))).n, 4u);
 }
 
+TEST(ClientProtocol, GenerateWithEveryStructuredOutputKind) {
+    for (const auto& s :
+         {structured_output{structured_kind::json_schema, R"({"type":"object"})"},
+          structured_output{structured_kind::json_object, ""}, structured_output{structured_kind::regex, "[a-z]{3}"},
+          structured_output{structured_kind::choice, R"(["a","b"])"},
+          structured_output{structured_kind::grammar, R"(root ::= "x")"}}) {
+        client_generate m = sample_generate();
+        m.structured = s;
+        test::check_wire_contract(m, decode_client_request);
+        EXPECT_EQ(std::get<client_generate>(decode_client_request(encode(m))).structured, s);
+    }
+}
+
+TEST(ClientProtocol, RejectsAnUnknownStructuredOutputKind) {
+    client_generate m = sample_generate();
+    m.structured = {structured_kind::regex, "a"};
+    const std::string b = encode(m);
+    const auto replaced = [&](const std::string& kind) {
+        msgpack_writer w;
+        w.array_header(2);
+        w.str(kind);
+        w.str("a");
+        return test::with_field_replaced(b, 23, w);
+    };
+    EXPECT_NO_THROW(decode_client_request(replaced("choice")));
+    try {
+        decode_client_request(replaced("yaml"));
+        ADD_FAILURE() << "accepted";
+    } catch (const error& e) {
+        EXPECT_NE(std::string(e.what()).find("unknown structured-output kind 'yaml'"), std::string::npos) << e.what();
+    }
+    msgpack_writer one;
+    one.array_header(1);
+    one.str("regex");
+    EXPECT_THROW(decode_client_request(test::with_field_replaced(b, 23, one)), error);
+}
+
 TEST(ClientProtocol, Abort) { test::check_wire_contract(client_abort{"req-7"}, decode_client_request); }
 TEST(ClientProtocol, Health) { test::check_wire_contract(client_health{"h1"}, decode_client_request); }
 TEST(ClientProtocol, Metrics) { test::check_wire_contract(client_metrics{"m1"}, decode_client_request); }
@@ -125,7 +162,7 @@ TEST(ClientProtocol, RejectsPromptOfWrongElementType) {
 TEST(ClientProtocol, AcceptsAGenericMsgpackEncoding) {
     msgpack::sbuffer buf;
     msgpack::packer<msgpack::sbuffer> pk(buf);
-    pk.pack_array(23);
+    pk.pack_array(24);
     pk.pack_uint32(kClientProtocolVersion);
     pk.pack_uint64(static_cast<uint8_t>(client_kind::generate));
     pk.pack(std::string("abc"));
@@ -152,6 +189,9 @@ TEST(ClientProtocol, AcceptsAGenericMsgpackEncoding) {
     pk.pack_uint64(2);             // min_tokens
     pk.pack_uint8(3);              // n
     pk.pack(std::string("salt"));  // cache_salt
+    pk.pack_array(2);              // structured
+    pk.pack(std::string("regex"));
+    pk.pack(std::string("[0-9]+"));
     auto req = decode_client_request({buf.data(), buf.size()});
     const auto& g = std::get<client_generate>(req);
     EXPECT_EQ(g.client_request_id, "abc");
@@ -163,6 +203,7 @@ TEST(ClientProtocol, AcceptsAGenericMsgpackEncoding) {
     EXPECT_EQ(g.stop, std::vector<std::string>{"</s>"});
     EXPECT_EQ(g.stop_token_ids, std::vector<int32_t>{2});
     EXPECT_EQ(g.logprobs, 3u);
+    EXPECT_EQ(g.structured, (structured_output{structured_kind::regex, "[0-9]+"}));
     EXPECT_EQ(g.presence_penalty, 0.5f);
     EXPECT_EQ(g.frequency_penalty, 0.f);
     EXPECT_FALSE(g.repetition_penalty.has_value());

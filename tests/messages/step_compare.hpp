@@ -16,7 +16,8 @@ inline bool same_step(const step_request& a, const step_request& b) {
         const auto& y = b.seqs[i];
         if (x.request_id != y.request_id || x.token_ids != y.token_ids || x.start_pos != y.start_pos ||
             x.block_table != y.block_table || x.do_sample != y.do_sample || x.sample_index != y.sample_index ||
-            !same_sampling(x.sampling, y.sampling)) {
+            !same_sampling(x.sampling, y.sampling) || x.structured != y.structured ||
+            x.output_token_ids != y.output_token_ids) {
             return false;
         }
     }

@@ -92,6 +92,8 @@ std::map<std::string, std::string> encoded_messages() {
     q.do_sample = true;
     q.sample_index = 6;
     q.sampling = s;
+    q.structured = {structured_kind::regex, "a+"};
+    q.output_token_ids = {7, 8};
     st.seqs = {q, scheduled_seq{}};
     add("step_request", encode(st));
     step_result res;
@@ -140,6 +142,7 @@ std::map<std::string, std::string> encoded_messages() {
     ar.stop_token_ids = {7};
     ar.ignore_eos = true;
     ar.cache_salt = "s1";
+    ar.structured = {structured_kind::json_object, ""};
     add("engine_add_request", encode(ar));
     add("engine_abort", encode(engine_abort{123}));
     engine_outputs eo;
@@ -187,6 +190,7 @@ std::map<std::string, std::string> encoded_messages() {
     g.min_tokens = 2;
     g.n = 3;
     g.cache_salt = "s1";
+    g.structured = {structured_kind::choice, "[\"x\"]"};
     add("client_generate_text", encode(g));
     client_generate g2;
     g2.client_request_id = "r2";
@@ -253,7 +257,7 @@ const std::map<std::string, std::string> kGolden = {
     // The engine configuration travels as [name, value] pairs (one per engine flag): a new flag adds a pair,
     // here "quantization" (empty: none), which decoders read by name.
     {"worker_welcome",
-     "97020201dc002192a56d6f64656ca22f6d92a6646576696365a363707592a7776f726b6572730292a96e756d2d6e6f64"
+     "97020201dc002292a56d6f64656ca22f6d92a6646576696365a363707592a7776f726b6572730292a96e756d2d6e6f64"
      "65730192b66d61782d6e756d2d626174636865642d746f6b656e73cd080092ac6d61782d6e756d2d736571734092aa62"
      "6c6f636b2d73697a651092ad6e756d2d6b762d626c6f636b730092ad6d61782d6d6f64656c2d6c656e0092b8616c6c6f"
      "772d6c6f6e672d6d61782d6d6f64656c2d6c656ec292a86e6f2d6173796e63c292b86e6f2d656e61626c652d70726566"
@@ -266,12 +270,13 @@ const std::map<std::string, std::string> kGolden = {
      "737365640392a7746872656164730092ab6b762d63616368652d6d62cd010092b66770752d6d656d6f72792d7574696c"
      "697a6174696f6ecb3feccccccccccccd92ab6c6f61642d666f726d6174a46175746f92ac7175616e74697a6174696f6e"
      "a092ad656e666f7263652d6561676572c292b164756d6d792d726f757465722d736b65770092ab74726163652d737465"
-     "7073c29294000102039403020100c4046e63636c92a161a162"},
+     "7073c292b16772616d6d61722d746f6b656e697a6572a09294000102039403020100c4046e63636c92a161a162"},
     {"worker_ready", "95020301ce0001869fcf0000032ee841b800"},
     {"step_request",
-     "9602044d92970cc40c01000000feffffffe093040011c4080400000005000000c3069dca3f000000ca3f66666607cf00"
-     "00011f71fb04cbca3dcccccdca3e800000cabf000000ca3fc000000392020592090a92ca3fc00000fe029700c40000c4"
-     "00c2009d000100000000000100909090ff9205cf0000010000000000c3"},
+     "9602044d92990cc40c01000000feffffffe093040011c4080400000005000000c3069dca3f000000ca3f66666607cf00"
+     "00011f71fb04cbca3dcccccdca3e800000cabf000000ca3fc000000392020592090a92ca3fc00000fe0292a572656765"
+     "78a2612bc40807000000080000009900c40000c400c2009d000100000000000100909090ff92a0a0c4009205cf000001"
+     "0000000000c3"},
     {"step_result",
      "9a02054dff92920c63930d6493cabf40000092040892cabf000000cabfa00000c40c010000000000000070110100cb3f"
      "f400000000000004cb3fe000000000000002"},
@@ -283,8 +288,8 @@ const std::map<std::string, std::string> kGolden = {
     {"engine_hello", "950101a26665fba16b"},
     {"engine_welcome", "9801020240cd100010cf0000000200000000cd01f4"},
     {"engine_add_request",
-     "99010309930102039dca3f000000ca3f66666607cf0000011f71fb04cbca3dcccccdca3e800000cabf000000ca3fc000"
-     "000392020592090a92ca3fc00000fe02649107c3a27331"},
+     "9a010309930102039dca3f000000ca3f66666607cf0000011f71fb04cbca3dcccccdca3e800000cabf000000ca3fc000"
+     "000392020592090a92ca3fc00000fe02649107c3a2733192ab6a736f6e5f6f626a656374a0"},
     {"engine_abort", "9301047b"},
     {"engine_outputs",
      "94010505929909920405c30200a0039293cabf40000092040892cabf000000cabfa0000093cabf40000092040892cabf"
@@ -295,9 +300,9 @@ const std::map<std::string, std::string> kGolden = {
     {"engine_shutdown", "920109"},
     {"engine_error", "94010a08a3626164"},
     {"client_generate_text",
-     "dc00170101a27231a568656c6c6f14ca3f333333c0280592a10aa3454e44c3c2a25b5d910203ca3f000000ca3e800000"
-     "ca3f8ccccdc0929205019206ff0203a27331"},
-    {"client_generate_ids", "dc00170101a272329301020310c0c0c0c090c2c3a090c00000c0c0900001a0"},
+     "dc00180101a27231a568656c6c6f14ca3f333333c0280592a10aa3454e44c3c2a25b5d910203ca3f000000ca3e800000"
+     "ca3f8ccccdc0929205019206ff0203a2733192a663686f696365a55b2278225d"},
+    {"client_generate_ids", "dc00180101a272329301020310c0c0c0c090c2c3a090c00000c0c0900001a092a0a0"},
     {"client_abort", "930102a27231"},
     {"client_health", "930103a168"},
     {"client_metrics", "930104a16d"},

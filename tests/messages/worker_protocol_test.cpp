@@ -103,6 +103,7 @@ engine_config non_default_config() {
     c.eplb_min_gain = 0.125;
     c.dummy_router_skew = 0.25;
     c.trace_steps = true;
+    c.grammar_tokenizer = "/tok";
     return c;
 }
 

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <random>
 
 #include "cuda_test_util.hpp"
 #include "kernels/api.hpp"
@@ -35,19 +36,27 @@ constexpr double kMinMargin = 0.1;  // the greedy near-tie rule of cuda_referenc
 
 void check(cudaError_t e) { ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e); }
 
-/// The CUDA kernel's tokens for rows of logits, one parameter set per row.
+/// The CUDA kernel's tokens for rows of logits, one parameter set per row; `masks` [rows, mask_words] for the rows
+/// with a mask_row.
 std::vector<int32_t> cuda_sample(const std::vector<float>& logits, const std::vector<kernels::sample_seq_params>& seqs,
-                                 int32_t vocab) {
+                                 int32_t vocab, const std::vector<uint32_t>& masks = {}, int32_t mask_words = 0) {
     device_buffer d_logits(logits.size() * sizeof(float));
     device_buffer d_seqs(seqs.size() * sizeof(kernels::sample_seq_params));
     device_buffer d_tokens(seqs.size() * sizeof(int32_t));
+    device_buffer d_processed(logits.size() * sizeof(float));
+    device_buffer d_masks(std::max<size_t>(masks.size(), 1) * sizeof(uint32_t));
     check(cudaMemcpy(d_logits.as<void>(), logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice));
     check(cudaMemcpy(d_seqs.as<void>(), seqs.data(), seqs.size() * sizeof(seqs[0]), cudaMemcpyHostToDevice));
+    if (!masks.empty())
+        check(cudaMemcpy(d_masks.as<void>(), masks.data(), masks.size() * sizeof(uint32_t), cudaMemcpyHostToDevice));
     kernels::launch_sample({.logits = d_logits.as<float>(),
                             .seqs = d_seqs.as<kernels::sample_seq_params>(),
                             .tokens = d_tokens.as<int32_t>(),
                             .num_seqs = static_cast<int32_t>(seqs.size()),
-                            .vocab_size = vocab},
+                            .vocab_size = vocab,
+                            .processed = d_processed.as<float>(),
+                            .masks = d_masks.as<uint32_t>(),
+                            .mask_words = mask_words},
                            nullptr);
     check(cudaDeviceSynchronize());
     std::vector<int32_t> out(seqs.size());
@@ -95,6 +104,49 @@ TEST_P(CudaSampling, SameLogitsSameToken) {
             }
         }
         EXPECT_EQ(cuda_sample(logits, seqs, vocab), want) << GetParam();
+    }
+}
+
+TEST_P(CudaSampling, SameLogitsSameMaskedToken) {
+    // Structured outputs: the same token bitmask on both backends draws the same allowed token (the mask row covers
+    // fewer ids than the logits, as a model's padded vocabulary: the ids past it are never drawn).
+    const sampling_params sets[] = {{.temperature = 0.f},
+                                    {.temperature = 1.f},
+                                    {.temperature = 0.7f, .top_k = 20},
+                                    {.temperature = 1.f, .top_p = 0.9f, .min_p = 0.05f}};
+    std::mt19937 rng(11);
+    for (const ref_prompt& p : prompts_) {
+        const auto vocab = static_cast<int32_t>(p.last_logits.size());
+        const int32_t words = (vocab - 7 + 31) / 32;
+        std::vector<float> logits;
+        std::vector<kernels::sample_seq_params> seqs;
+        std::vector<uint32_t> masks;
+        std::vector<int32_t> want;
+        for (const sampling_params& base : sets) {
+            for (uint32_t n = 0; n < 16; ++n) {
+                sampling_params s = base;
+                s.seed = 2000 + n;
+                logits.insert(logits.end(), p.last_logits.begin(), p.last_logits.end());
+                const int32_t row = static_cast<int32_t>(masks.size() / static_cast<size_t>(words));
+                for (int32_t w = 0; w < words; ++w) masks.push_back(static_cast<uint32_t>(rng() & rng()));
+                masks[static_cast<size_t>(row) * words] |= 1u;  // at least one allowed token
+                scheduled_seq q;
+                q.do_sample = true;
+                q.sample_index = n;
+                q.sampling = s;
+                sample_batch b;
+                b.add(q, nullptr);
+                b.seqs[0].mask_row = 0;
+                b.masks = masks.data() + static_cast<size_t>(row) * words;
+                b.mask_words = words;
+                const int32_t t = sample_rows(p.last_logits.data(), vocab, b, std::vector<uint64_t>{1})[0].token_id;
+                ASSERT_TRUE(kernels::mask_allows(b.masks, words, 0, t));
+                want.push_back(t);
+                b.seqs[0].mask_row = row;
+                seqs.push_back(b.seqs[0]);
+            }
+        }
+        EXPECT_EQ(cuda_sample(logits, seqs, vocab, masks, words), want) << GetParam();
     }
 }
 

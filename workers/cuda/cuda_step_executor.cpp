@@ -108,7 +108,11 @@ std::vector<int32_t> decode_graph_batch_sizes(int32_t max_num_seqs) {
 void cuda_step_executor::check(cudaError_t e) { ZMOE_CUDA_CHECK(e); }
 
 cuda_step_executor::cuda_step_executor(const executor_options& options, const expert_placement& placement)
-    : config_(options.model), options_(options), placement_(placement) {
+    : config_(options.model),
+      options_(options),
+      placement_(placement),
+      masks_(options.config.grammar_tokenizer.empty() ? options.config.model : options.config.grammar_tokenizer,
+             options.model.eos_token_ids, static_cast<int32_t>(options.model.vocab_size), 4) {
     const engine_config& run = options.config;
     const int world_size = options.world_size();
     // Every step holds at most this many tokens (a decode of max_num_seqs sequences included).
@@ -323,7 +327,9 @@ cuda_step_executor::step_shape cuda_step_executor::stage(const step_request& req
     s.num_seqs = static_cast<int32_t>(request.seqs.size());
     // The sampled rows as the CPU backend gathers them (one definition of sampling: workers/sampler.hpp).
     std::vector<uint64_t> sample_ids;
-    s.samples_fit_graph = ws_.stage_samples(gather_samples(request, tokens, history_, sample_ids));
+    sample_batch batch = gather_samples(request, tokens, history_, sample_ids);
+    masks_.begin_step(request, batch);  // computed on the host while the forward pass runs; sample() waits
+    s.samples_fit_graph = ws_.stage_samples(batch);
     return s;
 }
 
@@ -709,7 +715,20 @@ void cuda_step_executor::run_experts(const cuda_layer& w, const int32_t* slots, 
 }
 
 void cuda_step_executor::sample(const step_shape& s) {
-    kernels::launch_sample(ws_.sample_args(s.num_sampled), stream_);
+    kernels::sample_params p = ws_.sample_args(s.num_sampled);
+    sample_batch masks;
+    masks_.finish_masks(masks);
+    if (masks.masks != nullptr) {
+        // The masked rows are the first rows of the masks array (mask_row); its size is what begin_step filled.
+        int32_t rows = 0;
+        for (int32_t i = 0; i < s.num_sampled; ++i) rows = std::max(rows, ws_.sampling.host[i].mask_row + 1);
+        const size_t bytes = static_cast<size_t>(rows) * static_cast<size_t>(masks.mask_words) * sizeof(uint32_t);
+        masks_device_.ensure(bytes);
+        check(cudaMemcpyAsync(masks_device_.as<void>(), masks.masks, bytes, cudaMemcpyHostToDevice, stream_));
+        p.masks = masks_device_.as<uint32_t>();
+        p.mask_words = masks.mask_words;
+    }
+    kernels::launch_sample(p, stream_);
 }
 
 void cuda_step_executor::forward(const step_shape& s) {
@@ -758,7 +777,6 @@ void cuda_step_executor::forward(const step_shape& s) {
     kernels::launch_gather_rows({.in = xn, .rows = ws_.logit_rows.device, .out = last, .num_rows = R, .hidden = H},
                                 stream_);
     gemm(last, weights_.head().as<bf16>(), ws_.logits.as<float>(), R, V, H, true);
-    sample(s);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -867,6 +885,7 @@ step_result cuda_step_executor::execute(const step_request& request, std::vector
             forward(s);
         }
     }
+    if (s.num_tokens > 0 && s.num_sampled > 0) sample(s);
     // One copy back after sampling: the sampled tokens, then the load counts.
     check(cudaMemcpyAsync(ws_.outputs_host.as<void>(), ws_.outputs.as<void>(), ws_.outputs.bytes(),
                           cudaMemcpyDeviceToHost, stream_));
@@ -895,6 +914,7 @@ step_result cuda_step_executor::execute(const step_request& request, std::vector
                                      logits.begin() + static_cast<int64_t>((out + 1) * V));
         ++out;
     }
+    masks_.end_step(result.tokens);
     result.compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     result.exchange_steps_redone = static_cast<uint64_t>(ep_overflow_steps_);
     return result;

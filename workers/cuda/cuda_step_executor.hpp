@@ -36,6 +36,7 @@
 #include "workers/cuda/cuda_workspace.hpp"
 #include "workers/cuda/device_buffer.hpp"
 #include "workers/cuda/nccl_comm.hpp"
+#include "workers/grammar_masks.hpp"
 #include "workers/step_executor.hpp"
 
 namespace zmoe::cuda {
@@ -179,7 +180,9 @@ class cuda_step_executor final : public step_executor {
     /// workspace's permutation buffers (slots and weights left for the caller).
     kernels::moe_experts_params expert_params(const cuda_layer& w, const kernels::bf16* x, int32_t num_tokens,
                                               int32_t top_k, kernels::bf16* out) const;
-    /// The sampling call site: sampled[i] from logits row i with sampling[i], i < s.num_sampled.
+    /// The sampling call site: sampled[i] from logits row i with sampling[i], i < s.num_sampled. Launched after the
+    /// forward pass (graph or eager), once the step's structured-output masks, computed on the host meanwhile, are
+    /// uploaded.
     void sample(const step_shape& s);
     /// y[m, n] = x[m, k] . w[n, k]^T (+ bias[n], BF16 outputs only): launch_gemv_bf16 for a few rows,
     /// launch_skinny_gemm_bf16 for up to 16 rows of at most 4 096 outputs, else cuBLASLt.
@@ -222,6 +225,8 @@ class cuda_step_executor final : public step_executor {
     int64_t ep_overflow_steps_ = 0;
     double graph_capture_ms_ = 0;
     int64_t graph_replays_ = 0;
+    grammar_masks masks_;         // structured outputs: matchers and token masks
+    device_buffer masks_device_;  // [sampled rows, mask words] uint32: the step's token masks
     static void check(cudaError_t e);
 };
 

@@ -4,7 +4,9 @@
 //   node tests/gateway/node/openai_sdk_test.mjs --base-url http://127.0.0.1:8000/v1
 //
 // Completions and chat completions, streamed and not (usage in the stream), logprobs, n choices, X-Request-Id, the
-// operations routes (/version, /ping, /load), content parts, a full tool-call round trip in the messages, and bad
+// operations routes (/version, /ping, /load), content parts, a full tool-call round trip in the messages, tool calls
+// for every tool_choice (streamed deltas included), reasoning_content, response_format json_object and json_schema
+// (outputs parsed and checked against the schema), and bad
 // requests surfaced as the SDK's BadRequestError with status 400 (an image part's names its field). Exits 0 when
 // every check passes, 1 on the first failure, 77 when the SDK is not installed.
 import assert from 'node:assert/strict';
@@ -139,6 +141,108 @@ const tokenized = await fetch(new URL('../tokenize', client.baseURL + '/'), {
 }).then((res) => res.json());
 assert.equal(tokenized.count, answered.usage.prompt_tokens);
 
+// Tool calling. tool_choice "required" and a named function are constrained by the grammar of the server's
+// tool-call format, so even the demo model's random weights write a valid call: a listed name, arguments valid
+// against its schema (bounded strings, so that a random walk ends), finish_reason "tool_calls". Streamed, the call's
+// id and name come first (arguments ""), then argument fragments; with the same seed the stream folds into the
+// same call.
+const callTools = [
+  { type: 'function', function: { name: 'get_weather', description: 'Current weather for a city.',
+                                  parameters: { type: 'object', properties: {
+                                    city: { type: 'string', enum: ['Paris', 'Tokyo'] },
+                                    unit: { type: 'string', enum: ['celsius', 'fahrenheit'] } },
+                                                required: ['city'] } } },
+  { type: 'function', function: { name: 'get_time', parameters: {
+    type: 'object', properties: { zone: { type: 'string', enum: ['UTC', 'CET'] } }, required: ['zone'] } } },
+];
+const validArgs = { get_weather: (a) => ['Paris', 'Tokyo'].includes(a.city) &&
+                                      (a.unit === undefined || ['celsius', 'fahrenheit'].includes(a.unit)) &&
+                                      Object.keys(a).every((k) => k === 'city' || k === 'unit'),
+                    get_time: (a) => ['UTC', 'CET'].includes(a.zone) && Object.keys(a).length === 1 };
+const ask = [{ role: 'user', content: 'What is the weather in Paris?' }];
+const toolRequest = (tool_choice, extra = {}) => ({
+  model, messages: ask, tools: callTools, tool_choice, max_tokens: 300, temperature: 1, seed: 5,
+  chat_template_kwargs: { enable_thinking: false }, ...extra });
+const foldToolStream = async (stream) => {
+  const calls = [];
+  let finish = null;
+  let content = '';
+  for await (const chunk of stream) {
+    if (!chunk.choices.length) continue;
+    const choice = chunk.choices[0];
+    finish = choice.finish_reason ?? finish;
+    content += choice.delta.content ?? '';
+    for (const t of choice.delta.tool_calls ?? []) {
+      if (t.id !== undefined) {
+        assert.equal(t.index, calls.length);
+        assert.equal(t.type, 'function');
+        assert.equal(t.function.arguments, '');
+        calls.push({ id: t.id, name: t.function.name, arguments: '' });
+      } else {
+        assert.equal(t.function.name, undefined);
+        calls[t.index].arguments += t.function.arguments;
+      }
+    }
+  }
+  return { calls, finish, content };
+};
+for (const [tool_choice, parallel] of [['required', false], ['required', true],
+                                        [{ type: 'function', function: { name: 'get_time' } }, true]]) {
+  const req = toolRequest(tool_choice, { parallel_tool_calls: parallel });
+  const res = await client.chat.completions.create(req);
+  const choice = res.choices[0];
+  assert.equal(choice.finish_reason, 'tool_calls', JSON.stringify(choice));
+  assert.equal(choice.message.content, null);
+  const calls = choice.message.tool_calls;
+  assert.ok(calls.length >= 1);
+  if (!parallel) assert.equal(calls.length, 1);
+  for (const c of calls) {
+    assert.equal(c.type, 'function');
+    assert.match(c.id, /^call_[A-Za-z0-9]{24}$/);
+    if (typeof tool_choice === 'object') assert.equal(c.function.name, 'get_time');
+    assert.ok(validArgs[c.function.name](JSON.parse(c.function.arguments)), c.function.arguments);
+  }
+  const folded = await foldToolStream(await client.chat.completions.create({ ...req, stream: true }));
+  assert.equal(folded.finish, 'tool_calls');
+  assert.equal(folded.content, '');
+  assert.deepEqual(folded.calls.map((c) => [c.name, c.arguments]),
+                   calls.map((c) => [c.function.name, c.function.arguments]));
+}
+// "none": no parsing, the text as written; "auto": whatever the model writes, in OpenAI's shape.
+const none = await client.chat.completions.create(toolRequest('none', { max_tokens: 5, ignore_eos: true }));
+assert.equal(none.choices[0].finish_reason, 'length');
+assert.equal(none.choices[0].message.tool_calls, undefined);
+const auto = await client.chat.completions.create(toolRequest('auto', { max_tokens: 8 }));
+assert.ok(['stop', 'length', 'tool_calls'].includes(auto.choices[0].finish_reason));
+for (const c of auto.choices[0].message.tool_calls ?? []) assert.equal(c.type, 'function');
+// tool_choice naming a function that is not among the tools: a 400 naming tool_choice.
+await assert.rejects(client.chat.completions.create(toolRequest({ type: 'function', function: { name: 'nope' } })),
+                     (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice');
+
+// Reasoning: the demo model's template is Qwen3's, so the server splits <think>...</think> into reasoning_content
+// (and reasoning). A grammar makes the random model think first; streamed, the reasoning deltas fold into the same
+// text as the whole answer's.
+const thinkReq = { model, messages: ask, max_tokens: 120, temperature: 1, seed: 11,
+                   structured_outputs: { grammar: 'root ::= "<think>" [a-z ]{1,20} "</think>" [a-z]{1,20}' } };
+const thought = await client.chat.completions.create(thinkReq);
+const tm = thought.choices[0].message;
+assert.match(tm.reasoning_content, /^[a-z ]{1,20}$/);
+assert.equal(tm.reasoning, tm.reasoning_content);
+assert.match(tm.content, /^[a-z]{1,20}$/);
+let thinking = '';
+let answer = '';
+for await (const chunk of await client.chat.completions.create({ ...thinkReq, stream: true })) {
+  if (!chunk.choices.length) continue;
+  thinking += chunk.choices[0].delta.reasoning_content ?? '';
+  answer += chunk.choices[0].delta.content ?? '';
+}
+assert.equal(thinking, tm.reasoning_content);
+assert.equal(answer, tm.content);
+// enable_thinking false: no split, the text as the model wrote it.
+const plain = await client.chat.completions.create({ ...thinkReq, chat_template_kwargs: { enable_thinking: false } });
+assert.match(plain.choices[0].message.content, /^<think>[a-z ]{1,20}<\/think>[a-z]{1,20}$/);
+assert.equal(plain.choices[0].message.reasoning_content, undefined);
+
 // An image part: the model takes text only, so a 400 naming the part's field.
 await assert.rejects(
   chat([{ role: 'user', content: [{ type: 'text', text: 'What is this?' },
@@ -149,5 +253,57 @@ await assert.rejects(
 await assert.rejects(chat([{ role: 'robot', content: 'beep' }]),
                      (e) => e instanceof OpenAI.BadRequestError && e.param === 'messages[0].role');
 
+// Structured outputs: response_format json_object and json_schema, whole and streamed. The demo model's random weights
+// ramble, so the tokens that close a string or an object get a logit bias: it moves no token past the grammar.
+const idOf = async (s) => (await fetch(new URL('../tokenize', client.baseURL + '/'), {
+  method: 'POST', headers: { 'content-type': 'application/json' },
+  body: JSON.stringify({ model, prompt: s, add_special_tokens: false }),
+}).then((res) => res.json())).tokens;
+const bias = {};
+for (const [s, b] of [['"', 36], ['",', 36], ['"}', 36], ['}', 12], [',', 12], ['@', 24]]) {
+  const ids = await idOf(s);
+  if (ids.length === 1) bias[String(ids[0])] = b;
+}
+const person = {
+  type: 'object',
+  properties: { name: { type: 'string' }, age: { type: 'integer', minimum: 0, maximum: 150 },
+                role: { enum: ['admin', 'user'] }, tags: { type: 'array', items: { type: 'string' }, maxItems: 3 } },
+  required: ['name', 'age', 'role'],
+  additionalProperties: false,
+};
+const checkPerson = (text) => {
+  const v = JSON.parse(text);
+  assert.equal(typeof v.name, 'string');
+  assert.ok(Number.isInteger(v.age) && v.age >= 0 && v.age <= 150, text);
+  assert.ok(['admin', 'user'].includes(v.role), text);
+  for (const k of Object.keys(v)) assert.ok(['name', 'age', 'role', 'tags'].includes(k), text);
+  if (v.tags !== undefined) assert.ok(Array.isArray(v.tags) && v.tags.length <= 3, text);
+};
+for (const seed of [1, 2, 3]) {
+  const asked = { model, messages: [{ role: 'user', content: 'Describe a person as JSON.' }], max_tokens: 400,
+                  temperature: 1, seed, logit_bias: bias };
+  const obj = await client.chat.completions.create({ ...asked, response_format: { type: 'json_object' } });
+  assert.equal(obj.choices[0].finish_reason, 'stop', obj.choices[0].message.content);
+  const o = JSON.parse(obj.choices[0].message.content);
+  assert.ok(o !== null && typeof o === 'object' && !Array.isArray(o));
+  const schemaFormat = { type: 'json_schema', json_schema: { name: 'person', schema: person, strict: true } };
+  const whole = await client.chat.completions.create({ ...asked, response_format: schemaFormat });
+  assert.equal(whole.choices[0].finish_reason, 'stop', whole.choices[0].message.content);
+  checkPerson(whole.choices[0].message.content);
+  let streamed = '';
+  for await (const chunk of await client.chat.completions.create({ ...asked, response_format: schemaFormat,
+                                                                    stream: true })) {
+    if (chunk.choices.length) streamed += chunk.choices[0].delta.content ?? '';
+  }
+  assert.equal(streamed, whole.choices[0].message.content);
+}
+// A schema the grammar engine cannot compile: a 400 naming the keyword.
+await assert.rejects(
+  client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], max_tokens: 4,
+                                   response_format: { type: 'json_schema', json_schema: { name: 'bad', schema: {
+                                     type: 'object', patternProperties: { '^a': { type: 'string' } } } } } }),
+  (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && /patternProperties/.test(e.message));
+
 console.log('openai Node SDK: completions, chat completions, streaming, logprobs, n, X-Request-Id, routes, content ' +
-            'parts, tool-call round trips and errors OK');
+            'parts, tool-call round trips, tool_choice required/named/none/auto (streamed and not), reasoning_content, ' +
+            'response_format (json_object, json_schema) and errors OK');
