@@ -295,9 +295,9 @@ std::string json_escape(const std::string& s) {
 
 struct result {
     int32_t tokens = 0, active_experts = 0;
-    bool bf16_decode = false;
+    bool bf16_decode = false, fp8_decode = false;
     double bf16_hot_ms = 0, bf16_cold_ms = 0, fp8_hot_ms = 0, fp8_cold_ms = 0;
-    double fp8_gate_up_ms = 0, fp8_down_ms = 0, gemm_flops = 0;
+    double fp8_gate_up_ms = -1, fp8_down_ms = -1, gemm_flops = 0;  // < 0: the FP8 decode path (no GEMMs)
     double bf16_bytes = 0, fp8_bytes = 0, bf16_floor_ms = 0, fp8_floor_ms = 0, fp8_mem_floor_ms = 0;
     double peer_ms = -1;
 };
@@ -440,9 +440,13 @@ int main(int argc, char** argv) {
             double(layers.size());
         r.fp8_cold_ms = time_graph_ms([&](cudaStream_t s) { enqueue(s, layers.size(), true); }, stream, warmup, iters) /
                         double(layers.size());
-        const auto [up_ms, down_ms] = gemm_stage_ms(layer_params(b, layers[0], tokens, &fp8[0]), stream, warmup, iters);
-        r.fp8_gate_up_ms = up_ms;
-        r.fp8_down_ms = down_ms;
+        r.fp8_decode = zmoe::kernels::moe_layer_uses_decode_path(layer_params(b, layers[0], tokens, &fp8[0]));
+        if (!r.fp8_decode) {  // the few-token kernels have no GEMM stages
+            const auto [up_ms, down_ms] =
+                gemm_stage_ms(layer_params(b, layers[0], tokens, &fp8[0]), stream, warmup, iters);
+            r.fp8_gate_up_ms = up_ms;
+            r.fp8_down_ms = down_ms;
+        }
 
         std::vector<int32_t> counts(kExperts);
         ZMOE_CUDA_CHECK(cudaMemcpy(counts.data(), b.counts, sizeof(int32_t) * kExperts, cudaMemcpyDeviceToHost));
@@ -473,16 +477,17 @@ int main(int argc, char** argv) {
         "MoE layer, hidden %d, %d experts, top-%d, expert FFN %d on %s (graph replays, median of %d; cold: %d layers "
         "with their own weights, per layer)\n",
         kHidden, kExperts, kTopK, kInter, prop.name, iters, cold_layers);
-    std::printf("%7s %6s %6s %9s %9s %9s %9s %7s %9s %9s %9s %8s %6s %9s %9s %9s\n", "tokens", "bf16", "active",
-                "bf16_hot", "bf16_cold", "fp8_hot", "fp8_cold", "ratio", "peer_ms", "fp8_gu", "fp8_dn", "gemmTF/s",
-                "%peak", "bf16_flr", "fp8_flr", "fp8_mflr");
+    std::printf("%7s %6s %6s %6s %9s %9s %9s %9s %7s %9s %9s %9s %8s %6s %9s %9s %9s\n", "tokens", "bf16", "fp8",
+                "active", "bf16_hot", "bf16_cold", "fp8_hot", "fp8_cold", "ratio", "peer_ms", "fp8_gu", "fp8_dn",
+                "gemmTF/s", "%peak", "bf16_flr", "fp8_flr", "fp8_mflr");
     for (const auto& r : results) {
-        const double gemm_tf = r.gemm_flops / ((r.fp8_gate_up_ms + r.fp8_down_ms) * 1e-3) * 1e-12;
-        std::printf("%7d %6s %6d %9.4f %9.4f %9.4f %9.4f %6.2fx %9.4f %9.4f %9.4f %8.1f %5.1f%% %9.4f %9.4f %9.4f\n",
-                    r.tokens, r.bf16_decode ? "decode" : "grpd", r.active_experts, r.bf16_hot_ms, r.bf16_cold_ms,
-                    r.fp8_hot_ms, r.fp8_cold_ms, r.bf16_cold_ms / r.fp8_cold_ms, r.peer_ms, r.fp8_gate_up_ms,
-                    r.fp8_down_ms, gemm_tf, 100.0 * gemm_tf * 1e12 / peak.fp8_flops_per_s, r.bf16_floor_ms,
-                    r.fp8_floor_ms, r.fp8_mem_floor_ms);
+        const double gemm_tf = r.fp8_decode ? 0.0 : r.gemm_flops / ((r.fp8_gate_up_ms + r.fp8_down_ms) * 1e-3) * 1e-12;
+        std::printf(
+            "%7d %6s %6s %6d %9.4f %9.4f %9.4f %9.4f %6.2fx %9.4f %9.4f %9.4f %8.1f %5.1f%% %9.4f %9.4f %9.4f\n",
+            r.tokens, r.bf16_decode ? "decode" : "grpd", r.fp8_decode ? "decode" : "grpd", r.active_experts,
+            r.bf16_hot_ms, r.bf16_cold_ms, r.fp8_hot_ms, r.fp8_cold_ms, r.bf16_cold_ms / r.fp8_cold_ms, r.peer_ms,
+            r.fp8_gate_up_ms, r.fp8_down_ms, gemm_tf, 100.0 * gemm_tf * 1e12 / peak.fp8_flops_per_s, r.bf16_floor_ms,
+            r.fp8_floor_ms, r.fp8_mem_floor_ms);
     }
     std::printf(
         "(ratio: bf16_cold / fp8_cold; fp8_gu / fp8_dn: the FP8 gate/up and down GEMM stages, stream-ordered; "
@@ -504,14 +509,15 @@ int main(int argc, char** argv) {
         for (size_t i = 0; i < results.size(); ++i) {
             const auto& r = results[i];
             f << (i ? "," : "") << "{\"tokens\":" << r.tokens << ",\"bf16_path\":\""
-              << (r.bf16_decode ? "decode" : "grouped") << "\",\"active_experts\":" << r.active_experts
-              << ",\"bf16_hot_ms\":" << r.bf16_hot_ms << ",\"bf16_cold_ms\":" << r.bf16_cold_ms
-              << ",\"fp8_hot_ms\":" << r.fp8_hot_ms << ",\"fp8_cold_ms\":" << r.fp8_cold_ms
-              << ",\"ratio_cold\":" << r.bf16_cold_ms / r.fp8_cold_ms << ",\"peer_ms\":" << r.peer_ms
-              << ",\"fp8_gate_up_ms\":" << r.fp8_gate_up_ms << ",\"fp8_down_ms\":" << r.fp8_down_ms
-              << ",\"gemm_flops\":" << r.gemm_flops << ",\"bf16_bytes\":" << r.bf16_bytes
-              << ",\"fp8_bytes\":" << r.fp8_bytes << ",\"bf16_floor_ms\":" << r.bf16_floor_ms
-              << ",\"fp8_floor_ms\":" << r.fp8_floor_ms << ",\"fp8_mem_floor_ms\":" << r.fp8_mem_floor_ms << "}";
+              << (r.bf16_decode ? "decode" : "grouped") << "\",\"fp8_path\":\"" << (r.fp8_decode ? "decode" : "grouped")
+              << "\",\"active_experts\":" << r.active_experts << ",\"bf16_hot_ms\":" << r.bf16_hot_ms
+              << ",\"bf16_cold_ms\":" << r.bf16_cold_ms << ",\"fp8_hot_ms\":" << r.fp8_hot_ms
+              << ",\"fp8_cold_ms\":" << r.fp8_cold_ms << ",\"ratio_cold\":" << r.bf16_cold_ms / r.fp8_cold_ms
+              << ",\"peer_ms\":" << r.peer_ms << ",\"fp8_gate_up_ms\":" << r.fp8_gate_up_ms
+              << ",\"fp8_down_ms\":" << r.fp8_down_ms << ",\"gemm_flops\":" << r.gemm_flops
+              << ",\"bf16_bytes\":" << r.bf16_bytes << ",\"fp8_bytes\":" << r.fp8_bytes
+              << ",\"bf16_floor_ms\":" << r.bf16_floor_ms << ",\"fp8_floor_ms\":" << r.fp8_floor_ms
+              << ",\"fp8_mem_floor_ms\":" << r.fp8_mem_floor_ms << "}";
         }
         f << "]}\n";
         std::printf("wrote %s\n", json_path.c_str());
