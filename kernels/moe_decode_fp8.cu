@@ -15,6 +15,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxTopK = 16;
+constexpr int kGroup = 8;  // down: choices whose rows are in flight together
 constexpr size_t kMaxSmem = 96u << 10;
 
 __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t v) {
@@ -125,39 +126,40 @@ __global__ void __launch_bounds__(kThreads) down_kernel(const moe_decode_fp8_par
     if (item >= int64_t(p.num_tokens) * H) return;
     const int32_t t = int32_t(item / H), h = int32_t(item % H);
     const moe_fp8_experts& f = p.fp8;
-    const uint8_t* rows[kMaxTopK];
-    const float* ws[kMaxTopK];
+    // The choices in groups of kGroup, each group's rows loaded together; the weighted sum in top-k order.
+    float s = 0.f;
+    for (int32_t j0 = 0; j0 < K; j0 += kGroup) {
+        const uint8_t* rows[kGroup];
+        const float* ws[kGroup];
+        float y[kGroup];
 #pragma unroll
-    for (int j = 0; j < kMaxTopK; ++j)
-        if (j < K) {
-            const int32_t slot = p.slot_ids[t * K + j];
+        for (int j = 0; j < kGroup; ++j) {
+            const int32_t slot = j0 + j < K ? p.slot_ids[t * K + j0 + j] : 0;
             rows[j] = f.w_down + (size_t(slot) * H + h) * I;
             ws[j] = f.w_down_scales + (size_t(slot) * nbH + h / 128) * kbI;
+            y[j] = 0.f;
         }
-    float y[kMaxTopK];
+        for (int32_t c = lane; c < I / 16; c += 32) {
+            uint4 w[kGroup];
 #pragma unroll
-    for (int j = 0; j < kMaxTopK; ++j) y[j] = 0.f;
-    for (int32_t c = lane; c < I / 16; c += 32) {
-        uint4 w[kMaxTopK];
+            for (int j = 0; j < kGroup; ++j)
+                if (j0 + j < K) w[j] = __ldg(reinterpret_cast<const uint4*>(rows[j]) + c);
+            const int32_t kb = c / 8;
 #pragma unroll
-        for (int j = 0; j < kMaxTopK; ++j)
-            if (j < K) w[j] = __ldg(reinterpret_cast<const uint4*>(rows[j]) + c);
-        const int32_t kb = c / 8;
+            for (int j = 0; j < kGroup; ++j)
+                if (j0 + j < K) {
+                    const int32_t pair = t * K + j0 + j;
+                    const uint4 a = reinterpret_cast<const uint4*>(aq + size_t(pair) * I)[c];
+                    y[j] = fmaf(dot16(w[j], a), as[pair * kbI + kb] * __ldg(ws[j] + kb), y[j]);
+                }
+        }
 #pragma unroll
-        for (int j = 0; j < kMaxTopK; ++j)
-            if (j < K) {
-                const int32_t pair = t * K + j;
-                const uint4 a = reinterpret_cast<const uint4*>(aq + size_t(pair) * I)[c];
-                y[j] = fmaf(dot16(w[j], a), as[pair * kbI + kb] * __ldg(ws[j] + kb), y[j]);
+        for (int j = 0; j < kGroup; ++j)
+            if (j0 + j < K) {
+                const float yj = __bfloat162float(__float2bfloat16_rn(warp_sum(y[j])));
+                s = fmaf(p.topk_weights[t * K + j0 + j], yj, s);
             }
     }
-    float s = 0.f;
-#pragma unroll
-    for (int j = 0; j < kMaxTopK; ++j)
-        if (j < K) {
-            const float yj = __bfloat162float(__float2bfloat16_rn(warp_sum(y[j])));
-            s = fmaf(p.topk_weights[t * K + j], yj, s);
-        }
     if (lane == 0) p.out[size_t(t) * H + h] = __float2bfloat16_rn(s);
 }
 
