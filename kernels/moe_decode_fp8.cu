@@ -2,12 +2,16 @@
 // reading each e4m3 weight row once per token with 16-byte loads (the rows of all of a warp's choices in flight
 // together), the activations quantized per 128-channel group into shared memory by every block (a few KB: cheaper
 // than another launch). The grouped path's tiles of 64 rows would multiply 63 padding rows per expert here.
+// Both launches are programmatically dependent (pdl.cuh): gate/up waits for the router before anything, then lets
+// the down kernel launch; the down kernel prefetches its weight rows into L2 (the slots are the router's, complete
+// once gate/up is past its wait) before waiting for gate/up's act.
 
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include "kernels/cuda_check.hpp"
 #include "kernels/moe_decode_fp8.hpp"
+#include "kernels/pdl.cuh"
 
 namespace zmoe::kernels::detail {
 namespace {
@@ -70,6 +74,8 @@ __device__ __forceinline__ void quantize_to_smem(Get&& get, int32_t rows, int32_
 /// (1) act[pair, n] = silu(gate) * up, one warp per (pair, n).
 __global__ void __launch_bounds__(kThreads) gate_up_kernel(const moe_decode_fp8_params p) {
     extern __shared__ uint4 smem4[];
+    pdl_wait();  // x and the router's slots and weights come from the kernels before
+    pdl_launch_dependents();
     const int32_t H = p.hidden, I = p.inter, kbH = (H + 127) / 128, nbI = (I + 127) / 128;
     uint8_t* xq = reinterpret_cast<uint8_t*>(smem4);
     float* xs = reinterpret_cast<float*>(xq + size_t(p.num_tokens) * H);
@@ -113,6 +119,20 @@ __global__ void __launch_bounds__(kThreads) down_kernel(const moe_decode_fp8_par
     extern __shared__ uint4 smem4[];
     const int32_t H = p.hidden, I = p.inter, kbI = (I + 127) / 128, nbH = (H + 127) / 128, K = p.top_k;
     const int32_t pairs = p.num_tokens * K;
+    {
+        // Before the wait: this warp's down rows into L2 (128-byte lines), the slots being complete already.
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        const int64_t item = int64_t(blockIdx.x) * kWarps + warp;
+        if (item < int64_t(p.num_tokens) * H) {
+            const int32_t t = int32_t(item / H), h = int32_t(item % H), lines = (I + 127) / 128;
+            for (int32_t i = lane; i < K * lines; i += 32) {
+                const int32_t slot = p.slot_ids[t * K + i / lines];
+                const uint8_t* line = p.fp8.w_down + (size_t(slot) * H + h) * I + (i % lines) * 128;
+                asm volatile("prefetch.global.L2 [%0];\n" ::"l"(line));
+            }
+        }
+    }
+    pdl_wait();  // act comes from the gate/up kernel
     uint8_t* aq = reinterpret_cast<uint8_t*>(smem4);
     float* as = reinterpret_cast<float*>(aq + size_t(pairs) * I);
     quantize_to_smem(
@@ -187,10 +207,8 @@ void launch_moe_decode_fp8(const moe_decode_fp8_params& p, cudaStream_t stream) 
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(gate_up_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(down_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
     const int64_t items1 = int64_t(pairs) * p.inter, items2 = int64_t(p.num_tokens) * p.hidden;
-    gate_up_kernel<<<unsigned((items1 + kWarps - 1) / kWarps), kThreads, s1, stream>>>(p);
-    ZMOE_CUDA_CHECK_LAUNCH();
-    down_kernel<<<unsigned((items2 + kWarps - 1) / kWarps), kThreads, s2, stream>>>(p);
-    ZMOE_CUDA_CHECK_LAUNCH();
+    launch_pdl(gate_up_kernel, dim3(unsigned((items1 + kWarps - 1) / kWarps)), dim3(kThreads), s1, stream, p);
+    launch_pdl(down_kernel, dim3(unsigned((items2 + kWarps - 1) / kWarps)), dim3(kThreads), s2, stream, p);
 }
 
 }  // namespace zmoe::kernels::detail
