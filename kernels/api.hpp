@@ -450,10 +450,10 @@ void launch_grouped_gemm(const grouped_gemm_params& p, cudaStream_t stream);
 constexpr int32_t fp8_scale_ld(int32_t max_rows) { return (max_rows + 3) / 4 * 4; }
 
 struct fp8_quantize_params {
-    const bf16* x = nullptr;              // [num_tokens, cols]
-    const int32_t* dest_rows = nullptr;   // [num_tokens, top_k] or nullptr: row t of x goes to row t (top_k 1)
-    uint8_t* q = nullptr;                 // [rows, cols] e4m3 codes; rows of dest_rows (or num_tokens)
-    float* scales = nullptr;              // [ceil(cols / 128), scale_ld]: group g of row r at scales[g * scale_ld + r]
+    const bf16* x = nullptr;             // [num_tokens, cols]
+    const int32_t* dest_rows = nullptr;  // [num_tokens, top_k] or nullptr: row t of x goes to row t (top_k 1)
+    uint8_t* q = nullptr;                // [rows, cols] e4m3 codes; rows of dest_rows (or num_tokens)
+    float* scales = nullptr;             // [ceil(cols / 128), scale_ld]: group g of row r at scales[g * scale_ld + r]
     int32_t num_tokens = 0;
     int32_t top_k = 1;
     int32_t cols = 0;      ///< multiple of 4
@@ -479,8 +479,8 @@ struct grouped_gemm_fp8_params {
     float* c_scales = nullptr;                // ... and [ceil(n / 128), c_scale_ld] scales, as a_scales
     int32_t c_scale_ld = 0;                   ///< >= max_rows
     int32_t max_rows = 0;
-    int32_t n = 0;  ///< multiple of 16
-    int32_t k = 0;  ///< multiple of 16
+    int32_t n = 0;            ///< multiple of 16
+    int32_t k = 0;            ///< multiple of 16
     int32_t num_experts = 0;  ///< <= 256
     int32_t row_align = 64;   ///< as given to launch_moe_permute: a multiple of 64
     bool swiglu = false;
