@@ -103,6 +103,15 @@ TEST(Fp8Quantize, BitIdenticalToTheCpuQuantization) {
 struct fp8_case {
     int32_t num_tokens, num_experts, top_k, hidden, inter;
     bool decode = false;  ///< the few-token kernels (detail::launch_moe_decode_fp8) instead of the grouped path
+    /// launch_moe_layer (the router, then the path it chooses: the few-token kernels at one token) instead; the
+    /// reference then routes as the GPU's router did (its slots and weights), and only out is compared.
+    bool layer = false;
+};
+
+struct blas_handle {
+    cublasLtHandle_t handle = nullptr;
+    blas_handle() { ZMOE_CUBLAS_CHECK(cublasLtCreate(&handle)); }
+    ~blas_handle() { cublasLtDestroy(handle); }
 };
 
 /// The CPU reference of one K-blocked FP8 product: sum_kb dot(aq[kb], wq[kb]) * as[kb] * ws[kb], each block's dot
@@ -180,7 +189,53 @@ TEST_P(MoeExpertsFp8, MatchesCpuReference) {
                             .x_scales = d_xs.get(),
                             .act_q = d_aq.get(),
                             .act_scales = d_as.get()};
-    if (c.decode) {
+    // The layer's router: random weights, one slot per expert; its outputs replace ids and weights below.
+    const std::vector<float> router_w =
+        c.layer ? random_bf16(size_t(E) * H, 2.f / std::sqrt(float(H)), rng) : std::vector<float>{};
+    std::vector<int32_t> identity(E + 1);
+    for (int32_t e = 0; e <= E; ++e) identity[e] = e;
+    auto d_router = upload_bf16(router_w);
+    auto d_replica = upload(identity);
+    device_buffer<float> d_logits(size_t(T) * E), d_layer_weights(size_t(T) * K);
+    device_buffer<int32_t> d_topk_ids(size_t(T) * K), d_slot_ids(size_t(T) * K),
+        d_scratch(moe_decode_scratch_ints(kMoeDecodeMaxTokens, K));
+    device_buffer<uint8_t> d_blas_ws(4u << 20);
+    d_scratch.poison(0);
+    if (c.layer) {
+        blas_handle blas;
+        const moe_layer_params p{.experts = {.x = d_x.get(),
+                                             .out = d_out.get(),
+                                             .expert_offsets = d_offsets.get(),
+                                             .dest_rows = d_dest.get(),
+                                             .row_token = d_row_token.get(),
+                                             .permute_workspace = d_ws.get(),
+                                             .y = d_y.get(),
+                                             .max_rows = max_rows,
+                                             .num_tokens = T,
+                                             .top_k = K,
+                                             .num_slots = E,
+                                             .hidden = H,
+                                             .inter = I,
+                                             .fp8 = &f},
+                                 .router_w = d_router.get(),
+                                 .router_logits = d_logits.get(),
+                                 .blas = blas.handle,
+                                 .blas_workspace = d_blas_ws.get(),
+                                 .blas_workspace_bytes = 4u << 20,
+                                 .replica_offsets = d_replica.get(),
+                                 .replica_slots = d_replica.get(),
+                                 .topk_ids = d_topk_ids.get(),
+                                 .topk_weights = d_layer_weights.get(),
+                                 .slot_ids = d_slot_ids.get(),
+                                 .decode_scratch = d_scratch.get(),
+                                 .num_experts = E,
+                                 .renormalize = true};
+        EXPECT_EQ(moe_layer_uses_decode_path(p), T == 1);
+        launch_moe_layer(p, nullptr);
+        sync_and_check();
+        ids = download(d_slot_ids);
+        weights = download(d_layer_weights);
+    } else if (c.decode) {
         ASSERT_TRUE(detail::moe_decode_fp8_supported(T, K, H, I));
         d_act.poison();
         detail::launch_moe_decode_fp8({.x = d_x.get(),
@@ -217,7 +272,7 @@ TEST_P(MoeExpertsFp8, MatchesCpuReference) {
     sync_and_check();
     // The decode path has no permutation: choice (t, j) is "row" t * K + j of its fp32 act.
     std::vector<int32_t> dest = download(d_dest);
-    if (c.decode)
+    if (c.decode || c.layer)
         for (size_t i = 0; i < dest.size(); ++i) dest[i] = int32_t(i);
     const std::vector<float> act_f = c.decode ? download(d_act) : std::vector<float>{};
     const std::vector<uint8_t> act_q = download(d_aq);
@@ -262,7 +317,9 @@ TEST_P(MoeExpertsFp8, MatchesCpuReference) {
             }
             quantize_fp8_activation_row(act.data(), I, aq.data(), as.data());
             const int32_t row = dest[size_t(t) * K + j];
-            if (c.decode) {
+            if (c.layer) {
+                // act is internal to the path the layer chose: out only.
+            } else if (c.decode) {
                 // fp32 act before its quantization: (1) only, relative to the row's largest value.
                 float amax = 0.f;
                 for (int32_t n = 0; n < I; ++n) amax = std::max(amax, std::abs(act[n]));
@@ -311,24 +368,30 @@ TEST_P(MoeExpertsFp8, MatchesCpuReference) {
     EXPECT_LE(double(loose), 1e-3 * double(ref.size()) + 1) << loose << " of " << ref.size();
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, MoeExpertsFp8,
-                         ::testing::Values(
-                             // Qwen3-30B-A3B's expert shapes (hidden 2048, FFN 768, 128 experts, top-8).
-                             fp8_case{1, 128, 8, 2048, 768}, fp8_case{3, 128, 8, 2048, 768},
-                             fp8_case{32, 128, 8, 2048, 768}, fp8_case{64, 128, 8, 2048, 768},
-                             // Ragged: hidden and FFN not multiples of 128 (partial scale blocks in N and in K).
-                             fp8_case{1, 8, 2, 144, 208}, fp8_case{17, 8, 2, 144, 208}, fp8_case{300, 16, 4, 272, 336},
-                             fp8_case{1024, 8, 2, 400, 144}, fp8_case{4096, 16, 2, 144, 208},
-                             // Enough rows per expert for the down GEMM's 128-row tiles.
-                             fp8_case{16384, 16, 2, 144, 208}, fp8_case{512, 8, 4, 2048, 768},
-                             // The few-token kernels.
-                             fp8_case{1, 128, 8, 2048, 768, true}, fp8_case{4, 128, 8, 2048, 768, true},
-                             fp8_case{1, 8, 2, 144, 208, true}, fp8_case{3, 16, 4, 272, 336, true}),
-                         [](const ::testing::TestParamInfo<fp8_case>& i) {
-                             const fp8_case& c = i.param;
-                             return make_name(c.decode ? "decode_" : "", "t", c.num_tokens, "_e", c.num_experts, "_k",
-                                              c.top_k, "_h", c.hidden, "_i", c.inter);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MoeExpertsFp8,
+    ::testing::Values(
+        // Qwen3-30B-A3B's expert shapes (hidden 2048, FFN 768, 128 experts, top-8).
+        fp8_case{1, 128, 8, 2048, 768}, fp8_case{3, 128, 8, 2048, 768}, fp8_case{32, 128, 8, 2048, 768},
+        fp8_case{64, 128, 8, 2048, 768},
+        // Ragged: hidden and FFN not multiples of 128 (partial scale blocks in N and in K).
+        fp8_case{1, 8, 2, 144, 208}, fp8_case{17, 8, 2, 144, 208}, fp8_case{300, 16, 4, 272, 336},
+        fp8_case{1024, 8, 2, 400, 144}, fp8_case{4096, 16, 2, 144, 208},
+        // Enough rows per expert for the down GEMM's 128-row tiles.
+        fp8_case{16384, 16, 2, 144, 208}, fp8_case{512, 8, 4, 2048, 768},
+        // The few-token kernels.
+        fp8_case{1, 128, 8, 2048, 768, true}, fp8_case{4, 128, 8, 2048, 768, true}, fp8_case{1, 8, 2, 144, 208, true},
+        fp8_case{3, 16, 4, 272, 336, true},
+        // Through launch_moe_layer: the router, then the few-token kernels (one token) or the grouped path.
+        fp8_case{1, 128, 8, 2048, 768, false, true}, fp8_case{6, 128, 8, 2048, 768, false, true},
+        fp8_case{1, 16, 4, 272, 336, false, true}),
+    [](const ::testing::TestParamInfo<fp8_case>& i) {
+        const fp8_case& c = i.param;
+        return make_name(c.layer    ? "layer_"
+                         : c.decode ? "decode_"
+                                    : "",
+                         "t", c.num_tokens, "_e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter);
+    });
 
 }  // namespace
 }  // namespace zmoe::kernels::test
