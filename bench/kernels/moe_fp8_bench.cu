@@ -8,7 +8,10 @@
 //   - each layer's floor: the bytes it must move (touched experts' weights once, the router, x in and the output
 //     out) at the measured copy bandwidth (1 GiB device to device), or its FLOPs at the measured dense peak of its
 //     precision (cuBLASLt BF16 / FP8 GEMM), whichever is longer.
-//   moe_fp8_bench [--tokens 1,32,...] [--iters N] [--warmup N] [--cold N] [--peer CMD] [--json PATH]
+//   moe_fp8_bench [--tokens 1,32,...] [--iters N] [--warmup N] [--cold N] [--fp8-align 64|128|...] [--peer CMD]
+//                 [--json PATH]
+// --fp8-align sets the FP8 experts' row alignment (moe_experts_params::row_align; default 64): 128 makes the FP8 down
+// GEMM run 128-row tiles at every batch size.
 // --peer runs CMD after zmoe's measurements and reads "<tokens> <milliseconds> ..." rows from its standard output
 // (as moe_layer_bench): the BF16 Triton peer's layer time, printed beside both.
 
@@ -36,6 +39,7 @@ constexpr int32_t kHidden = 2048, kExperts = 128, kTopK = 8, kInter = 768;
 constexpr int32_t kKbH = (kHidden + 127) / 128, kKbI = (kInter + 127) / 128;
 constexpr size_t kW1 = size_t(kExperts) * 2 * kInter * kHidden, kW2 = size_t(kExperts) * kHidden * kInter;
 constexpr size_t kS1 = size_t(kExperts) * 2 * kKbI * kKbH, kS2 = size_t(kExperts) * kKbH * kKbI;
+int32_t g_fp8_align = 0;  // --fp8-align: 0 is the launcher's 64
 
 /// One layer's expert weights in both precisions.
 struct expert_weights {
@@ -74,6 +78,7 @@ zmoe::kernels::moe_layer_params layer_params(const buffers& b, const expert_weig
                         .num_slots = kExperts,
                         .hidden = kHidden,
                         .inter = kInter,
+                        .row_align = fp8 != nullptr ? g_fp8_align : 0,
                         .fp8 = fp8},
             .router_w = b.gate_w,
             .router_logits = b.logits,
@@ -318,15 +323,18 @@ int main(int argc, char** argv) {
             warmup = std::stoi(argv[++i]);
         else if (a == "--cold" && i + 1 < argc)
             cold_layers = std::max(1, std::stoi(argv[++i]));
+        else if (a == "--fp8-align" && i + 1 < argc)
+            g_fp8_align = std::stoi(argv[++i]);
         else if (a == "--json" && i + 1 < argc)
             json_path = argv[++i];
         else if (a == "--peer" && i + 1 < argc)
             peer_cmd = argv[++i];
         else
-            return std::fprintf(stderr,
-                                "usage: %s [--tokens 1,32,...] [--iters N] [--warmup N] [--cold N] [--peer CMD] "
-                                "[--json PATH]\n",
-                                argv[0]),
+            return std::fprintf(
+                       stderr,
+                       "usage: %s [--tokens 1,32,...] [--iters N] [--warmup N] [--cold N] [--fp8-align N] [--peer CMD] "
+                       "[--json PATH]\n",
+                       argv[0]),
                    2;
     }
     const int32_t max_tokens = *std::max_element(token_counts.begin(), token_counts.end());
@@ -504,8 +512,8 @@ int main(int argc, char** argv) {
           << ",\"inter\":" << kInter << "},\"measured\":{\"copy_bytes_per_s\":" << peak.bytes_per_s
           << ",\"bf16_gemm_flops_per_s\":" << peak.bf16_flops_per_s
           << ",\"fp8_gemm_flops_per_s\":" << peak.fp8_flops_per_s << "},\"iters\":" << iters
-          << ",\"cold_layers\":" << cold_layers << ",\"peer_cmd\":\"" << json_escape(peer_cmd)
-          << "\",\"peer_output\":\"" << json_escape(peer_raw) << "\",\"results\":[";
+          << ",\"cold_layers\":" << cold_layers << ",\"fp8_align\":" << g_fp8_align << ",\"peer_cmd\":\""
+          << json_escape(peer_cmd) << "\",\"peer_output\":\"" << json_escape(peer_raw) << "\",\"results\":[";
         for (size_t i = 0; i < results.size(); ++i) {
             const auto& r = results[i];
             f << (i ? "," : "") << "{\"tokens\":" << r.tokens << ",\"bf16_path\":\""
