@@ -280,22 +280,26 @@ TEST_P(MoeExpertsFp8, MatchesCpuReference) {
     const std::vector<float> out = download_bf16(d_out);
 
     // The reference, per token and choice. Sources of difference from the GPU, and the tolerances they justify:
-    // (1) fp32 summation order (tensor-core partial sums per 128-K block, with the FP8 tensor cores' narrower
-    //     internal accumulation; ~1e-5 relative on a block's dot): moves act by ~1e-5 relative, its scale likewise;
-    // (2) an e4m3 rounding of act that sits within (1) of a tie rounds the other way on the GPU: that element moves
-    //     by one e4m3 step, at most 2^-3 of its magnitude (2^-9 x scale below the normal range) - rare;
+    // (1) summation order, and on the grouped path the FP8 tensor cores' accumulation inside each 128-wide K block
+    //     (four wgmma k32 before the fp32 promotion), which keeps fewer bits than fp32 (about 14 per DeepSeek-V3's
+    //     report): GPU act differs from the CPU's fp32 act by ~1e-5 of the row's largest |act| (3e-5 seen on H100;
+    //     the few-token kernels sum in fp32 on the CUDA cores: ~1e-6). Near zero that is several e4m3 steps of a
+    //     small element, so the codes are compared dequantized: |code x scale - act| <= half an e4m3 step of act
+    //     (|act| / 16, or 2^-10 x scale below e4m3's normal range) + 1e-3 x the row's amax (30x the noise seen),
+    //     scales within 1e-3 relative. A wrong scale, block or row is off by O(amax).
+    // (2) those act differences flip e4m3 roundings of act (one step of an element, up to 2^-3 of it), which moves
+    //     y by |w_down| x that step: a few 1e-3 of the output's scale for the elements it hits;
     // (3) BF16 roundings of y and out (2^-8 relative), identical on both sides unless (1)/(2) moved y across a
     //     rounding boundary: one BF16 step.
-    // So act codes must match exactly except at near-ties (at most 0.5% of elements, each within one e4m3 step),
-    // act scales within 1e-4 relative; out within two BF16 steps of its value plus a small absolute term for the
-    // rare (2) flips (each moves y by |w_down| x one e4m3 step of act: bounded by 2e-2 of the output's scale),
-    // and 99.9% of out within 2^-7 relative + 1e-3 of the scale.
+    // So out within 2^-6 of its value + 2e-2 of the output's largest |value| everywhere, 98% of it within 2^-7 +
+    // 1e-3 (the flips of (2) are what exceed that: 0.7% of elements at Qwen3 shapes on H100), the relative RMS error
+    // below 1e-2; a wrong scale, block, row or routing weight gives errors of O(1) relative.
     std::vector<float> xq(H), xs(kbH), gate(I), up(I), act(I), aq(I), as(kbI);
     std::vector<float> gu_v(size_t(2) * I * H), dn_v(size_t(H) * I);
     std::vector<float> ref(size_t(T) * H, 0.f);
     std::vector<std::vector<float>> y_of(K, std::vector<float>(H));
     int64_t code_mismatch = 0, code_total = 0;
-    double max_scale_rel = 0;
+    double max_scale_rel = 0, max_act_err = 0;             // the latter relative to the row's amax
     std::vector<std::vector<float>> deq_gu(E), deq_dn(E);  // e4m3 values (unscaled), built on first use
     for (int32_t t = 0; t < T; ++t) {
         for (int32_t h = 0; h < H; ++h) xq[h] = x[size_t(t) * H + h];
@@ -327,19 +331,22 @@ TEST_P(MoeExpertsFp8, MatchesCpuReference) {
                     ASSERT_LE(std::abs(act_f[size_t(row) * I + n] - act[n]), 1e-4f * amax + 1e-30f)
                         << "t " << t << " choice " << j << " column " << n;
             } else {
+                float amax = 0.f;
+                for (int32_t n = 0; n < I; ++n) amax = std::max(amax, std::abs(act[n]));
                 for (int32_t g = 0; g < kbI; ++g) {
                     const float got = act_s[size_t(g) * ld + row];
                     max_scale_rel = std::max(max_scale_rel, std::abs(double(got) - as[g]) / as[g]);
                 }
                 for (int32_t n = 0; n < I; ++n) {
-                    const float got = table[act_q[size_t(row) * I + n]];
+                    const float code_value = table[act_q[size_t(row) * I + n]];
+                    const float got = code_value * act_s[size_t(n / 128) * ld + row];
                     ++code_total;
-                    if (got != aq[n]) {
-                        ++code_mismatch;
-                        // Within one e4m3 step: 2^-3 of the value (or 2^-9 below 2^-6).
-                        ASSERT_LE(std::abs(got - aq[n]), std::max(std::abs(aq[n]) / 8.f, 1.f / 512.f) + 1e-6f)
-                            << "t " << t << " choice " << j << " column " << n << " got " << got << " want " << aq[n];
-                    }
+                    if (code_value != aq[n]) ++code_mismatch;
+                    const double err = std::abs(double(got) - act[n]);
+                    if (amax > 0.f) max_act_err = std::max(max_act_err, err / amax);
+                    ASSERT_LE(err, std::abs(act[n]) / 16.0 + std::ldexp(double(as[n / 128]), -10) + 1e-3 * amax)
+                        << "t " << t << " choice " << j << " column " << n << " got " << got << " (code " << code_value
+                        << ") want " << act[n] << " (code " << aq[n] << ", row amax " << amax << ")";
                 }
             }
             for (int32_t h = 0; h < H; ++h) {
@@ -353,9 +360,8 @@ TEST_P(MoeExpertsFp8, MatchesCpuReference) {
             ref[size_t(t) * H + h] = ref::round_bf16(s);
         }
     }
-    EXPECT_LE(max_scale_rel, 1e-4);
-    EXPECT_LE(double(code_mismatch), 0.005 * double(code_total) + 1) << code_mismatch << " of " << code_total;
-    double max_ref = 0;
+    EXPECT_LE(max_scale_rel, 1e-3);
+    double max_ref = 0, max_err = 0, sq_err = 0, sq_ref = 0;
     for (const float v : ref) max_ref = std::max(max_ref, double(std::abs(v)));
     int64_t loose = 0;
     for (size_t i = 0; i < ref.size(); ++i) {
@@ -364,8 +370,18 @@ TEST_P(MoeExpertsFp8, MatchesCpuReference) {
         ASSERT_LE(err, std::ldexp(std::abs(ref[i]), -6) + 2e-2 * max_ref)
             << "token " << i / H << " column " << i % H << " got " << out[i] << " want " << ref[i];
         if (err > std::ldexp(std::abs(ref[i]), -7) + 1e-3 * max_ref) ++loose;
+        max_err = std::max(max_err, err);
+        sq_err += err * err;
+        sq_ref += double(ref[i]) * ref[i];
     }
-    EXPECT_LE(double(loose), 1e-3 * double(ref.size()) + 1) << loose << " of " << ref.size();
+    const double rms_rel = sq_ref > 0 ? std::sqrt(sq_err / sq_ref) : std::sqrt(sq_err);
+    std::printf(
+        "  act: max |err| / row amax %.3g, codes differing %lld of %lld, scales max rel %.3g; out: max err / "
+        "max |ref| %.3g, rms rel %.3g, outside 2^-7 + 1e-3: %lld of %zu\n",
+        max_act_err, static_cast<long long>(code_mismatch), static_cast<long long>(code_total), max_scale_rel,
+        max_ref > 0 ? max_err / max_ref : max_err, rms_rel, static_cast<long long>(loose), ref.size());
+    EXPECT_LE(double(loose), 2e-2 * double(ref.size()) + 1) << loose << " of " << ref.size();
+    EXPECT_LE(rms_rel, 1e-2);
 }
 
 INSTANTIATE_TEST_SUITE_P(
