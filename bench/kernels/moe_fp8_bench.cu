@@ -144,38 +144,42 @@ double time_graph_ms(F&& enqueue, cudaStream_t stream, int warmup, int iters) {
     return ms;
 }
 
-/// Median milliseconds of the gate/up and down stages of one stream-ordered layer, from the launcher's marks.
-std::pair<double, double> gemm_stage_ms(zmoe::kernels::moe_layer_params p, cudaStream_t stream, int warmup, int iters) {
+constexpr int kStages = int(zmoe::kernels::moe_stage::end) + 1;
+const char* const kStageNames[kStages] = {"router_gemm",  "router_topk", "moe_decode", "permute",
+                                          "gemm_gate_up", "gemm_down",   "combine",    "end"};
+
+/// Median milliseconds of each stage of one stream-ordered layer (from its mark to the next mark), from the
+/// launcher's marks; -1 for the stages the layer does not run. The permute stage includes the FP8 quantization.
+std::vector<double> stage_ms(zmoe::kernels::moe_layer_params p, cudaStream_t stream, int warmup, int iters) {
     struct ctx {
         cudaStream_t stream;
-        cudaEvent_t up0, down0, down1;
-    } c{stream, nullptr, nullptr, nullptr};
-    ZMOE_CUDA_CHECK(cudaEventCreate(&c.up0));
-    ZMOE_CUDA_CHECK(cudaEventCreate(&c.down0));
-    ZMOE_CUDA_CHECK(cudaEventCreate(&c.down1));
+        cudaEvent_t events[kStages];
+        std::vector<int> order;
+    } c{stream, {}, {}};
+    for (auto& e : c.events) ZMOE_CUDA_CHECK(cudaEventCreate(&e));
     p.experts.mark = [](void* context, zmoe::kernels::moe_stage s) {
         auto* x = static_cast<ctx*>(context);
-        using zmoe::kernels::moe_stage;
-        if (s == moe_stage::gemm_gate_up) ZMOE_CUDA_CHECK(cudaEventRecord(x->up0, x->stream));
-        if (s == moe_stage::gemm_down) ZMOE_CUDA_CHECK(cudaEventRecord(x->down0, x->stream));
-        if (s == moe_stage::combine) ZMOE_CUDA_CHECK(cudaEventRecord(x->down1, x->stream));
+        x->order.push_back(int(s));
+        ZMOE_CUDA_CHECK(cudaEventRecord(x->events[int(s)], x->stream));
     };
     p.experts.mark_context = &c;
     for (int i = 0; i < warmup; ++i) zmoe::kernels::launch_moe_layer(p, stream);
-    std::vector<double> up, down;
+    std::vector<std::vector<double>> ms(kStages);
     for (int i = 0; i < iters; ++i) {
+        c.order.clear();
         zmoe::kernels::launch_moe_layer(p, stream);
         ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-        float a = 0, d = 0;
-        ZMOE_CUDA_CHECK(cudaEventElapsedTime(&a, c.up0, c.down0));
-        ZMOE_CUDA_CHECK(cudaEventElapsedTime(&d, c.down0, c.down1));
-        up.push_back(a);
-        down.push_back(d);
+        for (size_t m = 0; m + 1 < c.order.size(); ++m) {
+            float v = 0;
+            ZMOE_CUDA_CHECK(cudaEventElapsedTime(&v, c.events[c.order[m]], c.events[c.order[m + 1]]));
+            ms[c.order[m]].push_back(v);
+        }
     }
-    ZMOE_CUDA_CHECK(cudaEventDestroy(c.up0));
-    ZMOE_CUDA_CHECK(cudaEventDestroy(c.down0));
-    ZMOE_CUDA_CHECK(cudaEventDestroy(c.down1));
-    return {zmoe::median(up), zmoe::median(down)};
+    for (auto& e : c.events) ZMOE_CUDA_CHECK(cudaEventDestroy(e));
+    std::vector<double> out(kStages, -1.0);
+    for (int s = 0; s < kStages; ++s)
+        if (!ms[s].empty()) out[s] = zmoe::median(ms[s]);
+    return out;
 }
 
 struct ceilings {
@@ -305,6 +309,7 @@ struct result {
     double fp8_gate_up_ms = -1, fp8_down_ms = -1, gemm_flops = 0;  // < 0: the FP8 decode path (no GEMMs)
     double bf16_bytes = 0, fp8_bytes = 0, bf16_floor_ms = 0, fp8_floor_ms = 0, fp8_mem_floor_ms = 0;
     double peer_ms = -1;
+    std::vector<double> fp8_stage_ms;  // per moe_stage, stream-ordered; -1 where not run
 };
 
 }  // namespace
@@ -449,11 +454,10 @@ int main(int argc, char** argv) {
         r.fp8_cold_ms = time_graph_ms([&](cudaStream_t s) { enqueue(s, layers.size(), true); }, stream, warmup, iters) /
                         double(layers.size());
         r.fp8_decode = zmoe::kernels::moe_layer_uses_decode_path(layer_params(b, layers[0], tokens, &fp8[0]));
+        r.fp8_stage_ms = stage_ms(layer_params(b, layers[0], tokens, &fp8[0]), stream, warmup, iters);
         if (!r.fp8_decode) {  // the few-token kernels have no GEMM stages
-            const auto [up_ms, down_ms] =
-                gemm_stage_ms(layer_params(b, layers[0], tokens, &fp8[0]), stream, warmup, iters);
-            r.fp8_gate_up_ms = up_ms;
-            r.fp8_down_ms = down_ms;
+            r.fp8_gate_up_ms = r.fp8_stage_ms[int(zmoe::kernels::moe_stage::gemm_gate_up)];
+            r.fp8_down_ms = r.fp8_stage_ms[int(zmoe::kernels::moe_stage::gemm_down)];
         }
 
         std::vector<int32_t> counts(kExperts);
@@ -497,6 +501,14 @@ int main(int argc, char** argv) {
             r.fp8_gate_up_ms, r.fp8_down_ms, gemm_tf, 100.0 * gemm_tf * 1e12 / peak.fp8_flops_per_s, r.bf16_floor_ms,
             r.fp8_floor_ms, r.fp8_mem_floor_ms);
     }
+    std::printf("FP8 layer per stage (stream-ordered, ms; permute includes the quantization):\n%7s", "tokens");
+    for (int s = 0; s + 1 < kStages; ++s) std::printf(" %12s", kStageNames[s]);
+    std::printf("\n");
+    for (const auto& r : results) {
+        std::printf("%7d", r.tokens);
+        for (int s = 0; s + 1 < kStages; ++s) std::printf(" %12.4f", r.fp8_stage_ms[s]);
+        std::printf("\n");
+    }
     std::printf(
         "(ratio: bf16_cold / fp8_cold; fp8_gu / fp8_dn: the FP8 gate/up and down GEMM stages, stream-ordered; "
         "gemmTF/s: their useful FLOPs (routed rows) per second, %%peak of the measured dense FP8 GEMM; floors: bytes "
@@ -525,7 +537,14 @@ int main(int argc, char** argv) {
               << ",\"fp8_down_ms\":" << r.fp8_down_ms << ",\"gemm_flops\":" << r.gemm_flops
               << ",\"bf16_bytes\":" << r.bf16_bytes << ",\"fp8_bytes\":" << r.fp8_bytes
               << ",\"bf16_floor_ms\":" << r.bf16_floor_ms << ",\"fp8_floor_ms\":" << r.fp8_floor_ms
-              << ",\"fp8_mem_floor_ms\":" << r.fp8_mem_floor_ms << "}";
+              << ",\"fp8_mem_floor_ms\":" << r.fp8_mem_floor_ms << ",\"fp8_stages_ms\":{";
+            bool first = true;
+            for (int s = 0; s + 1 < kStages; ++s)
+                if (r.fp8_stage_ms[s] >= 0) {
+                    f << (first ? "" : ",") << "\"" << kStageNames[s] << "\":" << r.fp8_stage_ms[s];
+                    first = false;
+                }
+            f << "}}";
         }
         f << "]}\n";
         std::printf("wrote %s\n", json_path.c_str());
