@@ -26,6 +26,10 @@ struct moe_decode_fp8_params {
     int32_t top_k = 0;
     int32_t hidden = 0;
     int32_t inter = 0;
+    /// true: the kernels that load weight rows into registers before quantizing the activations (two FFN columns per
+    /// gate/up warp); false: the first version (one column per warp, weights loaded after; the down rows prefetched
+    /// into L2 only), kept to compare the two on the GPU.
+    bool preload = true;
 };
 
 /// The FP8 experts for a few tokens in two launches, the format's arithmetic as launch_moe_experts with fp8 (the

@@ -106,6 +106,7 @@ struct fp8_case {
     /// launch_moe_layer (the router, then the path it chooses: the few-token kernels at one token) instead; the
     /// reference then routes as the GPU's router did (its slots and weights), and only out is compared.
     bool layer = false;
+    bool no_preload = false;  ///< decode: the first version of the few-token kernels (moe_decode_fp8_params::preload)
 };
 
 struct blas_handle {
@@ -247,7 +248,8 @@ TEST_P(MoeExpertsFp8, MatchesCpuReference) {
                                        .num_tokens = T,
                                        .top_k = K,
                                        .hidden = H,
-                                       .inter = I},
+                                       .inter = I,
+                                       .preload = !c.no_preload},
                                       nullptr);
     } else {
         launch_moe_experts({.slots = d_ids.get(),
@@ -397,16 +399,15 @@ INSTANTIATE_TEST_SUITE_P(
         fp8_case{16384, 16, 2, 144, 208}, fp8_case{512, 8, 4, 2048, 768},
         // The few-token kernels.
         fp8_case{1, 128, 8, 2048, 768, true}, fp8_case{4, 128, 8, 2048, 768, true}, fp8_case{1, 8, 2, 144, 208, true},
-        fp8_case{3, 16, 4, 272, 336, true},
+        fp8_case{3, 16, 4, 272, 336, true}, fp8_case{1, 128, 8, 2048, 768, true, false, true},
+        fp8_case{4, 128, 8, 2048, 768, true, false, true}, fp8_case{3, 16, 4, 272, 336, true, false, true},
         // Through launch_moe_layer: the router, then the few-token kernels (one token) or the grouped path.
         fp8_case{1, 128, 8, 2048, 768, false, true}, fp8_case{6, 128, 8, 2048, 768, false, true},
         fp8_case{1, 16, 4, 272, 336, false, true}),
     [](const ::testing::TestParamInfo<fp8_case>& i) {
         const fp8_case& c = i.param;
-        return make_name(c.layer    ? "layer_"
-                         : c.decode ? "decode_"
-                                    : "",
-                         "t", c.num_tokens, "_e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter);
+        const char* prefix = c.layer ? "layer_" : c.no_preload ? "decode_v1_" : c.decode ? "decode_" : "";
+        return make_name(prefix, "t", c.num_tokens, "_e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter);
     });
 
 }  // namespace
