@@ -10,8 +10,10 @@
 #include <cuda_fp8.h>
 
 #include "kernels/cuda_check.hpp"
+#include "kernels/dispatch.cuh"
 #include "kernels/moe_decode_fp8.hpp"
 #include "kernels/pdl.cuh"
+#include "kernels/warp_topk.cuh"
 
 namespace zmoe::kernels::detail {
 namespace {
@@ -185,19 +187,65 @@ __global__ void __launch_bounds__(kThreads) down_kernel(const moe_decode_fp8_par
     if (lane == 0) p.out[size_t(t) * H + h] = __float2bfloat16_rn(s);
 }
 
+/// The choices of the step into slot_s / weight_s ([num_tokens * top_k], shared memory): with kPerLane > 0 the softmax
+/// top-k of router_logits (one warp per token, the logits staged through shared memory with L2 loads) and the
+/// replica choice, written out (slots, weights, counts) where `write`; with kPerLane == 0 the given slot_ids and
+/// topk_weights. Ends with __syncthreads.
+template <int kPerLane>
+__device__ __forceinline__ void route_in_block(const moe_decode_fp8_params& p, int32_t* slot_s, float* weight_s,
+                                               float* logits_s, bool write) {
+    const int32_t T = p.num_tokens, K = p.top_k;
+    if constexpr (kPerLane == 0) {
+        for (int32_t i = threadIdx.x; i < T * K; i += kThreads) {
+            slot_s[i] = p.slot_ids[i];
+            weight_s[i] = p.topk_weights[i];
+        }
+    } else {
+        const int32_t E = p.num_experts;
+        for (int32_t i = threadIdx.x; i < T * E; i += kThreads) logits_s[i] = __ldcg(p.router_logits + i);
+        __syncthreads();
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        if (warp < T) {
+            const int32_t t = warp;
+            int32_t id;
+            float w;
+            warp_softmax_topk<kPerLane, true>(logits_s + size_t(t) * E, E, K, p.renormalize, &id, &w);
+            if (lane < K) {
+                const int32_t a = t * K + lane;
+                const int32_t first = p.replica_offsets[id], n = p.replica_offsets[id + 1] - first;
+                const int32_t slot = p.replica_slots[first + t % n];
+                slot_s[a] = slot;
+                weight_s[a] = w;
+                if (write) {
+                    p.topk_weights[a] = w;
+                    p.slot_ids[a] = slot;
+                    const int32_t num_valid = p.num_valid != nullptr ? *p.num_valid : T;
+                    if (t < num_valid && p.expert_counts != nullptr) atomicAdd(&p.expert_counts[id], 1);
+                }
+            }
+        }
+    }
+    __syncthreads();
+}
+
 /// (1) with preload: two FFN columns per warp, their gate and up rows' first kPreload 16-byte chunks per lane
 /// loaded into registers before x is quantized (the loads overlap the quantization), the rest streamed after.
+template <int kPerLane>
 __global__ void __launch_bounds__(kThreads) gate_up_preload_kernel(const moe_decode_fp8_params p) {
     extern __shared__ uint4 smem4[];
-    pdl_wait();  // x and the router's slots and weights come from the kernels before
+    __shared__ int32_t slot_s[kMoeDecodeFp8MaxPairs];
+    __shared__ float weight_s[kMoeDecodeFp8MaxPairs];
+    __shared__ float logits_s[kPerLane > 0 ? kMoeDecodeFp8MaxTokens * 32 * kPerLane : 1];
+    pdl_wait();  // x and the router's logits (or slots and weights) come from the kernels before
     pdl_launch_dependents();
+    route_in_block<kPerLane>(p, slot_s, weight_s, logits_s, blockIdx.x == 0);
     const int32_t H = p.hidden, I = p.inter, kbH = (H + 127) / 128, nbI = (I + 127) / 128, chunks = H / 16;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t item = (int64_t(blockIdx.x) * kWarps + warp) * kCols;  // (pair, n0), n0 even (inter is)
     const bool valid = item < int64_t(p.num_tokens) * p.top_k * I;
     const int32_t pair = valid ? int32_t(item / I) : 0, n0 = valid ? int32_t(item % I) : 0;
     const moe_fp8_experts& f = p.fp8;
-    const int32_t slot = valid ? p.slot_ids[pair] : 0;
+    const int32_t slot = valid ? slot_s[pair] : 0;
     const uint8_t* g_rows = f.w_gate_up + (size_t(slot) * 2 * I + n0) * H;  // gate rows n0, n0 + 1; up rows + I
     uint4 wg[kCols][kPreload], wu[kCols][kPreload];
 #pragma unroll
@@ -263,8 +311,14 @@ __global__ void __launch_bounds__(kThreads) gate_up_preload_kernel(const moe_dec
 
 /// (2) with preload: the first kGroup choices' first 16-byte chunk per lane loaded into registers before the wait
 /// for act (the slots are the router's, complete once gate/up is past its wait), the rest as down_kernel.
+template <int kPerLane>
 __global__ void __launch_bounds__(kThreads, 2) down_preload_kernel(const moe_decode_fp8_params p) {
     extern __shared__ uint4 smem4[];
+    __shared__ int32_t slot_s[kMoeDecodeFp8MaxPairs];
+    __shared__ float weight_s[kMoeDecodeFp8MaxPairs];
+    __shared__ float logits_s[kPerLane > 0 ? kMoeDecodeFp8MaxTokens * 32 * kPerLane : 1];
+    // The router's logits (or slots) are complete: the gate/up kernel let this one launch after its own wait.
+    route_in_block<kPerLane>(p, slot_s, weight_s, logits_s, false);
     const int32_t H = p.hidden, I = p.inter, kbI = (I + 127) / 128, nbH = (H + 127) / 128, K = p.top_k;
     const int32_t pairs = p.num_tokens * K;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -277,7 +331,7 @@ __global__ void __launch_bounds__(kThreads, 2) down_preload_kernel(const moe_dec
     uint4 first[kGroup];
 #pragma unroll
     for (int j = 0; j < kGroup; ++j) {
-        const int32_t slot = valid && j < K ? p.slot_ids[t * K + j] : 0;
+        const int32_t slot = valid && j < K ? slot_s[t * K + j] : 0;
         rows[j] = f.w_down + (size_t(slot) * H + h) * I;
         ws[j] = f.w_down_scales + (size_t(slot) * nbH + h / 128) * kbI;
         if (valid && j < K && lane < I / 16) first[j] = __ldg(reinterpret_cast<const uint4*>(rows[j]) + lane);
@@ -297,7 +351,7 @@ __global__ void __launch_bounds__(kThreads, 2) down_preload_kernel(const moe_dec
         if (j0 > 0) {
 #pragma unroll
             for (int j = 0; j < kGroup; ++j) {
-                const int32_t slot = j0 + j < K ? p.slot_ids[t * K + j0 + j] : 0;
+                const int32_t slot = j0 + j < K ? slot_s[t * K + j0 + j] : 0;
                 rows[j] = f.w_down + (size_t(slot) * H + h) * I;
                 ws[j] = f.w_down_scales + (size_t(slot) * nbH + h / 128) * kbI;
             }
@@ -324,7 +378,7 @@ __global__ void __launch_bounds__(kThreads, 2) down_preload_kernel(const moe_dec
         for (int j = 0; j < kGroup; ++j)
             if (j0 + j < K) {
                 const float yj = __bfloat162float(__float2bfloat16_rn(warp_sum(y[j])));
-                s = fmaf(p.topk_weights[t * K + j0 + j], yj, s);
+                s = fmaf(weight_s[t * K + j0 + j], yj, s);
             }
     }
     if (lane == 0) p.out[size_t(t) * H + h] = __float2bfloat16_rn(s);
@@ -355,16 +409,23 @@ void launch_moe_decode_fp8(const moe_decode_fp8_params& p, cudaStream_t stream) 
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(down_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
     const int64_t items1 = int64_t(pairs) * p.inter, items2 = int64_t(p.num_tokens) * p.hidden;
     if (p.preload) {
-        ZMOE_CUDA_CHECK(
-            cudaFuncSetAttribute(gate_up_preload_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
-        ZMOE_CUDA_CHECK(
-            cudaFuncSetAttribute(down_preload_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
-        const int64_t warps1 = (items1 + kCols - 1) / kCols;
-        launch_pdl(gate_up_preload_kernel, dim3(unsigned((warps1 + kWarps - 1) / kWarps)), dim3(kThreads), s1, stream,
-                   p);
-        launch_pdl(down_preload_kernel, dim3(unsigned((items2 + kWarps - 1) / kWarps)), dim3(kThreads), s2, stream, p);
+        const auto launch = [&](auto gate_up, auto down) {
+            ZMOE_CUDA_CHECK(cudaFuncSetAttribute(gate_up, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
+            ZMOE_CUDA_CHECK(cudaFuncSetAttribute(down, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
+            const int64_t warps1 = (items1 + kCols - 1) / kCols;
+            launch_pdl(gate_up, dim3(unsigned((warps1 + kWarps - 1) / kWarps)), dim3(kThreads), s1, stream, p);
+            launch_pdl(down, dim3(unsigned((items2 + kWarps - 1) / kWarps)), dim3(kThreads), s2, stream, p);
+        };
+        if (p.router_logits == nullptr) {
+            launch(gate_up_preload_kernel<0>, down_preload_kernel<0>);
+        } else {
+            DISPATCH_EXPERTS_PER_LANE(p.num_experts, kPerLane,
+                                      launch(gate_up_preload_kernel<kPerLane>, down_preload_kernel<kPerLane>));
+        }
         return;
     }
+    ZMOE_KERNEL_REQUIRE(p.router_logits == nullptr,
+                        "moe_decode_fp8: the router top-k runs in the preload kernels only");
     launch_pdl(gate_up_kernel, dim3(unsigned((items1 + kWarps - 1) / kWarps)), dim3(kThreads), s1, stream, p);
     launch_pdl(down_kernel, dim3(unsigned((items2 + kWarps - 1) / kWarps)), dim3(kThreads), s2, stream, p);
 }

@@ -236,6 +236,31 @@ TEST_P(MoeExpertsFp8, MatchesCpuReference) {
         sync_and_check();
         ids = download(d_slot_ids);
         weights = download(d_layer_weights);
+        // The routing itself: the top-k of the GPU's logits (one slot per expert here), renormalised softmax weights.
+        const std::vector<float> logits = download(d_logits);
+        for (int32_t t = 0; t < T; ++t) {
+            const float* l = logits.data() + size_t(t) * E;
+            std::vector<bool> chosen(E, false);
+            double wsum = 0;
+            for (int32_t j = 0; j < K; ++j) {
+                ASSERT_TRUE(ids[size_t(t) * K + j] >= 0 && ids[size_t(t) * K + j] < E);
+                chosen[ids[size_t(t) * K + j]] = true;
+                wsum += weights[size_t(t) * K + j];
+            }
+            EXPECT_NEAR(wsum, 1.0, 1e-5) << "token " << t;
+            float min_chosen = INFINITY, max_other = -INFINITY;
+            for (int32_t e = 0; e < E; ++e) {
+                if (chosen[e])
+                    min_chosen = std::min(min_chosen, l[e]);
+                else
+                    max_other = std::max(max_other, l[e]);
+            }
+            EXPECT_GE(min_chosen, max_other) << "token " << t;
+            for (int32_t j = 1; j < K; ++j)  // weights follow the logits: w_j / w_0 = exp(l_j - l_0)
+                EXPECT_NEAR(weights[size_t(t) * K + j] / weights[size_t(t) * K],
+                            std::exp(l[ids[size_t(t) * K + j]] - l[ids[size_t(t) * K]]), 1e-4)
+                    << "token " << t << " choice " << j;
+        }
     } else if (c.decode) {
         ASSERT_TRUE(detail::moe_decode_fp8_supported(T, K, H, I));
         d_act.poison();
