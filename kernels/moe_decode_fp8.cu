@@ -10,10 +10,8 @@
 #include <cuda_fp8.h>
 
 #include "kernels/cuda_check.hpp"
-#include "kernels/dispatch.cuh"
 #include "kernels/moe_decode_fp8.hpp"
 #include "kernels/pdl.cuh"
-#include "kernels/warp_topk.cuh"
 
 namespace zmoe::kernels::detail {
 namespace {
@@ -21,9 +19,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxTopK = 16;
-constexpr int kGroup = 8;    // down: choices whose rows are in flight together
-constexpr int kCols = 2;     // gate/up with preload: FFN columns per warp
-constexpr int kPreload = 4;  // gate/up with preload: 16-byte chunks per lane and row loaded before x's quantization
+constexpr int kGroup = 8;  // down: choices whose rows are in flight together
 constexpr size_t kMaxSmem = 96u << 10;
 
 __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t v) {
@@ -187,203 +183,6 @@ __global__ void __launch_bounds__(kThreads) down_kernel(const moe_decode_fp8_par
     if (lane == 0) p.out[size_t(t) * H + h] = __float2bfloat16_rn(s);
 }
 
-/// The choices of the step into slot_s / weight_s ([num_tokens * top_k], shared memory): with kPerLane > 0 the softmax
-/// top-k of router_logits (one warp per token, the logits staged through shared memory with L2 loads) and the
-/// replica choice, written out (slots, weights, counts) where `write`; with kPerLane == 0 the given slot_ids and
-/// topk_weights. Ends with __syncthreads.
-template <int kPerLane>
-__device__ __forceinline__ void route_in_block(const moe_decode_fp8_params& p, int32_t* slot_s, float* weight_s,
-                                               float* logits_s, bool write) {
-    const int32_t T = p.num_tokens, K = p.top_k;
-    if constexpr (kPerLane == 0) {
-        for (int32_t i = threadIdx.x; i < T * K; i += kThreads) {
-            slot_s[i] = p.slot_ids[i];
-            weight_s[i] = p.topk_weights[i];
-        }
-    } else {
-        const int32_t E = p.num_experts;
-        for (int32_t i = threadIdx.x; i < T * E; i += kThreads) logits_s[i] = __ldcg(p.router_logits + i);
-        __syncthreads();
-        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-        if (warp < T) {
-            const int32_t t = warp;
-            int32_t id;
-            float w;
-            warp_softmax_topk<kPerLane, true>(logits_s + size_t(t) * E, E, K, p.renormalize, &id, &w);
-            if (lane < K) {
-                const int32_t a = t * K + lane;
-                const int32_t first = p.replica_offsets[id], n = p.replica_offsets[id + 1] - first;
-                const int32_t slot = p.replica_slots[first + t % n];
-                slot_s[a] = slot;
-                weight_s[a] = w;
-                if (write) {
-                    p.topk_weights[a] = w;
-                    p.slot_ids[a] = slot;
-                    const int32_t num_valid = p.num_valid != nullptr ? *p.num_valid : T;
-                    if (t < num_valid && p.expert_counts != nullptr) atomicAdd(&p.expert_counts[id], 1);
-                }
-            }
-        }
-    }
-    __syncthreads();
-}
-
-/// (1) with preload: two FFN columns per warp, their gate and up rows' first kPreload 16-byte chunks per lane
-/// loaded into registers before x is quantized (the loads overlap the quantization), the rest streamed after.
-template <int kPerLane>
-__global__ void __launch_bounds__(kThreads) gate_up_preload_kernel(const moe_decode_fp8_params p) {
-    extern __shared__ uint4 smem4[];
-    __shared__ int32_t slot_s[kMoeDecodeFp8MaxPairs];
-    __shared__ float weight_s[kMoeDecodeFp8MaxPairs];
-    __shared__ float logits_s[kPerLane > 0 ? kMoeDecodeFp8MaxTokens * 32 * kPerLane : 1];
-    pdl_wait();  // x and the router's logits (or slots and weights) come from the kernels before
-    pdl_launch_dependents();
-    route_in_block<kPerLane>(p, slot_s, weight_s, logits_s, blockIdx.x == 0);
-    const int32_t H = p.hidden, I = p.inter, kbH = (H + 127) / 128, nbI = (I + 127) / 128, chunks = H / 16;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t item = (int64_t(blockIdx.x) * kWarps + warp) * kCols;  // (pair, n0), n0 even (inter is)
-    const bool valid = item < int64_t(p.num_tokens) * p.top_k * I;
-    const int32_t pair = valid ? int32_t(item / I) : 0, n0 = valid ? int32_t(item % I) : 0;
-    const moe_fp8_experts& f = p.fp8;
-    const int32_t slot = valid ? slot_s[pair] : 0;
-    const uint8_t* g_rows = f.w_gate_up + (size_t(slot) * 2 * I + n0) * H;  // gate rows n0, n0 + 1; up rows + I
-    uint4 wg[kCols][kPreload], wu[kCols][kPreload];
-#pragma unroll
-    for (int col = 0; col < kCols; ++col)
-#pragma unroll
-        for (int i = 0; i < kPreload; ++i) {
-            const int32_t c = lane + 32 * i;
-            if (valid && c < chunks) {
-                wg[col][i] = __ldg(reinterpret_cast<const uint4*>(g_rows + size_t(col) * H) + c);
-                wu[col][i] = __ldg(reinterpret_cast<const uint4*>(g_rows + (size_t(I) + col) * H) + c);
-            }
-        }
-    uint8_t* xq = reinterpret_cast<uint8_t*>(smem4);
-    float* xs = reinterpret_cast<float*>(xq + size_t(p.num_tokens) * H);
-    quantize_to_smem(
-        [&](int32_t r, int32_t c, float(&v)[4]) {
-            const uint2 raw = *reinterpret_cast<const uint2*>(p.x + size_t(r) * H + c);
-            const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-            const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-            v[0] = lo.x, v[1] = lo.y, v[2] = hi.x, v[3] = hi.y;
-        },
-        p.num_tokens, H, xq, xs);
-    if (!valid) return;
-    const int32_t t = pair / p.top_k;
-    const float* gs = f.w_gate_up_scales + (size_t(slot) * 2 * nbI + n0 / 128) * kbH;  // n0, n0 + 1: one block
-    const float* us = f.w_gate_up_scales + ((size_t(slot) * 2 + 1) * nbI + n0 / 128) * kbH;
-    const uint4* xrow = reinterpret_cast<const uint4*>(xq + size_t(t) * H);
-    float ag[kCols], au[kCols];
-#pragma unroll
-    for (int col = 0; col < kCols; ++col) ag[col] = au[col] = 0.f;
-#pragma unroll
-    for (int i = 0; i < kPreload; ++i) {
-        const int32_t c = lane + 32 * i;
-        if (c < chunks) {
-            const uint4 a = xrow[c];
-            const int32_t kb = c / 8;
-            const float sa = xs[t * kbH + kb], fg = sa * __ldg(gs + kb), fu = sa * __ldg(us + kb);
-#pragma unroll
-            for (int col = 0; col < kCols; ++col) {
-                ag[col] = fmaf(dot16(wg[col][i], a), fg, ag[col]);
-                au[col] = fmaf(dot16(wu[col][i], a), fu, au[col]);
-            }
-        }
-    }
-    for (int32_t c = lane + 32 * kPreload; c < chunks; c += 32) {
-        const uint4 a = xrow[c];
-        const int32_t kb = c / 8;
-        const float sa = xs[t * kbH + kb], fg = sa * __ldg(gs + kb), fu = sa * __ldg(us + kb);
-#pragma unroll
-        for (int col = 0; col < kCols; ++col) {
-            const uint4 g = __ldg(reinterpret_cast<const uint4*>(g_rows + size_t(col) * H) + c);
-            const uint4 u = __ldg(reinterpret_cast<const uint4*>(g_rows + (size_t(I) + col) * H) + c);
-            ag[col] = fmaf(dot16(g, a), fg, ag[col]);
-            au[col] = fmaf(dot16(u, a), fu, au[col]);
-        }
-    }
-#pragma unroll
-    for (int col = 0; col < kCols; ++col) {
-        const float g = warp_sum(ag[col]), u = warp_sum(au[col]);
-        if (lane == 0) p.act[size_t(pair) * I + n0 + col] = __fdividef(g, 1.f + __expf(-g)) * u;
-    }
-}
-
-/// (2) with preload: the first kGroup choices' first 16-byte chunk per lane loaded into registers before the wait
-/// for act (the slots are the router's, complete once gate/up is past its wait), the rest as down_kernel.
-template <int kPerLane>
-__global__ void __launch_bounds__(kThreads, 2) down_preload_kernel(const moe_decode_fp8_params p) {
-    extern __shared__ uint4 smem4[];
-    __shared__ int32_t slot_s[kMoeDecodeFp8MaxPairs];
-    __shared__ float weight_s[kMoeDecodeFp8MaxPairs];
-    __shared__ float logits_s[kPerLane > 0 ? kMoeDecodeFp8MaxTokens * 32 * kPerLane : 1];
-    // The router's logits (or slots) are complete: the gate/up kernel let this one launch after its own wait.
-    route_in_block<kPerLane>(p, slot_s, weight_s, logits_s, false);
-    const int32_t H = p.hidden, I = p.inter, kbI = (I + 127) / 128, nbH = (H + 127) / 128, K = p.top_k;
-    const int32_t pairs = p.num_tokens * K;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t item = int64_t(blockIdx.x) * kWarps + warp;
-    const bool valid = item < int64_t(p.num_tokens) * H;
-    const int32_t t = valid ? int32_t(item / H) : 0, h = valid ? int32_t(item % H) : 0;
-    const moe_fp8_experts& f = p.fp8;
-    const uint8_t* rows[kGroup];
-    const float* ws[kGroup];
-    uint4 first[kGroup];
-#pragma unroll
-    for (int j = 0; j < kGroup; ++j) {
-        const int32_t slot = valid && j < K ? slot_s[t * K + j] : 0;
-        rows[j] = f.w_down + (size_t(slot) * H + h) * I;
-        ws[j] = f.w_down_scales + (size_t(slot) * nbH + h / 128) * kbI;
-        if (valid && j < K && lane < I / 16) first[j] = __ldg(reinterpret_cast<const uint4*>(rows[j]) + lane);
-    }
-    pdl_wait();  // act comes from the gate/up kernel
-    uint8_t* aq = reinterpret_cast<uint8_t*>(smem4);
-    float* as = reinterpret_cast<float*>(aq + size_t(pairs) * I);
-    quantize_to_smem(
-        [&](int32_t r, int32_t c, float(&v)[4]) {
-            const float4 a = *reinterpret_cast<const float4*>(p.act + size_t(r) * I + c);
-            v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
-        },
-        pairs, I, aq, as);
-    if (!valid) return;
-    float s = 0.f;
-    for (int32_t j0 = 0; j0 < K; j0 += kGroup) {
-        if (j0 > 0) {
-#pragma unroll
-            for (int j = 0; j < kGroup; ++j) {
-                const int32_t slot = j0 + j < K ? slot_s[t * K + j0 + j] : 0;
-                rows[j] = f.w_down + (size_t(slot) * H + h) * I;
-                ws[j] = f.w_down_scales + (size_t(slot) * nbH + h / 128) * kbI;
-            }
-        }
-        float y[kGroup];
-#pragma unroll
-        for (int j = 0; j < kGroup; ++j) y[j] = 0.f;
-        for (int32_t c = lane; c < I / 16; c += 32) {
-            uint4 w[kGroup];
-#pragma unroll
-            for (int j = 0; j < kGroup; ++j)
-                if (j0 + j < K)
-                    w[j] = j0 == 0 && c == lane ? first[j] : __ldg(reinterpret_cast<const uint4*>(rows[j]) + c);
-            const int32_t kb = c / 8;
-#pragma unroll
-            for (int j = 0; j < kGroup; ++j)
-                if (j0 + j < K) {
-                    const int32_t pair = t * K + j0 + j;
-                    const uint4 a = reinterpret_cast<const uint4*>(aq + size_t(pair) * I)[c];
-                    y[j] = fmaf(dot16(w[j], a), as[pair * kbI + kb] * __ldg(ws[j] + kb), y[j]);
-                }
-        }
-#pragma unroll
-        for (int j = 0; j < kGroup; ++j)
-            if (j0 + j < K) {
-                const float yj = __bfloat162float(__float2bfloat16_rn(warp_sum(y[j])));
-                s = fmaf(weight_s[t * K + j0 + j], yj, s);
-            }
-    }
-    if (lane == 0) p.out[size_t(t) * H + h] = __float2bfloat16_rn(s);
-}
-
 size_t gate_up_smem(int32_t tokens, int32_t hidden) {
     return size_t(tokens) * hidden + size_t(tokens) * ((hidden + 127) / 128) * sizeof(float);
 }
@@ -408,24 +207,6 @@ void launch_moe_decode_fp8(const moe_decode_fp8_params& p, cudaStream_t stream) 
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(gate_up_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(down_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
     const int64_t items1 = int64_t(pairs) * p.inter, items2 = int64_t(p.num_tokens) * p.hidden;
-    if (p.preload) {
-        const auto launch = [&](auto gate_up, auto down) {
-            ZMOE_CUDA_CHECK(cudaFuncSetAttribute(gate_up, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
-            ZMOE_CUDA_CHECK(cudaFuncSetAttribute(down, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
-            const int64_t warps1 = (items1 + kCols - 1) / kCols;
-            launch_pdl(gate_up, dim3(unsigned((warps1 + kWarps - 1) / kWarps)), dim3(kThreads), s1, stream, p);
-            launch_pdl(down, dim3(unsigned((items2 + kWarps - 1) / kWarps)), dim3(kThreads), s2, stream, p);
-        };
-        if (p.router_logits == nullptr) {
-            launch(gate_up_preload_kernel<0>, down_preload_kernel<0>);
-        } else {
-            DISPATCH_EXPERTS_PER_LANE(p.num_experts, kPerLane,
-                                      launch(gate_up_preload_kernel<kPerLane>, down_preload_kernel<kPerLane>));
-        }
-        return;
-    }
-    ZMOE_KERNEL_REQUIRE(p.router_logits == nullptr,
-                        "moe_decode_fp8: the router top-k runs in the preload kernels only");
     launch_pdl(gate_up_kernel, dim3(unsigned((items1 + kWarps - 1) / kWarps)), dim3(kThreads), s1, stream, p);
     launch_pdl(down_kernel, dim3(unsigned((items2 + kWarps - 1) / kWarps)), dim3(kThreads), s2, stream, p);
 }

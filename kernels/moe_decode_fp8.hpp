@@ -16,30 +16,16 @@ constexpr int32_t kMoeDecodeFp8MaxPairs = 32;
 bool moe_decode_fp8_supported(int32_t num_tokens, int32_t top_k, int32_t hidden, int32_t inter);
 
 struct moe_decode_fp8_params {
-    const bf16* x = nullptr;        // [num_tokens, hidden]
-    int32_t* slot_ids = nullptr;    // [num_tokens, top_k]: the slot serving each choice (in, or out below)
-    float* topk_weights = nullptr;  // [num_tokens, top_k] (in, or out below)
-    moe_fp8_experts fp8;            // the weights (the scratch pointers unused)
-    float* act = nullptr;           // [num_tokens * top_k, inter] fp32 scratch
-    bf16* out = nullptr;            // [num_tokens, hidden]
+    const bf16* x = nullptr;              // [num_tokens, hidden]
+    const int32_t* slot_ids = nullptr;    // [num_tokens, top_k]: the slot serving each choice (the router's)
+    const float* topk_weights = nullptr;  // [num_tokens, top_k]
+    moe_fp8_experts fp8;                  // the weights (the scratch pointers unused)
+    float* act = nullptr;                 // [num_tokens * top_k, inter] fp32 scratch
+    bf16* out = nullptr;                  // [num_tokens, hidden]
     int32_t num_tokens = 0;
     int32_t top_k = 0;
     int32_t hidden = 0;
     int32_t inter = 0;
-    /// true: the kernels that load weight rows into registers before quantizing the activations (two FFN columns per
-    /// gate/up warp); false: the first version (one column per warp, weights loaded after; the down rows prefetched
-    /// into L2 only), kept to compare the two on the GPU.
-    bool preload = true;
-    /// With router_logits (preload only): the softmax top-k and the replica choice run in every block of both
-    /// kernels (as launch_router_topk computes them); the gate/up kernel's block 0 writes topk_weights, slot_ids and
-    /// the load counts. Without: slot_ids and topk_weights are inputs.
-    const float* router_logits = nullptr;      // [num_tokens, num_experts]
-    const int32_t* replica_offsets = nullptr;  // [num_experts + 1], as moe_route_params
-    const int32_t* replica_slots = nullptr;
-    const int32_t* num_valid = nullptr;  // [1] or nullptr: tokens from *num_valid on are not counted
-    int32_t* expert_counts = nullptr;    // [num_experts] or nullptr: += the valid choices of each expert
-    int32_t num_experts = 0;             ///< <= 512
-    bool renormalize = false;
 };
 
 /// The FP8 experts for a few tokens in two launches, the format's arithmetic as launch_moe_experts with fp8 (the

@@ -176,8 +176,7 @@ bool moe_layer_uses_decode_path(const moe_layer_params& p) {
     const moe_experts_params& e = p.experts;
     if (e.fp8 != nullptr) {
         // FP8: the two-launch few-token kernels at one token (automatic), or where asked and they fit.
-        if (p.path == moe_path::grouped || p.num_experts > 512 ||
-            !detail::moe_decode_fp8_supported(e.num_tokens, e.top_k, e.hidden, e.inter))
+        if (p.path == moe_path::grouped || !detail::moe_decode_fp8_supported(e.num_tokens, e.top_k, e.hidden, e.inter))
             return false;
         return p.path == moe_path::decode || e.num_tokens <= kFp8DecodePathMaxTokens;
     }
@@ -193,9 +192,9 @@ void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream) {
         return;
     }
     const bool decode = moe_layer_uses_decode_path(p);
-    const bool fp8_decode = decode && e.fp8 != nullptr;  // its kernels run the top-k on the router's logits
-    // The router: its logits only for the decode paths (the BF16 one computes them itself unless !fuse_router); on
-    // the grouped path with the softmax top-k and the replica choice fused in.
+    const bool fp8_decode = decode && e.fp8 != nullptr;  // its kernels take the router's slots and weights
+    // The router: its logits only for the (BF16) decode path that does not compute them itself; on the grouped path
+    // and before the FP8 decode kernels with the softmax top-k and the replica choice fused in.
     if (!decode || !p.fuse_router || fp8_decode)
         launch_moe_router({.x = e.x,
                            .router_w = p.router_w,
@@ -204,7 +203,7 @@ void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream) {
                            .blas_workspace = p.blas_workspace,
                            .blas_workspace_bytes = p.blas_workspace_bytes,
                            .topk_ids = p.topk_ids,
-                           .topk_weights = decode ? nullptr : p.topk_weights,
+                           .topk_weights = decode && !fp8_decode ? nullptr : p.topk_weights,
                            .replica_offsets = p.replica_offsets,
                            .replica_slots = p.replica_slots,
                            .num_valid = p.num_valid,
@@ -231,14 +230,7 @@ void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream) {
                                        .num_tokens = e.num_tokens,
                                        .top_k = e.top_k,
                                        .hidden = e.hidden,
-                                       .inter = e.inter,
-                                       .router_logits = p.router_logits,
-                                       .replica_offsets = p.replica_offsets,
-                                       .replica_slots = p.replica_slots,
-                                       .num_valid = p.num_valid,
-                                       .expert_counts = p.expert_counts,
-                                       .num_experts = p.num_experts,
-                                       .renormalize = p.renormalize},
+                                       .inter = e.inter},
                                       stream);
         mark(e.mark, e.mark_context, moe_stage::end);
         return;

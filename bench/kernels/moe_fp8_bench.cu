@@ -310,8 +310,8 @@ struct result {
     double fp8_gate_up_ms = -1, fp8_down_ms = -1, gemm_flops = 0;  // < 0: the FP8 decode path (no GEMMs)
     double bf16_bytes = 0, fp8_bytes = 0, bf16_floor_ms = 0, fp8_floor_ms = 0, fp8_mem_floor_ms = 0;
     double peer_ms = -1;
-    std::vector<double> fp8_stage_ms;                  // per moe_stage, stream-ordered; -1 where not run
-    double decode_v1_ms = -1, decode_preload_ms = -1;  // the FP8 few-token kernels alone, cold graph, per layer
+    std::vector<double> fp8_stage_ms;  // per moe_stage, stream-ordered; -1 where not run
+    double decode_kernels_ms = -1;     // the FP8 few-token kernels alone, cold graph, per layer
 };
 
 }  // namespace
@@ -457,31 +457,25 @@ int main(int argc, char** argv) {
                         double(layers.size());
         r.fp8_decode = zmoe::kernels::moe_layer_uses_decode_path(layer_params(b, layers[0], tokens, &fp8[0]));
         r.fp8_stage_ms = stage_ms(layer_params(b, layers[0], tokens, &fp8[0]), stream, warmup, iters);
-        if (r.fp8_decode) {
-            // The few-token kernels alone (after the router of the runs above), both versions, cold.
-            for (const bool preload : {false, true}) {
-                const double ms =
-                    time_graph_ms(
-                        [&](cudaStream_t s) {
-                            for (size_t l = 0; l < layers.size(); ++l)
-                                zmoe::kernels::detail::launch_moe_decode_fp8({.x = b.x,
-                                                                              .slot_ids = b.slots,
-                                                                              .topk_weights = b.weights,
-                                                                              .fp8 = fp8[l],
-                                                                              .act = reinterpret_cast<float*>(b.act_q),
-                                                                              .out = b.out,
-                                                                              .num_tokens = tokens,
-                                                                              .top_k = kTopK,
-                                                                              .hidden = kHidden,
-                                                                              .inter = kInter,
-                                                                              .preload = preload},
-                                                                             s);
-                        },
-                        stream, warmup, iters) /
-                    double(layers.size());
-                (preload ? r.decode_preload_ms : r.decode_v1_ms) = ms;
-            }
-        }
+        if (r.fp8_decode)  // the few-token kernels alone (after the router of the runs above), cold
+            r.decode_kernels_ms =
+                time_graph_ms(
+                    [&](cudaStream_t s) {
+                        for (size_t l = 0; l < layers.size(); ++l)
+                            zmoe::kernels::detail::launch_moe_decode_fp8({.x = b.x,
+                                                                          .slot_ids = b.slots,
+                                                                          .topk_weights = b.weights,
+                                                                          .fp8 = fp8[l],
+                                                                          .act = reinterpret_cast<float*>(b.act_q),
+                                                                          .out = b.out,
+                                                                          .num_tokens = tokens,
+                                                                          .top_k = kTopK,
+                                                                          .hidden = kHidden,
+                                                                          .inter = kInter},
+                                                                         s);
+                    },
+                    stream, warmup, iters) /
+                double(layers.size());
         if (!r.fp8_decode) {  // the few-token kernels have no GEMM stages
             r.fp8_gate_up_ms = r.fp8_stage_ms[int(zmoe::kernels::moe_stage::gemm_gate_up)];
             r.fp8_down_ms = r.fp8_stage_ms[int(zmoe::kernels::moe_stage::gemm_down)];
@@ -538,10 +532,8 @@ int main(int argc, char** argv) {
     }
     for (const auto& r : results)
         if (r.fp8_decode)
-            std::printf(
-                "FP8 few-token kernels alone at %d tokens (cold graph, per layer): first version %.4f ms, "
-                "preload %.4f ms\n",
-                r.tokens, r.decode_v1_ms, r.decode_preload_ms);
+            std::printf("FP8 few-token kernels alone at %d tokens (cold graph, per layer): %.4f ms\n", r.tokens,
+                        r.decode_kernels_ms);
     std::printf(
         "(ratio: bf16_cold / fp8_cold; fp8_gu / fp8_dn: the FP8 gate/up and down GEMM stages, stream-ordered; "
         "gemmTF/s: their useful FLOPs (routed rows) per second, %%peak of the measured dense FP8 GEMM; floors: bytes "
@@ -570,8 +562,8 @@ int main(int argc, char** argv) {
               << ",\"fp8_down_ms\":" << r.fp8_down_ms << ",\"gemm_flops\":" << r.gemm_flops
               << ",\"bf16_bytes\":" << r.bf16_bytes << ",\"fp8_bytes\":" << r.fp8_bytes
               << ",\"bf16_floor_ms\":" << r.bf16_floor_ms << ",\"fp8_floor_ms\":" << r.fp8_floor_ms
-              << ",\"fp8_mem_floor_ms\":" << r.fp8_mem_floor_ms << ",\"decode_v1_ms\":" << r.decode_v1_ms
-              << ",\"decode_preload_ms\":" << r.decode_preload_ms << ",\"fp8_stages_ms\":{";
+              << ",\"fp8_mem_floor_ms\":" << r.fp8_mem_floor_ms << ",\"decode_kernels_ms\":" << r.decode_kernels_ms
+              << ",\"fp8_stages_ms\":{";
             bool first = true;
             for (int s = 0; s + 1 < kStages; ++s)
                 if (r.fp8_stage_ms[s] >= 0) {
