@@ -307,11 +307,13 @@ TEST_P(MoeExpertsFp8, MatchesCpuReference) {
     // The reference, per token and choice. Sources of difference from the GPU, and the tolerances they justify:
     // (1) summation order, and on the grouped path the FP8 tensor cores' accumulation inside each 128-wide K block
     //     (four wgmma k32 before the fp32 promotion), which keeps fewer bits than fp32 (about 14 per DeepSeek-V3's
-    //     report): GPU act differs from the CPU's fp32 act by ~1e-5 of the row's largest |act| (3e-5 seen on H100;
-    //     the few-token kernels sum in fp32 on the CUDA cores: ~1e-6). Near zero that is several e4m3 steps of a
-    //     small element, so the codes are compared dequantized: |code x scale - act| <= half an e4m3 step of act
-    //     (|act| / 16, or 2^-10 x scale below e4m3's normal range) + 1e-3 x the row's amax (30x the noise seen),
-    //     scales within 1e-3 of the row's scale. A wrong scale, block or row is off by O(amax).
+    //     report): on H100 the GPU's act differs from the CPU's fp32 act by up to ~1e-3 of the row's largest |act|
+    //     (the act scales, amax / 448, differed by up to 9e-4 where a group's amax is the row's); the few-token
+    //     kernels sum in fp32 on the CUDA cores (~1e-6). Near zero that is several e4m3 steps of a small element, so
+    //     the codes are compared dequantized: |code x scale - act| <= half an e4m3 step of act (|act| / 16, or
+    //     2^-10 x scale below e4m3's normal range) + 4e-3 x the row's amax, and the scales within 4e-3 of the row's
+    //     scale (amax / 448: a group whose amax is small against the row's carries the row's absolute noise). A
+    //     wrong scale, block or row is off by O(amax).
     // (2) those act differences flip e4m3 roundings of act (one step of an element, up to 2^-3 of it), which moves
     //     y by |w_down| x that step: a few 1e-3 of the output's scale for the elements it hits;
     // (3) BF16 roundings of y and out (2^-8 relative), identical on both sides unless (1)/(2) moved y across a
@@ -319,8 +321,7 @@ TEST_P(MoeExpertsFp8, MatchesCpuReference) {
     // So out within 2^-6 of its value + 2e-2 of the output's largest |value| everywhere and the relative RMS error
     // below 1e-2 (H100: max error 0.3-1.1% of the largest |value|, RMS 0.2-0.5%; the share outside 2^-7 + 1e-3,
     // printed, is 0.5-3.4% and is what the flips of (2) make); a wrong scale, block, row or routing weight gives
-    // errors of O(1) relative. Scales within 1e-3 of the row's scale (amax / 448; H100: up to 9e-4 of a group's own
-    // scale where the group's amax is the row's).
+    // errors of O(1) relative.
     std::vector<float> xq(H), xs(kbH), gate(I), up(I), act(I), aq(I), as(kbI);
     std::vector<float> gu_v(size_t(2) * I * H), dn_v(size_t(H) * I);
     std::vector<float> ref(size_t(T) * H, 0.f);
@@ -374,7 +375,7 @@ TEST_P(MoeExpertsFp8, MatchesCpuReference) {
                     if (code_value != aq[n]) ++code_mismatch;
                     const double err = std::abs(double(got) - act[n]);
                     if (amax > 0.f) max_act_err = std::max(max_act_err, err / amax);
-                    ASSERT_LE(err, std::abs(act[n]) / 16.0 + std::ldexp(double(as[n / 128]), -10) + 1e-3 * amax)
+                    ASSERT_LE(err, std::abs(act[n]) / 16.0 + std::ldexp(double(as[n / 128]), -10) + 4e-3 * amax)
                         << "t " << t << " choice " << j << " column " << n << " got " << got << " (code " << code_value
                         << ") want " << act[n] << " (code " << aq[n] << ", row amax " << amax << ")";
                 }
@@ -390,7 +391,7 @@ TEST_P(MoeExpertsFp8, MatchesCpuReference) {
             ref[size_t(t) * H + h] = ref::round_bf16(s);
         }
     }
-    EXPECT_LE(max_scale_rel, 1e-3);
+    EXPECT_LE(max_scale_rel, 4e-3);
     double max_ref = 0, max_err = 0, sq_err = 0, sq_ref = 0;
     for (const float v : ref) max_ref = std::max(max_ref, double(std::abs(v)));
     int64_t loose = 0;
