@@ -556,7 +556,8 @@ struct moe_experts_params {
     /// Non-null: the experts run in block-scaled FP8 (launch_fp8_quantize fused with the permutation's gather, the
     /// FP8 gate/up GEMM with SiLU * up quantized in its epilogue, the FP8 down GEMM with BF16 out); w_gate_up,
     /// w_down, x_permuted, act and impl are then unused, row_align is a multiple of 64 (0: 64), hidden and inter
-    /// multiples of 16. On the grouped path only (launch_moe_layer never takes the decode path for it).
+    /// multiples of 16. launch_moe_layer's decode path (one token) runs the router, then the FP8 few-token kernels
+    /// (kernels/moe_decode_fp8.hpp), which keep their fp32 act in act_q's memory (max_rows >= 4 x tokens x top_k).
     const moe_fp8_experts* fp8 = nullptr;
 };
 
