@@ -443,6 +443,76 @@ struct grouped_gemm_params {
 void launch_grouped_gemm(const grouped_gemm_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
+// Block-scaled FP8 (e4m3) experts: activation quantization and the grouped GEMM (docs/fp8.md for the format)
+
+/// Rows of the activation-scale arrays below for a buffer of max_rows rows: max_rows rounded up to a multiple of 4
+/// (the GEMM's bulk copies of a tile's scales need 16-byte aligned starts).
+constexpr int32_t fp8_scale_ld(int32_t max_rows) { return (max_rows + 3) / 4 * 4; }
+
+struct fp8_quantize_params {
+    const bf16* x = nullptr;             // [num_tokens, cols]
+    const int32_t* dest_rows = nullptr;  // [num_tokens, top_k] or nullptr: row t of x goes to row t (top_k 1)
+    uint8_t* q = nullptr;                // [rows, cols] e4m3 codes; rows of dest_rows (or num_tokens)
+    float* scales = nullptr;             // [ceil(cols / 128), scale_ld]: group g of row r at scales[g * scale_ld + r]
+    int32_t num_tokens = 0;
+    int32_t top_k = 1;
+    int32_t cols = 0;      ///< multiple of 4
+    int32_t scale_ld = 0;  ///< >= the destination rows
+};
+
+/// Per token and 128-channel group g of x (fp32 of the BF16 values): scale = amax / 448 (1 for an all-zero group),
+/// code = e4m3(x / scale) rounded to nearest even and saturated (quantize_fp8_activation_row in workers/fp8.hpp, bit
+/// for bit); written to row dest_rows[t, j] for every j < top_k (the MoE permutation's destinations: the
+/// quantization fused with the gather), or to row t. Rows nothing maps to are not written.
+void launch_fp8_quantize(const fp8_quantize_params& p, cudaStream_t stream);
+
+struct grouped_gemm_fp8_params {
+    const uint8_t* a = nullptr;               // [max_rows, k] e4m3, expert-contiguous as launch_moe_permute orders it
+    const float* a_scales = nullptr;          // [ceil(k / 128), a_scale_ld]: row r's K block kb at [kb * ld + r]
+    int32_t a_scale_ld = 0;                   ///< >= max_rows, multiple of 4 (fp8_scale_ld)
+    const uint8_t* b = nullptr;               // [num_experts, swiglu ? 2 * n : n, k] e4m3, row-major per expert
+    const float* b_scales = nullptr;          // [num_experts, swiglu ? 2 : 1, ceil(n / 128), ceil(k / 128)]: the
+                                              // checkpoint's weight_scale_inv per expert (gate's then up's)
+    const int32_t* expert_offsets = nullptr;  // [num_experts + 1], from launch_moe_permute
+    bf16* c = nullptr;                        // without swiglu: [max_rows, n] BF16
+    uint8_t* c_q = nullptr;                   // with swiglu: [max_rows, n] e4m3 ...
+    float* c_scales = nullptr;                // ... and [ceil(n / 128), c_scale_ld] scales, as a_scales
+    int32_t c_scale_ld = 0;                   ///< >= max_rows
+    int32_t max_rows = 0;
+    int32_t n = 0;            ///< multiple of 16
+    int32_t k = 0;            ///< multiple of 16
+    int32_t num_experts = 0;  ///< <= 256
+    int32_t row_align = 64;   ///< as given to launch_moe_permute: a multiple of 64
+    bool swiglu = false;
+    int32_t max_ctas = 0;  ///< as grouped_gemm_params
+};
+
+/// True when the current device is compute capability 9.x and p suits the FP8 kernel (its field comments).
+bool grouped_gemm_fp8_supported(const grouped_gemm_fp8_params& p);
+
+/// For each expert e and row r in [offsets[e], offsets[e+1]), with kb over the 128-wide K blocks (the last one
+/// ragged when k % 128 != 0):
+///   acc[r, j] = sum_kb fp32(a_q[r, kb] . b_q[e, j, kb]) * a_scale[kb, r] * b_scale[e, j / 128, kb]
+/// (each block's dot exact-ish in fp32 on the tensor cores, the blocks added in fp32 in order: the CPU reference's
+/// linear_rows_fp8). Without swiglu c[r, j] = bf16(acc[r, j]). With swiglu (b[e] = gate rows [0, n) then up rows
+/// [n, 2n), each with its own scales) act = silu(acc_gate) * acc_up in fp32, quantized per row and 128-column group
+/// as launch_fp8_quantize does: c_q and c_scales, the A operand of the down GEMM. Needs sm_90a (Hopper); aborts
+/// unless grouped_gemm_fp8_supported(p).
+void launch_grouped_gemm_fp8(const grouped_gemm_fp8_params& p, cudaStream_t stream);
+
+/// The FP8 routed experts of launch_moe_experts: weights and the FP8 scratch.
+struct moe_fp8_experts {
+    const uint8_t* w_gate_up = nullptr;       // [num_slots, 2 * inter, hidden] e4m3: gate rows, then up rows
+    const float* w_gate_up_scales = nullptr;  // [num_slots, 2, ceil(inter / 128), ceil(hidden / 128)]
+    const uint8_t* w_down = nullptr;          // [num_slots, hidden, inter] e4m3
+    const float* w_down_scales = nullptr;     // [num_slots, ceil(hidden / 128), ceil(inter / 128)]
+    uint8_t* x_q = nullptr;                   // [max_rows, hidden] scratch: x quantized, in permuted order
+    float* x_scales = nullptr;                // [ceil(hidden / 128), fp8_scale_ld(max_rows)] scratch
+    uint8_t* act_q = nullptr;                 // [max_rows, inter] scratch: SiLU(gate) * up quantized
+    float* act_scales = nullptr;              // [ceil(inter / 128), fp8_scale_ld(max_rows)] scratch
+};
+
+// ---------------------------------------------------------------------------------------------------------
 // The routed-expert block of an MoE layer: one launch sequence for the CUDA executor and
 // bench/kernels/moe_layer_bench
 
@@ -483,6 +553,12 @@ struct moe_experts_params {
     int32_t max_ctas = 0;           ///< as grouped_gemm_params: 0 every SM
     moe_stage_mark mark = nullptr;  // or nullptr
     void* mark_context = nullptr;
+    /// Non-null: the experts run in block-scaled FP8 (launch_fp8_quantize fused with the permutation's gather, the
+    /// FP8 gate/up GEMM with SiLU * up quantized in its epilogue, the FP8 down GEMM with BF16 out); w_gate_up,
+    /// w_down, x_permuted, act and impl are then unused, row_align is a multiple of 64 (0: 64), hidden and inter
+    /// multiples of 16. launch_moe_layer's decode path (one token) runs the router, then the FP8 few-token kernels
+    /// (kernels/moe_decode_fp8.hpp), which keep their fp32 act in act_q's memory (max_rows >= 4 x tokens x top_k).
+    const moe_fp8_experts* fp8 = nullptr;
 };
 
 /// The experts over num_tokens x top_k routed rows of x: launch_moe_permute (plan only, or gathering x into

@@ -6,9 +6,13 @@
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/moe_decode_fp8.hpp"
 
 namespace zmoe::kernels {
 namespace {
+
+/// Most tokens the FP8 experts take the few-token kernels for on the automatic path.
+constexpr int32_t kFp8DecodePathMaxTokens = 1;
 
 void mark(moe_stage_mark fn, void* context, moe_stage stage) {
     if (fn != nullptr) fn(context, stage);
@@ -16,6 +20,85 @@ void mark(moe_stage_mark fn, void* context, moe_stage stage) {
 
 int32_t resolve_align(int32_t row_align, int32_t num_tokens, int32_t top_k, int32_t permute_slots) {
     return row_align > 0 ? row_align : moe_row_align_for(num_tokens, top_k, permute_slots);
+}
+
+/// launch_moe_experts with p.fp8: the permutation plan, x quantized into the permuted rows, the FP8 gate/up GEMM
+/// (SiLU * up quantized in its epilogue), the FP8 down GEMM (BF16 out) and the combine.
+void launch_moe_experts_fp8(const moe_experts_params& p, int32_t permute_slots, cudaStream_t stream) {
+    const moe_fp8_experts& f = *p.fp8;
+    const int32_t align = p.row_align > 0 ? p.row_align : 64;
+    ZMOE_KERNEL_REQUIRE(align % 64 == 0, "moe_experts: FP8 experts need row_align a multiple of 64");
+    const int32_t max_rows = moe_permuted_rows_bound(p.num_tokens, p.top_k, permute_slots, align);
+    ZMOE_KERNEL_REQUIRE(max_rows <= p.max_rows, "moe_experts: the permuted-row scratch is too small for the batch");
+    const int32_t ld = fp8_scale_ld(p.max_rows);
+    mark(p.mark, p.mark_context, moe_stage::permute);
+    launch_moe_permute({.topk_ids = p.slots,
+                        .x = nullptr,  // plan only: the quantization below gathers
+                        .expert_offsets = p.expert_offsets,
+                        .dest_rows = p.dest_rows,
+                        .row_token = p.row_token,
+                        .x_permuted = nullptr,
+                        .workspace = p.permute_workspace,
+                        .num_tokens = p.num_tokens,
+                        .top_k = p.top_k,
+                        .num_experts = permute_slots,
+                        .hidden = p.hidden,
+                        .row_align = align,
+                        .max_rows = max_rows},
+                       stream);
+    launch_fp8_quantize({.x = p.x,
+                         .dest_rows = p.dest_rows,
+                         .q = f.x_q,
+                         .scales = f.x_scales,
+                         .num_tokens = p.num_tokens,
+                         .top_k = p.top_k,
+                         .cols = p.hidden,
+                         .scale_ld = ld},
+                        stream);
+    mark(p.mark, p.mark_context, moe_stage::gemm_gate_up);
+    launch_grouped_gemm_fp8({.a = f.x_q,
+                             .a_scales = f.x_scales,
+                             .a_scale_ld = ld,
+                             .b = f.w_gate_up,
+                             .b_scales = f.w_gate_up_scales,
+                             .expert_offsets = p.expert_offsets,
+                             .c_q = f.act_q,
+                             .c_scales = f.act_scales,
+                             .c_scale_ld = ld,
+                             .max_rows = max_rows,
+                             .n = p.inter,
+                             .k = p.hidden,
+                             .num_experts = p.num_slots,
+                             .row_align = align,
+                             .swiglu = true,
+                             .max_ctas = p.max_ctas},
+                            stream);
+    mark(p.mark, p.mark_context, moe_stage::gemm_down);
+    launch_grouped_gemm_fp8({.a = f.act_q,
+                             .a_scales = f.act_scales,
+                             .a_scale_ld = ld,
+                             .b = f.w_down,
+                             .b_scales = f.w_down_scales,
+                             .expert_offsets = p.expert_offsets,
+                             .c = p.y,
+                             .max_rows = max_rows,
+                             .n = p.hidden,
+                             .k = p.inter,
+                             .num_experts = p.num_slots,
+                             .row_align = align,
+                             .swiglu = false,
+                             .max_ctas = p.max_ctas},
+                            stream);
+    mark(p.mark, p.mark_context, moe_stage::combine);
+    launch_moe_combine({.y = p.y,
+                        .dest_rows = p.dest_rows,
+                        .topk_weights = p.topk_weights,
+                        .out = p.out,
+                        .num_tokens = p.num_tokens,
+                        .top_k = p.top_k,
+                        .hidden = p.hidden},
+                       stream);
+    mark(p.mark, p.mark_context, moe_stage::end);
 }
 
 }  // namespace
@@ -32,6 +115,7 @@ void launch_moe_experts(const moe_experts_params& p, cudaStream_t stream) {
         mark(p.mark, p.mark_context, moe_stage::end);
         return;
     }
+    if (p.fp8 != nullptr) return launch_moe_experts_fp8(p, P, stream);
     const int32_t align = resolve_align(p.row_align, p.num_tokens, p.top_k, P);
     const int32_t max_rows = moe_permuted_rows_bound(p.num_tokens, p.top_k, P, align);
     ZMOE_KERNEL_REQUIRE(max_rows <= p.max_rows, "moe_experts: the permuted-row scratch is too small for the batch");
@@ -90,6 +174,12 @@ void launch_moe_experts(const moe_experts_params& p, cudaStream_t stream) {
 
 bool moe_layer_uses_decode_path(const moe_layer_params& p) {
     const moe_experts_params& e = p.experts;
+    if (e.fp8 != nullptr) {
+        // FP8: the two-launch few-token kernels at one token (automatic), or where asked and they fit.
+        if (p.path == moe_path::grouped || !detail::moe_decode_fp8_supported(e.num_tokens, e.top_k, e.hidden, e.inter))
+            return false;
+        return p.path == moe_path::decode || e.num_tokens <= kFp8DecodePathMaxTokens;
+    }
     if (p.path == moe_path::automatic)
         return moe_use_decode_path(e.num_tokens, e.top_k, p.num_experts, e.hidden, e.inter);
     return p.path == moe_path::decode && moe_decode_supported(e.num_tokens, e.top_k, p.num_experts, e.hidden, e.inter);
@@ -102,9 +192,10 @@ void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream) {
         return;
     }
     const bool decode = moe_layer_uses_decode_path(p);
-    // The router: its logits only for the decode path that does not compute them itself; on the grouped path with the
-    // softmax top-k and the replica choice fused in.
-    if (!decode || !p.fuse_router)
+    const bool fp8_decode = decode && e.fp8 != nullptr;  // its kernels take the router's slots and weights
+    // The router: its logits only for the (BF16) decode path that does not compute them itself; on the grouped path
+    // and before the FP8 decode kernels with the softmax top-k and the replica choice fused in.
+    if (!decode || !p.fuse_router || fp8_decode)
         launch_moe_router({.x = e.x,
                            .router_w = p.router_w,
                            .router_logits = p.router_logits,
@@ -112,7 +203,7 @@ void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream) {
                            .blas_workspace = p.blas_workspace,
                            .blas_workspace_bytes = p.blas_workspace_bytes,
                            .topk_ids = p.topk_ids,
-                           .topk_weights = decode ? nullptr : p.topk_weights,
+                           .topk_weights = decode && !fp8_decode ? nullptr : p.topk_weights,
                            .replica_offsets = p.replica_offsets,
                            .replica_slots = p.replica_slots,
                            .num_valid = p.num_valid,
@@ -126,6 +217,24 @@ void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream) {
                            .mark = e.mark,
                            .mark_context = e.mark_context},
                           stream);
+    if (fp8_decode) {
+        mark(e.mark, e.mark_context, moe_stage::moe_decode);
+        ZMOE_KERNEL_REQUIRE(e.max_rows >= 4 * e.num_tokens * e.top_k,
+                            "moe_layer: the FP8 scratch is too small for the decode path's act");
+        detail::launch_moe_decode_fp8({.x = e.x,
+                                       .slot_ids = p.slot_ids,
+                                       .topk_weights = p.topk_weights,
+                                       .fp8 = *e.fp8,
+                                       .act = reinterpret_cast<float*>(e.fp8->act_q),  // [max_rows, inter] bytes
+                                       .out = e.out,
+                                       .num_tokens = e.num_tokens,
+                                       .top_k = e.top_k,
+                                       .hidden = e.hidden,
+                                       .inter = e.inter},
+                                      stream);
+        mark(e.mark, e.mark_context, moe_stage::end);
+        return;
+    }
     if (decode) {
         // The router GEMV (unless computed above), routing, gate|up, down and the weighted sum in one launch.
         mark(e.mark, e.mark_context, moe_stage::moe_decode);

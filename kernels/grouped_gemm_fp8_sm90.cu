@@ -1,0 +1,388 @@
+// Block-scaled FP8 (e4m3) grouped expert GEMM for Hopper (sm_90a), the FP8 counterpart of grouped_gemm_sm90.cu:
+// the same warp-specialised persistent layout, device-built tile schedule and expert grouping, with e4m3 A and B
+// (both K-major, as FP8 wgmma requires) and the format's scales (docs/fp8.md):
+//   c[r, j] = sum_kb (a_q[r, kb] . b_q[e, j, kb]) * a_scale[kb, r] * b_scale[e, j / 128, kb]
+// where kb runs over the 128-wide K blocks. One pipeline stage is one K block (128 e4m3 = one 128-byte swizzle
+// row): each math warpgroup multiplies the stage into a partial fp32 accumulator with four wgmma m64n128k32 (the
+// first clears it), waits for them, and promotes the partial into its main fp32 accumulator scaled by the row's
+// activation scale times the column block's weight scale (DeepGEMM's promotion per K block, the CPU reference's
+// arithmetic in workers/cpu_kernels.cpp). The activation scales of a stage (one per row) ride in the stage: the
+// producer copies them with a bulk copy completing on the stage's barrier; the weight scales (one or two per
+// warpgroup and stage) are read from global memory a stage ahead.
+//
+// CTA (384 threads): warpgroup 0 produces (one thread issues the TMA copies), warpgroups 1 and 2 multiply, each
+// with 64 rows x 128 rows of b (64 partial + 64 main accumulator registers per thread). Tiles:
+//   - kBM = 128 (down GEMM, large groups): warpgroup w owns rows 64w.. of the tile, both own b rows [n0, n0 + 128);
+//   - kBM = 64: both own the tile's 64 rows, warpgroup w owns b rows [128 w, 128 w + 128) of a 256-row b tile.
+//     With swiglu (always kBM = 64) those are gate columns [n0 + 64 w, +64) then the matching up columns, so a tile
+//     makes 128 output columns: one 128-channel group of the output.
+// Epilogues: down (no swiglu) converts to BF16 and stores 64 x 64 boxes with TMA, as the BF16 kernel. gate/up
+// computes act = SiLU(gate) * up in fp32 (SiLU with the approximate division: two MUFU operations, ~1e-6 relative,
+// where the BF16 kernel's tanh.approx form would err by ~2^-11 and flip e4m3 roundings), the per-row amax over the
+// tile's 128 output columns (the two warpgroups exchange their halves' amax through shared memory; columns past n count
+// as zero), scale = amax / 448 (1 for an all-zero group), act_q = cvt.rn.satfinite.e4m3(act x (1 / scale)): the down
+// GEMM's A operand and its scales, as quantize_fp8_activation_row computes them (the reciprocal's product can differ
+// from the quotient in the last fp32 bit: an e4m3 rounding flips only for a value within that of a tie).
+
+#include <cuda.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+
+#include "kernels/api.hpp"
+#include "kernels/cuda_check.hpp"
+#include "kernels/sm90_primitives.cuh"
+
+namespace zmoe::kernels {
+namespace {
+
+using namespace sm90;
+
+constexpr int kThreads = 384;          // producer warpgroup + two math warpgroups
+constexpr int kBK = 128;               // K elements (bytes) of one stage: one scale block, one 128-byte swizzle row
+constexpr int kWgN = 128;              // wgmma N of a math warpgroup
+constexpr size_t kSmemLimit = 232448;  // an sm_90 block's dynamic shared memory (227 KB)
+constexpr int32_t kMaxExperts = 256;   // the tile schedule's room in shared memory
+constexpr int kMathBarrier = 3;        // named barrier of the two math warpgroups (1 and 2: each warpgroup's own)
+
+/// The kernel's tile and shared memory: a ring of stages (a kBM-row A tile, kBTile rows of b and the A tile's
+/// kBM activation scales), each math warpgroup's output buffers, the amax exchange, the barriers and the schedule.
+template <int kBM, bool kSwiglu>
+struct fp8_tile {
+    static_assert(!kSwiglu || kBM == 64, "the gate/up GEMM runs 64-row tiles (a tile = one output group)");
+    static constexpr int kBTile = kBM == 128 ? 128 : 256;                  // rows of b per tile
+    static constexpr int kOutN = kSwiglu ? kBTile / 2 : kBTile;            // output columns of a tile
+    static constexpr uint32_t kABytes = kBM * kBK;                         // e4m3
+    static constexpr uint32_t kBBytes = kBTile * kBK;                      // e4m3
+    static constexpr uint32_t kStageBytes = kABytes + kBBytes;             // + the scales, stored apart
+    static constexpr uint32_t kCBytes = kSwiglu ? 64 * 64 : 2 * 64 * 128;  // a warpgroup's output: e4m3 or 2 BF16 boxes
+    static constexpr size_t kFixedBytes =
+        1024 + 16 * sizeof(uint64_t) + (kMaxExperts + 1) * sizeof(int32_t) + 2 * 2 * 64 * sizeof(float);
+    static constexpr int kFit = int((kSmemLimit - kFixedBytes - 2 * kCBytes) / (kStageBytes + kBM * sizeof(float)));
+    static constexpr int kStages = kFit < 8 ? kFit : 8;
+    static constexpr size_t kCOffset = size_t(kStages) * kStageBytes;
+    static constexpr size_t kScaleOffset = kCOffset + 2 * kCBytes;                   // [kStages][kBM] floats
+    static constexpr size_t kAmaxOffset = kScaleOffset + size_t(kStages) * kBM * 4;  // [2][2][64] floats
+    static constexpr size_t kBarOffset = kAmaxOffset + 2 * 2 * 64 * sizeof(float);
+    static size_t smem_bytes(int32_t num_experts) {
+        return kBarOffset + 2 * kStages * sizeof(uint64_t) + size_t(num_experts + 1) * sizeof(int32_t) + 1024;
+    }
+    static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0 && kCBytes % 1024 == 0, "1024-byte swizzle atoms");
+    static_assert(kStages >= 2, "the pipeline needs two stages");
+};
+
+/// d (64 x 128, fp32) = (kAccumulate ? d : 0) + A (64 x 32) . B (128 x 32)^T, e4m3, K-major in shared memory.
+template <int kAccumulate>
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" ZMOE_WGMMA_D0_63 "}, %64, %65, %66, 1, 1;\n"
+                 : ZMOE_WGMMA_ACC32(0), ZMOE_WGMMA_ACC32(32)
+                 : "l"(desc_a), "l"(desc_b), "n"(kAccumulate));
+}
+
+/// 1D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) into shared memory, completing on bar.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
+}
+
+/// Barrier over the two math warpgroups (256 threads).
+__device__ __forceinline__ void math_sync() { asm volatile("bar.sync %0, 256;\n" ::"n"(kMathBarrier) : "memory"); }
+
+/// Two floats to two e4m3 codes (lo in the low byte), round to nearest even, saturating to +-448.
+__device__ __forceinline__ uint16_t to_e4m3x2(float lo, float hi) {
+    uint16_t r;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+__device__ __forceinline__ void st_shared_b16(uint32_t addr, uint16_t v) {
+    asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(addr), "h"(v) : "memory");
+}
+
+/// Weight scale index of b rows [row0, row0 + 128) of expert e's set `set` (0: gate or the only set, 1: up).
+__device__ __forceinline__ const float* weight_scales(const grouped_gemm_fp8_params& p, int32_t e, int set,
+                                                      int32_t col_block) {
+    const int32_t nb = (p.n + 127) / 128, kb = (p.k + 127) / 128;
+    const int sets = p.swiglu ? 2 : 1;
+    return p.b_scales + (size_t(e * sets + set) * nb + min(col_block, nb - 1)) * kb;
+}
+
+template <int kBM, bool kSwiglu>
+__global__ void __launch_bounds__(kThreads, 1)
+    grouped_gemm_fp8_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                            const __grid_constant__ CUtensorMap map_c, const grouped_gemm_fp8_params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    using T = fp8_tile<kBM, kSwiglu>;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    float* a_scale_s = reinterpret_cast<float*>(smem + T::kScaleOffset);
+    float* amax_s = reinterpret_cast<float*>(smem + T::kAmaxOffset);
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kBarOffset);
+    uint64_t* empty = full + T::kStages;
+    int32_t* tile_start = reinterpret_cast<int32_t*>(empty + T::kStages);
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < T::kStages; ++s) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], 8);  // one arrive per math warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    build_tile_schedule<kBM>(p.expert_offsets, p.num_experts, tile_start);
+    __syncthreads();
+    const int32_t n_tiles = (p.n + T::kOutN - 1) / T::kOutN;
+    const int32_t num_tiles = tile_start[p.num_experts] * n_tiles;
+    const int32_t k_tiles = (p.k + kBK - 1) / kBK;
+    const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
+
+    if (threadIdx.x < 128) {
+        // Producer: thread 0 fills the ring, stage after stage, tile after tile.
+        if (threadIdx.x != 0) return;
+        tma_prefetch_map(&map_a);
+        tma_prefetch_map(&map_b);
+        uint32_t it = 0;
+        for (int32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+            const row_tile rt = locate_row_tile<kBM>(p.expert_offsets, tile_start, p.num_experts, t / n_tiles);
+            const int32_t n0 = (t % n_tiles) * T::kOutN;
+            const int32_t b_row = rt.expert * n_b;
+            for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
+                const uint32_t s = it % T::kStages;
+                mbar_wait(&empty[s], ((it / T::kStages) & 1) ^ 1);
+                unsigned char* a_s = smem + size_t(s) * T::kStageBytes;
+                unsigned char* b_s = a_s + T::kABytes;
+                const int32_t k0 = kt * kBK;
+                mbar_arrive_expect_tx(&full[s], T::kStageBytes + uint32_t(rt.rows) * 4);
+                tma_load_2d(a_s, &map_a, k0, rt.m0, &full[s]);
+                if constexpr (kSwiglu) {
+#pragma unroll
+                    for (int w = 0; w < 2; ++w) {
+                        unsigned char* group = b_s + size_t(w) * kWgN * kBK;
+                        tma_load_2d(group, &map_b, k0, b_row + n0 + 64 * w, &full[s]);
+                        tma_load_2d(group + 64 * kBK, &map_b, k0, b_row + p.n + n0 + 64 * w, &full[s]);
+                    }
+                } else {
+                    tma_load_2d(b_s, &map_b, k0, b_row + n0, &full[s]);
+                }
+                bulk_load(a_scale_s + size_t(s) * kBM, p.a_scales + size_t(kt) * p.a_scale_ld + rt.m0,
+                          uint32_t(rt.rows) * 4, &full[s]);
+            }
+        }
+        return;
+    }
+
+    const int mw = int(threadIdx.x) / 128 - 1;  // math warpgroup 0 or 1
+    const int a_row0 = kBM == 128 ? mw * 64 : 0;
+    const int b_row0 = kBM == 128 ? 0 : mw * kWgN;
+    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const int r = warp * 16 + lane / 4;  // this thread's rows of the warpgroup's 64: r and r + 8
+    const bool storer = threadIdx.x % 128 == 0;
+    const uint32_t c_s = smem_addr(smem + T::kCOffset + mw * T::kCBytes);
+    if (storer) tma_prefetch_map(&map_c);
+    float acc[64], part[64];
+    uint32_t it = 0, tile_parity = 0;
+    for (int32_t t = blockIdx.x; t < num_tiles; t += gridDim.x, tile_parity ^= 1) {
+        const row_tile rt = locate_row_tile<kBM>(p.expert_offsets, tile_start, p.num_experts, t / n_tiles);
+        const int32_t n0 = (t % n_tiles) * T::kOutN;
+        // A 64-row tile of the 128-row layout leaves warpgroup 1 idle: it only passes the stages on.
+        if (a_row0 >= rt.rows) {
+            for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
+                const uint32_t s = it % T::kStages;
+                mbar_wait(&full[s], (it / T::kStages) & 1);
+                if (lane == 0) mbar_arrive(&empty[s]);
+            }
+            continue;
+        }
+        // The weight scales of the warpgroup's 128 b rows: with swiglu its gate block and its up block (columns
+        // j < 64 of the accumulator are gate, the rest up), else the one column block.
+        const float* ws0 =
+            kSwiglu ? weight_scales(p, rt.expert, 0, n0 / 128) : weight_scales(p, rt.expert, 0, (n0 + b_row0) / 128);
+        const float* ws1 = kSwiglu ? weight_scales(p, rt.expert, 1, n0 / 128) : ws0;
+        float wn0 = __ldg(ws0), wn1 = __ldg(ws1);
+#pragma unroll
+        for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+        for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
+            const float w0 = wn0, w1 = wn1;
+            if (kt + 1 < k_tiles) {
+                wn0 = __ldg(ws0 + kt + 1);
+                wn1 = __ldg(ws1 + kt + 1);
+            }
+            const uint32_t s = it % T::kStages;
+            mbar_wait(&full[s], (it / T::kStages) & 1);
+            const unsigned char* a_s = smem + size_t(s) * T::kStageBytes;
+            const uint64_t desc_a = smem_desc(a_s + a_row0 * kBK);
+            const uint64_t desc_b = smem_desc(a_s + T::kABytes + b_row0 * kBK);
+            wgmma_fence();
+            wgmma_m64n128k32_e4m3<0>(part, desc_a, desc_b);
+#pragma unroll
+            for (int kk = 1; kk < kBK / 32; ++kk) wgmma_m64n128k32_e4m3<1>(part, desc_a + 2 * kk, desc_b + 2 * kk);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_accumulators(part);
+            const float sa0 = a_scale_s[s * kBM + a_row0 + r], sa1 = a_scale_s[s * kBM + a_row0 + r + 8];
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&empty[s]);
+            const float s00 = sa0 * w0, s10 = sa1 * w0, s01 = sa0 * w1, s11 = sa1 * w1;
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+                const float f0 = j < 8 ? s00 : s01, f1 = j < 8 ? s10 : s11;
+                acc[4 * j + 0] = fmaf(part[4 * j + 0], f0, acc[4 * j + 0]);
+                acc[4 * j + 1] = fmaf(part[4 * j + 1], f0, acc[4 * j + 1]);
+                acc[4 * j + 2] = fmaf(part[4 * j + 2], f1, acc[4 * j + 2]);
+                acc[4 * j + 3] = fmaf(part[4 * j + 3], f1, acc[4 * j + 3]);
+            }
+        }
+
+        // Accumulator element 4 j + 2 h + q sits at row r + 8 h, column 8 j + 2 (lane % 4) + q of the warpgroup's
+        // 64 x 128 block.
+        if constexpr (kSwiglu) {
+            const int32_t col0 = n0 + 64 * mw;  // the warpgroup's first output column
+            float v[32];
+            float amax[2] = {0.f, 0.f};
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+#pragma unroll
+                    for (int q = 0; q < 2; ++q) {
+                        const float g = acc[4 * j + 2 * h + q], u = acc[4 * (j + 8) + 2 * h + q];
+                        const int32_t col = col0 + 8 * j + 2 * (lane % 4) + q;
+                        const float a = col < p.n ? __fdividef(g, 1.f + __expf(-g)) * u : 0.f;
+                        v[4 * j + 2 * h + q] = a;
+                        amax[h] = fmaxf(amax[h], fabsf(a));
+                    }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 1));
+                amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
+            }
+            float* ex = amax_s + tile_parity * 128;  // [2 warpgroups][64 rows], double-buffered by tile
+            if (lane % 4 == 0) {
+                ex[mw * 64 + r] = amax[0];
+                ex[mw * 64 + r + 8] = amax[1];
+            }
+            if (storer) bulk_wait_read<0>();  // the previous tile's store has read the output buffer
+            math_sync();
+            float scale[2], inv[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float m = fmaxf(ex[r + 8 * h], ex[64 + r + 8 * h]);
+                scale[h] = m > 0.f ? m / 448.f : 1.f;
+                inv[h] = __frcp_rn(scale[h]);
+            }
+            // e4m3 codes into the 64 x 64-byte buffer (no swizzle), then one TMA store of the box.
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const uint16_t codes = to_e4m3x2(v[4 * j + 2 * h] * inv[h], v[4 * j + 2 * h + 1] * inv[h]);
+                    st_shared_b16(c_s + (r + 8 * h) * 64 + 8 * j + 2 * (lane % 4), codes);
+                }
+            if (mw == 0 && lane % 4 == 0) {
+                float* out = p.c_scales + size_t(n0 / 128) * p.c_scale_ld + rt.m0;
+                out[r] = scale[0];
+                out[r + 8] = scale[1];
+            }
+            fence_proxy_async();
+            warpgroup_sync(1 + mw);
+            if (storer) {
+                if (col0 < p.n) tma_store_2d(&map_c, c_s, col0, rt.m0);
+                bulk_commit();
+            }
+        } else {
+            // BF16: two 64 x 64 boxes, 128-byte swizzled (16-byte chunk c of row x at slot c ^ (x % 8)).
+            const int32_t col0 = n0 + b_row0;
+            if (storer) bulk_wait_read<0>();
+            warpgroup_sync(1 + mw);
+#pragma unroll
+            for (int box = 0; box < 2; ++box)
+#pragma unroll
+                for (int jj = 0; jj < 8; ++jj)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int j = 8 * box + jj;
+                        const __nv_bfloat162 pair = __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                        const int row = r + 8 * h;
+                        st_shared_b32(c_s + box * 8192 + row * 128 + ((jj ^ (row % 8)) << 4) + (lane % 4) * 4,
+                                      *reinterpret_cast<const uint32_t*>(&pair));
+                    }
+            fence_proxy_async();
+            warpgroup_sync(1 + mw);
+            if (storer) {
+#pragma unroll
+                for (int box = 0; box < 2; ++box)
+                    if (col0 + box * 64 < p.n) tma_store_2d(&map_c, c_s + box * 8192, col0 + box * 64, rt.m0 + a_row0);
+                bulk_commit();
+            }
+        }
+    }
+    if (storer) bulk_wait_all();
+#endif
+}
+
+/// Tensor map of a row-major matrix [rows, cols] of `elem` bytes per element, boxes of box_cols x box_rows.
+CUtensorMap make_map(const void* base, CUtensorMapDataType type, size_t elem, int64_t rows, int32_t cols,
+                     int32_t box_cols, int32_t box_rows, CUtensorMapSwizzle swizzle) {
+    CUtensorMap map{};
+    const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+    const cuuint64_t strides[1] = {cuuint64_t(cols) * elem};
+    const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    const CUresult res = encode_tiled()(&map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+                                        CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    ZMOE_KERNEL_REQUIRE(res == CUDA_SUCCESS, "grouped_gemm_fp8: cuTensorMapEncodeTiled failed");
+    return map;
+}
+
+template <int kBM, bool kSwiglu>
+void launch_as(const grouped_gemm_fp8_params& p, cudaStream_t stream) {
+    using T = fp8_tile<kBM, kSwiglu>;
+    if (p.max_rows < 64) return;  // groups are multiples of row_align >= 64 rows: all are empty
+    auto kernel = grouped_gemm_fp8_kernel<kBM, kSwiglu>;
+    const size_t smem = T::smem_bytes(p.num_experts);
+    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
+    const CUtensorMap map_a =
+        make_map(p.a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p.max_rows, p.k, kBK, kBM, CU_TENSOR_MAP_SWIZZLE_128B);
+    const CUtensorMap map_b = make_map(p.b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, int64_t(p.num_experts) * n_b, p.k, kBK,
+                                       kSwiglu ? 64 : T::kBTile, CU_TENSOR_MAP_SWIZZLE_128B);
+    const CUtensorMap map_c =
+        kSwiglu
+            ? make_map(p.c_q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p.max_rows, p.n, 64, 64, CU_TENSOR_MAP_SWIZZLE_NONE)
+            : make_map(p.c, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.max_rows, p.n, 64, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+    const int64_t tiles_bound = int64_t(p.max_rows / 64) * ((p.n + T::kOutN - 1) / T::kOutN);
+    const int ctas = p.max_ctas > 0 ? std::min(p.max_ctas, current_device().sms) : current_device().sms;
+    const int grid = int(std::max<int64_t>(1, std::min<int64_t>(tiles_bound, ctas)));
+    kernel<<<grid, kThreads, smem, stream>>>(map_a, map_b, map_c, p);
+    ZMOE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool grouped_gemm_fp8_supported(const grouped_gemm_fp8_params& p) {
+    const auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+    const void* out = p.swiglu ? static_cast<const void*>(p.c_q) : static_cast<const void*>(p.c);
+    return current_device().major == 9 && p.row_align % 64 == 0 && p.k % 16 == 0 && p.n % 16 == 0 &&
+           p.num_experts <= kMaxExperts && p.a_scale_ld % 4 == 0 && p.a_scale_ld >= p.max_rows && aligned16(p.a) &&
+           aligned16(p.b) && aligned16(out) && aligned16(p.a_scales) &&
+           (!p.swiglu || (p.c_scales != nullptr && p.c_scale_ld >= p.max_rows));
+}
+
+void launch_grouped_gemm_fp8(const grouped_gemm_fp8_params& p, cudaStream_t stream) {
+    ZMOE_KERNEL_REQUIRE(grouped_gemm_fp8_supported(p),
+                        "grouped_gemm_fp8: needs compute capability 9.x, row_align % 64 == 0, n and k multiples of 16, "
+                        "a_scale_ld >= max_rows and a multiple of 4, 16-byte aligned operands");
+    if (p.max_rows == 0 || p.n == 0) return;
+    // As the BF16 kernel: 128-row tiles once the groups average about 128 rows (the down GEMM only; gate/up makes
+    // one 128-channel output group per tile with 64-row tiles).
+    const bool tall = p.row_align % 128 == 0 || int64_t(p.max_rows) >= int64_t(p.num_experts) * (128 + p.row_align - 1);
+    if (p.swiglu)
+        launch_as<64, true>(p, stream);
+    else if (tall)
+        launch_as<128, false>(p, stream);
+    else
+        launch_as<64, false>(p, stream);
+}
+
+}  // namespace zmoe::kernels
