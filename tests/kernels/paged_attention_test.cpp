@@ -1,5 +1,6 @@
 // launch_paged_attention against ref::paged_attention over mixed batches: decodes, prefill chunks on top of
-// cached context, whole prompts, GQA groups from 1 to 8, block tables in shuffled physical order.
+// cached context (ending mid-block and mid-tile), whole prompts up to 4 100 tokens, lengths around the tile edges,
+// GQA groups from 1 to 8, head dims 16 to 256, block sizes 8 to 64, block tables in shuffled physical order.
 
 #include <numeric>
 
@@ -110,6 +111,22 @@ std::vector<attention_case> cases() {
         {"chunk_on_long_context", {{3000, 256}, {4000, 1}}, 8, 1, 64, 64},
         {"head_dim_256", {{10, 20}, {0, 1}}, 4, 4, 256, 16},
         {"head_dim_32", {{100, 50}}, 6, 3, 32, 8},
+        // Lengths around the 64-row item and 64-key tile edges in one varlen batch, GQA 4.
+        {"lengths_varlen",
+         {{0, 1}, {0, 2}, {0, 15}, {0, 16}, {0, 17}, {0, 63}, {0, 64}, {0, 65}, {0, 127}, {0, 129}},
+         8,
+         2,
+         128,
+         16},
+        // Whole prompts past a few thousand keys, length not a multiple of any tile.
+        {"long_gqa1", {{0, 4100}}, 2, 2, 128, 16},
+        {"long_gqa4_d64", {{0, 3001}}, 4, 1, 64, 32},
+        // Chunked prefill: chunks on top of cached KV that ends mid-block and mid-tile, beside decodes.
+        {"chunks_gqa8", {{4079, 300}, {15, 17}, {33, 1}, {0, 1000}, {1, 63}}, 16, 2, 128, 16},
+        {"chunks_gqa4_bs32", {{2000, 513}, {31, 33}}, 8, 2, 128, 32},
+        {"chunks_gqa1_d64", {{123, 77}, {64, 64}}, 4, 4, 64, 16},
+        {"chunks_gqa8_d256", {{100, 150}, {0, 1}, {37, 40}}, 8, 1, 256, 32},
+        {"chunks_gqa8_d64_bs16", {{1500, 700}}, 8, 1, 64, 16},
     };
 }
 
