@@ -23,6 +23,7 @@
 #include "kernels/device_utils.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/mma_sm80.cuh"
+#include "kernels/paged_attention_sm90.hpp"
 
 namespace zmoe::kernels {
 namespace {
@@ -292,7 +293,17 @@ void launch_paged_attention(const paged_attention_params& p, cudaStream_t stream
     ZMOE_KERNEL_REQUIRE(p.num_kv_heads > 0 && p.num_q_heads % p.num_kv_heads == 0,
                         "paged_attention: num_kv_heads must divide num_q_heads");
     ZMOE_KERNEL_REQUIRE(p.block_size > 0, "paged_attention: block_size must be positive");
+    ZMOE_KERNEL_REQUIRE(p.impl == paged_attention_impl::automatic || p.impl == paged_attention_impl::mma ||
+                            p.impl == paged_attention_impl::wgmma,
+                        "paged_attention: impl must be automatic, mma or wgmma");
+    ZMOE_KERNEL_REQUIRE(p.impl != paged_attention_impl::wgmma || detail::paged_attention_wgmma_supported(p.head_dim),
+                        "paged_attention: impl wgmma needs compute capability 9.x and head_dim 64 or 128");
     if (p.num_work_items == 0) return;
+    if (p.impl == paged_attention_impl::wgmma ||
+        (p.impl == paged_attention_impl::automatic && detail::paged_attention_wgmma_supported(p.head_dim))) {
+        detail::launch_paged_attention_wgmma(p, stream);
+        return;
+    }
     DISPATCH_HEAD_DIM(p.head_dim, kHeadDim, {
         constexpr uint32_t smem = prefill_tile<kHeadDim>::kTotal;
         if (smem > 48 * 1024)
