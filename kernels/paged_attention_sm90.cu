@@ -17,6 +17,7 @@
 #include "kernels/device_utils.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/grouped_gemm_sm90.hpp"
+#include "kernels/mma_sm80.cuh"
 #include "kernels/paged_attention_sm90.hpp"
 
 namespace zmoe::kernels {
@@ -26,10 +27,12 @@ constexpr int kThreads = 128;  // one warpgroup
 constexpr int kRows = kAttentionRowsPerItem;
 static_assert(kRows == 64, "the wgmma M is 64: one warpgroup per item");
 
-template <int kHeadDim>
+using detail::attention_wgmma_variant;
+
+template <int kHeadDim, attention_wgmma_variant kVariant>
 struct wg_tile {
     static constexpr int kKeys = 64;
-    static constexpr int kStages = 2;
+    static constexpr int kStages = kVariant == attention_wgmma_variant::overlap ? 3 : 2;
     static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of 128-byte rows
     static constexpr int kChunks = kHeadDim / 8;
     static constexpr uint32_t kQBytes = uint32_t(kRows) * kHeadDim * 2;
@@ -96,13 +99,22 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc
                  : "l"(desc_a), "l"(desc_b));
 }
 
-/// d (64 x 64, fp32) += A (64 x 16, BF16 registers in the mma.sync A layout per warp) . B (16 x 64), B N-major in
-/// shared memory.
+/// d (64 x 64, fp32) += A (64 x 16, BF16 registers, each warp's 16 rows in the mma.sync m16n8k16 A layout) . B,
+/// B in shared memory: K-major (64 x 16, B^T multiplied) with kTransB 0, N-major (16 x 64) with kTransB 1.
+template <int kTransB>
 __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
     asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" ZMOE_WG_D0_31
-                 "}, {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+                 "}, {%32, %33, %34, %35}, %36, 1, 1, 1, %37;\n"
                  : ZMOE_WG_ACC8(0), ZMOE_WG_ACC8(8), ZMOE_WG_ACC8(16), ZMOE_WG_ACC8(24)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB));
+}
+
+/// The warp's 16 query rows as mma A fragments, one per 16-column k-step, from the 128-byte-swizzled query tile.
+template <int kTileRows, int kDSteps>
+__device__ __forceinline__ void load_query_fragments(uint32_t (&q_frag)[kDSteps][4], uint32_t q_s, int warp, int lane) {
+#pragma unroll
+    for (int ks = 0; ks < kDSteps; ++ks)
+        detail::ldmatrix_x4(q_s + panel_offset<kTileRows>(warp * 16 + lane % 16, 2 * ks + lane / 16), q_frag[ks]);
 }
 
 #undef ZMOE_WG_ACC8
@@ -113,11 +125,57 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-template <int kHeadDim>
+/// The online-softmax update of one tile's scores s (this thread's rows g and g + 8 of its warp at positions pos[0]
+/// and pos[1], keys kv0..kv0 + 63): the causal mask when the tile crosses the diagonal of some row of the warp, the
+/// running maxima m and sums l (this thread's columns only; the quad's are summed at the end), o rescaled, and s
+/// turned into the probabilities exp2((s - m) * scale_log2). Every row's running maximum is finite from tile 0 on
+/// (key 0 is at or before every position), so no -inf - -inf arises.
+template <int kPanels>
+__device__ __forceinline__ void softmax_tile(float (&s)[32], float (&o)[kPanels][32], float (&m)[2], float (&l)[2],
+                                             const int32_t (&pos)[2], int32_t kv0, bool masked, int t4,
+                                             float scale_log2) {
+    if (masked) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                if (kv0 + j * 8 + 2 * t4 + (e & 1) > pos[e / 2]) s[4 * j + e] = -INFINITY;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float mx = m[h];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(detail::kFullMask, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(detail::kFullMask, mx, 2));
+        const float alpha = exp2f((m[h] - mx) * scale_log2);
+        m[h] = mx;
+        const float m_scaled = mx * scale_log2;
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            s[4 * j + 2 * h] = exp2f(fmaf(s[4 * j + 2 * h], scale_log2, -m_scaled));
+            s[4 * j + 2 * h + 1] = exp2f(fmaf(s[4 * j + 2 * h + 1], scale_log2, -m_scaled));
+            sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+        }
+        l[h] = l[h] * alpha + sum;
+#pragma unroll
+        for (int pn = 0; pn < kPanels; ++pn)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                o[pn][4 * j + 2 * h] *= alpha;
+                o[pn][4 * j + 2 * h + 1] *= alpha;
+            }
+    }
+}
+
+template <int kHeadDim, attention_wgmma_variant kVariant>
 __global__ void __launch_bounds__(kThreads, 2) prefill_attention_wgmma_kernel(const paged_attention_params p) {
-    using tile = wg_tile<kHeadDim>;
+    using tile = wg_tile<kHeadDim, kVariant>;
     constexpr int kKeys = tile::kKeys, kChunks = tile::kChunks, kPanels = tile::kPanels, kStages = tile::kStages;
     constexpr int kDSteps = kHeadDim / 16;
+    constexpr bool kQInRegisters = kVariant != attention_wgmma_variant::serial_q_smem;
+    constexpr bool kOverlap = kVariant == attention_wgmma_variant::overlap;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t raw = uint32_t(__cvta_generic_to_shared(smem_raw));
     const uint32_t base = (raw + 1023) & ~1023u;
@@ -144,7 +202,9 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_attention_wgmma_kernel(co
     }
     cp_async_commit();
 
-    auto load_tile = [&](int32_t t, int stage) {
+    // K and V tile t into stage t % kStages (zeros past kv_end, so that P V never meets uninitialised memory).
+    auto load_tile = [&](int32_t t) {
+        const int stage = t % kStages;
         const uint32_t k_dst = k_s + stage * tile::kTileBytes, v_dst = v_s + stage * tile::kTileBytes;
         for (int v = threadIdx.x; v < kKeys * kChunks; v += kThreads) {
             const int j = v / kChunks, chunk = v % kChunks;
@@ -159,9 +219,10 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_attention_wgmma_kernel(co
             cp_async_16(v_dst + panel_offset<kKeys>(j, chunk), p.v_cache + off, valid);
         }
     };
+    // Tiles 0 .. kStages - 2 in flight; one commit group per tile from here on (empty past the last tile).
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-        if (s < num_tiles) load_tile(s, s);
+    for (int t = 0; t < kStages - 1; ++t) {
+        if (t < num_tiles) load_tile(t);
         cp_async_commit();
     }
 
@@ -179,69 +240,29 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_attention_wgmma_kernel(co
 #pragma unroll
         for (int i = 0; i < 32; ++i) o[pn][i] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    uint32_t q_frag[kDSteps][4];  // used with kQInRegisters only
 
-    for (int32_t t = 0; t < num_tiles; ++t) {
-        const int stage = t % kStages;
-        if (t + kStages - 1 < num_tiles) load_tile(t + kStages - 1, (t + kStages - 1) % kStages);
-        cp_async_commit();             // possibly empty: keeps one group per tile
-        cp_async_wait<kStages - 1>();  // this thread's copies of tile t (and the query) have landed
-        fence_proxy_async();           // ... visible to the tensor cores
-        __syncthreads();               // ... and every other thread's
-        const uint32_t k_tile = k_s + stage * tile::kTileBytes, v_tile = v_s + stage * tile::kTileBytes;
-        const int32_t kv0 = t * kKeys;
-
-        float s[32];
+    // S = Q K^T of the tile in stage `stage`, issued (committed, not waited for).
+    auto issue_scores = [&](float(&s)[32], int stage) {
+        const uint32_t k_tile = k_s + stage * tile::kTileBytes;
 #pragma unroll
         for (int i = 0; i < 32; ++i) s[i] = 0.f;
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < kDSteps; ++ks) {
             const uint32_t col = uint32_t(ks % 4) * 32;  // bytes within the 128-byte row
-            wgmma_m64n64k16_ss(s, smem_desc(q_s + (ks / 4) * (kRows * 128) + col, 16),
-                               smem_desc(k_tile + (ks / 4) * (kKeys * 128) + col, 16));
+            const uint64_t desc_k = smem_desc(k_tile + (ks / 4) * (kKeys * 128) + col, 16);
+            if constexpr (kQInRegisters)
+                wgmma_m64n64k16_rs<0>(s, q_frag[ks], desc_k);
+            else
+                wgmma_m64n64k16_ss(s, smem_desc(q_s + (ks / 4) * (kRows * 128) + col, 16), desc_k);
         }
         wgmma_commit();
-        wgmma_wait<0>();
-        fence_accumulators(s);
-
-        if (kv0 + kKeys - 1 > warp_first_pos) {  // the tile crosses the diagonal of some row of this warp
-#pragma unroll
-            for (int j = 0; j < kKeys / 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    if (kv0 + j * 8 + 2 * t4 + (e & 1) > pos[e / 2]) s[4 * j + e] = -INFINITY;
-        }
-        // Online softmax per row h (accumulator elements 2h, 2h + 1 of each 8-column tile j); every row's running
-        // maximum is finite from tile 0 on (key 0 is at or before every position).
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float mx = m[h];
-#pragma unroll
-            for (int j = 0; j < kKeys / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(detail::kFullMask, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(detail::kFullMask, mx, 2));
-            const float alpha = exp2f((m[h] - mx) * scale_log2);
-            m[h] = mx;
-            const float m_scaled = mx * scale_log2;
-            float sum = 0.f;
-#pragma unroll
-            for (int j = 0; j < kKeys / 8; ++j) {
-                s[4 * j + 2 * h] = exp2f(fmaf(s[4 * j + 2 * h], scale_log2, -m_scaled));
-                s[4 * j + 2 * h + 1] = exp2f(fmaf(s[4 * j + 2 * h + 1], scale_log2, -m_scaled));
-                sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
-            }
-            l[h] = l[h] * alpha + sum;
-#pragma unroll
-            for (int pn = 0; pn < kPanels; ++pn)
-#pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    o[pn][4 * j + 2 * h] *= alpha;
-                    o[pn][4 * j + 2 * h + 1] *= alpha;
-                }
-        }
-
-        // O += P V: P's 8-column tiles 2kk and 2kk + 1 are the A fragment of k-step kk (16 keys); V's k-step kk is
-        // rows 16kk.. of each panel, two 8-row atoms 1024 bytes apart.
+    };
+    // O += P V of the tile in stage `stage`, issued: P's 8-column tiles 2kk and 2kk + 1 are the A fragment of k-step
+    // kk (16 keys); V's k-step kk is rows 16kk.. of each panel, two 8-row atoms 1024 bytes apart.
+    auto issue_values = [&](const float(&s)[32], int stage) {
+        const uint32_t v_tile = v_s + stage * tile::kTileBytes;
         uint32_t a[kKeys / 16][4];
 #pragma unroll
         for (int kk = 0; kk < kKeys / 16; ++kk) {
@@ -255,12 +276,63 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_attention_wgmma_kernel(co
         for (int kk = 0; kk < kKeys / 16; ++kk)
 #pragma unroll
             for (int pn = 0; pn < kPanels; ++pn)
-                wgmma_m64n64k16_rs(o[pn], a[kk], smem_desc(v_tile + pn * (kKeys * 128) + kk * 16 * 128, 1024));
+                wgmma_m64n64k16_rs<1>(o[pn], a[kk], smem_desc(v_tile + pn * (kKeys * 128) + kk * 16 * 128, 1024));
         wgmma_commit();
-        wgmma_wait<0>();
+    };
+    if constexpr (!kOverlap) {
+        for (int32_t t = 0; t < num_tiles; ++t) {
+            if (t + kStages - 1 < num_tiles) load_tile(t + kStages - 1);
+            cp_async_commit();             // possibly empty: keeps one group per tile
+            cp_async_wait<kStages - 1>();  // this thread's copies of tile t (and the query) have landed
+            fence_proxy_async();           // ... visible to the tensor cores
+            __syncthreads();               // ... and every other thread's
+            if constexpr (kQInRegisters) {
+                if (t == 0) load_query_fragments<kRows>(q_frag, q_s, warp, lane);
+            }
+            float s[32];
+            issue_scores(s, t % kStages);
+            wgmma_wait<0>();
+            fence_accumulators(s);
+            softmax_tile(s, o, m, l, pos, t * kKeys, t * kKeys + kKeys - 1 > warp_first_pos, t4, scale_log2);
+            issue_values(s, t % kStages);
+            wgmma_wait<0>();
 #pragma unroll
-        for (int pn = 0; pn < kPanels; ++pn) fence_accumulators(o[pn]);
-        __syncthreads();  // stage t % kStages is refilled by a later iteration's copies
+            for (int pn = 0; pn < kPanels; ++pn) fence_accumulators(o[pn]);
+            __syncthreads();  // stage t % kStages is refilled by a later iteration's copies
+        }
+    } else {
+        // S of tile t + 1 is issued before the softmax of tile t, so that the tensor cores multiply while the
+        // softmax runs; tile t's V and tile t + 1's K are both needed then, hence three stages.
+        float s[32], s_next[32];
+        static_assert(kStages == 3);
+        cp_async_wait<kStages - 2>();  // the query and tile 0 (tile 1's copies may be in flight)
+        fence_proxy_async();
+        __syncthreads();
+        load_query_fragments<kRows>(q_frag, q_s, warp, lane);
+        issue_scores(s, 0);
+        wgmma_wait<0>();
+        fence_accumulators(s);
+        for (int32_t t = 0; t < num_tiles; ++t) {
+            // Stage (t + 2) % 3 held tile t - 1, fully consumed before the last iteration's closing barrier.
+            if (t + kStages - 1 < num_tiles) load_tile(t + kStages - 1);
+            cp_async_commit();
+            const bool has_next = t + 1 < num_tiles;
+            if (has_next) {
+                cp_async_wait<kStages - 2>();  // tile t + 1 landed (tile t + 2's copies may be in flight)
+                fence_proxy_async();
+                __syncthreads();
+                issue_scores(s_next, (t + 1) % kStages);
+            }
+            softmax_tile(s, o, m, l, pos, t * kKeys, t * kKeys + kKeys - 1 > warp_first_pos, t4, scale_log2);
+            issue_values(s, t % kStages);
+            wgmma_wait<0>();
+            fence_accumulators(s_next);
+#pragma unroll
+            for (int pn = 0; pn < kPanels; ++pn) fence_accumulators(o[pn]);
+#pragma unroll
+            for (int i = 0; i < 32; ++i) s[i] = s_next[i];
+            __syncthreads();  // stage t % kStages is refilled by the next iteration's copies
+        }
     }
     cp_async_wait<0>();
 
@@ -306,24 +378,45 @@ bool paged_attention_wgmma_supported(int32_t head_dim) {
     return (head_dim == 64 || head_dim == 128) && device_has_wgmma();
 }
 
+attention_wgmma_variant default_attention_wgmma_variant() { return attention_wgmma_variant::overlap; }
+
 void launch_paged_attention_wgmma(const paged_attention_params& p, cudaStream_t stream) {
+    launch_paged_attention_wgmma(p, default_attention_wgmma_variant(), stream);
+}
+
+void launch_paged_attention_wgmma(const paged_attention_params& p, attention_wgmma_variant v, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(paged_attention_wgmma_supported(p.head_dim),
                         "paged_attention: the wgmma kernel needs compute capability 9.x and head_dim 64 or 128");
     ZMOE_KERNEL_REQUIRE(p.num_kv_heads > 0 && p.num_q_heads % p.num_kv_heads == 0,
                         "paged_attention: num_kv_heads must divide num_q_heads");
     ZMOE_KERNEL_REQUIRE(p.block_size > 0, "paged_attention: block_size must be positive");
     if (p.num_work_items == 0) return;
-    const auto launch = [&]<int kHeadDim>() {
-        constexpr uint32_t smem = wg_tile<kHeadDim>::kSmem;
-        ZMOE_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_wgmma_kernel<kHeadDim>,
+    const auto launch = [&]<int kHeadDim, attention_wgmma_variant kVariant>() {
+        constexpr uint32_t smem = wg_tile<kHeadDim, kVariant>::kSmem;
+        ZMOE_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_wgmma_kernel<kHeadDim, kVariant>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
         const dim3 grid(p.num_work_items, p.num_kv_heads);
-        prefill_attention_wgmma_kernel<kHeadDim><<<grid, kThreads, smem, stream>>>(p);
+        prefill_attention_wgmma_kernel<kHeadDim, kVariant><<<grid, kThreads, smem, stream>>>(p);
     };
-    if (p.head_dim == 64)
-        launch.template operator()<64>();
-    else
-        launch.template operator()<128>();
+    const auto with_dim = [&]<attention_wgmma_variant kVariant>() {
+        if (p.head_dim == 64)
+            launch.template operator()<64, kVariant>();
+        else
+            launch.template operator()<128, kVariant>();
+    };
+    switch (v) {
+        case attention_wgmma_variant::serial_q_smem:
+            with_dim.template operator()<attention_wgmma_variant::serial_q_smem>();
+            break;
+        case attention_wgmma_variant::serial:
+            with_dim.template operator()<attention_wgmma_variant::serial>();
+            break;
+        case attention_wgmma_variant::overlap:
+            with_dim.template operator()<attention_wgmma_variant::overlap>();
+            break;
+        default:
+            ZMOE_KERNEL_REQUIRE(false, "paged_attention: unknown wgmma variant");
+    }
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 

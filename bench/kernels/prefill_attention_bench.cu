@@ -8,10 +8,11 @@
 // QK^T and PV, causal half of the square, as the peer (../shared/peers/attention_prefill_peer.py) counts them:
 // 2 * 2 * S^2 * H * D / 2, plus 2 * 2 * S * P * H * D for the prefix. Beside them: the device's BF16 matrix rate,
 // measured in the same run (cuBLASLt, 8192^3, median of 20), so that each rate reads as a fraction of the chip.
-// Each shape runs on each kernel of --impls (paged_attention_impl: mma.sync, and wgmma on Hopper).
+// Each shape runs on each kernel of --impls: mma (mma.sync), wgmma (launch_paged_attention's wgmma kernel, its
+// default variant) and the wgmma variants wgmma_serial_q_smem, wgmma_serial, wgmma_overlap (Hopper only).
 //
 // usage: prefill_attention_bench [--seqs 1024,2048,4096,8192,16384,32768] [--prefix 4096] [--layouts
-//                                contiguous,paged,prefix] [--impls mma,wgmma] [--iters 10] [--json PATH]
+//                                contiguous,paged,prefix] [--impls mma,wgmma_overlap] [--iters 10] [--json PATH]
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -30,6 +31,7 @@
 #include "bench/kernels/bench_util.cuh"
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/paged_attention_sm90.hpp"
 
 namespace {
 
@@ -67,8 +69,25 @@ double median_ms(Fn&& fn, cudaStream_t stream, int iters) {
     return zmoe::median(ms);
 }
 
-zmoe::kernels::paged_attention_impl impl_of(const std::string& name) {
-    return name == "wgmma" ? zmoe::kernels::paged_attention_impl::wgmma : zmoe::kernels::paged_attention_impl::mma;
+using zmoe::kernels::detail::attention_wgmma_variant;
+
+/// The kernels --impls names: mma, wgmma (its default variant) and each wgmma variant.
+const std::vector<std::string> kImplNames{"mma", "wgmma", "wgmma_serial_q_smem", "wgmma_serial", "wgmma_overlap"};
+
+void launch(const std::string& impl, zmoe::kernels::paged_attention_params p, cudaStream_t stream) {
+    using zmoe::kernels::paged_attention_impl;
+    if (impl == "mma") {
+        p.impl = paged_attention_impl::mma;
+        zmoe::kernels::launch_paged_attention(p, stream);
+    } else if (impl == "wgmma") {
+        p.impl = paged_attention_impl::wgmma;
+        zmoe::kernels::launch_paged_attention(p, stream);
+    } else {
+        const attention_wgmma_variant v = impl == "wgmma_serial_q_smem" ? attention_wgmma_variant::serial_q_smem
+                                          : impl == "wgmma_serial"      ? attention_wgmma_variant::serial
+                                                                        : attention_wgmma_variant::overlap;
+        zmoe::kernels::detail::launch_paged_attention_wgmma(p, v, stream);
+    }
 }
 
 row measure(const std::string& layout, const std::string& impl, int32_t seq, int32_t prefix, int iters,
@@ -117,9 +136,8 @@ row measure(const std::string& layout, const std::string& impl, int32_t seq, int
                                                   .head_dim = kHeadDim,
                                                   .block_size = r.block_size,
                                                   .max_blocks_per_seq = blocks,
-                                                  .scale = 1.f / std::sqrt(float(kHeadDim)),
-                                                  .impl = impl_of(impl)};
-    r.ms = median_ms([&] { zmoe::kernels::launch_paged_attention(p, stream); }, stream, iters);
+                                                  .scale = 1.f / std::sqrt(float(kHeadDim))};
+    r.ms = median_ms([&] { launch(impl, p, stream); }, stream, iters);
     r.flops = 4.0 * kQHeads * kHeadDim * (double(seq) * seq / 2 + double(seq) * r.prefix);
 
     // Every output element written and finite (the tests check the values against the CPU reference).
@@ -170,7 +188,8 @@ std::vector<std::string> parse_names(const std::string& s) {
 
 int main(int argc, char** argv) {
     std::vector<int32_t> seqs{1024, 2048, 4096, 8192, 16384, 32768};
-    std::vector<std::string> layouts{"contiguous", "paged", "prefix"}, impls{"mma", "wgmma"};
+    std::vector<std::string> layouts{"contiguous", "paged", "prefix"},
+        impls{"mma", "wgmma_serial_q_smem", "wgmma_serial", "wgmma_overlap"};
     int32_t prefix = 4096;
     int iters = 10;
     std::string json;
@@ -192,7 +211,7 @@ int main(int argc, char** argv) {
         } else {
             std::fprintf(stderr,
                          "usage: %s [--seqs 1024,...,32768] [--prefix 4096] [--layouts contiguous,paged,prefix] "
-                         "[--impls mma,wgmma] [--iters N] [--json PATH]\n",
+                         "[--impls mma,wgmma,...] [--iters N] [--json PATH]\n",
                          argv[0]);
             return 2;
         }
@@ -204,8 +223,11 @@ int main(int argc, char** argv) {
             return 2;
         }
     for (const auto& m : impls)
-        if (m != "mma" && m != "wgmma") {
-            std::fprintf(stderr, "prefill_attention_bench: unknown impl '%s' (mma, wgmma)\n", m.c_str());
+        if (std::find(kImplNames.begin(), kImplNames.end(), m) == kImplNames.end()) {
+            std::fprintf(stderr,
+                         "prefill_attention_bench: unknown impl '%s' (mma, wgmma, wgmma_serial_q_smem, wgmma_serial, "
+                         "wgmma_overlap)\n",
+                         m.c_str());
             return 2;
         }
     cudaStream_t stream;

@@ -71,10 +71,23 @@ TEST_P(PagedAttention, MatchesReference) {
     ref::paged_attention(s, q.data(), k_cache.data(), v_cache.data(), tables.data(), query_start.data(),
                          start_pos.data(), want.data());
 
-    std::vector<paged_attention_impl> impls{paged_attention_impl::automatic, paged_attention_impl::mma};
-    if (detail::paged_attention_wgmma_supported(c.head_dim)) impls.push_back(paged_attention_impl::wgmma);
-    for (const paged_attention_impl impl : impls) {
-        SCOPED_TRACE(make_name("impl ", int(impl)));
+    // Every kernel that takes the shape: automatic, mma.sync, and on Hopper each wgmma variant.
+    struct kernel_choice {
+        std::string name;
+        paged_attention_impl impl;
+        int variant;  // attention_wgmma_variant for wgmma, -1: launch_paged_attention's own choice
+    };
+    std::vector<kernel_choice> kernels{{"automatic", paged_attention_impl::automatic, -1},
+                                       {"mma", paged_attention_impl::mma, -1}};
+    if (detail::paged_attention_wgmma_supported(c.head_dim)) {
+        kernels.push_back(
+            {"wgmma_serial_q_smem", paged_attention_impl::wgmma, int(detail::attention_wgmma_variant::serial_q_smem)});
+        kernels.push_back({"wgmma_serial", paged_attention_impl::wgmma, int(detail::attention_wgmma_variant::serial)});
+        kernels.push_back(
+            {"wgmma_overlap", paged_attention_impl::wgmma, int(detail::attention_wgmma_variant::overlap)});
+    }
+    for (const kernel_choice& k : kernels) {
+        SCOPED_TRACE(k.name);
         device_buffer<bf16> d_out(q.size());
         d_out.poison();
         paged_attention_params p;
@@ -94,8 +107,11 @@ TEST_P(PagedAttention, MatchesReference) {
         p.block_size = c.block_size;
         p.max_blocks_per_seq = max_blocks;
         p.scale = s.scale;
-        p.impl = impl;
-        launch_paged_attention(p, nullptr);
+        p.impl = k.impl;
+        if (k.variant >= 0)
+            detail::launch_paged_attention_wgmma(p, detail::attention_wgmma_variant(k.variant), nullptr);
+        else
+            launch_paged_attention(p, nullptr);
         sync_and_check();
         EXPECT_LT(rel_error(download_bf16(d_out), want), kBf16Tolerance);
     }
