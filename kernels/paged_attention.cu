@@ -265,14 +265,19 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_attention_kernel(const pa
 
 }  // namespace
 
+int32_t paged_attention_rows_per_item(int32_t head_dim) {
+    return detail::paged_attention_wgmma_supported(head_dim) ? 128 : kAttentionRowsPerItem;
+}
+
 std::vector<int32_t> paged_attention_plan(std::span<const int32_t> query_start_host, int32_t num_q_heads,
-                                          int32_t num_kv_heads) {
+                                          int32_t num_kv_heads, int32_t rows_per_item) {
+    ZMOE_KERNEL_REQUIRE(rows_per_item == 64 || rows_per_item == 128, "paged_attention_plan: rows_per_item 64 or 128");
     std::vector<int32_t> items;
     const int32_t group = num_q_heads / num_kv_heads;
     for (size_t s = 0; s + 1 < query_start_host.size(); ++s) {
         const int32_t rows = (query_start_host[s + 1] - query_start_host[s]) * group;
         // Last rows first: they see the most keys, and starting the longest items early shortens the tail.
-        for (int32_t r0 = (rows - 1) / kRows * kRows; r0 >= 0 && rows > 0; r0 -= kRows) {
+        for (int32_t r0 = (rows - 1) / rows_per_item * rows_per_item; r0 >= 0 && rows > 0; r0 -= rows_per_item) {
             items.push_back(int32_t(s));
             items.push_back(r0);
         }
@@ -296,11 +301,18 @@ void launch_paged_attention(const paged_attention_params& p, cudaStream_t stream
     ZMOE_KERNEL_REQUIRE(p.impl == paged_attention_impl::automatic || p.impl == paged_attention_impl::mma ||
                             p.impl == paged_attention_impl::wgmma,
                         "paged_attention: impl must be automatic, mma or wgmma");
-    ZMOE_KERNEL_REQUIRE(p.impl != paged_attention_impl::wgmma || detail::paged_attention_wgmma_supported(p.head_dim),
-                        "paged_attention: impl wgmma needs compute capability 9.x and head_dim 64 or 128");
+    ZMOE_KERNEL_REQUIRE(p.rows_per_item == kAttentionRowsPerItem || p.rows_per_item == 128,
+                        "paged_attention: rows_per_item must be 64 or 128");
+    const bool wgmma = p.impl == paged_attention_impl::wgmma ||
+                       (p.impl == paged_attention_impl::automatic &&
+                        (p.rows_per_item == 128 || detail::paged_attention_wgmma_supported(p.head_dim)));
+    ZMOE_KERNEL_REQUIRE(!wgmma || detail::paged_attention_wgmma_supported(p.head_dim),
+                        "paged_attention: the wgmma kernel (impl wgmma, or rows_per_item 128) needs compute capability "
+                        "9.x and head_dim 64 or 128");
+    ZMOE_KERNEL_REQUIRE(wgmma || p.rows_per_item == kAttentionRowsPerItem,
+                        "paged_attention: the mma kernel takes items of 64 rows");
     if (p.num_work_items == 0) return;
-    if (p.impl == paged_attention_impl::wgmma ||
-        (p.impl == paged_attention_impl::automatic && detail::paged_attention_wgmma_supported(p.head_dim))) {
+    if (wgmma) {
         detail::launch_paged_attention_wgmma(p, stream);
         return;
     }

@@ -1,8 +1,9 @@
 // Paged attention for mixed batches on Hopper (sm_90a): the work items and the contract of launch_paged_attention
 // (kernels/paged_attention.cu), the matrix products on wgmma.
 //
-// One warpgroup (4 warps, 128 threads) per (work item, KV head): the item's 64 rows are the M of every wgmma (warp w
-// owns rows 16w..16w+15, as in the mma.sync kernel, so the GQA packing, masking and softmax are the same). Shared
+// One or two warpgroups (4 warps each) per (work item, KV head), for items of 64 or 128 rows (rows_per_item): each
+// warpgroup's 64 rows are the M of its wgmmas, and both share every K/V tile the block loads (warp w owns rows
+// 16w..16w+15, as in the mma.sync kernel, so the GQA packing, masking and softmax are the same). Shared
 // memory holds the query tile and kStages stages of K/V tiles of kKeys keys, each tile in 64-column panels of 128-byte
 // rows with the 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r % 8)), which is both what wgmma's
 // descriptors read and conflict-free for the cp.async writes. The copies come through the block table with
@@ -10,8 +11,8 @@
 // Per tile: S (64 x kKeys) = Q K^T by wgmma m64n64k16 with both operands from shared memory (K-major); the causal
 // mask on tiles that cross a row's position; the online softmax on the accumulators (exp2, log2(e)-prescaled scale);
 // P rounded to BF16 in registers and fed as wgmma's register A operand of O += P V, V read from shared memory as
-// an N-major (transposed) B, one m64n64k16 per 64-column panel of V. Two blocks per SM: one block's softmax runs
-// under the other's matrix products.
+// an N-major (transposed) B, one m64n64k16 per 64-column panel of V. 64-row items run two blocks per SM, so one
+// block's softmax runs under the other's matrix products; 128-row items halve the K/V bytes each FLOP needs.
 
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
@@ -23,14 +24,13 @@
 namespace zmoe::kernels {
 namespace {
 
-constexpr int kThreads = 128;  // one warpgroup
-constexpr int kRows = kAttentionRowsPerItem;
-static_assert(kRows == 64, "the wgmma M is 64: one warpgroup per item");
-
 using detail::attention_wgmma_variant;
 
-template <int kHeadDim, attention_wgmma_variant kVariant>
+/// kWarpgroups warpgroups of 64 rows each share every K/V tile: items of kWarpgroups * 64 rows.
+template <int kHeadDim, attention_wgmma_variant kVariant, int kWarpgroups>
 struct wg_tile {
+    static constexpr int kThreads = 128 * kWarpgroups;
+    static constexpr int kRows = 64 * kWarpgroups;
     static constexpr int kKeys = 64;
     static constexpr int kStages = kVariant == attention_wgmma_variant::overlap ? 3 : 2;
     static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of 128-byte rows
@@ -169,9 +169,11 @@ __device__ __forceinline__ void softmax_tile(float (&s)[32], float (&o)[kPanels]
     }
 }
 
-template <int kHeadDim, attention_wgmma_variant kVariant>
-__global__ void __launch_bounds__(kThreads, 2) prefill_attention_wgmma_kernel(const paged_attention_params p) {
-    using tile = wg_tile<kHeadDim, kVariant>;
+template <int kHeadDim, attention_wgmma_variant kVariant, int kWarpgroups>
+__global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
+    prefill_attention_wgmma_kernel(const paged_attention_params p) {
+    using tile = wg_tile<kHeadDim, kVariant, kWarpgroups>;
+    constexpr int kThreads = tile::kThreads, kRows = tile::kRows;
     constexpr int kKeys = tile::kKeys, kChunks = tile::kChunks, kPanels = tile::kPanels, kStages = tile::kStages;
     constexpr int kDSteps = kHeadDim / 16;
     constexpr bool kQInRegisters = kVariant != attention_wgmma_variant::serial_q_smem;
@@ -182,6 +184,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_attention_wgmma_kernel(co
     const uint32_t q_s = base + tile::kQ, k_s = base + tile::kK, v_s = base + tile::kV;
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const uint32_t wg_q_rows = uint32_t(warp / 4) * 64 * 128;  // this warpgroup's 64 rows within each Q panel
     const int32_t seq = p.work_items[2 * blockIdx.x], row0 = p.work_items[2 * blockIdx.x + 1];
     const int32_t kvh = blockIdx.y, group = p.num_q_heads / p.num_kv_heads;
     const int32_t q_begin = p.query_start[seq], total_rows = (p.query_start[seq + 1] - q_begin) * group;
@@ -255,7 +258,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_attention_wgmma_kernel(co
             if constexpr (kQInRegisters)
                 wgmma_m64n64k16_rs<0>(s, q_frag[ks], desc_k);
             else
-                wgmma_m64n64k16_ss(s, smem_desc(q_s + (ks / 4) * (kRows * 128) + col, 16), desc_k);
+                wgmma_m64n64k16_ss(s, smem_desc(q_s + (ks / 4) * (kRows * 128) + wg_q_rows + col, 16), desc_k);
         }
         wgmma_commit();
     };
@@ -390,29 +393,40 @@ void launch_paged_attention_wgmma(const paged_attention_params& p, attention_wgm
     ZMOE_KERNEL_REQUIRE(p.num_kv_heads > 0 && p.num_q_heads % p.num_kv_heads == 0,
                         "paged_attention: num_kv_heads must divide num_q_heads");
     ZMOE_KERNEL_REQUIRE(p.block_size > 0, "paged_attention: block_size must be positive");
+    ZMOE_KERNEL_REQUIRE(
+        p.rows_per_item == 64 || (p.rows_per_item == 128 && v != attention_wgmma_variant::serial_q_smem),
+        "paged_attention: the wgmma kernel takes items of 64 rows, or 128 with the query in registers");
     if (p.num_work_items == 0) return;
-    const auto launch = [&]<int kHeadDim, attention_wgmma_variant kVariant>() {
-        constexpr uint32_t smem = wg_tile<kHeadDim, kVariant>::kSmem;
-        ZMOE_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_wgmma_kernel<kHeadDim, kVariant>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    const auto launch = [&]<int kHeadDim, attention_wgmma_variant kVariant, int kWarpgroups>() {
+        using tile = wg_tile<kHeadDim, kVariant, kWarpgroups>;
+        ZMOE_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_wgmma_kernel<kHeadDim, kVariant, kWarpgroups>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(tile::kSmem)));
         const dim3 grid(p.num_work_items, p.num_kv_heads);
-        prefill_attention_wgmma_kernel<kHeadDim, kVariant><<<grid, kThreads, smem, stream>>>(p);
+        prefill_attention_wgmma_kernel<kHeadDim, kVariant, kWarpgroups>
+            <<<grid, tile::kThreads, tile::kSmem, stream>>>(p);
     };
-    const auto with_dim = [&]<attention_wgmma_variant kVariant>() {
+    const auto with_dim = [&]<attention_wgmma_variant kVariant, int kWarpgroups>() {
         if (p.head_dim == 64)
-            launch.template operator()<64, kVariant>();
+            launch.template operator()<64, kVariant, kWarpgroups>();
         else
-            launch.template operator()<128, kVariant>();
+            launch.template operator()<128, kVariant, kWarpgroups>();
     };
+    const bool wide = p.rows_per_item == 128;
     switch (v) {
         case attention_wgmma_variant::serial_q_smem:
-            with_dim.template operator()<attention_wgmma_variant::serial_q_smem>();
+            with_dim.template operator()<attention_wgmma_variant::serial_q_smem, 1>();
             break;
         case attention_wgmma_variant::serial:
-            with_dim.template operator()<attention_wgmma_variant::serial>();
+            if (wide)
+                with_dim.template operator()<attention_wgmma_variant::serial, 2>();
+            else
+                with_dim.template operator()<attention_wgmma_variant::serial, 1>();
             break;
         case attention_wgmma_variant::overlap:
-            with_dim.template operator()<attention_wgmma_variant::overlap>();
+            if (wide)
+                with_dim.template operator()<attention_wgmma_variant::overlap, 2>();
+            else
+                with_dim.template operator()<attention_wgmma_variant::overlap, 1>();
             break;
         default:
             ZMOE_KERNEL_REQUIRE(false, "paged_attention: unknown wgmma variant");

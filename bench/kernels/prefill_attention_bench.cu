@@ -8,11 +8,12 @@
 // QK^T and PV, causal half of the square, as the peer (../shared/peers/attention_prefill_peer.py) counts them:
 // 2 * 2 * S^2 * H * D / 2, plus 2 * 2 * S * P * H * D for the prefix. Beside them: the device's BF16 matrix rate,
 // measured in the same run (cuBLASLt, 8192^3, median of 20), so that each rate reads as a fraction of the chip.
-// Each shape runs on each kernel of --impls: mma (mma.sync), wgmma (launch_paged_attention's wgmma kernel, its
-// default variant) and the wgmma variants wgmma_serial_q_smem, wgmma_serial, wgmma_overlap (Hopper only).
+// Each shape runs on each kernel of --impls: mma (mma.sync), automatic (what launch_paged_attention picks, as the
+// executor calls it), and the wgmma variants (Hopper only) over 64-row items (wgmma_serial_q_smem, wgmma_serial,
+// wgmma_overlap) and 128-row items (wgmma_serial_128, wgmma_overlap_128).
 //
 // usage: prefill_attention_bench [--seqs 1024,2048,4096,8192,16384,32768] [--prefix 4096] [--layouts
-//                                contiguous,paged,prefix] [--impls mma,wgmma_overlap] [--iters 10] [--json PATH]
+//                                contiguous,paged,prefix] [--impls mma,automatic,...] [--iters 10] [--json PATH]
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -71,21 +72,26 @@ double median_ms(Fn&& fn, cudaStream_t stream, int iters) {
 
 using zmoe::kernels::detail::attention_wgmma_variant;
 
-/// The kernels --impls names: mma, wgmma (its default variant) and each wgmma variant.
-const std::vector<std::string> kImplNames{"mma", "wgmma", "wgmma_serial_q_smem", "wgmma_serial", "wgmma_overlap"};
+/// The kernels --impls names: mma, automatic (launch_paged_attention's choice with the rows per item it prefers),
+/// and the wgmma variants over 64-row items (wgmma_serial_q_smem, wgmma_serial, wgmma_overlap) or 128-row items
+/// (wgmma_serial_128, wgmma_overlap_128).
+const std::vector<std::string> kImplNames{"mma",           "automatic",        "wgmma_serial_q_smem", "wgmma_serial",
+                                          "wgmma_overlap", "wgmma_serial_128", "wgmma_overlap_128"};
+
+int32_t rows_per_item(const std::string& impl) {
+    if (impl == "automatic") return zmoe::kernels::paged_attention_rows_per_item(kHeadDim);
+    return impl.ends_with("_128") ? 128 : 64;
+}
 
 void launch(const std::string& impl, zmoe::kernels::paged_attention_params p, cudaStream_t stream) {
     using zmoe::kernels::paged_attention_impl;
-    if (impl == "mma") {
-        p.impl = paged_attention_impl::mma;
-        zmoe::kernels::launch_paged_attention(p, stream);
-    } else if (impl == "wgmma") {
-        p.impl = paged_attention_impl::wgmma;
+    if (impl == "mma" || impl == "automatic") {
+        p.impl = impl == "mma" ? paged_attention_impl::mma : paged_attention_impl::automatic;
         zmoe::kernels::launch_paged_attention(p, stream);
     } else {
-        const attention_wgmma_variant v = impl == "wgmma_serial_q_smem" ? attention_wgmma_variant::serial_q_smem
-                                          : impl == "wgmma_serial"      ? attention_wgmma_variant::serial
-                                                                        : attention_wgmma_variant::overlap;
+        const attention_wgmma_variant v = impl == "wgmma_serial_q_smem"      ? attention_wgmma_variant::serial_q_smem
+                                          : impl.starts_with("wgmma_serial") ? attention_wgmma_variant::serial
+                                                                             : attention_wgmma_variant::overlap;
         zmoe::kernels::detail::launch_paged_attention_wgmma(p, v, stream);
     }
 }
@@ -111,7 +117,7 @@ row measure(const std::string& layout, const std::string& impl, int32_t seq, int
     std::iota(table.begin(), table.end(), 0);
     std::shuffle(table.begin(), table.end(), std::mt19937(uint32_t(seq * 7 + r.prefix)));
     const std::vector<int32_t> query_start{0, seq}, start_pos{r.prefix};
-    const auto items = zmoe::kernels::paged_attention_plan(query_start, kQHeads, kKvHeads);
+    const auto items = zmoe::kernels::paged_attention_plan(query_start, kQHeads, kKvHeads, rows_per_item(impl));
     int32_t* d_table = device_alloc<int32_t>(table.size());
     int32_t* d_qs = device_alloc<int32_t>(2);
     int32_t* d_sp = device_alloc<int32_t>(1);
@@ -136,7 +142,8 @@ row measure(const std::string& layout, const std::string& impl, int32_t seq, int
                                                   .head_dim = kHeadDim,
                                                   .block_size = r.block_size,
                                                   .max_blocks_per_seq = blocks,
-                                                  .scale = 1.f / std::sqrt(float(kHeadDim))};
+                                                  .scale = 1.f / std::sqrt(float(kHeadDim)),
+                                                  .rows_per_item = rows_per_item(impl)};
     r.ms = median_ms([&] { launch(impl, p, stream); }, stream, iters);
     r.flops = 4.0 * kQHeads * kHeadDim * (double(seq) * seq / 2 + double(seq) * r.prefix);
 
@@ -189,7 +196,7 @@ std::vector<std::string> parse_names(const std::string& s) {
 int main(int argc, char** argv) {
     std::vector<int32_t> seqs{1024, 2048, 4096, 8192, 16384, 32768};
     std::vector<std::string> layouts{"contiguous", "paged", "prefix"},
-        impls{"mma", "wgmma_serial_q_smem", "wgmma_serial", "wgmma_overlap"};
+        impls{"mma", "wgmma_serial_q_smem", "wgmma_serial", "wgmma_overlap", "wgmma_serial_128", "wgmma_overlap_128"};
     int32_t prefix = 4096;
     int iters = 10;
     std::string json;
@@ -211,7 +218,7 @@ int main(int argc, char** argv) {
         } else {
             std::fprintf(stderr,
                          "usage: %s [--seqs 1024,...,32768] [--prefix 4096] [--layouts contiguous,paged,prefix] "
-                         "[--impls mma,wgmma,...] [--iters N] [--json PATH]\n",
+                         "[--impls mma,automatic,...] [--iters N] [--json PATH]\n",
                          argv[0]);
             return 2;
         }
@@ -225,8 +232,8 @@ int main(int argc, char** argv) {
     for (const auto& m : impls)
         if (std::find(kImplNames.begin(), kImplNames.end(), m) == kImplNames.end()) {
             std::fprintf(stderr,
-                         "prefill_attention_bench: unknown impl '%s' (mma, wgmma, wgmma_serial_q_smem, wgmma_serial, "
-                         "wgmma_overlap)\n",
+                         "prefill_attention_bench: unknown impl '%s' (mma, automatic, wgmma_serial_q_smem, "
+                         "wgmma_serial, wgmma_overlap, wgmma_serial_128, wgmma_overlap_128)\n",
                          m.c_str());
             return 2;
         }
@@ -245,10 +252,10 @@ int main(int argc, char** argv) {
         "\nprefill attention, causal, %d query / %d KV heads of %d, BF16, on %s; cuBLASLt BF16 8192^3: %.0f "
         "TFLOP/s\n",
         kQHeads, kKvHeads, kHeadDim, prop.name, peak * 1e-12);
-    std::printf("%-11s %-6s %7s %7s %6s %10s %9s %7s\n", "layout", "impl", "seq", "prefix", "block", "ms", "TFLOP/s",
+    std::printf("%-11s %-19s %7s %7s %6s %10s %9s %7s\n", "layout", "impl", "seq", "prefix", "block", "ms", "TFLOP/s",
                 "%peak");
     for (const row& r : rows)
-        std::printf("%-11s %-6s %7d %7d %6d %10.3f %9.1f %6.1f%%\n", r.layout.c_str(), r.impl.c_str(), r.seq, r.prefix,
+        std::printf("%-11s %-19s %7d %7d %6d %10.3f %9.1f %6.1f%%\n", r.layout.c_str(), r.impl.c_str(), r.seq, r.prefix,
                     r.block_size, r.ms, r.flops / r.ms * 1e-9, 100.0 * r.flops / (r.ms * 1e-3) / peak);
     std::printf("(FLOPs = 4 * H * D * (S^2 / 2 + S * prefix), H = %d query heads, as the peer counts them)\n", kQHeads);
 

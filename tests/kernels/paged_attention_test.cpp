@@ -52,14 +52,12 @@ TEST_P(PagedAttention, MatchesReference) {
     const auto k_cache = random_bf16(cache_elems, 1.f, rng);
     const auto v_cache = random_bf16(cache_elems, 1.f, rng);
 
-    const auto items = paged_attention_plan(query_start, c.num_q_heads, c.num_kv_heads);
     auto d_q = upload_bf16(q);
     auto d_k = upload_bf16(k_cache);
     auto d_v = upload_bf16(v_cache);
     auto d_tables = upload(tables);
     auto d_qs = upload(query_start);
     auto d_sp = upload(start_pos);
-    auto d_items = upload(items);
     ref::attention_shape s{num_seqs,
                            c.num_q_heads,
                            c.num_kv_heads,
@@ -76,18 +74,27 @@ TEST_P(PagedAttention, MatchesReference) {
         std::string name;
         paged_attention_impl impl;
         int variant;  // attention_wgmma_variant for wgmma, -1: launch_paged_attention's own choice
+        int32_t rows_per_item;
     };
-    std::vector<kernel_choice> kernels{{"automatic", paged_attention_impl::automatic, -1},
-                                       {"mma", paged_attention_impl::mma, -1}};
+    using detail::attention_wgmma_variant;
+    std::vector<kernel_choice> kernels{
+        {"automatic", paged_attention_impl::automatic, -1, paged_attention_rows_per_item(c.head_dim)},
+        {"automatic_64", paged_attention_impl::automatic, -1, 64},
+        {"mma", paged_attention_impl::mma, -1, 64}};
     if (detail::paged_attention_wgmma_supported(c.head_dim)) {
         kernels.push_back(
-            {"wgmma_serial_q_smem", paged_attention_impl::wgmma, int(detail::attention_wgmma_variant::serial_q_smem)});
-        kernels.push_back({"wgmma_serial", paged_attention_impl::wgmma, int(detail::attention_wgmma_variant::serial)});
-        kernels.push_back(
-            {"wgmma_overlap", paged_attention_impl::wgmma, int(detail::attention_wgmma_variant::overlap)});
+            {"wgmma_serial_q_smem", paged_attention_impl::wgmma, int(attention_wgmma_variant::serial_q_smem), 64});
+        for (const int32_t rows : {64, 128}) {
+            kernels.push_back({make_name("wgmma_serial_", rows), paged_attention_impl::wgmma,
+                               int(attention_wgmma_variant::serial), rows});
+            kernels.push_back({make_name("wgmma_overlap_", rows), paged_attention_impl::wgmma,
+                               int(attention_wgmma_variant::overlap), rows});
+        }
     }
     for (const kernel_choice& k : kernels) {
         SCOPED_TRACE(k.name);
+        const auto items = paged_attention_plan(query_start, c.num_q_heads, c.num_kv_heads, k.rows_per_item);
+        auto d_items = upload(items);
         device_buffer<bf16> d_out(q.size());
         d_out.poison();
         paged_attention_params p;
@@ -108,6 +115,7 @@ TEST_P(PagedAttention, MatchesReference) {
         p.max_blocks_per_seq = max_blocks;
         p.scale = s.scale;
         p.impl = k.impl;
+        p.rows_per_item = k.rows_per_item;
         if (k.variant >= 0)
             detail::launch_paged_attention_wgmma(p, detail::attention_wgmma_variant(k.variant), nullptr);
         else
@@ -126,6 +134,19 @@ TEST(PagedAttentionPlan, CoversEveryRowOnce) {
         covered[seq] += std::min(kAttentionRowsPerItem, rows - items[i + 1]);
     }
     EXPECT_EQ(covered, (std::vector<int32_t>{8, 0, 39 * 8, 8}));
+}
+
+TEST(PagedAttentionPlan, WideItemsCoverEveryRowOnce) {
+    const std::vector<int32_t> query_start{0, 1, 33, 50};  // a decode, a chunk of 32 (256 rows), a chunk of 17
+    const auto items = paged_attention_plan(query_start, 32, 4, 128);
+    std::vector<int32_t> covered(3, 0);
+    for (size_t i = 0; i < items.size(); i += 2) {
+        const int32_t seq = items[i], rows = (query_start[seq + 1] - query_start[seq]) * 8;
+        EXPECT_EQ(items[i + 1] % 128, 0);
+        covered[seq] += std::min(128, rows - items[i + 1]);
+    }
+    EXPECT_EQ(covered, (std::vector<int32_t>{8, 32 * 8, 17 * 8}));
+    EXPECT_EQ(items.size(), size_t(2 * (1 + 2 + 2)));
 }
 
 std::vector<attention_case> cases() {
