@@ -192,6 +192,9 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
     const int32_t row_end = min(row0 + kRows, total_rows);
     const int32_t kv_end = start + (row_end - 1) / group + 1;  // keys the last row of this item sees
     const int32_t num_tiles = (kv_end + kKeys - 1) / kKeys;
+    // A warpgroup without a valid row (the second of an item of 64 rows or fewer: decodes, short chunks) loads and
+    // meets the barriers with the other, and multiplies nothing.
+    const bool wg_active = row0 + (warp / 4) * 64 < total_rows;
     const int32_t* table = p.block_tables + size_t(seq) * p.max_blocks_per_seq;
 
     for (int v = threadIdx.x; v < kRows * kChunks; v += kThreads) {
@@ -293,12 +296,14 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
                 if (t == 0) load_query_fragments<kRows>(q_frag, q_s, warp, lane);
             }
             float s[32];
-            issue_scores(s, t % kStages);
-            wgmma_wait<0>();
-            fence_accumulators(s);
-            softmax_tile(s, o, m, l, pos, t * kKeys, t * kKeys + kKeys - 1 > warp_first_pos, t4, scale_log2);
-            issue_values(s, t % kStages);
-            wgmma_wait<0>();
+            if (wg_active) {
+                issue_scores(s, t % kStages);
+                wgmma_wait<0>();
+                fence_accumulators(s);
+                softmax_tile(s, o, m, l, pos, t * kKeys, t * kKeys + kKeys - 1 > warp_first_pos, t4, scale_log2);
+                issue_values(s, t % kStages);
+                wgmma_wait<0>();
+            }
 #pragma unroll
             for (int pn = 0; pn < kPanels; ++pn) fence_accumulators(o[pn]);
             __syncthreads();  // stage t % kStages is refilled by a later iteration's copies
@@ -312,7 +317,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
         fence_proxy_async();
         __syncthreads();
         load_query_fragments<kRows>(q_frag, q_s, warp, lane);
-        issue_scores(s, 0);
+        if (wg_active) issue_scores(s, 0);
         wgmma_wait<0>();
         fence_accumulators(s);
         for (int32_t t = 0; t < num_tiles; ++t) {
@@ -324,10 +329,12 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
                 cp_async_wait<kStages - 2>();  // tile t + 1 landed (tile t + 2's copies may be in flight)
                 fence_proxy_async();
                 __syncthreads();
-                issue_scores(s_next, (t + 1) % kStages);
+                if (wg_active) issue_scores(s_next, (t + 1) % kStages);
             }
-            softmax_tile(s, o, m, l, pos, t * kKeys, t * kKeys + kKeys - 1 > warp_first_pos, t4, scale_log2);
-            issue_values(s, t % kStages);
+            if (wg_active) {
+                softmax_tile(s, o, m, l, pos, t * kKeys, t * kKeys + kKeys - 1 > warp_first_pos, t4, scale_log2);
+                issue_values(s, t % kStages);
+            }
             wgmma_wait<0>();
             fence_accumulators(s_next);
 #pragma unroll
