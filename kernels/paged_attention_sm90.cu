@@ -32,7 +32,9 @@ struct wg_tile {
     static constexpr int kThreads = 128 * kWarpgroups;
     static constexpr int kRows = 64 * kWarpgroups;
     static constexpr int kKeys = 64;
-    static constexpr int kStages = kVariant == attention_wgmma_variant::overlap ? 3 : 2;
+    static constexpr int kStages =
+        kVariant == attention_wgmma_variant::overlap || kVariant == attention_wgmma_variant::overlap_one_barrier ? 3
+                                                                                                                 : 2;
     static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of 128-byte rows
     static constexpr int kChunks = kHeadDim / 8;
     static constexpr uint32_t kQBytes = uint32_t(kRows) * kHeadDim * 2;
@@ -125,6 +127,13 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<const uint32_t*>(&h);
 }
 
+/// 2^x by the special-function unit alone (ex2.approx.ftz: results below 2^-126 flush to 0, 2^-inf = 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /// The online-softmax update of one tile's scores s (this thread's rows g and g + 8 of its warp at positions pos[0]
 /// and pos[1], keys kv0..kv0 + 63): the causal mask when the tile crosses the diagonal of some row of the warp, the
 /// running maxima m and sums l (this thread's columns only; the quad's are summed at the end), o rescaled, and s
@@ -148,14 +157,14 @@ __device__ __forceinline__ void softmax_tile(float (&s)[32], float (&o)[kPanels]
         for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(detail::kFullMask, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(detail::kFullMask, mx, 2));
-        const float alpha = exp2f((m[h] - mx) * scale_log2);
+        const float alpha = fast_exp2((m[h] - mx) * scale_log2);
         m[h] = mx;
         const float m_scaled = mx * scale_log2;
         float sum = 0.f;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-            s[4 * j + 2 * h] = exp2f(fmaf(s[4 * j + 2 * h], scale_log2, -m_scaled));
-            s[4 * j + 2 * h + 1] = exp2f(fmaf(s[4 * j + 2 * h + 1], scale_log2, -m_scaled));
+            s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], scale_log2, -m_scaled));
+            s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], scale_log2, -m_scaled));
             sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
         }
         l[h] = l[h] * alpha + sum;
@@ -177,7 +186,9 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
     constexpr int kKeys = tile::kKeys, kChunks = tile::kChunks, kPanels = tile::kPanels, kStages = tile::kStages;
     constexpr int kDSteps = kHeadDim / 16;
     constexpr bool kQInRegisters = kVariant != attention_wgmma_variant::serial_q_smem;
-    constexpr bool kOverlap = kVariant == attention_wgmma_variant::overlap;
+    constexpr bool kOverlap =
+        kVariant == attention_wgmma_variant::overlap || kVariant == attention_wgmma_variant::overlap_one_barrier;
+    constexpr bool kOneBarrier = kVariant == attention_wgmma_variant::overlap_one_barrier;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t raw = uint32_t(__cvta_generic_to_shared(smem_raw));
     const uint32_t base = (raw + 1023) & ~1023u;
@@ -321,14 +332,25 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
         wgmma_wait<0>();
         fence_accumulators(s);
         for (int32_t t = 0; t < num_tiles; ++t) {
-            // Stage (t + 2) % 3 held tile t - 1, fully consumed before the last iteration's closing barrier.
-            if (t + kStages - 1 < num_tiles) load_tile(t + kStages - 1);
-            cp_async_commit();
             const bool has_next = t + 1 < num_tiles;
-            if (has_next) {
-                cp_async_wait<kStages - 2>();  // tile t + 1 landed (tile t + 2's copies may be in flight)
+            if constexpr (!kOneBarrier) {
+                // Stage (t + 2) % 3 held tile t - 1, fully consumed before the last iteration's closing barrier.
+                if (t + kStages - 1 < num_tiles) load_tile(t + kStages - 1);
+                cp_async_commit();
+                if (has_next) {
+                    cp_async_wait<kStages - 2>();  // tile t + 1 landed (tile t + 2's copies may be in flight)
+                    fence_proxy_async();
+                    __syncthreads();
+                    if (wg_active) issue_scores(s_next, (t + 1) % kStages);
+                }
+            } else if (has_next) {
+                // One barrier per tile: tile t + 1 has landed everywhere, and every warpgroup is done with tile
+                // t - 1 (its P V waited for last iteration), whose stage (t + 2) % 3 is refilled after it.
+                cp_async_wait<0>();
                 fence_proxy_async();
                 __syncthreads();
+                if (t + kStages - 1 < num_tiles) load_tile(t + kStages - 1);
+                cp_async_commit();
                 if (wg_active) issue_scores(s_next, (t + 1) % kStages);
             }
             if (wg_active) {
@@ -341,10 +363,11 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
             for (int pn = 0; pn < kPanels; ++pn) fence_accumulators(o[pn]);
 #pragma unroll
             for (int i = 0; i < 32; ++i) s[i] = s_next[i];
-            __syncthreads();  // stage t % kStages is refilled by the next iteration's copies
+            if constexpr (!kOneBarrier) __syncthreads();  // stage t % kStages is refilled by the next iteration
         }
     }
     cp_async_wait<0>();
+    __syncthreads();  // every wgmma that reads the query tile is done before it is overwritten below
 
     // Normalise, stage the warp's 16 rows in its own rows of the query tile (every wgmma reading it is done: the
     // loop's last barrier), then write whole rows.
@@ -434,6 +457,12 @@ void launch_paged_attention_wgmma(const paged_attention_params& p, attention_wgm
                 with_dim.template operator()<attention_wgmma_variant::overlap, 2>();
             else
                 with_dim.template operator()<attention_wgmma_variant::overlap, 1>();
+            break;
+        case attention_wgmma_variant::overlap_one_barrier:
+            if (wide)
+                with_dim.template operator()<attention_wgmma_variant::overlap_one_barrier, 2>();
+            else
+                with_dim.template operator()<attention_wgmma_variant::overlap_one_barrier, 1>();
             break;
         default:
             ZMOE_KERNEL_REQUIRE(false, "paged_attention: unknown wgmma variant");

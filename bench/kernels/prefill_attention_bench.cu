@@ -10,7 +10,8 @@
 // measured in the same run (cuBLASLt, 8192^3, median of 20), so that each rate reads as a fraction of the chip.
 // Each shape runs on each kernel of --impls: mma (mma.sync), automatic (what launch_paged_attention picks, as the
 // executor calls it), and the wgmma variants (Hopper only) over 64-row items (wgmma_serial_q_smem, wgmma_serial,
-// wgmma_overlap) and 128-row items (wgmma_serial_128, wgmma_overlap_128).
+// wgmma_overlap, wgmma_overlap_one_barrier) and 128-row items (wgmma_serial_128, wgmma_overlap_128,
+// wgmma_overlap_one_barrier_128).
 //
 // usage: prefill_attention_bench [--seqs 1024,2048,4096,8192,16384,32768] [--prefix 4096] [--layouts
 //                                contiguous,paged,prefix] [--impls mma,automatic,...] [--iters 10] [--json PATH]
@@ -73,10 +74,17 @@ double median_ms(Fn&& fn, cudaStream_t stream, int iters) {
 using zmoe::kernels::detail::attention_wgmma_variant;
 
 /// The kernels --impls names: mma, automatic (launch_paged_attention's choice with the rows per item it prefers),
-/// and the wgmma variants over 64-row items (wgmma_serial_q_smem, wgmma_serial, wgmma_overlap) or 128-row items
-/// (wgmma_serial_128, wgmma_overlap_128).
-const std::vector<std::string> kImplNames{"mma",           "automatic",        "wgmma_serial_q_smem", "wgmma_serial",
-                                          "wgmma_overlap", "wgmma_serial_128", "wgmma_overlap_128"};
+/// and the wgmma variants over 64-row items (wgmma_serial_q_smem, wgmma_serial, wgmma_overlap,
+/// wgmma_overlap_one_barrier) or 128-row items (the same with _128, but for serial_q_smem).
+const std::vector<std::string> kImplNames{"mma",
+                                          "automatic",
+                                          "wgmma_serial_q_smem",
+                                          "wgmma_serial",
+                                          "wgmma_overlap",
+                                          "wgmma_overlap_one_barrier",
+                                          "wgmma_serial_128",
+                                          "wgmma_overlap_128",
+                                          "wgmma_overlap_one_barrier_128"};
 
 int32_t rows_per_item(const std::string& impl) {
     if (impl == "automatic") return zmoe::kernels::paged_attention_rows_per_item(kHeadDim);
@@ -91,7 +99,9 @@ void launch(const std::string& impl, zmoe::kernels::paged_attention_params p, cu
     } else {
         const attention_wgmma_variant v = impl == "wgmma_serial_q_smem"      ? attention_wgmma_variant::serial_q_smem
                                           : impl.starts_with("wgmma_serial") ? attention_wgmma_variant::serial
-                                                                             : attention_wgmma_variant::overlap;
+                                          : impl.starts_with("wgmma_overlap_one_barrier")
+                                              ? attention_wgmma_variant::overlap_one_barrier
+                                              : attention_wgmma_variant::overlap;
         zmoe::kernels::detail::launch_paged_attention_wgmma(p, v, stream);
     }
 }
@@ -195,8 +205,14 @@ std::vector<std::string> parse_names(const std::string& s) {
 
 int main(int argc, char** argv) {
     std::vector<int32_t> seqs{1024, 2048, 4096, 8192, 16384, 32768};
-    std::vector<std::string> layouts{"contiguous", "paged", "prefix"},
-        impls{"mma", "wgmma_serial_q_smem", "wgmma_serial", "wgmma_overlap", "wgmma_serial_128", "wgmma_overlap_128"};
+    std::vector<std::string> layouts{"contiguous", "paged", "prefix"}, impls{"mma",
+                                                                             "wgmma_serial_q_smem",
+                                                                             "wgmma_serial",
+                                                                             "wgmma_overlap",
+                                                                             "wgmma_overlap_one_barrier",
+                                                                             "wgmma_serial_128",
+                                                                             "wgmma_overlap_128",
+                                                                             "wgmma_overlap_one_barrier_128"};
     int32_t prefix = 4096;
     int iters = 10;
     std::string json;
@@ -231,10 +247,7 @@ int main(int argc, char** argv) {
         }
     for (const auto& m : impls)
         if (std::find(kImplNames.begin(), kImplNames.end(), m) == kImplNames.end()) {
-            std::fprintf(stderr,
-                         "prefill_attention_bench: unknown impl '%s' (mma, automatic, wgmma_serial_q_smem, "
-                         "wgmma_serial, wgmma_overlap, wgmma_serial_128, wgmma_overlap_128)\n",
-                         m.c_str());
+            std::fprintf(stderr, "prefill_attention_bench: unknown impl '%s' (see kImplNames)\n", m.c_str());
             return 2;
         }
     cudaStream_t stream;

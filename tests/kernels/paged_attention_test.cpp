@@ -89,6 +89,8 @@ TEST_P(PagedAttention, MatchesReference) {
                                int(attention_wgmma_variant::serial), rows});
             kernels.push_back({make_name("wgmma_overlap_", rows), paged_attention_impl::wgmma,
                                int(attention_wgmma_variant::overlap), rows});
+            kernels.push_back({make_name("wgmma_overlap_one_barrier_", rows), paged_attention_impl::wgmma,
+                               int(attention_wgmma_variant::overlap_one_barrier), rows});
         }
     }
     for (const kernel_choice& k : kernels) {
