@@ -14,8 +14,10 @@ bool paged_attention_wgmma_supported(int32_t head_dim);
 /// The wgmma kernel's schedule within a tile: Q K^T from the query in shared memory (serial_q_smem) or in registers
 /// (serial), each tile's products and softmax one after the other (two K/V stages); or overlap: the next tile's
 /// Q K^T issued before this tile's softmax (Q in registers, three K/V stages), with two block barriers a tile or
-/// one (overlap_one_barrier: the copies of tile t + 2 issued after the barrier that tile t + 1 has landed).
-enum class attention_wgmma_variant { serial_q_smem, serial, overlap, overlap_one_barrier };
+/// one (overlap_one_barrier: the copies of tile t + 2 issued after the barrier that tile t + 1 has landed); or
+/// producer_warp (128-row items only): the overlap schedule in two consumer warpgroups fed by a producer warp
+/// through full/empty mbarriers, no block barrier in the loop.
+enum class attention_wgmma_variant { serial_q_smem, serial, overlap, overlap_one_barrier, producer_warp };
 
 /// The variant launch_paged_attention_wgmma uses.
 attention_wgmma_variant default_attention_wgmma_variant();

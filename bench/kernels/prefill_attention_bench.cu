@@ -75,7 +75,8 @@ using zmoe::kernels::detail::attention_wgmma_variant;
 
 /// The kernels --impls names: mma, automatic (launch_paged_attention's choice with the rows per item it prefers),
 /// and the wgmma variants over 64-row items (wgmma_serial_q_smem, wgmma_serial, wgmma_overlap,
-/// wgmma_overlap_one_barrier) or 128-row items (the same with _128, but for serial_q_smem).
+/// wgmma_overlap_one_barrier) or 128-row items (the same with _128, but for serial_q_smem; and
+/// wgmma_producer_warp_128).
 const std::vector<std::string> kImplNames{"mma",
                                           "automatic",
                                           "wgmma_serial_q_smem",
@@ -84,7 +85,8 @@ const std::vector<std::string> kImplNames{"mma",
                                           "wgmma_overlap_one_barrier",
                                           "wgmma_serial_128",
                                           "wgmma_overlap_128",
-                                          "wgmma_overlap_one_barrier_128"};
+                                          "wgmma_overlap_one_barrier_128",
+                                          "wgmma_producer_warp_128"};
 
 int32_t rows_per_item(const std::string& impl) {
     if (impl == "automatic") return zmoe::kernels::paged_attention_rows_per_item(kHeadDim);
@@ -97,11 +99,12 @@ void launch(const std::string& impl, zmoe::kernels::paged_attention_params p, cu
         p.impl = impl == "mma" ? paged_attention_impl::mma : paged_attention_impl::automatic;
         zmoe::kernels::launch_paged_attention(p, stream);
     } else {
-        const attention_wgmma_variant v = impl == "wgmma_serial_q_smem"      ? attention_wgmma_variant::serial_q_smem
-                                          : impl.starts_with("wgmma_serial") ? attention_wgmma_variant::serial
-                                          : impl.starts_with("wgmma_overlap_one_barrier")
-                                              ? attention_wgmma_variant::overlap_one_barrier
-                                              : attention_wgmma_variant::overlap;
+        const attention_wgmma_variant v =
+            impl == "wgmma_serial_q_smem"                   ? attention_wgmma_variant::serial_q_smem
+            : impl.starts_with("wgmma_serial")              ? attention_wgmma_variant::serial
+            : impl.starts_with("wgmma_producer_warp")       ? attention_wgmma_variant::producer_warp
+            : impl.starts_with("wgmma_overlap_one_barrier") ? attention_wgmma_variant::overlap_one_barrier
+                                                            : attention_wgmma_variant::overlap;
         zmoe::kernels::detail::launch_paged_attention_wgmma(p, v, stream);
     }
 }
@@ -212,7 +215,8 @@ int main(int argc, char** argv) {
                                                                              "wgmma_overlap_one_barrier",
                                                                              "wgmma_serial_128",
                                                                              "wgmma_overlap_128",
-                                                                             "wgmma_overlap_one_barrier_128"};
+                                                                             "wgmma_overlap_one_barrier_128",
+                                                                             "wgmma_producer_warp_128"};
     int32_t prefix = 4096;
     int iters = 10;
     std::string json;

@@ -92,6 +92,9 @@ TEST_P(PagedAttention, MatchesReference) {
             kernels.push_back({make_name("wgmma_overlap_one_barrier_", rows), paged_attention_impl::wgmma,
                                int(attention_wgmma_variant::overlap_one_barrier), rows});
         }
+        // Last: the only form with mbarrier waits (a wrong phase would hang rather than fail).
+        kernels.push_back(
+            {"wgmma_producer_warp_128", paged_attention_impl::wgmma, int(attention_wgmma_variant::producer_warp), 128});
     }
     for (const kernel_choice& k : kernels) {
         SCOPED_TRACE(k.name);
