@@ -261,9 +261,16 @@ int main(int argc, char** argv) {
     const double peak = gemm_peak(stream);
 
     std::vector<row> rows;
-    for (int32_t s : seqs)
-        for (const auto& l : layouts)
-            for (const auto& m : impls) rows.push_back(measure(l, m, s, prefix, iters, stream));
+    // Kernel by kernel (each row printed as it is measured), in --impls order.
+    for (const auto& m : impls)
+        for (int32_t s : seqs)
+            for (const auto& l : layouts) {
+                rows.push_back(measure(l, m, s, prefix, iters, stream));
+                const row& r = rows.back();
+                std::printf("measured %s %s %d: %.3f ms, %.1f TFLOP/s\n", r.impl.c_str(), r.layout.c_str(), r.seq, r.ms,
+                            r.flops / r.ms * 1e-9);
+                std::fflush(stdout);
+            }
 
     std::printf(
         "\nprefill attention, causal, %d query / %d KV heads of %d, BF16, on %s; cuBLASLt BF16 8192^3: %.0f "
