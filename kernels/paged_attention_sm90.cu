@@ -646,10 +646,12 @@ bool paged_attention_wgmma_supported(int32_t head_dim) {
     return (head_dim == 64 || head_dim == 128) && device_has_wgmma();
 }
 
-attention_wgmma_variant default_attention_wgmma_variant() { return attention_wgmma_variant::overlap; }
+attention_wgmma_variant default_attention_wgmma_variant(int32_t rows_per_item) {
+    return rows_per_item == 128 ? attention_wgmma_variant::overlap : attention_wgmma_variant::overlap;
+}
 
 void launch_paged_attention_wgmma(const paged_attention_params& p, cudaStream_t stream) {
-    launch_paged_attention_wgmma(p, default_attention_wgmma_variant(), stream);
+    launch_paged_attention_wgmma(p, default_attention_wgmma_variant(p.rows_per_item), stream);
 }
 
 void launch_paged_attention_wgmma(const paged_attention_params& p, attention_wgmma_variant v, cudaStream_t stream) {

@@ -19,8 +19,8 @@ bool paged_attention_wgmma_supported(int32_t head_dim);
 /// through full/empty mbarriers, no block barrier in the loop.
 enum class attention_wgmma_variant { serial_q_smem, serial, overlap, overlap_one_barrier, producer_warp };
 
-/// The variant launch_paged_attention_wgmma uses.
-attention_wgmma_variant default_attention_wgmma_variant();
+/// The variant launch_paged_attention_wgmma uses for items of rows_per_item rows (64 or 128).
+attention_wgmma_variant default_attention_wgmma_variant(int32_t rows_per_item);
 
 /// launch_paged_attention's contract on the wgmma kernel (the same work items, one warpgroup per item), with the
 /// default variant. Aborts unless paged_attention_wgmma_supported(p.head_dim).
