@@ -9,7 +9,7 @@
 // descriptors read and conflict-free for the cp.async writes. The copies come through the block table with
 // cp.async, the next stages' in flight while the current one is multiplied.
 // Per tile: S (64 x kKeys) = Q K^T by wgmma m64n64k16, K (K-major) from shared memory, Q from registers (or shared
-// memory: serial_q_smem, producer_warp); the causal mask on tiles that cross a row's position; the online softmax
+// memory: producer_warp); the causal mask on tiles that cross a row's position; the online softmax
 // on the accumulators (exp2, log2(e)-prescaled scale); P rounded to BF16 in registers and fed as wgmma's register A
 // operand of O += P V, V read from shared memory as an N-major (transposed) B, one m64n64k16 per 64-column panel.
 // 64-row items run two blocks per SM, so one block's softmax runs under the other's matrix products; 128-row items
@@ -33,9 +33,7 @@ struct wg_tile {
     static constexpr int kThreads = 128 * kWarpgroups;
     static constexpr int kRows = 64 * kWarpgroups;
     static constexpr int kKeys = 64;
-    static constexpr int kStages =
-        kVariant == attention_wgmma_variant::overlap || kVariant == attention_wgmma_variant::overlap_one_barrier ? 3
-                                                                                                                 : 2;
+    static constexpr int kStages = kVariant == attention_wgmma_variant::overlap_deep ? 4 : 3;
     static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of 128-byte rows
     static constexpr int kChunks = kHeadDim / 8;
     static constexpr uint32_t kQBytes = uint32_t(kRows) * kHeadDim * 2;
@@ -186,17 +184,15 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
     constexpr int kThreads = tile::kThreads, kRows = tile::kRows;
     constexpr int kKeys = tile::kKeys, kChunks = tile::kChunks, kPanels = tile::kPanels, kStages = tile::kStages;
     constexpr int kDSteps = kHeadDim / 16;
-    constexpr bool kQInRegisters = kVariant != attention_wgmma_variant::serial_q_smem;
-    constexpr bool kOverlap =
-        kVariant == attention_wgmma_variant::overlap || kVariant == attention_wgmma_variant::overlap_one_barrier;
-    constexpr bool kOneBarrier = kVariant == attention_wgmma_variant::overlap_one_barrier;
+    // overlap: two block barriers a tile; overlap_one_barrier and overlap_deep (four stages: copies two tiles
+    // ahead) one.
+    constexpr bool kOneBarrier = kVariant != attention_wgmma_variant::overlap;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t raw = uint32_t(__cvta_generic_to_shared(smem_raw));
     const uint32_t base = (raw + 1023) & ~1023u;
     const uint32_t q_s = base + tile::kQ, k_s = base + tile::kK, v_s = base + tile::kV;
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const uint32_t wg_q_rows = uint32_t(warp / 4) * 64 * 128;  // this warpgroup's 64 rows within each Q panel
     const int32_t seq = p.work_items[2 * blockIdx.x], row0 = p.work_items[2 * blockIdx.x + 1];
     const int32_t kvh = blockIdx.y, group = p.num_q_heads / p.num_kv_heads;
     const int32_t q_begin = p.query_start[seq], total_rows = (p.query_start[seq + 1] - q_begin) * group;
@@ -258,7 +254,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
 #pragma unroll
         for (int i = 0; i < 32; ++i) o[pn][i] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-    uint32_t q_frag[kDSteps][4];  // used with kQInRegisters only
+    uint32_t q_frag[kDSteps][4];
 
     // S = Q K^T of the tile in stage `stage`, issued (committed, not waited for).
     auto issue_scores = [&](float(&s)[32], int stage) {
@@ -270,10 +266,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
         for (int ks = 0; ks < kDSteps; ++ks) {
             const uint32_t col = uint32_t(ks % 4) * 32;  // bytes within the 128-byte row
             const uint64_t desc_k = smem_desc(k_tile + (ks / 4) * (kKeys * 128) + col, 16);
-            if constexpr (kQInRegisters)
-                wgmma_m64n64k16_rs<0>(s, q_frag[ks], desc_k);
-            else
-                wgmma_m64n64k16_ss(s, smem_desc(q_s + (ks / 4) * (kRows * 128) + wg_q_rows + col, 16), desc_k);
+            wgmma_m64n64k16_rs<0>(s, q_frag[ks], desc_k);
         }
         wgmma_commit();
     };
@@ -297,35 +290,12 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
                 wgmma_m64n64k16_rs<1>(o[pn], a[kk], smem_desc(v_tile + pn * (kKeys * 128) + kk * 16 * 128, 1024));
         wgmma_commit();
     };
-    if constexpr (!kOverlap) {
-        for (int32_t t = 0; t < num_tiles; ++t) {
-            if (t + kStages - 1 < num_tiles) load_tile(t + kStages - 1);
-            cp_async_commit();             // possibly empty: keeps one group per tile
-            cp_async_wait<kStages - 1>();  // this thread's copies of tile t (and the query) have landed
-            fence_proxy_async();           // ... visible to the tensor cores
-            __syncthreads();               // ... and every other thread's
-            if constexpr (kQInRegisters) {
-                if (t == 0) load_query_fragments<kRows>(q_frag, q_s, warp, lane);
-            }
-            float s[32];
-            if (wg_active) {
-                issue_scores(s, t % kStages);
-                wgmma_wait<0>();
-                fence_accumulators(s);
-                softmax_tile(s, o, m, l, pos, t * kKeys, t * kKeys + kKeys - 1 > warp_first_pos, t4, scale_log2);
-                issue_values(s, t % kStages);
-                wgmma_wait<0>();
-            }
-#pragma unroll
-            for (int pn = 0; pn < kPanels; ++pn) fence_accumulators(o[pn]);
-            __syncthreads();  // stage t % kStages is refilled by a later iteration's copies
-        }
-    } else {
+    {
         // S of tile t + 1 is issued before the softmax of tile t, so that the tensor cores multiply while the
         // softmax runs; tile t's V and tile t + 1's K are both needed then, hence three stages.
         float s[32], s_next[32];
-        static_assert(kStages == 3);
-        cp_async_wait<kStages - 2>();  // the query and tile 0 (tile 1's copies may be in flight)
+        static_assert(kStages >= 3 && (kOneBarrier || kStages == 3));
+        cp_async_wait<kStages - 2>();  // the query and tile 0 (tiles 1 .. kStages - 2 may be in flight)
         fence_proxy_async();
         __syncthreads();
         load_query_fragments<kRows>(q_frag, q_s, warp, lane);
@@ -345,9 +315,10 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
                     if (wg_active) issue_scores(s_next, (t + 1) % kStages);
                 }
             } else if (has_next) {
-                // One barrier per tile: tile t + 1 has landed everywhere, and every warpgroup is done with tile
-                // t - 1 (its P V waited for last iteration), whose stage (t + 2) % 3 is refilled after it.
-                cp_async_wait<0>();
+                // One barrier per tile: tile t + 1 has landed everywhere (tiles t + 2 .. t + kStages - 2 may be in
+                // flight), and every warpgroup is done with tile t - 1 (its P V waited for last iteration), whose
+                // stage (t + kStages - 1) % kStages is refilled after the barrier.
+                cp_async_wait<kStages - 3>();
                 fence_proxy_async();
                 __syncthreads();
                 if (t + kStages - 1 < num_tiles) load_tile(t + kStages - 1);
@@ -406,7 +377,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
 
 // ---------------------------------------------------------------------------------------------------------
 // Warp-specialised form (variant producer_warp, 128-row items): warps 0-7 are two consumer warpgroups of 64 rows,
-// warp 8 the producer. The producer copies K/V tile t into stage t % 3 once both warpgroups have released its
+// warp 8 the producer. The producer copies K/V tile t into stage t % 4 once both warpgroups have released its
 // previous tile (empty barrier: one arrive per consumer warp), each lane arriving on the stage's full barrier when
 // its cp.async copies land; the consumers wait on the full barrier only, so the two warpgroups never wait for each
 // other and no consumer thread issues a copy. Each consumer warpgroup runs the overlap schedule (the next tile's
@@ -416,7 +387,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
 template <int kHeadDim>
 struct ws_tile {
     static constexpr int kConsumers = 256, kThreads = kConsumers + 32;
-    static constexpr int kRows = 128, kKeys = 64, kStages = 3;
+    static constexpr int kRows = 128, kKeys = 64, kStages = 4;
     static constexpr int kPanels = kHeadDim / 64, kChunks = kHeadDim / 8;
     static constexpr uint32_t kQBytes = uint32_t(kRows) * kHeadDim * 2;
     static constexpr uint32_t kTileBytes = uint32_t(kKeys) * kHeadDim * 2;
@@ -648,7 +619,10 @@ bool paged_attention_wgmma_supported(int32_t head_dim) {
 }
 
 attention_wgmma_variant default_attention_wgmma_variant(int32_t rows_per_item) {
-    return rows_per_item == 128 ? attention_wgmma_variant::overlap : attention_wgmma_variant::overlap;
+    // Measured on an H100 (docs/benchmarks.md, "Prefill attention"): one barrier a tile beat two by 2-6% at 128-row
+    // items and matched it at 64.
+    (void)rows_per_item;
+    return attention_wgmma_variant::overlap_one_barrier;
 }
 
 void launch_paged_attention_wgmma(const paged_attention_params& p, cudaStream_t stream) {
@@ -661,9 +635,8 @@ void launch_paged_attention_wgmma(const paged_attention_params& p, attention_wgm
     ZMOE_KERNEL_REQUIRE(p.num_kv_heads > 0 && p.num_q_heads % p.num_kv_heads == 0,
                         "paged_attention: num_kv_heads must divide num_q_heads");
     ZMOE_KERNEL_REQUIRE(p.block_size > 0, "paged_attention: block_size must be positive");
-    ZMOE_KERNEL_REQUIRE(
-        p.rows_per_item == 64 || (p.rows_per_item == 128 && v != attention_wgmma_variant::serial_q_smem),
-        "paged_attention: the wgmma kernel takes items of 64 rows, or 128 with the query in registers");
+    ZMOE_KERNEL_REQUIRE(p.rows_per_item == 64 || p.rows_per_item == 128,
+                        "paged_attention: the wgmma kernel takes items of 64 or 128 rows");
     if (p.num_work_items == 0) return;
     const auto launch = [&]<int kHeadDim, attention_wgmma_variant kVariant, int kWarpgroups>() {
         using tile = wg_tile<kHeadDim, kVariant, kWarpgroups>;
@@ -681,15 +654,6 @@ void launch_paged_attention_wgmma(const paged_attention_params& p, attention_wgm
     };
     const bool wide = p.rows_per_item == 128;
     switch (v) {
-        case attention_wgmma_variant::serial_q_smem:
-            with_dim.template operator()<attention_wgmma_variant::serial_q_smem, 1>();
-            break;
-        case attention_wgmma_variant::serial:
-            if (wide)
-                with_dim.template operator()<attention_wgmma_variant::serial, 2>();
-            else
-                with_dim.template operator()<attention_wgmma_variant::serial, 1>();
-            break;
         case attention_wgmma_variant::overlap:
             if (wide)
                 with_dim.template operator()<attention_wgmma_variant::overlap, 2>();
@@ -701,6 +665,12 @@ void launch_paged_attention_wgmma(const paged_attention_params& p, attention_wgm
                 with_dim.template operator()<attention_wgmma_variant::overlap_one_barrier, 2>();
             else
                 with_dim.template operator()<attention_wgmma_variant::overlap_one_barrier, 1>();
+            break;
+        case attention_wgmma_variant::overlap_deep:
+            if (wide)
+                with_dim.template operator()<attention_wgmma_variant::overlap_deep, 2>();
+            else
+                with_dim.template operator()<attention_wgmma_variant::overlap_deep, 1>();
             break;
         case attention_wgmma_variant::producer_warp: {
             ZMOE_KERNEL_REQUIRE(wide, "paged_attention: the producer_warp variant takes items of 128 rows");

@@ -11,13 +11,13 @@ namespace zmoe::kernels::detail {
 /// 128).
 bool paged_attention_wgmma_supported(int32_t head_dim);
 
-/// The wgmma kernel's schedule within a tile: Q K^T from the query in shared memory (serial_q_smem) or in registers
-/// (serial), each tile's products and softmax one after the other (two K/V stages); or overlap: the next tile's
-/// Q K^T issued before this tile's softmax (Q in registers, three K/V stages), with two block barriers a tile or
-/// one (overlap_one_barrier: the copies of tile t + 2 issued after the barrier that tile t + 1 has landed); or
-/// producer_warp (128-row items only): the overlap schedule in two consumer warpgroups fed by a producer warp
-/// through full/empty mbarriers, no block barrier in the loop.
-enum class attention_wgmma_variant { serial_q_smem, serial, overlap, overlap_one_barrier, producer_warp };
+/// The wgmma kernel's schedule: the next tile's Q K^T issued before this tile's softmax (Q in registers), with the
+/// K/V copies in three stages and two block barriers a tile (overlap), three stages and one barrier
+/// (overlap_one_barrier: tile t + 2's copies issued after the barrier that tile t + 1 has landed), or four stages
+/// and one barrier (overlap_deep: copies three tiles ahead); or producer_warp (128-row items only): the overlap
+/// schedule in two consumer warpgroups (Q from shared memory) fed by a producer warp through full/empty mbarriers,
+/// four stages, no block barrier in the loop.
+enum class attention_wgmma_variant { overlap, overlap_one_barrier, overlap_deep, producer_warp };
 
 /// The variant launch_paged_attention_wgmma uses for items of rows_per_item rows (64 or 128).
 attention_wgmma_variant default_attention_wgmma_variant(int32_t rows_per_item);

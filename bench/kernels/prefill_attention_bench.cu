@@ -9,9 +9,9 @@
 // 2 * 2 * S^2 * H * D / 2, plus 2 * 2 * S * P * H * D for the prefix. Beside them: the device's BF16 matrix rate,
 // measured in the same run (cuBLASLt, 8192^3, median of 20), so that each rate reads as a fraction of the chip.
 // Each shape runs on each kernel of --impls: mma (mma.sync), automatic (what launch_paged_attention picks, as the
-// executor calls it), and the wgmma variants (Hopper only) over 64-row items (wgmma_serial_q_smem, wgmma_serial,
-// wgmma_overlap, wgmma_overlap_one_barrier) and 128-row items (wgmma_serial_128, wgmma_overlap_128,
-// wgmma_overlap_one_barrier_128).
+// executor calls it), and the wgmma variants (Hopper only; attention_wgmma_variant) over 64-row items
+// (wgmma_overlap, wgmma_overlap_one_barrier, wgmma_overlap_deep) and 128-row items (the same with _128, and
+// wgmma_producer_warp_128).
 //
 // usage: prefill_attention_bench [--seqs 1024,2048,4096,8192,16384,32768] [--prefix 4096] [--layouts
 //                                contiguous,paged,prefix] [--impls mma,automatic,...] [--iters 10] [--json PATH]
@@ -74,18 +74,15 @@ double median_ms(Fn&& fn, cudaStream_t stream, int iters) {
 using zmoe::kernels::detail::attention_wgmma_variant;
 
 /// The kernels --impls names: mma, automatic (launch_paged_attention's choice with the rows per item it prefers),
-/// and the wgmma variants over 64-row items (wgmma_serial_q_smem, wgmma_serial, wgmma_overlap,
-/// wgmma_overlap_one_barrier) or 128-row items (the same with _128, but for serial_q_smem; and
-/// wgmma_producer_warp_128).
+/// and the wgmma variants over 64-row items or, with _128, 128-row items.
 const std::vector<std::string> kImplNames{"mma",
                                           "automatic",
-                                          "wgmma_serial_q_smem",
-                                          "wgmma_serial",
                                           "wgmma_overlap",
                                           "wgmma_overlap_one_barrier",
-                                          "wgmma_serial_128",
+                                          "wgmma_overlap_deep",
                                           "wgmma_overlap_128",
                                           "wgmma_overlap_one_barrier_128",
+                                          "wgmma_overlap_deep_128",
                                           "wgmma_producer_warp_128"};
 
 int32_t rows_per_item(const std::string& impl) {
@@ -100,10 +97,9 @@ void launch(const std::string& impl, zmoe::kernels::paged_attention_params p, cu
         zmoe::kernels::launch_paged_attention(p, stream);
     } else {
         const attention_wgmma_variant v =
-            impl == "wgmma_serial_q_smem"                   ? attention_wgmma_variant::serial_q_smem
-            : impl.starts_with("wgmma_serial")              ? attention_wgmma_variant::serial
-            : impl.starts_with("wgmma_producer_warp")       ? attention_wgmma_variant::producer_warp
+            impl.starts_with("wgmma_producer_warp")         ? attention_wgmma_variant::producer_warp
             : impl.starts_with("wgmma_overlap_one_barrier") ? attention_wgmma_variant::overlap_one_barrier
+            : impl.starts_with("wgmma_overlap_deep")        ? attention_wgmma_variant::overlap_deep
                                                             : attention_wgmma_variant::overlap;
         zmoe::kernels::detail::launch_paged_attention_wgmma(p, v, stream);
     }
@@ -208,15 +204,8 @@ std::vector<std::string> parse_names(const std::string& s) {
 
 int main(int argc, char** argv) {
     std::vector<int32_t> seqs{1024, 2048, 4096, 8192, 16384, 32768};
-    std::vector<std::string> layouts{"contiguous", "paged", "prefix"}, impls{"mma",
-                                                                             "wgmma_serial_q_smem",
-                                                                             "wgmma_serial",
-                                                                             "wgmma_overlap",
-                                                                             "wgmma_overlap_one_barrier",
-                                                                             "wgmma_serial_128",
-                                                                             "wgmma_overlap_128",
-                                                                             "wgmma_overlap_one_barrier_128",
-                                                                             "wgmma_producer_warp_128"};
+    std::vector<std::string> layouts{"contiguous", "paged", "prefix"},
+        impls{"mma", "wgmma_overlap_one_barrier_128", "wgmma_overlap_deep_128", "wgmma_producer_warp_128"};
     int32_t prefix = 4096;
     int iters = 10;
     std::string json;

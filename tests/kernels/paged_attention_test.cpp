@@ -88,15 +88,13 @@ void check_case(const attention_case& c, bool producer_warp) {
             kernels.push_back({"wgmma_producer_warp_128", paged_attention_impl::wgmma,
                                int(detail::attention_wgmma_variant::producer_warp), 128});
     } else if (detail::paged_attention_wgmma_supported(c.head_dim)) {
-        kernels.push_back(
-            {"wgmma_serial_q_smem", paged_attention_impl::wgmma, int(attention_wgmma_variant::serial_q_smem), 64});
         for (const int32_t rows : {64, 128}) {
-            kernels.push_back({make_name("wgmma_serial_", rows), paged_attention_impl::wgmma,
-                               int(attention_wgmma_variant::serial), rows});
             kernels.push_back({make_name("wgmma_overlap_", rows), paged_attention_impl::wgmma,
                                int(attention_wgmma_variant::overlap), rows});
             kernels.push_back({make_name("wgmma_overlap_one_barrier_", rows), paged_attention_impl::wgmma,
                                int(attention_wgmma_variant::overlap_one_barrier), rows});
+            kernels.push_back({make_name("wgmma_overlap_deep_", rows), paged_attention_impl::wgmma,
+                               int(attention_wgmma_variant::overlap_deep), rows});
         }
     }
     for (const kernel_choice& k : kernels) {
