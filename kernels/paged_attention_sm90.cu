@@ -476,7 +476,7 @@ __global__ void __launch_bounds__(ws_tile<kHeadDim>::kThreads, 1)
             }
             cp_async_arrive_on(full + 8 * st);
         }
-        cp_async_wait<0>();
+        asm volatile("cp.async.wait_all;\n" ::: "memory");  // its copies (in no commit group) land before it exits
         return;
     }
 
