@@ -25,15 +25,13 @@
 namespace zmoe::kernels {
 namespace {
 
-using detail::attention_wgmma_variant;
-
 /// kWarpgroups warpgroups of 64 rows each share every K/V tile: items of kWarpgroups * 64 rows.
-template <int kHeadDim, attention_wgmma_variant kVariant, int kWarpgroups>
+template <int kHeadDim, int kWarpgroups>
 struct wg_tile {
     static constexpr int kThreads = 128 * kWarpgroups;
     static constexpr int kRows = 64 * kWarpgroups;
     static constexpr int kKeys = 64;
-    static constexpr int kStages = kVariant == attention_wgmma_variant::overlap_deep ? 4 : 3;
+    static constexpr int kStages = 3;
     static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of 128-byte rows
     static constexpr int kChunks = kHeadDim / 8;
     static constexpr uint32_t kQBytes = uint32_t(kRows) * kHeadDim * 2;
@@ -92,13 +90,6 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[kN]) {
 #define ZMOE_WG_ACC8(i)                                                                                         \
     "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
         "+f"(d[i + 7])
-
-/// d (64 x 64, fp32) += A (64 x 16) . B (64 x 16)^T, both BF16, K-major in shared memory.
-__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" ZMOE_WG_D0_31 "}, %32, %33, 1, 1, 1, 0, 0;\n"
-                 : ZMOE_WG_ACC8(0), ZMOE_WG_ACC8(8), ZMOE_WG_ACC8(16), ZMOE_WG_ACC8(24)
-                 : "l"(desc_a), "l"(desc_b));
-}
 
 /// d (64 x 64, fp32) += A (64 x 16, BF16 registers, each warp's 16 rows in the mma.sync m16n8k16 A layout) . B,
 /// B in shared memory: K-major (64 x 16, B^T multiplied) with kTransB 0, N-major (16 x 64) with kTransB 1.
@@ -177,16 +168,13 @@ __device__ __forceinline__ void softmax_tile(float (&s)[32], float (&o)[kPanels]
     }
 }
 
-template <int kHeadDim, attention_wgmma_variant kVariant, int kWarpgroups>
+template <int kHeadDim, int kWarpgroups>
 __global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
     prefill_attention_wgmma_kernel(const paged_attention_params p) {
-    using tile = wg_tile<kHeadDim, kVariant, kWarpgroups>;
+    using tile = wg_tile<kHeadDim, kWarpgroups>;
     constexpr int kThreads = tile::kThreads, kRows = tile::kRows;
     constexpr int kKeys = tile::kKeys, kChunks = tile::kChunks, kPanels = tile::kPanels, kStages = tile::kStages;
     constexpr int kDSteps = kHeadDim / 16;
-    // overlap: two block barriers a tile; overlap_one_barrier and overlap_deep (four stages: copies two tiles
-    // ahead) one.
-    constexpr bool kOneBarrier = kVariant != attention_wgmma_variant::overlap;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t raw = uint32_t(__cvta_generic_to_shared(smem_raw));
     const uint32_t base = (raw + 1023) & ~1023u;
@@ -294,7 +282,6 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
         // S of tile t + 1 is issued before the softmax of tile t, so that the tensor cores multiply while the
         // softmax runs; tile t's V and tile t + 1's K are both needed then, hence three stages.
         float s[32], s_next[32];
-        static_assert(kStages >= 3 && (kOneBarrier || kStages == 3));
         cp_async_wait<kStages - 2>();  // the query and tile 0 (tiles 1 .. kStages - 2 may be in flight)
         fence_proxy_async();
         __syncthreads();
@@ -304,17 +291,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
         fence_accumulators(s);
         for (int32_t t = 0; t < num_tiles; ++t) {
             const bool has_next = t + 1 < num_tiles;
-            if constexpr (!kOneBarrier) {
-                // Stage (t + 2) % 3 held tile t - 1, fully consumed before the last iteration's closing barrier.
-                if (t + kStages - 1 < num_tiles) load_tile(t + kStages - 1);
-                cp_async_commit();
-                if (has_next) {
-                    cp_async_wait<kStages - 2>();  // tile t + 1 landed (tile t + 2's copies may be in flight)
-                    fence_proxy_async();
-                    __syncthreads();
-                    if (wg_active) issue_scores(s_next, (t + 1) % kStages);
-                }
-            } else if (has_next) {
+            if (has_next) {
                 // One barrier per tile: tile t + 1 has landed everywhere (tiles t + 2 .. t + kStages - 2 may be in
                 // flight), and every warpgroup is done with tile t - 1 (its P V waited for last iteration), whose
                 // stage (t + kStages - 1) % kStages is refilled after the barrier.
@@ -335,7 +312,6 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
             for (int pn = 0; pn < kPanels; ++pn) fence_accumulators(o[pn]);
 #pragma unroll
             for (int i = 0; i < 32; ++i) s[i] = s_next[i];
-            if constexpr (!kOneBarrier) __syncthreads();  // stage t % kStages is refilled by the next iteration
         }
     }
     cp_async_wait<0>();
@@ -343,241 +319,6 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
 
     // Normalise, stage the warp's 16 rows in its own rows of the query tile (every wgmma reading it is done: the
     // loop's last barrier), then write whole rows.
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        l[h] += __shfl_xor_sync(detail::kFullMask, l[h], 1);
-        l[h] += __shfl_xor_sync(detail::kFullMask, l[h], 2);
-        const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
-        const int row = warp * 16 + g + 8 * h;
-#pragma unroll
-        for (int pn = 0; pn < kPanels; ++pn)
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const uint32_t packed = pack_bf16(o[pn][4 * j + 2 * h] * inv, o[pn][4 * j + 2 * h + 1] * inv);
-                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(q_s + panel_offset<kRows>(row, 8 * pn + j) + t4 * 4),
-                             "r"(packed)
-                             : "memory");
-            }
-    }
-    __syncwarp();
-    for (int v = lane; v < 16 * kChunks; v += 32) {
-        const int rr = v / kChunks, chunk = v % kChunks;
-        const int32_t r = warp_row0 + rr;
-        if (r >= total_rows) continue;
-        detail::bf16x8 x;
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(reinterpret_cast<uint32_t*>(&x)[0]), "=r"(reinterpret_cast<uint32_t*>(&x)[1]),
-                       "=r"(reinterpret_cast<uint32_t*>(&x)[2]), "=r"(reinterpret_cast<uint32_t*>(&x)[3])
-                     : "r"(q_s + panel_offset<kRows>(warp * 16 + rr, chunk))
-                     : "memory");
-        const int32_t token = q_begin + r / group, head = kvh * group + r % group;
-        *reinterpret_cast<detail::bf16x8*>(p.out + (size_t(token) * p.num_q_heads + head) * kHeadDim + chunk * 8) = x;
-    }
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Warp-specialised form (variant producer_warp, 128-row items): warps 0-7 are two consumer warpgroups of 64 rows,
-// warp 8 the producer. The producer copies K/V tile t into stage t % 4 once both warpgroups have released its
-// previous tile (empty barrier: one arrive per consumer warp), each lane arriving on the stage's full barrier when
-// its cp.async copies land; the consumers wait on the full barrier only, so the two warpgroups never wait for each
-// other and no consumer thread issues a copy. Each consumer warpgroup runs the overlap schedule (the next tile's
-// Q K^T issued before this tile's softmax) with the query in shared memory: 288 threads leave ptxas 168 registers a
-// thread, too few for the query's fragments beside two score tiles and O.
-
-template <int kHeadDim>
-struct ws_tile {
-    static constexpr int kConsumers = 256, kThreads = kConsumers + 32;
-    static constexpr int kRows = 128, kKeys = 64, kStages = 4;
-    static constexpr int kPanels = kHeadDim / 64, kChunks = kHeadDim / 8;
-    static constexpr uint32_t kQBytes = uint32_t(kRows) * kHeadDim * 2;
-    static constexpr uint32_t kTileBytes = uint32_t(kKeys) * kHeadDim * 2;
-    // Byte layout from a 1024-byte aligned base: q | k [kStages] | v [kStages] | full [kStages] | empty [kStages].
-    static constexpr uint32_t kQ = 0, kK = kQBytes, kV = kK + kStages * kTileBytes, kBar = kV + kStages * kTileBytes;
-    static constexpr uint32_t kSmem = kBar + 2 * kStages * 8 + 1024;
-};
-
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-/// Waits until the phase with the given parity has completed.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    uint32_t done = 0;
-    do {
-        asm volatile(
-            "{\n"
-            ".reg .pred p;\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n"
-            "}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-    } while (!done);
-}
-/// Arrives on bar once this thread's earlier cp.async copies have landed (counted in the barrier's arrivals).
-__device__ __forceinline__ void cp_async_arrive_on(uint32_t bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-/// Barrier over the 256 consumer threads (named barrier 1).
-__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
-
-template <int kHeadDim>
-__global__ void __launch_bounds__(ws_tile<kHeadDim>::kThreads, 1)
-    prefill_attention_ws_kernel(const paged_attention_params p) {
-    using tile = ws_tile<kHeadDim>;
-    constexpr int kRows = tile::kRows, kKeys = tile::kKeys, kChunks = tile::kChunks, kPanels = tile::kPanels;
-    constexpr int kStages = tile::kStages, kDSteps = kHeadDim / 16;
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    const uint32_t raw = uint32_t(__cvta_generic_to_shared(smem_raw));
-    const uint32_t base = (raw + 1023) & ~1023u;
-    const uint32_t q_s = base + tile::kQ, k_s = base + tile::kK, v_s = base + tile::kV;
-    const uint32_t full = base + tile::kBar, empty = full + kStages * 8;
-
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int32_t seq = p.work_items[2 * blockIdx.x], row0 = p.work_items[2 * blockIdx.x + 1];
-    const int32_t kvh = blockIdx.y, group = p.num_q_heads / p.num_kv_heads;
-    const int32_t q_begin = p.query_start[seq], total_rows = (p.query_start[seq + 1] - q_begin) * group;
-    const int32_t start = p.start_pos[seq];
-    const int32_t row_end = min(row0 + kRows, total_rows);
-    const int32_t kv_end = start + (row_end - 1) / group + 1;
-    const int32_t num_tiles = (kv_end + kKeys - 1) / kKeys;
-
-    if (threadIdx.x == 0) {
-        for (int st = 0; st < kStages; ++st) {
-            mbar_init(full + 8 * st, 32);  // the producer's lanes, each once its copies have landed
-            mbar_init(empty + 8 * st, 8);  // one arrive per consumer warp
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
-
-    if (warp == 8) {
-        // Producer: tile t into stage t % kStages once its previous tile there is released.
-        const int32_t* table = p.block_tables + size_t(seq) * p.max_blocks_per_seq;
-        for (int32_t t = 0; t < num_tiles; ++t) {
-            const int st = t % kStages;
-            mbar_wait(empty + 8 * st, ((t / kStages) & 1) ^ 1);
-            const uint32_t k_dst = k_s + st * tile::kTileBytes, v_dst = v_s + st * tile::kTileBytes;
-#pragma unroll 4
-            for (int v = lane; v < kKeys * kChunks; v += 32) {
-                const int j = v / kChunks, chunk = v % kChunks;
-                const int32_t pos = t * kKeys + j;
-                const bool valid = pos < kv_end;
-                size_t off = 0;
-                if (valid) {
-                    const size_t slot = size_t(table[pos / p.block_size]) * p.block_size + pos % p.block_size;
-                    off = (slot * p.num_kv_heads + kvh) * kHeadDim + chunk * 8;
-                }
-                cp_async_16(k_dst + panel_offset<kKeys>(j, chunk), p.k_cache + off, valid);
-                cp_async_16(v_dst + panel_offset<kKeys>(j, chunk), p.v_cache + off, valid);
-            }
-            cp_async_arrive_on(full + 8 * st);
-        }
-        asm volatile("cp.async.wait_all;\n" ::: "memory");  // its copies (in no commit group) land before it exits
-        return;
-    }
-
-    // Consumers: the 128 query rows (zeros past the last row), then each warp's 16 to registers.
-    for (int v = threadIdx.x; v < kRows * kChunks; v += tile::kConsumers) {
-        const int rr = v / kChunks, chunk = v % kChunks;
-        const int32_t r = row0 + rr;
-        const bool valid = r < total_rows;
-        const bf16* src =
-            valid ? p.q + (size_t(q_begin + r / group) * p.num_q_heads + kvh * group + r % group) * kHeadDim + chunk * 8
-                  : p.q;
-        cp_async_16(q_s + panel_offset<kRows>(rr, chunk), src, valid);
-    }
-    cp_async_commit();
-    cp_async_wait<0>();
-    fence_proxy_async();  // the query came through cp.async; wgmma reads it from shared memory
-    consumers_sync();
-    const uint32_t wg_q_rows = uint32_t(warp / 4) * 64 * 128;  // this warpgroup's 64 rows within each Q panel
-
-    const bool wg_active = row0 + (warp / 4) * 64 < total_rows;
-    const int g = lane / 4, t4 = lane % 4;
-    const int32_t warp_row0 = row0 + warp * 16;
-    int32_t pos[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) pos[h] = start + (warp_row0 + g + 8 * h) / group;
-    const int32_t warp_first_pos = start + warp_row0 / group;
-    const float scale_log2 = p.scale * 1.4426950408889634f;
-    float o[kPanels][32];
-#pragma unroll
-    for (int pn = 0; pn < kPanels; ++pn)
-#pragma unroll
-        for (int i = 0; i < 32; ++i) o[pn][i] = 0.f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-
-    auto issue_scores = [&](float(&sc)[32], int st) {
-        const uint32_t k_tile = k_s + st * tile::kTileBytes;
-#pragma unroll
-        for (int i = 0; i < 32; ++i) sc[i] = 0.f;
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < kDSteps; ++ks)
-            wgmma_m64n64k16_ss(sc, smem_desc(q_s + (ks / 4) * (kRows * 128) + wg_q_rows + (ks % 4) * 32, 16),
-                               smem_desc(k_tile + (ks / 4) * (kKeys * 128) + (ks % 4) * 32, 16));
-        wgmma_commit();
-    };
-    auto issue_values = [&](const float(&sc)[32], int st) {
-        const uint32_t v_tile = v_s + st * tile::kTileBytes;
-        uint32_t a[kKeys / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < kKeys / 16; ++kk) {
-            a[kk][0] = pack_bf16(sc[8 * kk + 0], sc[8 * kk + 1]);
-            a[kk][1] = pack_bf16(sc[8 * kk + 2], sc[8 * kk + 3]);
-            a[kk][2] = pack_bf16(sc[8 * kk + 4], sc[8 * kk + 5]);
-            a[kk][3] = pack_bf16(sc[8 * kk + 6], sc[8 * kk + 7]);
-        }
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kKeys / 16; ++kk)
-#pragma unroll
-            for (int pn = 0; pn < kPanels; ++pn)
-                wgmma_m64n64k16_rs<1>(o[pn], a[kk], smem_desc(v_tile + pn * (kKeys * 128) + kk * 16 * 128, 1024));
-        wgmma_commit();
-    };
-
-    if (!wg_active) {
-        // No valid row: pass every stage on, multiply nothing.
-        for (int32_t t = 0; t < num_tiles; ++t) {
-            mbar_wait(full + 8 * (t % kStages), (t / kStages) & 1);
-            if (lane == 0) mbar_arrive(empty + 8 * (t % kStages));
-        }
-    } else {
-        float s[32], s_next[32];
-        mbar_wait(full, 0);
-        fence_proxy_async();  // the tile came through cp.async (generic proxy); wgmma reads it (async proxy)
-        issue_scores(s, 0);
-        wgmma_wait<0>();
-        fence_accumulators(s);
-        for (int32_t t = 0; t < num_tiles; ++t) {
-            const int st = t % kStages;
-            const bool has_next = t + 1 < num_tiles;
-            if (has_next) {
-                const int nst = (t + 1) % kStages;
-                mbar_wait(full + 8 * nst, ((t + 1) / kStages) & 1);
-                fence_proxy_async();
-                issue_scores(s_next, nst);
-            }
-            softmax_tile(s, o, m, l, pos, t * kKeys, t * kKeys + kKeys - 1 > warp_first_pos, t4, scale_log2);
-            issue_values(s, st);
-            wgmma_wait<0>();
-            fence_accumulators(s_next);
-#pragma unroll
-            for (int pn = 0; pn < kPanels; ++pn) fence_accumulators(o[pn]);
-            if (lane == 0) mbar_arrive(empty + 8 * st);  // tile t's K (S, long done) and V (P V, just done)
-#pragma unroll
-            for (int i = 0; i < 32; ++i) s[i] = s_next[i];
-        }
-    }
-
-    // Normalise, stage the warp's 16 rows in its own rows of the query tile (once the warpgroup's wgmmas that read
-    // them are done: the consumer barrier), then write whole rows.
-    consumers_sync();
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         l[h] += __shfl_xor_sync(detail::kFullMask, l[h], 1);
@@ -618,18 +359,7 @@ bool paged_attention_wgmma_supported(int32_t head_dim) {
     return (head_dim == 64 || head_dim == 128) && device_has_wgmma();
 }
 
-attention_wgmma_variant default_attention_wgmma_variant(int32_t rows_per_item) {
-    // Measured on an H100 (docs/benchmarks.md, "Prefill attention"): one barrier a tile beat two by 2-6% at 128-row
-    // items and matched it at 64.
-    (void)rows_per_item;
-    return attention_wgmma_variant::overlap_one_barrier;
-}
-
 void launch_paged_attention_wgmma(const paged_attention_params& p, cudaStream_t stream) {
-    launch_paged_attention_wgmma(p, default_attention_wgmma_variant(p.rows_per_item), stream);
-}
-
-void launch_paged_attention_wgmma(const paged_attention_params& p, attention_wgmma_variant v, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(paged_attention_wgmma_supported(p.head_dim),
                         "paged_attention: the wgmma kernel needs compute capability 9.x and head_dim 64 or 128");
     ZMOE_KERNEL_REQUIRE(p.num_kv_heads > 0 && p.num_q_heads % p.num_kv_heads == 0,
@@ -638,57 +368,24 @@ void launch_paged_attention_wgmma(const paged_attention_params& p, attention_wgm
     ZMOE_KERNEL_REQUIRE(p.rows_per_item == 64 || p.rows_per_item == 128,
                         "paged_attention: the wgmma kernel takes items of 64 or 128 rows");
     if (p.num_work_items == 0) return;
-    const auto launch = [&]<int kHeadDim, attention_wgmma_variant kVariant, int kWarpgroups>() {
-        using tile = wg_tile<kHeadDim, kVariant, kWarpgroups>;
-        ZMOE_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_wgmma_kernel<kHeadDim, kVariant, kWarpgroups>,
+    const auto launch = [&]<int kHeadDim, int kWarpgroups>() {
+        using tile = wg_tile<kHeadDim, kWarpgroups>;
+        ZMOE_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_wgmma_kernel<kHeadDim, kWarpgroups>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, int(tile::kSmem)));
         const dim3 grid(p.num_work_items, p.num_kv_heads);
-        prefill_attention_wgmma_kernel<kHeadDim, kVariant, kWarpgroups>
-            <<<grid, tile::kThreads, tile::kSmem, stream>>>(p);
-    };
-    const auto with_dim = [&]<attention_wgmma_variant kVariant, int kWarpgroups>() {
-        if (p.head_dim == 64)
-            launch.template operator()<64, kVariant, kWarpgroups>();
-        else
-            launch.template operator()<128, kVariant, kWarpgroups>();
+        prefill_attention_wgmma_kernel<kHeadDim, kWarpgroups><<<grid, tile::kThreads, tile::kSmem, stream>>>(p);
     };
     const bool wide = p.rows_per_item == 128;
-    switch (v) {
-        case attention_wgmma_variant::overlap:
-            if (wide)
-                with_dim.template operator()<attention_wgmma_variant::overlap, 2>();
-            else
-                with_dim.template operator()<attention_wgmma_variant::overlap, 1>();
-            break;
-        case attention_wgmma_variant::overlap_one_barrier:
-            if (wide)
-                with_dim.template operator()<attention_wgmma_variant::overlap_one_barrier, 2>();
-            else
-                with_dim.template operator()<attention_wgmma_variant::overlap_one_barrier, 1>();
-            break;
-        case attention_wgmma_variant::overlap_deep:
-            if (wide)
-                with_dim.template operator()<attention_wgmma_variant::overlap_deep, 2>();
-            else
-                with_dim.template operator()<attention_wgmma_variant::overlap_deep, 1>();
-            break;
-        case attention_wgmma_variant::producer_warp: {
-            ZMOE_KERNEL_REQUIRE(wide, "paged_attention: the producer_warp variant takes items of 128 rows");
-            const auto launch_ws = [&]<int kHeadDim>() {
-                using tile = ws_tile<kHeadDim>;
-                ZMOE_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_ws_kernel<kHeadDim>,
-                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(tile::kSmem)));
-                const dim3 grid(p.num_work_items, p.num_kv_heads);
-                prefill_attention_ws_kernel<kHeadDim><<<grid, tile::kThreads, tile::kSmem, stream>>>(p);
-            };
-            if (p.head_dim == 64)
-                launch_ws.template operator()<64>();
-            else
-                launch_ws.template operator()<128>();
-            break;
-        }
-        default:
-            ZMOE_KERNEL_REQUIRE(false, "paged_attention: unknown wgmma variant");
+    if (p.head_dim == 64) {
+        if (wide)
+            launch.template operator()<64, 2>();
+        else
+            launch.template operator()<64, 1>();
+    } else {
+        if (wide)
+            launch.template operator()<128, 2>();
+        else
+            launch.template operator()<128, 1>();
     }
     ZMOE_CUDA_CHECK_LAUNCH();
 }

@@ -8,13 +8,12 @@
 // QK^T and PV, causal half of the square, as the peer (../shared/peers/attention_prefill_peer.py) counts them:
 // 2 * 2 * S^2 * H * D / 2, plus 2 * 2 * S * P * H * D for the prefix. Beside them: the device's BF16 matrix rate,
 // measured in the same run (cuBLASLt, 8192^3, median of 20), so that each rate reads as a fraction of the chip.
-// Each shape runs on each kernel of --impls: mma (mma.sync), automatic (what launch_paged_attention picks, as the
-// executor calls it), and the wgmma variants (Hopper only; attention_wgmma_variant) over 64-row items
-// (wgmma_overlap, wgmma_overlap_one_barrier, wgmma_overlap_deep) and 128-row items (the same with _128, and
-// wgmma_producer_warp_128).
+// Each shape runs on each kernel of --impls: mma (mma.sync), wgmma_64 / wgmma_128 (the Hopper kernel over 64- or
+// 128-row work items), automatic (what launch_paged_attention runs for the executor: wgmma_128 on Hopper).
 //
 // usage: prefill_attention_bench [--seqs 1024,2048,4096,8192,16384,32768] [--prefix 4096] [--layouts
-//                                contiguous,paged,prefix] [--impls mma,automatic,...] [--iters 10] [--json PATH]
+//                                contiguous,paged,prefix] [--impls mma,wgmma_64,wgmma_128,automatic] [--iters 10]
+//                                [--json PATH]
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -33,7 +32,6 @@
 #include "bench/kernels/bench_util.cuh"
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
-#include "kernels/paged_attention_sm90.hpp"
 
 namespace {
 
@@ -71,38 +69,20 @@ double median_ms(Fn&& fn, cudaStream_t stream, int iters) {
     return zmoe::median(ms);
 }
 
-using zmoe::kernels::detail::attention_wgmma_variant;
-
-/// The kernels --impls names: mma, automatic (launch_paged_attention's choice with the rows per item it prefers),
-/// and the wgmma variants over 64-row items or, with _128, 128-row items.
-const std::vector<std::string> kImplNames{"mma",
-                                          "automatic",
-                                          "wgmma_overlap",
-                                          "wgmma_overlap_one_barrier",
-                                          "wgmma_overlap_deep",
-                                          "wgmma_overlap_128",
-                                          "wgmma_overlap_one_barrier_128",
-                                          "wgmma_overlap_deep_128",
-                                          "wgmma_producer_warp_128"};
+/// The kernels --impls names: mma, wgmma_64 and wgmma_128 (the wgmma kernel over 64- or 128-row items), automatic
+/// (launch_paged_attention's choice with the rows per item paged_attention_rows_per_item gives, as the executor).
+const std::vector<std::string> kImplNames{"mma", "wgmma_64", "wgmma_128", "automatic"};
 
 int32_t rows_per_item(const std::string& impl) {
     if (impl == "automatic") return zmoe::kernels::paged_attention_rows_per_item(kHeadDim);
-    return impl.ends_with("_128") ? 128 : 64;
+    return impl == "wgmma_128" ? 128 : 64;
 }
 
-void launch(const std::string& impl, zmoe::kernels::paged_attention_params p, cudaStream_t stream) {
+zmoe::kernels::paged_attention_impl impl_of(const std::string& impl) {
     using zmoe::kernels::paged_attention_impl;
-    if (impl == "mma" || impl == "automatic") {
-        p.impl = impl == "mma" ? paged_attention_impl::mma : paged_attention_impl::automatic;
-        zmoe::kernels::launch_paged_attention(p, stream);
-    } else {
-        const attention_wgmma_variant v =
-            impl.starts_with("wgmma_producer_warp")         ? attention_wgmma_variant::producer_warp
-            : impl.starts_with("wgmma_overlap_one_barrier") ? attention_wgmma_variant::overlap_one_barrier
-            : impl.starts_with("wgmma_overlap_deep")        ? attention_wgmma_variant::overlap_deep
-                                                            : attention_wgmma_variant::overlap;
-        zmoe::kernels::detail::launch_paged_attention_wgmma(p, v, stream);
-    }
+    return impl == "mma"               ? paged_attention_impl::mma
+           : impl.starts_with("wgmma") ? paged_attention_impl::wgmma
+                                       : paged_attention_impl::automatic;
 }
 
 row measure(const std::string& layout, const std::string& impl, int32_t seq, int32_t prefix, int iters,
@@ -152,8 +132,9 @@ row measure(const std::string& layout, const std::string& impl, int32_t seq, int
                                                   .block_size = r.block_size,
                                                   .max_blocks_per_seq = blocks,
                                                   .scale = 1.f / std::sqrt(float(kHeadDim)),
+                                                  .impl = impl_of(impl),
                                                   .rows_per_item = rows_per_item(impl)};
-    r.ms = median_ms([&] { launch(impl, p, stream); }, stream, iters);
+    r.ms = median_ms([&] { zmoe::kernels::launch_paged_attention(p, stream); }, stream, iters);
     r.flops = 4.0 * kQHeads * kHeadDim * (double(seq) * seq / 2 + double(seq) * r.prefix);
 
     // Every output element written and finite (the tests check the values against the CPU reference).
@@ -204,8 +185,7 @@ std::vector<std::string> parse_names(const std::string& s) {
 
 int main(int argc, char** argv) {
     std::vector<int32_t> seqs{1024, 2048, 4096, 8192, 16384, 32768};
-    std::vector<std::string> layouts{"contiguous", "paged", "prefix"},
-        impls{"mma", "wgmma_overlap_one_barrier_128", "wgmma_overlap_deep_128", "wgmma_producer_warp_128"};
+    std::vector<std::string> layouts{"contiguous", "paged", "prefix"}, impls{"mma", "wgmma_64", "wgmma_128"};
     int32_t prefix = 4096;
     int iters = 10;
     std::string json;
@@ -227,7 +207,7 @@ int main(int argc, char** argv) {
         } else {
             std::fprintf(stderr,
                          "usage: %s [--seqs 1024,...,32768] [--prefix 4096] [--layouts contiguous,paged,prefix] "
-                         "[--impls mma,automatic,...] [--iters N] [--json PATH]\n",
+                         "[--impls mma,wgmma_64,wgmma_128,automatic] [--iters N] [--json PATH]\n",
                          argv[0]);
             return 2;
         }

@@ -1,7 +1,8 @@
 // launch_paged_attention against ref::paged_attention over mixed batches: decodes, prefill chunks on top of
 // cached context (ending mid-block and mid-tile), whole prompts up to 4 100 tokens, lengths around the tile edges,
 // GQA groups from 1 to 8, head dims 16 to 256, block sizes 8 to 64, block tables in shuffled physical order; each
-// case through every kernel that takes it (mma.sync everywhere, wgmma on Hopper for head dims 64 and 128).
+// case through every kernel that takes it (mma.sync everywhere, wgmma on Hopper for head dims 64 and 128, over
+// 64- and 128-row work items).
 
 #include <numeric>
 
@@ -22,11 +23,9 @@ struct attention_case {
     int32_t num_q_heads, num_kv_heads, head_dim, block_size;
 };
 
-/// Runs case c through every kernel form that takes it (producer_warp: only the producer-warp form, which has a
-/// suite of its own that runs after the others: a wrong mbarrier phase would hang rather than fail).
-void check_case(const attention_case& c, bool producer_warp) {
-    if (producer_warp && !detail::paged_attention_wgmma_supported(c.head_dim))
-        GTEST_SKIP() << "the producer-warp form needs compute capability 9.x and head_dim 64 or 128";
+/// Runs case c through every kernel that takes it: automatic, mma.sync, and on Hopper wgmma over 64- and 128-row
+/// items.
+void check_case(const attention_case& c) {
     std::mt19937 rng(c.head_dim * 101 + c.num_q_heads + int(c.seqs.size()));
     const int32_t num_seqs = int32_t(c.seqs.size());
     std::vector<int32_t> query_start(num_seqs + 1, 0), start_pos(num_seqs);
@@ -70,32 +69,19 @@ void check_case(const attention_case& c, bool producer_warp) {
     ref::paged_attention(s, q.data(), k_cache.data(), v_cache.data(), tables.data(), query_start.data(),
                          start_pos.data(), want.data());
 
-    // Every kernel that takes the shape: automatic, mma.sync, and on Hopper each wgmma variant.
+    // Every kernel that takes the shape: automatic, mma.sync, and on Hopper wgmma over 64- and 128-row items.
     struct kernel_choice {
         std::string name;
         paged_attention_impl impl;
-        int variant;  // attention_wgmma_variant for wgmma, -1: launch_paged_attention's own choice
         int32_t rows_per_item;
     };
-    using detail::attention_wgmma_variant;
     std::vector<kernel_choice> kernels{
-        {"automatic", paged_attention_impl::automatic, -1, paged_attention_rows_per_item(c.head_dim)},
-        {"automatic_64", paged_attention_impl::automatic, -1, 64},
-        {"mma", paged_attention_impl::mma, -1, 64}};
-    if (producer_warp) {
-        kernels.clear();
-        if (detail::paged_attention_wgmma_supported(c.head_dim))
-            kernels.push_back({"wgmma_producer_warp_128", paged_attention_impl::wgmma,
-                               int(detail::attention_wgmma_variant::producer_warp), 128});
-    } else if (detail::paged_attention_wgmma_supported(c.head_dim)) {
-        for (const int32_t rows : {64, 128}) {
-            kernels.push_back({make_name("wgmma_overlap_", rows), paged_attention_impl::wgmma,
-                               int(attention_wgmma_variant::overlap), rows});
-            kernels.push_back({make_name("wgmma_overlap_one_barrier_", rows), paged_attention_impl::wgmma,
-                               int(attention_wgmma_variant::overlap_one_barrier), rows});
-            kernels.push_back({make_name("wgmma_overlap_deep_", rows), paged_attention_impl::wgmma,
-                               int(attention_wgmma_variant::overlap_deep), rows});
-        }
+        {"automatic", paged_attention_impl::automatic, paged_attention_rows_per_item(c.head_dim)},
+        {"automatic_64", paged_attention_impl::automatic, 64},
+        {"mma", paged_attention_impl::mma, 64}};
+    if (detail::paged_attention_wgmma_supported(c.head_dim)) {
+        kernels.push_back({"wgmma_64", paged_attention_impl::wgmma, 64});
+        kernels.push_back({"wgmma_128", paged_attention_impl::wgmma, 128});
     }
     for (const kernel_choice& k : kernels) {
         SCOPED_TRACE(k.name);
@@ -122,20 +108,14 @@ void check_case(const attention_case& c, bool producer_warp) {
         p.scale = s.scale;
         p.impl = k.impl;
         p.rows_per_item = k.rows_per_item;
-        if (k.variant >= 0)
-            detail::launch_paged_attention_wgmma(p, detail::attention_wgmma_variant(k.variant), nullptr);
-        else
-            launch_paged_attention(p, nullptr);
+        launch_paged_attention(p, nullptr);
         sync_and_check();
         EXPECT_LT(rel_error(download_bf16(d_out), want), kBf16Tolerance);
     }
 }
 
 class PagedAttention : public ::testing::TestWithParam<attention_case> {};
-TEST_P(PagedAttention, MatchesReference) { check_case(GetParam(), false); }
-
-class PagedAttentionProducerWarp : public ::testing::TestWithParam<attention_case> {};
-TEST_P(PagedAttentionProducerWarp, MatchesReference) { check_case(GetParam(), true); }
+TEST_P(PagedAttention, MatchesReference) { check_case(GetParam()); }
 
 TEST(PagedAttentionPlan, CoversEveryRowOnce) {
     const std::vector<int32_t> query_start{0, 1, 1, 40, 41};      // a decode, an empty seq, a chunk of 39, a decode
@@ -199,8 +179,6 @@ std::string case_name(const ::testing::TestParamInfo<attention_case>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Batches, PagedAttention, ::testing::ValuesIn(cases()), case_name);
-// After every other form (gtest runs suites in the order they are instantiated in this file).
-INSTANTIATE_TEST_SUITE_P(Batches, PagedAttentionProducerWarp, ::testing::ValuesIn(cases()), case_name);
 
 }  // namespace
 }  // namespace zmoe::kernels::test
