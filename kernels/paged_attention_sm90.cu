@@ -8,12 +8,13 @@
 // rows with the 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r % 8)), which is both what wgmma's
 // descriptors read and conflict-free for the cp.async writes. The copies come through the block table with
 // cp.async, the next stages' in flight while the current one is multiplied.
-// Per tile: S (64 x kKeys) = Q K^T by wgmma m64n64k16, K (K-major) from shared memory, Q from registers (or shared
-// memory: producer_warp); the causal mask on tiles that cross a row's position; the online softmax
-// on the accumulators (exp2, log2(e)-prescaled scale); P rounded to BF16 in registers and fed as wgmma's register A
-// operand of O += P V, V read from shared memory as an N-major (transposed) B, one m64n64k16 per 64-column panel.
-// 64-row items run two blocks per SM, so one block's softmax runs under the other's matrix products; 128-row items
-// halve the K/V bytes each FLOP needs.
+// Per tile: S (64 x kKeys) = Q K^T by wgmma m64n64k16, Q from registers, K (K-major) from shared memory; the causal
+// mask on tiles that cross a row's position; the online softmax on the accumulators (exp2, log2(e)-prescaled scale);
+// P rounded to BF16 in registers and fed as wgmma's register A operand of O += P V, V read from shared memory as an
+// N-major (transposed) B, one m64n64k16 per 64-column panel. The next tile's Q K^T is issued before this tile's
+// softmax; one block barrier a tile (three stages: tile t's V, tile t + 1's K, tile t + 2's copies). 128-row items
+// (what the executor runs) halve the K/V bytes each FLOP needs against 64-row ones; docs/kernels.md has the
+// measurements and the forms not kept.
 
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
