@@ -90,8 +90,16 @@ void launch_rope_qk_norm_kv(const rope_qk_norm_kv_params& p, cudaStream_t stream
 // ---------------------------------------------------------------------------------------------------------
 // Paged attention for mixed batches (prefill chunks and decodes in one launch)
 
-/// Rows (query token x query head of one KV head group) one attention work item covers.
+/// Rows (query token x query head of one KV head group) one attention work item covers: the default, and the most
+/// items a step can need are counted with it (paged_attention_rows_per_item can be larger, never smaller).
 constexpr int32_t kAttentionRowsPerItem = 64;
+
+/// The kernel behind launch_paged_attention.
+enum class paged_attention_impl : int32_t {
+    automatic = 0,  ///< wgmma where it runs (compute capability 9.x, head_dim 64 or 128), else mma
+    mma = 1,        ///< mma.sync m16n8k16 (paged_attention.cu): any device, every head_dim of the contract
+    wgmma = 2,      ///< wgmma (paged_attention_sm90.cu): compute capability 9.x, head_dim 64 or 128
+};
 
 struct paged_attention_params {
     const bf16* q = nullptr;                // [num_tokens, num_q_heads, head_dim]
@@ -110,14 +118,20 @@ struct paged_attention_params {
     int32_t block_size = 0;
     int32_t max_blocks_per_seq = 0;
     float scale = 1.f;  ///< usually 1/sqrt(head_dim)
+    paged_attention_impl impl = paged_attention_impl::automatic;
+    int32_t rows_per_item = kAttentionRowsPerItem;  ///< the plan's (paged_attention_plan): 64, or 128 for wgmma
 };
 
+/// The rows per work item launch_paged_attention runs fastest with on the current device for this head_dim: 128
+/// where the wgmma kernel runs (its two warpgroups share each K/V tile), else kAttentionRowsPerItem.
+int32_t paged_attention_rows_per_item(int32_t head_dim);
+
 /// Host-side plan: the work items for one step, from the host copy of query_start. Each item is a tile of
-/// kAttentionRowsPerItem rows of one sequence, where row r of sequence s is query token r / group and query head
+/// rows_per_item rows of one sequence, where row r of sequence s is query token r / group and query head
 /// kv_head * group + r % group (group = num_q_heads / num_kv_heads): the heads that share a KV head share the
 /// K/V tiles. Returns [num_items * 2] ints to upload as work_items.
 std::vector<int32_t> paged_attention_plan(std::span<const int32_t> query_start_host, int32_t num_q_heads,
-                                          int32_t num_kv_heads);
+                                          int32_t num_kv_heads, int32_t rows_per_item = kAttentionRowsPerItem);
 
 /// Host-side helper: positions and KV-cache slots of one sequence's query tokens [start_pos, start_pos + n).
 void kv_slots_plan(std::span<const int32_t> block_table, int32_t start_pos, int32_t n, int32_t block_size,
@@ -125,7 +139,8 @@ void kv_slots_plan(std::span<const int32_t> block_table, int32_t start_pos, int3
 
 /// Each query token at position pos = start_pos[s] + t attends causally to KV positions [0, pos] of its sequence,
 /// read through its block table; softmax in fp32 with scale; the K/V of the query tokens must be in the cache
-/// already (launch_rope_qk_norm_kv first).
+/// already (launch_rope_qk_norm_kv first). p.impl picks the kernel (paged_attention_impl); the same work items serve
+/// both.
 void launch_paged_attention(const paged_attention_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------

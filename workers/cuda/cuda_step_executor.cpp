@@ -354,7 +354,7 @@ void cuda_step_executor::pad_decode(step_shape& s, int32_t batch) {
 void cuda_step_executor::finish_staging(step_shape& s, int32_t num_valid) {
     const std::vector<int32_t> items = kernels::paged_attention_plan(
         std::span<const int32_t>(ws_.query_start.host, static_cast<size_t>(s.num_seqs) + 1), i32(config_.num_heads),
-        i32(config_.num_kv_heads));
+        i32(config_.num_kv_heads), kernels::paged_attention_rows_per_item(i32(config_.head_dim)));
     ZMOE_CHECK(static_cast<int32_t>(items.size() / 2) <= ws_.max_work_items,
                "attention work items beyond the workspace");
     std::copy(items.begin(), items.end(), ws_.work_items.host);
@@ -548,7 +548,8 @@ void cuda_step_executor::attention(int64_t layer, const batch_view& v) {
                                          .head_dim = D,
                                          .block_size = i32(options_.config.block_size),
                                          .max_blocks_per_seq = ws_.shape.max_blocks_per_seq,
-                                         .scale = 1.f / std::sqrt(static_cast<float>(D))},
+                                         .scale = 1.f / std::sqrt(static_cast<float>(D)),
+                                         .rows_per_item = kernels::paged_attention_rows_per_item(D)},
                                         stream_);
     }
 

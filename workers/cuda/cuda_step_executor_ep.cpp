@@ -153,7 +153,8 @@ void cuda_step_executor::stage_dual_batch(const step_shape& s, int32_t split, in
     size_t end = o_items;
     for (int mb = 0; mb < 2; ++mb) {
         const std::vector<int32_t> items =
-            kernels::paged_attention_plan(m[mb].query_start, i32_of(config_.num_heads), i32_of(config_.num_kv_heads));
+            kernels::paged_attention_plan(m[mb].query_start, i32_of(config_.num_heads), i32_of(config_.num_kv_heads),
+                                          kernels::paged_attention_rows_per_item(i32_of(config_.head_dim)));
         ZMOE_CHECK(end + items.size() <= o_items + 2 * W, "micro-batch attention work items beyond their buffer");
         std::copy(items.begin(), items.end(), h + end);
         dbo_views_[mb] = {

@@ -1,0 +1,272 @@
+// Prefill attention (launch_paged_attention) at Qwen3-30B-A3B's attention shape: 32 query / 4 KV heads of 128, BF16,
+// causal, one sequence per length. Three layouts per length S:
+//   contiguous: the whole KV in one cache block (block size = S), queries at positions 0..S-1;
+//   paged:      16-key blocks in shuffled physical order, queries at 0..S-1;
+//   prefix:     16-key blocks, shuffled, with a cached prefix of --prefix keys: S queries at positions P..P+S-1
+//               attending to all P cached keys and causally to their own.
+// Each time is the median of --iters launches (events around each launch, two warm-up launches first). FLOPs count
+// QK^T and PV, causal half of the square, as the peer (../shared/peers/attention_prefill_peer.py) counts them:
+// 2 * 2 * S^2 * H * D / 2, plus 2 * 2 * S * P * H * D for the prefix. Beside them: the device's BF16 matrix rate,
+// measured in the same run (cuBLASLt, 8192^3, median of 20), so that each rate reads as a fraction of the chip.
+// Each shape runs on each kernel of --impls: mma (mma.sync), wgmma_64 / wgmma_128 (the Hopper kernel over 64- or
+// 128-row work items), automatic (what launch_paged_attention runs for the executor: wgmma_128 on Hopper).
+//
+// usage: prefill_attention_bench [--seqs 1024,2048,4096,8192,16384,32768] [--prefix 4096] [--layouts
+//                                contiguous,paged,prefix] [--impls mma,wgmma_64,wgmma_128,automatic] [--iters 10]
+//                                [--json PATH]
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/stats.hpp"
+#include "bench/kernels/bench_util.cuh"
+#include "kernels/api.hpp"
+#include "kernels/cuda_check.hpp"
+
+namespace {
+
+using zmoe::bench::device_alloc;
+using zmoe::bench::fill;
+using zmoe::bench::parse_list;
+using zmoe::kernels::bf16;
+
+constexpr int32_t kQHeads = 32, kKvHeads = 4, kHeadDim = 128, kPagedBlock = 16;
+
+struct row {
+    std::string layout, impl;
+    int32_t seq = 0, prefix = 0, block_size = 0;
+    double ms = 0, flops = 0;
+};
+
+/// Milliseconds between two events around fn(), the median of `iters` runs after two warm-up runs.
+template <typename Fn>
+double median_ms(Fn&& fn, cudaStream_t stream, int iters) {
+    cudaEvent_t start, stop;
+    ZMOE_CUDA_CHECK(cudaEventCreate(&start));
+    ZMOE_CUDA_CHECK(cudaEventCreate(&stop));
+    std::vector<double> ms;
+    for (int i = -2; i < iters; ++i) {
+        ZMOE_CUDA_CHECK(cudaEventRecord(start, stream));
+        fn();
+        ZMOE_CUDA_CHECK(cudaEventRecord(stop, stream));
+        ZMOE_CUDA_CHECK(cudaEventSynchronize(stop));
+        float t = 0;
+        ZMOE_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+        if (i >= 0) ms.push_back(t);
+    }
+    ZMOE_CUDA_CHECK(cudaEventDestroy(start));
+    ZMOE_CUDA_CHECK(cudaEventDestroy(stop));
+    return zmoe::median(ms);
+}
+
+/// The kernels --impls names: mma, wgmma_64 and wgmma_128 (the wgmma kernel over 64- or 128-row items), automatic
+/// (launch_paged_attention's choice with the rows per item paged_attention_rows_per_item gives, as the executor).
+const std::vector<std::string> kImplNames{"mma", "wgmma_64", "wgmma_128", "automatic"};
+
+int32_t rows_per_item(const std::string& impl) {
+    if (impl == "automatic") return zmoe::kernels::paged_attention_rows_per_item(kHeadDim);
+    return impl == "wgmma_128" ? 128 : 64;
+}
+
+zmoe::kernels::paged_attention_impl impl_of(const std::string& impl) {
+    using zmoe::kernels::paged_attention_impl;
+    return impl == "mma"               ? paged_attention_impl::mma
+           : impl.starts_with("wgmma") ? paged_attention_impl::wgmma
+                                       : paged_attention_impl::automatic;
+}
+
+row measure(const std::string& layout, const std::string& impl, int32_t seq, int32_t prefix, int iters,
+            cudaStream_t stream) {
+    row r{.layout = layout, .impl = impl, .seq = seq, .prefix = layout == "prefix" ? prefix : 0};
+    const int32_t kv_len = r.prefix + seq;
+    r.block_size = layout == "contiguous" ? kv_len : kPagedBlock;
+    const int32_t blocks = (kv_len + r.block_size - 1) / r.block_size;
+    const size_t cache_elems = size_t(blocks) * r.block_size * kKvHeads * kHeadDim;
+    const size_t q_elems = size_t(seq) * kQHeads * kHeadDim;
+
+    bf16* q = device_alloc<bf16>(q_elems);
+    bf16* k_cache = device_alloc<bf16>(cache_elems);
+    bf16* v_cache = device_alloc<bf16>(cache_elems);
+    bf16* out = device_alloc<bf16>(q_elems);
+    fill(q, q_elems, 1.f, 1, stream);
+    fill(k_cache, cache_elems, 1.f, 2, stream);
+    fill(v_cache, cache_elems, 1.f, 3, stream);
+
+    std::vector<int32_t> table(blocks);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), std::mt19937(uint32_t(seq * 7 + r.prefix)));
+    const std::vector<int32_t> query_start{0, seq}, start_pos{r.prefix};
+    const auto items = zmoe::kernels::paged_attention_plan(query_start, kQHeads, kKvHeads, rows_per_item(impl));
+    int32_t* d_table = device_alloc<int32_t>(table.size());
+    int32_t* d_qs = device_alloc<int32_t>(2);
+    int32_t* d_sp = device_alloc<int32_t>(1);
+    int32_t* d_items = device_alloc<int32_t>(items.size());
+    ZMOE_CUDA_CHECK(cudaMemcpy(d_table, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+    ZMOE_CUDA_CHECK(cudaMemcpy(d_qs, query_start.data(), 8, cudaMemcpyHostToDevice));
+    ZMOE_CUDA_CHECK(cudaMemcpy(d_sp, start_pos.data(), 4, cudaMemcpyHostToDevice));
+    ZMOE_CUDA_CHECK(cudaMemcpy(d_items, items.data(), items.size() * 4, cudaMemcpyHostToDevice));
+
+    const zmoe::kernels::paged_attention_params p{.q = q,
+                                                  .k_cache = k_cache,
+                                                  .v_cache = v_cache,
+                                                  .block_tables = d_table,
+                                                  .query_start = d_qs,
+                                                  .start_pos = d_sp,
+                                                  .work_items = d_items,
+                                                  .out = out,
+                                                  .num_seqs = 1,
+                                                  .num_work_items = int32_t(items.size() / 2),
+                                                  .num_q_heads = kQHeads,
+                                                  .num_kv_heads = kKvHeads,
+                                                  .head_dim = kHeadDim,
+                                                  .block_size = r.block_size,
+                                                  .max_blocks_per_seq = blocks,
+                                                  .scale = 1.f / std::sqrt(float(kHeadDim)),
+                                                  .impl = impl_of(impl),
+                                                  .rows_per_item = rows_per_item(impl)};
+    r.ms = median_ms([&] { zmoe::kernels::launch_paged_attention(p, stream); }, stream, iters);
+    r.flops = 4.0 * kQHeads * kHeadDim * (double(seq) * seq / 2 + double(seq) * r.prefix);
+
+    // Every output element written and finite (the tests check the values against the CPU reference).
+    std::vector<uint16_t> host(q_elems);
+    ZMOE_CUDA_CHECK(cudaMemcpy(host.data(), out, q_elems * 2, cudaMemcpyDeviceToHost));
+    size_t bad = 0;
+    for (uint16_t h : host) bad += (h & 0x7f80u) == 0x7f80u;  // inf or NaN exponent
+    if (bad)
+        std::fprintf(stderr, "prefill_attention_bench: %zu non-finite outputs (%s, %d)\n", bad, layout.c_str(), seq);
+
+    for (void* ptr : {(void*)q, (void*)k_cache, (void*)v_cache, (void*)out, (void*)d_table, (void*)d_qs, (void*)d_sp,
+                      (void*)d_items})
+        ZMOE_CUDA_CHECK(cudaFree(ptr));
+    return r;
+}
+
+/// cuBLASLt BF16 GEMM 8192^3 (fp32 accumulate), FLOP/s: the median of 20 after warm-up, on random inputs.
+double gemm_peak(cudaStream_t stream) {
+    const int32_t n = 8192;
+    bf16* x = device_alloc<bf16>(size_t(n) * n);
+    bf16* w = device_alloc<bf16>(size_t(n) * n);
+    bf16* y = device_alloc<bf16>(size_t(n) * n);
+    fill(x, size_t(n) * n, 1.f, 11, stream);
+    fill(w, size_t(n) * n, 1.f, 12, stream);
+    const size_t ws_bytes = size_t(64) << 20;
+    void* ws = device_alloc<char>(ws_bytes);
+    cublasLtHandle_t handle;
+    ZMOE_CUBLAS_CHECK(cublasLtCreate(&handle));
+    const zmoe::kernels::gemm_bf16_params g{
+        .handle = handle, .workspace = ws, .workspace_bytes = ws_bytes, .x = x, .w = w, .y = y, .m = n, .n = n, .k = n};
+    const double ms = median_ms([&] { zmoe::kernels::launch_gemm_bf16(g, stream); }, stream, 20);
+    ZMOE_CUBLAS_CHECK(cublasLtDestroy(handle));
+    for (void* ptr : {(void*)x, (void*)w, (void*)y, ws}) ZMOE_CUDA_CHECK(cudaFree(ptr));
+    return 2.0 * n * double(n) * n / (ms * 1e-3);
+}
+
+std::vector<std::string> parse_names(const std::string& s) {
+    std::vector<std::string> out;
+    for (size_t b = 0; b <= s.size();) {
+        const size_t e = std::min(s.find(',', b), s.size());
+        if (e > b) out.push_back(s.substr(b, e - b));
+        b = e + 1;
+    }
+    return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<int32_t> seqs{1024, 2048, 4096, 8192, 16384, 32768};
+    std::vector<std::string> layouts{"contiguous", "paged", "prefix"}, impls{"mma", "wgmma_64", "wgmma_128"};
+    int32_t prefix = 4096;
+    int iters = 10;
+    std::string json;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        const bool has_value = i + 1 < argc;
+        if (a == "--seqs" && has_value) {
+            seqs = parse_list(argv[++i]);
+        } else if (a == "--prefix" && has_value) {
+            prefix = std::max(0, std::stoi(argv[++i]));
+        } else if (a == "--layouts" && has_value) {
+            layouts = parse_names(argv[++i]);
+        } else if (a == "--impls" && has_value) {
+            impls = parse_names(argv[++i]);
+        } else if (a == "--iters" && has_value) {
+            iters = std::max(1, std::stoi(argv[++i]));
+        } else if (a == "--json" && has_value) {
+            json = argv[++i];
+        } else {
+            std::fprintf(stderr,
+                         "usage: %s [--seqs 1024,...,32768] [--prefix 4096] [--layouts contiguous,paged,prefix] "
+                         "[--impls mma,wgmma_64,wgmma_128,automatic] [--iters N] [--json PATH]\n",
+                         argv[0]);
+            return 2;
+        }
+    }
+    for (const auto& l : layouts)
+        if (l != "contiguous" && l != "paged" && l != "prefix") {
+            std::fprintf(stderr, "prefill_attention_bench: unknown layout '%s' (contiguous, paged, prefix)\n",
+                         l.c_str());
+            return 2;
+        }
+    for (const auto& m : impls)
+        if (std::find(kImplNames.begin(), kImplNames.end(), m) == kImplNames.end()) {
+            std::fprintf(stderr, "prefill_attention_bench: unknown impl '%s' (see kImplNames)\n", m.c_str());
+            return 2;
+        }
+    cudaStream_t stream;
+    ZMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaDeviceProp prop{};
+    ZMOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    const double peak = gemm_peak(stream);
+
+    std::vector<row> rows;
+    // Kernel by kernel (each row printed as it is measured), in --impls order.
+    for (const auto& m : impls)
+        for (int32_t s : seqs)
+            for (const auto& l : layouts) {
+                rows.push_back(measure(l, m, s, prefix, iters, stream));
+                const row& r = rows.back();
+                std::printf("measured %s %s %d: %.3f ms, %.1f TFLOP/s\n", r.impl.c_str(), r.layout.c_str(), r.seq, r.ms,
+                            r.flops / r.ms * 1e-9);
+                std::fflush(stdout);
+            }
+
+    std::printf(
+        "\nprefill attention, causal, %d query / %d KV heads of %d, BF16, on %s; cuBLASLt BF16 8192^3: %.0f "
+        "TFLOP/s\n",
+        kQHeads, kKvHeads, kHeadDim, prop.name, peak * 1e-12);
+    std::printf("%-11s %-19s %7s %7s %6s %10s %9s %7s\n", "layout", "impl", "seq", "prefix", "block", "ms", "TFLOP/s",
+                "%peak");
+    for (const row& r : rows)
+        std::printf("%-11s %-19s %7d %7d %6d %10.3f %9.1f %6.1f%%\n", r.layout.c_str(), r.impl.c_str(), r.seq, r.prefix,
+                    r.block_size, r.ms, r.flops / r.ms * 1e-9, 100.0 * r.flops / (r.ms * 1e-3) / peak);
+    std::printf("(FLOPs = 4 * H * D * (S^2 / 2 + S * prefix), H = %d query heads, as the peer counts them)\n", kQHeads);
+
+    if (!json.empty()) {
+        std::ofstream f(json);
+        f << "{\"bench\":\"prefill_attention\",\"device\":\"" << prop.name
+          << "\",\"shape\":{\"num_q_heads\":" << kQHeads << ",\"num_kv_heads\":" << kKvHeads
+          << ",\"head_dim\":" << kHeadDim << ",\"dtype\":\"bf16\",\"causal\":true},\"gemm_peak_flops\":" << peak
+          << ",\"iters\":" << iters << ",\"rows\":[";
+        for (size_t i = 0; i < rows.size(); ++i) {
+            const row& r = rows[i];
+            f << (i ? "," : "") << "{\"layout\":\"" << r.layout << "\",\"impl\":\"" << r.impl << "\",\"seq\":" << r.seq
+              << ",\"prefix\":" << r.prefix << ",\"block_size\":" << r.block_size << ",\"ms\":" << r.ms
+              << ",\"flops\":" << r.flops << ",\"tflops\":" << r.flops / r.ms * 1e-9 << "}";
+        }
+        f << "]}\n";
+        std::printf("wrote %s\n", json.c_str());
+    }
+    ZMOE_CUDA_CHECK(cudaStreamDestroy(stream));
+    return 0;
+}
