@@ -21,6 +21,9 @@ constexpr int kMaxChunks = 4;       // attention: 8-element chunks of a cache ro
 // ---------------------------------------------------------------------------------------------------------
 // Latent RMSNorm + RoPE of k_pe (cache write) and of every head's q_pe.
 
+/// The step token of row i of a row-listed launch (all tokens, in order, without a list).
+__device__ __forceinline__ int32_t token_of(const int32_t* rows, int32_t i) { return rows != nullptr ? rows[i] : i; }
+
 __device__ __forceinline__ void rope_pair_index(int32_t i, int32_t dim, bool interleave, int32_t& a, int32_t& b) {
     if (interleave) {
         a = 2 * i;
@@ -86,7 +89,8 @@ __global__ void __launch_bounds__(kThreads) mla_q_absorb_kernel(const mla_absorb
     const int32_t dn = p.nope_dim, r = p.kv_lora_rank, qk = dn + p.rope_dim;
     for (int32_t idx = threadIdx.x; idx < kTokensPerBlock * dn; idx += blockDim.x) {
         const int32_t tt = idx / dn, d = idx % dn;
-        q_s[tt][d] = tt < n ? __bfloat162float(p.q[(size_t(t0 + tt) * p.num_heads + h) * qk + d]) : 0.f;
+        q_s[tt][d] =
+            tt < n ? __bfloat162float(p.q[(size_t(token_of(p.rows, t0 + tt)) * p.num_heads + h) * qk + d]) : 0.f;
     }
     __syncthreads();
     const bf16* wk = p.kv_b + size_t(h) * (dn + p.v_dim) * r;
@@ -97,7 +101,7 @@ __global__ void __launch_bounds__(kThreads) mla_q_absorb_kernel(const mla_absorb
 #pragma unroll
             for (int tt = 0; tt < kTokensPerBlock; ++tt) acc[tt] += q_s[tt][d] * w;
         }
-        for (int tt = 0; tt < n; ++tt) p.q_lat[(size_t(t0 + tt) * p.num_heads + h) * r + i] = acc[tt];
+        for (int tt = 0; tt < n; ++tt) p.q_lat[(size_t(token_of(p.rows, t0 + tt)) * p.num_heads + h) * r + i] = acc[tt];
     }
 }
 
@@ -108,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) mla_q_absorb_kernel(const mla_absorb
 __global__ void __launch_bounds__(kThreads) mla_attention_kernel(const mla_attention_params p) {
     __shared__ float m_s[kWarps], l_s[kWarps];
     __shared__ float acc_s[kWarps][1024];
-    const int32_t t = blockIdx.x, h = blockIdx.y;
+    const int32_t t = token_of(p.rows, blockIdx.x), h = blockIdx.y;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int32_t r = p.kv_lora_rank, width = r + p.rope_dim;
     const int32_t latent_chunks = r / 8, chunks = width / 8;
@@ -203,7 +207,7 @@ __global__ void __launch_bounds__(kThreads) mla_v_up_kernel(const mla_v_up_param
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (int32_t idx = threadIdx.x; idx < kTokensPerBlock * r; idx += blockDim.x) {
         const int32_t tt = idx / r, i = idx % r;
-        o_s[idx] = tt < n ? p.o_lat[(size_t(t0 + tt) * p.num_heads + h) * r + i] : 0.f;
+        o_s[idx] = tt < n ? p.o_lat[(size_t(token_of(p.rows, t0 + tt)) * p.num_heads + h) * r + i] : 0.f;
     }
     __syncthreads();
     const bf16* wv = p.kv_b + (size_t(h) * (p.nope_dim + p.v_dim) + p.nope_dim) * r;
@@ -218,7 +222,8 @@ __global__ void __launch_bounds__(kThreads) mla_v_up_kernel(const mla_v_up_param
         for (int tt = 0; tt < kTokensPerBlock; ++tt) acc[tt] = detail::warp_sum(acc[tt]);
         if (lane == 0)
             for (int tt = 0; tt < n; ++tt)
-                p.out[size_t(t0 + tt) * p.num_heads * p.v_dim + size_t(h) * p.v_dim + e] = __float2bfloat16(acc[tt]);
+                p.out[size_t(token_of(p.rows, t0 + tt)) * p.num_heads * p.v_dim + size_t(h) * p.v_dim + e] =
+                    __float2bfloat16(acc[tt]);
     }
 }
 
