@@ -93,6 +93,13 @@ void launch_rope_qk_norm_kv(const rope_qk_norm_kv_params& p, cudaStream_t stream
 /// Rows (query token x query head of one KV head group) one attention work item covers.
 constexpr int32_t kAttentionRowsPerItem = 64;
 
+/// The kernel behind launch_paged_attention.
+enum class paged_attention_impl : int32_t {
+    automatic = 0,  ///< wgmma where it runs (compute capability 9.x, head_dim 64 or 128), else mma
+    mma = 1,        ///< mma.sync m16n8k16 (paged_attention.cu): any device, every head_dim of the contract
+    wgmma = 2,      ///< wgmma (paged_attention_sm90.cu): compute capability 9.x, head_dim 64 or 128
+};
+
 struct paged_attention_params {
     const bf16* q = nullptr;                // [num_tokens, num_q_heads, head_dim]
     const bf16* k_cache = nullptr;          // [num_blocks, block_size, num_kv_heads, head_dim]
@@ -109,8 +116,9 @@ struct paged_attention_params {
     int32_t head_dim = 0;      ///< 16, 32, 64, 128 or 256
     int32_t block_size = 0;
     int32_t max_blocks_per_seq = 0;
-    float scale = 1.f;       ///< usually 1/sqrt(head_dim)
-    int32_t v_head_dim = 0;  ///< of V and the output; 0: head_dim (paged_attention_dims_supported)
+    float scale = 1.f;  ///< usually 1/sqrt(head_dim)
+    paged_attention_impl impl = paged_attention_impl::automatic;
+    int32_t v_head_dim = 0;  ///< of V and the output; 0: head_dim (paged_attention_dims_supported; mma only)
 };
 
 /// True for the (head_dim, v_head_dim) pairs launch_paged_attention takes: (d, 0 or d) for d in 16, 32, 64, 128,
@@ -130,7 +138,8 @@ void kv_slots_plan(std::span<const int32_t> block_table, int32_t start_pos, int3
 
 /// Each query token at position pos = start_pos[s] + t attends causally to KV positions [0, pos] of its sequence,
 /// read through its block table; softmax in fp32 with scale; the K/V of the query tokens must be in the cache
-/// already (launch_rope_qk_norm_kv first).
+/// already (launch_rope_qk_norm_kv first). p.impl picks the kernel (paged_attention_impl); the same work items serve
+/// both.
 void launch_paged_attention(const paged_attention_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@
 #include "kernels/device_utils.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/mma_sm80.cuh"
+#include "kernels/paged_attention_sm90.hpp"
 
 namespace zmoe::kernels {
 namespace {
@@ -306,7 +307,19 @@ void launch_paged_attention(const paged_attention_params& p, cudaStream_t stream
     ZMOE_KERNEL_REQUIRE(paged_attention_dims_supported(p.head_dim, p.v_head_dim),
                         "paged_attention: (head_dim, v_head_dim) must be (d, 0 or d) for d in 16, 32, 64, 128, 256, "
                         "or (192, 128)");
+    ZMOE_KERNEL_REQUIRE(p.impl == paged_attention_impl::automatic || p.impl == paged_attention_impl::mma ||
+                            p.impl == paged_attention_impl::wgmma,
+                        "paged_attention: impl must be automatic, mma or wgmma");
+    const bool same_v = p.v_head_dim == 0 || p.v_head_dim == p.head_dim;
+    ZMOE_KERNEL_REQUIRE(
+        p.impl != paged_attention_impl::wgmma || (same_v && detail::paged_attention_wgmma_supported(p.head_dim)),
+        "paged_attention: impl wgmma needs compute capability 9.x, head_dim 64 or 128 and no separate v_head_dim");
     if (p.num_work_items == 0) return;
+    if (p.impl == paged_attention_impl::wgmma ||
+        (p.impl == paged_attention_impl::automatic && same_v && detail::paged_attention_wgmma_supported(p.head_dim))) {
+        detail::launch_paged_attention_wgmma(p, stream);
+        return;
+    }
     const dim3 grid(p.num_work_items, p.num_kv_heads);
     auto launch = [&](auto kernel, uint32_t smem) {
         if (smem > 48 * 1024)

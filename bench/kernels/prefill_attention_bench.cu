@@ -8,9 +8,11 @@
 // QK^T and PV, causal half of the square, as the peer (../shared/peers/attention_prefill_peer.py) counts them:
 // 2 * 2 * S^2 * H * D / 2, plus 2 * 2 * S * P * H * D for the prefix. Beside them: the device's BF16 matrix rate,
 // measured in the same run (cuBLASLt, 8192^3, median of 20), so that each rate reads as a fraction of the chip.
+// Each shape runs on each kernel of --impls: mma (mma.sync), wgmma (launch_paged_attention's wgmma kernel, its
+// default variant) and the wgmma variants wgmma_serial_q_smem, wgmma_serial, wgmma_overlap (Hopper only).
 //
 // usage: prefill_attention_bench [--seqs 1024,2048,4096,8192,16384,32768] [--prefix 4096] [--layouts
-//                                contiguous,paged,prefix] [--iters 10] [--json PATH]
+//                                contiguous,paged,prefix] [--impls mma,wgmma_overlap] [--iters 10] [--json PATH]
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -29,6 +31,7 @@
 #include "bench/kernels/bench_util.cuh"
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/paged_attention_sm90.hpp"
 
 namespace {
 
@@ -40,7 +43,7 @@ using zmoe::kernels::bf16;
 constexpr int32_t kQHeads = 32, kKvHeads = 4, kHeadDim = 128, kPagedBlock = 16;
 
 struct row {
-    std::string layout;
+    std::string layout, impl;
     int32_t seq = 0, prefix = 0, block_size = 0;
     double ms = 0, flops = 0;
 };
@@ -66,8 +69,30 @@ double median_ms(Fn&& fn, cudaStream_t stream, int iters) {
     return zmoe::median(ms);
 }
 
-row measure(const std::string& layout, int32_t seq, int32_t prefix, int iters, cudaStream_t stream) {
-    row r{.layout = layout, .seq = seq, .prefix = layout == "prefix" ? prefix : 0};
+using zmoe::kernels::detail::attention_wgmma_variant;
+
+/// The kernels --impls names: mma, wgmma (its default variant) and each wgmma variant.
+const std::vector<std::string> kImplNames{"mma", "wgmma", "wgmma_serial_q_smem", "wgmma_serial", "wgmma_overlap"};
+
+void launch(const std::string& impl, zmoe::kernels::paged_attention_params p, cudaStream_t stream) {
+    using zmoe::kernels::paged_attention_impl;
+    if (impl == "mma") {
+        p.impl = paged_attention_impl::mma;
+        zmoe::kernels::launch_paged_attention(p, stream);
+    } else if (impl == "wgmma") {
+        p.impl = paged_attention_impl::wgmma;
+        zmoe::kernels::launch_paged_attention(p, stream);
+    } else {
+        const attention_wgmma_variant v = impl == "wgmma_serial_q_smem" ? attention_wgmma_variant::serial_q_smem
+                                          : impl == "wgmma_serial"      ? attention_wgmma_variant::serial
+                                                                        : attention_wgmma_variant::overlap;
+        zmoe::kernels::detail::launch_paged_attention_wgmma(p, v, stream);
+    }
+}
+
+row measure(const std::string& layout, const std::string& impl, int32_t seq, int32_t prefix, int iters,
+            cudaStream_t stream) {
+    row r{.layout = layout, .impl = impl, .seq = seq, .prefix = layout == "prefix" ? prefix : 0};
     const int32_t kv_len = r.prefix + seq;
     r.block_size = layout == "contiguous" ? kv_len : kPagedBlock;
     const int32_t blocks = (kv_len + r.block_size - 1) / r.block_size;
@@ -112,7 +137,7 @@ row measure(const std::string& layout, int32_t seq, int32_t prefix, int iters, c
                                                   .block_size = r.block_size,
                                                   .max_blocks_per_seq = blocks,
                                                   .scale = 1.f / std::sqrt(float(kHeadDim))};
-    r.ms = median_ms([&] { zmoe::kernels::launch_paged_attention(p, stream); }, stream, iters);
+    r.ms = median_ms([&] { launch(impl, p, stream); }, stream, iters);
     r.flops = 4.0 * kQHeads * kHeadDim * (double(seq) * seq / 2 + double(seq) * r.prefix);
 
     // Every output element written and finite (the tests check the values against the CPU reference).
@@ -163,7 +188,8 @@ std::vector<std::string> parse_names(const std::string& s) {
 
 int main(int argc, char** argv) {
     std::vector<int32_t> seqs{1024, 2048, 4096, 8192, 16384, 32768};
-    std::vector<std::string> layouts{"contiguous", "paged", "prefix"};
+    std::vector<std::string> layouts{"contiguous", "paged", "prefix"},
+        impls{"mma", "wgmma_serial_q_smem", "wgmma_serial", "wgmma_overlap"};
     int32_t prefix = 4096;
     int iters = 10;
     std::string json;
@@ -176,6 +202,8 @@ int main(int argc, char** argv) {
             prefix = std::max(0, std::stoi(argv[++i]));
         } else if (a == "--layouts" && has_value) {
             layouts = parse_names(argv[++i]);
+        } else if (a == "--impls" && has_value) {
+            impls = parse_names(argv[++i]);
         } else if (a == "--iters" && has_value) {
             iters = std::max(1, std::stoi(argv[++i]));
         } else if (a == "--json" && has_value) {
@@ -183,7 +211,7 @@ int main(int argc, char** argv) {
         } else {
             std::fprintf(stderr,
                          "usage: %s [--seqs 1024,...,32768] [--prefix 4096] [--layouts contiguous,paged,prefix] "
-                         "[--iters N] [--json PATH]\n",
+                         "[--impls mma,wgmma,...] [--iters N] [--json PATH]\n",
                          argv[0]);
             return 2;
         }
@@ -194,6 +222,14 @@ int main(int argc, char** argv) {
                          l.c_str());
             return 2;
         }
+    for (const auto& m : impls)
+        if (std::find(kImplNames.begin(), kImplNames.end(), m) == kImplNames.end()) {
+            std::fprintf(stderr,
+                         "prefill_attention_bench: unknown impl '%s' (mma, wgmma, wgmma_serial_q_smem, wgmma_serial, "
+                         "wgmma_overlap)\n",
+                         m.c_str());
+            return 2;
+        }
     cudaStream_t stream;
     ZMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     cudaDeviceProp prop{};
@@ -202,16 +238,18 @@ int main(int argc, char** argv) {
 
     std::vector<row> rows;
     for (int32_t s : seqs)
-        for (const auto& l : layouts) rows.push_back(measure(l, s, prefix, iters, stream));
+        for (const auto& l : layouts)
+            for (const auto& m : impls) rows.push_back(measure(l, m, s, prefix, iters, stream));
 
     std::printf(
         "\nprefill attention, causal, %d query / %d KV heads of %d, BF16, on %s; cuBLASLt BF16 8192^3: %.0f "
         "TFLOP/s\n",
         kQHeads, kKvHeads, kHeadDim, prop.name, peak * 1e-12);
-    std::printf("%-11s %7s %7s %6s %10s %9s %7s\n", "layout", "seq", "prefix", "block", "ms", "TFLOP/s", "%peak");
+    std::printf("%-11s %-6s %7s %7s %6s %10s %9s %7s\n", "layout", "impl", "seq", "prefix", "block", "ms", "TFLOP/s",
+                "%peak");
     for (const row& r : rows)
-        std::printf("%-11s %7d %7d %6d %10.3f %9.1f %6.1f%%\n", r.layout.c_str(), r.seq, r.prefix, r.block_size, r.ms,
-                    r.flops / r.ms * 1e-9, 100.0 * r.flops / (r.ms * 1e-3) / peak);
+        std::printf("%-11s %-6s %7d %7d %6d %10.3f %9.1f %6.1f%%\n", r.layout.c_str(), r.impl.c_str(), r.seq, r.prefix,
+                    r.block_size, r.ms, r.flops / r.ms * 1e-9, 100.0 * r.flops / (r.ms * 1e-3) / peak);
     std::printf("(FLOPs = 4 * H * D * (S^2 / 2 + S * prefix), H = %d query heads, as the peer counts them)\n", kQHeads);
 
     if (!json.empty()) {
@@ -222,9 +260,9 @@ int main(int argc, char** argv) {
           << ",\"iters\":" << iters << ",\"rows\":[";
         for (size_t i = 0; i < rows.size(); ++i) {
             const row& r = rows[i];
-            f << (i ? "," : "") << "{\"layout\":\"" << r.layout << "\",\"seq\":" << r.seq << ",\"prefix\":" << r.prefix
-              << ",\"block_size\":" << r.block_size << ",\"ms\":" << r.ms << ",\"flops\":" << r.flops
-              << ",\"tflops\":" << r.flops / r.ms * 1e-9 << "}";
+            f << (i ? "," : "") << "{\"layout\":\"" << r.layout << "\",\"impl\":\"" << r.impl << "\",\"seq\":" << r.seq
+              << ",\"prefix\":" << r.prefix << ",\"block_size\":" << r.block_size << ",\"ms\":" << r.ms
+              << ",\"flops\":" << r.flops << ",\"tflops\":" << r.flops / r.ms * 1e-9 << "}";
         }
         f << "]}\n";
         std::printf("wrote %s\n", json.c_str());

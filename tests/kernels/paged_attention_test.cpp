@@ -1,9 +1,11 @@
 // launch_paged_attention against ref::paged_attention over mixed batches: decodes, prefill chunks on top of
 // cached context (ending mid-block and mid-tile), whole prompts up to 4 100 tokens, lengths around the tile edges,
-// GQA groups from 1 to 8, head dims 16 to 256, block sizes 8 to 64, block tables in shuffled physical order.
+// GQA groups from 1 to 8, head dims 16 to 256, block sizes 8 to 64, block tables in shuffled physical order; each
+// case through every kernel that takes it (mma.sync everywhere, wgmma on Hopper for head dims 64 and 128).
 
 #include <numeric>
 
+#include "kernels/paged_attention_sm90.hpp"
 #include "kernels/reference/reference.hpp"
 #include "tests/kernels/test_util.hpp"
 
@@ -58,33 +60,61 @@ TEST_P(PagedAttention, MatchesReference) {
     auto d_qs = upload(query_start);
     auto d_sp = upload(start_pos);
     auto d_items = upload(items);
-    device_buffer<bf16> d_out(q.size());
-    d_out.poison();
-    paged_attention_params p;
-    p.q = d_q.get();
-    p.k_cache = d_k.get();
-    p.v_cache = d_v.get();
-    p.block_tables = d_tables.get();
-    p.query_start = d_qs.get();
-    p.start_pos = d_sp.get();
-    p.work_items = d_items.get();
-    p.out = d_out.get();
-    p.num_seqs = num_seqs;
-    p.num_work_items = int32_t(items.size() / 2);
-    p.num_q_heads = c.num_q_heads;
-    p.num_kv_heads = c.num_kv_heads;
-    p.head_dim = c.head_dim;
-    p.block_size = c.block_size;
-    p.max_blocks_per_seq = max_blocks;
-    p.scale = 1.f / std::sqrt(float(c.head_dim));
-    launch_paged_attention(p, nullptr);
-    sync_and_check();
-
-    ref::attention_shape s{num_seqs, c.num_q_heads, c.num_kv_heads, c.head_dim, c.block_size, max_blocks, p.scale};
+    ref::attention_shape s{num_seqs,
+                           c.num_q_heads,
+                           c.num_kv_heads,
+                           c.head_dim,
+                           c.block_size,
+                           max_blocks,
+                           1.f / std::sqrt(float(c.head_dim))};
     std::vector<float> want(q.size());
     ref::paged_attention(s, q.data(), k_cache.data(), v_cache.data(), tables.data(), query_start.data(),
                          start_pos.data(), want.data());
-    EXPECT_LT(rel_error(download_bf16(d_out), want), kBf16Tolerance);
+
+    // Every kernel that takes the shape: automatic, mma.sync, and on Hopper each wgmma variant.
+    struct kernel_choice {
+        std::string name;
+        paged_attention_impl impl;
+        int variant;  // attention_wgmma_variant for wgmma, -1: launch_paged_attention's own choice
+    };
+    std::vector<kernel_choice> kernels{{"automatic", paged_attention_impl::automatic, -1},
+                                       {"mma", paged_attention_impl::mma, -1}};
+    if (detail::paged_attention_wgmma_supported(c.head_dim)) {
+        kernels.push_back(
+            {"wgmma_serial_q_smem", paged_attention_impl::wgmma, int(detail::attention_wgmma_variant::serial_q_smem)});
+        kernels.push_back({"wgmma_serial", paged_attention_impl::wgmma, int(detail::attention_wgmma_variant::serial)});
+        kernels.push_back(
+            {"wgmma_overlap", paged_attention_impl::wgmma, int(detail::attention_wgmma_variant::overlap)});
+    }
+    for (const kernel_choice& k : kernels) {
+        SCOPED_TRACE(k.name);
+        device_buffer<bf16> d_out(q.size());
+        d_out.poison();
+        paged_attention_params p;
+        p.q = d_q.get();
+        p.k_cache = d_k.get();
+        p.v_cache = d_v.get();
+        p.block_tables = d_tables.get();
+        p.query_start = d_qs.get();
+        p.start_pos = d_sp.get();
+        p.work_items = d_items.get();
+        p.out = d_out.get();
+        p.num_seqs = num_seqs;
+        p.num_work_items = int32_t(items.size() / 2);
+        p.num_q_heads = c.num_q_heads;
+        p.num_kv_heads = c.num_kv_heads;
+        p.head_dim = c.head_dim;
+        p.block_size = c.block_size;
+        p.max_blocks_per_seq = max_blocks;
+        p.scale = s.scale;
+        p.impl = k.impl;
+        if (k.variant >= 0)
+            detail::launch_paged_attention_wgmma(p, detail::attention_wgmma_variant(k.variant), nullptr);
+        else
+            launch_paged_attention(p, nullptr);
+        sync_and_check();
+        EXPECT_LT(rel_error(download_bf16(d_out), want), kBf16Tolerance);
+    }
 }
 
 TEST(PagedAttentionPlan, CoversEveryRowOnce) {
