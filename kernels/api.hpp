@@ -890,6 +890,44 @@ struct mla_repack_heads_params {
 /// out[i, h, d] = d < in_dim ? in[i, h, d] : 0 for d < out_dim: pads rows of heads with zeros, or truncates them.
 void launch_mla_repack_heads(const mla_repack_heads_params& p, cudaStream_t stream);
 
+// MLA decode (one query token per sequence) in the absorbed form on tensor cores: what launch_mla_attention computes
+// for such a batch, with the latent cache tiles loaded once per block and shared by 16 query heads (the MMA rows),
+// the sequence's keys split over num_splits blocks whose partial outputs a combine pass merges in split order. The
+// absorbed query enters the MMAs rounded to BF16 (launch_mla_attention keeps it in fp32), the probabilities too.
+
+/// Most splits of one sequence's keys.
+constexpr int32_t kMlaDecodeMaxSplits = 32;
+
+/// True for the latent shapes launch_mla_decode takes: kv_lora_rank 512 and rope_dim 64 (DeepSeek-V2/V3).
+bool mla_decode_supported(int32_t kv_lora_rank, int32_t rope_dim);
+
+/// Splits for a batch: about two blocks per multiprocessor in all, 1..kMlaDecodeMaxSplits.
+int32_t mla_decode_splits(int32_t num_seqs, int32_t num_heads, int32_t num_sms);
+
+/// fp32 scratch launch_mla_decode needs (0 for one split).
+size_t mla_decode_workspace_floats(int32_t num_seqs, int32_t num_heads, int32_t num_splits);
+
+struct mla_decode_params {
+    const float* q_lat = nullptr;           // [num_seqs, num_heads, kv_lora_rank]: sequence s's token is row s
+    const bf16* q = nullptr;                // [num_seqs, num_heads, nope_dim + rope_dim]: q_pe at offset nope_dim
+    const bf16* cache = nullptr;            // [num_blocks, block_size, kv_lora_rank + rope_dim]
+    const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+    const int32_t* start_pos = nullptr;     // [num_seqs]: the token's position; it sees positions [0, start_pos]
+    float* o_lat = nullptr;                 // [num_seqs, num_heads, kv_lora_rank]
+    float* workspace = nullptr;             // mla_decode_workspace_floats(num_seqs, num_heads, num_splits)
+    int32_t num_seqs = 0;
+    int32_t num_heads = 0;
+    int32_t nope_dim = 0;  ///< multiple of 8
+    int32_t rope_dim = 0;
+    int32_t kv_lora_rank = 0;
+    int32_t block_size = 0;
+    int32_t max_blocks_per_seq = 0;
+    int32_t num_splits = 1;  ///< 1..kMlaDecodeMaxSplits (mla_decode_splits); the bits depend on it
+    float scale = 1.f;
+};
+
+void launch_mla_decode(const mla_decode_params& p, cudaStream_t stream);
+
 // ---------------------------------------------------------------------------------------------------------
 // Group-limited routers (DeepSeek-V2/V3)
 

@@ -40,6 +40,7 @@ TEST(MlaPrefillPlan, PrefillChunksGroupAndDecodesStayAbsorbed) {
     const mla_prefill_plan p = plan_mla_prefill(l.host(), 16, 256, true);
     EXPECT_EQ(p.num_tokens, 278);
     EXPECT_FALSE(p.all_absorbed);
+    EXPECT_FALSE(p.decode_only);
     EXPECT_EQ(p.absorbed_tokens, (std::vector<int32_t>{0, 76, 277}));
     ASSERT_EQ(p.groups.size(), 2u);
     const auto& a = p.groups[0];
@@ -101,12 +102,14 @@ TEST(MlaPrefillPlan, DecodesAndTheAbsorbedOnlyModeUploadNothing) {
     const step_layout decode({{5, 1}, {300, 1}, {0, 1}});
     const mla_prefill_plan d = plan_mla_prefill(decode.host(), 16, 4096, true);
     EXPECT_TRUE(d.all_absorbed);
+    EXPECT_TRUE(d.decode_only);
     EXPECT_TRUE(d.data.empty());
     EXPECT_EQ(d.num_tokens, 3);
 
     const step_layout prefill({{0, 50}, {10, 7}});
     const mla_prefill_plan off = plan_mla_prefill(prefill.host(), 16, 4096, false);
     EXPECT_TRUE(off.all_absorbed);
+    EXPECT_FALSE(off.decode_only);
     EXPECT_TRUE(off.groups.empty());
     EXPECT_TRUE(off.data.empty());
     EXPECT_EQ(off.num_tokens, 57);

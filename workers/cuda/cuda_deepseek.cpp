@@ -111,6 +111,8 @@ mla_prefill_plan plan_mla_prefill(const mla_host_step& h, int32_t num_heads, int
         p.groups.push_back(g);
     }
     p.all_absorbed = p.groups.empty();
+    p.decode_only = num_seqs > 0 && p.num_tokens == num_seqs;
+    for (int32_t i = 0; i < num_seqs && p.decode_only; ++i) p.decode_only = qs[i + 1] - qs[i] == 1;
     std::vector<int32_t>& d = p.data;
     if (!p.all_absorbed) {
         p.absorbed_offset = d.size();
@@ -149,8 +151,8 @@ mla_prefill_plan plan_mla_prefill(const mla_host_step& h, int32_t num_heads, int
     return p;
 }
 
-mla_attention_runner::mla_attention_runner(const model_config& c, int32_t max_tokens, int32_t max_kv_len,
-                                           int64_t expand_budget_bytes)
+mla_attention_runner::mla_attention_runner(const model_config& c, int32_t max_tokens, int32_t max_seqs,
+                                           int32_t max_kv_len, int64_t expand_budget_bytes, bool tensor_core_decode)
     : c_(c) {
     const mla_params& m = c.mla;
     const size_t T = static_cast<size_t>(max_tokens), heads = static_cast<size_t>(c.num_heads);
@@ -196,6 +198,17 @@ mla_attention_runner::mla_attention_runner(const model_config& c, int32_t max_to
         alloc(v_, R * heads * static_cast<size_t>(v_dim_) * sizeof(bf16));
         if (k_dim_ != qk_dim) alloc(q_pad_, T * heads * static_cast<size_t>(k_dim_) * sizeof(bf16));
         if (v_dim_ != dv) alloc(out_pad_, T * heads * static_cast<size_t>(v_dim_) * sizeof(bf16));
+    }
+    tc_decode_ = tensor_core_decode && kernels::mla_decode_supported(r, static_cast<int32_t>(dr)) && dn % 8 == 0;
+    if (tc_decode_) {
+        int device = 0;
+        ZMOE_CUDA_CHECK(cudaGetDevice(&device));
+        ZMOE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
+        size_t floats = 1;
+        for (int32_t b = 1; b <= max_seqs; ++b)
+            floats = std::max(
+                floats, kernels::mla_decode_workspace_floats(b, heads, kernels::mla_decode_splits(b, heads, num_sms_)));
+        alloc(decode_ws_, floats * sizeof(float));
     }
     const std::vector<float> inv_freq = c.rope_inv_freq();
     alloc(inv_freq_, inv_freq.size() * sizeof(float));
@@ -290,24 +303,44 @@ void mla_attention_runner::run_absorbed(const cuda_layer& w, const mla_step& s, 
                                   .v_dim = dv,
                                   .kv_lora_rank = r},
                                  stream);
-    kernels::launch_mla_attention({.q_lat = q_lat_.as<float>(),
-                                   .q = q,
-                                   .cache = cache,
-                                   .block_tables = s.block_tables,
-                                   .query_start = s.query_start,
-                                   .start_pos = s.start_pos,
-                                   .o_lat = o_lat_.as<float>(),
-                                   .rows = rows,
-                                   .num_tokens = num_rows,
-                                   .num_seqs = s.num_seqs,
-                                   .num_heads = heads,
-                                   .nope_dim = dn,
-                                   .rope_dim = dr,
-                                   .kv_lora_rank = r,
-                                   .block_size = s.block_size,
-                                   .max_blocks_per_seq = s.max_blocks_per_seq,
-                                   .scale = c_.softmax_scale()},
-                                  stream);
+    if (tc_decode_ && rows == nullptr && plan_.decode_only && s.num_seqs == num_rows) {
+        kernels::launch_mla_decode({.q_lat = q_lat_.as<float>(),
+                                    .q = q,
+                                    .cache = cache,
+                                    .block_tables = s.block_tables,
+                                    .start_pos = s.start_pos,
+                                    .o_lat = o_lat_.as<float>(),
+                                    .workspace = decode_ws_.as<float>(),
+                                    .num_seqs = s.num_seqs,
+                                    .num_heads = heads,
+                                    .nope_dim = dn,
+                                    .rope_dim = dr,
+                                    .kv_lora_rank = r,
+                                    .block_size = s.block_size,
+                                    .max_blocks_per_seq = s.max_blocks_per_seq,
+                                    .num_splits = kernels::mla_decode_splits(s.num_seqs, heads, num_sms_),
+                                    .scale = c_.softmax_scale()},
+                                   stream);
+    } else {
+        kernels::launch_mla_attention({.q_lat = q_lat_.as<float>(),
+                                       .q = q,
+                                       .cache = cache,
+                                       .block_tables = s.block_tables,
+                                       .query_start = s.query_start,
+                                       .start_pos = s.start_pos,
+                                       .o_lat = o_lat_.as<float>(),
+                                       .rows = rows,
+                                       .num_tokens = num_rows,
+                                       .num_seqs = s.num_seqs,
+                                       .num_heads = heads,
+                                       .nope_dim = dn,
+                                       .rope_dim = dr,
+                                       .kv_lora_rank = r,
+                                       .block_size = s.block_size,
+                                       .max_blocks_per_seq = s.max_blocks_per_seq,
+                                       .scale = c_.softmax_scale()},
+                                      stream);
+    }
     kernels::launch_mla_v_up({.o_lat = o_lat_.as<float>(),
                               .kv_b = w.mla.kv_b.as<bf16>(),
                               .out = attn,

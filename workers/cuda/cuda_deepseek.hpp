@@ -94,6 +94,7 @@ struct mla_prefill_plan {
     size_t absorbed_offset = 0;            // offset of absorbed_tokens in the uploaded plan
     std::vector<int32_t> data;             // the int32s to upload
     int32_t num_tokens = 0;                // of the step planned
+    bool decode_only = false;              // one query token per sequence (launch_mla_decode's shape)
 };
 
 /// Expanded block granularity: each sequence's expanded rows start at a multiple of it.
@@ -111,8 +112,10 @@ class mla_attention_runner {
   public:
     /// Allocates on the current device; throws zmoe::error(out_of_memory). max_kv_len: the longest sequence;
     /// expand_budget_bytes bounds the expanded-prefill scratch (0: every token in the absorbed form).
-    mla_attention_runner(const model_config& c, int32_t max_tokens, int32_t max_kv_len,
-                         int64_t expand_budget_bytes = kMlaExpandBudgetBytes);
+    /// Decode steps (one token per sequence, at most max_seqs) run launch_mla_decode where it takes the latent
+    /// shape, unless tensor_core_decode is false (then launch_mla_attention, as every other shape).
+    mla_attention_runner(const model_config& c, int32_t max_tokens, int32_t max_seqs, int32_t max_kv_len,
+                         int64_t expand_budget_bytes = kMlaExpandBudgetBytes, bool tensor_core_decode = true);
 
     /// Plans the step (which tokens take which form) and uploads the plan on `stream`; once per step, before the
     /// layers. A step of one token per sequence plans no expanded launch, so the decode graphs capture only the
@@ -144,6 +147,10 @@ class mla_attention_runner {
     // Expanded prefill: head dims the prefill kernel runs (k_dim_ >= nope + rope, v_dim_ >= v_head_dim); q_pad_ and
     // out_pad_ only when they differ from the model's.
     int32_t k_dim_ = 0, v_dim_ = 0, expand_rows_ = 0;
+    // Tensor-core decode: on when the shape is supported; the split count per batch size needs the SM count.
+    bool tc_decode_ = false;
+    int32_t num_sms_ = 0;
+    device_buffer decode_ws_;
     device_buffer latent_, kv_up_, k_, v_, q_pad_, out_pad_, plan_dev_;
     pinned_buffer plan_host_;
     mla_prefill_plan plan_;

@@ -191,7 +191,8 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
         check(cudaDeviceGetStreamPriorityRange(&least, &greatest));
         check(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, greatest));
     }
-    if (config_.is_mla()) mla_ = std::make_unique<mla_attention_runner>(config_, max_tokens, shape.max_kv_len);
+    if (config_.is_mla())
+        mla_ = std::make_unique<mla_attention_runner>(config_, max_tokens, run.max_num_seqs, shape.max_kv_len);
     upload_replica_tables();
 
     // K and V rows of kv_width() values per token; MLA: one row (latent + rope key), no V.
