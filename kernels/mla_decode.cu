@@ -8,6 +8,7 @@
 // split order. One split writes o_lat directly.
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "kernels/api.hpp"
@@ -269,7 +270,16 @@ void launch_mla_decode(const mla_decode_params& p, cudaStream_t stream) {
                         "mla_decode: num_splits must be in [1, kMlaDecodeMaxSplits]");
     ZMOE_KERNEL_REQUIRE(p.nope_dim % 8 == 0, "mla_decode: nope_dim must be a multiple of 8");
     if (p.num_seqs == 0) return;
-    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(mla_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+    // The shared-memory attribute once per device (outside the decode graphs' captures: the eager warm-up sets it).
+    static std::atomic<uint64_t> configured{0};
+    int device = 0;
+    ZMOE_CUDA_CHECK(cudaGetDevice(&device));
+    const uint64_t bit = uint64_t{1} << (device % 64);
+    if ((configured.load() & bit) == 0) {
+        ZMOE_CUDA_CHECK(
+            cudaFuncSetAttribute(mla_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+        configured.fetch_or(bit);
+    }
     const dim3 grid(p.num_seqs, (p.num_heads + kHeads - 1) / kHeads, p.num_splits);
     mla_decode_kernel<<<grid, kThreads, kSmem, stream>>>(p);
     ZMOE_CUDA_CHECK_LAUNCH();
