@@ -104,12 +104,12 @@ enum class paged_attention_impl : int32_t {
 struct paged_attention_params {
     const bf16* q = nullptr;                // [num_tokens, num_q_heads, head_dim]
     const bf16* k_cache = nullptr;          // [num_blocks, block_size, num_kv_heads, head_dim]
-    const bf16* v_cache = nullptr;          // [num_blocks, block_size, num_kv_heads, head_dim]
+    const bf16* v_cache = nullptr;          // [num_blocks, block_size, num_kv_heads, v_head_dim or head_dim]
     const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
     const int32_t* query_start = nullptr;   // [num_seqs + 1]: cumulative query tokens; seq s owns [qs[s], qs[s+1])
     const int32_t* start_pos = nullptr;     // [num_seqs]: position of each sequence's first query token
     const int32_t* work_items = nullptr;    // [num_work_items, 2]: (seq, first row), from paged_attention_plan
-    bf16* out = nullptr;                    // [num_tokens, num_q_heads, head_dim]
+    bf16* out = nullptr;                    // [num_tokens, num_q_heads, v_head_dim or head_dim]
     int32_t num_seqs = 0;
     int32_t num_work_items = 0;
     int32_t num_q_heads = 0;
@@ -120,11 +120,16 @@ struct paged_attention_params {
     float scale = 1.f;  ///< usually 1/sqrt(head_dim)
     paged_attention_impl impl = paged_attention_impl::automatic;
     int32_t rows_per_item = kAttentionRowsPerItem;  ///< the plan's (paged_attention_plan): 64, or 128 for wgmma
+    int32_t v_head_dim = 0;  ///< of V and the output; 0: head_dim (paged_attention_dims_supported; mma only)
 };
 
 /// The rows per work item launch_paged_attention runs fastest with on the current device for this head_dim: 128
 /// where the wgmma kernel runs (its two warpgroups share each K/V tile), else kAttentionRowsPerItem.
 int32_t paged_attention_rows_per_item(int32_t head_dim);
+
+/// True for the (head_dim, v_head_dim) pairs launch_paged_attention takes: (d, 0 or d) for d in 16, 32, 64, 128,
+/// 256, and (192, 128) (MLA's expanded form: nope 128 + rope 64 for Q and K, 128 for V).
+bool paged_attention_dims_supported(int32_t head_dim, int32_t v_head_dim);
 
 /// Host-side plan: the work items for one step, from the host copy of query_start. Each item is a tile of
 /// rows_per_item rows of one sequence, where row r of sequence s is query token r / group and query head
@@ -833,6 +838,11 @@ void launch_qk_norm_clip(const qk_norm_clip_params& p, cudaStream_t stream);
 // k_pe. Per query head h (W_k,h / W_v,h: the head's nope_dim key rows / v_dim value rows of kv_b_proj):
 // q_lat = W_k,h^T q_nope (launch_mla_q_absorb), score_j = (q_lat . c_j + q_pe . k_pe_j) * scale, o_lat =
 // softmax . c (launch_mla_attention), out_h = W_v,h o_lat (launch_mla_v_up).
+//
+// mla_rows: the three absorbed-form launches take an optional list `rows` of step tokens; with it they compute only
+// the tokens rows[0 .. num_tokens) (every buffer still indexed by step token), so that a step's decodes run here
+// while its prefill chunks take the expanded form (launch_mla_gather_latent .. launch_paged_attention); without it,
+// tokens 0 .. num_tokens.
 
 namespace zmoe::kernels {
 
@@ -860,10 +870,11 @@ struct mla_rope_kv_params {
 void launch_mla_rope_kv(const mla_rope_kv_params& p, cudaStream_t stream);
 
 struct mla_absorb_params {
-    const bf16* q = nullptr;     // [num_tokens, num_heads, nope_dim + rope_dim]
-    const bf16* kv_b = nullptr;  // [num_heads * (nope_dim + v_dim), kv_lora_rank]: per head nope_dim key rows, then
-                                 // v_dim value rows
-    float* q_lat = nullptr;      // [num_tokens, num_heads, kv_lora_rank]
+    const bf16* q = nullptr;        // [num_tokens, num_heads, nope_dim + rope_dim]
+    const bf16* kv_b = nullptr;     // [num_heads * (nope_dim + v_dim), kv_lora_rank]: per head nope_dim key rows, then
+                                    // v_dim value rows
+    float* q_lat = nullptr;         // [num_tokens, num_heads, kv_lora_rank]
+    const int32_t* rows = nullptr;  // [num_tokens] or nullptr: see mla_rows
     int32_t num_tokens = 0;
     int32_t num_heads = 0;
     int32_t nope_dim = 0;  ///< <= 256
@@ -883,7 +894,8 @@ struct mla_attention_params {
     const int32_t* query_start = nullptr;   // [num_seqs + 1]
     const int32_t* start_pos = nullptr;     // [num_seqs]
     float* o_lat = nullptr;                 // [num_tokens, num_heads, kv_lora_rank]
-    int32_t num_tokens = 0;                 ///< query_start[num_seqs]
+    const int32_t* rows = nullptr;          // [num_tokens] or nullptr: see mla_rows
+    int32_t num_tokens = 0;                 ///< query_start[num_seqs], or the rows listed
     int32_t num_seqs = 0;
     int32_t num_heads = 0;
     int32_t nope_dim = 0;
@@ -899,9 +911,10 @@ struct mla_attention_params {
 void launch_mla_attention(const mla_attention_params& p, cudaStream_t stream);
 
 struct mla_v_up_params {
-    const float* o_lat = nullptr;  // [num_tokens, num_heads, kv_lora_rank]
-    const bf16* kv_b = nullptr;    // as mla_absorb_params::kv_b
-    bf16* out = nullptr;           // [num_tokens, num_heads * v_dim]
+    const float* o_lat = nullptr;   // [num_tokens, num_heads, kv_lora_rank]
+    const bf16* kv_b = nullptr;     // as mla_absorb_params::kv_b
+    bf16* out = nullptr;            // [num_tokens, num_heads * v_dim]
+    const int32_t* rows = nullptr;  // [num_tokens] or nullptr: see mla_rows
     int32_t num_tokens = 0;
     int32_t num_heads = 0;
     int32_t nope_dim = 0;
@@ -911,6 +924,94 @@ struct mla_v_up_params {
 
 /// out[t, h * v_dim + e] = bf16(sum_i o_lat[t, h, i] * kv_b[h * (nope_dim + v_dim) + nope_dim + e, i]).
 void launch_mla_v_up(const mla_v_up_params& p, cudaStream_t stream);
+
+// MLA prefill in the expanded (multi-head) form: the latents of every position a prefill chunk sees are gathered
+// (launch_mla_gather_latent) and up-projected in one GEMM, kv_up = latent . kv_b^T [rows, heads * (nope + v)]
+// (launch_gemm_bf16); launch_mla_build_kv lays out per-head K = [k_nope | k_pe | 0] and V = [v | 0] for
+// launch_paged_attention (num_kv_heads = num_heads; head_dim 192 with v_head_dim 128 for DeepSeek's dims, zero
+// padding to a supported head dim for others: zeros change neither Q K^T nor P V).
+
+struct mla_gather_latent_params {
+    const bf16* cache = nullptr;     // [num_blocks, block_size, kv_lora_rank + rope_dim]
+    const int32_t* slots = nullptr;  // [num_rows]: block * block_size + offset; < 0: a zero row
+    bf16* latent = nullptr;          // [num_rows, kv_lora_rank]
+    int32_t num_rows = 0;
+    int32_t kv_lora_rank = 0;  ///< multiple of 8
+    int32_t rope_dim = 0;      ///< multiple of 8
+};
+
+/// latent[i] = cache row slots[i][:kv_lora_rank] (bit-exact), zeros for slots[i] < 0.
+void launch_mla_gather_latent(const mla_gather_latent_params& p, cudaStream_t stream);
+
+struct mla_build_kv_params {
+    const bf16* kv_up = nullptr;     // [num_rows, num_heads * (nope_dim + v_dim)]: per head nope_dim, then v_dim
+    const bf16* cache = nullptr;     // as mla_gather_latent_params: k_pe at offset kv_lora_rank of each row
+    const int32_t* slots = nullptr;  // [num_rows]; < 0: zero k_pe
+    bf16* k = nullptr;               // [num_rows, num_heads, k_dim]
+    bf16* v = nullptr;               // [num_rows, num_heads, v_out_dim]
+    int32_t num_rows = 0;
+    int32_t num_heads = 0;
+    int32_t nope_dim = 0;
+    int32_t rope_dim = 0;
+    int32_t v_dim = 0;
+    int32_t kv_lora_rank = 0;
+    int32_t k_dim = 0;      ///< >= nope_dim + rope_dim
+    int32_t v_out_dim = 0;  ///< >= v_dim
+};
+
+/// k[i, h] = [kv_up[i, h, :nope_dim] | k_pe of slots[i] | zeros], v[i, h] = [kv_up[i, h, nope_dim:] | zeros]
+/// (bit-exact copies).
+void launch_mla_build_kv(const mla_build_kv_params& p, cudaStream_t stream);
+
+struct mla_repack_heads_params {
+    const bf16* in = nullptr;  // [num_rows, num_heads, in_dim]
+    bf16* out = nullptr;       // [num_rows, num_heads, out_dim]
+    int32_t num_rows = 0;
+    int32_t num_heads = 0;
+    int32_t in_dim = 0;
+    int32_t out_dim = 0;
+};
+
+/// out[i, h, d] = d < in_dim ? in[i, h, d] : 0 for d < out_dim: pads rows of heads with zeros, or truncates them.
+void launch_mla_repack_heads(const mla_repack_heads_params& p, cudaStream_t stream);
+
+// MLA decode (one query token per sequence) in the absorbed form on tensor cores: what launch_mla_attention computes
+// for such a batch, with the latent cache tiles loaded once per block and shared by 16 query heads (the MMA rows),
+// the sequence's keys split over num_splits blocks whose partial outputs a combine pass merges in split order. The
+// absorbed query enters the MMAs rounded to BF16 (launch_mla_attention keeps it in fp32), the probabilities too.
+
+/// Most splits of one sequence's keys.
+constexpr int32_t kMlaDecodeMaxSplits = 32;
+
+/// True for the latent shapes launch_mla_decode takes: kv_lora_rank 512 and rope_dim 64 (DeepSeek-V2/V3).
+bool mla_decode_supported(int32_t kv_lora_rank, int32_t rope_dim);
+
+/// Splits for a batch: about two blocks per multiprocessor in all, 1..kMlaDecodeMaxSplits.
+int32_t mla_decode_splits(int32_t num_seqs, int32_t num_heads, int32_t num_sms);
+
+/// fp32 scratch launch_mla_decode needs (0 for one split).
+size_t mla_decode_workspace_floats(int32_t num_seqs, int32_t num_heads, int32_t num_splits);
+
+struct mla_decode_params {
+    const float* q_lat = nullptr;           // [num_seqs, num_heads, kv_lora_rank]: sequence s's token is row s
+    const bf16* q = nullptr;                // [num_seqs, num_heads, nope_dim + rope_dim]: q_pe at offset nope_dim
+    const bf16* cache = nullptr;            // [num_blocks, block_size, kv_lora_rank + rope_dim]
+    const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+    const int32_t* start_pos = nullptr;     // [num_seqs]: the token's position; it sees positions [0, start_pos]
+    float* o_lat = nullptr;                 // [num_seqs, num_heads, kv_lora_rank]
+    float* workspace = nullptr;             // mla_decode_workspace_floats(num_seqs, num_heads, num_splits)
+    int32_t num_seqs = 0;
+    int32_t num_heads = 0;
+    int32_t nope_dim = 0;  ///< multiple of 8
+    int32_t rope_dim = 0;
+    int32_t kv_lora_rank = 0;
+    int32_t block_size = 0;
+    int32_t max_blocks_per_seq = 0;
+    int32_t num_splits = 1;  ///< 1..kMlaDecodeMaxSplits (mla_decode_splits); the bits depend on it
+    float scale = 1.f;
+};
+
+void launch_mla_decode(const mla_decode_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
 // Group-limited routers (DeepSeek-V2/V3)

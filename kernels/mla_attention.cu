@@ -2,6 +2,7 @@
 // norm + RoPE + cache write, the query absorption into the latent space, the attention over the latents (online
 // softmax, one block per (token, head), its warps splitting the positions), and the value up-projection.
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/api.hpp"
@@ -17,9 +18,13 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTokensPerBlock = 8;  // absorb / v_up: tokens sharing one pass over a head's weights
 constexpr int kMaxChunks = 4;       // attention: 8-element chunks of a cache row per lane (rows <= 1024)
+constexpr int kMaxSlices = 256;     // absorb / v_up: at most this many (head, column slice) blocks per token tile
 
 // ---------------------------------------------------------------------------------------------------------
 // Latent RMSNorm + RoPE of k_pe (cache write) and of every head's q_pe.
+
+/// The step token of row i of a row-listed launch (all tokens, in order, without a list).
+__device__ __forceinline__ int32_t token_of(const int32_t* rows, int32_t i) { return rows != nullptr ? rows[i] : i; }
 
 __device__ __forceinline__ void rope_pair_index(int32_t i, int32_t dim, bool interleave, int32_t& a, int32_t& b) {
     if (interleave) {
@@ -86,18 +91,19 @@ __global__ void __launch_bounds__(kThreads) mla_q_absorb_kernel(const mla_absorb
     const int32_t dn = p.nope_dim, r = p.kv_lora_rank, qk = dn + p.rope_dim;
     for (int32_t idx = threadIdx.x; idx < kTokensPerBlock * dn; idx += blockDim.x) {
         const int32_t tt = idx / dn, d = idx % dn;
-        q_s[tt][d] = tt < n ? __bfloat162float(p.q[(size_t(t0 + tt) * p.num_heads + h) * qk + d]) : 0.f;
+        q_s[tt][d] =
+            tt < n ? __bfloat162float(p.q[(size_t(token_of(p.rows, t0 + tt)) * p.num_heads + h) * qk + d]) : 0.f;
     }
     __syncthreads();
     const bf16* wk = p.kv_b + size_t(h) * (dn + p.v_dim) * r;
-    for (int32_t i = threadIdx.x; i < r; i += blockDim.x) {
+    for (int32_t i = blockIdx.z * blockDim.x + threadIdx.x; i < r; i += gridDim.z * blockDim.x) {
         float acc[kTokensPerBlock] = {};
         for (int32_t d = 0; d < dn; ++d) {
             const float w = __bfloat162float(wk[size_t(d) * r + i]);
 #pragma unroll
             for (int tt = 0; tt < kTokensPerBlock; ++tt) acc[tt] += q_s[tt][d] * w;
         }
-        for (int tt = 0; tt < n; ++tt) p.q_lat[(size_t(t0 + tt) * p.num_heads + h) * r + i] = acc[tt];
+        for (int tt = 0; tt < n; ++tt) p.q_lat[(size_t(token_of(p.rows, t0 + tt)) * p.num_heads + h) * r + i] = acc[tt];
     }
 }
 
@@ -108,7 +114,7 @@ __global__ void __launch_bounds__(kThreads) mla_q_absorb_kernel(const mla_absorb
 __global__ void __launch_bounds__(kThreads) mla_attention_kernel(const mla_attention_params p) {
     __shared__ float m_s[kWarps], l_s[kWarps];
     __shared__ float acc_s[kWarps][1024];
-    const int32_t t = blockIdx.x, h = blockIdx.y;
+    const int32_t t = token_of(p.rows, blockIdx.x), h = blockIdx.y;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int32_t r = p.kv_lora_rank, width = r + p.rope_dim;
     const int32_t latent_chunks = r / 8, chunks = width / 8;
@@ -203,11 +209,11 @@ __global__ void __launch_bounds__(kThreads) mla_v_up_kernel(const mla_v_up_param
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (int32_t idx = threadIdx.x; idx < kTokensPerBlock * r; idx += blockDim.x) {
         const int32_t tt = idx / r, i = idx % r;
-        o_s[idx] = tt < n ? p.o_lat[(size_t(t0 + tt) * p.num_heads + h) * r + i] : 0.f;
+        o_s[idx] = tt < n ? p.o_lat[(size_t(token_of(p.rows, t0 + tt)) * p.num_heads + h) * r + i] : 0.f;
     }
     __syncthreads();
     const bf16* wv = p.kv_b + (size_t(h) * (p.nope_dim + p.v_dim) + p.nope_dim) * r;
-    for (int32_t e = warp; e < p.v_dim; e += kWarps) {
+    for (int32_t e = blockIdx.z * kWarps + warp; e < p.v_dim; e += gridDim.z * kWarps) {
         float acc[kTokensPerBlock] = {};
         for (int32_t i = lane; i < r; i += 32) {
             const float w = __bfloat162float(wv[size_t(e) * r + i]);
@@ -218,7 +224,8 @@ __global__ void __launch_bounds__(kThreads) mla_v_up_kernel(const mla_v_up_param
         for (int tt = 0; tt < kTokensPerBlock; ++tt) acc[tt] = detail::warp_sum(acc[tt]);
         if (lane == 0)
             for (int tt = 0; tt < n; ++tt)
-                p.out[size_t(t0 + tt) * p.num_heads * p.v_dim + size_t(h) * p.v_dim + e] = __float2bfloat16(acc[tt]);
+                p.out[size_t(token_of(p.rows, t0 + tt)) * p.num_heads * p.v_dim + size_t(h) * p.v_dim + e] =
+                    __float2bfloat16(acc[tt]);
     }
 }
 
@@ -235,7 +242,9 @@ void launch_mla_rope_kv(const mla_rope_kv_params& p, cudaStream_t stream) {
 void launch_mla_q_absorb(const mla_absorb_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(p.nope_dim > 0 && p.nope_dim <= 256, "mla_q_absorb: nope_dim must be in [1, 256]");
     if (p.num_tokens == 0) return;
-    const dim3 grid(p.num_heads, (p.num_tokens + kTokensPerBlock - 1) / kTokensPerBlock);
+    // Column slices over blockIdx.z: more blocks for the few tokens of a decode step (same sums per column).
+    const dim3 grid(p.num_heads, (p.num_tokens + kTokensPerBlock - 1) / kTokensPerBlock,
+                    std::max(1, std::min((p.kv_lora_rank + kThreads - 1) / kThreads, kMaxSlices / p.num_heads)));
     mla_q_absorb_kernel<<<grid, kThreads, 0, stream>>>(p);
     ZMOE_CUDA_CHECK_LAUNCH();
 }
@@ -252,7 +261,9 @@ void launch_mla_attention(const mla_attention_params& p, cudaStream_t stream) {
 void launch_mla_v_up(const mla_v_up_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(p.kv_lora_rank > 0 && p.kv_lora_rank <= 1024, "mla_v_up: kv_lora_rank must be in [1, 1024]");
     if (p.num_tokens == 0) return;
-    const dim3 grid(p.num_heads, (p.num_tokens + kTokensPerBlock - 1) / kTokensPerBlock);
+    // Output-column slices over blockIdx.z (same warp sums per column).
+    const dim3 grid(p.num_heads, (p.num_tokens + kTokensPerBlock - 1) / kTokensPerBlock,
+                    std::max(1, std::min((p.v_dim + 4 * kWarps - 1) / (4 * kWarps), kMaxSlices / p.num_heads)));
     const size_t smem = size_t(kTokensPerBlock) * p.kv_lora_rank * sizeof(float);
     mla_v_up_kernel<<<grid, kThreads, smem, stream>>>(p);
     ZMOE_CUDA_CHECK_LAUNCH();

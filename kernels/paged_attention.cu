@@ -33,17 +33,21 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kRows = kAttentionRowsPerItem;  // 16 rows per warp
 static_assert(kRows == kWarps * 16);
 
-template <int kHeadDim>
+/// kHeadDim: of Q and K; kVDim (<= kHeadDim): of V and the output (MLA's expanded form: 192 and 128).
+template <int kHeadDim, int kVDim>
 struct prefill_tile {
-    static constexpr int kKeys = kHeadDim >= 256 ? 32 : 64;  // keys per K/V tile
-    static constexpr bool kQInRegisters = kHeadDim <= 128;   // 256: 64 more registers than fit beside O
-    static constexpr int kChunks = kHeadDim / 8;             // 16-byte chunks per row
+    static_assert(kVDim <= kHeadDim, "the output rows are staged in the query's rows");
+    static constexpr int kKeys = kHeadDim >= 256 ? 32 : 64;                                      // keys per K/V tile
+    static constexpr bool kQInRegisters = kHeadDim <= 128 || (kHeadDim <= 192 && kVDim <= 128);  // 256: no room
+    static constexpr int kChunks = kHeadDim / 8;                                                 // 16-byte chunks
+    static constexpr int kVChunks = kVDim / 8;
     static constexpr int kStages = 2;
-    // Byte layout: q [kRows][kHeadDim] | k [kStages][kKeys][kHeadDim] | v [kStages][kKeys][kHeadDim], bf16,
+    // Byte layout: q [kRows][kHeadDim] | k [kStages][kKeys][kHeadDim] | v [kStages][kKeys][kVDim], bf16,
     // every row's chunks swizzled (chunk_offset).
     static constexpr uint32_t kQBytes = uint32_t(kRows) * kHeadDim * 2;
     static constexpr uint32_t kTileBytes = uint32_t(kKeys) * kHeadDim * 2;
-    static constexpr uint32_t kQ = 0, kK = kQBytes, kV = kK + kStages * kTileBytes, kTotal = kV + kStages * kTileBytes;
+    static constexpr uint32_t kVTileBytes = uint32_t(kKeys) * kVDim * 2;
+    static constexpr uint32_t kQ = 0, kK = kQBytes, kV = kK + kStages * kTileBytes, kTotal = kV + kStages * kVTileBytes;
 };
 
 /// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of rows of kChunks chunks: the chunk index is XORed
@@ -72,13 +76,13 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-template <int kHeadDim>
+template <int kHeadDim, int kVDim>
 __global__ void __launch_bounds__(kThreads, 2) prefill_attention_kernel(const paged_attention_params p) {
-    using tile = prefill_tile<kHeadDim>;
-    constexpr int kKeys = tile::kKeys, kChunks = tile::kChunks;
-    constexpr int kDSteps = kHeadDim / 16;   // k-steps of Q K^T
-    constexpr int kKeyTiles = kKeys / 8;     // n-tiles of S
-    constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O
+    using tile = prefill_tile<kHeadDim, kVDim>;
+    constexpr int kKeys = tile::kKeys, kChunks = tile::kChunks, kVChunks = tile::kVChunks;
+    constexpr int kDSteps = kHeadDim / 16;  // k-steps of Q K^T
+    constexpr int kKeyTiles = kKeys / 8;    // n-tiles of S
+    constexpr int kDimTiles = kVDim / 8;    // n-tiles of O
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t smem_base = uint32_t(__cvta_generic_to_shared(smem));
     const uint32_t q_s = smem_base + tile::kQ, k_s = smem_base + tile::kK, v_s = smem_base + tile::kV;
@@ -107,18 +111,19 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_attention_kernel(const pa
 
     // K and V tile `t` into stage `stage` (zeros past kv_end, so that P V never meets uninitialised memory).
     auto load_tile = [&](int32_t t, int stage) {
-        const uint32_t k_dst = k_s + stage * tile::kTileBytes, v_dst = v_s + stage * tile::kTileBytes;
+        const uint32_t k_dst = k_s + stage * tile::kTileBytes, v_dst = v_s + stage * tile::kVTileBytes;
         for (int v = threadIdx.x; v < kKeys * kChunks; v += kThreads) {
             const int j = v / kChunks, chunk = v % kChunks;
             const int32_t pos = t * kKeys + j;
             const bool valid = pos < kv_end;
-            size_t off = 0;
-            if (valid) {
-                const size_t slot = size_t(table[pos / p.block_size]) * p.block_size + pos % p.block_size;
-                off = (slot * p.num_kv_heads + kvh) * kHeadDim + chunk * 8;
-            }
-            cp_async_16(k_dst + chunk_offset<kChunks>(j, chunk), p.k_cache + off, valid);
-            cp_async_16(v_dst + chunk_offset<kChunks>(j, chunk), p.v_cache + off, valid);
+            size_t slot = 0;
+            if (valid) slot = size_t(table[pos / p.block_size]) * p.block_size + pos % p.block_size;
+            const size_t row = slot * p.num_kv_heads + kvh;
+            cp_async_16(k_dst + chunk_offset<kChunks>(j, chunk), p.k_cache + (valid ? row * kHeadDim + chunk * 8 : 0),
+                        valid);
+            if (kVDim == kHeadDim || chunk < kVChunks)
+                cp_async_16(v_dst + chunk_offset<kVChunks>(j, chunk), p.v_cache + (valid ? row * kVDim + chunk * 8 : 0),
+                            valid);
         }
     };
     load_tile(0, 0);
@@ -163,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_attention_kernel(const pa
         }
         const int32_t kv0 = t * kKeys;
         if (kv0 <= warp_last_pos) {
-            const uint32_t k_tile = k_s + stage * tile::kTileBytes, v_tile = v_s + stage * tile::kTileBytes;
+            const uint32_t k_tile = k_s + stage * tile::kTileBytes, v_tile = v_s + stage * tile::kVTileBytes;
             float s[kKeyTiles][4];
 #pragma unroll
             for (int j = 0; j < kKeyTiles; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
@@ -223,7 +228,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_attention_kernel(const pa
 #pragma unroll
                 for (int dp = 0; dp < kDimTiles / 2; ++dp) {
                     uint32_t b[4];
-                    detail::ldmatrix_x4_trans(v_tile + chunk_offset<kChunks>(kk * 16 + v_key, 2 * dp + v_chunk), b);
+                    detail::ldmatrix_x4_trans(v_tile + chunk_offset<kVChunks>(kk * 16 + v_key, 2 * dp + v_chunk), b);
                     detail::mma_bf16_16816(o[2 * dp], a, b[0], b[1]);
                     detail::mma_bf16_16816(o[2 * dp + 1], a, b[2], b[3]);
                 }
@@ -248,8 +253,8 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_attention_kernel(const pa
         }
     }
     __syncwarp();
-    for (int v = lane; v < 16 * kChunks; v += 32) {
-        const int rr = v / kChunks, chunk = v % kChunks;
+    for (int v = lane; v < 16 * kVChunks; v += 32) {
+        const int rr = v / kVChunks, chunk = v % kVChunks;
         const int32_t r = warp_row0 + rr;
         if (r >= total_rows) continue;
         detail::bf16x8 x;
@@ -259,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_attention_kernel(const pa
                      : "r"(q_s + chunk_offset<kChunks>(warp * 16 + rr, chunk))
                      : "memory");
         const int32_t token = q_begin + r / group, head = kvh * group + r % group;
-        *reinterpret_cast<detail::bf16x8*>(p.out + (size_t(token) * p.num_q_heads + head) * kHeadDim + chunk * 8) = x;
+        *reinterpret_cast<detail::bf16x8*>(p.out + (size_t(token) * p.num_q_heads + head) * kVDim + chunk * 8) = x;
     }
 }
 
@@ -267,6 +272,12 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_attention_kernel(const pa
 
 int32_t paged_attention_rows_per_item(int32_t head_dim) {
     return detail::paged_attention_wgmma_supported(head_dim) ? 128 : kAttentionRowsPerItem;
+}
+
+bool paged_attention_dims_supported(int32_t head_dim, int32_t v_head_dim) {
+    const bool plain = head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256;
+    if (v_head_dim == 0 || v_head_dim == head_dim) return plain;
+    return head_dim == 192 && v_head_dim == 128;
 }
 
 std::vector<int32_t> paged_attention_plan(std::span<const int32_t> query_start_host, int32_t num_q_heads,
@@ -298,17 +309,21 @@ void launch_paged_attention(const paged_attention_params& p, cudaStream_t stream
     ZMOE_KERNEL_REQUIRE(p.num_kv_heads > 0 && p.num_q_heads % p.num_kv_heads == 0,
                         "paged_attention: num_kv_heads must divide num_q_heads");
     ZMOE_KERNEL_REQUIRE(p.block_size > 0, "paged_attention: block_size must be positive");
+    ZMOE_KERNEL_REQUIRE(paged_attention_dims_supported(p.head_dim, p.v_head_dim),
+                        "paged_attention: (head_dim, v_head_dim) must be (d, 0 or d) for d in 16, 32, 64, 128, 256, "
+                        "or (192, 128)");
     ZMOE_KERNEL_REQUIRE(p.impl == paged_attention_impl::automatic || p.impl == paged_attention_impl::mma ||
                             p.impl == paged_attention_impl::wgmma,
                         "paged_attention: impl must be automatic, mma or wgmma");
+    const bool same_v = p.v_head_dim == 0 || p.v_head_dim == p.head_dim;
     ZMOE_KERNEL_REQUIRE(p.rows_per_item == kAttentionRowsPerItem || p.rows_per_item == 128,
                         "paged_attention: rows_per_item must be 64 or 128");
     const bool wgmma = p.impl == paged_attention_impl::wgmma ||
-                       (p.impl == paged_attention_impl::automatic &&
+                       (p.impl == paged_attention_impl::automatic && same_v &&
                         (p.rows_per_item == 128 || detail::paged_attention_wgmma_supported(p.head_dim)));
-    ZMOE_KERNEL_REQUIRE(!wgmma || detail::paged_attention_wgmma_supported(p.head_dim),
+    ZMOE_KERNEL_REQUIRE(!wgmma || (same_v && detail::paged_attention_wgmma_supported(p.head_dim)),
                         "paged_attention: the wgmma kernel (impl wgmma, or rows_per_item 128) needs compute capability "
-                        "9.x and head_dim 64 or 128");
+                        "9.x, head_dim 64 or 128 and no separate v_head_dim");
     ZMOE_KERNEL_REQUIRE(wgmma || p.rows_per_item == kAttentionRowsPerItem,
                         "paged_attention: the mma kernel takes items of 64 rows");
     if (p.num_work_items == 0) return;
@@ -316,14 +331,19 @@ void launch_paged_attention(const paged_attention_params& p, cudaStream_t stream
         detail::launch_paged_attention_wgmma(p, stream);
         return;
     }
-    DISPATCH_HEAD_DIM(p.head_dim, kHeadDim, {
-        constexpr uint32_t smem = prefill_tile<kHeadDim>::kTotal;
+    const dim3 grid(p.num_work_items, p.num_kv_heads);
+    auto launch = [&](auto kernel, uint32_t smem) {
         if (smem > 48 * 1024)
-            ZMOE_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<kHeadDim>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        const dim3 grid(p.num_work_items, p.num_kv_heads);
-        prefill_attention_kernel<kHeadDim><<<grid, kThreads, smem, stream>>>(p);
-    });
+            ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        kernel<<<grid, kThreads, smem, stream>>>(p);
+    };
+    if (p.v_head_dim != 0 && p.v_head_dim != p.head_dim) {
+        launch(prefill_attention_kernel<192, 128>, prefill_tile<192, 128>::kTotal);  // MLA's expanded form
+    } else {
+        DISPATCH_HEAD_DIM(p.head_dim, kHeadDim, {
+            launch(prefill_attention_kernel<kHeadDim, kHeadDim>, prefill_tile<kHeadDim, kHeadDim>::kTotal);
+        });
+    }
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 

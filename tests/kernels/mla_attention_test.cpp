@@ -4,6 +4,8 @@
 // shuffled block tables, both RoPE layouts, fixture-sized and DeepSeek-V2-Lite-sized heads.
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "kernels/reference/reference.hpp"
@@ -165,6 +167,73 @@ TEST_P(MlaAttention, StagesMatchReference) {
     std::vector<float> out(d_out.size());
     ref::mla_v_up(shape, o_lat_gpu.data(), kv_b.data(), out.data());
     EXPECT_LT(rel_error(download_bf16(d_out), out), kBf16Tolerance) << "value up-projection";
+
+    // 5. The three absorbed launches over a listed subset of the tokens (a step's decodes, while its prefill chunks
+    // take the expanded form): listed tokens bit-identical to the launches over every token, the others untouched.
+    std::vector<int32_t> listed;
+    for (int32_t t = T - 1; t >= 0; t -= 2) listed.push_back(t);
+    auto d_rows = upload(listed);
+    const auto n_listed = int32_t(listed.size());
+    device_buffer<float> d_q_lat2(d_q_lat.size()), d_o_lat2(d_o_lat.size());
+    device_buffer<bf16> d_out2(d_out.size());
+    d_q_lat2.poison();
+    d_o_lat2.poison();
+    d_out2.poison();
+    launch_mla_q_absorb({.q = d_q.get(),
+                         .kv_b = d_kv_b.get(),
+                         .q_lat = d_q_lat2.get(),
+                         .rows = d_rows.get(),
+                         .num_tokens = n_listed,
+                         .num_heads = c.heads,
+                         .nope_dim = c.nope,
+                         .rope_dim = c.rope,
+                         .v_dim = c.v_dim,
+                         .kv_lora_rank = c.rank},
+                        nullptr);
+    launch_mla_attention({.q_lat = d_q_lat.get(),
+                          .q = d_q.get(),
+                          .cache = d_cache.get(),
+                          .block_tables = d_tables.get(),
+                          .query_start = d_qs.get(),
+                          .start_pos = d_sp.get(),
+                          .o_lat = d_o_lat2.get(),
+                          .rows = d_rows.get(),
+                          .num_tokens = n_listed,
+                          .num_seqs = num_seqs,
+                          .num_heads = c.heads,
+                          .nope_dim = c.nope,
+                          .rope_dim = c.rope,
+                          .kv_lora_rank = c.rank,
+                          .block_size = kBlock,
+                          .max_blocks_per_seq = max_blocks,
+                          .scale = shape.scale},
+                         nullptr);
+    launch_mla_v_up({.o_lat = d_o_lat.get(),
+                     .kv_b = d_kv_b.get(),
+                     .out = d_out2.get(),
+                     .rows = d_rows.get(),
+                     .num_tokens = n_listed,
+                     .num_heads = c.heads,
+                     .nope_dim = c.nope,
+                     .v_dim = c.v_dim,
+                     .kv_lora_rank = c.rank},
+                    nullptr);
+    sync_and_check();
+    auto same_rows = [&](const auto& full, const auto& part, size_t row_elems, const char* what) {
+        for (int32_t t = 0; t < T; ++t) {
+            const bool is_listed = std::find(listed.begin(), listed.end(), t) != listed.end();
+            for (size_t e = 0; e < row_elems; ++e) {
+                const size_t i = size_t(t) * row_elems + e;
+                if (is_listed)
+                    ASSERT_EQ(std::memcmp(&full[i], &part[i], sizeof(full[i])), 0) << what << " token " << t;
+                else
+                    ASSERT_TRUE(std::isnan(float(part[i]))) << what << " unlisted token " << t << " written";
+            }
+        }
+    };
+    same_rows(q_lat_gpu, download(d_q_lat2), size_t(c.heads) * c.rank, "q_lat");
+    same_rows(o_lat_gpu, download(d_o_lat2), size_t(c.heads) * c.rank, "o_lat");
+    same_rows(download_bf16(d_out), download_bf16(d_out2), size_t(c.heads) * c.v_dim, "out");
 }
 
 const std::vector<std::pair<int32_t, int32_t>> kMixed{{0, 7}, {20, 1}, {33, 5}, {0, 1}, {100, 1}, {15, 18}};

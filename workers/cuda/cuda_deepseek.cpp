@@ -1,8 +1,10 @@
 #include "workers/cuda/cuda_deepseek.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
+#include "base/check.hpp"
 #include "base/error.hpp"
 #include "kernels/cuda_check.hpp"
 
@@ -79,7 +81,79 @@ void launch_deepseek_router(const model_config& c, const cuda_layer& w, const fl
         stream);
 }
 
-mla_attention_runner::mla_attention_runner(const model_config& c, int32_t max_tokens) : c_(c) {
+mla_prefill_plan plan_mla_prefill(const mla_host_step& h, int32_t num_heads, int32_t capacity_rows, bool expanded) {
+    mla_prefill_plan p;
+    const auto num_seqs = static_cast<int32_t>(h.start_pos.size());
+    const std::span<const int32_t> qs = h.query_start;
+    p.num_tokens = num_seqs > 0 ? qs[num_seqs] : 0;
+    auto padded = [](int32_t n) { return (n + kMlaExpandBlock - 1) / kMlaExpandBlock * kMlaExpandBlock; };
+    auto kv_end = [&](int32_t s) { return h.start_pos[s] + qs[s + 1] - qs[s]; };
+    auto takes_expanded = [&](int32_t s) {
+        return expanded && qs[s + 1] - qs[s] >= 2 && padded(kv_end(s)) <= capacity_rows;
+    };
+    int32_t s = 0;
+    while (s < num_seqs) {
+        if (!takes_expanded(s)) {
+            for (int32_t t = qs[s]; t < qs[s + 1]; ++t) p.absorbed_tokens.push_back(t);
+            ++s;
+            continue;
+        }
+        mla_prefill_plan::group g;
+        g.first_seq = s;
+        g.first_token = qs[s];
+        while (s < num_seqs && takes_expanded(s) && g.num_rows + padded(kv_end(s)) <= capacity_rows) {
+            g.num_rows += padded(kv_end(s));
+            g.table_width = std::max(g.table_width, padded(kv_end(s)) / kMlaExpandBlock);
+            ++s;
+        }
+        g.num_seqs = s - g.first_seq;
+        g.num_tokens = qs[s] - g.first_token;
+        p.groups.push_back(g);
+    }
+    p.all_absorbed = p.groups.empty();
+    p.decode_only = num_seqs > 0 && p.num_tokens == num_seqs;
+    for (int32_t i = 0; i < num_seqs && p.decode_only; ++i) p.decode_only = qs[i + 1] - qs[i] == 1;
+    std::vector<int32_t>& d = p.data;
+    if (!p.all_absorbed) {
+        p.absorbed_offset = d.size();
+        d.insert(d.end(), p.absorbed_tokens.begin(), p.absorbed_tokens.end());
+    }
+    for (mla_prefill_plan::group& g : p.groups) {
+        // Expanded rows: sequence i of the group owns rows [base_i, base_i + padded(end_i)); row base_i + pos holds
+        // position pos (its cache slot through the sequence's block table), the padding rows none (-1).
+        g.slots = d.size();
+        std::vector<int32_t> base;
+        int32_t row = 0;
+        for (int32_t i = 0; i < g.num_seqs; ++i) {
+            const int32_t sq = g.first_seq + i, end = kv_end(sq);
+            const int32_t* table = h.block_tables + static_cast<size_t>(sq) * h.max_blocks_per_seq;
+            base.push_back(row);
+            for (int32_t pos = 0; pos < padded(end); ++pos)
+                d.push_back(pos < end ? table[pos / h.block_size] * h.block_size + pos % h.block_size : -1);
+            row += padded(end);
+        }
+        g.tables = d.size();
+        for (int32_t i = 0; i < g.num_seqs; ++i)
+            for (int32_t b = 0; b < g.table_width; ++b)
+                d.push_back(base[i] / kMlaExpandBlock +
+                            std::min(b, padded(kv_end(g.first_seq + i)) / kMlaExpandBlock - 1));
+        g.query_start = d.size();
+        for (int32_t i = 0; i <= g.num_seqs; ++i) d.push_back(qs[g.first_seq + i]);
+        g.start_pos = d.size();
+        for (int32_t i = 0; i < g.num_seqs; ++i) d.push_back(h.start_pos[g.first_seq + i]);
+        g.work_items = d.size();
+        const std::vector<int32_t> items = kernels::paged_attention_plan(
+            std::span<const int32_t>(d.data() + g.query_start, static_cast<size_t>(g.num_seqs) + 1), num_heads,
+            num_heads);
+        g.num_work_items = static_cast<int32_t>(items.size() / 2);
+        d.insert(d.end(), items.begin(), items.end());
+    }
+    return p;
+}
+
+mla_attention_runner::mla_attention_runner(const model_config& c, int32_t max_tokens, int32_t max_seqs,
+                                           int32_t max_kv_len, int64_t expand_budget_bytes, bool tensor_core_decode)
+    : c_(c) {
     const mla_params& m = c.mla;
     const size_t T = static_cast<size_t>(max_tokens), heads = static_cast<size_t>(c.num_heads);
     const size_t r = static_cast<size_t>(m.kv_lora_rank), dr = static_cast<size_t>(m.qk_rope_head_dim);
@@ -94,10 +168,69 @@ mla_attention_runner::mla_attention_runner(const model_config& c, int32_t max_to
     alloc(q_lat_, T * heads * r * sizeof(float));
     alloc(o_lat_, T * heads * r * sizeof(float));
     alloc(attn_, T * heads * static_cast<size_t>(m.v_head_dim) * sizeof(bf16));
+    // Expanded prefill: the kernel's head dims for the model's (192 / 128 as they are; others zero-padded to one
+    // plain head dim), and the scratch rows the budget allows (no more than the longest sequence needs).
+    const auto dn = static_cast<int32_t>(m.qk_nope_head_dim), dv = static_cast<int32_t>(m.v_head_dim);
+    const int32_t qk_dim = dn + static_cast<int32_t>(dr);
+    if (qk_dim != dv && kernels::paged_attention_dims_supported(qk_dim, dv)) {
+        k_dim_ = qk_dim;
+        v_dim_ = dv;
+    } else {
+        for (int32_t d : {16, 32, 64, 128, 256})
+            if (d >= std::max(qk_dim, dv)) {
+                k_dim_ = v_dim_ = d;
+                break;
+            }
+    }
+    if (k_dim_ > 0 && expand_budget_bytes > 0) {
+        const int64_t per_row = static_cast<int64_t>(sizeof(bf16)) *
+                                (static_cast<int64_t>(r) + static_cast<int64_t>(heads) * (dn + dv + k_dim_ + v_dim_));
+        const int64_t need =
+            (static_cast<int64_t>(std::max(max_kv_len, 1)) + kMlaExpandBlock - 1) / kMlaExpandBlock * kMlaExpandBlock;
+        const int64_t rows = std::min(expand_budget_bytes / per_row, need) / kMlaExpandBlock * kMlaExpandBlock;
+        expand_rows_ = static_cast<int32_t>(std::min<int64_t>(rows, int64_t{1} << 30));
+    }
+    if (expand_rows_ > 0) {
+        const size_t R = static_cast<size_t>(expand_rows_);
+        alloc(latent_, R * r * sizeof(bf16));
+        alloc(kv_up_, R * heads * static_cast<size_t>(dn + dv) * sizeof(bf16));
+        alloc(k_, R * heads * static_cast<size_t>(k_dim_) * sizeof(bf16));
+        alloc(v_, R * heads * static_cast<size_t>(v_dim_) * sizeof(bf16));
+        if (k_dim_ != qk_dim) alloc(q_pad_, T * heads * static_cast<size_t>(k_dim_) * sizeof(bf16));
+        if (v_dim_ != dv) alloc(out_pad_, T * heads * static_cast<size_t>(v_dim_) * sizeof(bf16));
+    }
+    tc_decode_ = tensor_core_decode && kernels::mla_decode_supported(r, static_cast<int32_t>(dr)) && dn % 8 == 0;
+    if (tc_decode_) {
+        int device = 0;
+        ZMOE_CUDA_CHECK(cudaGetDevice(&device));
+        ZMOE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
+        size_t floats = 1;
+        for (int32_t b = 1; b <= max_seqs; ++b)
+            floats = std::max(
+                floats, kernels::mla_decode_workspace_floats(b, heads, kernels::mla_decode_splits(b, heads, num_sms_)));
+        alloc(decode_ws_, floats * sizeof(float));
+    }
     const std::vector<float> inv_freq = c.rope_inv_freq();
     alloc(inv_freq_, inv_freq.size() * sizeof(float));
     ZMOE_CUDA_CHECK(
         cudaMemcpy(inv_freq_.as<void>(), inv_freq.data(), inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+void mla_attention_runner::prepare(const mla_host_step& h, cudaStream_t stream) {
+    plan_ = plan_mla_prefill(h, i32(c_.num_heads), expand_rows_, expand_rows_ > 0);
+    if (plan_.data.empty()) return;
+    const size_t bytes = plan_.data.size() * sizeof(int32_t);
+    if (bytes > plan_host_.bytes()) {
+        // Grown outside any graph capture (prepare runs before the forward pass); the previous step has finished
+        // with the old buffers (every step ends synchronised).
+        ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+        const size_t grown = std::max(bytes, plan_host_.bytes() * 3 / 2);
+        plan_dev_ = device_buffer(grown);
+        plan_host_ = pinned_buffer(grown);
+    }
+    std::copy(plan_.data.begin(), plan_.data.end(), plan_host_.as<int32_t>());
+    ZMOE_CUDA_CHECK(
+        cudaMemcpyAsync(plan_dev_.as<void>(), plan_host_.as<void>(), bytes, cudaMemcpyHostToDevice, stream));
 }
 
 void mla_attention_runner::run(const cuda_layer& w, const mla_step& s, const bf16* xn, bf16* cache, bf16* out,
@@ -142,44 +275,154 @@ void mla_attention_runner::run(const cuda_layer& w, const mla_step& s, const bf1
                                  .eps = kLatentNormEps,
                                  .interleave = m.rope_interleave},
                                 stream);
+    ZMOE_CHECK(plan_.num_tokens == T, "MLA attention: the step was not prepared (plan of " +
+                                          std::to_string(plan_.num_tokens) + " tokens, step of " + std::to_string(T) +
+                                          ")");
+    const int32_t* plan = plan_dev_.as<int32_t>();
+    bf16* attn = attn_.as<bf16>();
+    for (const mla_prefill_plan::group& pg : plan_.groups) run_expanded(w, pg, q, cache, attn, g, stream);
+    const int32_t* rows = plan_.all_absorbed ? nullptr : plan + plan_.absorbed_offset;
+    const int32_t num_rows = plan_.all_absorbed ? T : static_cast<int32_t>(plan_.absorbed_tokens.size());
+    if (num_rows > 0) run_absorbed(w, s, rows, num_rows, q, cache, attn, stream);
+    gemm(g, attn, w.o.as<bf16>(), out, T, H, heads * dv, stream);
+}
+
+void mla_attention_runner::run_absorbed(const cuda_layer& w, const mla_step& s, const int32_t* rows, int32_t num_rows,
+                                        const bf16* q, const bf16* cache, bf16* attn, cudaStream_t stream) const {
+    const mla_params& m = c_.mla;
+    const int32_t heads = i32(c_.num_heads), r = i32(m.kv_lora_rank), dn = i32(m.qk_nope_head_dim);
+    const int32_t dr = i32(m.qk_rope_head_dim), dv = i32(m.v_head_dim);
     kernels::launch_mla_q_absorb({.q = q,
                                   .kv_b = w.mla.kv_b.as<bf16>(),
                                   .q_lat = q_lat_.as<float>(),
-                                  .num_tokens = T,
+                                  .rows = rows,
+                                  .num_tokens = num_rows,
                                   .num_heads = heads,
                                   .nope_dim = dn,
                                   .rope_dim = dr,
                                   .v_dim = dv,
                                   .kv_lora_rank = r},
                                  stream);
-    kernels::launch_mla_attention({.q_lat = q_lat_.as<float>(),
-                                   .q = q,
-                                   .cache = cache,
-                                   .block_tables = s.block_tables,
-                                   .query_start = s.query_start,
-                                   .start_pos = s.start_pos,
-                                   .o_lat = o_lat_.as<float>(),
-                                   .num_tokens = T,
-                                   .num_seqs = s.num_seqs,
-                                   .num_heads = heads,
-                                   .nope_dim = dn,
-                                   .rope_dim = dr,
-                                   .kv_lora_rank = r,
-                                   .block_size = s.block_size,
-                                   .max_blocks_per_seq = s.max_blocks_per_seq,
-                                   .scale = c_.softmax_scale()},
-                                  stream);
-    bf16* attn = attn_.as<bf16>();
+    if (tc_decode_ && rows == nullptr && plan_.decode_only && s.num_seqs == num_rows) {
+        kernels::launch_mla_decode({.q_lat = q_lat_.as<float>(),
+                                    .q = q,
+                                    .cache = cache,
+                                    .block_tables = s.block_tables,
+                                    .start_pos = s.start_pos,
+                                    .o_lat = o_lat_.as<float>(),
+                                    .workspace = decode_ws_.as<float>(),
+                                    .num_seqs = s.num_seqs,
+                                    .num_heads = heads,
+                                    .nope_dim = dn,
+                                    .rope_dim = dr,
+                                    .kv_lora_rank = r,
+                                    .block_size = s.block_size,
+                                    .max_blocks_per_seq = s.max_blocks_per_seq,
+                                    .num_splits = kernels::mla_decode_splits(s.num_seqs, heads, num_sms_),
+                                    .scale = c_.softmax_scale()},
+                                   stream);
+    } else {
+        kernels::launch_mla_attention({.q_lat = q_lat_.as<float>(),
+                                       .q = q,
+                                       .cache = cache,
+                                       .block_tables = s.block_tables,
+                                       .query_start = s.query_start,
+                                       .start_pos = s.start_pos,
+                                       .o_lat = o_lat_.as<float>(),
+                                       .rows = rows,
+                                       .num_tokens = num_rows,
+                                       .num_seqs = s.num_seqs,
+                                       .num_heads = heads,
+                                       .nope_dim = dn,
+                                       .rope_dim = dr,
+                                       .kv_lora_rank = r,
+                                       .block_size = s.block_size,
+                                       .max_blocks_per_seq = s.max_blocks_per_seq,
+                                       .scale = c_.softmax_scale()},
+                                      stream);
+    }
     kernels::launch_mla_v_up({.o_lat = o_lat_.as<float>(),
                               .kv_b = w.mla.kv_b.as<bf16>(),
                               .out = attn,
-                              .num_tokens = T,
+                              .rows = rows,
+                              .num_tokens = num_rows,
                               .num_heads = heads,
                               .nope_dim = dn,
                               .v_dim = dv,
                               .kv_lora_rank = r},
                              stream);
-    gemm(g, attn, w.o.as<bf16>(), out, T, H, heads * dv, stream);
+}
+
+void mla_attention_runner::run_expanded(const cuda_layer& w, const mla_prefill_plan::group& pg, const bf16* q,
+                                        const bf16* cache, bf16* attn, const gemm_context& g,
+                                        cudaStream_t stream) const {
+    const mla_params& m = c_.mla;
+    const int32_t heads = i32(c_.num_heads), r = i32(m.kv_lora_rank), dn = i32(m.qk_nope_head_dim);
+    const int32_t dr = i32(m.qk_rope_head_dim), dv = i32(m.v_head_dim), qk = dn + dr;
+    const int32_t* plan = plan_dev_.as<int32_t>();
+    const int32_t* slots = plan + pg.slots;
+    const int32_t N = pg.num_rows;
+    kernels::launch_mla_gather_latent({.cache = cache,
+                                       .slots = slots,
+                                       .latent = latent_.as<bf16>(),
+                                       .num_rows = N,
+                                       .kv_lora_rank = r,
+                                       .rope_dim = dr},
+                                      stream);
+    gemm(g, latent_.as<bf16>(), w.mla.kv_b.as<bf16>(), kv_up_.as<bf16>(), N, heads * (dn + dv), r, stream);
+    kernels::launch_mla_build_kv({.kv_up = kv_up_.as<bf16>(),
+                                  .cache = cache,
+                                  .slots = slots,
+                                  .k = k_.as<bf16>(),
+                                  .v = v_.as<bf16>(),
+                                  .num_rows = N,
+                                  .num_heads = heads,
+                                  .nope_dim = dn,
+                                  .rope_dim = dr,
+                                  .v_dim = dv,
+                                  .kv_lora_rank = r,
+                                  .k_dim = k_dim_,
+                                  .v_out_dim = v_dim_},
+                                 stream);
+    const size_t t0 = static_cast<size_t>(pg.first_token);
+    const bf16* q_in = q;
+    if (k_dim_ != qk) {
+        kernels::launch_mla_repack_heads({.in = q + t0 * heads * qk,
+                                          .out = q_pad_.as<bf16>() + t0 * heads * k_dim_,
+                                          .num_rows = pg.num_tokens,
+                                          .num_heads = heads,
+                                          .in_dim = qk,
+                                          .out_dim = k_dim_},
+                                         stream);
+        q_in = q_pad_.as<bf16>();
+    }
+    bf16* o = v_dim_ != dv ? out_pad_.as<bf16>() : attn;
+    kernels::launch_paged_attention({.q = q_in,
+                                     .k_cache = k_.as<bf16>(),
+                                     .v_cache = v_.as<bf16>(),
+                                     .block_tables = plan + pg.tables,
+                                     .query_start = plan + pg.query_start,
+                                     .start_pos = plan + pg.start_pos,
+                                     .work_items = plan + pg.work_items,
+                                     .out = o,
+                                     .num_seqs = pg.num_seqs,
+                                     .num_work_items = pg.num_work_items,
+                                     .num_q_heads = heads,
+                                     .num_kv_heads = heads,
+                                     .head_dim = k_dim_,
+                                     .block_size = kMlaExpandBlock,
+                                     .max_blocks_per_seq = pg.table_width,
+                                     .scale = c_.softmax_scale(),
+                                     .v_head_dim = v_dim_},
+                                    stream);
+    if (v_dim_ != dv)
+        kernels::launch_mla_repack_heads({.in = out_pad_.as<bf16>() + t0 * heads * v_dim_,
+                                          .out = attn + t0 * heads * dv,
+                                          .num_rows = pg.num_tokens,
+                                          .num_heads = heads,
+                                          .in_dim = v_dim_,
+                                          .out_dim = dv},
+                                         stream);
 }
 
 }  // namespace zmoe::cuda

@@ -195,7 +195,8 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
         check(cudaDeviceGetStreamPriorityRange(&least, &greatest));
         check(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, greatest));
     }
-    if (config_.is_mla()) mla_ = std::make_unique<mla_attention_runner>(config_, max_tokens);
+    if (config_.is_mla())
+        mla_ = std::make_unique<mla_attention_runner>(config_, max_tokens, run.max_num_seqs, shape.max_kv_len);
     upload_replica_tables();
 
     // K and V rows of kv_width() values per token; MLA: one row (latent + rope key), no V.
@@ -366,6 +367,14 @@ void cuda_step_executor::upload_inputs(const step_shape& s) {
     check(cudaMemcpyAsync(ws_.inputs.as<void>(), ws_.inputs_host.as<void>(), ws_.small_inputs_bytes,
                           cudaMemcpyHostToDevice, stream_));
     ws_.sample_side.upload(stream_);
+    if (mla_)
+        mla_->prepare(
+            {.query_start = std::span<const int32_t>(ws_.query_start.host, static_cast<size_t>(s.num_seqs) + 1),
+             .start_pos = std::span<const int32_t>(ws_.start_pos.host, static_cast<size_t>(s.num_seqs)),
+             .block_tables = ws_.block_tables.host,
+             .block_size = i32(options_.config.block_size),
+             .max_blocks_per_seq = ws_.shape.max_blocks_per_seq},
+            stream_);
     const size_t table_bytes = static_cast<size_t>(s.num_seqs) * ws_.shape.max_blocks_per_seq * sizeof(int32_t);
     if (table_bytes > 0)
         check(cudaMemcpyAsync(ws_.block_tables.device, ws_.block_tables.host, table_bytes, cudaMemcpyHostToDevice,

@@ -1,0 +1,292 @@
+// MLA decode in the absorbed form on tensor cores: one block per (sequence, group of 16 query heads, split of the
+// sequence's keys). The 16 heads' absorbed queries [q_lat | q_pe] (BF16) are the 16 rows of every MMA; each tile of
+// kKeys latent cache rows [c | k_pe] is loaded once (cp.async through the block table, two stages, 16-byte chunks
+// XOR-swizzled) and shared by all of them: S = Q K^T with the 576-wide rows (warp w takes keys 8w .. 8w + 7), the
+// online softmax across the block's warps (row maxima and sums exchanged in shared memory), P (BF16) through
+// shared memory, and O += P C with warp w owning latent columns 128 w .. 128 w + 127 (C = the latent part of the
+// same tile). A split writes its normalised partial output and log-sum-exp; a combine pass merges the splits in
+// split order. One split writes o_lat directly.
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+
+#include "kernels/api.hpp"
+#include "kernels/cuda_check.hpp"
+#include "kernels/device_utils.cuh"
+#include "kernels/mma_sm80.cuh"
+
+namespace zmoe::kernels {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kHeads = 16;  // MMA rows: query heads per block
+constexpr int kKeys = 32;   // keys per tile, 8 per warp for S
+constexpr int kRank = 512;  // latent width (DeepSeek-V2/V3)
+constexpr int kRope = 64;   // rope width
+constexpr int kWidth = kRank + kRope;
+constexpr int kChunks = kWidth / 8;  // 16-byte chunks per row: 72
+constexpr int kStages = 2;
+constexpr int kColsPerWarp = kRank / kWarps;  // 128
+constexpr int kDimTiles = kColsPerWarp / 8;   // 16 n-tiles of O per warp
+constexpr int kPartStride = kRank + 4;        // floats per partial row: the output, the log-sum-exp, padding
+constexpr uint32_t kRowBytes = kWidth * 2;
+constexpr uint32_t kQBytes = kHeads * kRowBytes;
+constexpr uint32_t kTileBytes = kKeys * kRowBytes;
+constexpr uint32_t kPBytes = kHeads * kKeys * 2;
+constexpr uint32_t kQ = 0, kK = kQBytes, kP = kK + kStages * kTileBytes, kRed = kP + kPBytes;
+constexpr uint32_t kSmem = kRed + 2 * kWarps * kHeads * 4;
+static_assert(kChunks % 8 == 0);
+
+/// Byte offset of 16-byte chunk `chunk` of row `row` in rows of `chunks` chunks (a multiple of 8): the chunk index
+/// XORed with the row's low bits, so that the 8 rows one ldmatrix matrix reads fall in 8 different bank groups.
+__device__ __forceinline__ uint32_t swz(int row, int chunk, int chunks) {
+    return uint32_t(row * chunks + (chunk ^ (row & 7))) * 16;
+}
+/// P's rows are 4 chunks: XOR with bits 1..2 of the row (8 rows of one matrix: pairs of rows per bank group set).
+__device__ __forceinline__ uint32_t swz_p(int row, int chunk) {
+    return uint32_t(row * 4 + (chunk ^ ((row >> 1) & 3))) * 16;
+}
+
+__device__ __forceinline__ void cp_async_16(uint32_t smem_dst, const void* gmem_src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_dst), "l"(gmem_src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+__global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(const mla_decode_params p) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const uint32_t base = uint32_t(__cvta_generic_to_shared(smem));
+    const uint32_t q_s = base + kQ, k_s = base + kK, p_s = base + kP;
+    float* red_max = reinterpret_cast<float*>(smem + kRed);  // [kWarps][kHeads]
+    float* red_sum = red_max + kWarps * kHeads;              // [kWarps][kHeads]
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+    const int32_t s = blockIdx.x, h0 = blockIdx.y * kHeads, split = blockIdx.z;
+    const int32_t heads_here = min(kHeads, p.num_heads - h0);
+    const int32_t kv_len = p.start_pos[s] + 1;
+    // This split's keys: chunks of a multiple of kKeys.
+    const int32_t per = (kv_len + p.num_splits - 1) / p.num_splits;
+    const int32_t chunk = (per + kKeys - 1) / kKeys * kKeys;
+    const int32_t k_begin = min(kv_len, split * chunk), k_end = min(kv_len, k_begin + chunk);
+    const int32_t num_tiles = (k_end - k_begin + kKeys - 1) / kKeys;
+    const int32_t* table = p.block_tables + size_t(s) * p.max_blocks_per_seq;
+
+    // The queries: row h = [bf16(q_lat[s, h0 + h]) | q_pe[s, h0 + h]], zeros past the last head.
+    for (int v = threadIdx.x; v < kHeads * kChunks; v += kThreads) {
+        const int row = v / kChunks, c = v % kChunks;
+        uint32_t w[4] = {0, 0, 0, 0};
+        if (row < heads_here) {
+            const size_t hh = size_t(s) * p.num_heads + h0 + row;
+            if (c < kRank / 8) {
+                const float* src = p.q_lat + hh * kRank + c * 8;
+                const float4 a = *reinterpret_cast<const float4*>(src), b = *reinterpret_cast<const float4*>(src + 4);
+                w[0] = pack_bf16(a.x, a.y);
+                w[1] = pack_bf16(a.z, a.w);
+                w[2] = pack_bf16(b.x, b.y);
+                w[3] = pack_bf16(b.z, b.w);
+            } else {
+                const uint4 x =
+                    *reinterpret_cast<const uint4*>(p.q + hh * (p.nope_dim + kRope) + p.nope_dim + (c - kRank / 8) * 8);
+                w[0] = x.x, w[1] = x.y, w[2] = x.z, w[3] = x.w;
+            }
+        }
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(q_s + swz(row, c, kChunks)), "r"(w[0]),
+                     "r"(w[1]), "r"(w[2]), "r"(w[3])
+                     : "memory");
+    }
+
+    auto load_tile = [&](int32_t t, int stage) {
+        const uint32_t dst = k_s + stage * kTileBytes;
+        for (int v = threadIdx.x; v < kKeys * kChunks; v += kThreads) {
+            const int j = v / kChunks, c = v % kChunks;
+            const int32_t pos = k_begin + t * kKeys + j;
+            const bool valid = pos < k_end;
+            size_t off = 0;
+            if (valid) off = (size_t(table[pos / p.block_size]) * p.block_size + pos % p.block_size) * kWidth + c * 8;
+            cp_async_16(dst + swz(j, c, kChunks), p.cache + off, valid);
+        }
+    };
+    if (num_tiles > 0) load_tile(0, 0);
+    cp_async_commit();
+
+    const float scale_log2 = p.scale * 1.4426950408889634f;
+    float o[kDimTiles][4];
+#pragma unroll
+    for (int d = 0; d < kDimTiles; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows g and g + 8; identical in every warp
+    const int a_row = lane % 16, a_chunk = lane / 16;        // A (Q, P) ldmatrix lanes
+    const int b_key = lane % 8, b_chunk = lane / 8;          // K (non-transposed B) lanes: 4 chunks, 8 keys
+    const int v_key = ((lane / 8) % 2) * 8 + lane % 8, v_chunk = lane / 16;  // V (transposed B) lanes
+
+    for (int32_t t = 0; t < num_tiles; ++t) {
+        const int stage = t % kStages;
+        if (t + 1 < num_tiles) load_tile(t + 1, (t + 1) % kStages);
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        const uint32_t tile = k_s + stage * kTileBytes;
+
+        // S for this warp's 8 keys: 36 k-steps over the 576-wide rows, two per K ldmatrix.
+        float sc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 6
+        for (int ks = 0; ks < kChunks / 2; ks += 2) {
+            uint32_t a0[4], a1[4], b[4];
+            detail::ldmatrix_x4(q_s + swz(a_row, 2 * ks + a_chunk, kChunks), a0);
+            detail::ldmatrix_x4(q_s + swz(a_row, 2 * ks + 2 + a_chunk, kChunks), a1);
+            detail::ldmatrix_x4(tile + swz(warp * 8 + b_key, 2 * ks + b_chunk, kChunks), b);
+            detail::mma_bf16_16816(sc, a0, b[0], b[1]);
+            detail::mma_bf16_16816(sc, a1, b[2], b[3]);
+        }
+        // Keys past the split's end (the last tile) are masked.
+        const int32_t key0 = k_begin + t * kKeys + warp * 8 + 2 * t4;
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            if (key0 + (e & 1) >= k_end) sc[e] = -INFINITY;
+                // Row maxima over the tile: the quad, then the warps.
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float mx = fmaxf(sc[2 * h], sc[2 * h + 1]);
+            mx = fmaxf(mx, __shfl_xor_sync(detail::kFullMask, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(detail::kFullMask, mx, 2));
+            if (t4 == 0) red_max[warp * kHeads + g + 8 * h] = mx;
+        }
+        __syncthreads();
+        float alpha[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float mx = m[h];
+#pragma unroll
+            for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, red_max[w * kHeads + g + 8 * h]);
+            alpha[h] = exp2f((m[h] - mx) * scale_log2);  // the first tile: exp2(-inf) = 0
+            m[h] = mx;
+            const float ms = mx * scale_log2;
+            sc[2 * h] = exp2f(fmaf(sc[2 * h], scale_log2, -ms));
+            sc[2 * h + 1] = exp2f(fmaf(sc[2 * h + 1], scale_log2, -ms));
+            float sum = sc[2 * h] + sc[2 * h + 1];
+            sum += __shfl_xor_sync(detail::kFullMask, sum, 1);
+            sum += __shfl_xor_sync(detail::kFullMask, sum, 2);
+            if (t4 == 0) red_sum[warp * kHeads + g + 8 * h] = sum;
+            // P (BF16): row g + 8h, keys 8 warp + 2 t4 .. + 1 = chunk warp, bytes 4 t4.
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(p_s + swz_p(g + 8 * h, warp) + t4 * 4),
+                         "r"(pack_bf16(sc[2 * h], sc[2 * h + 1]))
+                         : "memory");
+        }
+        __syncthreads();
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float sum = 0.f;
+#pragma unroll
+            for (int w = 0; w < kWarps; ++w) sum += red_sum[w * kHeads + g + 8 * h];
+            l[h] = l[h] * alpha[h] + sum;
+#pragma unroll
+            for (int d = 0; d < kDimTiles; ++d) {
+                o[d][2 * h] *= alpha[h];
+                o[d][2 * h + 1] *= alpha[h];
+            }
+        }
+        // O += P C over the warp's 128 latent columns.
+#pragma unroll
+        for (int kk = 0; kk < kKeys / 16; ++kk) {
+            uint32_t a[4];
+            detail::ldmatrix_x4(p_s + swz_p(a_row, 2 * kk + a_chunk), a);
+#pragma unroll
+            for (int dp = 0; dp < kDimTiles / 2; ++dp) {
+                uint32_t b[4];
+                detail::ldmatrix_x4_trans(
+                    tile + swz(kk * 16 + v_key, warp * (kColsPerWarp / 8) + 2 * dp + v_chunk, kChunks), b);
+                detail::mma_bf16_16816(o[2 * dp], a, b[0], b[1]);
+                detail::mma_bf16_16816(o[2 * dp + 1], a, b[2], b[3]);
+            }
+        }
+        __syncthreads();  // the stage, P and the exchange slots are rewritten by the next tile
+    }
+    cp_async_wait<0>();
+
+    // Normalised partial output (or the final one) and its log-sum-exp (natural log, of the scaled scores).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = g + 8 * h;
+        if (row >= heads_here) continue;
+        const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
+        const size_t hh = size_t(s) * p.num_heads + h0 + row;
+        float* dst = p.num_splits == 1 ? p.o_lat + hh * kRank : p.workspace + (hh * p.num_splits + split) * kPartStride;
+#pragma unroll
+        for (int d = 0; d < kDimTiles; ++d) {
+            const int col = warp * kColsPerWarp + d * 8 + 2 * t4;
+            *reinterpret_cast<float2*>(dst + col) = make_float2(o[d][2 * h] * inv, o[d][2 * h + 1] * inv);
+        }
+        if (p.num_splits > 1 && warp == 0 && t4 == 0) dst[kRank] = l[h] > 0.f ? m[h] * p.scale + logf(l[h]) : -INFINITY;
+    }
+}
+
+// o_lat[s, h] = sum_c w_c o_c / sum_c w_c, w_c = exp(lse_c - max lse), in split order. One block per (s, h).
+__global__ void __launch_bounds__(128) mla_decode_combine_kernel(const mla_decode_params p) {
+    const size_t hh = size_t(blockIdx.x);
+    const float* part = p.workspace + hh * p.num_splits * kPartStride;
+    float mx = -INFINITY;
+    for (int c = 0; c < p.num_splits; ++c) mx = fmaxf(mx, part[c * kPartStride + kRank]);
+    float wsum = 0.f;
+    for (int c = 0; c < p.num_splits; ++c) {
+        const float lse = part[c * kPartStride + kRank];
+        wsum += lse == -INFINITY ? 0.f : expf(lse - mx);
+    }
+    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+    for (int i = threadIdx.x; i < kRank; i += blockDim.x) {
+        float acc = 0.f;
+        for (int c = 0; c < p.num_splits; ++c) {
+            const float lse = part[c * kPartStride + kRank];
+            if (lse != -INFINITY) acc += expf(lse - mx) * part[c * kPartStride + i];
+        }
+        p.o_lat[hh * kRank + i] = acc * inv;
+    }
+}
+
+}  // namespace
+
+bool mla_decode_supported(int32_t kv_lora_rank, int32_t rope_dim) { return kv_lora_rank == kRank && rope_dim == kRope; }
+
+int32_t mla_decode_splits(int32_t num_seqs, int32_t num_heads, int32_t num_sms) {
+    const int32_t blocks = num_seqs * ((num_heads + kHeads - 1) / kHeads);
+    return std::clamp((2 * num_sms + blocks - 1) / std::max(blocks, 1), 1, kMlaDecodeMaxSplits);
+}
+
+size_t mla_decode_workspace_floats(int32_t num_seqs, int32_t num_heads, int32_t num_splits) {
+    return num_splits <= 1 ? 0 : size_t(num_seqs) * num_heads * num_splits * kPartStride;
+}
+
+void launch_mla_decode(const mla_decode_params& p, cudaStream_t stream) {
+    ZMOE_KERNEL_REQUIRE(mla_decode_supported(p.kv_lora_rank, p.rope_dim),
+                        "mla_decode: kv_lora_rank 512 and rope_dim 64 only");
+    ZMOE_KERNEL_REQUIRE(p.num_splits >= 1 && p.num_splits <= kMlaDecodeMaxSplits,
+                        "mla_decode: num_splits must be in [1, kMlaDecodeMaxSplits]");
+    ZMOE_KERNEL_REQUIRE(p.nope_dim % 8 == 0, "mla_decode: nope_dim must be a multiple of 8");
+    if (p.num_seqs == 0) return;
+    // The shared-memory attribute once per device (outside the decode graphs' captures: the eager warm-up sets it).
+    static std::atomic<uint64_t> configured{0};
+    int device = 0;
+    ZMOE_CUDA_CHECK(cudaGetDevice(&device));
+    const uint64_t bit = uint64_t{1} << (device % 64);
+    if ((configured.load() & bit) == 0) {
+        ZMOE_CUDA_CHECK(
+            cudaFuncSetAttribute(mla_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+        configured.fetch_or(bit);
+    }
+    const dim3 grid(p.num_seqs, (p.num_heads + kHeads - 1) / kHeads, p.num_splits);
+    mla_decode_kernel<<<grid, kThreads, kSmem, stream>>>(p);
+    ZMOE_CUDA_CHECK_LAUNCH();
+    if (p.num_splits > 1) {
+        mla_decode_combine_kernel<<<p.num_seqs * p.num_heads, 128, 0, stream>>>(p);
+        ZMOE_CUDA_CHECK_LAUNCH();
+    }
+}
+
+}  // namespace zmoe::kernels

@@ -1,0 +1,109 @@
+// The tensor-core MLA decode kernel against the latent attention's CPU reference: one query token per sequence at
+// contexts across tile edges (1, 31, 32, 33 keys ...) and long ones, shuffled cache blocks, 16 heads (one MMA row
+// group), a head count that leaves a partial group, every split count from one to more splits than tiles.
+
+#include <algorithm>
+#include <numeric>
+
+#include "kernels/reference/reference.hpp"
+#include "tests/kernels/test_util.hpp"
+
+namespace zmoe::kernels::test {
+namespace {
+
+struct decode_case {
+    int32_t heads;
+    std::vector<int32_t> positions;  ///< each sequence's query position (it sees positions [0, pos])
+    std::vector<int32_t> splits;
+};
+
+class MlaDecode : public ::testing::TestWithParam<decode_case> {};
+
+TEST_P(MlaDecode, MatchesLatentAttentionReference) {
+    const decode_case c = GetParam();
+    constexpr int32_t kBlock = 16, kRank = 512, kRope = 64, kNope = 128, kV = 128;
+    std::mt19937 rng(c.heads * 31 + int(c.positions.size()));
+    const auto num_seqs = int32_t(c.positions.size());
+    const int32_t width = kRank + kRope, qk = kNope + kRope;
+    int32_t max_blocks = 1;
+    for (int32_t pos : c.positions) max_blocks = std::max(max_blocks, pos / kBlock + 1);
+    const int32_t num_blocks = num_seqs * max_blocks + 1;
+    std::vector<int32_t> perm(num_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<int32_t> tables(size_t(num_seqs) * max_blocks), query_start(num_seqs + 1);
+    for (int32_t s = 0; s < num_seqs; ++s)
+        for (int32_t b = 0; b < max_blocks; ++b) tables[size_t(s) * max_blocks + b] = perm[s * max_blocks + b];
+    std::iota(query_start.begin(), query_start.end(), 0);
+    const std::vector<float> q = random_bf16(size_t(num_seqs) * c.heads * qk, 1.f, rng);
+    const std::vector<float> q_lat = random_f32(size_t(num_seqs) * c.heads * kRank, 0.5f, rng);
+    const std::vector<float> cache = random_bf16(size_t(num_blocks) * kBlock * width, 1.f, rng);
+    const float scale = 0.125f;
+    const ref::mla_shape shape{.num_tokens = num_seqs,
+                               .num_seqs = num_seqs,
+                               .num_heads = c.heads,
+                               .nope_dim = kNope,
+                               .rope_dim = kRope,
+                               .v_dim = kV,
+                               .kv_lora_rank = kRank,
+                               .block_size = kBlock,
+                               .max_blocks_per_seq = max_blocks,
+                               .scale = scale};
+    std::vector<float> want(q_lat.size());
+    ref::mla_attention(shape, q_lat.data(), q.data(), cache.data(), tables.data(), query_start.data(),
+                       c.positions.data(), want.data());
+
+    auto d_q = upload_bf16(q);
+    auto d_q_lat = upload(q_lat);
+    auto d_cache = upload_bf16(cache);
+    auto d_tables = upload(tables);
+    auto d_sp = upload(c.positions);
+    for (int32_t splits : c.splits) {
+        device_buffer<float> d_out(q_lat.size());
+        device_buffer<float> d_ws(std::max<size_t>(1, mla_decode_workspace_floats(num_seqs, c.heads, splits)));
+        d_out.poison();
+        d_ws.poison();
+        launch_mla_decode({.q_lat = d_q_lat.get(),
+                           .q = d_q.get(),
+                           .cache = d_cache.get(),
+                           .block_tables = d_tables.get(),
+                           .start_pos = d_sp.get(),
+                           .o_lat = d_out.get(),
+                           .workspace = d_ws.get(),
+                           .num_seqs = num_seqs,
+                           .num_heads = c.heads,
+                           .nope_dim = kNope,
+                           .rope_dim = kRope,
+                           .kv_lora_rank = kRank,
+                           .block_size = kBlock,
+                           .max_blocks_per_seq = max_blocks,
+                           .num_splits = splits,
+                           .scale = scale},
+                          nullptr);
+        sync_and_check();
+        // BF16 queries and probabilities against a double reference with fp32 queries.
+        EXPECT_LT(rel_error(download(d_out), want), kBf16Tolerance) << splits << " splits";
+    }
+}
+
+TEST(MlaDecode, SplitsAndWorkspace) {
+    EXPECT_EQ(mla_decode_splits(1, 16, 132), kMlaDecodeMaxSplits);
+    EXPECT_EQ(mla_decode_splits(256, 16, 132), 2);
+    EXPECT_EQ(mla_decode_splits(512, 16, 132), 1);
+    EXPECT_EQ(mla_decode_workspace_floats(8, 16, 1), 0u);
+    EXPECT_GT(mla_decode_workspace_floats(8, 16, 4), size_t(8) * 16 * 4 * 512);
+    EXPECT_TRUE(mla_decode_supported(512, 64));
+    EXPECT_FALSE(mla_decode_supported(32, 8));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MlaDecode,
+                         ::testing::Values(decode_case{16, {0, 30, 31, 32, 64, 100, 7}, {1, 2, 5, 32}},
+                                           decode_case{16, {1023, 2500}, {1, 3, 8, 32}},
+                                           decode_case{20, {40, 0, 333}, {1, 4}}, decode_case{128, {700}, {1, 6}}),
+                         [](const auto& info) {
+                             return make_name("h", info.param.heads, "_s", info.param.positions.size(), "_t",
+                                              info.index);
+                         });
+
+}  // namespace
+}  // namespace zmoe::kernels::test
