@@ -92,7 +92,9 @@ const compiled_grammar::walk_result& compiled_grammar::common_walk(int32_t commo
         } else {
             // The anchor's tokens of at most d bytes, and this position's own walk of the longer ones.
             const walk_result& a = common_walk(p.anchor);
-            const auto d = static_cast<size_t>(p.depth);
+            // Agreeing to a depth beyond the longest common token is agreeing on every common token: the lists by
+            // length stop there (a small vocabulary's refinement can take more rounds than its longest token).
+            const auto d = std::min(static_cast<size_t>(p.depth), tok.max_common_token_bytes());
             walk_result longer;
             walk(state, tok.common_longer_than(d), tok.common_longer_than_lcp(d), true, longer);
             auto merge_short = [&](const std::vector<int32_t>& from_anchor, const std::vector<int32_t>& own) {
