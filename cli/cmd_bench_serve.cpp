@@ -70,7 +70,7 @@ struct bench_options {
     std::string json_path;
     std::string dataset = "random";
     std::string dataset_name;  ///< vLLM's spelling of --dataset
-    std::string structured;  // --structured-output as given
+    std::string structured;    // --structured-output as given
     bool no_progress = false;
     bool no_keep_alive = false;
     double ready_timeout_s = 60.0;

@@ -125,9 +125,9 @@ bool known_field(const std::string& name, endpoint_kind kind) {
         // structured outputs: OpenAI's response_format, vLLM's structured_outputs and its older guided_* names
         "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar"};
     static const std::set<std::string> kCompletion = {"prompt", "echo", "suffix", "best_of"};
-    static const std::set<std::string> kChat = {"messages",    "max_completion_tokens", "top_logprobs",        "tools",
-                                                "tool_choice", "add_generation_prompt", "chat_template_kwargs",
-                                                "parallel_tool_calls"};
+    static const std::set<std::string> kChat = {
+        "messages",    "max_completion_tokens", "top_logprobs",         "tools",
+        "tool_choice", "add_generation_prompt", "chat_template_kwargs", "parallel_tool_calls"};
     return kCommon.count(name) || (kind == endpoint_kind::completion ? kCompletion : kChat).count(name);
 }
 

@@ -10,10 +10,11 @@
 // both run the same multi-turn-like load, one step at a time with fake results (token 7 for every sample): each step
 // adds `--arrivals` requests whose 2 000-token prompt starts with one of 64 cached "conversations" (1 792 tokens) and
 // ends with 208 new tokens, 128 tokens out, up to 256 running. Measured per step, in the thread's CPU time (robust on
-// a shared machine; wall time is reported beside it): add_request of the arrivals, schedule() and update(). The difference on - off is what caching adds (off still schedules the same requests; it
-// computes their whole prompts instead, so its steps hold more prefill tokens: the difference is an upper bound of
-// the bookkeeping, as the on-mode steps do strictly more cache work and no less other work per scheduled token).
-// Also per operation: hashing a block, finding a cached block, publishing one.
+// a shared machine; wall time is reported beside it): add_request of the arrivals, schedule() and update(). The
+// difference on - off is what caching adds (off still schedules the same requests; it computes their whole prompts
+// instead, so its steps hold more prefill tokens: the difference is an upper bound of the bookkeeping, as the on-mode
+// steps do strictly more cache work and no less other work per scheduled token). Also per operation: hashing a block,
+// finding a cached block, publishing one.
 
 #include <algorithm>
 #include <boost/program_options.hpp>

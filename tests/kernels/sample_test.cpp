@@ -163,7 +163,8 @@ TEST_P(SampleProcessing, MatchesReference) {
         for (int32_t j = 0; j < p.num_banned; ++j) banned.push_back(token(rng));
         if (s % 4 == 1) {
             p.mask_row = int32_t(masks.size() / mask_words);
-            for (int32_t w = 0; w < mask_words; ++w) masks.push_back(uint32_t(rng()) & uint32_t(rng()) & uint32_t(rng()));
+            for (int32_t w = 0; w < mask_words; ++w)
+                masks.push_back(uint32_t(rng()) & uint32_t(rng()) & uint32_t(rng()));
             masks[size_t(p.mask_row) * mask_words] |= 0xffu;  // a few allowed tokens whatever the draw
         }
     }
