@@ -57,7 +57,9 @@ grammar_masks::~grammar_masks() {
     if (s.num_masks > 0)
         ZMOE_LOG(info, "structured outputs: " << s.num_masks << " token masks, per mask p50 " << s.p50_us << " us, p90 "
                                               << s.p90_us << " us, p99 " << s.p99_us << " us, max " << s.max_us
-                                              << " us; " << s.num_refused << " sampled tokens refused");
+                                              << " us; " << s.num_refused << " sampled tokens refused, "
+                                              << s.num_past_end
+                                              << " stop tokens sampled after the grammar ended (ignore_eos)");
 }
 
 const grammar::tokenizer_info& grammar_masks::vocab() { return *vocab_.get(); }
@@ -89,6 +91,7 @@ void grammar_masks::begin_step(const step_request& request, sample_batch& batch)
             st->matcher.reset();  // rebuilt from the constraint and the replayed tokens on the mask thread
             st->pending.clear();
             st->refused = false;
+            st->past_end = 0;
         } else if (auto it = seqs_.find(s.request_id); it != seqs_.end()) {
             st = &it->second;
         }
@@ -127,19 +130,41 @@ void grammar_masks::stop_only(uint32_t* mask) {
     }
 }
 
+void grammar_masks::take(seq_state& st, int32_t t, bool& refused) {
+    if (refused) return;
+    if (st.past_end == 0 && st.matcher->accept_token(t)) return;
+    const auto& stops = vocab().stop_ids();
+    if (st.matcher->is_terminated() && std::find(stops.begin(), stops.end(), t) != stops.end()) {
+        ++st.past_end;
+        return;
+    }
+    refused = true;
+}
+
 void grammar_masks::advance(seq_state& st, const scheduled_seq& s, bool& refused) {
     if (s.structured.active()) {
         st.matcher = std::make_unique<grammar::grammar_matcher>(
             compiler().compile(grammar::grammar_kind_of(s.structured.kind), s.structured.text));
-        for (const int32_t t : s.output_token_ids) refused = refused || !st.matcher->accept_token(t);
+        st.past_end = 0;
+        for (const int32_t t : s.output_token_ids) take(st, t, refused);
     }
     if (st.matcher == nullptr) throw error(errc::internal, "no matcher (its constraint failed to build)");
-    for (const int32_t t : st.pending) refused = refused || !st.matcher->accept_token(t);
+    const int32_t past_end_before = st.past_end;
+    for (const int32_t t : st.pending) take(st, t, refused);
     st.pending.clear();
-    // The matcher has accepted every token sampled for the sequence: sample_index of them.
-    const int32_t have = st.matcher->num_accepted();
-    const auto want = static_cast<int32_t>(s.sample_index);
-    if (have > want) st.matcher->rollback(have - want);
+    {
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        num_past_end_ += static_cast<uint64_t>(std::max(st.past_end - past_end_before, 0));
+    }
+    // The sequence has sampled sample_index tokens: the matcher's plus the stop tokens past its end.
+    const int32_t want = static_cast<int32_t>(s.sample_index);
+    if (st.matcher->num_accepted() + st.past_end > want) {
+        const int32_t drop_past = std::min(st.past_end, st.matcher->num_accepted() + st.past_end - want);
+        st.past_end -= drop_past;
+        const int32_t surplus = st.matcher->num_accepted() + st.past_end - want;
+        if (surplus > 0) st.matcher->rollback(surplus);
+    }
+    const int32_t have = st.matcher->num_accepted() + st.past_end;
     if (have < want && !refused) {
         ZMOE_LOG(error, "structured outputs: request " << s.request_id << " at sample " << want << " has a matcher at "
                                                        << have << " tokens");
@@ -163,7 +188,7 @@ void grammar_masks::compute_row(const row_job& job) {
         refused = true;
     }
     st.refused = st.refused || refused;
-    if (st.refused || st.matcher == nullptr) {
+    if (st.refused || st.matcher == nullptr || st.matcher->is_terminated()) {
         stop_only(mask);
     } else {
         st.matcher->fill_next_token_bitmask(mask);
@@ -196,6 +221,7 @@ mask_time_stats grammar_masks::stats() const {
         std::lock_guard<std::mutex> lock(stats_mu_);
         t = times_us_;
         s.num_refused = num_refused_;
+        s.num_past_end = num_past_end_;
     }
     if (t.empty()) return s;
     std::sort(t.begin(), t.end());

@@ -28,6 +28,9 @@ struct mask_time_stats {
     uint64_t num_masks = 0;
     double mean_us = 0, p50_us = 0, p90_us = 0, p99_us = 0, max_us = 0;
     uint64_t num_refused = 0;  ///< sampled tokens a matcher refused (the sequence then may only stop)
+    /// Stop tokens sampled after the grammar had ended (a request with ignore_eos keeps sampling its only allowed
+    /// token, EOS, once its output is complete): not refusals.
+    uint64_t num_past_end = 0;
 };
 
 /// The vocabulary of a tokenizer as the grammar engine needs it: each id's bytes, `stop_ids` (the model's EOS ids:
@@ -72,6 +75,7 @@ class grammar_masks {
         std::unique_ptr<grammar::grammar_matcher> matcher;
         std::vector<int32_t> pending;  // sampled tokens not yet accepted
         bool refused = false;          // a token did not fit: only stop tokens from now on
+        int32_t past_end = 0;          // stop tokens sampled after the matcher terminated (ignore_eos)
     };
     struct row_job {
         seq_state* seq;
@@ -84,6 +88,9 @@ class grammar_masks {
     /// Builds (from the constraint and its replayed tokens) or advances (over the pending tokens) the matcher of
     /// one row; `refused` is set when a token does not fit. Throws zmoe::error when no matcher can be had.
     void advance(seq_state& st, const scheduled_seq& s, bool& refused);
+    /// The matcher of `st` takes sampled token t: accepted, or a stop token after the grammar ended (counted in
+    /// st.past_end), or refused.
+    void take(seq_state& st, int32_t t, bool& refused);
     void stop_only(uint32_t* mask);
 
     std::string tokenizer_path_;
@@ -102,6 +109,7 @@ class grammar_masks {
     mutable std::mutex stats_mu_;
     std::vector<float> times_us_;  // every row's mask time
     uint64_t num_refused_ = 0;
+    uint64_t num_past_end_ = 0;
 };
 
 }  // namespace zmoe

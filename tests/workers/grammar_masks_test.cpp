@@ -301,6 +301,51 @@ TEST(GrammarMasks, ARefusedTokenLeavesOnlyTheStopTokens) {
     EXPECT_EQ(gm.stats().num_refused, 1u);
 }
 
+TEST(GrammarMasks, StopTokensAfterTheGrammarEndedAreNotRefusals) {
+    // A request with ignore_eos keeps sampling once its grammar is complete: the only token left is the stop token,
+    // sampled again and again. Those are counted apart from refusals, and the mask stays the stop token only.
+    const small_vocab v = make_vocab();
+    grammar_masks gm(info_of(v));
+    const std::vector<int32_t> sampled = {'a', 'b', v.stop, v.stop, v.stop};
+    for (uint32_t i = 0; i <= sampled.size(); ++i) {
+        step_request step;
+        scheduled_seq s;
+        s.request_id = 4;
+        s.do_sample = true;
+        s.sample_index = i;
+        if (i == 0) s.structured = {structured_kind::regex, "ab"};
+        step.seqs = {s};
+        sample_batch b;
+        b.add(s, nullptr);
+        gm.begin_step(step, b);
+        gm.finish_masks(b);
+        for (int32_t id = 0; id < v.width; ++id) {
+            const bool want = i == 0 ? (id == 'a' || id == 256) : i == 1 ? id == 'b' : id == v.stop;  // 256: "ab"
+            ASSERT_EQ(kernels::mask_allows(b.masks, b.mask_words, 0, id), want) << "step " << i << " id " << id;
+        }
+        if (i < sampled.size()) gm.end_step(std::vector<sampled_token>{{.request_id = 4, .token_id = sampled[i]}});
+    }
+    EXPECT_EQ(gm.stats().num_refused, 0u);
+    EXPECT_EQ(gm.stats().num_past_end, 2u);  // the first stop ends the grammar; the next two are past its end
+
+    // A replay after preemption with those tokens generated rebuilds the same state: stop only, nothing refused.
+    step_request replay;
+    scheduled_seq r;
+    r.request_id = 4;
+    r.do_sample = true;
+    r.sample_index = static_cast<uint32_t>(sampled.size());
+    r.structured = {structured_kind::regex, "ab"};
+    r.output_token_ids = sampled;
+    replay.seqs = {r};
+    sample_batch b;
+    b.add(r, nullptr);
+    gm.begin_step(replay, b);
+    gm.finish_masks(b);
+    for (int32_t id = 0; id < v.width; ++id)
+        EXPECT_EQ(kernels::mask_allows(b.masks, b.mask_words, 0, id), id == v.stop);
+    EXPECT_EQ(gm.stats().num_refused, 0u);
+}
+
 TEST(GrammarMasks, AMissingVocabularyEndsConstrainedRowsInsteadOfCrashing) {
     grammar_masks gm("/nonexistent/tokenizer.json", {1}, 64);
     step_request step;
