@@ -18,43 +18,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// A demo checkpoint (zmoe make-demo, with the Qwen3 tokenizer) served with the HTTP gateway on free loopback ports;
-/// stopped by pid and removed at destruction.
-struct demo_http_server {
-    temp_dir dir;
-    int port = free_port();
-    int http_port = free_port();
-    zmoe::child_process proc;
-    std::string model() const { return dir / "demo"; }
-    std::string endpoint() const { return "tcp://127.0.0.1:" + std::to_string(port); }
-    std::string base_url() const { return "http://127.0.0.1:" + std::to_string(http_port); }
-
-    demo_http_server() {
-        const std::string tokenizer = std::string(ZMOE_SOURCE_DIR) + "/third_party/tokenizers/qwen3";
-        if (run_zmoe({"make-demo", "--out", model(), "--tokenizer", tokenizer}) != 0) {
-            ADD_FAILURE() << "make-demo failed";
-            return;
-        }
-        proc = zmoe::child_process::spawn({kZmoe, "serve", "--model", model(), "--port", std::to_string(port),
-                                           "--http-port", std::to_string(http_port), "--threads", "1"});
-    }
-    ~demo_http_server() {
-        if (proc.running()) {
-            proc.kill(SIGTERM);
-            if (!proc.wait_for(30s)) {
-                proc.kill(SIGKILL);
-                proc.wait();
-            }
-        }
-    }
-    /// The engine core's count of prompt tokens it was given.
-    double prompt_tokens_seen() {
-        zmoe::zmoe_client c(endpoint());
-        const auto m = nlohmann::json::parse(c.metrics(10s));
-        return m["engine_core"]["counters"].value("prompt_tokens", 0.0);
-    }
-};
-
 std::string slurp(const std::string& path) {
     std::ifstream in(path);
     std::stringstream ss;

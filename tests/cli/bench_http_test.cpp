@@ -15,38 +15,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// A demo checkpoint (zmoe make-demo) served with the HTTP gateway on free loopback ports, API key "k3y"; stopped
-/// by pid and removed at destruction.
-struct demo_http_server {
-    temp_dir dir;
-    int port = free_port();
-    int http_port = free_port();
-    zmoe::child_process proc;
-    std::string model() const { return dir / "demo"; }
-    std::string endpoint() const { return "tcp://127.0.0.1:" + std::to_string(port); }
-    std::string base_url() const { return "http://127.0.0.1:" + std::to_string(http_port); }
-
-    demo_http_server() {
-        const std::string tokenizer = std::string(ZMOE_SOURCE_DIR) + "/third_party/tokenizers/qwen3";
-        if (run_zmoe({"make-demo", "--out", model(), "--tokenizer", tokenizer}) != 0) {
-            ADD_FAILURE() << "make-demo failed";
-            return;
-        }
-        proc = zmoe::child_process::spawn({kZmoe, "serve", "--model", model(), "--port", std::to_string(port),
-                                           "--http-port", std::to_string(http_port), "--api-key", "k3y", "--threads",
-                                           "1"});
-    }
-    ~demo_http_server() {
-        if (proc.running()) {
-            proc.kill(SIGTERM);
-            if (!proc.wait_for(30s)) {
-                proc.kill(SIGKILL);
-                proc.wait();
-            }
-        }
-    }
-};
-
 double num(const nlohmann::json& j, const std::string& key) {
     EXPECT_TRUE(j.contains(key)) << key;
     return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
@@ -120,7 +88,7 @@ std::vector<std::string> operator+(std::vector<std::string> a, const std::vector
 }
 
 TEST(BenchHttp, BothEndpointTypesAndSideBySideWithZeroMq) {
-    demo_http_server s;
+    demo_http_server s({"--api-key", "k3y"});
     ASSERT_TRUE(s.proc.running());
     constexpr int kPrompts = 5, kIn = 12, kOut = 6;
     const auto base = bench_args(s, kPrompts, kIn, kOut);
@@ -233,7 +201,7 @@ TEST(BenchHttp, BothEndpointTypesAndSideBySideWithZeroMq) {
 }
 
 TEST(BenchHttp, FailedRequestsAreCountedWithTheirStatusAndBody) {
-    demo_http_server s;
+    demo_http_server s({"--api-key", "k3y"});
     ASSERT_TRUE(s.proc.running());
     // A wrong key: every request is answered 401; the run fails (exit 1) and says why for each request.
     const std::string json = s.dir / "unauthorized.json";

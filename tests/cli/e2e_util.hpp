@@ -246,4 +246,46 @@ inline std::vector<pid_t> find_processes(pid_t parent, const std::vector<std::st
     return out;
 }
 
+/// A demo checkpoint (zmoe make-demo, with the Qwen3 tokenizer) served with the HTTP gateway on free loopback ports,
+/// with `extra` arguments to serve; stopped by pid (SIGTERM, SIGKILL after 30 s) and removed at destruction.
+struct demo_http_server {
+    temp_dir dir;
+    int port = free_port();
+    int http_port = free_port();
+    child_process proc;
+    std::string model() const { return dir / "demo"; }
+    std::string endpoint() const { return "tcp://127.0.0.1:" + std::to_string(port); }
+    std::string base_url() const { return "http://127.0.0.1:" + std::to_string(http_port); }
+
+    explicit demo_http_server(const std::vector<std::string>& extra = {}) {
+        const std::string tokenizer = std::string(ZMOE_SOURCE_DIR) + "/third_party/tokenizers/qwen3";
+        if (run_zmoe({"make-demo", "--out", model(), "--tokenizer", tokenizer}) != 0) {
+            ADD_FAILURE() << "make-demo failed";
+            return;
+        }
+        std::vector<std::string> argv = {kZmoe,         "serve",
+                                         "--model",     model(),
+                                         "--port",      std::to_string(port),
+                                         "--http-port", std::to_string(http_port),
+                                         "--threads",   "1"};
+        argv.insert(argv.end(), extra.begin(), extra.end());
+        proc = child_process::spawn(argv);
+    }
+    ~demo_http_server() {
+        if (proc.running()) {
+            proc.kill(SIGTERM);
+            if (!proc.wait_for(std::chrono::seconds(30))) {
+                proc.kill(SIGKILL);
+                proc.wait();
+            }
+        }
+    }
+    /// The engine core's count of prompt tokens it was given.
+    double prompt_tokens_seen() {
+        zmoe_client c(endpoint());
+        const auto m = nlohmann::json::parse(c.metrics(std::chrono::seconds(10)));
+        return m["engine_core"]["counters"].value("prompt_tokens", 0.0);
+    }
+};
+
 }  // namespace zmoe::test
