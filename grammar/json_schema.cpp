@@ -85,31 +85,6 @@ const std::map<std::string, std::string>& format_patterns() {
     return m;
 }
 
-/// Writes `v` in the one spelling the grammar produces (json.dumps' defaults, raw UTF-8).
-void dump_value(const json& v, std::string& out) {
-    if (v.is_object()) {
-        out += '{';
-        bool first = true;
-        for (const auto& [k, x] : v.items()) {
-            if (!first) out += ", ";
-            first = false;
-            out += json(k).dump(-1, ' ', false);
-            out += ": ";
-            dump_value(x, out);
-        }
-        out += '}';
-    } else if (v.is_array()) {
-        out += '[';
-        for (size_t i = 0; i < v.size(); ++i) {
-            if (i) out += ", ";
-            dump_value(v[i], out);
-        }
-        out += ']';
-    } else {
-        out += v.dump(-1, ' ', false);
-    }
-}
-
 /// Decimal digits regex for the integers in [lo, hi] of equal digit count (lo <= hi).
 std::string same_length_range(const std::string& lo, const std::string& hi) {
     if (lo.empty()) return "";
@@ -328,14 +303,14 @@ class schema_compiler {
             std::vector<fragment> alts;
             for (const auto& v : s["enum"]) {
                 std::string text;
-                dump_value(v, text);
+                text += canonical_json(v);
                 alts.push_back(a.literal(text));
             }
             return a.alternate(alts);
         }
         if (s.contains("const")) {
             std::string text;
-            dump_value(s["const"], text);
+            text += canonical_json(s["const"]);
             return a.literal(text);
         }
         for (const char* key : {"anyOf", "oneOf"}) {
@@ -775,6 +750,30 @@ grammar compile_json_schema(std::string_view schema, const json_schema_options& 
 grammar compile_json_object(const json_schema_options& options) {
     json root = json::object();
     return schema_compiler(root, options).compile_any_object();
+}
+
+std::string canonical_json(const json& v) {
+    if (v.is_object()) {
+        std::string out = "{";
+        bool first = true;
+        for (const auto& [k, x] : v.items()) {
+            if (!first) out += ", ";
+            first = false;
+            out += json(k).dump(-1, ' ', false);
+            out += ": ";
+            out += canonical_json(x);
+        }
+        return out + '}';
+    }
+    if (v.is_array()) {
+        std::string out = "[";
+        for (size_t i = 0; i < v.size(); ++i) {
+            if (i) out += ", ";
+            out += canonical_json(v[i]);
+        }
+        return out + ']';
+    }
+    return v.dump(-1, ' ', false);
 }
 
 }  // namespace zmoe::grammar

@@ -8,6 +8,7 @@
 // any_whitespace, optional runs of [ \t\n\r] are allowed wherever JSON allows them.
 // Properties come in the order the schema lists them; optional ones may be left out.
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
@@ -27,5 +28,9 @@ grammar compile_json_schema(std::string_view schema, const json_schema_options& 
 
 /// Any JSON value that is an object (response_format json_object).
 grammar compile_json_object(const json_schema_options& options = {});
+
+/// `v` in the one spelling the grammar produces with any_whitespace off (Python json.dumps' defaults, raw UTF-8,
+/// keys in their order): how `const` and `enum` values are matched.
+std::string canonical_json(const nlohmann::ordered_json& v);
 
 }  // namespace zmoe::grammar

@@ -18,6 +18,7 @@
 
 #include "frontend/tokenizer.hpp"
 #include "grammar/grammar_matcher.hpp"
+#include "grammar/json_schema.hpp"
 #include "grammar/tokenizer_info.hpp"
 
 namespace zmoe::grammar::testing {
@@ -78,35 +79,7 @@ inline std::shared_ptr<const tokenizer_info> small_info() {
     return info;
 }
 
-/// The one spelling the grammar produces with any_whitespace off.
-inline void canonical_dump(const json& v, std::string& out) {
-    if (v.is_object()) {
-        out += '{';
-        bool first = true;
-        for (const auto& [k, x] : v.items()) {
-            if (!first) out += ", ";
-            first = false;
-            out += json(k).dump(-1, ' ', false);
-            out += ": ";
-            canonical_dump(x, out);
-        }
-        out += '}';
-    } else if (v.is_array()) {
-        out += '[';
-        for (size_t i = 0; i < v.size(); ++i) {
-            if (i) out += ", ";
-            canonical_dump(v[i], out);
-        }
-        out += ']';
-    } else {
-        out += v.dump(-1, ' ', false);
-    }
-}
-inline std::string canonical(const json& v) {
-    std::string s;
-    canonical_dump(v, s);
-    return s;
-}
+inline std::string canonical(const json& v) { return canonical_json(v); }
 
 inline size_t num_code_points(const std::string& s) {
     size_t n = 0;

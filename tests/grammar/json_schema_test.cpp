@@ -309,3 +309,18 @@ TEST(RealVocabulary, EbnfWalksAreBalanced) {
 
 }  // namespace
 }  // namespace zmoe::grammar
+
+namespace zmoe::grammar {
+namespace {
+
+TEST(CanonicalJson, IsPythonJsonDumpsSpelling) {
+    // The expected text is what Python's json.dumps(v, ensure_ascii=False) writes for the same value: the spelling
+    // `const` and `enum` values must take in the output.
+    const auto v = nlohmann::ordered_json::parse(R"({"b":[1,2.5,"é\n\u0001"],"a":null,"c":{"x":true,"y":[]},"d":{}})");
+    EXPECT_EQ(canonical_json(v),
+              "{\"b\": [1, 2.5, \"é\\n\\u0001\"], \"a\": null, \"c\": {\"x\": true, \"y\": []}, "
+              "\"d\": {}}");
+}
+
+}  // namespace
+}  // namespace zmoe::grammar
