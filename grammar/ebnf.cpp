@@ -102,47 +102,13 @@ class ebnf_parser {
             skip_space();
             if (i_ >= s_.size() || s_[i_] == '|' || s_[i_] == ')' || at_rule_start()) break;
             re_node a = atom();
-            seq.children.push_back(quantified(std::move(a)));
+            try {
+                seq.children.push_back(parse_quantifiers(s_, i_, std::move(a), /*regex_suffixes=*/false));
+            } catch (const zmoe::error& e) {
+                fail(line_, e.what());
+            }
         }
         return seq;
-    }
-
-    re_node quantified(re_node a) {
-        while (i_ < s_.size()) {
-            char c = s_[i_];
-            int32_t lo, hi;
-            if (c == '?')
-                lo = 0, hi = 1, ++i_;
-            else if (c == '*')
-                lo = 0, hi = -1, ++i_;
-            else if (c == '+')
-                lo = 1, hi = -1, ++i_;
-            else if (c == '{') {
-                size_t close = s_.find('}', i_);
-                if (close == std::string_view::npos) fail(line_, "unterminated '{'");
-                std::string body(s_.substr(i_ + 1, close - i_ - 1));
-                size_t comma = body.find(',');
-                try {
-                    lo = std::stoi(body.substr(0, comma));
-                    hi = comma == std::string::npos
-                             ? lo
-                             : (comma + 1 == body.size() ? -1 : std::stoi(body.substr(comma + 1)));
-                } catch (const std::exception&) {
-                    fail(line_, "bad repetition '{" + body + "}'");
-                }
-                if (lo < 0 || (hi >= 0 && hi < lo) || lo > 10000 || hi > 10000)
-                    fail(line_, "bad repetition '{" + body + "}'");
-                i_ = close + 1;
-            } else
-                break;
-            re_node r;
-            r.k = re_node::kind::repeat;
-            r.min = lo;
-            r.max = hi;
-            r.children.push_back(std::move(a));
-            a = std::move(r);
-        }
-        return a;
     }
 
     re_node atom() {

@@ -74,68 +74,13 @@ class parser {
             }
             if (s_[i_] == '^') fail("regex: '^' is supported only at the start of the pattern");
             re_node atom_node = atom();
-            n.children.push_back(quantified(std::move(atom_node)));
+            try {
+                n.children.push_back(parse_quantifiers(s_, i_, std::move(atom_node), /*regex_suffixes=*/true));
+            } catch (const zmoe::error& e) {
+                fail(std::string("regex: ") + e.what());
+            }
         }
         return n;
-    }
-
-    re_node quantified(re_node a) {
-        while (i_ < s_.size()) {
-            char c = s_[i_];
-            int32_t lo, hi;
-            if (c == '?')
-                lo = 0, hi = 1, ++i_;
-            else if (c == '*')
-                lo = 0, hi = -1, ++i_;
-            else if (c == '+')
-                lo = 1, hi = -1, ++i_;
-            else if (c == '{' && parse_braces(lo, hi)) {
-            } else
-                break;
-            if (i_ < s_.size() && s_[i_] == '?')
-                ++i_;  // lazy: same language
-            else if (i_ < s_.size() && s_[i_] == '+')
-                fail("regex: possessive quantifiers are not supported");
-            re_node r;
-            r.k = re_node::kind::repeat;
-            r.min = lo;
-            r.max = hi;
-            r.children.push_back(std::move(a));
-            a = std::move(r);
-        }
-        return a;
-    }
-
-    /// {m}, {m,}, {m,n} at s_[i_]; false (and nothing consumed) when it is a literal '{'.
-    bool parse_braces(int32_t& lo, int32_t& hi) {
-        size_t j = i_ + 1;
-        auto number = [&](int32_t& v) {
-            size_t start = j;
-            int64_t x = 0;
-            while (j < s_.size() && s_[j] >= '0' && s_[j] <= '9') {
-                x = x * 10 + (s_[j] - '0');
-                if (x > kMaxRepeat) fail("regex: repetition bound above " + std::to_string(kMaxRepeat));
-                ++j;
-            }
-            v = static_cast<int32_t>(x);
-            return j > start;
-        };
-        if (!number(lo)) return false;
-        if (j < s_.size() && s_[j] == '}') {
-            hi = lo;
-        } else if (j < s_.size() && s_[j] == ',') {
-            ++j;
-            if (j < s_.size() && s_[j] == '}')
-                hi = -1;
-            else if (!number(hi))
-                return false;
-            if (j >= s_.size() || s_[j] != '}') return false;
-            if (hi >= 0 && hi < lo) fail("regex: repetition {m,n} with n < m");
-        } else {
-            return false;
-        }
-        i_ = j + 1;
-        return true;
     }
 
     re_node chars(ranges_t r) {
@@ -432,6 +377,68 @@ fragment emit_regex(nfa& a, const re_node& n, char_encoding enc,
             return a.call(resolve(n.text));
     }
     throw zmoe::error(errc::internal, "regex: unknown node kind");
+}
+
+namespace {
+
+/// {m}, {m,}, {m,n} at s[i] ('{'): the bounds (hi -1: none) and i past the '}', or false and i unchanged.
+bool parse_braces(std::string_view s, size_t& i, int32_t& lo, int32_t& hi) {
+    size_t j = i + 1;
+    auto number = [&](int32_t& v) {
+        size_t start = j;
+        int64_t x = 0;
+        while (j < s.size() && s[j] >= '0' && s[j] <= '9') {
+            x = x * 10 + (s[j] - '0');
+            if (x > kMaxRepeat) fail("repetition bound above " + std::to_string(kMaxRepeat));
+            ++j;
+        }
+        v = static_cast<int32_t>(x);
+        return j > start;
+    };
+    if (!number(lo)) return false;
+    if (j < s.size() && s[j] == '}') {
+        hi = lo;
+    } else if (j < s.size() && s[j] == ',') {
+        ++j;
+        if (j < s.size() && s[j] == '}')
+            hi = -1;
+        else if (!number(hi))
+            return false;
+        if (j >= s.size() || s[j] != '}') return false;
+        if (hi >= 0 && hi < lo) fail("repetition {m,n} with n < m");
+    } else {
+        return false;
+    }
+    i = j + 1;
+    return true;
+}
+
+}  // namespace
+
+re_node parse_quantifiers(std::string_view s, size_t& i, re_node a, bool regex_suffixes) {
+    while (i < s.size()) {
+        const char c = s[i];
+        int32_t lo = 0, hi = 0;
+        if (c == '?')
+            lo = 0, hi = 1, ++i;
+        else if (c == '*')
+            lo = 0, hi = -1, ++i;
+        else if (c == '+')
+            lo = 1, hi = -1, ++i;
+        else if (c != '{' || !parse_braces(s, i, lo, hi))
+            break;
+        if (regex_suffixes && i < s.size() && s[i] == '?')
+            ++i;  // lazy: same language
+        else if (regex_suffixes && i < s.size() && s[i] == '+')
+            fail("possessive quantifiers are not supported");
+        re_node r;
+        r.k = re_node::kind::repeat;
+        r.min = lo;
+        r.max = hi;
+        r.children.push_back(std::move(a));
+        a = std::move(r);
+    }
+    return a;
 }
 
 }  // namespace zmoe::grammar

@@ -53,6 +53,12 @@ fragment emit_regex(nfa& a, const re_node& node, char_encoding enc,
 /// Emits the JSON-string spelling of one code point range set (used by emit_regex and the JSON Schema compiler).
 fragment emit_chars(nfa& a, const std::vector<std::pair<uint32_t, uint32_t>>& ranges, char_encoding enc);
 
+/// The quantifiers ? * + {m} {m,} {m,n} following an atom at s[i], each wrapping `a` in a repeat node (none: `a`
+/// unchanged), advancing i past them; the regex and EBNF parsers share it. A '{' that does not start a bound is left
+/// where it is (a literal in a regex). With `regex_suffixes` a lazy '?' after a quantifier is taken (the same
+/// language) and a possessive '+' refused. Throws zmoe::error(invalid_argument) for bounds n < m or above 10 000.
+re_node parse_quantifiers(std::string_view s, size_t& i, re_node a, bool regex_suffixes);
+
 /// Parses a regex escape after the backslash at `s[i]` (i points past '\\'); shared with the EBNF parser.
 /// Returns the code point ranges it stands for and advances `i`.
 std::vector<std::pair<uint32_t, uint32_t>> parse_escape(std::string_view s, size_t& i, bool in_class);

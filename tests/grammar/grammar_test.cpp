@@ -91,6 +91,11 @@ TEST(Regex, RefusesWhatItDoesNotSupportByName) {
     EXPECT_NE(message("a^b").find("'^'"), std::string::npos);
     EXPECT_NE(message("(ab").find("missing ')'"), std::string::npos);
     EXPECT_NE(message("a{3,1}").find("n < m"), std::string::npos);
+    EXPECT_NE(message("a{10001}").find("regex: repetition bound above 10000"), std::string::npos);
+    EXPECT_NE(message("a*+").find("possessive"), std::string::npos);
+    EXPECT_EQ(message("a{x}"), "accepted");  // not a bound: a literal '{'
+    EXPECT_TRUE(matches(small(compile_regex("a{x}")), "a{x}"));
+    EXPECT_TRUE(matches(small(compile_regex("a{2,}?b")), "aaab"));
     EXPECT_NE(message("((a|b){1000}){1000}").find("too large"), std::string::npos);
     EXPECT_NE(message("(a|b)*a(a|b){18}").find("too large"), std::string::npos);
 }
@@ -163,6 +168,31 @@ TEST(Ebnf, RefusesBadGrammarsByName) {
     EXPECT_NE(message("root ::= \"x").find("unterminated string"), std::string::npos);
     EXPECT_NE(message("root ::= \"a\" root").find("accepts no string"), std::string::npos);
     EXPECT_NE(message("root ::= \"a\"\nroot ::= \"b\"").find("defined twice"), std::string::npos);
+    // Quantifiers are the regex parser's (parse_quantifiers), errors with the EBNF line.
+    EXPECT_NE(message("root ::= \"x\"\n  | \"a\"{3,1}").find("line 2: repetition {m,n} with n < m"), std::string::npos);
+    EXPECT_NE(message("root ::= \"a\"{10001}").find("bound above 10000"), std::string::npos);
+}
+
+TEST(Ebnf, QuantifiersMatchTheRegexOnes) {
+    // EBNF has no lazy or possessive forms: "{0,2}+" is a repetition of a repetition there.
+    const std::vector<std::pair<std::string, std::string>> cases{{"?", "?"},
+                                                                 {"*", "*"},
+                                                                 {"+", "+"},
+                                                                 {"{2}", "{2}"},
+                                                                 {"{2,}", "{2,}"},
+                                                                 {"{1,3}", "{1,3}"},
+                                                                 {"{0,2}+", "{0,2})+"},
+                                                                 {"{2}?", "{2})?"}};
+    for (const auto& [q, rq] : cases) {
+        auto e = small(compile_ebnf("root ::= (\"a\" | \"bc\")" + q + " \"c\""));
+        const bool nested = rq.find(")") != std::string::npos;  // the regex closes a group around the first quantifier
+        auto r = small(compile_regex((nested ? "(?:(?:a|bc)" : "(?:a|bc)") + rq + "c"));
+        std::mt19937 rng(3);
+        for (int i = 0; i < 2000; ++i) {
+            const std::string s = random_text(rng, "abc", 8);
+            ASSERT_EQ(matches(e, s), matches(r, s)) << q << " " << s;
+        }
+    }
 }
 
 TEST(JsonSchema, RefusesUnsupportedKeywordsByName) {
