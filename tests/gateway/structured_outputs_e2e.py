@@ -17,7 +17,8 @@ invalid output, or too many truncated ones.
 
 Random weights write long strings and numbers; so that outputs finish within max_tokens, the tokens that close a
 string, a number, an object or an array get a logit bias (--closing-bias; 0 turns it off) and repeats are penalised
-(--repetition-penalty). Neither moves a token past the grammar: a mask that let a wrong token through would fail the
+(--repetition-penalty, and --frequency-penalty, which grows with each repeat: a random model can write one digit
+token thousands of times). None of them moves a token past the grammar: a mask that let a wrong token through would fail the
 checks all the same.
 """
 import argparse
@@ -94,7 +95,7 @@ def load_schemas(directory):
     return schemas
 
 
-def make_request(i, schemas, model, max_tokens, bias, repetition_penalty):
+def make_request(i, schemas, model, max_tokens, bias, repetition_penalty, frequency_penalty=0.0):
     """The i-th request: (route, body, kind, expectation)."""
     chat = i % 2 == 0
     slot = i % 10
@@ -124,6 +125,8 @@ def make_request(i, schemas, model, max_tokens, bias, repetition_penalty):
         kind, expect = "choice", choices
     body = {"model": model, "max_tokens": max_tokens, "temperature": 1.0, "seed": 1000 + i, "logit_bias": bias,
             "repetition_penalty": repetition_penalty}
+    if frequency_penalty:
+        body["frequency_penalty"] = frequency_penalty
     body.update(field)
     if chat:
         body["messages"] = [{"role": "user", "content": f"Request {i}: answer in the required format."}]
@@ -171,7 +174,8 @@ def run(base, args):
     t0 = time.time()
 
     def one(i):
-        route, body, kind, expect = make_request(i, schemas, model, args.max_tokens, bias, args.repetition_penalty)
+        route, body, kind, expect = make_request(i, schemas, model, args.max_tokens, bias, args.repetition_penalty,
+                                                   args.frequency_penalty)
         status, r = post(base, route, body, args.timeout)
         if status != 200:
             return i, kind, f"HTTP {status}: {r}", ""
@@ -207,7 +211,7 @@ def run(base, args):
         print(f"FAIL: more than {args.max_truncated:.0%} of the outputs were cut by max_tokens")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"num_requests": args.num_requests, "num_valid": total_ok, "elapsed_s": elapsed,
+            json.dump({"parameters": vars(args), "num_requests": args.num_requests, "num_valid": total_ok, "elapsed_s": elapsed,
                        "num_invalid": len(failures), "num_truncated": len(truncated),
                        "by_kind": {k: {"valid": v[0], "total": v[1]} for k, v in by_kind.items()}}, f, indent=1)
     return 0 if not failures and not too_many else 1
@@ -232,6 +236,8 @@ def main():
     ap.add_argument("--closing-bias", type=float, default=12.0)
     ap.add_argument("--repetition-penalty", type=float, default=1.3,
                     help="keeps random weights from repeating one token inside a string")
+    ap.add_argument("--frequency-penalty", type=float, default=0.0,
+                    help="subtracted from a token's logit once per earlier occurrence (OpenAI's frequency_penalty)")
     ap.add_argument("--max-truncated", type=float, default=0.1,
                     help="the fraction of outputs that may be cut by max_tokens (random weights ramble)")
     ap.add_argument("--timeout", type=float, default=600)
