@@ -1,0 +1,77 @@
+// launch_fp8_weight_quantize (the device quantization of FP8 dummy weights) against quantize_fp8_blocks
+// (workers/fp8.hpp, the CPU backend's --quantization fp8): codes and block scales bit for bit for the same BF16
+// values, over ragged shapes (partial 128-blocks in both dimensions), blocks of very different magnitudes, an
+// all-zero block (scale 1), values at e4m3 rounding ties, subnormal codes, and a codes row stride wider than the
+// matrix (the padded layouts of the CUDA executor), whose padding must stay untouched.
+
+#include <cstring>
+
+#include "kernels/fp8_weight_quantize.hpp"
+#include "tests/kernels/test_util.hpp"
+#include "workers/fp8.hpp"
+
+namespace zmoe::kernels::test {
+namespace {
+
+TEST(Fp8WeightQuantize, BitIdenticalToTheCpuBlockQuantization) {
+    struct shape {
+        int64_t rows;
+        int32_t cols, ld;
+    };
+    for (const shape s : {shape{136, 144, 144}, shape{300, 200, 208}, shape{128, 128, 128}, shape{7, 5, 16},
+                          shape{768, 2048, 2048}}) {
+        SCOPED_TRACE(make_name("rows ", s.rows, " cols ", s.cols, " ld ", s.ld));
+        std::mt19937 rng(static_cast<uint32_t>(s.rows * 7 + s.cols));
+        std::vector<float> w = random_bf16(size_t(s.rows) * s.cols, 1.f, rng);
+        for (int64_t r = 0; r < s.rows; ++r)
+            for (int32_t c = 0; c < s.cols; ++c) {
+                float& v = w[size_t(r) * s.cols + c];
+                // Per-block magnitudes 2^-12 .. 2^6; the block (0, 1) all zero when it exists.
+                const int block = int(r / 128) * 3 + c / 128;
+                v = (r < 128 && c >= 128 && c < 256) ? 0.f : ref::round_bf16(std::ldexp(v, block % 19 - 12));
+            }
+        // A block whose amax is 448 exactly (scale 1): its values land on e4m3 codes and rounding ties as given.
+        if (s.rows >= 4 && s.cols >= 4 && s.cols <= 128) {
+            for (int64_t r = 0; r < std::min<int64_t>(s.rows, 128); ++r)
+                for (int32_t c = 0; c < std::min(s.cols, 128); ++c) w[size_t(r) * s.cols + c] = 0.f;
+            w[0] = 448.f;
+            w[1] = 1.0625f;      // halfway between 1 and 1.125: ties to even (1)
+            w[2] = 1.1875f;      // halfway between 1.125 and 1.25: ties to even (1.25)
+            w[3] = -0.0029296875f;  // 1.5 * 2^-9: a subnormal tie (to 2^-8)
+            w[size_t(s.cols)] = 3.0517578125e-05f;  // below half the smallest subnormal: zero
+        }
+        const int64_t nb = fp8_blocks(s.rows), kb = fp8_blocks(s.cols);
+        std::vector<uint8_t> want_codes(size_t(s.rows) * s.cols);
+        std::vector<float> want_scales(size_t(nb * kb));
+        quantize_fp8_blocks(w.data(), s.rows, s.cols, s.cols, want_codes.data(), want_scales.data());
+
+        auto d_w = upload_bf16(w);
+        device_buffer<uint8_t> d_codes(size_t(s.rows) * s.ld);
+        device_buffer<float> d_scales(size_t(nb * kb));
+        d_codes.poison(0x5a);
+        d_scales.poison();
+        launch_fp8_weight_quantize({.w = d_w.get(),
+                                    .rows = s.rows,
+                                    .cols = s.cols,
+                                    .codes = d_codes.get(),
+                                    .codes_ld = s.ld,
+                                    .scales = d_scales.get()},
+                                   nullptr);
+        sync_and_check();
+        const std::vector<uint8_t> codes = download(d_codes);
+        const std::vector<float> scales = download(d_scales);
+        for (size_t i = 0; i < scales.size(); ++i)
+            ASSERT_EQ(std::memcmp(&scales[i], &want_scales[i], 4), 0)
+                << "scale block " << i << ": " << scales[i] << " vs " << want_scales[i];
+        for (int64_t r = 0; r < s.rows; ++r) {
+            for (int32_t c = 0; c < s.cols; ++c)
+                ASSERT_EQ(codes[size_t(r) * s.ld + c], want_codes[size_t(r) * s.cols + c])
+                    << "row " << r << " col " << c << " value " << w[size_t(r) * s.cols + c];
+            for (int32_t c = s.cols; c < s.ld; ++c)
+                ASSERT_EQ(codes[size_t(r) * s.ld + c], 0x5a) << "padding written at row " << r << " col " << c;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace zmoe::kernels::test

@@ -1,0 +1,246 @@
+// Block-scaled FP8 models on the CUDA backend (docs/fp8.md) against the CPU backend's FP8 path, the exact reference
+// of the format's arithmetic (tests/workers/fp8_reference_test.cpp holds it to transformers' emulation at ~1e-6):
+// the FP8 fixtures as stored and their BF16 sources with --quantization fp8; chunked prefill vs one shot, greedy
+// tokens through the decode graphs, EPLB moves carrying the block scales, --load-format dummy with FP8, and the
+// quantized-at-load weights giving the stored FP8 model's logits bit for bit.
+//
+// Tolerances. Both backends quantize the same values at the same points with the same rule and take the same e4m3
+// weights; what differs is that the CUDA path keeps the activations between linears (residual stream, norms'
+// outputs, attention outputs, the expert combine) in BF16 (relative rounding 2^-9) where the CPU keeps fp32, and its
+// fp32 sums run in another order. A BF16 rounding moves an activation by up to 2^-9 of its value, which crosses an
+// e4m3 rounding boundary (steps of 2^-3 relative, 2^-4 to the boundary) for about 2^-9 / 2^-4 = 1/32 of the
+// elements; each crossing moves that element by a whole e4m3 step (6-12%), so a projection's output moves by about
+// sqrt(1/32) x 1/16 ~ 1% of its scale, and that compounds over the fixtures' 4-6 quantized linears per layer and two
+// layers: kLogitTolerance = 6% of the logit scale (the BF16 reference tests allow 4% for BF16 rounding alone). A
+// routing decision within that noise (a near-tied expert choice) moves the logits by a whole expert's output: at
+// most kMaxFlips prompts per fixture may, bounded by kFlipTolerance (as the BF16 tests' routing near-ties). Greedy
+// tokens are compared while the reference's top-2 margin is at least kMinMargin.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "base/error.hpp"
+#include "cuda_test_util.hpp"
+#include "workers/cuda/cuda_step_executor.hpp"
+#include "workers/model_runner.hpp"
+
+namespace zmoe::cuda {
+namespace {
+
+using namespace zmoe::cuda::testing;
+using zmoe::testing::step_driver;
+
+constexpr double kLogitTolerance = 0.06;
+constexpr double kFlipTolerance = 0.5;
+constexpr int kMaxFlips = 1;
+constexpr double kMinMargin = 0.15;
+
+/// A run of an FP8 model: the FP8 fixture as stored, or its BF16 source with --quantization fp8 (param suffix
+/// "_quantized_at_load"); the reference prompts are the FP8 fixture's.
+struct fp8_case {
+    std::string name;       // fixture holding the reference
+    std::string model_dir;  // what is loaded
+    std::string quantization;
+};
+
+fp8_case case_of(const std::string& param) {
+    const std::string suffix = "_quantized_at_load";
+    if (param.size() > suffix.size() && param.ends_with(suffix)) {
+        const std::string name = param.substr(0, param.size() - suffix.size());
+        return {name, fixture_dir(name + "_source"), "fp8"};
+    }
+    return {param, fixture_dir(param), ""};
+}
+
+std::unique_ptr<cuda_step_executor> make_executor(const fp8_case& c, const std::string& load_format = "auto") {
+    executor_options o = cuda_options(c.model_dir);
+    o.config.quantization = c.quantization;
+    o.config.load_format = load_format;
+    return std::make_unique<cuda_step_executor>(o, initial_placement(o));
+}
+
+std::unique_ptr<model_runner> make_cpu(const fp8_case& c) {
+    runner_options o;
+    o.num_kv_blocks = kNumBlocks;
+    o.block_size = kBlockSize;
+    o.num_threads = 2;
+    o.quantization = c.quantization;
+    return std::make_unique<model_runner>(c.model_dir, o);
+}
+
+class CudaFp8 : public ::testing::TestWithParam<std::string> {
+  protected:
+    void SetUp() override {
+        c_ = case_of(GetParam());
+        ASSERT_TRUE(std::ifstream(c_.model_dir + "/config.json").good()) << "fixture " << c_.model_dir << " is missing";
+        prompts_ = load_reference(fixture_dir(c_.name));
+        ASSERT_FALSE(prompts_.empty());
+    }
+    fp8_case c_;
+    std::vector<ref_prompt> prompts_;
+};
+
+TEST_P(CudaFp8, LastLogitsMatchTheCpuFp8Backend) {
+    auto ex = make_executor(c_);
+    ASSERT_TRUE(ex->config().quantization.fp8());
+    auto cpu = make_cpu(c_);
+    for (int64_t chunk : {int64_t{0}, int64_t{7}}) {
+        double worst = 0, worst_flip = 0, worst_ref = 0;
+        int flips = 0;
+        for (size_t i = 0; i < prompts_.size(); ++i) {
+            step_driver gpu_run(kBlockSize, chunk), cpu_run(kBlockSize, chunk);
+            gpu_run.add(i + 100 * chunk, prompts_[i].token_ids, 1);
+            cpu_run.add(i + 100 * chunk, prompts_[i].token_ids, 1);
+            run_all(*ex, gpu_run);
+            run_all(*cpu, cpu_run);
+            const std::vector<float>& got = gpu_run.seqs()[0].logits.at(0);
+            const double err = relative_error(got, cpu_run.seqs()[0].logits.at(0));
+            worst_ref = std::max(worst_ref, relative_error(got, prompts_[i].last_logits));
+            if (err > kLogitTolerance) {
+                ++flips;
+                worst_flip = std::max(worst_flip, err);
+                EXPECT_LE(err, kFlipTolerance) << GetParam() << " prompt " << i << ", chunk " << chunk;
+            } else {
+                worst = std::max(worst, err);
+            }
+        }
+        EXPECT_LE(flips, kMaxFlips) << GetParam() << ", chunk " << chunk << ": prompts beyond " << kLogitTolerance;
+        std::printf("[cuda fp8] %s (chunk %ld): max relative logit error vs the CPU FP8 backend %.4g (%d prompt(s) "
+                    "past a near-tie, worst %.4g); vs transformers' FP8 emulation %.4g\n",
+                    GetParam().c_str(), static_cast<long>(chunk), worst, flips, worst_flip, worst_ref);
+    }
+}
+
+TEST_P(CudaFp8, GreedyTokensMatchTheReference) {
+    auto ex = make_executor(c_);
+    step_driver driver(kBlockSize, 0);
+    for (size_t i = 0; i < prompts_.size(); ++i)
+        driver.add(i, prompts_[i].token_ids, static_cast<int64_t>(prompts_[i].greedy.size()));
+    run_all(*ex, driver);  // decode steps replay the captured graphs
+    ASSERT_FALSE(ex->graph_batch_sizes().empty());
+    size_t total = 0;
+    int flips = 0;
+    for (size_t i = 0; i < prompts_.size(); ++i) {
+        const ref_prompt& p = prompts_[i];
+        for (size_t t = 0; t < p.greedy.size() && p.margins[t] >= kMinMargin; ++t) {
+            if (driver.seqs()[i].generated[t] != p.greedy[t]) {
+                ADD_FAILURE() << GetParam() << " prompt " << i << " step " << t << ": token "
+                              << driver.seqs()[i].generated[t] << ", reference " << p.greedy[t]
+                              << " with top-2 margin " << p.margins[t];
+                ++flips;
+                break;
+            }
+            ++total;
+        }
+    }
+    EXPECT_GT(total, prompts_.size()) << "too few greedy steps above the margin to mean anything";
+    std::printf("[cuda fp8] %s: %zu greedy tokens equal to the FP8 reference\n", GetParam().c_str(), total);
+}
+
+TEST_P(CudaFp8, ChunkedPrefillMatchesOneShot) {
+    std::vector<step_driver> runs;
+    for (int64_t chunk : {int64_t{0}, int64_t{7}, int64_t{16}}) {
+        auto ex = make_executor(c_);
+        step_driver& d = runs.emplace_back(kBlockSize, chunk);
+        d.add(1, prompts_.back().token_ids, 4);
+        run_all(*ex, d);
+    }
+    expect_same_run(runs[1].seqs()[0], runs[0].seqs()[0], kSelfMargin, kSelfTolerance, GetParam() + " chunk 7");
+    expect_same_run(runs[2].seqs()[0], runs[0].seqs()[0], kSelfMargin, kSelfTolerance, GetParam() + " chunk 16");
+}
+
+// EPLB moves within the GPU carry each expert's block scales with its codes: reversing every layer's slots changes
+// which slot serves an expert, not what the model computes.
+TEST_P(CudaFp8, ExpertMovesCarryTheScales) {
+    auto base = make_executor(c_);
+    auto moved = make_executor(c_);
+    const model_config& c = moved->config();
+    std::vector<expert_slot_move> moves;
+    for (uint32_t l = 0; l < c.num_moe_layers(); ++l)
+        for (uint32_t s = 0; s < c.num_experts; ++s)
+            moves.push_back(
+                {l, s, static_cast<int32_t>(c.num_experts - 1 - s), 0, static_cast<uint32_t>(c.num_experts - 1 - s)});
+    const uint64_t bytes = moved->apply_expert_moves(moves);
+    EXPECT_EQ(bytes, static_cast<uint64_t>(moves.size()) * expert_bytes(c));
+    step_driver a(kBlockSize, 7), b(kBlockSize, 7);
+    for (size_t i = 0; i < prompts_.size(); ++i) {
+        a.add(i, prompts_[i].token_ids, 4);
+        b.add(i, prompts_[i].token_ids, 4);
+    }
+    run_all(*base, a);
+    run_all(*moved, b);
+    for (size_t i = 0; i < prompts_.size(); ++i)
+        expect_same_run(b.seqs()[i], a.seqs()[i], kSelfMargin, kSelfTolerance,
+                        GetParam() + " prompt " + std::to_string(i));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFp8,
+                         ::testing::Values("qwen3_moe_fp8", "deepseek_v3_fp8", "qwen3_moe_fp8_quantized_at_load",
+                                           "deepseek_v3_fp8_quantized_at_load"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// --quantization fp8 on the BF16 source gives the bits the fixture script stored (the CPU test checks the weights),
+// so the CUDA run of each is the same computation: logits equal bit for bit.
+TEST(CudaFp8QuantizeAtLoad, SameLogitsAsTheStoredFp8Checkpoint) {
+    for (const std::string name : {"qwen3_moe_fp8", "deepseek_v3_fp8"}) {
+        const std::vector<ref_prompt> prompts = load_reference(fixture_dir(name));
+        auto stored = make_executor(case_of(name));
+        auto quantized = make_executor(case_of(name + "_quantized_at_load"));
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            step_driver a(kBlockSize, 7), b(kBlockSize, 7);
+            a.add(i, prompts[i].token_ids, 3);
+            b.add(i, prompts[i].token_ids, 3);
+            run_all(*stored, a);
+            run_all(*quantized, b);
+            ASSERT_EQ(a.seqs()[0].generated, b.seqs()[0].generated) << name << " prompt " << i;
+            for (size_t t = 0; t < a.seqs()[0].logits.size(); ++t)
+                EXPECT_EQ(std::memcmp(a.seqs()[0].logits[t].data(), b.seqs()[0].logits[t].data(),
+                                      a.seqs()[0].logits[t].size() * sizeof(float)),
+                          0)
+                    << name << " prompt " << i << " step " << t << ": max relative difference "
+                    << relative_error(b.seqs()[0].logits[t], a.seqs()[0].logits[t]);
+        }
+    }
+}
+
+// --load-format dummy with FP8 (the benchmarks' path): the weights generated in BF16 on the device and quantized
+// there take about half the bytes, every step runs (prefill, then decode graphs) with finite logits, and the model
+// stays close to the BF16 dummy model it quantizes (the same generated values: FP8 is lossy, not different).
+TEST(CudaFp8Dummy, QuantizedDummyWeightsRunNearTheirBf16Values) {
+    for (const std::string name : {"qwen3_moe", "deepseek_v3"}) {
+        const fp8_case bf16_case{name, fixture_dir(name), ""}, fp8{name, fixture_dir(name), "fp8"};
+        auto a = make_executor(bf16_case, "dummy");
+        auto b = make_executor(fp8, "dummy");
+        ASSERT_TRUE(b->config().quantization.fp8());
+        ASSERT_FALSE(b->graph_batch_sizes().empty());
+        const std::vector<int32_t> prompt{3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26, 43};
+        step_driver da(kBlockSize, 5), db(kBlockSize, 5);
+        da.add(1, prompt, 6);
+        db.add(1, prompt, 6);
+        run_all(*a, da);
+        run_all(*b, db);
+        for (const std::vector<float>& l : db.seqs()[0].logits)
+            for (float v : l) ASSERT_TRUE(std::isfinite(v)) << name;
+        const double err = relative_error(db.seqs()[0].logits[0], da.seqs()[0].logits[0]);
+        std::printf("[cuda fp8] dummy %s: FP8 vs BF16 first logits relative difference %.4g\n", name.c_str(), err);
+        EXPECT_LE(err, 0.25) << name;
+        EXPECT_GT(err, 0.0) << name << ": FP8 gave the BF16 logits exactly (not quantized?)";
+    }
+}
+
+TEST(CudaFp8Dummy, UnknownQuantizationIsRefusedNamingIt) {
+    executor_options o = cuda_options(fixture_dir("qwen3_moe"));
+    o.config.quantization = "int4";
+    try {
+        cuda_step_executor ex(o, initial_placement(o));
+        ADD_FAILURE() << "--quantization int4: no error";
+    } catch (const error& e) {
+        EXPECT_NE(std::string(e.what()).find("int4"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace
+}  // namespace zmoe::cuda
