@@ -4,9 +4,10 @@
 // all-zero block (scale 1), values at e4m3 rounding ties, subnormal codes, and a codes row stride wider than the
 // matrix (the padded layouts of the CUDA executor), whose padding must stay untouched.
 
+#include "kernels/fp8_weight_quantize.hpp"
+
 #include <cstring>
 
-#include "kernels/fp8_weight_quantize.hpp"
 #include "tests/kernels/test_util.hpp"
 #include "workers/fp8.hpp"
 
@@ -18,8 +19,8 @@ TEST(Fp8WeightQuantize, BitIdenticalToTheCpuBlockQuantization) {
         int64_t rows;
         int32_t cols, ld;
     };
-    for (const shape s : {shape{136, 144, 144}, shape{300, 200, 208}, shape{128, 128, 128}, shape{7, 5, 16},
-                          shape{768, 2048, 2048}}) {
+    for (const shape s :
+         {shape{136, 144, 144}, shape{300, 200, 208}, shape{128, 128, 128}, shape{7, 5, 16}, shape{768, 2048, 2048}}) {
         SCOPED_TRACE(make_name("rows ", s.rows, " cols ", s.cols, " ld ", s.ld));
         std::mt19937 rng(static_cast<uint32_t>(s.rows * 7 + s.cols));
         std::vector<float> w = random_bf16(size_t(s.rows) * s.cols, 1.f, rng);
@@ -35,9 +36,9 @@ TEST(Fp8WeightQuantize, BitIdenticalToTheCpuBlockQuantization) {
             for (int64_t r = 0; r < std::min<int64_t>(s.rows, 128); ++r)
                 for (int32_t c = 0; c < std::min(s.cols, 128); ++c) w[size_t(r) * s.cols + c] = 0.f;
             w[0] = 448.f;
-            w[1] = 1.0625f;      // halfway between 1 and 1.125: ties to even (1)
-            w[2] = 1.1875f;      // halfway between 1.125 and 1.25: ties to even (1.25)
-            w[3] = -0.0029296875f;  // 1.5 * 2^-9: a subnormal tie (to 2^-8)
+            w[1] = 1.0625f;                         // halfway between 1 and 1.125: ties to even (1)
+            w[2] = 1.1875f;                         // halfway between 1.125 and 1.25: ties to even (1.25)
+            w[3] = -0.0029296875f;                  // 1.5 * 2^-9: a subnormal tie (to 2^-8)
             w[size_t(s.cols)] = 3.0517578125e-05f;  // below half the smallest subnormal: zero
         }
         const int64_t nb = fp8_blocks(s.rows), kb = fp8_blocks(s.cols);

@@ -80,7 +80,8 @@ TEST_P(StepFloorFp8, BytesAreTheFp8CheckpointsTensors) {
     for (const std::string& name : ckpt.names()) {
         const tensor_view t = ckpt.get(name);
         // Scales widen to fp32 at load (a BF16 weight_scale_inv is read as fp32 too).
-        const int64_t b = numel(t) * (name.ends_with("weight_scale_inv") ? 4 : static_cast<int64_t>(dtype_size(t.type)));
+        const int64_t b =
+            numel(t) * (name.ends_with("weight_scale_inv") ? 4 : static_cast<int64_t>(dtype_size(t.type)));
         has_lm_head = has_lm_head || name.find("lm_head") != std::string::npos;
         if (name.find(".experts.") != std::string::npos) {
             if (name.find(expert0_prefix) != std::string::npos && name.find(".experts.0.") != std::string::npos)

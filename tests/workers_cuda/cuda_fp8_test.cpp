@@ -108,9 +108,10 @@ TEST_P(CudaFp8, LastLogitsMatchTheCpuFp8Backend) {
             }
         }
         EXPECT_LE(flips, kMaxFlips) << GetParam() << ", chunk " << chunk << ": prompts beyond " << kLogitTolerance;
-        std::printf("[cuda fp8] %s (chunk %ld): max relative logit error vs the CPU FP8 backend %.4g (%d prompt(s) "
-                    "past a near-tie, worst %.4g); vs transformers' FP8 emulation %.4g\n",
-                    GetParam().c_str(), static_cast<long>(chunk), worst, flips, worst_flip, worst_ref);
+        std::printf(
+            "[cuda fp8] %s (chunk %ld): max relative logit error vs the CPU FP8 backend %.4g (%d prompt(s) "
+            "past a near-tie, worst %.4g); vs transformers' FP8 emulation %.4g\n",
+            GetParam().c_str(), static_cast<long>(chunk), worst, flips, worst_flip, worst_ref);
     }
 }
 
@@ -128,8 +129,8 @@ TEST_P(CudaFp8, GreedyTokensMatchTheReference) {
         for (size_t t = 0; t < p.greedy.size() && p.margins[t] >= kMinMargin; ++t) {
             if (driver.seqs()[i].generated[t] != p.greedy[t]) {
                 ADD_FAILURE() << GetParam() << " prompt " << i << " step " << t << ": token "
-                              << driver.seqs()[i].generated[t] << ", reference " << p.greedy[t]
-                              << " with top-2 margin " << p.margins[t];
+                              << driver.seqs()[i].generated[t] << ", reference " << p.greedy[t] << " with top-2 margin "
+                              << p.margins[t];
                 ++flips;
                 break;
             }

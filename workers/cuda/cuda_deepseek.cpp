@@ -36,8 +36,8 @@ void gemm(const gemm_context& g, const void* x, const void* w, void* y, int32_t 
 
 /// y [m, n] = x [m, k] . w^T: the BF16 weight `w`, or `f` in FP8 when it is not empty (y_rows: rows of y the FP8
 /// GEMM may overwrite).
-void project(const gemm_context& g, const cuda_fp8_matrix& f, const device_buffer& w, const bf16* x, bf16* y,
-             int32_t m, int32_t n, int32_t k, int32_t y_rows, cudaStream_t stream) {
+void project(const gemm_context& g, const cuda_fp8_matrix& f, const device_buffer& w, const bf16* x, bf16* y, int32_t m,
+             int32_t n, int32_t k, int32_t y_rows, cudaStream_t stream) {
     if (f.empty()) {
         gemm(g, x, w.as<bf16>(), y, m, n, k, stream);
         return;
@@ -254,7 +254,7 @@ void mla_attention_runner::run(const cuda_layer& w, const mla_step& s, const bf1
     const int32_t dv = i32(m.v_head_dim), qk = dn + dr;
     if (T == 0) return;
     bf16* q = q_.as<bf16>();
-    if (!w.mla.q_a.empty()) {
+    if (!w.mla.q_a.empty() || !w.fp8.q_a.empty()) {  // q LoRA (BF16 or FP8)
         const int32_t qr = i32(m.q_lora_rank);
         bf16* qa = qa_.as<bf16>();
         project(g, w.fp8.q_a, w.mla.q_a, xn, qa, T, qr, H, max_tokens_, stream);

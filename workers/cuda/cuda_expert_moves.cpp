@@ -62,8 +62,9 @@ void cuda_expert_mover::stage(const std::vector<expert_slot_move>& moves, const 
         bool same = parts.size() == part_bytes_.size();
         for (size_t p = 0; same && p < parts.size(); ++p) same = parts[p].slot_bytes == part_bytes_[p];
         if (!same)
-            throw error(errc::unsupported, "expert move: MoE layers whose experts differ in format (FP8 in some "
-                                           "layers, BF16 in others) cannot be rebalanced");
+            throw error(errc::unsupported,
+                        "expert move: MoE layers whose experts differ in format (FP8 in some "
+                        "layers, BF16 in others) cannot be rebalanced");
     }
 
     // 1. Where each incoming expert waits: staging, in move order.
@@ -114,8 +115,8 @@ void cuda_expert_mover::stage(const std::vector<expert_slot_move>& moves, const 
             size_t at = 0;
             for (size_t p = 0; p < src.size(); ++p) {
                 if (dst_rank == rank_)
-                    check(cudaMemcpyAsync(slot_staging + at, src[p], part_bytes_[p], cudaMemcpyDeviceToDevice,
-                                          stream_));
+                    check(
+                        cudaMemcpyAsync(slot_staging + at, src[p], part_bytes_[p], cudaMemcpyDeviceToDevice, stream_));
                 else
                     transfers.push_back({dst_rank, src[p], part_bytes_[p], true});
                 at += part_bytes_[p];

@@ -121,21 +121,20 @@ void fp8_linear_runner::gemm(const uint8_t* a, const float* a_scales, const uint
     kernels::launch_grouped_gemm_fp8(p, stream);
 }
 
-void fp8_linear_runner::linear(const cuda_fp8_matrix& w, const bf16* x, int32_t m, bf16* y, int32_t ldy,
-                               int32_t y_rows, cudaStream_t stream) const {
+void fp8_linear_runner::linear(const cuda_fp8_matrix& w, const bf16* x, int32_t m, bf16* y, int32_t ldy, int32_t y_rows,
+                               cudaStream_t stream) const {
     if (m == 0) return;
     ZMOE_CHECK(!empty() && m <= dims_.max_rows && w.k_pad <= dims_.max_k && w.n_pad <= dims_.max_n,
                "fp8_linear: a call beyond the scratch (" << m << " rows, " << w.n_pad << " x " << w.k_pad << ")");
     quantize(x, m, w.k, w.k_pad, stream);
     const bool in_place = ldy == w.n_pad && y_rows >= round_up(m, kRowAlign);
     bf16* c = in_place ? y : c_.as<bf16>();
-    gemm(a_q_.as<uint8_t>(), a_scales_.as<float>(), w.codes.as<uint8_t>(), w.scales.as<float>(), m, w.n_pad, w.k_pad,
-         c, nullptr, nullptr, false, stream);
+    gemm(a_q_.as<uint8_t>(), a_scales_.as<float>(), w.codes.as<uint8_t>(), w.scales.as<float>(), m, w.n_pad, w.k_pad, c,
+         nullptr, nullptr, false, stream);
     if (!in_place)
-        ZMOE_CUDA_CHECK(cudaMemcpy2DAsync(y, static_cast<size_t>(ldy) * sizeof(bf16), c,
-                                          static_cast<size_t>(w.n_pad) * sizeof(bf16),
-                                          static_cast<size_t>(w.n) * sizeof(bf16), static_cast<size_t>(m),
-                                          cudaMemcpyDeviceToDevice, stream));
+        ZMOE_CUDA_CHECK(cudaMemcpy2DAsync(
+            y, static_cast<size_t>(ldy) * sizeof(bf16), c, static_cast<size_t>(w.n_pad) * sizeof(bf16),
+            static_cast<size_t>(w.n) * sizeof(bf16), static_cast<size_t>(m), cudaMemcpyDeviceToDevice, stream));
 }
 
 void fp8_linear_runner::mlp(const cuda_fp8_mlp& w, const bf16* x, int32_t m, bf16* out, int32_t out_rows,
@@ -152,8 +151,8 @@ void fp8_linear_runner::mlp(const cuda_fp8_mlp& w, const bf16* x, int32_t m, bf1
     gemm(act_q_.as<uint8_t>(), act_scales_.as<float>(), d.codes.as<uint8_t>(), d.scales.as<float>(), m, d.n_pad,
          d.k_pad, c, nullptr, nullptr, false, stream);
     if (!in_place)
-        ZMOE_CUDA_CHECK(cudaMemcpyAsync(out, c, static_cast<size_t>(m) * d.n * sizeof(bf16), cudaMemcpyDeviceToDevice,
-                                        stream));
+        ZMOE_CUDA_CHECK(
+            cudaMemcpyAsync(out, c, static_cast<size_t>(m) * d.n * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
 }
 
 }  // namespace zmoe::cuda

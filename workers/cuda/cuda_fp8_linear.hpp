@@ -62,11 +62,11 @@ class fp8_linear_runner {
 
     fp8_linear_dims dims_;
     int32_t max_mp_ = 0, scale_ld_ = 0;
-    device_buffer offsets_;               // [max_mp / 64 + 1][2]: {0, 64 i}
-    device_buffer a_q_, a_scales_;        // the quantized input
-    device_buffer x_pad_;                 // [max_mp, max_k] BF16: inputs whose k is padded
-    device_buffer c_;                     // [max_mp, max_n] BF16: outputs that cannot land in place
-    device_buffer act_q_, act_scales_;    // MLP: SiLU(gate) * up quantized
+    device_buffer offsets_;             // [max_mp / 64 + 1][2]: {0, 64 i}
+    device_buffer a_q_, a_scales_;      // the quantized input
+    device_buffer x_pad_;               // [max_mp, max_k] BF16: inputs whose k is padded
+    device_buffer c_;                   // [max_mp, max_n] BF16: outputs that cannot land in place
+    device_buffer act_q_, act_scales_;  // MLP: SiLU(gate) * up quantized
     int64_t bytes_ = 0;
 };
 

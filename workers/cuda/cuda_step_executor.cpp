@@ -478,22 +478,20 @@ void cuda_step_executor::attention(int64_t layer, const batch_view& v) {
     const int64_t f = v.first;
     if (mla_) {
         ZMOE_CHECK(f == 0, "MLA attention over a part of the step");
-        mla_->run(w,
-                  {.positions = ws_.positions.device,
-                   .kv_slots = ws_.kv_slots.device,
-                   .block_tables = v.block_tables,
-                   .query_start = v.query_start,
-                   .start_pos = v.start_pos,
-                   .num_tokens = T,
-                   .num_seqs = v.num_seqs,
-                   .block_size = i32(options_.config.block_size),
-                   .max_blocks_per_seq = ws_.shape.max_blocks_per_seq},
-                  ws_.xn.as<bf16>(), k_cache_[layer].as<bf16>(), ws_.delta.as<bf16>(),
-                  {.handle = blas_,
-                   .workspace = blas_workspace_.as<void>(),
-                   .workspace_bytes = kBlasWorkspace,
-                   .fp8 = &fp8_},
-                  stream_);
+        mla_->run(
+            w,
+            {.positions = ws_.positions.device,
+             .kv_slots = ws_.kv_slots.device,
+             .block_tables = v.block_tables,
+             .query_start = v.query_start,
+             .start_pos = v.start_pos,
+             .num_tokens = T,
+             .num_seqs = v.num_seqs,
+             .block_size = i32(options_.config.block_size),
+             .max_blocks_per_seq = ws_.shape.max_blocks_per_seq},
+            ws_.xn.as<bf16>(), k_cache_[layer].as<bf16>(), ws_.delta.as<bf16>(),
+            {.handle = blas_, .workspace = blas_workspace_.as<void>(), .workspace_bytes = kBlasWorkspace, .fp8 = &fp8_},
+            stream_);
         return;
     }
     const int32_t qkv_dim = (hq + 2 * hkv) * D;

@@ -214,8 +214,6 @@ class cuda_step_executor final : public step_executor {
     std::unique_ptr<nccl_comm> comm_;  // null for a world of one
     cuda_weights weights_;
     cuda_workspace ws_;
-    fp8_linear_runner fp8_;                            // FP8 dense projections' scratch (empty for BF16 models)
-    std::vector<kernels::moe_fp8_experts> fp8_moe_;  // per MoE layer: its FP8 experts and the workspace scratch
     std::unique_ptr<cuda_ep_exchange> ep_;      // the MoE dispatch/combine over comm_; null for a world of one
     std::unique_ptr<cuda_expert_mover> mover_;  // EPLB moves (cuda_expert_moves.hpp); made with --enable-eplb
     int64_t num_kv_blocks_ = 0;
@@ -241,6 +239,10 @@ class cuda_step_executor final : public step_executor {
     int64_t graph_replays_ = 0;
     grammar_masks masks_;         // structured outputs: matchers and token masks
     device_buffer masks_device_;  // [sampled rows, mask words] uint32: the step's token masks
+    // FP8 models: the dense projections' scratch (empty for BF16) and, per MoE layer, its FP8 experts with the
+    // workspace scratch (launch_moe_experts' moe_experts_params::fp8).
+    fp8_linear_runner fp8_;
+    std::vector<kernels::moe_fp8_experts> fp8_moe_;
     static void check(cudaError_t e);
 };
 

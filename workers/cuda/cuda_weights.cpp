@@ -87,13 +87,14 @@ device_buffer zeroed(size_t bytes, int64_t& total) {
 /// fp8_blocks(cols)] into `scales`.
 void put_fp8(const matrix_view& m, const std::string& what, uint8_t* codes, int64_t ld, float* scales) {
     if (m.scale_row0 % kFp8Block != 0)
-        throw error(errc::unsupported, "CUDA backend: FP8 " + what + " is a slice of a block-quantized matrix that "
-                                           "starts inside a 128-row block (row " + std::to_string(m.scale_row0) +
+        throw error(errc::unsupported, "CUDA backend: FP8 " + what +
+                                           " is a slice of a block-quantized matrix that "
+                                           "starts inside a 128-row block (row " +
+                                           std::to_string(m.scale_row0) +
                                            "); the FP8 GEMMs take one scale per 128 rows of each weight");
     if (m.rows > 0 && m.cols > 0)
         ZMOE_CUDA_CHECK(cudaMemcpy2D(codes, static_cast<size_t>(ld), m.data, static_cast<size_t>(m.cols),
-                                     static_cast<size_t>(m.cols), static_cast<size_t>(m.rows),
-                                     cudaMemcpyHostToDevice));
+                                     static_cast<size_t>(m.cols), static_cast<size_t>(m.rows), cudaMemcpyHostToDevice));
     const int64_t nb = fp8_blocks(m.rows), kb = fp8_blocks(m.cols);
     ZMOE_CUDA_CHECK(cudaMemcpy(scales, m.scale + (m.scale_row0 / kFp8Block) * kb,
                                static_cast<size_t>(nb * kb) * sizeof(float), cudaMemcpyHostToDevice));
@@ -129,12 +130,12 @@ cuda_fp8_matrix fp8_stack(std::initializer_list<const matrix_view*> parts, const
 /// gate/up/down of an FP8 MLP as cuda_fp8_mlp lays them out.
 cuda_fp8_mlp fp8_mlp(const mlp_weights& m, const std::string& what, int64_t& bytes) {
     if (!is_fp8(m.gate) || !is_fp8(m.up) || !is_fp8(m.down))
-        throw error(errc::unsupported, "CUDA backend: " + what +
-                                           " mixes FP8 and unquantized projections (gate, up and down must agree)");
+        throw error(errc::unsupported,
+                    "CUDA backend: " + what + " mixes FP8 and unquantized projections (gate, up and down must agree)");
     const int64_t I = m.gate.rows, H = m.gate.cols;
     if (H % 16 != 0)
-        throw error(errc::unsupported, "CUDA backend: FP8 MLPs need hidden_size a multiple of 16 (got " +
-                                           std::to_string(H) + ")");
+        throw error(errc::unsupported,
+                    "CUDA backend: FP8 MLPs need hidden_size a multiple of 16 (got " + std::to_string(H) + ")");
     cuda_fp8_mlp out;
     const int32_t Ip = fp8_padded(I);
     cuda_fp8_matrix& gu = out.gate_up;
@@ -163,7 +164,8 @@ int64_t expert_bytes(const model_config& c) {
 std::vector<expert_part> expert_parts(const cuda_layer& l, const model_config& c) {
     const size_t H = static_cast<size_t>(c.hidden_size), I = static_cast<size_t>(c.moe_intermediate_size);
     if (!l.fp8_experts())
-        return {{l.experts_gate_up.as<std::byte>(), 2 * I * H * kBf16}, {l.experts_down.as<std::byte>(), I * H * kBf16}};
+        return {{l.experts_gate_up.as<std::byte>(), 2 * I * H * kBf16},
+                {l.experts_down.as<std::byte>(), I * H * kBf16}};
     const size_t Ip = static_cast<size_t>(l.fp8.inter_pad);
     const size_t grid = static_cast<size_t>(scale_count(c.moe_intermediate_size, c.hidden_size)) * sizeof(float);
     return {{l.fp8.experts_gate_up.as<std::byte>(), 2 * Ip * H},
@@ -308,7 +310,6 @@ cuda_weights cuda_weights::upload(const model_weights& w) {
     return out;
 }
 
-
 void apply_dummy_router_skew(cuda_weights& w, const model_config& c, double skew) {
     if (!(skew >= 0) || !std::isfinite(skew))
         throw error(errc::invalid_argument, "dummy router skew " + std::to_string(skew) + " (must be >= 0)");
@@ -342,7 +343,8 @@ void apply_dummy_router_skew(cuda_weights& w, const model_config& c, double skew
         zero_row0(l.o, l.o.bytes() / (H * 2), 1);
         zero_column0(l.qkv);
         zero_column0(l.mla.kv_a);
-        zero_column0(l.mla.q_a.empty() ? l.mla.q_b : l.mla.q_a);  // q_b reads the residual only without q LoRA
+        // q_b reads the residual only without q LoRA (BF16 or FP8)
+        zero_column0(l.mla.q_a.empty() && l.fp8.q_a.empty() ? l.mla.q_b : l.mla.q_a);
         zero_column0(l.dense.gate_up);
         if (!l.dense.down.empty()) zero_row0(l.dense.down, static_cast<size_t>(l.dense.inter), 1);
         const cuda_layer_fp8& f = l.fp8;

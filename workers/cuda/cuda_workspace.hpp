@@ -152,14 +152,15 @@ struct cuda_workspace {
     device_buffer perm_row_token;      // [max_moe_rows]
     device_buffer perm_y;              // [max_moe_rows, hidden]
     device_buffer perm_act;            // [max_moe_rows, moe_inter]
-    // FP8 routed experts only (moe_fp8_experts' scratch; ld = kernels::fp8_scale_ld(max_moe_rows)):
-    device_buffer fp8_x_q;           // [max_moe_rows, hidden] e4m3
-    device_buffer fp8_x_scales;      // [ceil(hidden / 128), ld]
-    device_buffer fp8_act_q;         // [max_moe_rows, fp8_moe_inter] e4m3 (the decode path: fp32 act)
-    device_buffer fp8_act_scales;    // [ceil(fp8_moe_inter / 128), ld]
     device_buffer perm_workspace;      // launch_moe_permute's scratch
     device_buffer combine_ones;        // [max_recv_rows] fp32 ones (expert parallelism: the un-permute weights)
     device_buffer moe_decode_scratch;  // launch_moe_decode's scratch (steps of at most kMoeDecodeMaxTokens tokens)
+
+    // FP8 routed experts only (moe_fp8_experts' scratch; ld = kernels::fp8_scale_ld(max_moe_rows)).
+    device_buffer fp8_x_q;         // [max_moe_rows, hidden] e4m3
+    device_buffer fp8_x_scales;    // [ceil(hidden / 128), ld]
+    device_buffer fp8_act_q;       // [max_moe_rows, fp8_moe_inter] e4m3 (the few-token path: its fp32 act)
+    device_buffer fp8_act_scales;  // [ceil(fp8_moe_inter / 128), ld]
 
     // Expert parallelism (world_size > 1): rows sent to / received from the other ranks.
     device_buffer moe_plan;        // [3 * max_tokens * top_k]

@@ -106,8 +106,8 @@ class generator {
     cuda_fp8_mlp fp8_mlp(size_t inter, size_t hidden, uint64_t gate_up_stream, uint64_t down_stream) {
         cuda_fp8_mlp m;
         const int32_t Ip = fp8_padded(static_cast<int64_t>(inter));
-        const size_t grid = static_cast<size_t>(fp8_blocks(static_cast<int64_t>(inter)) *
-                                                fp8_blocks(static_cast<int64_t>(hidden)));
+        const size_t grid =
+            static_cast<size_t>(fp8_blocks(static_cast<int64_t>(inter)) * fp8_blocks(static_cast<int64_t>(hidden)));
         cuda_fp8_matrix& gu = m.gate_up;
         gu.n = static_cast<int32_t>(inter), gu.n_pad = Ip, gu.k = gu.k_pad = static_cast<int32_t>(hidden);
         gu.codes = zeroed_bytes(2 * static_cast<size_t>(Ip) * hidden);
@@ -125,8 +125,8 @@ class generator {
     void gated(size_t inter, size_t hidden, uint64_t stream, uint8_t* codes, size_t inter_pad, float* scales) {
         scratch_.ensure(2 * inter * hidden * 2);
         fill(scratch_.as<void>(), 2 * inter * hidden, stream, 0.f, kStd);
-        const size_t grid = static_cast<size_t>(fp8_blocks(static_cast<int64_t>(inter)) *
-                                                fp8_blocks(static_cast<int64_t>(hidden)));
+        const size_t grid =
+            static_cast<size_t>(fp8_blocks(static_cast<int64_t>(inter)) * fp8_blocks(static_cast<int64_t>(hidden)));
         for (size_t half = 0; half < 2; ++half)
             kernels::launch_fp8_weight_quantize({.w = scratch_.as<kernels::bf16>() + half * inter * hidden,
                                                  .rows = static_cast<int64_t>(inter),
@@ -160,8 +160,7 @@ void generate_bf16_experts(generator& g, cuda_layer& l, std::span<const int32_t>
     l.experts_gate_up = device_buffer(slots.size() * 2 * I * H * 2);
     l.experts_down = device_buffer(slots.size() * H * I * 2);
     for (size_t s = 0; s < slots.size(); ++s) {
-        g.fill(l.experts_gate_up.as<std::byte>() + s * 2 * I * H * 2, 2 * I * H, stream_of(li, 8, slots[s]), 0.f,
-               kStd);
+        g.fill(l.experts_gate_up.as<std::byte>() + s * 2 * I * H * 2, 2 * I * H, stream_of(li, 8, slots[s]), 0.f, kStd);
         g.fill(l.experts_down.as<std::byte>() + s * H * I * 2, H * I, stream_of(li, 9, slots[s]), 0.f, kStd);
     }
     g.bytes += static_cast<int64_t>(slots.size() * 3 * I * H * 2);
@@ -172,8 +171,8 @@ void generate_bf16_experts(generator& g, cuda_layer& l, std::span<const int32_t>
 void check_dummy_fp8(const model_config& c) {
     const quantization_params& q = c.quantization;
     if (c.hidden_size % 16 != 0)
-        throw error(errc::unsupported, "CUDA backend: FP8 needs hidden_size a multiple of 16 (got " +
-                                           std::to_string(c.hidden_size) + ")");
+        throw error(errc::unsupported,
+                    "CUDA backend: FP8 needs hidden_size a multiple of 16 (got " + std::to_string(c.hidden_size) + ")");
     for (const char* name :
          {"model.layers.1.self_attn.q_proj.weight", "model.layers.1.self_attn.k_proj.weight",
           "model.layers.1.self_attn.v_proj.weight", "model.layers.1.self_attn.o_proj.weight",
@@ -289,8 +288,8 @@ cuda_weights cuda_weights::dummy(const model_config& c, const expert_placement& 
         if (l.moe_index < 0) {
             l.dense = mlp(li, 5, c.dense_intermediate_size);
             if (fp8)
-                l.fp8.dense = g.fp8_mlp(static_cast<size_t>(c.dense_intermediate_size), H, stream_of(li, 5),
-                                        stream_of(li, 6));
+                l.fp8.dense =
+                    g.fp8_mlp(static_cast<size_t>(c.dense_intermediate_size), H, stream_of(li, 5), stream_of(li, 6));
             continue;
         }
         l.router = g.matrix(static_cast<size_t>(c.num_experts) * H, stream_of(li, 7));
