@@ -3,6 +3,10 @@
 // host reference does) and rounded to e4m3 by the hardware conversion (round to nearest even, saturating).
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
 
 #include "kernels/cuda_check.hpp"
 #include "kernels/fp8_weight_quantize.hpp"
@@ -56,7 +60,26 @@ __global__ void fp8_weight_quantize_kernel(const fp8_weight_quantize_params p) {
     }
 }
 
+__global__ void fp8_weight_dequantize_kernel(const fp8_weight_dequantize_params p) {
+    const int64_t n = p.rows * p.cols, kb = (p.cols + 127) / 128;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t r = i / p.cols, c = i % p.cols;
+        __half_raw h;
+        h.x = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(p.codes[i]), __NV_E4M3).x;
+        const float v = __half2float(__half(h)) * p.scales[(r / 128) * kb + c / 128];
+        p.w[i] = __float2bfloat16_rn(v);
+    }
+}
+
 }  // namespace
+
+void launch_fp8_weight_dequantize(const fp8_weight_dequantize_params& p, cudaStream_t stream) {
+    const int64_t n = p.rows * p.cols;
+    if (n == 0) return;
+    const int blocks = int(std::min<int64_t>((n + 255) / 256, 4096));
+    fp8_weight_dequantize_kernel<<<blocks, 256, 0, stream>>>(p);
+    ZMOE_CUDA_CHECK_LAUNCH();
+}
 
 void launch_fp8_weight_quantize(const fp8_weight_quantize_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(p.rows >= 0 && p.cols >= 0 && p.codes_ld >= p.cols,

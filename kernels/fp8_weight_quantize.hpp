@@ -25,4 +25,16 @@ struct fp8_weight_quantize_params {
 /// quantize_fp8_blocks (workers/fp8.hpp) for the same BF16 values. Non-finite weights are the caller's problem.
 void launch_fp8_weight_quantize(const fp8_weight_quantize_params& p, cudaStream_t stream);
 
+struct fp8_weight_dequantize_params {
+    const uint8_t* codes = nullptr;  // [rows, cols] e4m3
+    const float* scales = nullptr;   // [ceil(rows / 128), ceil(cols / 128)]
+    int64_t rows = 0;
+    int32_t cols = 0;
+    bf16* w = nullptr;  // [rows, cols] out
+};
+
+/// w = bf16(e4m3(code) * scale of its block), the product in fp32: what the CPU backend's fp32 dequantization
+/// (matrix_view::row_to_f32) rounded to BF16 gives (MLA's kv_b of an FP8 model on the device).
+void launch_fp8_weight_dequantize(const fp8_weight_dequantize_params& p, cudaStream_t stream);
+
 }  // namespace zmoe::kernels

@@ -74,5 +74,32 @@ TEST(Fp8WeightQuantize, BitIdenticalToTheCpuBlockQuantization) {
     }
 }
 
+// The way back (MLA's kv_b of an FP8 model): bf16(e4m3 value * block scale), the product in fp32, as the CPU's
+// dequantization rounded to BF16.
+TEST(Fp8WeightQuantize, DequantizeIsTheCpusFp32ProductRoundedToBf16) {
+    const int64_t rows = 300;
+    const int32_t cols = 200;
+    std::mt19937 rng(5);
+    const std::vector<float> w = random_bf16(size_t(rows) * cols, 3.f, rng);
+    const int64_t nb = fp8_blocks(rows), kb = fp8_blocks(cols);
+    std::vector<uint8_t> codes(size_t(rows) * cols);
+    std::vector<float> scales(size_t(nb * kb));
+    quantize_fp8_blocks(w.data(), rows, cols, cols, codes.data(), scales.data());
+    auto d_codes = upload(codes);
+    auto d_scales = upload(scales);
+    device_buffer<bf16> d_w(size_t(rows) * cols);
+    d_w.poison();
+    launch_fp8_weight_dequantize(
+        {.codes = d_codes.get(), .scales = d_scales.get(), .rows = rows, .cols = cols, .w = d_w.get()}, nullptr);
+    sync_and_check();
+    const std::vector<float> got = download_bf16(d_w);
+    for (int64_t r = 0; r < rows; ++r)
+        for (int32_t c = 0; c < cols; ++c) {
+            const size_t i = size_t(r) * cols + c;
+            const float want = ref::round_bf16(e4m3_to_f32(codes[i]) * scales[size_t((r / 128) * kb + c / 128)]);
+            ASSERT_EQ(std::memcmp(&got[i], &want, 4), 0) << "row " << r << " col " << c;
+        }
+}
+
 }  // namespace
 }  // namespace zmoe::kernels::test

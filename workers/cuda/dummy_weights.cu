@@ -84,6 +84,27 @@ class generator {
             block_row += static_cast<size_t>(fp8_blocks(static_cast<int64_t>(part_rows[i])));
         }
     }
+    /// The BF16 matrix w [rows, cols] replaced by its FP8 quantization's values (launch_fp8_weight_dequantize).
+    void round_trip(device_buffer& w, size_t rows, size_t cols) {
+        device_buffer codes(rows * cols);
+        device_buffer scales(
+            static_cast<size_t>(fp8_blocks(static_cast<int64_t>(rows)) * fp8_blocks(static_cast<int64_t>(cols))) *
+            sizeof(float));
+        kernels::launch_fp8_weight_quantize({.w = w.as<kernels::bf16>(),
+                                             .rows = static_cast<int64_t>(rows),
+                                             .cols = static_cast<int32_t>(cols),
+                                             .codes = codes.as<uint8_t>(),
+                                             .codes_ld = static_cast<int32_t>(cols),
+                                             .scales = scales.as<float>()},
+                                            nullptr);
+        kernels::launch_fp8_weight_dequantize({.codes = codes.as<uint8_t>(),
+                                               .scales = scales.as<float>(),
+                                               .rows = static_cast<int64_t>(rows),
+                                               .cols = static_cast<int32_t>(cols),
+                                               .w = w.as<kernels::bf16>()},
+                                              nullptr);
+        ZMOE_CUDA_CHECK(cudaDeviceSynchronize());  // before codes and scales are freed
+    }
     /// A zeroed device buffer counted in the weights' bytes.
     device_buffer zeroed_bytes(size_t n) {
         device_buffer b(n);
@@ -239,9 +260,9 @@ cuda_weights cuda_weights::dummy(const model_config& c, const expert_placement& 
             }
             linear(l.mla.kv_a, l.fp8.kv_a, r + dr, H, stream_of(li, 15));
             l.mla.kv_a_norm = g.ones(r);
-            // FP8 too: BF16 as generated (the CPU backend would dequantize its quantization; the values of a dummy
-            // model are arbitrary either way).
+            // FP8: quantized, then dequantized to BF16 (as the CPU backend keeps it, in fp32, and the upload rounds).
             l.mla.kv_b = g.matrix(heads * (qk - dr + dv) * r, stream_of(li, 16));
+            if (fp8) g.round_trip(l.mla.kv_b, heads * (qk - dr + dv), r);
             linear(l.o, l.fp8.o, H, heads * dv, stream_of(li, 4));
         } else if (fp8) {
             // q, k and v generated as the stacked BF16 matrix would be, quantized as three matrices (their own block
