@@ -21,6 +21,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
 #include "cuda_test_util.hpp"
@@ -230,6 +233,29 @@ TEST(CudaFp8Dummy, QuantizedDummyWeightsRunNearTheirBf16Values) {
         EXPECT_LE(err, 0.25) << name;
         EXPECT_GT(err, 0.0) << name << ": FP8 gave the BF16 logits exactly (not quantized?)";
     }
+}
+
+// Dummy FP8 weights quantize every decoder linear: an FP8 config whose modules_to_not_convert exempts one is refused
+// naming the linear; one that names only what is never quantized (lm_head, the routers) loads.
+TEST(CudaFp8Dummy, ModulesToNotConvertExemptingALinearIsRefusedNamingIt) {
+    const std::string src = fixture_dir("qwen3_moe_fp8");
+    const std::filesystem::path dir =
+        std::filesystem::temp_directory_path() / ("zmoe_fp8_dummy_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    nlohmann::json cfg = nlohmann::json::parse(std::ifstream(src + "/config.json"));
+    cfg["quantization_config"]["modules_to_not_convert"] = {"lm_head", "model.layers.0.mlp.gate"};
+    std::ofstream(dir / "config.json") << cfg.dump();
+    EXPECT_NO_THROW(make_executor({"qwen3_moe_fp8", dir.string(), ""}, "dummy"));
+    cfg["quantization_config"]["modules_to_not_convert"] = {"lm_head", "layers.1.self_attn.o_proj"};
+    std::ofstream(dir / "config.json") << cfg.dump();
+    try {
+        make_executor({"qwen3_moe_fp8", dir.string(), ""}, "dummy");
+        ADD_FAILURE() << "no error";
+    } catch (const error& e) {
+        EXPECT_EQ(e.code(), errc::unsupported) << e.what();
+        EXPECT_NE(std::string(e.what()).find("model.layers.1.self_attn.o_proj.weight"), std::string::npos) << e.what();
+    }
+    std::filesystem::remove_all(dir);
 }
 
 TEST(CudaFp8Dummy, UnknownQuantizationIsRefusedNamingIt) {

@@ -188,25 +188,44 @@ void generate_bf16_experts(generator& g, cuda_layer& l, std::span<const int32_t>
 }
 
 /// FP8 dummy weights quantize every linear the format covers; a modules_to_not_convert entry that exempts one of
-/// them would need the per-architecture tensor names: refused, naming it, rather than ignored.
+/// this model's linears (its Hugging Face tensor name contains the entry, as model_weights reads it) would need that
+/// linear in BF16: refused, naming it, rather than ignored.
 void check_dummy_fp8(const model_config& c) {
     const quantization_params& q = c.quantization;
     if (c.hidden_size % 16 != 0)
         throw error(errc::unsupported,
                     "CUDA backend: FP8 needs hidden_size a multiple of 16 (got " + std::to_string(c.hidden_size) + ")");
-    for (const char* name :
-         {"model.layers.1.self_attn.q_proj.weight", "model.layers.1.self_attn.k_proj.weight",
-          "model.layers.1.self_attn.v_proj.weight", "model.layers.1.self_attn.o_proj.weight",
-          "model.layers.1.self_attn.q_a_proj.weight", "model.layers.1.self_attn.q_b_proj.weight",
-          "model.layers.1.self_attn.kv_a_proj_with_mqa.weight", "model.layers.1.mlp.gate_proj.weight",
-          "model.layers.1.mlp.up_proj.weight", "model.layers.1.mlp.down_proj.weight",
-          "model.layers.1.mlp.experts.0.gate_proj.weight", "model.layers.1.mlp.experts.0.down_proj.weight",
-          "model.layers.1.mlp.shared_experts.gate_proj.weight", "model.layers.1.mlp.shared_expert.gate_proj.weight",
-          "model.layers.1.block_sparse_moe.experts.0.w1.weight"})
+    if (q.modules_to_not_convert.empty()) return;
+    auto check = [&](const std::string& name) {
         if (q.not_converted(name))
-            throw error(errc::unsupported, std::string("CUDA backend: --load-format dummy with FP8 quantizes every "
-                                                       "decoder linear; modules_to_not_convert exempts ") +
-                                               name + " (use a checkpoint, or drop the entry)");
+            throw error(errc::unsupported,
+                        "CUDA backend: --load-format dummy with FP8 quantizes every decoder "
+                        "linear; modules_to_not_convert exempts " +
+                            name + " (use a checkpoint, or drop the entry)");
+    };
+    const auto moe_index = c.moe_layer_indices();
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        const std::vector<std::string> attn =
+            c.is_mla() ? std::vector<std::string>{"q_a_proj",           "q_b_proj",  "q_proj",
+                                                  "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"}
+                       : std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj"};
+        for (const std::string& a : attn) check(p + "self_attn." + a + ".weight");
+        const std::vector<std::string> mlp{"gate_proj", "up_proj", "down_proj"};
+        if (moe_index[static_cast<size_t>(l)] < 0) {
+            for (const std::string& m : mlp) check(p + "mlp." + m + ".weight");
+            continue;
+        }
+        for (const std::string block : {"mlp.", "block_sparse_moe."})
+            for (int64_t e = 0; e < c.num_experts; ++e) {
+                const std::string ep = p + block + "experts." + std::to_string(e) + ".";
+                for (const std::string& m : mlp) check(ep + m + ".weight");
+                for (const char* w : {"w1", "w2", "w3"}) check(ep + w + ".weight");
+            }
+        if (c.shared_expert_intermediate_size > 0)
+            for (const std::string& m : mlp)
+                check(p + (c.shared_expert_gated ? "mlp.shared_expert." : "mlp.shared_experts.") + m + ".weight");
+    }
 }
 
 }  // namespace
