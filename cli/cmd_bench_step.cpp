@@ -120,7 +120,7 @@ int run(int argc, char** argv) {
                                                          " blocks; the largest batch needs " +
                                                          std::to_string(blocks_per_seq * max_batch));
 
-    const zmoe::step_floor_model floor_model = zmoe::step_floor_model::of(cfg);
+    const zmoe::step_floor_model floor_model = zmoe::step_floor_model::of(cfg, o.quantization);
     const int64_t dense_bytes = floor_model.dense_bytes;
     const int64_t expert_bytes = floor_model.expert_bytes;
     // K and V per position and layer (MLA: the one latent + rope-key row).

@@ -40,7 +40,7 @@ engine_core::engine_core(engine_config config, model_config model, engine_core_s
       rank_metrics_(static_cast<size_t>(config_.workers)),
       eplb_(eplb_options::of(config_), static_cast<int32_t>(model_.num_moe_layers()),
             static_cast<int32_t>(model_.num_experts), metrics_),
-      accounting_(step_floor_model::of(model_), config_.workers, config_.trace_steps, metrics_) {}
+      accounting_(step_floor_model::of(model_, config_.quantization), config_.workers, config_.trace_steps, metrics_) {}
 
 engine_core::~engine_core() = default;
 

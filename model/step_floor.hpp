@@ -1,25 +1,30 @@
 #pragma once
-// The memory floor of a step: the bytes a forward pass must read at least (BF16 weights and the KV cache), which
+// The memory floor of a step: the bytes a forward pass must read at least (the weights and the KV cache), which
 // over a device's copy bandwidth give the shortest time the step can take. One definition for the offline step
 // benchmark (`zmoe bench step`) and the engine core's served-step accounting (`zmoe bench serve` prints it).
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "model/model_config.hpp"
 
 namespace zmoe {
 
 struct step_floor_model {
-    /// BF16 weights every step reads whatever the routing: attention, norms, routers, dense and shared MLPs, the
-    /// final norm and the LM head (the embedding reads one row per token: left out).
+    /// Weights every step reads whatever the routing: attention, norms, routers, dense and shared MLPs, the final
+    /// norm and the LM head (the embedding reads one row per token: left out). BF16, except with
+    /// c.quantization.fp8() the linears the format quantizes (docs/fp8.md; MLA's kv_b included, as stored): one byte
+    /// per weight plus an fp32 scale per 128 x 128 block.
     int64_t dense_bytes = 0;
-    /// BF16 gate, up and down weights of one routed expert.
+    /// Gate, up and down weights of one routed expert (BF16, or FP8 as above).
     int64_t expert_bytes = 0;
     /// BF16 KV cache bytes of one position over all layers (K and V; MLA: the one latent + rope-key row).
     int64_t kv_bytes_per_position = 0;
 
     static step_floor_model of(const model_config& c);
+    /// of(c) with `--quantization` applied (model_config::apply_quantization_flag: "fp8" counts the FP8 bytes).
+    static step_floor_model of(const model_config& c, const std::string& quantization_flag);
 
     /// Bytes of a step that touches `experts_touched` (layer, expert) pairs and whose attention reads
     /// `kv_positions` cached positions (summed over its sequences).

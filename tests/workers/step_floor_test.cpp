@@ -61,6 +61,49 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, StepFloor,
                          ::testing::Values("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "deepseek_v2", "deepseek_v3"),
                          [](const auto& info) { return info.param; });
 
+// FP8 (the checkpoints of tests/fixtures/models/*_fp8, ragged 128-blocks): the floor counts each tensor as the FP8
+// checkpoint stores it, one byte per e4m3 weight plus its fp32 weight_scale_inv, BF16 elsewhere; and `--quantization
+// fp8` on the BF16 source counts the same bytes.
+class StepFloorFp8 : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StepFloorFp8, BytesAreTheFp8CheckpointsTensors) {
+    const std::string dir = kModels + GetParam();
+    const model_config c = model_config::load(dir);
+    ASSERT_TRUE(c.quantization.fp8());
+    const safetensors_checkpoint ckpt(dir);
+    int64_t dense = 0, expert0 = 0;
+    const auto moe_layers = c.moe_layer_indices();
+    int64_t first_moe = 0;
+    while (moe_layers[static_cast<size_t>(first_moe)] < 0) ++first_moe;
+    const std::string expert0_prefix = "layers." + std::to_string(first_moe) + ".";
+    bool has_lm_head = false;
+    for (const std::string& name : ckpt.names()) {
+        const tensor_view t = ckpt.get(name);
+        // Scales widen to fp32 at load (a BF16 weight_scale_inv is read as fp32 too).
+        const int64_t b =
+            numel(t) * (name.ends_with("weight_scale_inv") ? 4 : static_cast<int64_t>(dtype_size(t.type)));
+        has_lm_head = has_lm_head || name.find("lm_head") != std::string::npos;
+        if (name.find(".experts.") != std::string::npos) {
+            if (name.find(expert0_prefix) != std::string::npos && name.find(".experts.0.") != std::string::npos)
+                expert0 += b;
+            continue;
+        }
+        if (name.find("embed_tokens") != std::string::npos) continue;
+        dense += b;
+    }
+    if (!has_lm_head) dense += 2 * c.vocab_size * c.hidden_size;
+    const step_floor_model f = step_floor_model::of(c);
+    EXPECT_EQ(f.dense_bytes, dense) << GetParam();
+    EXPECT_EQ(f.expert_bytes, expert0) << GetParam();
+    const step_floor_model q = step_floor_model::of(model_config::load(dir + "_source"), "fp8");
+    EXPECT_EQ(q.dense_bytes, f.dense_bytes) << GetParam() << " --quantization fp8";
+    EXPECT_EQ(q.expert_bytes, f.expert_bytes) << GetParam() << " --quantization fp8";
+    EXPECT_LT(f.expert_bytes, step_floor_model::of(model_config::load(dir + "_source")).expert_bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, StepFloorFp8, ::testing::Values("qwen3_moe_fp8", "deepseek_v3_fp8"),
+                         [](const auto& info) { return info.param; });
+
 TEST(StepFloor, ExpertsTouchedCountsNonZeroEntries) {
     EXPECT_EQ(experts_touched(std::vector<uint32_t>{}), 0);
     EXPECT_EQ(experts_touched(std::vector<uint32_t>{0, 3, 0, 1, 7, 0}), 3);

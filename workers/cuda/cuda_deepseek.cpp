@@ -7,6 +7,7 @@
 #include "base/check.hpp"
 #include "base/error.hpp"
 #include "kernels/cuda_check.hpp"
+#include "workers/cuda/cuda_fp8_linear.hpp"
 
 namespace zmoe::cuda {
 namespace {
@@ -31,6 +32,18 @@ void gemm(const gemm_context& g, const void* x, const void* w, void* y, int32_t 
                                .n = n,
                                .k = k},
                               stream);
+}
+
+/// y [m, n] = x [m, k] . w^T: the BF16 weight `w`, or `f` in FP8 when it is not empty (y_rows: rows of y the FP8
+/// GEMM may overwrite).
+void project(const gemm_context& g, const cuda_fp8_matrix& f, const device_buffer& w, const bf16* x, bf16* y, int32_t m,
+             int32_t n, int32_t k, int32_t y_rows, cudaStream_t stream) {
+    if (f.empty()) {
+        gemm(g, x, w.as<bf16>(), y, m, n, k, stream);
+        return;
+    }
+    ZMOE_CHECK(g.fp8 != nullptr, "MLA: an FP8 projection without the FP8 runner");
+    g.fp8->linear(f, x, m, y, n, y_rows, stream);
 }
 
 }  // namespace
@@ -153,7 +166,7 @@ mla_prefill_plan plan_mla_prefill(const mla_host_step& h, int32_t num_heads, int
 
 mla_attention_runner::mla_attention_runner(const model_config& c, int32_t max_tokens, int32_t max_seqs,
                                            int32_t max_kv_len, int64_t expand_budget_bytes, bool tensor_core_decode)
-    : c_(c) {
+    : c_(c), max_tokens_(max_tokens) {
     const mla_params& m = c.mla;
     const size_t T = static_cast<size_t>(max_tokens), heads = static_cast<size_t>(c.num_heads);
     const size_t r = static_cast<size_t>(m.kv_lora_rank), dr = static_cast<size_t>(m.qk_rope_head_dim);
@@ -241,10 +254,10 @@ void mla_attention_runner::run(const cuda_layer& w, const mla_step& s, const bf1
     const int32_t dv = i32(m.v_head_dim), qk = dn + dr;
     if (T == 0) return;
     bf16* q = q_.as<bf16>();
-    if (!w.mla.q_a.empty()) {
+    if (!w.mla.q_a.empty() || !w.fp8.q_a.empty()) {  // q LoRA (BF16 or FP8)
         const int32_t qr = i32(m.q_lora_rank);
         bf16* qa = qa_.as<bf16>();
-        gemm(g, xn, w.mla.q_a.as<bf16>(), qa, T, qr, H, stream);
+        project(g, w.fp8.q_a, w.mla.q_a, xn, qa, T, qr, H, max_tokens_, stream);
         kernels::launch_rms_norm({.x = qa,
                                   .weight = w.mla.q_a_norm.as<bf16>(),
                                   .out = qa,
@@ -252,12 +265,12 @@ void mla_attention_runner::run(const cuda_layer& w, const mla_step& s, const bf1
                                   .hidden = qr,
                                   .eps = kLatentNormEps},
                                  stream);
-        gemm(g, qa, w.mla.q_b.as<bf16>(), q, T, heads * qk, qr, stream);
+        project(g, w.fp8.q_b, w.mla.q_b, qa, q, T, heads * qk, qr, max_tokens_, stream);
     } else {
-        gemm(g, xn, w.mla.q_b.as<bf16>(), q, T, heads * qk, H, stream);
+        project(g, w.fp8.q_b, w.mla.q_b, xn, q, T, heads * qk, H, max_tokens_, stream);
     }
     bf16* kv = kv_.as<bf16>();
-    gemm(g, xn, w.mla.kv_a.as<bf16>(), kv, T, r + dr, H, stream);
+    project(g, w.fp8.kv_a, w.mla.kv_a, xn, kv, T, r + dr, H, max_tokens_, stream);
     kernels::launch_mla_rope_kv({.q = q,
                                  .kv = kv,
                                  .kv_norm_weight = w.mla.kv_a_norm.as<bf16>(),
@@ -284,7 +297,7 @@ void mla_attention_runner::run(const cuda_layer& w, const mla_step& s, const bf1
     const int32_t* rows = plan_.all_absorbed ? nullptr : plan + plan_.absorbed_offset;
     const int32_t num_rows = plan_.all_absorbed ? T : static_cast<int32_t>(plan_.absorbed_tokens.size());
     if (num_rows > 0) run_absorbed(w, s, rows, num_rows, q, cache, attn, stream);
-    gemm(g, attn, w.o.as<bf16>(), out, T, H, heads * dv, stream);
+    project(g, w.fp8.o, w.o, attn, out, T, H, heads * dv, max_tokens_, stream);
 }
 
 void mla_attention_runner::run_absorbed(const cuda_layer& w, const mla_step& s, const int32_t* rows, int32_t num_rows,

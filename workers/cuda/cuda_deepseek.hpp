@@ -57,11 +57,14 @@ struct mla_step {
     int32_t max_blocks_per_seq = 0;
 };
 
-/// The cuBLASLt handle and scratch the executor's GEMMs use.
+class fp8_linear_runner;
+
+/// The cuBLASLt handle and scratch the executor's GEMMs use, and its FP8 projections' runner (for the FP8 ones).
 struct gemm_context {
     cublasLtHandle_t handle = nullptr;
     void* workspace = nullptr;
     size_t workspace_bytes = 0;
+    const fp8_linear_runner* fp8 = nullptr;
 };
 
 /// The host copy of a step's layout that mla_attention_runner::prepare plans from.
@@ -155,6 +158,7 @@ class mla_attention_runner {
     pinned_buffer plan_host_;
     mla_prefill_plan plan_;
     int64_t bytes_ = 0;
+    int32_t max_tokens_ = 0;  // rows of qa_, q_, kv_, attn_ and of the executor's output buffer
 };
 
 }  // namespace zmoe::cuda

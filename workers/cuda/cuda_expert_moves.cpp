@@ -50,12 +50,22 @@ cuda_expert_mover::~cuda_expert_mover() {
 }
 
 void cuda_expert_mover::stage(const std::vector<expert_slot_move>& moves, const expert_placement& placement,
-                              const std::vector<cuda_layer*>& moe_layers, size_t gate_up_bytes, size_t down_bytes) {
+                              const std::vector<std::vector<expert_part>>& layer_parts) {
     if (staged()) throw error(errc::invalid_argument, "expert move: a rebalance is already staged");
     const int64_t per_rank = placement.slots_per_rank;
-    const size_t expert = gate_up_bytes + down_bytes;
-    gate_up_bytes_ = gate_up_bytes;
-    down_bytes_ = down_bytes;
+    part_bytes_.clear();
+    if (!layer_parts.empty())
+        for (const expert_part& p : layer_parts.front()) part_bytes_.push_back(p.slot_bytes);
+    size_t expert = 0;
+    for (size_t b : part_bytes_) expert += b;
+    for (const std::vector<expert_part>& parts : layer_parts) {
+        bool same = parts.size() == part_bytes_.size();
+        for (size_t p = 0; same && p < parts.size(); ++p) same = parts[p].slot_bytes == part_bytes_[p];
+        if (!same)
+            throw error(errc::unsupported,
+                        "expert move: MoE layers whose experts differ in format (FP8 in some "
+                        "layers, BF16 in others) cannot be rebalanced");
+    }
 
     // 1. Where each incoming expert waits: staging, in move order.
     std::vector<size_t> staging_of(moves.size(), 0);
@@ -80,6 +90,13 @@ void cuda_expert_mover::stage(const std::vector<expert_slot_move>& moves, const 
     std::vector<nccl_comm::transfer> transfers;
     pending_.clear();
     staged_bytes_ = 0;
+    // Slot `local`'s rows of each part of layer `layer`.
+    auto slot_parts = [&](uint32_t layer, int64_t local) {
+        std::vector<std::byte*> out;
+        for (const expert_part& p : layer_parts.at(layer))
+            out.push_back(p.base + static_cast<size_t>(local) * p.slot_bytes);
+        return out;
+    };
     for (size_t i = 0; i < moves.size(); ++i) {
         const expert_slot_move& m = moves[i];
         const int dst_rank = static_cast<int>(m.slot / per_rank);
@@ -87,29 +104,29 @@ void cuda_expert_mover::stage(const std::vector<expert_slot_move>& moves, const 
         std::byte* slot_staging = staging_.as<std::byte>() + staging_of[i];
         if (dst_rank == rank_) {
             const int64_t local = static_cast<int64_t>(m.slot) - rank_ * per_rank;
-            cuda_layer& l = *moe_layers.at(m.layer);
-            pending_.push_back({l.experts_gate_up.as<std::byte>() + local * gate_up_bytes,
-                                l.experts_down.as<std::byte>() + local * down_bytes, staging_of[i]});
+            pending_.push_back({slot_parts(m.layer, local), staging_of[i]});
             staged_bytes_ += expert;
         }
         if (m.src_rank == rank_) {
-            const cuda_layer& l = *moe_layers.at(m.layer);
             const int64_t local = static_cast<int64_t>(m.src_slot) - rank_ * per_rank;
             ZMOE_CHECK(local >= 0 && local < per_rank,
                        "move source slot " << m.src_slot << " is not on rank " << rank_);
-            std::byte* src_gu = l.experts_gate_up.as<std::byte>() + local * gate_up_bytes;
-            std::byte* src_dn = l.experts_down.as<std::byte>() + local * down_bytes;
-            if (dst_rank == rank_) {
-                check(cudaMemcpyAsync(slot_staging, src_gu, gate_up_bytes, cudaMemcpyDeviceToDevice, stream_));
-                check(cudaMemcpyAsync(slot_staging + gate_up_bytes, src_dn, down_bytes, cudaMemcpyDeviceToDevice,
-                                      stream_));
-            } else {
-                transfers.push_back({dst_rank, src_gu, gate_up_bytes, true});
-                transfers.push_back({dst_rank, src_dn, down_bytes, true});
+            const std::vector<std::byte*> src = slot_parts(m.layer, local);
+            size_t at = 0;
+            for (size_t p = 0; p < src.size(); ++p) {
+                if (dst_rank == rank_)
+                    check(
+                        cudaMemcpyAsync(slot_staging + at, src[p], part_bytes_[p], cudaMemcpyDeviceToDevice, stream_));
+                else
+                    transfers.push_back({dst_rank, src[p], part_bytes_[p], true});
+                at += part_bytes_[p];
             }
         } else {
-            transfers.push_back({m.src_rank, slot_staging, gate_up_bytes, false});
-            transfers.push_back({m.src_rank, slot_staging + gate_up_bytes, down_bytes, false});
+            size_t at = 0;
+            for (size_t b : part_bytes_) {
+                transfers.push_back({m.src_rank, slot_staging + at, b, false});
+                at += b;
+            }
         }
     }
     if (comm_) {
@@ -133,8 +150,10 @@ std::vector<expert_slot_move> cuda_expert_mover::install(expert_move_stats& stat
     check(cudaEventRecord(install_start_, step_stream_));
     for (const incoming& in : pending_) {
         const std::byte* src = staging_.as<std::byte>() + in.staging_offset;
-        check(cudaMemcpyAsync(in.gate_up, src, gate_up_bytes_, cudaMemcpyDeviceToDevice, step_stream_));
-        check(cudaMemcpyAsync(in.down, src + gate_up_bytes_, down_bytes_, cudaMemcpyDeviceToDevice, step_stream_));
+        for (size_t p = 0; p < in.parts.size(); ++p) {
+            check(cudaMemcpyAsync(in.parts[p], src, part_bytes_[p], cudaMemcpyDeviceToDevice, step_stream_));
+            src += part_bytes_[p];
+        }
     }
     check(cudaEventRecord(install_end_, step_stream_));
     check(cudaEventSynchronize(install_end_));
@@ -155,11 +174,10 @@ void cuda_step_executor::stage_expert_moves(const std::vector<expert_slot_move>&
     check(cudaSetDevice(device_));
     placement_.check_moves(moves);
     if (!mover_) mover_ = std::make_unique<cuda_expert_mover>(options_.rank, comm_.get(), stream_);
-    std::vector<cuda_layer*> moe_layers;
-    for (cuda_layer& l : weights_.layers)
-        if (l.moe_index >= 0) moe_layers.push_back(&l);
-    const size_t gate_up_bytes = static_cast<size_t>(2 * config_.moe_intermediate_size * config_.hidden_size) * 2;
-    mover_->stage(moves, placement_, moe_layers, gate_up_bytes, gate_up_bytes / 2);
+    std::vector<std::vector<expert_part>> layer_parts;
+    for (const cuda_layer& l : weights_.layers)
+        if (l.moe_index >= 0) layer_parts.push_back(expert_parts(l, config_));
+    mover_->stage(moves, placement_, layer_parts);
 }
 
 expert_move_stats cuda_step_executor::switch_expert_moves() {

@@ -20,7 +20,7 @@
 
 namespace zmoe::cuda {
 
-struct cuda_layer;
+struct expert_part;
 
 class cuda_expert_mover {
   public:
@@ -37,11 +37,13 @@ class cuda_expert_mover {
     /// Starts the transfer of `moves` (already checked against `placement`, the current one): on the mover's
     /// stream, after everything queued on the step stream so far, every incoming expert lands in staging: from
     /// this rank's current slots by device copy, from other ranks by NCCL send/recv listed in move order on both
-    /// ends. `moe_layers[i]` is MoE layer i's weights; one expert is `gate_up_bytes` + `down_bytes`. A collective
-    /// (every rank stages the same moves at the same point). Throws zmoe::error(out_of_memory) when staging does
-    /// not fit, (invalid_argument) when something is already staged or a move crosses ranks in a world of one.
+    /// ends. `layer_parts[i]` lists MoE layer i's expert parts (expert_parts: BF16 gate_up and down; FP8 codes and
+    /// block scales of each), the same part sizes in every layer; one expert is the sum of its parts' slot bytes. A
+    /// collective (every rank stages the same moves at the same point). Throws zmoe::error(out_of_memory) when
+    /// staging does not fit, (invalid_argument) when something is already staged or a move crosses ranks in a world
+    /// of one.
     void stage(const std::vector<expert_slot_move>& moves, const expert_placement& placement,
-               const std::vector<cuda_layer*>& moe_layers, size_t gate_up_bytes, size_t down_bytes);
+               const std::vector<std::vector<expert_part>>& layer_parts);
 
     /// Queues on the step stream: a wait for the staged transfer, then staging -> slots; waits for those copies
     /// on the host (the step boundary) and returns the staged moves (the caller switches its placement) with the
@@ -50,8 +52,7 @@ class cuda_expert_mover {
 
   private:
     struct incoming {
-        std::byte* gate_up;  // the slot's gate_up rows
-        std::byte* down;     // the slot's down rows
+        std::vector<std::byte*> parts;  // the slot's rows of each expert part
         size_t staging_offset;
     };
     static void check(cudaError_t e);
@@ -63,7 +64,7 @@ class cuda_expert_mover {
     device_buffer staging_;
     std::vector<incoming> pending_;
     std::unique_ptr<std::vector<expert_slot_move>> staged_moves_;
-    size_t gate_up_bytes_ = 0, down_bytes_ = 0;
+    std::vector<size_t> part_bytes_;  // one slot's bytes in each part
     uint64_t staged_bytes_ = 0;
     cudaEvent_t step_mark_ = nullptr;  // the step stream's work before the stage
     cudaEvent_t transfer_start_ = nullptr, transfer_end_ = nullptr;

@@ -31,23 +31,13 @@ using kernels::bf16;
 
 constexpr size_t kBlasWorkspace = 32u << 20;
 
-/// Rejects configurations the kernels cannot run, at load time rather than as an abort mid-step.
-// FP8 (docs/fp8.md): the CPU backend runs block-scaled FP8; the CUDA FP8 kernels are not built yet, so an FP8 model
-// is refused here, never dequantized to BF16 behind the user's back (it would neither fit nor run as asked).
-void check_quantization(const model_config& checkpoint, const std::string& flag) {
-    model_config c = checkpoint;
-    c.apply_quantization_flag(flag);  // refuses an unknown --quantization by name
-    if (!c.quantization.fp8()) return;
-    const std::string what = c.quantization.in_checkpoint
-                                 ? "the checkpoint's quantization_config (quant_method 'fp8', e4m3, 128x128 blocks)"
-                                 : "--quantization fp8";
-    throw error(errc::unsupported,
-                "CUDA backend: " + what +
-                    " needs the FP8 kernels (block-scaled e4m3 grouped and dense GEMMs, per-token activation "
-                    "quantization), which are not built yet: run it with --device cpu (docs/fp8.md)" +
-                    (c.quantization.in_checkpoint ? "" : ", or serve the BF16 checkpoint without --quantization"));
+/// The model's config with `--quantization` applied (an unknown value refused by name).
+model_config with_quantization(model_config c, const std::string& flag) {
+    c.apply_quantization_flag(flag);
+    return c;
 }
 
+/// Rejects configurations the kernels cannot run, at load time rather than as an abort mid-step.
 void check_supported(const model_config& c) {
     auto need = [&](bool ok, const std::string& what) {
         if (!ok) throw error(errc::unsupported, std::string("CUDA backend: ") + model_arch_name(c.arch) + ": " + what);
@@ -61,6 +51,9 @@ void check_supported(const model_config& c) {
     need(c.num_experts <= 512, "at most 512 experts (router kernel)");
     need(c.num_experts_per_tok >= 1 && c.num_experts_per_tok <= 16, "num_experts_per_tok in [1, 16]");
     need(c.moe_intermediate_size % 8 == 0, "moe_intermediate_size must be a multiple of 8");
+    // FP8 (docs/fp8.md): the activation quantization and the FP8 GEMMs take rows of a multiple of 16 channels; the
+    // FFN widths and projection outputs are zero-padded at load, the residual stream cannot be.
+    need(!c.quantization.fp8() || c.hidden_size % 16 == 0, "FP8 needs hidden_size a multiple of 16");
 }
 
 int32_t i32(int64_t v) { return static_cast<int32_t>(v); }
@@ -108,7 +101,7 @@ std::vector<int32_t> decode_graph_batch_sizes(int32_t max_num_seqs) {
 void cuda_step_executor::check(cudaError_t e) { ZMOE_CUDA_CHECK(e); }
 
 cuda_step_executor::cuda_step_executor(const executor_options& options, const expert_placement& placement)
-    : config_(options.model),
+    : config_(with_quantization(options.model, options.config.quantization)),
       options_(options),
       placement_(placement),
       masks_(options.config.grammar_tokenizer.empty() ? options.config.model : options.config.grammar_tokenizer,
@@ -117,7 +110,6 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
     const int world_size = options.world_size();
     // Every step holds at most this many tokens (a decode of max_num_seqs sequences included).
     const int32_t max_tokens = std::max(run.max_num_batched_tokens, run.max_num_seqs);
-    check_quantization(config_, run.quantization);
     check_supported(config_);
     if (world_size <= 0 || options.rank < 0 || options.rank >= world_size)
         throw error(errc::invalid_argument,
@@ -161,7 +153,7 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
         dense_inter = std::max({dense_inter, l.dense.inter, l.has_shared ? l.shared.inter : int64_t{0}});
         num_slots = std::max(num_slots, l.num_slots);
     }
-    const workspace_shape shape{
+    workspace_shape shape{
         .max_tokens = max_tokens,
         .max_seqs = run.max_num_seqs,
         .max_blocks_per_seq = i32(std::max<int64_t>(1, (std::max<int64_t>(max_len, 1) + bs - 1) / bs)),
@@ -179,7 +171,25 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
         .num_moe_layers = i32(config_.num_moe_layers()),
         .world_size = world_size,
     };
+    for (const cuda_layer& l : weights_.layers)
+        if (l.fp8_experts()) shape.fp8_moe_inter = std::max(shape.fp8_moe_inter, l.fp8.inter_pad);
     ws_ = cuda_workspace(shape);
+    if (weights_.fp8) {
+        fp8_ = fp8_linear_runner(fp8_linear_dims_of(weights_, max_tokens));
+        for (const cuda_layer& l : weights_.layers) {
+            if (l.moe_index < 0) continue;
+            fp8_moe_.push_back({});
+            if (!l.fp8_experts()) continue;
+            fp8_moe_.back() = {.w_gate_up = l.fp8.experts_gate_up.as<uint8_t>(),
+                               .w_gate_up_scales = l.fp8.experts_gate_up_scales.as<float>(),
+                               .w_down = l.fp8.experts_down.as<uint8_t>(),
+                               .w_down_scales = l.fp8.experts_down_scales.as<float>(),
+                               .x_q = ws_.fp8_x_q.as<uint8_t>(),
+                               .x_scales = ws_.fp8_x_scales.as<float>(),
+                               .act_q = ws_.fp8_act_q.as<uint8_t>(),
+                               .act_scales = ws_.fp8_act_scales.as<float>()};
+        }
+    }
     if (comm_) {
         // The fixed exchange holds a decode graph's largest batch (or either micro-batch of it); with DBO on, a
         // whole prefill step too, so that its micro-batches can overlap (the exact path runs them one by one).
@@ -229,7 +239,8 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
     check(cudaStreamSynchronize(stream_));
     if (!run.enforce_eager) capture_decode_graphs();
     ZMOE_LOG(info, "cuda worker " << options.rank << " on GPU " << device_ << ": " << (weights_.bytes >> 20)
-                                  << " MiB weights (" << run.load_format << "), " << (ws_.bytes() >> 20)
+                                  << " MiB weights (" << run.load_format << (weights_.fp8 ? ", FP8" : "") << "), "
+                                  << (fp8_.bytes() >> 20) << " MiB FP8 scratch, " << (ws_.bytes() >> 20)
                                   << " MiB workspace, " << num_kv_blocks_ << " KV blocks (" << (kv_cache_bytes() >> 20)
                                   << " MiB), " << graphs_.size() << " decode graphs captured in "
                                   << static_cast<int64_t>(graph_capture_ms_) << " ms"
@@ -467,25 +478,36 @@ void cuda_step_executor::attention(int64_t layer, const batch_view& v) {
     const int64_t f = v.first;
     if (mla_) {
         ZMOE_CHECK(f == 0, "MLA attention over a part of the step");
-        mla_->run(w,
-                  {.positions = ws_.positions.device,
-                   .kv_slots = ws_.kv_slots.device,
-                   .block_tables = v.block_tables,
-                   .query_start = v.query_start,
-                   .start_pos = v.start_pos,
-                   .num_tokens = T,
-                   .num_seqs = v.num_seqs,
-                   .block_size = i32(options_.config.block_size),
-                   .max_blocks_per_seq = ws_.shape.max_blocks_per_seq},
-                  ws_.xn.as<bf16>(), k_cache_[layer].as<bf16>(), ws_.delta.as<bf16>(),
-                  {.handle = blas_, .workspace = blas_workspace_.as<void>(), .workspace_bytes = kBlasWorkspace},
-                  stream_);
+        mla_->run(
+            w,
+            {.positions = ws_.positions.device,
+             .kv_slots = ws_.kv_slots.device,
+             .block_tables = v.block_tables,
+             .query_start = v.query_start,
+             .start_pos = v.start_pos,
+             .num_tokens = T,
+             .num_seqs = v.num_seqs,
+             .block_size = i32(options_.config.block_size),
+             .max_blocks_per_seq = ws_.shape.max_blocks_per_seq},
+            ws_.xn.as<bf16>(), k_cache_[layer].as<bf16>(), ws_.delta.as<bf16>(),
+            {.handle = blas_, .workspace = blas_workspace_.as<void>(), .workspace_bytes = kBlasWorkspace, .fp8 = &fp8_},
+            stream_);
         return;
     }
     const int32_t qkv_dim = (hq + 2 * hkv) * D;
     bf16* qkv = ws_.qkv.as<bf16>() + f * qkv_dim;
-    gemm(ws_.xn.as<bf16>() + f * H, w.qkv.as<bf16>(), qkv, T, qkv_dim, H, false,
-         w.qkv_bias.empty() ? nullptr : w.qkv_bias.as<bf16>());
+    if (!w.fp8.qkv.empty()) {
+        int32_t col = 0;  // q, k, v side by side in the row (or the one stacked matrix)
+        for (const cuda_fp8_matrix& m : w.fp8.qkv) {
+            fp8_.linear(m, ws_.xn.as<bf16>() + f * H, T, qkv + col, qkv_dim, writable_rows(v), stream_);
+            col += m.n;
+        }
+        if (!w.qkv_bias.empty())
+            kernels::launch_add_bias({.y = qkv, .bias = w.qkv_bias.as<bf16>(), .num_tokens = T, .n = qkv_dim}, stream_);
+    } else {
+        gemm(ws_.xn.as<bf16>() + f * H, w.qkv.as<bf16>(), qkv, T, qkv_dim, H, false,
+             w.qkv_bias.empty() ? nullptr : w.qkv_bias.as<bf16>());
+    }
 
     kernels::rope_qk_norm_kv_params r{.qkv = qkv,
                                       .positions = ws_.positions.device + f,
@@ -563,11 +585,26 @@ void cuda_step_executor::attention(int64_t layer, const batch_view& v) {
     }
 
     bf16* delta = ws_.delta.as<bf16>() + f * H;
-    gemm(ws_.attn.as<bf16>() + f * hq * D, w.o.as<bf16>(), delta, T, H, hq * D, false,
-         w.o_bias.empty() ? nullptr : w.o_bias.as<bf16>());
+    if (!w.fp8.o.empty()) {
+        fp8_.linear(w.fp8.o, ws_.attn.as<bf16>() + f * hq * D, T, delta, H, writable_rows(v), stream_);
+        if (!w.o_bias.empty())
+            kernels::launch_add_bias({.y = delta, .bias = w.o_bias.as<bf16>(), .num_tokens = T, .n = H}, stream_);
+    } else {
+        gemm(ws_.attn.as<bf16>() + f * hq * D, w.o.as<bf16>(), delta, T, H, hq * D, false,
+             w.o_bias.empty() ? nullptr : w.o_bias.as<bf16>());
+    }
 }
 
-void cuda_step_executor::dense_mlp(const cuda_mlp& m, const bf16* x, int32_t T, bf16* out) {
+int32_t cuda_step_executor::writable_rows(const batch_view& v) const {
+    return dual_batch_layers() ? v.num_tokens : ws_.shape.max_tokens - v.first;
+}
+
+void cuda_step_executor::dense_mlp(const cuda_mlp& m, const cuda_fp8_mlp& f, const bf16* x, int32_t T, bf16* out,
+                                   int32_t out_rows) {
+    if (!f.empty()) {
+        fp8_.mlp(f, x, T, out, out_rows, stream_);
+        return;
+    }
     const auto H = i32(config_.hidden_size), I = i32(m.inter);
     bf16* gu = ws_.mlp_gate_up.as<bf16>();
     bf16* act = ws_.mlp_act.as<bf16>();
@@ -670,7 +707,7 @@ void cuda_step_executor::shared_expert(const cuda_layer& w, const batch_view& v)
     const int64_t f = v.first;
     const int32_t T = v.num_tokens, H = i32(config_.hidden_size);
     const bf16* xn = ws_.xn.as<bf16>() + f * H;
-    dense_mlp(w.shared, xn, T, ws_.shared_out.as<bf16>() + f * H);
+    dense_mlp(w.shared, w.fp8.shared, xn, T, ws_.shared_out.as<bf16>() + f * H, writable_rows(v));
     if (!w.shared_gate.empty()) gemm(xn, w.shared_gate.as<bf16>(), ws_.shared_gate.as<float>() + f, T, 1, H, true);
 }
 
@@ -710,7 +747,8 @@ kernels::moe_experts_params cuda_step_executor::expert_params(const cuda_layer& 
             .top_k = top_k,
             .num_slots = w.num_slots,
             .hidden = i32(config_.hidden_size),
-            .inter = i32(config_.moe_intermediate_size)};
+            .inter = w.fp8_experts() ? w.fp8.inter_pad : i32(config_.moe_intermediate_size),
+            .fp8 = w.fp8_experts() ? &fp8_moe_[static_cast<size_t>(w.moe_index)] : nullptr};
 }
 
 void cuda_step_executor::run_experts(const cuda_layer& w, const int32_t* slots, const bf16* x, int32_t num_tokens,
@@ -769,7 +807,7 @@ void cuda_step_executor::forward(const step_shape& s) {
             if (w.moe_index >= 0)
                 moe(l, v);
             else if (T > 0)
-                dense_mlp(w.dense, xn, T, delta);
+                dense_mlp(w.dense, w.fp8.dense, xn, T, delta, writable_rows(v));
         }
     }
     if (ep_fixed) ep_->end_step(stream_);

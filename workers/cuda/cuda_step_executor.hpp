@@ -18,6 +18,11 @@
 // exact host-planned exchange. A step whose fixed window overflowed on some rank is redone on the exact path by all.
 // Dual-batch overlap (step_request::dual_batch): each MoE layer's rows run as two micro-batches, one's transfers on
 // a communication stream while the other's experts compute.
+// Block-scaled FP8 models (docs/fp8.md; an FP8 checkpoint or --quantization fp8): the FP8 linears run W8A8 through
+// fp8_linear_runner (cuda_fp8_linear.hpp) and the routed experts through moe_experts_params::fp8 (decode steps of a
+// few tokens: the FP8 few-token kernels); routers, LM head, embeddings, norms and MLA's kv_b stay BF16, so do the
+// KV cache and the activations between the linears. Expert parallelism exchanges BF16 rows and quantizes them on
+// the receiving rank.
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -32,6 +37,7 @@
 #include "workers/cuda/cuda_deepseek.hpp"
 #include "workers/cuda/cuda_ep_exchange.hpp"
 #include "workers/cuda/cuda_expert_moves.hpp"
+#include "workers/cuda/cuda_fp8_linear.hpp"
 #include "workers/cuda/cuda_weights.hpp"
 #include "workers/cuda/cuda_workspace.hpp"
 #include "workers/cuda/device_buffer.hpp"
@@ -138,7 +144,13 @@ class cuda_step_executor final : public step_executor {
     /// attention, post-attention RMSNorm into xn.
     void layer_attention(int64_t layer, const batch_view& v);
     void attention(int64_t layer, const batch_view& v);
-    void dense_mlp(const cuda_mlp& m, const kernels::bf16* x, int32_t num_tokens, kernels::bf16* out);
+    /// out = the MLP `m` (BF16) or `f` (FP8, when not empty) of x's num_tokens rows; out_rows: rows of out the call
+    /// may overwrite (writable_rows).
+    void dense_mlp(const cuda_mlp& m, const cuda_fp8_mlp& f, const kernels::bf16* x, int32_t num_tokens,
+                   kernels::bf16* out, int32_t out_rows);
+    /// Rows of a [max_tokens, *] workspace buffer from the view's first row that its GEMMs may overwrite: up to the
+    /// end of the buffer for the whole step, only the view's own rows for a micro-batch (the other one's follow).
+    int32_t writable_rows(const batch_view& v) const;
     void moe(int64_t layer, const batch_view& v);
     /// Router GEMM and top-k (with the replica choice) over the view's rows: topk_weights and slot_ids.
     void route(const cuda_layer& w, const batch_view& v);
@@ -227,6 +239,10 @@ class cuda_step_executor final : public step_executor {
     int64_t graph_replays_ = 0;
     grammar_masks masks_;         // structured outputs: matchers and token masks
     device_buffer masks_device_;  // [sampled rows, mask words] uint32: the step's token masks
+    // FP8 models: the dense projections' scratch (empty for BF16) and, per MoE layer, its FP8 experts with the
+    // workspace scratch (launch_moe_experts' moe_experts_params::fp8).
+    fp8_linear_runner fp8_;
+    std::vector<kernels::moe_fp8_experts> fp8_moe_;
     static void check(cudaError_t e);
 };
 

@@ -195,7 +195,8 @@ void cuda_step_executor::forward_dual_batch() {
                 ep_dispatch(w, mb, v.first, v.num_tokens, comm_stream_);    // a collective: with no rows too
                 if (v.num_tokens > 0 && w.has_shared) shared_expert(w, v);  // while the rows travel
             } else if (v.num_tokens > 0) {
-                dense_mlp(w.dense, ws_.xn.as<bf16>() + v.first * H, v.num_tokens, ws_.delta.as<bf16>() + v.first * H);
+                dense_mlp(w.dense, w.fp8.dense, ws_.xn.as<bf16>() + v.first * H, v.num_tokens,
+                          ws_.delta.as<bf16>() + v.first * H, writable_rows(v));
             }
         }
         last_moe = w.moe_index >= 0 ? &w : nullptr;

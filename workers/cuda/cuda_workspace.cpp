@@ -145,6 +145,15 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
     alloc(perm_row_token, moe_rows * i32);
     alloc(perm_y, moe_rows * H * bf);
     alloc(perm_act, moe_rows * s.moe_inter * bf);
+    if (s.fp8_moe_inter > 0 && moe_rows > 0) {
+        const size_t ld = static_cast<size_t>(kernels::fp8_scale_ld(max_moe_rows));
+        const size_t Ip = static_cast<size_t>(s.fp8_moe_inter);
+        alloc(fp8_x_q, moe_rows * H);
+        alloc(fp8_x_scales, (H + 127) / 128 * ld * f32);
+        // The FP8 decode path keeps its fp32 act [tokens * top_k, inter] here: room for 4 bytes per element.
+        alloc(fp8_act_q, std::max(moe_rows, 4 * K * static_cast<size_t>(kernels::kMoeDecodeMaxTokens)) * Ip);
+        alloc(fp8_act_scales, (Ip + 127) / 128 * ld * f32);
+    }
     alloc(perm_workspace, E == 0 ? 0
                           : ep   ? kernels::moe_permute_workspace_bytes(max_recv_rows, 1, s.num_slots + 1)
                                  : kernels::moe_permute_workspace_bytes(s.max_tokens, s.top_k, s.num_slots));

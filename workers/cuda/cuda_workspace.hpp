@@ -32,6 +32,7 @@ struct workspace_shape {
     int32_t top_k = 0;
     int32_t num_slots = 0;       ///< expert slots per MoE layer on this rank
     int32_t moe_inter = 0;       ///< routed expert FFN width
+    int32_t fp8_moe_inter = 0;   ///< FP8 routed experts: their padded FFN width (cuda_layer_fp8::inter_pad); 0: BF16
     int32_t dense_inter = 0;     ///< widest dense MLP or shared expert; 0 if none
     int32_t num_moe_layers = 0;  ///< layers whose load counts are kept
     int32_t world_size = 1;      ///< > 1: room for the expert-parallel exchange
@@ -154,6 +155,12 @@ struct cuda_workspace {
     device_buffer perm_workspace;      // launch_moe_permute's scratch
     device_buffer combine_ones;        // [max_recv_rows] fp32 ones (expert parallelism: the un-permute weights)
     device_buffer moe_decode_scratch;  // launch_moe_decode's scratch (steps of at most kMoeDecodeMaxTokens tokens)
+
+    // FP8 routed experts only (moe_fp8_experts' scratch; ld = kernels::fp8_scale_ld(max_moe_rows)).
+    device_buffer fp8_x_q;         // [max_moe_rows, hidden] e4m3
+    device_buffer fp8_x_scales;    // [ceil(hidden / 128), ld]
+    device_buffer fp8_act_q;       // [max_moe_rows, fp8_moe_inter] e4m3 (the few-token path: its fp32 act)
+    device_buffer fp8_act_scales;  // [ceil(fp8_moe_inter / 128), ld]
 
     // Expert parallelism (world_size > 1): rows sent to / received from the other ranks.
     device_buffer moe_plan;        // [3 * max_tokens * top_k]

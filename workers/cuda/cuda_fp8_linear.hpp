@@ -1,0 +1,73 @@
+#pragma once
+// Block-scaled FP8 dense projections of the CUDA executor (docs/fp8.md): attention q/k/v/o, MLA q_a/q_b/kv_a/o,
+// dense MLPs and shared experts, W8A8 with the CPU backend's arithmetic (linear_rows_fp8): the input quantized per
+// token and 128-channel group (launch_fp8_quantize), then an FP8 GEMM that promotes each 128-wide K block's fp32
+// product with the two scales. Every FP8 dense GEMM of the executor goes through fp8_linear_runner::gemm (one
+// place to change the kernel); today it is launch_grouped_gemm_fp8 with one group of rows [0, m rounded up to 64).
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/api.hpp"
+#include "workers/cuda/cuda_weights.hpp"
+#include "workers/cuda/device_buffer.hpp"
+
+namespace zmoe::cuda {
+
+/// The widest FP8 dense projection of a model's weights, for sizing the scratch.
+struct fp8_linear_dims {
+    int32_t max_rows = 0;   ///< rows of the largest call (a step's tokens)
+    int32_t max_k = 0;      ///< widest padded input (k_pad)
+    int32_t max_n = 0;      ///< widest padded output (n_pad)
+    int32_t max_inter = 0;  ///< widest padded MLP FFN width (0: no FP8 MLP)
+    bool pads_k = false;    ///< some weight's k_pad != k (its input is copied into a zero-padded scratch)
+};
+
+/// The FP8 dims of `w`'s linears for steps of at most max_rows tokens (all zero without FP8 dense linears).
+fp8_linear_dims fp8_linear_dims_of(const cuda_weights& w, int32_t max_rows);
+
+/// The scratch the FP8 dense projections share (allocated once: fixed addresses for the decode graphs). Every call
+/// only enqueues work on the given stream (capturable) and uses the scratch, so calls on one stream never overlap.
+class fp8_linear_runner {
+  public:
+    fp8_linear_runner() = default;
+    /// Allocates on the current device; throws zmoe::error(out_of_memory).
+    explicit fp8_linear_runner(const fp8_linear_dims& d);
+
+    bool empty() const { return dims_.max_rows == 0; }
+
+    /// y[r, 0:n] (row stride ldy elements) = x[r, 0:k] . w^T in W8A8 for r < m, BF16 out. x: [m, k] contiguous.
+    /// y_rows: rows of y (from y) the call may overwrite, >= m: when they reach m rounded up to 64 and y is a
+    /// contiguous [*, n_pad], the GEMM writes y directly (rows m.. of the last 64 with values of no meaning); else
+    /// through the scratch and one 2D copy. No bias (the caller adds it).
+    void linear(const cuda_fp8_matrix& w, const kernels::bf16* x, int32_t m, kernels::bf16* y, int32_t ldy,
+                int32_t y_rows, cudaStream_t stream) const;
+
+    /// out[m, hidden] = down(silu(gate x) * up x) in FP8: x quantized, the gate/up GEMM with SiLU * up quantized in
+    /// its epilogue (the CPU rounds to BF16 between gate/up and SiLU, here it stays fp32: the only difference), the
+    /// down GEMM to BF16. out_rows as linear's y_rows.
+    void mlp(const cuda_fp8_mlp& w, const kernels::bf16* x, int32_t m, kernels::bf16* out, int32_t out_rows,
+             cudaStream_t stream) const;
+
+    int64_t bytes() const { return bytes_; }
+
+  private:
+    /// c[0:mp, n] = A (a_q, a_scales) . b^T with one group of mp rows (m rounded up to 64): the single place of the
+    /// dense FP8 GEMM kernel's choice. swiglu: c_q / c_scales out instead of c (b = gate rows then up rows).
+    void gemm(const uint8_t* a, const float* a_scales, const uint8_t* b, const float* b_scales, int32_t m, int32_t n,
+              int32_t k, kernels::bf16* c, uint8_t* c_q, float* c_scales, bool swiglu, cudaStream_t stream) const;
+    /// x [m, k] quantized into a_q_ / a_scales_ (through the zero-padded copy when k_pad > k).
+    void quantize(const kernels::bf16* x, int32_t m, int32_t k, int32_t k_pad, cudaStream_t stream) const;
+
+    fp8_linear_dims dims_;
+    int32_t max_mp_ = 0, scale_ld_ = 0;
+    device_buffer offsets_;             // [max_mp / 64 + 1][2]: {0, 64 i}
+    device_buffer a_q_, a_scales_;      // the quantized input
+    device_buffer x_pad_;               // [max_mp, max_k] BF16: inputs whose k is padded
+    device_buffer c_;                   // [max_mp, max_n] BF16: outputs that cannot land in place
+    device_buffer act_q_, act_scales_;  // MLP: SiLU(gate) * up quantized
+    int64_t bytes_ = 0;
+};
+
+}  // namespace zmoe::cuda
