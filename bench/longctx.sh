@@ -8,18 +8,23 @@
 #   prefill  zmoe bench prefill: 8 192 and 32 000-token prompts per chunk size, beside the FLOP floor
 #   profile  ncu over one 8 192-token prefill of a 4-layer cut of the model (one step, and chunks of 2 048), kernel
 #            time by name (bench/ncu_kernel_summary.py)
+#   mixed    (only when named) zmoe bench mixed: an 8 192 / 32 000-token prompt arriving while 32 sequences decode,
+#            per --max-num-batched-tokens: its TTFT beside the decodes' inter-token latency
 #
-#   bench/longctx.sh [--out DIR] [--bin DIR] [--only tests,kernel,step,prefill,profile] [--peak-tflops 790]
+#   bench/longctx.sh [--out DIR] [--bin DIR] [--only tests,kernel,step,prefill,profile,mixed] [--peak-tflops 790]
+#                    [--chunks 2048,4096,8192,16384]
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 out=${OUT:-$top/build-cuda/longctx} bin=$top/build-cuda/bin only=tests,kernel,step,prefill,profile peak=790
+chunks=2048,4096,8192,16384
 while (($#)); do
   case $1 in
     --out) out=$2; shift ;;
     --bin) bin=$2; shift ;;
     --only) only=$2; shift ;;
     --peak-tflops) peak=$2; shift ;;
+    --chunks) chunks=$2; shift ;;
     *) echo "longctx.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -66,4 +71,8 @@ if want profile; then
       --chunks "$chunk" --reps 1 --profile-len 8192 --profile-chunk "$chunk"
     python3 bench/ncu_kernel_summary.py "$out/ncu_$chunk.csv" --layers 4 --json "$out/ncu_$chunk.json" 2>&1 | head -40
   done
+fi
+if want mixed; then
+  step mixed 240 "$bin/zmoe" bench mixed --model "$model" --load-format dummy --decodes 32 --decode-context 1024 \
+    --lens 8192,32000 --chunks "$chunks" --json "$out/mixed.json"
 fi
