@@ -4,20 +4,23 @@
 #   tests    kernels_test's decode attention tests
 #   kernel   decode_attention_bench at 32 000 tokens of context, batch 1 and 4, the step's split and a sweep of others;
 #            and batch 1 / 64 / 256 at 128 and 4 096 (the short-context cases must not get slower)
-#   step     zmoe bench step --context 32000 --batch-sizes 1,4: the decode step beside its memory floor (KV + weights)
+#   step     zmoe bench step --context 32000 --batch-sizes 1,4: the decode step beside its memory floor (KV + weights);
+#            and the usual table (context 128, batch 1 / 64 / 256)
 #   prefill  zmoe bench prefill: 8 192 and 32 000-token prompts per chunk size, beside the FLOP floor
 #   profile  ncu over one 8 192-token prefill of a 4-layer cut of the model (one step, and chunks of 2 048), kernel
 #            time by name (bench/ncu_kernel_summary.py)
 #   mixed    (only when named) zmoe bench mixed: an 8 192 / 32 000-token prompt arriving while 32 sequences decode,
 #            per --max-num-batched-tokens: its TTFT beside the decodes' inter-token latency
 #
-#   bench/longctx.sh [--out DIR] [--bin DIR] [--only tests,kernel,step,prefill,profile,mixed] [--peak-tflops 790]
-#                    [--chunks 2048,4096,8192,16384]
+#   workers  (only when named) workers_cuda_test's decode graph and transformers-reference tests
+#
+#   bench/longctx.sh [--out DIR] [--bin DIR] [--only tests,kernel,step,prefill,profile,mixed,workers]
+#                    [--peak-tflops 790] [--chunks 2048,4096,8192,16384,32768]
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 out=${OUT:-$top/build-cuda/longctx} bin=$top/build-cuda/bin only=tests,kernel,step,prefill,profile peak=790
-chunks=2048,4096,8192,16384
+chunks=2048,4096,8192,16384,32768
 while (($#)); do
   case $1 in
     --out) out=$2; shift ;;
@@ -46,8 +49,12 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 if want tests; then
   step tests 120 "$bin/kernels_test" --gtest_filter='*DecodeAttention*' --gtest_brief=1
 fi
+if want workers; then
+  NCCL_NVLS_ENABLE=0 step workers 200 "$bin/workers_cuda_test" --gtest_brief=1 \
+    --gtest_filter='CudaGraphs*:CudaReference*:DecodeGraphBatchSizes*'
+fi
 if want kernel; then
-  step kernel_32k 90 "$bin/decode_attention_bench" --batches 1,4 --contexts 32000 --splits 1,8,16,32,48,64,96,128 \
+  step kernel_32k 90 "$bin/decode_attention_bench" --batches 1,4 --contexts 32000 --splits 8,16,24,32,48,99 \
     --iters 10 --json "$out/decode_attention_32k.json"
   step kernel_short 60 "$bin/decode_attention_bench" --batches 1,64,256 --contexts 128,4096 --iters 10 \
     --json "$out/decode_attention_short.json"
@@ -55,6 +62,8 @@ fi
 if want step; then
   step step_32k 150 "$bin/zmoe" bench step --model "$model" --load-format dummy --batch-sizes 1,4 --context 32000 \
     --steps 16 --json "$out/bench_step_32k.json"
+  step step_128 120 "$bin/zmoe" bench step --model "$model" --load-format dummy --batch-sizes 1,64,256 \
+    --json "$out/bench_step_128.json"
 fi
 if want prefill; then
   step prefill 150 "$bin/zmoe" bench prefill --model "$model" --load-format dummy --lens 8192,32000 \
