@@ -50,7 +50,7 @@ if want tests; then
   step tests 120 "$bin/kernels_test" --gtest_filter='*DecodeAttention*' --gtest_brief=1
 fi
 if want workers; then
-  NCCL_NVLS_ENABLE=0 step workers 200 "$bin/workers_cuda_test" --gtest_brief=1 \
+  step workers 200 env NCCL_NVLS_ENABLE=0 "$bin/workers_cuda_test" --gtest_brief=1 \
     --gtest_filter='CudaGraphs*:CudaReference*:DecodeGraphBatchSizes*'
 fi
 if want kernel; then
