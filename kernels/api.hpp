@@ -172,8 +172,8 @@ bool decode_attention_supported(int32_t num_q_heads, int32_t num_kv_heads, int32
 /// The chunk-pass blocks a split aims at on the current device for this (supported) shape: one per multiprocessor.
 /// Queries the device: call once, at set-up.
 int32_t decode_attention_slots(int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim);
-/// The split count for a step's shape: enough chunks per (sequence, KV head) that the batch's blocks fill `slots`
-/// (decode_attention_slots), at most what a sequence of max_kv_len keys (the longest any may have) can use,
+/// The split count for a step's shape: as many chunks per (sequence, KV head) as keep the batch's blocks within
+/// `slots` (decode_attention_slots), at most what a sequence of max_kv_len keys (the longest any may have) can use,
 /// at most kDecodeAttentionMaxSplits; 1 (no combine pass) when the batch alone fills the device.
 int32_t decode_attention_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t max_kv_len, int32_t slots);
 /// The fp32 scratch of a launch with num_splits > 1 (0 otherwise): each chunk's normalised output and log-sum-exp.

@@ -147,24 +147,27 @@ TEST(DecodeAttention, ChunksCoverEverySequenceWithinTheSplit) {
         }
 }
 
-// The split the step's shape picks: one block per pair once the batch fills the device, wide for a lone long
-// sequence, never more chunks than the longest sequence can have, never more than the maximum.
+// The split the step's shape picks: the most blocks within the slots (one block per pair once the batch fills them),
+// wide for a lone long sequence, never more chunks than the longest sequence can have, never more than the maximum.
 TEST(DecodeAttention, SplitsFollowTheShape) {
     const int32_t slots = decode_attention_slots(32, 4, 128);
     ASSERT_GT(slots, 0);
     EXPECT_EQ(decode_attention_splits(slots, 4, 32768, slots), 1);
     EXPECT_EQ(decode_attention_splits(1, 4, 1, slots), 1);
-    EXPECT_EQ(decode_attention_splits(1, 4, 512, slots), 2);
+    EXPECT_EQ(decode_attention_splits(1, 4, 512, slots), std::min(2, std::max(1, slots / 4)));
     const int32_t one = decode_attention_splits(1, 4, 32768, slots), four = decode_attention_splits(4, 4, 32768, slots);
-    EXPECT_GE(int64_t(one) * 4, std::min<int64_t>(slots, 128 * 4)) << "a lone long sequence fills the device";
-    EXPECT_LE(one, 128);
     EXPECT_GE(one, four);
-    EXPECT_GE(int64_t(four) * 16, std::min<int64_t>(slots, 128 * 16));
     for (int32_t b = 1; b <= 1024; b *= 2) {
         const int32_t s = decode_attention_splits(b, 4, 1 << 20, slots);
+        const int64_t pairs = int64_t(b) * 4;
         EXPECT_GE(s, 1);
         EXPECT_LE(s, kDecodeAttentionMaxSplits);
-        EXPECT_LT(int64_t(s - 1) * b * 4, slots) << "no more than one wave beyond one block per pair";
+        if (pairs <= slots && s < kDecodeAttentionMaxSplits) {
+            EXPECT_LE(s * pairs, slots) << "batch " << b << ": no block beyond the slots";
+            EXPECT_GT((s + 1) * pairs, slots) << "batch " << b << ": as many as fit";
+        } else if (pairs > slots) {
+            EXPECT_EQ(s, 1);
+        }
     }
 }
 
