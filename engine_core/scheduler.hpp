@@ -31,7 +31,7 @@ std::string_view dp_placement_name(dp_placement p);
 dp_placement dp_placement_from_name(std::string_view name);
 
 struct scheduler_config {
-    int32_t max_num_batched_tokens = 2048;     ///< tokens per rank per step (prefill chunks + decodes), >= 1
+    int32_t max_num_batched_tokens = 8192;     ///< tokens per rank per step (prefill chunks + decodes), >= 1
     int32_t max_num_seqs = 64;                 ///< running requests per rank (and so sequences per step), >= 1
     int32_t block_size = 16;                   ///< token slots per KV block
     std::vector<int32_t> num_blocks_per_rank;  ///< KV blocks of each data-parallel rank; its size is the rank count

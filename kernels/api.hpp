@@ -151,15 +151,17 @@ void launch_paged_attention(const paged_attention_params& p, cudaStream_t stream
 // ---------------------------------------------------------------------------------------------------------
 // Paged attention for decode steps (one query token per sequence), split over the KV
 
-/// A sequence's KV is split into chunks of decode_attention_chunk(kv_len) keys, each chunk one block: at least
-/// kDecodeAttentionMinChunk keys (a multiple of it) and at most kDecodeAttentionMaxChunks chunks. A function of the
-/// sequence's own length only, so that its result depends on nothing else (not on the batch it is in, nor on the
-/// capacity the split count was sized for): graph replays of padded batches give the eager step's bits.
+/// A launch splits each sequence's KV into at most num_splits chunks of decode_attention_chunk(kv_len, num_splits)
+/// keys, one block per chunk and KV head: at least kDecodeAttentionMinChunk keys, a multiple of
+/// kDecodeAttentionChunkAlign. A function of the sequence's own length and the launch's split count only: a graph
+/// captured for a batch size serves every KV length, and a sequence's result does not depend on the others.
 constexpr int32_t kDecodeAttentionMinChunk = 256;
-constexpr int32_t kDecodeAttentionMaxChunks = 32;
-constexpr int32_t decode_attention_chunk(int32_t kv_len) {
-    const int32_t per = (kv_len + kDecodeAttentionMaxChunks - 1) / kDecodeAttentionMaxChunks;
-    const int32_t rounded = (per + kDecodeAttentionMinChunk - 1) / kDecodeAttentionMinChunk * kDecodeAttentionMinChunk;
+constexpr int32_t kDecodeAttentionChunkAlign = 64;
+constexpr int32_t kDecodeAttentionMaxSplits = 256;
+constexpr int32_t decode_attention_chunk(int32_t kv_len, int32_t num_splits) {
+    const int32_t per = (kv_len + num_splits - 1) / num_splits;
+    const int32_t rounded =
+        (per + kDecodeAttentionChunkAlign - 1) / kDecodeAttentionChunkAlign * kDecodeAttentionChunkAlign;
     return rounded > kDecodeAttentionMinChunk ? rounded : kDecodeAttentionMinChunk;
 }
 
@@ -167,12 +169,15 @@ constexpr int32_t decode_attention_chunk(int32_t kv_len) {
 /// in {1, 2, 4, 8, 16}. Other shapes use launch_paged_attention.
 bool decode_attention_supported(int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim);
 
-/// The most chunks a sequence of up to max_kv_len keys has (<= kDecodeAttentionMaxChunks), and the fp32 scratch
-/// launch_decode_attention needs for the per-chunk states of num_seqs sequences.
-int32_t decode_attention_splits(int32_t max_kv_len);
-size_t decode_attention_workspace_bytes(int32_t num_seqs, int32_t num_q_heads, int32_t head_dim, int32_t max_chunks);
-/// Blocks per (sequence, KV head) for a batch: about a thousand blocks in all, at most max_chunks each.
-int32_t decode_attention_grid_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t max_chunks);
+/// The chunk-pass blocks a split aims at on the current device for this (supported) shape: one per multiprocessor.
+/// Queries the device: call once, at set-up.
+int32_t decode_attention_slots(int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim);
+/// The split count for a step's shape: as many chunks per (sequence, KV head) as keep the batch's blocks within
+/// `slots` (decode_attention_slots), at most what a sequence of max_kv_len keys (the longest any may have) can use,
+/// at most kDecodeAttentionMaxSplits; 1 (no combine pass) when the batch alone fills the device.
+int32_t decode_attention_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t max_kv_len, int32_t slots);
+/// The fp32 scratch of a launch with num_splits > 1 (0 otherwise): each chunk's normalised output and log-sum-exp.
+size_t decode_attention_workspace_bytes(int32_t num_seqs, int32_t num_q_heads, int32_t head_dim, int32_t num_splits);
 
 struct decode_attention_params {
     const bf16* q = nullptr;                // [num_seqs, num_q_heads, head_dim]: sequence s's one query token
@@ -180,10 +185,10 @@ struct decode_attention_params {
     const bf16* v_cache = nullptr;          // [num_blocks, block_size, num_kv_heads, head_dim]
     const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
     const int32_t* start_pos = nullptr;     // [num_seqs]: the query token's position; it sees keys [0, start_pos]
-    float* workspace = nullptr;             // decode_attention_workspace_bytes(..., max_chunks); unused when
-                                            // max_chunks == 1
-    int32_t* merge_counters = nullptr;      // [num_seqs, num_kv_heads]: zero before the first launch, and every
-                                            // launch leaves them zero; unused when max_chunks == 1
+    float* workspace = nullptr;             // decode_attention_workspace_bytes(num_seqs, ..., num_splits) bytes:
+                                            // [num_seqs, num_q_heads, num_splits] x (head_dim outputs), then
+                                            // [num_seqs, num_q_heads, num_splits] log-sum-exps; unused when
+                                            // num_splits == 1
     bf16* out = nullptr;                    // [num_seqs, num_q_heads, head_dim]
     int32_t num_seqs = 0;
     int32_t num_q_heads = 0;
@@ -191,18 +196,16 @@ struct decode_attention_params {
     int32_t head_dim = 0;  ///< decode_attention_supported
     int32_t block_size = 0;
     int32_t max_blocks_per_seq = 0;
-    int32_t max_chunks = 1;  ///< decode_attention_splits(longest KV any sequence may have)
-    int32_t num_splits = 1;  ///< blocks per (sequence, KV head), any >= 1 (decode_attention_grid_splits); the
-                             ///< result does not depend on it
+    int32_t num_splits = 1;  ///< chunks per sequence at most, [1, kDecodeAttentionMaxSplits]
+                             ///< (decode_attention_splits); the chunking, hence the bits, depend on it
     float scale = 1.f;
 };
 
 /// What launch_paged_attention computes for a batch of one query token per sequence (query_start = 0, 1, ..., n),
-/// in one launch, on tensor cores (BF16 MMAs, fp32 accumulation and softmax, the probabilities rounded to BF16 for
-/// PV as launch_paged_attention does): num_splits blocks per (sequence, KV head) share its chunks; the group's query
-/// heads are the MMA rows that share each K/V tile; a sequence of one chunk (up to kDecodeAttentionMinChunk keys)
-/// is written in one pass, one of several chunks is merged, in chunk order, by the block of its KV head that finishes
-/// last.
+/// on tensor cores (BF16 MMAs, fp32 accumulation and softmax, the probabilities rounded to BF16 for PV as
+/// launch_paged_attention does): one block per (chunk, KV head, sequence), the group's query heads the MMA rows that
+/// share each K/V tile; a sequence of one chunk is written by its block, one of several chunks is combined, in chunk
+/// order, by a second launch (only when num_splits > 1).
 void launch_decode_attention(const decode_attention_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------

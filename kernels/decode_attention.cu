@@ -1,22 +1,28 @@
-// Paged attention for decode steps (one query token per sequence), split over the KV in chunks whose size depends on
-// the sequence's length only (decode_attention_chunk), in one launch, on tensor cores.
+// Paged attention for decode steps (one query token per sequence), split over the KV (flash-decoding), on tensor
+// cores, in two launches: the chunks, then their combine.
 //
-// Blocks of four warps over (split, KV head, sequence); a block runs chunks split, split + num_splits, ... of its
-// sequence one after another (num_splits sized to the batch). Inside a chunk, warp w takes the 16-key tiles w,
+// The split is chosen by the step's shape: num_splits blocks per (sequence, KV head) (decode_attention_splits: about
+// one wave of blocks for the batch, so a few long sequences still fill the GPU), and a sequence's keys are cut into at
+// most num_splits chunks of decode_attention_chunk(kv_len, num_splits) keys, one chunk a block. The chunking is a
+// function of the sequence's length and the launch's num_splits only, so a graph captured for a batch size serves every
+// KV length, and the result does not depend on the other sequences of the batch.
+//
+// Chunk pass: blocks of four warps over (chunk, KV head, sequence). Inside a chunk, warp w takes the 16-key tiles w,
 // w + 4, ... and runs them on its own, with no block barrier:
 //   loads:   a kStages-deep cp.async pipeline per warp into the warp's own shared memory (K and V of one tile per
-//            stage, keys past the sequence zero-filled); the block-table reads for a tile are issued a tile ahead;
+//            stage, keys past the chunk zero-filled); the block-table reads for a tile are issued a tile ahead;
 //   scores:  S = Q K^T with mma.sync m16n8k16 (BF16 in, fp32 accumulate): the M side holds the group's query heads
 //            (rows past the group are zero), N the tile's 16 keys, K the head dimension; Q stays in registers;
 //   softmax: online, in fp32 and base 2, on the accumulator registers (a row's four lanes reduce by shuffles);
 //   PV:      O += P V with the probabilities rounded to BF16 as the A operand straight from the score registers, V
 //            read transposed by ldmatrix.
-// The four warps' states then meet in shared memory and merge in warp order. A sequence that fits one chunk writes its
-// output directly. Otherwise every chunk writes (o, m, l) to the workspace and the block whose arrival completes its
-// (sequence, KV head) merges them in chunk order (deterministic, and the same bits whatever the grid), then re-arms
-// the counter. Launched programmatically dependent (pdl.cuh).
+// The four warps' states then meet in shared memory and merge in warp order. A sequence of one chunk writes its output
+// directly; otherwise each chunk writes its normalised output and its log-sum-exp (base 2) to the workspace.
+// Combine pass (only when num_splits > 1): one block per (query head, sequence) weighs the chunks' outputs by their
+// log-sum-exps, in chunk order (deterministic). Both launched programmatically dependent (pdl.cuh).
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
@@ -30,7 +36,8 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kKeys = 16;  // keys per warp tile: the K side of one PV MMA, the N side of two QK^T MMAs
-static_assert(kDecodeAttentionMinChunk % (kWarps * kKeys) == 0, "a full chunk gives every warp whole tiles");
+static_assert(kDecodeAttentionMinChunk % (kWarps * kKeys) == 0 && kDecodeAttentionChunkAlign % (kWarps * kKeys) == 0,
+              "a full chunk gives every warp whole tiles");
 
 /// 16 bytes global -> shared, asynchronously; zero-filled when !valid (src is then not read).
 __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src, bool valid) {
@@ -79,6 +86,17 @@ struct tile_config {
     static_assert(kWarpBytes % 16 == 0 && (kStride * 2) % 16 == 0, "16-byte aligned rows");
 };
 
+/// The workspace of a split launch: per (sequence, query head, chunk) the chunk's normalised output, then its
+/// log-sum-exp (base 2, of the scaled scores).
+struct split_state {
+    float* o;    // [num_seqs, num_q_heads, num_splits, head_dim]
+    float* lse;  // [num_seqs, num_q_heads, num_splits]
+    __device__ __forceinline__ static split_state of(const decode_attention_params& p) {
+        const size_t rows = size_t(p.num_seqs) * p.num_q_heads * p.num_splits;
+        return {p.workspace, p.workspace + rows * p.head_dim};
+    }
+};
+
 template <int kHeadDim, int kGroup>
 __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode_attention_params p) {
     using C = tile_config<kHeadDim>;
@@ -88,27 +106,65 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode
     constexpr int kPieces = kHeadDim / 8;     // 16-byte pieces per K/V row
     static_assert(kGroup <= 16, "the group fits the M side of one MMA");
     extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ float m_warp[kWarps][16], l_warp[kWarps][16];      // each warp's running max and sum per head
-    __shared__ float chunk_w[kGroup][kDecodeAttentionMaxChunks];  // merge: 2^(m_c - M) per head and chunk
-    __shared__ float inv_sum[kGroup];
-    __shared__ bool merge_here;
+    __shared__ float m_warp[kWarps][16], l_warp[kWarps][16];  // each warp's running max and sum per head
 
-    detail::pdl_wait();  // the query and this step's K/V rows come from the kernel before
-    detail::pdl_launch_dependents();
-    const int32_t split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
+    // The lengths and block tables are the host's (copied before the step); the keys before the newest were written by
+    // earlier steps: this block's first tiles of them load before the programmatic wait, under the kernels before.
+    const int32_t c = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int32_t kv_len = p.start_pos[seq] + 1;
-    const int32_t chunk = decode_attention_chunk(kv_len);
-    const int32_t num_chunks = (kv_len + chunk - 1) / chunk;
-    if (num_chunks > p.max_chunks) __trap();  // max_chunks below decode_attention_splits(kv_len)
-    if (split >= num_chunks) return;          // an idle block: this sequence has fewer chunks than the grid
+    const int32_t chunk = decode_attention_chunk(kv_len, p.num_splits);
+    const int32_t num_chunks = (kv_len + chunk - 1) / chunk;  // <= num_splits
+    if (c >= num_chunks) {                                    // an idle block: a short sequence has fewer chunks
+        detail::pdl_wait();
+        detail::pdl_launch_dependents();
+        return;
+    }
     const int32_t* table = p.block_tables + size_t(seq) * p.max_blocks_per_seq;
     const size_t head0 = size_t(seq) * p.num_q_heads + size_t(kvh) * kGroup;  // the group's first query head
-    // A chunk's unnormalised state when the sequence has several: [num_seqs * num_q_heads][max_chunks][head_dim + 2].
-    const size_t row = kHeadDim + 2;
-    auto part = [&](int head, int32_t c) { return p.workspace + ((head0 + head) * p.max_chunks + c) * row; };
     bf16* tiles = reinterpret_cast<bf16*>(smem + warp * C::kWarpBytes);
     const float scale_log2 = p.scale * 1.4426950408889634f;
+
+    const int32_t k_begin = c * chunk, k_end = min(kv_len, k_begin + chunk);
+    const int32_t num_tiles = (k_end - k_begin + kKeys - 1) / kKeys;
+    const int32_t my_tiles = num_tiles > warp ? (num_tiles - warp + kWarps - 1) / kWarps : 0;
+    auto tile_key = [&](int32_t i) { return k_begin + (warp + i * kWarps) * kKeys; };  // the warp's i-th tile
+    // Lane j (and j + 16): the cache slot of key j of the warp's i-th tile, -1 past the chunk.
+    auto find_slot = [&](int32_t i) {
+        const int32_t key = tile_key(i) + lane % kKeys;
+        return i < my_tiles && key < k_end ? table[key / p.block_size] * p.block_size + key % p.block_size : -1;
+    };
+    auto load_tile = [&](int32_t i, int32_t slot) {  // tile i into stage i % kStages, with find_slot(i)'s slots
+        bf16* k_s = tiles + (i % kStages) * 2 * kTileElems;
+#pragma unroll
+        for (int r = 0; r < kKeys * kPieces / 32; ++r) {
+            const int idx = lane + r * 32, j = idx / kPieces, piece = idx % kPieces;
+            const int32_t s = __shfl_sync(detail::kFullMask, slot, j);
+            const size_t off = (size_t(max(s, 0)) * p.num_kv_heads + kvh) * kHeadDim + piece * 8;
+            cp_async_16(k_s + j * kStride + piece * 8, p.k_cache + off, s >= 0);
+            cp_async_16(k_s + kTileElems + j * kStride + piece * 8, p.v_cache + off, s >= 0);
+        }
+    };
+    int32_t first_slots[kStages];
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) first_slots[s] = find_slot(s);  // all table reads in flight at once
+    // A first tile wholly before the newest key loads now (uncommitted: it joins group 0, which tile 0's wait covers,
+    // so every tile is still in a group no later than its own); one holding the newest key after the wait.
+    bool early[kStages];
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+        early[s] = s < my_tiles && tile_key(s) + kKeys <= kv_len - 1;
+        if (early[s]) load_tile(s, first_slots[s]);
+    }
+
+    detail::pdl_wait();  // the query and the newest key's K/V row come from the kernel before
+    detail::pdl_launch_dependents();
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+        if (s < my_tiles && !early[s]) load_tile(s, first_slots[s]);
+        cp_async_commit();  // empty groups keep the count uniform
+    }
+    int32_t next_slot = find_slot(kStages);
 
     // Q as the A operand: row g is head g, row g + 8 head g + 8, for every K step of the head dimension.
     uint32_t qa[kDimSteps][4];
@@ -122,197 +178,197 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode
         qa[ks][3] = load_pair<kGroup>(q, g + 8, col + 8, kHeadDim);
     }
 
-    // This block's chunks: split, split + num_splits, ... (the chunking depends on kv_len only, the grid does not).
-    int32_t my_chunks = 0;
-    for (int32_t c = split; c < num_chunks; c += p.num_splits, ++my_chunks) {
-        const int32_t k_begin = c * chunk, k_end = min(kv_len, k_begin + chunk);
-        const int32_t num_tiles = (k_end - k_begin + kKeys - 1) / kKeys;
-        const int32_t my_tiles = num_tiles > warp ? (num_tiles - warp + kWarps - 1) / kWarps : 0;
-        auto tile_key = [&](int32_t i) { return k_begin + (warp + i * kWarps) * kKeys; };  // the warp's i-th tile
-        // Lane j (and j + 16): the cache slot of key j of the warp's i-th tile, -1 past the chunk.
-        auto find_slot = [&](int32_t i) {
-            const int32_t key = tile_key(i) + lane % kKeys;
-            return i < my_tiles && key < k_end ? table[key / p.block_size] * p.block_size + key % p.block_size : -1;
-        };
-        auto load_tile = [&](int32_t i, int32_t slot) {  // tile i into stage i % kStages, with find_slot(i)'s slots
-            bf16* k_s = tiles + (i % kStages) * 2 * kTileElems;
+    float o[kDimTiles][4];  // rows g, g + 8 (heads) x dimensions 8 n + 2 t, + 1
 #pragma unroll
-            for (int r = 0; r < kKeys * kPieces / 32; ++r) {
-                const int idx = lane + r * 32, j = idx / kPieces, piece = idx % kPieces;
-                const int32_t s = __shfl_sync(detail::kFullMask, slot, j);
-                const size_t off = (size_t(max(s, 0)) * p.num_kv_heads + kvh) * kHeadDim + piece * 8;
-                cp_async_16(k_s + j * kStride + piece * 8, p.k_cache + off, s >= 0);
-                cp_async_16(k_s + kTileElems + j * kStride + piece * 8, p.v_cache + off, s >= 0);
-            }
-        };
-        int32_t first_slots[kStages];
+    for (int n = 0; n < kDimTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.f, 0.f};  // rows g, g + 8; l: this lane's keys only
+
+    for (int32_t i = 0; i < my_tiles; ++i) {
+        cp_async_wait<kStages - 1>();
+        __syncwarp();  // every lane's copies of tile i have landed
+        const bf16* k_s = tiles + (i % kStages) * 2 * kTileElems;
+        const bf16* v_s = k_s + kTileElems;
+
+        // Scores: keys 0-7 and 8-15 of the tile, two N tiles; ldmatrix matrices (keys 0-7 | 8-15) x (dims +0 | +8).
+        float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        const bf16* k_row = k_s + ((lane & 7) + (lane >> 4) * 8) * kStride + ((lane >> 3) & 1) * 8;
 #pragma unroll
-        for (int s = 0; s < kStages; ++s) first_slots[s] = find_slot(s);  // all table reads in flight at once
-#pragma unroll
-        for (int s = 0; s < kStages; ++s) {
-            if (s < my_tiles) load_tile(s, first_slots[s]);
-            cp_async_commit();  // empty groups keep the count uniform
+        for (int ks = 0; ks < kDimSteps; ++ks) {
+            uint32_t b[4];
+            ldmatrix_x4<false>(b, k_row + ks * 16);
+            detail::mma_bf16_16816(s[0], qa[ks], b[0], b[1]);
+            detail::mma_bf16_16816(s[1], qa[ks], b[2], b[3]);
         }
-        int32_t next_slot = find_slot(kStages);
 
-        float o[kDimTiles][4];  // rows g, g + 8 (heads) x dimensions 8 n + 2 t, + 1
+        // Online softmax on the registers: s[n][e] is row g + 8 (e / 2), key 8 n + 2 t + e % 2.
+        const int32_t key0 = tile_key(i);
+        float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int n = 0; n < kDimTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-        float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.f, 0.f};  // rows g, g + 8; l: this lane's keys only
-
-        for (int32_t i = 0; i < my_tiles; ++i) {
-            cp_async_wait<kStages - 1>();
-            __syncwarp();  // every lane's copies of tile i have landed
-            const bf16* k_s = tiles + (i % kStages) * 2 * kTileElems;
-            const bf16* v_s = k_s + kTileElems;
-
-            // Scores: keys 0-7 and 8-15 of the tile, two N tiles; ldmatrix matrices (keys 0-7 | 8-15) x (dims +0 | +8).
-            float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-            const bf16* k_row = k_s + ((lane & 7) + (lane >> 4) * 8) * kStride + ((lane >> 3) & 1) * 8;
+        for (int n = 0; n < 2; ++n)
 #pragma unroll
-            for (int ks = 0; ks < kDimSteps; ++ks) {
-                uint32_t b[4];
-                ldmatrix_x4<false>(b, k_row + ks * 16);
-                detail::mma_bf16_16816(s[0], qa[ks], b[0], b[1]);
-                detail::mma_bf16_16816(s[1], qa[ks], b[2], b[3]);
+            for (int e = 0; e < 4; ++e) {
+                s[n][e] = key0 + n * 8 + 2 * t + (e & 1) < k_end ? s[n][e] * scale_log2 : -INFINITY;
+                mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
             }
-
-            // Online softmax on the registers: s[n][e] is row g + 8 (e / 2), key 8 n + 2 t + e % 2.
-            const int32_t key0 = tile_key(i);
-            float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-            for (int n = 0; n < 2; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    s[n][e] = key0 + n * 8 + 2 * t + (e & 1) < k_end ? s[n][e] * scale_log2 : -INFINITY;
-                    mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
-                }
-            float alpha[2];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(detail::kFullMask, mx[r], 1));
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(detail::kFullMask, mx[r], 2));
-                const float m_new = fmaxf(m_row[r], mx[r]);  // finite: the tile holds at least one key
-                alpha[r] = exp2f(m_row[r] - m_new);          // 0 on the first tile (m_row = -inf)
-                m_row[r] = m_new;
-                l_row[r] *= alpha[r];
-            }
-#pragma unroll
-            for (int n = 0; n < 2; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    s[n][e] = exp2f(s[n][e] - m_row[e >> 1]);
-                    l_row[e >> 1] += s[n][e];
-                }
-#pragma unroll
-            for (int n = 0; n < kDimTiles; ++n) {
-                o[n][0] *= alpha[0], o[n][1] *= alpha[0];
-                o[n][2] *= alpha[1], o[n][3] *= alpha[1];
-            }
-
-            // PV: the score accumulators are the A operand's layout (rows g, g + 8; keys 2 t, + 1 and 8 + 2 t, + 1).
-            const uint32_t pa[4] = {pack_bf16x2(s[0][0], s[0][1]), pack_bf16x2(s[0][2], s[0][3]),
-                                    pack_bf16x2(s[1][0], s[1][1]), pack_bf16x2(s[1][2], s[1][3])};
-            // ldmatrix.trans matrices: (keys 0-7 | 8-15) x (dims +0 | +8) of a 16-dimension slice.
-            const bf16* v_row = v_s + ((lane & 7) + ((lane >> 3) & 1) * 8) * kStride + (lane >> 4) * 8;
-#pragma unroll
-            for (int n = 0; n < kDimTiles; n += 2) {
-                uint32_t b[4];
-                ldmatrix_x4<true>(b, v_row + n * 8);
-                detail::mma_bf16_16816(o[n], pa, b[0], b[1]);
-                detail::mma_bf16_16816(o[n + 1], pa, b[2], b[3]);
-            }
-
-            __syncwarp();  // every lane has read this stage before it is refilled
-            if (i + kStages < my_tiles) load_tile(i + kStages, next_slot);
-            cp_async_commit();
-            next_slot = find_slot(i + kStages + 1);  // read now, used one tile later
-        }
-        cp_async_wait<0>();  // only empty groups are left; the region now holds the output state
-        __syncwarp();
-
-        // This warp's state: (m, l) per head and o [16][kOStride] fp32 in its own region.
-        float* o_s = reinterpret_cast<float*>(tiles);
+        float alpha[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            l_row[r] += __shfl_xor_sync(detail::kFullMask, l_row[r], 1);
-            l_row[r] += __shfl_xor_sync(detail::kFullMask, l_row[r], 2);
-            const int head = g + 8 * r;
-            if (head >= kGroup) continue;
-            if (t == 0) m_warp[warp][head] = m_row[r], l_warp[warp][head] = l_row[r];
-#pragma unroll
-            for (int n = 0; n < kDimTiles; ++n)
-                *reinterpret_cast<float2*>(o_s + head * C::kOStride + n * 8 + 2 * t) =
-                    make_float2(o[n][2 * r], o[n][2 * r + 1]);
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(detail::kFullMask, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(detail::kFullMask, mx[r], 2));
+            const float m_new = fmaxf(m_row[r], mx[r]);  // finite: the tile holds at least one key
+            alpha[r] = exp2f(m_row[r] - m_new);          // 0 on the first tile (m_row = -inf)
+            m_row[r] = m_new;
+            l_row[r] *= alpha[r];
         }
-        __syncthreads();
-
-        // The warps' states merged in warp order (a warp without tiles has m = -inf, l = 0, o = 0): the output when the
-        // sequence is one chunk, else this chunk's state.
-        for (int item = threadIdx.x; item < kGroup * (kHeadDim / 2); item += kThreads) {
-            const int head = item / (kHeadDim / 2), col = item % (kHeadDim / 2) * 2;
-            float m = -INFINITY;
 #pragma unroll
-            for (int w = 0; w < kWarps; ++w) m = fmaxf(m, m_warp[w][head]);
-            float o0 = 0.f, o1 = 0.f, l = 0.f;
+        for (int n = 0; n < 2; ++n)
 #pragma unroll
-            for (int w = 0; w < kWarps; ++w) {
-                const float wt = exp2f(m_warp[w][head] - m);
-                const float2 ow = *reinterpret_cast<const float2*>(
-                    reinterpret_cast<const float*>(smem + w * C::kWarpBytes) + head * C::kOStride + col);
-                o0 += ow.x * wt, o1 += ow.y * wt, l += l_warp[w][head] * wt;
+            for (int e = 0; e < 4; ++e) {
+                s[n][e] = exp2f(s[n][e] - m_row[e >> 1]);
+                l_row[e >> 1] += s[n][e];
             }
-            if (num_chunks == 1) {
-                const float inv = 1.f / l;  // > 0: the chunk holds a key
-                *reinterpret_cast<__nv_bfloat162*>(p.out + (head0 + head) * kHeadDim + col) =
-                    __floats2bfloat162_rn(o0 * inv, o1 * inv);
-            } else {
-                *reinterpret_cast<float2*>(part(head, c) + col) = make_float2(o0, o1);
-                if (col == 0) part(head, c)[kHeadDim] = m, part(head, c)[kHeadDim + 1] = l;
-            }
+#pragma unroll
+        for (int n = 0; n < kDimTiles; ++n) {
+            o[n][0] *= alpha[0], o[n][1] *= alpha[0];
+            o[n][2] *= alpha[1], o[n][3] *= alpha[1];
         }
-        __syncthreads();  // the states are read above before the next chunk's tiles overwrite them
-    }
-    if (num_chunks == 1) return;
 
-    // Publish the states, then count arrivals: the block whose chunks complete the count merges (threadfence
-    // reduction), in chunk order.
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int32_t* counter = p.merge_counters + size_t(seq) * p.num_kv_heads + kvh;
-        const int32_t arrived = atomicAdd(counter, my_chunks) + my_chunks;
-        merge_here = arrived == num_chunks;
-        if (merge_here) atomicExch(counter, 0);  // every chunk of this launch has counted: re-arm for the next
-    }
-    __syncthreads();
-    if (!merge_here) return;
-    __threadfence();
-
-    if (threadIdx.x < kGroup) {
-        const int h = threadIdx.x;
-        float mx = -INFINITY;
-        for (int32_t c = 0; c < num_chunks; ++c) mx = fmaxf(mx, __ldcg(part(h, c) + kHeadDim));
-        float sum = 0.f;
-        for (int32_t c = 0; c < num_chunks; ++c) {
-            const float w = exp2f(__ldcg(part(h, c) + kHeadDim) - mx);
-            chunk_w[h][c] = w;
-            sum += __ldcg(part(h, c) + kHeadDim + 1) * w;
+        // PV: the score accumulators are the A operand's layout (rows g, g + 8; keys 2 t, + 1 and 8 + 2 t, + 1).
+        const uint32_t pa[4] = {pack_bf16x2(s[0][0], s[0][1]), pack_bf16x2(s[0][2], s[0][3]),
+                                pack_bf16x2(s[1][0], s[1][1]), pack_bf16x2(s[1][2], s[1][3])};
+        // ldmatrix.trans matrices: (keys 0-7 | 8-15) x (dims +0 | +8) of a 16-dimension slice.
+        const bf16* v_row = v_s + ((lane & 7) + ((lane >> 3) & 1) * 8) * kStride + (lane >> 4) * 8;
+#pragma unroll
+        for (int n = 0; n < kDimTiles; n += 2) {
+            uint32_t b[4];
+            ldmatrix_x4<true>(b, v_row + n * 8);
+            detail::mma_bf16_16816(o[n], pa, b[0], b[1]);
+            detail::mma_bf16_16816(o[n + 1], pa, b[2], b[3]);
         }
-        inv_sum[h] = 1.f / sum;
+
+        __syncwarp();  // every lane has read this stage before it is refilled
+        if (i + kStages < my_tiles) load_tile(i + kStages, next_slot);
+        cp_async_commit();
+        next_slot = find_slot(i + kStages + 1);  // read now, used one tile later
+    }
+    cp_async_wait<0>();  // only empty groups are left; the region now holds the output state
+    __syncwarp();
+
+    // This warp's state: (m, l) per head and o [16][kOStride] fp32 in its own region.
+    float* o_s = reinterpret_cast<float*>(tiles);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        l_row[r] += __shfl_xor_sync(detail::kFullMask, l_row[r], 1);
+        l_row[r] += __shfl_xor_sync(detail::kFullMask, l_row[r], 2);
+        const int head = g + 8 * r;
+        if (head >= kGroup) continue;
+        if (t == 0) m_warp[warp][head] = m_row[r], l_warp[warp][head] = l_row[r];
+#pragma unroll
+        for (int n = 0; n < kDimTiles; ++n)
+            *reinterpret_cast<float2*>(o_s + head * C::kOStride + n * 8 + 2 * t) =
+                make_float2(o[n][2 * r], o[n][2 * r + 1]);
     }
     __syncthreads();
+
+    // The warps' states merged in warp order (a warp without tiles has m = -inf, l = 0, o = 0), normalised: the output
+    // when the sequence is one chunk, else this chunk's state.
+    const split_state ws = split_state::of(p);
     for (int item = threadIdx.x; item < kGroup * (kHeadDim / 2); item += kThreads) {
-        const int h = item / (kHeadDim / 2), pair = item % (kHeadDim / 2);
-        float o0 = 0.f, o1 = 0.f;
-        for (int32_t c = 0; c < num_chunks; ++c) {
-            const float2 o = __ldcg(reinterpret_cast<const float2*>(part(h, c) + pair * 2));
-            o0 += o.x * chunk_w[h][c];
-            o1 += o.y * chunk_w[h][c];
+        const int head = item / (kHeadDim / 2), col = item % (kHeadDim / 2) * 2;
+        float m = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) m = fmaxf(m, m_warp[w][head]);
+        float o0 = 0.f, o1 = 0.f, l = 0.f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+            const float wt = exp2f(m_warp[w][head] - m);
+            const float2 ow = *reinterpret_cast<const float2*>(
+                reinterpret_cast<const float*>(smem + w * C::kWarpBytes) + head * C::kOStride + col);
+            o0 += ow.x * wt, o1 += ow.y * wt, l += l_warp[w][head] * wt;
         }
-        *reinterpret_cast<__nv_bfloat162*>(p.out + (head0 + h) * kHeadDim + pair * 2) =
-            __floats2bfloat162_rn(o0 * inv_sum[h], o1 * inv_sum[h]);
+        const float inv = 1.f / l;  // > 0: the chunk holds a key
+        if (num_chunks == 1) {
+            *reinterpret_cast<__nv_bfloat162*>(p.out + (head0 + head) * kHeadDim + col) =
+                __floats2bfloat162_rn(o0 * inv, o1 * inv);
+        } else {
+            const size_t r = (head0 + head) * p.num_splits + c;
+            *reinterpret_cast<float2*>(ws.o + r * kHeadDim + col) = make_float2(o0 * inv, o1 * inv);
+            if (col == 0) ws.lse[r] = m + __log2f(l);
+        }
     }
+}
+
+constexpr int kCombineThreads = 128;
+
+/// One block per (query head, sequence): out = sum_c 2^(lse_c - M) o_c / sum_c 2^(lse_c - M), chunks in order.
+template <int kHeadDim>
+__global__ void __launch_bounds__(kCombineThreads) decode_attention_combine_kernel(const decode_attention_params p) {
+    constexpr int kCols = kHeadDim / 4;              // float4 columns of a row
+    constexpr int kLanes = kCombineThreads / kCols;  // threads that share a column, each over every kLanes-th chunk
+    static_assert(kCombineThreads % kCols == 0, "whole columns per block");
+    __shared__ float weight[kDecodeAttentionMaxSplits];
+    __shared__ float reduce[kCombineThreads / 32];
+    __shared__ float4 partial[kLanes][kCols];
+
+    detail::pdl_wait();  // the chunk pass's states
+    detail::pdl_launch_dependents();
+    const int32_t head = blockIdx.x, seq = blockIdx.y;
+    const int32_t kv_len = p.start_pos[seq] + 1;
+    const int32_t chunk = decode_attention_chunk(kv_len, p.num_splits);
+    const int32_t num_chunks = (kv_len + chunk - 1) / chunk;
+    if (num_chunks == 1) return;  // the chunk pass wrote the output
+    const split_state ws = split_state::of(p);
+    const size_t row = size_t(seq) * p.num_q_heads + head;
+    const float* lse = ws.lse + row * p.num_splits;
+    const float* o = ws.o + row * p.num_splits * kHeadDim;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+
+    // The largest log-sum-exp, then each chunk's weight and their sum (fixed reduction order: deterministic).
+    float mx = -INFINITY;
+    for (int32_t c = threadIdx.x; c < num_chunks; c += kCombineThreads) mx = fmaxf(mx, __ldcg(lse + c));
+#pragma unroll
+    for (int d = 16; d > 0; d /= 2) mx = fmaxf(mx, __shfl_xor_sync(detail::kFullMask, mx, d));
+    if (lane == 0) reduce[warp] = mx;
+    __syncthreads();
+    mx = reduce[0];
+#pragma unroll
+    for (int w = 1; w < kCombineThreads / 32; ++w) mx = fmaxf(mx, reduce[w]);
+    __syncthreads();  // reduce[] is reused below
+    float sum = 0.f;
+    for (int32_t c = threadIdx.x; c < num_chunks; c += kCombineThreads) {
+        const float w = exp2f(__ldcg(lse + c) - mx);
+        weight[c] = w;
+        sum += w;
+    }
+#pragma unroll
+    for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(detail::kFullMask, sum, d);
+    if (lane == 0) reduce[warp] = sum;
+    __syncthreads();
+    sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < kCombineThreads / 32; ++w) sum += reduce[w];
+    const float inv = 1.f / sum;
+
+    // Column col of chunks k, k + kLanes, ...: independent loads, several in flight per thread.
+    const int col = threadIdx.x % kCols, k = threadIdx.x / kCols;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+    for (int32_t c = k; c < num_chunks; c += kLanes) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(o + size_t(c) * kHeadDim) + col);
+        const float w = weight[c];
+        acc.x += v.x * w, acc.y += v.y * w, acc.z += v.z * w, acc.w += v.w * w;
+    }
+    partial[k][col] = acc;
+    __syncthreads();
+    if (k != 0) return;
+#pragma unroll
+    for (int j = 1; j < kLanes; ++j) {
+        const float4 v = partial[j][col];
+        acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
+    }
+    __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(p.out + row * kHeadDim) + 2 * col;
+    out[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+    out[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
 }
 
 template <int kHeadDim, int kGroup>
@@ -322,28 +378,38 @@ void launch_one(const decode_attention_params& p, cudaStream_t stream) {
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     detail::launch_pdl(decode_attention_kernel<kHeadDim, kGroup>, dim3(p.num_splits, p.num_kv_heads, p.num_seqs),
                        dim3(kThreads), smem, stream, p);
+    if (p.num_splits > 1)
+        detail::launch_pdl(decode_attention_combine_kernel<kHeadDim>, dim3(p.num_q_heads, p.num_seqs),
+                           dim3(kCombineThreads), 0, stream, p);
 }
 
-template <int kHeadDim>
-void launch_for_head_dim(const decode_attention_params& p, int32_t group, cudaStream_t stream) {
-    switch (group) {
-        case 1:
-            launch_one<kHeadDim, 1>(p, stream);
-            break;
-        case 2:
-            launch_one<kHeadDim, 2>(p, stream);
-            break;
-        case 4:
-            launch_one<kHeadDim, 4>(p, stream);
-            break;
-        case 8:
-            launch_one<kHeadDim, 8>(p, stream);
-            break;
-        case 16:
-            launch_one<kHeadDim, 16>(p, stream);
-            break;
+template <int kValue>
+using int_c = std::integral_constant<int, kValue>;
+
+/// fn(int_c<kHeadDim>, int_c<kGroup>) for a supported shape (decode_attention_supported).
+template <typename Fn>
+auto dispatch_shape(int32_t head_dim, int32_t group, Fn&& fn) {
+    auto for_dim = [&](auto dim) {
+        switch (group) {
+            case 1:
+                return fn(dim, int_c<1>{});
+            case 2:
+                return fn(dim, int_c<2>{});
+            case 4:
+                return fn(dim, int_c<4>{});
+            case 8:
+                return fn(dim, int_c<8>{});
+            default:
+                return fn(dim, int_c<16>{});
+        }
+    };
+    switch (head_dim) {
+        case 64:
+            return for_dim(int_c<64>{});
+        case 128:
+            return for_dim(int_c<128>{});
         default:
-            ZMOE_KERNEL_REQUIRE(false, "decode_attention: group must be 1, 2, 4, 8 or 16");
+            return for_dim(int_c<256>{});
     }
 }
 
@@ -356,47 +422,42 @@ bool decode_attention_supported(int32_t num_q_heads, int32_t num_kv_heads, int32
            (group == 1 || group == 2 || group == 4 || group == 8 || group == 16);
 }
 
-int32_t decode_attention_grid_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t max_chunks) {
-    // Enough blocks to fill the GPU a few times over, no more: a block runs its chunks one after another, so few
-    // sequences split wide and many do not pay for idle blocks.
-    constexpr int64_t kTargetBlocks = 1024;
+int32_t decode_attention_slots(int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim) {
+    ZMOE_KERNEL_REQUIRE(decode_attention_supported(num_q_heads, num_kv_heads, head_dim),
+                        "decode_attention: head_dim 64/128/256 and a group of 1, 2, 4, 8 or 16 query heads");
+    // One block a multiprocessor: measured on an H100 at 32 000 keys, three (a full wave) were 10% slower at batch 1
+    // (more chunks to combine and more block start-ups, no more bandwidth).
+    int device = 0, sms = 0;
+    ZMOE_CUDA_CHECK(cudaGetDevice(&device));
+    ZMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return sms;
+}
+
+int32_t decode_attention_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t max_kv_len, int32_t slots) {
+    // As many chunks per (sequence, KV head) as keep the batch's blocks within `slots`, at most as many as the longest
+    // sequence has minimum chunks: a few long sequences split wide, a large batch not at all (no combine pass).
+    // Rounded down: equal blocks one past a multiprocessor each finish a block-time late (H100, 32 000 keys, batch 4:
+    // 144 blocks 113.5 us, 128 blocks 100.3 us).
     const int64_t pairs = std::max<int64_t>(int64_t(num_seqs) * num_kv_heads, 1);
-    return int32_t(std::clamp<int64_t>((kTargetBlocks + pairs - 1) / pairs, 1, std::max(max_chunks, 1)));
+    const int64_t most = std::clamp<int64_t>(
+        (int64_t(max_kv_len) + kDecodeAttentionMinChunk - 1) / kDecodeAttentionMinChunk, 1, kDecodeAttentionMaxSplits);
+    return int32_t(std::clamp<int64_t>(std::max<int64_t>(slots, 1) / pairs, 1, most));
 }
 
-int32_t decode_attention_splits(int32_t max_kv_len) {
-    // Up to kDecodeAttentionMaxChunks * kDecodeAttentionMinChunk keys every chunk is the minimum, so the count
-    // grows with the length; beyond, it stays at most kDecodeAttentionMaxChunks.
-    const int32_t chunks = (max_kv_len + kDecodeAttentionMinChunk - 1) / kDecodeAttentionMinChunk;
-    return std::clamp<int32_t>(chunks, 1, kDecodeAttentionMaxChunks);
-}
-
-size_t decode_attention_workspace_bytes(int32_t num_seqs, int32_t num_q_heads, int32_t head_dim, int32_t max_chunks) {
-    return max_chunks <= 1 ? 0 : size_t(num_seqs) * num_q_heads * max_chunks * (head_dim + 2) * sizeof(float);
+size_t decode_attention_workspace_bytes(int32_t num_seqs, int32_t num_q_heads, int32_t head_dim, int32_t num_splits) {
+    return num_splits <= 1 ? 0 : size_t(num_seqs) * num_q_heads * num_splits * (head_dim + 1) * sizeof(float);
 }
 
 void launch_decode_attention(const decode_attention_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(decode_attention_supported(p.num_q_heads, p.num_kv_heads, p.head_dim),
                         "decode_attention: head_dim 64/128/256 and a group of 1, 2, 4, 8 or 16 query heads");
-    ZMOE_KERNEL_REQUIRE(
-        p.max_chunks >= 1 && p.max_chunks <= kDecodeAttentionMaxChunks && p.num_splits >= 1 && p.block_size > 0,
-        "decode_attention: max_chunks in [1, kDecodeAttentionMaxChunks], num_splits, block_size >= 1");
-    ZMOE_KERNEL_REQUIRE(p.max_chunks == 1 || (p.workspace != nullptr && p.merge_counters != nullptr),
-                        "decode_attention: split KV needs a workspace and merge counters");
+    ZMOE_KERNEL_REQUIRE(p.num_splits >= 1 && p.num_splits <= kDecodeAttentionMaxSplits && p.block_size > 0,
+                        "decode_attention: num_splits in [1, kDecodeAttentionMaxSplits], block_size >= 1");
+    ZMOE_KERNEL_REQUIRE(p.num_splits == 1 || p.workspace != nullptr, "decode_attention: split KV needs a workspace");
     ZMOE_KERNEL_REQUIRE(p.num_seqs <= 65535, "decode_attention: at most 65535 sequences");
     if (p.num_seqs == 0) return;
-    const int32_t group = p.num_q_heads / p.num_kv_heads;
-    switch (p.head_dim) {
-        case 64:
-            launch_for_head_dim<64>(p, group, stream);
-            break;
-        case 128:
-            launch_for_head_dim<128>(p, group, stream);
-            break;
-        default:
-            launch_for_head_dim<256>(p, group, stream);
-            break;
-    }
+    dispatch_shape(p.head_dim, p.num_q_heads / p.num_kv_heads,
+                   [&](auto dim, auto group) { launch_one<dim.value, group.value>(p, stream); });
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -10,8 +10,11 @@
 //          for the same shapes (bench/kernels/decode_attention_peer.py: PyTorch's scaled_dot_product_attention with
 //          enable_gqa over a contiguous KV cache); other lines are echoed.
 //
-// usage: decode_attention_bench [--batches 1,64,256] [--contexts 128,1024,4096] [--iters 20] [--peer CMD]
-//                               [--json PATH]
+// The split count is the one the decode step takes (decode_attention_splits for the batch, sized for --max-kv-len
+// keys, default the context); --splits 1,8,... times those counts too, each a row.
+//
+// usage: decode_attention_bench [--batches 1,64,256] [--contexts 128,1024,4096] [--iters 20] [--splits LIST]
+//                               [--max-kv-len N] [--peer CMD] [--json PATH]
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -44,6 +47,7 @@ constexpr size_t kColdBytes = size_t(256) << 20;  // KV bytes a graph cycles ove
 
 struct row {
     int32_t batch = 0, context = 0, copies = 0, splits = 0;
+    bool automatic = true;                                 // the split the decode step takes
     double ms = 0, floor_ms = 0, bytes = 0, peer_ms = -1;  // peer_ms < 0: no peer row for this shape
 };
 
@@ -68,8 +72,8 @@ double median_ms(Fn&& fn, cudaStream_t stream, int iters) {
     return zmoe::median(ms);
 }
 
-row measure(int32_t batch, int32_t context, int iters, cudaStream_t stream) {
-    row r{.batch = batch, .context = context};
+row measure(int32_t batch, int32_t context, int32_t splits, bool automatic, int iters, cudaStream_t stream) {
+    row r{.batch = batch, .context = context, .splits = splits, .automatic = automatic};
     const int32_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
     const size_t block_bytes = size_t(kBlockSize) * kKvHeads * kHeadDim * sizeof(bf16);  // K or V
     const size_t kv_bytes = 2 * size_t(batch) * blocks_per_seq * block_bytes;
@@ -95,12 +99,9 @@ row measure(int32_t batch, int32_t context, int iters, cudaStream_t stream) {
     int32_t* d_start = device_alloc<int32_t>(batch);
     ZMOE_CUDA_CHECK(cudaMemcpy(d_start, start_pos.data(), size_t(batch) * 4, cudaMemcpyHostToDevice));
 
-    const int32_t max_chunks = zmoe::kernels::decode_attention_splits(context);
-    r.splits = zmoe::kernels::decode_attention_grid_splits(batch, kKvHeads, max_chunks);
     float* workspace = device_alloc<float>(
-        zmoe::kernels::decode_attention_workspace_bytes(batch, kQHeads, kHeadDim, max_chunks) / sizeof(float));
-    int32_t* counters = device_alloc<int32_t>(size_t(batch) * kKvHeads);
-    ZMOE_CUDA_CHECK(cudaMemset(counters, 0, size_t(batch) * kKvHeads * 4));
+        std::max<size_t>(zmoe::kernels::decode_attention_workspace_bytes(batch, kQHeads, kHeadDim, splits), 4) /
+        sizeof(float));
     auto launch = [&](int32_t copy) {
         zmoe::kernels::launch_decode_attention({.q = q,
                                                 .k_cache = k_cache,
@@ -108,7 +109,6 @@ row measure(int32_t batch, int32_t context, int iters, cudaStream_t stream) {
                                                 .block_tables = d_tables + size_t(copy) * batch * blocks_per_seq,
                                                 .start_pos = d_start,
                                                 .workspace = workspace,
-                                                .merge_counters = counters,
                                                 .out = out,
                                                 .num_seqs = batch,
                                                 .num_q_heads = kQHeads,
@@ -116,7 +116,6 @@ row measure(int32_t batch, int32_t context, int iters, cudaStream_t stream) {
                                                 .head_dim = kHeadDim,
                                                 .block_size = kBlockSize,
                                                 .max_blocks_per_seq = blocks_per_seq,
-                                                .max_chunks = max_chunks,
                                                 .num_splits = r.splits,
                                                 .scale = 1.f / std::sqrt(float(kHeadDim))},
                                                stream);
@@ -137,8 +136,8 @@ row measure(int32_t batch, int32_t context, int iters, cudaStream_t stream) {
 
     ZMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
     ZMOE_CUDA_CHECK(cudaGraphDestroy(graph));
-    for (void* p : {(void*)q, (void*)k_cache, (void*)v_cache, (void*)out, (void*)d_tables, (void*)d_start,
-                    (void*)workspace, (void*)counters})
+    for (void* p :
+         {(void*)q, (void*)k_cache, (void*)v_cache, (void*)out, (void*)d_tables, (void*)d_start, (void*)workspace})
         ZMOE_CUDA_CHECK(cudaFree(p));
     return r;
 }
@@ -159,8 +158,8 @@ double copy_bandwidth(cudaStream_t stream) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::vector<int32_t> batches{1, 64, 256}, contexts{128, 1024, 4096};
-    int iters = 20;
+    std::vector<int32_t> batches{1, 64, 256}, contexts{128, 1024, 4096}, splits;
+    int iters = 20, max_kv_len = 0;
     std::string peer, json;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -171,14 +170,18 @@ int main(int argc, char** argv) {
             contexts = parse_list(argv[++i]);
         else if (a == "--iters" && has_value)
             iters = std::max(1, std::stoi(argv[++i]));
+        else if (a == "--splits" && has_value)
+            splits = parse_list(argv[++i]);
+        else if (a == "--max-kv-len" && has_value)
+            max_kv_len = std::stoi(argv[++i]);
         else if (a == "--peer" && has_value)
             peer = argv[++i];
         else if (a == "--json" && has_value)
             json = argv[++i];
         else {
             std::fprintf(stderr,
-                         "usage: %s [--batches 1,64,256] [--contexts 128,1024,4096] [--iters N] [--peer CMD] "
-                         "[--json PATH]\n",
+                         "usage: %s [--batches 1,64,256] [--contexts 128,1024,4096] [--iters N] [--splits LIST] "
+                         "[--max-kv-len N] [--peer CMD] [--json PATH]\n",
                          argv[0]);
             return 2;
         }
@@ -189,12 +192,17 @@ int main(int argc, char** argv) {
     ZMOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     const double bandwidth = copy_bandwidth(stream);
 
+    const int32_t slots = zmoe::kernels::decode_attention_slots(kQHeads, kKvHeads, kHeadDim);
     std::vector<row> rows;
     for (int32_t b : batches)
         for (int32_t c : contexts) {
-            rows.push_back(measure(b, c, iters, stream));
-            rows.back().floor_ms = rows.back().bytes / bandwidth * 1e3;
+            const int32_t chosen =
+                zmoe::kernels::decode_attention_splits(b, kKvHeads, max_kv_len > 0 ? max_kv_len : c, slots);
+            rows.push_back(measure(b, c, chosen, true, iters, stream));
+            for (int32_t s : splits)
+                if (s != chosen) rows.push_back(measure(b, c, s, false, iters, stream));
         }
+    for (row& r : rows) r.floor_ms = r.bytes / bandwidth * 1e3;
 
     std::string peer_name;
     if (!peer.empty()) {
@@ -218,9 +226,10 @@ int main(int argc, char** argv) {
     }
 
     std::printf(
-        "\ndecode attention, %d query / %d KV heads of %d, BF16, block size %d, on %s; copy bandwidth %.0f GB/s\n",
-        kQHeads, kKvHeads, kHeadDim, kBlockSize, prop.name, bandwidth * 1e-9);
-    std::printf("%6s %8s %7s %7s %10s %10s %10s %7s %9s %8s\n", "batch", "context", "copies", "splits", "zmoe us",
+        "\ndecode attention, %d query / %d KV heads of %d, BF16, block size %d, on %s; copy bandwidth %.0f GB/s; %d "
+        "block slots\n",
+        kQHeads, kKvHeads, kHeadDim, kBlockSize, prop.name, bandwidth * 1e-9, slots);
+    std::printf("%6s %8s %7s %8s %10s %10s %10s %7s %9s %8s\n", "batch", "context", "copies", "splits", "zmoe us",
                 "floor us", "peer us", "floor%", "GB/s", "vs peer");
     for (const row& r : rows) {
         char vs[16] = "-", peer_us[16] = "-";
@@ -228,24 +237,26 @@ int main(int argc, char** argv) {
             std::snprintf(vs, sizeof vs, "%.2fx", r.peer_ms / r.ms);
             std::snprintf(peer_us, sizeof peer_us, "%.2f", r.peer_ms * 1e3);
         }
-        std::printf("%6d %8d %7d %7d %10.2f %10.2f %10s %6.0f%% %9.0f %8s\n", r.batch, r.context, r.copies, r.splits,
-                    r.ms * 1e3, r.floor_ms * 1e3, peer_us, 100.0 * r.floor_ms / r.ms, r.bytes / r.ms * 1e-6, vs);
+        std::printf("%6d %8d %7d %7d%c %10.2f %10.2f %10s %6.0f%% %9.0f %8s\n", r.batch, r.context, r.copies, r.splits,
+                    r.automatic ? '*' : ' ', r.ms * 1e3, r.floor_ms * 1e3, peer_us, 100.0 * r.floor_ms / r.ms,
+                    r.bytes / r.ms * 1e-6, vs);
     }
     std::printf(
-        "(floor: K + V + query + output + block-table bytes at the copy bandwidth; vs peer: peer time / zmoe's, "
-        "> 1 means zmoe is faster)\n");
+        "(splits *: the decode step's choice; floor: K + V + query + output + block-table bytes at the copy "
+        "bandwidth; vs peer: peer time / zmoe's, > 1 means zmoe is faster)\n");
 
     if (!json.empty()) {
         std::ofstream f(json);
         f << "{\"bench\":\"decode_attention\",\"device\":\"" << prop.name << "\",\"shape\":{\"num_q_heads\":" << kQHeads
           << ",\"num_kv_heads\":" << kKvHeads << ",\"head_dim\":" << kHeadDim << ",\"block_size\":" << kBlockSize
-          << ",\"dtype\":\"bf16\"},\"copy_bytes_per_s\":" << bandwidth << ",\"iters\":" << iters << ",\"peer\":\""
-          << peer_name << "\",\"rows\":[";
+          << ",\"dtype\":\"bf16\"},\"copy_bytes_per_s\":" << bandwidth << ",\"block_slots\":" << slots
+          << ",\"iters\":" << iters << ",\"peer\":\"" << peer_name << "\",\"rows\":[";
         for (size_t i = 0; i < rows.size(); ++i) {
             const row& r = rows[i];
             f << (i ? "," : "") << "{\"batch\":" << r.batch << ",\"context\":" << r.context
-              << ",\"copies\":" << r.copies << ",\"num_splits\":" << r.splits << ",\"ms\":" << r.ms
-              << ",\"bytes\":" << r.bytes << ",\"floor_ms\":" << r.floor_ms << ",\"peer_ms\":" << r.peer_ms << "}";
+              << ",\"copies\":" << r.copies << ",\"num_splits\":" << r.splits
+              << ",\"automatic\":" << (r.automatic ? "true" : "false") << ",\"ms\":" << r.ms << ",\"bytes\":" << r.bytes
+              << ",\"floor_ms\":" << r.floor_ms << ",\"peer_ms\":" << r.peer_ms << "}";
         }
         f << "]}\n";
         std::printf("wrote %s\n", json.c_str());

@@ -69,6 +69,7 @@ std::map<std::string, std::string> encoded_messages() {
     w.rank = 1;
     w.config.model = "/m";
     w.config.workers = 2;
+    w.config.max_num_batched_tokens = 2048;  // pinned, whatever the default
     w.config.enable_eplb = true;
     w.config.eplb_min_gain = 0.5;
     w.expert_placement = {{0, 1, 2, 3}, {3, 2, 1, 0}};

@@ -74,7 +74,7 @@ engine_config non_default_config() {
     c.device = "cuda";
     c.workers = 2;
     c.num_nodes = 2;
-    c.max_num_batched_tokens = 8192;
+    c.max_num_batched_tokens = 4096;
     c.max_num_seqs = 256;
     c.block_size = 32;
     c.num_kv_blocks = int64_t{1} << 33;

@@ -543,26 +543,23 @@ void cuda_step_executor::attention(int64_t layer, const batch_view& v) {
     kernels::launch_rope_qk_norm_kv(r, stream_);
 
     if (v.one_token_each && kernels::decode_attention_supported(hq, hkv, D)) {
-        // A decode step: one query token per sequence, split over the KV in fixed chunks of keys.
-        kernels::launch_decode_attention(
-            {.q = r.q_out,
-             .k_cache = r.k_cache,
-             .v_cache = r.v_cache,
-             .block_tables = v.block_tables,
-             .start_pos = v.start_pos,
-             .workspace = ws_.attn_partial.as<float>(),
-             .merge_counters = ws_.attn_counters.as<int32_t>(),
-             .out = ws_.attn.as<bf16>() + f * hq * D,
-             .num_seqs = v.num_seqs,
-             .num_q_heads = hq,
-             .num_kv_heads = hkv,
-             .head_dim = D,
-             .block_size = i32(options_.config.block_size),
-             .max_blocks_per_seq = ws_.shape.max_blocks_per_seq,
-             .max_chunks = ws_.attn_splits,
-             .num_splits = kernels::decode_attention_grid_splits(v.num_seqs, hkv, ws_.attn_splits),
-             .scale = 1.f / std::sqrt(static_cast<float>(D))},
-            stream_);
+        // A decode step: one query token per sequence, split over the KV by the batch's shape.
+        kernels::launch_decode_attention({.q = r.q_out,
+                                          .k_cache = r.k_cache,
+                                          .v_cache = r.v_cache,
+                                          .block_tables = v.block_tables,
+                                          .start_pos = v.start_pos,
+                                          .workspace = ws_.attn_partial.as<float>(),
+                                          .out = ws_.attn.as<bf16>() + f * hq * D,
+                                          .num_seqs = v.num_seqs,
+                                          .num_q_heads = hq,
+                                          .num_kv_heads = hkv,
+                                          .head_dim = D,
+                                          .block_size = i32(options_.config.block_size),
+                                          .max_blocks_per_seq = ws_.shape.max_blocks_per_seq,
+                                          .num_splits = ws_.attn_splits(v.num_seqs),
+                                          .scale = 1.f / std::sqrt(static_cast<float>(D))},
+                                         stream_);
     } else {
         kernels::launch_paged_attention({.q = ws_.q.as<bf16>(),
                                          .k_cache = r.k_cache,

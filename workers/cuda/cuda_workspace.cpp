@@ -68,7 +68,8 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
     const int32_t group = s.num_q_heads / std::max(s.num_kv_heads, 1);
     max_work_items =
         (s.max_tokens * group + kernels::kAttentionRowsPerItem - 1) / kernels::kAttentionRowsPerItem + s.max_seqs;
-    attn_splits = kernels::decode_attention_splits(s.max_kv_len);
+    if (kernels::decode_attention_supported(s.num_q_heads, s.num_kv_heads, s.head_dim))
+        attn_slots = kernels::decode_attention_slots(s.num_q_heads, s.num_kv_heads, s.head_dim);
     const bool ep = s.world_size > 1;
     max_recv_rows = ep ? s.world_size * s.max_tokens * s.top_k : 0;
     max_moe_rows = s.num_experts == 0 ? 0
@@ -124,9 +125,11 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
     alloc(qkv, T * qkv_dim * bf);
     alloc(q, T * q_dim * bf);
     alloc(attn, T * q_dim * bf);
-    alloc(attn_partial, kernels::decode_attention_workspace_bytes(s.max_seqs, s.num_q_heads, s.head_dim, attn_splits));
-    alloc(attn_counters, S * static_cast<size_t>(s.num_kv_heads) * i32);
-    ZMOE_CUDA_CHECK(cudaMemset(attn_counters.as<void>(), 0, attn_counters.bytes()));  // the kernel keeps them zero
+    size_t attn_partial_bytes = 0;  // the largest over every batch size a step (eager or graph) can have
+    for (int32_t b = 1; attn_slots > 0 && b <= s.max_seqs; ++b)
+        attn_partial_bytes = std::max(attn_partial_bytes, kernels::decode_attention_workspace_bytes(
+                                                              b, s.num_q_heads, s.head_dim, attn_splits(b)));
+    alloc(attn_partial, attn_partial_bytes);
     alloc(mlp_gate_up, T * 2 * s.dense_inter * bf);
     alloc(mlp_act, T * s.dense_inter * bf);
     alloc(shared_out, s.dense_inter > 0 ? T * H * bf : 0);
@@ -181,6 +184,10 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
     alloc(counts, S * static_cast<size_t>(s.vocab_size) * i32);
     sample_side.allocate();
     bytes_ += static_cast<int64_t>(sample_side.bytes());
+}
+
+int32_t cuda_workspace::attn_splits(int32_t num_seqs) const {
+    return kernels::decode_attention_splits(num_seqs, shape.num_kv_heads, shape.max_kv_len, attn_slots);
 }
 
 bool cuda_workspace::stage_samples(const sample_batch& batch) {

@@ -105,7 +105,7 @@ struct cuda_workspace {
     int32_t max_work_items = 0;  ///< attention work items one step can need
     int32_t max_moe_rows = 0;    ///< rows of the permuted expert buffers
     int32_t max_recv_rows = 0;   ///< rows this rank's experts can receive in one exchange
-    int32_t attn_splits = 1;     ///< KV chunks of a decode step's attention (kernels::decode_attention_splits)
+    int32_t attn_slots = 0;      ///< decode attention blocks the device holds at once (0: shape not supported)
 
     // Step inputs: [small fields | block tables] in `inputs`, mirrored in `inputs_host`.
     device_buffer inputs;
@@ -133,8 +133,7 @@ struct cuda_workspace {
     device_buffer residual, xn, delta;  // [max_tokens, hidden]
     device_buffer qkv;                  // [max_tokens, (q + 2 kv heads) * head_dim]
     device_buffer q, attn;              // [max_tokens, q heads * head_dim]
-    device_buffer attn_partial;         // decode attention's per-chunk state (attn_splits > 1)
-    device_buffer attn_counters;        // [max_seqs, num_kv_heads] int32: its merge counters, zeroed once
+    device_buffer attn_partial;         // decode attention's per-chunk states: the most any batch size's split needs
     device_buffer mlp_gate_up;          // [max_tokens, 2 * dense_inter]
     device_buffer mlp_act;              // [max_tokens, dense_inter]
     device_buffer shared_out;           // [max_tokens, hidden]
@@ -190,6 +189,10 @@ struct cuda_workspace {
     cuda_workspace() = default;
     cuda_workspace(cuda_workspace&&) = default;
     cuda_workspace& operator=(cuda_workspace&&) = default;
+
+    /// The decode attention's split count for a batch of num_seqs sequences (kernels::decode_attention_splits):
+    /// one definition for the eager steps and the graphs.
+    int32_t attn_splits(int32_t num_seqs) const;
 
     /// Device bytes held.
     int64_t bytes() const { return bytes_; }
