@@ -3,6 +3,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <string>
+#include <vector>
+
 #include "kernels/api.hpp"
 
 namespace zmoe::kernels::detail {
@@ -14,5 +17,19 @@ bool paged_attention_wgmma_supported(int32_t head_dim);
 /// launch_paged_attention's contract on the wgmma kernel (the same work items, of p.rows_per_item = 64 or 128 rows:
 /// one or two warpgroups per block). Aborts unless paged_attention_wgmma_supported(p.head_dim).
 void launch_paged_attention_wgmma(const paged_attention_params& p, cudaStream_t stream);
+
+/// The warp-specialised kernel (producer warp with TMA through the block table, two consumer warpgroups in
+/// ping-pong, persistent grid) by variant name: "ws" (one m64n128 wgmma per 16 keys for P V, 2 K/V stages,
+/// ping-pong), "ws_n64" (P V per 64-column panel), "ws_swapped" (the m64n128 P V with the descriptor's byte offsets
+/// swapped), "ws_s3" (3 stages), "ws_nopp" (no ping-pong). Head dim 64 runs the per-panel P V in each.
+const std::vector<std::string>& paged_attention_ws_variants();
+
+/// True when launch_paged_attention_ws takes p: paged_attention_wgmma_supported(p.head_dim), no separate
+/// v_head_dim, p.rows_per_item 128, p.block_size a multiple of 8.
+bool paged_attention_ws_supported(const paged_attention_params& p);
+
+/// launch_paged_attention's contract on the warp-specialised kernel. Aborts unless paged_attention_ws_supported(p)
+/// and variant is one of paged_attention_ws_variants().
+void launch_paged_attention_ws(const paged_attention_params& p, const std::string& variant, cudaStream_t stream);
 
 }  // namespace zmoe::kernels::detail

@@ -13,7 +13,8 @@
 //
 // usage: prefill_attention_bench [--seqs 1024,2048,4096,8192,16384,32768] [--prefix 4096] [--layouts
 //                                contiguous,paged,prefix] [--impls mma,wgmma_64,wgmma_128,automatic] [--iters 10]
-//                                [--json PATH]
+//                                [--json PATH] [--peer CMD]
+// --peer CMD runs after the measurements and its output is echoed (../shared/peers/attention_prefill_peer.py).
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -32,6 +33,7 @@
 #include "bench/kernels/bench_util.cuh"
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/paged_attention_sm90.hpp"
 
 namespace {
 
@@ -71,11 +73,15 @@ double median_ms(Fn&& fn, cudaStream_t stream, int iters) {
 
 /// The kernels --impls names: mma, wgmma_64 and wgmma_128 (the wgmma kernel over 64- or 128-row items), automatic
 /// (launch_paged_attention's choice with the rows per item paged_attention_rows_per_item gives, as the executor).
-const std::vector<std::string> kImplNames{"mma", "wgmma_64", "wgmma_128", "automatic"};
+/// ws*: the warp-specialised kernel's variants (detail::paged_attention_ws_variants), over 128-row items.
+const std::vector<std::string> kImplNames{"mma",    "wgmma_64",   "wgmma_128", "automatic", "ws",
+                                          "ws_n64", "ws_swapped", "ws_s3",     "ws_nopp"};
+
+bool is_ws(const std::string& impl) { return impl.starts_with("ws"); }
 
 int32_t rows_per_item(const std::string& impl) {
     if (impl == "automatic") return zmoe::kernels::paged_attention_rows_per_item(kHeadDim);
-    return impl == "wgmma_128" ? 128 : 64;
+    return impl == "wgmma_128" || is_ws(impl) ? 128 : 64;
 }
 
 zmoe::kernels::paged_attention_impl impl_of(const std::string& impl) {
@@ -134,7 +140,14 @@ row measure(const std::string& layout, const std::string& impl, int32_t seq, int
                                                   .scale = 1.f / std::sqrt(float(kHeadDim)),
                                                   .impl = impl_of(impl),
                                                   .rows_per_item = rows_per_item(impl)};
-    r.ms = median_ms([&] { zmoe::kernels::launch_paged_attention(p, stream); }, stream, iters);
+    r.ms = median_ms(
+        [&] {
+            if (is_ws(impl))
+                zmoe::kernels::detail::launch_paged_attention_ws(p, impl, stream);
+            else
+                zmoe::kernels::launch_paged_attention(p, stream);
+        },
+        stream, iters);
     r.flops = 4.0 * kQHeads * kHeadDim * (double(seq) * seq / 2 + double(seq) * r.prefix);
 
     // Every output element written and finite (the tests check the values against the CPU reference).
@@ -188,7 +201,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> layouts{"contiguous", "paged", "prefix"}, impls{"mma", "wgmma_64", "wgmma_128"};
     int32_t prefix = 4096;
     int iters = 10;
-    std::string json;
+    std::string json, peer;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         const bool has_value = i + 1 < argc;
@@ -204,10 +217,12 @@ int main(int argc, char** argv) {
             iters = std::max(1, std::stoi(argv[++i]));
         } else if (a == "--json" && has_value) {
             json = argv[++i];
+        } else if (a == "--peer" && has_value) {
+            peer = argv[++i];
         } else {
             std::fprintf(stderr,
                          "usage: %s [--seqs 1024,...,32768] [--prefix 4096] [--layouts contiguous,paged,prefix] "
-                         "[--impls mma,wgmma_64,wgmma_128,automatic] [--iters N] [--json PATH]\n",
+                         "[--impls mma,wgmma_64,wgmma_128,automatic,ws,...] [--iters N] [--json PATH] [--peer CMD]\n",
                          argv[0]);
             return 2;
         }
@@ -251,6 +266,15 @@ int main(int argc, char** argv) {
         std::printf("%-11s %-19s %7d %7d %6d %10.3f %9.1f %6.1f%%\n", r.layout.c_str(), r.impl.c_str(), r.seq, r.prefix,
                     r.block_size, r.ms, r.flops / r.ms * 1e-9, 100.0 * r.flops / (r.ms * 1e-3) / peak);
     std::printf("(FLOPs = 4 * H * D * (S^2 / 2 + S * prefix), H = %d query heads, as the peer counts them)\n", kQHeads);
+    if (!peer.empty()) {
+        // The peer runs after zmoe's measurements, the GPU otherwise idle; its lines are echoed as they come.
+        std::fflush(stdout);
+        FILE* pipe = popen(peer.c_str(), "r");
+        char line[1024];
+        while (pipe && std::fgets(line, sizeof line, pipe)) std::printf("peer: %s", line);
+        if (!pipe || pclose(pipe) != 0)
+            std::fprintf(stderr, "prefill_attention_bench: the peer failed: %s\n", peer.c_str());
+    }
 
     if (!json.empty()) {
         std::ofstream f(json);
