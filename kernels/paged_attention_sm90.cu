@@ -827,13 +827,11 @@ bool paged_attention_wgmma_supported(int32_t head_dim) {
 }
 
 void launch_paged_attention_wgmma(const paged_attention_params& p, cudaStream_t stream) {
-    ZMOE_KERNEL_REQUIRE(paged_attention_wgmma_supported(p.head_dim),
-                        "paged_attention: the wgmma kernel needs compute capability 9.x and head_dim 64 or 128");
-    ZMOE_KERNEL_REQUIRE(p.num_kv_heads > 0 && p.num_q_heads % p.num_kv_heads == 0,
-                        "paged_attention: num_kv_heads must divide num_q_heads");
-    ZMOE_KERNEL_REQUIRE(p.block_size > 0, "paged_attention: block_size must be positive");
-    ZMOE_KERNEL_REQUIRE(p.rows_per_item == 64 || p.rows_per_item == 128,
-                        "paged_attention: the wgmma kernel takes items of 64 or 128 rows");
+    require_paged_attention_params(p);
+    ZMOE_KERNEL_REQUIRE(
+        paged_attention_wgmma_supported(p.head_dim) && (p.v_head_dim == 0 || p.v_head_dim == p.head_dim),
+        "paged_attention: the wgmma kernel needs compute capability 9.x, head_dim 64 or 128 and no "
+        "separate v_head_dim");
     if (p.num_work_items == 0) return;
     const auto launch = [&]<int kHeadDim, int kWarpgroups>() {
         using tile = wg_tile<kHeadDim, kWarpgroups>;
@@ -872,6 +870,7 @@ bool paged_attention_ws_supported(const paged_attention_params& p) {
 }
 
 void launch_paged_attention_ws(const paged_attention_params& p, const std::string& variant, cudaStream_t stream) {
+    require_paged_attention_params(p);
     ZMOE_KERNEL_REQUIRE(paged_attention_ws_supported(p),
                         "paged_attention: the warp-specialised kernel needs compute capability 9.x, head_dim 64 or "
                         "128, no separate v_head_dim, items of 128 rows and a block size that is a multiple of 8");

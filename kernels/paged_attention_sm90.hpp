@@ -10,6 +10,10 @@
 
 namespace zmoe::kernels::detail {
 
+/// The checks every paged-attention launch makes (aborts otherwise): num_kv_heads divides num_q_heads, a positive
+/// block size, (head_dim, v_head_dim) that paged_attention_dims_supported takes, rows_per_item 64 or 128.
+void require_paged_attention_params(const paged_attention_params& p);
+
 /// True when the current device is compute capability 9.x and head_dim is one the wgmma kernel is built for (64,
 /// 128).
 bool paged_attention_wgmma_supported(int32_t head_dim);

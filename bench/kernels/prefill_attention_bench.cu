@@ -37,9 +37,12 @@
 
 namespace {
 
+using zmoe::bench::attention_buffers;
 using zmoe::bench::device_alloc;
+using zmoe::bench::event_median_ms;
 using zmoe::bench::fill;
 using zmoe::bench::parse_list;
+using zmoe::bench::upload_ints;
 using zmoe::kernels::bf16;
 
 constexpr int32_t kQHeads = 32, kKvHeads = 4, kHeadDim = 128, kPagedBlock = 16;
@@ -49,27 +52,6 @@ struct row {
     int32_t seq = 0, prefix = 0, block_size = 0;
     double ms = 0, flops = 0;
 };
-
-/// Milliseconds between two events around fn(), the median of `iters` runs after two warm-up runs.
-template <typename Fn>
-double median_ms(Fn&& fn, cudaStream_t stream, int iters) {
-    cudaEvent_t start, stop;
-    ZMOE_CUDA_CHECK(cudaEventCreate(&start));
-    ZMOE_CUDA_CHECK(cudaEventCreate(&stop));
-    std::vector<double> ms;
-    for (int i = -2; i < iters; ++i) {
-        ZMOE_CUDA_CHECK(cudaEventRecord(start, stream));
-        fn();
-        ZMOE_CUDA_CHECK(cudaEventRecord(stop, stream));
-        ZMOE_CUDA_CHECK(cudaEventSynchronize(stop));
-        float t = 0;
-        ZMOE_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-        if (i >= 0) ms.push_back(t);
-    }
-    ZMOE_CUDA_CHECK(cudaEventDestroy(start));
-    ZMOE_CUDA_CHECK(cudaEventDestroy(stop));
-    return zmoe::median(ms);
-}
 
 /// The kernels --impls names: mma, wgmma_64 and wgmma_128 (the wgmma kernel over 64- or 128-row items), automatic
 /// (launch_paged_attention's choice with the rows per item paged_attention_rows_per_item gives, as the executor).
@@ -100,36 +82,23 @@ row measure(const std::string& layout, const std::string& impl, int32_t seq, int
     const size_t cache_elems = size_t(blocks) * r.block_size * kKvHeads * kHeadDim;
     const size_t q_elems = size_t(seq) * kQHeads * kHeadDim;
 
-    bf16* q = device_alloc<bf16>(q_elems);
-    bf16* k_cache = device_alloc<bf16>(cache_elems);
-    bf16* v_cache = device_alloc<bf16>(cache_elems);
-    bf16* out = device_alloc<bf16>(q_elems);
-    fill(q, q_elems, 1.f, 1, stream);
-    fill(k_cache, cache_elems, 1.f, 2, stream);
-    fill(v_cache, cache_elems, 1.f, 3, stream);
-
-    std::vector<int32_t> table(blocks);
-    std::iota(table.begin(), table.end(), 0);
-    std::shuffle(table.begin(), table.end(), std::mt19937(uint32_t(seq * 7 + r.prefix)));
+    const attention_buffers buf(q_elems, cache_elems, stream);
+    const std::vector<int32_t> table = zmoe::bench::shuffled_blocks(blocks, uint32_t(seq * 7 + r.prefix));
     const std::vector<int32_t> query_start{0, seq}, start_pos{r.prefix};
     const auto items = zmoe::kernels::paged_attention_plan(query_start, kQHeads, kKvHeads, rows_per_item(impl));
-    int32_t* d_table = device_alloc<int32_t>(table.size());
-    int32_t* d_qs = device_alloc<int32_t>(2);
-    int32_t* d_sp = device_alloc<int32_t>(1);
-    int32_t* d_items = device_alloc<int32_t>(items.size());
-    ZMOE_CUDA_CHECK(cudaMemcpy(d_table, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
-    ZMOE_CUDA_CHECK(cudaMemcpy(d_qs, query_start.data(), 8, cudaMemcpyHostToDevice));
-    ZMOE_CUDA_CHECK(cudaMemcpy(d_sp, start_pos.data(), 4, cudaMemcpyHostToDevice));
-    ZMOE_CUDA_CHECK(cudaMemcpy(d_items, items.data(), items.size() * 4, cudaMemcpyHostToDevice));
+    int32_t* d_table = upload_ints(table);
+    int32_t* d_qs = upload_ints(query_start);
+    int32_t* d_sp = upload_ints(start_pos);
+    int32_t* d_items = upload_ints(items);
 
-    const zmoe::kernels::paged_attention_params p{.q = q,
-                                                  .k_cache = k_cache,
-                                                  .v_cache = v_cache,
+    const zmoe::kernels::paged_attention_params p{.q = buf.q,
+                                                  .k_cache = buf.k_cache,
+                                                  .v_cache = buf.v_cache,
                                                   .block_tables = d_table,
                                                   .query_start = d_qs,
                                                   .start_pos = d_sp,
                                                   .work_items = d_items,
-                                                  .out = out,
+                                                  .out = buf.out,
                                                   .num_seqs = 1,
                                                   .num_work_items = int32_t(items.size() / 2),
                                                   .num_q_heads = kQHeads,
@@ -140,7 +109,7 @@ row measure(const std::string& layout, const std::string& impl, int32_t seq, int
                                                   .scale = 1.f / std::sqrt(float(kHeadDim)),
                                                   .impl = impl_of(impl),
                                                   .rows_per_item = rows_per_item(impl)};
-    r.ms = median_ms(
+    r.ms = event_median_ms(
         [&] {
             if (is_ws(impl))
                 zmoe::kernels::detail::launch_paged_attention_ws(p, impl, stream);
@@ -152,15 +121,13 @@ row measure(const std::string& layout, const std::string& impl, int32_t seq, int
 
     // Every output element written and finite (the tests check the values against the CPU reference).
     std::vector<uint16_t> host(q_elems);
-    ZMOE_CUDA_CHECK(cudaMemcpy(host.data(), out, q_elems * 2, cudaMemcpyDeviceToHost));
+    ZMOE_CUDA_CHECK(cudaMemcpy(host.data(), buf.out, q_elems * 2, cudaMemcpyDeviceToHost));
     size_t bad = 0;
     for (uint16_t h : host) bad += (h & 0x7f80u) == 0x7f80u;  // inf or NaN exponent
     if (bad)
         std::fprintf(stderr, "prefill_attention_bench: %zu non-finite outputs (%s, %d)\n", bad, layout.c_str(), seq);
 
-    for (void* ptr : {(void*)q, (void*)k_cache, (void*)v_cache, (void*)out, (void*)d_table, (void*)d_qs, (void*)d_sp,
-                      (void*)d_items})
-        ZMOE_CUDA_CHECK(cudaFree(ptr));
+    for (void* ptr : {(void*)d_table, (void*)d_qs, (void*)d_sp, (void*)d_items}) ZMOE_CUDA_CHECK(cudaFree(ptr));
     return r;
 }
 
@@ -178,7 +145,7 @@ double gemm_peak(cudaStream_t stream) {
     ZMOE_CUBLAS_CHECK(cublasLtCreate(&handle));
     const zmoe::kernels::gemm_bf16_params g{
         .handle = handle, .workspace = ws, .workspace_bytes = ws_bytes, .x = x, .w = w, .y = y, .m = n, .n = n, .k = n};
-    const double ms = median_ms([&] { zmoe::kernels::launch_gemm_bf16(g, stream); }, stream, 20);
+    const double ms = event_median_ms([&] { zmoe::kernels::launch_gemm_bf16(g, stream); }, stream, 20);
     ZMOE_CUBLAS_CHECK(cublasLtDestroy(handle));
     for (void* ptr : {(void*)x, (void*)w, (void*)y, ws}) ZMOE_CUDA_CHECK(cudaFree(ptr));
     return 2.0 * n * double(n) * n / (ms * 1e-3);
@@ -266,15 +233,8 @@ int main(int argc, char** argv) {
         std::printf("%-11s %-19s %7d %7d %6d %10.3f %9.1f %6.1f%%\n", r.layout.c_str(), r.impl.c_str(), r.seq, r.prefix,
                     r.block_size, r.ms, r.flops / r.ms * 1e-9, 100.0 * r.flops / (r.ms * 1e-3) / peak);
     std::printf("(FLOPs = 4 * H * D * (S^2 / 2 + S * prefix), H = %d query heads, as the peer counts them)\n", kQHeads);
-    if (!peer.empty()) {
-        // The peer runs after zmoe's measurements, the GPU otherwise idle; its lines are echoed as they come.
-        std::fflush(stdout);
-        FILE* pipe = popen(peer.c_str(), "r");
-        char line[1024];
-        while (pipe && std::fgets(line, sizeof line, pipe)) std::printf("peer: %s", line);
-        if (!pipe || pclose(pipe) != 0)
-            std::fprintf(stderr, "prefill_attention_bench: the peer failed: %s\n", peer.c_str());
-    }
+    if (!peer.empty() && !zmoe::bench::run_peer(peer, [](const char* line) { std::printf("peer: %s", line); }))
+        std::fprintf(stderr, "prefill_attention_bench: the peer failed: %s\n", peer.c_str());
 
     if (!json.empty()) {
         std::ofstream f(json);
