@@ -380,15 +380,18 @@ constexpr int kWsWgBarrier = 3;     // + consumer warpgroup (3, 4): the warpgrou
 /// (kPvWideSwapped).
 enum ws_pv : int { kPvPanels = 0, kPvWide = 1, kPvWideSwapped = 2 };
 
-template <int kHeadDim, int kStages>
+/// kQBuffers query tiles: 2 when the producer loads the next item's query rows while this one's are in use.
+template <int kHeadDim, int kStages, int kQBuffers>
 struct ws_layout {
     static constexpr int kRows = 128, kKeys = kWsKeys, kPanels = kHeadDim / 64, kChunks = kHeadDim / 8;
     static constexpr uint32_t kQBytes = uint32_t(kRows) * kHeadDim * 2;
     static constexpr uint32_t kTileBytes = uint32_t(kKeys) * kHeadDim * 2;
     static constexpr uint32_t kPanelBytes = uint32_t(kKeys) * 128;  // one 64-column panel of a K or V tile
-    // From a 1024-byte aligned base: q | k [kStages] | v [kStages] | full [kStages] | empty [kStages].
-    static constexpr uint32_t kQ = 0, kK = kQBytes, kV = kK + kStages * kTileBytes, kBar = kV + kStages * kTileBytes;
-    static constexpr uint32_t kTotal = kBar + 2 * kStages * 8;
+    // From a 1024-byte aligned base: q [kQBuffers] | k [kStages] | v [kStages] | full [kStages] | empty [kStages] |
+    // q_full [2] | q_empty [2].
+    static constexpr uint32_t kQ = 0, kK = kQBuffers * kQBytes, kV = kK + kStages * kTileBytes;
+    static constexpr uint32_t kBar = kV + kStages * kTileBytes;
+    static constexpr uint32_t kTotal = kBar + (2 * kStages + 4) * 8;
     static constexpr uint32_t kSmem = kTotal + 1024;
 };
 
@@ -510,12 +513,12 @@ __device__ __forceinline__ void keep_fragments(uint32_t (&a)[8][4]) {
         for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[kk][e])::"memory");
 }
 
-template <int kHeadDim, int kStages, int kPv, bool kPingPong>
+template <int kHeadDim, int kStages, int kPv, bool kPingPong, bool kQByProducer>
 __global__ void __launch_bounds__(kWsThreads, 1)
     prefill_attention_ws_kernel(const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
                                 const paged_attention_params p, int32_t box_rows) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    using L = ws_layout<kHeadDim, kStages>;
+    using L = ws_layout<kHeadDim, kStages, kQByProducer ? 2 : 1>;
     constexpr int kRows = L::kRows, kKeys = L::kKeys, kPanels = L::kPanels, kChunks = L::kChunks;
     constexpr int kDSteps = kHeadDim / 16;
     static_assert(kPv == kPvPanels || kHeadDim == 128, "the wide P V spans two panels");
@@ -526,10 +529,16 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     const uint32_t q_s = base + L::kQ, k_s = base + L::kK, v_s = base + L::kV;
     uint64_t* const full = reinterpret_cast<uint64_t*>(base_ptr + L::kBar);
     uint64_t* const empty = full + kStages;
+    uint64_t* const q_full = empty + kStages;
+    uint64_t* const q_empty = q_full + 2;
     if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; ++s) {
             sm90::mbar_init(&full[s], 1 + 32);  // the producer's expect_tx arrive + its 32 lanes' cp.async arrives
             sm90::mbar_init(&empty[s], 8);      // one arrive per consumer warp
+        }
+        for (int b = 0; b < 2; ++b) {
+            sm90::mbar_init(&q_full[b], 32);  // the producer's lanes' cp.async arrives
+            sm90::mbar_init(&q_empty[b], 8);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -548,10 +557,30 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             sm90::tma_prefetch_map(&map_v);
         }
         const uint32_t box_bytes = uint32_t(box_rows) * 128;
-        uint32_t it = 0;
-        for (int32_t u = blockIdx.x; u < num_units; u += gridDim.x) {
+        uint32_t it = 0, uc = 0;
+        for (int32_t u = blockIdx.x; u < num_units; u += gridDim.x, ++uc) {
             const int32_t kvh = u % p.num_kv_heads;
             const ws_item item = ws_locate(p, u / p.num_kv_heads, group);
+            if constexpr (kQByProducer) {
+                // The item's 128 query rows (zeros past the last row) into query buffer uc % 2, once the consumers
+                // are done with its previous item.
+                const int qb = uc % 2;
+                sm90::mbar_wait(&q_empty[qb], ((uc / 2) & 1) ^ 1);
+                const uint32_t q_dst = q_s + qb * L::kQBytes;
+                for (int v = lane; v < kRows * kChunks; v += 32) {
+                    const int rr = v / kChunks, chunk = v % kChunks;
+                    const int32_t r = item.row0 + rr;
+                    const bool valid = r < item.total_rows;
+                    const bf16* src =
+                        valid ? p.q +
+                                    (size_t(item.q_begin + r / group) * p.num_q_heads + kvh * group + r % group) *
+                                        kHeadDim +
+                                    chunk * 8
+                              : p.q;
+                    cp_async_16(q_dst + panel_offset<kRows>(rr, chunk), src, valid);
+                }
+                sm90::cp_async_arrive_on(&q_full[qb]);
+            }
             for (int32_t t = 0; t < item.num_tiles; ++t, ++it) {
                 const int s = it % kStages;
                 sm90::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
@@ -610,7 +639,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         if (lane == 0) sm90::mbar_arrive(&empty[stage]);
     };
     // S = Q K^T of the tile in stage `stage`, issued (committed, not waited for).
-    const uint32_t q_rows = q_s + uint32_t(c) * 64 * 128;
+    uint32_t q_rows = q_s + uint32_t(c) * 64 * 128;  // this warpgroup's rows of the current query buffer
     const auto issue_scores = [&](float(&s)[64], int stage) {
         const uint32_t k_tile = k_s + stage * L::kTileBytes;
 #pragma unroll
@@ -639,42 +668,52 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         }
     };
 
-    uint32_t it = 0;
-    for (int32_t u = blockIdx.x; u < num_units; u += gridDim.x) {
+    uint32_t it = 0, uc = 0;
+    for (int32_t u = blockIdx.x; u < num_units; u += gridDim.x, ++uc) {
         const int32_t kvh = u % p.num_kv_heads;
         const ws_item item = ws_locate(p, u / p.num_kv_heads, group);
         const int32_t wg_row0 = item.row0 + c * 64;
-        // This warpgroup's 64 query rows (zeros past the last row); every warp of it is done with the rows (the
-        // last item's output staging) before they are overwritten.
-        sm90::named_barrier_sync<128>(kWsWgBarrier + c);
-        for (int v = wtid; v < 64 * kChunks; v += 128) {
-            const int rr = v / kChunks, chunk = v % kChunks;
-            const int32_t r = wg_row0 + rr;
-            const bool valid = r < item.total_rows;
-            const bf16* src =
-                valid ? p.q + (size_t(item.q_begin + r / group) * p.num_q_heads + kvh * group + r % group) * kHeadDim +
-                            chunk * 8
-                      : p.q;
-            cp_async_16(q_s + panel_offset<kRows>(c * 64 + rr, chunk), src, valid);
+        const int qb = kQByProducer ? int(uc % 2) : 0;
+        const uint32_t q_buf = q_s + qb * L::kQBytes;
+        q_rows = q_buf + uint32_t(c) * 64 * 128;
+        if constexpr (kQByProducer) {
+            sm90::mbar_wait(&q_full[qb], (uc / 2) & 1);
+            fence_proxy_async();  // the rows came through cp.async (generic proxy); wgmma reads them
+        } else {
+            // This warpgroup's 64 query rows (zeros past the last row); every warp of it is done with the rows
+            // (the last item's output staging) before they are overwritten.
+            sm90::named_barrier_sync<128>(kWsWgBarrier + c);
+            for (int v = wtid; v < 64 * kChunks; v += 128) {
+                const int rr = v / kChunks, chunk = v % kChunks;
+                const int32_t r = wg_row0 + rr;
+                const bool valid = r < item.total_rows;
+                const bf16* src =
+                    valid
+                        ? p.q +
+                              (size_t(item.q_begin + r / group) * p.num_q_heads + kvh * group + r % group) * kHeadDim +
+                              chunk * 8
+                        : p.q;
+                cp_async_16(q_buf + panel_offset<kRows>(c * 64 + rr, chunk), src, valid);
+            }
+            cp_async_commit();
+            cp_async_wait<0>();
+            fence_proxy_async();
+            sm90::named_barrier_sync<128>(kWsWgBarrier + c);
         }
-        cp_async_commit();
-        cp_async_wait<0>();
-        fence_proxy_async();
-        sm90::named_barrier_sync<128>(kWsWgBarrier + c);
 
         const int32_t warp_row0 = wg_row0 + warp * 16;
         int32_t pos[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) pos[h] = item.start + (warp_row0 + g + 8 * h) / group;
         const int32_t warp_first_pos = item.start + warp_row0 / group;
+        // Register definitions stay where they are written (fence_accumulators, keep_fragments), never sunk past
+        // the issue of a later wgmma that reads them: ptxas would serialise every wgmma.
 #pragma unroll
-        for (int pn = 0; pn < kPanels; ++pn)
+        for (int pn = 0; pn < kPanels; ++pn) {
 #pragma unroll
             for (int i = 0; i < 32; ++i) o[pn][i] = 0.f;
-                // Register definitions stay where they are written, never sunk past the issue of a later wgmma that
-                // reads them (ptxas would serialise every wgmma).
-#pragma unroll
-        for (int pn = 0; pn < kPanels; ++pn) fence_accumulators(o[pn]);
+            fence_accumulators(o[pn]);
+        }
         float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
         uint32_t a[8][4];
         const int32_t n = item.num_tiles;
@@ -755,7 +794,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #pragma unroll
                 for (int j = 0; j < 8; ++j) {
                     const uint32_t packed = pack_bf16(o[pn][4 * j + 2 * h] * inv, o[pn][4 * j + 2 * h + 1] * inv);
-                    sm90::st_shared_b32(q_s + panel_offset<kRows>(row, 8 * pn + j) + t4 * 4, packed);
+                    sm90::st_shared_b32(q_buf + panel_offset<kRows>(row, 8 * pn + j) + t4 * 4, packed);
                 }
         }
         __syncwarp();
@@ -767,11 +806,15 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
                          : "=r"(reinterpret_cast<uint32_t*>(&x)[0]), "=r"(reinterpret_cast<uint32_t*>(&x)[1]),
                            "=r"(reinterpret_cast<uint32_t*>(&x)[2]), "=r"(reinterpret_cast<uint32_t*>(&x)[3])
-                         : "r"(q_s + panel_offset<kRows>(c * 64 + warp * 16 + rr, chunk))
+                         : "r"(q_buf + panel_offset<kRows>(c * 64 + warp * 16 + rr, chunk))
                          : "memory");
             const int32_t token = item.q_begin + r / group, head = kvh * group + r % group;
             *reinterpret_cast<detail::bf16x8*>(p.out + (size_t(token) * p.num_q_heads + head) * kHeadDim + chunk * 8) =
                 x;
+        }
+        if constexpr (kQByProducer) {
+            __syncwarp();  // the warp's staged rows are read
+            if (lane == 0) sm90::mbar_arrive(&q_empty[qb]);
         }
     }
     if (c == 0) sched_sync();  // the other warpgroup's last turn handed back
@@ -800,9 +843,11 @@ CUtensorMap make_cache_map(const bf16* cache, int32_t num_kv_heads, int32_t head
     return map;
 }
 
-/// Keys per TMA box: the largest of 128, 64, 32, 16, 8 that divides the block size (0: none does).
-int32_t ws_box_rows(int32_t block_size) {
-    for (int32_t r = 128; r >= 8; r /= 2)
+/// Keys per TMA box: the largest power of two from 8 to max_rows that divides the block size (0: none does). Small
+/// boxes leave fewer keys of an item's last tile to the cp.async path (items end on a multiple of 16 keys when
+/// 128 rows are 16 tokens of 8 heads).
+int32_t ws_box_rows(int32_t block_size, int32_t max_rows = 128) {
+    for (int32_t r = max_rows; r >= 8; r /= 2)
         if (block_size % r == 0) return r;
     return 0;
 }
@@ -811,11 +856,14 @@ struct ws_variant {
     const char* name;
     int pv;  // ws_pv (head dim 128; head dim 64 always kPvPanels)
     int stages;
-    bool pingpong;
+    bool pingpong, q_by_producer;
+    int32_t max_box_rows;
 };
 constexpr ws_variant kWsVariants[] = {
-    {"ws", kPvWide, 2, true},    {"ws_n64", kPvPanels, 2, true}, {"ws_swapped", kPvWideSwapped, 2, true},
-    {"ws_s3", kPvWide, 3, true}, {"ws_nopp", kPvWide, 2, false},
+    {"ws", kPvWide, 2, true, true, 16},         {"ws_qc", kPvWide, 2, true, false, 16},
+    {"ws_n64", kPvPanels, 2, true, true, 16},   {"ws_swapped", kPvWideSwapped, 2, true, true, 16},
+    {"ws_s3", kPvWide, 3, true, false, 16},     {"ws_nopp", kPvWide, 2, false, true, 16},
+    {"ws_box128", kPvWide, 2, true, true, 128},
 };
 
 }  // namespace
@@ -866,7 +914,7 @@ const std::vector<std::string>& paged_attention_ws_variants() {
 
 bool paged_attention_ws_supported(const paged_attention_params& p) {
     return paged_attention_wgmma_supported(p.head_dim) && (p.v_head_dim == 0 || p.v_head_dim == p.head_dim) &&
-           p.rows_per_item == 128 && ws_box_rows(p.block_size) > 0;
+           p.rows_per_item == 128 && ws_box_rows(p.block_size, 8) > 0;
 }
 
 void launch_paged_attention_ws(const paged_attention_params& p, const std::string& variant, cudaStream_t stream) {
@@ -879,34 +927,39 @@ void launch_paged_attention_ws(const paged_attention_params& p, const std::strin
         if (variant == v.name) w = &v;
     ZMOE_KERNEL_REQUIRE(w != nullptr, "paged_attention: unknown warp-specialised variant");
     if (p.num_work_items == 0) return;
-    const int32_t box_rows = ws_box_rows(p.block_size);
+    const int32_t box_rows = ws_box_rows(p.block_size, w->max_box_rows);
     const CUtensorMap map_k = make_cache_map(p.k_cache, p.num_kv_heads, p.head_dim, box_rows);
     const CUtensorMap map_v = make_cache_map(p.v_cache, p.num_kv_heads, p.head_dim, box_rows);
     const int32_t units = p.num_work_items * p.num_kv_heads;
     const int grid = std::min(units, sm90::current_device().sms);
-    const auto launch = [&]<int kHeadDim, int kStages, int kPv, bool kPingPong>() {
-        const auto kernel = prefill_attention_ws_kernel<kHeadDim, kStages, kPv, kPingPong>;
-        constexpr uint32_t smem = ws_layout<kHeadDim, kStages>::kSmem;
+    const auto launch = [&]<int kHeadDim, int kStages, int kPv, bool kPingPong, bool kQByProducer>() {
+        const auto kernel = prefill_attention_ws_kernel<kHeadDim, kStages, kPv, kPingPong, kQByProducer>;
+        constexpr uint32_t smem = ws_layout < kHeadDim, kStages, kQByProducer ? 2 : 1 > ::kSmem;
         ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
         kernel<<<grid, kWsThreads, smem, stream>>>(map_k, map_v, p, box_rows);
     };
+    const std::string name = w->name;
     if (p.head_dim == 64) {
-        if (w->stages == 3)
-            launch.template operator()<64, 3, kPvPanels, true>();
-        else if (!w->pingpong)
-            launch.template operator()<64, 2, kPvPanels, false>();
+        if (name == "ws_s3")
+            launch.template operator()<64, 3, kPvPanels, true, false>();
+        else if (name == "ws_nopp")
+            launch.template operator()<64, 2, kPvPanels, false, true>();
+        else if (name == "ws_qc")
+            launch.template operator()<64, 2, kPvPanels, true, false>();
         else
-            launch.template operator()<64, 2, kPvPanels, true>();
-    } else if (w->stages == 3) {
-        launch.template operator()<128, 3, kPvWide, true>();
-    } else if (!w->pingpong) {
-        launch.template operator()<128, 2, kPvWide, false>();
-    } else if (w->pv == kPvPanels) {
-        launch.template operator()<128, 2, kPvPanels, true>();
-    } else if (w->pv == kPvWideSwapped) {
-        launch.template operator()<128, 2, kPvWideSwapped, true>();
-    } else {
-        launch.template operator()<128, 2, kPvWide, true>();
+            launch.template operator()<64, 2, kPvPanels, true, true>();
+    } else if (name == "ws_s3") {
+        launch.template operator()<128, 3, kPvWide, true, false>();
+    } else if (name == "ws_qc") {
+        launch.template operator()<128, 2, kPvWide, true, false>();
+    } else if (name == "ws_nopp") {
+        launch.template operator()<128, 2, kPvWide, false, true>();
+    } else if (name == "ws_n64") {
+        launch.template operator()<128, 2, kPvPanels, true, true>();
+    } else if (name == "ws_swapped") {
+        launch.template operator()<128, 2, kPvWideSwapped, true, true>();
+    } else {  // ws, ws_box128
+        launch.template operator()<128, 2, kPvWide, true, true>();
     }
     ZMOE_CUDA_CHECK_LAUNCH();
 }

@@ -24,8 +24,11 @@ void launch_paged_attention_wgmma(const paged_attention_params& p, cudaStream_t 
 
 /// The warp-specialised kernel (producer warp with TMA through the block table, two consumer warpgroups in
 /// ping-pong, persistent grid) by variant name: "ws" (one m64n128 wgmma per 16 keys for P V, 2 K/V stages,
-/// ping-pong), "ws_n64" (P V per 64-column panel), "ws_swapped" (the m64n128 P V with the descriptor's byte offsets
-/// swapped), "ws_s3" (3 stages), "ws_nopp" (no ping-pong). Head dim 64 runs the per-panel P V in each.
+/// ping-pong, the producer loads the next item's query rows into a second buffer, TMA boxes of up to 16 keys),
+/// "ws_qc" (the consumers load their query rows at each item's start), "ws_n64" (P V per 64-column panel),
+/// "ws_swapped" (the m64n128 P V with the descriptor's byte offsets swapped), "ws_s3" (3 stages, one query
+/// buffer loaded by the consumers), "ws_nopp" (no ping-pong), "ws_box128" (TMA boxes of up to 128 keys). Head dim
+/// 64 runs the per-panel P V in each.
 const std::vector<std::string>& paged_attention_ws_variants();
 
 /// True when launch_paged_attention_ws takes p: paged_attention_wgmma_supported(p.head_dim), no separate
