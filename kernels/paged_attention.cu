@@ -336,7 +336,12 @@ void launch_paged_attention(const paged_attention_params& p, cudaStream_t stream
                         "paged_attention: the mma kernel takes items of 64 rows");
     if (p.num_work_items == 0) return;
     if (wgmma) {
-        detail::launch_paged_attention_wgmma(p, stream);
+        // automatic: the warp-specialised kernel where it takes the launch (128-row items, block size a multiple
+        // of 8), else the plain wgmma kernel.
+        if (p.impl == paged_attention_impl::automatic && detail::paged_attention_ws_supported(p))
+            detail::launch_paged_attention_ws(p, "ws", stream);
+        else
+            detail::launch_paged_attention_wgmma(p, stream);
         return;
     }
     const dim3 grid(p.num_work_items, p.num_kv_heads);

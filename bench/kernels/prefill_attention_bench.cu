@@ -9,7 +9,8 @@
 // 2 * 2 * S^2 * H * D / 2, plus 2 * 2 * S * P * H * D for the prefix. Beside them: the device's BF16 matrix rate,
 // measured in the same run (cuBLASLt, 8192^3, median of 20), so that each rate reads as a fraction of the chip.
 // Each shape runs on each kernel of --impls: mma (mma.sync), wgmma_64 / wgmma_128 (the Hopper kernel over 64- or
-// 128-row work items), automatic (what launch_paged_attention runs for the executor: wgmma_128 on Hopper).
+// 128-row work items), automatic (what launch_paged_attention runs for the executor: ws on Hopper), ws* (the
+// warp-specialised kernel's variants, detail::paged_attention_ws_variants).
 //
 // usage: prefill_attention_bench [--seqs 1024,2048,4096,8192,16384,32768] [--prefix 4096] [--layouts
 //                                contiguous,paged,prefix] [--impls mma,wgmma_64,wgmma_128,automatic] [--iters 10]

@@ -8,7 +8,7 @@
 #                                               [--out DIR]
 set -uo pipefail
 seqs=4096,8192,32768
-impls=automatic,ws,ws_qc,ws_n64,ws_swapped,ws_s3,ws_nopp,ws_box128
+impls=wgmma_128,ws,ws_qc,ws_n64,ws_swapped,ws_s3,ws_nopp,ws_box128
 peer=../shared/peers/attention_prefill_peer.py
 out=${OUT:-/tmp}
 while [[ $# -gt 0 ]]; do
