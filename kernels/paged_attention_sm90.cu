@@ -669,9 +669,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     };
 
     uint32_t it = 0, uc = 0;
+    // The next unit's item is read at the start of this one, so that its loads are not on the path between units.
+    ws_item next_item = ws_locate(p, min(int32_t(blockIdx.x), num_units - 1) / p.num_kv_heads, group);
     for (int32_t u = blockIdx.x; u < num_units; u += gridDim.x, ++uc) {
         const int32_t kvh = u % p.num_kv_heads;
-        const ws_item item = ws_locate(p, u / p.num_kv_heads, group);
+        const ws_item item = next_item;
+        if (u + int32_t(gridDim.x) < num_units)
+            next_item = ws_locate(p, (u + int32_t(gridDim.x)) / p.num_kv_heads, group);
         const int32_t wg_row0 = item.row0 + c * 64;
         const int qb = kQByProducer ? int(uc % 2) : 0;
         const uint32_t q_buf = q_s + qb * L::kQBytes;
