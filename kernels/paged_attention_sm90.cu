@@ -387,11 +387,11 @@ struct ws_layout {
     static constexpr uint32_t kQBytes = uint32_t(kRows) * kHeadDim * 2;
     static constexpr uint32_t kTileBytes = uint32_t(kKeys) * kHeadDim * 2;
     static constexpr uint32_t kPanelBytes = uint32_t(kKeys) * 128;  // one 64-column panel of a K or V tile
-    // From a 1024-byte aligned base: q [kQBuffers] | k [kStages] | v [kStages] | full [kStages] | empty [kStages] |
-    // q_full [2] | q_empty [2].
+    // From a 1024-byte aligned base: q [kQBuffers] | k [kStages] | v [kStages] | k_full, k_empty, v_full, v_empty
+    // [kStages each] | q_full [2] | q_empty [2].
     static constexpr uint32_t kQ = 0, kK = kQBuffers * kQBytes, kV = kK + kStages * kTileBytes;
     static constexpr uint32_t kBar = kV + kStages * kTileBytes;
-    static constexpr uint32_t kTotal = kBar + (2 * kStages + 4) * 8;
+    static constexpr uint32_t kTotal = kBar + (4 * kStages + 4) * 8;
     static constexpr uint32_t kSmem = kTotal + 1024;
 };
 
@@ -527,14 +527,21 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     const uint32_t base = (raw + 1023) & ~1023u;
     unsigned char* const base_ptr = smem_raw + (base - raw);
     const uint32_t q_s = base + L::kQ, k_s = base + L::kK, v_s = base + L::kV;
-    uint64_t* const full = reinterpret_cast<uint64_t*>(base_ptr + L::kBar);
-    uint64_t* const empty = full + kStages;
-    uint64_t* const q_full = empty + kStages;
+    // K and V have rings of their own: a K stage is free once its Q K^T is done, a V stage once its P V is, and
+    // V tile t is needed a turn after K tile t.
+    uint64_t* const k_full = reinterpret_cast<uint64_t*>(base_ptr + L::kBar);
+    uint64_t* const k_empty = k_full + kStages;
+    uint64_t* const v_full = k_empty + kStages;
+    uint64_t* const v_empty = v_full + kStages;
+    uint64_t* const q_full = v_empty + kStages;
     uint64_t* const q_empty = q_full + 2;
     if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; ++s) {
-            sm90::mbar_init(&full[s], 1 + 32);  // the producer's expect_tx arrive + its 32 lanes' cp.async arrives
-            sm90::mbar_init(&empty[s], 8);      // one arrive per consumer warp
+            // The producer's expect_tx arrive + its 32 lanes' cp.async arrives; one arrive per consumer warp.
+            sm90::mbar_init(&k_full[s], 1 + 32);
+            sm90::mbar_init(&v_full[s], 1 + 32);
+            sm90::mbar_init(&k_empty[s], 8);
+            sm90::mbar_init(&v_empty[s], 8);
         }
         for (int b = 0; b < 2; ++b) {
             sm90::mbar_init(&q_full[b], 32);  // the producer's lanes' cp.async arrives
@@ -549,7 +556,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
 
     if (wg == 0) {
-        sm90::warpgroup_reg_dealloc<24>();
+        sm90::warpgroup_reg_dealloc<40>();
         if (threadIdx.x >= 32) return;
         // The producer warp.
         if (lane == 0) {
@@ -581,29 +588,30 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 }
                 sm90::cp_async_arrive_on(&q_full[qb]);
             }
-            for (int32_t t = 0; t < item.num_tiles; ++t, ++it) {
-                const int s = it % kStages;
-                sm90::mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+            // Tile t of this item is tile it + t of the CTA in both rings. Order: K 0, then (K t + 1, V t): the
+            // order the consumers use them in.
+            const auto load = [&](int32_t t, const CUtensorMap* map, const bf16* cache, uint32_t ring_base,
+                                  uint64_t* ring_full, uint64_t* ring_empty) {
+                const uint32_t i = it + uint32_t(t);
+                const int s = i % kStages;
+                sm90::mbar_wait(&ring_empty[s], ((i / kStages) & 1) ^ 1);
                 const int32_t kv0 = t * kKeys;
                 const int32_t whole = min(kKeys / box_rows, (item.kv_end - kv0) / box_rows);  // boxes by TMA
-                const uint32_t k_dst = k_s + s * L::kTileBytes, v_dst = v_s + s * L::kTileBytes;
+                const uint32_t dst = ring_base + s * L::kTileBytes;
                 // Lane b issues box b (at most 16 boxes a tile: box_rows >= 8), so that the block-table reads
                 // overlap; the expected bytes are set before any box is issued.
-                if (lane == 0) sm90::mbar_arrive_expect_tx(&full[s], uint32_t(whole) * box_bytes * kPanels * 2);
+                if (lane == 0) sm90::mbar_arrive_expect_tx(&ring_full[s], uint32_t(whole) * box_bytes * kPanels);
                 __syncwarp();
                 if (lane < whole) {
                     const int32_t pos = kv0 + lane * box_rows;
                     const int32_t slot = item.table[pos / p.block_size] * p.block_size + pos % p.block_size;
 #pragma unroll
-                    for (int pn = 0; pn < kPanels; ++pn) {
-                        const uint32_t off = pn * L::kPanelBytes + uint32_t(lane) * box_bytes;
-                        sm90::tma_load_3d(k_dst + off, &map_k, pn * 64, kvh, slot, &full[s]);
-                        sm90::tma_load_3d(v_dst + off, &map_v, pn * 64, kvh, slot, &full[s]);
-                    }
+                    for (int pn = 0; pn < kPanels; ++pn)
+                        sm90::tma_load_3d(dst + pn * L::kPanelBytes + uint32_t(lane) * box_bytes, map, pn * 64, kvh,
+                                          slot, &ring_full[s]);
                 }
                 // The rest of the tile (the last tile only): keys below kv_end copied, the others zeros.
-                const int32_t first = whole * box_rows;
-                for (int32_t v = first * kChunks + lane; v < kKeys * kChunks; v += 32) {
+                for (int32_t v = whole * box_rows * kChunks + lane; v < kKeys * kChunks; v += 32) {
                     const int j = v / kChunks, chunk = v % kChunks;
                     const int32_t pos = kv0 + j;
                     const bool valid = pos < item.kv_end;
@@ -612,17 +620,22 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                         const size_t slot = size_t(item.table[pos / p.block_size]) * p.block_size + pos % p.block_size;
                         off = (slot * p.num_kv_heads + kvh) * kHeadDim + chunk * 8;
                     }
-                    cp_async_16(k_dst + panel_offset<kKeys>(j, chunk), p.k_cache + off, valid);
-                    cp_async_16(v_dst + panel_offset<kKeys>(j, chunk), p.v_cache + off, valid);
+                    cp_async_16(dst + panel_offset<kKeys>(j, chunk), cache + off, valid);
                 }
-                sm90::cp_async_arrive_on(&full[s]);
+                sm90::cp_async_arrive_on(&ring_full[s]);
+            };
+            load(0, &map_k, p.k_cache, k_s, k_full, k_empty);
+            for (int32_t t = 0; t < item.num_tiles; ++t) {
+                if (t + 1 < item.num_tiles) load(t + 1, &map_k, p.k_cache, k_s, k_full, k_empty);
+                load(t, &map_v, p.v_cache, v_s, v_full, v_empty);
             }
+            it += uint32_t(item.num_tiles);
         }
         return;
     }
 
     // Consumer warpgroups 1 and 2: rows 64 c .. 64 c + 63 of each item.
-    sm90::warpgroup_reg_alloc<240>();
+    sm90::warpgroup_reg_alloc<232>();
     const int c = wg - 1;
     const int wtid = threadIdx.x - 128 * wg, warp = wtid / 32;  // warp within the warpgroup
     const int g = lane / 4, t4 = lane % 4;
@@ -634,9 +647,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         if constexpr (kPingPong) sm90::named_barrier_arrive<256>(kWsSchedBarrier + (1 - c));
     };
     if (c == 1) sched_arrive();  // warpgroup 1 takes the first turn
-    const auto release = [&](int stage) {
+    const auto release = [&](uint64_t* ring_empty, int stage) {
         __syncwarp();
-        if (lane == 0) sm90::mbar_arrive(&empty[stage]);
+        if (lane == 0) sm90::mbar_arrive(&ring_empty[stage]);
     };
     // S = Q K^T of the tile in stage `stage`, issued (committed, not waited for).
     uint32_t q_rows = q_s + uint32_t(c) * 64 * 128;  // this warpgroup's rows of the current query buffer
@@ -726,7 +739,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         int prev = it % kStages;
         {
             float s[64];
-            sm90::mbar_wait(&full[prev], (it / kStages) & 1);
+            sm90::mbar_wait(&k_full[prev], (it / kStages) & 1);
             if (n == 1) fence_proxy_async();  // the tile's cp.async part (generic proxy) is read by wgmma
             sched_sync();
             wgmma_fence();
@@ -735,6 +748,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             sched_arrive();
             wgmma_wait<0>();
             fence_accumulators(s);
+            release(k_empty, prev);
             ws_softmax(s, m, l, alpha, pos, 0, kKeys - 1 > warp_first_pos, t4, scale_log2);
             ws_pack(s, a);
             keep_fragments(a);
@@ -743,7 +757,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         for (int32_t t = 1; t < n; ++t, ++it) {
             const int stage = it % kStages;
             float s[64];
-            sm90::mbar_wait(&full[stage], (it / kStages) & 1);
+            sm90::mbar_wait(&k_full[stage], (it / kStages) & 1);
+            sm90::mbar_wait(&v_full[prev], ((it - 1) / kStages) & 1);
             if (t == n - 1) fence_proxy_async();
             sched_sync();
             wgmma_fence();
@@ -754,12 +769,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             sched_arrive();
             wgmma_wait<1>();  // S
             fence_accumulators(s);
+            release(k_empty, stage);
             ws_softmax(s, m, l, alpha, pos, t * kKeys, t * kKeys + kKeys - 1 > warp_first_pos, t4, scale_log2);
             wgmma_wait<0>();  // P V of the previous tile
             keep_fragments(a);
 #pragma unroll
             for (int pn = 0; pn < kPanels; ++pn) fence_accumulators(o[pn]);
-            release(prev);
+            release(v_empty, prev);
 #pragma unroll
             for (int pn = 0; pn < kPanels; ++pn)
 #pragma unroll
@@ -775,6 +791,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             keep_fragments(a);
             prev = stage;
         }
+        sm90::mbar_wait(&v_full[prev], ((it - 1) / kStages) & 1);
+        fence_proxy_async();  // the last tile's cp.async part
         sched_sync();
         wgmma_fence();
         issue_values(a, prev);
@@ -784,7 +802,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         keep_fragments(a);
 #pragma unroll
         for (int pn = 0; pn < kPanels; ++pn) fence_accumulators(o[pn]);
-        release(prev);
+        release(v_empty, prev);
 
         // Normalise, stage the warp's 16 rows in its own rows of the query tile, write whole rows.
 #pragma unroll
@@ -864,10 +882,9 @@ struct ws_variant {
     int32_t max_box_rows;
 };
 constexpr ws_variant kWsVariants[] = {
-    {"ws", kPvWide, 2, true, true, 16},         {"ws_qc", kPvWide, 2, true, false, 16},
-    {"ws_n64", kPvPanels, 2, true, true, 16},   {"ws_swapped", kPvWideSwapped, 2, true, true, 16},
-    {"ws_s3", kPvWide, 3, true, false, 16},     {"ws_nopp", kPvWide, 2, false, true, 16},
-    {"ws_box128", kPvWide, 2, true, true, 128},
+    {"ws", kPvPanels, 2, true, true, 16},         {"ws_s3", kPvPanels, 3, true, false, 16},
+    {"ws_wide", kPvWide, 2, true, true, 16},      {"ws_swapped", kPvWideSwapped, 2, true, true, 16},
+    {"ws_box128", kPvPanels, 2, true, true, 128},
 };
 
 }  // namespace
@@ -944,26 +961,18 @@ void launch_paged_attention_ws(const paged_attention_params& p, const std::strin
     };
     const std::string name = w->name;
     if (p.head_dim == 64) {
-        if (name == "ws_s3")
+        if (w->stages == 3)
             launch.template operator()<64, 3, kPvPanels, true, false>();
-        else if (name == "ws_nopp")
-            launch.template operator()<64, 2, kPvPanels, false, true>();
-        else if (name == "ws_qc")
-            launch.template operator()<64, 2, kPvPanels, true, false>();
         else
             launch.template operator()<64, 2, kPvPanels, true, true>();
-    } else if (name == "ws_s3") {
-        launch.template operator()<128, 3, kPvWide, true, false>();
-    } else if (name == "ws_qc") {
-        launch.template operator()<128, 2, kPvWide, true, false>();
-    } else if (name == "ws_nopp") {
-        launch.template operator()<128, 2, kPvWide, false, true>();
-    } else if (name == "ws_n64") {
-        launch.template operator()<128, 2, kPvPanels, true, true>();
-    } else if (name == "ws_swapped") {
+    } else if (w->stages == 3) {
+        launch.template operator()<128, 3, kPvPanels, true, false>();
+    } else if (w->pv == kPvWide) {
+        launch.template operator()<128, 2, kPvWide, true, true>();
+    } else if (w->pv == kPvWideSwapped) {
         launch.template operator()<128, 2, kPvWideSwapped, true, true>();
     } else {  // ws, ws_box128
-        launch.template operator()<128, 2, kPvWide, true, true>();
+        launch.template operator()<128, 2, kPvPanels, true, true>();
     }
     ZMOE_CUDA_CHECK_LAUNCH();
 }

@@ -23,12 +23,11 @@ bool paged_attention_wgmma_supported(int32_t head_dim);
 void launch_paged_attention_wgmma(const paged_attention_params& p, cudaStream_t stream);
 
 /// The warp-specialised kernel (producer warp with TMA through the block table, two consumer warpgroups in
-/// ping-pong, persistent grid) by variant name: "ws" (one m64n128 wgmma per 16 keys for P V, 2 K/V stages,
-/// ping-pong, the producer loads the next item's query rows into a second buffer, TMA boxes of up to 16 keys),
-/// "ws_qc" (the consumers load their query rows at each item's start), "ws_n64" (P V per 64-column panel),
-/// "ws_swapped" (the m64n128 P V with the descriptor's byte offsets swapped), "ws_s3" (3 stages, one query
-/// buffer loaded by the consumers), "ws_nopp" (no ping-pong), "ws_box128" (TMA boxes of up to 128 keys). Head dim
-/// 64 runs the per-panel P V in each.
+/// ping-pong, persistent grid) by variant name: "ws" (K and V rings of 2 stages each, the producer loads the next
+/// item's query rows into a second buffer, P V per 64-column panel, TMA boxes of up to 16 keys), "ws_s3" (3 stages
+/// each, one query buffer the consumers load), "ws_wide" / "ws_swapped" (one m64n128 wgmma per 16 keys for P V, the
+/// panel stride as the descriptor's leading / stride byte offset), "ws_box128" (TMA boxes of up to 128 keys). Head
+/// dim 64 runs "ws" or "ws_s3".
 const std::vector<std::string>& paged_attention_ws_variants();
 
 /// True when launch_paged_attention_ws takes p: paged_attention_wgmma_supported(p.head_dim), no separate
