@@ -381,17 +381,17 @@ constexpr int kWsWgBarrier = 3;     // + consumer warpgroup (3, 4): the warpgrou
 enum ws_pv : int { kPvPanels = 0, kPvWide = 1, kPvWideSwapped = 2 };
 
 /// kQBuffers query tiles: 2 when the producer loads the next item's query rows while this one's are in use.
-template <int kHeadDim, int kStages, int kQBuffers>
+template <int kHeadDim, int kKStages, int kVStages, int kQBuffers>
 struct ws_layout {
     static constexpr int kRows = 128, kKeys = kWsKeys, kPanels = kHeadDim / 64, kChunks = kHeadDim / 8;
     static constexpr uint32_t kQBytes = uint32_t(kRows) * kHeadDim * 2;
     static constexpr uint32_t kTileBytes = uint32_t(kKeys) * kHeadDim * 2;
     static constexpr uint32_t kPanelBytes = uint32_t(kKeys) * 128;  // one 64-column panel of a K or V tile
-    // From a 1024-byte aligned base: q [kQBuffers] | k [kStages] | v [kStages] | k_full, k_empty, v_full, v_empty
-    // [kStages each] | q_full [2] | q_empty [2].
-    static constexpr uint32_t kQ = 0, kK = kQBuffers * kQBytes, kV = kK + kStages * kTileBytes;
-    static constexpr uint32_t kBar = kV + kStages * kTileBytes;
-    static constexpr uint32_t kTotal = kBar + (4 * kStages + 4) * 8;
+    // From a 1024-byte aligned base: q [kQBuffers] | k [kKStages] | v [kVStages] | k_full, k_empty [kKStages] |
+    // v_full, v_empty [kVStages] | q_full [2] | q_empty [2].
+    static constexpr uint32_t kQ = 0, kK = kQBuffers * kQBytes, kV = kK + kKStages * kTileBytes;
+    static constexpr uint32_t kBar = kV + kVStages * kTileBytes;
+    static constexpr uint32_t kTotal = kBar + (2 * kKStages + 2 * kVStages + 4) * 8;
     static constexpr uint32_t kSmem = kTotal + 1024;
 };
 
@@ -513,12 +513,12 @@ __device__ __forceinline__ void keep_fragments(uint32_t (&a)[8][4]) {
         for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[kk][e])::"memory");
 }
 
-template <int kHeadDim, int kStages, int kPv, bool kPingPong, bool kQByProducer>
+template <int kHeadDim, int kKStages, int kVStages, int kPv, bool kPingPong, bool kQByProducer>
 __global__ void __launch_bounds__(kWsThreads, 1)
     prefill_attention_ws_kernel(const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
                                 const paged_attention_params p, int32_t box_rows) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    using L = ws_layout<kHeadDim, kStages, kQByProducer ? 2 : 1>;
+    using L = ws_layout<kHeadDim, kKStages, kVStages, kQByProducer ? 2 : 1>;
     constexpr int kRows = L::kRows, kKeys = L::kKeys, kPanels = L::kPanels, kChunks = L::kChunks;
     constexpr int kDSteps = kHeadDim / 16;
     static_assert(kPv == kPvPanels || kHeadDim == 128, "the wide P V spans two panels");
@@ -530,17 +530,19 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     // K and V have rings of their own: a K stage is free once its Q K^T is done, a V stage once its P V is, and
     // V tile t is needed a turn after K tile t.
     uint64_t* const k_full = reinterpret_cast<uint64_t*>(base_ptr + L::kBar);
-    uint64_t* const k_empty = k_full + kStages;
-    uint64_t* const v_full = k_empty + kStages;
-    uint64_t* const v_empty = v_full + kStages;
-    uint64_t* const q_full = v_empty + kStages;
+    uint64_t* const k_empty = k_full + kKStages;
+    uint64_t* const v_full = k_empty + kKStages;
+    uint64_t* const v_empty = v_full + kVStages;
+    uint64_t* const q_full = v_empty + kVStages;
     uint64_t* const q_empty = q_full + 2;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < kStages; ++s) {
-            // The producer's expect_tx arrive + its 32 lanes' cp.async arrives; one arrive per consumer warp.
+        // The producer's expect_tx arrive + its 32 lanes' cp.async arrives; one arrive per consumer warp.
+        for (int s = 0; s < kKStages; ++s) {
             sm90::mbar_init(&k_full[s], 1 + 32);
-            sm90::mbar_init(&v_full[s], 1 + 32);
             sm90::mbar_init(&k_empty[s], 8);
+        }
+        for (int s = 0; s < kVStages; ++s) {
+            sm90::mbar_init(&v_full[s], 1 + 32);
             sm90::mbar_init(&v_empty[s], 8);
         }
         for (int b = 0; b < 2; ++b) {
@@ -591,10 +593,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             // Tile t of this item is tile it + t of the CTA in both rings. Order: K 0, then (K t + 1, V t): the
             // order the consumers use them in.
             const auto load = [&](int32_t t, const CUtensorMap* map, const bf16* cache, uint32_t ring_base,
-                                  uint64_t* ring_full, uint64_t* ring_empty) {
+                                  uint64_t* ring_full, uint64_t* ring_empty, uint32_t stages) {
                 const uint32_t i = it + uint32_t(t);
-                const int s = i % kStages;
-                sm90::mbar_wait(&ring_empty[s], ((i / kStages) & 1) ^ 1);
+                const int s = i % stages;
+                sm90::mbar_wait(&ring_empty[s], ((i / stages) & 1) ^ 1);
                 const int32_t kv0 = t * kKeys;
                 const int32_t whole = min(kKeys / box_rows, (item.kv_end - kv0) / box_rows);  // boxes by TMA
                 const uint32_t dst = ring_base + s * L::kTileBytes;
@@ -624,10 +626,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 }
                 sm90::cp_async_arrive_on(&ring_full[s]);
             };
-            load(0, &map_k, p.k_cache, k_s, k_full, k_empty);
+            load(0, &map_k, p.k_cache, k_s, k_full, k_empty, kKStages);
             for (int32_t t = 0; t < item.num_tiles; ++t) {
-                if (t + 1 < item.num_tiles) load(t + 1, &map_k, p.k_cache, k_s, k_full, k_empty);
-                load(t, &map_v, p.v_cache, v_s, v_full, v_empty);
+                if (t + 1 < item.num_tiles) load(t + 1, &map_k, p.k_cache, k_s, k_full, k_empty, kKStages);
+                load(t, &map_v, p.v_cache, v_s, v_full, v_empty, kVStages);
             }
             it += uint32_t(item.num_tiles);
         }
@@ -736,29 +738,30 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         const int32_t n = item.num_tiles;
 
         // Tile 0: S, its softmax, P.
-        int prev = it % kStages;
+        int prev = it % kVStages;  // the V stage of the tile whose P V is issued next
         {
             float s[64];
-            sm90::mbar_wait(&k_full[prev], (it / kStages) & 1);
+            const int stage = it % kKStages;
+            sm90::mbar_wait(&k_full[stage], (it / kKStages) & 1);
             if (n == 1) fence_proxy_async();  // the tile's cp.async part (generic proxy) is read by wgmma
             sched_sync();
             wgmma_fence();
-            issue_scores(s, prev);
+            issue_scores(s, stage);
             wgmma_commit();
             sched_arrive();
             wgmma_wait<0>();
             fence_accumulators(s);
-            release(k_empty, prev);
+            release(k_empty, stage);
             ws_softmax(s, m, l, alpha, pos, 0, kKeys - 1 > warp_first_pos, t4, scale_log2);
             ws_pack(s, a);
             keep_fragments(a);
             ++it;
         }
         for (int32_t t = 1; t < n; ++t, ++it) {
-            const int stage = it % kStages;
+            const int stage = it % kKStages;
             float s[64];
-            sm90::mbar_wait(&k_full[stage], (it / kStages) & 1);
-            sm90::mbar_wait(&v_full[prev], ((it - 1) / kStages) & 1);
+            sm90::mbar_wait(&k_full[stage], (it / kKStages) & 1);
+            sm90::mbar_wait(&v_full[prev], ((it - 1) / kVStages) & 1);
             if (t == n - 1) fence_proxy_async();
             sched_sync();
             wgmma_fence();
@@ -789,9 +792,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             for (int pn = 0; pn < kPanels; ++pn) fence_accumulators(o[pn]);
             ws_pack(s, a);  // after the wait: P's registers are not redefined while a P V reads them
             keep_fragments(a);
-            prev = stage;
+            prev = it % kVStages;
         }
-        sm90::mbar_wait(&v_full[prev], ((it - 1) / kStages) & 1);
+        sm90::mbar_wait(&v_full[prev], ((it - 1) / kVStages) & 1);
         fence_proxy_async();  // the last tile's cp.async part
         sched_sync();
         wgmma_fence();
@@ -876,15 +879,18 @@ int32_t ws_box_rows(int32_t block_size, int32_t max_rows = 128) {
 
 struct ws_variant {
     const char* name;
-    int pv;  // ws_pv (head dim 128; head dim 64 always kPvPanels)
-    int stages;
-    bool pingpong, q_by_producer;
+    int pv;                  // ws_pv (head dim 128; head dim 64 always kPvPanels)
+    int k_stages, v_stages;  // the K and V rings
+    bool q_by_producer;      // two query buffers the producer fills, else one the consumers fill
     int32_t max_box_rows;
 };
 constexpr ws_variant kWsVariants[] = {
-    {"ws", kPvPanels, 2, true, true, 16},         {"ws_s3", kPvPanels, 3, true, false, 16},
-    {"ws_wide", kPvWide, 2, true, true, 16},      {"ws_swapped", kPvWideSwapped, 2, true, true, 16},
-    {"ws_box128", kPvPanels, 2, true, true, 128},
+    {"ws", kPvPanels, 2, 2, true, 16},
+    {"ws_s3", kPvPanels, 3, 3, false, 16},
+    {"ws_k3", kPvPanels, 3, 2, true, 16},
+    {"ws_wide", kPvWide, 2, 2, true, 16},
+    {"ws_swapped", kPvWideSwapped, 2, 2, true, 16},
+    {"ws_box128", kPvPanels, 2, 2, true, 128},
 };
 
 }  // namespace
@@ -953,26 +959,29 @@ void launch_paged_attention_ws(const paged_attention_params& p, const std::strin
     const CUtensorMap map_v = make_cache_map(p.v_cache, p.num_kv_heads, p.head_dim, box_rows);
     const int32_t units = p.num_work_items * p.num_kv_heads;
     const int grid = std::min(units, sm90::current_device().sms);
-    const auto launch = [&]<int kHeadDim, int kStages, int kPv, bool kPingPong, bool kQByProducer>() {
-        const auto kernel = prefill_attention_ws_kernel<kHeadDim, kStages, kPv, kPingPong, kQByProducer>;
-        constexpr uint32_t smem = ws_layout < kHeadDim, kStages, kQByProducer ? 2 : 1 > ::kSmem;
+    const auto launch = [&]<int kHeadDim, int kKStages, int kVStages, int kPv, bool kQByProducer>() {
+        const auto kernel = prefill_attention_ws_kernel<kHeadDim, kKStages, kVStages, kPv, true, kQByProducer>;
+        constexpr uint32_t smem = ws_layout < kHeadDim, kKStages, kVStages, kQByProducer ? 2 : 1 > ::kSmem;
         ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
         kernel<<<grid, kWsThreads, smem, stream>>>(map_k, map_v, p, box_rows);
     };
-    const std::string name = w->name;
     if (p.head_dim == 64) {
-        if (w->stages == 3)
-            launch.template operator()<64, 3, kPvPanels, true, false>();
+        if (w->k_stages == 3 && w->v_stages == 3)
+            launch.template operator()<64, 3, 3, kPvPanels, false>();
+        else if (w->k_stages == 3)
+            launch.template operator()<64, 3, 2, kPvPanels, true>();
         else
-            launch.template operator()<64, 2, kPvPanels, true, true>();
-    } else if (w->stages == 3) {
-        launch.template operator()<128, 3, kPvPanels, true, false>();
+            launch.template operator()<64, 2, 2, kPvPanels, true>();
+    } else if (w->k_stages == 3 && w->v_stages == 3) {
+        launch.template operator()<128, 3, 3, kPvPanels, false>();
+    } else if (w->k_stages == 3) {
+        launch.template operator()<128, 3, 2, kPvPanels, true>();
     } else if (w->pv == kPvWide) {
-        launch.template operator()<128, 2, kPvWide, true, true>();
+        launch.template operator()<128, 2, 2, kPvWide, true>();
     } else if (w->pv == kPvWideSwapped) {
-        launch.template operator()<128, 2, kPvWideSwapped, true, true>();
+        launch.template operator()<128, 2, 2, kPvWideSwapped, true>();
     } else {  // ws, ws_box128
-        launch.template operator()<128, 2, kPvPanels, true, true>();
+        launch.template operator()<128, 2, 2, kPvPanels, true>();
     }
     ZMOE_CUDA_CHECK_LAUNCH();
 }
