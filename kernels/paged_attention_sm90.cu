@@ -418,9 +418,9 @@ __device__ __forceinline__ ws_item ws_locate(const paged_attention_params& p, in
 /// The plan lists each sequence's items longest first, so a plain stride would give CTA 0 the longest unit of
 /// every round (at 8 192 tokens, ~4 tiles more a round than the last CTA: a tail of ~12%); alternating the direction
 /// evens the sums out.
-__device__ __forceinline__ int32_t ws_unit(int32_t k) {
+__device__ __forceinline__ int32_t ws_unit(int32_t k, bool alternate) {
     const int32_t g = int32_t(gridDim.x), b = int32_t(blockIdx.x);
-    return k * g + ((k & 1) ? g - 1 - b : b);
+    return k * g + ((alternate && (k & 1)) ? g - 1 - b : b);
 }
 
 #define ZMOE_WS_ACC8(d, i)                                                                                      \
@@ -525,7 +525,7 @@ __device__ __forceinline__ void keep_fragments(uint32_t (&a)[8][4]) {
 template <int kHeadDim, int kKStages, int kVStages, int kPv, bool kPingPong, bool kQByProducer>
 __global__ void __launch_bounds__(kWsThreads, 1)
     prefill_attention_ws_kernel(const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
-                                const paged_attention_params p, int32_t box_rows) {
+                                const paged_attention_params p, int32_t box_rows, bool alternate) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     using L = ws_layout<kHeadDim, kKStages, kVStages, kQByProducer ? 2 : 1>;
     constexpr int kRows = L::kRows, kKeys = L::kKeys, kPanels = L::kPanels, kChunks = L::kChunks;
@@ -576,7 +576,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         }
         const uint32_t box_bytes = uint32_t(box_rows) * 128;
         uint32_t it = 0, uc = 0;
-        for (int32_t u = ws_unit(0); u < num_units; u = ws_unit(int32_t(++uc))) {
+        for (int32_t u = ws_unit(0, alternate); u < num_units; u = ws_unit(int32_t(++uc), alternate)) {
             const int32_t kvh = u % p.num_kv_heads;
             const ws_item item = ws_locate(p, u / p.num_kv_heads, group);
             if constexpr (kQByProducer) {
@@ -694,11 +694,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
     uint32_t it = 0, uc = 0;
     // The next unit's item is read at the start of this one, so that its loads are not on the path between units.
-    ws_item next_item = ws_locate(p, min(ws_unit(0), num_units - 1) / p.num_kv_heads, group);
-    for (int32_t u = ws_unit(0); u < num_units; u = ws_unit(int32_t(++uc))) {
+    ws_item next_item = ws_locate(p, min(ws_unit(0, alternate), num_units - 1) / p.num_kv_heads, group);
+    for (int32_t u = ws_unit(0, alternate); u < num_units; u = ws_unit(int32_t(++uc), alternate)) {
         const int32_t kvh = u % p.num_kv_heads;
         const ws_item item = next_item;
-        if (const int32_t next = ws_unit(int32_t(uc) + 1); next < num_units)
+        if (const int32_t next = ws_unit(int32_t(uc) + 1, alternate); next < num_units)
             next_item = ws_locate(p, next / p.num_kv_heads, group);
         const int32_t wg_row0 = item.row0 + c * 64;
         const int qb = kQByProducer ? int(uc % 2) : 0;
@@ -892,6 +892,7 @@ struct ws_variant {
     int k_stages, v_stages;  // the K and V rings
     bool q_by_producer;      // two query buffers the producer fills, else one the consumers fill
     int32_t max_box_rows;
+    bool alternate = true;  // ws_unit's walk (false: a plain stride)
 };
 constexpr ws_variant kWsVariants[] = {
     {"ws", kPvPanels, 2, 2, true, 16},
@@ -900,6 +901,7 @@ constexpr ws_variant kWsVariants[] = {
     {"ws_wide", kPvWide, 2, 2, true, 16},
     {"ws_swapped", kPvWideSwapped, 2, 2, true, 16},
     {"ws_box128", kPvPanels, 2, 2, true, 128},
+    {"ws_stride", kPvPanels, 2, 2, true, 16, false},
 };
 
 }  // namespace
@@ -972,7 +974,7 @@ void launch_paged_attention_ws(const paged_attention_params& p, const std::strin
         const auto kernel = prefill_attention_ws_kernel<kHeadDim, kKStages, kVStages, kPv, true, kQByProducer>;
         constexpr uint32_t smem = ws_layout < kHeadDim, kKStages, kVStages, kQByProducer ? 2 : 1 > ::kSmem;
         ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        kernel<<<grid, kWsThreads, smem, stream>>>(map_k, map_v, p, box_rows);
+        kernel<<<grid, kWsThreads, smem, stream>>>(map_k, map_v, p, box_rows, w->alternate);
     };
     if (p.head_dim == 64) {
         if (w->k_stages == 3 && w->v_stages == 3)
