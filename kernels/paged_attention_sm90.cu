@@ -376,9 +376,9 @@ constexpr int kWsSchedBarrier = 1;  // + consumer warpgroup (1, 2): the turn to 
 constexpr int kWsWgBarrier = 3;     // + consumer warpgroup (3, 4): the warpgroup's own 128 threads
 
 /// The P V forms the variants take: per 64-column panel one m64n64k16 (kPvPanels), or one m64n128k16 over both
-/// panels (head dim 128), the panel stride as the leading byte offset (kPvWide) or as the stride byte offset
-/// (kPvWideSwapped).
-enum ws_pv : int { kPvPanels = 0, kPvWide = 1, kPvWideSwapped = 2 };
+/// panels (kPvWide, head dim 128): V is an N-major operand, the panel stride (between 64-column atoms along N) its
+/// leading byte offset and the 8-key stride its stride byte offset (with the two swapped it gave wrong results).
+enum ws_pv : int { kPvPanels = 0, kPvWide = 1 };
 
 /// kQBuffers query tiles: 2 when the producer loads the next item's query rows while this one's are in use.
 template <int kHeadDim, int kKStages, int kVStages, int kQBuffers>
@@ -605,17 +605,21 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                                   uint64_t* ring_full, uint64_t* ring_empty, uint32_t stages) {
                 const uint32_t i = it + uint32_t(t);
                 const int s = i % stages;
-                sm90::mbar_wait(&ring_empty[s], ((i / stages) & 1) ^ 1);
                 const int32_t kv0 = t * kKeys;
                 const int32_t whole = min(kKeys / box_rows, (item.kv_end - kv0) / box_rows);  // boxes by TMA
                 const uint32_t dst = ring_base + s * L::kTileBytes;
+                // Lane b's block-table entry is read before the wait for the stage, so that its latency overlaps it.
+                int32_t slot = 0;
+                if (lane < whole) {
+                    const int32_t pos = kv0 + lane * box_rows;
+                    slot = item.table[pos / p.block_size] * p.block_size + pos % p.block_size;
+                }
+                sm90::mbar_wait(&ring_empty[s], ((i / stages) & 1) ^ 1);
                 // Lane b issues box b (at most 16 boxes a tile: box_rows >= 8), so that the block-table reads
                 // overlap; the expected bytes are set before any box is issued.
                 if (lane == 0) sm90::mbar_arrive_expect_tx(&ring_full[s], uint32_t(whole) * box_bytes * kPanels);
                 __syncwarp();
                 if (lane < whole) {
-                    const int32_t pos = kv0 + lane * box_rows;
-                    const int32_t slot = item.table[pos / p.block_size] * p.block_size + pos % p.block_size;
 #pragma unroll
                     for (int pn = 0; pn < kPanels; ++pn)
                         sm90::tma_load_3d(dst + pn * L::kPanelBytes + uint32_t(lane) * box_bytes, map, pn * 64, kvh,
@@ -682,12 +686,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #pragma unroll
                 for (int pn = 0; pn < kPanels; ++pn)
                     wgmma_m64n64k16_rs<1>(o[pn], a[kk], smem_desc(v_tile + pn * L::kPanelBytes + kk * 16 * 128, 1024));
-            } else if constexpr (kPv == kPvWide) {
-                wgmma_m64n128k16_rs_t(o[0], o[kPanels - 1], a[kk],
-                                      smem_desc2(v_tile + kk * 16 * 128, L::kPanelBytes, 1024));
             } else {
                 wgmma_m64n128k16_rs_t(o[0], o[kPanels - 1], a[kk],
-                                      smem_desc2(v_tile + kk * 16 * 128, 1024, L::kPanelBytes));
+                                      smem_desc2(v_tile + kk * 16 * 128, L::kPanelBytes, 1024));
             }
         }
     };
@@ -895,13 +896,9 @@ struct ws_variant {
     bool alternate = true;  // ws_unit's walk (false: a plain stride)
 };
 constexpr ws_variant kWsVariants[] = {
-    {"ws", kPvPanels, 2, 2, true, 16},
-    {"ws_s3", kPvPanels, 3, 3, false, 16},
-    {"ws_k3", kPvPanels, 3, 2, true, 16},
-    {"ws_wide", kPvWide, 2, 2, true, 16},
-    {"ws_swapped", kPvWideSwapped, 2, 2, true, 16},
-    {"ws_box128", kPvPanels, 2, 2, true, 128},
-    {"ws_stride", kPvPanels, 2, 2, true, 16, false},
+    {"ws", kPvWide, 3, 3, false, 16},         {"ws_panels", kPvPanels, 3, 3, false, 16},
+    {"ws_k3", kPvWide, 3, 2, true, 16},       {"ws_2", kPvWide, 2, 2, true, 16},
+    {"ws_box128", kPvWide, 3, 3, false, 128}, {"ws_stride", kPvWide, 3, 3, false, 16, false},
 };
 
 }  // namespace
@@ -984,15 +981,14 @@ void launch_paged_attention_ws(const paged_attention_params& p, const std::strin
         else
             launch.template operator()<64, 2, 2, kPvPanels, true>();
     } else if (w->k_stages == 3 && w->v_stages == 3) {
-        launch.template operator()<128, 3, 3, kPvPanels, false>();
+        if (w->pv == kPvPanels)
+            launch.template operator()<128, 3, 3, kPvPanels, false>();
+        else
+            launch.template operator()<128, 3, 3, kPvWide, false>();
     } else if (w->k_stages == 3) {
-        launch.template operator()<128, 3, 2, kPvPanels, true>();
-    } else if (w->pv == kPvWide) {
+        launch.template operator()<128, 3, 2, kPvWide, true>();
+    } else {
         launch.template operator()<128, 2, 2, kPvWide, true>();
-    } else if (w->pv == kPvWideSwapped) {
-        launch.template operator()<128, 2, 2, kPvWideSwapped, true>();
-    } else {  // ws, ws_box128
-        launch.template operator()<128, 2, 2, kPvPanels, true>();
     }
     ZMOE_CUDA_CHECK_LAUNCH();
 }

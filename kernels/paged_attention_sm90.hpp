@@ -23,12 +23,11 @@ bool paged_attention_wgmma_supported(int32_t head_dim);
 void launch_paged_attention_wgmma(const paged_attention_params& p, cudaStream_t stream);
 
 /// The warp-specialised kernel (producer warp with TMA through the block table, two consumer warpgroups in
-/// ping-pong, persistent grid) by variant name: "ws" (K and V rings of 2 stages each, the producer loads the next
-/// item's query rows into a second buffer, P V per 64-column panel, TMA boxes of up to 16 keys), "ws_s3" (3 stages
-/// each, one query buffer the consumers load), "ws_k3" (3 K stages, 2 V stages, two query buffers), "ws_wide" /
-/// "ws_swapped" (one m64n128 wgmma per 16 keys for P V, the panel stride as the descriptor's leading / stride byte
-/// offset), "ws_box128" (TMA boxes of up to 128 keys), "ws_stride" (each CTA takes units blockIdx.x + k gridDim.x
-/// instead of walking its rounds back and forth). Head dim 64 runs the per-panel P V in each.
+/// ping-pong, persistent grid) by variant name: "ws" (what automatic runs: K and V rings of 3 stages each, one query
+/// buffer the consumers fill, one m64n128 wgmma per 16 keys for P V, TMA boxes of up to 16 keys), "ws_panels" (P V
+/// per 64-column panel), "ws_k3" (3 K stages, 2 V stages, two query buffers the producer fills), "ws_2" (2 stages
+/// each, two query buffers), "ws_box128" (TMA boxes of up to 128 keys), "ws_stride" (each CTA takes units blockIdx.x
+/// + k gridDim.x instead of walking its rounds back and forth). Head dim 64 runs the per-panel P V in each.
 const std::vector<std::string>& paged_attention_ws_variants();
 
 /// True when launch_paged_attention_ws takes p: paged_attention_wgmma_supported(p.head_dim), no separate
