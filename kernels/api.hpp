@@ -96,9 +96,10 @@ constexpr int32_t kAttentionRowsPerItem = 64;
 
 /// The kernel behind launch_paged_attention.
 enum class paged_attention_impl : int32_t {
-    automatic = 0,  ///< wgmma where it runs (compute capability 9.x, head_dim 64 or 128), else mma
+    automatic = 0,  ///< wgmma where it runs (compute capability 9.x, head_dim 64 or 128): the warp-specialised
+                    ///< kernel for 128-row items and a block size that is a multiple of 8, else the plain one; else mma
     mma = 1,        ///< mma.sync m16n8k16 (paged_attention.cu): any device, every head_dim of the contract
-    wgmma = 2,      ///< wgmma (paged_attention_sm90.cu): compute capability 9.x, head_dim 64 or 128
+    wgmma = 2,      ///< the plain wgmma kernel (paged_attention_sm90.cu): compute capability 9.x, head_dim 64 or 128
 };
 
 struct paged_attention_params {

@@ -305,19 +305,27 @@ void kv_slots_plan(std::span<const int32_t> block_table, int32_t start_pos, int3
     }
 }
 
-void launch_paged_attention(const paged_attention_params& p, cudaStream_t stream) {
+namespace detail {
+
+void require_paged_attention_params(const paged_attention_params& p) {
     ZMOE_KERNEL_REQUIRE(p.num_kv_heads > 0 && p.num_q_heads % p.num_kv_heads == 0,
                         "paged_attention: num_kv_heads must divide num_q_heads");
     ZMOE_KERNEL_REQUIRE(p.block_size > 0, "paged_attention: block_size must be positive");
     ZMOE_KERNEL_REQUIRE(paged_attention_dims_supported(p.head_dim, p.v_head_dim),
                         "paged_attention: (head_dim, v_head_dim) must be (d, 0 or d) for d in 16, 32, 64, 128, 256, "
                         "or (192, 128)");
+    ZMOE_KERNEL_REQUIRE(p.rows_per_item == kAttentionRowsPerItem || p.rows_per_item == 128,
+                        "paged_attention: rows_per_item must be 64 or 128");
+}
+
+}  // namespace detail
+
+void launch_paged_attention(const paged_attention_params& p, cudaStream_t stream) {
+    detail::require_paged_attention_params(p);
     ZMOE_KERNEL_REQUIRE(p.impl == paged_attention_impl::automatic || p.impl == paged_attention_impl::mma ||
                             p.impl == paged_attention_impl::wgmma,
                         "paged_attention: impl must be automatic, mma or wgmma");
     const bool same_v = p.v_head_dim == 0 || p.v_head_dim == p.head_dim;
-    ZMOE_KERNEL_REQUIRE(p.rows_per_item == kAttentionRowsPerItem || p.rows_per_item == 128,
-                        "paged_attention: rows_per_item must be 64 or 128");
     const bool wgmma = p.impl == paged_attention_impl::wgmma ||
                        (p.impl == paged_attention_impl::automatic && same_v &&
                         (p.rows_per_item == 128 || detail::paged_attention_wgmma_supported(p.head_dim)));
@@ -328,7 +336,12 @@ void launch_paged_attention(const paged_attention_params& p, cudaStream_t stream
                         "paged_attention: the mma kernel takes items of 64 rows");
     if (p.num_work_items == 0) return;
     if (wgmma) {
-        detail::launch_paged_attention_wgmma(p, stream);
+        // automatic: the warp-specialised kernel where it takes the launch (128-row items, block size a multiple
+        // of 8), else the plain wgmma kernel.
+        if (p.impl == paged_attention_impl::automatic && detail::paged_attention_ws_supported(p))
+            detail::launch_paged_attention_ws(p, "ws", stream);
+        else
+            detail::launch_paged_attention_wgmma(p, stream);
         return;
     }
     const dim3 grid(p.num_work_items, p.num_kv_heads);

@@ -16,12 +16,17 @@
 // (what the executor runs) halve the K/V bytes each FLOP needs against 64-row ones; docs/kernels.md has the
 // measurements and the forms not kept.
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/grouped_gemm_sm90.hpp"
 #include "kernels/mma_sm80.cuh"
 #include "kernels/paged_attention_sm90.hpp"
+#include "kernels/sm90_primitives.cuh"
 
 namespace zmoe::kernels {
 namespace {
@@ -352,6 +357,550 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
     }
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// The warp-specialised kernel (FlashAttention-3's structure): a persistent grid of one CTA per SM walking the
+// (work item, KV head) units blockIdx.x, + gridDim.x, ...; three warpgroups per CTA. Warpgroup 0 is the producer
+// (its first warp only; registers lowered to 24): K/V tiles of kWsKeys keys into a ring of kStages stages through
+// full/empty mbarriers, each tile as TMA boxes of ws_params::box_rows keys (a divisor of the block size, so that a
+// box is consecutive slots of one cache block) read through the block table, and the keys of the item's last tile
+// past its last box that is whole by cp.async with zero fill (keys past kv_end become zeros: never-written cache
+// slots could hold NaN, and 0 * NaN would reach O). Warpgroups 1 and 2 (registers raised to 240) own 64 rows of the
+// 128-row item each: S = Q K^T by wgmma m64n128k16 from shared memory, the online softmax on the accumulators,
+// O += P V with P from registers; the next tile's Q K^T and this tile's P V are issued together and the softmax of
+// the next tile runs while P V is in flight (intra-warpgroup overlap), and the two warpgroups take turns issuing
+// their wgmmas (two named barriers passed back and forth), so that one's softmax runs under the other's products.
+
+constexpr int kWsKeys = 128;
+constexpr int kWsThreads = 384;
+constexpr int kWsSchedBarrier = 1;  // + consumer warpgroup (1, 2): the turn to issue wgmmas
+constexpr int kWsWgBarrier = 3;     // + consumer warpgroup (3, 4): the warpgroup's own 128 threads
+
+/// The P V forms the variants take: per 64-column panel one m64n64k16 (kPvPanels), or one m64n128k16 over both
+/// panels (kPvWide, head dim 128): V is an N-major operand, the panel stride (between 64-column atoms along N) its
+/// leading byte offset and the 8-key stride its stride byte offset (with the two swapped it gave wrong results).
+enum ws_pv : int { kPvPanels = 0, kPvWide = 1 };
+
+/// kQBuffers query tiles: 2 when the producer loads the next item's query rows while this one's are in use.
+template <int kHeadDim, int kKStages, int kVStages, int kQBuffers>
+struct ws_layout {
+    static constexpr int kRows = 128, kKeys = kWsKeys, kPanels = kHeadDim / 64, kChunks = kHeadDim / 8;
+    static constexpr uint32_t kQBytes = uint32_t(kRows) * kHeadDim * 2;
+    static constexpr uint32_t kTileBytes = uint32_t(kKeys) * kHeadDim * 2;
+    static constexpr uint32_t kPanelBytes = uint32_t(kKeys) * 128;  // one 64-column panel of a K or V tile
+    // From a 1024-byte aligned base: q [kQBuffers] | k [kKStages] | v [kVStages] | k_full, k_empty [kKStages] |
+    // v_full, v_empty [kVStages] | q_full [2] | q_empty [2].
+    static constexpr uint32_t kQ = 0, kK = kQBuffers * kQBytes, kV = kK + kKStages * kTileBytes;
+    static constexpr uint32_t kBar = kV + kVStages * kTileBytes;
+    static constexpr uint32_t kTotal = kBar + (2 * kKStages + 2 * kVStages + 4) * 8;
+    static constexpr uint32_t kSmem = kTotal + 1024;
+};
+
+struct ws_item {
+    int32_t seq, row0, q_begin, total_rows, start, kv_end, num_tiles;
+    const int32_t* table;
+};
+
+__device__ __forceinline__ ws_item ws_locate(const paged_attention_params& p, int32_t item, int32_t group) {
+    ws_item it;
+    it.seq = p.work_items[2 * item];
+    it.row0 = p.work_items[2 * item + 1];
+    it.q_begin = p.query_start[it.seq];
+    it.total_rows = (p.query_start[it.seq + 1] - it.q_begin) * group;
+    it.start = p.start_pos[it.seq];
+    const int32_t row_end = min(it.row0 + 128, it.total_rows);
+    it.kv_end = it.start + (row_end - 1) / group + 1;
+    it.num_tiles = (it.kv_end + kWsKeys - 1) / kWsKeys;
+    it.table = p.block_tables + size_t(it.seq) * p.max_blocks_per_seq;
+    return it;
+}
+
+/// The k-th unit of this CTA: rounds of gridDim.x units, walked forwards in even rounds and backwards in odd ones.
+/// The plan lists each sequence's items longest first, so a plain stride would give CTA 0 the longest unit of
+/// every round (at 8 192 tokens, ~4 tiles more a round than the last CTA: a tail of ~12%); alternating the direction
+/// evens the sums out.
+__device__ __forceinline__ int32_t ws_unit(int32_t k, bool alternate) {
+    const int32_t g = int32_t(gridDim.x), b = int32_t(blockIdx.x);
+    return k * g + ((alternate && (k & 1)) ? g - 1 - b : b);
+}
+
+#define ZMOE_WS_ACC8(d, i)                                                                                      \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+        "+f"(d[i + 7])
+#define ZMOE_WS_ACC32(d) ZMOE_WS_ACC8(d, 0), ZMOE_WS_ACC8(d, 8), ZMOE_WS_ACC8(d, 16), ZMOE_WS_ACC8(d, 24)
+#define ZMOE_WS_D0_63                                                                  \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "           \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+
+/// d (64 x 128, fp32) = A . B^T (+ d when accumulate): A (64 x 16) and B (128 x 16) K-major in shared memory.
+__device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                                    uint32_t accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" ZMOE_WS_D0_63 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : ZMOE_WS_ACC8(d, 0), ZMOE_WS_ACC8(d, 8), ZMOE_WS_ACC8(d, 16), ZMOE_WS_ACC8(d, 24), ZMOE_WS_ACC8(d, 32),
+          ZMOE_WS_ACC8(d, 40), ZMOE_WS_ACC8(d, 48), ZMOE_WS_ACC8(d, 56)
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+/// (d0 | d1) (64 x 128, fp32) += A (64 x 16, registers) . B, B N-major (16 x 128) in shared memory: d0 holds
+/// columns 0..63 and d1 columns 64..127 in the m64n64 accumulator layout.
+__device__ __forceinline__ void wgmma_m64n128k16_rs_t(float (&d0)[32], float (&d1)[32], const uint32_t (&a)[4],
+                                                      uint64_t desc_b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" ZMOE_WS_D0_63
+                 "}, {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+                 : ZMOE_WS_ACC32(d0), ZMOE_WS_ACC32(d1)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
+#undef ZMOE_WS_D0_63
+#undef ZMOE_WS_ACC32
+#undef ZMOE_WS_ACC8
+
+/// Descriptor with both byte offsets given (the 128-byte swizzle).
+__device__ __forceinline__ uint64_t smem_desc2(uint32_t addr, uint32_t leading_bytes, uint32_t stride_bytes) {
+    uint64_t d = (addr & 0x3FFFFu) >> 4;
+    d |= uint64_t(leading_bytes >> 4) << 16;
+    d |= uint64_t(stride_bytes >> 4) << 32;
+    d |= uint64_t(1) << 62;
+    return d;
+}
+
+/// The online softmax of one 128-key tile (this thread's rows g, g + 8 at positions pos[0], pos[1]; keys kv0..):
+/// the causal mask when `masked`, new running maxima m, the rescale factors alpha of the rows (1 on the first
+/// tile), l updated, and s turned into exp2((s - m) * scale_log2).
+__device__ __forceinline__ void ws_softmax(float (&s)[64], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                           const int32_t (&pos)[2], int32_t kv0, bool masked, int t4,
+                                           float scale_log2) {
+    if (masked) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                if (kv0 + j * 8 + 2 * t4 + (e & 1) > pos[e / 2]) s[4 * j + e] = -INFINITY;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float mx = m[h];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(detail::kFullMask, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(detail::kFullMask, mx, 2));
+        alpha[h] = fast_exp2((m[h] - mx) * scale_log2);  // m = -inf on the first tile: alpha 0, l and O are 0
+        m[h] = mx;
+        const float m_scaled = mx * scale_log2;
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], scale_log2, -m_scaled));
+            s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], scale_log2, -m_scaled));
+            sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+        }
+        l[h] = l[h] * alpha[h] + sum;
+    }
+}
+
+/// P (this thread's 64 probabilities) as the 8 A fragments (16 keys each) of P V.
+__device__ __forceinline__ void ws_pack(const float (&s)[64], uint32_t (&a)[8][4]) {
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+        a[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+        a[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+        a[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+        a[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+}
+
+/// Keeps P's registers live (a use and a definition here) until the wgmma reading them is waited for: otherwise the
+/// compiler, which sees the asynchronous read at the issue only, reuses them for the next tile's P while the P V is in
+/// flight, and ptxas serialises every wgmma of the kernel (C7513).
+__device__ __forceinline__ void keep_fragments(uint32_t (&a)[8][4]) {
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[kk][e])::"memory");
+}
+
+template <int kHeadDim, int kKStages, int kVStages, int kPv, bool kPingPong, bool kQByProducer>
+__global__ void __launch_bounds__(kWsThreads, 1)
+    prefill_attention_ws_kernel(const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
+                                const paged_attention_params p, int32_t box_rows, bool alternate) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    using L = ws_layout<kHeadDim, kKStages, kVStages, kQByProducer ? 2 : 1>;
+    constexpr int kRows = L::kRows, kKeys = L::kKeys, kPanels = L::kPanels, kChunks = L::kChunks;
+    constexpr int kDSteps = kHeadDim / 16;
+    static_assert(kPv == kPvPanels || kHeadDim == 128, "the wide P V spans two panels");
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const uint32_t raw = sm90::smem_addr(smem_raw);
+    const uint32_t base = (raw + 1023) & ~1023u;
+    unsigned char* const base_ptr = smem_raw + (base - raw);
+    const uint32_t q_s = base + L::kQ, k_s = base + L::kK, v_s = base + L::kV;
+    // K and V have rings of their own: a K stage is free once its Q K^T is done, a V stage once its P V is, and
+    // V tile t is needed a turn after K tile t.
+    uint64_t* const k_full = reinterpret_cast<uint64_t*>(base_ptr + L::kBar);
+    uint64_t* const k_empty = k_full + kKStages;
+    uint64_t* const v_full = k_empty + kKStages;
+    uint64_t* const v_empty = v_full + kVStages;
+    uint64_t* const q_full = v_empty + kVStages;
+    uint64_t* const q_empty = q_full + 2;
+    if (threadIdx.x == 0) {
+        // The producer's expect_tx arrive + its 32 lanes' cp.async arrives; one arrive per consumer warp.
+        for (int s = 0; s < kKStages; ++s) {
+            sm90::mbar_init(&k_full[s], 1 + 32);
+            sm90::mbar_init(&k_empty[s], 8);
+        }
+        for (int s = 0; s < kVStages; ++s) {
+            sm90::mbar_init(&v_full[s], 1 + 32);
+            sm90::mbar_init(&v_empty[s], 8);
+        }
+        for (int b = 0; b < 2; ++b) {
+            sm90::mbar_init(&q_full[b], 32);  // the producer's lanes' cp.async arrives
+            sm90::mbar_init(&q_empty[b], 8);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    const int32_t group = p.num_q_heads / p.num_kv_heads;
+    const int32_t num_units = p.num_work_items * p.num_kv_heads;
+    const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
+
+    if (wg == 0) {
+        sm90::warpgroup_reg_dealloc<40>();
+        if (threadIdx.x >= 32) return;
+        // The producer warp.
+        if (lane == 0) {
+            sm90::tma_prefetch_map(&map_k);
+            sm90::tma_prefetch_map(&map_v);
+        }
+        const uint32_t box_bytes = uint32_t(box_rows) * 128;
+        uint32_t it = 0, uc = 0;
+        for (int32_t u = ws_unit(0, alternate); u < num_units; u = ws_unit(int32_t(++uc), alternate)) {
+            const int32_t kvh = u % p.num_kv_heads;
+            const ws_item item = ws_locate(p, u / p.num_kv_heads, group);
+            if constexpr (kQByProducer) {
+                // The item's 128 query rows (zeros past the last row) into query buffer uc % 2, once the consumers
+                // are done with its previous item.
+                const int qb = uc % 2;
+                sm90::mbar_wait(&q_empty[qb], ((uc / 2) & 1) ^ 1);
+                const uint32_t q_dst = q_s + qb * L::kQBytes;
+                for (int v = lane; v < kRows * kChunks; v += 32) {
+                    const int rr = v / kChunks, chunk = v % kChunks;
+                    const int32_t r = item.row0 + rr;
+                    const bool valid = r < item.total_rows;
+                    const bf16* src =
+                        valid ? p.q +
+                                    (size_t(item.q_begin + r / group) * p.num_q_heads + kvh * group + r % group) *
+                                        kHeadDim +
+                                    chunk * 8
+                              : p.q;
+                    cp_async_16(q_dst + panel_offset<kRows>(rr, chunk), src, valid);
+                }
+                sm90::cp_async_arrive_on(&q_full[qb]);
+            }
+            // Tile t of this item is tile it + t of the CTA in both rings. Order: K 0, then (K t + 1, V t): the
+            // order the consumers use them in.
+            const auto load = [&](int32_t t, const CUtensorMap* map, const bf16* cache, uint32_t ring_base,
+                                  uint64_t* ring_full, uint64_t* ring_empty, uint32_t stages) {
+                const uint32_t i = it + uint32_t(t);
+                const int s = i % stages;
+                const int32_t kv0 = t * kKeys;
+                const int32_t whole = min(kKeys / box_rows, (item.kv_end - kv0) / box_rows);  // boxes by TMA
+                const uint32_t dst = ring_base + s * L::kTileBytes;
+                // Lane b's block-table entry is read before the wait for the stage, so that its latency overlaps it.
+                int32_t slot = 0;
+                if (lane < whole) {
+                    const int32_t pos = kv0 + lane * box_rows;
+                    slot = item.table[pos / p.block_size] * p.block_size + pos % p.block_size;
+                }
+                sm90::mbar_wait(&ring_empty[s], ((i / stages) & 1) ^ 1);
+                // Lane b issues box b (at most 16 boxes a tile: box_rows >= 8), so that the block-table reads
+                // overlap; the expected bytes are set before any box is issued.
+                if (lane == 0) sm90::mbar_arrive_expect_tx(&ring_full[s], uint32_t(whole) * box_bytes * kPanels);
+                __syncwarp();
+                if (lane < whole) {
+#pragma unroll
+                    for (int pn = 0; pn < kPanels; ++pn)
+                        sm90::tma_load_3d(dst + pn * L::kPanelBytes + uint32_t(lane) * box_bytes, map, pn * 64, kvh,
+                                          slot, &ring_full[s]);
+                }
+                // The rest of the tile (the last tile only): keys below kv_end copied, the others zeros.
+                for (int32_t v = whole * box_rows * kChunks + lane; v < kKeys * kChunks; v += 32) {
+                    const int j = v / kChunks, chunk = v % kChunks;
+                    const int32_t pos = kv0 + j;
+                    const bool valid = pos < item.kv_end;
+                    size_t off = 0;
+                    if (valid) {
+                        const size_t slot = size_t(item.table[pos / p.block_size]) * p.block_size + pos % p.block_size;
+                        off = (slot * p.num_kv_heads + kvh) * kHeadDim + chunk * 8;
+                    }
+                    cp_async_16(dst + panel_offset<kKeys>(j, chunk), cache + off, valid);
+                }
+                sm90::cp_async_arrive_on(&ring_full[s]);
+            };
+            load(0, &map_k, p.k_cache, k_s, k_full, k_empty, kKStages);
+            for (int32_t t = 0; t < item.num_tiles; ++t) {
+                if (t + 1 < item.num_tiles) load(t + 1, &map_k, p.k_cache, k_s, k_full, k_empty, kKStages);
+                load(t, &map_v, p.v_cache, v_s, v_full, v_empty, kVStages);
+            }
+            it += uint32_t(item.num_tiles);
+        }
+        return;
+    }
+
+    // Consumer warpgroups 1 and 2: rows 64 c .. 64 c + 63 of each item.
+    sm90::warpgroup_reg_alloc<232>();
+    const int c = wg - 1;
+    const int wtid = threadIdx.x - 128 * wg, warp = wtid / 32;  // warp within the warpgroup
+    const int g = lane / 4, t4 = lane % 4;
+    const float scale_log2 = p.scale * 1.4426950408889634f;
+    const auto sched_sync = [&] {
+        if constexpr (kPingPong) sm90::named_barrier_sync<256>(kWsSchedBarrier + c);
+    };
+    const auto sched_arrive = [&] {
+        if constexpr (kPingPong) sm90::named_barrier_arrive<256>(kWsSchedBarrier + (1 - c));
+    };
+    if (c == 1) sched_arrive();  // warpgroup 1 takes the first turn
+    const auto release = [&](uint64_t* ring_empty, int stage) {
+        __syncwarp();
+        if (lane == 0) sm90::mbar_arrive(&ring_empty[stage]);
+    };
+    // S = Q K^T of the tile in stage `stage`, issued (committed, not waited for).
+    uint32_t q_rows = q_s + uint32_t(c) * 64 * 128;  // this warpgroup's rows of the current query buffer
+    const auto issue_scores = [&](float(&s)[64], int stage) {
+        const uint32_t k_tile = k_s + stage * L::kTileBytes;
+#pragma unroll
+        for (int ks = 0; ks < kDSteps; ++ks) {
+            const uint32_t col = uint32_t(ks % 4) * 32;
+            wgmma_m64n128k16_ss(s, smem_desc(q_rows + (ks / 4) * (kRows * 128) + col, 16),
+                                smem_desc(k_tile + (ks / 4) * L::kPanelBytes + col, 16), ks > 0);
+        }
+    };
+    float o[kPanels][32];
+    const auto issue_values = [&](const uint32_t(&a)[8][4], int stage) {
+        const uint32_t v_tile = v_s + stage * L::kTileBytes;
+#pragma unroll
+        for (int kk = 0; kk < kKeys / 16; ++kk) {
+            if constexpr (kPv == kPvPanels) {
+#pragma unroll
+                for (int pn = 0; pn < kPanels; ++pn)
+                    wgmma_m64n64k16_rs<1>(o[pn], a[kk], smem_desc(v_tile + pn * L::kPanelBytes + kk * 16 * 128, 1024));
+            } else {
+                wgmma_m64n128k16_rs_t(o[0], o[kPanels - 1], a[kk],
+                                      smem_desc2(v_tile + kk * 16 * 128, L::kPanelBytes, 1024));
+            }
+        }
+    };
+
+    uint32_t it = 0, uc = 0;
+    // The next unit's item is read at the start of this one, so that its loads are not on the path between units.
+    ws_item next_item = ws_locate(p, min(ws_unit(0, alternate), num_units - 1) / p.num_kv_heads, group);
+    for (int32_t u = ws_unit(0, alternate); u < num_units; u = ws_unit(int32_t(++uc), alternate)) {
+        const int32_t kvh = u % p.num_kv_heads;
+        const ws_item item = next_item;
+        if (const int32_t next = ws_unit(int32_t(uc) + 1, alternate); next < num_units)
+            next_item = ws_locate(p, next / p.num_kv_heads, group);
+        const int32_t wg_row0 = item.row0 + c * 64;
+        const int qb = kQByProducer ? int(uc % 2) : 0;
+        const uint32_t q_buf = q_s + qb * L::kQBytes;
+        q_rows = q_buf + uint32_t(c) * 64 * 128;
+        if constexpr (kQByProducer) {
+            sm90::mbar_wait(&q_full[qb], (uc / 2) & 1);
+            fence_proxy_async();  // the rows came through cp.async (generic proxy); wgmma reads them
+        } else {
+            // This warpgroup's 64 query rows (zeros past the last row); every warp of it is done with the rows
+            // (the last item's output staging) before they are overwritten.
+            sm90::named_barrier_sync<128>(kWsWgBarrier + c);
+            for (int v = wtid; v < 64 * kChunks; v += 128) {
+                const int rr = v / kChunks, chunk = v % kChunks;
+                const int32_t r = wg_row0 + rr;
+                const bool valid = r < item.total_rows;
+                const bf16* src =
+                    valid
+                        ? p.q +
+                              (size_t(item.q_begin + r / group) * p.num_q_heads + kvh * group + r % group) * kHeadDim +
+                              chunk * 8
+                        : p.q;
+                cp_async_16(q_buf + panel_offset<kRows>(c * 64 + rr, chunk), src, valid);
+            }
+            cp_async_commit();
+            cp_async_wait<0>();
+            fence_proxy_async();
+            sm90::named_barrier_sync<128>(kWsWgBarrier + c);
+        }
+
+        const int32_t warp_row0 = wg_row0 + warp * 16;
+        int32_t pos[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) pos[h] = item.start + (warp_row0 + g + 8 * h) / group;
+        const int32_t warp_first_pos = item.start + warp_row0 / group;
+        // Register definitions stay where they are written (fence_accumulators, keep_fragments), never sunk past
+        // the issue of a later wgmma that reads them: ptxas would serialise every wgmma.
+#pragma unroll
+        for (int pn = 0; pn < kPanels; ++pn) {
+#pragma unroll
+            for (int i = 0; i < 32; ++i) o[pn][i] = 0.f;
+            fence_accumulators(o[pn]);
+        }
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
+        uint32_t a[8][4];
+        const int32_t n = item.num_tiles;
+
+        // Tile 0: S, its softmax, P.
+        int prev = it % kVStages;  // the V stage of the tile whose P V is issued next
+        {
+            float s[64];
+            const int stage = it % kKStages;
+            sm90::mbar_wait(&k_full[stage], (it / kKStages) & 1);
+            if (n == 1) fence_proxy_async();  // the tile's cp.async part (generic proxy) is read by wgmma
+            sched_sync();
+            wgmma_fence();
+            issue_scores(s, stage);
+            wgmma_commit();
+            sched_arrive();
+            wgmma_wait<0>();
+            fence_accumulators(s);
+            release(k_empty, stage);
+            ws_softmax(s, m, l, alpha, pos, 0, kKeys - 1 > warp_first_pos, t4, scale_log2);
+            ws_pack(s, a);
+            keep_fragments(a);
+            ++it;
+        }
+        for (int32_t t = 1; t < n; ++t, ++it) {
+            const int stage = it % kKStages;
+            float s[64];
+            sm90::mbar_wait(&k_full[stage], (it / kKStages) & 1);
+            sm90::mbar_wait(&v_full[prev], ((it - 1) / kVStages) & 1);
+            if (t == n - 1) fence_proxy_async();
+            sched_sync();
+            wgmma_fence();
+            issue_scores(s, stage);
+            wgmma_commit();
+            issue_values(a, prev);
+            wgmma_commit();
+            sched_arrive();
+            wgmma_wait<1>();  // S
+            fence_accumulators(s);
+            release(k_empty, stage);
+            ws_softmax(s, m, l, alpha, pos, t * kKeys, t * kKeys + kKeys - 1 > warp_first_pos, t4, scale_log2);
+            wgmma_wait<0>();  // P V of the previous tile
+            keep_fragments(a);
+#pragma unroll
+            for (int pn = 0; pn < kPanels; ++pn) fence_accumulators(o[pn]);
+            release(v_empty, prev);
+#pragma unroll
+            for (int pn = 0; pn < kPanels; ++pn)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    o[pn][4 * j + 0] *= alpha[0];
+                    o[pn][4 * j + 1] *= alpha[0];
+                    o[pn][4 * j + 2] *= alpha[1];
+                    o[pn][4 * j + 3] *= alpha[1];
+                }
+#pragma unroll
+            for (int pn = 0; pn < kPanels; ++pn) fence_accumulators(o[pn]);
+            ws_pack(s, a);  // after the wait: P's registers are not redefined while a P V reads them
+            keep_fragments(a);
+            prev = it % kVStages;
+        }
+        sm90::mbar_wait(&v_full[prev], ((it - 1) / kVStages) & 1);
+        fence_proxy_async();  // the last tile's cp.async part
+        sched_sync();
+        wgmma_fence();
+        issue_values(a, prev);
+        wgmma_commit();
+        sched_arrive();
+        wgmma_wait<0>();
+        keep_fragments(a);
+#pragma unroll
+        for (int pn = 0; pn < kPanels; ++pn) fence_accumulators(o[pn]);
+        release(v_empty, prev);
+
+        // Normalise, stage the warp's 16 rows in its own rows of the query tile, write whole rows.
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            l[h] += __shfl_xor_sync(detail::kFullMask, l[h], 1);
+            l[h] += __shfl_xor_sync(detail::kFullMask, l[h], 2);
+            const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
+            const int row = c * 64 + warp * 16 + g + 8 * h;
+#pragma unroll
+            for (int pn = 0; pn < kPanels; ++pn)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    const uint32_t packed = pack_bf16(o[pn][4 * j + 2 * h] * inv, o[pn][4 * j + 2 * h + 1] * inv);
+                    sm90::st_shared_b32(q_buf + panel_offset<kRows>(row, 8 * pn + j) + t4 * 4, packed);
+                }
+        }
+        __syncwarp();
+        for (int v = lane; v < 16 * kChunks; v += 32) {
+            const int rr = v / kChunks, chunk = v % kChunks;
+            const int32_t r = warp_row0 + rr;
+            if (r >= item.total_rows) continue;
+            detail::bf16x8 x;
+            asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                         : "=r"(reinterpret_cast<uint32_t*>(&x)[0]), "=r"(reinterpret_cast<uint32_t*>(&x)[1]),
+                           "=r"(reinterpret_cast<uint32_t*>(&x)[2]), "=r"(reinterpret_cast<uint32_t*>(&x)[3])
+                         : "r"(q_buf + panel_offset<kRows>(c * 64 + warp * 16 + rr, chunk))
+                         : "memory");
+            const int32_t token = item.q_begin + r / group, head = kvh * group + r % group;
+            *reinterpret_cast<detail::bf16x8*>(p.out + (size_t(token) * p.num_q_heads + head) * kHeadDim + chunk * 8) =
+                x;
+        }
+        if constexpr (kQByProducer) {
+            __syncwarp();  // the warp's staged rows are read
+            if (lane == 0) sm90::mbar_arrive(&q_empty[qb]);
+        }
+    }
+    if (c == 0) sched_sync();  // the other warpgroup's last turn handed back
+#endif
+}
+
+}  // namespace
+
+namespace {
+
+/// Tensor map of a KV cache [slots][num_kv_heads][head_dim] (BF16) for boxes of 64 columns x 1 head x box_rows
+/// slots, 128-byte swizzle. The kernel reads only slots the block table names, so the slot extent is the int32
+/// coordinate range (the cache's size is not part of paged_attention_params).
+CUtensorMap make_cache_map(const bf16* cache, int32_t num_kv_heads, int32_t head_dim, int32_t box_rows) {
+    CUtensorMap map{};
+    const cuuint64_t dims[3] = {cuuint64_t(head_dim), cuuint64_t(num_kv_heads), cuuint64_t(0x7fffffff)};
+    const cuuint64_t strides[2] = {cuuint64_t(head_dim) * sizeof(bf16),
+                                   cuuint64_t(num_kv_heads) * head_dim * sizeof(bf16)};
+    const cuuint32_t box[3] = {64, 1, cuuint32_t(box_rows)};
+    const cuuint32_t elem_strides[3] = {1, 1, 1};
+    const CUresult r =
+        sm90::encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16*>(cache), dims, strides, box,
+                             elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    ZMOE_KERNEL_REQUIRE(r == CUDA_SUCCESS, "paged_attention: cuTensorMapEncodeTiled failed for the KV cache");
+    return map;
+}
+
+/// Keys per TMA box: the largest power of two from 8 to max_rows that divides the block size (0: none does). Small
+/// boxes leave fewer keys of an item's last tile to the cp.async path (items end on a multiple of 16 keys when
+/// 128 rows are 16 tokens of 8 heads).
+int32_t ws_box_rows(int32_t block_size, int32_t max_rows = 128) {
+    for (int32_t r = max_rows; r >= 8; r /= 2)
+        if (block_size % r == 0) return r;
+    return 0;
+}
+
+struct ws_variant {
+    const char* name;
+    int pv;                  // ws_pv (head dim 128; head dim 64 always kPvPanels)
+    int k_stages, v_stages;  // the K and V rings
+    bool q_by_producer;      // two query buffers the producer fills, else one the consumers fill
+    int32_t max_box_rows;
+    bool alternate = true;  // ws_unit's walk (false: a plain stride)
+};
+constexpr ws_variant kWsVariants[] = {
+    {"ws", kPvWide, 3, 3, false, 16},         {"ws_panels", kPvPanels, 3, 3, false, 16},
+    {"ws_k3", kPvWide, 3, 2, true, 16},       {"ws_2", kPvWide, 2, 2, true, 16},
+    {"ws_box128", kPvWide, 3, 3, false, 128}, {"ws_stride", kPvWide, 3, 3, false, 16, false},
+};
+
 }  // namespace
 
 namespace detail {
@@ -361,13 +910,11 @@ bool paged_attention_wgmma_supported(int32_t head_dim) {
 }
 
 void launch_paged_attention_wgmma(const paged_attention_params& p, cudaStream_t stream) {
-    ZMOE_KERNEL_REQUIRE(paged_attention_wgmma_supported(p.head_dim),
-                        "paged_attention: the wgmma kernel needs compute capability 9.x and head_dim 64 or 128");
-    ZMOE_KERNEL_REQUIRE(p.num_kv_heads > 0 && p.num_q_heads % p.num_kv_heads == 0,
-                        "paged_attention: num_kv_heads must divide num_q_heads");
-    ZMOE_KERNEL_REQUIRE(p.block_size > 0, "paged_attention: block_size must be positive");
-    ZMOE_KERNEL_REQUIRE(p.rows_per_item == 64 || p.rows_per_item == 128,
-                        "paged_attention: the wgmma kernel takes items of 64 or 128 rows");
+    require_paged_attention_params(p);
+    ZMOE_KERNEL_REQUIRE(
+        paged_attention_wgmma_supported(p.head_dim) && (p.v_head_dim == 0 || p.v_head_dim == p.head_dim),
+        "paged_attention: the wgmma kernel needs compute capability 9.x, head_dim 64 or 128 and no "
+        "separate v_head_dim");
     if (p.num_work_items == 0) return;
     const auto launch = [&]<int kHeadDim, int kWarpgroups>() {
         using tile = wg_tile<kHeadDim, kWarpgroups>;
@@ -387,6 +934,61 @@ void launch_paged_attention_wgmma(const paged_attention_params& p, cudaStream_t 
             launch.template operator()<128, 2>();
         else
             launch.template operator()<128, 1>();
+    }
+    ZMOE_CUDA_CHECK_LAUNCH();
+}
+
+const std::vector<std::string>& paged_attention_ws_variants() {
+    static const std::vector<std::string> names = [] {
+        std::vector<std::string> v;
+        for (const ws_variant& w : kWsVariants) v.emplace_back(w.name);
+        return v;
+    }();
+    return names;
+}
+
+bool paged_attention_ws_supported(const paged_attention_params& p) {
+    return paged_attention_wgmma_supported(p.head_dim) && (p.v_head_dim == 0 || p.v_head_dim == p.head_dim) &&
+           p.rows_per_item == 128 && ws_box_rows(p.block_size, 8) > 0;
+}
+
+void launch_paged_attention_ws(const paged_attention_params& p, const std::string& variant, cudaStream_t stream) {
+    require_paged_attention_params(p);
+    ZMOE_KERNEL_REQUIRE(paged_attention_ws_supported(p),
+                        "paged_attention: the warp-specialised kernel needs compute capability 9.x, head_dim 64 or "
+                        "128, no separate v_head_dim, items of 128 rows and a block size that is a multiple of 8");
+    const ws_variant* w = nullptr;
+    for (const ws_variant& v : kWsVariants)
+        if (variant == v.name) w = &v;
+    ZMOE_KERNEL_REQUIRE(w != nullptr, "paged_attention: unknown warp-specialised variant");
+    if (p.num_work_items == 0) return;
+    const int32_t box_rows = ws_box_rows(p.block_size, w->max_box_rows);
+    const CUtensorMap map_k = make_cache_map(p.k_cache, p.num_kv_heads, p.head_dim, box_rows);
+    const CUtensorMap map_v = make_cache_map(p.v_cache, p.num_kv_heads, p.head_dim, box_rows);
+    const int32_t units = p.num_work_items * p.num_kv_heads;
+    const int grid = std::min(units, sm90::current_device().sms);
+    const auto launch = [&]<int kHeadDim, int kKStages, int kVStages, int kPv, bool kQByProducer>() {
+        const auto kernel = prefill_attention_ws_kernel<kHeadDim, kKStages, kVStages, kPv, true, kQByProducer>;
+        constexpr uint32_t smem = ws_layout < kHeadDim, kKStages, kVStages, kQByProducer ? 2 : 1 > ::kSmem;
+        ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        kernel<<<grid, kWsThreads, smem, stream>>>(map_k, map_v, p, box_rows, w->alternate);
+    };
+    if (p.head_dim == 64) {
+        if (w->k_stages == 3 && w->v_stages == 3)
+            launch.template operator()<64, 3, 3, kPvPanels, false>();
+        else if (w->k_stages == 3)
+            launch.template operator()<64, 3, 2, kPvPanels, true>();
+        else
+            launch.template operator()<64, 2, 2, kPvPanels, true>();
+    } else if (w->k_stages == 3 && w->v_stages == 3) {
+        if (w->pv == kPvPanels)
+            launch.template operator()<128, 3, 3, kPvPanels, false>();
+        else
+            launch.template operator()<128, 3, 3, kPvWide, false>();
+    } else if (w->k_stages == 3) {
+        launch.template operator()<128, 3, 2, kPvWide, true>();
+    } else {
+        launch.template operator()<128, 2, 2, kPvWide, true>();
     }
     ZMOE_CUDA_CHECK_LAUNCH();
 }

@@ -212,6 +212,39 @@ inline const device_info& current_device() {
     return info;
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Warp-specialised attention (paged_attention_sm90.cu): 3D TMA loads, register reallocation, named barriers.
+
+/// 3D TMA copy of the box at (c0, c1, c2) (innermost first) into shared memory, completing on bar.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int32_t c0, int32_t c1, int32_t c2,
+                                            uint64_t* bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
+        "[%2];\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+        : "memory");
+}
+
+/// setmaxnreg: this warpgroup's registers per thread raised or lowered to kRegs (every thread of the warpgroup).
+template <int kRegs>
+__device__ __forceinline__ void warpgroup_reg_alloc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void warpgroup_reg_dealloc() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+/// Named barrier id over kThreads threads: wait for all (sync), or count this warp's threads and go on (arrive).
+template <int kThreads>
+__device__ __forceinline__ void named_barrier_sync(int id) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
+}
+template <int kThreads>
+__device__ __forceinline__ void named_barrier_arrive(int id) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
+}
+
 }  // namespace zmoe::kernels::sm90
 
 // The operand lists of the two wgmma shapes: accumulator registers %0..%63 (and %64..%127 for N = 256), and

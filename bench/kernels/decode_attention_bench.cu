@@ -37,9 +37,11 @@
 
 namespace {
 
+using zmoe::bench::attention_buffers;
 using zmoe::bench::device_alloc;
-using zmoe::bench::fill;
+using zmoe::bench::event_median_ms;
 using zmoe::bench::parse_list;
+using zmoe::bench::upload_ints;
 using zmoe::kernels::bf16;
 
 constexpr int32_t kQHeads = 32, kKvHeads = 4, kHeadDim = 128, kBlockSize = 16;
@@ -51,27 +53,6 @@ struct row {
     double ms = 0, floor_ms = 0, bytes = 0, peer_ms = -1;  // peer_ms < 0: no peer row for this shape
 };
 
-/// Milliseconds between two events around fn(), the median of `iters` runs after two warm-up runs.
-template <typename Fn>
-double median_ms(Fn&& fn, cudaStream_t stream, int iters) {
-    cudaEvent_t start, stop;
-    ZMOE_CUDA_CHECK(cudaEventCreate(&start));
-    ZMOE_CUDA_CHECK(cudaEventCreate(&stop));
-    std::vector<double> ms;
-    for (int i = -2; i < iters; ++i) {
-        ZMOE_CUDA_CHECK(cudaEventRecord(start, stream));
-        fn();
-        ZMOE_CUDA_CHECK(cudaEventRecord(stop, stream));
-        ZMOE_CUDA_CHECK(cudaEventSynchronize(stop));
-        float t = 0;
-        ZMOE_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-        if (i >= 0) ms.push_back(t);
-    }
-    ZMOE_CUDA_CHECK(cudaEventDestroy(start));
-    ZMOE_CUDA_CHECK(cudaEventDestroy(stop));
-    return zmoe::median(ms);
-}
-
 row measure(int32_t batch, int32_t context, int32_t splits, bool automatic, int iters, cudaStream_t stream) {
     row r{.batch = batch, .context = context, .splits = splits, .automatic = automatic};
     const int32_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
@@ -81,35 +62,23 @@ row measure(int32_t batch, int32_t context, int32_t splits, bool automatic, int 
     const size_t num_blocks = size_t(r.copies) * batch * blocks_per_seq;
     const size_t q_elems = size_t(batch) * kQHeads * kHeadDim;
 
-    bf16* q = device_alloc<bf16>(q_elems);
-    bf16* k_cache = device_alloc<bf16>(num_blocks * block_bytes / sizeof(bf16));
-    bf16* v_cache = device_alloc<bf16>(num_blocks * block_bytes / sizeof(bf16));
-    bf16* out = device_alloc<bf16>(q_elems);
-    fill(q, q_elems, 1.f, 1, stream);
-    fill(k_cache, num_blocks * block_bytes / sizeof(bf16), 1.f, 2, stream);
-    fill(v_cache, num_blocks * block_bytes / sizeof(bf16), 1.f, 3, stream);
+    const attention_buffers buf(q_elems, num_blocks * block_bytes / sizeof(bf16), stream);
 
     // Copy c's block tables: [copies][batch][blocks_per_seq], physical blocks shuffled over the whole cache.
-    std::vector<int32_t> tables(num_blocks);
-    std::iota(tables.begin(), tables.end(), 0);
-    std::shuffle(tables.begin(), tables.end(), std::mt19937(int(batch * 7 + context)));
-    int32_t* d_tables = device_alloc<int32_t>(tables.size());
-    ZMOE_CUDA_CHECK(cudaMemcpy(d_tables, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice));
-    const std::vector<int32_t> start_pos(batch, context - 1);
-    int32_t* d_start = device_alloc<int32_t>(batch);
-    ZMOE_CUDA_CHECK(cudaMemcpy(d_start, start_pos.data(), size_t(batch) * 4, cudaMemcpyHostToDevice));
+    int32_t* d_tables = upload_ints(zmoe::bench::shuffled_blocks(num_blocks, uint32_t(batch * 7 + context)));
+    int32_t* d_start = upload_ints(std::vector<int32_t>(batch, context - 1));
 
     float* workspace = device_alloc<float>(
         std::max<size_t>(zmoe::kernels::decode_attention_workspace_bytes(batch, kQHeads, kHeadDim, splits), 4) /
         sizeof(float));
     auto launch = [&](int32_t copy) {
-        zmoe::kernels::launch_decode_attention({.q = q,
-                                                .k_cache = k_cache,
-                                                .v_cache = v_cache,
+        zmoe::kernels::launch_decode_attention({.q = buf.q,
+                                                .k_cache = buf.k_cache,
+                                                .v_cache = buf.v_cache,
                                                 .block_tables = d_tables + size_t(copy) * batch * blocks_per_seq,
                                                 .start_pos = d_start,
                                                 .workspace = workspace,
-                                                .out = out,
+                                                .out = buf.out,
                                                 .num_seqs = batch,
                                                 .num_q_heads = kQHeads,
                                                 .num_kv_heads = kKvHeads,
@@ -130,15 +99,13 @@ row measure(int32_t batch, int32_t context, int32_t splits, bool automatic, int 
     for (int32_t i = 0; i < launches; ++i) launch(i % r.copies);
     ZMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
     ZMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    r.ms = median_ms([&] { ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, stream, iters) / launches;
+    r.ms = event_median_ms([&] { ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, stream, iters) / launches;
     r.bytes = double(batch) * (double(context) * kKvHeads * kHeadDim * 2 * sizeof(bf16) +
                                2.0 * kQHeads * kHeadDim * sizeof(bf16) + blocks_per_seq * 4.0);
 
     ZMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
     ZMOE_CUDA_CHECK(cudaGraphDestroy(graph));
-    for (void* p :
-         {(void*)q, (void*)k_cache, (void*)v_cache, (void*)out, (void*)d_tables, (void*)d_start, (void*)workspace})
-        ZMOE_CUDA_CHECK(cudaFree(p));
+    for (void* p : {(void*)d_tables, (void*)d_start, (void*)workspace}) ZMOE_CUDA_CHECK(cudaFree(p));
     return r;
 }
 
@@ -148,8 +115,8 @@ double copy_bandwidth(cudaStream_t stream) {
     char* src = device_alloc<char>(n);
     char* dst = device_alloc<char>(n);
     ZMOE_CUDA_CHECK(cudaMemsetAsync(src, 1, n, stream));
-    const double ms =
-        median_ms([&] { ZMOE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream)); }, stream, 10);
+    const double ms = event_median_ms(
+        [&] { ZMOE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream)); }, stream, 10);
     ZMOE_CUDA_CHECK(cudaFree(src));
     ZMOE_CUDA_CHECK(cudaFree(dst));
     return 2.0 * double(n) / (ms * 1e-3);
@@ -206,10 +173,7 @@ int main(int argc, char** argv) {
 
     std::string peer_name;
     if (!peer.empty()) {
-        std::fflush(stdout);
-        FILE* pipe = popen(peer.c_str(), "r");
-        char line[1024];
-        while (pipe && std::fgets(line, sizeof line, pipe)) {
+        const bool ok = zmoe::bench::run_peer(peer, [&](const char* line) {
             int32_t b = 0, c = 0;
             double ms = 0;
             char extra = 0;
@@ -220,9 +184,8 @@ int main(int argc, char** argv) {
                 std::printf("peer: %s", line);
                 if (peer_name.empty()) peer_name = std::string(line, std::strcspn(line, "\n\"\\"));
             }
-        }
-        if (!pipe || pclose(pipe) != 0)
-            std::fprintf(stderr, "decode_attention_bench: the peer failed: %s\n", peer.c_str());
+        });
+        if (!ok) std::fprintf(stderr, "decode_attention_bench: the peer failed: %s\n", peer.c_str());
     }
 
     std::printf(

@@ -9,11 +9,13 @@
 // 2 * 2 * S^2 * H * D / 2, plus 2 * 2 * S * P * H * D for the prefix. Beside them: the device's BF16 matrix rate,
 // measured in the same run (cuBLASLt, 8192^3, median of 20), so that each rate reads as a fraction of the chip.
 // Each shape runs on each kernel of --impls: mma (mma.sync), wgmma_64 / wgmma_128 (the Hopper kernel over 64- or
-// 128-row work items), automatic (what launch_paged_attention runs for the executor: wgmma_128 on Hopper).
+// 128-row work items), automatic (what launch_paged_attention runs for the executor: ws on Hopper), ws* (the
+// warp-specialised kernel's variants, detail::paged_attention_ws_variants).
 //
 // usage: prefill_attention_bench [--seqs 1024,2048,4096,8192,16384,32768] [--prefix 4096] [--layouts
 //                                contiguous,paged,prefix] [--impls mma,wgmma_64,wgmma_128,automatic] [--iters 10]
-//                                [--json PATH]
+//                                [--json PATH] [--peer CMD]
+// --peer CMD runs after the measurements and its output is echoed (../shared/peers/attention_prefill_peer.py).
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -32,12 +34,16 @@
 #include "bench/kernels/bench_util.cuh"
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/paged_attention_sm90.hpp"
 
 namespace {
 
+using zmoe::bench::attention_buffers;
 using zmoe::bench::device_alloc;
+using zmoe::bench::event_median_ms;
 using zmoe::bench::fill;
 using zmoe::bench::parse_list;
+using zmoe::bench::upload_ints;
 using zmoe::kernels::bf16;
 
 constexpr int32_t kQHeads = 32, kKvHeads = 4, kHeadDim = 128, kPagedBlock = 16;
@@ -48,34 +54,17 @@ struct row {
     double ms = 0, flops = 0;
 };
 
-/// Milliseconds between two events around fn(), the median of `iters` runs after two warm-up runs.
-template <typename Fn>
-double median_ms(Fn&& fn, cudaStream_t stream, int iters) {
-    cudaEvent_t start, stop;
-    ZMOE_CUDA_CHECK(cudaEventCreate(&start));
-    ZMOE_CUDA_CHECK(cudaEventCreate(&stop));
-    std::vector<double> ms;
-    for (int i = -2; i < iters; ++i) {
-        ZMOE_CUDA_CHECK(cudaEventRecord(start, stream));
-        fn();
-        ZMOE_CUDA_CHECK(cudaEventRecord(stop, stream));
-        ZMOE_CUDA_CHECK(cudaEventSynchronize(stop));
-        float t = 0;
-        ZMOE_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-        if (i >= 0) ms.push_back(t);
-    }
-    ZMOE_CUDA_CHECK(cudaEventDestroy(start));
-    ZMOE_CUDA_CHECK(cudaEventDestroy(stop));
-    return zmoe::median(ms);
-}
-
 /// The kernels --impls names: mma, wgmma_64 and wgmma_128 (the wgmma kernel over 64- or 128-row items), automatic
 /// (launch_paged_attention's choice with the rows per item paged_attention_rows_per_item gives, as the executor).
-const std::vector<std::string> kImplNames{"mma", "wgmma_64", "wgmma_128", "automatic"};
+/// ws*: the warp-specialised kernel's variants (detail::paged_attention_ws_variants), over 128-row items.
+const std::vector<std::string> kImplNames{"mma",       "wgmma_64", "wgmma_128", "automatic", "ws",
+                                          "ws_panels", "ws_k3",    "ws_2",      "ws_box128", "ws_stride"};
+
+bool is_ws(const std::string& impl) { return impl.starts_with("ws"); }
 
 int32_t rows_per_item(const std::string& impl) {
     if (impl == "automatic") return zmoe::kernels::paged_attention_rows_per_item(kHeadDim);
-    return impl == "wgmma_128" ? 128 : 64;
+    return impl == "wgmma_128" || is_ws(impl) ? 128 : 64;
 }
 
 zmoe::kernels::paged_attention_impl impl_of(const std::string& impl) {
@@ -94,36 +83,23 @@ row measure(const std::string& layout, const std::string& impl, int32_t seq, int
     const size_t cache_elems = size_t(blocks) * r.block_size * kKvHeads * kHeadDim;
     const size_t q_elems = size_t(seq) * kQHeads * kHeadDim;
 
-    bf16* q = device_alloc<bf16>(q_elems);
-    bf16* k_cache = device_alloc<bf16>(cache_elems);
-    bf16* v_cache = device_alloc<bf16>(cache_elems);
-    bf16* out = device_alloc<bf16>(q_elems);
-    fill(q, q_elems, 1.f, 1, stream);
-    fill(k_cache, cache_elems, 1.f, 2, stream);
-    fill(v_cache, cache_elems, 1.f, 3, stream);
-
-    std::vector<int32_t> table(blocks);
-    std::iota(table.begin(), table.end(), 0);
-    std::shuffle(table.begin(), table.end(), std::mt19937(uint32_t(seq * 7 + r.prefix)));
+    const attention_buffers buf(q_elems, cache_elems, stream);
+    const std::vector<int32_t> table = zmoe::bench::shuffled_blocks(blocks, uint32_t(seq * 7 + r.prefix));
     const std::vector<int32_t> query_start{0, seq}, start_pos{r.prefix};
     const auto items = zmoe::kernels::paged_attention_plan(query_start, kQHeads, kKvHeads, rows_per_item(impl));
-    int32_t* d_table = device_alloc<int32_t>(table.size());
-    int32_t* d_qs = device_alloc<int32_t>(2);
-    int32_t* d_sp = device_alloc<int32_t>(1);
-    int32_t* d_items = device_alloc<int32_t>(items.size());
-    ZMOE_CUDA_CHECK(cudaMemcpy(d_table, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
-    ZMOE_CUDA_CHECK(cudaMemcpy(d_qs, query_start.data(), 8, cudaMemcpyHostToDevice));
-    ZMOE_CUDA_CHECK(cudaMemcpy(d_sp, start_pos.data(), 4, cudaMemcpyHostToDevice));
-    ZMOE_CUDA_CHECK(cudaMemcpy(d_items, items.data(), items.size() * 4, cudaMemcpyHostToDevice));
+    int32_t* d_table = upload_ints(table);
+    int32_t* d_qs = upload_ints(query_start);
+    int32_t* d_sp = upload_ints(start_pos);
+    int32_t* d_items = upload_ints(items);
 
-    const zmoe::kernels::paged_attention_params p{.q = q,
-                                                  .k_cache = k_cache,
-                                                  .v_cache = v_cache,
+    const zmoe::kernels::paged_attention_params p{.q = buf.q,
+                                                  .k_cache = buf.k_cache,
+                                                  .v_cache = buf.v_cache,
                                                   .block_tables = d_table,
                                                   .query_start = d_qs,
                                                   .start_pos = d_sp,
                                                   .work_items = d_items,
-                                                  .out = out,
+                                                  .out = buf.out,
                                                   .num_seqs = 1,
                                                   .num_work_items = int32_t(items.size() / 2),
                                                   .num_q_heads = kQHeads,
@@ -134,20 +110,25 @@ row measure(const std::string& layout, const std::string& impl, int32_t seq, int
                                                   .scale = 1.f / std::sqrt(float(kHeadDim)),
                                                   .impl = impl_of(impl),
                                                   .rows_per_item = rows_per_item(impl)};
-    r.ms = median_ms([&] { zmoe::kernels::launch_paged_attention(p, stream); }, stream, iters);
+    r.ms = event_median_ms(
+        [&] {
+            if (is_ws(impl))
+                zmoe::kernels::detail::launch_paged_attention_ws(p, impl, stream);
+            else
+                zmoe::kernels::launch_paged_attention(p, stream);
+        },
+        stream, iters);
     r.flops = 4.0 * kQHeads * kHeadDim * (double(seq) * seq / 2 + double(seq) * r.prefix);
 
     // Every output element written and finite (the tests check the values against the CPU reference).
     std::vector<uint16_t> host(q_elems);
-    ZMOE_CUDA_CHECK(cudaMemcpy(host.data(), out, q_elems * 2, cudaMemcpyDeviceToHost));
+    ZMOE_CUDA_CHECK(cudaMemcpy(host.data(), buf.out, q_elems * 2, cudaMemcpyDeviceToHost));
     size_t bad = 0;
     for (uint16_t h : host) bad += (h & 0x7f80u) == 0x7f80u;  // inf or NaN exponent
     if (bad)
         std::fprintf(stderr, "prefill_attention_bench: %zu non-finite outputs (%s, %d)\n", bad, layout.c_str(), seq);
 
-    for (void* ptr : {(void*)q, (void*)k_cache, (void*)v_cache, (void*)out, (void*)d_table, (void*)d_qs, (void*)d_sp,
-                      (void*)d_items})
-        ZMOE_CUDA_CHECK(cudaFree(ptr));
+    for (void* ptr : {(void*)d_table, (void*)d_qs, (void*)d_sp, (void*)d_items}) ZMOE_CUDA_CHECK(cudaFree(ptr));
     return r;
 }
 
@@ -165,7 +146,7 @@ double gemm_peak(cudaStream_t stream) {
     ZMOE_CUBLAS_CHECK(cublasLtCreate(&handle));
     const zmoe::kernels::gemm_bf16_params g{
         .handle = handle, .workspace = ws, .workspace_bytes = ws_bytes, .x = x, .w = w, .y = y, .m = n, .n = n, .k = n};
-    const double ms = median_ms([&] { zmoe::kernels::launch_gemm_bf16(g, stream); }, stream, 20);
+    const double ms = event_median_ms([&] { zmoe::kernels::launch_gemm_bf16(g, stream); }, stream, 20);
     ZMOE_CUBLAS_CHECK(cublasLtDestroy(handle));
     for (void* ptr : {(void*)x, (void*)w, (void*)y, ws}) ZMOE_CUDA_CHECK(cudaFree(ptr));
     return 2.0 * n * double(n) * n / (ms * 1e-3);
@@ -188,7 +169,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> layouts{"contiguous", "paged", "prefix"}, impls{"mma", "wgmma_64", "wgmma_128"};
     int32_t prefix = 4096;
     int iters = 10;
-    std::string json;
+    std::string json, peer;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         const bool has_value = i + 1 < argc;
@@ -204,10 +185,12 @@ int main(int argc, char** argv) {
             iters = std::max(1, std::stoi(argv[++i]));
         } else if (a == "--json" && has_value) {
             json = argv[++i];
+        } else if (a == "--peer" && has_value) {
+            peer = argv[++i];
         } else {
             std::fprintf(stderr,
                          "usage: %s [--seqs 1024,...,32768] [--prefix 4096] [--layouts contiguous,paged,prefix] "
-                         "[--impls mma,wgmma_64,wgmma_128,automatic] [--iters N] [--json PATH]\n",
+                         "[--impls mma,wgmma_64,wgmma_128,automatic,ws,...] [--iters N] [--json PATH] [--peer CMD]\n",
                          argv[0]);
             return 2;
         }
@@ -251,6 +234,8 @@ int main(int argc, char** argv) {
         std::printf("%-11s %-19s %7d %7d %6d %10.3f %9.1f %6.1f%%\n", r.layout.c_str(), r.impl.c_str(), r.seq, r.prefix,
                     r.block_size, r.ms, r.flops / r.ms * 1e-9, 100.0 * r.flops / (r.ms * 1e-3) / peak);
     std::printf("(FLOPs = 4 * H * D * (S^2 / 2 + S * prefix), H = %d query heads, as the peer counts them)\n", kQHeads);
+    if (!peer.empty() && !zmoe::bench::run_peer(peer, [](const char* line) { std::printf("peer: %s", line); }))
+        std::fprintf(stderr, "prefill_attention_bench: the peer failed: %s\n", peer.c_str());
 
     if (!json.empty()) {
         std::ofstream f(json);

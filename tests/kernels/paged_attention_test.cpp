@@ -2,7 +2,7 @@
 // cached context (ending mid-block and mid-tile), whole prompts up to 4 100 tokens, lengths around the tile edges,
 // GQA groups from 1 to 8, head dims 16 to 256, block sizes 8 to 64, block tables in shuffled physical order; each
 // case through every kernel that takes it (mma.sync everywhere, wgmma on Hopper for head dims 64 and 128, over
-// 64- and 128-row work items).
+// 64- and 128-row work items, and the warp-specialised kernel's variants over 128-row items).
 
 #include <numeric>
 
@@ -111,6 +111,15 @@ void check_case(const attention_case& c) {
         launch_paged_attention(p, nullptr);
         sync_and_check();
         EXPECT_LT(rel_error(download_bf16(d_out), want), kBf16Tolerance);
+        // The warp-specialised kernel's variants, over the same 128-row items, output poisoned again.
+        if (k.name != "wgmma_128" || !detail::paged_attention_ws_supported(p)) continue;
+        for (const std::string& variant : detail::paged_attention_ws_variants()) {
+            SCOPED_TRACE(variant);
+            d_out.poison();
+            detail::launch_paged_attention_ws(p, variant, nullptr);
+            sync_and_check();
+            EXPECT_LT(rel_error(download_bf16(d_out), want), kBf16Tolerance);
+        }
     }
 }
 
@@ -170,6 +179,11 @@ std::vector<attention_case> cases() {
         {"chunks_gqa1_d64", {{123, 77}, {64, 64}}, 4, 4, 64, 16},
         {"chunks_gqa8_d256", {{100, 150}, {0, 1}, {37, 40}}, 8, 1, 256, 32},
         {"chunks_gqa8_d64_bs16", {{1500, 700}}, 8, 1, 64, 16},
+        // Large blocks (128-key TMA boxes, the last tile's keys past the last whole box by cp.async) and a block
+        // size of 24 (8-key boxes).
+        {"large_blocks", {{0, 700}, {300, 200}, {129, 1}}, 32, 4, 128, 1024},
+        {"block_24", {{0, 333}, {100, 45}}, 16, 2, 128, 24},
+        {"large_blocks_d64", {{1000, 300}}, 8, 2, 64, 256},
     };
 }
 
