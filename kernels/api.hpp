@@ -486,6 +486,15 @@ struct fp8_quantize_params {
 /// quantization fused with the gather), or to row t. Rows nothing maps to are not written.
 void launch_fp8_quantize(const fp8_quantize_params& p, cudaStream_t stream);
 
+/// The FP8 grouped GEMM's tile shapes (kernels/grouped_gemm_fp8_sm90.cu). automatic: wide once the groups average
+/// 128 rows or more (or row_align is a multiple of 128), else narrow.
+enum class fp8_gemm_tiles : int32_t {
+    automatic = 0,
+    narrow = 1,          ///< 64-row tiles of 256 b rows (gate/up: one 128-channel output group), or 128 x 128 (down)
+    wide = 2,            ///< 128-row tiles of 256 b rows, each math warpgroup 64 rows x 256 in two 128-column halves
+    wide_staggered = 3,  ///< wide, the second math warpgroup starting half a K block after the first
+};
+
 struct grouped_gemm_fp8_params {
     const uint8_t* a = nullptr;               // [max_rows, k] e4m3, expert-contiguous as launch_moe_permute orders it
     const float* a_scales = nullptr;          // [ceil(k / 128), a_scale_ld]: row r's K block kb at [kb * ld + r]
@@ -505,6 +514,7 @@ struct grouped_gemm_fp8_params {
     int32_t row_align = 64;   ///< as given to launch_moe_permute: a multiple of 64
     bool swiglu = false;
     int32_t max_ctas = 0;  ///< as grouped_gemm_params
+    fp8_gemm_tiles tiles = fp8_gemm_tiles::automatic;
 };
 
 /// True when the current device is compute capability 9.x and p suits the FP8 kernel (its field comments).
@@ -573,6 +583,7 @@ struct moe_experts_params {
     int32_t max_ctas = 0;           ///< as grouped_gemm_params: 0 every SM
     moe_stage_mark mark = nullptr;  // or nullptr
     void* mark_context = nullptr;
+    fp8_gemm_tiles fp8_tiles = fp8_gemm_tiles::automatic;  ///< the FP8 GEMMs' tiles (with fp8 only)
     /// Non-null: the experts run in block-scaled FP8 (launch_fp8_quantize fused with the permutation's gather, the
     /// FP8 gate/up GEMM with SiLU * up quantized in its epilogue, the FP8 down GEMM with BF16 out); w_gate_up,
     /// w_down, x_permuted, act and impl are then unused, row_align is a multiple of 64 (0: 64), hidden and inter

@@ -320,6 +320,270 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Wide tiles: 128 rows of A x 256 rows of b (gate/up: 128 gate + 128 up rows, one 128-channel output group; down:
+// 256 output columns). Each math warpgroup owns 64 rows and all 256 b rows: its main accumulator is 64 x 256 fp32
+// (128 registers), and each K block runs in two 128-column halves, each four wgmma m64n128k32 into one 64-register
+// partial, then promoted into its half of the main accumulator. Per K block a CTA loads 48 KB for 8.4 MFLOP
+// (narrow gate/up: 40 KB for 4.2 MFLOP): a third of the L2 traffic per FLOP. The 192 accumulator registers need
+// more than the 168 that 384 threads get at entry: the producer warpgroup gives registers back (setmaxnreg 40) and
+// the math warpgroups take them (232; 128 x 40 + 256 x 232 <= 64 K). The gate/up epilogue needs no exchange
+// between warpgroups: a thread's quad holds whole rows of the tile's 128 output columns.
+
+constexpr int kWideBM = 128;        // rows of A per tile
+constexpr int kWideBN = 256;        // rows of b per tile
+constexpr int kStaggerBarrier = 4;  // named barrier holding the second math warpgroup back at the start
+constexpr int kProducerRegs = 40;   // setmaxnreg of the producer warpgroup ...
+constexpr int kMathRegs = 232;      // ... and of the math warpgroups
+
+template <bool kSwiglu>
+struct fp8_wide_tile {
+    static constexpr int kOutN = kSwiglu ? 128 : 256;           // output columns of a tile
+    static constexpr uint32_t kABytes = kWideBM * kBK;          // e4m3
+    static constexpr uint32_t kBBytes = kWideBN * kBK;          // e4m3
+    static constexpr uint32_t kStageBytes = kABytes + kBBytes;  // + the scales, stored apart
+    static constexpr uint32_t kCBytes =
+        kSwiglu ? 64 * 128 : 4 * 64 * 128;  // a warpgroup's output: e4m3 or 4 BF16 boxes
+    static constexpr size_t kFixedBytes = 1024 + 16 * sizeof(uint64_t) + (kMaxExperts + 1) * sizeof(int32_t);
+    static constexpr int kFit = int((kSmemLimit - kFixedBytes - 2 * kCBytes) / (kStageBytes + kWideBM * sizeof(float)));
+    static constexpr int kStages = kFit < 6 ? kFit : 6;
+    static constexpr size_t kCOffset = size_t(kStages) * kStageBytes;
+    static constexpr size_t kScaleOffset = kCOffset + 2 * kCBytes;  // [kStages][kWideBM] floats
+    static constexpr size_t kBarOffset = kScaleOffset + size_t(kStages) * kWideBM * 4;
+    static size_t smem_bytes(int32_t num_experts) {
+        return kBarOffset + 2 * kStages * sizeof(uint64_t) + size_t(num_experts + 1) * sizeof(int32_t) + 1024;
+    }
+    static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0 && kCBytes % 1024 == 0, "1024-byte swizzle atoms");
+    static_assert(kStages >= 3, "the pipeline needs three stages");
+};
+
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+__device__ __forceinline__ void named_bar_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+/// The wide-tile kernel (see above); kStagger holds the second math warpgroup back until the first has issued its
+/// first half K block, so that the two warpgroups' promotions need not coincide.
+template <bool kSwiglu, bool kStagger>
+__global__ void __launch_bounds__(kThreads, 1)
+    grouped_gemm_fp8_wide_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                                 const __grid_constant__ CUtensorMap map_c, const grouped_gemm_fp8_params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    using T = fp8_wide_tile<kSwiglu>;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    float* a_scale_s = reinterpret_cast<float*>(smem + T::kScaleOffset);
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kBarOffset);
+    uint64_t* empty = full + T::kStages;
+    int32_t* tile_start = reinterpret_cast<int32_t*>(empty + T::kStages);
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < T::kStages; ++s) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], 8);  // one arrive per math warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    build_tile_schedule<kWideBM>(p.expert_offsets, p.num_experts, tile_start);
+    __syncthreads();
+    const int32_t n_tiles = (p.n + T::kOutN - 1) / T::kOutN;
+    const int32_t num_tiles = tile_start[p.num_experts] * n_tiles;
+    const int32_t k_tiles = (p.k + kBK - 1) / kBK;
+
+    if (threadIdx.x < 128) {
+        // Producer: thread 0 fills the ring, stage after stage, tile after tile.
+        setmaxnreg_dec<kProducerRegs>();
+        if (threadIdx.x == 0) {
+            tma_prefetch_map(&map_a);
+            tma_prefetch_map(&map_b);
+            const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
+            uint32_t it = 0;
+            for (int32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+                const row_tile rt = locate_row_tile<kWideBM>(p.expert_offsets, tile_start, p.num_experts, t / n_tiles);
+                const int32_t n0 = (t % n_tiles) * T::kOutN;
+                const int32_t b_row = rt.expert * n_b;
+                // The second half's b rows: the up rows of the same columns, or the next 128 columns.
+                const int32_t b_row1 = kSwiglu ? b_row + p.n + n0 : b_row + n0 + 128;
+                for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
+                    const uint32_t s = it % T::kStages;
+                    mbar_wait(&empty[s], ((it / T::kStages) & 1) ^ 1);
+                    unsigned char* a_s = smem + size_t(s) * T::kStageBytes;
+                    unsigned char* b_s = a_s + T::kABytes;
+                    const int32_t k0 = kt * kBK;
+                    mbar_arrive_expect_tx(&full[s], T::kStageBytes + uint32_t(rt.rows) * 4);
+                    tma_load_2d(a_s, &map_a, k0, rt.m0, &full[s]);
+                    tma_load_2d(b_s, &map_b, k0, b_row + n0, &full[s]);
+                    tma_load_2d(b_s + 128 * kBK, &map_b, k0, b_row1, &full[s]);
+                    bulk_load(a_scale_s + size_t(s) * kWideBM, p.a_scales + size_t(kt) * p.a_scale_ld + rt.m0,
+                              uint32_t(rt.rows) * 4, &full[s]);
+                }
+            }
+        }
+    } else {
+        setmaxnreg_inc<kMathRegs>();
+        const int mw = int(threadIdx.x) / 128 - 1;  // math warpgroup 0 or 1
+        const int a_row0 = mw * 64;
+        const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+        const int r = warp * 16 + lane / 4;  // this thread's rows of the warpgroup's 64: r and r + 8
+        const bool storer = threadIdx.x % 128 == 0;
+        const uint32_t c_s = smem_addr(smem + T::kCOffset + mw * T::kCBytes);
+        if (storer) tma_prefetch_map(&map_c);
+        bool released = !kStagger || mw == 1;  // whether this warpgroup has done its part of the stagger
+        if (kStagger && mw == 1) named_bar_sync(kStaggerBarrier, 256);
+        float acc[128], part[64];
+        uint32_t it = 0;
+        for (int32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+            const row_tile rt = locate_row_tile<kWideBM>(p.expert_offsets, tile_start, p.num_experts, t / n_tiles);
+            const int32_t n0 = (t % n_tiles) * T::kOutN;
+            // The 64-row last tile of a group of an odd number of 64-row blocks leaves warpgroup 1 idle.
+            if (a_row0 >= rt.rows) {
+                for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
+                    const uint32_t s = it % T::kStages;
+                    mbar_wait(&full[s], (it / T::kStages) & 1);
+                    if (lane == 0) mbar_arrive(&empty[s]);
+                }
+                continue;
+            }
+            // The weight scales of the two halves: gate's and up's block of the columns, or two column blocks.
+            const float* ws0 = weight_scales(p, rt.expert, 0, n0 / 128);
+            const float* ws1 =
+                kSwiglu ? weight_scales(p, rt.expert, 1, n0 / 128) : weight_scales(p, rt.expert, 0, n0 / 128 + 1);
+            float wn0 = __ldg(ws0), wn1 = __ldg(ws1);
+#pragma unroll
+            for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+            for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
+                const float w0 = wn0, w1 = wn1;
+                if (kt + 1 < k_tiles) {
+                    wn0 = __ldg(ws0 + kt + 1);
+                    wn1 = __ldg(ws1 + kt + 1);
+                }
+                const uint32_t s = it % T::kStages;
+                mbar_wait(&full[s], (it / T::kStages) & 1);
+                const unsigned char* a_s = smem + size_t(s) * T::kStageBytes;
+                const uint64_t desc_a = smem_desc(a_s + a_row0 * kBK);
+                const float sa0 = a_scale_s[s * kWideBM + a_row0 + r], sa1 = a_scale_s[s * kWideBM + a_row0 + r + 8];
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const uint64_t desc_b = smem_desc(a_s + T::kABytes + half * 128 * kBK);
+                    wgmma_fence();
+                    wgmma_m64n128k32_e4m3<0>(part, desc_a, desc_b);
+#pragma unroll
+                    for (int kk = 1; kk < kBK / 32; ++kk)
+                        wgmma_m64n128k32_e4m3<1>(part, desc_a + 2 * kk, desc_b + 2 * kk);
+                    wgmma_commit();
+                    if (kStagger && !released) {
+                        named_bar_arrive(kStaggerBarrier, 256);
+                        released = true;
+                    }
+                    wgmma_wait<0>();
+                    fence_accumulators(part);
+                    if (half == 1) {
+                        __syncwarp();
+                        if (lane == 0) mbar_arrive(&empty[s]);
+                    }
+                    const float w = half == 0 ? w0 : w1;
+                    const float f0 = sa0 * w, f1 = sa1 * w;
+#pragma unroll
+                    for (int j = 0; j < 16; ++j) {
+                        float* d = acc + 64 * half + 4 * j;
+                        d[0] = fmaf(part[4 * j + 0], f0, d[0]);
+                        d[1] = fmaf(part[4 * j + 1], f0, d[1]);
+                        d[2] = fmaf(part[4 * j + 2], f1, d[2]);
+                        d[3] = fmaf(part[4 * j + 3], f1, d[3]);
+                    }
+                }
+            }
+
+            // Accumulator element 64 half + 4 j + 2 h + q sits at row r + 8 h, column 128 half + 8 j + 2 (lane % 4)
+            // + q of the warpgroup's 64 x 256 block (with swiglu half 0 is gate, half 1 up, of columns n0 + ...).
+            if constexpr (kSwiglu) {
+                float amax[2] = {0.f, 0.f};
+#pragma unroll
+                for (int j = 0; j < 16; ++j)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+#pragma unroll
+                        for (int q = 0; q < 2; ++q) {
+                            const int i = 4 * j + 2 * h + q;
+                            const float g = acc[i], u = acc[64 + i];
+                            const int32_t col = n0 + 8 * j + 2 * (lane % 4) + q;
+                            const float a = col < p.n ? __fdividef(g, 1.f + __expf(-g)) * u : 0.f;
+                            acc[i] = a;
+                            amax[h] = fmaxf(amax[h], fabsf(a));
+                        }
+                // A row's 128 columns are in the four lanes of its quad.
+                float scale[2], inv[2];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 1));
+                    amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
+                    scale[h] = amax[h] > 0.f ? amax[h] / 448.f : 1.f;
+                    inv[h] = __frcp_rn(scale[h]);
+                }
+                if (storer) bulk_wait_read<0>();  // the previous tile's store has read the output buffer
+                warpgroup_sync(1 + mw);
+                // e4m3 codes into the 64 x 128-byte box, 128-byte swizzled (16-byte chunk c of row x at c ^ (x % 8)).
+#pragma unroll
+                for (int j = 0; j < 16; ++j)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = r + 8 * h;
+                        const uint16_t codes = to_e4m3x2(acc[4 * j + 2 * h] * inv[h], acc[4 * j + 2 * h + 1] * inv[h]);
+                        st_shared_b16(c_s + row * 128 + (((j >> 1) ^ (row % 8)) << 4) + 8 * (j & 1) + 2 * (lane % 4),
+                                      codes);
+                    }
+                if (lane % 4 == 0) {
+                    float* out = p.c_scales + size_t(n0 / 128) * p.c_scale_ld + rt.m0 + a_row0;
+                    out[r] = scale[0];
+                    out[r + 8] = scale[1];
+                }
+                fence_proxy_async();
+                warpgroup_sync(1 + mw);
+                if (storer) {
+                    if (n0 < p.n) tma_store_2d(&map_c, c_s, n0, rt.m0 + a_row0);
+                    bulk_commit();
+                }
+            } else {
+                // BF16: four 64 x 64 boxes, 128-byte swizzled.
+                if (storer) bulk_wait_read<0>();
+                warpgroup_sync(1 + mw);
+#pragma unroll
+                for (int box = 0; box < 4; ++box)
+#pragma unroll
+                    for (int jj = 0; jj < 8; ++jj)
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            const int i = 32 * box + 4 * jj + 2 * h;  // = 64 half + 4 j + 2 h
+                            const __nv_bfloat162 pair = __floats2bfloat162_rn(acc[i], acc[i + 1]);
+                            const int row = r + 8 * h;
+                            st_shared_b32(c_s + box * 8192 + row * 128 + ((jj ^ (row % 8)) << 4) + (lane % 4) * 4,
+                                          *reinterpret_cast<const uint32_t*>(&pair));
+                        }
+                fence_proxy_async();
+                warpgroup_sync(1 + mw);
+                if (storer) {
+#pragma unroll
+                    for (int box = 0; box < 4; ++box)
+                        if (n0 + box * 64 < p.n) tma_store_2d(&map_c, c_s + box * 8192, n0 + box * 64, rt.m0 + a_row0);
+                    bulk_commit();
+                }
+            }
+        }
+        if (kStagger && !released) named_bar_arrive(kStaggerBarrier, 256);
+        if (storer) bulk_wait_all();
+    }
+#endif
+}
+
 /// Tensor map of a row-major matrix [rows, cols] of `elem` bytes per element, boxes of box_cols x box_rows.
 CUtensorMap make_map(const void* base, CUtensorMapDataType type, size_t elem, int64_t rows, int32_t cols,
                      int32_t box_cols, int32_t box_rows, CUtensorMapSwizzle swizzle) {
@@ -358,6 +622,30 @@ void launch_as(const grouped_gemm_fp8_params& p, cudaStream_t stream) {
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 
+template <bool kSwiglu, bool kStagger>
+void launch_wide(const grouped_gemm_fp8_params& p, cudaStream_t stream) {
+    using T = fp8_wide_tile<kSwiglu>;
+    if (p.max_rows < 64) return;  // groups are multiples of row_align >= 64 rows: all are empty
+    auto kernel = grouped_gemm_fp8_wide_kernel<kSwiglu, kStagger>;
+    const size_t smem = T::smem_bytes(p.num_experts);
+    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
+    const CUtensorMap map_a =
+        make_map(p.a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p.max_rows, p.k, kBK, kWideBM, CU_TENSOR_MAP_SWIZZLE_128B);
+    const CUtensorMap map_b = make_map(p.b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, int64_t(p.num_experts) * n_b, p.k, kBK,
+                                       128, CU_TENSOR_MAP_SWIZZLE_128B);
+    const CUtensorMap map_c =
+        kSwiglu
+            ? make_map(p.c_q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p.max_rows, p.n, 128, 64, CU_TENSOR_MAP_SWIZZLE_128B)
+            : make_map(p.c, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.max_rows, p.n, 64, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+    const int64_t tiles_bound =
+        int64_t((p.max_rows + kWideBM - 1) / kWideBM + p.num_experts) * ((p.n + T::kOutN - 1) / T::kOutN);
+    const int ctas = p.max_ctas > 0 ? std::min(p.max_ctas, current_device().sms) : current_device().sms;
+    const int grid = int(std::max<int64_t>(1, std::min<int64_t>(tiles_bound, ctas)));
+    kernel<<<grid, kThreads, smem, stream>>>(map_a, map_b, map_c, p);
+    ZMOE_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 bool grouped_gemm_fp8_supported(const grouped_gemm_fp8_params& p) {
@@ -377,12 +665,25 @@ void launch_grouped_gemm_fp8(const grouped_gemm_fp8_params& p, cudaStream_t stre
     // As the BF16 kernel: 128-row tiles once the groups average about 128 rows (the down GEMM only; gate/up makes
     // one 128-channel output group per tile with 64-row tiles).
     const bool tall = p.row_align % 128 == 0 || int64_t(p.max_rows) >= int64_t(p.num_experts) * (128 + p.row_align - 1);
-    if (p.swiglu)
-        launch_as<64, true>(p, stream);
-    else if (tall)
-        launch_as<128, false>(p, stream);
-    else
-        launch_as<64, false>(p, stream);
+    const fp8_gemm_tiles tiles =
+        p.tiles == fp8_gemm_tiles::automatic ? (tall ? fp8_gemm_tiles::wide : fp8_gemm_tiles::narrow) : p.tiles;
+    switch (tiles) {
+        case fp8_gemm_tiles::narrow:
+            if (p.swiglu)
+                launch_as<64, true>(p, stream);
+            else if (tall)
+                launch_as<128, false>(p, stream);
+            else
+                launch_as<64, false>(p, stream);
+            return;
+        case fp8_gemm_tiles::wide:
+            return p.swiglu ? launch_wide<true, false>(p, stream) : launch_wide<false, false>(p, stream);
+        case fp8_gemm_tiles::wide_staggered:
+            return p.swiglu ? launch_wide<true, true>(p, stream) : launch_wide<false, true>(p, stream);
+        case fp8_gemm_tiles::automatic:
+            break;  // resolved above
+    }
+    ZMOE_KERNEL_REQUIRE(false, "grouped_gemm_fp8: unknown tiles value");
 }
 
 }  // namespace zmoe::kernels

@@ -71,7 +71,8 @@ void launch_moe_experts_fp8(const moe_experts_params& p, int32_t permute_slots, 
                              .num_experts = p.num_slots,
                              .row_align = align,
                              .swiglu = true,
-                             .max_ctas = p.max_ctas},
+                             .max_ctas = p.max_ctas,
+                             .tiles = p.fp8_tiles},
                             stream);
     mark(p.mark, p.mark_context, moe_stage::gemm_down);
     launch_grouped_gemm_fp8({.a = f.act_q,
@@ -87,7 +88,8 @@ void launch_moe_experts_fp8(const moe_experts_params& p, int32_t permute_slots, 
                              .num_experts = p.num_slots,
                              .row_align = align,
                              .swiglu = false,
-                             .max_ctas = p.max_ctas},
+                             .max_ctas = p.max_ctas,
+                             .tiles = p.fp8_tiles},
                             stream);
     mark(p.mark, p.mark_context, moe_stage::combine);
     launch_moe_combine({.y = p.y,

@@ -9,7 +9,9 @@
 //     out) at the measured copy bandwidth (1 GiB device to device), or its FLOPs at the measured dense peak of its
 //     precision (cuBLASLt BF16 / FP8 GEMM), whichever is longer.
 //   moe_fp8_bench [--tokens 1,32,...] [--iters N] [--warmup N] [--cold N] [--fp8-align 64|128|...] [--peer CMD]
-//                 [--json PATH]
+//                 [--fp8-tiles automatic,narrow,wide,wide_staggered] [--json PATH]
+// --fp8-tiles: the FP8 GEMMs' tiles (fp8_gemm_tiles) of the main table (the first of the list); with more than
+// one, a second table times the FP8 layer (cold) and its two GEMM stages with each.
 // --fp8-align sets the FP8 experts' row alignment (moe_experts_params::row_align; default 64): 128 makes the FP8 down
 // GEMM run 128-row tiles at every batch size.
 // --peer runs CMD after zmoe's measurements and reads "<tokens> <milliseconds> ..." rows from its standard output
@@ -41,6 +43,22 @@ constexpr int32_t kKbH = (kHidden + 127) / 128, kKbI = (kInter + 127) / 128;
 constexpr size_t kW1 = size_t(kExperts) * 2 * kInter * kHidden, kW2 = size_t(kExperts) * kHidden * kInter;
 constexpr size_t kS1 = size_t(kExperts) * 2 * kKbI * kKbH, kS2 = size_t(kExperts) * kKbH * kKbI;
 int32_t g_fp8_align = 0;  // --fp8-align: 0 is the launcher's 64
+zmoe::kernels::fp8_gemm_tiles g_fp8_tiles = zmoe::kernels::fp8_gemm_tiles::automatic;  // the layer's FP8 GEMM tiles
+
+/// "automatic" | "narrow" | "wide" | "wide_staggered" (fp8_gemm_tiles); false for anything else.
+bool parse_tiles(const std::string& name, zmoe::kernels::fp8_gemm_tiles& out) {
+    using zmoe::kernels::fp8_gemm_tiles;
+    const std::pair<const char*, fp8_gemm_tiles> names[] = {{"automatic", fp8_gemm_tiles::automatic},
+                                                            {"narrow", fp8_gemm_tiles::narrow},
+                                                            {"wide", fp8_gemm_tiles::wide},
+                                                            {"wide_staggered", fp8_gemm_tiles::wide_staggered}};
+    for (const auto& [n, v] : names)
+        if (name == n) {
+            out = v;
+            return true;
+        }
+    return false;
+}
 
 /// One layer's expert weights in both precisions.
 struct expert_weights {
@@ -80,6 +98,7 @@ zmoe::kernels::moe_layer_params layer_params(const buffers& b, const expert_weig
                         .hidden = kHidden,
                         .inter = kInter,
                         .row_align = fp8 != nullptr ? g_fp8_align : 0,
+                        .fp8_tiles = g_fp8_tiles,
                         .fp8 = fp8},
             .router_w = b.gate_w,
             .router_logits = b.logits,
@@ -320,6 +339,8 @@ int main(int argc, char** argv) {
     std::vector<int32_t> token_counts{1, 32, 64, 128, 256, 512, 8192, 16384};
     int iters = 20, warmup = 5, cold_layers = 4;
     std::string json_path, peer_cmd;
+    std::vector<zmoe::kernels::fp8_gemm_tiles> tile_variants;
+    std::vector<std::string> tile_names;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--tokens" && i + 1 < argc)
@@ -334,16 +355,26 @@ int main(int argc, char** argv) {
             g_fp8_align = std::stoi(argv[++i]);
         else if (a == "--json" && i + 1 < argc)
             json_path = argv[++i];
-        else if (a == "--peer" && i + 1 < argc)
+        else if (a == "--fp8-tiles" && i + 1 < argc) {
+            std::stringstream ss(argv[++i]);
+            for (std::string item; std::getline(ss, item, ',');) {
+                zmoe::kernels::fp8_gemm_tiles t{};
+                if (!parse_tiles(item, t))
+                    return std::fprintf(stderr, "%s: unknown --fp8-tiles value '%s'\n", argv[0], item.c_str()), 2;
+                tile_variants.push_back(t);
+                tile_names.push_back(item);
+            }
+        } else if (a == "--peer" && i + 1 < argc)
             peer_cmd = argv[++i];
         else
             return std::fprintf(
                        stderr,
                        "usage: %s [--tokens 1,32,...] [--iters N] [--warmup N] [--cold N] [--fp8-align N] [--peer CMD] "
-                       "[--json PATH]\n",
+                       "[--fp8-tiles LIST] [--json PATH]\n",
                        argv[0]),
                    2;
     }
+    if (!tile_variants.empty()) g_fp8_tiles = tile_variants[0];
     const int32_t max_tokens = *std::max_element(token_counts.begin(), token_counts.end());
     const int32_t max_rows = zmoe::kernels::moe_permuted_rows_bound(max_tokens, kTopK, kExperts, 128);
     const int32_t ld = zmoe::kernels::fp8_scale_ld(max_rows);
@@ -534,6 +565,32 @@ int main(int argc, char** argv) {
         if (r.fp8_decode)
             std::printf("FP8 few-token kernels alone at %d tokens (cold graph, per layer): %.4f ms\n", r.tokens,
                         r.decode_kernels_ms);
+    if (tile_variants.size() > 1) {
+        std::printf("FP8 GEMM tiles (grouped path only; layer cold ms, gate/up and down stage ms, GEMM TFLOP/s):\n");
+        std::printf("%7s %15s %9s %9s %9s %8s\n", "tokens", "tiles", "fp8_cold", "fp8_gu", "fp8_dn", "gemmTF/s");
+        for (const int32_t tokens : token_counts) {
+            if (zmoe::kernels::moe_layer_uses_decode_path(layer_params(b, layers[0], tokens, &fp8[0]))) continue;
+            for (size_t v = 0; v < tile_variants.size(); ++v) {
+                g_fp8_tiles = tile_variants[v];
+                const double cold =
+                    time_graph_ms(
+                        [&](cudaStream_t s) {
+                            for (size_t l = 0; l < layers.size(); ++l)
+                                zmoe::kernels::launch_moe_layer(layer_params(b, layers[l], tokens, &fp8[l]), s);
+                        },
+                        stream, warmup, iters) /
+                    double(layers.size());
+                const std::vector<double> st =
+                    stage_ms(layer_params(b, layers[0], tokens, &fp8[0]), stream, warmup, iters);
+                const double gu = st[int(zmoe::kernels::moe_stage::gemm_gate_up)];
+                const double dn = st[int(zmoe::kernels::moe_stage::gemm_down)];
+                const double flops = 2.0 * tokens * kTopK * 3.0 * kHidden * kInter;
+                std::printf("%7d %15s %9.4f %9.4f %9.4f %8.1f\n", tokens, tile_names[v].c_str(), cold, gu, dn,
+                            flops / ((gu + dn) * 1e-3) * 1e-12);
+            }
+        }
+        g_fp8_tiles = tile_variants[0];
+    }
     std::printf(
         "(ratio: bf16_cold / fp8_cold; fp8_gu / fp8_dn: the FP8 gate/up and down GEMM stages, stream-ordered; "
         "gemmTF/s: their useful FLOPs (routed rows) per second, %%peak of the measured dense FP8 GEMM; floors: bytes "

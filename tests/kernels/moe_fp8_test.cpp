@@ -106,6 +106,7 @@ struct fp8_case {
     /// launch_moe_layer (the router, then the path it chooses: the few-token kernels at one token) instead; the
     /// reference then routes as the GPU's router did (its slots and weights), and only out is compared.
     bool layer = false;
+    fp8_gemm_tiles tiles = fp8_gemm_tiles::automatic;  ///< the grouped path's GEMM tiles
 };
 
 struct blas_handle {
@@ -291,6 +292,7 @@ TEST_P(MoeExpertsFp8, MatchesCpuReference) {
                             .hidden = H,
                             .inter = I,
                             .row_align = 64,
+                            .fp8_tiles = c.tiles,
                             .fp8 = &f},
                            nullptr);
     }
@@ -425,6 +427,13 @@ INSTANTIATE_TEST_SUITE_P(
         fp8_case{1024, 8, 2, 400, 144}, fp8_case{4096, 16, 2, 144, 208},
         // Enough rows per expert for the down GEMM's 128-row tiles.
         fp8_case{16384, 16, 2, 144, 208}, fp8_case{512, 8, 4, 2048, 768},
+        // Each tile shape forced: wide on small groups (64-row tails leave a warpgroup idle), narrow on large ones.
+        fp8_case{300, 16, 4, 272, 336, false, false, fp8_gemm_tiles::wide},
+        fp8_case{64, 128, 8, 2048, 768, false, false, fp8_gemm_tiles::wide},
+        fp8_case{4096, 16, 2, 144, 208, false, false, fp8_gemm_tiles::narrow},
+        fp8_case{512, 8, 4, 2048, 768, false, false, fp8_gemm_tiles::narrow},
+        fp8_case{1024, 8, 2, 400, 144, false, false, fp8_gemm_tiles::wide_staggered},
+        fp8_case{512, 8, 4, 2048, 768, false, false, fp8_gemm_tiles::wide_staggered},
         // The few-token kernels.
         fp8_case{1, 128, 8, 2048, 768, true}, fp8_case{4, 128, 8, 2048, 768, true}, fp8_case{1, 8, 2, 144, 208, true},
         fp8_case{3, 16, 4, 272, 336, true},
@@ -434,7 +443,12 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<fp8_case>& i) {
         const fp8_case& c = i.param;
         const char* prefix = c.layer ? "layer_" : c.decode ? "decode_" : "";
-        return make_name(prefix, "t", c.num_tokens, "_e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter);
+        const char* tiles = c.tiles == fp8_gemm_tiles::narrow           ? "_narrow"
+                            : c.tiles == fp8_gemm_tiles::wide           ? "_wide"
+                            : c.tiles == fp8_gemm_tiles::wide_staggered ? "_staggered"
+                                                                        : "";
+        return make_name(prefix, "t", c.num_tokens, "_e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter,
+                         tiles);
     });
 
 }  // namespace
