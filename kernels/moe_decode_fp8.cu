@@ -49,24 +49,36 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 /// Quantizes rows [rows, cols] of fp32 values (get(r, c)) per 128-channel group into q (codes, [rows, cols]) and s
-/// ([rows, groups]) in shared memory: one warp per (row, group), as launch_fp8_quantize. Ends with __syncthreads.
-template <typename Get>
+/// ([rows, groups]) in shared memory: one warp per (row, group), as launch_fp8_quantize. A warp loads up to kBatch
+/// of its items before reducing any, so their loads are in flight together (the down kernel's 8 choices x 6 groups
+/// of act were six dependent L2 round trips per warp one item at a time). Ends with __syncthreads.
+template <int kBatch, typename Get>
 __device__ __forceinline__ void quantize_to_smem(Get&& get, int32_t rows, int32_t cols, uint8_t* q, float* s) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int32_t groups = (cols + 127) / 128;
-    for (int32_t w = warp; w < rows * groups; w += kWarps) {
-        const int32_t r = w / groups, g = w % groups, c = g * 128 + lane * 4;
-        float v[4] = {0.f, 0.f, 0.f, 0.f};
-        if (c < cols) get(r, c, v);
-        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+    const int32_t groups = (cols + 127) / 128, items = rows * groups;
+    for (int32_t w0 = warp; w0 < items; w0 += kWarps * kBatch) {
+        float v[kBatch][4];
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float scale = amax > 0.f ? amax / 448.f : 1.f;
-        uint16_t lo, hi;
-        asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(v[1] / scale), "f"(v[0] / scale));
-        asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(v[3] / scale), "f"(v[2] / scale));
-        if (c < cols) *reinterpret_cast<uint32_t*>(q + size_t(r) * cols + c) = uint32_t(lo) | (uint32_t(hi) << 16);
-        if (lane == 0) s[r * groups + g] = scale;
+        for (int b = 0; b < kBatch; ++b) {
+            const int32_t w = w0 + b * kWarps, c = (w % groups) * 128 + lane * 4;
+            v[b][0] = v[b][1] = v[b][2] = v[b][3] = 0.f;
+            if (w < items && c < cols) get(w / groups, c, v[b]);
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+            const int32_t w = w0 + b * kWarps;
+            if (w >= items) break;  // the same for the whole warp
+            const int32_t r = w / groups, g = w % groups, c = g * 128 + lane * 4;
+            float amax = fmaxf(fmaxf(fabsf(v[b][0]), fabsf(v[b][1])), fmaxf(fabsf(v[b][2]), fabsf(v[b][3])));
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+            const float scale = amax > 0.f ? amax / 448.f : 1.f;
+            uint16_t lo, hi;
+            asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(v[b][1] / scale), "f"(v[b][0] / scale));
+            asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(v[b][3] / scale), "f"(v[b][2] / scale));
+            if (c < cols) *reinterpret_cast<uint32_t*>(q + size_t(r) * cols + c) = uint32_t(lo) | (uint32_t(hi) << 16);
+            if (lane == 0) s[r * groups + g] = scale;
+        }
     }
     __syncthreads();
 }
@@ -79,7 +91,7 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const moe_decode_fp8_
     const int32_t H = p.hidden, I = p.inter, kbH = (H + 127) / 128, nbI = (I + 127) / 128;
     uint8_t* xq = reinterpret_cast<uint8_t*>(smem4);
     float* xs = reinterpret_cast<float*>(xq + size_t(p.num_tokens) * H);
-    quantize_to_smem(
+    quantize_to_smem<2>(
         [&](int32_t r, int32_t c, float(&v)[4]) {
             const uint2 raw = *reinterpret_cast<const uint2*>(p.x + size_t(r) * H + c);
             const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
@@ -135,7 +147,7 @@ __global__ void __launch_bounds__(kThreads) down_kernel(const moe_decode_fp8_par
     pdl_wait();  // act comes from the gate/up kernel
     uint8_t* aq = reinterpret_cast<uint8_t*>(smem4);
     float* as = reinterpret_cast<float*>(aq + size_t(pairs) * I);
-    quantize_to_smem(
+    quantize_to_smem<8>(
         [&](int32_t r, int32_t c, float(&v)[4]) {
             const float4 a = *reinterpret_cast<const float4*>(p.act + size_t(r) * I + c);
             v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;

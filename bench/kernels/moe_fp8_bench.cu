@@ -35,7 +35,10 @@ namespace {
 
 using zmoe::bench::device_alloc;
 using zmoe::bench::fill;
+using zmoe::bench::json_escape;
 using zmoe::bench::parse_list;
+using zmoe::bench::time_graph_ms;
+using zmoe::bench::time_op_ms;
 using zmoe::kernels::bf16;
 
 constexpr int32_t kHidden = 2048, kExperts = 128, kTopK = 8, kInter = 768;
@@ -125,43 +128,6 @@ zmoe::kernels::moe_fp8_experts fp8_of(const buffers& b, const expert_weights& w)
             .x_scales = b.x_s,
             .act_q = b.act_q,
             .act_scales = b.act_s};
-}
-
-/// Median milliseconds of `run()` (events around it), after warmup runs.
-template <typename F>
-double time_op_ms(F&& run, cudaStream_t stream, int warmup, int iters) {
-    cudaEvent_t e0, e1;
-    ZMOE_CUDA_CHECK(cudaEventCreate(&e0));
-    ZMOE_CUDA_CHECK(cudaEventCreate(&e1));
-    for (int i = 0; i < warmup; ++i) run();
-    std::vector<double> ms;
-    for (int i = 0; i < iters; ++i) {
-        ZMOE_CUDA_CHECK(cudaEventRecord(e0, stream));
-        run();
-        ZMOE_CUDA_CHECK(cudaEventRecord(e1, stream));
-        ZMOE_CUDA_CHECK(cudaEventSynchronize(e1));
-        float t = 0;
-        ZMOE_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-        ms.push_back(t);
-    }
-    ZMOE_CUDA_CHECK(cudaEventDestroy(e0));
-    ZMOE_CUDA_CHECK(cudaEventDestroy(e1));
-    return zmoe::median(ms);
-}
-
-/// Median milliseconds of a CUDA graph of what enqueue(stream) enqueues.
-template <typename F>
-double time_graph_ms(F&& enqueue, cudaStream_t stream, int warmup, int iters) {
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    ZMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-    enqueue(stream);
-    ZMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    ZMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    const double ms = time_op_ms([&] { ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, stream, warmup, iters);
-    ZMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    ZMOE_CUDA_CHECK(cudaGraphDestroy(graph));
-    return ms;
 }
 
 constexpr int kStages = int(zmoe::kernels::moe_stage::end) + 1;
@@ -267,59 +233,12 @@ double dense_gemm_ms(cublasLtHandle_t blas, void* ws, size_t ws_bytes, cudaDataT
 
 ceilings measure_ceilings(const buffers& b, cudaStream_t stream) {
     ceilings c;
-    const size_t copy_bytes = size_t(1) << 30;
-    void* src = device_alloc<uint8_t>(copy_bytes);
-    void* dst = device_alloc<uint8_t>(copy_bytes);
-    ZMOE_CUDA_CHECK(cudaMemsetAsync(src, 0x3c, copy_bytes, stream));
-    const double copy_ms =
-        time_op_ms([&] { ZMOE_CUDA_CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, stream)); },
-                   stream, 3, 20);
-    c.bytes_per_s = 2.0 * double(copy_bytes) / (copy_ms * 1e-3);
-    ZMOE_CUDA_CHECK(cudaFree(src));
-    ZMOE_CUDA_CHECK(cudaFree(dst));
+    c.bytes_per_s = zmoe::bench::copy_bytes_per_s(stream);
+    c.bf16_flops_per_s = zmoe::bench::bf16_gemm_flops_per_s(b.blas, b.blas_ws, b.blas_ws_bytes, stream);
     constexpr int32_t kDim = 8192;
-    const double flops = 2.0 * double(kDim) * kDim * kDim;
-    c.bf16_flops_per_s = flops / (dense_gemm_ms(b.blas, b.blas_ws, b.blas_ws_bytes, CUDA_R_16BF, kDim, stream) * 1e-3);
-    c.fp8_flops_per_s =
-        flops / (dense_gemm_ms(b.blas, b.blas_ws, b.blas_ws_bytes, CUDA_R_8F_E4M3, kDim, stream) * 1e-3);
+    c.fp8_flops_per_s = 2.0 * double(kDim) * kDim * kDim /
+                        (dense_gemm_ms(b.blas, b.blas_ws, b.blas_ws_bytes, CUDA_R_8F_E4M3, kDim, stream) * 1e-3);
     return c;
-}
-
-/// Runs the peer command and returns its "<tokens> <ms>" rows; its whole output goes to raw.
-std::vector<std::pair<int32_t, double>> run_peer(const std::string& cmd, std::string& raw) {
-    std::vector<std::pair<int32_t, double>> rows;
-    std::fflush(stdout);
-    FILE* pipe = popen(cmd.c_str(), "r");
-    if (!pipe) {
-        std::fprintf(stderr, "moe_fp8_bench: could not run the peer: %s\n", cmd.c_str());
-        return rows;
-    }
-    char line[4096];
-    while (std::fgets(line, sizeof line, pipe)) {
-        raw += line;
-        std::istringstream is(line);
-        std::string first;
-        double ms = 0;
-        if (!(is >> first >> ms) || first.empty() || first.find_first_not_of("0123456789") != std::string::npos)
-            continue;
-        rows.emplace_back(std::stoi(first), ms);
-    }
-    const int rc = pclose(pipe);
-    if (rc != 0) std::fprintf(stderr, "moe_fp8_bench: the peer exited with status %d\n", rc);
-    return rows;
-}
-
-std::string json_escape(const std::string& s) {
-    std::string out;
-    for (const char ch : s) {
-        if (ch == '"' || ch == '\\')
-            out += std::string("\\") + ch;
-        else if (ch == '\n')
-            out += "\\n";
-        else if (static_cast<unsigned char>(ch) >= 0x20)
-            out += ch;
-    }
-    return out;
 }
 
 struct result {
@@ -515,22 +434,24 @@ int main(int argc, char** argv) {
         std::vector<int32_t> counts(kExperts);
         ZMOE_CUDA_CHECK(cudaMemcpy(counts.data(), b.counts, sizeof(int32_t) * kExperts, cudaMemcpyDeviceToHost));
         r.active_experts = int32_t(std::count_if(counts.begin(), counts.end(), [](int32_t c) { return c > 0; }));
-        const double per_expert = 3.0 * kHidden * kInter;  // weight elements of one expert
-        const double scale_bytes = double(2 * kKbI * kKbH + kKbH * kKbI) * 4;
-        const double io = double(kExperts) * kHidden * 2 + 2.0 * tokens * kHidden * 2;
-        r.bf16_bytes = r.active_experts * per_expert * 2 + io;
-        r.fp8_bytes = r.active_experts * (per_expert + scale_bytes) + io;
-        r.gemm_flops = 2.0 * tokens * kTopK * per_expert;
-        const double flops = r.gemm_flops + 2.0 * tokens * kHidden * kExperts;
-        r.bf16_floor_ms = std::max(r.bf16_bytes / peak.bytes_per_s, flops / peak.bf16_flops_per_s) * 1e3;
-        r.fp8_mem_floor_ms = r.fp8_bytes / peak.bytes_per_s * 1e3;
-        r.fp8_floor_ms = std::max(r.fp8_mem_floor_ms, flops / peak.fp8_flops_per_s * 1e3);
+        const double scale_bytes = double(2 * kKbI * kKbH + kKbH * kKbI) * 4;  // one expert's block scales
+        const zmoe::bench::moe_layer_cost bf16_cost =
+            zmoe::bench::moe_layer_cost_of(tokens, r.active_experts, kExperts, kHidden, kInter, kTopK, 2.0);
+        const zmoe::bench::moe_layer_cost fp8_cost = zmoe::bench::moe_layer_cost_of(
+            tokens, r.active_experts, kExperts, kHidden, kInter, kTopK, 1.0, scale_bytes);
+        r.bf16_bytes = bf16_cost.bytes;
+        r.fp8_bytes = fp8_cost.bytes;
+        r.gemm_flops = fp8_cost.expert_flops;
+        r.bf16_floor_ms =
+            zmoe::bench::floor_ms(bf16_cost.bytes, bf16_cost.flops, peak.bytes_per_s, peak.bf16_flops_per_s);
+        r.fp8_mem_floor_ms = fp8_cost.bytes / peak.bytes_per_s * 1e3;
+        r.fp8_floor_ms = zmoe::bench::floor_ms(fp8_cost.bytes, fp8_cost.flops, peak.bytes_per_s, peak.fp8_flops_per_s);
         results.push_back(r);
     }
 
     std::string peer_raw;
     if (!peer_cmd.empty()) {
-        const auto rows = run_peer(peer_cmd, peer_raw);
+        const auto rows = zmoe::bench::run_peer(peer_cmd, peer_raw, "moe_fp8_bench");
         for (auto& r : results)
             for (const auto& [tokens, ms] : rows)
                 if (tokens == r.tokens) r.peer_ms = ms;
