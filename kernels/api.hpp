@@ -493,6 +493,8 @@ enum class fp8_gemm_tiles : int32_t {
     narrow = 1,          ///< 64-row tiles of 256 b rows (gate/up: one 128-channel output group), or 128 x 128 (down)
     wide = 2,            ///< 128-row tiles of 256 b rows, each math warpgroup 64 rows x 256 in two 128-column halves
     wide_staggered = 3,  ///< wide, the second math warpgroup starting half a K block after the first
+    wide_multicast = 4,  ///< wide in clusters of 2 CTAs on two row tiles of one expert, each loading half of the
+                         ///< shared b tile for both (TMA multicast)
 };
 
 struct grouped_gemm_fp8_params {

@@ -372,31 +372,100 @@ __device__ __forceinline__ void named_bar_arrive(int id, int threads) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Clusters (wide_multicast): two CTAs on two row tiles of one expert and the same columns.
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ uint32_t cluster_id() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%clusterid.x;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ uint32_t cluster_count() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%nclusterid.x;\n" : "=r"(r));
+    return r;
+}
+/// Barrier over every thread of the cluster, ordering their earlier memory accesses (shared memory and barrier
+/// initialisation included) before the later ones of all.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile(
+        "barrier.cluster.arrive.release.aligned;\n"
+        "barrier.cluster.wait.acquire.aligned;\n" ::
+            : "memory");
+}
+/// Arrives on the mbarrier at bar's offset in the shared memory of the cluster's CTA `rank` (release, cluster scope).
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(bar)), "r"(rank));
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+}
+/// mbar_wait with acquire at cluster scope: the phase's arrivals include other CTAs' (mbar_arrive_cluster).
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
+    const uint32_t addr = smem_addr(bar);
+    uint32_t done = 0;
+    do {
+        asm volatile(
+            "{\n"
+            ".reg .pred p;\n"
+            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n"
+            "}\n"
+            : "=r"(done)
+            : "r"(addr), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+/// tma_load_2d into the same shared-memory offset of every CTA in cta_mask, each completing on its own barrier at
+/// bar's offset.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, int32_t c0, int32_t c1,
+                                                      uint64_t* bar, uint16_t cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
+        "{%3, "
+        "%4}], [%2], %5;\n" ::"r"(smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(cta_mask)
+        : "memory");
+}
+
 /// The wide-tile kernel (see above); kStagger holds the second math warpgroup back until the first has issued its
-/// first half K block, so that the two warpgroups' promotions need not coincide.
-template <bool kSwiglu, bool kStagger>
+/// first half K block, so that the two warpgroups' promotions need not coincide. kCluster: launched in clusters of
+/// two CTAs that take the two row tiles of a pair (each expert's row tiles rounded up to an even count, so a pair is
+/// always one expert's) at the same columns: each CTA loads its own A and one half of the b tile, multicast to both,
+/// and a stage is free again once the math warps of both CTAs have released it (16 arrivals on each CTA's empty
+/// barrier): half the b traffic from L2.
+template <bool kSwiglu, bool kStagger, bool kCluster>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_fp8_wide_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                                  const __grid_constant__ CUtensorMap map_c, const grouped_gemm_fp8_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     using T = fp8_wide_tile<kSwiglu>;
+    constexpr int kCtas = kCluster ? 2 : 1;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
+    // The same offset in every CTA (the dynamic shared memory starts at the same address in each).
     unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     float* a_scale_s = reinterpret_cast<float*>(smem + T::kScaleOffset);
     uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kBarOffset);
     uint64_t* empty = full + T::kStages;
     int32_t* tile_start = reinterpret_cast<int32_t*>(empty + T::kStages);
+    const uint32_t rank = kCluster ? cluster_rank() : 0;
+    const int32_t first_unit = int32_t(kCluster ? cluster_id() : blockIdx.x);
+    const int32_t unit_stride = int32_t(kCluster ? cluster_count() : gridDim.x);
     if (threadIdx.x == 0) {
         for (int s = 0; s < T::kStages; ++s) {
             mbar_init(&full[s], 1);
-            mbar_init(&empty[s], 8);  // one arrive per math warp
+            mbar_init(&empty[s], 8 * kCtas);  // one arrive per math warp of each CTA
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    build_tile_schedule<kWideBM>(p.expert_offsets, p.num_experts, tile_start);
+    build_tile_schedule<kWideBM, kCtas>(p.expert_offsets, p.num_experts, tile_start);
     __syncthreads();
+    if constexpr (kCluster) cluster_sync();  // the peer's barriers are initialised before anything reaches them
     const int32_t n_tiles = (p.n + T::kOutN - 1) / T::kOutN;
-    const int32_t num_tiles = tile_start[p.num_experts] * n_tiles;
+    // Units: (a group of kCtas row tiles, a column tile); the CTA of rank r takes row tile kCtas x group + r.
+    const int32_t num_units = tile_start[p.num_experts] / kCtas * n_tiles;
     const int32_t k_tiles = (p.k + kBK - 1) / kBK;
 
     if (threadIdx.x < 128) {
@@ -407,24 +476,35 @@ __global__ void __launch_bounds__(kThreads, 1)
             tma_prefetch_map(&map_b);
             const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
             uint32_t it = 0;
-            for (int32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-                const row_tile rt = locate_row_tile<kWideBM>(p.expert_offsets, tile_start, p.num_experts, t / n_tiles);
-                const int32_t n0 = (t % n_tiles) * T::kOutN;
+            for (int32_t u = first_unit; u < num_units; u += unit_stride) {
+                const row_tile rt = locate_row_tile<kWideBM>(p.expert_offsets, tile_start, p.num_experts,
+                                                             (u / n_tiles) * kCtas + int32_t(rank));
+                const uint32_t rows = uint32_t(max(rt.rows, 0));
+                const int32_t n0 = (u % n_tiles) * T::kOutN;
                 const int32_t b_row = rt.expert * n_b;
                 // The second half's b rows: the up rows of the same columns, or the next 128 columns.
                 const int32_t b_row1 = kSwiglu ? b_row + p.n + n0 : b_row + n0 + 128;
                 for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
                     const uint32_t s = it % T::kStages;
-                    mbar_wait(&empty[s], ((it / T::kStages) & 1) ^ 1);
+                    if constexpr (kCluster)
+                        mbar_wait_cluster(&empty[s], ((it / T::kStages) & 1) ^ 1);
+                    else
+                        mbar_wait(&empty[s], ((it / T::kStages) & 1) ^ 1);
                     unsigned char* a_s = smem + size_t(s) * T::kStageBytes;
                     unsigned char* b_s = a_s + T::kABytes;
                     const int32_t k0 = kt * kBK;
-                    mbar_arrive_expect_tx(&full[s], T::kStageBytes + uint32_t(rt.rows) * 4);
+                    mbar_arrive_expect_tx(&full[s], T::kStageBytes + rows * 4);
                     tma_load_2d(a_s, &map_a, k0, rt.m0, &full[s]);
-                    tma_load_2d(b_s, &map_b, k0, b_row + n0, &full[s]);
-                    tma_load_2d(b_s + 128 * kBK, &map_b, k0, b_row1, &full[s]);
-                    bulk_load(a_scale_s + size_t(s) * kWideBM, p.a_scales + size_t(kt) * p.a_scale_ld + rt.m0,
-                              uint32_t(rt.rows) * 4, &full[s]);
+                    if constexpr (kCluster) {
+                        tma_load_2d_multicast(b_s + rank * 128 * kBK, &map_b, k0, rank == 0 ? b_row + n0 : b_row1,
+                                              &full[s], 0x3);
+                    } else {
+                        tma_load_2d(b_s, &map_b, k0, b_row + n0, &full[s]);
+                        tma_load_2d(b_s + 128 * kBK, &map_b, k0, b_row1, &full[s]);
+                    }
+                    if (rows > 0)
+                        bulk_load(a_scale_s + size_t(s) * kWideBM, p.a_scales + size_t(kt) * p.a_scale_ld + rt.m0,
+                                  rows * 4, &full[s]);
                 }
             }
         }
@@ -439,17 +519,26 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (storer) tma_prefetch_map(&map_c);
         bool released = !kStagger || mw == 1;  // whether this warpgroup has done its part of the stagger
         if (kStagger && mw == 1) named_bar_sync(kStaggerBarrier, 256);
+        // Frees stage s for the producers: this CTA's, and with kCluster the peer's, which multicasts into it.
+        const auto release = [&](uint32_t s) {
+            if (lane == 0) {
+                mbar_arrive(&empty[s]);
+                if constexpr (kCluster) mbar_arrive_cluster(&empty[s], rank ^ 1);
+            }
+        };
         float acc[128], part[64];
         uint32_t it = 0;
-        for (int32_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-            const row_tile rt = locate_row_tile<kWideBM>(p.expert_offsets, tile_start, p.num_experts, t / n_tiles);
-            const int32_t n0 = (t % n_tiles) * T::kOutN;
-            // The 64-row last tile of a group of an odd number of 64-row blocks leaves warpgroup 1 idle.
+        for (int32_t u = first_unit; u < num_units; u += unit_stride) {
+            const row_tile rt = locate_row_tile<kWideBM>(p.expert_offsets, tile_start, p.num_experts,
+                                                         (u / n_tiles) * kCtas + int32_t(rank));
+            const int32_t n0 = (u % n_tiles) * T::kOutN;
+            // The 64-row last tile of a group of an odd number of 64-row blocks leaves warpgroup 1 idle; a tile that
+            // rounding added (no rows) both.
             if (a_row0 >= rt.rows) {
                 for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
                     const uint32_t s = it % T::kStages;
                     mbar_wait(&full[s], (it / T::kStages) & 1);
-                    if (lane == 0) mbar_arrive(&empty[s]);
+                    release(s);
                 }
                 continue;
             }
@@ -488,7 +577,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     fence_accumulators(part);
                     if (half == 1) {
                         __syncwarp();
-                        if (lane == 0) mbar_arrive(&empty[s]);
+                        release(s);
                     }
                     const float w = half == 0 ? w0 : w1;
                     const float f0 = sa0 * w, f1 = sa1 * w;
@@ -581,6 +670,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (kStagger && !released) named_bar_arrive(kStaggerBarrier, 256);
         if (storer) bulk_wait_all();
     }
+    // The peer may still arrive on this CTA's barriers or multicast into its shared memory until it is done too.
+    if constexpr (kCluster) {
+        __syncwarp();
+        cluster_sync();
+    }
 #endif
 }
 
@@ -622,11 +716,11 @@ void launch_as(const grouped_gemm_fp8_params& p, cudaStream_t stream) {
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 
-template <bool kSwiglu, bool kStagger>
+template <bool kSwiglu, bool kStagger, bool kCluster>
 void launch_wide(const grouped_gemm_fp8_params& p, cudaStream_t stream) {
     using T = fp8_wide_tile<kSwiglu>;
     if (p.max_rows < 64) return;  // groups are multiples of row_align >= 64 rows: all are empty
-    auto kernel = grouped_gemm_fp8_wide_kernel<kSwiglu, kStagger>;
+    auto kernel = grouped_gemm_fp8_wide_kernel<kSwiglu, kStagger, kCluster>;
     const size_t smem = T::smem_bytes(p.num_experts);
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
@@ -638,11 +732,37 @@ void launch_wide(const grouped_gemm_fp8_params& p, cudaStream_t stream) {
         kSwiglu
             ? make_map(p.c_q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p.max_rows, p.n, 128, 64, CU_TENSOR_MAP_SWIZZLE_128B)
             : make_map(p.c, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.max_rows, p.n, 64, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+    // Row tiles <= max_rows / 128 + one partial tile per expert (+ one more per expert from the rounding).
     const int64_t tiles_bound =
-        int64_t((p.max_rows + kWideBM - 1) / kWideBM + p.num_experts) * ((p.n + T::kOutN - 1) / T::kOutN);
+        int64_t((p.max_rows + kWideBM - 1) / kWideBM + 2 * p.num_experts) * ((p.n + T::kOutN - 1) / T::kOutN);
     const int ctas = p.max_ctas > 0 ? std::min(p.max_ctas, current_device().sms) : current_device().sms;
-    const int grid = int(std::max<int64_t>(1, std::min<int64_t>(tiles_bound, ctas)));
-    kernel<<<grid, kThreads, smem, stream>>>(map_a, map_b, map_c, p);
+    if constexpr (kCluster) {
+        ZMOE_KERNEL_REQUIRE(ctas >= 2, "grouped_gemm_fp8: wide_multicast needs max_ctas 0 or >= 2");
+        cudaLaunchConfig_t config{};
+        config.blockDim = dim3(kThreads);
+        config.dynamicSmemBytes = smem;
+        config.stream = stream;
+        cudaLaunchAttribute attribute{};
+        attribute.id = cudaLaunchAttributeClusterDimension;
+        attribute.val.clusterDim.x = 2;
+        attribute.val.clusterDim.y = 1;
+        attribute.val.clusterDim.z = 1;
+        config.attrs = &attribute;
+        config.numAttrs = 1;
+        // A persistent grid must be resident at once: as many clusters as the GPU holds together (the SMs of a GPC
+        // need not pair up), within the CTA budget.
+        config.gridDim = dim3(unsigned(ctas / 2 * 2));
+        int clusters = 0;
+        ZMOE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+        ZMOE_KERNEL_REQUIRE(clusters > 0, "grouped_gemm_fp8: no cluster of two CTAs fits");
+        const int64_t units_bound = (tiles_bound + 1) / 2;
+        const int64_t grid_clusters = std::max<int64_t>(1, std::min<int64_t>({units_bound, clusters, ctas / 2}));
+        config.gridDim = dim3(unsigned(2 * grid_clusters));
+        ZMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_c, p));
+    } else {
+        const int grid = int(std::max<int64_t>(1, std::min<int64_t>(tiles_bound, ctas)));
+        kernel<<<grid, kThreads, smem, stream>>>(map_a, map_b, map_c, p);
+    }
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 
@@ -677,9 +797,11 @@ void launch_grouped_gemm_fp8(const grouped_gemm_fp8_params& p, cudaStream_t stre
                 launch_as<64, false>(p, stream);
             return;
         case fp8_gemm_tiles::wide:
-            return p.swiglu ? launch_wide<true, false>(p, stream) : launch_wide<false, false>(p, stream);
+            return p.swiglu ? launch_wide<true, false, false>(p, stream) : launch_wide<false, false, false>(p, stream);
         case fp8_gemm_tiles::wide_staggered:
-            return p.swiglu ? launch_wide<true, true>(p, stream) : launch_wide<false, true>(p, stream);
+            return p.swiglu ? launch_wide<true, true, false>(p, stream) : launch_wide<false, true, false>(p, stream);
+        case fp8_gemm_tiles::wide_multicast:
+            return p.swiglu ? launch_wide<true, false, true>(p, stream) : launch_wide<false, false, true>(p, stream);
         case fp8_gemm_tiles::automatic:
             break;  // resolved above
     }

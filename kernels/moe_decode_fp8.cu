@@ -19,7 +19,8 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxTopK = 16;
-constexpr int kGroup = 8;  // down: choices whose rows are in flight together
+constexpr int kGroup = 8;      // down: choices whose rows are in flight together
+constexpr int kPreChunks = 4;  // gate/up with preload: 16-byte chunks per lane and row loaded before x's quantization
 constexpr size_t kMaxSmem = 96u << 10;
 
 __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t v) {
@@ -83,12 +84,33 @@ __device__ __forceinline__ void quantize_to_smem(Get&& get, int32_t rows, int32_
     __syncthreads();
 }
 
-/// (1) act[pair, n] = silu(gate) * up, one warp per (pair, n).
+/// (1) act[pair, n] = silu(gate) * up, one warp per (pair, n). kPreload: the warp's first kPreChunks 16-byte chunks
+/// of its gate and up rows are loaded before the block quantizes x, so that their DRAM latency overlaps that of x.
+template <bool kPreload>
 __global__ void __launch_bounds__(kThreads) gate_up_kernel(const moe_decode_fp8_params p) {
     extern __shared__ uint4 smem4[];
+    constexpr int kPre = kPreload ? kPreChunks : 1;
     pdl_wait();  // x and the router's slots and weights come from the kernels before
     pdl_launch_dependents();
-    const int32_t H = p.hidden, I = p.inter, kbH = (H + 127) / 128, nbI = (I + 127) / 128;
+    const int32_t H = p.hidden, I = p.inter, kbH = (H + 127) / 128, nbI = (I + 127) / 128, chunks = H / 16;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t item = int64_t(blockIdx.x) * kWarps + warp;
+    const bool active = item < int64_t(p.num_tokens) * p.top_k * I;
+    const int32_t pair = active ? int32_t(item / I) : 0, n = active ? int32_t(item % I) : 0, t = pair / p.top_k;
+    const int32_t slot = active ? p.slot_ids[pair] : 0;
+    const moe_fp8_experts& f = p.fp8;
+    const uint4* g_row = reinterpret_cast<const uint4*>(f.w_gate_up + (size_t(slot) * 2 * I + n) * H);
+    const uint4* u_row = g_row + size_t(I) * H / 16;
+    uint4 pg[kPre], pu[kPre];
+#pragma unroll
+    for (int i = 0; i < kPre; ++i) {
+        const int32_t c = lane + 32 * i;
+        pg[i] = pu[i] = make_uint4(0, 0, 0, 0);
+        if (kPreload && active && c < chunks) {
+            pg[i] = __ldg(g_row + c);
+            pu[i] = __ldg(u_row + c);
+        }
+    }
     uint8_t* xq = reinterpret_cast<uint8_t*>(smem4);
     float* xs = reinterpret_cast<float*>(xq + size_t(p.num_tokens) * H);
     quantize_to_smem<2>(
@@ -99,28 +121,28 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const moe_decode_fp8_
             v[0] = lo.x, v[1] = lo.y, v[2] = hi.x, v[3] = hi.y;
         },
         p.num_tokens, H, xq, xs);
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t item = int64_t(blockIdx.x) * kWarps + warp;
-    if (item >= int64_t(p.num_tokens) * p.top_k * I) return;
-    const int32_t pair = int32_t(item / I), n = int32_t(item % I), t = pair / p.top_k;
-    const int32_t slot = p.slot_ids[pair];
-    const moe_fp8_experts& f = p.fp8;
-    const uint8_t* g_row = f.w_gate_up + (size_t(slot) * 2 * I + n) * H;
-    const uint8_t* u_row = g_row + size_t(I) * H;
+    if (!active) return;
     const float* gs = f.w_gate_up_scales + (size_t(slot) * 2 * nbI + n / 128) * kbH;
     const float* us = f.w_gate_up_scales + ((size_t(slot) * 2 + 1) * nbI + n / 128) * kbH;
     const uint4* xrow = reinterpret_cast<const uint4*>(xq + size_t(t) * H);
     float ag = 0.f, au = 0.f;
-#pragma unroll 4
-    for (int32_t c = lane; c < H / 16; c += 32) {
-        const uint4 wg = __ldg(reinterpret_cast<const uint4*>(g_row) + c);
-        const uint4 wu = __ldg(reinterpret_cast<const uint4*>(u_row) + c);
+    // Chunk c (16 e4m3) of both rows: the same fp32 sums, in the same order, with or without the preload.
+    const auto step = [&](const uint4& wg, const uint4& wu, int32_t c) {
         const uint4 a = xrow[c];
         const int32_t kb = c / 8;
         const float sa = xs[t * kbH + kb];
         ag = fmaf(dot16(wg, a), sa * __ldg(gs + kb), ag);
         au = fmaf(dot16(wu, a), sa * __ldg(us + kb), au);
+    };
+    int32_t c0 = lane;
+    if constexpr (kPreload) {
+#pragma unroll
+        for (int i = 0; i < kPre; ++i)
+            if (lane + 32 * i < chunks) step(pg[i], pu[i], lane + 32 * i);
+        c0 = lane + 32 * kPre;
     }
+#pragma unroll 4
+    for (int32_t c = c0; c < chunks; c += 32) step(__ldg(g_row + c), __ldg(u_row + c), c);
     ag = warp_sum(ag);
     au = warp_sum(au);
     if (lane == 0) p.act[size_t(pair) * I + n] = __fdividef(ag, 1.f + __expf(-ag)) * au;
@@ -216,10 +238,11 @@ void launch_moe_decode_fp8(const moe_decode_fp8_params& p, cudaStream_t stream) 
                         "moe_decode_fp8: unsupported shape (moe_decode_fp8_supported)");
     const int32_t pairs = p.num_tokens * p.top_k;
     const size_t s1 = gate_up_smem(p.num_tokens, p.hidden), s2 = down_smem(pairs, p.inter);
-    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(gate_up_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
+    const auto gate_up = p.preload_weights ? gate_up_kernel<true> : gate_up_kernel<false>;
+    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(gate_up, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(down_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
     const int64_t items1 = int64_t(pairs) * p.inter, items2 = int64_t(p.num_tokens) * p.hidden;
-    launch_pdl(gate_up_kernel, dim3(unsigned((items1 + kWarps - 1) / kWarps)), dim3(kThreads), s1, stream, p);
+    launch_pdl(gate_up, dim3(unsigned((items1 + kWarps - 1) / kWarps)), dim3(kThreads), s1, stream, p);
     launch_pdl(down_kernel, dim3(unsigned((items2 + kWarps - 1) / kWarps)), dim3(kThreads), s2, stream, p);
 }
 

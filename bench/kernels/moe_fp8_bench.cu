@@ -9,7 +9,7 @@
 //     out) at the measured copy bandwidth (1 GiB device to device), or its FLOPs at the measured dense peak of its
 //     precision (cuBLASLt BF16 / FP8 GEMM), whichever is longer.
 //   moe_fp8_bench [--tokens 1,32,...] [--iters N] [--warmup N] [--cold N] [--fp8-align 64|128|...] [--peer CMD]
-//                 [--fp8-tiles automatic,narrow,wide,wide_staggered] [--json PATH]
+//                 [--fp8-tiles automatic,narrow,wide,wide_staggered,wide_multicast] [--json PATH]
 // --fp8-tiles: the FP8 GEMMs' tiles (fp8_gemm_tiles) of the main table (the first of the list); with more than
 // one, a second table times the FP8 layer (cold) and its two GEMM stages with each.
 // --fp8-align sets the FP8 experts' row alignment (moe_experts_params::row_align; default 64): 128 makes the FP8 down
@@ -48,13 +48,14 @@ constexpr size_t kS1 = size_t(kExperts) * 2 * kKbI * kKbH, kS2 = size_t(kExperts
 int32_t g_fp8_align = 0;  // --fp8-align: 0 is the launcher's 64
 zmoe::kernels::fp8_gemm_tiles g_fp8_tiles = zmoe::kernels::fp8_gemm_tiles::automatic;  // the layer's FP8 GEMM tiles
 
-/// "automatic" | "narrow" | "wide" | "wide_staggered" (fp8_gemm_tiles); false for anything else.
+/// "automatic" | "narrow" | "wide" | "wide_staggered" | "wide_multicast" (fp8_gemm_tiles); false for anything else.
 bool parse_tiles(const std::string& name, zmoe::kernels::fp8_gemm_tiles& out) {
     using zmoe::kernels::fp8_gemm_tiles;
     const std::pair<const char*, fp8_gemm_tiles> names[] = {{"automatic", fp8_gemm_tiles::automatic},
                                                             {"narrow", fp8_gemm_tiles::narrow},
                                                             {"wide", fp8_gemm_tiles::wide},
-                                                            {"wide_staggered", fp8_gemm_tiles::wide_staggered}};
+                                                            {"wide_staggered", fp8_gemm_tiles::wide_staggered},
+                                                            {"wide_multicast", fp8_gemm_tiles::wide_multicast}};
     for (const auto& [n, v] : names)
         if (name == n) {
             out = v;
@@ -250,6 +251,8 @@ struct result {
     double peer_ms = -1;
     std::vector<double> fp8_stage_ms;  // per moe_stage, stream-ordered; -1 where not run
     double decode_kernels_ms = -1;     // the FP8 few-token kernels alone, cold graph, per layer
+    double decode_kernels_no_preload_ms =
+        -1;  // the same, the gate/up kernel loading its weights after x's quantization
 };
 
 }  // namespace
@@ -407,25 +410,31 @@ int main(int argc, char** argv) {
                         double(layers.size());
         r.fp8_decode = zmoe::kernels::moe_layer_uses_decode_path(layer_params(b, layers[0], tokens, &fp8[0]));
         r.fp8_stage_ms = stage_ms(layer_params(b, layers[0], tokens, &fp8[0]), stream, warmup, iters);
-        if (r.fp8_decode)  // the few-token kernels alone (after the router of the runs above), cold
-            r.decode_kernels_ms =
-                time_graph_ms(
-                    [&](cudaStream_t s) {
-                        for (size_t l = 0; l < layers.size(); ++l)
-                            zmoe::kernels::detail::launch_moe_decode_fp8({.x = b.x,
-                                                                          .slot_ids = b.slots,
-                                                                          .topk_weights = b.weights,
-                                                                          .fp8 = fp8[l],
-                                                                          .act = reinterpret_cast<float*>(b.act_q),
-                                                                          .out = b.out,
-                                                                          .num_tokens = tokens,
-                                                                          .top_k = kTopK,
-                                                                          .hidden = kHidden,
-                                                                          .inter = kInter},
-                                                                         s);
-                    },
-                    stream, warmup, iters) /
-                double(layers.size());
+        if (r.fp8_decode) {  // the few-token kernels alone (after the router of the runs above), cold
+            const auto kernels_alone = [&](bool preload) {
+                return time_graph_ms(
+                           [&](cudaStream_t s) {
+                               for (size_t l = 0; l < layers.size(); ++l)
+                                   zmoe::kernels::detail::launch_moe_decode_fp8(
+                                       {.x = b.x,
+                                        .slot_ids = b.slots,
+                                        .topk_weights = b.weights,
+                                        .fp8 = fp8[l],
+                                        .act = reinterpret_cast<float*>(b.act_q),
+                                        .out = b.out,
+                                        .num_tokens = tokens,
+                                        .top_k = kTopK,
+                                        .hidden = kHidden,
+                                        .inter = kInter,
+                                        .preload_weights = preload},
+                                       s);
+                           },
+                           stream, warmup, iters) /
+                       double(layers.size());
+            };
+            r.decode_kernels_ms = kernels_alone(true);
+            r.decode_kernels_no_preload_ms = kernels_alone(false);
+        }
         if (!r.fp8_decode) {  // the few-token kernels have no GEMM stages
             r.fp8_gate_up_ms = r.fp8_stage_ms[int(zmoe::kernels::moe_stage::gemm_gate_up)];
             r.fp8_down_ms = r.fp8_stage_ms[int(zmoe::kernels::moe_stage::gemm_down)];
@@ -484,8 +493,10 @@ int main(int argc, char** argv) {
     }
     for (const auto& r : results)
         if (r.fp8_decode)
-            std::printf("FP8 few-token kernels alone at %d tokens (cold graph, per layer): %.4f ms\n", r.tokens,
-                        r.decode_kernels_ms);
+            std::printf(
+                "FP8 few-token kernels alone at %d tokens (cold graph, per layer): %.4f ms (weights preloaded), %.4f "
+                "ms (not)\n",
+                r.tokens, r.decode_kernels_ms, r.decode_kernels_no_preload_ms);
     if (tile_variants.size() > 1) {
         std::printf("FP8 GEMM tiles (grouped path only; layer cold ms, gate/up and down stage ms, GEMM TFLOP/s):\n");
         std::printf("%7s %15s %9s %9s %9s %8s\n", "tokens", "tiles", "fp8_cold", "fp8_gu", "fp8_dn", "gemmTF/s");
@@ -541,7 +552,7 @@ int main(int argc, char** argv) {
               << ",\"bf16_bytes\":" << r.bf16_bytes << ",\"fp8_bytes\":" << r.fp8_bytes
               << ",\"bf16_floor_ms\":" << r.bf16_floor_ms << ",\"fp8_floor_ms\":" << r.fp8_floor_ms
               << ",\"fp8_mem_floor_ms\":" << r.fp8_mem_floor_ms << ",\"decode_kernels_ms\":" << r.decode_kernels_ms
-              << ",\"fp8_stages_ms\":{";
+              << ",\"decode_kernels_no_preload_ms\":" << r.decode_kernels_no_preload_ms << ",\"fp8_stages_ms\":{";
             bool first = true;
             for (int s = 0; s + 1 < kStages; ++s)
                 if (r.fp8_stage_ms[s] >= 0) {

@@ -107,6 +107,7 @@ struct fp8_case {
     /// reference then routes as the GPU's router did (its slots and weights), and only out is compared.
     bool layer = false;
     fp8_gemm_tiles tiles = fp8_gemm_tiles::automatic;  ///< the grouped path's GEMM tiles
+    bool preload = true;  ///< the few-token gate/up kernel loads weights before quantizing x (same arithmetic)
 };
 
 struct blas_handle {
@@ -273,7 +274,8 @@ TEST_P(MoeExpertsFp8, MatchesCpuReference) {
                                        .num_tokens = T,
                                        .top_k = K,
                                        .hidden = H,
-                                       .inter = I},
+                                       .inter = I,
+                                       .preload_weights = c.preload},
                                       nullptr);
     } else {
         launch_moe_experts({.slots = d_ids.get(),
@@ -434,9 +436,17 @@ INSTANTIATE_TEST_SUITE_P(
         fp8_case{512, 8, 4, 2048, 768, false, false, fp8_gemm_tiles::narrow},
         fp8_case{1024, 8, 2, 400, 144, false, false, fp8_gemm_tiles::wide_staggered},
         fp8_case{512, 8, 4, 2048, 768, false, false, fp8_gemm_tiles::wide_staggered},
+        // Clusters of two CTAs multicasting b: odd tile counts per expert (the rounding's empty tiles), 64-row tails,
+        // empty experts, ragged shapes, and a Qwen3-30B-A3B shape.
+        fp8_case{300, 16, 4, 272, 336, false, false, fp8_gemm_tiles::wide_multicast},
+        fp8_case{4096, 16, 2, 144, 208, false, false, fp8_gemm_tiles::wide_multicast},
+        fp8_case{64, 128, 8, 2048, 768, false, false, fp8_gemm_tiles::wide_multicast},
+        fp8_case{512, 8, 4, 2048, 768, false, false, fp8_gemm_tiles::wide_multicast},
         // The few-token kernels.
         fp8_case{1, 128, 8, 2048, 768, true}, fp8_case{4, 128, 8, 2048, 768, true}, fp8_case{1, 8, 2, 144, 208, true},
         fp8_case{3, 16, 4, 272, 336, true},
+        fp8_case{1, 128, 8, 2048, 768, true, false, fp8_gemm_tiles::automatic, false},
+        fp8_case{3, 16, 4, 272, 336, true, false, fp8_gemm_tiles::automatic, false},
         // Through launch_moe_layer: the router, then the few-token kernels (one token) or the grouped path.
         fp8_case{1, 128, 8, 2048, 768, false, true}, fp8_case{6, 128, 8, 2048, 768, false, true},
         fp8_case{1, 16, 4, 272, 336, false, true}),
@@ -446,7 +456,9 @@ INSTANTIATE_TEST_SUITE_P(
         const char* tiles = c.tiles == fp8_gemm_tiles::narrow           ? "_narrow"
                             : c.tiles == fp8_gemm_tiles::wide           ? "_wide"
                             : c.tiles == fp8_gemm_tiles::wide_staggered ? "_staggered"
+                            : c.tiles == fp8_gemm_tiles::wide_multicast ? "_multicast"
                                                                         : "";
+        if (!c.preload) tiles = "_no_preload";
         return make_name(prefix, "t", c.num_tokens, "_e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter,
                          tiles);
     });
