@@ -396,28 +396,16 @@ __device__ __forceinline__ void cluster_sync() {
         "barrier.cluster.wait.acquire.aligned;\n" ::
             : "memory");
 }
-/// Arrives on the mbarrier at bar's offset in the shared memory of the cluster's CTA `rank` (release, cluster scope).
+/// Arrives on the mbarrier at bar's offset in the shared memory of the cluster's CTA `rank`. The plain arrive (no
+/// .release.cluster): what it signals is that this warpgroup's wgmmas have finished reading the stage (waited for
+/// already), not data written through the generic proxy; the BF16 kernel's 2-CTA trial measured the
+/// release.cluster form 6-8 cycles of membar stall per arrive (docs/kernels.md).
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
     uint32_t remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(bar)), "r"(rank));
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
 }
-/// mbar_wait with acquire at cluster scope: the phase's arrivals include other CTAs' (mbar_arrive_cluster).
-__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
-    const uint32_t addr = smem_addr(bar);
-    uint32_t done = 0;
-    do {
-        asm volatile(
-            "{\n"
-            ".reg .pred p;\n"
-            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n"
-            "}\n"
-            : "=r"(done)
-            : "r"(addr), "r"(parity)
-            : "memory");
-    } while (!done);
-}
+
 /// tma_load_2d into the same shared-memory offset of every CTA in cta_mask, each completing on its own barrier at
 /// bar's offset.
 __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, int32_t c0, int32_t c1,
@@ -486,10 +474,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const int32_t b_row1 = kSwiglu ? b_row + p.n + n0 : b_row + n0 + 128;
                 for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
                     const uint32_t s = it % T::kStages;
-                    if constexpr (kCluster)
-                        mbar_wait_cluster(&empty[s], ((it / T::kStages) & 1) ^ 1);
-                    else
-                        mbar_wait(&empty[s], ((it / T::kStages) & 1) ^ 1);
+                    mbar_wait(&empty[s], ((it / T::kStages) & 1) ^ 1);
                     unsigned char* a_s = smem + size_t(s) * T::kStageBytes;
                     unsigned char* b_s = a_s + T::kABytes;
                     const int32_t k0 = kt * kBK;
