@@ -517,7 +517,13 @@ struct grouped_gemm_fp8_params {
     bool swiglu = false;
     int32_t max_ctas = 0;  ///< as grouped_gemm_params
     fp8_gemm_tiles tiles = fp8_gemm_tiles::automatic;
+    /// Non-null (wide tiles only): row r of the A operand is row a_rows[r] of a (a zero row where it is < 0:
+    /// moe_permute's row_token), its scales a_scales[kb * a_scale_ld + a_rows[r]]; a holds one row per token.
+    const int32_t* a_rows = nullptr;
 };
+
+/// The tiles launch_grouped_gemm_fp8 runs p with (p.tiles, or what automatic chooses for p's shape).
+fp8_gemm_tiles resolve_fp8_gemm_tiles(const grouped_gemm_fp8_params& p);
 
 /// True when the current device is compute capability 9.x and p suits the FP8 kernel (its field comments).
 bool grouped_gemm_fp8_supported(const grouped_gemm_fp8_params& p);
@@ -586,6 +592,9 @@ struct moe_experts_params {
     moe_stage_mark mark = nullptr;  // or nullptr
     void* mark_context = nullptr;
     fp8_gemm_tiles fp8_tiles = fp8_gemm_tiles::automatic;  ///< the FP8 GEMMs' tiles (with fp8 only)
+    /// With fp8 and wide gate/up tiles: x is quantized once per token and the gate/up GEMM gathers its rows through
+    /// row_token (false: quantized into each permuted row, read by TMA).
+    bool fp8_gather = true;
     /// Non-null: the experts run in block-scaled FP8 (launch_fp8_quantize fused with the permutation's gather, the
     /// FP8 gate/up GEMM with SiLU * up quantized in its epilogue, the FP8 down GEMM with BF16 out); w_gate_up,
     /// w_down, x_permuted, act and impl are then unused, row_align is a multiple of 64 (0: 64), hidden and inter

@@ -87,6 +87,12 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
                  : "memory");
 }
 
+/// 4-byte cp.async into shared memory; valid false fills zeros and reads nothing.
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0)
+                 : "memory");
+}
+
 /// Barrier over the two math warpgroups (256 threads).
 __device__ __forceinline__ void math_sync() { asm volatile("bar.sync %0, 256;\n" ::"n"(kMathBarrier) : "memory"); }
 
@@ -325,16 +331,18 @@ __global__ void __launch_bounds__(kThreads, 1)
 // 256 output columns). Each math warpgroup owns 64 rows and all 256 b rows: its main accumulator is 64 x 256 fp32
 // (128 registers), and each K block runs in two 128-column halves, each four wgmma m64n128k32 into one 64-register
 // partial, then promoted into its half of the main accumulator. Per K block a CTA loads 48 KB for 8.4 MFLOP
-// (narrow gate/up: 40 KB for 4.2 MFLOP): a third of the L2 traffic per FLOP. The 192 accumulator registers need
-// more than the 168 that 384 threads get at entry: the producer warpgroup gives registers back (setmaxnreg 40) and
-// the math warpgroups take them (232; 128 x 40 + 256 x 232 <= 64 K). The gate/up epilogue needs no exchange
-// between warpgroups: a thread's quad holds whole rows of the tile's 128 output columns.
+// (narrow gate/up: 40 KB for 4.2 MFLOP): 40% less L2 traffic per FLOP. The 192 accumulator registers need more
+// than the 168 that 384 threads get at entry: the producer warpgroup gives registers back (setmaxnreg 64, what its
+// gather needs without spilling) and the math warpgroups take them (224; 128 x 64 + 256 x 224 = 64 K). The gate/up
+// epilogue needs no exchange between warpgroups: a thread's quad holds whole rows of the tile's 128 output columns.
+// With a_rows (launch_moe_experts' gate/up: x quantized once per token, not into each of its top-k permuted rows)
+// the producer's 128 threads gather the tile's A rows and their scales with cp.async, as the BF16 kernel gathers x.
 
 constexpr int kWideBM = 128;        // rows of A per tile
 constexpr int kWideBN = 256;        // rows of b per tile
 constexpr int kStaggerBarrier = 4;  // named barrier holding the second math warpgroup back at the start
-constexpr int kProducerRegs = 40;   // setmaxnreg of the producer warpgroup ...
-constexpr int kMathRegs = 232;      // ... and of the math warpgroups
+constexpr int kProducerRegs = 64;   // setmaxnreg of the producer warpgroup (its gather needs 64) ...
+constexpr int kMathRegs = 224;      // ... and of the math warpgroups
 
 template <bool kSwiglu>
 struct fp8_wide_tile {
@@ -443,7 +451,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int32_t unit_stride = int32_t(kCluster ? cluster_count() : gridDim.x);
     if (threadIdx.x == 0) {
         for (int s = 0; s < T::kStages; ++s) {
-            mbar_init(&full[s], 1);
+            // The producer's arrive with the TMA bytes, and with a_rows each gathering thread's arrive.
+            mbar_init(&full[s], p.a_rows != nullptr ? 129 : 1);
             mbar_init(&empty[s], 8 * kCtas);  // one arrive per math warp of each CTA
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -456,13 +465,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int32_t num_units = tile_start[p.num_experts] / kCtas * n_tiles;
     const int32_t k_tiles = (p.k + kBK - 1) / kBK;
 
+    const bool gather = p.a_rows != nullptr;
     if (threadIdx.x < 128) {
-        // Producer: thread 0 fills the ring, stage after stage, tile after tile.
+        // Producer: thread 0 issues the TMA copies, stage after stage, tile after tile; with a_rows all 128 threads
+        // also gather the A rows (16-byte cp.async, written in the 128-byte swizzle TMA would write) and their
+        // scales, each arriving on the stage's barrier once its copies have landed.
         setmaxnreg_dec<kProducerRegs>();
-        if (threadIdx.x == 0) {
-            tma_prefetch_map(&map_a);
-            tma_prefetch_map(&map_b);
+        if (gather || threadIdx.x == 0) {
+            if (threadIdx.x == 0) {
+                if (!gather) tma_prefetch_map(&map_a);
+                tma_prefetch_map(&map_b);
+            }
             const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
+            const int chunk = threadIdx.x % 8;  // gather: this thread's 16-byte chunk of rows threadIdx.x / 8 + 16 j
             uint32_t it = 0;
             for (int32_t u = first_unit; u < num_units; u += unit_stride) {
                 const row_tile rt = locate_row_tile<kWideBM>(p.expert_offsets, tile_start, p.num_experts,
@@ -472,24 +487,45 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const int32_t b_row = rt.expert * n_b;
                 // The second half's b rows: the up rows of the same columns, or the next 128 columns.
                 const int32_t b_row1 = kSwiglu ? b_row + p.n + n0 : b_row + n0 + 128;
+                // gather: a's row behind tile row threadIdx.x (its scales), or -1.
+                const int32_t scale_src = gather && threadIdx.x < rows ? p.a_rows[rt.m0 + threadIdx.x] : -1;
                 for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
                     const uint32_t s = it % T::kStages;
                     mbar_wait(&empty[s], ((it / T::kStages) & 1) ^ 1);
                     unsigned char* a_s = smem + size_t(s) * T::kStageBytes;
                     unsigned char* b_s = a_s + T::kABytes;
                     const int32_t k0 = kt * kBK;
-                    mbar_arrive_expect_tx(&full[s], T::kStageBytes + rows * 4);
-                    tma_load_2d(a_s, &map_a, k0, rt.m0, &full[s]);
-                    if constexpr (kCluster) {
-                        tma_load_2d_multicast(b_s + rank * 128 * kBK, &map_b, k0, rank == 0 ? b_row + n0 : b_row1,
-                                              &full[s], 0x3);
-                    } else {
-                        tma_load_2d(b_s, &map_b, k0, b_row + n0, &full[s]);
-                        tma_load_2d(b_s + 128 * kBK, &map_b, k0, b_row1, &full[s]);
+                    if (threadIdx.x == 0) {
+                        mbar_arrive_expect_tx(&full[s], gather ? T::kBBytes : T::kStageBytes + rows * 4);
+                        if (!gather) tma_load_2d(a_s, &map_a, k0, rt.m0, &full[s]);
+                        if constexpr (kCluster) {
+                            tma_load_2d_multicast(b_s + rank * 128 * kBK, &map_b, k0, rank == 0 ? b_row + n0 : b_row1,
+                                                  &full[s], 0x3);
+                        } else {
+                            tma_load_2d(b_s, &map_b, k0, b_row + n0, &full[s]);
+                            tma_load_2d(b_s + 128 * kBK, &map_b, k0, b_row1, &full[s]);
+                        }
+                        if (!gather && rows > 0)
+                            bulk_load(a_scale_s + size_t(s) * kWideBM, p.a_scales + size_t(kt) * p.a_scale_ld + rt.m0,
+                                      rows * 4, &full[s]);
                     }
-                    if (rows > 0)
-                        bulk_load(a_scale_s + size_t(s) * kWideBM, p.a_scales + size_t(kt) * p.a_scale_ld + rt.m0,
-                                  rows * 4, &full[s]);
+                    if (gather) {
+                        const int32_t k = k0 + chunk * 16;
+                        // The row map is re-read per stage (L1 hits) rather than kept: 8 more registers spilled
+                        // under the producer's setmaxnreg budget.
+#pragma unroll
+                        for (int j = 0; j < kWideBM / 16; ++j) {
+                            const uint32_t row = threadIdx.x / 8 + 16 * j;
+                            const int32_t src = row < rows ? __ldg(p.a_rows + rt.m0 + row) : -1;
+                            const bool valid = src >= 0 && k < p.k;
+                            cp_async_16(a_s + row * 128 + ((chunk ^ (row & 7)) << 4),
+                                        valid ? p.a + size_t(src) * p.k + k : p.a, valid);
+                        }
+                        cp_async_4(a_scale_s + size_t(s) * kWideBM + threadIdx.x,
+                                   scale_src >= 0 ? p.a_scales + size_t(kt) * p.a_scale_ld + scale_src : p.a_scales,
+                                   scale_src >= 0);
+                        cp_async_arrive_on(&full[s]);  // once this thread's copies of the stage have landed
+                    }
                 }
             }
         }
@@ -542,6 +578,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
                 const uint32_t s = it % T::kStages;
                 mbar_wait(&full[s], (it / T::kStages) & 1);
+                if (gather) fence_proxy_async();  // the gathered rows came through cp.async (generic proxy)
                 const unsigned char* a_s = smem + size_t(s) * T::kStageBytes;
                 const uint64_t desc_a = smem_desc(a_s + a_row0 * kBK);
                 const float sa0 = a_scale_s[s * kWideBM + a_row0 + r], sa1 = a_scale_s[s * kWideBM + a_row0 + r + 8];
@@ -753,6 +790,18 @@ void launch_wide(const grouped_gemm_fp8_params& p, cudaStream_t stream) {
 
 }  // namespace
 
+namespace {
+/// Whether the groups average about 128 rows or more (as the BF16 kernel decides its 128-row tiles).
+bool tall_groups(const grouped_gemm_fp8_params& p) {
+    return p.row_align % 128 == 0 || int64_t(p.max_rows) >= int64_t(p.num_experts) * (128 + p.row_align - 1);
+}
+}  // namespace
+
+fp8_gemm_tiles resolve_fp8_gemm_tiles(const grouped_gemm_fp8_params& p) {
+    if (p.tiles != fp8_gemm_tiles::automatic) return p.tiles;
+    return tall_groups(p) ? fp8_gemm_tiles::wide : fp8_gemm_tiles::narrow;
+}
+
 bool grouped_gemm_fp8_supported(const grouped_gemm_fp8_params& p) {
     const auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
     const void* out = p.swiglu ? static_cast<const void*>(p.c_q) : static_cast<const void*>(p.c);
@@ -769,9 +818,10 @@ void launch_grouped_gemm_fp8(const grouped_gemm_fp8_params& p, cudaStream_t stre
     if (p.max_rows == 0 || p.n == 0) return;
     // As the BF16 kernel: 128-row tiles once the groups average about 128 rows (the down GEMM only; gate/up makes
     // one 128-channel output group per tile with 64-row tiles).
-    const bool tall = p.row_align % 128 == 0 || int64_t(p.max_rows) >= int64_t(p.num_experts) * (128 + p.row_align - 1);
-    const fp8_gemm_tiles tiles =
-        p.tiles == fp8_gemm_tiles::automatic ? (tall ? fp8_gemm_tiles::wide : fp8_gemm_tiles::narrow) : p.tiles;
+    const bool tall = tall_groups(p);
+    const fp8_gemm_tiles tiles = resolve_fp8_gemm_tiles(p);
+    ZMOE_KERNEL_REQUIRE(p.a_rows == nullptr || tiles != fp8_gemm_tiles::narrow,
+                        "grouped_gemm_fp8: a_rows needs wide tiles");
     switch (tiles) {
         case fp8_gemm_tiles::narrow:
             if (p.swiglu)

@@ -11,7 +11,8 @@
 //   moe_fp8_bench [--tokens 1,32,...] [--iters N] [--warmup N] [--cold N] [--fp8-align 64|128|...] [--peer CMD]
 //                 [--fp8-tiles automatic,narrow,wide,wide_staggered,wide_multicast] [--json PATH]
 // --fp8-tiles: the FP8 GEMMs' tiles (fp8_gemm_tiles) of the main table (the first of the list); with more than
-// one, a second table times the FP8 layer (cold) and its two GEMM stages with each.
+// one, a second table times the FP8 layer (cold), its permute (+ quantization) and its two GEMM stages with each. A
+// value ending in /nogather (wide/nogather) turns moe_experts_params::fp8_gather off.
 // --fp8-align sets the FP8 experts' row alignment (moe_experts_params::row_align; default 64): 128 makes the FP8 down
 // GEMM run 128-row tiles at every batch size.
 // --peer runs CMD after zmoe's measurements and reads "<tokens> <milliseconds> ..." rows from its standard output
@@ -47,6 +48,7 @@ constexpr size_t kW1 = size_t(kExperts) * 2 * kInter * kHidden, kW2 = size_t(kEx
 constexpr size_t kS1 = size_t(kExperts) * 2 * kKbI * kKbH, kS2 = size_t(kExperts) * kKbH * kKbI;
 int32_t g_fp8_align = 0;  // --fp8-align: 0 is the launcher's 64
 zmoe::kernels::fp8_gemm_tiles g_fp8_tiles = zmoe::kernels::fp8_gemm_tiles::automatic;  // the layer's FP8 GEMM tiles
+bool g_fp8_gather = true;                                                              // moe_experts_params::fp8_gather
 
 /// "automatic" | "narrow" | "wide" | "wide_staggered" | "wide_multicast" (fp8_gemm_tiles); false for anything else.
 bool parse_tiles(const std::string& name, zmoe::kernels::fp8_gemm_tiles& out) {
@@ -103,6 +105,7 @@ zmoe::kernels::moe_layer_params layer_params(const buffers& b, const expert_weig
                         .inter = kInter,
                         .row_align = fp8 != nullptr ? g_fp8_align : 0,
                         .fp8_tiles = g_fp8_tiles,
+                        .fp8_gather = g_fp8_gather,
                         .fp8 = fp8},
             .router_w = b.gate_w,
             .router_logits = b.logits,
@@ -263,6 +266,7 @@ int main(int argc, char** argv) {
     std::string json_path, peer_cmd;
     std::vector<zmoe::kernels::fp8_gemm_tiles> tile_variants;
     std::vector<std::string> tile_names;
+    std::vector<bool> tile_gather;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--tokens" && i + 1 < argc)
@@ -281,10 +285,14 @@ int main(int argc, char** argv) {
             std::stringstream ss(argv[++i]);
             for (std::string item; std::getline(ss, item, ',');) {
                 zmoe::kernels::fp8_gemm_tiles t{};
-                if (!parse_tiles(item, t))
+                const size_t slash = item.find('/');
+                const std::string tiles = item.substr(0, slash),
+                                  option = slash == std::string::npos ? "" : item.substr(slash);
+                if (!parse_tiles(tiles, t) || (!option.empty() && option != "/nogather"))
                     return std::fprintf(stderr, "%s: unknown --fp8-tiles value '%s'\n", argv[0], item.c_str()), 2;
                 tile_variants.push_back(t);
                 tile_names.push_back(item);
+                tile_gather.push_back(option.empty());
             }
         } else if (a == "--peer" && i + 1 < argc)
             peer_cmd = argv[++i];
@@ -296,7 +304,10 @@ int main(int argc, char** argv) {
                        argv[0]),
                    2;
     }
-    if (!tile_variants.empty()) g_fp8_tiles = tile_variants[0];
+    if (!tile_variants.empty()) {
+        g_fp8_tiles = tile_variants[0];
+        g_fp8_gather = tile_gather[0];
+    }
     const int32_t max_tokens = *std::max_element(token_counts.begin(), token_counts.end());
     const int32_t max_rows = zmoe::kernels::moe_permuted_rows_bound(max_tokens, kTopK, kExperts, 128);
     const int32_t ld = zmoe::kernels::fp8_scale_ld(max_rows);
@@ -499,11 +510,13 @@ int main(int argc, char** argv) {
                 r.tokens, r.decode_kernels_ms, r.decode_kernels_no_preload_ms);
     if (tile_variants.size() > 1) {
         std::printf("FP8 GEMM tiles (grouped path only; layer cold ms, gate/up and down stage ms, GEMM TFLOP/s):\n");
-        std::printf("%7s %15s %9s %9s %9s %8s\n", "tokens", "tiles", "fp8_cold", "fp8_gu", "fp8_dn", "gemmTF/s");
+        std::printf("%7s %24s %9s %9s %9s %9s %8s\n", "tokens", "tiles", "fp8_cold", "fp8_perm", "fp8_gu", "fp8_dn",
+                    "gemmTF/s");
         for (const int32_t tokens : token_counts) {
             if (zmoe::kernels::moe_layer_uses_decode_path(layer_params(b, layers[0], tokens, &fp8[0]))) continue;
             for (size_t v = 0; v < tile_variants.size(); ++v) {
                 g_fp8_tiles = tile_variants[v];
+                g_fp8_gather = tile_gather[v];
                 const double cold =
                     time_graph_ms(
                         [&](cudaStream_t s) {
@@ -517,11 +530,12 @@ int main(int argc, char** argv) {
                 const double gu = st[int(zmoe::kernels::moe_stage::gemm_gate_up)];
                 const double dn = st[int(zmoe::kernels::moe_stage::gemm_down)];
                 const double flops = 2.0 * tokens * kTopK * 3.0 * kHidden * kInter;
-                std::printf("%7d %15s %9.4f %9.4f %9.4f %8.1f\n", tokens, tile_names[v].c_str(), cold, gu, dn,
-                            flops / ((gu + dn) * 1e-3) * 1e-12);
+                std::printf("%7d %24s %9.4f %9.4f %9.4f %9.4f %8.1f\n", tokens, tile_names[v].c_str(), cold,
+                            st[int(zmoe::kernels::moe_stage::permute)], gu, dn, flops / ((gu + dn) * 1e-3) * 1e-12);
             }
         }
         g_fp8_tiles = tile_variants[0];
+        g_fp8_gather = tile_gather[0];
     }
     std::printf(
         "(ratio: bf16_cold / fp8_cold; fp8_gu / fp8_dn: the FP8 gate/up and down GEMM stages, stream-ordered; "

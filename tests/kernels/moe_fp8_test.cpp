@@ -108,6 +108,7 @@ struct fp8_case {
     bool layer = false;
     fp8_gemm_tiles tiles = fp8_gemm_tiles::automatic;  ///< the grouped path's GEMM tiles
     bool preload = true;  ///< the few-token gate/up kernel loads weights before quantizing x (same arithmetic)
+    bool gather = true;   ///< moe_experts_params::fp8_gather (wide gate/up tiles gather x's rows)
 };
 
 struct blas_handle {
@@ -295,6 +296,7 @@ TEST_P(MoeExpertsFp8, MatchesCpuReference) {
                             .inter = I,
                             .row_align = 64,
                             .fp8_tiles = c.tiles,
+                            .fp8_gather = c.gather,
                             .fp8 = &f},
                            nullptr);
     }
@@ -442,6 +444,10 @@ INSTANTIATE_TEST_SUITE_P(
         fp8_case{4096, 16, 2, 144, 208, false, false, fp8_gemm_tiles::wide_multicast},
         fp8_case{64, 128, 8, 2048, 768, false, false, fp8_gemm_tiles::wide_multicast},
         fp8_case{512, 8, 4, 2048, 768, false, false, fp8_gemm_tiles::wide_multicast},
+        // Wide tiles reading a permuted copy of x (the gather off).
+        fp8_case{4096, 16, 2, 144, 208, false, false, fp8_gemm_tiles::wide, true, false},
+        fp8_case{512, 8, 4, 2048, 768, false, false, fp8_gemm_tiles::automatic, true, false},
+        fp8_case{300, 16, 4, 272, 336, false, false, fp8_gemm_tiles::wide_multicast, true, false},
         // The few-token kernels.
         fp8_case{1, 128, 8, 2048, 768, true}, fp8_case{4, 128, 8, 2048, 768, true}, fp8_case{1, 8, 2, 144, 208, true},
         fp8_case{3, 16, 4, 272, 336, true},
@@ -459,8 +465,10 @@ INSTANTIATE_TEST_SUITE_P(
                             : c.tiles == fp8_gemm_tiles::wide_multicast ? "_multicast"
                                                                         : "";
         if (!c.preload) tiles = "_no_preload";
+        std::string suffix = tiles;
+        if (!c.gather) suffix += "_no_gather";
         return make_name(prefix, "t", c.num_tokens, "_e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter,
-                         tiles);
+                         suffix);
     });
 
 }  // namespace
