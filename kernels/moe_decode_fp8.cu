@@ -12,6 +12,7 @@
 #include "kernels/cuda_check.hpp"
 #include "kernels/moe_decode_fp8.hpp"
 #include "kernels/pdl.cuh"
+#include "kernels/sm90_primitives.cuh"
 
 namespace zmoe::kernels::detail {
 namespace {
@@ -19,8 +20,9 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxTopK = 16;
-constexpr int kGroup = 8;      // down: choices whose rows are in flight together
-constexpr int kPreChunks = 4;  // gate/up with preload: 16-byte chunks per lane and row loaded before x's quantization
+constexpr int kGroup = 8;                 // down: choices whose rows are in flight together
+constexpr int kBulkItems = 2;             // gate/up bulk: (pair, column) items per warp
+constexpr int32_t kBulkMaxHidden = 4096;  // gate/up bulk: hidden sizes whose rows are staged in shared memory
 constexpr size_t kMaxSmem = 96u << 10;
 
 __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t v) {
@@ -41,6 +43,14 @@ __device__ __forceinline__ float dot16(const uint4& w, const uint4& a) {
             s = fmaf(wf.y, af.y, s);
         }
     return s;
+}
+
+/// 1D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) into shared memory, completing on bar.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     sm90::smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(sm90::smem_addr(bar))
+                 : "memory");
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -84,35 +94,35 @@ __device__ __forceinline__ void quantize_to_smem(Get&& get, int32_t rows, int32_
     __syncthreads();
 }
 
-/// (1) act[pair, n] = silu(gate) * up, one warp per (pair, n). kPreload: the warp's first kPreChunks 16-byte chunks
-/// of its gate and up rows are loaded before the block quantizes x, so that their DRAM latency overlaps that of x.
-template <bool kPreload>
-__global__ void __launch_bounds__(kThreads) gate_up_kernel(const moe_decode_fp8_params p) {
-    extern __shared__ uint4 smem4[];
-    constexpr int kPre = kPreload ? kPreChunks : 1;
-    pdl_wait();  // x and the router's slots and weights come from the kernels before
-    pdl_launch_dependents();
-    const int32_t H = p.hidden, I = p.inter, kbH = (H + 127) / 128, nbI = (I + 127) / 128, chunks = H / 16;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t item = int64_t(blockIdx.x) * kWarps + warp;
-    const bool active = item < int64_t(p.num_tokens) * p.top_k * I;
-    const int32_t pair = active ? int32_t(item / I) : 0, n = active ? int32_t(item % I) : 0, t = pair / p.top_k;
-    const int32_t slot = active ? p.slot_ids[pair] : 0;
-    const moe_fp8_experts& f = p.fp8;
-    const uint4* g_row = reinterpret_cast<const uint4*>(f.w_gate_up + (size_t(slot) * 2 * I + n) * H);
-    const uint4* u_row = g_row + size_t(I) * H / 16;
-    uint4 pg[kPre], pu[kPre];
-#pragma unroll
-    for (int i = 0; i < kPre; ++i) {
-        const int32_t c = lane + 32 * i;
-        pg[i] = pu[i] = make_uint4(0, 0, 0, 0);
-        if (kPreload && active && c < chunks) {
-            pg[i] = __ldg(g_row + c);
-            pu[i] = __ldg(u_row + c);
-        }
+/// act[pair, n] = silu(gate) * up for one (pair, n) from its gate and up rows (wg_row, wu_row: in global or shared
+/// memory) and the token's quantized x in shared memory; the warp's lanes take 16-byte chunks lane, lane + 32, ...
+template <typename Load>
+__device__ __forceinline__ void gate_up_item(const moe_decode_fp8_params& p, int32_t pair, int32_t n, int32_t slot,
+                                             const uint8_t* xq, const float* xs, Load&& load) {
+    const int32_t H = p.hidden, I = p.inter, kbH = (H + 127) / 128, nbI = (I + 127) / 128, t = pair / p.top_k;
+    const int lane = threadIdx.x % 32;
+    const float* gs = p.fp8.w_gate_up_scales + (size_t(slot) * 2 * nbI + n / 128) * kbH;
+    const float* us = p.fp8.w_gate_up_scales + ((size_t(slot) * 2 + 1) * nbI + n / 128) * kbH;
+    const uint4* xrow = reinterpret_cast<const uint4*>(xq + size_t(t) * H);
+    float ag = 0.f, au = 0.f;
+#pragma unroll 4
+    for (int32_t c = lane; c < H / 16; c += 32) {
+        uint4 wg, wu;
+        load(c, wg, wu);
+        const uint4 a = xrow[c];
+        const int32_t kb = c / 8;
+        const float sa = xs[t * kbH + kb];
+        ag = fmaf(dot16(wg, a), sa * __ldg(gs + kb), ag);
+        au = fmaf(dot16(wu, a), sa * __ldg(us + kb), au);
     }
-    uint8_t* xq = reinterpret_cast<uint8_t*>(smem4);
-    float* xs = reinterpret_cast<float*>(xq + size_t(p.num_tokens) * H);
+    ag = warp_sum(ag);
+    au = warp_sum(au);
+    if (lane == 0) p.act[size_t(pair) * I + n] = __fdividef(ag, 1.f + __expf(-ag)) * au;
+}
+
+/// x quantized per token and 128-channel group into xq / xs in shared memory (every block, as launch_fp8_quantize).
+__device__ __forceinline__ void quantize_x_to_smem(const moe_decode_fp8_params& p, uint8_t* xq, float* xs) {
+    const int32_t H = p.hidden;
     quantize_to_smem<2>(
         [&](int32_t r, int32_t c, float(&v)[4]) {
             const uint2 raw = *reinterpret_cast<const uint2*>(p.x + size_t(r) * H + c);
@@ -121,31 +131,86 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const moe_decode_fp8_
             v[0] = lo.x, v[1] = lo.y, v[2] = hi.x, v[3] = hi.y;
         },
         p.num_tokens, H, xq, xs);
-    if (!active) return;
-    const float* gs = f.w_gate_up_scales + (size_t(slot) * 2 * nbI + n / 128) * kbH;
-    const float* us = f.w_gate_up_scales + ((size_t(slot) * 2 + 1) * nbI + n / 128) * kbH;
-    const uint4* xrow = reinterpret_cast<const uint4*>(xq + size_t(t) * H);
-    float ag = 0.f, au = 0.f;
-    // Chunk c (16 e4m3) of both rows: the same fp32 sums, in the same order, with or without the preload.
-    const auto step = [&](const uint4& wg, const uint4& wu, int32_t c) {
-        const uint4 a = xrow[c];
-        const int32_t kb = c / 8;
-        const float sa = xs[t * kbH + kb];
-        ag = fmaf(dot16(wg, a), sa * __ldg(gs + kb), ag);
-        au = fmaf(dot16(wu, a), sa * __ldg(us + kb), au);
-    };
-    int32_t c0 = lane;
-    if constexpr (kPreload) {
-#pragma unroll
-        for (int i = 0; i < kPre; ++i)
-            if (lane + 32 * i < chunks) step(pg[i], pu[i], lane + 32 * i);
-        c0 = lane + 32 * kPre;
+}
+
+/// (1) act[pair, n] = silu(gate) * up, one warp per (pair, n), its weight rows read with 16-byte loads.
+__global__ void __launch_bounds__(kThreads) gate_up_kernel(const moe_decode_fp8_params p) {
+    extern __shared__ uint4 smem4[];
+    pdl_wait();  // x and the router's slots and weights come from the kernels before
+    pdl_launch_dependents();
+    uint8_t* xq = reinterpret_cast<uint8_t*>(smem4);
+    float* xs = reinterpret_cast<float*>(xq + size_t(p.num_tokens) * p.hidden);
+    quantize_x_to_smem(p, xq, xs);
+    const int32_t I = p.inter;
+    const int64_t item = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+    if (item >= int64_t(p.num_tokens) * p.top_k * I) return;
+    const int32_t pair = int32_t(item / I), n = int32_t(item % I), slot = p.slot_ids[pair];
+    const uint4* g_row = reinterpret_cast<const uint4*>(p.fp8.w_gate_up + (size_t(slot) * 2 * I + n) * p.hidden);
+    const uint4* u_row = g_row + size_t(I) * p.hidden / 16;
+    gate_up_item(p, pair, n, slot, xq, xs, [&](int32_t c, uint4& wg, uint4& wu) {
+        wg = __ldg(g_row + c);
+        wu = __ldg(u_row + c);
+    });
+}
+
+/// (1) with the weight rows staged in shared memory: one warp per kBulkItems (pair, n) items, whose gate and up rows
+/// its lane 0 copies with cp.async.bulk right after the wait, before the block quantizes x (their DRAM latency
+/// overlaps x's), completing on the warp's mbarrier. Three blocks of 16 items fit an SM (64 KB of rows each at
+/// hidden 2048): Qwen3-30B-A3B's 6 144 items are one wave, with ~190 KB per SM in flight (the register kernel's 768
+/// blocks of 8 items are 1.5 waves at 4 blocks per SM, and measured 45% of the DRAM bandwidth).
+__global__ void __launch_bounds__(kThreads, 3) gate_up_bulk_kernel(const moe_decode_fp8_params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ uint4 smem4[];
+    const int32_t H = p.hidden, I = p.inter;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    uint8_t* rows = reinterpret_cast<uint8_t*>(smem4) + size_t(warp) * kBulkItems * 2 * H;  // [2 items][gate, up][H]
+    uint64_t* bar =
+        reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(smem4) + size_t(kWarps) * kBulkItems * 2 * H) + warp;
+    uint8_t* xq = reinterpret_cast<uint8_t*>(bar - warp + kWarps);
+    float* xs = reinterpret_cast<float*>(xq + size_t(p.num_tokens) * H);
+    if (lane == 0) {
+        sm90::mbar_init(bar, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-#pragma unroll 4
-    for (int32_t c = c0; c < chunks; c += 32) step(__ldg(g_row + c), __ldg(u_row + c), c);
-    ag = warp_sum(ag);
-    au = warp_sum(au);
-    if (lane == 0) p.act[size_t(pair) * I + n] = __fdividef(ag, 1.f + __expf(-ag)) * au;
+    __syncwarp();
+    pdl_wait();  // x and the router's slots and weights come from the kernels before
+    pdl_launch_dependents();
+    const int64_t items = int64_t(p.num_tokens) * p.top_k * I;
+    const int64_t item0 = (int64_t(blockIdx.x) * kWarps + warp) * kBulkItems;
+    int32_t pair[kBulkItems], n[kBulkItems], slot[kBulkItems];
+    int active = 0;
+#pragma unroll
+    for (int i = 0; i < kBulkItems; ++i) {
+        const int64_t item = item0 + i;
+        pair[i] = item < items ? int32_t(item / I) : 0;
+        n[i] = item < items ? int32_t(item % I) : 0;
+        slot[i] = item < items ? p.slot_ids[pair[i]] : 0;
+        active += item < items ? 1 : 0;
+    }
+    if (lane == 0 && active > 0) {
+        sm90::mbar_arrive_expect_tx(bar, uint32_t(active) * 2 * uint32_t(H));
+#pragma unroll
+        for (int i = 0; i < kBulkItems; ++i) {
+            if (i >= active) break;
+            const uint8_t* g_row = p.fp8.w_gate_up + (size_t(slot[i]) * 2 * I + n[i]) * H;
+            bulk_copy(rows + size_t(2 * i) * H, g_row, uint32_t(H), bar);
+            bulk_copy(rows + size_t(2 * i + 1) * H, g_row + size_t(I) * H, uint32_t(H), bar);
+        }
+    }
+    quantize_x_to_smem(p, xq, xs);
+    if (active == 0) return;
+    sm90::mbar_wait(bar, 0);
+#pragma unroll
+    for (int i = 0; i < kBulkItems; ++i) {
+        if (i >= active) break;
+        const uint4* g = reinterpret_cast<const uint4*>(rows + size_t(2 * i) * H);
+        const uint4* u = reinterpret_cast<const uint4*>(rows + size_t(2 * i + 1) * H);
+        gate_up_item(p, pair[i], n[i], slot[i], xq, xs, [&](int32_t c, uint4& wg, uint4& wu) {
+            wg = g[c];
+            wu = u[c];
+        });
+    }
+#endif
 }
 
 /// (2) out[t, h] = bf16(sum_j weight_j * bf16(act_q[t, j] . down[slot_j, h])), one warp per (t, h).
@@ -220,6 +285,10 @@ __global__ void __launch_bounds__(kThreads) down_kernel(const moe_decode_fp8_par
 size_t gate_up_smem(int32_t tokens, int32_t hidden) {
     return size_t(tokens) * hidden + size_t(tokens) * ((hidden + 127) / 128) * sizeof(float);
 }
+/// The bulk kernel's: the staged rows, the warps' barriers, then gate_up_smem's.
+size_t gate_up_bulk_smem(int32_t tokens, int32_t hidden) {
+    return size_t(kWarps) * kBulkItems * 2 * hidden + kWarps * sizeof(uint64_t) + gate_up_smem(tokens, hidden);
+}
 size_t down_smem(int32_t pairs, int32_t inter) {
     return size_t(pairs) * inter + size_t(pairs) * ((inter + 127) / 128) * sizeof(float);
 }
@@ -237,12 +306,23 @@ void launch_moe_decode_fp8(const moe_decode_fp8_params& p, cudaStream_t stream) 
     ZMOE_KERNEL_REQUIRE(moe_decode_fp8_supported(p.num_tokens, p.top_k, p.hidden, p.inter),
                         "moe_decode_fp8: unsupported shape (moe_decode_fp8_supported)");
     const int32_t pairs = p.num_tokens * p.top_k;
-    const size_t s1 = gate_up_smem(p.num_tokens, p.hidden), s2 = down_smem(pairs, p.inter);
-    const auto gate_up = p.preload_weights ? gate_up_kernel<true> : gate_up_kernel<false>;
-    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(gate_up, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
-    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(down_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
+    const size_t s2 = down_smem(pairs, p.inter);
+    const bool bulk = p.bulk_weights && p.hidden <= kBulkMaxHidden;
     const int64_t items1 = int64_t(pairs) * p.inter, items2 = int64_t(p.num_tokens) * p.hidden;
-    launch_pdl(gate_up, dim3(unsigned((items1 + kWarps - 1) / kWarps)), dim3(kThreads), s1, stream, p);
+    if (bulk) {
+        const size_t s1 = gate_up_bulk_smem(p.num_tokens, p.hidden);
+        ZMOE_CUDA_CHECK(
+            cudaFuncSetAttribute(gate_up_bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s1)));
+        const int64_t per_block = int64_t(kWarps) * kBulkItems;
+        launch_pdl(gate_up_bulk_kernel, dim3(unsigned((items1 + per_block - 1) / per_block)), dim3(kThreads), s1,
+                   stream, p);
+    } else {
+        ZMOE_CUDA_CHECK(
+            cudaFuncSetAttribute(gate_up_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
+        launch_pdl(gate_up_kernel, dim3(unsigned((items1 + kWarps - 1) / kWarps)), dim3(kThreads),
+                   gate_up_smem(p.num_tokens, p.hidden), stream, p);
+    }
+    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(down_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
     launch_pdl(down_kernel, dim3(unsigned((items2 + kWarps - 1) / kWarps)), dim3(kThreads), s2, stream, p);
 }
 

@@ -26,9 +26,9 @@ struct moe_decode_fp8_params {
     int32_t top_k = 0;
     int32_t hidden = 0;
     int32_t inter = 0;
-    /// The gate/up kernel loads each warp's first weight chunks before quantizing x (their latencies overlap);
-    /// false: after (the arithmetic is the same).
-    bool preload_weights = true;
+    /// The gate/up kernel stages its weight rows in shared memory with bulk copies issued before it quantizes x
+    /// (hidden <= 4096); false: 16-byte loads into registers after (the arithmetic is the same).
+    bool bulk_weights = true;
 };
 
 /// The FP8 experts for a few tokens in two launches, the format's arithmetic as launch_moe_experts with fp8 (the

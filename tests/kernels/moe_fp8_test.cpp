@@ -107,8 +107,8 @@ struct fp8_case {
     /// reference then routes as the GPU's router did (its slots and weights), and only out is compared.
     bool layer = false;
     fp8_gemm_tiles tiles = fp8_gemm_tiles::automatic;  ///< the grouped path's GEMM tiles
-    bool preload = true;  ///< the few-token gate/up kernel loads weights before quantizing x (same arithmetic)
-    bool gather = true;   ///< moe_experts_params::fp8_gather (wide gate/up tiles gather x's rows)
+    bool bulk = true;    ///< the few-token gate/up kernel stages its weights by bulk copies (same arithmetic)
+    bool gather = true;  ///< moe_experts_params::fp8_gather (wide gate/up tiles gather x's rows)
 };
 
 struct blas_handle {
@@ -276,7 +276,7 @@ TEST_P(MoeExpertsFp8, MatchesCpuReference) {
                                        .top_k = K,
                                        .hidden = H,
                                        .inter = I,
-                                       .preload_weights = c.preload},
+                                       .bulk_weights = c.bulk},
                                       nullptr);
     } else {
         launch_moe_experts({.slots = d_ids.get(),
@@ -464,7 +464,7 @@ INSTANTIATE_TEST_SUITE_P(
                             : c.tiles == fp8_gemm_tiles::wide_staggered ? "_staggered"
                             : c.tiles == fp8_gemm_tiles::wide_multicast ? "_multicast"
                                                                         : "";
-        if (!c.preload) tiles = "_no_preload";
+        if (!c.bulk) tiles = "_no_bulk";
         std::string suffix = tiles;
         if (!c.gather) suffix += "_no_gather";
         return make_name(prefix, "t", c.num_tokens, "_e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter,
