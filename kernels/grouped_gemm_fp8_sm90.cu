@@ -332,17 +332,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 // (128 registers), and each K block runs in two 128-column halves, each four wgmma m64n128k32 into one 64-register
 // partial, then promoted into its half of the main accumulator. Per K block a CTA loads 48 KB for 8.4 MFLOP
 // (narrow gate/up: 40 KB for 4.2 MFLOP): 40% less L2 traffic per FLOP. The 192 accumulator registers need more
-// than the 168 that 384 threads get at entry: the producer warpgroup gives registers back (setmaxnreg 64, what its
-// gather needs without spilling) and the math warpgroups take them (224; 128 x 64 + 256 x 224 = 64 K). The gate/up
-// epilogue needs no exchange between warpgroups: a thread's quad holds whole rows of the tile's 128 output columns.
-// With a_rows (launch_moe_experts' gate/up: x quantized once per token, not into each of its top-k permuted rows)
-// the producer's 128 threads gather the tile's A rows and their scales with cp.async, as the BF16 kernel gathers x.
+// than the 168 that 384 threads get at entry: the producer warpgroup gives registers back (setmaxnreg 56: its gather
+// spills at 40) and the math warpgroups take them (224; 128 x 56 + 256 x 224 = 384 x 168, the CTA's allocation). The
+// gate/up epilogue needs no exchange between warpgroups: a thread's quad holds whole rows of the tile's 128 output
+// columns. With a_rows (launch_moe_experts' gate/up: x quantized once per token, not into each of its top-k permuted
+// rows) the producer's 128 threads gather the tile's A rows and their scales with cp.async, as the BF16 kernel gathers
+// x.
 
 constexpr int kWideBM = 128;        // rows of A per tile
 constexpr int kWideBN = 256;        // rows of b per tile
 constexpr int kStaggerBarrier = 4;  // named barrier holding the second math warpgroup back at the start
-constexpr int kProducerRegs = 64;   // setmaxnreg of the producer warpgroup (its gather needs 64) ...
+constexpr int kProducerRegs = 56;   // setmaxnreg of the producer warpgroup (its gather spills at 40) ...
 constexpr int kMathRegs = 224;      // ... and of the math warpgroups
+// setmaxnreg.inc waits until the CTA's pool has the registers: the pool is what the CTA got at launch (384 threads x
+// 168, __launch_bounds__(kThreads, 1)), so the two counts must fit in it (64 / 224 exceeded it by 1 K registers and
+// the math warpgroups waited forever).
+static_assert(128 * kProducerRegs + 256 * kMathRegs <= kThreads * 168, "setmaxnreg beyond the CTA's registers");
 
 template <bool kSwiglu>
 struct fp8_wide_tile {
