@@ -592,9 +592,11 @@ struct moe_experts_params {
     moe_stage_mark mark = nullptr;  // or nullptr
     void* mark_context = nullptr;
     fp8_gemm_tiles fp8_tiles = fp8_gemm_tiles::automatic;  ///< the FP8 GEMMs' tiles (with fp8 only)
-    /// With fp8 and wide gate/up tiles: x is quantized once per token and the gate/up GEMM gathers its rows through
-    /// row_token (false: quantized into each permuted row, read by TMA).
-    bool fp8_gather = true;
+                                                           /// With fp8 and wide gate/up tiles: x is quantized once per
+                                                           /// token and the gate/up GEMM gathers its rows through
+    /// row_token (false: quantized into each permuted row, read by TMA). Off by default: on H100 the gather's
+    /// cp.async producer slowed gate/up by more than it saved in the quantization (docs/kernels.md).
+    bool fp8_gather = false;
     /// Non-null: the experts run in block-scaled FP8 (launch_fp8_quantize fused with the permutation's gather, the
     /// FP8 gate/up GEMM with SiLU * up quantized in its epilogue, the FP8 down GEMM with BF16 out); w_gate_up,
     /// w_down, x_permuted, act and impl are then unused, row_align is a multiple of 64 (0: 64), hidden and inter

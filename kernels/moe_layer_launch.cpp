@@ -64,8 +64,8 @@ void launch_moe_experts_fp8(const moe_experts_params& p, int32_t permute_slots, 
                                     .swiglu = true,
                                     .max_ctas = p.max_ctas,
                                     .tiles = p.fp8_tiles};
-    // Wide tiles gather x's quantized rows through row_token (x quantized once per token); the narrow kernel reads
-    // a permuted copy (each token's codes written to its top-k rows).
+    // With fp8_gather and wide tiles the GEMM gathers x's quantized rows through row_token (x quantized once per
+    // token); else it reads a permuted copy (each token's codes written to its top-k rows), the default: faster.
     const bool gather = p.fp8_gather && resolve_fp8_gemm_tiles(gate_up) != fp8_gemm_tiles::narrow;
     if (gather) gate_up.a_rows = p.row_token;
     launch_fp8_quantize({.x = p.x,

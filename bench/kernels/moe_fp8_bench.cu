@@ -12,7 +12,7 @@
 //                 [--fp8-tiles automatic,narrow,wide,wide_staggered,wide_multicast] [--json PATH]
 // --fp8-tiles: the FP8 GEMMs' tiles (fp8_gemm_tiles) of the main table (the first of the list); with more than
 // one, a second table times the FP8 layer (cold), its permute (+ quantization) and its two GEMM stages with each. A
-// value ending in /nogather (wide/nogather) turns moe_experts_params::fp8_gather off.
+// value ending in /gather (wide/gather) turns moe_experts_params::fp8_gather on (/nogather: off, the default).
 // --fp8-align sets the FP8 experts' row alignment (moe_experts_params::row_align; default 64): 128 makes the FP8 down
 // GEMM run 128-row tiles at every batch size.
 // --peer runs CMD after zmoe's measurements and reads "<tokens> <milliseconds> ..." rows from its standard output
@@ -48,7 +48,7 @@ constexpr size_t kW1 = size_t(kExperts) * 2 * kInter * kHidden, kW2 = size_t(kEx
 constexpr size_t kS1 = size_t(kExperts) * 2 * kKbI * kKbH, kS2 = size_t(kExperts) * kKbH * kKbI;
 int32_t g_fp8_align = 0;  // --fp8-align: 0 is the launcher's 64
 zmoe::kernels::fp8_gemm_tiles g_fp8_tiles = zmoe::kernels::fp8_gemm_tiles::automatic;  // the layer's FP8 GEMM tiles
-bool g_fp8_gather = true;                                                              // moe_experts_params::fp8_gather
+bool g_fp8_gather = false;  // moe_experts_params::fp8_gather (its default)
 
 /// "automatic" | "narrow" | "wide" | "wide_staggered" | "wide_multicast" (fp8_gemm_tiles); false for anything else.
 bool parse_tiles(const std::string& name, zmoe::kernels::fp8_gemm_tiles& out) {
@@ -252,9 +252,9 @@ struct result {
     double fp8_gate_up_ms = -1, fp8_down_ms = -1, gemm_flops = 0;  // < 0: the FP8 decode path (no GEMMs)
     double bf16_bytes = 0, fp8_bytes = 0, bf16_floor_ms = 0, fp8_floor_ms = 0, fp8_mem_floor_ms = 0;
     double peer_ms = -1;
-    std::vector<double> fp8_stage_ms;       // per moe_stage, stream-ordered; -1 where not run
-    double decode_kernels_ms = -1;          // the FP8 few-token kernels alone, cold graph, per layer
-    double decode_kernels_no_bulk_ms = -1;  // the same, the gate/up kernel loading its weights into registers
+    std::vector<double> fp8_stage_ms;    // per moe_stage, stream-ordered; -1 where not run
+    double decode_kernels_ms = -1;       // the FP8 few-token kernels alone, cold graph, per layer
+    double decode_kernels_bulk_ms = -1;  // the same, the gate/up kernel staging its weights by bulk copies
 };
 
 }  // namespace
@@ -287,11 +287,11 @@ int main(int argc, char** argv) {
                 const size_t slash = item.find('/');
                 const std::string tiles = item.substr(0, slash),
                                   option = slash == std::string::npos ? "" : item.substr(slash);
-                if (!parse_tiles(tiles, t) || (!option.empty() && option != "/nogather"))
+                if (!parse_tiles(tiles, t) || (!option.empty() && option != "/gather" && option != "/nogather"))
                     return std::fprintf(stderr, "%s: unknown --fp8-tiles value '%s'\n", argv[0], item.c_str()), 2;
                 tile_variants.push_back(t);
                 tile_names.push_back(item);
-                tile_gather.push_back(option.empty());
+                tile_gather.push_back(option == "/gather");
             }
         } else if (a == "--peer" && i + 1 < argc)
             peer_cmd = argv[++i];
@@ -442,8 +442,8 @@ int main(int argc, char** argv) {
                            stream, warmup, iters) /
                        double(layers.size());
             };
-            r.decode_kernels_ms = kernels_alone(true);
-            r.decode_kernels_no_bulk_ms = kernels_alone(false);
+            r.decode_kernels_ms = kernels_alone(false);  // the default
+            r.decode_kernels_bulk_ms = kernels_alone(true);
         }
         if (!r.fp8_decode) {  // the few-token kernels have no GEMM stages
             r.fp8_gate_up_ms = r.fp8_stage_ms[int(zmoe::kernels::moe_stage::gemm_gate_up)];
@@ -504,10 +504,9 @@ int main(int argc, char** argv) {
     for (const auto& r : results)
         if (r.fp8_decode)
             std::printf(
-                "FP8 few-token kernels alone at %d tokens (cold graph, per layer): %.4f ms (weights staged by bulk "
-                "copies), %.4f "
-                "ms (16-byte loads)\n",
-                r.tokens, r.decode_kernels_ms, r.decode_kernels_no_bulk_ms);
+                "FP8 few-token kernels alone at %d tokens (cold graph, per layer): %.4f ms (16-byte loads, the "
+                "default), %.4f ms (weights staged by bulk copies)\n",
+                r.tokens, r.decode_kernels_ms, r.decode_kernels_bulk_ms);
     if (tile_variants.size() > 1) {
         std::printf("FP8 GEMM tiles (grouped path only; layer cold ms, gate/up and down stage ms, GEMM TFLOP/s):\n");
         std::printf("%7s %24s %9s %9s %9s %9s %8s\n", "tokens", "tiles", "fp8_cold", "fp8_perm", "fp8_gu", "fp8_dn",
@@ -566,7 +565,7 @@ int main(int argc, char** argv) {
               << ",\"bf16_bytes\":" << r.bf16_bytes << ",\"fp8_bytes\":" << r.fp8_bytes
               << ",\"bf16_floor_ms\":" << r.bf16_floor_ms << ",\"fp8_floor_ms\":" << r.fp8_floor_ms
               << ",\"fp8_mem_floor_ms\":" << r.fp8_mem_floor_ms << ",\"decode_kernels_ms\":" << r.decode_kernels_ms
-              << ",\"decode_kernels_no_bulk_ms\":" << r.decode_kernels_no_bulk_ms << ",\"fp8_stages_ms\":{";
+              << ",\"decode_kernels_bulk_ms\":" << r.decode_kernels_bulk_ms << ",\"fp8_stages_ms\":{";
             bool first = true;
             for (int s = 0; s + 1 < kStages; ++s)
                 if (r.fp8_stage_ms[s] >= 0) {
