@@ -490,6 +490,17 @@ struct fp8_quantize_params {
 /// quantization fused with the gather), or to row t. Rows nothing maps to are not written.
 void launch_fp8_quantize(const fp8_quantize_params& p, cudaStream_t stream);
 
+/// The FP8 grouped GEMM's tile shapes (kernels/grouped_gemm_fp8_sm90.cu). automatic: wide once the groups average
+/// 128 rows or more (or row_align is a multiple of 128), else narrow.
+enum class fp8_gemm_tiles : int32_t {
+    automatic = 0,
+    narrow = 1,          ///< 64-row tiles of 256 b rows (gate/up: one 128-channel output group), or 128 x 128 (down)
+    wide = 2,            ///< 128-row tiles of 256 b rows, each math warpgroup 64 rows x 256 in two 128-column halves
+    wide_staggered = 3,  ///< wide, the second math warpgroup starting half a K block after the first
+    wide_multicast = 4,  ///< wide in clusters of 2 CTAs on two row tiles of one expert, each loading half of the
+                         ///< shared b tile for both (TMA multicast)
+};
+
 struct grouped_gemm_fp8_params {
     const uint8_t* a = nullptr;               // [max_rows, k] e4m3, expert-contiguous as launch_moe_permute orders it
     const float* a_scales = nullptr;          // [ceil(k / 128), a_scale_ld]: row r's K block kb at [kb * ld + r]
@@ -509,7 +520,14 @@ struct grouped_gemm_fp8_params {
     int32_t row_align = 64;   ///< as given to launch_moe_permute: a multiple of 64
     bool swiglu = false;
     int32_t max_ctas = 0;  ///< as grouped_gemm_params
+    fp8_gemm_tiles tiles = fp8_gemm_tiles::automatic;
+    /// Non-null (wide tiles only): row r of the A operand is row a_rows[r] of a (a zero row where it is < 0:
+    /// moe_permute's row_token), its scales a_scales[kb * a_scale_ld + a_rows[r]]; a holds one row per token.
+    const int32_t* a_rows = nullptr;
 };
+
+/// The tiles launch_grouped_gemm_fp8 runs p with (p.tiles, or what automatic chooses for p's shape).
+fp8_gemm_tiles resolve_fp8_gemm_tiles(const grouped_gemm_fp8_params& p);
 
 /// True when the current device is compute capability 9.x and p suits the FP8 kernel (its field comments).
 bool grouped_gemm_fp8_supported(const grouped_gemm_fp8_params& p);
@@ -577,6 +595,12 @@ struct moe_experts_params {
     int32_t max_ctas = 0;           ///< as grouped_gemm_params: 0 every SM
     moe_stage_mark mark = nullptr;  // or nullptr
     void* mark_context = nullptr;
+    fp8_gemm_tiles fp8_tiles = fp8_gemm_tiles::automatic;  ///< the FP8 GEMMs' tiles (with fp8 only)
+                                                           /// With fp8 and wide gate/up tiles: x is quantized once per
+                                                           /// token and the gate/up GEMM gathers its rows through
+    /// row_token (false: quantized into each permuted row, read by TMA). Off by default: on H100 the gather's
+    /// cp.async producer slowed gate/up by more than it saved in the quantization (docs/kernels.md).
+    bool fp8_gather = false;
     /// Non-null: the experts run in block-scaled FP8 (launch_fp8_quantize fused with the permutation's gather, the
     /// FP8 gate/up GEMM with SiLU * up quantized in its epilogue, the FP8 down GEMM with BF16 out); w_gate_up,
     /// w_down, x_permuted, act and impl are then unused, row_align is a multiple of 64 (0: 64), hidden and inter

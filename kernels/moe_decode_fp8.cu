@@ -12,6 +12,7 @@
 #include "kernels/cuda_check.hpp"
 #include "kernels/moe_decode_fp8.hpp"
 #include "kernels/pdl.cuh"
+#include "kernels/sm90_primitives.cuh"
 
 namespace zmoe::kernels::detail {
 namespace {
@@ -19,7 +20,9 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxTopK = 16;
-constexpr int kGroup = 8;  // down: choices whose rows are in flight together
+constexpr int kGroup = 8;                 // down: choices whose rows are in flight together
+constexpr int kBulkItems = 2;             // gate/up bulk: (pair, column) items per warp
+constexpr int32_t kBulkMaxHidden = 4096;  // gate/up bulk: hidden sizes whose rows are staged in shared memory
 constexpr size_t kMaxSmem = 96u << 10;
 
 __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t v) {
@@ -42,6 +45,14 @@ __device__ __forceinline__ float dot16(const uint4& w, const uint4& a) {
     return s;
 }
 
+/// 1D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) into shared memory, completing on bar.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     sm90::smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(sm90::smem_addr(bar))
+                 : "memory");
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -49,60 +60,55 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 /// Quantizes rows [rows, cols] of fp32 values (get(r, c)) per 128-channel group into q (codes, [rows, cols]) and s
-/// ([rows, groups]) in shared memory: one warp per (row, group), as launch_fp8_quantize. Ends with __syncthreads.
-template <typename Get>
+/// ([rows, groups]) in shared memory: one warp per (row, group), as launch_fp8_quantize. A warp loads up to kBatch
+/// of its items before reducing any, so their loads are in flight together (the down kernel's 8 choices x 6 groups
+/// of act were six dependent L2 round trips per warp one item at a time). Ends with __syncthreads.
+template <int kBatch, typename Get>
 __device__ __forceinline__ void quantize_to_smem(Get&& get, int32_t rows, int32_t cols, uint8_t* q, float* s) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int32_t groups = (cols + 127) / 128;
-    for (int32_t w = warp; w < rows * groups; w += kWarps) {
-        const int32_t r = w / groups, g = w % groups, c = g * 128 + lane * 4;
-        float v[4] = {0.f, 0.f, 0.f, 0.f};
-        if (c < cols) get(r, c, v);
-        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+    const int32_t groups = (cols + 127) / 128, items = rows * groups;
+    for (int32_t w0 = warp; w0 < items; w0 += kWarps * kBatch) {
+        float v[kBatch][4];
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float scale = amax > 0.f ? amax / 448.f : 1.f;
-        uint16_t lo, hi;
-        asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(v[1] / scale), "f"(v[0] / scale));
-        asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(v[3] / scale), "f"(v[2] / scale));
-        if (c < cols) *reinterpret_cast<uint32_t*>(q + size_t(r) * cols + c) = uint32_t(lo) | (uint32_t(hi) << 16);
-        if (lane == 0) s[r * groups + g] = scale;
+        for (int b = 0; b < kBatch; ++b) {
+            const int32_t w = w0 + b * kWarps, c = (w % groups) * 128 + lane * 4;
+            v[b][0] = v[b][1] = v[b][2] = v[b][3] = 0.f;
+            if (w < items && c < cols) get(w / groups, c, v[b]);
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+            const int32_t w = w0 + b * kWarps;
+            if (w >= items) break;  // the same for the whole warp
+            const int32_t r = w / groups, g = w % groups, c = g * 128 + lane * 4;
+            float amax = fmaxf(fmaxf(fabsf(v[b][0]), fabsf(v[b][1])), fmaxf(fabsf(v[b][2]), fabsf(v[b][3])));
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+            const float scale = amax > 0.f ? amax / 448.f : 1.f;
+            uint16_t lo, hi;
+            asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(v[b][1] / scale), "f"(v[b][0] / scale));
+            asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(v[b][3] / scale), "f"(v[b][2] / scale));
+            if (c < cols) *reinterpret_cast<uint32_t*>(q + size_t(r) * cols + c) = uint32_t(lo) | (uint32_t(hi) << 16);
+            if (lane == 0) s[r * groups + g] = scale;
+        }
     }
     __syncthreads();
 }
 
-/// (1) act[pair, n] = silu(gate) * up, one warp per (pair, n).
-__global__ void __launch_bounds__(kThreads) gate_up_kernel(const moe_decode_fp8_params p) {
-    extern __shared__ uint4 smem4[];
-    pdl_wait();  // x and the router's slots and weights come from the kernels before
-    pdl_launch_dependents();
-    const int32_t H = p.hidden, I = p.inter, kbH = (H + 127) / 128, nbI = (I + 127) / 128;
-    uint8_t* xq = reinterpret_cast<uint8_t*>(smem4);
-    float* xs = reinterpret_cast<float*>(xq + size_t(p.num_tokens) * H);
-    quantize_to_smem(
-        [&](int32_t r, int32_t c, float(&v)[4]) {
-            const uint2 raw = *reinterpret_cast<const uint2*>(p.x + size_t(r) * H + c);
-            const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-            const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-            v[0] = lo.x, v[1] = lo.y, v[2] = hi.x, v[3] = hi.y;
-        },
-        p.num_tokens, H, xq, xs);
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t item = int64_t(blockIdx.x) * kWarps + warp;
-    if (item >= int64_t(p.num_tokens) * p.top_k * I) return;
-    const int32_t pair = int32_t(item / I), n = int32_t(item % I), t = pair / p.top_k;
-    const int32_t slot = p.slot_ids[pair];
-    const moe_fp8_experts& f = p.fp8;
-    const uint8_t* g_row = f.w_gate_up + (size_t(slot) * 2 * I + n) * H;
-    const uint8_t* u_row = g_row + size_t(I) * H;
-    const float* gs = f.w_gate_up_scales + (size_t(slot) * 2 * nbI + n / 128) * kbH;
-    const float* us = f.w_gate_up_scales + ((size_t(slot) * 2 + 1) * nbI + n / 128) * kbH;
+/// act[pair, n] = silu(gate) * up for one (pair, n) from its gate and up rows (wg_row, wu_row: in global or shared
+/// memory) and the token's quantized x in shared memory; the warp's lanes take 16-byte chunks lane, lane + 32, ...
+template <typename Load>
+__device__ __forceinline__ void gate_up_item(const moe_decode_fp8_params& p, int32_t pair, int32_t n, int32_t slot,
+                                             const uint8_t* xq, const float* xs, Load&& load) {
+    const int32_t H = p.hidden, I = p.inter, kbH = (H + 127) / 128, nbI = (I + 127) / 128, t = pair / p.top_k;
+    const int lane = threadIdx.x % 32;
+    const float* gs = p.fp8.w_gate_up_scales + (size_t(slot) * 2 * nbI + n / 128) * kbH;
+    const float* us = p.fp8.w_gate_up_scales + ((size_t(slot) * 2 + 1) * nbI + n / 128) * kbH;
     const uint4* xrow = reinterpret_cast<const uint4*>(xq + size_t(t) * H);
     float ag = 0.f, au = 0.f;
 #pragma unroll 4
     for (int32_t c = lane; c < H / 16; c += 32) {
-        const uint4 wg = __ldg(reinterpret_cast<const uint4*>(g_row) + c);
-        const uint4 wu = __ldg(reinterpret_cast<const uint4*>(u_row) + c);
+        uint4 wg, wu;
+        load(c, wg, wu);
         const uint4 a = xrow[c];
         const int32_t kb = c / 8;
         const float sa = xs[t * kbH + kb];
@@ -112,6 +118,99 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const moe_decode_fp8_
     ag = warp_sum(ag);
     au = warp_sum(au);
     if (lane == 0) p.act[size_t(pair) * I + n] = __fdividef(ag, 1.f + __expf(-ag)) * au;
+}
+
+/// x quantized per token and 128-channel group into xq / xs in shared memory (every block, as launch_fp8_quantize).
+__device__ __forceinline__ void quantize_x_to_smem(const moe_decode_fp8_params& p, uint8_t* xq, float* xs) {
+    const int32_t H = p.hidden;
+    quantize_to_smem<2>(
+        [&](int32_t r, int32_t c, float(&v)[4]) {
+            const uint2 raw = *reinterpret_cast<const uint2*>(p.x + size_t(r) * H + c);
+            const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+            const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+            v[0] = lo.x, v[1] = lo.y, v[2] = hi.x, v[3] = hi.y;
+        },
+        p.num_tokens, H, xq, xs);
+}
+
+/// (1) act[pair, n] = silu(gate) * up, one warp per (pair, n), its weight rows read with 16-byte loads.
+__global__ void __launch_bounds__(kThreads) gate_up_kernel(const moe_decode_fp8_params p) {
+    extern __shared__ uint4 smem4[];
+    pdl_wait();  // x and the router's slots and weights come from the kernels before
+    pdl_launch_dependents();
+    uint8_t* xq = reinterpret_cast<uint8_t*>(smem4);
+    float* xs = reinterpret_cast<float*>(xq + size_t(p.num_tokens) * p.hidden);
+    quantize_x_to_smem(p, xq, xs);
+    const int32_t I = p.inter;
+    const int64_t item = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+    if (item >= int64_t(p.num_tokens) * p.top_k * I) return;
+    const int32_t pair = int32_t(item / I), n = int32_t(item % I), slot = p.slot_ids[pair];
+    const uint4* g_row = reinterpret_cast<const uint4*>(p.fp8.w_gate_up + (size_t(slot) * 2 * I + n) * p.hidden);
+    const uint4* u_row = g_row + size_t(I) * p.hidden / 16;
+    gate_up_item(p, pair, n, slot, xq, xs, [&](int32_t c, uint4& wg, uint4& wu) {
+        wg = __ldg(g_row + c);
+        wu = __ldg(u_row + c);
+    });
+}
+
+/// (1) with the weight rows staged in shared memory: one warp per kBulkItems (pair, n) items, whose gate and up rows
+/// its lane 0 copies with cp.async.bulk right after the wait, before the block quantizes x (their DRAM latency
+/// overlaps x's), completing on the warp's mbarrier. Three blocks of 16 items fit an SM (64 KB of rows each at
+/// hidden 2048): Qwen3-30B-A3B's 6 144 items are one wave, with ~190 KB per SM in flight (the register kernel's 768
+/// blocks of 8 items are 1.5 waves at 4 blocks per SM, and measured 45% of the DRAM bandwidth).
+__global__ void __launch_bounds__(kThreads, 3) gate_up_bulk_kernel(const moe_decode_fp8_params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ uint4 smem4[];
+    const int32_t H = p.hidden, I = p.inter;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    uint8_t* rows = reinterpret_cast<uint8_t*>(smem4) + size_t(warp) * kBulkItems * 2 * H;  // [2 items][gate, up][H]
+    uint64_t* bar =
+        reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(smem4) + size_t(kWarps) * kBulkItems * 2 * H) + warp;
+    uint8_t* xq = reinterpret_cast<uint8_t*>(bar - warp + kWarps);
+    float* xs = reinterpret_cast<float*>(xq + size_t(p.num_tokens) * H);
+    if (lane == 0) {
+        sm90::mbar_init(bar, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncwarp();
+    pdl_wait();  // x and the router's slots and weights come from the kernels before
+    pdl_launch_dependents();
+    const int64_t items = int64_t(p.num_tokens) * p.top_k * I;
+    const int64_t item0 = (int64_t(blockIdx.x) * kWarps + warp) * kBulkItems;
+    int32_t pair[kBulkItems], n[kBulkItems], slot[kBulkItems];
+    int active = 0;
+#pragma unroll
+    for (int i = 0; i < kBulkItems; ++i) {
+        const int64_t item = item0 + i;
+        pair[i] = item < items ? int32_t(item / I) : 0;
+        n[i] = item < items ? int32_t(item % I) : 0;
+        slot[i] = item < items ? p.slot_ids[pair[i]] : 0;
+        active += item < items ? 1 : 0;
+    }
+    if (lane == 0 && active > 0) {
+        sm90::mbar_arrive_expect_tx(bar, uint32_t(active) * 2 * uint32_t(H));
+#pragma unroll
+        for (int i = 0; i < kBulkItems; ++i) {
+            if (i >= active) break;
+            const uint8_t* g_row = p.fp8.w_gate_up + (size_t(slot[i]) * 2 * I + n[i]) * H;
+            bulk_copy(rows + size_t(2 * i) * H, g_row, uint32_t(H), bar);
+            bulk_copy(rows + size_t(2 * i + 1) * H, g_row + size_t(I) * H, uint32_t(H), bar);
+        }
+    }
+    quantize_x_to_smem(p, xq, xs);
+    if (active == 0) return;
+    sm90::mbar_wait(bar, 0);
+#pragma unroll
+    for (int i = 0; i < kBulkItems; ++i) {
+        if (i >= active) break;
+        const uint4* g = reinterpret_cast<const uint4*>(rows + size_t(2 * i) * H);
+        const uint4* u = reinterpret_cast<const uint4*>(rows + size_t(2 * i + 1) * H);
+        gate_up_item(p, pair[i], n[i], slot[i], xq, xs, [&](int32_t c, uint4& wg, uint4& wu) {
+            wg = g[c];
+            wu = u[c];
+        });
+    }
+#endif
 }
 
 /// (2) out[t, h] = bf16(sum_j weight_j * bf16(act_q[t, j] . down[slot_j, h])), one warp per (t, h).
@@ -135,7 +234,7 @@ __global__ void __launch_bounds__(kThreads) down_kernel(const moe_decode_fp8_par
     pdl_wait();  // act comes from the gate/up kernel
     uint8_t* aq = reinterpret_cast<uint8_t*>(smem4);
     float* as = reinterpret_cast<float*>(aq + size_t(pairs) * I);
-    quantize_to_smem(
+    quantize_to_smem<8>(
         [&](int32_t r, int32_t c, float(&v)[4]) {
             const float4 a = *reinterpret_cast<const float4*>(p.act + size_t(r) * I + c);
             v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
@@ -186,6 +285,10 @@ __global__ void __launch_bounds__(kThreads) down_kernel(const moe_decode_fp8_par
 size_t gate_up_smem(int32_t tokens, int32_t hidden) {
     return size_t(tokens) * hidden + size_t(tokens) * ((hidden + 127) / 128) * sizeof(float);
 }
+/// The bulk kernel's: the staged rows, the warps' barriers, then gate_up_smem's.
+size_t gate_up_bulk_smem(int32_t tokens, int32_t hidden) {
+    return size_t(kWarps) * kBulkItems * 2 * hidden + kWarps * sizeof(uint64_t) + gate_up_smem(tokens, hidden);
+}
 size_t down_smem(int32_t pairs, int32_t inter) {
     return size_t(pairs) * inter + size_t(pairs) * ((inter + 127) / 128) * sizeof(float);
 }
@@ -203,11 +306,23 @@ void launch_moe_decode_fp8(const moe_decode_fp8_params& p, cudaStream_t stream) 
     ZMOE_KERNEL_REQUIRE(moe_decode_fp8_supported(p.num_tokens, p.top_k, p.hidden, p.inter),
                         "moe_decode_fp8: unsupported shape (moe_decode_fp8_supported)");
     const int32_t pairs = p.num_tokens * p.top_k;
-    const size_t s1 = gate_up_smem(p.num_tokens, p.hidden), s2 = down_smem(pairs, p.inter);
-    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(gate_up_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
-    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(down_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
+    const size_t s2 = down_smem(pairs, p.inter);
+    const bool bulk = p.bulk_weights && p.hidden <= kBulkMaxHidden;
     const int64_t items1 = int64_t(pairs) * p.inter, items2 = int64_t(p.num_tokens) * p.hidden;
-    launch_pdl(gate_up_kernel, dim3(unsigned((items1 + kWarps - 1) / kWarps)), dim3(kThreads), s1, stream, p);
+    if (bulk) {
+        const size_t s1 = gate_up_bulk_smem(p.num_tokens, p.hidden);
+        ZMOE_CUDA_CHECK(
+            cudaFuncSetAttribute(gate_up_bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s1)));
+        const int64_t per_block = int64_t(kWarps) * kBulkItems;
+        launch_pdl(gate_up_bulk_kernel, dim3(unsigned((items1 + per_block - 1) / per_block)), dim3(kThreads), s1,
+                   stream, p);
+    } else {
+        ZMOE_CUDA_CHECK(
+            cudaFuncSetAttribute(gate_up_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
+        launch_pdl(gate_up_kernel, dim3(unsigned((items1 + kWarps - 1) / kWarps)), dim3(kThreads),
+                   gate_up_smem(p.num_tokens, p.hidden), stream, p);
+    }
+    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(down_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
     launch_pdl(down_kernel, dim3(unsigned((items2 + kWarps - 1) / kWarps)), dim3(kThreads), s2, stream, p);
 }
 

@@ -22,7 +22,8 @@ int32_t resolve_align(int32_t row_align, int32_t num_tokens, int32_t top_k, int3
     return row_align > 0 ? row_align : moe_row_align_for(num_tokens, top_k, permute_slots);
 }
 
-/// launch_moe_experts with p.fp8: the permutation plan, x quantized into the permuted rows, the FP8 gate/up GEMM
+/// launch_moe_experts with p.fp8: the permutation plan, x quantized (into the permuted rows, or once per token when
+/// the gate/up GEMM gathers them), the FP8 gate/up GEMM
 /// (SiLU * up quantized in its epilogue), the FP8 down GEMM (BF16 out) and the combine.
 void launch_moe_experts_fp8(const moe_experts_params& p, int32_t permute_slots, cudaStream_t stream) {
     const moe_fp8_experts& f = *p.fp8;
@@ -46,33 +47,38 @@ void launch_moe_experts_fp8(const moe_experts_params& p, int32_t permute_slots, 
                         .row_align = align,
                         .max_rows = max_rows},
                        stream);
+    grouped_gemm_fp8_params gate_up{.a = f.x_q,
+                                    .a_scales = f.x_scales,
+                                    .a_scale_ld = ld,
+                                    .b = f.w_gate_up,
+                                    .b_scales = f.w_gate_up_scales,
+                                    .expert_offsets = p.expert_offsets,
+                                    .c_q = f.act_q,
+                                    .c_scales = f.act_scales,
+                                    .c_scale_ld = ld,
+                                    .max_rows = max_rows,
+                                    .n = p.inter,
+                                    .k = p.hidden,
+                                    .num_experts = p.num_slots,
+                                    .row_align = align,
+                                    .swiglu = true,
+                                    .max_ctas = p.max_ctas,
+                                    .tiles = p.fp8_tiles};
+    // With fp8_gather and wide tiles the GEMM gathers x's quantized rows through row_token (x quantized once per
+    // token); else it reads a permuted copy (each token's codes written to its top-k rows), the default: faster.
+    const bool gather = p.fp8_gather && resolve_fp8_gemm_tiles(gate_up) != fp8_gemm_tiles::narrow;
+    if (gather) gate_up.a_rows = p.row_token;
     launch_fp8_quantize({.x = p.x,
-                         .dest_rows = p.dest_rows,
+                         .dest_rows = gather ? nullptr : p.dest_rows,
                          .q = f.x_q,
                          .scales = f.x_scales,
                          .num_tokens = p.num_tokens,
-                         .top_k = p.top_k,
+                         .top_k = gather ? 1 : p.top_k,
                          .cols = p.hidden,
                          .scale_ld = ld},
                         stream);
     mark(p.mark, p.mark_context, moe_stage::gemm_gate_up);
-    launch_grouped_gemm_fp8({.a = f.x_q,
-                             .a_scales = f.x_scales,
-                             .a_scale_ld = ld,
-                             .b = f.w_gate_up,
-                             .b_scales = f.w_gate_up_scales,
-                             .expert_offsets = p.expert_offsets,
-                             .c_q = f.act_q,
-                             .c_scales = f.act_scales,
-                             .c_scale_ld = ld,
-                             .max_rows = max_rows,
-                             .n = p.inter,
-                             .k = p.hidden,
-                             .num_experts = p.num_slots,
-                             .row_align = align,
-                             .swiglu = true,
-                             .max_ctas = p.max_ctas},
-                            stream);
+    launch_grouped_gemm_fp8(gate_up, stream);
     mark(p.mark, p.mark_context, moe_stage::gemm_down);
     launch_grouped_gemm_fp8({.a = f.act_q,
                              .a_scales = f.act_scales,
@@ -87,7 +93,8 @@ void launch_moe_experts_fp8(const moe_experts_params& p, int32_t permute_slots, 
                              .num_experts = p.num_slots,
                              .row_align = align,
                              .swiglu = false,
-                             .max_ctas = p.max_ctas},
+                             .max_ctas = p.max_ctas,
+                             .tiles = p.fp8_tiles},
                             stream);
     mark(p.mark, p.mark_context, moe_stage::combine);
     launch_moe_combine({.y = p.y,

@@ -140,9 +140,10 @@ __device__ __forceinline__ int32_t last_start_at_or_below(const int32_t* starts,
 }
 
 /// The device-built tile schedule: tile_start[e] = the first row tile of expert e, where expert e's group
-/// (a multiple of 64 rows) makes ceil(rows / kBM) row tiles; tile_start[num_experts] = all row tiles. One warp
-/// scans the group sizes 32 experts at a time.
-template <int kBM>
+/// (a multiple of 64 rows) makes ceil(rows / kBM) row tiles, rounded up to a multiple of kRound (a cluster's CTAs
+/// then always work on one expert; the extra tiles have no rows); tile_start[num_experts] = all row tiles. One
+/// warp scans the group sizes 32 experts at a time.
+template <int kBM, int kRound = 1>
 __device__ void build_tile_schedule(const int32_t* offsets, int32_t num_experts, int32_t* tile_start) {
     if (threadIdx.x >= 32) return;
     const int lane = threadIdx.x;
@@ -150,6 +151,7 @@ __device__ void build_tile_schedule(const int32_t* offsets, int32_t num_experts,
     for (int32_t base = 0; base < num_experts; base += 32) {
         const int32_t e = base + lane;
         int32_t v = e < num_experts ? (offsets[e + 1] - offsets[e] + kBM - 1) / kBM : 0;
+        v = (v + kRound - 1) / kRound * kRound;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
             const int32_t up = __shfl_up_sync(0xffffffffu, v, o);
@@ -162,7 +164,7 @@ __device__ void build_tile_schedule(const int32_t* offsets, int32_t num_experts,
 }
 
 /// Row tile m of the schedule: its expert, first row and height (kBM, or 64 for the last tile of a group of
-/// an odd number of 64-row blocks when kBM == 128).
+/// an odd number of 64-row blocks when kBM == 128; <= 0 for a tile that rounding to kRound added).
 struct row_tile {
     int32_t expert, m0, rows;
 };

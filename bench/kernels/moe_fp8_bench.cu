@@ -9,7 +9,10 @@
 //     out) at the measured copy bandwidth (1 GiB device to device), or its FLOPs at the measured dense peak of its
 //     precision (cuBLASLt BF16 / FP8 GEMM), whichever is longer.
 //   moe_fp8_bench [--tokens 1,32,...] [--iters N] [--warmup N] [--cold N] [--fp8-align 64|128|...] [--peer CMD]
-//                 [--json PATH]
+//                 [--fp8-tiles automatic,narrow,wide,wide_staggered,wide_multicast] [--json PATH]
+// --fp8-tiles: the FP8 GEMMs' tiles (fp8_gemm_tiles) of the main table (the first of the list); with more than
+// one, a second table times the FP8 layer (cold), its permute (+ quantization) and its two GEMM stages with each. A
+// value ending in /gather (wide/gather) turns moe_experts_params::fp8_gather on (/nogather: off, the default).
 // --fp8-align sets the FP8 experts' row alignment (moe_experts_params::row_align; default 64): 128 makes the FP8 down
 // GEMM run 128-row tiles at every batch size.
 // --peer runs CMD after zmoe's measurements and reads "<tokens> <milliseconds> ..." rows from its standard output
@@ -33,7 +36,10 @@ namespace {
 
 using zmoe::bench::device_alloc;
 using zmoe::bench::fill;
+using zmoe::bench::json_escape;
 using zmoe::bench::parse_list;
+using zmoe::bench::time_graph_ms;
+using zmoe::bench::time_op_ms;
 using zmoe::kernels::bf16;
 
 constexpr int32_t kHidden = 2048, kExperts = 128, kTopK = 8, kInter = 768;
@@ -41,6 +47,24 @@ constexpr int32_t kKbH = (kHidden + 127) / 128, kKbI = (kInter + 127) / 128;
 constexpr size_t kW1 = size_t(kExperts) * 2 * kInter * kHidden, kW2 = size_t(kExperts) * kHidden * kInter;
 constexpr size_t kS1 = size_t(kExperts) * 2 * kKbI * kKbH, kS2 = size_t(kExperts) * kKbH * kKbI;
 int32_t g_fp8_align = 0;  // --fp8-align: 0 is the launcher's 64
+zmoe::kernels::fp8_gemm_tiles g_fp8_tiles = zmoe::kernels::fp8_gemm_tiles::automatic;  // the layer's FP8 GEMM tiles
+bool g_fp8_gather = false;  // moe_experts_params::fp8_gather (its default)
+
+/// "automatic" | "narrow" | "wide" | "wide_staggered" | "wide_multicast" (fp8_gemm_tiles); false for anything else.
+bool parse_tiles(const std::string& name, zmoe::kernels::fp8_gemm_tiles& out) {
+    using zmoe::kernels::fp8_gemm_tiles;
+    const std::pair<const char*, fp8_gemm_tiles> names[] = {{"automatic", fp8_gemm_tiles::automatic},
+                                                            {"narrow", fp8_gemm_tiles::narrow},
+                                                            {"wide", fp8_gemm_tiles::wide},
+                                                            {"wide_staggered", fp8_gemm_tiles::wide_staggered},
+                                                            {"wide_multicast", fp8_gemm_tiles::wide_multicast}};
+    for (const auto& [n, v] : names)
+        if (name == n) {
+            out = v;
+            return true;
+        }
+    return false;
+}
 
 /// One layer's expert weights in both precisions.
 struct expert_weights {
@@ -80,6 +104,8 @@ zmoe::kernels::moe_layer_params layer_params(const buffers& b, const expert_weig
                         .hidden = kHidden,
                         .inter = kInter,
                         .row_align = fp8 != nullptr ? g_fp8_align : 0,
+                        .fp8_tiles = g_fp8_tiles,
+                        .fp8_gather = g_fp8_gather,
                         .fp8 = fp8},
             .router_w = b.gate_w,
             .router_logits = b.logits,
@@ -106,43 +132,6 @@ zmoe::kernels::moe_fp8_experts fp8_of(const buffers& b, const expert_weights& w)
             .x_scales = b.x_s,
             .act_q = b.act_q,
             .act_scales = b.act_s};
-}
-
-/// Median milliseconds of `run()` (events around it), after warmup runs.
-template <typename F>
-double time_op_ms(F&& run, cudaStream_t stream, int warmup, int iters) {
-    cudaEvent_t e0, e1;
-    ZMOE_CUDA_CHECK(cudaEventCreate(&e0));
-    ZMOE_CUDA_CHECK(cudaEventCreate(&e1));
-    for (int i = 0; i < warmup; ++i) run();
-    std::vector<double> ms;
-    for (int i = 0; i < iters; ++i) {
-        ZMOE_CUDA_CHECK(cudaEventRecord(e0, stream));
-        run();
-        ZMOE_CUDA_CHECK(cudaEventRecord(e1, stream));
-        ZMOE_CUDA_CHECK(cudaEventSynchronize(e1));
-        float t = 0;
-        ZMOE_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-        ms.push_back(t);
-    }
-    ZMOE_CUDA_CHECK(cudaEventDestroy(e0));
-    ZMOE_CUDA_CHECK(cudaEventDestroy(e1));
-    return zmoe::median(ms);
-}
-
-/// Median milliseconds of a CUDA graph of what enqueue(stream) enqueues.
-template <typename F>
-double time_graph_ms(F&& enqueue, cudaStream_t stream, int warmup, int iters) {
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    ZMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-    enqueue(stream);
-    ZMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    ZMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    const double ms = time_op_ms([&] { ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, stream, warmup, iters);
-    ZMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    ZMOE_CUDA_CHECK(cudaGraphDestroy(graph));
-    return ms;
 }
 
 constexpr int kStages = int(zmoe::kernels::moe_stage::end) + 1;
@@ -248,59 +237,12 @@ double dense_gemm_ms(cublasLtHandle_t blas, void* ws, size_t ws_bytes, cudaDataT
 
 ceilings measure_ceilings(const buffers& b, cudaStream_t stream) {
     ceilings c;
-    const size_t copy_bytes = size_t(1) << 30;
-    void* src = device_alloc<uint8_t>(copy_bytes);
-    void* dst = device_alloc<uint8_t>(copy_bytes);
-    ZMOE_CUDA_CHECK(cudaMemsetAsync(src, 0x3c, copy_bytes, stream));
-    const double copy_ms =
-        time_op_ms([&] { ZMOE_CUDA_CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, stream)); },
-                   stream, 3, 20);
-    c.bytes_per_s = 2.0 * double(copy_bytes) / (copy_ms * 1e-3);
-    ZMOE_CUDA_CHECK(cudaFree(src));
-    ZMOE_CUDA_CHECK(cudaFree(dst));
+    c.bytes_per_s = zmoe::bench::copy_bytes_per_s(stream);
+    c.bf16_flops_per_s = zmoe::bench::bf16_gemm_flops_per_s(b.blas, b.blas_ws, b.blas_ws_bytes, stream);
     constexpr int32_t kDim = 8192;
-    const double flops = 2.0 * double(kDim) * kDim * kDim;
-    c.bf16_flops_per_s = flops / (dense_gemm_ms(b.blas, b.blas_ws, b.blas_ws_bytes, CUDA_R_16BF, kDim, stream) * 1e-3);
-    c.fp8_flops_per_s =
-        flops / (dense_gemm_ms(b.blas, b.blas_ws, b.blas_ws_bytes, CUDA_R_8F_E4M3, kDim, stream) * 1e-3);
+    c.fp8_flops_per_s = 2.0 * double(kDim) * kDim * kDim /
+                        (dense_gemm_ms(b.blas, b.blas_ws, b.blas_ws_bytes, CUDA_R_8F_E4M3, kDim, stream) * 1e-3);
     return c;
-}
-
-/// Runs the peer command and returns its "<tokens> <ms>" rows; its whole output goes to raw.
-std::vector<std::pair<int32_t, double>> run_peer(const std::string& cmd, std::string& raw) {
-    std::vector<std::pair<int32_t, double>> rows;
-    std::fflush(stdout);
-    FILE* pipe = popen(cmd.c_str(), "r");
-    if (!pipe) {
-        std::fprintf(stderr, "moe_fp8_bench: could not run the peer: %s\n", cmd.c_str());
-        return rows;
-    }
-    char line[4096];
-    while (std::fgets(line, sizeof line, pipe)) {
-        raw += line;
-        std::istringstream is(line);
-        std::string first;
-        double ms = 0;
-        if (!(is >> first >> ms) || first.empty() || first.find_first_not_of("0123456789") != std::string::npos)
-            continue;
-        rows.emplace_back(std::stoi(first), ms);
-    }
-    const int rc = pclose(pipe);
-    if (rc != 0) std::fprintf(stderr, "moe_fp8_bench: the peer exited with status %d\n", rc);
-    return rows;
-}
-
-std::string json_escape(const std::string& s) {
-    std::string out;
-    for (const char ch : s) {
-        if (ch == '"' || ch == '\\')
-            out += std::string("\\") + ch;
-        else if (ch == '\n')
-            out += "\\n";
-        else if (static_cast<unsigned char>(ch) >= 0x20)
-            out += ch;
-    }
-    return out;
 }
 
 struct result {
@@ -310,8 +252,9 @@ struct result {
     double fp8_gate_up_ms = -1, fp8_down_ms = -1, gemm_flops = 0;  // < 0: the FP8 decode path (no GEMMs)
     double bf16_bytes = 0, fp8_bytes = 0, bf16_floor_ms = 0, fp8_floor_ms = 0, fp8_mem_floor_ms = 0;
     double peer_ms = -1;
-    std::vector<double> fp8_stage_ms;  // per moe_stage, stream-ordered; -1 where not run
-    double decode_kernels_ms = -1;     // the FP8 few-token kernels alone, cold graph, per layer
+    std::vector<double> fp8_stage_ms;    // per moe_stage, stream-ordered; -1 where not run
+    double decode_kernels_ms = -1;       // the FP8 few-token kernels alone, cold graph, per layer
+    double decode_kernels_bulk_ms = -1;  // the same, the gate/up kernel staging its weights by bulk copies
 };
 
 }  // namespace
@@ -320,6 +263,9 @@ int main(int argc, char** argv) {
     std::vector<int32_t> token_counts{1, 32, 64, 128, 256, 512, 8192, 16384};
     int iters = 20, warmup = 5, cold_layers = 4;
     std::string json_path, peer_cmd;
+    std::vector<zmoe::kernels::fp8_gemm_tiles> tile_variants;
+    std::vector<std::string> tile_names;
+    std::vector<bool> tile_gather;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--tokens" && i + 1 < argc)
@@ -334,15 +280,32 @@ int main(int argc, char** argv) {
             g_fp8_align = std::stoi(argv[++i]);
         else if (a == "--json" && i + 1 < argc)
             json_path = argv[++i];
-        else if (a == "--peer" && i + 1 < argc)
+        else if (a == "--fp8-tiles" && i + 1 < argc) {
+            std::stringstream ss(argv[++i]);
+            for (std::string item; std::getline(ss, item, ',');) {
+                zmoe::kernels::fp8_gemm_tiles t{};
+                const size_t slash = item.find('/');
+                const std::string tiles = item.substr(0, slash),
+                                  option = slash == std::string::npos ? "" : item.substr(slash);
+                if (!parse_tiles(tiles, t) || (!option.empty() && option != "/gather" && option != "/nogather"))
+                    return std::fprintf(stderr, "%s: unknown --fp8-tiles value '%s'\n", argv[0], item.c_str()), 2;
+                tile_variants.push_back(t);
+                tile_names.push_back(item);
+                tile_gather.push_back(option == "/gather");
+            }
+        } else if (a == "--peer" && i + 1 < argc)
             peer_cmd = argv[++i];
         else
             return std::fprintf(
                        stderr,
                        "usage: %s [--tokens 1,32,...] [--iters N] [--warmup N] [--cold N] [--fp8-align N] [--peer CMD] "
-                       "[--json PATH]\n",
+                       "[--fp8-tiles LIST] [--json PATH]\n",
                        argv[0]),
                    2;
+    }
+    if (!tile_variants.empty()) {
+        g_fp8_tiles = tile_variants[0];
+        g_fp8_gather = tile_gather[0];
     }
     const int32_t max_tokens = *std::max_element(token_counts.begin(), token_counts.end());
     const int32_t max_rows = zmoe::kernels::moe_permuted_rows_bound(max_tokens, kTopK, kExperts, 128);
@@ -457,25 +420,31 @@ int main(int argc, char** argv) {
                         double(layers.size());
         r.fp8_decode = zmoe::kernels::moe_layer_uses_decode_path(layer_params(b, layers[0], tokens, &fp8[0]));
         r.fp8_stage_ms = stage_ms(layer_params(b, layers[0], tokens, &fp8[0]), stream, warmup, iters);
-        if (r.fp8_decode)  // the few-token kernels alone (after the router of the runs above), cold
-            r.decode_kernels_ms =
-                time_graph_ms(
-                    [&](cudaStream_t s) {
-                        for (size_t l = 0; l < layers.size(); ++l)
-                            zmoe::kernels::detail::launch_moe_decode_fp8({.x = b.x,
-                                                                          .slot_ids = b.slots,
-                                                                          .topk_weights = b.weights,
-                                                                          .fp8 = fp8[l],
-                                                                          .act = reinterpret_cast<float*>(b.act_q),
-                                                                          .out = b.out,
-                                                                          .num_tokens = tokens,
-                                                                          .top_k = kTopK,
-                                                                          .hidden = kHidden,
-                                                                          .inter = kInter},
-                                                                         s);
-                    },
-                    stream, warmup, iters) /
-                double(layers.size());
+        if (r.fp8_decode) {  // the few-token kernels alone (after the router of the runs above), cold
+            const auto kernels_alone = [&](bool bulk) {
+                return time_graph_ms(
+                           [&](cudaStream_t s) {
+                               for (size_t l = 0; l < layers.size(); ++l)
+                                   zmoe::kernels::detail::launch_moe_decode_fp8(
+                                       {.x = b.x,
+                                        .slot_ids = b.slots,
+                                        .topk_weights = b.weights,
+                                        .fp8 = fp8[l],
+                                        .act = reinterpret_cast<float*>(b.act_q),
+                                        .out = b.out,
+                                        .num_tokens = tokens,
+                                        .top_k = kTopK,
+                                        .hidden = kHidden,
+                                        .inter = kInter,
+                                        .bulk_weights = bulk},
+                                       s);
+                           },
+                           stream, warmup, iters) /
+                       double(layers.size());
+            };
+            r.decode_kernels_ms = kernels_alone(false);  // the default
+            r.decode_kernels_bulk_ms = kernels_alone(true);
+        }
         if (!r.fp8_decode) {  // the few-token kernels have no GEMM stages
             r.fp8_gate_up_ms = r.fp8_stage_ms[int(zmoe::kernels::moe_stage::gemm_gate_up)];
             r.fp8_down_ms = r.fp8_stage_ms[int(zmoe::kernels::moe_stage::gemm_down)];
@@ -484,22 +453,24 @@ int main(int argc, char** argv) {
         std::vector<int32_t> counts(kExperts);
         ZMOE_CUDA_CHECK(cudaMemcpy(counts.data(), b.counts, sizeof(int32_t) * kExperts, cudaMemcpyDeviceToHost));
         r.active_experts = int32_t(std::count_if(counts.begin(), counts.end(), [](int32_t c) { return c > 0; }));
-        const double per_expert = 3.0 * kHidden * kInter;  // weight elements of one expert
-        const double scale_bytes = double(2 * kKbI * kKbH + kKbH * kKbI) * 4;
-        const double io = double(kExperts) * kHidden * 2 + 2.0 * tokens * kHidden * 2;
-        r.bf16_bytes = r.active_experts * per_expert * 2 + io;
-        r.fp8_bytes = r.active_experts * (per_expert + scale_bytes) + io;
-        r.gemm_flops = 2.0 * tokens * kTopK * per_expert;
-        const double flops = r.gemm_flops + 2.0 * tokens * kHidden * kExperts;
-        r.bf16_floor_ms = std::max(r.bf16_bytes / peak.bytes_per_s, flops / peak.bf16_flops_per_s) * 1e3;
-        r.fp8_mem_floor_ms = r.fp8_bytes / peak.bytes_per_s * 1e3;
-        r.fp8_floor_ms = std::max(r.fp8_mem_floor_ms, flops / peak.fp8_flops_per_s * 1e3);
+        const double scale_bytes = double(2 * kKbI * kKbH + kKbH * kKbI) * 4;  // one expert's block scales
+        const zmoe::bench::moe_layer_cost bf16_cost =
+            zmoe::bench::moe_layer_cost_of(tokens, r.active_experts, kExperts, kHidden, kInter, kTopK, 2.0);
+        const zmoe::bench::moe_layer_cost fp8_cost = zmoe::bench::moe_layer_cost_of(
+            tokens, r.active_experts, kExperts, kHidden, kInter, kTopK, 1.0, scale_bytes);
+        r.bf16_bytes = bf16_cost.bytes;
+        r.fp8_bytes = fp8_cost.bytes;
+        r.gemm_flops = fp8_cost.expert_flops;
+        r.bf16_floor_ms =
+            zmoe::bench::floor_ms(bf16_cost.bytes, bf16_cost.flops, peak.bytes_per_s, peak.bf16_flops_per_s);
+        r.fp8_mem_floor_ms = fp8_cost.bytes / peak.bytes_per_s * 1e3;
+        r.fp8_floor_ms = zmoe::bench::floor_ms(fp8_cost.bytes, fp8_cost.flops, peak.bytes_per_s, peak.fp8_flops_per_s);
         results.push_back(r);
     }
 
     std::string peer_raw;
     if (!peer_cmd.empty()) {
-        const auto rows = run_peer(peer_cmd, peer_raw);
+        const auto rows = zmoe::bench::run_peer(peer_cmd, peer_raw, "moe_fp8_bench");
         for (auto& r : results)
             for (const auto& [tokens, ms] : rows)
                 if (tokens == r.tokens) r.peer_ms = ms;
@@ -532,8 +503,39 @@ int main(int argc, char** argv) {
     }
     for (const auto& r : results)
         if (r.fp8_decode)
-            std::printf("FP8 few-token kernels alone at %d tokens (cold graph, per layer): %.4f ms\n", r.tokens,
-                        r.decode_kernels_ms);
+            std::printf(
+                "FP8 few-token kernels alone at %d tokens (cold graph, per layer): %.4f ms (16-byte loads, the "
+                "default), %.4f ms (weights staged by bulk copies)\n",
+                r.tokens, r.decode_kernels_ms, r.decode_kernels_bulk_ms);
+    if (tile_variants.size() > 1) {
+        std::printf("FP8 GEMM tiles (grouped path only; layer cold ms, gate/up and down stage ms, GEMM TFLOP/s):\n");
+        std::printf("%7s %24s %9s %9s %9s %9s %8s\n", "tokens", "tiles", "fp8_cold", "fp8_perm", "fp8_gu", "fp8_dn",
+                    "gemmTF/s");
+        for (const int32_t tokens : token_counts) {
+            if (zmoe::kernels::moe_layer_uses_decode_path(layer_params(b, layers[0], tokens, &fp8[0]))) continue;
+            for (size_t v = 0; v < tile_variants.size(); ++v) {
+                g_fp8_tiles = tile_variants[v];
+                g_fp8_gather = tile_gather[v];
+                const double cold =
+                    time_graph_ms(
+                        [&](cudaStream_t s) {
+                            for (size_t l = 0; l < layers.size(); ++l)
+                                zmoe::kernels::launch_moe_layer(layer_params(b, layers[l], tokens, &fp8[l]), s);
+                        },
+                        stream, warmup, iters) /
+                    double(layers.size());
+                const std::vector<double> st =
+                    stage_ms(layer_params(b, layers[0], tokens, &fp8[0]), stream, warmup, iters);
+                const double gu = st[int(zmoe::kernels::moe_stage::gemm_gate_up)];
+                const double dn = st[int(zmoe::kernels::moe_stage::gemm_down)];
+                const double flops = 2.0 * tokens * kTopK * 3.0 * kHidden * kInter;
+                std::printf("%7d %24s %9.4f %9.4f %9.4f %9.4f %8.1f\n", tokens, tile_names[v].c_str(), cold,
+                            st[int(zmoe::kernels::moe_stage::permute)], gu, dn, flops / ((gu + dn) * 1e-3) * 1e-12);
+            }
+        }
+        g_fp8_tiles = tile_variants[0];
+        g_fp8_gather = tile_gather[0];
+    }
     std::printf(
         "(ratio: bf16_cold / fp8_cold; fp8_gu / fp8_dn: the FP8 gate/up and down GEMM stages, stream-ordered; "
         "gemmTF/s: their useful FLOPs (routed rows) per second, %%peak of the measured dense FP8 GEMM; floors: bytes "
@@ -563,7 +565,7 @@ int main(int argc, char** argv) {
               << ",\"bf16_bytes\":" << r.bf16_bytes << ",\"fp8_bytes\":" << r.fp8_bytes
               << ",\"bf16_floor_ms\":" << r.bf16_floor_ms << ",\"fp8_floor_ms\":" << r.fp8_floor_ms
               << ",\"fp8_mem_floor_ms\":" << r.fp8_mem_floor_ms << ",\"decode_kernels_ms\":" << r.decode_kernels_ms
-              << ",\"fp8_stages_ms\":{";
+              << ",\"decode_kernels_bulk_ms\":" << r.decode_kernels_bulk_ms << ",\"fp8_stages_ms\":{";
             bool first = true;
             for (int s = 0; s + 1 < kStages; ++s)
                 if (r.fp8_stage_ms[s] >= 0) {

@@ -48,7 +48,11 @@ namespace {
 
 using zmoe::bench::device_alloc;
 using zmoe::bench::fill;
+using zmoe::bench::json_escape;
 using zmoe::bench::parse_list;
+using zmoe::bench::time_graph_ms;
+using zmoe::bench::time_ms;
+using zmoe::bench::time_op_ms;
 using zmoe::kernels::bf16;
 
 constexpr int32_t kHidden = 2048, kExperts = 128, kTopK = 8, kInter = 768;
@@ -150,63 +154,6 @@ struct result {
     double router_gemv_ms = -1, router_mma_ms = -1, router_blas_ms = -1;
 };
 
-/// Runs `run(mark)` warmup times untimed, then iters times with events recorded at mark(0) .. mark(num_marks - 1)
-/// (the first mark and the last bound a run); returns the median of each of the num_marks - 1 intervals and, last,
-/// of the whole run.
-template <typename F>
-std::vector<double> time_ms(F&& run, cudaStream_t stream, int warmup, int iters, int num_marks) {
-    std::vector<cudaEvent_t> events(num_marks);
-    for (auto& e : events) ZMOE_CUDA_CHECK(cudaEventCreate(&e));
-    const auto no_mark = [](int) {};
-    for (int i = 0; i < warmup; ++i) run(no_mark);
-    std::vector<std::vector<double>> ms(num_marks);
-    const auto mark = [&](int i) { ZMOE_CUDA_CHECK(cudaEventRecord(events[i], stream)); };
-    for (int i = 0; i < iters; ++i) {
-        run(mark);
-        ZMOE_CUDA_CHECK(cudaEventSynchronize(events.back()));
-        for (int m = 0; m + 1 < num_marks; ++m) {
-            float t = 0;
-            ZMOE_CUDA_CHECK(cudaEventElapsedTime(&t, events[m], events[m + 1]));
-            ms[m].push_back(t);
-        }
-        float t = 0;
-        ZMOE_CUDA_CHECK(cudaEventElapsedTime(&t, events.front(), events.back()));
-        ms.back().push_back(t);
-    }
-    for (auto& e : events) ZMOE_CUDA_CHECK(cudaEventDestroy(e));
-    std::vector<double> out;
-    for (auto& v : ms) out.push_back(zmoe::median(v));
-    return out;
-}
-
-/// Median milliseconds of one enqueued operation (`run()`), timed as above.
-template <typename F>
-double time_op_ms(F&& run, cudaStream_t stream, int warmup, int iters) {
-    return time_ms(
-               [&](auto&& mark) {
-                   mark(0);
-                   run();
-                   mark(1);
-               },
-               stream, warmup, iters, 2)
-        .back();
-}
-
-/// Median milliseconds of a CUDA graph of what enqueue(stream) enqueues.
-template <typename F>
-double time_graph_ms(F&& enqueue, cudaStream_t stream, int warmup, int iters) {
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    ZMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-    enqueue(stream);
-    ZMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    ZMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    const double ms = time_op_ms([&] { ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, stream, warmup, iters);
-    ZMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    ZMOE_CUDA_CHECK(cudaGraphDestroy(graph));
-    return ms;
-}
-
 /// The router of the layer (kernels::launch_moe_router, as launch_moe_layer fills it) on the given GEMM kernel, as a
 /// graph.
 double time_router_ms(const layer_buffers& b, int32_t num_tokens, zmoe::kernels::moe_router_impl impl,
@@ -240,85 +187,10 @@ struct ceilings {
     double bytes_per_s = 0, flops_per_s = 0;
 };
 
-/// The device's copy bandwidth (1 GiB device to device, bytes read + written) and dense BF16 GEMM rate
-/// (cuBLASLt, 8192 x 8192 x 8192, random inputs), measured now.
+/// The device's copy bandwidth and dense BF16 GEMM rate, measured now (bench_util.cuh).
 ceilings measure_ceilings(cublasLtHandle_t blas, void* blas_ws, size_t blas_ws_bytes, cudaStream_t stream) {
-    ceilings c;
-    const size_t copy_bytes = size_t(1) << 30;
-    void *src = nullptr, *dst = nullptr;
-    ZMOE_CUDA_CHECK(cudaMalloc(&src, copy_bytes));
-    ZMOE_CUDA_CHECK(cudaMalloc(&dst, copy_bytes));
-    ZMOE_CUDA_CHECK(cudaMemsetAsync(src, 0x3c, copy_bytes, stream));
-    const double copy_ms =
-        time_op_ms([&] { ZMOE_CUDA_CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, stream)); },
-                   stream, 3, 20);
-    c.bytes_per_s = 2.0 * double(copy_bytes) / (copy_ms * 1e-3);
-    ZMOE_CUDA_CHECK(cudaFree(src));
-    ZMOE_CUDA_CHECK(cudaFree(dst));
-
-    constexpr int32_t kDim = 8192;
-    bf16* x = device_alloc<bf16>(size_t(kDim) * kDim);
-    bf16* w = device_alloc<bf16>(size_t(kDim) * kDim);
-    bf16* y = device_alloc<bf16>(size_t(kDim) * kDim);
-    fill(x, size_t(kDim) * kDim, 1.f, 11);
-    fill(w, size_t(kDim) * kDim, 0.02f, 12);
-    const double gemm_ms = time_op_ms(
-        [&] {
-            zmoe::kernels::launch_gemm_bf16({.handle = blas,
-                                             .workspace = blas_ws,
-                                             .workspace_bytes = blas_ws_bytes,
-                                             .x = x,
-                                             .w = w,
-                                             .y = y,
-                                             .m = kDim,
-                                             .n = kDim,
-                                             .k = kDim},
-                                            stream);
-        },
-        stream, 3, 20);
-    c.flops_per_s = 2.0 * double(kDim) * kDim * kDim / (gemm_ms * 1e-3);
-    ZMOE_CUDA_CHECK(cudaFree(x));
-    ZMOE_CUDA_CHECK(cudaFree(w));
-    ZMOE_CUDA_CHECK(cudaFree(y));
-    return c;
-}
-
-/// Runs the peer command and returns its "<tokens> <ms>" rows (lines whose first field is an integer and second
-/// a number); its whole output goes to raw.
-std::vector<std::pair<int32_t, double>> run_peer(const std::string& cmd, std::string& raw) {
-    std::vector<std::pair<int32_t, double>> rows;
-    std::fflush(stdout);
-    FILE* pipe = popen(cmd.c_str(), "r");
-    if (!pipe) {
-        std::fprintf(stderr, "moe_layer_bench: could not run the peer: %s\n", cmd.c_str());
-        return rows;
-    }
-    char line[4096];
-    while (std::fgets(line, sizeof line, pipe)) {
-        raw += line;
-        std::istringstream is(line);
-        std::string first;
-        double ms = 0;
-        if (!(is >> first >> ms) || first.empty() || first.find_first_not_of("0123456789") != std::string::npos)
-            continue;
-        rows.emplace_back(std::stoi(first), ms);
-    }
-    const int rc = pclose(pipe);
-    if (rc != 0) std::fprintf(stderr, "moe_layer_bench: the peer exited with status %d\n", rc);
-    return rows;
-}
-
-std::string json_escape(const std::string& s) {
-    std::string out;
-    for (const char ch : s) {
-        if (ch == '"' || ch == '\\')
-            out += std::string("\\") + ch;
-        else if (ch == '\n')
-            out += "\\n";
-        else if (static_cast<unsigned char>(ch) >= 0x20)
-            out += ch;
-    }
-    return out;
+    return {.bytes_per_s = zmoe::bench::copy_bytes_per_s(stream),
+            .flops_per_s = zmoe::bench::bf16_gemm_flops_per_s(blas, blas_ws, blas_ws_bytes, stream)};
 }
 
 }  // namespace
@@ -472,17 +344,17 @@ int main(int argc, char** argv) {
         std::vector<int32_t> counts(kExperts);
         ZMOE_CUDA_CHECK(cudaMemcpy(counts.data(), b.counts, sizeof(int32_t) * kExperts, cudaMemcpyDeviceToHost));
         r.active_experts = int32_t(std::count_if(counts.begin(), counts.end(), [](int32_t c) { return c > 0; }));
-        // Fewest bytes: each touched expert's weights once, the gate weights, x in and the output out.
-        r.bytes = double(r.active_experts) * 3.0 * kHidden * kInter * 2 + double(kExperts) * kHidden * 2 +
-                  2.0 * tokens * kHidden * 2;
-        r.flops = 2.0 * tokens * kTopK * 3.0 * kHidden * kInter + 2.0 * tokens * kHidden * kExperts;
-        r.floor_ms = std::max(r.bytes / peak.bytes_per_s, r.flops / peak.flops_per_s) * 1e3;
+        const zmoe::bench::moe_layer_cost cost =
+            zmoe::bench::moe_layer_cost_of(tokens, r.active_experts, kExperts, kHidden, kInter, kTopK, 2.0);
+        r.bytes = cost.bytes;
+        r.flops = cost.flops;
+        r.floor_ms = zmoe::bench::floor_ms(r.bytes, r.flops, peak.bytes_per_s, peak.flops_per_s);
         results.push_back(r);
     }
 
     std::string peer_raw;
     if (!peer_cmd.empty()) {
-        const auto rows = run_peer(peer_cmd, peer_raw);
+        const auto rows = zmoe::bench::run_peer(peer_cmd, peer_raw, "moe_layer_bench");
         for (auto& r : results)
             for (const auto& [tokens, ms] : rows)
                 if (tokens == r.tokens) r.peer_ms = ms;

@@ -106,6 +106,9 @@ struct fp8_case {
     /// launch_moe_layer (the router, then the path it chooses: the few-token kernels at one token) instead; the
     /// reference then routes as the GPU's router did (its slots and weights), and only out is compared.
     bool layer = false;
+    fp8_gemm_tiles tiles = fp8_gemm_tiles::automatic;  ///< the grouped path's GEMM tiles
+    bool bulk = true;    ///< the few-token gate/up kernel stages its weights by bulk copies (same arithmetic)
+    bool gather = true;  ///< moe_experts_params::fp8_gather (wide gate/up tiles gather x's rows)
 };
 
 struct blas_handle {
@@ -272,7 +275,8 @@ TEST_P(MoeExpertsFp8, MatchesCpuReference) {
                                        .num_tokens = T,
                                        .top_k = K,
                                        .hidden = H,
-                                       .inter = I},
+                                       .inter = I,
+                                       .bulk_weights = c.bulk},
                                       nullptr);
     } else {
         launch_moe_experts({.slots = d_ids.get(),
@@ -291,6 +295,8 @@ TEST_P(MoeExpertsFp8, MatchesCpuReference) {
                             .hidden = H,
                             .inter = I,
                             .row_align = 64,
+                            .fp8_tiles = c.tiles,
+                            .fp8_gather = c.gather,
                             .fp8 = &f},
                            nullptr);
     }
@@ -425,16 +431,44 @@ INSTANTIATE_TEST_SUITE_P(
         fp8_case{1024, 8, 2, 400, 144}, fp8_case{4096, 16, 2, 144, 208},
         // Enough rows per expert for the down GEMM's 128-row tiles.
         fp8_case{16384, 16, 2, 144, 208}, fp8_case{512, 8, 4, 2048, 768},
+        // Each tile shape forced: wide on small groups (64-row tails leave a warpgroup idle), narrow on large ones.
+        fp8_case{300, 16, 4, 272, 336, false, false, fp8_gemm_tiles::wide},
+        fp8_case{64, 128, 8, 2048, 768, false, false, fp8_gemm_tiles::wide},
+        fp8_case{4096, 16, 2, 144, 208, false, false, fp8_gemm_tiles::narrow},
+        fp8_case{512, 8, 4, 2048, 768, false, false, fp8_gemm_tiles::narrow},
+        fp8_case{1024, 8, 2, 400, 144, false, false, fp8_gemm_tiles::wide_staggered},
+        fp8_case{512, 8, 4, 2048, 768, false, false, fp8_gemm_tiles::wide_staggered},
+        // Clusters of two CTAs multicasting b: odd tile counts per expert (the rounding's empty tiles), 64-row tails,
+        // empty experts, ragged shapes, and a Qwen3-30B-A3B shape.
+        fp8_case{300, 16, 4, 272, 336, false, false, fp8_gemm_tiles::wide_multicast},
+        fp8_case{4096, 16, 2, 144, 208, false, false, fp8_gemm_tiles::wide_multicast},
+        fp8_case{64, 128, 8, 2048, 768, false, false, fp8_gemm_tiles::wide_multicast},
+        fp8_case{512, 8, 4, 2048, 768, false, false, fp8_gemm_tiles::wide_multicast},
+        // Wide tiles reading a permuted copy of x (the gather off).
+        fp8_case{4096, 16, 2, 144, 208, false, false, fp8_gemm_tiles::wide, true, false},
+        fp8_case{512, 8, 4, 2048, 768, false, false, fp8_gemm_tiles::automatic, true, false},
+        fp8_case{300, 16, 4, 272, 336, false, false, fp8_gemm_tiles::wide_multicast, true, false},
         // The few-token kernels.
         fp8_case{1, 128, 8, 2048, 768, true}, fp8_case{4, 128, 8, 2048, 768, true}, fp8_case{1, 8, 2, 144, 208, true},
         fp8_case{3, 16, 4, 272, 336, true},
+        fp8_case{1, 128, 8, 2048, 768, true, false, fp8_gemm_tiles::automatic, false},
+        fp8_case{3, 16, 4, 272, 336, true, false, fp8_gemm_tiles::automatic, false},
         // Through launch_moe_layer: the router, then the few-token kernels (one token) or the grouped path.
         fp8_case{1, 128, 8, 2048, 768, false, true}, fp8_case{6, 128, 8, 2048, 768, false, true},
         fp8_case{1, 16, 4, 272, 336, false, true}),
     [](const ::testing::TestParamInfo<fp8_case>& i) {
         const fp8_case& c = i.param;
         const char* prefix = c.layer ? "layer_" : c.decode ? "decode_" : "";
-        return make_name(prefix, "t", c.num_tokens, "_e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter);
+        const char* tiles = c.tiles == fp8_gemm_tiles::narrow           ? "_narrow"
+                            : c.tiles == fp8_gemm_tiles::wide           ? "_wide"
+                            : c.tiles == fp8_gemm_tiles::wide_staggered ? "_staggered"
+                            : c.tiles == fp8_gemm_tiles::wide_multicast ? "_multicast"
+                                                                        : "";
+        if (!c.bulk) tiles = "_no_bulk";
+        std::string suffix = tiles;
+        if (!c.gather) suffix += "_no_gather";
+        return make_name(prefix, "t", c.num_tokens, "_e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter,
+                         suffix);
     });
 
 }  // namespace
