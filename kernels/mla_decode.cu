@@ -5,7 +5,8 @@
 // online softmax across the block's warps (row maxima and sums exchanged in shared memory), P (BF16) through
 // shared memory, and O += P C with warp w owning latent columns 128 w .. 128 w + 127 (C = the latent part of the
 // same tile). A split writes its normalised partial output and log-sum-exp; a combine pass merges the splits in
-// split order. One split writes o_lat directly.
+// split order. One split writes o_lat directly. The absorbed query may come in BF16 (q_lat_bf16, what the MMAs take
+// anyway) and the output may leave in BF16 (o_lat_bf16), for the batched up-projection GEMMs around the kernel.
 
 #include <algorithm>
 #include <atomic>
@@ -86,7 +87,10 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(const mla_decod
         uint32_t w[4] = {0, 0, 0, 0};
         if (row < heads_here) {
             const size_t hh = size_t(s) * p.num_heads + h0 + row;
-            if (c < kRank / 8) {
+            if (c < kRank / 8 && p.q_lat_bf16 != nullptr) {
+                const uint4 x = *reinterpret_cast<const uint4*>(p.q_lat_bf16 + hh * kRank + c * 8);
+                w[0] = x.x, w[1] = x.y, w[2] = x.z, w[3] = x.w;
+            } else if (c < kRank / 8) {
                 const float* src = p.q_lat + hh * kRank + c * 8;
                 const float4 a = *reinterpret_cast<const float4*>(src), b = *reinterpret_cast<const float4*>(src + 4);
                 w[0] = pack_bf16(a.x, a.y);
@@ -135,8 +139,9 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(const mla_decod
         __syncthreads();
         const uint32_t tile = k_s + stage * kTileBytes;
 
-        // S for this warp's 8 keys: 36 k-steps over the 576-wide rows, two per K ldmatrix.
-        float sc[4] = {0.f, 0.f, 0.f, 0.f};
+        // S for this warp's 8 keys: 36 k-steps over the 576-wide rows, two per K ldmatrix, into two accumulators
+        // (even and odd k-steps: two independent MMA chains instead of one of 36), summed at the end.
+        float sc[4] = {0.f, 0.f, 0.f, 0.f}, sc_odd[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 6
         for (int ks = 0; ks < kChunks / 2; ks += 2) {
             uint32_t a0[4], a1[4], b[4];
@@ -144,8 +149,10 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(const mla_decod
             detail::ldmatrix_x4(q_s + swz(a_row, 2 * ks + 2 + a_chunk, kChunks), a1);
             detail::ldmatrix_x4(tile + swz(warp * 8 + b_key, 2 * ks + b_chunk, kChunks), b);
             detail::mma_bf16_16816(sc, a0, b[0], b[1]);
-            detail::mma_bf16_16816(sc, a1, b[2], b[3]);
+            detail::mma_bf16_16816(sc_odd, a1, b[2], b[3]);
         }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sc[e] += sc_odd[e];
         // Keys past the split's end (the last tile) are masked.
         const int32_t key0 = k_begin + t * kKeys + warp * 8 + 2 * t4;
 #pragma unroll
@@ -218,6 +225,15 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(const mla_decod
         if (row >= heads_here) continue;
         const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
         const size_t hh = size_t(s) * p.num_heads + h0 + row;
+        if (p.num_splits == 1 && p.o_lat_bf16 != nullptr) {
+#pragma unroll
+            for (int d = 0; d < kDimTiles; ++d) {
+                const int col = warp * kColsPerWarp + d * 8 + 2 * t4;
+                *reinterpret_cast<uint32_t*>(p.o_lat_bf16 + hh * kRank + col) =
+                    pack_bf16(o[d][2 * h] * inv, o[d][2 * h + 1] * inv);
+            }
+            continue;
+        }
         float* dst = p.num_splits == 1 ? p.o_lat + hh * kRank : p.workspace + (hh * p.num_splits + split) * kPartStride;
 #pragma unroll
         for (int d = 0; d < kDimTiles; ++d) {
@@ -246,7 +262,10 @@ __global__ void __launch_bounds__(128) mla_decode_combine_kernel(const mla_decod
             const float lse = part[c * kPartStride + kRank];
             if (lse != -INFINITY) acc += expf(lse - mx) * part[c * kPartStride + i];
         }
-        p.o_lat[hh * kRank + i] = acc * inv;
+        if (p.o_lat_bf16 != nullptr)
+            p.o_lat_bf16[hh * kRank + i] = __float2bfloat16(acc * inv);
+        else
+            p.o_lat[hh * kRank + i] = acc * inv;
     }
 }
 
@@ -269,6 +288,10 @@ void launch_mla_decode(const mla_decode_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(p.num_splits >= 1 && p.num_splits <= kMlaDecodeMaxSplits,
                         "mla_decode: num_splits must be in [1, kMlaDecodeMaxSplits]");
     ZMOE_KERNEL_REQUIRE(p.nope_dim % 8 == 0, "mla_decode: nope_dim must be a multiple of 8");
+    ZMOE_KERNEL_REQUIRE((p.q_lat != nullptr) != (p.q_lat_bf16 != nullptr),
+                        "mla_decode: exactly one of q_lat, q_lat_bf16");
+    ZMOE_KERNEL_REQUIRE((p.o_lat != nullptr) != (p.o_lat_bf16 != nullptr),
+                        "mla_decode: exactly one of o_lat, o_lat_bf16");
     if (p.num_seqs == 0) return;
     // The shared-memory attribute once per device (outside the decode graphs' captures: the eager warm-up sets it).
     static std::atomic<uint64_t> configured{0};

@@ -1,0 +1,33 @@
+#pragma once
+// MLA's per-head projections through kv_b as strided-batched cuBLASLt GEMMs (one batch entry per head), declared
+// apart from api.hpp: the absorbed projections around the tensor-core decode kernel.
+
+#include "kernels/api.hpp"
+
+namespace zmoe::kernels {
+
+// The absorbed projections as batched tensor-core GEMMs (cuBLASLt, one batch entry per head), for the decode path
+// whose kernel takes BF16 latents (launch_mla_decode with q_lat_bf16 / o_lat_bf16): q_lat[t, h] = W_k,h^T
+// q_nope[t, h] (kv_b's rows h (nope + v) .. + nope, rounded to BF16 from fp32 sums) and out[t, h] = W_v,h o_lat[t, h]
+// (rows h (nope + v) + nope .. + v). What launch_mla_q_absorb / launch_mla_v_up compute on every token, with BF16
+// latents. Every pointer and row stride must be 16-byte aligned (nope_dim, rope_dim, v_dim, kv_lora_rank multiples
+// of 8).
+struct mla_absorb_gemm_params {
+    cublasLtHandle_t handle = nullptr;
+    void* workspace = nullptr;  // [workspace_bytes] device scratch for cuBLASLt
+    size_t workspace_bytes = 0;
+    const bf16* kv_b = nullptr;  // [num_heads * (nope_dim + v_dim), kv_lora_rank]
+    const bf16* in = nullptr;    // q_absorb: q [num_tokens, num_heads, nope + rope]; v_up: o_lat [.., kv_lora_rank]
+    bf16* out = nullptr;         // q_absorb: q_lat [num_tokens, num_heads, kv_lora_rank]; v_up: [.., heads * v_dim]
+    int32_t num_tokens = 0;
+    int32_t num_heads = 0;
+    int32_t nope_dim = 0;
+    int32_t rope_dim = 0;
+    int32_t v_dim = 0;
+    int32_t kv_lora_rank = 0;
+};
+
+void launch_mla_q_absorb_gemm(const mla_absorb_gemm_params& p, cudaStream_t stream);
+void launch_mla_v_up_gemm(const mla_absorb_gemm_params& p, cudaStream_t stream);
+
+}  // namespace zmoe::kernels
