@@ -994,13 +994,11 @@ size_t mla_decode_workspace_floats(int32_t num_seqs, int32_t num_heads, int32_t 
 
 struct mla_decode_params {
     const float* q_lat = nullptr;           // [num_seqs, num_heads, kv_lora_rank]: sequence s's token is row s
-    const bf16* q_lat_bf16 = nullptr;       // or the same in BF16 (exactly one of the two)
     const bf16* q = nullptr;                // [num_seqs, num_heads, nope_dim + rope_dim]: q_pe at offset nope_dim
     const bf16* cache = nullptr;            // [num_blocks, block_size, kv_lora_rank + rope_dim]
     const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
     const int32_t* start_pos = nullptr;     // [num_seqs]: the token's position; it sees positions [0, start_pos]
     float* o_lat = nullptr;                 // [num_seqs, num_heads, kv_lora_rank]
-    bf16* o_lat_bf16 = nullptr;             // or the same rounded to BF16 (exactly one of the two)
     float* workspace = nullptr;             // mla_decode_workspace_floats(num_seqs, num_heads, num_splits)
     int32_t num_seqs = 0;
     int32_t num_heads = 0;

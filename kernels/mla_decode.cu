@@ -5,8 +5,8 @@
 // online softmax across the block's warps (row maxima and sums exchanged in shared memory), P (BF16) through
 // shared memory, and O += P C with warp w owning latent columns 128 w .. 128 w + 127 (C = the latent part of the
 // same tile). A split writes its normalised partial output and log-sum-exp; a combine pass merges the splits in
-// split order. One split writes o_lat directly. The absorbed query may come in BF16 (q_lat_bf16, what the MMAs take
-// anyway) and the output may leave in BF16 (o_lat_bf16), for the batched up-projection GEMMs around the kernel.
+// split order. One split writes o_lat directly. The absorbed query may come in BF16 (launch_mla_decode_bf16: what the
+// MMAs take anyway) and the output leave in BF16, for the batched up-projection GEMMs around the kernel.
 
 #include <algorithm>
 #include <atomic>
@@ -15,6 +15,7 @@
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
+#include "kernels/mla_gemm.hpp"
 #include "kernels/mma_sm80.cuh"
 
 namespace zmoe::kernels {
@@ -63,7 +64,8 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-__global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(const mla_decode_params p) {
+__global__ void __launch_bounds__(kThreads, 2)
+    mla_decode_kernel(const mla_decode_params p, const mla_latents_bf16 lat) {
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t base = uint32_t(__cvta_generic_to_shared(smem));
     const uint32_t q_s = base + kQ, k_s = base + kK, p_s = base + kP;
@@ -87,8 +89,8 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(const mla_decod
         uint32_t w[4] = {0, 0, 0, 0};
         if (row < heads_here) {
             const size_t hh = size_t(s) * p.num_heads + h0 + row;
-            if (c < kRank / 8 && p.q_lat_bf16 != nullptr) {
-                const uint4 x = *reinterpret_cast<const uint4*>(p.q_lat_bf16 + hh * kRank + c * 8);
+            if (c < kRank / 8 && lat.q != nullptr) {
+                const uint4 x = *reinterpret_cast<const uint4*>(lat.q + hh * kRank + c * 8);
                 w[0] = x.x, w[1] = x.y, w[2] = x.z, w[3] = x.w;
             } else if (c < kRank / 8) {
                 const float* src = p.q_lat + hh * kRank + c * 8;
@@ -225,11 +227,11 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(const mla_decod
         if (row >= heads_here) continue;
         const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
         const size_t hh = size_t(s) * p.num_heads + h0 + row;
-        if (p.num_splits == 1 && p.o_lat_bf16 != nullptr) {
+        if (p.num_splits == 1 && lat.o != nullptr) {
 #pragma unroll
             for (int d = 0; d < kDimTiles; ++d) {
                 const int col = warp * kColsPerWarp + d * 8 + 2 * t4;
-                *reinterpret_cast<uint32_t*>(p.o_lat_bf16 + hh * kRank + col) =
+                *reinterpret_cast<uint32_t*>(lat.o + hh * kRank + col) =
                     pack_bf16(o[d][2 * h] * inv, o[d][2 * h + 1] * inv);
             }
             continue;
@@ -245,7 +247,8 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(const mla_decod
 }
 
 // o_lat[s, h] = sum_c w_c o_c / sum_c w_c, w_c = exp(lse_c - max lse), in split order. One block per (s, h).
-__global__ void __launch_bounds__(128) mla_decode_combine_kernel(const mla_decode_params p) {
+__global__ void __launch_bounds__(128)
+    mla_decode_combine_kernel(const mla_decode_params p, const mla_latents_bf16 lat) {
     const size_t hh = size_t(blockIdx.x);
     const float* part = p.workspace + hh * p.num_splits * kPartStride;
     float mx = -INFINITY;
@@ -262,8 +265,8 @@ __global__ void __launch_bounds__(128) mla_decode_combine_kernel(const mla_decod
             const float lse = part[c * kPartStride + kRank];
             if (lse != -INFINITY) acc += expf(lse - mx) * part[c * kPartStride + i];
         }
-        if (p.o_lat_bf16 != nullptr)
-            p.o_lat_bf16[hh * kRank + i] = __float2bfloat16(acc * inv);
+        if (lat.o != nullptr)
+            lat.o[hh * kRank + i] = __float2bfloat16(acc * inv);
         else
             p.o_lat[hh * kRank + i] = acc * inv;
     }
@@ -282,16 +285,16 @@ size_t mla_decode_workspace_floats(int32_t num_seqs, int32_t num_heads, int32_t 
     return num_splits <= 1 ? 0 : size_t(num_seqs) * num_heads * num_splits * kPartStride;
 }
 
-void launch_mla_decode(const mla_decode_params& p, cudaStream_t stream) {
+void launch_mla_decode(const mla_decode_params& p, cudaStream_t stream) { launch_mla_decode_bf16(p, {}, stream); }
+
+void launch_mla_decode_bf16(const mla_decode_params& p, const mla_latents_bf16& lat, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(mla_decode_supported(p.kv_lora_rank, p.rope_dim),
                         "mla_decode: kv_lora_rank 512 and rope_dim 64 only");
     ZMOE_KERNEL_REQUIRE(p.num_splits >= 1 && p.num_splits <= kMlaDecodeMaxSplits,
                         "mla_decode: num_splits must be in [1, kMlaDecodeMaxSplits]");
     ZMOE_KERNEL_REQUIRE(p.nope_dim % 8 == 0, "mla_decode: nope_dim must be a multiple of 8");
-    ZMOE_KERNEL_REQUIRE((p.q_lat != nullptr) != (p.q_lat_bf16 != nullptr),
-                        "mla_decode: exactly one of q_lat, q_lat_bf16");
-    ZMOE_KERNEL_REQUIRE((p.o_lat != nullptr) != (p.o_lat_bf16 != nullptr),
-                        "mla_decode: exactly one of o_lat, o_lat_bf16");
+    ZMOE_KERNEL_REQUIRE((p.q_lat != nullptr) != (lat.q != nullptr), "mla_decode: exactly one of q_lat, lat.q");
+    ZMOE_KERNEL_REQUIRE((p.o_lat != nullptr) != (lat.o != nullptr), "mla_decode: exactly one of o_lat, lat.o");
     if (p.num_seqs == 0) return;
     // The shared-memory attribute once per device (outside the decode graphs' captures: the eager warm-up sets it).
     static std::atomic<uint64_t> configured{0};
@@ -304,10 +307,10 @@ void launch_mla_decode(const mla_decode_params& p, cudaStream_t stream) {
         configured.fetch_or(bit);
     }
     const dim3 grid(p.num_seqs, (p.num_heads + kHeads - 1) / kHeads, p.num_splits);
-    mla_decode_kernel<<<grid, kThreads, kSmem, stream>>>(p);
+    mla_decode_kernel<<<grid, kThreads, kSmem, stream>>>(p, lat);
     ZMOE_CUDA_CHECK_LAUNCH();
     if (p.num_splits > 1) {
-        mla_decode_combine_kernel<<<p.num_seqs * p.num_heads, 128, 0, stream>>>(p);
+        mla_decode_combine_kernel<<<p.num_seqs * p.num_heads, 128, 0, stream>>>(p, lat);
         ZMOE_CUDA_CHECK_LAUNCH();
     }
 }

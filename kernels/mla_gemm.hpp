@@ -1,13 +1,14 @@
 #pragma once
-// MLA's per-head projections through kv_b as strided-batched cuBLASLt GEMMs (one batch entry per head), declared
-// apart from api.hpp: the absorbed projections around the tensor-core decode kernel.
+// The MLA decode path with BF16 latents, declared apart from api.hpp: the absorbed projections through kv_b as
+// strided-batched cuBLASLt GEMMs (one batch entry per head) around the tensor-core decode kernel taking and giving
+// BF16 latents.
 
 #include "kernels/api.hpp"
 
 namespace zmoe::kernels {
 
 // The absorbed projections as batched tensor-core GEMMs (cuBLASLt, one batch entry per head), for the decode path
-// whose kernel takes BF16 latents (launch_mla_decode with q_lat_bf16 / o_lat_bf16): q_lat[t, h] = W_k,h^T
+// whose kernel takes BF16 latents (launch_mla_decode_bf16): q_lat[t, h] = W_k,h^T
 // q_nope[t, h] (kv_b's rows h (nope + v) .. + nope, rounded to BF16 from fp32 sums) and out[t, h] = W_v,h o_lat[t, h]
 // (rows h (nope + v) + nope .. + v). What launch_mla_q_absorb / launch_mla_v_up compute on every token, with BF16
 // latents. Every pointer and row stride must be 16-byte aligned (nope_dim, rope_dim, v_dim, kv_lora_rank multiples
@@ -29,5 +30,15 @@ struct mla_absorb_gemm_params {
 
 void launch_mla_q_absorb_gemm(const mla_absorb_gemm_params& p, cudaStream_t stream);
 void launch_mla_v_up_gemm(const mla_absorb_gemm_params& p, cudaStream_t stream);
+
+/// The BF16 latents of launch_mla_decode_bf16.
+struct mla_latents_bf16 {
+    const bf16* q = nullptr;  // [num_seqs, num_heads, kv_lora_rank], in place of mla_decode_params::q_lat
+    bf16* o = nullptr;        // [num_seqs, num_heads, kv_lora_rank], in place of mla_decode_params::o_lat
+};
+
+/// launch_mla_decode with the absorbed query read from lat.q instead of p.q_lat (BF16, what the MMAs take anyway)
+/// and/or the output written to lat.o rounded to BF16 instead of p.o_lat: for each, exactly one of the two is set.
+void launch_mla_decode_bf16(const mla_decode_params& p, const mla_latents_bf16& lat, cudaStream_t stream);
 
 }  // namespace zmoe::kernels

@@ -155,23 +155,21 @@ TEST_P(MlaDecode, Bf16LatentsThroughBatchedGemmsMatchReference) {
         device_buffer<float> d_ws(std::max<size_t>(1, mla_decode_workspace_floats(num_seqs, c.heads, splits)));
         d_o_lat.poison();
         d_out.poison();
-        launch_mla_decode({.q_lat_bf16 = d_q_lat.get(),
-                           .q = d_q.get(),
-                           .cache = d_cache.get(),
-                           .block_tables = d_tables.get(),
-                           .start_pos = d_sp.get(),
-                           .o_lat_bf16 = d_o_lat.get(),
-                           .workspace = d_ws.get(),
-                           .num_seqs = num_seqs,
-                           .num_heads = c.heads,
-                           .nope_dim = kNope,
-                           .rope_dim = kRope,
-                           .kv_lora_rank = kRank,
-                           .block_size = kBlock,
-                           .max_blocks_per_seq = max_blocks,
-                           .num_splits = splits,
-                           .scale = shape.scale},
-                          nullptr);
+        launch_mla_decode_bf16({.q = d_q.get(),
+                                .cache = d_cache.get(),
+                                .block_tables = d_tables.get(),
+                                .start_pos = d_sp.get(),
+                                .workspace = d_ws.get(),
+                                .num_seqs = num_seqs,
+                                .num_heads = c.heads,
+                                .nope_dim = kNope,
+                                .rope_dim = kRope,
+                                .kv_lora_rank = kRank,
+                                .block_size = kBlock,
+                                .max_blocks_per_seq = max_blocks,
+                                .num_splits = splits,
+                                .scale = shape.scale},
+                               {.q = d_q_lat.get(), .o = d_o_lat.get()}, nullptr);
         mla_absorb_gemm_params up = ab;
         up.in = d_o_lat.get();
         up.out = d_out.get();

@@ -304,23 +304,21 @@ void mla_attention_runner::run_decode(const cuda_layer& w, const mla_step& s, co
                                        .v_dim = dv,
                                        .kv_lora_rank = r};
     kernels::launch_mla_q_absorb_gemm(ab, stream);
-    kernels::launch_mla_decode({.q_lat_bf16 = q_lat_bf16_.as<bf16>(),
-                                .q = q,
-                                .cache = cache,
-                                .block_tables = s.block_tables,
-                                .start_pos = s.start_pos,
-                                .o_lat_bf16 = o_lat_bf16_.as<bf16>(),
-                                .workspace = decode_ws_.as<float>(),
-                                .num_seqs = s.num_seqs,
-                                .num_heads = heads,
-                                .nope_dim = dn,
-                                .rope_dim = dr,
-                                .kv_lora_rank = r,
-                                .block_size = s.block_size,
-                                .max_blocks_per_seq = s.max_blocks_per_seq,
-                                .num_splits = kernels::mla_decode_splits(s.num_seqs, heads, num_sms_),
-                                .scale = c_.softmax_scale()},
-                               stream);
+    kernels::launch_mla_decode_bf16({.q = q,
+                                     .cache = cache,
+                                     .block_tables = s.block_tables,
+                                     .start_pos = s.start_pos,
+                                     .workspace = decode_ws_.as<float>(),
+                                     .num_seqs = s.num_seqs,
+                                     .num_heads = heads,
+                                     .nope_dim = dn,
+                                     .rope_dim = dr,
+                                     .kv_lora_rank = r,
+                                     .block_size = s.block_size,
+                                     .max_blocks_per_seq = s.max_blocks_per_seq,
+                                     .num_splits = kernels::mla_decode_splits(s.num_seqs, heads, num_sms_),
+                                     .scale = c_.softmax_scale()},
+                                    {.q = q_lat_bf16_.as<bf16>(), .o = o_lat_bf16_.as<bf16>()}, stream);
     ab.in = o_lat_bf16_.as<bf16>();
     ab.out = attn;
     kernels::launch_mla_v_up_gemm(ab, stream);
