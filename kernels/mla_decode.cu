@@ -1,8 +1,10 @@
 // MLA decode in the absorbed form on tensor cores: one block per (sequence, group of 16 query heads, split of the
 // sequence's keys). The 16 heads' absorbed queries [q_lat | q_pe] (BF16) are the 16 rows of every MMA; each tile of
 // kKeys latent cache rows [c | k_pe] is loaded once (cp.async through the block table, two stages, 16-byte chunks
-// XOR-swizzled) and shared by all of them: S = Q K^T with the 576-wide rows (warp w takes keys 8w .. 8w + 7), the
-// online softmax across the block's warps (row maxima and sums exchanged in shared memory), P (BF16) through
+// XOR-swizzled; each key's cache row found once per tile by one lane) and shared by all of them: S = Q K^T with the
+// 576-wide rows split over the warps by k-steps (warp w's 9 k-steps of Q kept in registers for the whole kernel, all
+// 32 keys; the four partial sums added in shared memory by the warp owning keys 8w .. 8w + 7), the online softmax
+// across the block's warps (row maxima and sums exchanged in shared memory), P (BF16) through
 // shared memory, and O += P C with warp w owning latent columns 128 w .. 128 w + 127 (C = the latent part of the
 // same tile). A split writes its normalised partial output and log-sum-exp; a combine pass merges the splits in
 // split order. One split writes o_lat directly. The absorbed query may come in BF16 (launch_mla_decode_bf16: what the
@@ -38,7 +40,11 @@ constexpr uint32_t kQBytes = kHeads * kRowBytes;
 constexpr uint32_t kTileBytes = kKeys * kRowBytes;
 constexpr uint32_t kPBytes = kHeads * kKeys * 2;
 constexpr uint32_t kQ = 0, kK = kQBytes, kP = kK + kStages * kTileBytes, kRed = kP + kPBytes;
-constexpr uint32_t kSmem = kRed + 2 * kWarps * kHeads * 4;
+constexpr int kSPad = kKeys + 8;  // floats per row of a warp's partial scores (conflict-free float2 stores and loads)
+constexpr uint32_t kS = kRed + 2 * kWarps * kHeads * 4;
+constexpr uint32_t kSmem = kS + kWarps * kHeads * kSPad * 4;
+constexpr int kStepsPerWarp = kChunks / 2 / kWarps;  // 9 of the 36 k-steps of S
+static_assert(kStepsPerWarp * kWarps * 2 == kChunks);
 static_assert(kChunks % 8 == 0);
 
 /// Byte offset of 16-byte chunk `chunk` of row `row` in rows of `chunks` chunks (a multiple of 8): the chunk index
@@ -71,6 +77,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const uint32_t q_s = base + kQ, k_s = base + kK, p_s = base + kP;
     float* red_max = reinterpret_cast<float*>(smem + kRed);  // [kWarps][kHeads]
     float* red_sum = red_max + kWarps * kHeads;              // [kWarps][kHeads]
+    float* s_part = reinterpret_cast<float*>(smem + kS);     // [kWarps][kHeads][kSPad]: partial scores
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
     const int32_t s = blockIdx.x, h0 = blockIdx.y * kHeads, split = blockIdx.z;
@@ -110,19 +117,27 @@ __global__ void __launch_bounds__(kThreads, 2)
                      : "memory");
     }
 
+    // Lane j of every warp finds key j's cache row of a tile once (kKeys == 32 lanes); the copies take it by shuffle.
+    static_assert(kKeys == 32);
     auto load_tile = [&](int32_t t, int stage) {
         const uint32_t dst = k_s + stage * kTileBytes;
+        const int32_t my_pos = k_begin + t * kKeys + lane;
+        const int64_t my_row =
+            my_pos < k_end ? int64_t(table[my_pos / p.block_size]) * p.block_size + my_pos % p.block_size : -1;
         for (int v = threadIdx.x; v < kKeys * kChunks; v += kThreads) {
             const int j = v / kChunks, c = v % kChunks;
-            const int32_t pos = k_begin + t * kKeys + j;
-            const bool valid = pos < k_end;
-            size_t off = 0;
-            if (valid) off = (size_t(table[pos / p.block_size]) * p.block_size + pos % p.block_size) * kWidth + c * 8;
-            cp_async_16(dst + swz(j, c, kChunks), p.cache + off, valid);
+            const int64_t row = __shfl_sync(detail::kFullMask, my_row, j);
+            cp_async_16(dst + swz(j, c, kChunks), p.cache + (row >= 0 ? size_t(row) * kWidth + c * 8 : 0), row >= 0);
         }
     };
     if (num_tiles > 0) load_tile(0, 0);
     cp_async_commit();
+    __syncthreads();  // the queries are in shared memory
+    // This warp's share of S's k-steps: the A fragments of k-steps kStepsPerWarp * warp + i stay in registers.
+    uint32_t qf[kStepsPerWarp][4];
+#pragma unroll
+    for (int i = 0; i < kStepsPerWarp; ++i)
+        detail::ldmatrix_x4(q_s + swz(lane % 16, 2 * (kStepsPerWarp * warp + i) + lane / 16, kChunks), qf[i]);
 
     const float scale_log2 = p.scale * 1.4426950408889634f;
     float o[kDimTiles][4];
@@ -130,7 +145,6 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int d = 0; d < kDimTiles; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows g and g + 8; identical in every warp
     const int a_row = lane % 16, a_chunk = lane / 16;        // A (Q, P) ldmatrix lanes
-    const int b_key = lane % 8, b_chunk = lane / 8;          // K (non-transposed B) lanes: 4 chunks, 8 keys
     const int v_key = ((lane / 8) % 2) * 8 + lane % 8, v_chunk = lane / 16;  // V (transposed B) lanes
 
     for (int32_t t = 0; t < num_tiles; ++t) {
@@ -141,20 +155,41 @@ __global__ void __launch_bounds__(kThreads, 2)
         __syncthreads();
         const uint32_t tile = k_s + stage * kTileBytes;
 
-        // S for this warp's 8 keys: 36 k-steps over the 576-wide rows, two per K ldmatrix, into two accumulators
-        // (even and odd k-steps: two independent MMA chains instead of one of 36), summed at the end.
-        float sc[4] = {0.f, 0.f, 0.f, 0.f}, sc_odd[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 6
-        for (int ks = 0; ks < kChunks / 2; ks += 2) {
-            uint32_t a0[4], a1[4], b[4];
-            detail::ldmatrix_x4(q_s + swz(a_row, 2 * ks + a_chunk, kChunks), a0);
-            detail::ldmatrix_x4(q_s + swz(a_row, 2 * ks + 2 + a_chunk, kChunks), a1);
-            detail::ldmatrix_x4(tile + swz(warp * 8 + b_key, 2 * ks + b_chunk, kChunks), b);
-            detail::mma_bf16_16816(sc, a0, b[0], b[1]);
-            detail::mma_bf16_16816(sc_odd, a1, b[2], b[3]);
-        }
+        // S, split over the warps by k-steps: warp w multiplies its 9 k-steps (Q from registers) for all 32 keys,
+        // two n-tiles of 8 keys per K ldmatrix, then the partial sums meet in shared memory; the warp that owns
+        // keys 8 w .. 8 w + 7 for the softmax and P adds the four partials in warp order.
+        {
+            float sp[kKeys / 8][4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) sc[e] += sc_odd[e];
+            for (int n = 0; n < kKeys / 8; ++n) sp[n][0] = sp[n][1] = sp[n][2] = sp[n][3] = 0.f;
+            const int k_lane_key = (lane / 16) * 8 + lane % 8, k_lane_chunk = (lane / 8) % 2;
+#pragma unroll
+            for (int i = 0; i < kStepsPerWarp; ++i) {
+                const int kk = kStepsPerWarp * warp + i;
+#pragma unroll
+                for (int pr = 0; pr < kKeys / 16; ++pr) {
+                    uint32_t b[4];
+                    detail::ldmatrix_x4(tile + swz(16 * pr + k_lane_key, 2 * kk + k_lane_chunk, kChunks), b);
+                    detail::mma_bf16_16816(sp[2 * pr], qf[i], b[0], b[1]);
+                    detail::mma_bf16_16816(sp[2 * pr + 1], qf[i], b[2], b[3]);
+                }
+            }
+            float* mine = s_part + warp * kHeads * kSPad;
+#pragma unroll
+            for (int n = 0; n < kKeys / 8; ++n) {
+                *reinterpret_cast<float2*>(mine + g * kSPad + 8 * n + 2 * t4) = make_float2(sp[n][0], sp[n][1]);
+                *reinterpret_cast<float2*>(mine + (g + 8) * kSPad + 8 * n + 2 * t4) = make_float2(sp[n][2], sp[n][3]);
+            }
+        }
+        __syncthreads();
+        float sc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+            const float* part = s_part + w * kHeads * kSPad + 8 * warp + 2 * t4;
+            const float2 lo = *reinterpret_cast<const float2*>(part + g * kSPad);
+            const float2 hi = *reinterpret_cast<const float2*>(part + (g + 8) * kSPad);
+            sc[0] += lo.x, sc[1] += lo.y, sc[2] += hi.x, sc[3] += hi.y;
+        }
         // Keys past the split's end (the last tile) are masked.
         const int32_t key0 = k_begin + t * kKeys + warp * 8 + 2 * t4;
 #pragma unroll
