@@ -235,11 +235,12 @@ TEST(CudaDeepSeekRouting, ChunkedPrefillDivergesOnlyAtBf16NearTies) {
                 ++diverged;
                 std::printf(
                     "%s prompt %zu (%d tokens), chunk %ld: first routing difference at MoE layer %ld token %d "
-                    "(%d tokens of that layer differ); decisive margin %.4g (one-shot) / %.4g (chunked), "
-                    "logit difference %.4g of scale %.3g, router inputs within %.4g; near tie: %s\n%s",
+                    "(%d tokens of that layer differ); decisive margin %.4g (one-shot) / %.4g (chunked) = %.3g BF16 "
+                    "ulps at the logit scale %.3g, logit difference between the runs %.4g, router inputs within "
+                    "%.4g; near tie: %s\n%s",
                     name.c_str(), i, n, static_cast<long>(chunk), static_cast<long>(d.moe_layer), d.token,
-                    d.decisions_differing, d.margin_a, d.margin_b, d.noise, d.logit_scale, d.input_error,
-                    d.near_tie() ? "yes" : "NO", d.report.c_str());
+                    d.decisions_differing, d.margin_a, d.margin_b, d.margin_a / (d.logit_scale / 256), d.logit_scale,
+                    d.noise, d.input_error, d.near_tie() ? "yes" : "NO", d.report.c_str());
                 for (int64_t l = 0; l < c.num_moe_layers(); ++l) {
                     std::string line = "  MoE layer " + std::to_string(l) + " expert counts (CPU / CUDA one-shot / " +
                                        "CUDA chunked):";
