@@ -2,7 +2,8 @@
 // 16 heads): the tensor-core path (batched absorb GEMM, launch_mla_decode_bf16 with BF16 latents, batched v_up GEMM)
 // against the fp32-latent path (launch_mla_q_absorb, launch_mla_attention, launch_mla_v_up, each tested against
 // the CPU reference in tests/kernels), on the same dummy weights and cache: one layer's o_proj output, over batches
-// whose split counts differ (1 sequence: the most splits; 3; 40) and contexts across tile edges.
+// whose split counts differ (1 sequence: the most splits; 3; 40) and contexts across tile edges; and its graph
+// capture replaying the eager result.
 
 #include <cublasLt.h>
 #include <gtest/gtest.h>
@@ -139,6 +140,28 @@ TEST(CudaMlaDecode, TensorCorePathMatchesTheFp32LatentPath) {
         tc.run(layer, s, xn.as<bf16>(), cache_tc.as<bf16>(), out_tc.as<bf16>(), g, nullptr);
         fp32.run(layer, s, xn.as<bf16>(), cache_fp32.as<bf16>(), out_fp32.as<bf16>(), g, nullptr);
         ZMOE_CUDA_CHECK(cudaDeviceSynchronize());
+        // The same step captured in a graph (as the executor's decode graphs capture it) and replayed on a fresh copy
+        // of the cache: bit for bit the eager output.
+        {
+            device_buffer cache_graph = upload(cache_host.data(), cache_elems * 2);
+            device_buffer out_graph(static_cast<size_t>(B) * H * 2);
+            cudaStream_t stream = nullptr;
+            ZMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+            cudaGraph_t graph = nullptr;
+            cudaGraphExec_t exec = nullptr;
+            ZMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+            tc.run(layer, s, xn.as<bf16>(), cache_graph.as<bf16>(), out_graph.as<bf16>(), g, stream);
+            ZMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+            ZMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+            ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+            ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+            EXPECT_EQ(download_bf16(out_graph, static_cast<size_t>(B) * H),
+                      download_bf16(out_tc, static_cast<size_t>(B) * H))
+                << B << " sequences: graph replay";
+            ZMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+            ZMOE_CUDA_CHECK(cudaGraphDestroy(graph));
+            ZMOE_CUDA_CHECK(cudaStreamDestroy(stream));
+        }
         const std::vector<float> got = download_bf16(out_tc, static_cast<size_t>(B) * H);
         const std::vector<float> want = download_bf16(out_fp32, static_cast<size_t>(B) * H);
         double err = 0, scale = 0;
