@@ -312,7 +312,10 @@ __global__ void __launch_bounds__(128)
 bool mla_decode_supported(int32_t kv_lora_rank, int32_t rope_dim) { return kv_lora_rank == kRank && rope_dim == kRope; }
 
 int32_t mla_decode_splits(int32_t num_seqs, int32_t num_heads, int32_t num_sms) {
+    // Two blocks fit an SM. A batch that fills nine tenths of those slots on its own takes no split (a second wave of
+    // split blocks would not use the SMs better, and one split skips the partial outputs and the combine launch).
     const int32_t blocks = num_seqs * ((num_heads + kHeads - 1) / kHeads);
+    if (10 * blocks >= 9 * 2 * num_sms) return 1;
     return std::clamp((2 * num_sms + blocks - 1) / std::max(blocks, 1), 1, kMlaDecodeMaxSplits);
 }
 

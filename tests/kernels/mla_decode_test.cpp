@@ -183,7 +183,9 @@ TEST_P(MlaDecode, Bf16LatentsThroughBatchedGemmsMatchReference) {
 
 TEST(MlaDecode, SplitsAndWorkspace) {
     EXPECT_EQ(mla_decode_splits(1, 16, 132), kMlaDecodeMaxSplits);
-    EXPECT_EQ(mla_decode_splits(256, 16, 132), 2);
+    EXPECT_EQ(mla_decode_splits(128, 16, 132), 3);
+    EXPECT_EQ(mla_decode_splits(200, 16, 132), 2);
+    EXPECT_EQ(mla_decode_splits(256, 16, 132), 1);  // 256 of the 264 two-a-SM slots: no split
     EXPECT_EQ(mla_decode_splits(512, 16, 132), 1);
     EXPECT_EQ(mla_decode_workspace_floats(8, 16, 1), 0u);
     EXPECT_GT(mla_decode_workspace_floats(8, 16, 4), size_t(8) * 16 * 4 * 512);
