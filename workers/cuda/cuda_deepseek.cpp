@@ -175,9 +175,13 @@ mla_attention_runner::mla_attention_runner(const model_config& c, int32_t max_to
                 break;
             }
     }
+    // The kernel's head dims are the model's (DeepSeek's 192 / 128) and 8-aligned: K and V straight from the latents by
+    // the batched GEMMs, no kv_up.
+    expand_direct_ = k_dim_ == qk_dim && v_dim_ == dv && dn % 8 == 0 && dr % 8 == 0 && dv % 8 == 0 && r % 8 == 0;
     if (k_dim_ > 0 && expand_budget_bytes > 0) {
+        const int64_t up = expand_direct_ ? 0 : dn + dv;
         const int64_t per_row = static_cast<int64_t>(sizeof(bf16)) *
-                                (static_cast<int64_t>(r) + static_cast<int64_t>(heads) * (dn + dv + k_dim_ + v_dim_));
+                                (static_cast<int64_t>(r) + static_cast<int64_t>(heads) * (up + k_dim_ + v_dim_));
         const int64_t need =
             (static_cast<int64_t>(std::max(max_kv_len, 1)) + kMlaExpandBlock - 1) / kMlaExpandBlock * kMlaExpandBlock;
         const int64_t rows = std::min(expand_budget_bytes / per_row, need) / kMlaExpandBlock * kMlaExpandBlock;
@@ -186,7 +190,7 @@ mla_attention_runner::mla_attention_runner(const model_config& c, int32_t max_to
     if (expand_rows_ > 0) {
         const size_t R = static_cast<size_t>(expand_rows_);
         alloc(latent_, R * r * sizeof(bf16));
-        alloc(kv_up_, R * heads * static_cast<size_t>(dn + dv) * sizeof(bf16));
+        if (!expand_direct_) alloc(kv_up_, R * heads * static_cast<size_t>(dn + dv) * sizeof(bf16));
         alloc(k_, R * heads * static_cast<size_t>(k_dim_) * sizeof(bf16));
         alloc(v_, R * heads * static_cast<size_t>(v_dim_) * sizeof(bf16));
         if (k_dim_ != qk_dim) alloc(q_pad_, T * heads * static_cast<size_t>(k_dim_) * sizeof(bf16));
@@ -375,9 +379,46 @@ void mla_attention_runner::run_expanded(const cuda_layer& w, const mla_prefill_p
                                         cudaStream_t stream) const {
     const mla_params& m = c_.mla;
     const int32_t heads = i32(c_.num_heads), r = i32(m.kv_lora_rank), dn = i32(m.qk_nope_head_dim);
-    const int32_t dr = i32(m.qk_rope_head_dim), dv = i32(m.v_head_dim), qk = dn + dr;
-    const int32_t* plan = plan_dev_.as<int32_t>();
-    const int32_t* slots = plan + pg.slots;
+    const int32_t dr = i32(m.qk_rope_head_dim), dv = i32(m.v_head_dim);
+    const int32_t* slots = plan_dev_.as<int32_t>() + pg.slots;
+    const int32_t N = pg.num_rows;
+    if (expand_direct_) {
+        kernels::launch_mla_gather_latent_rope({.cache = cache,
+                                                .slots = slots,
+                                                .latent = latent_.as<bf16>(),
+                                                .k = k_.as<bf16>(),
+                                                .num_rows = N,
+                                                .num_heads = heads,
+                                                .nope_dim = dn,
+                                                .rope_dim = dr,
+                                                .kv_lora_rank = r},
+                                               stream);
+        kernels::launch_mla_expand_gemm({.handle = g.handle,
+                                         .workspace = g.workspace,
+                                         .workspace_bytes = g.workspace_bytes,
+                                         .kv_b = w.mla.kv_b.as<bf16>(),
+                                         .latent = latent_.as<bf16>(),
+                                         .k = k_.as<bf16>(),
+                                         .v = v_.as<bf16>(),
+                                         .num_rows = N,
+                                         .num_heads = heads,
+                                         .nope_dim = dn,
+                                         .rope_dim = dr,
+                                         .v_dim = dv,
+                                         .kv_lora_rank = r},
+                                        stream);
+    } else {
+        expand_via_kv_up(w, pg, cache, g, stream);
+    }
+    run_expanded_attention(pg, q, attn, stream);
+}
+
+void mla_attention_runner::expand_via_kv_up(const cuda_layer& w, const mla_prefill_plan::group& pg, const bf16* cache,
+                                            const gemm_context& g, cudaStream_t stream) const {
+    const mla_params& m = c_.mla;
+    const int32_t heads = i32(c_.num_heads), r = i32(m.kv_lora_rank), dn = i32(m.qk_nope_head_dim);
+    const int32_t dr = i32(m.qk_rope_head_dim), dv = i32(m.v_head_dim);
+    const int32_t* slots = plan_dev_.as<int32_t>() + pg.slots;
     const int32_t N = pg.num_rows;
     kernels::launch_mla_gather_latent({.cache = cache,
                                        .slots = slots,
@@ -401,6 +442,14 @@ void mla_attention_runner::run_expanded(const cuda_layer& w, const mla_prefill_p
                                   .k_dim = k_dim_,
                                   .v_out_dim = v_dim_},
                                  stream);
+}
+
+void mla_attention_runner::run_expanded_attention(const mla_prefill_plan::group& pg, const bf16* q, bf16* attn,
+                                                  cudaStream_t stream) const {
+    const mla_params& m = c_.mla;
+    const int32_t heads = i32(c_.num_heads), dv = i32(m.v_head_dim);
+    const int32_t qk = i32(m.qk_nope_head_dim) + i32(m.qk_rope_head_dim);
+    const int32_t* plan = plan_dev_.as<int32_t>();
     const size_t t0 = static_cast<size_t>(pg.first_token);
     const bf16* q_in = q;
     if (k_dim_ != qk) {

@@ -140,12 +140,19 @@ class mla_attention_runner {
     void run_expanded(const cuda_layer& w, const mla_prefill_plan::group& pg, const kernels::bf16* q,
                       const kernels::bf16* cache, kernels::bf16* attn, const gemm_context& g,
                       cudaStream_t stream) const;
+    /// K and V of a group through kv_up (one GEMM) and launch_mla_build_kv: head dims the kernel pads.
+    void expand_via_kv_up(const cuda_layer& w, const mla_prefill_plan::group& pg, const kernels::bf16* cache,
+                          const gemm_context& g, cudaStream_t stream) const;
+    /// The prefill attention over a group's expanded K and V (q and the output repacked where padded).
+    void run_expanded_attention(const mla_prefill_plan::group& pg, const kernels::bf16* q, kernels::bf16* attn,
+                                cudaStream_t stream) const;
 
     model_config c_;
     device_buffer qa_, q_, kv_, q_lat_, o_lat_, attn_, inv_freq_;
     // Expanded prefill: head dims the prefill kernel runs (k_dim_ >= nope + rope, v_dim_ >= v_head_dim); q_pad_ and
     // out_pad_ only when they differ from the model's.
     int32_t k_dim_ = 0, v_dim_ = 0, expand_rows_ = 0;
+    bool expand_direct_ = false;  // K and V by launch_mla_expand_gemm (no kv_up): the kernel takes the model's dims
     // Tensor-core decode: on when the shape is supported; the split count per batch size needs the SM count.
     bool tc_decode_ = false;
     int32_t num_sms_ = 0;
