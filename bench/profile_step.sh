@@ -43,13 +43,14 @@ for k, v in tot.most_common(n):
 ' "$n"
 }
 if [[ -n $nsys ]]; then
+  rm -f "$out"/run.nsys-rep "$out"/run.sqlite "$out"/kern*.csv
   range=()
   ((profiled)) && range=(--capture-range=cudaProfilerApi --capture-range-end=stop)
   "$nsys" profile --trace=cuda --cuda-graph-trace=node "${range[@]}" -f true -o "$out/run" "$zmoe" bench step "$@" \
     >"$out/bench.log" 2>&1 || { echo "nsys profile failed:"; tail -20 "$out/bench.log"; exit 1; }
   grep -E "^ *[0-9]+ +[0-9.]+ " "$out/bench.log" | head -5
   for report in cuda_gpu_kern_sum gpukernsum; do
-    if "$nsys" stats -q --report "$report" --format csv -o "$out/kern" "$out/run.nsys-rep" >/dev/null 2>&1; then break; fi
+    if "$nsys" stats -q --force-export=true --report "$report" --format csv -o "$out/kern" "$out/run.nsys-rep" >/dev/null 2>&1; then break; fi
   done
   f=$(ls "$out"/kern*.csv 2>/dev/null | head -1)
   [[ -n $f ]] || { echo "nsys stats gave no kernel summary"; exit 1; }
