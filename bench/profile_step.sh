@@ -37,7 +37,7 @@ for row in csv.reader(sys.stdin):
     except ValueError: continue
     tot[row[0]] += ns; cnt[row[0]] += 1 if len(row) < 3 else int(float(row[2]))
 s = sum(tot.values()) or 1
-print(f"{\"total ms\":>10} {\"calls\":>7} {\"share\":>6}  kernel  (all kernels: {s/1e6:.3f} ms)")
+print("%10s %7s %6s  kernel  (all kernels: %.3f ms)" % ("total ms", "calls", "share", s / 1e6))
 for k, v in tot.most_common(n):
     print(f"{v/1e6:10.3f} {cnt[k]:7d} {100*v/s:5.1f}%  {k[:110]}")
 ' "$n"
