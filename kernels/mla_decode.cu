@@ -281,29 +281,48 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
 }
 
-// o_lat[s, h] = sum_c w_c o_c / sum_c w_c, w_c = exp(lse_c - max lse), in split order. One block per (s, h).
+// o_lat[s, h] = sum_c w_c o_c / sum_c w_c, w_c = exp(lse_c - max lse), in split order. One block of 128 threads per
+// (s, h).
 __global__ void __launch_bounds__(128)
     mla_decode_combine_kernel(const mla_decode_params p, const mla_latents_bf16 lat) {
+    static_assert(kMlaDecodeMaxSplits <= 32 && kRank == 4 * 128);
+    __shared__ float w_s[kMlaDecodeMaxSplits];
+    __shared__ float inv_s;
     const size_t hh = size_t(blockIdx.x);
     const float* part = p.workspace + hh * p.num_splits * kPartStride;
-    float mx = -INFINITY;
-    for (int c = 0; c < p.num_splits; ++c) mx = fmaxf(mx, part[c * kPartStride + kRank]);
-    float wsum = 0.f;
-    for (int c = 0; c < p.num_splits; ++c) {
-        const float lse = part[c * kPartStride + kRank];
-        wsum += lse == -INFINITY ? 0.f : expf(lse - mx);
+    // The splits' weights once, by the first warp (lane c: split c), the sum by a warp reduction.
+    if (threadIdx.x < 32) {
+        const int c = threadIdx.x;
+        const float lse = c < p.num_splits ? part[c * kPartStride + kRank] : -INFINITY;
+        const float mx = detail::warp_max(lse);
+        const float w = lse == -INFINITY ? 0.f : expf(lse - mx);
+        const float sum = detail::warp_sum(w);
+        if (c < p.num_splits) w_s[c] = w;
+        if (c == 0) inv_s = sum > 0.f ? 1.f / sum : 0.f;
     }
-    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-    for (int i = threadIdx.x; i < kRank; i += blockDim.x) {
-        float acc = 0.f;
-        for (int c = 0; c < p.num_splits; ++c) {
-            const float lse = part[c * kPartStride + kRank];
-            if (lse != -INFINITY) acc += expf(lse - mx) * part[c * kPartStride + i];
-        }
-        if (lat.o != nullptr)
-            lat.o[hh * kRank + i] = __float2bfloat16(acc * inv);
-        else
-            p.o_lat[hh * kRank + i] = acc * inv;
+    __syncthreads();
+    // Four columns a thread, the splits' rows as independent 16-byte loads, summed in split order.
+    const int i = threadIdx.x * 4;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+    for (int c = 0; c < p.num_splits; ++c) {
+        const float w = w_s[c];
+        if (w == 0.f) continue;
+        const float4 v = *reinterpret_cast<const float4*>(part + c * kPartStride + i);
+        acc.x = fmaf(w, v.x, acc.x);
+        acc.y = fmaf(w, v.y, acc.y);
+        acc.z = fmaf(w, v.z, acc.z);
+        acc.w = fmaf(w, v.w, acc.w);
+    }
+    const float inv = inv_s;
+    if (lat.o != nullptr) {
+        uint2 packed;
+        packed.x = pack_bf16(acc.x * inv, acc.y * inv);
+        packed.y = pack_bf16(acc.z * inv, acc.w * inv);
+        *reinterpret_cast<uint2*>(lat.o + hh * kRank + i) = packed;
+    } else {
+        *reinterpret_cast<float4*>(p.o_lat + hh * kRank + i) =
+            make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
     }
 }
 

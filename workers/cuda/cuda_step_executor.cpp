@@ -846,7 +846,7 @@ step_result cuda_step_executor::execute(const step_request& request, std::vector
         if (a.all_decode && a.max_seqs > 0) g = graph_for(a.max_seqs, a.dual);
         ep_mode_ = g != nullptr ? ep_graph_mode(g->batch, a.dual) : ep_eager_mode(a, split);
         if (a.dual) ++dual_batch_steps_;
-    } else if (decode && s.samples_fit_graph) {
+    } else if (decode && s.samples_fit_graph && router_trace_ == nullptr) {  // a traced step runs eagerly
         g = graph_for(s.num_seqs);
     }
     if (g != nullptr) pad_decode(s, g->batch);

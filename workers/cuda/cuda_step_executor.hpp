@@ -91,9 +91,10 @@ class cuda_step_executor final : public step_executor {
         std::vector<float> logits;  ///< [num_tokens, experts]: its fp32 logits
         std::vector<int32_t> topk_ids;  ///< [num_tokens, top_k]: the experts the router kernel chose
     };
-    /// A diagnostic for tests: while set, every eagerly run step appends one entry per MoE layer routed by the
-    /// group-limited router (a copy to the host, synchronising the stream, after the router kernel). Steps replayed
-    /// from a decode graph and the softmax top-k routers record nothing. nullptr stops the tracing.
+    /// A diagnostic for tests: while set, every step runs eagerly (one GPU: no decode graph replay) and appends one
+    /// entry per MoE layer routed by the group-limited router (a copy to the host, synchronising the stream, after the
+    /// router kernel); the softmax top-k routers and graph replays under expert parallelism record nothing. nullptr
+    /// stops the tracing.
     void set_router_trace(std::vector<router_trace_entry>* trace) { router_trace_ = trace; }
 
   private:
