@@ -1,11 +1,14 @@
 // MLA decode in the absorbed form on tensor cores: one block per (sequence, group of 16 query heads, split of the
 // sequence's keys). The 16 heads' absorbed queries [q_lat | q_pe] (BF16) are the 16 rows of every MMA; each tile of
 // kKeys latent cache rows [c | k_pe] is loaded once (cp.async through the block table, two stages, 16-byte chunks
-// XOR-swizzled) and shared by all of them: S = Q K^T with the 576-wide rows (warp w takes keys 8w .. 8w + 7), the
-// online softmax across the block's warps (row maxima and sums exchanged in shared memory), P (BF16) through
+// XOR-swizzled; each key's cache row found once per tile by one lane) and shared by all of them: S = Q K^T with the
+// 576-wide rows split over the warps by k-steps (warp w's 9 k-steps of Q kept in registers for the whole kernel, all
+// 32 keys; the four partial sums added in shared memory by the warp owning keys 8w .. 8w + 7), the online softmax
+// across the block's warps (row maxima and sums exchanged in shared memory), P (BF16) through
 // shared memory, and O += P C with warp w owning latent columns 128 w .. 128 w + 127 (C = the latent part of the
 // same tile). A split writes its normalised partial output and log-sum-exp; a combine pass merges the splits in
-// split order. One split writes o_lat directly.
+// split order. One split writes o_lat directly. The absorbed query may come in BF16 (launch_mla_decode_bf16: what the
+// MMAs take anyway) and the output leave in BF16, for the batched up-projection GEMMs around the kernel.
 
 #include <algorithm>
 #include <atomic>
@@ -14,6 +17,7 @@
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
+#include "kernels/mla_gemm.hpp"
 #include "kernels/mma_sm80.cuh"
 
 namespace zmoe::kernels {
@@ -36,7 +40,11 @@ constexpr uint32_t kQBytes = kHeads * kRowBytes;
 constexpr uint32_t kTileBytes = kKeys * kRowBytes;
 constexpr uint32_t kPBytes = kHeads * kKeys * 2;
 constexpr uint32_t kQ = 0, kK = kQBytes, kP = kK + kStages * kTileBytes, kRed = kP + kPBytes;
-constexpr uint32_t kSmem = kRed + 2 * kWarps * kHeads * 4;
+constexpr int kSPad = kKeys + 8;  // floats per row of a warp's partial scores (conflict-free float2 stores and loads)
+constexpr uint32_t kS = kRed + 2 * kWarps * kHeads * 4;
+constexpr uint32_t kSmem = kS + kWarps * kHeads * kSPad * 4;
+constexpr int kStepsPerWarp = kChunks / 2 / kWarps;  // 9 of the 36 k-steps of S
+static_assert(kStepsPerWarp * kWarps * 2 == kChunks);
 static_assert(kChunks % 8 == 0);
 
 /// Byte offset of 16-byte chunk `chunk` of row `row` in rows of `chunks` chunks (a multiple of 8): the chunk index
@@ -62,12 +70,14 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-__global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(const mla_decode_params p) {
+__global__ void __launch_bounds__(kThreads, 2)
+    mla_decode_kernel(const mla_decode_params p, const mla_latents_bf16 lat) {
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t base = uint32_t(__cvta_generic_to_shared(smem));
     const uint32_t q_s = base + kQ, k_s = base + kK, p_s = base + kP;
     float* red_max = reinterpret_cast<float*>(smem + kRed);  // [kWarps][kHeads]
     float* red_sum = red_max + kWarps * kHeads;              // [kWarps][kHeads]
+    float* s_part = reinterpret_cast<float*>(smem + kS);     // [kWarps][kHeads][kSPad]: partial scores
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
     const int32_t s = blockIdx.x, h0 = blockIdx.y * kHeads, split = blockIdx.z;
@@ -86,7 +96,10 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(const mla_decod
         uint32_t w[4] = {0, 0, 0, 0};
         if (row < heads_here) {
             const size_t hh = size_t(s) * p.num_heads + h0 + row;
-            if (c < kRank / 8) {
+            if (c < kRank / 8 && lat.q != nullptr) {
+                const uint4 x = *reinterpret_cast<const uint4*>(lat.q + hh * kRank + c * 8);
+                w[0] = x.x, w[1] = x.y, w[2] = x.z, w[3] = x.w;
+            } else if (c < kRank / 8) {
                 const float* src = p.q_lat + hh * kRank + c * 8;
                 const float4 a = *reinterpret_cast<const float4*>(src), b = *reinterpret_cast<const float4*>(src + 4);
                 w[0] = pack_bf16(a.x, a.y);
@@ -104,19 +117,27 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(const mla_decod
                      : "memory");
     }
 
+    // Lane j of every warp finds key j's cache row of a tile once (kKeys == 32 lanes); the copies take it by shuffle.
+    static_assert(kKeys == 32);
     auto load_tile = [&](int32_t t, int stage) {
         const uint32_t dst = k_s + stage * kTileBytes;
+        const int32_t my_pos = k_begin + t * kKeys + lane;
+        const int64_t my_row =
+            my_pos < k_end ? int64_t(table[my_pos / p.block_size]) * p.block_size + my_pos % p.block_size : -1;
         for (int v = threadIdx.x; v < kKeys * kChunks; v += kThreads) {
             const int j = v / kChunks, c = v % kChunks;
-            const int32_t pos = k_begin + t * kKeys + j;
-            const bool valid = pos < k_end;
-            size_t off = 0;
-            if (valid) off = (size_t(table[pos / p.block_size]) * p.block_size + pos % p.block_size) * kWidth + c * 8;
-            cp_async_16(dst + swz(j, c, kChunks), p.cache + off, valid);
+            const int64_t row = __shfl_sync(detail::kFullMask, my_row, j);
+            cp_async_16(dst + swz(j, c, kChunks), p.cache + (row >= 0 ? size_t(row) * kWidth + c * 8 : 0), row >= 0);
         }
     };
     if (num_tiles > 0) load_tile(0, 0);
     cp_async_commit();
+    __syncthreads();  // the queries are in shared memory
+    // This warp's share of S's k-steps: the A fragments of k-steps kStepsPerWarp * warp + i stay in registers.
+    uint32_t qf[kStepsPerWarp][4];
+#pragma unroll
+    for (int i = 0; i < kStepsPerWarp; ++i)
+        detail::ldmatrix_x4(q_s + swz(lane % 16, 2 * (kStepsPerWarp * warp + i) + lane / 16, kChunks), qf[i]);
 
     const float scale_log2 = p.scale * 1.4426950408889634f;
     float o[kDimTiles][4];
@@ -124,7 +145,6 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(const mla_decod
     for (int d = 0; d < kDimTiles; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows g and g + 8; identical in every warp
     const int a_row = lane % 16, a_chunk = lane / 16;        // A (Q, P) ldmatrix lanes
-    const int b_key = lane % 8, b_chunk = lane / 8;          // K (non-transposed B) lanes: 4 chunks, 8 keys
     const int v_key = ((lane / 8) % 2) * 8 + lane % 8, v_chunk = lane / 16;  // V (transposed B) lanes
 
     for (int32_t t = 0; t < num_tiles; ++t) {
@@ -135,16 +155,40 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(const mla_decod
         __syncthreads();
         const uint32_t tile = k_s + stage * kTileBytes;
 
-        // S for this warp's 8 keys: 36 k-steps over the 576-wide rows, two per K ldmatrix.
+        // S, split over the warps by k-steps: warp w multiplies its 9 k-steps (Q from registers) for all 32 keys,
+        // two n-tiles of 8 keys per K ldmatrix, then the partial sums meet in shared memory; the warp that owns
+        // keys 8 w .. 8 w + 7 for the softmax and P adds the four partials in warp order.
+        {
+            float sp[kKeys / 8][4];
+#pragma unroll
+            for (int n = 0; n < kKeys / 8; ++n) sp[n][0] = sp[n][1] = sp[n][2] = sp[n][3] = 0.f;
+            const int k_lane_key = (lane / 16) * 8 + lane % 8, k_lane_chunk = (lane / 8) % 2;
+#pragma unroll
+            for (int i = 0; i < kStepsPerWarp; ++i) {
+                const int kk = kStepsPerWarp * warp + i;
+#pragma unroll
+                for (int pr = 0; pr < kKeys / 16; ++pr) {
+                    uint32_t b[4];
+                    detail::ldmatrix_x4(tile + swz(16 * pr + k_lane_key, 2 * kk + k_lane_chunk, kChunks), b);
+                    detail::mma_bf16_16816(sp[2 * pr], qf[i], b[0], b[1]);
+                    detail::mma_bf16_16816(sp[2 * pr + 1], qf[i], b[2], b[3]);
+                }
+            }
+            float* mine = s_part + warp * kHeads * kSPad;
+#pragma unroll
+            for (int n = 0; n < kKeys / 8; ++n) {
+                *reinterpret_cast<float2*>(mine + g * kSPad + 8 * n + 2 * t4) = make_float2(sp[n][0], sp[n][1]);
+                *reinterpret_cast<float2*>(mine + (g + 8) * kSPad + 8 * n + 2 * t4) = make_float2(sp[n][2], sp[n][3]);
+            }
+        }
+        __syncthreads();
         float sc[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 6
-        for (int ks = 0; ks < kChunks / 2; ks += 2) {
-            uint32_t a0[4], a1[4], b[4];
-            detail::ldmatrix_x4(q_s + swz(a_row, 2 * ks + a_chunk, kChunks), a0);
-            detail::ldmatrix_x4(q_s + swz(a_row, 2 * ks + 2 + a_chunk, kChunks), a1);
-            detail::ldmatrix_x4(tile + swz(warp * 8 + b_key, 2 * ks + b_chunk, kChunks), b);
-            detail::mma_bf16_16816(sc, a0, b[0], b[1]);
-            detail::mma_bf16_16816(sc, a1, b[2], b[3]);
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+            const float* part = s_part + w * kHeads * kSPad + 8 * warp + 2 * t4;
+            const float2 lo = *reinterpret_cast<const float2*>(part + g * kSPad);
+            const float2 hi = *reinterpret_cast<const float2*>(part + (g + 8) * kSPad);
+            sc[0] += lo.x, sc[1] += lo.y, sc[2] += hi.x, sc[3] += hi.y;
         }
         // Keys past the split's end (the last tile) are masked.
         const int32_t key0 = k_begin + t * kKeys + warp * 8 + 2 * t4;
@@ -218,6 +262,15 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(const mla_decod
         if (row >= heads_here) continue;
         const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
         const size_t hh = size_t(s) * p.num_heads + h0 + row;
+        if (p.num_splits == 1 && lat.o != nullptr) {
+#pragma unroll
+            for (int d = 0; d < kDimTiles; ++d) {
+                const int col = warp * kColsPerWarp + d * 8 + 2 * t4;
+                *reinterpret_cast<uint32_t*>(lat.o + hh * kRank + col) =
+                    pack_bf16(o[d][2 * h] * inv, o[d][2 * h + 1] * inv);
+            }
+            continue;
+        }
         float* dst = p.num_splits == 1 ? p.o_lat + hh * kRank : p.workspace + (hh * p.num_splits + split) * kPartStride;
 #pragma unroll
         for (int d = 0; d < kDimTiles; ++d) {
@@ -228,25 +281,48 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(const mla_decod
     }
 }
 
-// o_lat[s, h] = sum_c w_c o_c / sum_c w_c, w_c = exp(lse_c - max lse), in split order. One block per (s, h).
-__global__ void __launch_bounds__(128) mla_decode_combine_kernel(const mla_decode_params p) {
+// o_lat[s, h] = sum_c w_c o_c / sum_c w_c, w_c = exp(lse_c - max lse), in split order. One block of 128 threads per
+// (s, h).
+__global__ void __launch_bounds__(128)
+    mla_decode_combine_kernel(const mla_decode_params p, const mla_latents_bf16 lat) {
+    static_assert(kMlaDecodeMaxSplits <= 32 && kRank == 4 * 128);
+    __shared__ float w_s[kMlaDecodeMaxSplits];
+    __shared__ float inv_s;
     const size_t hh = size_t(blockIdx.x);
     const float* part = p.workspace + hh * p.num_splits * kPartStride;
-    float mx = -INFINITY;
-    for (int c = 0; c < p.num_splits; ++c) mx = fmaxf(mx, part[c * kPartStride + kRank]);
-    float wsum = 0.f;
-    for (int c = 0; c < p.num_splits; ++c) {
-        const float lse = part[c * kPartStride + kRank];
-        wsum += lse == -INFINITY ? 0.f : expf(lse - mx);
+    // The splits' weights once, by the first warp (lane c: split c), the sum by a warp reduction.
+    if (threadIdx.x < 32) {
+        const int c = threadIdx.x;
+        const float lse = c < p.num_splits ? part[c * kPartStride + kRank] : -INFINITY;
+        const float mx = detail::warp_max(lse);
+        const float w = lse == -INFINITY ? 0.f : expf(lse - mx);
+        const float sum = detail::warp_sum(w);
+        if (c < p.num_splits) w_s[c] = w;
+        if (c == 0) inv_s = sum > 0.f ? 1.f / sum : 0.f;
     }
-    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-    for (int i = threadIdx.x; i < kRank; i += blockDim.x) {
-        float acc = 0.f;
-        for (int c = 0; c < p.num_splits; ++c) {
-            const float lse = part[c * kPartStride + kRank];
-            if (lse != -INFINITY) acc += expf(lse - mx) * part[c * kPartStride + i];
-        }
-        p.o_lat[hh * kRank + i] = acc * inv;
+    __syncthreads();
+    // Four columns a thread, the splits' rows as independent 16-byte loads, summed in split order.
+    const int i = threadIdx.x * 4;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+    for (int c = 0; c < p.num_splits; ++c) {
+        const float w = w_s[c];
+        if (w == 0.f) continue;
+        const float4 v = *reinterpret_cast<const float4*>(part + c * kPartStride + i);
+        acc.x = fmaf(w, v.x, acc.x);
+        acc.y = fmaf(w, v.y, acc.y);
+        acc.z = fmaf(w, v.z, acc.z);
+        acc.w = fmaf(w, v.w, acc.w);
+    }
+    const float inv = inv_s;
+    if (lat.o != nullptr) {
+        uint2 packed;
+        packed.x = pack_bf16(acc.x * inv, acc.y * inv);
+        packed.y = pack_bf16(acc.z * inv, acc.w * inv);
+        *reinterpret_cast<uint2*>(lat.o + hh * kRank + i) = packed;
+    } else {
+        *reinterpret_cast<float4*>(p.o_lat + hh * kRank + i) =
+            make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
     }
 }
 
@@ -255,7 +331,10 @@ __global__ void __launch_bounds__(128) mla_decode_combine_kernel(const mla_decod
 bool mla_decode_supported(int32_t kv_lora_rank, int32_t rope_dim) { return kv_lora_rank == kRank && rope_dim == kRope; }
 
 int32_t mla_decode_splits(int32_t num_seqs, int32_t num_heads, int32_t num_sms) {
+    // Two blocks fit an SM. A batch that fills nine tenths of those slots on its own takes no split (a second wave of
+    // split blocks would not use the SMs better, and one split skips the partial outputs and the combine launch).
     const int32_t blocks = num_seqs * ((num_heads + kHeads - 1) / kHeads);
+    if (10 * blocks >= 9 * 2 * num_sms) return 1;
     return std::clamp((2 * num_sms + blocks - 1) / std::max(blocks, 1), 1, kMlaDecodeMaxSplits);
 }
 
@@ -263,12 +342,16 @@ size_t mla_decode_workspace_floats(int32_t num_seqs, int32_t num_heads, int32_t 
     return num_splits <= 1 ? 0 : size_t(num_seqs) * num_heads * num_splits * kPartStride;
 }
 
-void launch_mla_decode(const mla_decode_params& p, cudaStream_t stream) {
+void launch_mla_decode(const mla_decode_params& p, cudaStream_t stream) { launch_mla_decode_bf16(p, {}, stream); }
+
+void launch_mla_decode_bf16(const mla_decode_params& p, const mla_latents_bf16& lat, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(mla_decode_supported(p.kv_lora_rank, p.rope_dim),
                         "mla_decode: kv_lora_rank 512 and rope_dim 64 only");
     ZMOE_KERNEL_REQUIRE(p.num_splits >= 1 && p.num_splits <= kMlaDecodeMaxSplits,
                         "mla_decode: num_splits must be in [1, kMlaDecodeMaxSplits]");
     ZMOE_KERNEL_REQUIRE(p.nope_dim % 8 == 0, "mla_decode: nope_dim must be a multiple of 8");
+    ZMOE_KERNEL_REQUIRE((p.q_lat != nullptr) != (lat.q != nullptr), "mla_decode: exactly one of q_lat, lat.q");
+    ZMOE_KERNEL_REQUIRE((p.o_lat != nullptr) != (lat.o != nullptr), "mla_decode: exactly one of o_lat, lat.o");
     if (p.num_seqs == 0) return;
     // The shared-memory attribute once per device (outside the decode graphs' captures: the eager warm-up sets it).
     static std::atomic<uint64_t> configured{0};
@@ -281,10 +364,10 @@ void launch_mla_decode(const mla_decode_params& p, cudaStream_t stream) {
         configured.fetch_or(bit);
     }
     const dim3 grid(p.num_seqs, (p.num_heads + kHeads - 1) / kHeads, p.num_splits);
-    mla_decode_kernel<<<grid, kThreads, kSmem, stream>>>(p);
+    mla_decode_kernel<<<grid, kThreads, kSmem, stream>>>(p, lat);
     ZMOE_CUDA_CHECK_LAUNCH();
     if (p.num_splits > 1) {
-        mla_decode_combine_kernel<<<p.num_seqs * p.num_heads, 128, 0, stream>>>(p);
+        mla_decode_combine_kernel<<<p.num_seqs * p.num_heads, 128, 0, stream>>>(p, lat);
         ZMOE_CUDA_CHECK_LAUNCH();
     }
 }

@@ -1,11 +1,13 @@
 // MLA prefill in the expanded form: the data movement around the up-projection GEMM and the prefill attention
-// kernel (gather of the latents a chunk sees, per-head K/V layout, zero padding of heads to a supported head dim).
+// kernel (gather of the latents a chunk sees, per-head K/V layout, zero padding of heads to a supported head dim; or,
+// where the kernel takes the model's head dims, the gather writing K's rope part for the batched K/V GEMMs).
 
 #include <algorithm>
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
+#include "kernels/mla_gemm.hpp"
 
 namespace zmoe::kernels {
 namespace {
@@ -27,6 +29,26 @@ __global__ void __launch_bounds__(kThreads) mla_gather_latent_kernel(const mla_g
         detail::bf16x8 x = zero8();
         if (slot >= 0) x = *reinterpret_cast<const detail::bf16x8*>(p.cache + size_t(slot) * width + c * 8);
         *reinterpret_cast<detail::bf16x8*>(p.latent + size_t(i) * p.kv_lora_rank + c * 8) = x;
+    }
+}
+
+// One block per row: the latent chunks, then k_pe's chunks broadcast to every head's rope slot of K.
+__global__ void __launch_bounds__(kThreads) mla_gather_latent_rope_kernel(const mla_gather_latent_rope_params p) {
+    const int32_t i = blockIdx.x, slot = p.slots[i];
+    const int32_t lc = p.kv_lora_rank / 8, rc = p.rope_dim / 8, width = p.kv_lora_rank + p.rope_dim;
+    const int32_t qk = p.nope_dim + p.rope_dim;
+    const bf16* row = slot >= 0 ? p.cache + size_t(slot) * width : nullptr;
+    for (int32_t c = threadIdx.x; c < lc; c += blockDim.x) {
+        detail::bf16x8 x = zero8();
+        if (row != nullptr) x = *reinterpret_cast<const detail::bf16x8*>(row + c * 8);
+        *reinterpret_cast<detail::bf16x8*>(p.latent + size_t(i) * p.kv_lora_rank + c * 8) = x;
+    }
+    bf16* k = p.k + size_t(i) * p.num_heads * qk + p.nope_dim;
+    for (int32_t e = threadIdx.x; e < p.num_heads * rc; e += blockDim.x) {
+        const int32_t h = e / rc, c = e % rc;
+        detail::bf16x8 x = zero8();
+        if (row != nullptr) x = *reinterpret_cast<const detail::bf16x8*>(row + p.kv_lora_rank + c * 8);
+        *reinterpret_cast<detail::bf16x8*>(k + size_t(h) * qk + c * 8) = x;
     }
 }
 
@@ -93,6 +115,14 @@ void launch_mla_gather_latent(const mla_gather_latent_params& p, cudaStream_t st
                         "mla_gather_latent: kv_lora_rank and rope_dim must be multiples of 8");
     if (p.num_rows == 0) return;
     mla_gather_latent_kernel<<<grid_for(int64_t(p.num_rows) * p.kv_lora_rank / 8), kThreads, 0, stream>>>(p);
+    ZMOE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_mla_gather_latent_rope(const mla_gather_latent_rope_params& p, cudaStream_t stream) {
+    ZMOE_KERNEL_REQUIRE(p.kv_lora_rank % 8 == 0 && p.rope_dim % 8 == 0 && p.nope_dim % 8 == 0,
+                        "mla_gather_latent_rope: kv_lora_rank, rope_dim and nope_dim must be multiples of 8");
+    if (p.num_rows == 0) return;
+    mla_gather_latent_rope_kernel<<<p.num_rows, kThreads, 0, stream>>>(p);
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 

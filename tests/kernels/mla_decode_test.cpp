@@ -1,10 +1,12 @@
 // The tensor-core MLA decode kernel against the latent attention's CPU reference: one query token per sequence at
 // contexts across tile edges (1, 31, 32, 33 keys ...) and long ones, shuffled cache blocks, 16 heads (one MMA row
-// group), a head count that leaves a partial group, every split count from one to more splits than tiles.
+// group), a head count that leaves a partial group, every split count from one to more splits than tiles; and the
+// decode path with BF16 latents between the batched absorb / v_up GEMMs.
 
 #include <algorithm>
 #include <numeric>
 
+#include "kernels/mla_gemm.hpp"
 #include "kernels/reference/reference.hpp"
 #include "tests/kernels/test_util.hpp"
 
@@ -86,9 +88,104 @@ TEST_P(MlaDecode, MatchesLatentAttentionReference) {
     }
 }
 
+// The decode path of DeepSeek's real shapes end to end: q_lat by the batched absorb GEMM (BF16), the kernel with BF16
+// latents in and out, the batched v_up GEMM, against the double reference chain (fp32 q_lat and o_lat).
+TEST_P(MlaDecode, Bf16LatentsThroughBatchedGemmsMatchReference) {
+    const decode_case c = GetParam();
+    constexpr int32_t kBlock = 16, kRank = 512, kRope = 64, kNope = 128, kV = 128;
+    std::mt19937 rng(c.heads * 57 + int(c.positions.size()));
+    const auto num_seqs = int32_t(c.positions.size());
+    const int32_t width = kRank + kRope, qk = kNope + kRope;
+    int32_t max_blocks = 1;
+    for (int32_t pos : c.positions) max_blocks = std::max(max_blocks, pos / kBlock + 1);
+    const int32_t num_blocks = num_seqs * max_blocks + 1;
+    std::vector<int32_t> perm(num_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<int32_t> tables(size_t(num_seqs) * max_blocks), query_start(num_seqs + 1);
+    for (int32_t s = 0; s < num_seqs; ++s)
+        for (int32_t b = 0; b < max_blocks; ++b) tables[size_t(s) * max_blocks + b] = perm[s * max_blocks + b];
+    std::iota(query_start.begin(), query_start.end(), 0);
+    const std::vector<float> q = random_bf16(size_t(num_seqs) * c.heads * qk, 1.f, rng);
+    const std::vector<float> kv_b = random_bf16(size_t(c.heads) * (kNope + kV) * kRank, 0.1f, rng);
+    const std::vector<float> cache = random_bf16(size_t(num_blocks) * kBlock * width, 1.f, rng);
+    const ref::mla_shape shape{.num_tokens = num_seqs,
+                               .num_seqs = num_seqs,
+                               .num_heads = c.heads,
+                               .nope_dim = kNope,
+                               .rope_dim = kRope,
+                               .v_dim = kV,
+                               .kv_lora_rank = kRank,
+                               .block_size = kBlock,
+                               .max_blocks_per_seq = max_blocks,
+                               .scale = 0.0625f};
+    std::vector<float> q_lat(size_t(num_seqs) * c.heads * kRank), o_lat(q_lat.size());
+    std::vector<float> want(size_t(num_seqs) * c.heads * kV);
+    ref::mla_q_absorb(shape, q.data(), kv_b.data(), q_lat.data());
+    ref::mla_attention(shape, q_lat.data(), q.data(), cache.data(), tables.data(), query_start.data(),
+                       c.positions.data(), o_lat.data());
+    ref::mla_v_up(shape, o_lat.data(), kv_b.data(), want.data());
+
+    auto d_q = upload_bf16(q);
+    auto d_kv_b = upload_bf16(kv_b);
+    auto d_cache = upload_bf16(cache);
+    auto d_tables = upload(tables);
+    auto d_sp = upload(c.positions);
+    device_buffer<bf16> d_q_lat(q_lat.size()), d_o_lat(q_lat.size()), d_out(want.size());
+    device_buffer<uint8_t> d_blas_ws(32u << 20);
+    cublasLtHandle_t handle;
+    ZMOE_CUBLAS_CHECK(cublasLtCreate(&handle));
+    mla_absorb_gemm_params ab{.handle = handle,
+                              .workspace = d_blas_ws.get(),
+                              .workspace_bytes = d_blas_ws.size(),
+                              .kv_b = d_kv_b.get(),
+                              .in = d_q.get(),
+                              .out = d_q_lat.get(),
+                              .num_tokens = num_seqs,
+                              .num_heads = c.heads,
+                              .nope_dim = kNope,
+                              .rope_dim = kRope,
+                              .v_dim = kV,
+                              .kv_lora_rank = kRank};
+    launch_mla_q_absorb_gemm(ab, nullptr);
+    sync_and_check();
+    // The absorbed queries: BF16 roundings of fp32 sums.
+    EXPECT_LT(rel_error(download_bf16(d_q_lat), q_lat), kBf16Tolerance);
+    for (int32_t splits : c.splits) {
+        device_buffer<float> d_ws(std::max<size_t>(1, mla_decode_workspace_floats(num_seqs, c.heads, splits)));
+        d_o_lat.poison();
+        d_out.poison();
+        launch_mla_decode_bf16({.q = d_q.get(),
+                                .cache = d_cache.get(),
+                                .block_tables = d_tables.get(),
+                                .start_pos = d_sp.get(),
+                                .workspace = d_ws.get(),
+                                .num_seqs = num_seqs,
+                                .num_heads = c.heads,
+                                .nope_dim = kNope,
+                                .rope_dim = kRope,
+                                .kv_lora_rank = kRank,
+                                .block_size = kBlock,
+                                .max_blocks_per_seq = max_blocks,
+                                .num_splits = splits,
+                                .scale = shape.scale},
+                               {.q = d_q_lat.get(), .o = d_o_lat.get()}, nullptr);
+        mla_absorb_gemm_params up = ab;
+        up.in = d_o_lat.get();
+        up.out = d_out.get();
+        launch_mla_v_up_gemm(up, nullptr);
+        sync_and_check();
+        EXPECT_LT(rel_error(download_bf16(d_o_lat), o_lat), kBf16Tolerance) << splits << " splits";
+        EXPECT_LT(rel_error(download_bf16(d_out), want), 2 * kBf16Tolerance) << splits << " splits";
+    }
+    ZMOE_CUBLAS_CHECK(cublasLtDestroy(handle));
+}
+
 TEST(MlaDecode, SplitsAndWorkspace) {
     EXPECT_EQ(mla_decode_splits(1, 16, 132), kMlaDecodeMaxSplits);
-    EXPECT_EQ(mla_decode_splits(256, 16, 132), 2);
+    EXPECT_EQ(mla_decode_splits(128, 16, 132), 3);
+    EXPECT_EQ(mla_decode_splits(200, 16, 132), 2);
+    EXPECT_EQ(mla_decode_splits(256, 16, 132), 1);  // 256 of the 264 two-a-SM slots: no split
     EXPECT_EQ(mla_decode_splits(512, 16, 132), 1);
     EXPECT_EQ(mla_decode_workspace_floats(8, 16, 1), 0u);
     EXPECT_GT(mla_decode_workspace_floats(8, 16, 4), size_t(8) * 16 * 4 * 512);

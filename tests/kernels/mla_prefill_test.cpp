@@ -2,11 +2,13 @@
 // chunk sees gathered through shuffled block tables, up-projected (cuBLASLt), laid out as per-head K / V, and run
 // through the prefill attention kernel (192 / 128 for DeepSeek's dims, zero-padded heads for the fixtures') must give
 // what q_absorb + the latent attention + v_up give, for prefill chunks after cached positions and several sequences
-// in one launch. The data-movement kernels are checked bit-exact on their own.
+// in one launch. The data-movement kernels are checked bit-exact on their own, and at the kernel's own head dims the
+// direct K / V (launch_mla_gather_latent_rope + launch_mla_expand_gemm) against the kv_up path.
 
 #include <algorithm>
 #include <numeric>
 
+#include "kernels/mla_gemm.hpp"
 #include "kernels/reference/reference.hpp"
 #include "tests/kernels/test_util.hpp"
 
@@ -154,6 +156,56 @@ TEST_P(MlaPrefill, ExpandedMatchesAbsorbedReference) {
                     ASSERT_EQ(v[(size_t(i) * c.heads + h) * v_out + d], want) << "V row " << i << " head " << h;
                 }
             }
+    }
+
+    // 3'. Where the kernel takes the model's head dims: the same K and V straight from the latents (the gather
+    // writing K's rope part, the batched GEMMs its nope part and V, no kv_up): the copies bit-exact, the products
+    // the kv_up GEMM's up to fp32 summation order (one BF16 rounding apart at most).
+    if (k_dim == qk && v_out == c.v_dim) {
+        device_buffer<bf16> d_latent2(d_latent.size()), d_k2(d_k.size()), d_v2(d_v.size());
+        for (auto* b : {&d_latent2, &d_k2, &d_v2}) b->poison();
+        launch_mla_gather_latent_rope({.cache = d_cache.get(),
+                                       .slots = d_slots.get(),
+                                       .latent = d_latent2.get(),
+                                       .k = d_k2.get(),
+                                       .num_rows = N,
+                                       .num_heads = c.heads,
+                                       .nope_dim = c.nope,
+                                       .rope_dim = c.rope,
+                                       .kv_lora_rank = c.rank},
+                                      nullptr);
+        cublasLtHandle_t h2;
+        ZMOE_CUBLAS_CHECK(cublasLtCreate(&h2));
+        launch_mla_expand_gemm({.handle = h2,
+                                .workspace = d_ws.get(),
+                                .workspace_bytes = d_ws.size(),
+                                .kv_b = d_kv_b.get(),
+                                .latent = d_latent2.get(),
+                                .k = d_k2.get(),
+                                .v = d_v2.get(),
+                                .num_rows = N,
+                                .num_heads = c.heads,
+                                .nope_dim = c.nope,
+                                .rope_dim = c.rope,
+                                .v_dim = c.v_dim,
+                                .kv_lora_rank = c.rank},
+                               nullptr);
+        sync_and_check();
+        ZMOE_CUBLAS_CHECK(cublasLtDestroy(h2));
+        EXPECT_EQ(download_bf16(d_latent2), download_bf16(d_latent));
+        const std::vector<float> k = download_bf16(d_k), k2 = download_bf16(d_k2);
+        std::vector<bool> rope_part(k.size()), nope_part(k.size());
+        for (size_t e = 0; e < k.size(); ++e) {
+            rope_part[e] = int32_t(e % qk) >= c.nope;
+            nope_part[e] = !rope_part[e];
+        }
+        for (size_t e = 0; e < k.size(); ++e) {
+            if (rope_part[e]) {
+                ASSERT_EQ(k2[e], k[e]) << "K element " << e << " (rope part)";
+            }
+        }
+        EXPECT_LT(rel_error(k2, k, &nope_part), kBf16Tolerance);
+        EXPECT_LT(rel_error(download_bf16(d_v2), download_bf16(d_v)), kBf16Tolerance);
     }
 
     // 4. Attention: multi-head, the expanded rows through their block tables, causal with each chunk's offset.

@@ -21,6 +21,12 @@
 // (ours 0.075)); there the logits are held to kRoutingFlipTolerance only, and the greedy tokens are checked as
 // everywhere. (transformers' BF16 also strays on deepseek_v3 prompts 1 and 2, 0.11 and 0.40, where ours stays
 // within 1.1%: those stay under kLogitTolerance.)
+// A chunked prefill routes like the one-shot prefill except at such near-ties too: deepseek_v2 prompt 5 (64 tokens)
+// in 7-token chunks strays to 0.078 of the logit scale, and transformers' own BF16 forward flips 4 of its 128
+// decisions against fp32. There the chunked run is compared with the one-shot run of the same executor's router
+// traces (routing_divergence.hpp): it may stray up to kRoutingFlipTolerance only where its first routing difference
+// from the one-shot run is a BF16 near-tie (CudaDeepSeekRouting below prints each layer's picture) and the one-shot
+// run itself stays within kLogitTolerance.
 
 #include <gtest/gtest.h>
 
@@ -33,7 +39,9 @@
 #include "base/error.hpp"
 #include "cuda_test_util.hpp"
 #include "messages/expert_placement.hpp"
+#include "routing_divergence.hpp"
 #include "workers/cuda/cuda_step_executor.hpp"
+#include "workers/model_runner.hpp"
 
 namespace zmoe::cuda {
 namespace {
@@ -61,14 +69,37 @@ class CudaReference : public zmoe::testing::reference_fixture_test {};
 TEST_P(CudaReference, LastLogitsMatchTransformers) {
     double worst = 0, worst_near_tie = 0;
     auto ex = make_executor(dir_);
+    const bool traced = ex->config().router == router_kind::softmax_group_limited;
+    std::vector<router_trace> one_shot(prompts_.size());
+    std::vector<double> one_shot_err(prompts_.size(), 0);
     for (int64_t chunk : {int64_t{0}, int64_t{7}}) {
         for (size_t i = 0; i < prompts_.size(); ++i) {
             step_driver driver(kBlockSize, chunk);
             driver.add(i + 100 * chunk, prompts_[i].token_ids, 1);
+            router_trace trace;
+            if (traced) ex->set_router_trace(&trace);
             run_all(*ex, driver);
+            ex->set_router_trace(nullptr);
             const double err = relative_error(driver.seqs()[0].logits.at(0), prompts_[i].last_logits);
+            if (chunk == 0) {
+                one_shot[i] = std::move(trace);
+                one_shot_err[i] = err;
+            }
             const auto flips = kBf16RoutingFlips.find(GetParam());
-            const bool near_tie = flips != kBf16RoutingFlips.end() && flips->second.count(i) > 0;
+            bool near_tie = flips != kBf16RoutingFlips.end() && flips->second.count(i) > 0;
+            if (!near_tie && traced && chunk != 0 && err > kLogitTolerance && one_shot_err[i] <= kLogitTolerance) {
+                // The chunked run strays where the one-shot run does not: tolerated only past a BF16 near-tie.
+                const routing_divergence d = find_routing_divergence(
+                    ex->config(), one_shot[i], trace, static_cast<int32_t>(prompts_[i].token_ids.size()));
+                near_tie = d.near_tie();
+                std::printf(
+                    "[cuda] %s prompt %zu chunk %ld: error %.4g; first routing difference from the one-shot run: %s",
+                    GetParam().c_str(), i, static_cast<long>(chunk), err, d.found ? "" : "none\n");
+                if (d.found)
+                    std::printf(
+                        "MoE layer %ld token %d, margin %.3g (one-shot) / %.3g, logit difference %.3g, near tie %d\n",
+                        static_cast<long>(d.moe_layer), d.token, d.margin_a, d.margin_b, d.noise, int(near_tie));
+            }
             (near_tie ? worst_near_tie : worst) = std::max(near_tie ? worst_near_tie : worst, err);
             EXPECT_LE(err, near_tie ? kRoutingFlipTolerance : kLogitTolerance)
                 << GetParam() << " prompt " << i << " (" << prompts_[i].token_ids.size() << " tokens), chunk " << chunk;
@@ -118,14 +149,114 @@ TEST_P(CudaReference, BatchedMatchesAlone) {
 
 TEST_P(CudaReference, ChunkedPrefillMatchesOneShot) {
     std::vector<step_driver> runs;
+    std::vector<router_trace> traces;
+    bool traced = false;
+    const std::vector<int32_t>& prompt = prompts_.back().token_ids;
     for (int64_t chunk : {int64_t{0}, int64_t{7}, int64_t{16}}) {
         auto ex = make_executor(dir_);
+        traced = ex->config().router == router_kind::softmax_group_limited;
         step_driver& d = runs.emplace_back(kBlockSize, chunk);
-        d.add(1, prompts_.back().token_ids, 4);
+        router_trace& trace = traces.emplace_back();
+        if (traced) ex->set_router_trace(&trace);
+        d.add(1, prompt, 4);
         run_all(*ex, d);
     }
-    expect_same_run(runs[1].seqs()[0], runs[0].seqs()[0], kSelfMargin, kSelfTolerance, GetParam() + " chunk 7");
-    expect_same_run(runs[2].seqs()[0], runs[0].seqs()[0], kSelfMargin, kSelfTolerance, GetParam() + " chunk 16");
+    const model_config c = model_config::load(dir_);
+    for (size_t r : {size_t{1}, size_t{2}}) {
+        const std::string what = GetParam() + " chunk " + std::to_string(r == 1 ? 7 : 16);
+        if (traced) {
+            // A routing difference from the one-shot prefill must be a BF16 near-tie; past it the runs may differ
+            // by a whole expert's output (first logits within kRoutingFlipTolerance, tokens not compared).
+            const routing_divergence d =
+                find_routing_divergence(c, traces[0], traces[r], static_cast<int32_t>(prompt.size()));
+            ASSERT_TRUE(d.complete) << what << ": the router traces do not cover the prompt";
+            if (d.found) {
+                std::printf(
+                    "[cuda] %s: routed differently from MoE layer %ld token %d (margin %.3g, logit "
+                    "difference %.3g, inputs within %.3g)\n%s",
+                    what.c_str(), static_cast<long>(d.moe_layer), d.token, d.margin_a, d.noise, d.input_error,
+                    d.report.c_str());
+                EXPECT_TRUE(d.near_tie()) << what << ": a routing difference that is not a BF16 near-tie";
+                EXPECT_LE(relative_error(runs[r].seqs()[0].logits.at(0), runs[0].seqs()[0].logits.at(0)),
+                          kRoutingFlipTolerance)
+                    << what;
+                continue;
+            }
+        }
+        expect_same_run(runs[r].seqs()[0], runs[0].seqs()[0], kSelfMargin, kSelfTolerance, what);
+    }
+}
+
+// The diagnostic behind the chunked-prefill tolerance: for every prompt of the DeepSeek-V2 fixtures (group-limited
+// softmax routers), where the chunked prefill (7 and 16 tokens) first routes a token differently from the one-shot
+// prefill, printed per MoE layer (router input and logit differences, tokens routed differently), beside the CPU
+// backend's per-layer expert counts of the same prompt; every such first difference must be a BF16 near-tie.
+TEST(CudaDeepSeekRouting, ChunkedPrefillDivergesOnlyAtBf16NearTies) {
+    for (const std::string name : {"deepseek_v2", "deepseek_v2_alt"}) {
+        const std::string dir = fixture_dir(name);
+        const std::vector<ref_prompt> prompts = load_reference(dir);
+        ASSERT_FALSE(prompts.empty()) << dir;
+        const model_config c = model_config::load(dir);
+        ASSERT_EQ(c.router, router_kind::softmax_group_limited) << name;
+        runner_options ro;
+        ro.num_kv_blocks = kNumBlocks;
+        ro.block_size = kBlockSize;
+        ro.num_threads = 2;
+        model_runner cpu(dir, ro);
+        auto ex = make_executor(dir);
+        int diverged = 0;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            const auto n = static_cast<int32_t>(prompts[i].token_ids.size());
+            auto counts = [&](auto& runner, int64_t chunk, router_trace* trace, uint64_t id) {
+                step_driver driver(kBlockSize, chunk);
+                driver.add(id, prompts[i].token_ids, 1);
+                if (trace != nullptr) ex->set_router_trace(trace);
+                std::vector<uint32_t> total(c.num_moe_layers() * c.num_experts, 0);
+                while (!driver.all_done()) {
+                    const step_request r = driver.next();
+                    std::vector<std::vector<float>> logits;
+                    const step_result res = runner.execute(r, &logits);
+                    driver.record(r, res, logits);
+                    for (size_t j = 0; j < total.size() && j < res.expert_counts.size(); ++j)
+                        total[j] += res.expert_counts[j];
+                }
+                ex->set_router_trace(nullptr);
+                return total;
+            };
+            router_trace whole;
+            const std::vector<uint32_t> cuda_whole = counts(*ex, 0, &whole, 1000 + i);
+            const std::vector<uint32_t> cpu_whole = counts(cpu, 0, nullptr, 2000 + i);
+            for (int64_t chunk : {int64_t{7}, int64_t{16}}) {
+                router_trace chunked;
+                const std::vector<uint32_t> cuda_chunked = counts(*ex, chunk, &chunked, 3000 + 10 * i + chunk);
+                const routing_divergence d = find_routing_divergence(c, whole, chunked, n);
+                ASSERT_TRUE(d.complete) << name << " prompt " << i;
+                if (!d.found) continue;
+                ++diverged;
+                std::printf(
+                    "%s prompt %zu (%d tokens), chunk %ld: first routing difference at MoE layer %ld token %d "
+                    "(%d tokens of that layer differ); decisive margin %.4g (one-shot) / %.4g (chunked) = %.3g BF16 "
+                    "ulps at the logit scale %.3g, logit difference between the runs %.4g, router inputs within "
+                    "%.4g; near tie: %s\n%s",
+                    name.c_str(), i, n, static_cast<long>(chunk), static_cast<long>(d.moe_layer), d.token,
+                    d.decisions_differing, d.margin_a, d.margin_b, d.margin_a / (d.logit_scale / 256), d.logit_scale,
+                    d.noise, d.input_error, d.near_tie() ? "yes" : "NO", d.report.c_str());
+                for (int64_t l = 0; l < c.num_moe_layers(); ++l) {
+                    std::string line = "  MoE layer " + std::to_string(l) + " expert counts (CPU / CUDA one-shot / " +
+                                       "CUDA chunked):";
+                    for (int64_t e = 0; e < c.num_experts; ++e) {
+                        const auto j = static_cast<size_t>(l * c.num_experts + e);
+                        line += " " + std::to_string(cpu_whole[j]) + "/" + std::to_string(cuda_whole[j]) + "/" +
+                                std::to_string(cuda_chunked[j]);
+                    }
+                    std::printf("%s\n", line.c_str());
+                }
+                EXPECT_TRUE(d.near_tie()) << name << " prompt " << i << " chunk " << chunk;
+            }
+        }
+        std::printf("%s: %d of %zu prompt x chunk runs route differently from the one-shot prefill\n", name.c_str(),
+                    diverged, 2 * prompts.size());
+    }
 }
 
 // Reversing every layer's slots through apply_expert_moves (device copies on one GPU) changes which slot serves

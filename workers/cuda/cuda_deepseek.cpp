@@ -8,6 +8,7 @@
 #include "base/error.hpp"
 #include "kernels/cuda_check.hpp"
 #include "workers/cuda/cuda_fp8_linear.hpp"
+#include "kernels/mla_gemm.hpp"
 
 namespace zmoe::cuda {
 namespace {
@@ -20,18 +21,10 @@ constexpr float kLatentNormEps = 1e-6f;
 
 int32_t i32(int64_t v) { return static_cast<int32_t>(v); }
 
+/// y = x . w^T through linear_bf16 (the GEMV or skinny GEMM for a decode step's few rows, cuBLASLt beyond).
 void gemm(const gemm_context& g, const void* x, const void* w, void* y, int32_t m, int32_t n, int32_t k,
           cudaStream_t stream) {
-    kernels::launch_gemm_bf16({.handle = g.handle,
-                               .workspace = g.workspace,
-                               .workspace_bytes = g.workspace_bytes,
-                               .x = static_cast<const bf16*>(x),
-                               .w = static_cast<const bf16*>(w),
-                               .y = y,
-                               .m = m,
-                               .n = n,
-                               .k = k},
-                              stream);
+    linear_bf16(g, x, w, y, m, n, k, false, nullptr, stream);
 }
 
 /// y [m, n] = x [m, k] . w^T: the BF16 weight `w`, or `f` in FP8 when it is not empty (y_rows: rows of y the FP8
@@ -195,9 +188,13 @@ mla_attention_runner::mla_attention_runner(const model_config& c, int32_t max_to
                 break;
             }
     }
+    // The kernel's head dims are the model's (DeepSeek's 192 / 128) and 8-aligned: K and V straight from the latents by
+    // the batched GEMMs, no kv_up.
+    expand_direct_ = k_dim_ == qk_dim && v_dim_ == dv && dn % 8 == 0 && dr % 8 == 0 && dv % 8 == 0 && r % 8 == 0;
     if (k_dim_ > 0 && expand_budget_bytes > 0) {
+        const int64_t up = expand_direct_ ? 0 : dn + dv;
         const int64_t per_row = static_cast<int64_t>(sizeof(bf16)) *
-                                (static_cast<int64_t>(r) + static_cast<int64_t>(heads) * (dn + dv + k_dim_ + v_dim_));
+                                (static_cast<int64_t>(r) + static_cast<int64_t>(heads) * (up + k_dim_ + v_dim_));
         const int64_t need =
             (static_cast<int64_t>(std::max(max_kv_len, 1)) + kMlaExpandBlock - 1) / kMlaExpandBlock * kMlaExpandBlock;
         const int64_t rows = std::min(expand_budget_bytes / per_row, need) / kMlaExpandBlock * kMlaExpandBlock;
@@ -206,7 +203,7 @@ mla_attention_runner::mla_attention_runner(const model_config& c, int32_t max_to
     if (expand_rows_ > 0) {
         const size_t R = static_cast<size_t>(expand_rows_);
         alloc(latent_, R * r * sizeof(bf16));
-        alloc(kv_up_, R * heads * static_cast<size_t>(dn + dv) * sizeof(bf16));
+        if (!expand_direct_) alloc(kv_up_, R * heads * static_cast<size_t>(dn + dv) * sizeof(bf16));
         alloc(k_, R * heads * static_cast<size_t>(k_dim_) * sizeof(bf16));
         alloc(v_, R * heads * static_cast<size_t>(v_dim_) * sizeof(bf16));
         if (k_dim_ != qk_dim) alloc(q_pad_, T * heads * static_cast<size_t>(k_dim_) * sizeof(bf16));
@@ -222,6 +219,9 @@ mla_attention_runner::mla_attention_runner(const model_config& c, int32_t max_to
             floats = std::max(
                 floats, kernels::mla_decode_workspace_floats(b, heads, kernels::mla_decode_splits(b, heads, num_sms_)));
         alloc(decode_ws_, floats * sizeof(float));
+        const size_t latents = static_cast<size_t>(std::max(max_seqs, 1)) * heads * r;
+        alloc(q_lat_bf16_, latents * sizeof(bf16));
+        alloc(o_lat_bf16_, latents * sizeof(bf16));
     }
     const std::vector<float> inv_freq = c.rope_inv_freq();
     alloc(inv_freq_, inv_freq.size() * sizeof(float));
@@ -296,8 +296,49 @@ void mla_attention_runner::run(const cuda_layer& w, const mla_step& s, const bf1
     for (const mla_prefill_plan::group& pg : plan_.groups) run_expanded(w, pg, q, cache, attn, g, stream);
     const int32_t* rows = plan_.all_absorbed ? nullptr : plan + plan_.absorbed_offset;
     const int32_t num_rows = plan_.all_absorbed ? T : static_cast<int32_t>(plan_.absorbed_tokens.size());
-    if (num_rows > 0) run_absorbed(w, s, rows, num_rows, q, cache, attn, stream);
+    if (tc_decode_ && plan_.all_absorbed && plan_.decode_only && s.num_seqs == T)
+        run_decode(w, s, q, cache, attn, g, stream);
+    else if (num_rows > 0)
+        run_absorbed(w, s, rows, num_rows, q, cache, attn, stream);
     project(g, w.fp8.o, w.o, attn, out, T, H, heads * dv, max_tokens_, stream);
+}
+
+void mla_attention_runner::run_decode(const cuda_layer& w, const mla_step& s, const bf16* q, const bf16* cache,
+                                      bf16* attn, const gemm_context& g, cudaStream_t stream) const {
+    const mla_params& m = c_.mla;
+    const int32_t heads = i32(c_.num_heads), r = i32(m.kv_lora_rank), dn = i32(m.qk_nope_head_dim);
+    const int32_t dr = i32(m.qk_rope_head_dim), dv = i32(m.v_head_dim);
+    kernels::mla_absorb_gemm_params ab{.handle = g.handle,
+                                       .workspace = g.workspace,
+                                       .workspace_bytes = g.workspace_bytes,
+                                       .kv_b = w.mla.kv_b.as<bf16>(),
+                                       .in = q,
+                                       .out = q_lat_bf16_.as<bf16>(),
+                                       .num_tokens = s.num_seqs,
+                                       .num_heads = heads,
+                                       .nope_dim = dn,
+                                       .rope_dim = dr,
+                                       .v_dim = dv,
+                                       .kv_lora_rank = r};
+    kernels::launch_mla_q_absorb_gemm(ab, stream);
+    kernels::launch_mla_decode_bf16({.q = q,
+                                     .cache = cache,
+                                     .block_tables = s.block_tables,
+                                     .start_pos = s.start_pos,
+                                     .workspace = decode_ws_.as<float>(),
+                                     .num_seqs = s.num_seqs,
+                                     .num_heads = heads,
+                                     .nope_dim = dn,
+                                     .rope_dim = dr,
+                                     .kv_lora_rank = r,
+                                     .block_size = s.block_size,
+                                     .max_blocks_per_seq = s.max_blocks_per_seq,
+                                     .num_splits = kernels::mla_decode_splits(s.num_seqs, heads, num_sms_),
+                                     .scale = c_.softmax_scale()},
+                                    {.q = q_lat_bf16_.as<bf16>(), .o = o_lat_bf16_.as<bf16>()}, stream);
+    ab.in = o_lat_bf16_.as<bf16>();
+    ab.out = attn;
+    kernels::launch_mla_v_up_gemm(ab, stream);
 }
 
 void mla_attention_runner::run_absorbed(const cuda_layer& w, const mla_step& s, const int32_t* rows, int32_t num_rows,
@@ -316,44 +357,24 @@ void mla_attention_runner::run_absorbed(const cuda_layer& w, const mla_step& s, 
                                   .v_dim = dv,
                                   .kv_lora_rank = r},
                                  stream);
-    if (tc_decode_ && rows == nullptr && plan_.decode_only && s.num_seqs == num_rows) {
-        kernels::launch_mla_decode({.q_lat = q_lat_.as<float>(),
-                                    .q = q,
-                                    .cache = cache,
-                                    .block_tables = s.block_tables,
-                                    .start_pos = s.start_pos,
-                                    .o_lat = o_lat_.as<float>(),
-                                    .workspace = decode_ws_.as<float>(),
-                                    .num_seqs = s.num_seqs,
-                                    .num_heads = heads,
-                                    .nope_dim = dn,
-                                    .rope_dim = dr,
-                                    .kv_lora_rank = r,
-                                    .block_size = s.block_size,
-                                    .max_blocks_per_seq = s.max_blocks_per_seq,
-                                    .num_splits = kernels::mla_decode_splits(s.num_seqs, heads, num_sms_),
-                                    .scale = c_.softmax_scale()},
-                                   stream);
-    } else {
-        kernels::launch_mla_attention({.q_lat = q_lat_.as<float>(),
-                                       .q = q,
-                                       .cache = cache,
-                                       .block_tables = s.block_tables,
-                                       .query_start = s.query_start,
-                                       .start_pos = s.start_pos,
-                                       .o_lat = o_lat_.as<float>(),
-                                       .rows = rows,
-                                       .num_tokens = num_rows,
-                                       .num_seqs = s.num_seqs,
-                                       .num_heads = heads,
-                                       .nope_dim = dn,
-                                       .rope_dim = dr,
-                                       .kv_lora_rank = r,
-                                       .block_size = s.block_size,
-                                       .max_blocks_per_seq = s.max_blocks_per_seq,
-                                       .scale = c_.softmax_scale()},
-                                      stream);
-    }
+    kernels::launch_mla_attention({.q_lat = q_lat_.as<float>(),
+                                   .q = q,
+                                   .cache = cache,
+                                   .block_tables = s.block_tables,
+                                   .query_start = s.query_start,
+                                   .start_pos = s.start_pos,
+                                   .o_lat = o_lat_.as<float>(),
+                                   .rows = rows,
+                                   .num_tokens = num_rows,
+                                   .num_seqs = s.num_seqs,
+                                   .num_heads = heads,
+                                   .nope_dim = dn,
+                                   .rope_dim = dr,
+                                   .kv_lora_rank = r,
+                                   .block_size = s.block_size,
+                                   .max_blocks_per_seq = s.max_blocks_per_seq,
+                                   .scale = c_.softmax_scale()},
+                                  stream);
     kernels::launch_mla_v_up({.o_lat = o_lat_.as<float>(),
                               .kv_b = w.mla.kv_b.as<bf16>(),
                               .out = attn,
@@ -371,9 +392,46 @@ void mla_attention_runner::run_expanded(const cuda_layer& w, const mla_prefill_p
                                         cudaStream_t stream) const {
     const mla_params& m = c_.mla;
     const int32_t heads = i32(c_.num_heads), r = i32(m.kv_lora_rank), dn = i32(m.qk_nope_head_dim);
-    const int32_t dr = i32(m.qk_rope_head_dim), dv = i32(m.v_head_dim), qk = dn + dr;
-    const int32_t* plan = plan_dev_.as<int32_t>();
-    const int32_t* slots = plan + pg.slots;
+    const int32_t dr = i32(m.qk_rope_head_dim), dv = i32(m.v_head_dim);
+    const int32_t* slots = plan_dev_.as<int32_t>() + pg.slots;
+    const int32_t N = pg.num_rows;
+    if (expand_direct_) {
+        kernels::launch_mla_gather_latent_rope({.cache = cache,
+                                                .slots = slots,
+                                                .latent = latent_.as<bf16>(),
+                                                .k = k_.as<bf16>(),
+                                                .num_rows = N,
+                                                .num_heads = heads,
+                                                .nope_dim = dn,
+                                                .rope_dim = dr,
+                                                .kv_lora_rank = r},
+                                               stream);
+        kernels::launch_mla_expand_gemm({.handle = g.handle,
+                                         .workspace = g.workspace,
+                                         .workspace_bytes = g.workspace_bytes,
+                                         .kv_b = w.mla.kv_b.as<bf16>(),
+                                         .latent = latent_.as<bf16>(),
+                                         .k = k_.as<bf16>(),
+                                         .v = v_.as<bf16>(),
+                                         .num_rows = N,
+                                         .num_heads = heads,
+                                         .nope_dim = dn,
+                                         .rope_dim = dr,
+                                         .v_dim = dv,
+                                         .kv_lora_rank = r},
+                                        stream);
+    } else {
+        expand_via_kv_up(w, pg, cache, g, stream);
+    }
+    run_expanded_attention(pg, q, attn, stream);
+}
+
+void mla_attention_runner::expand_via_kv_up(const cuda_layer& w, const mla_prefill_plan::group& pg, const bf16* cache,
+                                            const gemm_context& g, cudaStream_t stream) const {
+    const mla_params& m = c_.mla;
+    const int32_t heads = i32(c_.num_heads), r = i32(m.kv_lora_rank), dn = i32(m.qk_nope_head_dim);
+    const int32_t dr = i32(m.qk_rope_head_dim), dv = i32(m.v_head_dim);
+    const int32_t* slots = plan_dev_.as<int32_t>() + pg.slots;
     const int32_t N = pg.num_rows;
     kernels::launch_mla_gather_latent({.cache = cache,
                                        .slots = slots,
@@ -397,6 +455,14 @@ void mla_attention_runner::run_expanded(const cuda_layer& w, const mla_prefill_p
                                   .k_dim = k_dim_,
                                   .v_out_dim = v_dim_},
                                  stream);
+}
+
+void mla_attention_runner::run_expanded_attention(const mla_prefill_plan::group& pg, const bf16* q, bf16* attn,
+                                                  cudaStream_t stream) const {
+    const mla_params& m = c_.mla;
+    const int32_t heads = i32(c_.num_heads), dv = i32(m.v_head_dim);
+    const int32_t qk = i32(m.qk_nope_head_dim) + i32(m.qk_rope_head_dim);
+    const int32_t* plan = plan_dev_.as<int32_t>();
     const size_t t0 = static_cast<size_t>(pg.first_token);
     const bf16* q_in = q;
     if (k_dim_ != qk) {

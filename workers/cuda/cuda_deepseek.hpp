@@ -26,6 +26,7 @@
 
 #include "kernels/api.hpp"
 #include "model/model_config.hpp"
+#include "workers/cuda/cuda_gemm.hpp"
 #include "workers/cuda/cuda_weights.hpp"
 #include "workers/cuda/cuda_workspace.hpp"
 #include "workers/cuda/device_buffer.hpp"
@@ -55,16 +56,6 @@ struct mla_step {
     int32_t num_seqs = 0;
     int32_t block_size = 0;
     int32_t max_blocks_per_seq = 0;
-};
-
-class fp8_linear_runner;
-
-/// The cuBLASLt handle and scratch the executor's GEMMs use, and its FP8 projections' runner (for the FP8 ones).
-struct gemm_context {
-    cublasLtHandle_t handle = nullptr;
-    void* workspace = nullptr;
-    size_t workspace_bytes = 0;
-    const fp8_linear_runner* fp8 = nullptr;
 };
 
 /// The host copy of a step's layout that mla_attention_runner::prepare plans from.
@@ -116,7 +107,9 @@ class mla_attention_runner {
     /// Allocates on the current device; throws zmoe::error(out_of_memory). max_kv_len: the longest sequence;
     /// expand_budget_bytes bounds the expanded-prefill scratch (0: every token in the absorbed form).
     /// Decode steps (one token per sequence, at most max_seqs) run launch_mla_decode where it takes the latent
-    /// shape, unless tensor_core_decode is false (then launch_mla_attention, as every other shape).
+    /// shape, with BF16 latents between the absorbed projections as batched tensor-core GEMMs (mla_gemm.hpp), unless
+    /// tensor_core_decode is false (then launch_mla_q_absorb, launch_mla_attention and launch_mla_v_up in fp32
+    /// latents, as every other shape).
     mla_attention_runner(const model_config& c, int32_t max_tokens, int32_t max_seqs, int32_t max_kv_len,
                          int64_t expand_budget_bytes = kMlaExpandBudgetBytes, bool tensor_core_decode = true);
 
@@ -141,19 +134,29 @@ class mla_attention_runner {
     void run_absorbed(const cuda_layer& w, const mla_step& s, const int32_t* rows, int32_t num_rows,
                       const kernels::bf16* q, const kernels::bf16* cache, kernels::bf16* attn,
                       cudaStream_t stream) const;
+    /// A decode step on the tensor-core kernel: the absorbed projections as batched GEMMs around it, BF16 latents.
+    void run_decode(const cuda_layer& w, const mla_step& s, const kernels::bf16* q, const kernels::bf16* cache,
+                    kernels::bf16* attn, const gemm_context& g, cudaStream_t stream) const;
     void run_expanded(const cuda_layer& w, const mla_prefill_plan::group& pg, const kernels::bf16* q,
                       const kernels::bf16* cache, kernels::bf16* attn, const gemm_context& g,
                       cudaStream_t stream) const;
+    /// K and V of a group through kv_up (one GEMM) and launch_mla_build_kv: head dims the kernel pads.
+    void expand_via_kv_up(const cuda_layer& w, const mla_prefill_plan::group& pg, const kernels::bf16* cache,
+                          const gemm_context& g, cudaStream_t stream) const;
+    /// The prefill attention over a group's expanded K and V (q and the output repacked where padded).
+    void run_expanded_attention(const mla_prefill_plan::group& pg, const kernels::bf16* q, kernels::bf16* attn,
+                                cudaStream_t stream) const;
 
     model_config c_;
     device_buffer qa_, q_, kv_, q_lat_, o_lat_, attn_, inv_freq_;
     // Expanded prefill: head dims the prefill kernel runs (k_dim_ >= nope + rope, v_dim_ >= v_head_dim); q_pad_ and
     // out_pad_ only when they differ from the model's.
     int32_t k_dim_ = 0, v_dim_ = 0, expand_rows_ = 0;
+    bool expand_direct_ = false;  // K and V by launch_mla_expand_gemm (no kv_up): the kernel takes the model's dims
     // Tensor-core decode: on when the shape is supported; the split count per batch size needs the SM count.
     bool tc_decode_ = false;
     int32_t num_sms_ = 0;
-    device_buffer decode_ws_;
+    device_buffer decode_ws_, q_lat_bf16_, o_lat_bf16_;  // [max_seqs, heads, r] BF16 latents of run_decode
     device_buffer latent_, kv_up_, k_, v_, q_pad_, out_pad_, plan_dev_;
     pinned_buffer plan_host_;
     mla_prefill_plan plan_;

@@ -58,36 +58,6 @@ void check_supported(const model_config& c) {
 
 int32_t i32(int64_t v) { return static_cast<int32_t>(v); }
 
-/// Whether the decode step runs launch_gemv_bf16 rather than cuBLASLt for m rows of n outputs (both supported).
-/// Measured on H200 at Qwen3-30B-A3B shapes (bench/kernels/gemv_bench.cu: graphs of back-to-back launches; and
-/// `zmoe bench step`; docs/benchmarks.md): the GEMV beats cuBLASLt on the router's 128 outputs (1.9-4.3 against
-/// 4.8-5.0 us) and on the LM head's 151 669 (139-353 against 191-577 us) up to 8 rows, and at one row on O; at one
-/// row QKV stays on it too (9.6 against 8.1 us back to back, but in the step it prefetches its weights while the
-/// kernel before it ends). From two rows cuBLASLt is faster on the 2-5 K outputs of QKV and O (8 rows: 7.9 against
-/// 20.6 us on QKV); a decode step of 8 sequences takes 9.8 ms with it against 10.7 ms.
-bool gemv_preferred(int32_t m, int32_t n) { return m == 1 || n <= 1024 || n >= 65536; }
-
-/// Whether m rows of n outputs take launch_skinny_gemm_bf16 (tensor cores, k split over a cluster) rather than
-/// cuBLASLt, where gemv_preferred does not take them. Measured on H200 at Qwen3-30B-A3B shapes (gemv_bench, graphs
-/// of back-to-back launches; docs/benchmarks.md): it beats cuBLASLt on O (2 048 outputs) from 2 to 16 rows (7.2-8.3
-/// against 8.6-8.8 us) and on the router's 128 outputs from 9 to 32 rows (3.8-4.5 against 4.9-5.1 us), not on QKV's
-/// 5 120 outputs beyond 4 rows, nor on anything beyond 32 rows (at 64 rows QKV + O take 26.6 against 17.2 us).
-bool skinny_preferred(int32_t m, int32_t n) { return m >= 2 && m <= 16 && n <= 4096; }
-
-/// The params of launch_gemv_bf16 or launch_skinny_gemm_bf16 (the same leading fields), the rest defaulted.
-template <typename Params>
-Params small_gemm(const void* x, const void* w, const void* bias, void* y, int32_t m, int32_t n, int32_t k,
-                  bool y_fp32) {
-    return {.x = static_cast<const bf16*>(x),
-            .w = static_cast<const bf16*>(w),
-            .bias = static_cast<const bf16*>(bias),
-            .y = y,
-            .m = m,
-            .n = n,
-            .k = k,
-            .y_fp32 = y_fp32};
-}
-
 }  // namespace
 
 std::vector<int32_t> decode_graph_batch_sizes(int32_t max_num_seqs) {
@@ -397,35 +367,8 @@ void cuda_step_executor::upload_inputs(const step_shape& s) {
 
 void cuda_step_executor::gemm(const void* x, const void* w, void* y, int32_t m, int32_t n, int32_t k, bool y_fp32,
                               const void* bias) {
-    // One row, and a few rows of the router-sized and LM-head-sized GEMMs: one streaming pass over the weights (the
-    // bias added on the way); up to 16 rows of at most 4 096 outputs: the skinny tensor-core GEMM (bias fused too);
-    // otherwise cuBLASLt (+ a bias launch).
-    const bool aligned = (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 == 0;
-    if (aligned && kernels::gemv_bf16_supported(m, n, k) && gemv_preferred(m, n)) {
-        kernels::launch_gemv_bf16(small_gemm<kernels::gemv_bf16_params>(x, w, bias, y, m, n, k, y_fp32), stream_);
-        return;
-    }
-    if (aligned && kernels::skinny_gemm_bf16_supported(m, n, k) && skinny_preferred(m, n)) {
-        kernels::launch_skinny_gemm_bf16(small_gemm<kernels::skinny_gemm_bf16_params>(x, w, bias, y, m, n, k, y_fp32),
-                                         stream_);
-        return;
-    }
-    kernels::launch_gemm_bf16({.handle = blas_,
-                               .workspace = blas_workspace_.as<void>(),
-                               .workspace_bytes = kBlasWorkspace,
-                               .x = static_cast<const bf16*>(x),
-                               .w = static_cast<const bf16*>(w),
-                               .y = y,
-                               .m = m,
-                               .n = n,
-                               .k = k,
-                               .y_fp32 = y_fp32},
-                              stream_);
-    if (bias != nullptr && m > 0) {
-        ZMOE_CHECK(!y_fp32, "a bias on an fp32 GEMM output");
-        kernels::launch_add_bias(
-            {.y = static_cast<bf16*>(y), .bias = static_cast<const bf16*>(bias), .num_tokens = m, .n = n}, stream_);
-    }
+    linear_bf16({.handle = blas_, .workspace = blas_workspace_.as<void>(), .workspace_bytes = kBlasWorkspace}, x, w, y,
+                m, n, k, y_fp32, bias, stream_);
 }
 
 cuda_step_executor::batch_view cuda_step_executor::whole_view(const step_shape& s) const {
@@ -667,6 +610,7 @@ void cuda_step_executor::route(const cuda_layer& w, const batch_view& v) {
     if (uses_grouped_router(c)) {  // DeepSeek: its router, then the replica choice
         gemm(ws_.xn.as<bf16>() + f * H, w.router.as<bf16>(), logits, T, E, H, true);
         launch_deepseek_router(c, w, logits, topk_ids, topk_weights, T, stream_);
+        if (router_trace_ != nullptr) trace_router(w, f, T);
         kernels::launch_moe_route({.topk_ids = topk_ids,
                                    .replica_offsets = replica_offsets,
                                    .replica_slots = replica_slots,
@@ -698,6 +642,36 @@ void cuda_step_executor::route(const cuda_layer& w, const batch_view& v) {
                                     .renormalize = c.norm_topk_prob},
                                    stream_);
     }
+}
+
+void cuda_step_executor::trace_router(const cuda_layer& w, int64_t first, int32_t num_tokens) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    check(cudaStreamIsCapturing(stream_, &capturing));
+    if (capturing != cudaStreamCaptureStatusNone) return;
+    const model_config& c = config_;
+    const auto T = static_cast<size_t>(num_tokens), H = static_cast<size_t>(c.hidden_size);
+    const auto E = static_cast<size_t>(c.num_experts), K = static_cast<size_t>(c.num_experts_per_tok);
+    router_trace_entry e;
+    e.moe_layer = w.moe_index;
+    e.num_tokens = num_tokens;
+    std::vector<uint16_t> input(T * H);
+    e.logits.resize(T * E);
+    e.topk_ids.resize(T * K);
+    check(cudaMemcpyAsync(input.data(), ws_.xn.as<bf16>() + first * static_cast<int64_t>(H), T * H * sizeof(uint16_t),
+                          cudaMemcpyDeviceToHost, stream_));
+    check(cudaMemcpyAsync(e.logits.data(), ws_.router_logits.as<float>(), T * E * sizeof(float), cudaMemcpyDeviceToHost,
+                          stream_));
+    check(cudaMemcpyAsync(e.topk_ids.data(), ws_.topk_ids.as<int32_t>() + first * static_cast<int64_t>(K),
+                          T * K * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    check(cudaStreamSynchronize(stream_));
+    e.input.reserve(input.size());
+    for (uint16_t b : input) {
+        const uint32_t bits = static_cast<uint32_t>(b) << 16;
+        float x = 0.f;
+        std::memcpy(&x, &bits, sizeof(x));
+        e.input.push_back(x);
+    }
+    router_trace_->push_back(std::move(e));
 }
 
 void cuda_step_executor::shared_expert(const cuda_layer& w, const batch_view& v) {
@@ -907,7 +881,7 @@ step_result cuda_step_executor::execute(const step_request& request, std::vector
         if (a.all_decode && a.max_seqs > 0) g = graph_for(a.max_seqs, a.dual);
         ep_mode_ = g != nullptr ? ep_graph_mode(g->batch, a.dual) : ep_eager_mode(a, split);
         if (a.dual) ++dual_batch_steps_;
-    } else if (decode && s.samples_fit_graph) {
+    } else if (decode && s.samples_fit_graph && router_trace_ == nullptr) {  // a traced step runs eagerly
         g = graph_for(s.num_seqs);
     }
     if (g != nullptr) pad_decode(s, g->batch);

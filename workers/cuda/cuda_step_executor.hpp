@@ -89,6 +89,20 @@ class cuda_step_executor final : public step_executor {
     /// Expert parallelism: whether the fixed exchange writes peer to peer (else NCCL send/recv).
     bool ep_peer_to_peer() const { return ep_ && ep_->peer_to_peer(); }
 
+    /// What the group-limited router (DeepSeek's, uses_grouped_router) saw and chose at one MoE layer of one step.
+    struct router_trace_entry {
+        int64_t moe_layer = 0;      ///< index among the MoE layers
+        int32_t num_tokens = 0;     ///< the step's rows, in step order
+        std::vector<float> input;   ///< [num_tokens, hidden]: the router's input (post-attention RMSNorm), BF16 widened
+        std::vector<float> logits;  ///< [num_tokens, experts]: its fp32 logits
+        std::vector<int32_t> topk_ids;  ///< [num_tokens, top_k]: the experts the router kernel chose
+    };
+    /// A diagnostic for tests: while set, every step runs eagerly (one GPU: no decode graph replay) and appends one
+    /// entry per MoE layer routed by the group-limited router (a copy to the host, synchronising the stream, after the
+    /// router kernel); the softmax top-k routers and graph replays under expert parallelism record nothing. nullptr
+    /// stops the tracing.
+    void set_router_trace(std::vector<router_trace_entry>* trace) { router_trace_ = trace; }
+
   private:
     /// What the host knows of a staged step: every launch's sizes.
     struct step_shape {
@@ -154,6 +168,9 @@ class cuda_step_executor final : public step_executor {
     void moe(int64_t layer, const batch_view& v);
     /// Router GEMM and top-k (with the replica choice) over the view's rows: topk_weights and slot_ids.
     void route(const cuda_layer& w, const batch_view& v);
+    /// Appends the router's input, logits and choices of rows [first, first + num_tokens) to router_trace_ (not
+    /// while capturing a graph).
+    void trace_router(const cuda_layer& w, int64_t first, int32_t num_tokens);
     /// The shared expert over the view's rows into shared_out (+ its gate logits); add_shared adds it to delta.
     void shared_expert(const cuda_layer& w, const batch_view& v);
     void add_shared(const cuda_layer& w, const batch_view& v);
@@ -243,6 +260,7 @@ class cuda_step_executor final : public step_executor {
     // workspace scratch (launch_moe_experts' moe_experts_params::fp8).
     fp8_linear_runner fp8_;
     std::vector<kernels::moe_fp8_experts> fp8_moe_;
+    std::vector<router_trace_entry>* router_trace_ = nullptr;  // set_router_trace
     static void check(cudaError_t e);
 };
 
