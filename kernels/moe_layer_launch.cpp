@@ -46,15 +46,27 @@ void launch_moe_experts_fp8(const moe_experts_params& p, int32_t permute_slots, 
                         .row_align = align,
                         .max_rows = max_rows},
                        stream);
-    launch_fp8_quantize({.x = p.x,
-                         .dest_rows = p.dest_rows,
-                         .q = f.x_q,
-                         .scales = f.x_scales,
-                         .num_tokens = p.num_tokens,
-                         .top_k = p.top_k,
-                         .cols = p.hidden,
-                         .scale_ld = ld},
-                        stream);
+    if (f.x_records != nullptr) {  // quantized by the sending rank (the expert-parallel FP8 dispatch)
+        launch_ep_fp8_unpack({.records = f.x_records,
+                              .dest_rows = p.dest_rows,
+                              .q = f.x_q,
+                              .scales = f.x_scales,
+                              .num_tokens = p.num_tokens,
+                              .top_k = p.top_k,
+                              .cols = p.hidden,
+                              .scale_ld = ld},
+                             stream);
+    } else {
+        launch_fp8_quantize({.x = p.x,
+                             .dest_rows = p.dest_rows,
+                             .q = f.x_q,
+                             .scales = f.x_scales,
+                             .num_tokens = p.num_tokens,
+                             .top_k = p.top_k,
+                             .cols = p.hidden,
+                             .scale_ld = ld},
+                            stream);
+    }
     mark(p.mark, p.mark_context, moe_stage::gemm_gate_up);
     launch_grouped_gemm_fp8({.a = f.x_q,
                              .a_scales = f.x_scales,
