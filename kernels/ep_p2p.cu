@@ -57,17 +57,26 @@ __device__ void signal_peers(const ep_p2p_params& p, int32_t flag_base, bool bum
     }
 }
 
-/// The FP8 record of `row` (api.hpp's layout) written to `rec` by one warp, group by group.
-__device__ __forceinline__ void quantize_row(uint8_t* rec, const bf16* row, int32_t hidden, int lane) {
+/// Groups a dispatch warp loads before it quantizes them: the loads of a row's next groups are in flight together.
+constexpr int32_t kGroupsInFlight = 4;
+
+/// The FP8 record of `row` (api.hpp's layout) written to `rec` by one warp, kGroupsInFlight groups at a time.
+__device__ __forceinline__ void quantize_row(uint8_t* __restrict__ rec, const bf16* __restrict__ row, int32_t hidden,
+                                             int lane) {
     const int32_t groups = (hidden + 127) / 128;
-    for (int32_t g = 0; g < groups; ++g) {
-        const int32_t c = g * 128 + lane * 4;
-        float v[4];
-        fp8_load4(row, c, hidden, v);
-        float scale;
-        const uint32_t codes = fp8_quantize_group4(v, scale);
-        if (c < hidden) *reinterpret_cast<uint32_t*>(rec + c) = codes;
-        if (lane == 0) reinterpret_cast<float*>(rec + hidden)[g] = scale;
+    for (int32_t g0 = 0; g0 < groups; g0 += kGroupsInFlight) {
+        float v[kGroupsInFlight][4];
+#pragma unroll
+        for (int32_t j = 0; j < kGroupsInFlight; ++j) fp8_load4(row, (g0 + j) * 128 + lane * 4, hidden, v[j]);
+#pragma unroll
+        for (int32_t j = 0; j < kGroupsInFlight; ++j) {
+            const int32_t g = g0 + j, c = g * 128 + lane * 4;
+            if (g >= groups) break;  // warp-uniform
+            float scale;
+            const uint32_t codes = fp8_quantize_group4(v[j], scale);
+            if (c < hidden) *reinterpret_cast<uint32_t*>(rec + c) = codes;
+            if (lane == 0) reinterpret_cast<float*>(rec + hidden)[g] = scale;
+        }
     }
     const int64_t pad = hidden + 4 * int64_t(groups) + 4 * lane;
     if (lane < 4 && pad < ep_fp8_record_bytes(hidden)) *reinterpret_cast<uint32_t*>(rec + pad) = 0;
