@@ -72,10 +72,15 @@ ep_exchange_timing run_rank(const ep_exchange_timing_params& p, const std::strin
     cuda::device_buffer slot_d(slots.size() * sizeof(int32_t)), x(size_t(T) * H * sizeof(bf16)),
         out(size_t(T) * H * sizeof(bf16)), weights(size_t(T) * K * sizeof(float));
     ZMOE_CUDA_CHECK(cudaMemcpy(slot_d.as<void>(), slots.data(), slots.size() * 4, cudaMemcpyHostToDevice));
-    ZMOE_CUDA_CHECK(cudaMemset(x.as<void>(), 0, x.bytes()));
+    {
+        // Finite BF16 values of mixed magnitudes (the FP8 dispatch quantizes real data; the copies do not care).
+        std::vector<uint16_t> bits(size_t(T) * H);
+        for (uint16_t& b : bits) b = static_cast<uint16_t>((rng() & 0x80ffu) | 0x3c00u);  // |v| in [2^-7, 2^-5)
+        ZMOE_CUDA_CHECK(cudaMemcpy(x.as<void>(), bits.data(), x.bytes(), cudaMemcpyHostToDevice));
+    }
     ZMOE_CUDA_CHECK(cudaMemset(weights.as<void>(), 0, weights.bytes()));
 
-    ep_exchange_timing r{.rank = rank};
+    ep_exchange_timing r{.rank = rank, .fp8_dispatch = p.fp8_dispatch};
     const cuda::ep_combine_params cp{
         .topk_weights = weights.as<float>(), .out = out.as<bf16>(), .num_tokens = T, .lane = 0};
     const int warm = 5;
@@ -135,7 +140,8 @@ ep_exchange_timing run_rank(const ep_exchange_timing_params& p, const std::strin
         cudaGraphDestroy(graph);
         ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
     };
-    const cuda::ep_exchange_params base{.comm = &comm, .ws = &ws, .hidden = H, .top_k = K, .max_fixed_tokens = T};
+    const cuda::ep_exchange_params base{
+        .comm = &comm, .ws = &ws, .hidden = H, .top_k = K, .max_fixed_tokens = T, .fp8_dispatch = p.fp8_dispatch};
     {
         cuda::ep_exchange_params q = base;
         q.peer_to_peer = true;
@@ -159,26 +165,29 @@ ep_exchange_timing run_rank(const ep_exchange_timing_params& p, const std::strin
                                        }) - r.exact_dispatch_us);
     int64_t remote_rows = 0;
     for (int32_t s : slots) remote_rows += s / S != rank ? 1 : 0;
-    r.exact_send_bytes = remote_rows * H * int64_t(sizeof(bf16));
-    r.fixed_send_bytes = int64_t(p.world - 1) * r.capacity * H * int64_t(sizeof(bf16));
+    const int64_t row_bytes = ex.dispatch_row_bytes();
+    r.exact_send_bytes = remote_rows * row_bytes;
+    r.exact_combine_bytes = remote_rows * H * int64_t(sizeof(bf16));
+    r.fixed_send_bytes = int64_t(p.world - 1) * r.capacity * row_bytes;
     // Floor: the copy engine moving this rank's remote rows to their ranks and the outputs back (an even share
     // per peer), with no plan, no kernel and no synchronisation.
     {
-        const size_t per_peer = size_t(r.exact_send_bytes / std::max(1, p.world - 1));
-        cuda::device_buffer here(per_peer);
+        const size_t per_peer_out = size_t(r.exact_send_bytes / std::max(1, p.world - 1));
+        const size_t per_peer_back = size_t(r.exact_combine_bytes / std::max(1, p.world - 1));
+        cuda::device_buffer here(std::max(per_peer_out, per_peer_back));
         std::vector<cuda::device_buffer> there;
         for (int peer = 0; peer < p.world; ++peer) {
             ZMOE_CUDA_CHECK(cudaSetDevice(peer));
-            there.emplace_back(peer == rank ? 0 : per_peer);
+            there.emplace_back(peer == rank ? 0 : std::max(per_peer_out, per_peer_back));
         }
         ZMOE_CUDA_CHECK(cudaSetDevice(rank));
         auto copies = [&] {
             for (int peer = 0; peer < p.world; ++peer)
                 if (peer != rank) {
                     ZMOE_CUDA_CHECK(cudaMemcpyPeerAsync(there[size_t(peer)].as<void>(), peer, here.as<void>(), rank,
-                                                        per_peer, stream));
+                                                        per_peer_out, stream));
                     ZMOE_CUDA_CHECK(cudaMemcpyPeerAsync(here.as<void>(), rank, there[size_t(peer)].as<void>(), peer,
-                                                        per_peer, stream));
+                                                        per_peer_back, stream));
                 }
         };
         for (int i = 0; i < warm; ++i) copies();

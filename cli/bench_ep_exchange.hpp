@@ -16,6 +16,7 @@ struct ep_exchange_timing_params {
     int32_t num_experts = 128;   ///< num_experts / world slots per rank
     double capacity_factor = 0;  ///< as executor_options::ep_capacity_factor (0: the executor's default window)
     int iterations = 50;         ///< timed, after a few untimed
+    bool fp8_dispatch = false;   ///< dispatch FP8 records (ep_exchange_params::fp8_dispatch) instead of BF16 rows
 };
 
 /// One rank's medians, in µs: the fixed path's dispatch + combine replayed as a CUDA graph (what a decode graph
@@ -23,16 +24,19 @@ struct ep_exchange_timing_params {
 /// (host plan, events around). Bytes: what one rank sends per dispatch on each path.
 /// The fixed path is timed over both transports: peer to peer (the default on one host; p2p_available false when
 /// the GPUs could not map each other's memory, its times then 0) and NCCL send/recv. Floor: a copy-engine copy of
-/// the same remote bytes (exact_send_bytes) to the peer GPU and back, as one rank's dispatch + combine must move.
+/// the same remote bytes to the peer GPU (exact_send_bytes) and back (exact_combine_bytes), as one rank's dispatch +
+/// combine must move. With fp8_dispatch the dispatch sends FP8 records (about half the bytes), the combine BF16.
 struct ep_exchange_timing {
     int rank = 0;
+    bool fp8_dispatch = false;
     int32_t capacity = 0;  ///< fixed window rows per destination rank
     bool p2p_available = false;
     double p2p_graph_us = 0, p2p_dispatch_us = 0, p2p_combine_us = 0;
     double fixed_graph_us = 0, fixed_dispatch_us = 0, fixed_combine_us = 0;  ///< NCCL send/recv
     double exact_dispatch_us = 0, exact_combine_us = 0;
     double peer_copy_floor_us = 0;
-    int64_t fixed_send_bytes = 0, exact_send_bytes = 0;
+    int64_t fixed_send_bytes = 0, exact_send_bytes = 0;  ///< of the dispatch
+    int64_t exact_combine_bytes = 0;                     ///< the remote rows' BF16 expert outputs sent back
 };
 
 /// Runs the exchange on `p.world` GPUs; throws zmoe::error(unsupported) when fewer are visible.

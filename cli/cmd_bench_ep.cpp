@@ -3,7 +3,8 @@
 // - the MoE exchange alone at --exchange-tokens per rank (measure_ep_exchange): the fixed-capacity path's dispatch +
 //   combine per layer, peer to peer (the default on one host) and over NCCL send/recv, each replayed as a CUDA
 //   graph and each half eagerly; the exact (host-planned) path's halves; and the floor, a copy-engine copy of the
-//   same remote bytes to the peer and back;
+//   same remote bytes to the peer and back; each with the BF16 dispatch and the FP8 dispatch (an FP8 model's: e4m3
+//   records with their scales, quantized on the way), and the FP8 / BF16 ratios;
 // - decode step times at --batch sequences per GPU on 1 GPU and on --workers GPUs, with dual-batch overlap off and
 //   forced on: output tok/s per GPU, scaling over 1 GPU, and what DBO saves (off - on);
 // - with --prefill-tokens N1,N2,..., the same for prefill steps of each N tokens per GPU (N / --context sequences),
@@ -223,46 +224,84 @@ int run(int argc, char** argv) {
                         {"step_kind", o.prefill.empty() ? "decode" : "prefill"}};
 
 #ifdef ZMOE_WITH_CUDA
-    // capacity_factor 0: the executor's default window (workers/ep_capacity.hpp).
-    const auto ex = zmoe::measure_ep_exchange({.world = o.workers,
-                                               .tokens = o.exchange_tokens,
-                                               .hidden = static_cast<int32_t>(cfg.hidden_size),
-                                               .top_k = static_cast<int32_t>(cfg.num_experts_per_tok),
-                                               .num_experts = static_cast<int32_t>(cfg.num_experts),
-                                               .capacity_factor = o.capacity_factor});
+    // capacity_factor 0: the executor's default window (workers/ep_capacity.hpp). The dispatch both ways: BF16 rows,
+    // and FP8 records (an FP8 model's dispatch: e4m3 codes + one fp32 scale per 128 channels); the combine is BF16.
+    std::vector<std::vector<zmoe::ep_exchange_timing>> by_dtype;
+    for (const bool fp8 : {false, true})
+        by_dtype.push_back(zmoe::measure_ep_exchange({.world = o.workers,
+                                                      .tokens = o.exchange_tokens,
+                                                      .hidden = static_cast<int32_t>(cfg.hidden_size),
+                                                      .top_k = static_cast<int32_t>(cfg.num_experts_per_tok),
+                                                      .num_experts = static_cast<int32_t>(cfg.num_experts),
+                                                      .capacity_factor = o.capacity_factor,
+                                                      .fp8_dispatch = fp8}));
     std::printf("\nzmoe bench ep: MoE exchange per layer, %d tokens per rank, %d GPUs, hidden %ld, top-%ld of %ld\n",
                 o.exchange_tokens, o.workers, static_cast<long>(cfg.hidden_size),
                 static_cast<long>(cfg.num_experts_per_tok), static_cast<long>(cfg.num_experts));
-    std::printf("%5s %9s | %-38s | %-38s | %-25s | %9s %9s %9s\n", "", "", "fixed, peer to peer (default)",
+    std::printf("%5s %5s %9s | %-38s | %-38s | %-25s | %9s %9s %9s\n", "", "", "", "fixed, peer to peer (default)",
                 "fixed, NCCL send/recv", "exact (host plan), NCCL", "floor", "", "");
-    std::printf("%5s %9s | %12s %12s %12s | %12s %12s %12s | %12s %12s | %9s %9s %9s\n", "rank", "capacity",
+    std::printf("%5s %5s %9s | %12s %12s %12s | %12s %12s %12s | %12s %12s | %9s %9s %9s\n", "rank", "disp", "capacity",
                 "graph d+c", "dispatch", "combine", "graph d+c", "dispatch", "combine", "dispatch", "combine",
                 "copy d+c", "fixed MiB", "exact MiB");
-    nlohmann::json jex = nlohmann::json::array();
-    for (const auto& t : ex) {
-        std::printf(
-            "%5d %9d | %10.1fus %10.1fus %10.1fus | %10.1fus %10.1fus %10.1fus | %10.1fus %10.1fus | "
-            "%7.1fus %9.2f %9.2f\n",
-            t.rank, t.capacity, t.p2p_graph_us, t.p2p_dispatch_us, t.p2p_combine_us, t.fixed_graph_us,
-            t.fixed_dispatch_us, t.fixed_combine_us, t.exact_dispatch_us, t.exact_combine_us, t.peer_copy_floor_us,
-            t.fixed_send_bytes / 1048576.0, t.exact_send_bytes / 1048576.0);
-        jex.push_back({{"rank", t.rank},
-                       {"capacity_rows_per_rank", t.capacity},
-                       {"p2p_available", t.p2p_available},
-                       {"p2p_graph_dispatch_combine_us", t.p2p_graph_us},
-                       {"p2p_dispatch_us", t.p2p_dispatch_us},
-                       {"p2p_combine_us", t.p2p_combine_us},
-                       {"fixed_graph_dispatch_combine_us", t.fixed_graph_us},
-                       {"fixed_dispatch_us", t.fixed_dispatch_us},
-                       {"fixed_combine_us", t.fixed_combine_us},
-                       {"exact_dispatch_us", t.exact_dispatch_us},
-                       {"exact_combine_us", t.exact_combine_us},
-                       {"peer_copy_floor_us", t.peer_copy_floor_us},
-                       {"fixed_send_bytes", t.fixed_send_bytes},
-                       {"exact_send_bytes", t.exact_send_bytes}});
+    auto rank_json = [](const zmoe::ep_exchange_timing& t) {
+        return nlohmann::json{{"rank", t.rank},
+                              {"dispatch_dtype", t.fp8_dispatch ? "fp8" : "bf16"},
+                              {"capacity_rows_per_rank", t.capacity},
+                              {"p2p_available", t.p2p_available},
+                              {"p2p_graph_dispatch_combine_us", t.p2p_graph_us},
+                              {"p2p_dispatch_us", t.p2p_dispatch_us},
+                              {"p2p_combine_us", t.p2p_combine_us},
+                              {"fixed_graph_dispatch_combine_us", t.fixed_graph_us},
+                              {"fixed_dispatch_us", t.fixed_dispatch_us},
+                              {"fixed_combine_us", t.fixed_combine_us},
+                              {"exact_dispatch_us", t.exact_dispatch_us},
+                              {"exact_combine_us", t.exact_combine_us},
+                              {"peer_copy_floor_us", t.peer_copy_floor_us},
+                              {"fixed_send_bytes", t.fixed_send_bytes},
+                              {"exact_send_bytes", t.exact_send_bytes},
+                              {"exact_combine_bytes", t.exact_combine_bytes}};
+    };
+    nlohmann::json jdt[2] = {nlohmann::json::array(), nlohmann::json::array()};
+    for (size_t d = 0; d < by_dtype.size(); ++d)
+        for (const auto& t : by_dtype[d]) {
+            std::printf(
+                "%5d %5s %9d | %10.1fus %10.1fus %10.1fus | %10.1fus %10.1fus %10.1fus | %10.1fus %10.1fus | "
+                "%7.1fus %9.2f %9.2f\n",
+                t.rank, t.fp8_dispatch ? "fp8" : "bf16", t.capacity, t.p2p_graph_us, t.p2p_dispatch_us,
+                t.p2p_combine_us, t.fixed_graph_us, t.fixed_dispatch_us, t.fixed_combine_us, t.exact_dispatch_us,
+                t.exact_combine_us, t.peer_copy_floor_us, t.fixed_send_bytes / 1048576.0,
+                t.exact_send_bytes / 1048576.0);
+            jdt[d].push_back(rank_json(t));
+        }
+    // FP8 against BF16 dispatch, rank by rank: the dispatch alone (eager) per path, and the dispatch bytes.
+    std::printf("\nFP8 vs BF16 dispatch, per layer (fp8 / bf16)\n");
+    std::printf("%5s | %-38s | %-27s | %-27s | %9s\n", "", "peer to peer: graph d+c, dispatch", "NCCL fixed: dispatch",
+                "exact: dispatch", "");
+    std::printf("%5s | %8s %8s %8s %8s %3s | %8s %8s %9s | %8s %8s %9s | %9s\n", "rank", "bf16 us", "fp8 us", "bf16 us",
+                "fp8 us", "", "bf16 us", "fp8 us", "ratio", "bf16 us", "fp8 us", "ratio", "bytes");
+    nlohmann::json jcmp = nlohmann::json::array();
+    auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+    for (size_t i = 0; i < by_dtype[0].size(); ++i) {
+        const auto &b = by_dtype[0][i], &f = by_dtype[1][i];
+        std::printf("%5d | %8.1f %8.1f %8.1f %8.1f %3s | %8.1f %8.1f %8.2fx | %8.1f %8.1f %8.2fx | %8.3fx\n", b.rank,
+                    b.p2p_graph_us, f.p2p_graph_us, b.p2p_dispatch_us, f.p2p_dispatch_us, "", b.fixed_dispatch_us,
+                    f.fixed_dispatch_us, ratio(f.fixed_dispatch_us, b.fixed_dispatch_us), b.exact_dispatch_us,
+                    f.exact_dispatch_us, ratio(f.exact_dispatch_us, b.exact_dispatch_us),
+                    ratio(double(f.exact_send_bytes), double(b.exact_send_bytes)));
+        jcmp.push_back({{"rank", b.rank},
+                        {"dispatch_bytes_ratio", ratio(double(f.exact_send_bytes), double(b.exact_send_bytes))},
+                        {"p2p_dispatch_ratio", ratio(f.p2p_dispatch_us, b.p2p_dispatch_us)},
+                        {"p2p_graph_dispatch_combine_ratio", ratio(f.p2p_graph_us, b.p2p_graph_us)},
+                        {"fixed_dispatch_ratio", ratio(f.fixed_dispatch_us, b.fixed_dispatch_us)},
+                        {"fixed_graph_dispatch_combine_ratio", ratio(f.fixed_graph_us, b.fixed_graph_us)},
+                        {"exact_dispatch_ratio", ratio(f.exact_dispatch_us, b.exact_dispatch_us)}});
     }
     std::fflush(stdout);
-    j["exchange"] = {{"tokens_per_rank", o.exchange_tokens}, {"capacity_factor", o.capacity_factor}, {"ranks", jex}};
+    j["exchange"] = {{"tokens_per_rank", o.exchange_tokens},
+                     {"capacity_factor", o.capacity_factor},
+                     {"ranks", jdt[0]},
+                     {"fp8_dispatch_ranks", jdt[1]},
+                     {"fp8_vs_bf16", jcmp}};
 #endif
 
     if (o.exchange_only) {

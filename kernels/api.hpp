@@ -283,18 +283,66 @@ struct ep_dispatch_plan_params {
 /// same plan the host would make, with no copy to the host, so it can be captured in a CUDA graph.
 void launch_ep_dispatch_plan(const ep_dispatch_plan_params& p, cudaStream_t stream);
 
+// The FP8 dispatch (an FP8 model's experts read e4m3 rows): each dispatched row travels as one record, the token's
+// hidden state quantized per 128-channel group exactly as launch_fp8_quantize does (so the receiving rank's FP8
+// grouped GEMM reads it as is, bit for bit what quantizing after the exchange would give). Record layout (bytes):
+//   [0, hidden)                      e4m3 codes
+//   [hidden, hidden + 4 * groups)    fp32 scales, one per 128-channel group (groups = ceil(hidden / 128))
+//   up to ep_fp8_record_bytes        zero padding, so that records are 16-byte aligned
+// About half a BF16 row's bytes (hidden 7168: 7392 against 14336). The combine stays BF16.
+
+/// Bytes of one FP8 dispatch record of a `hidden`-wide row (hidden a multiple of 4).
+constexpr int64_t ep_fp8_record_bytes(int32_t hidden) {
+    return (int64_t(hidden) + 4 * ((int64_t(hidden) + 127) / 128) + 15) / 16 * 16;
+}
+
+/// Bytes of one dispatched row: an FP8 record, or `hidden` BF16 values.
+constexpr int64_t ep_dispatch_row_bytes(int32_t hidden, bool fp8) {
+    return fp8 ? ep_fp8_record_bytes(hidden) : int64_t(hidden) * 2;
+}
+
+struct ep_fp8_pack_params {
+    const bf16* x = nullptr;         // [*, hidden]: every rows[i] indexes a row of it
+    const int32_t* rows = nullptr;   // [num_records]: the row of x record i carries
+    const int32_t* slots = nullptr;  // [num_records] or nullptr: record i is skipped when slots[i] >= skip_slot
+    uint8_t* records = nullptr;      // [num_records, ep_fp8_record_bytes(hidden)]
+    int32_t num_records = 0;
+    int32_t hidden = 0;     ///< multiple of 4
+    int32_t skip_slot = 0;  ///< with slots: the fixed plan's unused-row slot (slots_per_rank)
+};
+
+/// records[i] = the FP8 record of x[rows[i]] (quantized as launch_fp8_quantize, padding zeroed); skipped records
+/// (the fixed path's unused rows) are left as they are.
+void launch_ep_fp8_pack(const ep_fp8_pack_params& p, cudaStream_t stream);
+
+struct ep_fp8_unpack_params {
+    const uint8_t* records = nullptr;    // [num_tokens, ep_fp8_record_bytes(cols)]
+    const int32_t* dest_rows = nullptr;  // [num_tokens, top_k]: as fp8_quantize_params::dest_rows
+    uint8_t* q = nullptr;                // [rows, cols] e4m3 codes
+    float* scales = nullptr;             // [ceil(cols / 128), scale_ld]: as fp8_quantize_params::scales
+    int32_t num_tokens = 0;
+    int32_t top_k = 1;
+    int32_t cols = 0;  ///< multiple of 4
+    int32_t scale_ld = 0;
+};
+
+/// What launch_fp8_quantize writes for rows already quantized into records: record t's codes to row
+/// dest_rows[t, j] of q and its scales to column dest_rows[t, j] of scales, for every j < top_k (bit copies).
+void launch_ep_fp8_unpack(const ep_fp8_unpack_params& p, cudaStream_t stream);
+
 /// Peer-to-peer exchange windows (one host, NVLink): every rank owns a window of the same layout, mapped into every
 /// other rank's address space; senders write rows straight into the receiver's window, then raise a flag there.
-/// Layout of one window (byte offsets, the same on every rank): recv_x [num_ranks * max_capacity, hidden] bf16,
-/// recv_slot [num_ranks * max_capacity] int32, y_back [num_ranks * max_capacity, hidden] bf16, flags [2 * num_ranks]
-/// uint32 (dispatch flags, then combine flags, one per source rank). Rank s's rows go to rows [s * capacity,
-/// (s + 1) * capacity) of every window.
+/// Layout of one window (byte offsets, the same on every rank): recv_x [num_ranks * max_capacity, row_bytes] (the
+/// dispatched rows: BF16, or FP8 records), recv_slot [num_ranks * max_capacity] int32, y_back [num_ranks *
+/// max_capacity, hidden] bf16, flags [2 * num_ranks] uint32 (dispatch flags, then combine flags, one per source
+/// rank). Rank s's rows go to rows [s * capacity, (s + 1) * capacity) of every window.
 struct ep_p2p_window_layout {
     size_t recv_x = 0, recv_slot = 0, y_back = 0, flags = 0;  ///< byte offsets
     size_t bytes = 0;                                         ///< of the whole window
 };
-/// The layout for num_ranks source ranks of at most max_capacity rows each (offsets aligned to 256 bytes).
-ep_p2p_window_layout ep_p2p_layout(int32_t num_ranks, int32_t max_capacity, int32_t hidden);
+/// The layout for num_ranks source ranks of at most max_capacity rows each (offsets aligned to 256 bytes); fp8:
+/// recv_x holds FP8 records (ep_fp8_record_bytes) instead of BF16 rows.
+ep_p2p_window_layout ep_p2p_layout(int32_t num_ranks, int32_t max_capacity, int32_t hidden, bool fp8 = false);
 
 struct ep_p2p_params {
     char* windows[kMaxEpRanks] = {};  ///< each rank's window, as this GPU addresses it (its own included)
@@ -307,11 +355,13 @@ struct ep_p2p_params {
     int32_t blocks = 0;         ///< grid size (bounds the SMs the copy takes); 0: one block per 8 rows, at most 64
     uint32_t* epoch = nullptr;  ///< [1] this lane's exchange counter (dispatch increments it, combine reads it)
     uint32_t* done = nullptr;   ///< [1] zeroed once; the kernel's block counter (one per lane and direction)
+    bool fp8 = false;           ///< the dispatch quantizes each row into an FP8 record (the layout's fp8)
 };
 
 /// Dispatch: for every send row i = d * capacity + pos of launch_ep_dispatch_plan's plan, writes slot send_slot[i]
 /// to row s * capacity + pos of rank d's recv_slot (s = this rank) and, if the row is used (slot < slots_per_rank),
-/// x[send_token[i]] to the same row of d's recv_x; then *epoch += 1 and flag s of d's dispatch flags = *epoch.
+/// x[send_token[i]] to the same row of d's recv_x (with fp8: its FP8 record, quantized on the way as
+/// launch_ep_fp8_pack does); then *epoch += 1 and flag s of d's dispatch flags = *epoch.
 void launch_ep_p2p_dispatch(const ep_p2p_params& p, const bf16* x, const int32_t* send_token, const int32_t* send_slot,
                             cudaStream_t stream);
 /// Combine: for every used row r = s * capacity + pos of this rank's window (recv_slot[r] < slots_per_rank), writes
@@ -552,6 +602,10 @@ struct moe_fp8_experts {
     float* x_scales = nullptr;                // [ceil(hidden / 128), fp8_scale_ld(max_rows)] scratch
     uint8_t* act_q = nullptr;                 // [max_rows, inter] scratch: SiLU(gate) * up quantized
     float* act_scales = nullptr;              // [ceil(inter / 128), fp8_scale_ld(max_rows)] scratch
+    /// Non-null: x arrives already quantized, as FP8 dispatch records [num_tokens, ep_fp8_record_bytes(hidden)]
+    /// (expert parallelism's FP8 dispatch); launch_moe_experts then copies them into x_q / x_scales
+    /// (launch_ep_fp8_unpack) instead of quantizing moe_experts_params::x, which is unused.
+    const uint8_t* x_records = nullptr;
 };
 
 // ---------------------------------------------------------------------------------------------------------

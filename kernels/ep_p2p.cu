@@ -1,11 +1,13 @@
 // The peer-to-peer expert-parallel exchange: one warp per row copies it (16-byte vectors) straight into the
-// receiving rank's window over NVLink; the grid's last block to finish raises the rank's flag in every window
+// receiving rank's window over NVLink (the FP8 dispatch quantizes it on the way: each 128-channel group's e4m3 codes,
+// 4 bytes a lane, then its scale); the grid's last block to finish raises the rank's flag in every window
 // (system-scope release after system-scope fences), and the receiver's wait kernel spins on its flags (acquire).
 
 #include <algorithm>
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/fp8_group.cuh"
 
 namespace zmoe::kernels {
 namespace {
@@ -55,21 +57,51 @@ __device__ void signal_peers(const ep_p2p_params& p, int32_t flag_base, bool bum
     }
 }
 
+/// Groups a dispatch warp loads before it quantizes them: the loads of a row's next groups are in flight together.
+constexpr int32_t kGroupsInFlight = 4;
+
+/// The FP8 record of `row` (api.hpp's layout) written to `rec` by one warp, kGroupsInFlight groups at a time.
+__device__ __forceinline__ void quantize_row(uint8_t* __restrict__ rec, const bf16* __restrict__ row, int32_t hidden,
+                                             int lane) {
+    const int32_t groups = (hidden + 127) / 128;
+    for (int32_t g0 = 0; g0 < groups; g0 += kGroupsInFlight) {
+        float v[kGroupsInFlight][4];
+#pragma unroll
+        for (int32_t j = 0; j < kGroupsInFlight; ++j) fp8_load4(row, (g0 + j) * 128 + lane * 4, hidden, v[j]);
+#pragma unroll
+        for (int32_t j = 0; j < kGroupsInFlight; ++j) {
+            const int32_t g = g0 + j, c = g * 128 + lane * 4;
+            if (g >= groups) break;  // warp-uniform
+            float scale;
+            const uint32_t codes = fp8_quantize_group4(v[j], scale);
+            if (c < hidden) *reinterpret_cast<uint32_t*>(rec + c) = codes;
+            if (lane == 0) reinterpret_cast<float*>(rec + hidden)[g] = scale;
+        }
+    }
+    const int64_t pad = hidden + 4 * int64_t(groups) + 4 * lane;
+    if (lane < 4 && pad < ep_fp8_record_bytes(hidden)) *reinterpret_cast<uint32_t*>(rec + pad) = 0;
+}
+
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads)
     ep_p2p_dispatch_kernel(const ep_p2p_params p, const bf16* __restrict__ x, const int32_t* __restrict__ send_token,
                            const int32_t* __restrict__ send_slot) {
     const int lane = threadIdx.x & 31;
     const int32_t rows = p.num_ranks * p.capacity, vecs = p.hidden / 8;
-    const int64_t row_bytes = int64_t(p.hidden) * sizeof(bf16);
+    const int64_t row_bytes = ep_dispatch_row_bytes(p.hidden, kFp8);
     for (int32_t i = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5); i < rows; i += gridDim.x * kWarpsPerBlock) {
         const int32_t d = i / p.capacity, pos = i % p.capacity;
         const int32_t at = p.rank * p.capacity + pos;
         char* w = p.windows[d];
         const int32_t slot = send_slot[i];
         if (lane == 0) reinterpret_cast<int32_t*>(w + p.layout.recv_slot)[at] = slot;
-        if (slot < p.slots_per_rank)
-            copy_row(reinterpret_cast<uint4*>(w + p.layout.recv_x + at * row_bytes),
-                     reinterpret_cast<const uint4*>(x + int64_t(send_token[i]) * p.hidden), vecs, lane);
+        if (slot >= p.slots_per_rank) continue;  // an unused row (warp-uniform)
+        const bf16* src = x + int64_t(send_token[i]) * p.hidden;
+        char* dst = w + p.layout.recv_x + at * row_bytes;
+        if constexpr (kFp8)
+            quantize_row(reinterpret_cast<uint8_t*>(dst), src, p.hidden, lane);
+        else
+            copy_row(reinterpret_cast<uint4*>(dst), reinterpret_cast<const uint4*>(src), vecs, lane);
     }
     signal_peers(p, 0, true);
 }
@@ -120,11 +152,11 @@ int grid_of(const ep_p2p_params& p) {
 
 }  // namespace
 
-ep_p2p_window_layout ep_p2p_layout(int32_t num_ranks, int32_t max_capacity, int32_t hidden) {
+ep_p2p_window_layout ep_p2p_layout(int32_t num_ranks, int32_t max_capacity, int32_t hidden, bool fp8) {
     const size_t rows = size_t(num_ranks) * size_t(max_capacity);
     ep_p2p_window_layout l;
     l.recv_x = 0;
-    l.recv_slot = align_up(rows * size_t(hidden) * sizeof(bf16));
+    l.recv_slot = align_up(rows * size_t(ep_dispatch_row_bytes(hidden, fp8)));
     l.y_back = l.recv_slot + align_up(rows * sizeof(int32_t));
     l.flags = l.y_back + align_up(rows * size_t(hidden) * sizeof(bf16));
     l.bytes = l.flags + align_up(2 * size_t(num_ranks) * sizeof(uint32_t));
@@ -134,7 +166,10 @@ ep_p2p_window_layout ep_p2p_layout(int32_t num_ranks, int32_t max_capacity, int3
 void launch_ep_p2p_dispatch(const ep_p2p_params& p, const bf16* x, const int32_t* send_token, const int32_t* send_slot,
                             cudaStream_t stream) {
     require(p);
-    ep_p2p_dispatch_kernel<<<grid_of(p), kThreads, 0, stream>>>(p, x, send_token, send_slot);
+    if (p.fp8)
+        ep_p2p_dispatch_kernel<true><<<grid_of(p), kThreads, 0, stream>>>(p, x, send_token, send_slot);
+    else
+        ep_p2p_dispatch_kernel<false><<<grid_of(p), kThreads, 0, stream>>>(p, x, send_token, send_slot);
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 

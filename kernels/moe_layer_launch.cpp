@@ -66,17 +66,31 @@ void launch_moe_experts_fp8(const moe_experts_params& p, int32_t permute_slots, 
                                     .tiles = p.fp8_tiles};
     // With fp8_gather and wide tiles the GEMM gathers x's quantized rows through row_token (x quantized once per
     // token); else it reads a permuted copy (each token's codes written to its top-k rows), the default: faster.
-    const bool gather = p.fp8_gather && resolve_fp8_gemm_tiles(gate_up) != fp8_gemm_tiles::narrow;
+    // Records from the expert-parallel FP8 dispatch are unpacked into that permuted copy.
+    const bool gather =
+        f.x_records == nullptr && p.fp8_gather && resolve_fp8_gemm_tiles(gate_up) != fp8_gemm_tiles::narrow;
     if (gather) gate_up.a_rows = p.row_token;
-    launch_fp8_quantize({.x = p.x,
-                         .dest_rows = gather ? nullptr : p.dest_rows,
-                         .q = f.x_q,
-                         .scales = f.x_scales,
-                         .num_tokens = p.num_tokens,
-                         .top_k = gather ? 1 : p.top_k,
-                         .cols = p.hidden,
-                         .scale_ld = ld},
-                        stream);
+    if (f.x_records != nullptr) {  // quantized by the sending rank (the expert-parallel FP8 dispatch)
+        launch_ep_fp8_unpack({.records = f.x_records,
+                              .dest_rows = p.dest_rows,
+                              .q = f.x_q,
+                              .scales = f.x_scales,
+                              .num_tokens = p.num_tokens,
+                              .top_k = p.top_k,
+                              .cols = p.hidden,
+                              .scale_ld = ld},
+                             stream);
+    } else {
+        launch_fp8_quantize({.x = p.x,
+                             .dest_rows = gather ? nullptr : p.dest_rows,
+                             .q = f.x_q,
+                             .scales = f.x_scales,
+                             .num_tokens = p.num_tokens,
+                             .top_k = gather ? 1 : p.top_k,
+                             .cols = p.hidden,
+                             .scale_ld = ld},
+                            stream);
+    }
     mark(p.mark, p.mark_context, moe_stage::gemm_gate_up);
     launch_grouped_gemm_fp8(gate_up, stream);
     mark(p.mark, p.mark_context, moe_stage::gemm_down);

@@ -98,10 +98,10 @@ void cpu_model::forward(const forward_batch& batch, kv_cache& cache, std::vector
         if (lw.moe_index >= 0 && batch.micro_batch_split >= 0) {
             moe_forward_dual(pool_, c, lw.moe, placement_, lw.moe_index, *stream_, comm_.rank(), comm_.world_size(),
                              xn.data(), T, batch.micro_batch_split, delta.data(),
-                             expert_counts.data() + lw.moe_index * E);
+                             expert_counts.data() + lw.moe_index * E, ep_dispatch_format_of(c));
         } else if (lw.moe_index >= 0) {
             moe_forward(pool_, c, lw.moe, placement_, lw.moe_index, comm_, xn.data(), T, delta.data(),
-                        expert_counts.data() + lw.moe_index * E);
+                        expert_counts.data() + lw.moe_index * E, ep_dispatch_format_of(c));
         } else {
             mlp_forward(pool_, lw.dense, xn.data(), T, delta.data());
         }

@@ -13,7 +13,8 @@ class expert_comm {
     virtual int rank() const = 0;
     virtual int world_size() const = 0;
     /// send[r] goes to rank r (send.size() == world_size()); result[r] is what rank r sent to this rank.
-    /// Blocks until every rank has called it.
+    /// Blocks until every rank has called it. The buffers are 32-bit words moved bit for bit, never as float values
+    /// (no arithmetic, no NaN canonicalisation): bytes ride in them (the FP8 dispatch's e4m3 codes, EPLB's weights).
     virtual std::vector<std::vector<float>> all_to_all(std::vector<std::vector<float>> send) = 0;
 };
 

@@ -39,6 +39,11 @@ cuda_ep_exchange::cuda_ep_exchange(const ep_exchange_params& p) : p_(p) {
     max_capacity_ = std::max(p_.max_fixed_tokens, 0) * p_.top_k;
     const size_t rows = size_t(world_) * max_capacity_, H = size_t(p_.hidden), i32 = sizeof(int32_t);
     const size_t max_tk = size_t(std::max(p_.max_fixed_tokens, 0)) * p_.top_k;
+    const size_t row_bytes = size_t(dispatch_row_bytes());
+    // The FP8 records: whole 16-byte vectors of codes for the peer-to-peer copy, and no larger than a BF16 row (the
+    // exact path's workspace buffers hold BF16 rows).
+    ZMOE_CHECK(!p_.fp8_dispatch || (p_.hidden % 16 == 0 && row_bytes <= H * sizeof(bf16)),
+               "FP8 dispatch needs hidden a multiple of 16, not " << p_.hidden);
     if (max_capacity_ > 0 && p_.peer_to_peer && world_ <= kernels::kMaxEpRanks && p_.hidden % 8 == 0)
         p2p_ = map_peer_windows();
     for (lane_buffers& l : lanes_) {
@@ -49,8 +54,8 @@ cuda_ep_exchange::cuda_ep_exchange(const ep_exchange_params& p) : p_(p) {
             l.send_counts = device_buffer(size_t(world_) * i32);
             l.y_recv = device_buffer(rows * H * sizeof(bf16));
             if (!p2p_) {  // peer to peer, the window holds them
-                l.send_x = device_buffer(rows * H * sizeof(bf16));
-                l.recv_x = device_buffer(rows * H * sizeof(bf16));
+                l.send_x = device_buffer(rows * row_bytes);
+                l.recv_x = device_buffer(rows * row_bytes);
                 l.recv_slot = device_buffer(rows * i32);
                 l.y_back = device_buffer(rows * H * sizeof(bf16));
             }
@@ -73,7 +78,7 @@ cuda_ep_exchange::~cuda_ep_exchange() {
 }
 
 bool cuda_ep_exchange::map_peer_windows() {
-    layout_ = kernels::ep_p2p_layout(world_, max_capacity_, p_.hidden);
+    layout_ = kernels::ep_p2p_layout(world_, max_capacity_, p_.hidden, p_.fp8_dispatch);
     window_ = device_buffer(2 * layout_.bytes);
     p2p_state_ = device_buffer(2 * 4 * sizeof(uint32_t));
     // Zeroed flags and counters before any peer can see the window (the all-gather below orders it).
@@ -137,7 +142,8 @@ kernels::ep_p2p_params cuda_ep_exchange::p2p_params(int lane, int32_t capacity, 
                              .hidden = p_.hidden,
                              .blocks = p_.p2p_blocks,
                              .epoch = p2p_state_.as<uint32_t>() + 4 * lane,
-                             .done = p2p_state_.as<uint32_t>() + 4 * lane + (combine ? 2 : 1)};
+                             .done = p2p_state_.as<uint32_t>() + 4 * lane + (combine ? 2 : 1),
+                             .fp8 = p_.fp8_dispatch};
     for (int r = 0; r < world_; ++r) k.windows[r] = peer_windows_[size_t(r)] + lane * layout_.bytes;
     return k;
 }
@@ -177,7 +183,7 @@ void cuda_ep_exchange::dispatch(const ep_dispatch_params& p, cudaStream_t comput
     }
     ZMOE_CHECK(p.capacity <= max_capacity_, "capacity " << p.capacity << " over " << max_capacity_);
     ZMOE_CHECK(p.num_tokens <= p_.max_fixed_tokens, p.num_tokens << " tokens on the fixed path");
-    const int32_t C = p.capacity, H = p_.hidden;
+    const int32_t C = p.capacity;
     kernels::launch_ep_dispatch_plan({.slot_ids = p.slot_ids,
                                       .send_token = l.send_token.as<int32_t>(),
                                       .send_slot = l.send_slot.as<int32_t>(),
@@ -202,18 +208,14 @@ void cuda_ep_exchange::dispatch(const ep_dispatch_params& p, cudaStream_t comput
         if (comm != compute) ZMOE_CUDA_CHECK(cudaEventRecord(l.dispatched, comm));
         return;
     }
-    kernels::launch_gather_rows({.in = p.x,
-                                 .rows = l.send_token.as<int32_t>(),
-                                 .out = l.send_x.as<bf16>(),
-                                 .num_rows = world_ * C,
-                                 .hidden = H},
-                                compute);
+    gather_rows(p.x, l.send_token.as<int32_t>(), l.send_x.as<void>(), world_ * C, l.send_slot.as<int32_t>(),
+                p.slots_per_rank, compute);
     if (comm != compute) {
         ZMOE_CUDA_CHECK(cudaEventRecord(l.gathered, compute));
         ZMOE_CUDA_CHECK(cudaStreamWaitEvent(comm, l.gathered, 0));
     }
     // The rows and their slots, fixed sizes, in one NCCL group.
-    const size_t x_bytes = size_t(C) * H * sizeof(bf16), slot_bytes = size_t(C) * sizeof(int32_t);
+    const size_t x_bytes = size_t(C) * size_t(dispatch_row_bytes()), slot_bytes = size_t(C) * sizeof(int32_t);
     std::vector<nccl_comm::transfer> t;
     for (int peer = 0; peer < world_; ++peer) {
         // Per peer, both ends list: rows, then slots (sends and receives match in that order).
@@ -231,18 +233,22 @@ void cuda_ep_exchange::dispatch(const ep_dispatch_params& p, cudaStream_t comput
 ep_received cuda_ep_exchange::received(int lane, cudaStream_t compute) {
     lane_buffers& l = lanes_[lane];
     cuda_workspace& ws = *p_.ws;
+    const bool fp8 = p_.fp8_dispatch;
     if (l.capacity == 0) {
         int64_t R = 0;
         for (int64_t n : recv_rows_) R += n;
-        return {.x = ws.recv_x.as<bf16>(),
+        return {.x = fp8 ? nullptr : ws.recv_x.as<bf16>(),
+                .x_fp8 = fp8 ? ws.recv_x.as<uint8_t>() : nullptr,
                 .slots = ws.recv_slot.as<int32_t>(),
                 .rows = static_cast<int32_t>(R),
                 .num_slots = l.slots_per_rank,
                 .y = ws.y_recv.as<bf16>()};
     }
     if (l.two_streams) ZMOE_CUDA_CHECK(cudaStreamWaitEvent(compute, l.dispatched, 0));
+    const char* rows = p2p_ ? own_window(lane) + layout_.recv_x : l.recv_x.as<char>();
     const char* w = p2p_ ? own_window(lane) : nullptr;
-    return {.x = p2p_ ? reinterpret_cast<const bf16*>(w + layout_.recv_x) : l.recv_x.as<bf16>(),
+    return {.x = fp8 ? nullptr : reinterpret_cast<const bf16*>(rows),
+            .x_fp8 = fp8 ? reinterpret_cast<const uint8_t*>(rows) : nullptr,
             .slots = p2p_ ? reinterpret_cast<const int32_t*>(w + layout_.recv_slot) : l.recv_slot.as<int32_t>(),
             .rows = world_ * l.capacity,
             .num_slots = l.slots_per_rank + 1,
@@ -291,12 +297,29 @@ void cuda_ep_exchange::finish_combine(const ep_combine_params& p, cudaStream_t c
                                 compute);
 }
 
+void cuda_ep_exchange::gather_rows(const bf16* x, const int32_t* rows, void* out, int32_t num_rows,
+                                   const int32_t* slots, int32_t skip_slot, cudaStream_t stream) const {
+    if (p_.fp8_dispatch) {
+        kernels::launch_ep_fp8_pack({.x = x,
+                                     .rows = rows,
+                                     .slots = slots,
+                                     .records = static_cast<uint8_t*>(out),
+                                     .num_records = num_rows,
+                                     .hidden = p_.hidden,
+                                     .skip_slot = skip_slot},
+                                    stream);
+        return;
+    }
+    kernels::launch_gather_rows(
+        {.in = x, .rows = rows, .out = static_cast<bf16*>(out), .num_rows = num_rows, .hidden = p_.hidden}, stream);
+}
+
 void cuda_ep_exchange::dispatch_exact(const ep_dispatch_params& p, cudaStream_t stream) {
     // Plan on the host from the slots launch_moe_route chose. plan = [token of each sent row | its slot on the
     // destination rank | for each (token, k) the sent row holding it]; rows are grouped by destination rank, in
     // (token, k) order.
     cuda_workspace& ws = *p_.ws;
-    const int32_t H = p_.hidden, K = p_.top_k, S = p.slots_per_rank;
+    const int32_t K = p_.top_k, S = p.slots_per_rank;
     const int64_t TK = int64_t(p.num_tokens) * K;
     send_rows_.assign(world_, 0);
     std::vector<int32_t> plan(3 * TK);
@@ -322,17 +345,16 @@ void cuda_ep_exchange::dispatch_exact(const ep_dispatch_params& p, cudaStream_t 
     if (TK > 0)
         ZMOE_CUDA_CHECK(
             cudaMemcpyAsync(plan_d, plan.data(), plan.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
-    bf16* send_x = ws.send_x.as<bf16>();
-    kernels::launch_gather_rows(
-        {.in = p.x, .rows = plan_d, .out = send_x, .num_rows = static_cast<int32_t>(TK), .hidden = H}, stream);
+    void* send_x = ws.send_x.as<void>();
+    gather_rows(p.x, plan_d, send_x, static_cast<int32_t>(TK), nullptr, 0, stream);
 
     // Every rank takes part, with zero rows too.
     recv_rows_ = p_.comm->exchange_counts(send_rows_, stream);
     int64_t R = 0;
     for (int64_t n : recv_rows_) R += n;
     ZMOE_CHECK(R <= ws.max_recv_rows, "received " << R << " rows, the workspace holds " << ws.max_recv_rows);
-    const int64_t row_bytes = int64_t(H) * sizeof(bf16);
-    p_.comm->all_to_all(send_x, bytes_of(send_rows_, row_bytes), ws.recv_x.as<bf16>(), bytes_of(recv_rows_, row_bytes),
+    const int64_t row_bytes = dispatch_row_bytes();
+    p_.comm->all_to_all(send_x, bytes_of(send_rows_, row_bytes), ws.recv_x.as<void>(), bytes_of(recv_rows_, row_bytes),
                         stream);
     p_.comm->all_to_all(plan_d + TK, bytes_of(send_rows_, sizeof(int32_t)), ws.recv_slot.as<int32_t>(),
                         bytes_of(recv_rows_, sizeof(int32_t)), stream);

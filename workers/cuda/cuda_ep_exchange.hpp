@@ -24,8 +24,16 @@
 // stream, the NCCL transfers on the communication stream, ordered by events, so that one lane's transfers overlap
 // the other lane's expert computation. With one stream for both, the events are skipped.
 //
+// FP8 dispatch (an FP8 model: its experts read e4m3 rows): every path sends each row as an FP8 record (kernels/api.hpp,
+// "The FP8 dispatch": e4m3 codes and one fp32 scale per 128-channel group, about half a BF16 row), quantized on the
+// sending rank exactly as the receiving rank's FP8 experts would quantize it (launch_fp8_quantize), so what they
+// compute is bit for bit what a BF16 dispatch quantized after the exchange gives. Peer to peer the dispatch kernel
+// quantizes straight into the receiver's window; NCCL and the exact path pack the records first
+// (launch_ep_fp8_pack). The receiver hands them to launch_moe_experts as moe_fp8_experts::x_records. The combine
+// stays BF16 (the expert outputs are summed in fp32 on the token's rank).
+//
 // Every dispatch/combine/end_step is a collective: all ranks make the same calls in the same order with the same
-// capacities, with zero tokens too.
+// capacities, with zero tokens too, and all build the exchange with the same fp8_dispatch.
 
 #include <cuda_runtime_api.h>
 
@@ -51,6 +59,8 @@ struct ep_exchange_params {
     /// all take NCCL when one cannot); false: NCCL send/recv.
     bool peer_to_peer = true;
     int32_t p2p_blocks = 0;  ///< grid of the peer-to-peer copy kernels (bounds their SM share); 0: their default
+    /// Dispatch FP8 records instead of BF16 rows (the same on every rank; hidden a multiple of 16).
+    bool fp8_dispatch = false;
 };
 
 /// One MoE layer's dispatch input.
@@ -65,11 +75,13 @@ struct ep_dispatch_params {
 
 /// The rows this rank received in one dispatch, for its experts.
 struct ep_received {
-    const kernels::bf16* x = nullptr;  // [rows, hidden]
-    const int32_t* slots = nullptr;    // [rows]: local slots in [0, num_slots)
-    int32_t rows = 0;                  ///< exact: the rows due; fixed: world × capacity
-    int32_t num_slots = 0;       ///< exact: slots_per_rank; fixed: slots_per_rank + 1 (the last one is unused rows)
-    kernels::bf16* y = nullptr;  // [rows, hidden]: where the caller writes the expert output of each row
+    const kernels::bf16* x = nullptr;  // [rows, hidden]; nullptr with an FP8 dispatch
+    /// With an FP8 dispatch: [rows, ep_fp8_record_bytes(hidden)] records (moe_fp8_experts::x_records); else nullptr.
+    const uint8_t* x_fp8 = nullptr;
+    const int32_t* slots = nullptr;  // [rows]: local slots in [0, num_slots)
+    int32_t rows = 0;                ///< exact: the rows due; fixed: world × capacity
+    int32_t num_slots = 0;           ///< exact: slots_per_rank; fixed: slots_per_rank + 1 (the last one is unused rows)
+    kernels::bf16* y = nullptr;      // [rows, hidden]: where the caller writes the expert output of each row
 };
 
 /// One MoE layer's combine input.
@@ -113,17 +125,26 @@ class cuda_ep_exchange {
 
     /// Whether the fixed path writes peer to peer (else NCCL send/recv).
     bool peer_to_peer() const { return p2p_; }
+    /// Whether the dispatch sends FP8 records (ep_exchange_params::fp8_dispatch).
+    bool fp8_dispatch() const { return p_.fp8_dispatch; }
+    /// Bytes of one dispatched row (kernels::ep_dispatch_row_bytes).
+    int64_t dispatch_row_bytes() const { return kernels::ep_dispatch_row_bytes(p_.hidden, p_.fp8_dispatch); }
 
   private:
     struct lane_buffers {
         device_buffer send_token, send_slot, src_row, send_counts;  // the plan
-        device_buffer send_x, recv_x, recv_slot, y_recv, y_back;    // [world * max capacity (, hidden)]
+        // [world * max capacity (, dispatch row bytes | hidden bf16)]: send_x and recv_x hold dispatched rows
+        device_buffer send_x, recv_x, recv_slot, y_recv, y_back;
         cudaEvent_t gathered = nullptr, dispatched = nullptr, computed = nullptr, combined = nullptr;
         int32_t capacity = 0;  ///< of the lane's last dispatch (0: exact)
         int32_t slots_per_rank = 0;
         bool two_streams = false;  ///< the last dispatch's transfers ran on a communication stream of their own
     };
     void dispatch_exact(const ep_dispatch_params& p, cudaStream_t stream);
+    /// out[i] = the dispatched form of x[rows[i]] (a BF16 copy, or an FP8 record); with slots, the FP8 records whose
+    /// slot is skip_slot or more (unused rows) are not written.
+    void gather_rows(const kernels::bf16* x, const int32_t* rows, void* out, int32_t num_rows, const int32_t* slots,
+                     int32_t skip_slot, cudaStream_t stream) const;
     /// Maps every rank's window into this one (a collective); false, with nothing mapped, when some rank could not.
     bool map_peer_windows();
     kernels::ep_p2p_params p2p_params(int lane, int32_t capacity, int32_t slots_per_rank, bool combine) const;

@@ -163,13 +163,19 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
     if (comm_) {
         // The fixed exchange holds a decode graph's largest batch (or either micro-batch of it); with DBO on, a
         // whole prefill step too, so that its micro-batches can overlap (the exact path runs them one by one).
+        // An FP8 model whose MoE layers all run FP8 experts dispatches FP8 records (docs/fp8.md) on the NCCL paths;
+        // peer to peer it sends BF16 rows, the FP8 copy kernel being the slower one there today.
+        const bool p2p = options.ep_peer_to_peer && run.num_nodes <= 1;
+        const bool fp8_moe = !fp8_moe_.empty() && std::all_of(fp8_moe_.begin(), fp8_moe_.end(),
+                                                              [](const auto& f) { return f.w_gate_up != nullptr; });
         ep_ = std::make_unique<cuda_ep_exchange>(ep_exchange_params{
             .comm = comm_.get(),
             .ws = &ws_,
             .hidden = shape.hidden,
             .top_k = shape.top_k,
             .max_fixed_tokens = run.enable_dbo ? std::max(run.max_num_seqs, max_tokens) : run.max_num_seqs,
-            .peer_to_peer = options.ep_peer_to_peer && run.num_nodes <= 1});
+            .peer_to_peer = p2p,
+            .fp8_dispatch = fp8_moe && !p2p});
         // The exchanges' stream first whenever SMs free up: its kernels are short and the other micro-batch waits.
         int least = 0, greatest = 0;
         check(cudaDeviceGetStreamPriorityRange(&least, &greatest));

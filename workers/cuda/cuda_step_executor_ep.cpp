@@ -62,7 +62,22 @@ void cuda_step_executor::ep_experts(const cuda_layer& w, int lane, int32_t max_c
     // token's own rank); the fixed path's unused rows carry slot num_slots, grouped past every expert.
     const ep_received r = ep_->received(lane, stream_);
     if (r.rows == 0) return;
-    run_experts(w, r.slots, r.x, r.rows, 1, ws_.combine_ones.as<float>(), r.y, r.num_slots, max_ctas);
+    if (r.x_fp8 == nullptr) {
+        run_experts(w, r.slots, r.x, r.rows, 1, ws_.combine_ones.as<float>(), r.y, r.num_slots, max_ctas);
+        return;
+    }
+    // An FP8 dispatch (ep_exchange_params::fp8_dispatch): the rows arrive quantized by their token's rank, and the
+    // FP8 experts read the records as their A operand instead of quantizing BF16 rows (the same bits).
+    kernels::moe_experts_params p = expert_params(w, nullptr, r.rows, 1, r.y);
+    ZMOE_CHECK(p.fp8 != nullptr, "FP8 dispatch records for layer experts that are not FP8");
+    kernels::moe_fp8_experts f = *p.fp8;
+    f.x_records = r.x_fp8;
+    p.fp8 = &f;
+    p.slots = r.slots;
+    p.topk_weights = ws_.combine_ones.as<float>();
+    p.permute_slots = r.num_slots;
+    p.max_ctas = max_ctas;
+    kernels::launch_moe_experts(p, stream_);
 }
 
 void cuda_step_executor::ep_dispatch(const cuda_layer& w, int mb, int32_t first, int32_t count, cudaStream_t comm) {
