@@ -26,6 +26,7 @@
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/gemm_fp8.hpp"
 #include "kernels/mma_sm80.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/stream_load.cuh"
@@ -39,8 +40,7 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTileRows = 16 * kWarps;  // weight rows per CTA
 constexpr int kBlockK = 128;            // K per stage: one scale block, 128-byte shared-memory rows
-constexpr int kStages = 4;
-constexpr int kMaxSplits = 8;                  // portable cluster size
+constexpr int kMaxSplits = detail::kGemmFp8MaxSplits;
 constexpr int kPartialStride = kTileRows + 4;  // fp32 partial tile [token][row]: conflict-free fragment stores
 
 /// Shared-memory byte offset of 16-byte chunk `chunk` (0..7) of 128-byte row `row` (XOR swizzle: the eight rows an
@@ -74,11 +74,11 @@ __device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], const uint32_t (&a
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/// NT tiles of 8 tokens (up to 8 NT tokens per CTA), copies of kChunk bytes (16, 4 or 1). Grid: (splits, ceil(n /
-/// 64), token slices of 8 NT), clusters of (splits, 1, 1). Shared memory: kStages stages of [64 rows][128 B] of w,
-/// [8 NT tokens][128 B] of a, [8 NT] fp32 activation scales; reused at the end for the fp32 partial tile
-/// [8 NT tokens][kPartialStride].
-template <int NT, int kChunk>
+/// NT tiles of 8 tokens (up to 8 NT tokens per CTA), copies of kChunk bytes (16, 4 or 1), a ring of kStages. Grid:
+/// (splits, ceil(n / 64), token slices of 8 NT), clusters of (splits, 1, 1). Shared memory: kStages stages of [64
+/// rows][128 B] of w, [8 NT tokens][128 B] of a, [8 NT] fp32 activation scales; reused at the end for the fp32 partial
+/// tile [8 NT tokens][kPartialStride].
+template <int NT, int kChunk, int kStages>
 __global__ void __launch_bounds__(kThreads) gemm_fp8_skinny_kernel(const gemm_fp8_params p) {
     constexpr int kTokens = NT * 8;
     constexpr uint32_t kWBytes = kTileRows * 128, kABytes = kTokens * 128;
@@ -252,19 +252,14 @@ const device_props& props() {
     return d;
 }
 
-template <int NT, int kChunk>
-void launch_skinny_as(const gemm_fp8_params& p, int32_t token_slices, cudaStream_t stream) {
+template <int NT, int kChunk, int kStages>
+void launch_skinny_as(const gemm_fp8_params& p, int32_t token_slices, int splits, cudaStream_t stream) {
     constexpr size_t stage_bytes = size_t(kTileRows + NT * 8) * 128 + NT * 8 * 4;
     constexpr size_t smem = std::max(kStages * stage_bytes, size_t(NT * 8) * kPartialStride * sizeof(float));
     static_assert(smem <= 227u << 10, "shared memory");
-    auto kernel = gemm_fp8_skinny_kernel<NT, kChunk>;
+    auto kernel = gemm_fp8_skinny_kernel<NT, kChunk, kStages>;
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     const int64_t tiles = (int64_t(p.n) + kTileRows - 1) / kTileRows;
-    const int kblocks = std::max(1, (p.k + kBlockK - 1) / kBlockK);
-    const int64_t ctas = tiles * token_slices;
-    // About three CTAs per SM: split k over a cluster when the tiles alone leave SMs idle.
-    const int splits =
-        int(std::clamp<int64_t>(3 * props().sms / std::max<int64_t>(1, ctas), 1, std::min(kMaxSplits, kblocks)));
     ZMOE_KERNEL_REQUIRE(tiles <= 65535 && token_slices <= 65535, "gemm_fp8: n or m too large for the grid");
 
     cudaLaunchConfig_t config{};
@@ -284,28 +279,40 @@ void launch_skinny_as(const gemm_fp8_params& p, int32_t token_slices, cudaStream
     ZMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
 }
 
-template <int kChunk>
-void launch_skinny_chunk(const gemm_fp8_params& p, cudaStream_t stream) {
+template <int kChunk, int kStages>
+void launch_skinny_stages(const gemm_fp8_params& p, int splits, cudaStream_t stream) {
     if (p.m <= 8)
-        launch_skinny_as<1, kChunk>(p, 1, stream);
+        launch_skinny_as<1, kChunk, kStages>(p, 1, splits, stream);
     else if (p.m <= 16)
-        launch_skinny_as<2, kChunk>(p, 1, stream);
+        launch_skinny_as<2, kChunk, kStages>(p, 1, splits, stream);
     else if (p.m <= 32)
-        launch_skinny_as<4, kChunk>(p, 1, stream);
+        launch_skinny_as<4, kChunk, kStages>(p, 1, splits, stream);
     else
-        launch_skinny_as<8, kChunk>(p, (p.m + 63) / 64, stream);
+        launch_skinny_as<8, kChunk, kStages>(p, (p.m + 63) / 64, splits, stream);
 }
 
 bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
 
-void launch_skinny(const gemm_fp8_params& p, cudaStream_t stream) {
+/// Rings of 4, 6 or 8 stages for 16-byte copies (the tuned path); the narrower copies of odd shapes run 4.
+void launch_skinny(const gemm_fp8_params& p, const detail::gemm_fp8_skinny_config& config, cudaStream_t stream) {
+    const detail::gemm_fp8_skinny_config auto_config = detail::gemm_fp8_skinny_choice(p);
+    const int kblocks = std::max(1, (p.k + kBlockK - 1) / kBlockK);
+    const int splits = std::clamp(config.splits > 0 ? config.splits : auto_config.splits, 1,
+                                  std::min(detail::kGemmFp8MaxSplits, kblocks));
+    const int stages = config.stages > 0 ? config.stages : auto_config.stages;
     // The widest copy every row start allows (rows are k bytes apart).
-    if (p.k % 16 == 0 && aligned(p.a, 16) && aligned(p.w, 16))
-        launch_skinny_chunk<16>(p, stream);
-    else if (p.k % 4 == 0 && aligned(p.a, 4) && aligned(p.w, 4))
-        launch_skinny_chunk<4>(p, stream);
-    else
-        launch_skinny_chunk<1>(p, stream);
+    if (p.k % 16 == 0 && aligned(p.a, 16) && aligned(p.w, 16)) {
+        if (stages >= 8)
+            launch_skinny_stages<16, 8>(p, splits, stream);
+        else if (stages >= 6)
+            launch_skinny_stages<16, 6>(p, splits, stream);
+        else
+            launch_skinny_stages<16, 4>(p, splits, stream);
+    } else if (p.k % 4 == 0 && aligned(p.a, 4) && aligned(p.w, 4)) {
+        launch_skinny_stages<4, 4>(p, splits, stream);
+    } else {
+        launch_skinny_stages<1, 4>(p, splits, stream);
+    }
 }
 
 /// Group offsets {0, 4 i} for i in [0, kOffsetPairs]: a single group of up to 4 kOffsetPairs rows.
@@ -369,7 +376,7 @@ void launch_gemm_fp8(const gemm_fp8_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(gemm_fp8_supported(p), "gemm_fp8: unsupported parameters (gemm_fp8_supported)");
     if (p.m == 0 || p.n == 0) return;
     if (!grouped_applies(p)) {
-        launch_skinny(p, stream);
+        launch_skinny(p, {}, stream);
         ZMOE_CUDA_CHECK_LAUNCH();
         return;
     }
@@ -381,12 +388,36 @@ void launch_gemm_fp8(const gemm_fp8_params& p, cudaStream_t stream) {
             tail.a_scales = p.a_scales + row0;
             tail.c = p.c + size_t(row0) * p.n;
             tail.m = rows;
-            launch_skinny(tail, stream);
+            launch_skinny(tail, {}, stream);
         } else {
             launch_grouped_gemm_fp8(grouped_params(p, row0, rows), stream);
         }
     }
     ZMOE_CUDA_CHECK_LAUNCH();
 }
+
+namespace detail {
+
+gemm_fp8_skinny_config gemm_fp8_skinny_choice(const gemm_fp8_params& p) {
+    const int64_t tiles = (int64_t(p.n) + kTileRows - 1) / kTileRows;
+    const int64_t slices = p.m <= 32 ? 1 : (int64_t(p.m) + 63) / 64;
+    const int kblocks = std::max(1, (p.k + kBlockK - 1) / kBlockK);
+    const int sms = props().sms;
+    // About three CTAs per SM: split k over a cluster when the tiles alone leave SMs idle.
+    const int splits = int(
+        std::clamp<int64_t>(3 * sms / std::max<int64_t>(1, tiles * slices), 1, std::min(kGemmFp8MaxSplits, kblocks)));
+    // Where the grid leaves an SM with one CTA or none, a deeper ring keeps more bytes in flight per SM.
+    const int stages = tiles * slices * splits <= sms ? 8 : 4;
+    return {.splits = splits, .stages = stages};
+}
+
+void launch_gemm_fp8_skinny(const gemm_fp8_params& p, const gemm_fp8_skinny_config& config, cudaStream_t stream) {
+    ZMOE_KERNEL_REQUIRE(gemm_fp8_supported(p), "gemm_fp8: unsupported parameters (gemm_fp8_supported)");
+    if (p.m == 0 || p.n == 0) return;
+    launch_skinny(p, config, stream);
+    ZMOE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace detail
 
 }  // namespace zmoe::kernels

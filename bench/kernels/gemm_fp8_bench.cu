@@ -1,7 +1,8 @@
 // The block-scaled FP8 dense projections (launch_gemm_fp8) at the dense shapes of Qwen3-30B-A3B and DeepSeek-V3,
 // beside the BF16 GEMMs the engine runs today and cuBLASLt's own block-scaled FP8 where it serves on this device.
 //
-// Variants per (shape, m): fp8 (launch_gemm_fp8: the skinny kernel up to 64 rows, the grouped FP8 GEMM above);
+// Variants per (shape, m): fp8 (launch_gemm_fp8: the skinny kernel up to 64 rows, the grouped FP8 GEMM above; with
+// --sweep also fp8_sS_stT, the skinny kernel with S CTAs per cluster and a T-stage ring);
 // bf16 (launch_gemm_bf16, cuBLASLt); bf16_skinny (launch_skinny_gemm_bf16, the engine's BF16 path up to 64 rows);
 // cublas_fp8 (cuBLASLt e4m3 with CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F on the weights and VEC128_32F on the
 // activations: the format's scales, the same data as fp8). cublas_fp8 is checked against fp8's output (the same
@@ -14,7 +15,7 @@
 // (cuBLASLt e4m3 GEMM 8192^3, per-tensor scales, BF16 out). TB/s = (weights + activations + output bytes) / time;
 // %bw = that / copy bandwidth (the floor of small m); TFLOP/s = 2 m n k / time; %peak = that / the FP8 peak.
 //
-//   gemm_fp8_bench [--m 1,4,16,64,256,4096,16384] [--shapes qwen_qkv,...] [--no-cublas-fp8] [--iters N]
+//   gemm_fp8_bench [--m 1,4,16,64,256,4096,16384] [--shapes qwen_qkv,...] [--no-cublas-fp8] [--sweep] [--iters N]
 //                  [--json PATH]
 
 #include <cublasLt.h>
@@ -35,6 +36,7 @@
 #include "bench/kernels/bench_util.cuh"
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/gemm_fp8.hpp"
 
 namespace {
 
@@ -285,7 +287,7 @@ int main(int argc, char** argv) {
     std::string only;
     int iters = 20;
     std::string json_path;
-    bool with_cublas = true;
+    bool with_cublas = true, sweep = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--m" && i + 1 < argc)
@@ -298,11 +300,14 @@ int main(int argc, char** argv) {
             json_path = argv[++i];
         else if (a == "--no-cublas-fp8")
             with_cublas = false;
+        else if (a == "--sweep")
+            sweep = true;
         else
-            return std::fprintf(stderr,
-                                "usage: gemm_fp8_bench [--m 1,4,16,64,256,4096,16384] [--no-cublas-fp8] [--shapes "
-                                "qwen_qkv,qwen_o,ds_q_a,ds_q_b,ds_kv_a,ds_o,ds_shared_gate_up,ds_shared_down] "
-                                "[--iters N] [--json PATH]\n"),
+            return std::fprintf(
+                       stderr,
+                       "usage: gemm_fp8_bench [--m 1,4,16,64,256,4096,16384] [--no-cublas-fp8] [--sweep] [--shapes "
+                       "qwen_qkv,qwen_o,ds_q_a,ds_q_b,ds_kv_a,ds_o,ds_shared_gate_up,ds_shared_down] "
+                       "[--iters N] [--json PATH]\n"),
                    2;
     }
     // Qwen3-30B-A3B (hidden 2048, 32 query / 4 KV heads of 128; every MLP is MoE) and DeepSeek-V3 (hidden 7168,
@@ -392,6 +397,22 @@ int main(int argc, char** argv) {
             const double bytes16 = double(w_elems) * 2 + double(m) * k * 2 + double(m) * n * 2;
             variants.emplace_back("fp8", [&](int l) { zmoe::kernels::launch_gemm_fp8(fp8_params(l), stream); });
             bytes_of["fp8"] = bytes8;
+            if (m <= zmoe::kernels::kGemmFp8SkinnyMaxRows) {
+                const auto choice = zmoe::kernels::detail::gemm_fp8_skinny_choice(fp8_params(0));
+                std::printf("  [%s m=%d] fp8 = skinny, splits %d, stages %d\n", sh.name, m, choice.splits,
+                            choice.stages);
+            }
+            if (sweep && m <= zmoe::kernels::kGemmFp8SkinnyMaxRows)
+                for (const int32_t sp : {1, 2, 4, 8})
+                    for (const int32_t st : {4, 6, 8}) {
+                        if (sp > kb) continue;
+                        const std::string name = "fp8_s" + std::to_string(sp) + "_st" + std::to_string(st);
+                        variants.emplace_back(name, [&, sp, st](int l) {
+                            zmoe::kernels::detail::launch_gemm_fp8_skinny(fp8_params(l), {.splits = sp, .stages = st},
+                                                                          stream);
+                        });
+                        bytes_of[name] = bytes8;
+                    }
             variants.emplace_back("bf16", [&](int l) {
                 zmoe::kernels::launch_gemm_bf16({.handle = blas,
                                                  .workspace = ws,

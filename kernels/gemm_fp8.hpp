@@ -1,0 +1,26 @@
+#pragma once
+// The skinny path of launch_gemm_fp8 (kernels/gemm_fp8.cu) with its launch configuration explicit: for
+// bench/kernels/gemm_fp8_bench's sweeps; launch_gemm_fp8 uses gemm_fp8_skinny_choice.
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/api.hpp"
+
+namespace zmoe::kernels::detail {
+
+/// CTAs of a cluster that split k at most (the portable cluster size).
+constexpr int kGemmFp8MaxSplits = 8;
+
+struct gemm_fp8_skinny_config {
+    int32_t splits = 0;  ///< CTAs splitting k over a cluster, 1..kGemmFp8MaxSplits (clamped to the K blocks); 0: auto
+    int32_t stages = 0;  ///< cp.async ring depth: 4, 6 or 8 (16-byte copies; narrower copies always 4); 0: auto
+};
+
+/// launch_gemm_fp8's choice for the skinny kernel: about three CTAs per SM (k split when the 64-row tiles are
+/// fewer), a ring of 8 stages where the grid leaves an SM one CTA or none, else 4.
+gemm_fp8_skinny_config gemm_fp8_skinny_choice(const gemm_fp8_params& p);
+
+/// The skinny kernel at any m (over 64-row slices past 64), as launch_gemm_fp8 computes it, with `config`.
+void launch_gemm_fp8_skinny(const gemm_fp8_params& p, const gemm_fp8_skinny_config& config, cudaStream_t stream);
+
+}  // namespace zmoe::kernels::detail
