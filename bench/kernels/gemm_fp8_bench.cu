@@ -2,7 +2,8 @@
 // beside the BF16 GEMMs the engine runs today and cuBLASLt's own block-scaled FP8 where it serves on this device.
 //
 // Variants per (shape, m): fp8 (launch_gemm_fp8: the skinny kernel up to 64 rows, the grouped FP8 GEMM above; with
-// --sweep also fp8_sS_stT, the skinny kernel with S CTAs per cluster and a T-stage ring);
+// --sweep also fp8_sS_stT, the skinny kernel with S CTAs per cluster and a T-stage ring; past 64 rows fp8_skinny,
+// the skinny kernel over 64-row slices, where the grouped kernel's tiles are few);
 // bf16 (launch_gemm_bf16, cuBLASLt); bf16_skinny (launch_skinny_gemm_bf16, the engine's BF16 path up to 64 rows);
 // cublas_fp8 (cuBLASLt e4m3 with CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F on the weights and VEC128_32F on the
 // activations: the format's scales, the same data as fp8). cublas_fp8 is checked against fp8's output (the same
@@ -401,6 +402,12 @@ int main(int argc, char** argv) {
                 const auto choice = zmoe::kernels::detail::gemm_fp8_skinny_choice(fp8_params(0));
                 std::printf("  [%s m=%d] fp8 = skinny, splits %d, stages %d\n", sh.name, m, choice.splits,
                             choice.stages);
+            }
+            if (m > zmoe::kernels::kGemmFp8SkinnyMaxRows) {  // the skinny kernel over 64-row slices, for the crossover
+                variants.emplace_back("fp8_skinny", [&](int l) {
+                    zmoe::kernels::detail::launch_gemm_fp8_skinny(fp8_params(l), {}, stream);
+                });
+                bytes_of["fp8_skinny"] = bytes8;
             }
             if (sweep && m <= zmoe::kernels::kGemmFp8SkinnyMaxRows)
                 for (const int32_t sp : {1, 2, 4, 8})
