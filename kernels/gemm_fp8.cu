@@ -75,7 +75,7 @@ __device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], const uint32_t (&a
 }
 
 /// NT tiles of 8 tokens (up to 8 NT tokens per CTA), copies of kChunk bytes (16, 4 or 1), a ring of kStages. Grid:
-/// (splits, ceil(n / 64), token slices of 8 NT), clusters of (splits, 1, 1). Shared memory: kStages stages of [64
+/// (splits, token slices of 8 NT, ceil(n / 64)), clusters of (splits, 1, 1). Shared memory: kStages stages of [64
 /// rows][128 B] of w, [8 NT tokens][128 B] of a, [8 NT] fp32 activation scales; reused at the end for the fp32 partial
 /// tile [8 NT tokens][kPartialStride].
 template <int NT, int kChunk, int kStages>
@@ -90,8 +90,8 @@ __global__ void __launch_bounds__(kThreads) gemm_fp8_skinny_kernel(const gemm_fp
     cg::cluster_group cluster = cg::this_cluster();
     const int splits = int(cluster.num_blocks()), rank = int(cluster.block_rank());
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t row0 = int64_t(blockIdx.y) * kTileRows;
-    const int32_t token0 = int32_t(blockIdx.z) * kTokens;
+    const int64_t row0 = int64_t(blockIdx.z) * kTileRows;
+    const int32_t token0 = int32_t(blockIdx.y) * kTokens;
     const int32_t kblocks = (p.k + kBlockK - 1) / kBlockK;
     const int kb_begin = int(int64_t(kblocks) * rank / splits), kb_end = int(int64_t(kblocks) * (rank + 1) / splits);
     const int nsteps = kb_end - kb_begin;
@@ -263,7 +263,9 @@ void launch_skinny_as(const gemm_fp8_params& p, int32_t token_slices, int splits
     ZMOE_KERNEL_REQUIRE(tiles <= 65535 && token_slices <= 65535, "gemm_fp8: n or m too large for the grid");
 
     cudaLaunchConfig_t config{};
-    config.gridDim = dim3(unsigned(splits), unsigned(tiles), unsigned(token_slices));
+    // Token slices next to each other in launch order: a tile's slices read its weights about together (from L2
+    // after the first).
+    config.gridDim = dim3(unsigned(splits), unsigned(token_slices), unsigned(tiles));
     config.blockDim = dim3(kThreads);
     config.dynamicSmemBytes = smem;
     config.stream = stream;
@@ -280,15 +282,16 @@ void launch_skinny_as(const gemm_fp8_params& p, int32_t token_slices, int splits
 }
 
 template <int kChunk, int kStages>
-void launch_skinny_stages(const gemm_fp8_params& p, int splits, cudaStream_t stream) {
-    if (p.m <= 8)
-        launch_skinny_as<1, kChunk, kStages>(p, 1, splits, stream);
-    else if (p.m <= 16)
-        launch_skinny_as<2, kChunk, kStages>(p, 1, splits, stream);
-    else if (p.m <= 32)
-        launch_skinny_as<4, kChunk, kStages>(p, 1, splits, stream);
+void launch_skinny_stages(const gemm_fp8_params& p, int tokens_per_cta, int splits, cudaStream_t stream) {
+    const int32_t slices = (p.m + tokens_per_cta - 1) / tokens_per_cta;
+    if (tokens_per_cta == 8)
+        launch_skinny_as<1, kChunk, kStages>(p, slices, splits, stream);
+    else if (tokens_per_cta == 16)
+        launch_skinny_as<2, kChunk, kStages>(p, slices, splits, stream);
+    else if (tokens_per_cta == 32)
+        launch_skinny_as<4, kChunk, kStages>(p, slices, splits, stream);
     else
-        launch_skinny_as<8, kChunk, kStages>(p, (p.m + 63) / 64, splits, stream);
+        launch_skinny_as<8, kChunk, kStages>(p, slices, splits, stream);
 }
 
 bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
@@ -300,18 +303,21 @@ void launch_skinny(const gemm_fp8_params& p, const detail::gemm_fp8_skinny_confi
     const int splits = std::clamp(config.splits > 0 ? config.splits : auto_config.splits, 1,
                                   std::min(detail::kGemmFp8MaxSplits, kblocks));
     const int stages = config.stages > 0 ? config.stages : auto_config.stages;
+    const int tokens = config.tokens_per_cta > 0 ? config.tokens_per_cta : auto_config.tokens_per_cta;
+    ZMOE_KERNEL_REQUIRE(tokens == 8 || tokens == 16 || tokens == 32 || tokens == 64,
+                        "gemm_fp8: tokens_per_cta must be 8, 16, 32 or 64");
     // The widest copy every row start allows (rows are k bytes apart).
     if (p.k % 16 == 0 && aligned(p.a, 16) && aligned(p.w, 16)) {
         if (stages >= 8)
-            launch_skinny_stages<16, 8>(p, splits, stream);
+            launch_skinny_stages<16, 8>(p, tokens, splits, stream);
         else if (stages >= 6)
-            launch_skinny_stages<16, 6>(p, splits, stream);
+            launch_skinny_stages<16, 6>(p, tokens, splits, stream);
         else
-            launch_skinny_stages<16, 4>(p, splits, stream);
+            launch_skinny_stages<16, 4>(p, tokens, splits, stream);
     } else if (p.k % 4 == 0 && aligned(p.a, 4) && aligned(p.w, 4)) {
-        launch_skinny_stages<4, 4>(p, splits, stream);
+        launch_skinny_stages<4, 4>(p, tokens, splits, stream);
     } else {
-        launch_skinny_stages<1, 4>(p, splits, stream);
+        launch_skinny_stages<1, 4>(p, tokens, splits, stream);
     }
 }
 
@@ -399,8 +405,9 @@ void launch_gemm_fp8(const gemm_fp8_params& p, cudaStream_t stream) {
 namespace detail {
 
 gemm_fp8_skinny_config gemm_fp8_skinny_choice(const gemm_fp8_params& p) {
+    const int tokens = p.m <= 8 ? 8 : p.m <= 16 ? 16 : p.m <= 32 ? 32 : 64;
     const int64_t tiles = (int64_t(p.n) + kTileRows - 1) / kTileRows;
-    const int64_t slices = p.m <= 32 ? 1 : (int64_t(p.m) + 63) / 64;
+    const int64_t slices = (int64_t(p.m) + tokens - 1) / tokens;
     const int kblocks = std::max(1, (p.k + kBlockK - 1) / kBlockK);
     const int sms = props().sms;
     // About three CTAs per SM: split k over a cluster when the tiles alone leave SMs idle.
@@ -408,7 +415,7 @@ gemm_fp8_skinny_config gemm_fp8_skinny_choice(const gemm_fp8_params& p) {
         std::clamp<int64_t>(3 * sms / std::max<int64_t>(1, tiles * slices), 1, std::min(kGemmFp8MaxSplits, kblocks)));
     // Where the grid leaves an SM with one CTA or none, a deeper ring keeps more bytes in flight per SM.
     const int stages = tiles * slices * splits <= sms ? 8 : 4;
-    return {.splits = splits, .stages = stages};
+    return {.splits = splits, .stages = stages, .tokens_per_cta = tokens};
 }
 
 void launch_gemm_fp8_skinny(const gemm_fp8_params& p, const gemm_fp8_skinny_config& config, cudaStream_t stream) {

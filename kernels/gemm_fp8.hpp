@@ -14,10 +14,12 @@ constexpr int kGemmFp8MaxSplits = 8;
 struct gemm_fp8_skinny_config {
     int32_t splits = 0;  ///< CTAs splitting k over a cluster, 1..kGemmFp8MaxSplits (clamped to the K blocks); 0: auto
     int32_t stages = 0;  ///< cp.async ring depth: 4, 6 or 8 (16-byte copies; narrower copies always 4); 0: auto
+    int32_t tokens_per_cta = 0;  ///< rows of a per CTA (8, 16, 32 or 64; more rows: slices of the grid); 0: auto
 };
 
-/// launch_gemm_fp8's choice for the skinny kernel: about three CTAs per SM (k split when the 64-row tiles are
-/// fewer), a ring of 8 stages where the grid leaves an SM one CTA or none, else 4.
+/// launch_gemm_fp8's choice for the skinny kernel: m rounded up to 8, 16, 32 or 64 rows per CTA (64-row slices
+/// beyond), about three CTAs per SM (k split when the CTAs are fewer), a ring of 8 stages where the grid leaves an
+/// SM one CTA or none, else 4.
 gemm_fp8_skinny_config gemm_fp8_skinny_choice(const gemm_fp8_params& p);
 
 /// The skinny kernel at any m (over 64-row slices past 64), as launch_gemm_fp8 computes it, with `config`.

@@ -2,7 +2,8 @@
 // beside the BF16 GEMMs the engine runs today and cuBLASLt's own block-scaled FP8 where it serves on this device.
 //
 // Variants per (shape, m): fp8 (launch_gemm_fp8: the skinny kernel up to 64 rows, the grouped FP8 GEMM above; with
-// --sweep also fp8_sS_stT, the skinny kernel with S CTAs per cluster and a T-stage ring; past 64 rows fp8_skinny,
+// --sweep also fp8_tN_stT (the skinny kernel with N rows of a per CTA and a T-stage ring) and fp8_sS (S CTAs per
+// cluster), the others automatic; past 64 rows fp8_skinny,
 // the skinny kernel over 64-row slices, where the grouped kernel's tiles are few);
 // bf16 (launch_gemm_bf16, cuBLASLt); bf16_skinny (launch_skinny_gemm_bf16, the engine's BF16 path up to 64 rows);
 // cublas_fp8 (cuBLASLt e4m3 with CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F on the weights and VEC128_32F on the
@@ -396,30 +397,6 @@ int main(int argc, char** argv) {
             std::map<std::string, double> bytes_of;
             const double bytes8 = double(w_elems) + double(m) * k + double(m) * n * 2;
             const double bytes16 = double(w_elems) * 2 + double(m) * k * 2 + double(m) * n * 2;
-            variants.emplace_back("fp8", [&](int l) { zmoe::kernels::launch_gemm_fp8(fp8_params(l), stream); });
-            bytes_of["fp8"] = bytes8;
-            if (m <= zmoe::kernels::kGemmFp8SkinnyMaxRows) {
-                const auto choice = zmoe::kernels::detail::gemm_fp8_skinny_choice(fp8_params(0));
-                std::printf("  [%s m=%d] fp8 = skinny, splits %d, stages %d\n", sh.name, m, choice.splits,
-                            choice.stages);
-            }
-            if (m > zmoe::kernels::kGemmFp8SkinnyMaxRows) {  // the skinny kernel over 64-row slices, for the crossover
-                variants.emplace_back("fp8_skinny", [&](int l) {
-                    zmoe::kernels::detail::launch_gemm_fp8_skinny(fp8_params(l), {}, stream);
-                });
-                bytes_of["fp8_skinny"] = bytes8;
-            }
-            if (sweep && m <= zmoe::kernels::kGemmFp8SkinnyMaxRows)
-                for (const int32_t sp : {1, 2, 4, 8})
-                    for (const int32_t st : {4, 6, 8}) {
-                        if (sp > kb) continue;
-                        const std::string name = "fp8_s" + std::to_string(sp) + "_st" + std::to_string(st);
-                        variants.emplace_back(name, [&, sp, st](int l) {
-                            zmoe::kernels::detail::launch_gemm_fp8_skinny(fp8_params(l), {.splits = sp, .stages = st},
-                                                                          stream);
-                        });
-                        bytes_of[name] = bytes8;
-                    }
             variants.emplace_back("bf16", [&](int l) {
                 zmoe::kernels::launch_gemm_bf16({.handle = blas,
                                                  .workspace = ws,
@@ -433,6 +410,35 @@ int main(int argc, char** argv) {
                                                 stream);
             });
             bytes_of["bf16"] = bytes16;
+            variants.emplace_back("fp8", [&](int l) { zmoe::kernels::launch_gemm_fp8(fp8_params(l), stream); });
+            bytes_of["fp8"] = bytes8;
+            if (m <= zmoe::kernels::kGemmFp8SkinnyMaxRows) {
+                const auto choice = zmoe::kernels::detail::gemm_fp8_skinny_choice(fp8_params(0));
+                std::printf("  [%s m=%d] fp8 = skinny, splits %d, stages %d\n", sh.name, m, choice.splits,
+                            choice.stages);
+            }
+            if (m > zmoe::kernels::kGemmFp8SkinnyMaxRows) {  // the skinny kernel over 64-row slices, for the crossover
+                variants.emplace_back("fp8_skinny", [&](int l) {
+                    zmoe::kernels::detail::launch_gemm_fp8_skinny(fp8_params(l), {}, stream);
+                });
+                bytes_of["fp8_skinny"] = bytes8;
+            }
+            if (sweep && m <= zmoe::kernels::kGemmFp8SkinnyMaxRows) {
+                auto add = [&](const std::string& name, zmoe::kernels::detail::gemm_fp8_skinny_config cfg) {
+                    variants.emplace_back(name, [&, cfg](int l) {
+                        zmoe::kernels::detail::launch_gemm_fp8_skinny(fp8_params(l), cfg, stream);
+                    });
+                    bytes_of[name] = bytes8;
+                };
+                for (const int32_t tok : {8, 16, 32, 64}) {
+                    if (tok > 8 && tok / 2 >= m) continue;  // no CTA would have more than half its rows
+                    for (const int32_t st : {4, 8})
+                        add("fp8_t" + std::to_string(tok) + "_st" + std::to_string(st),
+                            {.stages = st, .tokens_per_cta = tok});
+                }
+                for (const int32_t sp : {1, 2, 4, 8})
+                    if (sp <= kb) add("fp8_s" + std::to_string(sp), {.splits = sp});
+            }
             if (zmoe::kernels::skinny_gemm_bf16_supported(m, n, k)) {
                 variants.emplace_back("bf16_skinny", [&](int l) {
                     zmoe::kernels::launch_skinny_gemm_bf16({.x = x16, .w = w16[l], .y = c, .m = m, .n = n, .k = k},

@@ -5,7 +5,10 @@
 // narrower copies); and the activation quantization fused into its producers (launch_rms_norm_fp8,
 // launch_silu_mul_fp8) bit for bit against quantize_fp8_activation_row.
 
+#include "kernels/gemm_fp8.hpp"
+
 #include <cstring>
+#include <optional>
 
 #include "kernels/silu_f32.hpp"
 #include "tests/kernels/test_util.hpp"
@@ -55,99 +58,143 @@ struct gemm_fp8_case {
     int32_t m, n, k;
 };
 
+/// One product: random weights and activations in the format (by the CPU codec), on the device, and the CPU
+/// reference with each output's sum of |products|.
+class fp8_problem {
+  public:
+    fp8_problem(int32_t m, int32_t n, int32_t k) : m_(m), n_(n), k_(k) {
+        const int32_t kbk = int32_t(fp8_blocks(k)), nbn = int32_t(fp8_blocks(n));
+        std::mt19937 rng(m * 31 + n * 7 + k);
+        // Weights: the checkpoint format, by the CPU codec.
+        const std::vector<float> w = blocky_weight(n, k, 1.f / std::sqrt(float(k)), rng);
+        std::vector<uint8_t> wq(size_t(n) * k);
+        std::vector<float> ws(size_t(nbn) * kbk);
+        quantize_fp8_blocks(w.data(), n, k, k, wq.data(), ws.data());
+        // Activations quantized by the CPU (launch_fp8_quantize's bits, tested in moe_fp8_test), scales laid out
+        // [kb][ld] with a leading dimension past fp8_scale_ld(m) (the kernel must use it, not m).
+        const std::vector<float> x = grouped_activations(m, k, rng);
+        ld_ = fp8_scale_ld(m) + 4;
+        std::vector<float> aq(size_t(m) * k), as_row(size_t(m) * kbk), as(size_t(kbk) * ld_, 0.f);
+        std::vector<uint8_t> a_codes(size_t(m) * k);
+        for (int32_t r = 0; r < m; ++r) {
+            quantize_fp8_activation_row(x.data() + size_t(r) * k, k, aq.data() + size_t(r) * k,
+                                        as_row.data() + size_t(r) * kbk);
+            for (int32_t kb = 0; kb < kbk; ++kb) as[size_t(kb) * ld_ + r] = as_row[size_t(r) * kbk + kb];
+            for (int32_t i = 0; i < k; ++i) a_codes[size_t(r) * k + i] = f32_to_e4m3(aq[size_t(r) * k + i]);
+        }
+        d_a_.emplace(upload(a_codes));
+        d_as_.emplace(upload(as));
+        d_w_.emplace(upload(wq));
+        d_ws_.emplace(upload(ws));
+        d_c_.emplace(size_t(m) * n);
+
+        // The reference (linear_rows_fp8): per 128-wide K block an fp32 dot of the e4m3 values, added in fp32 scaled
+        // by a_scale x w_scale; beside it the same sum of |products| (what the accumulation errors scale with).
+        const float* table = e4m3_table();
+        std::vector<float> wv(size_t(n) * k);
+        for (size_t i = 0; i < wv.size(); ++i) wv[i] = table[wq[i]];
+        ref_.resize(size_t(m) * n);
+        mag_.resize(size_t(m) * n);
+        for (int32_t r = 0; r < m; ++r)
+            for (int32_t j = 0; j < n; ++j) {
+                const float* ar = aq.data() + size_t(r) * k;
+                const float* wr = wv.data() + size_t(j) * k;
+                float acc = 0.f;
+                double mag = 0;
+                for (int32_t kb = 0; kb < kbk; ++kb) {
+                    float d = 0.f, dm = 0.f;
+                    for (int32_t i = kb * 128; i < std::min(k, kb * 128 + 128); ++i) {
+                        d += ar[i] * wr[i];
+                        dm += std::fabs(ar[i] * wr[i]);
+                    }
+                    const float sc = as_row[size_t(r) * kbk + kb] * ws[size_t(j / 128) * kbk + kb];
+                    acc += d * sc;
+                    mag += double(dm) * sc;
+                }
+                ref_[size_t(r) * n + j] = acc;
+                mag_[size_t(r) * n + j] = mag;
+            }
+    }
+
+    /// The parameters over the device buffers, c poisoned (NaN: an unwritten element fails).
+    gemm_fp8_params params() {
+        d_c_->poison();
+        return {.a = d_a_->get(),
+                .a_scales = d_as_->get(),
+                .a_scale_ld = ld_,
+                .w = d_w_->get(),
+                .w_scales = d_ws_->get(),
+                .c = d_c_->get(),
+                .m = m_,
+                .n = n_,
+                .k = k_};
+    }
+
+    /// c against the reference. Where the GPU differs, and the tolerance that justifies:
+    /// (1) BF16 rounding of c: the same on both sides unless (2) moves the fp32 sum across a rounding boundary,
+    ///     then one BF16 step, at most 2^-8 |c|;
+    /// (2) the tensor cores' accumulation inside a block (products exact; the FP8 units' sum keeps fewer bits than
+    ///     fp32, about 13-14 on Hopper per DeepSeek-V3's report), the order of the sums (k32 steps, split-K ranks)
+    ///     and fma in the promotion: at most 2^-12 of the sum of |products| (2^-13 relative rounding per addition
+    ///     step for the handful of steps the hardware's tree has, with a factor 2 of margin).
+    /// So |c - ref| <= 2^-8 |ref| + 2^-12 sum|products| per element, and the relative RMS error over the whole
+    /// product below 4e-3 (BF16's 2^-9 average plus the accumulation's). A wrong scale, block, row, column or token
+    /// gives errors of O(|ref|), beyond both.
+    void check() {
+        sync_and_check();
+        const std::vector<float> c = download_bf16(*d_c_);
+        double err_sq = 0, ref_sq = 0;
+        int64_t bad = 0;
+        for (size_t i = 0; i < c.size(); ++i) {
+            const double err = std::fabs(double(c[i]) - ref_[i]);
+            err_sq += err * err;
+            ref_sq += double(ref_[i]) * ref_[i];
+            if (!(err <= std::ldexp(std::fabs(ref_[i]), -8) + std::ldexp(mag_[i], -12)) && ++bad <= 5)
+                ADD_FAILURE() << "c[" << i / n_ << ", " << i % n_ << "] = " << c[i] << ", reference " << ref_[i]
+                              << " (sum |products| " << mag_[i] << ")";
+        }
+        EXPECT_EQ(bad, 0);
+        const double rms = std::sqrt(err_sq / std::max(ref_sq, 1e-30));
+        EXPECT_LT(rms, 4e-3);
+    }
+
+  private:
+    int32_t m_, n_, k_, ld_ = 0;
+    std::optional<device_buffer<uint8_t>> d_a_, d_w_;
+    std::optional<device_buffer<float>> d_as_, d_ws_;
+    std::optional<device_buffer<bf16>> d_c_;
+    std::vector<float> ref_;
+    std::vector<double> mag_;
+};
+
 class GemmFp8 : public ::testing::TestWithParam<gemm_fp8_case> {};
 
 TEST_P(GemmFp8, MatchesCpuReference) {
     if (!device_has_fp8_mma()) GTEST_SKIP() << "FP8 mma needs compute capability 8.9 or later";
     const auto [m, n, k] = GetParam();
-    const int32_t kbk = int32_t(fp8_blocks(k)), nbn = int32_t(fp8_blocks(n));
-    std::mt19937 rng(m * 31 + n * 7 + k);
-
-    // Weights: the checkpoint format, by the CPU codec.
-    const std::vector<float> w = blocky_weight(n, k, 1.f / std::sqrt(float(k)), rng);
-    std::vector<uint8_t> wq(size_t(n) * k);
-    std::vector<float> ws(size_t(nbn) * kbk);
-    quantize_fp8_blocks(w.data(), n, k, k, wq.data(), ws.data());
-    // Activations quantized by the CPU (launch_fp8_quantize's bits, tested in moe_fp8_test), scales laid out
-    // [kb][ld] with a leading dimension past fp8_scale_ld(m) (the kernel must use it, not m).
-    const std::vector<float> x = grouped_activations(m, k, rng);
-    const int32_t ld = fp8_scale_ld(m) + 4;
-    std::vector<float> aq(size_t(m) * k), as_row(size_t(m) * kbk), as(size_t(kbk) * ld, 0.f);
-    std::vector<uint8_t> a_codes(size_t(m) * k);
-    for (int32_t r = 0; r < m; ++r) {
-        quantize_fp8_activation_row(x.data() + size_t(r) * k, k, aq.data() + size_t(r) * k,
-                                    as_row.data() + size_t(r) * kbk);
-        for (int32_t kb = 0; kb < kbk; ++kb) as[size_t(kb) * ld + r] = as_row[size_t(r) * kbk + kb];
-        for (int32_t i = 0; i < k; ++i) a_codes[size_t(r) * k + i] = f32_to_e4m3(aq[size_t(r) * k + i]);
-    }
-
-    auto d_a = upload(a_codes);
-    auto d_as = upload(as);
-    auto d_w = upload(wq);
-    auto d_ws = upload(ws);
-    device_buffer<bf16> d_c(size_t(m) * n);
-    d_c.poison();  // NaN: an unwritten element fails
-    const gemm_fp8_params p{.a = d_a.get(),
-                            .a_scales = d_as.get(),
-                            .a_scale_ld = ld,
-                            .w = d_w.get(),
-                            .w_scales = d_ws.get(),
-                            .c = d_c.get(),
-                            .m = m,
-                            .n = n,
-                            .k = k};
+    fp8_problem problem(m, n, k);
+    const gemm_fp8_params p = problem.params();
     ASSERT_TRUE(gemm_fp8_supported(p));
     launch_gemm_fp8(p, nullptr);
-    sync_and_check();
-    const std::vector<float> c = download_bf16(d_c);
+    problem.check();
+}
 
-    // The reference (linear_rows_fp8): per 128-wide K block an fp32 dot of the e4m3 values, added in fp32 scaled by
-    // a_scale x w_scale; beside it the same sum of |products| (the magnitude the accumulation errors scale with).
-    // Where the GPU differs, and the tolerance that justifies:
-    // (1) BF16 rounding of c: the same on both sides unless (2) moves the fp32 sum across a rounding boundary, then
-    //     one BF16 step, at most 2^-8 |c|;
-    // (2) the FP8 tensor cores' accumulation inside a block (products exact; the sum keeps fewer bits than fp32,
-    //     about 13-14 on Hopper per DeepSeek-V3's report), the order of the sums (k32 steps, split-K ranks) and fma
-    //     in the promotion: at most 2^-12 of the sum of |products| (bounds 2^-13 relative rounding per addition
-    //     step for the handful of steps the hardware's tree has, with a factor 2 of margin).
-    // So |c - ref| <= 2^-8 |ref| + 2^-12 sum|products| per element, and the relative RMS error over the whole product
-    // below 4e-3 (BF16's 2^-9 average plus the accumulation's). A wrong scale, block, row, column or token gives
-    // errors of O(|ref|), beyond both.
-    const float* table = e4m3_table();
-    std::vector<float> wv(size_t(n) * k);
-    for (size_t i = 0; i < wv.size(); ++i) wv[i] = table[wq[i]];
-    double err_sq = 0, ref_sq = 0;
-    int64_t bad = 0;
-    for (int32_t r = 0; r < m; ++r)
-        for (int32_t j = 0; j < n; ++j) {
-            const float* ar = aq.data() + size_t(r) * k;
-            const float* wr = wv.data() + size_t(j) * k;
-            float acc = 0.f;
-            double mag = 0;
-            for (int32_t kb = 0; kb < kbk; ++kb) {
-                float d = 0.f, dm = 0.f;
-                for (int32_t i = kb * 128; i < std::min(k, kb * 128 + 128); ++i) {
-                    d += ar[i] * wr[i];
-                    dm += std::fabs(ar[i] * wr[i]);
+// The skinny kernel's every launch configuration (rows per CTA, ring depth, cluster split) on one ragged shape, at
+// row counts that fill the CTAs partly and need several token slices.
+TEST(GemmFp8, SkinnyConfigurationsMatchCpuReference) {
+    if (!device_has_fp8_mma()) GTEST_SKIP() << "FP8 mma needs compute capability 8.9 or later";
+    for (const int32_t m : {5, 20, 64, 100}) {
+        fp8_problem problem(m, 136, 1040);
+        for (const int32_t tokens : {8, 16, 32, 64})
+            for (const int32_t stages : {4, 6, 8})
+                for (const int32_t splits : {1, 3, 8}) {
+                    SCOPED_TRACE(make_name("m ", m, " tokens ", tokens, " stages ", stages, " splits ", splits));
+                    detail::launch_gemm_fp8_skinny(
+                        problem.params(), {.splits = splits, .stages = stages, .tokens_per_cta = tokens}, nullptr);
+                    problem.check();
+                    if (HasFailure()) return;
                 }
-                const float s = as_row[size_t(r) * kbk + kb] * ws[size_t(j / 128) * kbk + kb];
-                acc += d * s;
-                mag += double(dm) * s;
-            }
-            const float got = c[size_t(r) * n + j];
-            const double err = std::fabs(double(got) - acc);
-            err_sq += err * err;
-            ref_sq += double(acc) * acc;
-            if (!(err <= std::ldexp(std::fabs(acc), -8) + std::ldexp(mag, -12))) {
-                if (++bad <= 5)
-                    ADD_FAILURE() << "c[" << r << ", " << j << "] = " << got << ", reference " << acc
-                                  << " (sum |products| " << mag << ")";
-            }
-        }
-    EXPECT_EQ(bad, 0);
-    const double rms = std::sqrt(err_sq / std::max(ref_sq, 1e-30));
-    EXPECT_LT(rms, 4e-3);
-    RecordProperty("relative_rms_error", std::to_string(rms));
+    }
 }
 
 std::vector<gemm_fp8_case> gemm_cases() {
