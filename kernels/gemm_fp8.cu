@@ -74,11 +74,45 @@ __device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], const uint32_t (&a
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/// d += a . b with two 16 x 16 f16 A fragments' worth of B: mma.sync m16n8k16 f16 in, fp32 accumulate.
+__device__ __forceinline__ void mma_f16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                              uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/// Four e4m3 (one 32-bit fragment register) to f16 (exact): bytes 0, 1 into lo, bytes 2, 3 into hi.
+__device__ __forceinline__ void e4m3x4_to_f16(uint32_t v, uint32_t& lo, uint32_t& hi) {
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(lo) : "h"(uint16_t(v & 0xffffu)));
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(hi) : "h"(uint16_t(v >> 16)));
+}
+
+/// One k32 step of the block for one 8-token tile: d += a . b over 32 e4m3 of k. kF16: the e4m3 values converted to
+/// f16 (exact) and multiplied by two m16n8k16 f16 MMAs, reading each fragment register's four bytes as k slots
+/// {2t, 2t + 1} (bytes 0, 1) and {2t + 8, 2t + 9} (bytes 2, 3) of a 16-wide step: a permutation of k applied to A and
+/// B alike, so the dot is the same. alo / ahi: a's registers already converted.
+template <bool kF16>
+__device__ __forceinline__ void mma_step(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&alo)[4],
+                                         const uint32_t (&ahi)[4], uint32_t b0, uint32_t b1) {
+    if constexpr (kF16) {
+        uint32_t blo0, bhi0, blo1, bhi1;
+        e4m3x4_to_f16(b0, blo0, bhi0);
+        e4m3x4_to_f16(b1, blo1, bhi1);
+        mma_f16_16816(d, alo[0], alo[1], ahi[0], ahi[1], blo0, bhi0);  // bytes 0..15 of the 32
+        mma_f16_16816(d, alo[2], alo[3], ahi[2], ahi[3], blo1, bhi1);  // bytes 16..31
+    } else {
+        mma_e4m3_16832(d, a, b0, b1);
+    }
+}
+
 /// NT tiles of 8 tokens (up to 8 NT tokens per CTA), copies of kChunk bytes (16, 4 or 1), a ring of kStages. Grid:
 /// (splits, token slices of 8 NT, ceil(n / 64)), clusters of (splits, 1, 1). Shared memory: kStages stages of [64
 /// rows][128 B] of w, [8 NT tokens][128 B] of a, [8 NT] fp32 activation scales; reused at the end for the fp32 partial
 /// tile [8 NT tokens][kPartialStride].
-template <int NT, int kChunk, int kStages>
+template <int NT, int kChunk, int kStages, bool kF16>
 __global__ void __launch_bounds__(kThreads) gemm_fp8_skinny_kernel(const gemm_fp8_params p) {
     constexpr int kTokens = NT * 8;
     constexpr uint32_t kWBytes = kTileRows * 128, kABytes = kTokens * 128;
@@ -162,20 +196,24 @@ __global__ void __launch_bounds__(kThreads) gemm_fp8_skinny_kernel(const gemm_fp
             for (int e = 0; e < 4; ++e) part[j][e] = 0.f;
 #pragma unroll
         for (int step = 0; step < kBlockK / 32; ++step) {
-            uint32_t a[4];
+            uint32_t a[4], alo[4] = {}, ahi[4] = {};
             detail::ldmatrix_x4(w_base + swizzle(warp * 16 + lane % 16, 2 * step + lane / 16), a);
+            if constexpr (kF16) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) e4m3x4_to_f16(a[i], alo[i], ahi[i]);
+            }
             if constexpr (NT == 1) {
                 uint32_t b[2];
                 detail::ldmatrix_x2(a_base + swizzle(lane % 8, 2 * step + (lane / 8) % 2), b);
-                mma_e4m3_16832(part[0], a, b[0], b[1]);
+                mma_step<kF16>(part[0], a, alo, ahi, b[0], b[1]);
             } else {
 #pragma unroll
                 for (int j = 0; j < NT; j += 2) {
                     uint32_t b[4];
                     const int q = lane / 8;
                     detail::ldmatrix_x4(a_base + swizzle((j + q / 2) * 8 + lane % 8, 2 * step + q % 2), b);
-                    mma_e4m3_16832(part[j], a, b[0], b[1]);
-                    mma_e4m3_16832(part[j + 1], a, b[2], b[3]);
+                    mma_step<kF16>(part[j], a, alo, ahi, b[0], b[1]);
+                    mma_step<kF16>(part[j + 1], a, alo, ahi, b[2], b[3]);
                 }
             }
         }
@@ -252,12 +290,12 @@ const device_props& props() {
     return d;
 }
 
-template <int NT, int kChunk, int kStages>
+template <int NT, int kChunk, int kStages, bool kF16>
 void launch_skinny_as(const gemm_fp8_params& p, int32_t token_slices, int splits, cudaStream_t stream) {
     constexpr size_t stage_bytes = size_t(kTileRows + NT * 8) * 128 + NT * 8 * 4;
     constexpr size_t smem = std::max(kStages * stage_bytes, size_t(NT * 8) * kPartialStride * sizeof(float));
     static_assert(smem <= 227u << 10, "shared memory");
-    auto kernel = gemm_fp8_skinny_kernel<NT, kChunk, kStages>;
+    auto kernel = gemm_fp8_skinny_kernel<NT, kChunk, kStages, kF16>;
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     const int64_t tiles = (int64_t(p.n) + kTileRows - 1) / kTileRows;
     ZMOE_KERNEL_REQUIRE(tiles <= 65535 && token_slices <= 65535, "gemm_fp8: n or m too large for the grid");
@@ -281,17 +319,25 @@ void launch_skinny_as(const gemm_fp8_params& p, int32_t token_slices, int splits
     ZMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
 }
 
-template <int kChunk, int kStages>
-void launch_skinny_stages(const gemm_fp8_params& p, int tokens_per_cta, int splits, cudaStream_t stream) {
+template <int kChunk, int kStages, bool kF16>
+void launch_skinny_tokens(const gemm_fp8_params& p, int tokens_per_cta, int splits, cudaStream_t stream) {
     const int32_t slices = (p.m + tokens_per_cta - 1) / tokens_per_cta;
     if (tokens_per_cta == 8)
-        launch_skinny_as<1, kChunk, kStages>(p, slices, splits, stream);
+        launch_skinny_as<1, kChunk, kStages, kF16>(p, slices, splits, stream);
     else if (tokens_per_cta == 16)
-        launch_skinny_as<2, kChunk, kStages>(p, slices, splits, stream);
+        launch_skinny_as<2, kChunk, kStages, kF16>(p, slices, splits, stream);
     else if (tokens_per_cta == 32)
-        launch_skinny_as<4, kChunk, kStages>(p, slices, splits, stream);
+        launch_skinny_as<4, kChunk, kStages, kF16>(p, slices, splits, stream);
     else
-        launch_skinny_as<8, kChunk, kStages>(p, slices, splits, stream);
+        launch_skinny_as<8, kChunk, kStages, kF16>(p, slices, splits, stream);
+}
+
+template <int kChunk, int kStages>
+void launch_skinny_stages(const gemm_fp8_params& p, int tokens_per_cta, int splits, bool f16, cudaStream_t stream) {
+    if (f16)
+        launch_skinny_tokens<kChunk, kStages, true>(p, tokens_per_cta, splits, stream);
+    else
+        launch_skinny_tokens<kChunk, kStages, false>(p, tokens_per_cta, splits, stream);
 }
 
 bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
@@ -306,18 +352,20 @@ void launch_skinny(const gemm_fp8_params& p, const detail::gemm_fp8_skinny_confi
     const int tokens = config.tokens_per_cta > 0 ? config.tokens_per_cta : auto_config.tokens_per_cta;
     ZMOE_KERNEL_REQUIRE(tokens == 8 || tokens == 16 || tokens == 32 || tokens == 64,
                         "gemm_fp8: tokens_per_cta must be 8, 16, 32 or 64");
+    const bool f16 =
+        (config.mma != detail::gemm_fp8_mma::automatic ? config.mma : auto_config.mma) == detail::gemm_fp8_mma::f16;
     // The widest copy every row start allows (rows are k bytes apart).
     if (p.k % 16 == 0 && aligned(p.a, 16) && aligned(p.w, 16)) {
         if (stages >= 8)
-            launch_skinny_stages<16, 8>(p, tokens, splits, stream);
+            launch_skinny_stages<16, 8>(p, tokens, splits, f16, stream);
         else if (stages >= 6)
-            launch_skinny_stages<16, 6>(p, tokens, splits, stream);
+            launch_skinny_stages<16, 6>(p, tokens, splits, f16, stream);
         else
-            launch_skinny_stages<16, 4>(p, tokens, splits, stream);
+            launch_skinny_stages<16, 4>(p, tokens, splits, f16, stream);
     } else if (p.k % 4 == 0 && aligned(p.a, 4) && aligned(p.w, 4)) {
-        launch_skinny_stages<4, 4>(p, tokens, splits, stream);
+        launch_skinny_stages<4, 4>(p, tokens, splits, f16, stream);
     } else {
-        launch_skinny_stages<1, 4>(p, tokens, splits, stream);
+        launch_skinny_stages<1, 4>(p, tokens, splits, f16, stream);
     }
 }
 
@@ -415,7 +463,7 @@ gemm_fp8_skinny_config gemm_fp8_skinny_choice(const gemm_fp8_params& p) {
         std::clamp<int64_t>(3 * sms / std::max<int64_t>(1, tiles * slices), 1, std::min(kGemmFp8MaxSplits, kblocks)));
     // Where the grid leaves an SM with one CTA or none, a deeper ring keeps more bytes in flight per SM.
     const int stages = tiles * slices * splits <= sms ? 8 : 4;
-    return {.splits = splits, .stages = stages, .tokens_per_cta = tokens};
+    return {.splits = splits, .stages = stages, .tokens_per_cta = tokens, .mma = gemm_fp8_mma::e4m3};
 }
 
 void launch_gemm_fp8_skinny(const gemm_fp8_params& p, const gemm_fp8_skinny_config& config, cudaStream_t stream) {

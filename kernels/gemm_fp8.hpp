@@ -11,10 +11,15 @@ namespace zmoe::kernels::detail {
 /// CTAs of a cluster that split k at most (the portable cluster size).
 constexpr int kGemmFp8MaxSplits = 8;
 
+/// The skinny kernel's tensor-core instruction: e4m3 MMA (m16n8k32), or the e4m3 values converted to f16 (exact)
+/// for f16 MMAs (m16n8k16, twice as many).
+enum class gemm_fp8_mma : int32_t { automatic = 0, e4m3 = 1, f16 = 2 };
+
 struct gemm_fp8_skinny_config {
     int32_t splits = 0;  ///< CTAs splitting k over a cluster, 1..kGemmFp8MaxSplits (clamped to the K blocks); 0: auto
     int32_t stages = 0;  ///< cp.async ring depth: 4, 6 or 8 (16-byte copies; narrower copies always 4); 0: auto
     int32_t tokens_per_cta = 0;  ///< rows of a per CTA (8, 16, 32 or 64; more rows: slices of the grid); 0: auto
+    gemm_fp8_mma mma = gemm_fp8_mma::automatic;
 };
 
 /// launch_gemm_fp8's choice for the skinny kernel: m rounded up to 8, 16, 32 or 64 rows per CTA (64-row slices

@@ -2,7 +2,8 @@
 // beside the BF16 GEMMs the engine runs today and cuBLASLt's own block-scaled FP8 where it serves on this device.
 //
 // Variants per (shape, m): fp8 (launch_gemm_fp8: the skinny kernel up to 64 rows, the grouped FP8 GEMM above; with
-// --sweep also fp8_tN_stT (the skinny kernel with N rows of a per CTA and a T-stage ring) and fp8_sS (S CTAs per
+// --sweep also fp8_tN_stT[_h] (the skinny kernel with N rows of a per CTA, a T-stage ring, _h: f16 MMAs on the
+// e4m3 values converted) and fp8_sS (S CTAs per
 // cluster), the others automatic; past 64 rows fp8_skinny,
 // the skinny kernel over 64-row slices, where the grouped kernel's tiles are few);
 // bf16 (launch_gemm_bf16, cuBLASLt); bf16_skinny (launch_skinny_gemm_bf16, the engine's BF16 path up to 64 rows);
@@ -433,8 +434,12 @@ int main(int argc, char** argv) {
                 for (const int32_t tok : {8, 16, 32, 64}) {
                     if (tok > 8 && tok / 2 >= m) continue;  // no CTA would have more than half its rows
                     for (const int32_t st : {4, 8})
-                        add("fp8_t" + std::to_string(tok) + "_st" + std::to_string(st),
-                            {.stages = st, .tokens_per_cta = tok});
+                        for (const bool f16 : {false, true})
+                            add("fp8_t" + std::to_string(tok) + "_st" + std::to_string(st) + (f16 ? "_h" : ""),
+                                {.stages = st,
+                                 .tokens_per_cta = tok,
+                                 .mma = f16 ? zmoe::kernels::detail::gemm_fp8_mma::f16
+                                            : zmoe::kernels::detail::gemm_fp8_mma::e4m3});
                 }
                 for (const int32_t sp : {1, 2, 4, 8})
                     if (sp <= kb) add("fp8_s" + std::to_string(sp), {.splits = sp});

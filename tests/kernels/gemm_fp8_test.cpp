@@ -179,21 +179,25 @@ TEST_P(GemmFp8, MatchesCpuReference) {
     problem.check();
 }
 
-// The skinny kernel's every launch configuration (rows per CTA, ring depth, cluster split) on one ragged shape, at
+// The skinny kernel's every launch configuration (MMA kind, rows per CTA, ring depth, cluster split) on one ragged
+// shape, at
 // row counts that fill the CTAs partly and need several token slices.
 TEST(GemmFp8, SkinnyConfigurationsMatchCpuReference) {
     if (!device_has_fp8_mma()) GTEST_SKIP() << "FP8 mma needs compute capability 8.9 or later";
     for (const int32_t m : {5, 20, 64, 100}) {
         fp8_problem problem(m, 136, 1040);
-        for (const int32_t tokens : {8, 16, 32, 64})
-            for (const int32_t stages : {4, 6, 8})
-                for (const int32_t splits : {1, 3, 8}) {
-                    SCOPED_TRACE(make_name("m ", m, " tokens ", tokens, " stages ", stages, " splits ", splits));
-                    detail::launch_gemm_fp8_skinny(
-                        problem.params(), {.splits = splits, .stages = stages, .tokens_per_cta = tokens}, nullptr);
-                    problem.check();
-                    if (HasFailure()) return;
-                }
+        for (const auto mma : {detail::gemm_fp8_mma::e4m3, detail::gemm_fp8_mma::f16})
+            for (const int32_t tokens : {8, 16, 32, 64})
+                for (const int32_t stages : {4, 6, 8})
+                    for (const int32_t splits : {1, 3, 8}) {
+                        SCOPED_TRACE(make_name("m ", m, " mma ", int(mma), " tokens ", tokens, " stages ", stages,
+                                               " splits ", splits));
+                        detail::launch_gemm_fp8_skinny(
+                            problem.params(),
+                            {.splits = splits, .stages = stages, .tokens_per_cta = tokens, .mma = mma}, nullptr);
+                        problem.check();
+                        if (HasFailure()) return;
+                    }
     }
 }
 
