@@ -4,7 +4,7 @@
 // Variants per (shape, m): fp8 (launch_gemm_fp8: the skinny kernel up to 64 rows, the grouped FP8 GEMM above; with
 // --sweep also fp8_tN_stT[_h] (the skinny kernel with N rows of a per CTA, a T-stage ring, _h: f16 MMAs on the
 // e4m3 values converted) and fp8_sS (S CTAs per
-// cluster), the others automatic; past 64 rows fp8_skinny,
+// cluster), the others automatic; past 64 rows fp8_skinny[_h],
 // the skinny kernel over 64-row slices, where the grouped kernel's tiles are few);
 // bf16 (launch_gemm_bf16, cuBLASLt); bf16_skinny (launch_skinny_gemm_bf16, the engine's BF16 path up to 64 rows);
 // cublas_fp8 (cuBLASLt e4m3 with CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F on the weights and VEC128_32F on the
@@ -419,10 +419,16 @@ int main(int argc, char** argv) {
                             choice.stages);
             }
             if (m > zmoe::kernels::kGemmFp8SkinnyMaxRows) {  // the skinny kernel over 64-row slices, for the crossover
-                variants.emplace_back("fp8_skinny", [&](int l) {
-                    zmoe::kernels::detail::launch_gemm_fp8_skinny(fp8_params(l), {}, stream);
-                });
-                bytes_of["fp8_skinny"] = bytes8;
+                for (const bool f16 : {false, true}) {
+                    const std::string name = f16 ? "fp8_skinny_h" : "fp8_skinny";
+                    const zmoe::kernels::detail::gemm_fp8_skinny_config cfg{
+                        .mma =
+                            f16 ? zmoe::kernels::detail::gemm_fp8_mma::f16 : zmoe::kernels::detail::gemm_fp8_mma::e4m3};
+                    variants.emplace_back(name, [&, cfg](int l) {
+                        zmoe::kernels::detail::launch_gemm_fp8_skinny(fp8_params(l), cfg, stream);
+                    });
+                    bytes_of[name] = bytes8;
+                }
             }
             if (sweep && m <= zmoe::kernels::kGemmFp8SkinnyMaxRows) {
                 auto add = [&](const std::string& name, zmoe::kernels::detail::gemm_fp8_skinny_config cfg) {
