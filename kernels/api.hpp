@@ -1068,9 +1068,9 @@ bool gemm_fp8_supported(const gemm_fp8_params& p);
 /// each block's dot on the tensor cores (fp32 accumulation of the exact e4m3 products), promoted into the fp32 sum
 /// once per block. m <= kGemmFp8SkinnyMaxRows (decode steps): a skinny kernel streaming the weight rows (k split
 /// over a thread-block cluster when n is small); larger m: the grouped FP8 GEMM (launch_grouped_gemm_fp8, one group)
-/// where its constraints hold (n, k multiples of 16, 16-byte aligned operands, compute capability 9.x), else the
-/// skinny kernel over 64-row slices of a. m, n or k == 0: c is left as is (k == 0: zero-filled). Aborts unless
-/// gemm_fp8_supported(p).
+/// where its constraints hold (n, k multiples of 16, 16-byte aligned operands, compute capability 9.x) and its tiles
+/// are 16 or more, else the skinny kernel over 64-row slices of a. m, n or k == 0: c is left as is (k == 0:
+/// zero-filled). Aborts unless gemm_fp8_supported(p).
 void launch_gemm_fp8(const gemm_fp8_params& p, cudaStream_t stream);
 
 /// Rows of a the skinny FP8 kernel takes in one pass (launch_gemm_fp8's small-M path).

@@ -412,7 +412,14 @@ bool grouped_applies(const gemm_fp8_params& p) {
     if (p.m <= kGemmFp8SkinnyMaxRows || p.k == 0 || props().major != 9) return false;
     grouped_gemm_fp8_params g = grouped_params(p, 0, std::min(p.m, 4 * kOffsetPairs));
     g.expert_offsets = nullptr;  // the table's address is not needed to decide
-    return grouped_gemm_fp8_supported(g) && reinterpret_cast<uintptr_t>(p.w_scales) % 4 == 0;
+    if (!grouped_gemm_fp8_supported(g) || reinterpret_cast<uintptr_t>(p.w_scales) % 4 != 0) return false;
+    // Its tiles (64 x 256, or 128 x 128 from 191 rows: launch_grouped_gemm_fp8's choice with one group): fewer than
+    // 16 leave most SMs idle, and the skinny kernel over 64-row slices was faster there (DeepSeek-V3's kv_a at 128
+    // and 256 rows: 14 and 19 us against 26 and 27).
+    const bool tall = p.m >= 191;
+    const int64_t tiles = ((int64_t(p.m) + (tall ? 127 : 63)) / (tall ? 128 : 64)) *
+                          ((int64_t(p.n) + (tall ? 127 : 255)) / (tall ? 128 : 256));
+    return tiles >= 16;
 }
 
 }  // namespace
@@ -453,17 +460,22 @@ void launch_gemm_fp8(const gemm_fp8_params& p, cudaStream_t stream) {
 namespace detail {
 
 gemm_fp8_skinny_config gemm_fp8_skinny_choice(const gemm_fp8_params& p) {
+    // Each choice is where gemm_fp8_bench --sweep measured fastest over the Qwen3-30B-A3B and DeepSeek-V3 shapes
+    // (H100, docs/kernels.md).
     const int tokens = p.m <= 8 ? 8 : p.m <= 16 ? 16 : p.m <= 32 ? 32 : 64;
     const int64_t tiles = (int64_t(p.n) + kTileRows - 1) / kTileRows;
     const int64_t slices = (int64_t(p.m) + tokens - 1) / tokens;
     const int kblocks = std::max(1, (p.k + kBlockK - 1) / kBlockK);
     const int sms = props().sms;
-    // About three CTAs per SM: split k over a cluster when the tiles alone leave SMs idle.
+    // About four CTAs per SM: k split over a cluster when the tiles alone leave SMs idle.
     const int splits = int(
-        std::clamp<int64_t>(3 * sms / std::max<int64_t>(1, tiles * slices), 1, std::min(kGemmFp8MaxSplits, kblocks)));
-    // Where the grid leaves an SM with one CTA or none, a deeper ring keeps more bytes in flight per SM.
-    const int stages = tiles * slices * splits <= sms ? 8 : 4;
-    return {.splits = splits, .stages = stages, .tokens_per_cta = tokens, .mma = gemm_fp8_mma::e4m3};
+        std::clamp<int64_t>(4 * sms / std::max<int64_t>(1, tiles * slices), 1, std::min(kGemmFp8MaxSplits, kblocks)));
+    // A deeper ring pays at 8 rows per CTA where the grid gives every SM two CTAs or more; elsewhere 4.
+    const int stages = tokens == 8 && tiles * slices * splits >= 2 * sms ? 8 : 4;
+    // e4m3 MMAs at 8 and 32 rows per CTA; at 16 and 64 the f16 MMAs on the converted values were faster (64: by
+    // 1.3-1.5x; the e4m3 mma.sync issues slower than the f16 one on Hopper).
+    const gemm_fp8_mma mma = tokens == 16 || tokens == 64 ? gemm_fp8_mma::f16 : gemm_fp8_mma::e4m3;
+    return {.splits = splits, .stages = stages, .tokens_per_cta = tokens, .mma = mma};
 }
 
 void launch_gemm_fp8_skinny(const gemm_fp8_params& p, const gemm_fp8_skinny_config& config, cudaStream_t stream) {
