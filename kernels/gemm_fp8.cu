@@ -467,9 +467,10 @@ gemm_fp8_skinny_config gemm_fp8_skinny_choice(const gemm_fp8_params& p) {
     const int64_t slices = (int64_t(p.m) + tokens - 1) / tokens;
     const int kblocks = std::max(1, (p.k + kBlockK - 1) / kBlockK);
     const int sms = props().sms;
-    // About four CTAs per SM: k split over a cluster when the tiles alone leave SMs idle.
+    // About three CTAs per SM: k split over a cluster when the tiles alone leave SMs idle (four measured slower at 1
+    // and 64 rows on most shapes).
     const int splits = int(
-        std::clamp<int64_t>(4 * sms / std::max<int64_t>(1, tiles * slices), 1, std::min(kGemmFp8MaxSplits, kblocks)));
+        std::clamp<int64_t>(3 * sms / std::max<int64_t>(1, tiles * slices), 1, std::min(kGemmFp8MaxSplits, kblocks)));
     // A deeper ring pays at 8 rows per CTA where the grid gives every SM two CTAs or more; elsewhere 4.
     const int stages = tokens == 8 && tiles * slices * splits >= 2 * sms ? 8 : 4;
     // e4m3 MMAs at 8 and 32 rows per CTA; at 16 and 64 the f16 MMAs on the converted values were faster (64: by

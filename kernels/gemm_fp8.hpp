@@ -23,7 +23,7 @@ struct gemm_fp8_skinny_config {
 };
 
 /// launch_gemm_fp8's choice for the skinny kernel (measured on H100 by gemm_fp8_bench --sweep): m rounded up to 8,
-/// 16, 32 or 64 rows per CTA (64-row slices beyond), about four CTAs per SM (k split when the CTAs are fewer), a
+/// 16, 32 or 64 rows per CTA (64-row slices beyond), about three CTAs per SM (k split when the CTAs are fewer), a
 /// ring of 8 stages at 8 rows per CTA with two CTAs per SM or more, else 4; f16 MMAs at 16 and 64 rows per CTA.
 gemm_fp8_skinny_config gemm_fp8_skinny_choice(const gemm_fp8_params& p);
 
