@@ -1125,4 +1125,70 @@ struct router_grouped_params {
 /// topk_group == 1 the softmax kind is the plain softmax top-k.
 void launch_router_grouped(const router_grouped_params& p, cudaStream_t stream);
 
+// ---------------------------------------------------------------------------------------------------------
+// Block-scaled FP8 (e4m3) dense projections, and activation quantization fused into the kernels producing the
+// activations (docs/fp8.md for the format; docs/kernels.md, FP8 dense projections)
+
+struct gemm_fp8_params {
+    const uint8_t* a = nullptr;       // [m, k] e4m3 activations (row-major)
+    const float* a_scales = nullptr;  // [ceil(k / 128), a_scale_ld]: row r's K block kb at [kb * a_scale_ld + r]
+    int32_t a_scale_ld = 0;           // >= m, multiple of 4 (fp8_scale_ld), as launch_fp8_quantize writes it
+    const uint8_t* w = nullptr;       // [n, k] e4m3 weights, row-major (the checkpoint layout)
+    const float* w_scales = nullptr;  // [ceil(n / 128), ceil(k / 128)] weight_scale_inv
+    bf16* c = nullptr;                // [m, n]
+    int32_t m = 0, n = 0, k = 0;
+};
+
+/// True when the current device runs FP8 mma (compute capability 8.9 or later) and p is well formed: m, n, k >= 0,
+/// a_scale_ld >= m and a multiple of 4, every pointer set when m, n and k are positive. Any n and k (ragged: not
+/// multiples of 128, nor of 16).
+bool gemm_fp8_supported(const gemm_fp8_params& p);
+
+/// c = bf16(acc), the W8A8 linear of the CPU backend (linear_rows_fp8 in workers/cpu_kernels.cpp), with kb over the
+/// 128-wide K blocks (the last one ragged when k % 128 != 0):
+///   acc[r, j] = sum_kb fp32(a_q[r, kb] . w_q[j, kb]) * (a_scale[kb, r] * w_scale[j / 128, kb])
+/// each block's dot on the tensor cores (fp32 accumulation of the exact e4m3 products), promoted into the fp32 sum
+/// once per block. m <= kGemmFp8SkinnyMaxRows (decode steps): a skinny kernel streaming the weight rows (k split
+/// over a thread-block cluster when n is small); larger m: the grouped FP8 GEMM (launch_grouped_gemm_fp8, one group)
+/// where its constraints hold (n, k multiples of 16, 16-byte aligned operands, compute capability 9.x) and its tiles
+/// are 16 or more, else the skinny kernel over 64-row slices of a. m, n or k == 0: c is left as is (k == 0:
+/// zero-filled). Aborts unless gemm_fp8_supported(p).
+void launch_gemm_fp8(const gemm_fp8_params& p, cudaStream_t stream);
+
+/// Rows of a the skinny FP8 kernel takes in one pass (launch_gemm_fp8's small-M path).
+constexpr int32_t kGemmFp8SkinnyMaxRows = 64;
+
+struct rms_norm_fp8_params {
+    const bf16* x = nullptr;       // [num_tokens, hidden]
+    bf16* residual = nullptr;      // [num_tokens, hidden], in/out; nullptr for a plain norm
+    const bf16* weight = nullptr;  // [hidden]
+    bf16* out = nullptr;           // [num_tokens, hidden] or nullptr: the BF16 norm output, as launch_rms_norm
+    uint8_t* q = nullptr;          // [num_tokens, hidden] e4m3 codes
+    float* scales = nullptr;       // [ceil(hidden / 128), scale_ld]: group g of token t at scales[g * scale_ld + t]
+    int32_t scale_ld = 0;          ///< >= num_tokens
+    int32_t num_tokens = 0;
+    int32_t hidden = 0;  ///< multiple of 8, at most 16384
+    float eps = 1e-6f;
+};
+
+/// launch_rms_norm (the same residual update and BF16 output values) followed by launch_fp8_quantize of its BF16
+/// output, in one kernel: per token and 128-channel group of o = the BF16 norm output, scale = amax / 448 (1 for
+/// an all-zero group) and q = e4m3(o / scale) rounded to nearest even, saturated (quantize_fp8_activation_row, bit
+/// for bit). out may be nullptr (only the FP8 operand of the next GEMM is needed).
+void launch_rms_norm_fp8(const rms_norm_fp8_params& p, cudaStream_t stream);
+
+struct silu_mul_fp8_params {
+    const bf16* gate_up = nullptr;  // [num_tokens, 2 * n]: gate | up
+    uint8_t* q = nullptr;           // [num_tokens, n] e4m3 codes of act
+    float* scales = nullptr;        // [ceil(n / 128), scale_ld]: group g of token t at scales[g * scale_ld + t]
+    int32_t scale_ld = 0;           ///< >= num_tokens
+    int32_t num_tokens = 0;
+    int32_t n = 0;  ///< multiple of 4
+};
+
+/// act[t, j] = silu_f32(gate) * up in fp32 (silu_f32: kernels/silu_f32.hpp, the same bits on host and device), not
+/// rounded to BF16, quantized per token and 128-channel group as quantize_fp8_activation_row does (bit for bit):
+/// the A operand of a dense MLP's down projection (launch_gemm_fp8).
+void launch_silu_mul_fp8(const silu_mul_fp8_params& p, cudaStream_t stream);
+
 }  // namespace zmoe::kernels

@@ -1,0 +1,386 @@
+// The block-scaled FP8 dense projection (launch_gemm_fp8) against the CPU arithmetic of the format (the W8A8 linear
+// of workers/cpu_kernels.cpp's linear_rows_fp8, written out below on workers/fp8.hpp's codec) over m from 1 to 4096
+// (both paths: the skinny kernel up to 64 rows, the grouped FP8 GEMM above where n and k allow, the skinny kernel
+// over row slices where they do not), ragged n and k (not multiples of 128; k not a multiple of 16 or 4 takes the
+// narrower copies); and the activation quantization fused into its producers (launch_rms_norm_fp8,
+// launch_silu_mul_fp8) bit for bit against quantize_fp8_activation_row.
+
+#include "kernels/gemm_fp8.hpp"
+
+#include <cstring>
+#include <optional>
+
+#include "kernels/silu_f32.hpp"
+#include "tests/kernels/test_util.hpp"
+#include "workers/fp8.hpp"
+
+namespace zmoe::kernels::test {
+namespace {
+
+bool device_has_fp8_mma() {
+    int dev = 0, major = 0, minor = 0;
+    ZMOE_CUDA_CHECK(cudaGetDevice(&dev));
+    ZMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    ZMOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    return major > 8 || (major == 8 && minor >= 9);
+}
+
+/// Activations [rows, cols] whose 128-channel groups have different magnitudes (a wrong group scale shows), an
+/// all-zero group in some rows (scale 1, codes 0), BF16-representable.
+std::vector<float> grouped_activations(int32_t rows, int32_t cols, std::mt19937& rng) {
+    std::vector<float> x = random_bf16(size_t(rows) * cols, 1.f, rng);
+    for (int32_t r = 0; r < rows; ++r)
+        for (int32_t c = 0; c < cols; ++c) {
+            const int32_t g = c / 128;
+            const float mag = (r % 7 == 3 && g == 1) ? 0.f : std::ldexp(1.f, (r + 3 * g) % 9 - 4);
+            x[size_t(r) * cols + c] = ref::round_bf16(x[size_t(r) * cols + c] * mag);
+        }
+    return x;
+}
+
+/// A weight [rows, cols] uniform in [-scale, scale) whose 128 x 128 blocks have different magnitudes (a wrong block
+/// scale shows); xorshift, fast for the large shapes.
+std::vector<float> blocky_weight(int32_t rows, int32_t cols, float scale, std::mt19937& rng) {
+    uint64_t s = (uint64_t(rng()) << 32) | rng() | 1u;
+    std::vector<float> w(size_t(rows) * cols);
+    for (int32_t r = 0; r < rows; ++r)
+        for (int32_t c = 0; c < cols; ++c) {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            const float u = float(s >> 40) * (2.f / 16777216.f) - 1.f;  // [-1, 1)
+            w[size_t(r) * cols + c] = u * scale * float(1 + (r / 128 + 2 * (c / 128)) % 4);
+        }
+    return w;
+}
+
+struct gemm_fp8_case {
+    int32_t m, n, k;
+};
+
+/// One product: random weights and activations in the format (by the CPU codec), on the device, and the CPU
+/// reference with each output's sum of |products|.
+class fp8_problem {
+  public:
+    fp8_problem(int32_t m, int32_t n, int32_t k) : m_(m), n_(n), k_(k) {
+        const int32_t kbk = int32_t(fp8_blocks(k)), nbn = int32_t(fp8_blocks(n));
+        std::mt19937 rng(m * 31 + n * 7 + k);
+        // Weights: the checkpoint format, by the CPU codec.
+        const std::vector<float> w = blocky_weight(n, k, 1.f / std::sqrt(float(k)), rng);
+        std::vector<uint8_t> wq(size_t(n) * k);
+        std::vector<float> ws(size_t(nbn) * kbk);
+        quantize_fp8_blocks(w.data(), n, k, k, wq.data(), ws.data());
+        // Activations quantized by the CPU (launch_fp8_quantize's bits, tested in moe_fp8_test), scales laid out
+        // [kb][ld] with a leading dimension past fp8_scale_ld(m) (the kernel must use it, not m).
+        const std::vector<float> x = grouped_activations(m, k, rng);
+        ld_ = fp8_scale_ld(m) + 4;
+        std::vector<float> aq(size_t(m) * k), as_row(size_t(m) * kbk), as(size_t(kbk) * ld_, 0.f);
+        std::vector<uint8_t> a_codes(size_t(m) * k);
+        for (int32_t r = 0; r < m; ++r) {
+            quantize_fp8_activation_row(x.data() + size_t(r) * k, k, aq.data() + size_t(r) * k,
+                                        as_row.data() + size_t(r) * kbk);
+            for (int32_t kb = 0; kb < kbk; ++kb) as[size_t(kb) * ld_ + r] = as_row[size_t(r) * kbk + kb];
+            for (int32_t i = 0; i < k; ++i) a_codes[size_t(r) * k + i] = f32_to_e4m3(aq[size_t(r) * k + i]);
+        }
+        d_a_.emplace(upload(a_codes));
+        d_as_.emplace(upload(as));
+        d_w_.emplace(upload(wq));
+        d_ws_.emplace(upload(ws));
+        d_c_.emplace(size_t(m) * n);
+
+        // The reference (linear_rows_fp8): per 128-wide K block an fp32 dot of the e4m3 values, added in fp32 scaled
+        // by a_scale x w_scale; beside it the same sum of |products| (what the accumulation errors scale with).
+        const float* table = e4m3_table();
+        std::vector<float> wv(size_t(n) * k);
+        for (size_t i = 0; i < wv.size(); ++i) wv[i] = table[wq[i]];
+        ref_.resize(size_t(m) * n);
+        mag_.resize(size_t(m) * n);
+        for (int32_t r = 0; r < m; ++r)
+            for (int32_t j = 0; j < n; ++j) {
+                const float* ar = aq.data() + size_t(r) * k;
+                const float* wr = wv.data() + size_t(j) * k;
+                float acc = 0.f;
+                double mag = 0;
+                for (int32_t kb = 0; kb < kbk; ++kb) {
+                    float d = 0.f, dm = 0.f;
+                    for (int32_t i = kb * 128; i < std::min(k, kb * 128 + 128); ++i) {
+                        d += ar[i] * wr[i];
+                        dm += std::fabs(ar[i] * wr[i]);
+                    }
+                    const float sc = as_row[size_t(r) * kbk + kb] * ws[size_t(j / 128) * kbk + kb];
+                    acc += d * sc;
+                    mag += double(dm) * sc;
+                }
+                ref_[size_t(r) * n + j] = acc;
+                mag_[size_t(r) * n + j] = mag;
+            }
+    }
+
+    /// The parameters over the device buffers, c poisoned (NaN: an unwritten element fails).
+    gemm_fp8_params params() {
+        d_c_->poison();
+        return {.a = d_a_->get(),
+                .a_scales = d_as_->get(),
+                .a_scale_ld = ld_,
+                .w = d_w_->get(),
+                .w_scales = d_ws_->get(),
+                .c = d_c_->get(),
+                .m = m_,
+                .n = n_,
+                .k = k_};
+    }
+
+    /// c against the reference. Where the GPU differs, and the tolerance that justifies:
+    /// (1) BF16 rounding of c: the same on both sides unless (2) moves the fp32 sum across a rounding boundary,
+    ///     then one BF16 step, at most 2^-8 |c|;
+    /// (2) the tensor cores' accumulation inside a block (products exact; the FP8 units' sum keeps fewer bits than
+    ///     fp32, about 13-14 on Hopper per DeepSeek-V3's report), the order of the sums (k32 steps, split-K ranks)
+    ///     and fma in the promotion: at most 2^-12 of the sum of |products| (2^-13 relative rounding per addition
+    ///     step for the handful of steps the hardware's tree has, with a factor 2 of margin).
+    /// So |c - ref| <= 2^-8 |ref| + 2^-12 sum|products| per element, and the relative RMS error over the whole
+    /// product below 4e-3 (BF16's 2^-9 average plus the accumulation's). A wrong scale, block, row, column or token
+    /// gives errors of O(|ref|), beyond both.
+    void check() {
+        sync_and_check();
+        const std::vector<float> c = download_bf16(*d_c_);
+        double err_sq = 0, ref_sq = 0;
+        int64_t bad = 0;
+        for (size_t i = 0; i < c.size(); ++i) {
+            const double err = std::fabs(double(c[i]) - ref_[i]);
+            err_sq += err * err;
+            ref_sq += double(ref_[i]) * ref_[i];
+            if (!(err <= std::ldexp(std::fabs(ref_[i]), -8) + std::ldexp(mag_[i], -12)) && ++bad <= 5)
+                ADD_FAILURE() << "c[" << i / n_ << ", " << i % n_ << "] = " << c[i] << ", reference " << ref_[i]
+                              << " (sum |products| " << mag_[i] << ")";
+        }
+        EXPECT_EQ(bad, 0);
+        const double rms = std::sqrt(err_sq / std::max(ref_sq, 1e-30));
+        EXPECT_LT(rms, 4e-3);
+    }
+
+  private:
+    int32_t m_, n_, k_, ld_ = 0;
+    std::optional<device_buffer<uint8_t>> d_a_, d_w_;
+    std::optional<device_buffer<float>> d_as_, d_ws_;
+    std::optional<device_buffer<bf16>> d_c_;
+    std::vector<float> ref_;
+    std::vector<double> mag_;
+};
+
+class GemmFp8 : public ::testing::TestWithParam<gemm_fp8_case> {};
+
+TEST_P(GemmFp8, MatchesCpuReference) {
+    if (!device_has_fp8_mma()) GTEST_SKIP() << "FP8 mma needs compute capability 8.9 or later";
+    const auto [m, n, k] = GetParam();
+    fp8_problem problem(m, n, k);
+    const gemm_fp8_params p = problem.params();
+    ASSERT_TRUE(gemm_fp8_supported(p));
+    launch_gemm_fp8(p, nullptr);
+    problem.check();
+}
+
+// The skinny kernel's every launch configuration (MMA kind, rows per CTA, ring depth, cluster split) on one ragged
+// shape, at
+// row counts that fill the CTAs partly and need several token slices.
+TEST(GemmFp8, SkinnyConfigurationsMatchCpuReference) {
+    if (!device_has_fp8_mma()) GTEST_SKIP() << "FP8 mma needs compute capability 8.9 or later";
+    for (const int32_t m : {5, 20, 64, 100}) {
+        fp8_problem problem(m, 136, 1040);
+        for (const auto mma : {detail::gemm_fp8_mma::e4m3, detail::gemm_fp8_mma::f16})
+            for (const int32_t tokens : {8, 16, 32, 64})
+                for (const int32_t stages : {4, 6, 8})
+                    for (const int32_t splits : {1, 3, 8}) {
+                        SCOPED_TRACE(make_name("m ", m, " mma ", int(mma), " tokens ", tokens, " stages ", stages,
+                                               " splits ", splits));
+                        detail::launch_gemm_fp8_skinny(
+                            problem.params(),
+                            {.splits = splits, .stages = stages, .tokens_per_cta = tokens, .mma = mma}, nullptr);
+                        problem.check();
+                        if (HasFailure()) return;
+                    }
+    }
+}
+
+std::vector<gemm_fp8_case> gemm_cases() {
+    std::vector<gemm_fp8_case> cases;
+    for (const int32_t m : {1, 2, 3, 8, 16, 33, 64, 65, 128, 1000, 4096}) {
+        cases.push_back({m, 200, 144});  // the fixtures' ragged dims: n % 16 != 0 (the skinny kernel at every m)
+        cases.push_back({m, 160, 200});  // k % 16 != 0: 4-byte copies
+        cases.push_back({m, 72, 138});   // k % 4 != 0: byte copies
+        cases.push_back({m, 272, 400});  // n, k multiples of 16, ragged in 128: the grouped kernel past 64 rows
+        if (m <= 64) cases.push_back({m, 576, 7168});  // DeepSeek-V3's kv_a: k split over a cluster
+        if (m <= 16) cases.push_back({m, 2048, 1536});
+    }
+    return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmFp8, ::testing::ValuesIn(gemm_cases()), [](const auto& info) {
+    return make_name("m", info.param.m, "_n", info.param.n, "_k", info.param.k);
+});
+
+TEST(GemmFp8, EmptyProductsAreNoOpsAndZeroKIsZero) {
+    if (!device_has_fp8_mma()) GTEST_SKIP() << "FP8 mma needs compute capability 8.9 or later";
+    device_buffer<bf16> d_c(3 * 5);
+    d_c.poison();
+    launch_gemm_fp8({.a_scale_ld = 4, .c = d_c.get(), .m = 0, .n = 5, .k = 7}, nullptr);
+    launch_gemm_fp8({.a_scale_ld = 4, .c = d_c.get(), .m = 3, .n = 0, .k = 7}, nullptr);
+    sync_and_check();
+    for (const float v : download_bf16(d_c)) EXPECT_TRUE(std::isnan(v));
+    launch_gemm_fp8({.a_scale_ld = 4, .c = d_c.get(), .m = 3, .n = 5, .k = 0}, nullptr);
+    sync_and_check();
+    for (const float v : download_bf16(d_c)) EXPECT_EQ(v, 0.f);
+    EXPECT_FALSE(gemm_fp8_supported({.a_scale_ld = 2, .c = d_c.get(), .m = 3, .n = 5, .k = 0}));
+}
+
+/// Codes and scales of a launch against quantize_fp8_activation_row of `values` (the fp32 values the kernel
+/// quantized), bit for bit.
+void expect_quantized_as_cpu(const std::vector<float>& values, int32_t rows, int32_t cols,
+                             const std::vector<uint8_t>& q, const std::vector<float>& scales, int32_t ld) {
+    const int32_t groups = int32_t(fp8_blocks(cols));
+    std::vector<float> qv(cols), sv(groups);
+    int64_t mismatches = 0;
+    for (int32_t r = 0; r < rows; ++r) {
+        quantize_fp8_activation_row(values.data() + size_t(r) * cols, cols, qv.data(), sv.data());
+        for (int32_t g = 0; g < groups; ++g) {
+            uint32_t got, want;
+            std::memcpy(&got, &scales[size_t(g) * ld + r], 4);
+            std::memcpy(&want, &sv[g], 4);
+            if (got != want && ++mismatches <= 5)
+                ADD_FAILURE() << "scale of row " << r << " group " << g << ": " << scales[size_t(g) * ld + r]
+                              << ", CPU " << sv[g];
+        }
+        for (int32_t c = 0; c < cols; ++c) {
+            const uint8_t want = f32_to_e4m3(qv[c]);  // qv is exact in e4m3: its code
+            if (q[size_t(r) * cols + c] != want && ++mismatches <= 5)
+                ADD_FAILURE() << "code of row " << r << " col " << c << ": " << int(q[size_t(r) * cols + c]) << ", CPU "
+                              << int(want) << " (value " << values[size_t(r) * cols + c] << ")";
+        }
+    }
+    EXPECT_EQ(mismatches, 0);
+}
+
+struct norm_fp8_case {
+    int32_t num_tokens, hidden;
+    bool residual, bf16_out;
+};
+
+class RmsNormFp8 : public ::testing::TestWithParam<norm_fp8_case> {};
+
+// The fused kernel's BF16 output and residual equal launch_rms_norm's bit for bit; its codes and scales are the CPU
+// quantization of that BF16 output.
+TEST_P(RmsNormFp8, IsRmsNormThenTheCpuQuantizationBitForBit) {
+    const auto c = GetParam();
+    const int32_t T = c.num_tokens, H = c.hidden, ld = fp8_scale_ld(T), groups = int32_t(fp8_blocks(H));
+    std::mt19937 rng(T * 3 + H);
+    std::vector<float> x = grouped_activations(T, H, rng);
+    x[0] = 0.f;                                                           // rows with zeros, and
+    for (int32_t i = 0; i < H && T > 2; ++i) x[size_t(2) * H + i] = 0.f;  // a zero row (all groups scale 1)
+    const std::vector<float> residual = random_bf16(size_t(T) * H, 2.f, rng);
+    const std::vector<float> weight = random_bf16(H, 1.5f, rng);
+    auto d_x = upload_bf16(x), d_w = upload_bf16(weight);
+    auto d_res_a = upload_bf16(residual), d_res_b = upload_bf16(residual);
+    device_buffer<bf16> d_out_a(size_t(T) * H), d_out_b(size_t(T) * H);
+    device_buffer<uint8_t> d_q(size_t(T) * H);
+    device_buffer<float> d_s(size_t(groups) * ld);
+    d_out_b.poison();
+    d_q.poison(0x7f);
+    d_s.poison();
+    launch_rms_norm({.x = d_x.get(),
+                     .residual = c.residual ? d_res_a.get() : nullptr,
+                     .weight = d_w.get(),
+                     .out = d_out_a.get(),
+                     .num_tokens = T,
+                     .hidden = H},
+                    nullptr);
+    launch_rms_norm_fp8({.x = d_x.get(),
+                         .residual = c.residual ? d_res_b.get() : nullptr,
+                         .weight = d_w.get(),
+                         .out = c.bf16_out ? d_out_b.get() : nullptr,
+                         .q = d_q.get(),
+                         .scales = d_s.get(),
+                         .scale_ld = ld,
+                         .num_tokens = T,
+                         .hidden = H},
+                        nullptr);
+    sync_and_check();
+    const std::vector<float> want_out = download_bf16(d_out_a);
+    if (c.bf16_out) {
+        const std::vector<float> got = download_bf16(d_out_b);
+        EXPECT_EQ(std::memcmp(got.data(), want_out.data(), got.size() * 4), 0) << "BF16 output";
+    } else {
+        for (const float v : download_bf16(d_out_b)) ASSERT_TRUE(std::isnan(v)) << "out written though nullptr";
+    }
+    if (c.residual) {
+        const std::vector<float> a = download_bf16(d_res_a), b = download_bf16(d_res_b);
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "residual";
+    }
+    expect_quantized_as_cpu(want_out, T, H, download(d_q), download(d_s), ld);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormFp8,
+                         ::testing::Values(norm_fp8_case{1, 144, false, true}, norm_fp8_case{7, 2048, true, false},
+                                           norm_fp8_case{33, 7168, true, true}, norm_fp8_case{3, 16384, false, false},
+                                           norm_fp8_case{5, 200, true, true}, norm_fp8_case{300, 4096, true, false}),
+                         [](const auto& info) {
+                             return make_name("t", info.param.num_tokens, "_h", info.param.hidden,
+                                              info.param.residual ? "_residual" : "",
+                                              info.param.bf16_out ? "_out" : "");
+                         });
+
+// exp_f32 (the host/device-identical exp of silu_f32) is an accurate exp: within 2 ulp of the double-precision
+// exp over the range an activation meets, exactly inf / 0 / subnormal at the edges.
+TEST(SiluF32, ExpIsAccurate) {
+    for (float x = -103.f; x < 88.7f; x += 0.0137f) {
+        const double want = std::exp(double(x));
+        const float got = exp_f32(x);
+        const double ulp = std::ldexp(1.0, std::max(std::ilogb(want), -126) - 23);
+        ASSERT_LE(std::fabs(got - want), 2 * ulp) << "x " << x;
+    }
+    EXPECT_EQ(exp_f32(0.f), 1.f);
+    EXPECT_EQ(exp_f32(100.f), INFINITY);
+    EXPECT_EQ(exp_f32(-200.f), 0.f);
+    EXPECT_TRUE(std::isnan(exp_f32(NAN)));
+    EXPECT_EQ(silu_f32(-200.f), -0.f);
+    EXPECT_EQ(silu_f32(200.f), 200.f);
+}
+
+struct silu_fp8_case {
+    int32_t num_tokens, n;
+};
+
+class SiluMulFp8 : public ::testing::TestWithParam<silu_fp8_case> {};
+
+// act = silu_f32(gate) * up in fp32 on the host (the same bits as the kernel's), quantized by the CPU codec: codes
+// and scales bit for bit.
+TEST_P(SiluMulFp8, QuantizesTheFp32ActivationAsTheCpu) {
+    const auto [T, n] = GetParam();
+    const int32_t ld = fp8_scale_ld(T) + 4, groups = int32_t(fp8_blocks(n));
+    std::mt19937 rng(T * 5 + n);
+    std::vector<float> gu = random_bf16(size_t(T) * 2 * n, 6.f, rng);
+    // Edges of the exp: large |gate| (silu ~ gate or ~ -0), subnormal e^-g territory, zeros; a zero row.
+    const float edges[] = {-100.f, 100.f, -90.f, 90.f, 0.f, -0.f, -87.5f, 1e-30f};
+    for (size_t i = 0; i < std::size(edges) && i < size_t(n); ++i) gu[i] = ref::round_bf16(edges[i]);
+    if (T > 1)
+        for (int32_t j = 0; j < 2 * n; ++j) gu[size_t(1) * 2 * n + j] = 0.f;
+    auto d_gu = upload_bf16(gu);
+    device_buffer<uint8_t> d_q(size_t(T) * n);
+    device_buffer<float> d_s(size_t(groups) * ld);
+    d_q.poison(0x7f);
+    d_s.poison();
+    launch_silu_mul_fp8(
+        {.gate_up = d_gu.get(), .q = d_q.get(), .scales = d_s.get(), .scale_ld = ld, .num_tokens = T, .n = n}, nullptr);
+    sync_and_check();
+    std::vector<float> act(size_t(T) * n);
+    for (int32_t t = 0; t < T; ++t)
+        for (int32_t j = 0; j < n; ++j)
+            act[size_t(t) * n + j] = silu_f32(gu[size_t(t) * 2 * n + j]) * gu[size_t(t) * 2 * n + n + j];
+    expect_quantized_as_cpu(act, T, n, download(d_q), download(d_s), ld);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SiluMulFp8,
+                         ::testing::Values(silu_fp8_case{1, 136}, silu_fp8_case{9, 2048}, silu_fp8_case{33, 200},
+                                           silu_fp8_case{4, 18432}, silu_fp8_case{257, 768}),
+                         [](const auto& info) { return make_name("t", info.param.num_tokens, "_n", info.param.n); });
+
+}  // namespace
+}  // namespace zmoe::kernels::test
