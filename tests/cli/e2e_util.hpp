@@ -258,7 +258,9 @@ struct demo_http_server {
     std::string base_url() const { return "http://127.0.0.1:" + std::to_string(http_port); }
 
     explicit demo_http_server(const std::vector<std::string>& extra = {}) {
-        const std::string tokenizer = std::string(ZMOE_SOURCE_DIR) + "/third_party/tokenizers/qwen3";
+        // ZMOE_FIXTURES_DIR is <source>/tests/fixtures.
+        const std::string tokenizer =
+            (std::filesystem::path(kFixtures).parent_path().parent_path() / "third_party/tokenizers/qwen3").string();
         if (run_zmoe({"make-demo", "--out", model(), "--tokenizer", tokenizer}) != 0) {
             ADD_FAILURE() << "make-demo failed";
             return;
