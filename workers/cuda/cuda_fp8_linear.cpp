@@ -12,7 +12,6 @@ namespace {
 using kernels::bf16;
 
 constexpr int32_t kRowAlign = 64;  // the FP8 grouped GEMM's row groups
-constexpr int32_t kFewRows = 16;   // up to this many rows a projection takes launch_gemm_fp8
 
 int32_t round_up(int32_t v, int32_t a) { return (v + a - 1) / a * a; }
 int32_t blocks128(int32_t v) { return (v + 127) / 128; }
@@ -102,21 +101,6 @@ void fp8_linear_runner::quantize(const bf16* x, int32_t m, int32_t k, int32_t k_
 void fp8_linear_runner::gemm(const uint8_t* a, const float* a_scales, const uint8_t* b, const float* b_scales,
                              int32_t m, int32_t n, int32_t k, bf16* c, uint8_t* c_q, float* c_scales, bool swiglu,
                              cudaStream_t stream) const {
-    // A decode step's few rows: the weight-streaming FP8 GEMM (launch_gemm_fp8's small-m kernel; on H100 1.05-1.88x
-    // the BF16 GEMM at 1-16 rows, where the one-group grouped GEMM below leaves most SMs idle).
-    if (!swiglu && m <= kFewRows) {
-        kernels::launch_gemm_fp8({.a = a,
-                                  .a_scales = a_scales,
-                                  .a_scale_ld = scale_ld_,
-                                  .w = b,
-                                  .w_scales = b_scales,
-                                  .c = c,
-                                  .m = m,
-                                  .n = n,
-                                  .k = k},
-                                 stream);
-        return;
-    }
     const int32_t mp = round_up(m, kRowAlign);
     const kernels::grouped_gemm_fp8_params p{.a = a,
                                              .a_scales = a_scales,
