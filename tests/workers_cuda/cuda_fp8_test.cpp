@@ -16,8 +16,8 @@
 // sqrt(1/32) x 1/16 ~ 1% of its scale, and that compounds over the fixtures' 4-6 quantized linears per layer and two
 // layers: kLogitTolerance = 6% of the logit scale (the BF16 reference tests allow 4% for BF16 rounding alone). A
 // routing decision within that noise (a near-tied expert choice) moves the logits by a whole expert's output: at
-// most half the prompts of a fixture may (measured below), bounded by kFlipTolerance (as the BF16 tests' routing near-ties). Greedy
-// tokens are compared with the CPU backend's while its top-2 margin is at least kMinMargin.
+// most half the prompts of a fixture may (measured below), bounded by kFlipTolerance (as the BF16 tests' routing
+// near-ties). Greedy tokens are compared with the CPU backend's while its top-2 margin is at least kMinMargin.
 
 #include <gtest/gtest.h>
 

@@ -7,8 +7,8 @@
 #include "base/check.hpp"
 #include "base/error.hpp"
 #include "kernels/cuda_check.hpp"
-#include "workers/cuda/cuda_fp8_linear.hpp"
 #include "kernels/mla_gemm.hpp"
+#include "workers/cuda/cuda_fp8_linear.hpp"
 
 namespace zmoe::cuda {
 namespace {
