@@ -49,19 +49,6 @@ struct options {
     std::string json;
 };
 
-std::vector<int32_t> parse_sizes(const std::string& text, const char* what) {
-    std::vector<int32_t> out;
-    std::stringstream ss(text);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-        const int v = std::stoi(item);
-        if (v <= 0) throw zmoe::error(zmoe::errc::invalid_argument, std::string(what) + ": " + item);
-        out.push_back(v);
-    }
-    if (out.empty()) throw zmoe::error(zmoe::errc::invalid_argument, std::string(what) + " is empty");
-    return out;
-}
-
 int run(int argc, char** argv) {
     options o;
     po::options_description desc("zmoe bench mixed: a long prompt's TTFT beside the running decodes' ITL, per chunk");
@@ -83,8 +70,8 @@ int run(int argc, char** argv) {
         "json", po::value(&o.json), "write the results as JSON to this file");
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, desc, vm)) return 0;
-    const std::vector<int32_t> lens = parse_sizes(o.lens, "--lens");
-    const std::vector<int32_t> chunks = parse_sizes(o.chunks, "--chunks");
+    const std::vector<int32_t> lens = zmoe::cli::parse_positive_list(o.lens, "--lens");
+    const std::vector<int32_t> chunks = zmoe::cli::parse_positive_list(o.chunks, "--chunks");
     if (o.decodes < 0 || o.decode_context < 1 || o.steady_steps < 1)
         throw zmoe::error(zmoe::errc::invalid_argument,
                           "--decodes must be >= 0, --decode-context and --steady-steps >= 1");

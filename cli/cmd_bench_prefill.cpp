@@ -51,19 +51,6 @@ struct options {
     std::string json;
 };
 
-std::vector<int32_t> parse_sizes(const std::string& text, const char* what) {
-    std::vector<int32_t> out;
-    std::stringstream ss(text);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-        const int v = std::stoi(item);
-        if (v <= 0) throw zmoe::error(zmoe::errc::invalid_argument, std::string(what) + ": " + item);
-        out.push_back(v);
-    }
-    if (out.empty()) throw zmoe::error(zmoe::errc::invalid_argument, std::string(what) + " is empty");
-    return out;
-}
-
 /// Matrix FLOPs of a T-token prefill (bench/prefill_ttft.sh's count, for the non-MLA models).
 double floor_flops(const model_config& c, int64_t T) {
     const double H = double(c.hidden_size), d = double(c.head_dim), hq = double(c.num_heads);
@@ -103,8 +90,8 @@ int run(int argc, char** argv) {
         "json", po::value(&o.json), "write the results as JSON to this file");
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, desc, vm)) return 0;
-    const std::vector<int32_t> lens = parse_sizes(o.lens, "--lens");
-    const std::vector<int32_t> chunks = parse_sizes(o.chunks, "--chunks");
+    const std::vector<int32_t> lens = zmoe::cli::parse_positive_list(o.lens, "--lens");
+    const std::vector<int32_t> chunks = zmoe::cli::parse_positive_list(o.chunks, "--chunks");
     if (o.reps < 1) throw zmoe::error(zmoe::errc::invalid_argument, "--reps must be >= 1");
     const int32_t max_len = *std::max_element(lens.begin(), lens.end());
     const int32_t max_chunk = std::min(*std::max_element(chunks.begin(), chunks.end()), max_len);

@@ -48,19 +48,6 @@ struct options {
     std::string json;
 };
 
-std::vector<int32_t> parse_sizes(const std::string& text) {
-    std::vector<int32_t> out;
-    std::stringstream ss(text);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-        const int v = std::stoi(item);
-        if (v <= 0) throw zmoe::error(zmoe::errc::invalid_argument, "--batch-sizes: " + item);
-        out.push_back(v);
-    }
-    if (out.empty()) throw zmoe::error(zmoe::errc::invalid_argument, "--batch-sizes is empty");
-    return out;
-}
-
 int run(int argc, char** argv) {
     options o;
     po::options_description desc("zmoe bench step: decode step time per batch size beside the memory floor");
@@ -86,7 +73,7 @@ int run(int argc, char** argv) {
                                                                            "write the results as JSON to this file");
     po::variables_map vm;
     if (!zmoe::cli::parse_options(argc, argv, desc, vm)) return 0;
-    const std::vector<int32_t> sizes = parse_sizes(o.batch_sizes);
+    const std::vector<int32_t> sizes = zmoe::cli::parse_positive_list(o.batch_sizes, "--batch-sizes");
     const int32_t max_batch = *std::max_element(sizes.begin(), sizes.end());
     if (o.context < 1 || o.steps < 1 || o.warmup < 0)
         throw zmoe::error(zmoe::errc::invalid_argument, "--context and --steps must be >= 1, --warmup >= 0");

@@ -3,14 +3,32 @@
 // zmoe::error.
 
 #include <boost/program_options.hpp>
+#include <cstdint>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "base/error.hpp"
 #include "base/log.hpp"
 
 namespace zmoe::cli {
+
+/// "1,64,256" -> {1, 64, 256}: a comma-separated list of positive integers given to option `what`; an item <= 0 or
+/// an empty list throws zmoe::error(invalid_argument) naming the option ("--lens: 0", "--lens is empty").
+inline std::vector<int32_t> parse_positive_list(const std::string& text, const std::string& what) {
+    std::vector<int32_t> out;
+    std::stringstream ss(text);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        const int v = std::stoi(item);
+        if (v <= 0) throw error(errc::invalid_argument, what + ": " + item);
+        out.push_back(v);
+    }
+    if (out.empty()) throw error(errc::invalid_argument, what + " is empty");
+    return out;
+}
 
 /// Parses argv into vm, adding to every command:
 /// - `--help`: prints the options; parse_options then returns false and the command should exit 0;
