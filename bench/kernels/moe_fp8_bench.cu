@@ -501,6 +501,39 @@ int main(int argc, char** argv) {
         for (int s = 0; s + 1 < kStages; ++s) std::printf(" %12.4f", r.fp8_stage_ms[s]);
         std::printf("\n");
     }
+    // Each stage against its own floor: the GEMMs' routed-row FLOPs at the measured dense FP8 peak (and the
+    // weight bytes of the active experts at the copy bandwidth, whichever is longer); permute + quantization and the
+    // combine by the bytes they must move (x read once, e4m3 rows + scales written top-k times; y read, out written).
+    std::printf(
+        "FP8 stages against their floors (ms; floor ms; %% of floor reached; GEMM TFLOP/s on routed rows):\n"
+        "%7s %26s %26s %26s %26s\n",
+        "tokens", "permute+quant", "gate/up", "down", "combine");
+    for (const auto& r : results) {
+        if (r.fp8_decode) continue;
+        const double rows = double(r.tokens) * kTopK, bw = peak.bytes_per_s, pk = peak.fp8_flops_per_s;
+        const double gu_flops = 2.0 * rows * 2.0 * kInter * kHidden, dn_flops = 2.0 * rows * kHidden * kInter;
+        const double gu_w = double(r.active_experts) * 2.0 * kInter * kHidden,
+                     dn_w = double(r.active_experts) * kHidden * kInter;
+        const double stage[4] = {r.fp8_stage_ms[int(zmoe::kernels::moe_stage::permute)], r.fp8_gate_up_ms,
+                                 r.fp8_down_ms, r.fp8_stage_ms[int(zmoe::kernels::moe_stage::combine)]};
+        const double floor[4] = {
+            (double(r.tokens) * kHidden * 2 + rows * (kHidden + kKbH * 4.0)) / bw * 1e3,
+            std::max(gu_flops / pk, (gu_w + rows * (kHidden + kInter + (kKbH + kKbI) * 4.0)) / bw) * 1e3,
+            std::max(dn_flops / pk, (dn_w + rows * (kInter + kKbI * 4.0 + 2.0 * kHidden)) / bw) * 1e3,
+            (rows * kHidden * 2 + double(r.tokens) * kHidden * 2) / bw * 1e3};
+        std::printf("%7d", r.tokens);
+        for (int i = 0; i < 4; ++i) {
+            char cell[64];
+            if (i == 1 || i == 2)
+                std::snprintf(cell, sizeof cell, "%.4f; %.4f; %3.0f%%; %4.0f", stage[i], floor[i],
+                              100.0 * floor[i] / stage[i], (i == 1 ? gu_flops : dn_flops) / (stage[i] * 1e-3) * 1e-12);
+            else
+                std::snprintf(cell, sizeof cell, "%.4f; %.4f; %3.0f%%", stage[i], floor[i],
+                              100.0 * floor[i] / stage[i]);
+            std::printf(" %26s", cell);
+        }
+        std::printf("\n");
+    }
     for (const auto& r : results)
         if (r.fp8_decode)
             std::printf(
