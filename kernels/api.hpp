@@ -549,6 +549,10 @@ enum class fp8_gemm_tiles : int32_t {
     wide_staggered = 3,  ///< wide, the second math warpgroup starting half a K block after the first
     wide_multicast = 4,  ///< wide in clusters of 2 CTAs on two row tiles of one expert, each loading half of the
                          ///< shared b tile for both (TMA multicast)
+    pair = 5,            ///< gate/up: clusters of 2 CTAs on one 128-row tile and one 128-channel output group, each
+                         ///< CTA 64 gate + 64 up rows of b (one promotion per K block), the row amax exchanged
+                         ///< between the two; down: wide
+    pair_multicast = 6,  ///< pair, each CTA loading half of the shared A tile for both (TMA multicast)
 };
 
 struct grouped_gemm_fp8_params {
@@ -578,6 +582,9 @@ struct grouped_gemm_fp8_params {
 
 /// The tiles launch_grouped_gemm_fp8 runs p with (p.tiles, or what automatic chooses for p's shape).
 fp8_gemm_tiles resolve_fp8_gemm_tiles(const grouped_gemm_fp8_params& p);
+
+/// Whether the gate/up GEMM with these (resolved) tiles can gather A's rows through a_rows: the wide tiles only.
+bool fp8_gemm_tiles_gather(fp8_gemm_tiles tiles);
 
 /// True when the current device is compute capability 9.x and p suits the FP8 kernel (its field comments).
 bool grouped_gemm_fp8_supported(const grouped_gemm_fp8_params& p);

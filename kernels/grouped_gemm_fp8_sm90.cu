@@ -705,6 +705,276 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Pair tiles (gate/up only): clusters of two CTAs on one 128-row tile and one 128-channel output group, the CTA of
+// rank r computing its 64 output columns c0 = n0 + 64 r from 64 gate + 64 up rows of b. Each math warpgroup owns
+// 64 rows x those 128 b rows: one wgmma m64n128k32 chain per K block into a 64-register partial, promoted once per K
+// block (the wide tiles wait and promote twice per K block; the narrow ones read 40 KB per 4.2 MFLOP where a pair CTA
+// reads 32 KB, 24 KB with kMulticastA). The group's per-row amax is the larger of the two CTAs' halves: each row's
+// writer thread stores its rows' amax into the peer's shared memory (st.shared::cluster) and arrives on the peer's
+// exchange barrier (release at cluster scope), then every thread waits on its own (acquire); buffers and barriers
+// alternate by tile (the peer's stores for tile t + 2 wait on this CTA's arrivals for t + 1, made after it read t's).
+// kMulticastA: each CTA loads 64 of the tile's 128 A rows and multicasts them to both (the wide_multicast protocol: a
+// stage is free once the math warps of both CTAs released it).
+
+constexpr int kPairBM = 128;  // rows of A per tile
+constexpr int kPairBN = 128;  // rows of b per CTA: 64 gate + 64 up
+
+struct fp8_pair_tile {
+    static constexpr uint32_t kABytes = kPairBM * kBK;
+    static constexpr uint32_t kBBytes = kPairBN * kBK;
+    static constexpr uint32_t kStageBytes = kABytes + kBBytes;
+    static constexpr uint32_t kCBytes = 64 * 64;  // a warpgroup's e4m3 output box
+    static constexpr size_t kFixedBytes =
+        1024 + 16 * sizeof(uint64_t) + (kMaxExperts + 1) * sizeof(int32_t) + 2 * kPairBM * sizeof(float);
+    static constexpr int kFit = int((kSmemLimit - kFixedBytes - 2 * kCBytes) / (kStageBytes + kPairBM * sizeof(float)));
+    static constexpr int kStages = kFit < 8 ? kFit : 8;
+    static constexpr size_t kCOffset = size_t(kStages) * kStageBytes;
+    static constexpr size_t kScaleOffset = kCOffset + 2 * kCBytes;                           // [kStages][128] floats
+    static constexpr size_t kExchangeOffset = kScaleOffset + size_t(kStages) * kPairBM * 4;  // [2][128] floats
+    static constexpr size_t kBarOffset = kExchangeOffset + 2 * kPairBM * sizeof(float);
+    static size_t smem_bytes(int32_t num_experts) {
+        return kBarOffset + (2 * kStages + 2) * sizeof(uint64_t) + size_t(num_experts + 1) * sizeof(int32_t) + 1024;
+    }
+    static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0 && kCBytes % 1024 == 0, "1024-byte swizzle atoms");
+    static_assert(kStages >= 3, "the pipeline needs three stages");
+    static_assert(2 * kStages + 2 <= 16, "the barriers' room in kFixedBytes");
+};
+
+/// The address of the same shared-memory location in the cluster's CTA `rank`.
+__device__ __forceinline__ uint32_t peer_addr(const void* p, uint32_t rank) {
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(p)), "r"(rank));
+    return remote;
+}
+__device__ __forceinline__ void st_cluster_f32(uint32_t addr, float v) {
+    asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
+}
+/// Arrives on a barrier of another CTA of the cluster, releasing this thread's earlier writes at cluster scope.
+__device__ __forceinline__ void mbar_arrive_release_cluster(uint32_t remote_bar) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
+}
+/// mbar_wait with acquire at cluster scope (what the peer released before arriving is visible after).
+__device__ __forceinline__ void mbar_wait_acquire_cluster(uint64_t* bar, uint32_t parity) {
+    const uint32_t addr = smem_addr(bar);
+    uint32_t done = 0;
+    do {
+        asm volatile(
+            "{\n"
+            ".reg .pred p;\n"
+            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n"
+            "}\n"
+            : "=r"(done)
+            : "r"(addr), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
+template <bool kMulticastA>
+__global__ void __launch_bounds__(kThreads, 1)
+    grouped_gemm_fp8_pair_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                                 const __grid_constant__ CUtensorMap map_c, const grouped_gemm_fp8_params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    using T = fp8_pair_tile;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    float* a_scale_s = reinterpret_cast<float*>(smem + T::kScaleOffset);
+    float* exchange = reinterpret_cast<float*>(smem + T::kExchangeOffset);  // [2][128]: the peer's row amax
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kBarOffset);
+    uint64_t* empty = full + T::kStages;
+    uint64_t* xbar = empty + T::kStages;  // [2]: the peer's math warps have stored their rows' amax
+    int32_t* tile_start = reinterpret_cast<int32_t*>(xbar + 2);
+    const uint32_t rank = cluster_rank(), peer = rank ^ 1;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < T::kStages; ++s) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], kMulticastA ? 16 : 8);  // one arrive per math warp (of both CTAs with multicast)
+        }
+        mbar_init(&xbar[0], 64);  // one arrive per row writer (lane % 4 == 0) of the peer's eight math warps
+        mbar_init(&xbar[1], 64);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    build_tile_schedule<kPairBM>(p.expert_offsets, p.num_experts, tile_start);
+    __syncthreads();
+    cluster_sync();  // the peer's barriers are initialised before anything reaches them
+    const int32_t groups = (p.n + 127) / 128;
+    const int32_t num_units = tile_start[p.num_experts] * groups;
+    const int32_t k_tiles = (p.k + kBK - 1) / kBK;
+    const int32_t first_unit = int32_t(cluster_id()), unit_stride = int32_t(cluster_count());
+
+    if (threadIdx.x < 128) {
+        if (threadIdx.x == 0) {
+            tma_prefetch_map(&map_a);
+            tma_prefetch_map(&map_b);
+            uint32_t it = 0;
+            for (int32_t u = first_unit; u < num_units; u += unit_stride) {
+                const row_tile rt = locate_row_tile<kPairBM>(p.expert_offsets, tile_start, p.num_experts, u / groups);
+                const int32_t c0 = (u % groups) * 128 + 64 * int32_t(rank);
+                const int32_t b_row = rt.expert * 2 * p.n;
+                for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
+                    const uint32_t s = it % T::kStages;
+                    mbar_wait(&empty[s], ((it / T::kStages) & 1) ^ 1);
+                    unsigned char* a_s = smem + size_t(s) * T::kStageBytes;
+                    unsigned char* b_s = a_s + T::kABytes;
+                    const int32_t k0 = kt * kBK;
+                    mbar_arrive_expect_tx(&full[s], T::kStageBytes + uint32_t(rt.rows) * 4);
+                    if constexpr (kMulticastA) {
+                        tma_load_2d_multicast(a_s + rank * 64 * kBK, &map_a, k0, rt.m0 + 64 * int32_t(rank), &full[s],
+                                              0x3);
+                    } else {
+                        tma_load_2d(a_s, &map_a, k0, rt.m0, &full[s]);
+                        tma_load_2d(a_s + 64 * kBK, &map_a, k0, rt.m0 + 64, &full[s]);
+                    }
+                    tma_load_2d(b_s, &map_b, k0, b_row + c0, &full[s]);
+                    tma_load_2d(b_s + 64 * kBK, &map_b, k0, b_row + p.n + c0, &full[s]);
+                    bulk_load(a_scale_s + size_t(s) * kPairBM, p.a_scales + size_t(kt) * p.a_scale_ld + rt.m0,
+                              uint32_t(rt.rows) * 4, &full[s]);
+                }
+            }
+        }
+    } else {
+        const int mw = int(threadIdx.x) / 128 - 1;  // math warpgroup 0 or 1
+        const int a_row0 = mw * 64;
+        const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+        const int r = warp * 16 + lane / 4;  // this thread's rows of the warpgroup's 64: r and r + 8
+        const bool storer = threadIdx.x % 128 == 0;
+        const uint32_t c_s = smem_addr(smem + T::kCOffset + mw * T::kCBytes);
+        if (storer) tma_prefetch_map(&map_c);
+        const auto release = [&](uint32_t s) {
+            if (lane == 0) {
+                mbar_arrive(&empty[s]);
+                if constexpr (kMulticastA) mbar_arrive_cluster(&empty[s], peer);
+            }
+        };
+        // Hands this warp's rows' amax to the peer and returns the peer's for the same rows (tile number `tile`).
+        const auto swap_amax = [&](uint32_t tile, const float(&mine)[2], float(&theirs)[2]) {
+            const uint32_t buf = tile & 1;
+            if (lane % 4 == 0) {  // each row's writer releases its own two stores
+                const uint32_t dst = peer_addr(exchange + buf * kPairBM + a_row0 + r, peer);
+                st_cluster_f32(dst, mine[0]);
+                st_cluster_f32(dst + 8 * sizeof(float), mine[1]);
+                mbar_arrive_release_cluster(peer_addr(&xbar[buf], peer));
+            }
+            mbar_wait_acquire_cluster(&xbar[buf], (tile >> 1) & 1);
+            theirs[0] = exchange[buf * kPairBM + a_row0 + r];
+            theirs[1] = exchange[buf * kPairBM + a_row0 + r + 8];
+        };
+        float acc[64], part[64];
+        uint32_t it = 0, tile = 0;
+        for (int32_t u = first_unit; u < num_units; u += unit_stride, ++tile) {
+            const row_tile rt = locate_row_tile<kPairBM>(p.expert_offsets, tile_start, p.num_experts, u / groups);
+            const int32_t n0 = (u % groups) * 128, c0 = n0 + 64 * int32_t(rank);
+            // The 64-row last tile of a group of an odd number of 64-row blocks leaves warpgroup 1 idle: it passes
+            // the stages on and takes part in the amax exchange with zeros.
+            if (a_row0 >= rt.rows) {
+                for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
+                    const uint32_t s = it % T::kStages;
+                    mbar_wait(&full[s], (it / T::kStages) & 1);
+                    release(s);
+                }
+                const float zero[2] = {0.f, 0.f};
+                float unused[2];
+                swap_amax(tile, zero, unused);
+                continue;
+            }
+            const float* ws0 = weight_scales(p, rt.expert, 0, n0 / 128);  // gate's block of the group
+            const float* ws1 = weight_scales(p, rt.expert, 1, n0 / 128);  // up's
+            float wn0 = __ldg(ws0), wn1 = __ldg(ws1);
+#pragma unroll
+            for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+            for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
+                const float w0 = wn0, w1 = wn1;
+                if (kt + 1 < k_tiles) {
+                    wn0 = __ldg(ws0 + kt + 1);
+                    wn1 = __ldg(ws1 + kt + 1);
+                }
+                const uint32_t s = it % T::kStages;
+                mbar_wait(&full[s], (it / T::kStages) & 1);
+                const unsigned char* a_s = smem + size_t(s) * T::kStageBytes;
+                const uint64_t desc_a = smem_desc(a_s + a_row0 * kBK);
+                const uint64_t desc_b = smem_desc(a_s + T::kABytes);
+                const float sa0 = a_scale_s[s * kPairBM + a_row0 + r], sa1 = a_scale_s[s * kPairBM + a_row0 + r + 8];
+                wgmma_fence();
+                wgmma_m64n128k32_e4m3<0>(part, desc_a, desc_b);
+#pragma unroll
+                for (int kk = 1; kk < kBK / 32; ++kk) wgmma_m64n128k32_e4m3<1>(part, desc_a + 2 * kk, desc_b + 2 * kk);
+                wgmma_commit();
+                wgmma_wait<0>();
+                fence_accumulators(part);
+                __syncwarp();
+                release(s);
+                const float s00 = sa0 * w0, s10 = sa1 * w0, s01 = sa0 * w1, s11 = sa1 * w1;
+#pragma unroll
+                for (int j = 0; j < 16; ++j) {
+                    const float f0 = j < 8 ? s00 : s01, f1 = j < 8 ? s10 : s11;
+                    acc[4 * j + 0] = fmaf(part[4 * j + 0], f0, acc[4 * j + 0]);
+                    acc[4 * j + 1] = fmaf(part[4 * j + 1], f0, acc[4 * j + 1]);
+                    acc[4 * j + 2] = fmaf(part[4 * j + 2], f1, acc[4 * j + 2]);
+                    acc[4 * j + 3] = fmaf(part[4 * j + 3], f1, acc[4 * j + 3]);
+                }
+            }
+
+            // Accumulator element 4 j + 2 h + q sits at row r + 8 h, b row 8 j + 2 (lane % 4) + q of the stage:
+            // gate column c0 + 8 j + ... for j < 8, the matching up column for j + 8.
+            float amax[2] = {0.f, 0.f};
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+#pragma unroll
+                    for (int q = 0; q < 2; ++q) {
+                        const int i = 4 * j + 2 * h + q;
+                        const float g = acc[i], up = acc[32 + i];
+                        const int32_t col = c0 + 8 * j + 2 * (lane % 4) + q;
+                        const float a = col < p.n ? __fdividef(g, 1.f + __expf(-g)) * up : 0.f;
+                        acc[i] = a;
+                        amax[h] = fmaxf(amax[h], fabsf(a));
+                    }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 1));
+                amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
+            }
+            float other[2];
+            swap_amax(tile, amax, other);
+            float scale[2], inv[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float m = fmaxf(amax[h], other[h]);
+                scale[h] = m > 0.f ? m / 448.f : 1.f;
+                inv[h] = __frcp_rn(scale[h]);
+            }
+            if (storer) bulk_wait_read<0>();  // the previous tile's store has read the output buffer
+            warpgroup_sync(1 + mw);
+            // e4m3 codes into the 64 x 64-byte buffer (no swizzle), then one TMA store of the box.
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const uint16_t codes = to_e4m3x2(acc[4 * j + 2 * h] * inv[h], acc[4 * j + 2 * h + 1] * inv[h]);
+                    st_shared_b16(c_s + (r + 8 * h) * 64 + 8 * j + 2 * (lane % 4), codes);
+                }
+            if (rank == 0 && lane % 4 == 0) {
+                float* out = p.c_scales + size_t(n0 / 128) * p.c_scale_ld + rt.m0 + a_row0;
+                out[r] = scale[0];
+                out[r + 8] = scale[1];
+            }
+            fence_proxy_async();
+            warpgroup_sync(1 + mw);
+            if (storer) {
+                if (c0 < p.n) tma_store_2d(&map_c, c_s, c0, rt.m0 + a_row0);
+                bulk_commit();
+            }
+        }
+        if (storer) bulk_wait_all();
+    }
+    // The peer may still arrive on this CTA's barriers, store into its exchange or multicast into it until it is done.
+    __syncwarp();
+    cluster_sync();
+#endif
+}
+
 /// Tensor map of a row-major matrix [rows, cols] of `elem` bytes per element, boxes of box_cols x box_rows.
 CUtensorMap make_map(const void* base, CUtensorMapDataType type, size_t elem, int64_t rows, int32_t cols,
                      int32_t box_cols, int32_t box_rows, CUtensorMapSwizzle swizzle) {
@@ -793,6 +1063,44 @@ void launch_wide(const grouped_gemm_fp8_params& p, cudaStream_t stream) {
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 
+template <bool kMulticastA>
+void launch_pair(const grouped_gemm_fp8_params& p, cudaStream_t stream) {
+    using T = fp8_pair_tile;
+    if (p.max_rows < 64) return;  // groups are multiples of row_align >= 64 rows: all are empty
+    auto kernel = grouped_gemm_fp8_pair_kernel<kMulticastA>;
+    const size_t smem = T::smem_bytes(p.num_experts);
+    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    const CUtensorMap map_a =
+        make_map(p.a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p.max_rows, p.k, kBK, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+    const CUtensorMap map_b = make_map(p.b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, int64_t(p.num_experts) * 2 * p.n, p.k,
+                                       kBK, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+    const CUtensorMap map_c =
+        make_map(p.c_q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p.max_rows, p.n, 64, 64, CU_TENSOR_MAP_SWIZZLE_NONE);
+    // Units (a row tile, a 128-channel group), one per cluster: row tiles <= max_rows / 128 + one partial per expert.
+    const int64_t units_bound = int64_t((p.max_rows + kPairBM - 1) / kPairBM + p.num_experts) * ((p.n + 127) / 128);
+    const int ctas = p.max_ctas > 0 ? std::min(p.max_ctas, current_device().sms) : current_device().sms;
+    ZMOE_KERNEL_REQUIRE(ctas >= 2, "grouped_gemm_fp8: pair tiles need max_ctas 0 or >= 2");
+    cudaLaunchConfig_t config{};
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = 2;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    config.gridDim = dim3(unsigned(ctas / 2 * 2));
+    int clusters = 0;
+    ZMOE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+    ZMOE_KERNEL_REQUIRE(clusters > 0, "grouped_gemm_fp8: no cluster of two CTAs fits");
+    const int64_t grid_clusters = std::max<int64_t>(1, std::min<int64_t>({units_bound, clusters, ctas / 2}));
+    config.gridDim = dim3(unsigned(2 * grid_clusters));
+    ZMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_c, p));
+    ZMOE_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 namespace {
@@ -805,6 +1113,11 @@ bool tall_groups(const grouped_gemm_fp8_params& p) {
 fp8_gemm_tiles resolve_fp8_gemm_tiles(const grouped_gemm_fp8_params& p) {
     if (p.tiles != fp8_gemm_tiles::automatic) return p.tiles;
     return tall_groups(p) ? fp8_gemm_tiles::wide : fp8_gemm_tiles::narrow;
+}
+
+bool fp8_gemm_tiles_gather(fp8_gemm_tiles tiles) {
+    return tiles == fp8_gemm_tiles::wide || tiles == fp8_gemm_tiles::wide_staggered ||
+           tiles == fp8_gemm_tiles::wide_multicast;
 }
 
 bool grouped_gemm_fp8_supported(const grouped_gemm_fp8_params& p) {
@@ -825,7 +1138,7 @@ void launch_grouped_gemm_fp8(const grouped_gemm_fp8_params& p, cudaStream_t stre
     // one 128-channel output group per tile with 64-row tiles).
     const bool tall = tall_groups(p);
     const fp8_gemm_tiles tiles = resolve_fp8_gemm_tiles(p);
-    ZMOE_KERNEL_REQUIRE(p.a_rows == nullptr || tiles != fp8_gemm_tiles::narrow,
+    ZMOE_KERNEL_REQUIRE(p.a_rows == nullptr || fp8_gemm_tiles_gather(tiles),
                         "grouped_gemm_fp8: a_rows needs wide tiles");
     switch (tiles) {
         case fp8_gemm_tiles::narrow:
@@ -842,6 +1155,10 @@ void launch_grouped_gemm_fp8(const grouped_gemm_fp8_params& p, cudaStream_t stre
             return p.swiglu ? launch_wide<true, true, false>(p, stream) : launch_wide<false, true, false>(p, stream);
         case fp8_gemm_tiles::wide_multicast:
             return p.swiglu ? launch_wide<true, false, true>(p, stream) : launch_wide<false, false, true>(p, stream);
+        case fp8_gemm_tiles::pair:
+            return p.swiglu ? launch_pair<false>(p, stream) : launch_wide<false, false, false>(p, stream);
+        case fp8_gemm_tiles::pair_multicast:
+            return p.swiglu ? launch_pair<true>(p, stream) : launch_wide<false, false, false>(p, stream);
         case fp8_gemm_tiles::automatic:
             break;  // resolved above
     }

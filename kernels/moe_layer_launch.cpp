@@ -68,7 +68,7 @@ void launch_moe_experts_fp8(const moe_experts_params& p, int32_t permute_slots, 
     // token); else it reads a permuted copy (each token's codes written to its top-k rows), the default: faster.
     // Records from the expert-parallel FP8 dispatch are unpacked into that permuted copy.
     const bool gather =
-        f.x_records == nullptr && p.fp8_gather && resolve_fp8_gemm_tiles(gate_up) != fp8_gemm_tiles::narrow;
+        f.x_records == nullptr && p.fp8_gather && fp8_gemm_tiles_gather(resolve_fp8_gemm_tiles(gate_up));
     if (gather) gate_up.a_rows = p.row_token;
     if (f.x_records != nullptr) {  // quantized by the sending rank (the expert-parallel FP8 dispatch)
         launch_ep_fp8_unpack({.records = f.x_records,

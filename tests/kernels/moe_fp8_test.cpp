@@ -444,6 +444,17 @@ INSTANTIATE_TEST_SUITE_P(
         fp8_case{4096, 16, 2, 144, 208, false, false, fp8_gemm_tiles::wide_multicast},
         fp8_case{64, 128, 8, 2048, 768, false, false, fp8_gemm_tiles::wide_multicast},
         fp8_case{512, 8, 4, 2048, 768, false, false, fp8_gemm_tiles::wide_multicast},
+        // Pair tiles (gate/up in clusters of two CTAs on the two halves of a 128-channel group, the row amax
+        // exchanged): ragged groups (the second half partly or wholly past n), 64-row tails, empty experts, many
+        // tiles per CTA (the exchange buffers alternating), and Qwen3-30B-A3B shapes; with A multicast too.
+        fp8_case{300, 16, 4, 272, 336, false, false, fp8_gemm_tiles::pair},
+        fp8_case{4096, 16, 2, 144, 208, false, false, fp8_gemm_tiles::pair},
+        fp8_case{64, 128, 8, 2048, 768, false, false, fp8_gemm_tiles::pair},
+        fp8_case{512, 8, 4, 2048, 768, false, false, fp8_gemm_tiles::pair},
+        fp8_case{300, 16, 4, 272, 336, false, false, fp8_gemm_tiles::pair_multicast},
+        fp8_case{4096, 16, 2, 144, 208, false, false, fp8_gemm_tiles::pair_multicast},
+        fp8_case{64, 128, 8, 2048, 768, false, false, fp8_gemm_tiles::pair_multicast},
+        fp8_case{512, 8, 4, 2048, 768, false, false, fp8_gemm_tiles::pair_multicast},
         // Wide tiles reading a permuted copy of x (the gather off).
         fp8_case{4096, 16, 2, 144, 208, false, false, fp8_gemm_tiles::wide, true, false},
         fp8_case{512, 8, 4, 2048, 768, false, false, fp8_gemm_tiles::automatic, true, false},
@@ -463,6 +474,8 @@ INSTANTIATE_TEST_SUITE_P(
                             : c.tiles == fp8_gemm_tiles::wide           ? "_wide"
                             : c.tiles == fp8_gemm_tiles::wide_staggered ? "_staggered"
                             : c.tiles == fp8_gemm_tiles::wide_multicast ? "_multicast"
+                            : c.tiles == fp8_gemm_tiles::pair           ? "_pair"
+                            : c.tiles == fp8_gemm_tiles::pair_multicast ? "_pair_multicast"
                                                                         : "";
         if (!c.bulk) tiles = "_no_bulk";
         std::string suffix = tiles;
