@@ -552,7 +552,8 @@ enum class fp8_gemm_tiles : int32_t {
     pair = 5,            ///< gate/up: clusters of 2 CTAs on one 128-row tile and one 128-channel output group, each
                          ///< CTA 64 gate + 64 up rows of b (one promotion per K block), the row amax exchanged
                          ///< between the two; down: wide
-    pair_multicast = 6,  ///< pair, each CTA loading half of the shared A tile for both (TMA multicast)
+    pair_multicast = 6,  ///< pair, each CTA loading half of the shared A tile for both (TMA multicast); down: the
+                         ///< same clusters, each CTA 128 rows x 128 of the unit's 256 output columns
 };
 
 struct grouped_gemm_fp8_params {

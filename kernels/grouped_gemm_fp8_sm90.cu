@@ -706,7 +706,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Pair tiles (gate/up only): clusters of two CTAs on one 128-row tile and one 128-channel output group, the CTA of
+// Pair tiles: clusters of two CTAs on one 128-row tile and one 128-channel output group (gate/up), the CTA of
 // rank r computing its 64 output columns c0 = n0 + 64 r from 64 gate + 64 up rows of b. Each math warpgroup owns
 // 64 rows x those 128 b rows: one wgmma m64n128k32 chain per K block into a 64-register partial, promoted once per K
 // block (the wide tiles wait and promote twice per K block; the narrow ones read 40 KB per 4.2 MFLOP where a pair CTA
@@ -715,16 +715,19 @@ __global__ void __launch_bounds__(kThreads, 1)
 // exchange barrier (release at cluster scope), then every thread waits on its own (acquire); buffers and barriers
 // alternate by tile (the peer's stores for tile t + 2 wait on this CTA's arrivals for t + 1, made after it read t's).
 // kMulticastA: each CTA loads 64 of the tile's 128 A rows and multicasts them to both (the wide_multicast protocol: a
-// stage is free once the math warps of both CTAs released it).
+// stage is free once the math warps of both CTAs released it). Without swiglu (down) a cluster's unit is 256 output
+// columns, 128 per CTA (one weight-scale block), BF16 out as the wide tiles; worth it only with kMulticastA.
 
 constexpr int kPairBM = 128;  // rows of A per tile
 constexpr int kPairBN = 128;  // rows of b per CTA: 64 gate + 64 up
 
+template <bool kSwiglu>
 struct fp8_pair_tile {
+    static constexpr int kOutN = kSwiglu ? 128 : 256;  // output columns of a cluster's unit
     static constexpr uint32_t kABytes = kPairBM * kBK;
     static constexpr uint32_t kBBytes = kPairBN * kBK;
     static constexpr uint32_t kStageBytes = kABytes + kBBytes;
-    static constexpr uint32_t kCBytes = 64 * 64;  // a warpgroup's e4m3 output box
+    static constexpr uint32_t kCBytes = kSwiglu ? 64 * 64 : 2 * 64 * 128;  // a warpgroup's e4m3 box or 2 BF16 boxes
     static constexpr size_t kFixedBytes =
         1024 + 16 * sizeof(uint64_t) + (kMaxExperts + 1) * sizeof(int32_t) + 2 * kPairBM * sizeof(float);
     static constexpr int kFit = int((kSmemLimit - kFixedBytes - 2 * kCBytes) / (kStageBytes + kPairBM * sizeof(float)));
@@ -771,12 +774,12 @@ __device__ __forceinline__ void mbar_wait_acquire_cluster(uint64_t* bar, uint32_
     } while (!done);
 }
 
-template <bool kMulticastA>
+template <bool kSwiglu, bool kMulticastA>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_fp8_pair_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                                  const __grid_constant__ CUtensorMap map_c, const grouped_gemm_fp8_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    using T = fp8_pair_tile;
+    using T = fp8_pair_tile<kSwiglu>;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     float* a_scale_s = reinterpret_cast<float*>(smem + T::kScaleOffset);
@@ -798,7 +801,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     build_tile_schedule<kPairBM>(p.expert_offsets, p.num_experts, tile_start);
     __syncthreads();
     cluster_sync();  // the peer's barriers are initialised before anything reaches them
-    const int32_t groups = (p.n + 127) / 128;
+    const int32_t groups = (p.n + T::kOutN - 1) / T::kOutN;  // column units: 128-channel groups, or 256 columns
     const int32_t num_units = tile_start[p.num_experts] * groups;
     const int32_t k_tiles = (p.k + kBK - 1) / kBK;
     const int32_t first_unit = int32_t(cluster_id()), unit_stride = int32_t(cluster_count());
@@ -810,8 +813,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             uint32_t it = 0;
             for (int32_t u = first_unit; u < num_units; u += unit_stride) {
                 const row_tile rt = locate_row_tile<kPairBM>(p.expert_offsets, tile_start, p.num_experts, u / groups);
-                const int32_t c0 = (u % groups) * 128 + 64 * int32_t(rank);
-                const int32_t b_row = rt.expert * 2 * p.n;
+                const int32_t c0 = (u % groups) * T::kOutN + T::kOutN / 2 * int32_t(rank);
+                const int32_t b_row = rt.expert * (kSwiglu ? 2 * p.n : p.n);
                 for (int32_t kt = 0; kt < k_tiles; ++kt, ++it) {
                     const uint32_t s = it % T::kStages;
                     mbar_wait(&empty[s], ((it / T::kStages) & 1) ^ 1);
@@ -827,7 +830,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         tma_load_2d(a_s + 64 * kBK, &map_a, k0, rt.m0 + 64, &full[s]);
                     }
                     tma_load_2d(b_s, &map_b, k0, b_row + c0, &full[s]);
-                    tma_load_2d(b_s + 64 * kBK, &map_b, k0, b_row + p.n + c0, &full[s]);
+                    tma_load_2d(b_s + 64 * kBK, &map_b, k0, b_row + (kSwiglu ? p.n : 64) + c0, &full[s]);
                     bulk_load(a_scale_s + size_t(s) * kPairBM, p.a_scales + size_t(kt) * p.a_scale_ld + rt.m0,
                               uint32_t(rt.rows) * 4, &full[s]);
                 }
@@ -864,7 +867,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint32_t it = 0, tile = 0;
         for (int32_t u = first_unit; u < num_units; u += unit_stride, ++tile) {
             const row_tile rt = locate_row_tile<kPairBM>(p.expert_offsets, tile_start, p.num_experts, u / groups);
-            const int32_t n0 = (u % groups) * 128, c0 = n0 + 64 * int32_t(rank);
+            const int32_t n0 = (u % groups) * T::kOutN, c0 = n0 + T::kOutN / 2 * int32_t(rank);
             // The 64-row last tile of a group of an odd number of 64-row blocks leaves warpgroup 1 idle: it passes
             // the stages on and takes part in the amax exchange with zeros.
             if (a_row0 >= rt.rows) {
@@ -873,13 +876,16 @@ __global__ void __launch_bounds__(kThreads, 1)
                     mbar_wait(&full[s], (it / T::kStages) & 1);
                     release(s);
                 }
-                const float zero[2] = {0.f, 0.f};
-                float unused[2];
-                swap_amax(tile, zero, unused);
+                if constexpr (kSwiglu) {
+                    const float zero[2] = {0.f, 0.f};
+                    float unused[2];
+                    swap_amax(tile, zero, unused);
+                }
                 continue;
             }
-            const float* ws0 = weight_scales(p, rt.expert, 0, n0 / 128);  // gate's block of the group
-            const float* ws1 = weight_scales(p, rt.expert, 1, n0 / 128);  // up's
+            // The weight scales: gate's and up's block of the group, or the one column block of c0.
+            const float* ws0 = weight_scales(p, rt.expert, 0, kSwiglu ? n0 / 128 : c0 / 128);
+            const float* ws1 = kSwiglu ? weight_scales(p, rt.expert, 1, n0 / 128) : ws0;
             float wn0 = __ldg(ws0), wn1 = __ldg(ws1);
 #pragma unroll
             for (int i = 0; i < 64; ++i) acc[i] = 0.f;
@@ -915,56 +921,82 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
             }
 
-            // Accumulator element 4 j + 2 h + q sits at row r + 8 h, b row 8 j + 2 (lane % 4) + q of the stage:
-            // gate column c0 + 8 j + ... for j < 8, the matching up column for j + 8.
-            float amax[2] = {0.f, 0.f};
+            if constexpr (kSwiglu) {
+                // Accumulator element 4 j + 2 h + q sits at row r + 8 h, b row 8 j + 2 (lane % 4) + q of the stage:
+                // gate column c0 + 8 j + ... for j < 8, the matching up column for j + 8.
+                float amax[2] = {0.f, 0.f};
 #pragma unroll
-            for (int j = 0; j < 8; ++j)
+                for (int j = 0; j < 8; ++j)
 #pragma unroll
-                for (int h = 0; h < 2; ++h)
+                    for (int h = 0; h < 2; ++h)
 #pragma unroll
-                    for (int q = 0; q < 2; ++q) {
-                        const int i = 4 * j + 2 * h + q;
-                        const float g = acc[i], up = acc[32 + i];
-                        const int32_t col = c0 + 8 * j + 2 * (lane % 4) + q;
-                        const float a = col < p.n ? __fdividef(g, 1.f + __expf(-g)) * up : 0.f;
-                        acc[i] = a;
-                        amax[h] = fmaxf(amax[h], fabsf(a));
-                    }
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 1));
-                amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
-            }
-            float other[2];
-            swap_amax(tile, amax, other);
-            float scale[2], inv[2];
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const float m = fmaxf(amax[h], other[h]);
-                scale[h] = m > 0.f ? m / 448.f : 1.f;
-                inv[h] = __frcp_rn(scale[h]);
-            }
-            if (storer) bulk_wait_read<0>();  // the previous tile's store has read the output buffer
-            warpgroup_sync(1 + mw);
-            // e4m3 codes into the 64 x 64-byte buffer (no swizzle), then one TMA store of the box.
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
+                        for (int q = 0; q < 2; ++q) {
+                            const int i = 4 * j + 2 * h + q;
+                            const float g = acc[i], up = acc[32 + i];
+                            const int32_t col = c0 + 8 * j + 2 * (lane % 4) + q;
+                            const float a = col < p.n ? __fdividef(g, 1.f + __expf(-g)) * up : 0.f;
+                            acc[i] = a;
+                            amax[h] = fmaxf(amax[h], fabsf(a));
+                        }
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    const uint16_t codes = to_e4m3x2(acc[4 * j + 2 * h] * inv[h], acc[4 * j + 2 * h + 1] * inv[h]);
-                    st_shared_b16(c_s + (r + 8 * h) * 64 + 8 * j + 2 * (lane % 4), codes);
+                    amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 1));
+                    amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
                 }
-            if (rank == 0 && lane % 4 == 0) {
-                float* out = p.c_scales + size_t(n0 / 128) * p.c_scale_ld + rt.m0 + a_row0;
-                out[r] = scale[0];
-                out[r + 8] = scale[1];
-            }
-            fence_proxy_async();
-            warpgroup_sync(1 + mw);
-            if (storer) {
-                if (c0 < p.n) tma_store_2d(&map_c, c_s, c0, rt.m0 + a_row0);
-                bulk_commit();
+                float other[2];
+                swap_amax(tile, amax, other);
+                float scale[2], inv[2];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const float m = fmaxf(amax[h], other[h]);
+                    scale[h] = m > 0.f ? m / 448.f : 1.f;
+                    inv[h] = __frcp_rn(scale[h]);
+                }
+                if (storer) bulk_wait_read<0>();  // the previous tile's store has read the output buffer
+                warpgroup_sync(1 + mw);
+                // e4m3 codes into the 64 x 64-byte buffer (no swizzle), then one TMA store of the box.
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const uint16_t codes = to_e4m3x2(acc[4 * j + 2 * h] * inv[h], acc[4 * j + 2 * h + 1] * inv[h]);
+                        st_shared_b16(c_s + (r + 8 * h) * 64 + 8 * j + 2 * (lane % 4), codes);
+                    }
+                if (rank == 0 && lane % 4 == 0) {
+                    float* out = p.c_scales + size_t(n0 / 128) * p.c_scale_ld + rt.m0 + a_row0;
+                    out[r] = scale[0];
+                    out[r + 8] = scale[1];
+                }
+                fence_proxy_async();
+                warpgroup_sync(1 + mw);
+                if (storer) {
+                    if (c0 < p.n) tma_store_2d(&map_c, c_s, c0, rt.m0 + a_row0);
+                    bulk_commit();
+                }
+            } else {
+                // BF16: two 64 x 64 boxes, 128-byte swizzled (16-byte chunk c of row x at slot c ^ (x % 8)).
+                if (storer) bulk_wait_read<0>();
+                warpgroup_sync(1 + mw);
+#pragma unroll
+                for (int box = 0; box < 2; ++box)
+#pragma unroll
+                    for (int jj = 0; jj < 8; ++jj)
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            const int j = 8 * box + jj;
+                            const __nv_bfloat162 v2 = __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                            const int row = r + 8 * h;
+                            st_shared_b32(c_s + box * 8192 + row * 128 + ((jj ^ (row % 8)) << 4) + (lane % 4) * 4,
+                                          *reinterpret_cast<const uint32_t*>(&v2));
+                        }
+                fence_proxy_async();
+                warpgroup_sync(1 + mw);
+                if (storer) {
+#pragma unroll
+                    for (int box = 0; box < 2; ++box)
+                        if (c0 + box * 64 < p.n) tma_store_2d(&map_c, c_s + box * 8192, c0 + box * 64, rt.m0 + a_row0);
+                    bulk_commit();
+                }
             }
         }
         if (storer) bulk_wait_all();
@@ -1063,21 +1095,25 @@ void launch_wide(const grouped_gemm_fp8_params& p, cudaStream_t stream) {
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 
-template <bool kMulticastA>
+template <bool kSwiglu, bool kMulticastA>
 void launch_pair(const grouped_gemm_fp8_params& p, cudaStream_t stream) {
-    using T = fp8_pair_tile;
+    using T = fp8_pair_tile<kSwiglu>;
     if (p.max_rows < 64) return;  // groups are multiples of row_align >= 64 rows: all are empty
-    auto kernel = grouped_gemm_fp8_pair_kernel<kMulticastA>;
+    auto kernel = grouped_gemm_fp8_pair_kernel<kSwiglu, kMulticastA>;
     const size_t smem = T::smem_bytes(p.num_experts);
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     const CUtensorMap map_a =
         make_map(p.a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p.max_rows, p.k, kBK, 64, CU_TENSOR_MAP_SWIZZLE_128B);
-    const CUtensorMap map_b = make_map(p.b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, int64_t(p.num_experts) * 2 * p.n, p.k,
-                                       kBK, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+    const CUtensorMap map_b =
+        make_map(p.b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, int64_t(p.num_experts) * (kSwiglu ? 2 * p.n : p.n), p.k, kBK,
+                 64, CU_TENSOR_MAP_SWIZZLE_128B);
     const CUtensorMap map_c =
-        make_map(p.c_q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p.max_rows, p.n, 64, 64, CU_TENSOR_MAP_SWIZZLE_NONE);
-    // Units (a row tile, a 128-channel group), one per cluster: row tiles <= max_rows / 128 + one partial per expert.
-    const int64_t units_bound = int64_t((p.max_rows + kPairBM - 1) / kPairBM + p.num_experts) * ((p.n + 127) / 128);
+        kSwiglu
+            ? make_map(p.c_q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, p.max_rows, p.n, 64, 64, CU_TENSOR_MAP_SWIZZLE_NONE)
+            : make_map(p.c, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.max_rows, p.n, 64, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+    // Units (a row tile, a column unit), one per cluster: row tiles <= max_rows / 128 + one partial per expert.
+    const int64_t units_bound =
+        int64_t((p.max_rows + kPairBM - 1) / kPairBM + p.num_experts) * ((p.n + T::kOutN - 1) / T::kOutN);
     const int ctas = p.max_ctas > 0 ? std::min(p.max_ctas, current_device().sms) : current_device().sms;
     ZMOE_KERNEL_REQUIRE(ctas >= 2, "grouped_gemm_fp8: pair tiles need max_ctas 0 or >= 2");
     cudaLaunchConfig_t config{};
@@ -1156,9 +1192,9 @@ void launch_grouped_gemm_fp8(const grouped_gemm_fp8_params& p, cudaStream_t stre
         case fp8_gemm_tiles::wide_multicast:
             return p.swiglu ? launch_wide<true, false, true>(p, stream) : launch_wide<false, false, true>(p, stream);
         case fp8_gemm_tiles::pair:
-            return p.swiglu ? launch_pair<false>(p, stream) : launch_wide<false, false, false>(p, stream);
+            return p.swiglu ? launch_pair<true, false>(p, stream) : launch_wide<false, false, false>(p, stream);
         case fp8_gemm_tiles::pair_multicast:
-            return p.swiglu ? launch_pair<true>(p, stream) : launch_wide<false, false, false>(p, stream);
+            return p.swiglu ? launch_pair<true, true>(p, stream) : launch_pair<false, true>(p, stream);
         case fp8_gemm_tiles::automatic:
             break;  // resolved above
     }
