@@ -554,6 +554,8 @@ enum class fp8_gemm_tiles : int32_t {
                          ///< between the two; down: wide
     pair_multicast = 6,  ///< pair, each CTA loading half of the shared A tile for both (TMA multicast); down: the
                          ///< same clusters, each CTA 128 rows x 128 of the unit's 256 output columns
+    wide_rs = 7,         ///< wide, each K block's A read once into registers (ldmatrix) for both halves' wgmmas
+                         ///< instead of by every wgmma from shared memory (no a_rows gather)
 };
 
 struct grouped_gemm_fp8_params {

@@ -348,6 +348,35 @@ constexpr int kMathRegs = 224;      // ... and of the math warpgroups
 // 168, __launch_bounds__(kThreads, 1)), so the two counts must fit in it (64 / 224 exceeded it by 1 K registers and
 // the math warpgroups waited forever).
 static_assert(128 * kProducerRegs + 256 * kMathRegs <= kThreads * 168, "setmaxnreg beyond the CTA's registers");
+// With A in registers (kRegA: 16 more registers for the K block's A fragments; no gather) the split is 24 / 240.
+constexpr int kProducerRegsRs = 24;
+constexpr int kMathRegsRs = 240;
+static_assert(128 * kProducerRegsRs + 256 * kMathRegsRs <= kThreads * 168, "setmaxnreg beyond the CTA's registers");
+
+/// d (64 x 128, fp32) = (kAccumulate ? d : 0) + A (64 x 32, e4m3, this warp's 16 rows in registers: ldmatrix_a's
+/// fragment) . B (128 x 32)^T, B K-major in shared memory.
+template <int kAccumulate>
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" ZMOE_WGMMA_D0_63
+                 "}, {%64, %65, %66, %67}, %68, %69, 1, 1;\n"
+                 : ZMOE_WGMMA_ACC32(0), ZMOE_WGMMA_ACC32(32)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kAccumulate));
+}
+
+/// The A fragment of one k32 step for this warp's 16 rows [row0, row0 + 16) of a 128-byte-swizzled K-major tile
+/// (TMA's layout: 16-byte chunk c of row x at c ^ (x % 8)): four 8 x 16-byte matrices (rows 0-7 / 8-15, K bytes
+/// 0-15 / 16-31 of the step), which ldmatrix hands out as the wgmma register fragment of 8-bit A (thread t: row
+/// t / 4 (+ 8), K bytes 4 (t % 4) .. + 3 (+ 16)).
+__device__ __forceinline__ void ldmatrix_a(uint32_t (&a)[4], uint32_t tile, int row0, int kk, int lane) {
+    const int m = lane / 8;
+    const int row = row0 + (m & 1) * 8 + lane % 8;
+    const int chunk = 2 * kk + (m >> 1);
+    const uint32_t addr = tile + row * 128 + ((chunk ^ (row % 8)) << 4);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                 : "r"(addr)
+                 : "memory");
+}
 
 template <bool kSwiglu>
 struct fp8_wide_tile {
@@ -437,7 +466,7 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorM
 /// always one expert's) at the same columns: each CTA loads its own A and one half of the b tile, multicast to both,
 /// and a stage is free again once the math warps of both CTAs have released it (16 arrivals on each CTA's empty
 /// barrier): half the b traffic from L2.
-template <bool kSwiglu, bool kStagger, bool kCluster>
+template <bool kSwiglu, bool kStagger, bool kCluster, bool kRegA>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_fp8_wide_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                                  const __grid_constant__ CUtensorMap map_c, const grouped_gemm_fp8_params p) {
@@ -470,12 +499,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int32_t num_units = tile_start[p.num_experts] / kCtas * n_tiles;
     const int32_t k_tiles = (p.k + kBK - 1) / kBK;
 
-    const bool gather = p.a_rows != nullptr;
+    const bool gather = !kRegA && p.a_rows != nullptr;  // kRegA: no gather (launch_grouped_gemm_fp8 refuses it)
     if (threadIdx.x < 128) {
         // Producer: thread 0 issues the TMA copies, stage after stage, tile after tile; with a_rows all 128 threads
         // also gather the A rows (16-byte cp.async, written in the 128-byte swizzle TMA would write) and their
         // scales, each arriving on the stage's barrier once its copies have landed.
-        setmaxnreg_dec<kProducerRegs>();
+        setmaxnreg_dec<kRegA ? kProducerRegsRs : kProducerRegs>();
         if (gather || threadIdx.x == 0) {
             if (threadIdx.x == 0) {
                 if (!gather) tma_prefetch_map(&map_a);
@@ -535,7 +564,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
         }
     } else {
-        setmaxnreg_inc<kMathRegs>();
+        setmaxnreg_inc<kRegA ? kMathRegsRs : kMathRegs>();
         const int mw = int(threadIdx.x) / 128 - 1;  // math warpgroup 0 or 1
         const int a_row0 = mw * 64;
         const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
@@ -587,14 +616,28 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const unsigned char* a_s = smem + size_t(s) * T::kStageBytes;
                 const uint64_t desc_a = smem_desc(a_s + a_row0 * kBK);
                 const float sa0 = a_scale_s[s * kWideBM + a_row0 + r], sa1 = a_scale_s[s * kWideBM + a_row0 + r + 8];
+                // kRegA: the K block's A fragments read once into registers, for both halves.
+                uint32_t afrag[kBK / 32][4];
+                if constexpr (kRegA) {
+#pragma unroll
+                    for (int kk = 0; kk < kBK / 32; ++kk)
+                        ldmatrix_a(afrag[kk], smem_addr(a_s), a_row0 + warp * 16, kk, lane);
+                }
 #pragma unroll
                 for (int half = 0; half < 2; ++half) {
                     const uint64_t desc_b = smem_desc(a_s + T::kABytes + half * 128 * kBK);
                     wgmma_fence();
-                    wgmma_m64n128k32_e4m3<0>(part, desc_a, desc_b);
+                    if constexpr (kRegA) {
+                        wgmma_m64n128k32_e4m3_rs<0>(part, afrag[0], desc_b);
 #pragma unroll
-                    for (int kk = 1; kk < kBK / 32; ++kk)
-                        wgmma_m64n128k32_e4m3<1>(part, desc_a + 2 * kk, desc_b + 2 * kk);
+                        for (int kk = 1; kk < kBK / 32; ++kk)
+                            wgmma_m64n128k32_e4m3_rs<1>(part, afrag[kk], desc_b + 2 * kk);
+                    } else {
+                        wgmma_m64n128k32_e4m3<0>(part, desc_a, desc_b);
+#pragma unroll
+                        for (int kk = 1; kk < kBK / 32; ++kk)
+                            wgmma_m64n128k32_e4m3<1>(part, desc_a + 2 * kk, desc_b + 2 * kk);
+                    }
                     wgmma_commit();
                     if (kStagger && !released) {
                         named_bar_arrive(kStaggerBarrier, 256);
@@ -1045,11 +1088,11 @@ void launch_as(const grouped_gemm_fp8_params& p, cudaStream_t stream) {
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 
-template <bool kSwiglu, bool kStagger, bool kCluster>
+template <bool kSwiglu, bool kStagger, bool kCluster, bool kRegA = false>
 void launch_wide(const grouped_gemm_fp8_params& p, cudaStream_t stream) {
     using T = fp8_wide_tile<kSwiglu>;
     if (p.max_rows < 64) return;  // groups are multiples of row_align >= 64 rows: all are empty
-    auto kernel = grouped_gemm_fp8_wide_kernel<kSwiglu, kStagger, kCluster>;
+    auto kernel = grouped_gemm_fp8_wide_kernel<kSwiglu, kStagger, kCluster, kRegA>;
     const size_t smem = T::smem_bytes(p.num_experts);
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     const int32_t n_b = kSwiglu ? 2 * p.n : p.n;
@@ -1195,6 +1238,9 @@ void launch_grouped_gemm_fp8(const grouped_gemm_fp8_params& p, cudaStream_t stre
             return p.swiglu ? launch_pair<true, false>(p, stream) : launch_wide<false, false, false>(p, stream);
         case fp8_gemm_tiles::pair_multicast:
             return p.swiglu ? launch_pair<true, true>(p, stream) : launch_pair<false, true>(p, stream);
+        case fp8_gemm_tiles::wide_rs:
+            return p.swiglu ? launch_wide<true, false, false, true>(p, stream)
+                            : launch_wide<false, false, false, true>(p, stream);
         case fp8_gemm_tiles::automatic:
             break;  // resolved above
     }

@@ -9,7 +9,8 @@
 //     out) at the measured copy bandwidth (1 GiB device to device), or its FLOPs at the measured dense peak of its
 //     precision (cuBLASLt BF16 / FP8 GEMM), whichever is longer.
 //   moe_fp8_bench [--tokens 1,32,...] [--iters N] [--warmup N] [--cold N] [--fp8-align 64|128|...] [--peer CMD]
-//                 [--fp8-tiles automatic,narrow,wide,wide_staggered,wide_multicast,pair,pair_multicast] [--json PATH]
+//                 [--fp8-tiles automatic,narrow,wide,wide_staggered,wide_multicast,pair,pair_multicast,wide_rs]
+//                 [--json PATH]
 // --fp8-tiles: the FP8 GEMMs' tiles (fp8_gemm_tiles) of the main table (the first of the list); with more than
 // one, a second table times the FP8 layer (cold), its permute (+ quantization) and its two GEMM stages with each. A
 // value ending in /gather (wide/gather) turns moe_experts_params::fp8_gather on (/nogather: off, the default).
@@ -50,8 +51,8 @@ int32_t g_fp8_align = 0;  // --fp8-align: 0 is the launcher's 64
 zmoe::kernels::fp8_gemm_tiles g_fp8_tiles = zmoe::kernels::fp8_gemm_tiles::automatic;  // the layer's FP8 GEMM tiles
 bool g_fp8_gather = false;  // moe_experts_params::fp8_gather (its default)
 
-/// "automatic" | "narrow" | "wide" | "wide_staggered" | "wide_multicast" | "pair" | "pair_multicast" (fp8_gemm_tiles);
-/// false for anything else.
+/// "automatic" | "narrow" | "wide" | "wide_staggered" | "wide_multicast" | "pair" | "pair_multicast" | "wide_rs"
+/// (fp8_gemm_tiles); false for anything else.
 bool parse_tiles(const std::string& name, zmoe::kernels::fp8_gemm_tiles& out) {
     using zmoe::kernels::fp8_gemm_tiles;
     const std::pair<const char*, fp8_gemm_tiles> names[] = {{"automatic", fp8_gemm_tiles::automatic},
@@ -60,7 +61,8 @@ bool parse_tiles(const std::string& name, zmoe::kernels::fp8_gemm_tiles& out) {
                                                             {"wide_staggered", fp8_gemm_tiles::wide_staggered},
                                                             {"wide_multicast", fp8_gemm_tiles::wide_multicast},
                                                             {"pair", fp8_gemm_tiles::pair},
-                                                            {"pair_multicast", fp8_gemm_tiles::pair_multicast}};
+                                                            {"pair_multicast", fp8_gemm_tiles::pair_multicast},
+                                                            {"wide_rs", fp8_gemm_tiles::wide_rs}};
     for (const auto& [n, v] : names)
         if (name == n) {
             out = v;

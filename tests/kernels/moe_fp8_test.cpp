@@ -455,6 +455,12 @@ INSTANTIATE_TEST_SUITE_P(
         fp8_case{4096, 16, 2, 144, 208, false, false, fp8_gemm_tiles::pair_multicast},
         fp8_case{64, 128, 8, 2048, 768, false, false, fp8_gemm_tiles::pair_multicast},
         fp8_case{512, 8, 4, 2048, 768, false, false, fp8_gemm_tiles::pair_multicast},
+        // Wide tiles with A's fragments in registers (ldmatrix from the swizzled stage): ragged K tails, 64-row tails,
+        // empty experts, Qwen3-30B-A3B shapes.
+        fp8_case{300, 16, 4, 272, 336, false, false, fp8_gemm_tiles::wide_rs},
+        fp8_case{4096, 16, 2, 144, 208, false, false, fp8_gemm_tiles::wide_rs},
+        fp8_case{64, 128, 8, 2048, 768, false, false, fp8_gemm_tiles::wide_rs},
+        fp8_case{512, 8, 4, 2048, 768, false, false, fp8_gemm_tiles::wide_rs},
         // Wide tiles reading a permuted copy of x (the gather off).
         fp8_case{4096, 16, 2, 144, 208, false, false, fp8_gemm_tiles::wide, true, false},
         fp8_case{512, 8, 4, 2048, 768, false, false, fp8_gemm_tiles::automatic, true, false},
@@ -476,6 +482,7 @@ INSTANTIATE_TEST_SUITE_P(
                             : c.tiles == fp8_gemm_tiles::wide_multicast ? "_multicast"
                             : c.tiles == fp8_gemm_tiles::pair           ? "_pair"
                             : c.tiles == fp8_gemm_tiles::pair_multicast ? "_pair_multicast"
+                            : c.tiles == fp8_gemm_tiles::wide_rs        ? "_wide_rs"
                                                                         : "";
         if (!c.bulk) tiles = "_no_bulk";
         std::string suffix = tiles;
