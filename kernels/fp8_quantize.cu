@@ -34,22 +34,11 @@ __global__ void fp8_quantize_kernel(const fp8_quantize_params p) {
     asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(v[1] / scale), "f"(v[0] / scale));
     asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(v[3] / scale), "f"(v[2] / scale));
     const uint32_t codes = uint32_t(lo) | (uint32_t(hi) << 16);
-    if (p.dest_rows == nullptr) {
-        if (c < p.cols) *reinterpret_cast<uint32_t*>(p.q + size_t(t) * p.cols + c) = codes;
-        if (lane == 0) p.scales[size_t(g) * p.scale_ld + t] = scale;
-        return;
-    }
-    // The destinations 32 at a time: lane j loads the j-th and stores its scale, all in one round trip (read one by
-    // one between the code stores, which may alias them, each waited for the previous store), then every lane
-    // stores its codes to each.
-    for (int32_t j0 = 0; j0 < p.top_k; j0 += 32) {
-        const int32_t n = min(32, p.top_k - j0);
-        const int32_t mine = lane < n ? __ldg(p.dest_rows + size_t(t) * p.top_k + j0 + lane) : 0;
-        if (lane < n) p.scales[size_t(g) * p.scale_ld + mine] = scale;
-        for (int32_t j = 0; j < n; ++j) {
-            const int32_t row = __shfl_sync(0xffffffffu, mine, j);
-            if (c < p.cols) *reinterpret_cast<uint32_t*>(p.q + size_t(row) * p.cols + c) = codes;
-        }
+    const int32_t copies = p.dest_rows != nullptr ? p.top_k : 1;
+    for (int32_t j = 0; j < copies; ++j) {
+        const int32_t row = p.dest_rows != nullptr ? p.dest_rows[size_t(t) * p.top_k + j] : t;
+        if (c < p.cols) *reinterpret_cast<uint32_t*>(p.q + size_t(row) * p.cols + c) = codes;
+        if (lane == 0) p.scales[size_t(g) * p.scale_ld + row] = scale;
     }
 }
 
