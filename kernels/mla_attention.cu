@@ -8,6 +8,7 @@
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
+#include "kernels/pdl.cuh"
 
 namespace zmoe::kernels {
 namespace {
@@ -49,6 +50,10 @@ __global__ void __launch_bounds__(kThreads) mla_rope_kv_kernel(const mla_rope_kv
         cos_s[i] = float(c) * p.attention_factor;
         sin_s[i] = float(s) * p.attention_factor;
     }
+    // The positions are the host's (copied before the step): the angles above run under the kernel before; kv and q
+    // come from it.
+    detail::pdl_wait();
+    detail::pdl_launch_dependents();
     const bf16* kv = p.kv + size_t(t) * width;
     float sum_sq = 0.f;
     for (int32_t i = threadIdx.x; i < r; i += blockDim.x) {
@@ -235,7 +240,7 @@ void launch_mla_rope_kv(const mla_rope_kv_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(p.rope_dim % 2 == 0 && p.rope_dim <= 128, "mla_rope_kv: rope_dim must be even and <= 128");
     ZMOE_KERNEL_REQUIRE(p.kv_lora_rank > 0, "mla_rope_kv: kv_lora_rank must be positive");
     if (p.num_tokens == 0) return;
-    mla_rope_kv_kernel<<<p.num_tokens, kThreads, 0, stream>>>(p);
+    detail::launch_pdl(mla_rope_kv_kernel, dim3(p.num_tokens), dim3(kThreads), 0, stream, p);
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 

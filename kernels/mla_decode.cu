@@ -19,6 +19,7 @@
 #include "kernels/device_utils.cuh"
 #include "kernels/mla_gemm.hpp"
 #include "kernels/mma_sm80.cuh"
+#include "kernels/pdl.cuh"
 
 namespace zmoe::kernels {
 namespace {
@@ -90,6 +91,29 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int32_t num_tiles = (k_end - k_begin + kKeys - 1) / kKeys;
     const int32_t* table = p.block_tables + size_t(s) * p.max_blocks_per_seq;
 
+    // Lane j of every warp finds key j's cache row of a tile once (kKeys == 32 lanes); the copies take it by shuffle.
+    static_assert(kKeys == 32);
+    auto load_tile = [&](int32_t t, int stage) {
+        const uint32_t dst = k_s + stage * kTileBytes;
+        const int32_t my_pos = k_begin + t * kKeys + lane;
+        const int64_t my_row =
+            my_pos < k_end ? int64_t(table[my_pos / p.block_size]) * p.block_size + my_pos % p.block_size : -1;
+        for (int v = threadIdx.x; v < kKeys * kChunks; v += kThreads) {
+            const int j = v / kChunks, c = v % kChunks;
+            const int64_t row = __shfl_sync(detail::kFullMask, my_row, j);
+            cp_async_16(dst + swz(j, c, kChunks), p.cache + (row >= 0 ? size_t(row) * kWidth + c * 8 : 0), row >= 0);
+        }
+    };
+    // The lengths and block tables are the host's (copied before the step) and the cache rows before the newest were
+    // written by earlier steps: a first tile wholly before the newest key loads before the programmatic wait, under
+    // the kernels before (uncommitted: it joins group 0 below); one holding the newest key after the wait.
+    const bool early = num_tiles > 0 && k_begin + kKeys <= kv_len - 1;
+    if (early) load_tile(0, 0);
+    detail::pdl_wait();  // the absorbed query, q_pe and the newest latent row come from the kernels before
+    detail::pdl_launch_dependents();
+    if (num_tiles > 0 && !early) load_tile(0, 0);
+    cp_async_commit();
+
     // The queries: row h = [bf16(q_lat[s, h0 + h]) | q_pe[s, h0 + h]], zeros past the last head.
     for (int v = threadIdx.x; v < kHeads * kChunks; v += kThreads) {
         const int row = v / kChunks, c = v % kChunks;
@@ -117,21 +141,6 @@ __global__ void __launch_bounds__(kThreads, 2)
                      : "memory");
     }
 
-    // Lane j of every warp finds key j's cache row of a tile once (kKeys == 32 lanes); the copies take it by shuffle.
-    static_assert(kKeys == 32);
-    auto load_tile = [&](int32_t t, int stage) {
-        const uint32_t dst = k_s + stage * kTileBytes;
-        const int32_t my_pos = k_begin + t * kKeys + lane;
-        const int64_t my_row =
-            my_pos < k_end ? int64_t(table[my_pos / p.block_size]) * p.block_size + my_pos % p.block_size : -1;
-        for (int v = threadIdx.x; v < kKeys * kChunks; v += kThreads) {
-            const int j = v / kChunks, c = v % kChunks;
-            const int64_t row = __shfl_sync(detail::kFullMask, my_row, j);
-            cp_async_16(dst + swz(j, c, kChunks), p.cache + (row >= 0 ? size_t(row) * kWidth + c * 8 : 0), row >= 0);
-        }
-    };
-    if (num_tiles > 0) load_tile(0, 0);
-    cp_async_commit();
     __syncthreads();  // the queries are in shared memory
     // This warp's share of S's k-steps: the A fragments of k-steps kStepsPerWarp * warp + i stay in registers.
     uint32_t qf[kStepsPerWarp][4];
@@ -288,6 +297,8 @@ __global__ void __launch_bounds__(128)
     static_assert(kMlaDecodeMaxSplits <= 32 && kRank == 4 * 128);
     __shared__ float w_s[kMlaDecodeMaxSplits];
     __shared__ float inv_s;
+    detail::pdl_wait();  // the split pass's partial outputs
+    detail::pdl_launch_dependents();
     const size_t hh = size_t(blockIdx.x);
     const float* part = p.workspace + hh * p.num_splits * kPartStride;
     // The splits' weights once, by the first warp (lane c: split c), the sum by a warp reduction.
@@ -364,10 +375,10 @@ void launch_mla_decode_bf16(const mla_decode_params& p, const mla_latents_bf16& 
         configured.fetch_or(bit);
     }
     const dim3 grid(p.num_seqs, (p.num_heads + kHeads - 1) / kHeads, p.num_splits);
-    mla_decode_kernel<<<grid, kThreads, kSmem, stream>>>(p, lat);
+    detail::launch_pdl(mla_decode_kernel, grid, dim3(kThreads), kSmem, stream, p, lat);
     ZMOE_CUDA_CHECK_LAUNCH();
     if (p.num_splits > 1) {
-        mla_decode_combine_kernel<<<p.num_seqs * p.num_heads, 128, 0, stream>>>(p, lat);
+        detail::launch_pdl(mla_decode_combine_kernel, dim3(p.num_seqs * p.num_heads), dim3(128), 0, stream, p, lat);
         ZMOE_CUDA_CHECK_LAUNCH();
     }
 }
