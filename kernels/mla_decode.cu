@@ -6,9 +6,10 @@
 // 32 keys; the four partial sums added in shared memory by the warp owning keys 8w .. 8w + 7), the online softmax
 // across the block's warps (row maxima and sums exchanged in shared memory), P (BF16) through
 // shared memory, and O += P C with warp w owning latent columns 128 w .. 128 w + 127 (C = the latent part of the
-// same tile). A split writes its normalised partial output and log-sum-exp; a combine pass merges the splits in
-// split order. One split writes o_lat directly. The absorbed query may come in BF16 (launch_mla_decode_bf16: what the
-// MMAs take anyway) and the output leave in BF16, for the batched up-projection GEMMs around the kernel.
+// same tile). A split writes its normalised partial output and log-sum-exp; a combine pass merges the splits in a
+// fixed order. One split writes o_lat directly. The absorbed query may come in BF16 (launch_mla_decode_bf16: what the
+// MMAs take anyway) and the output leave in BF16, for the absorbed projections around the kernel. Both launches are
+// programmatically dependent (pdl.cuh): the split pass loads its first tile of earlier steps' rows before the wait.
 
 #include <algorithm>
 #include <atomic>
@@ -290,21 +291,36 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
 }
 
-// o_lat[s, h] = sum_c w_c o_c / sum_c w_c, w_c = exp(lse_c - max lse), in split order. One block of 128 threads per
-// (s, h).
+// o_lat[s, h] = sum_c w_c o_c / sum_c w_c, w_c = exp(lse_c - max lse). One block of 128 threads per (s, h, quarter of
+// the latent columns): warp g takes splits g, g + 4, ... of the quarter's 32 float4 columns, all its loads issued
+// before the weights are known (one L2 round trip for the partial rows and the log-sum-exps together); the four warps'
+// sums are added in warp order (deterministic).
+constexpr int kCombineQuarters = 4;
+constexpr int kCombineGroups = 4;                                      // warps, each a residue class of splits
+constexpr int kCombinePerWarp = kMlaDecodeMaxSplits / kCombineGroups;  // splits a warp holds: 8
 __global__ void __launch_bounds__(128)
     mla_decode_combine_kernel(const mla_decode_params p, const mla_latents_bf16 lat) {
-    static_assert(kMlaDecodeMaxSplits <= 32 && kRank == 4 * 128);
+    static_assert(kMlaDecodeMaxSplits <= 32 && kRank == kCombineQuarters * 32 * 4);
     __shared__ float w_s[kMlaDecodeMaxSplits];
     __shared__ float inv_s;
+    __shared__ float4 sums[kCombineGroups][32];
     detail::pdl_wait();  // the split pass's partial outputs
     detail::pdl_launch_dependents();
     const size_t hh = size_t(blockIdx.x);
     const float* part = p.workspace + hh * p.num_splits * kPartStride;
+    const int lane = threadIdx.x % 32, grp = threadIdx.x / 32;
+    const int col = blockIdx.y * 128 + lane * 4;  // this thread's four columns
+    float4 v[kCombinePerWarp];
+#pragma unroll
+    for (int i = 0; i < kCombinePerWarp; ++i) {
+        const int c = grp + kCombineGroups * i;
+        v[i] = c < p.num_splits ? __ldcg(reinterpret_cast<const float4*>(part + c * kPartStride + col))
+                                : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
     // The splits' weights once, by the first warp (lane c: split c), the sum by a warp reduction.
-    if (threadIdx.x < 32) {
-        const int c = threadIdx.x;
-        const float lse = c < p.num_splits ? part[c * kPartStride + kRank] : -INFINITY;
+    if (grp == 0) {
+        const int c = lane;
+        const float lse = c < p.num_splits ? __ldcg(part + c * kPartStride + kRank) : -INFINITY;
         const float mx = detail::warp_max(lse);
         const float w = lse == -INFINITY ? 0.f : expf(lse - mx);
         const float sum = detail::warp_sum(w);
@@ -312,27 +328,34 @@ __global__ void __launch_bounds__(128)
         if (c == 0) inv_s = sum > 0.f ? 1.f / sum : 0.f;
     }
     __syncthreads();
-    // Four columns a thread, the splits' rows as independent 16-byte loads, summed in split order.
-    const int i = threadIdx.x * 4;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-    for (int c = 0; c < p.num_splits; ++c) {
+#pragma unroll
+    for (int i = 0; i < kCombinePerWarp; ++i) {
+        const int c = grp + kCombineGroups * i;
+        if (c >= p.num_splits) break;
         const float w = w_s[c];
-        if (w == 0.f) continue;
-        const float4 v = *reinterpret_cast<const float4*>(part + c * kPartStride + i);
-        acc.x = fmaf(w, v.x, acc.x);
-        acc.y = fmaf(w, v.y, acc.y);
-        acc.z = fmaf(w, v.z, acc.z);
-        acc.w = fmaf(w, v.w, acc.w);
+        if (w == 0.f) continue;  // an empty split (its row may be anything finite or not)
+        acc.x = fmaf(w, v[i].x, acc.x);
+        acc.y = fmaf(w, v[i].y, acc.y);
+        acc.z = fmaf(w, v[i].z, acc.z);
+        acc.w = fmaf(w, v[i].w, acc.w);
+    }
+    sums[grp][lane] = acc;
+    __syncthreads();
+    if (grp != 0) return;
+#pragma unroll
+    for (int g = 1; g < kCombineGroups; ++g) {
+        const float4 x = sums[g][lane];
+        acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
     }
     const float inv = inv_s;
     if (lat.o != nullptr) {
         uint2 packed;
         packed.x = pack_bf16(acc.x * inv, acc.y * inv);
         packed.y = pack_bf16(acc.z * inv, acc.w * inv);
-        *reinterpret_cast<uint2*>(lat.o + hh * kRank + i) = packed;
+        *reinterpret_cast<uint2*>(lat.o + hh * kRank + col) = packed;
     } else {
-        *reinterpret_cast<float4*>(p.o_lat + hh * kRank + i) =
+        *reinterpret_cast<float4*>(p.o_lat + hh * kRank + col) =
             make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
     }
 }
@@ -378,7 +401,8 @@ void launch_mla_decode_bf16(const mla_decode_params& p, const mla_latents_bf16& 
     detail::launch_pdl(mla_decode_kernel, grid, dim3(kThreads), kSmem, stream, p, lat);
     ZMOE_CUDA_CHECK_LAUNCH();
     if (p.num_splits > 1) {
-        detail::launch_pdl(mla_decode_combine_kernel, dim3(p.num_seqs * p.num_heads), dim3(128), 0, stream, p, lat);
+        detail::launch_pdl(mla_decode_combine_kernel, dim3(p.num_seqs * p.num_heads, kCombineQuarters), dim3(128), 0,
+                           stream, p, lat);
         ZMOE_CUDA_CHECK_LAUNCH();
     }
 }
