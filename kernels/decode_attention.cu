@@ -20,10 +20,6 @@
 // directly; otherwise each chunk writes its normalised output and its log-sum-exp (base 2) to the workspace.
 // Combine pass (only when num_splits > 1): one block per (query head, sequence) weighs the chunks' outputs by their
 // log-sum-exps, in chunk order (deterministic). Both launched programmatically dependent (pdl.cuh).
-// Fused combine (a split count that is a multiple of kDecodeAttentionCluster, what decode_attention_splits gives from
-// 8 splits up): no combine launch; the chunk pass runs in thread-block clusters of 8 consecutive chunks, which merge
-// their states through distributed shared memory (rank r a slice of the columns), and where a sequence has several
-// clusters, the last cluster to arrive for (sequence, KV head, rank) merges the clusters' states from the workspace.
 
 #include <cooperative_groups.h>
 
@@ -588,14 +584,10 @@ int32_t decode_attention_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t 
     // sequence has minimum chunks: a few long sequences split wide, a large batch not at all (no combine pass).
     // Rounded down: equal blocks one past a multiprocessor each finish a block-time late (H100, 32 000 keys, batch 4:
     // 144 blocks 113.5 us, 128 blocks 100.3 us).
-    // From kDecodeAttentionCluster up, a multiple of it: the chunks merge in the chunk pass (the fused combine), with
-    // no combine launch.
     const int64_t pairs = std::max<int64_t>(int64_t(num_seqs) * num_kv_heads, 1);
     const int64_t most = std::clamp<int64_t>(
         (int64_t(max_kv_len) + kDecodeAttentionMinChunk - 1) / kDecodeAttentionMinChunk, 1, kDecodeAttentionMaxSplits);
-    const auto splits = int32_t(std::clamp<int64_t>(std::max<int64_t>(slots, 1) / pairs, 1, most));
-    const int32_t clustered = splits / kDecodeAttentionCluster * kDecodeAttentionCluster;
-    return decode_attention_fusable(num_seqs, num_kv_heads, clustered) ? clustered : splits;
+    return int32_t(std::clamp<int64_t>(std::max<int64_t>(slots, 1) / pairs, 1, most));
 }
 
 int32_t decode_attention_stages(int32_t head_dim, int32_t num_splits) {
@@ -613,10 +605,7 @@ bool decode_attention_fusable(int32_t num_seqs, int32_t num_kv_heads, int32_t nu
 }
 
 void launch_decode_attention(const decode_attention_params& p, cudaStream_t stream) {
-    launch_decode_attention_variant(p,
-                                    {.stages = decode_attention_stages(p.head_dim, p.num_splits),
-                                     .fused = decode_attention_fusable(p.num_seqs, p.num_kv_heads, p.num_splits)},
-                                    stream);
+    launch_decode_attention_variant(p, {.stages = decode_attention_stages(p.head_dim, p.num_splits)}, stream);
 }
 
 void launch_decode_attention_variant(const decode_attention_params& p, const decode_attention_variant& v,

@@ -174,12 +174,8 @@ TEST(DecodeAttention, SplitsFollowTheShape) {
         EXPECT_GE(s, 1);
         EXPECT_LE(s, kDecodeAttentionMaxSplits);
         if (pairs <= slots && s < kDecodeAttentionMaxSplits) {
-            // From a cluster's worth up, whole clusters (the fused combine): as many as fit.
-            const int32_t step = s >= kDecodeAttentionCluster ? kDecodeAttentionCluster : 1;
-            EXPECT_EQ(s % step, 0) << "batch " << b;
-            EXPECT_TRUE(s < kDecodeAttentionCluster || decode_attention_fusable(b, 4, s)) << "batch " << b;
             EXPECT_LE(s * pairs, slots) << "batch " << b << ": no block beyond the slots";
-            EXPECT_GT((s + step) * pairs, slots) << "batch " << b << ": as many as fit";
+            EXPECT_GT((s + 1) * pairs, slots) << "batch " << b << ": as many as fit";
         } else if (pairs > slots) {
             EXPECT_EQ(s, 1);
         }
