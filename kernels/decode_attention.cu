@@ -100,11 +100,12 @@ struct split_state {
     }
 };
 
-/// The fused combine's arrival counters, per (sequence, KV head, cluster rank): zero at module load, and every fused
-/// launch leaves them zero (the last arrival resets its counter). Per device; fused launches on one device must not
-/// overlap in time (one stream's launches never do: the next reads them only after its programmatic wait).
-constexpr int32_t kFusedCounters = 4096;
-__device__ int32_t fused_counters[kFusedCounters];
+/// The fused combine's counters: per (sequence, KV head, cluster rank) the clusters that have written their state,
+/// after the split states (decode_attention_workspace_bytes sizes them by num_q_heads, at least num_kv_heads).
+__device__ __forceinline__ int32_t* fused_counters(const decode_attention_params& p) {
+    const size_t rows = size_t(p.num_seqs) * p.num_q_heads * p.num_splits;
+    return reinterpret_cast<int32_t*>(p.workspace + rows * (p.head_dim + 1));
+}
 
 /// The fused combine (clusters of kDecodeAttentionCluster chunks): every block of a cluster has put its chunk's
 /// normalised output merged_o [kGroup][kHeadDim] fp32 and log-sum-exp merged_lse [kGroup] (base 2; -inf for an idle
@@ -154,7 +155,7 @@ __device__ void fused_combine(const decode_attention_params& p, const float* mer
 
     __threadfence();  // this block's slice of the cluster state, before its arrival is counted
     __syncthreads();
-    int32_t* counter = fused_counters + (size_t(seq) * p.num_kv_heads + kvh) * kCluster + rank;
+    int32_t* counter = fused_counters(p) + (size_t(seq) * p.num_kv_heads + kvh) * kCluster + rank;
     if (threadIdx.x == 0) {
         const int32_t before = atomicAdd(counter, 1);
         last_s = before == num_clusters - 1;
@@ -596,12 +597,14 @@ int32_t decode_attention_stages(int32_t head_dim, int32_t num_splits) {
 }
 
 size_t decode_attention_workspace_bytes(int32_t num_seqs, int32_t num_q_heads, int32_t head_dim, int32_t num_splits) {
-    return num_splits <= 1 ? 0 : size_t(num_seqs) * num_q_heads * num_splits * (head_dim + 1) * sizeof(float);
+    // The split states, then the fused combine's counters (decode_attention_counter_bytes).
+    return num_splits <= 1 ? 0
+                           : size_t(num_seqs) * num_q_heads * num_splits * (head_dim + 1) * sizeof(float) +
+                                 decode_attention_counter_bytes(num_seqs, num_q_heads, num_splits);
 }
 
-bool decode_attention_fusable(int32_t num_seqs, int32_t num_kv_heads, int32_t num_splits) {
-    return num_splits >= kDecodeAttentionCluster && num_splits % kDecodeAttentionCluster == 0 &&
-           int64_t(num_seqs) * num_kv_heads * kDecodeAttentionCluster <= kFusedCounters;
+size_t decode_attention_counter_bytes(int32_t num_seqs, int32_t num_q_heads, int32_t num_splits) {
+    return num_splits <= 1 ? 0 : size_t(num_seqs) * num_q_heads * kDecodeAttentionCluster * sizeof(int32_t);
 }
 
 void launch_decode_attention(const decode_attention_params& p, cudaStream_t stream) {
@@ -618,9 +621,8 @@ void launch_decode_attention_variant(const decode_attention_params& p, const dec
     ZMOE_KERNEL_REQUIRE(p.num_seqs <= 65535, "decode_attention: at most 65535 sequences");
     ZMOE_KERNEL_REQUIRE(v.stages == 2 || (v.stages == 4 && p.head_dim <= 128),
                         "decode_attention: 2 stages, or 4 at head_dim <= 128");
-    ZMOE_KERNEL_REQUIRE(!v.fused || decode_attention_fusable(p.num_seqs, p.num_kv_heads, p.num_splits),
-                        "decode_attention: the fused combine takes a multiple of kDecodeAttentionCluster splits and "
-                        "a small batch (decode_attention_fusable)");
+    ZMOE_KERNEL_REQUIRE(!v.fused || p.num_splits % kDecodeAttentionCluster == 0,
+                        "decode_attention: the fused combine takes a multiple of kDecodeAttentionCluster splits");
     if (p.num_seqs == 0) return;
     dispatch_shape(p.head_dim, p.num_q_heads / p.num_kv_heads,
                    [&](auto dim, auto group) { launch_one<dim.value, group.value>(p, v, stream); });

@@ -100,6 +100,11 @@ row measure(int32_t batch, int32_t context, int32_t splits, int32_t stages, bool
         else
             zmoe::kernels::launch_decode_attention(p, stream);
     };
+    if (r.fused) {  // the counters start at zero (launches leave them so)
+        const size_t bytes = zmoe::kernels::decode_attention_workspace_bytes(batch, kQHeads, kHeadDim, splits);
+        const size_t counters = zmoe::kernels::decode_attention_counter_bytes(batch, kQHeads, splits);
+        ZMOE_CUDA_CHECK(cudaMemset(reinterpret_cast<char*>(workspace) + bytes - counters, 0, counters));
+    }
     launch(0);  // outside the capture: sets the kernel's shared-memory limit
     ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
 
@@ -185,7 +190,7 @@ int main(int argc, char** argv) {
             for (int32_t st : stages) rows.push_back(measure(b, c, chosen, st, false, false, iters, stream));
             const int32_t clustered =
                 chosen / zmoe::kernels::kDecodeAttentionCluster * zmoe::kernels::kDecodeAttentionCluster;
-            if (fused && zmoe::kernels::decode_attention_fusable(b, kKvHeads, clustered)) {
+            if (fused && clustered > 0) {
                 rows.push_back(measure(b, c, clustered, 2, true, false, iters, stream));
                 for (int32_t st : stages)
                     if (st != 2) rows.push_back(measure(b, c, clustered, st, true, false, iters, stream));

@@ -77,6 +77,11 @@ struct decode_device {
           workspace((decode_attention_workspace_bytes(in.num_seqs, c.num_q_heads, c.head_dim, in.num_splits) + 3) / 4) {
         workspace.poison();  // NaNs: a chunk state read before it is written shows
         out.poison();
+        // The fused combine's counters start at zero; every launch leaves them so (the repeat in run_decode checks).
+        const size_t bytes = decode_attention_workspace_bytes(in.num_seqs, c.num_q_heads, c.head_dim, in.num_splits);
+        const size_t counters = decode_attention_counter_bytes(in.num_seqs, c.num_q_heads, in.num_splits);
+        if (counters > 0)
+            ZMOE_CUDA_CHECK(cudaMemset(reinterpret_cast<char*>(workspace.get()) + bytes - counters, 0, counters));
         p = {.q = q.get(),
              .k_cache = k.get(),
              .v_cache = v.get(),
