@@ -21,8 +21,6 @@
 // Combine pass (only when num_splits > 1): one block per (query head, sequence) weighs the chunks' outputs by their
 // log-sum-exps, in chunk order (deterministic). Both launched programmatically dependent (pdl.cuh).
 
-#include <cooperative_groups.h>
-
 #include <algorithm>
 #include <type_traits>
 
@@ -100,88 +98,7 @@ struct split_state {
     }
 };
 
-/// The fused combine's counters: per (sequence, KV head, cluster rank) the clusters that have written their state,
-/// after the split states (decode_attention_workspace_bytes sizes them by num_q_heads, at least num_kv_heads).
-__device__ __forceinline__ int32_t* fused_counters(const decode_attention_params& p) {
-    const size_t rows = size_t(p.num_seqs) * p.num_q_heads * p.num_splits;
-    return reinterpret_cast<int32_t*>(p.workspace + rows * (p.head_dim + 1));
-}
-
-/// The fused combine (clusters of kDecodeAttentionCluster chunks): every block of a cluster has put its chunk's
-/// normalised output merged_o [kGroup][kHeadDim] fp32 and log-sum-exp merged_lse [kGroup] (base 2; -inf for an idle
-/// block) in its shared memory. Rank r merges columns [r, r + 1) * kHeadDim / kDecodeAttentionCluster of every head
-/// over the cluster's blocks in rank order (distributed shared memory); with one cluster per sequence that is the
-/// output, else the cluster's state goes to the workspace and the last cluster to arrive for (sequence, KV head, rank)
-/// (a counter per slice, left at zero again) merges the clusters' states in cluster order.
-template <int kHeadDim, int kGroup>
-__device__ void fused_combine(const decode_attention_params& p, const float* merged_o, const float* merged_lse,
-                              int32_t seq, int32_t kvh, size_t head0) {
-    namespace cg = cooperative_groups;
-    constexpr int kCluster = kDecodeAttentionCluster, kSlice = kHeadDim / kCluster;
-    __shared__ int last_s;
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();  // every block's state is in its shared memory, visible to the cluster
-    const int rank = int(cluster.block_rank());
-    const int32_t num_clusters = p.num_splits / kCluster, cl = int32_t(blockIdx.x) / kCluster;
-    const split_state ws = split_state::of(p);
-    for (int item = threadIdx.x; item < kGroup * kSlice; item += kThreads) {
-        const int head = item / kSlice, col = rank * kSlice + item % kSlice;
-        float lse[kCluster], m = -INFINITY;
-#pragma unroll
-        for (int q = 0; q < kCluster; ++q) {
-            lse[q] = cluster.map_shared_rank(merged_lse, q)[head];
-            m = fmaxf(m, lse[q]);
-        }
-        float acc = 0.f, sum = 0.f;
-        if (m != -INFINITY) {
-#pragma unroll
-            for (int q = 0; q < kCluster; ++q) {
-                if (lse[q] == -INFINITY) continue;  // an idle block: its output row was never written
-                const float w = exp2f(lse[q] - m);
-                acc += w * cluster.map_shared_rank(merged_o, q)[head * kHeadDim + col];
-                sum += w;
-            }
-        }
-        if (num_clusters == 1) {
-            p.out[(head0 + head) * kHeadDim + col] = __float2bfloat16(acc / sum);  // chunk 0 is never empty
-        } else {
-            const size_t r = (head0 + head) * num_clusters + cl;
-            ws.o[r * kHeadDim + col] = m == -INFINITY ? 0.f : acc / sum;
-            if (item % kSlice == 0) ws.lse[r * kCluster + rank] = m == -INFINITY ? -INFINITY : m + __log2f(sum);
-        }
-    }
-    cluster.sync();  // no block leaves while another still reads its shared memory
-    if (num_clusters == 1) return;
-
-    __threadfence();  // this block's slice of the cluster state, before its arrival is counted
-    __syncthreads();
-    int32_t* counter = fused_counters(p) + (size_t(seq) * p.num_kv_heads + kvh) * kCluster + rank;
-    if (threadIdx.x == 0) {
-        const int32_t before = atomicAdd(counter, 1);
-        last_s = before == num_clusters - 1;
-        if (last_s) *counter = 0;  // every cluster has arrived: no other access until the next launch
-    }
-    __syncthreads();
-    if (!last_s) return;
-    __threadfence();  // the other clusters' slices, after their arrivals
-    for (int item = threadIdx.x; item < kGroup * kSlice; item += kThreads) {
-        const int head = item / kSlice, col = rank * kSlice + item % kSlice;
-        const size_t r0 = (head0 + head) * num_clusters;
-        float m = -INFINITY;
-        for (int32_t k = 0; k < num_clusters; ++k) m = fmaxf(m, __ldcg(ws.lse + (r0 + k) * kCluster + rank));
-        float acc = 0.f, sum = 0.f;
-        for (int32_t k = 0; k < num_clusters; ++k) {
-            const float l = __ldcg(ws.lse + (r0 + k) * kCluster + rank);
-            if (l == -INFINITY) continue;
-            const float w = exp2f(l - m);
-            acc += w * __ldcg(ws.o + (r0 + k) * kHeadDim + col);
-            sum += w;
-        }
-        p.out[(head0 + head) * kHeadDim + col] = __float2bfloat16(acc / sum);
-    }
-}
-
-template <int kHeadDim, int kGroup, int kStageCount, bool kFused>
+template <int kHeadDim, int kGroup, int kStageCount>
 __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode_attention_params p) {
     using C = tile_config<kHeadDim, kStageCount>;
     constexpr int kStages = C::kStages, kStride = C::kStride, kTileElems = C::kTileElems;
@@ -191,9 +108,6 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode
     static_assert(kGroup <= 16, "the group fits the M side of one MMA");
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float m_warp[kWarps][16], l_warp[kWarps][16];  // each warp's running max and sum per head
-    // The fused combine's inputs: this chunk's normalised output and log-sum-exp per head (unused otherwise).
-    __shared__ __align__(16) float merged_o[kFused ? kGroup * kHeadDim : 1];
-    __shared__ float merged_lse[kGroup];
 
     // The lengths and block tables are the host's (copied before the step); the keys before the newest were written by
     // earlier steps: this block's first tiles of them load before the programmatic wait, under the kernels before.
@@ -201,18 +115,14 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int32_t kv_len = p.start_pos[seq] + 1;
     const int32_t chunk = decode_attention_chunk(kv_len, p.num_splits);
-    const int32_t num_chunks = (kv_len + chunk - 1) / chunk;                  // <= num_splits
-    const size_t head0 = size_t(seq) * p.num_q_heads + size_t(kvh) * kGroup;  // the group's first query head
-    if (c >= num_chunks) {  // an idle block: a short sequence has fewer chunks
+    const int32_t num_chunks = (kv_len + chunk - 1) / chunk;  // <= num_splits
+    if (c >= num_chunks) {                                    // an idle block: a short sequence has fewer chunks
         detail::pdl_wait();
         detail::pdl_launch_dependents();
-        if constexpr (kFused) {
-            if (threadIdx.x < kGroup) merged_lse[threadIdx.x] = -INFINITY;
-            fused_combine<kHeadDim, kGroup>(p, merged_o, merged_lse, seq, kvh, head0);
-        }
         return;
     }
     const int32_t* table = p.block_tables + size_t(seq) * p.max_blocks_per_seq;
+    const size_t head0 = size_t(seq) * p.num_q_heads + size_t(kvh) * kGroup;  // the group's first query head
     bf16* tiles = reinterpret_cast<bf16*>(smem + warp * C::kWarpBytes);
     const float scale_log2 = p.scale * 1.4426950408889634f;
 
@@ -378,11 +288,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode
             o0 += ow.x * wt, o1 += ow.y * wt, l += l_warp[w][head] * wt;
         }
         const float inv = 1.f / l;  // > 0: the chunk holds a key
-        if constexpr (kFused) {
-            merged_o[head * kHeadDim + col] = o0 * inv;
-            merged_o[head * kHeadDim + col + 1] = o1 * inv;
-            if (col == 0) merged_lse[head] = m + __log2f(l);
-        } else if (num_chunks == 1) {
+        if (num_chunks == 1) {
             *reinterpret_cast<__nv_bfloat162*>(p.out + (head0 + head) * kHeadDim + col) =
                 __floats2bfloat162_rn(o0 * inv, o1 * inv);
         } else {
@@ -391,7 +297,6 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode
             if (col == 0) ws.lse[r] = m + __log2f(l);
         }
     }
-    if constexpr (kFused) fused_combine<kHeadDim, kGroup>(p, merged_o, merged_lse, seq, kvh, head0);
 }
 
 constexpr int kCombineThreads = 128;
@@ -484,47 +389,25 @@ __global__ void __launch_bounds__(kCombineThreads) decode_attention_combine_kern
     out[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
 }
 
-template <int kHeadDim, int kGroup, int kStageCount, bool kFused>
+template <int kHeadDim, int kGroup, int kStageCount>
 void launch_chunks(const decode_attention_params& p, cudaStream_t stream) {
     constexpr size_t smem = tile_config<kHeadDim, kStageCount>::kSmemBytes;
-    auto* kernel = decode_attention_kernel<kHeadDim, kGroup, kStageCount, kFused>;
-    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    if constexpr (!kFused) {
-        detail::launch_pdl(kernel, dim3(p.num_splits, p.num_kv_heads, p.num_seqs), dim3(kThreads), smem, stream, p);
-    } else {
-        cudaLaunchConfig_t config{};
-        config.gridDim = dim3(p.num_splits, p.num_kv_heads, p.num_seqs);
-        config.blockDim = dim3(kThreads);
-        config.dynamicSmemBytes = smem;
-        config.stream = stream;
-        cudaLaunchAttribute attributes[2]{};
-        attributes[0].id = cudaLaunchAttributeClusterDimension;
-        attributes[0].val.clusterDim.x = unsigned(kDecodeAttentionCluster);
-        attributes[0].val.clusterDim.y = 1;
-        attributes[0].val.clusterDim.z = 1;
-        attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attributes[1].val.programmaticStreamSerializationAllowed = 1;
-        config.attrs = attributes;
-        config.numAttrs = 2;
-        ZMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
-    }
-}
-
-template <int kHeadDim, int kGroup, bool kFused>
-void launch_stages(const decode_attention_params& p, int32_t stages, cudaStream_t stream) {
-    if constexpr (kHeadDim <= 128) {
-        if (stages == 4) return launch_chunks<kHeadDim, kGroup, 4, kFused>(p, stream);
-    }
-    launch_chunks<kHeadDim, kGroup, 2, kFused>(p, stream);
+    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<kHeadDim, kGroup, kStageCount>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    detail::launch_pdl(decode_attention_kernel<kHeadDim, kGroup, kStageCount>,
+                       dim3(p.num_splits, p.num_kv_heads, p.num_seqs), dim3(kThreads), smem, stream, p);
 }
 
 template <int kHeadDim, int kGroup>
-void launch_one(const decode_attention_params& p, const decode_attention_variant& v, cudaStream_t stream) {
-    if (v.fused) {
-        launch_stages<kHeadDim, kGroup, true>(p, v.stages, stream);
-        return;
+void launch_one(const decode_attention_params& p, int32_t stages, cudaStream_t stream) {
+    if constexpr (kHeadDim <= 128) {
+        if (stages == 4)
+            launch_chunks<kHeadDim, kGroup, 4>(p, stream);
+        else
+            launch_chunks<kHeadDim, kGroup, 2>(p, stream);
+    } else {
+        launch_chunks<kHeadDim, kGroup, 2>(p, stream);
     }
-    launch_stages<kHeadDim, kGroup, false>(p, v.stages, stream);
     if (p.num_splits > 1)
         detail::launch_pdl(decode_attention_combine_kernel<kHeadDim>, dim3(p.num_q_heads, p.num_seqs),
                            dim3(kCombineThreads), 0, stream, p);
@@ -597,35 +480,25 @@ int32_t decode_attention_stages(int32_t head_dim, int32_t num_splits) {
 }
 
 size_t decode_attention_workspace_bytes(int32_t num_seqs, int32_t num_q_heads, int32_t head_dim, int32_t num_splits) {
-    // The split states, then the fused combine's counters (decode_attention_counter_bytes).
-    return num_splits <= 1 ? 0
-                           : size_t(num_seqs) * num_q_heads * num_splits * (head_dim + 1) * sizeof(float) +
-                                 decode_attention_counter_bytes(num_seqs, num_q_heads, num_splits);
-}
-
-size_t decode_attention_counter_bytes(int32_t num_seqs, int32_t num_q_heads, int32_t num_splits) {
-    return num_splits <= 1 ? 0 : size_t(num_seqs) * num_q_heads * kDecodeAttentionCluster * sizeof(int32_t);
+    return num_splits <= 1 ? 0 : size_t(num_seqs) * num_q_heads * num_splits * (head_dim + 1) * sizeof(float);
 }
 
 void launch_decode_attention(const decode_attention_params& p, cudaStream_t stream) {
-    launch_decode_attention_variant(p, {.stages = decode_attention_stages(p.head_dim, p.num_splits)}, stream);
+    launch_decode_attention_stages(p, decode_attention_stages(p.head_dim, p.num_splits), stream);
 }
 
-void launch_decode_attention_variant(const decode_attention_params& p, const decode_attention_variant& v,
-                                     cudaStream_t stream) {
+void launch_decode_attention_stages(const decode_attention_params& p, int32_t stages, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(decode_attention_supported(p.num_q_heads, p.num_kv_heads, p.head_dim),
                         "decode_attention: head_dim 64/128/256 and a group of 1, 2, 4, 8 or 16 query heads");
     ZMOE_KERNEL_REQUIRE(p.num_splits >= 1 && p.num_splits <= kDecodeAttentionMaxSplits && p.block_size > 0,
                         "decode_attention: num_splits in [1, kDecodeAttentionMaxSplits], block_size >= 1");
     ZMOE_KERNEL_REQUIRE(p.num_splits == 1 || p.workspace != nullptr, "decode_attention: split KV needs a workspace");
     ZMOE_KERNEL_REQUIRE(p.num_seqs <= 65535, "decode_attention: at most 65535 sequences");
-    ZMOE_KERNEL_REQUIRE(v.stages == 2 || (v.stages == 4 && p.head_dim <= 128),
+    ZMOE_KERNEL_REQUIRE(stages == 2 || (stages == 4 && p.head_dim <= 128),
                         "decode_attention: 2 stages, or 4 at head_dim <= 128");
-    ZMOE_KERNEL_REQUIRE(!v.fused || p.num_splits % kDecodeAttentionCluster == 0,
-                        "decode_attention: the fused combine takes a multiple of kDecodeAttentionCluster splits");
     if (p.num_seqs == 0) return;
     dispatch_shape(p.head_dim, p.num_q_heads / p.num_kv_heads,
-                   [&](auto dim, auto group) { launch_one<dim.value, group.value>(p, v, stream); });
+                   [&](auto dim, auto group) { launch_one<dim.value, group.value>(p, stages, stream); });
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 

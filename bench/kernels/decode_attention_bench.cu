@@ -12,12 +12,10 @@
 //
 // The split count is the one the decode step takes (decode_attention_splits for the batch, sized for --max-kv-len
 // keys, default the context); --splits 1,8,... times those counts too, each a row; --stages 2,4 times the step's
-// split count with those K/V tiles in flight per warp (launch_decode_attention_variant), each a row; --fused adds
-// rows of the fused combine (clusters, no combine launch) at the step's split count rounded down to a multiple of
-// kDecodeAttentionCluster, at 2 stages and at each --stages value.
+// split count with those K/V tiles in flight per warp (decode_attention_params::num_stages), each a row.
 //
 // usage: decode_attention_bench [--batches 1,64,256] [--contexts 128,1024,4096] [--iters 20] [--splits LIST]
-//                               [--stages LIST] [--fused] [--max-kv-len N] [--peer CMD] [--json PATH]
+//                               [--stages LIST] [--max-kv-len N] [--peer CMD] [--json PATH]
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -53,15 +51,13 @@ constexpr size_t kColdBytes = size_t(256) << 20;  // KV bytes a graph cycles ove
 
 struct row {
     int32_t batch = 0, context = 0, copies = 0, splits = 0, stages = 0;  // stages 0: the launch's own choice
-    bool fused = false;                                                  // the fused combine
     bool automatic = true;                                               // the split the decode step takes
     double ms = 0, floor_ms = 0, bytes = 0, peer_ms = -1;                // peer_ms < 0: no peer row for this shape
 };
 
-row measure(int32_t batch, int32_t context, int32_t splits, int32_t stages, bool fused, bool automatic, int iters,
+row measure(int32_t batch, int32_t context, int32_t splits, int32_t stages, bool automatic, int iters,
             cudaStream_t stream) {
-    row r{
-        .batch = batch, .context = context, .splits = splits, .stages = stages, .fused = fused, .automatic = automatic};
+    row r{.batch = batch, .context = context, .splits = splits, .stages = stages, .automatic = automatic};
     const int32_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
     const size_t block_bytes = size_t(kBlockSize) * kKvHeads * kHeadDim * sizeof(bf16);  // K or V
     const size_t kv_bytes = 2 * size_t(batch) * blocks_per_seq * block_bytes;
@@ -94,17 +90,11 @@ row measure(int32_t batch, int32_t context, int32_t splits, int32_t stages, bool
                                                        .max_blocks_per_seq = blocks_per_seq,
                                                        .num_splits = r.splits,
                                                        .scale = 1.f / std::sqrt(float(kHeadDim))};
-        if (r.stages > 0 || r.fused)
-            zmoe::kernels::launch_decode_attention_variant(p, {.stages = r.stages > 0 ? r.stages : 2, .fused = r.fused},
-                                                           stream);
+        if (r.stages > 0)
+            zmoe::kernels::launch_decode_attention_stages(p, r.stages, stream);
         else
             zmoe::kernels::launch_decode_attention(p, stream);
     };
-    if (r.fused) {  // the counters start at zero (launches leave them so)
-        const size_t bytes = zmoe::kernels::decode_attention_workspace_bytes(batch, kQHeads, kHeadDim, splits);
-        const size_t counters = zmoe::kernels::decode_attention_counter_bytes(batch, kQHeads, splits);
-        ZMOE_CUDA_CHECK(cudaMemset(reinterpret_cast<char*>(workspace) + bytes - counters, 0, counters));
-    }
     launch(0);  // outside the capture: sets the kernel's shared-memory limit
     ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
 
@@ -142,7 +132,6 @@ double copy_bandwidth(cudaStream_t stream) {
 
 int main(int argc, char** argv) {
     std::vector<int32_t> batches{1, 64, 256}, contexts{128, 1024, 4096}, splits, stages;
-    bool fused = false;
     int iters = 20, max_kv_len = 0;
     std::string peer, json;
     for (int i = 1; i < argc; ++i) {
@@ -158,8 +147,6 @@ int main(int argc, char** argv) {
             splits = parse_list(argv[++i]);
         else if (a == "--stages" && has_value)
             stages = parse_list(argv[++i]);
-        else if (a == "--fused")
-            fused = true;
         else if (a == "--max-kv-len" && has_value)
             max_kv_len = std::stoi(argv[++i]);
         else if (a == "--peer" && has_value)
@@ -169,7 +156,7 @@ int main(int argc, char** argv) {
         else {
             std::fprintf(stderr,
                          "usage: %s [--batches 1,64,256] [--contexts 128,1024,4096] [--iters N] [--splits LIST] "
-                         "[--stages LIST] [--fused] [--max-kv-len N] [--peer CMD] [--json PATH]\n",
+                         "[--stages LIST] [--max-kv-len N] [--peer CMD] [--json PATH]\n",
                          argv[0]);
             return 2;
         }
@@ -186,17 +173,10 @@ int main(int argc, char** argv) {
         for (int32_t c : contexts) {
             const int32_t chosen =
                 zmoe::kernels::decode_attention_splits(b, kKvHeads, max_kv_len > 0 ? max_kv_len : c, slots);
-            rows.push_back(measure(b, c, chosen, 0, false, true, iters, stream));
-            for (int32_t st : stages) rows.push_back(measure(b, c, chosen, st, false, false, iters, stream));
-            const int32_t clustered =
-                chosen / zmoe::kernels::kDecodeAttentionCluster * zmoe::kernels::kDecodeAttentionCluster;
-            if (fused && clustered > 0) {
-                rows.push_back(measure(b, c, clustered, 2, true, false, iters, stream));
-                for (int32_t st : stages)
-                    if (st != 2) rows.push_back(measure(b, c, clustered, st, true, false, iters, stream));
-            }
+            rows.push_back(measure(b, c, chosen, 0, true, iters, stream));
+            for (int32_t st : stages) rows.push_back(measure(b, c, chosen, st, false, iters, stream));
             for (int32_t s : splits)
-                if (s != chosen) rows.push_back(measure(b, c, s, 0, false, false, iters, stream));
+                if (s != chosen) rows.push_back(measure(b, c, s, 0, false, iters, stream));
         }
     for (row& r : rows) r.floor_ms = r.bytes / bandwidth * 1e3;
 
@@ -230,14 +210,13 @@ int main(int argc, char** argv) {
             std::snprintf(peer_us, sizeof peer_us, "%.2f", r.peer_ms * 1e3);
         }
         char stages_s[16] = "auto";
-        if (r.stages > 0) std::snprintf(stages_s, sizeof stages_s, "%d%s", r.stages, r.fused ? "f" : "");
+        if (r.stages > 0) std::snprintf(stages_s, sizeof stages_s, "%d", r.stages);
         std::printf("%6d %8d %7d %7d%c %6s %10.2f %10.2f %10s %6.0f%% %9.0f %8s\n", r.batch, r.context, r.copies,
                     r.splits, r.automatic ? '*' : ' ', stages_s, r.ms * 1e3, r.floor_ms * 1e3, peer_us,
                     100.0 * r.floor_ms / r.ms, r.bytes / r.ms * 1e-6, vs);
     }
     std::printf(
-        "(splits *: the decode step's choice; stages Nf: the fused combine; floor: K + V + query + output + "
-        "block-table bytes at the copy "
+        "(splits *: the decode step's choice; floor: K + V + query + output + block-table bytes at the copy "
         "bandwidth; vs peer: peer time / zmoe's, > 1 means zmoe is faster)\n");
 
     if (!json.empty()) {
@@ -250,9 +229,8 @@ int main(int argc, char** argv) {
             const row& r = rows[i];
             f << (i ? "," : "") << "{\"batch\":" << r.batch << ",\"context\":" << r.context
               << ",\"copies\":" << r.copies << ",\"num_splits\":" << r.splits << ",\"num_stages\":" << r.stages
-              << ",\"fused\":" << (r.fused ? "true" : "false") << ",\"automatic\":" << (r.automatic ? "true" : "false")
-              << ",\"ms\":" << r.ms << ",\"bytes\":" << r.bytes << ",\"floor_ms\":" << r.floor_ms
-              << ",\"peer_ms\":" << r.peer_ms << "}";
+              << ",\"automatic\":" << (r.automatic ? "true" : "false") << ",\"ms\":" << r.ms << ",\"bytes\":" << r.bytes
+              << ",\"floor_ms\":" << r.floor_ms << ",\"peer_ms\":" << r.peer_ms << "}";
         }
         f << "]}\n";
         std::printf("wrote %s\n", json.c_str());

@@ -21,7 +21,6 @@ struct decode_case {
     int32_t num_q_heads, num_kv_heads, head_dim, block_size;
     int32_t num_splits = 0;  // chunks per sequence at most; 0: decode_attention_splits for the batch and its lengths
     int32_t num_stages = 0;  // K/V tiles in flight per warp; 0: the launch's choice
-    bool fused = false;      // the fused combine (num_splits a multiple of kDecodeAttentionCluster)
 };
 
 struct decode_inputs {
@@ -77,11 +76,6 @@ struct decode_device {
           workspace((decode_attention_workspace_bytes(in.num_seqs, c.num_q_heads, c.head_dim, in.num_splits) + 3) / 4) {
         workspace.poison();  // NaNs: a chunk state read before it is written shows
         out.poison();
-        // The fused combine's counters start at zero; every launch leaves them so (the repeat in run_decode checks).
-        const size_t bytes = decode_attention_workspace_bytes(in.num_seqs, c.num_q_heads, c.head_dim, in.num_splits);
-        const size_t counters = decode_attention_counter_bytes(in.num_seqs, c.num_q_heads, in.num_splits);
-        if (counters > 0)
-            ZMOE_CUDA_CHECK(cudaMemset(reinterpret_cast<char*>(workspace.get()) + bytes - counters, 0, counters));
         p = {.q = q.get(),
              .k_cache = k.get(),
              .v_cache = v.get(),
@@ -118,8 +112,8 @@ std::vector<float> reference(const decode_case& c, const decode_inputs& in) {
 }
 
 void launch(const decode_case& c, const decode_attention_params& p) {
-    if (c.num_stages > 0 || c.fused)
-        launch_decode_attention_variant(p, {.stages = c.num_stages > 0 ? c.num_stages : 2, .fused = c.fused}, nullptr);
+    if (c.num_stages > 0)
+        launch_decode_attention_stages(p, c.num_stages, nullptr);
     else
         launch_decode_attention(p, nullptr);
 }
@@ -298,14 +292,6 @@ std::vector<decode_case> cases() {
         {"stages4_tile_edges", {0, 1, 15, 16, 17, 33, 63, 64, 65, 129}, 32, 4, 128, 16, 0, 4},
         {"stages4_group16_d64", {900, 64, 3}, 64, 4, 64, 16, 6, 4},
         {"stages2_32k_batch1", {31999}, 32, 4, 128, 16, 0, 2},
-        {"fused_32k_batch1", {31999}, 32, 4, 128, 16, 32, 0, true},
-        {"fused_32k_batch1_stages4", {31999}, 32, 4, 128, 16, 32, 4, true},
-        {"fused_32k_batch4", {31999, 32000, 30001, 12345}, 32, 4, 128, 16, 8, 4, true},
-        {"fused_idle_chunks", {40, 300, 5000, 0}, 32, 4, 128, 16, 16, 0, true},
-        {"fused_group16_d64", {900, 64, 3}, 64, 4, 64, 16, 24, 4, true},
-        {"fused_group1_d256", {3000, 70}, 2, 2, 256, 16, 8, 0, true},
-        {"fused_group2_d64", {20000, 1}, 8, 4, 64, 16, 40, 0, true},
-        {"fused_max_splits", {65535, 256, 257}, 8, 1, 128, 16, kDecodeAttentionMaxSplits, 0, true},
     };
 }
 
