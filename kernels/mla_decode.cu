@@ -115,30 +115,33 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (num_tiles > 0 && !early) load_tile(0, 0);
     cp_async_commit();
 
-    // The queries: row h = [bf16(q_lat[s, h0 + h]) | q_pe[s, h0 + h]], zeros past the last head.
-    for (int v = threadIdx.x; v < kHeads * kChunks; v += kThreads) {
-        const int row = v / kChunks, c = v % kChunks;
-        uint32_t w[4] = {0, 0, 0, 0};
-        if (row < heads_here) {
-            const size_t hh = size_t(s) * p.num_heads + h0 + row;
-            if (c < kRank / 8 && lat.q != nullptr) {
-                const uint4 x = *reinterpret_cast<const uint4*>(lat.q + hh * kRank + c * 8);
-                w[0] = x.x, w[1] = x.y, w[2] = x.z, w[3] = x.w;
-            } else if (c < kRank / 8) {
-                const float* src = p.q_lat + hh * kRank + c * 8;
-                const float4 a = *reinterpret_cast<const float4*>(src), b = *reinterpret_cast<const float4*>(src + 4);
-                w[0] = pack_bf16(a.x, a.y);
-                w[1] = pack_bf16(a.z, a.w);
-                w[2] = pack_bf16(b.x, b.y);
-                w[3] = pack_bf16(b.z, b.w);
-            } else {
-                const uint4 x =
-                    *reinterpret_cast<const uint4*>(p.q + hh * (p.nope_dim + kRope) + p.nope_dim + (c - kRank / 8) * 8);
-                w[0] = x.x, w[1] = x.y, w[2] = x.z, w[3] = x.w;
-            }
+    // The queries: row h = [bf16(q_lat[s, h0 + h]) | q_pe[s, h0 + h]], zeros past the last head. Every load of a
+    // thread first, then the stores (a shared store's memory clobber between them would put the loads in a row).
+    constexpr int kQIters = (kHeads * kChunks + kThreads - 1) / kThreads;
+    uint4 qv[kQIters];
+#pragma unroll
+    for (int it = 0; it < kQIters; ++it) {
+        const int v = threadIdx.x + it * kThreads, row = v / kChunks, c = v % kChunks;
+        qv[it] = make_uint4(0, 0, 0, 0);
+        if (v >= kHeads * kChunks || row >= heads_here) continue;
+        const size_t hh = size_t(s) * p.num_heads + h0 + row;
+        if (c < kRank / 8 && lat.q != nullptr) {
+            qv[it] = *reinterpret_cast<const uint4*>(lat.q + hh * kRank + c * 8);
+        } else if (c < kRank / 8) {
+            const float* src = p.q_lat + hh * kRank + c * 8;
+            const float4 a = *reinterpret_cast<const float4*>(src), b = *reinterpret_cast<const float4*>(src + 4);
+            qv[it] = make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
+        } else {
+            qv[it] =
+                *reinterpret_cast<const uint4*>(p.q + hh * (p.nope_dim + kRope) + p.nope_dim + (c - kRank / 8) * 8);
         }
-        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(q_s + swz(row, c, kChunks)), "r"(w[0]),
-                     "r"(w[1]), "r"(w[2]), "r"(w[3])
+    }
+#pragma unroll
+    for (int it = 0; it < kQIters; ++it) {
+        const int v = threadIdx.x + it * kThreads, row = v / kChunks, c = v % kChunks;
+        if (v >= kHeads * kChunks) break;
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(q_s + swz(row, c, kChunks)), "r"(qv[it].x),
+                     "r"(qv[it].y), "r"(qv[it].z), "r"(qv[it].w)
                      : "memory");
     }
 
