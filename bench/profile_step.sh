@@ -29,9 +29,11 @@ done
 mkdir -p "$out"
 profiled=0
 for a in "$@"; do [[ $a == --profile ]] && profiled=1; done
-nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys \
-  /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null | head -1)
-ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+# NSYS / NCU name the profilers where they are not on the PATH or in the usual install folders.
+nsys=${NSYS:-$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys \
+  /usr/local/cuda*/nsight-systems*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys /usr/lib/nsight-systems/bin/nsys \
+  2>/dev/null | head -1)}
+ncu=${NCU:-$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)}
 summarise() {  # CSV of (name, ns) rows on stdin -> the table
   python3 -c '
 import csv, sys, collections
