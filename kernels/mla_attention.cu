@@ -8,6 +8,7 @@
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
+#include "kernels/mla_gemm.hpp"
 #include "kernels/pdl.cuh"
 
 namespace zmoe::kernels {
@@ -246,7 +247,12 @@ void launch_mla_rope_kv(const mla_rope_kv_params& p, cudaStream_t stream) {
     if (p.num_tokens == 0) return;
     // Per token: block 0 the latent row (norm, RoPE of k_pe, the cache write), the others q_pe, kThreads pairs each.
     const int32_t q_blocks = (p.num_heads * (p.rope_dim / 2) + kThreads - 1) / kThreads;
-    detail::launch_pdl(mla_rope_kv_kernel, dim3(p.num_tokens, 1 + q_blocks), dim3(kThreads), 0, stream, p);
+    // Programmatic where the projections before it are few-token kernels (mla_decode.cu has the measurement).
+    const dim3 grid(p.num_tokens, 1 + q_blocks);
+    if (p.num_tokens <= kMlaAbsorbGemvMaxTokens)
+        detail::launch_pdl(mla_rope_kv_kernel, grid, dim3(kThreads), 0, stream, p);
+    else
+        mla_rope_kv_kernel<<<grid, kThreads, 0, stream>>>(p);
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -401,7 +401,13 @@ void launch_mla_decode_bf16(const mla_decode_params& p, const mla_latents_bf16& 
         configured.fetch_or(bit);
     }
     const dim3 grid(p.num_seqs, (p.num_heads + kHeads - 1) / kHeads, p.num_splits);
-    detail::launch_pdl(mla_decode_kernel, grid, dim3(kThreads), kSmem, stream, p, lat);
+    // Programmatic launch where the few-token absorb kernels run before it; after the batched GEMMs a plain one (H100,
+    // DeepSeek-V2-Lite dims, batch 256: the step 16.73 ms with every launch programmatic against main's 16.48 — a
+    // suspected cause, not measured apart: blocks launched early hold multiprocessors a GEMM's later waves need).
+    if (p.num_seqs <= kMlaAbsorbGemvMaxTokens)
+        detail::launch_pdl(mla_decode_kernel, grid, dim3(kThreads), kSmem, stream, p, lat);
+    else
+        mla_decode_kernel<<<grid, kThreads, kSmem, stream>>>(p, lat);
     ZMOE_CUDA_CHECK_LAUNCH();
     if (p.num_splits > 1) {
         detail::launch_pdl(mla_decode_combine_kernel, dim3(p.num_seqs * p.num_heads, kCombineQuarters), dim3(128), 0,
