@@ -2,7 +2,8 @@
 # Long-context measurements on one GPU, Qwen3-30B-A3B dims with dummy weights, each step under its own time limit
 # (a failing step does not stop the others); logs and JSON into OUT:
 #   tests    kernels_test's decode attention tests
-#   kernel   decode_attention_bench at 32 000 tokens of context, batch 1 and 4, the step's split and a sweep of others;
+#   kernel   decode_attention_bench at 32 000 tokens of context, batch 1 and 4, the step's split and a sweep of others
+#            (9 and 33: the counts before they were rounded to multiples of 8), 2 and 4 stages at the step's split;
 #            and batch 1 / 64 / 256 at 128 and 4 096 (the short-context cases must not get slower)
 #   step     zmoe bench step --context 32000 --batch-sizes 1,4: the decode step beside its memory floor (KV + weights);
 #            and the usual table (context 128, batch 1 / 64 / 256)
@@ -54,8 +55,8 @@ if want workers; then
     --gtest_filter='CudaGraphs*:CudaReference*:DecodeGraphBatchSizes*'
 fi
 if want kernel; then
-  step kernel_32k 90 "$bin/decode_attention_bench" --batches 1,4 --contexts 32000 --splits 8,16,24,32,48,99 \
-    --iters 10 --json "$out/decode_attention_32k.json"
+  step kernel_32k 90 "$bin/decode_attention_bench" --batches 1,4 --contexts 32000 --stages 2,4 \
+    --splits 8,9,16,24,32,33,48,99 --iters 10 --json "$out/decode_attention_32k.json"
   step kernel_short 60 "$bin/decode_attention_bench" --batches 1,64,256 --contexts 128,4096 --iters 10 \
     --json "$out/decode_attention_short.json"
 fi

@@ -4,7 +4,10 @@
 # missing. With --profile among the bench arguments only the timed decode steps are collected; without it the whole
 # run (the prefill steps included).
 #
-#   bench/profile_step.sh [--top N] [--out DIR] -- BENCH_STEP_ARGS...
+# With --trace K (nsys only) it also prints K consecutive kernels from the middle of the run in launch order: each
+# one's start, duration and the idle gap before it on the GPU (launch gaps), to read one layer's sequence.
+#
+#   bench/profile_step.sh [--top N] [--out DIR] [--trace K] -- BENCH_STEP_ARGS...
 #   e.g. bench/profile_step.sh -- --model bench/configs/deepseek-v2-lite --load-format dummy --batch-sizes 1 \
 #        --context 1024 --steps 8 --profile
 set -u
@@ -12,9 +15,11 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 zmoe=${ZMOE:-$top/build-cuda/bin/zmoe}
 out=${OUT:-$top/build-cuda/profile_step}
 n=30
+trace=0
 while (($#)); do
   case $1 in
     --top) n=$2; shift ;;
+    --trace) trace=$2; shift ;;
     --out) out=$2; shift ;;
     --) shift; break ;;
     *) echo "profile_step.sh: unknown option $1" >&2; exit 2 ;;
@@ -24,9 +29,11 @@ done
 mkdir -p "$out"
 profiled=0
 for a in "$@"; do [[ $a == --profile ]] && profiled=1; done
-nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys \
-  /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null | head -1)
-ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+# NSYS / NCU name the profilers where they are not on the PATH or in the usual install folders.
+nsys=${NSYS:-$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys \
+  /usr/local/cuda*/nsight-systems*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys /usr/lib/nsight-systems/bin/nsys \
+  2>/dev/null | head -1)}
+ncu=${NCU:-$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)}
 summarise() {  # CSV of (name, ns) rows on stdin -> the table
   python3 -c '
 import csv, sys, collections
@@ -61,6 +68,38 @@ r = csv.reader(open(sys.argv[1])); h = next(r)
 ti, ii = h.index("Total Time (ns)"), h.index("Instances")
 for row in r: print(",".join(["\"" + row[-1].replace("\"", "") + "\"", row[ti], row[ii]]))
 ' "$f" | summarise
+  if ((trace > 0)); then
+    rm -f "$out"/trace*.csv
+    for report in cuda_gpu_trace gputrace; do
+      if "$nsys" stats -q --force-export=true --report "$report" --format csv -o "$out/trace" "$out/run.nsys-rep" \
+        >/dev/null 2>&1; then break; fi
+    done
+    t=$(ls "$out"/trace*.csv 2>/dev/null | head -1)
+    if [[ -z $t ]]; then
+      echo "nsys stats gave no GPU trace"
+    else
+      # Kernels only (rows with a grid), in start order; K of them from the middle of the run.
+      python3 -c '
+import csv, sys
+k = int(sys.argv[2]); r = csv.reader(open(sys.argv[1])); h = next(r)
+si, di, ni = h.index("Start (ns)"), h.index("Duration (ns)"), len(h) - 1
+gi = next((i for i, c in enumerate(h) if c.startswith("GrdX") or c.startswith("Grid")), None)
+rows = []
+for row in r:
+    if gi is not None and (len(row) <= gi or not row[gi].strip()): continue
+    try: rows.append((float(row[si]), float(row[di]), row[ni]))
+    except ValueError: continue
+rows.sort()
+m = max(0, len(rows) // 2 - k // 2)
+print("%10s %9s %8s  kernel (%d of %d kernels from the middle; start relative to the first shown)" % ("start us", "dur us", "gap us", k, len(rows)))
+t0 = rows[m][0] if rows else 0; prev = None
+for s, d, name in rows[m:m + k]:
+    gap = (s - prev) / 1e3 if prev is not None else 0.0
+    print(f"{(s - t0)/1e3:10.2f} {d/1e3:9.2f} {gap:8.2f}  {name[:100]}")
+    prev = s + d
+' "$t" "$trace"
+    fi
+  fi
 elif [[ -n $ncu ]]; then
   args=()
   ((profiled)) && args=(--profile-from-start off)

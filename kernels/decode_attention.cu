@@ -26,6 +26,7 @@
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/decode_attention.hpp"
 #include "kernels/device_utils.cuh"
 #include "kernels/mma_sm80.cuh"
 #include "kernels/pdl.cuh"
@@ -34,6 +35,7 @@ namespace zmoe::kernels {
 namespace {
 
 constexpr int kWarps = 4;
+constexpr int32_t kSplitRound = 8;  // decode_attention_splits: from this many splits up, a multiple of it
 constexpr int kThreads = kWarps * 32;
 constexpr int kKeys = 16;  // keys per warp tile: the K side of one PV MMA, the N side of two QK^T MMAs
 static_assert(kDecodeAttentionMinChunk % (kWarps * kKeys) == 0 && kDecodeAttentionChunkAlign % (kWarps * kKeys) == 0,
@@ -72,9 +74,9 @@ __device__ __forceinline__ uint32_t load_pair(const bf16* q, int row, int col, i
     return row < kGroup ? *reinterpret_cast<const uint32_t*>(q + row * head_dim + col) : 0u;
 }
 
-template <int kHeadDim>
+template <int kHeadDim, int kStageCount>
 struct tile_config {
-    static constexpr int kStages = 2;             // tiles in flight per warp
+    static constexpr int kStages = kStageCount;   // tiles in flight per warp
     static constexpr int kStride = kHeadDim + 8;  // bf16 per K/V row in shared memory: ldmatrix rows hit distinct banks
     static constexpr int kTileElems = kKeys * kStride;
     static constexpr int kOStride = kHeadDim + 8;  // fp32 per row of a warp's output state
@@ -97,9 +99,9 @@ struct split_state {
     }
 };
 
-template <int kHeadDim, int kGroup>
+template <int kHeadDim, int kGroup, int kStageCount>
 __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode_attention_params p) {
-    using C = tile_config<kHeadDim>;
+    using C = tile_config<kHeadDim, kStageCount>;
     constexpr int kStages = C::kStages, kStride = C::kStride, kTileElems = C::kTileElems;
     constexpr int kDimSteps = kHeadDim / 16;  // K steps of QK^T
     constexpr int kDimTiles = kHeadDim / 8;   // N tiles of PV
@@ -305,6 +307,7 @@ template <int kHeadDim>
 __global__ void __launch_bounds__(kCombineThreads) decode_attention_combine_kernel(const decode_attention_params p) {
     constexpr int kCols = kHeadDim / 4;              // float4 columns of a row
     constexpr int kLanes = kCombineThreads / kCols;  // threads that share a column, each over every kLanes-th chunk
+    constexpr int kEarly = 8;                        // a thread's chunks loaded before the weights are known
     static_assert(kCombineThreads % kCols == 0, "whole columns per block");
     __shared__ float weight[kDecodeAttentionMaxSplits];
     __shared__ float reduce[kCombineThreads / 32];
@@ -322,6 +325,16 @@ __global__ void __launch_bounds__(kCombineThreads) decode_attention_combine_kern
     const float* lse = ws.lse + row * p.num_splits;
     const float* o = ws.o + row * p.num_splits * kHeadDim;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    // Column col of chunks k, k + kLanes, ...: the first kEarly of them load now, beside the log-sum-exps (one L2 round
+    // trip for both rather than one after the other).
+    const int col = threadIdx.x % kCols, k = threadIdx.x / kCols;
+    float4 early[kEarly];
+#pragma unroll
+    for (int e = 0; e < kEarly; ++e) {
+        const int32_t c = k + e * kLanes;
+        early[e] = c < num_chunks ? __ldcg(reinterpret_cast<const float4*>(o + size_t(c) * kHeadDim) + col)
+                                  : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
 
     // The largest log-sum-exp, then each chunk's weight and their sum (fixed reduction order: deterministic).
     float mx = -INFINITY;
@@ -349,11 +362,17 @@ __global__ void __launch_bounds__(kCombineThreads) decode_attention_combine_kern
     for (int w = 0; w < kCombineThreads / 32; ++w) sum += reduce[w];
     const float inv = 1.f / sum;
 
-    // Column col of chunks k, k + kLanes, ...: independent loads, several in flight per thread.
-    const int col = threadIdx.x % kCols, k = threadIdx.x / kCols;
+    // The early chunks, then the rest as independent loads, several in flight per thread; in chunk order.
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int e = 0; e < kEarly; ++e) {
+        const int32_t c = k + e * kLanes;
+        if (c >= num_chunks) break;
+        const float w = weight[c];
+        acc.x += early[e].x * w, acc.y += early[e].y * w, acc.z += early[e].z * w, acc.w += early[e].w * w;
+    }
 #pragma unroll 4
-    for (int32_t c = k; c < num_chunks; c += kLanes) {
+    for (int32_t c = k + kEarly * kLanes; c < num_chunks; c += kLanes) {
         const float4 v = __ldcg(reinterpret_cast<const float4*>(o + size_t(c) * kHeadDim) + col);
         const float w = weight[c];
         acc.x += v.x * w, acc.y += v.y * w, acc.z += v.z * w, acc.w += v.w * w;
@@ -371,13 +390,25 @@ __global__ void __launch_bounds__(kCombineThreads) decode_attention_combine_kern
     out[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
 }
 
-template <int kHeadDim, int kGroup>
-void launch_one(const decode_attention_params& p, cudaStream_t stream) {
-    constexpr size_t smem = tile_config<kHeadDim>::kSmemBytes;
-    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<kHeadDim, kGroup>,
+template <int kHeadDim, int kGroup, int kStageCount>
+void launch_chunks(const decode_attention_params& p, cudaStream_t stream) {
+    constexpr size_t smem = tile_config<kHeadDim, kStageCount>::kSmemBytes;
+    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<kHeadDim, kGroup, kStageCount>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    detail::launch_pdl(decode_attention_kernel<kHeadDim, kGroup>, dim3(p.num_splits, p.num_kv_heads, p.num_seqs),
-                       dim3(kThreads), smem, stream, p);
+    detail::launch_pdl(decode_attention_kernel<kHeadDim, kGroup, kStageCount>,
+                       dim3(p.num_splits, p.num_kv_heads, p.num_seqs), dim3(kThreads), smem, stream, p);
+}
+
+template <int kHeadDim, int kGroup>
+void launch_one(const decode_attention_params& p, int32_t stages, cudaStream_t stream) {
+    if constexpr (kHeadDim <= 128) {
+        if (stages == 4)
+            launch_chunks<kHeadDim, kGroup, 4>(p, stream);
+        else
+            launch_chunks<kHeadDim, kGroup, 2>(p, stream);
+    } else {
+        launch_chunks<kHeadDim, kGroup, 2>(p, stream);
+    }
     if (p.num_splits > 1)
         detail::launch_pdl(decode_attention_combine_kernel<kHeadDim>, dim3(p.num_q_heads, p.num_seqs),
                            dim3(kCombineThreads), 0, stream, p);
@@ -438,10 +469,20 @@ int32_t decode_attention_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t 
     // sequence has minimum chunks: a few long sequences split wide, a large batch not at all (no combine pass).
     // Rounded down: equal blocks one past a multiprocessor each finish a block-time late (H100, 32 000 keys, batch 4:
     // 144 blocks 113.5 us, 128 blocks 100.3 us).
+    // From 8 up, a multiple of 8 (H100, 32 000 keys: one sequence 31.75 us at 32 splits, 32.60 at 33, where both cut
+    // 32 chunks; four sequences 101.3 us at 8 splits, 112.9 at 9; 2026-11-27).
     const int64_t pairs = std::max<int64_t>(int64_t(num_seqs) * num_kv_heads, 1);
     const int64_t most = std::clamp<int64_t>(
         (int64_t(max_kv_len) + kDecodeAttentionMinChunk - 1) / kDecodeAttentionMinChunk, 1, kDecodeAttentionMaxSplits);
-    return int32_t(std::clamp<int64_t>(std::max<int64_t>(slots, 1) / pairs, 1, most));
+    const auto splits = int32_t(std::clamp<int64_t>(std::max<int64_t>(slots, 1) / pairs, 1, most));
+    return splits >= kSplitRound ? splits / kSplitRound * kSplitRound : splits;
+}
+
+int32_t decode_attention_stages(int32_t head_dim, int32_t num_splits) {
+    // 4 for a sequence cut wide (H100, 32 000 keys, one sequence at 32 splits: 31.34 us against 31.75 at 2); 2 for
+    // fewer, longer chunks (four sequences at 8 splits: 101.3 us against 104.2 at 4) and for large batches (no split:
+    // two blocks an SM at 2 stages, one at 4).
+    return head_dim <= 128 && num_splits >= 16 ? 4 : 2;
 }
 
 size_t decode_attention_workspace_bytes(int32_t num_seqs, int32_t num_q_heads, int32_t head_dim, int32_t num_splits) {
@@ -449,15 +490,21 @@ size_t decode_attention_workspace_bytes(int32_t num_seqs, int32_t num_q_heads, i
 }
 
 void launch_decode_attention(const decode_attention_params& p, cudaStream_t stream) {
+    launch_decode_attention_stages(p, decode_attention_stages(p.head_dim, p.num_splits), stream);
+}
+
+void launch_decode_attention_stages(const decode_attention_params& p, int32_t stages, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(decode_attention_supported(p.num_q_heads, p.num_kv_heads, p.head_dim),
                         "decode_attention: head_dim 64/128/256 and a group of 1, 2, 4, 8 or 16 query heads");
     ZMOE_KERNEL_REQUIRE(p.num_splits >= 1 && p.num_splits <= kDecodeAttentionMaxSplits && p.block_size > 0,
                         "decode_attention: num_splits in [1, kDecodeAttentionMaxSplits], block_size >= 1");
     ZMOE_KERNEL_REQUIRE(p.num_splits == 1 || p.workspace != nullptr, "decode_attention: split KV needs a workspace");
     ZMOE_KERNEL_REQUIRE(p.num_seqs <= 65535, "decode_attention: at most 65535 sequences");
+    ZMOE_KERNEL_REQUIRE(stages == 2 || (stages == 4 && p.head_dim <= 128),
+                        "decode_attention: 2 stages, or 4 at head_dim <= 128");
     if (p.num_seqs == 0) return;
     dispatch_shape(p.head_dim, p.num_q_heads / p.num_kv_heads,
-                   [&](auto dim, auto group) { launch_one<dim.value, group.value>(p, stream); });
+                   [&](auto dim, auto group) { launch_one<dim.value, group.value>(p, stages, stream); });
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -8,6 +8,8 @@
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
+#include "kernels/mla_gemm.hpp"
+#include "kernels/pdl.cuh"
 
 namespace zmoe::kernels {
 namespace {
@@ -49,6 +51,24 @@ __global__ void __launch_bounds__(kThreads) mla_rope_kv_kernel(const mla_rope_kv
         cos_s[i] = float(c) * p.attention_factor;
         sin_s[i] = float(s) * p.attention_factor;
     }
+    // The positions are the host's (copied before the step): the angles above run under the kernel before; kv and q
+    // come from it.
+    detail::pdl_wait();
+    detail::pdl_launch_dependents();
+    const int32_t qk = p.nope_dim + dr;
+    if (blockIdx.y > 0) {  // q_pe of kThreads (head, pair) items, one each: one round trip, not one per item
+        const int32_t item = (blockIdx.y - 1) * kThreads + threadIdx.x;
+        __syncthreads();  // cos_s, sin_s
+        if (item >= p.num_heads * half) return;
+        const int32_t h = item / half, i = item % half;
+        bf16* qh = p.q + (size_t(t) * p.num_heads + h) * qk + p.nope_dim;
+        int32_t a, b;
+        rope_pair_index(i, dr, p.interleave, a, b);
+        const float x1 = __bfloat162float(qh[a]), x2 = __bfloat162float(qh[b]);
+        qh[a] = __float2bfloat16(x1 * cos_s[i] - x2 * sin_s[i]);
+        qh[b] = __float2bfloat16(x2 * cos_s[i] + x1 * sin_s[i]);
+        return;
+    }
     const bf16* kv = p.kv + size_t(t) * width;
     float sum_sq = 0.f;
     for (int32_t i = threadIdx.x; i < r; i += blockDim.x) {
@@ -68,16 +88,6 @@ __global__ void __launch_bounds__(kThreads) mla_rope_kv_kernel(const mla_rope_kv
             row[r + a] = __float2bfloat16(x1 * cos_s[i] - x2 * sin_s[i]);
             row[r + b] = __float2bfloat16(x2 * cos_s[i] + x1 * sin_s[i]);
         }
-    }
-    const int32_t qk = p.nope_dim + dr;
-    for (int32_t item = threadIdx.x; item < p.num_heads * half; item += blockDim.x) {
-        const int32_t h = item / half, i = item % half;
-        bf16* qh = p.q + (size_t(t) * p.num_heads + h) * qk + p.nope_dim;
-        int32_t a, b;
-        rope_pair_index(i, dr, p.interleave, a, b);
-        const float x1 = __bfloat162float(qh[a]), x2 = __bfloat162float(qh[b]);
-        qh[a] = __float2bfloat16(x1 * cos_s[i] - x2 * sin_s[i]);
-        qh[b] = __float2bfloat16(x2 * cos_s[i] + x1 * sin_s[i]);
     }
 }
 
@@ -235,7 +245,14 @@ void launch_mla_rope_kv(const mla_rope_kv_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(p.rope_dim % 2 == 0 && p.rope_dim <= 128, "mla_rope_kv: rope_dim must be even and <= 128");
     ZMOE_KERNEL_REQUIRE(p.kv_lora_rank > 0, "mla_rope_kv: kv_lora_rank must be positive");
     if (p.num_tokens == 0) return;
-    mla_rope_kv_kernel<<<p.num_tokens, kThreads, 0, stream>>>(p);
+    // Per token: block 0 the latent row (norm, RoPE of k_pe, the cache write), the others q_pe, kThreads pairs each.
+    const int32_t q_blocks = (p.num_heads * (p.rope_dim / 2) + kThreads - 1) / kThreads;
+    // Programmatic where the projections before it are few-token kernels (mla_decode.cu has the measurement).
+    const dim3 grid(p.num_tokens, 1 + q_blocks);
+    if (p.num_tokens <= kMlaAbsorbGemvMaxTokens)
+        detail::launch_pdl(mla_rope_kv_kernel, grid, dim3(kThreads), 0, stream, p);
+    else
+        mla_rope_kv_kernel<<<grid, kThreads, 0, stream>>>(p);
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -6,9 +6,10 @@
 // 32 keys; the four partial sums added in shared memory by the warp owning keys 8w .. 8w + 7), the online softmax
 // across the block's warps (row maxima and sums exchanged in shared memory), P (BF16) through
 // shared memory, and O += P C with warp w owning latent columns 128 w .. 128 w + 127 (C = the latent part of the
-// same tile). A split writes its normalised partial output and log-sum-exp; a combine pass merges the splits in
-// split order. One split writes o_lat directly. The absorbed query may come in BF16 (launch_mla_decode_bf16: what the
-// MMAs take anyway) and the output leave in BF16, for the batched up-projection GEMMs around the kernel.
+// same tile). A split writes its normalised partial output and log-sum-exp; a combine pass merges the splits in a
+// fixed order. One split writes o_lat directly. The absorbed query may come in BF16 (launch_mla_decode_bf16: what the
+// MMAs take anyway) and the output leave in BF16, for the absorbed projections around the kernel. Both launches are
+// programmatically dependent (pdl.cuh): the split pass loads its first tile of earlier steps' rows before the wait.
 
 #include <algorithm>
 #include <atomic>
@@ -19,6 +20,7 @@
 #include "kernels/device_utils.cuh"
 #include "kernels/mla_gemm.hpp"
 #include "kernels/mma_sm80.cuh"
+#include "kernels/pdl.cuh"
 
 namespace zmoe::kernels {
 namespace {
@@ -90,33 +92,6 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int32_t num_tiles = (k_end - k_begin + kKeys - 1) / kKeys;
     const int32_t* table = p.block_tables + size_t(s) * p.max_blocks_per_seq;
 
-    // The queries: row h = [bf16(q_lat[s, h0 + h]) | q_pe[s, h0 + h]], zeros past the last head.
-    for (int v = threadIdx.x; v < kHeads * kChunks; v += kThreads) {
-        const int row = v / kChunks, c = v % kChunks;
-        uint32_t w[4] = {0, 0, 0, 0};
-        if (row < heads_here) {
-            const size_t hh = size_t(s) * p.num_heads + h0 + row;
-            if (c < kRank / 8 && lat.q != nullptr) {
-                const uint4 x = *reinterpret_cast<const uint4*>(lat.q + hh * kRank + c * 8);
-                w[0] = x.x, w[1] = x.y, w[2] = x.z, w[3] = x.w;
-            } else if (c < kRank / 8) {
-                const float* src = p.q_lat + hh * kRank + c * 8;
-                const float4 a = *reinterpret_cast<const float4*>(src), b = *reinterpret_cast<const float4*>(src + 4);
-                w[0] = pack_bf16(a.x, a.y);
-                w[1] = pack_bf16(a.z, a.w);
-                w[2] = pack_bf16(b.x, b.y);
-                w[3] = pack_bf16(b.z, b.w);
-            } else {
-                const uint4 x =
-                    *reinterpret_cast<const uint4*>(p.q + hh * (p.nope_dim + kRope) + p.nope_dim + (c - kRank / 8) * 8);
-                w[0] = x.x, w[1] = x.y, w[2] = x.z, w[3] = x.w;
-            }
-        }
-        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(q_s + swz(row, c, kChunks)), "r"(w[0]),
-                     "r"(w[1]), "r"(w[2]), "r"(w[3])
-                     : "memory");
-    }
-
     // Lane j of every warp finds key j's cache row of a tile once (kKeys == 32 lanes); the copies take it by shuffle.
     static_assert(kKeys == 32);
     auto load_tile = [&](int32_t t, int stage) {
@@ -130,8 +105,46 @@ __global__ void __launch_bounds__(kThreads, 2)
             cp_async_16(dst + swz(j, c, kChunks), p.cache + (row >= 0 ? size_t(row) * kWidth + c * 8 : 0), row >= 0);
         }
     };
-    if (num_tiles > 0) load_tile(0, 0);
+    // The lengths and block tables are the host's (copied before the step) and the cache rows before the newest were
+    // written by earlier steps: a first tile wholly before the newest key loads before the programmatic wait, under
+    // the kernels before (uncommitted: it joins group 0 below); one holding the newest key after the wait.
+    const bool early = num_tiles > 0 && k_begin + kKeys <= kv_len - 1;
+    if (early) load_tile(0, 0);
+    detail::pdl_wait();  // the absorbed query, q_pe and the newest latent row come from the kernels before
+    detail::pdl_launch_dependents();
+    if (num_tiles > 0 && !early) load_tile(0, 0);
     cp_async_commit();
+
+    // The queries: row h = [bf16(q_lat[s, h0 + h]) | q_pe[s, h0 + h]], zeros past the last head. Every load of a
+    // thread first, then the stores (a shared store's memory clobber between them would put the loads in a row).
+    constexpr int kQIters = (kHeads * kChunks + kThreads - 1) / kThreads;
+    uint4 qv[kQIters];
+#pragma unroll
+    for (int it = 0; it < kQIters; ++it) {
+        const int v = threadIdx.x + it * kThreads, row = v / kChunks, c = v % kChunks;
+        qv[it] = make_uint4(0, 0, 0, 0);
+        if (v >= kHeads * kChunks || row >= heads_here) continue;
+        const size_t hh = size_t(s) * p.num_heads + h0 + row;
+        if (c < kRank / 8 && lat.q != nullptr) {
+            qv[it] = *reinterpret_cast<const uint4*>(lat.q + hh * kRank + c * 8);
+        } else if (c < kRank / 8) {
+            const float* src = p.q_lat + hh * kRank + c * 8;
+            const float4 a = *reinterpret_cast<const float4*>(src), b = *reinterpret_cast<const float4*>(src + 4);
+            qv[it] = make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
+        } else {
+            qv[it] =
+                *reinterpret_cast<const uint4*>(p.q + hh * (p.nope_dim + kRope) + p.nope_dim + (c - kRank / 8) * 8);
+        }
+    }
+#pragma unroll
+    for (int it = 0; it < kQIters; ++it) {
+        const int v = threadIdx.x + it * kThreads, row = v / kChunks, c = v % kChunks;
+        if (v >= kHeads * kChunks) break;
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(q_s + swz(row, c, kChunks)), "r"(qv[it].x),
+                     "r"(qv[it].y), "r"(qv[it].z), "r"(qv[it].w)
+                     : "memory");
+    }
+
     __syncthreads();  // the queries are in shared memory
     // This warp's share of S's k-steps: the A fragments of k-steps kStepsPerWarp * warp + i stay in registers.
     uint32_t qf[kStepsPerWarp][4];
@@ -281,19 +294,36 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
 }
 
-// o_lat[s, h] = sum_c w_c o_c / sum_c w_c, w_c = exp(lse_c - max lse), in split order. One block of 128 threads per
-// (s, h).
+// o_lat[s, h] = sum_c w_c o_c / sum_c w_c, w_c = exp(lse_c - max lse). One block of 128 threads per (s, h, quarter of
+// the latent columns): warp g takes splits g, g + 4, ... of the quarter's 32 float4 columns, all its loads issued
+// before the weights are known (one L2 round trip for the partial rows and the log-sum-exps together); the four warps'
+// sums are added in warp order (deterministic).
+constexpr int kCombineQuarters = 4;
+constexpr int kCombineGroups = 4;                                      // warps, each a residue class of splits
+constexpr int kCombinePerWarp = kMlaDecodeMaxSplits / kCombineGroups;  // splits a warp holds: 8
 __global__ void __launch_bounds__(128)
     mla_decode_combine_kernel(const mla_decode_params p, const mla_latents_bf16 lat) {
-    static_assert(kMlaDecodeMaxSplits <= 32 && kRank == 4 * 128);
+    static_assert(kMlaDecodeMaxSplits <= 32 && kRank == kCombineQuarters * 32 * 4);
     __shared__ float w_s[kMlaDecodeMaxSplits];
     __shared__ float inv_s;
+    __shared__ float4 sums[kCombineGroups][32];
+    detail::pdl_wait();  // the split pass's partial outputs
+    detail::pdl_launch_dependents();
     const size_t hh = size_t(blockIdx.x);
     const float* part = p.workspace + hh * p.num_splits * kPartStride;
+    const int lane = threadIdx.x % 32, grp = threadIdx.x / 32;
+    const int col = blockIdx.y * 128 + lane * 4;  // this thread's four columns
+    float4 v[kCombinePerWarp];
+#pragma unroll
+    for (int i = 0; i < kCombinePerWarp; ++i) {
+        const int c = grp + kCombineGroups * i;
+        v[i] = c < p.num_splits ? __ldcg(reinterpret_cast<const float4*>(part + c * kPartStride + col))
+                                : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
     // The splits' weights once, by the first warp (lane c: split c), the sum by a warp reduction.
-    if (threadIdx.x < 32) {
-        const int c = threadIdx.x;
-        const float lse = c < p.num_splits ? part[c * kPartStride + kRank] : -INFINITY;
+    if (grp == 0) {
+        const int c = lane;
+        const float lse = c < p.num_splits ? __ldcg(part + c * kPartStride + kRank) : -INFINITY;
         const float mx = detail::warp_max(lse);
         const float w = lse == -INFINITY ? 0.f : expf(lse - mx);
         const float sum = detail::warp_sum(w);
@@ -301,27 +331,34 @@ __global__ void __launch_bounds__(128)
         if (c == 0) inv_s = sum > 0.f ? 1.f / sum : 0.f;
     }
     __syncthreads();
-    // Four columns a thread, the splits' rows as independent 16-byte loads, summed in split order.
-    const int i = threadIdx.x * 4;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-    for (int c = 0; c < p.num_splits; ++c) {
+#pragma unroll
+    for (int i = 0; i < kCombinePerWarp; ++i) {
+        const int c = grp + kCombineGroups * i;
+        if (c >= p.num_splits) break;
         const float w = w_s[c];
-        if (w == 0.f) continue;
-        const float4 v = *reinterpret_cast<const float4*>(part + c * kPartStride + i);
-        acc.x = fmaf(w, v.x, acc.x);
-        acc.y = fmaf(w, v.y, acc.y);
-        acc.z = fmaf(w, v.z, acc.z);
-        acc.w = fmaf(w, v.w, acc.w);
+        if (w == 0.f) continue;  // an empty split (its row may be anything finite or not)
+        acc.x = fmaf(w, v[i].x, acc.x);
+        acc.y = fmaf(w, v[i].y, acc.y);
+        acc.z = fmaf(w, v[i].z, acc.z);
+        acc.w = fmaf(w, v[i].w, acc.w);
+    }
+    sums[grp][lane] = acc;
+    __syncthreads();
+    if (grp != 0) return;
+#pragma unroll
+    for (int g = 1; g < kCombineGroups; ++g) {
+        const float4 x = sums[g][lane];
+        acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
     }
     const float inv = inv_s;
     if (lat.o != nullptr) {
         uint2 packed;
         packed.x = pack_bf16(acc.x * inv, acc.y * inv);
         packed.y = pack_bf16(acc.z * inv, acc.w * inv);
-        *reinterpret_cast<uint2*>(lat.o + hh * kRank + i) = packed;
+        *reinterpret_cast<uint2*>(lat.o + hh * kRank + col) = packed;
     } else {
-        *reinterpret_cast<float4*>(p.o_lat + hh * kRank + i) =
+        *reinterpret_cast<float4*>(p.o_lat + hh * kRank + col) =
             make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
     }
 }
@@ -364,10 +401,17 @@ void launch_mla_decode_bf16(const mla_decode_params& p, const mla_latents_bf16& 
         configured.fetch_or(bit);
     }
     const dim3 grid(p.num_seqs, (p.num_heads + kHeads - 1) / kHeads, p.num_splits);
-    mla_decode_kernel<<<grid, kThreads, kSmem, stream>>>(p, lat);
+    // Programmatic launch where the few-token absorb kernels run before it; after the batched GEMMs a plain one (H100,
+    // DeepSeek-V2-Lite dims, batch 256: the step 16.73 ms with every launch programmatic against main's 16.48 — a
+    // suspected cause, not measured apart: blocks launched early hold multiprocessors a GEMM's later waves need).
+    if (p.num_seqs <= kMlaAbsorbGemvMaxTokens)
+        detail::launch_pdl(mla_decode_kernel, grid, dim3(kThreads), kSmem, stream, p, lat);
+    else
+        mla_decode_kernel<<<grid, kThreads, kSmem, stream>>>(p, lat);
     ZMOE_CUDA_CHECK_LAUNCH();
     if (p.num_splits > 1) {
-        mla_decode_combine_kernel<<<p.num_seqs * p.num_heads, 128, 0, stream>>>(p, lat);
+        detail::launch_pdl(mla_decode_combine_kernel, dim3(p.num_seqs * p.num_heads, kCombineQuarters), dim3(128), 0,
+                           stream, p, lat);
         ZMOE_CUDA_CHECK_LAUNCH();
     }
 }

@@ -31,6 +31,17 @@ struct mla_absorb_gemm_params {
 void launch_mla_q_absorb_gemm(const mla_absorb_gemm_params& p, cudaStream_t stream);
 void launch_mla_v_up_gemm(const mla_absorb_gemm_params& p, cudaStream_t stream);
 
+/// The same two projections for a decode step of 1..kMlaAbsorbGemvMaxTokens tokens as streaming kernels over kv_b
+/// (mla_absorb_gemv.cu; handle and workspace unused): the weights loaded before the programmatic wait, launched
+/// programmatically dependent (pdl.cuh), fp32 sums in a fixed order rounded once to BF16. Where cuBLASLt's batched
+/// GEMMs at one token read the 2 MB of W_k or W_v well below the copy bandwidth and end the kernels' PDL chain.
+constexpr int32_t kMlaAbsorbGemvMaxTokens = 4;
+/// True when launch_mla_q_absorb_gemv / launch_mla_v_up_gemv take this shape: kv_lora_rank 512, nope_dim <= 256,
+/// v_dim a multiple of 16, 1..kMlaAbsorbGemvMaxTokens tokens.
+bool mla_absorb_gemv_supported(int32_t num_tokens, int32_t nope_dim, int32_t v_dim, int32_t kv_lora_rank);
+void launch_mla_q_absorb_gemv(const mla_absorb_gemm_params& p, cudaStream_t stream);
+void launch_mla_v_up_gemv(const mla_absorb_gemm_params& p, cudaStream_t stream);
+
 // The expanded prefill's K and V straight from the gathered latents, in the prefill attention kernel's layouts
 // (rows of num_heads heads: K [nope | rope] = nope_dim + rope_dim wide, V v_dim wide, no padding): K[n, h, :nope] =
 // W_k,h latent[n] and V[n, h] = W_v,h latent[n] as two batched GEMMs over the heads (the latents shared), rounded to

@@ -17,10 +17,19 @@ constexpr int kMaxVecs = 8;
 
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const rms_norm_params p) {
     __shared__ float scratch[32];  // one partial sum per warp
+    const int32_t num_vecs = p.hidden / 8;
+    // The weights depend on no earlier kernel: loaded before the programmatic wait, under the kernel before, rather
+    // than one memory round trip after the sum of squares.
+    detail::bf16x8 w_raw[kMaxVecs];
+#pragma unroll
+    for (int i = 0; i < kMaxVecs; ++i) {
+        const int32_t vec = threadIdx.x + i * kThreads;
+        if (vec >= num_vecs) break;
+        w_raw[i] = *reinterpret_cast<const detail::bf16x8*>(p.weight + vec * 8);
+    }
     detail::pdl_wait();
     detail::pdl_launch_dependents();
     const size_t row = size_t(blockIdx.x) * p.hidden;
-    const int32_t num_vecs = p.hidden / 8;
     float v[kMaxVecs][8];
     float sum_sq = 0.f;
 #pragma unroll
@@ -44,7 +53,11 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const rms_norm_param
         const int32_t vec = threadIdx.x + i * kThreads;
         if (vec >= num_vecs) break;
         float w[8];
-        detail::load_f32x8(p.weight + vec * 8, w);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float2 f = __bfloat1622float2(w_raw[i].h[j]);
+            w[2 * j] = f.x, w[2 * j + 1] = f.y;
+        }
 #pragma unroll
         for (int j = 0; j < 8; ++j) v[i][j] = v[i][j] * inv * w[j];
         detail::store_f32x8(p.out + row + vec * 8, v[i]);

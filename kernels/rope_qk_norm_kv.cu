@@ -88,10 +88,22 @@ constexpr int kMaxPairsPerLane = 4;  // head_dim <= 256
 /// rotation pairs (i, i + head_dim / 2) for i = l, l + 32, ...; the sum of squares runs over the same elements in
 /// the same order as rope_qk_norm_kv_kernel's (d = l, l + 32, ...), so both give the same bits.
 __global__ void __launch_bounds__(kHeadWarps * 32) rope_per_head_kernel(const rope_qk_norm_kv_params p) {
-    detail::pdl_wait();
-    detail::pdl_launch_dependents();
     const int32_t t = blockIdx.x, hd = p.head_dim, half = hd / 2;
     const int lane = threadIdx.x % 32;
+    // The rotation angles of this lane's pairs depend only on the position (the host's, copied before the step): they
+    // are computed under the kernel before, ahead of the programmatic wait.
+    float sn[kMaxPairsPerLane], cs[kMaxPairsPerLane];
+    {
+        const int32_t pos = p.positions[t];
+#pragma unroll
+        for (int m = 0; m < kMaxPairsPerLane; ++m) {
+            const int32_t i = lane + 32 * m;
+            const float inv_freq = 1.0f / powf(p.rope_theta, float(2 * i) / float(hd));
+            sincosf(float(pos) * inv_freq, &sn[m], &cs[m]);
+        }
+    }
+    detail::pdl_wait();
+    detail::pdl_launch_dependents();
     const int32_t h = blockIdx.y * kHeadWarps + threadIdx.x / 32;
     if (h >= p.num_q_heads + p.num_kv_heads) return;
     const int32_t q_size = p.num_q_heads * hd, kv_size = p.num_kv_heads * hd;
@@ -130,18 +142,14 @@ __global__ void __launch_bounds__(kHeadWarps * 32) rope_per_head_kernel(const ro
             x2[m] *= inv * __bfloat162float(w[i + half]);
         }
     }
-    const int32_t pos = p.positions[t];
     bf16* dst = is_q ? p.q_out + (size_t(t) * p.num_q_heads + h) * hd
                      : p.k_cache + size_t(slot) * kv_size + size_t(h - p.num_q_heads) * hd;
 #pragma unroll
     for (int m = 0; m < kMaxPairsPerLane; ++m) {
         const int32_t i = lane + 32 * m;
         if (i >= half) break;
-        const float inv_freq = 1.0f / powf(p.rope_theta, float(2 * i) / float(hd));
-        float sn, cs;
-        sincosf(float(pos) * inv_freq, &sn, &cs);
-        dst[i] = __float2bfloat16(x1[m] * cs - x2[m] * sn);
-        dst[i + half] = __float2bfloat16(x2[m] * cs + x1[m] * sn);
+        dst[i] = __float2bfloat16(x1[m] * cs[m] - x2[m] * sn[m]);
+        dst[i + half] = __float2bfloat16(x2[m] * cs[m] + x1[m] * sn[m]);
     }
 }
 

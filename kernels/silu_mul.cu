@@ -1,4 +1,5 @@
-// SiLU(gate) * up for the dense MLPs (the shared experts and the dense layers), from one fused gate|up GEMM output.
+// SiLU(gate) * up for the dense MLPs (the shared experts and the dense layers), from one fused gate|up GEMM output;
+// launched programmatically dependent (pdl.cuh).
 // launch_silu_mul_fp8 quantizes the fp32 product per token and 128-channel group instead of rounding it to BF16
 // (the down projection's FP8 operand): one warp per (token, group), 4 channels per lane, as launch_fp8_quantize.
 
@@ -8,6 +9,7 @@
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/pdl.cuh"
 #include "kernels/silu_f32.hpp"
 
 namespace zmoe::kernels {
@@ -16,6 +18,8 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void silu_mul_kernel(const bf16* gu, bf16* out, int64_t total, int32_t n) {
+    detail::pdl_wait();  // gate|up comes from the GEMM before
+    detail::pdl_launch_dependents();
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
         const int64_t t = i / n, j = i % n;
         const float g = __bfloat162float(gu[t * 2 * n + j]);
@@ -72,7 +76,7 @@ void launch_silu_mul(const silu_mul_params& p, cudaStream_t stream) {
     const int64_t total = int64_t(p.num_tokens) * p.n;
     if (total == 0) return;
     const int grid = static_cast<int>(std::min<int64_t>((total + kThreads - 1) / kThreads, 65535));
-    silu_mul_kernel<<<grid, kThreads, 0, stream>>>(p.gate_up, p.out, total, p.n);
+    detail::launch_pdl(silu_mul_kernel, dim3(grid), dim3(kThreads), 0, stream, p.gate_up, p.out, total, p.n);
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 

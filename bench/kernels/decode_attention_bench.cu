@@ -11,10 +11,11 @@
 //          enable_gqa over a contiguous KV cache); other lines are echoed.
 //
 // The split count is the one the decode step takes (decode_attention_splits for the batch, sized for --max-kv-len
-// keys, default the context); --splits 1,8,... times those counts too, each a row.
+// keys, default the context); --splits 1,8,... times those counts too, each a row; --stages 2,4 times the step's
+// split count with those K/V tiles in flight per warp (decode_attention_params::num_stages), each a row.
 //
 // usage: decode_attention_bench [--batches 1,64,256] [--contexts 128,1024,4096] [--iters 20] [--splits LIST]
-//                               [--max-kv-len N] [--peer CMD] [--json PATH]
+//                               [--stages LIST] [--max-kv-len N] [--peer CMD] [--json PATH]
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -34,6 +35,7 @@
 #include "bench/kernels/bench_util.cuh"
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/decode_attention.hpp"
 
 namespace {
 
@@ -48,13 +50,14 @@ constexpr int32_t kQHeads = 32, kKvHeads = 4, kHeadDim = 128, kBlockSize = 16;
 constexpr size_t kColdBytes = size_t(256) << 20;  // KV bytes a graph cycles over, at least: well past the 50 MB L2
 
 struct row {
-    int32_t batch = 0, context = 0, copies = 0, splits = 0;
-    bool automatic = true;                                 // the split the decode step takes
-    double ms = 0, floor_ms = 0, bytes = 0, peer_ms = -1;  // peer_ms < 0: no peer row for this shape
+    int32_t batch = 0, context = 0, copies = 0, splits = 0, stages = 0;  // stages 0: the launch's own choice
+    bool automatic = true;                                               // the split the decode step takes
+    double ms = 0, floor_ms = 0, bytes = 0, peer_ms = -1;                // peer_ms < 0: no peer row for this shape
 };
 
-row measure(int32_t batch, int32_t context, int32_t splits, bool automatic, int iters, cudaStream_t stream) {
-    row r{.batch = batch, .context = context, .splits = splits, .automatic = automatic};
+row measure(int32_t batch, int32_t context, int32_t splits, int32_t stages, bool automatic, int iters,
+            cudaStream_t stream) {
+    row r{.batch = batch, .context = context, .splits = splits, .stages = stages, .automatic = automatic};
     const int32_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
     const size_t block_bytes = size_t(kBlockSize) * kKvHeads * kHeadDim * sizeof(bf16);  // K or V
     const size_t kv_bytes = 2 * size_t(batch) * blocks_per_seq * block_bytes;
@@ -72,22 +75,25 @@ row measure(int32_t batch, int32_t context, int32_t splits, bool automatic, int 
         std::max<size_t>(zmoe::kernels::decode_attention_workspace_bytes(batch, kQHeads, kHeadDim, splits), 4) /
         sizeof(float));
     auto launch = [&](int32_t copy) {
-        zmoe::kernels::launch_decode_attention({.q = buf.q,
-                                                .k_cache = buf.k_cache,
-                                                .v_cache = buf.v_cache,
-                                                .block_tables = d_tables + size_t(copy) * batch * blocks_per_seq,
-                                                .start_pos = d_start,
-                                                .workspace = workspace,
-                                                .out = buf.out,
-                                                .num_seqs = batch,
-                                                .num_q_heads = kQHeads,
-                                                .num_kv_heads = kKvHeads,
-                                                .head_dim = kHeadDim,
-                                                .block_size = kBlockSize,
-                                                .max_blocks_per_seq = blocks_per_seq,
-                                                .num_splits = r.splits,
-                                                .scale = 1.f / std::sqrt(float(kHeadDim))},
-                                               stream);
+        const zmoe::kernels::decode_attention_params p{.q = buf.q,
+                                                       .k_cache = buf.k_cache,
+                                                       .v_cache = buf.v_cache,
+                                                       .block_tables = d_tables + size_t(copy) * batch * blocks_per_seq,
+                                                       .start_pos = d_start,
+                                                       .workspace = workspace,
+                                                       .out = buf.out,
+                                                       .num_seqs = batch,
+                                                       .num_q_heads = kQHeads,
+                                                       .num_kv_heads = kKvHeads,
+                                                       .head_dim = kHeadDim,
+                                                       .block_size = kBlockSize,
+                                                       .max_blocks_per_seq = blocks_per_seq,
+                                                       .num_splits = r.splits,
+                                                       .scale = 1.f / std::sqrt(float(kHeadDim))};
+        if (r.stages > 0)
+            zmoe::kernels::launch_decode_attention_stages(p, r.stages, stream);
+        else
+            zmoe::kernels::launch_decode_attention(p, stream);
     };
     launch(0);  // outside the capture: sets the kernel's shared-memory limit
     ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -125,7 +131,7 @@ double copy_bandwidth(cudaStream_t stream) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::vector<int32_t> batches{1, 64, 256}, contexts{128, 1024, 4096}, splits;
+    std::vector<int32_t> batches{1, 64, 256}, contexts{128, 1024, 4096}, splits, stages;
     int iters = 20, max_kv_len = 0;
     std::string peer, json;
     for (int i = 1; i < argc; ++i) {
@@ -139,6 +145,8 @@ int main(int argc, char** argv) {
             iters = std::max(1, std::stoi(argv[++i]));
         else if (a == "--splits" && has_value)
             splits = parse_list(argv[++i]);
+        else if (a == "--stages" && has_value)
+            stages = parse_list(argv[++i]);
         else if (a == "--max-kv-len" && has_value)
             max_kv_len = std::stoi(argv[++i]);
         else if (a == "--peer" && has_value)
@@ -148,7 +156,7 @@ int main(int argc, char** argv) {
         else {
             std::fprintf(stderr,
                          "usage: %s [--batches 1,64,256] [--contexts 128,1024,4096] [--iters N] [--splits LIST] "
-                         "[--max-kv-len N] [--peer CMD] [--json PATH]\n",
+                         "[--stages LIST] [--max-kv-len N] [--peer CMD] [--json PATH]\n",
                          argv[0]);
             return 2;
         }
@@ -165,9 +173,10 @@ int main(int argc, char** argv) {
         for (int32_t c : contexts) {
             const int32_t chosen =
                 zmoe::kernels::decode_attention_splits(b, kKvHeads, max_kv_len > 0 ? max_kv_len : c, slots);
-            rows.push_back(measure(b, c, chosen, true, iters, stream));
+            rows.push_back(measure(b, c, chosen, 0, true, iters, stream));
+            for (int32_t st : stages) rows.push_back(measure(b, c, chosen, st, false, iters, stream));
             for (int32_t s : splits)
-                if (s != chosen) rows.push_back(measure(b, c, s, false, iters, stream));
+                if (s != chosen) rows.push_back(measure(b, c, s, 0, false, iters, stream));
         }
     for (row& r : rows) r.floor_ms = r.bytes / bandwidth * 1e3;
 
@@ -192,17 +201,19 @@ int main(int argc, char** argv) {
         "\ndecode attention, %d query / %d KV heads of %d, BF16, block size %d, on %s; copy bandwidth %.0f GB/s; %d "
         "block slots\n",
         kQHeads, kKvHeads, kHeadDim, kBlockSize, prop.name, bandwidth * 1e-9, slots);
-    std::printf("%6s %8s %7s %8s %10s %10s %10s %7s %9s %8s\n", "batch", "context", "copies", "splits", "zmoe us",
-                "floor us", "peer us", "floor%", "GB/s", "vs peer");
+    std::printf("%6s %8s %7s %8s %6s %10s %10s %10s %7s %9s %8s\n", "batch", "context", "copies", "splits", "stages",
+                "zmoe us", "floor us", "peer us", "floor%", "GB/s", "vs peer");
     for (const row& r : rows) {
         char vs[16] = "-", peer_us[16] = "-";
         if (r.peer_ms > 0) {
             std::snprintf(vs, sizeof vs, "%.2fx", r.peer_ms / r.ms);
             std::snprintf(peer_us, sizeof peer_us, "%.2f", r.peer_ms * 1e3);
         }
-        std::printf("%6d %8d %7d %7d%c %10.2f %10.2f %10s %6.0f%% %9.0f %8s\n", r.batch, r.context, r.copies, r.splits,
-                    r.automatic ? '*' : ' ', r.ms * 1e3, r.floor_ms * 1e3, peer_us, 100.0 * r.floor_ms / r.ms,
-                    r.bytes / r.ms * 1e-6, vs);
+        char stages_s[16] = "auto";
+        if (r.stages > 0) std::snprintf(stages_s, sizeof stages_s, "%d", r.stages);
+        std::printf("%6d %8d %7d %7d%c %6s %10.2f %10.2f %10s %6.0f%% %9.0f %8s\n", r.batch, r.context, r.copies,
+                    r.splits, r.automatic ? '*' : ' ', stages_s, r.ms * 1e3, r.floor_ms * 1e3, peer_us,
+                    100.0 * r.floor_ms / r.ms, r.bytes / r.ms * 1e-6, vs);
     }
     std::printf(
         "(splits *: the decode step's choice; floor: K + V + query + output + block-table bytes at the copy "
@@ -217,7 +228,7 @@ int main(int argc, char** argv) {
         for (size_t i = 0; i < rows.size(); ++i) {
             const row& r = rows[i];
             f << (i ? "," : "") << "{\"batch\":" << r.batch << ",\"context\":" << r.context
-              << ",\"copies\":" << r.copies << ",\"num_splits\":" << r.splits
+              << ",\"copies\":" << r.copies << ",\"num_splits\":" << r.splits << ",\"num_stages\":" << r.stages
               << ",\"automatic\":" << (r.automatic ? "true" : "false") << ",\"ms\":" << r.ms << ",\"bytes\":" << r.bytes
               << ",\"floor_ms\":" << r.floor_ms << ",\"peer_ms\":" << r.peer_ms << "}";
         }

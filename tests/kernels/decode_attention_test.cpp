@@ -5,6 +5,8 @@
 // shape picks; a second launch gives the same bits; a sequence's output is bitwise the same alone and in a batch of
 // the same split count; and a graph captured at one set of lengths replays right at others.
 
+#include "kernels/decode_attention.hpp"
+
 #include <numeric>
 
 #include "kernels/reference/reference.hpp"
@@ -18,6 +20,7 @@ struct decode_case {
     std::vector<int32_t> start_pos;  // one decode per sequence, at these positions
     int32_t num_q_heads, num_kv_heads, head_dim, block_size;
     int32_t num_splits = 0;  // chunks per sequence at most; 0: decode_attention_splits for the batch and its lengths
+    int32_t num_stages = 0;  // K/V tiles in flight per warp; 0: the launch's choice
 };
 
 struct decode_inputs {
@@ -108,13 +111,20 @@ std::vector<float> reference(const decode_case& c, const decode_inputs& in) {
     return want;
 }
 
+void launch(const decode_case& c, const decode_attention_params& p) {
+    if (c.num_stages > 0)
+        launch_decode_attention_stages(p, c.num_stages, nullptr);
+    else
+        launch_decode_attention(p, nullptr);
+}
+
 std::vector<float> run_decode(const decode_case& c, const decode_inputs& in) {
     decode_device d(c, in);
-    launch_decode_attention(d.p, nullptr);
+    launch(c, d.p);
     sync_and_check();
     const std::vector<float> first = download_bf16(d.out);
     d.out.poison();
-    launch_decode_attention(d.p, nullptr);  // the same chunks, combined in the same order
+    launch(c, d.p);  // the same chunks, combined in the same order
     sync_and_check();
     const std::vector<float> second = download_bf16(d.out);
     for (size_t i = 0; i < first.size(); ++i) EXPECT_EQ(first[i], second[i]) << "element " << i;
@@ -163,8 +173,10 @@ TEST(DecodeAttention, SplitsFollowTheShape) {
         EXPECT_GE(s, 1);
         EXPECT_LE(s, kDecodeAttentionMaxSplits);
         if (pairs <= slots && s < kDecodeAttentionMaxSplits) {
+            const int32_t step = s >= 8 ? 8 : 1;  // from 8 up, multiples of 8
+            EXPECT_EQ(s % step, 0) << "batch " << b;
             EXPECT_LE(s * pairs, slots) << "batch " << b << ": no block beyond the slots";
-            EXPECT_GT((s + 1) * pairs, slots) << "batch " << b << ": as many as fit";
+            EXPECT_GT((s + step) * pairs, slots) << "batch " << b << ": as many as fit";
         } else if (pairs > slots) {
             EXPECT_EQ(s, 1);
         }
@@ -202,6 +214,23 @@ TEST(DecodeAttention, GraphReplaysAtOtherLengths) {
     for (float v : got) ASSERT_TRUE(std::isfinite(v));
     EXPECT_LT(rel_error(got, reference(longer, big)), kBf16Tolerance);
     EXPECT_EQ(got, run_decode(longer, big)) << "the replay gives the eager launch's bits";
+}
+
+// The pipeline depth changes when tiles land, not what a warp computes or in which order: the same bits.
+TEST(DecodeAttention, StagesGiveTheSameBits) {
+    for (decode_case c : {decode_case{"s_32k", {31999}, 32, 4, 128, 16},
+                          decode_case{"s_batch", {700, 3, 1500, 129, 40}, 32, 4, 128, 16, 5},
+                          decode_case{"s_one_split", {900, 130}, 32, 4, 128, 16, 1},
+                          decode_case{"s_d64_group1", {2000, 17}, 4, 4, 64, 16, 3}}) {
+        std::mt19937 rng(9);
+        const decode_inputs in = make_inputs(c, rng);
+        c.num_stages = 2;
+        const std::vector<float> two = run_decode(c, in);
+        c.num_stages = 4;
+        const std::vector<float> four = run_decode(c, in);
+        EXPECT_EQ(two, four) << c.name;
+        EXPECT_LT(rel_error(four, reference(c, in)), kBf16Tolerance) << c.name;
+    }
 }
 
 TEST(DecodeAttention, SequenceAloneEqualsSequenceInBatch) {
@@ -261,6 +290,10 @@ std::vector<decode_case> cases() {
         {"odd_splits_d64", {9999, 1234, 77}, 16, 4, 64, 16, 37},
         {"group16_long_d256", {2600, 5}, 16, 1, 256, 16},
         {"group2_d64_batch", spread(33, 29, 1200), 4, 2, 64, 32},
+        {"stages4_32k_batch4", {31999, 32000, 30001, 12345}, 32, 4, 128, 16, 0, 4},
+        {"stages4_tile_edges", {0, 1, 15, 16, 17, 33, 63, 64, 65, 129}, 32, 4, 128, 16, 0, 4},
+        {"stages4_group16_d64", {900, 64, 3}, 64, 4, 64, 16, 6, 4},
+        {"stages2_32k_batch1", {31999}, 32, 4, 128, 16, 0, 2},
     };
 }
 

@@ -181,6 +181,73 @@ TEST_P(MlaDecode, Bf16LatentsThroughBatchedGemmsMatchReference) {
     ZMOE_CUBLAS_CHECK(cublasLtDestroy(handle));
 }
 
+// The few-token absorbed projections (launch_mla_q_absorb_gemv / launch_mla_v_up_gemv) against the double references,
+// at 1..kMlaAbsorbGemvMaxTokens tokens, DeepSeek's dims and others the kernels take (nope_dim not a multiple of 32,
+// a partial head group); each a BF16 rounding of fp32 sums, so within the BF16 tolerance, and the same bits twice.
+TEST(MlaDecode, AbsorbGemvsMatchReference) {
+    struct dims {
+        int32_t heads, nope, v;
+    };
+    constexpr int32_t kRank = 512, kRope = 64;
+    for (const dims d : {dims{16, 128, 128}, dims{128, 128, 128}, dims{20, 72, 48}, dims{3, 256, 16}})
+        for (int32_t tokens = 1; tokens <= kMlaAbsorbGemvMaxTokens; ++tokens) {
+            ASSERT_TRUE(mla_absorb_gemv_supported(tokens, d.nope, d.v, kRank));
+            std::mt19937 rng(d.heads * 13 + tokens);
+            const ref::mla_shape shape{.num_tokens = tokens,
+                                       .num_seqs = tokens,
+                                       .num_heads = d.heads,
+                                       .nope_dim = d.nope,
+                                       .rope_dim = kRope,
+                                       .v_dim = d.v,
+                                       .kv_lora_rank = kRank,
+                                       .block_size = 16,
+                                       .max_blocks_per_seq = 1,
+                                       .scale = 1.f};
+            const std::vector<float> q = random_bf16(size_t(tokens) * d.heads * (d.nope + kRope), 1.f, rng);
+            const std::vector<float> kv_b = random_bf16(size_t(d.heads) * (d.nope + d.v) * kRank, 0.1f, rng);
+            const std::vector<float> o_lat = random_bf16(size_t(tokens) * d.heads * kRank, 1.f, rng);
+            std::vector<float> q_lat(o_lat.size()), out(size_t(tokens) * d.heads * d.v);
+            ref::mla_q_absorb(shape, q.data(), kv_b.data(), q_lat.data());
+            ref::mla_v_up(shape, o_lat.data(), kv_b.data(), out.data());
+
+            auto d_q = upload_bf16(q);
+            auto d_kv_b = upload_bf16(kv_b);
+            auto d_o_lat = upload_bf16(o_lat);
+            device_buffer<bf16> d_q_lat(q_lat.size()), d_out(out.size());
+            d_q_lat.poison();
+            d_out.poison();
+            mla_absorb_gemm_params p{.kv_b = d_kv_b.get(),
+                                     .in = d_q.get(),
+                                     .out = d_q_lat.get(),
+                                     .num_tokens = tokens,
+                                     .num_heads = d.heads,
+                                     .nope_dim = d.nope,
+                                     .rope_dim = kRope,
+                                     .v_dim = d.v,
+                                     .kv_lora_rank = kRank};
+            launch_mla_q_absorb_gemv(p, nullptr);
+            mla_absorb_gemm_params up = p;
+            up.in = d_o_lat.get();
+            up.out = d_out.get();
+            launch_mla_v_up_gemv(up, nullptr);
+            sync_and_check();
+            const std::vector<float> got_q = download_bf16(d_q_lat), got_out = download_bf16(d_out);
+            const std::string at = std::to_string(d.heads) + " heads, nope " + std::to_string(d.nope) + ", v " +
+                                   std::to_string(d.v) + ", " + std::to_string(tokens) + " tokens";
+            EXPECT_LT(rel_error(got_q, q_lat), kBf16Tolerance) << at;
+            EXPECT_LT(rel_error(got_out, out), kBf16Tolerance) << at;
+            launch_mla_q_absorb_gemv(p, nullptr);
+            launch_mla_v_up_gemv(up, nullptr);
+            sync_and_check();
+            EXPECT_EQ(download_bf16(d_q_lat), got_q) << at;
+            EXPECT_EQ(download_bf16(d_out), got_out) << at;
+        }
+    EXPECT_FALSE(mla_absorb_gemv_supported(kMlaAbsorbGemvMaxTokens + 1, 128, 128, kRank));
+    EXPECT_FALSE(mla_absorb_gemv_supported(1, 128, 128, 256));
+    EXPECT_FALSE(mla_absorb_gemv_supported(1, 288, 128, kRank));
+    EXPECT_FALSE(mla_absorb_gemv_supported(1, 128, 40, kRank));
+}
+
 TEST(MlaDecode, SplitsAndWorkspace) {
     EXPECT_EQ(mla_decode_splits(1, 16, 132), kMlaDecodeMaxSplits);
     EXPECT_EQ(mla_decode_splits(128, 16, 132), 3);
