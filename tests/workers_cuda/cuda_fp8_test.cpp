@@ -76,8 +76,11 @@ std::unique_ptr<cuda_step_executor> make_executor(const fp8_case& c, const std::
     return std::make_unique<cuda_step_executor>(o, initial_placement(o));
 }
 
-std::unique_ptr<model_runner> make_cpu(const fp8_case& c) {
+/// The CPU FP8 backend: fp32 activations (the exact reference of the format), or BF16 where the CUDA path stores
+/// BF16 (runner_options::bf16_activations: the CUDA path's arithmetic).
+std::unique_ptr<model_runner> make_cpu(const fp8_case& c, bool bf16_activations = true) {
     runner_options o;
+    o.bf16_activations = bf16_activations;
     o.num_kv_blocks = kNumBlocks;
     o.block_size = kBlockSize;
     o.num_threads = 2;
@@ -101,17 +104,27 @@ TEST_P(CudaFp8, LastLogitsMatchTheCpuFp8Backend) {
     auto ex = make_executor(c_);
     ASSERT_TRUE(ex->config().quantization.fp8());
     auto cpu = make_cpu(c_);
+    auto cpu_fp32 = make_cpu(c_, false);
     for (int64_t chunk : {int64_t{0}, int64_t{7}}) {
         double worst = 0, worst_flip = 0, worst_ref = 0;
         int flips = 0;
         for (size_t i = 0; i < prompts_.size(); ++i) {
-            step_driver gpu_run(kBlockSize, chunk), cpu_run(kBlockSize, chunk);
+            step_driver gpu_run(kBlockSize, chunk), cpu_run(kBlockSize, chunk), fp32_run(kBlockSize, chunk);
             gpu_run.add(i + 100 * chunk, prompts_[i].token_ids, 1);
             cpu_run.add(i + 100 * chunk, prompts_[i].token_ids, 1);
+            fp32_run.add(i + 100 * chunk, prompts_[i].token_ids, 1);
             run_all(*ex, gpu_run);
             run_all(*cpu, cpu_run);
+            run_all(*cpu_fp32, fp32_run);
             const std::vector<float>& got = gpu_run.seqs()[0].logits.at(0);
             const double err = relative_error(got, cpu_run.seqs()[0].logits.at(0));
+            std::printf(
+                "[cuda fp8] %s chunk %ld prompt %zu: CUDA vs CPU (BF16 activations) %.4f, CUDA vs CPU fp32 %.4f, CPU "
+                "BF16 vs CPU fp32 %.4f, CUDA vs transformers %.4f\n",
+                GetParam().c_str(), static_cast<long>(chunk), i, err,
+                relative_error(got, fp32_run.seqs()[0].logits.at(0)),
+                relative_error(cpu_run.seqs()[0].logits.at(0), fp32_run.seqs()[0].logits.at(0)),
+                relative_error(got, prompts_[i].last_logits));
             worst_ref = std::max(worst_ref, relative_error(got, prompts_[i].last_logits));
             if (err > kLogitTolerance) {
                 ++flips;

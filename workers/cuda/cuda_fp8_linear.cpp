@@ -16,6 +16,9 @@ constexpr int32_t kRowAlign = 64;  // the FP8 grouped GEMM's row groups
 int32_t round_up(int32_t v, int32_t a) { return (v + a - 1) / a * a; }
 int32_t blocks128(int32_t v) { return (v + 127) / 128; }
 
+/// Rows of c a GEMM of m rows writes: m on the skinny kernel, whole 64-row groups on the grouped one.
+int32_t rows_written(int32_t m) { return m <= kernels::kGemmFp8SkinnyMaxRows ? m : round_up(m, kRowAlign); }
+
 }  // namespace
 
 fp8_linear_dims fp8_linear_dims_of(const cuda_weights& w, int32_t max_rows) {
@@ -101,6 +104,20 @@ void fp8_linear_runner::quantize(const bf16* x, int32_t m, int32_t k, int32_t k_
 void fp8_linear_runner::gemm(const uint8_t* a, const float* a_scales, const uint8_t* b, const float* b_scales,
                              int32_t m, int32_t n, int32_t k, bf16* c, uint8_t* c_q, float* c_scales, bool swiglu,
                              cudaStream_t stream) const {
+    if (!swiglu && m <= kernels::kGemmFp8SkinnyMaxRows) {
+        // Decode steps: the weight-streaming skinny kernel (rows [0, m) of c only; a row's bits do not depend on m).
+        kernels::launch_gemm_fp8({.a = a,
+                                  .a_scales = a_scales,
+                                  .a_scale_ld = scale_ld_,
+                                  .w = b,
+                                  .w_scales = b_scales,
+                                  .c = c,
+                                  .m = m,
+                                  .n = n,
+                                  .k = k},
+                                 stream);
+        return;
+    }
     const int32_t mp = round_up(m, kRowAlign);
     const kernels::grouped_gemm_fp8_params p{.a = a,
                                              .a_scales = a_scales,
@@ -127,7 +144,7 @@ void fp8_linear_runner::linear(const cuda_fp8_matrix& w, const bf16* x, int32_t 
     ZMOE_CHECK(!empty() && m <= dims_.max_rows && w.k_pad <= dims_.max_k && w.n_pad <= dims_.max_n,
                "fp8_linear: a call beyond the scratch (" << m << " rows, " << w.n_pad << " x " << w.k_pad << ")");
     quantize(x, m, w.k, w.k_pad, stream);
-    const bool in_place = ldy == w.n_pad && y_rows >= round_up(m, kRowAlign);
+    const bool in_place = ldy == w.n_pad && y_rows >= rows_written(m);
     bf16* c = in_place ? y : c_.as<bf16>();
     gemm(a_q_.as<uint8_t>(), a_scales_.as<float>(), w.codes.as<uint8_t>(), w.scales.as<float>(), m, w.n_pad, w.k_pad, c,
          nullptr, nullptr, false, stream);
@@ -146,7 +163,7 @@ void fp8_linear_runner::mlp(const cuda_fp8_mlp& w, const bf16* x, int32_t m, bf1
     gemm(a_q_.as<uint8_t>(), a_scales_.as<float>(), w.gate_up.codes.as<uint8_t>(), w.gate_up.scales.as<float>(), m,
          w.gate_up.n_pad, w.gate_up.k_pad, nullptr, act_q_.as<uint8_t>(), act_scales_.as<float>(), true, stream);
     const cuda_fp8_matrix& d = w.down;
-    const bool in_place = out_rows >= round_up(m, kRowAlign) && d.n == d.n_pad;
+    const bool in_place = out_rows >= rows_written(m) && d.n == d.n_pad;
     bf16* c = in_place ? out : c_.as<bf16>();
     gemm(act_q_.as<uint8_t>(), act_scales_.as<float>(), d.codes.as<uint8_t>(), d.scales.as<float>(), m, d.n_pad,
          d.k_pad, c, nullptr, nullptr, false, stream);
