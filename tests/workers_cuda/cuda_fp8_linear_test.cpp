@@ -220,6 +220,47 @@ TEST_P(CudaFp8Linear, MlpsMatchTheCpuFp8Mlp) {
     }
 }
 
+// The input norm with its quantization fused (rms_norm, then linear_normed from the codes it kept) gives the bits of
+// the unfused path (the norm's BF16 output through linear, which quantizes it), for every projection of the layer
+// input, including one between them that quantizes something else (MLA's q_b after q_a).
+TEST_P(CudaFp8Linear, NormedProjectionsGiveTheUnfusedBits) {
+    std::mt19937 rng(13);
+    const int32_t H = static_cast<int32_t>(config_.hidden_size);
+    for (const int32_t m : {1, 7, 64, 130}) {
+        const std::vector<uint16_t> xb = to_bf16_bits(activations(m, H, rng));
+        device_buffer dx(xb.size() * 2), dn(xb.size() * 2);
+        ZMOE_CUDA_CHECK(cudaMemcpy(dx.as<void>(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+        for (size_t l = 0; l < dev_.layers.size(); ++l) {
+            const cuda_layer& w = dev_.layers[l];
+            std::vector<const cuda_fp8_matrix*> mats;
+            for (const cuda_fp8_matrix& q : w.fp8.qkv) mats.push_back(&q);
+            if (!w.fp8.q_a.empty()) mats.push_back(&w.fp8.q_a);
+            if (!w.fp8.kv_a.empty()) mats.push_back(&w.fp8.kv_a);
+            runner_.rms_norm(dx.as<kernels::bf16>(), nullptr, w.input_norm.as<kernels::bf16>(), dn.as<kernels::bf16>(),
+                             m, static_cast<float>(config_.rms_norm_eps), stream_);
+            std::vector<std::vector<uint16_t>> fused, unfused;
+            for (int pass = 0; pass < 2; ++pass)
+                for (const cuda_fp8_matrix* f : mats) {
+                    device_buffer dy(static_cast<size_t>(m) * f->n_pad * 2);
+                    if (pass == 0) {
+                        runner_.linear_normed(*f, m, dy.as<kernels::bf16>(), f->n_pad, m, stream_);
+                        // Something else quantized in between (MLA's q_b of q_a's output) leaves the codes alone.
+                        runner_.linear(*f, dn.as<kernels::bf16>(), m, dy.as<kernels::bf16>(), f->n_pad, m, stream_);
+                        runner_.linear_normed(*f, m, dy.as<kernels::bf16>(), f->n_pad, m, stream_);
+                    } else {
+                        runner_.linear(*f, dn.as<kernels::bf16>(), m, dy.as<kernels::bf16>(), f->n_pad, m, stream_);
+                    }
+                    ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+                    std::vector<uint16_t> y(static_cast<size_t>(m) * f->n_pad);
+                    ZMOE_CUDA_CHECK(cudaMemcpy(y.data(), dy.as<void>(), y.size() * 2, cudaMemcpyDeviceToHost));
+                    (pass == 0 ? fused : unfused).push_back(std::move(y));
+                }
+            for (size_t i = 0; i < mats.size(); ++i)
+                EXPECT_EQ(fused[i], unfused[i]) << "layer " << l << " projection " << i << " m " << m;
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFp8Linear,
                          ::testing::Values("deepseek_v3_fp8", "qwen3_moe_with_fp8_flag", "qwen2_moe_with_fp8_flag"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });

@@ -44,7 +44,10 @@ fp8_linear_dims fp8_linear_dims_of(const cuda_weights& w, int32_t max_rows) {
         see_mlp(l.fp8.dense);
         see_mlp(l.fp8.shared);
     }
-    if (d.max_n > 0 || d.max_inter > 0) d.max_rows = max_rows;
+    if (d.max_n > 0 || d.max_inter > 0) {
+        d.max_rows = max_rows;
+        d.hidden = static_cast<int32_t>(w.final_norm.bytes() / sizeof(kernels::bf16));  // [hidden] BF16
+    }
     return d;
 }
 
@@ -64,6 +67,8 @@ fp8_linear_runner::fp8_linear_runner(const fp8_linear_dims& d) : dims_(d) {
     alloc(a_q_, mp * static_cast<size_t>(d.max_k));
     alloc(a_scales_, static_cast<size_t>(blocks128(k_in)) * ld * sizeof(float));
     if (d.pads_k) alloc(x_pad_, mp * static_cast<size_t>(d.max_k) * sizeof(bf16));
+    alloc(in_q_, mp * static_cast<size_t>(d.hidden));
+    alloc(in_scales_, static_cast<size_t>(blocks128(d.hidden)) * ld * sizeof(float));
     alloc(c_, mp * static_cast<size_t>(std::max(d.max_n, 16)) * sizeof(bf16));
     if (d.max_inter > 0) {
         alloc(act_q_, mp * static_cast<size_t>(d.max_inter));
@@ -144,10 +149,40 @@ void fp8_linear_runner::linear(const cuda_fp8_matrix& w, const bf16* x, int32_t 
     ZMOE_CHECK(!empty() && m <= dims_.max_rows && w.k_pad <= dims_.max_k && w.n_pad <= dims_.max_n,
                "fp8_linear: a call beyond the scratch (" << m << " rows, " << w.n_pad << " x " << w.k_pad << ")");
     quantize(x, m, w.k, w.k_pad, stream);
+    linear_from(w, a_q_.as<uint8_t>(), a_scales_.as<float>(), m, y, ldy, y_rows, stream);
+}
+
+void fp8_linear_runner::rms_norm(const bf16* x, bf16* residual, const bf16* weight, bf16* out, int32_t m, float eps,
+                                 cudaStream_t stream) const {
+    ZMOE_CHECK(!empty() && m <= dims_.max_rows, "fp8_linear: a norm of " << m << " rows beyond the scratch");
+    kernels::launch_rms_norm_fp8({.x = x,
+                                  .residual = residual,
+                                  .weight = weight,
+                                  .out = out,
+                                  .q = in_q_.as<uint8_t>(),
+                                  .scales = in_scales_.as<float>(),
+                                  .scale_ld = scale_ld_,
+                                  .num_tokens = m,
+                                  .hidden = dims_.hidden,
+                                  .eps = eps},
+                                 stream);
+}
+
+void fp8_linear_runner::linear_normed(const cuda_fp8_matrix& w, int32_t m, bf16* y, int32_t ldy, int32_t y_rows,
+                                      cudaStream_t stream) const {
+    if (m == 0) return;
+    ZMOE_CHECK(!empty() && m <= dims_.max_rows && w.k == dims_.hidden && w.k_pad == w.k && w.n_pad <= dims_.max_n,
+               "fp8_linear: a projection of the normed input (" << m << " rows, " << w.n_pad << " x " << w.k_pad
+                                                                << ") beyond the scratch or not of the hidden width");
+    linear_from(w, in_q_.as<uint8_t>(), in_scales_.as<float>(), m, y, ldy, y_rows, stream);
+}
+
+void fp8_linear_runner::linear_from(const cuda_fp8_matrix& w, const uint8_t* a, const float* a_scales, int32_t m,
+                                    bf16* y, int32_t ldy, int32_t y_rows, cudaStream_t stream) const {
     const bool in_place = ldy == w.n_pad && y_rows >= rows_written(m);
     bf16* c = in_place ? y : c_.as<bf16>();
-    gemm(a_q_.as<uint8_t>(), a_scales_.as<float>(), w.codes.as<uint8_t>(), w.scales.as<float>(), m, w.n_pad, w.k_pad, c,
-         nullptr, nullptr, false, stream);
+    gemm(a, a_scales, w.codes.as<uint8_t>(), w.scales.as<float>(), m, w.n_pad, w.k_pad, c, nullptr, nullptr, false,
+         stream);
     if (!in_place)
         ZMOE_CUDA_CHECK(cudaMemcpy2DAsync(
             y, static_cast<size_t>(ldy) * sizeof(bf16), c, static_cast<size_t>(w.n_pad) * sizeof(bf16),

@@ -21,6 +21,7 @@ namespace zmoe::cuda {
 /// The widest FP8 dense projection of a model's weights, for sizing the scratch.
 struct fp8_linear_dims {
     int32_t max_rows = 0;   ///< rows of the largest call (a step's tokens)
+    int32_t hidden = 0;     ///< the layers' input width (rms_norm's)
     int32_t max_k = 0;      ///< widest padded input (k_pad)
     int32_t max_n = 0;      ///< widest padded output (n_pad)
     int32_t max_inter = 0;  ///< widest padded MLP FFN width (0: no FP8 MLP)
@@ -47,6 +48,17 @@ class fp8_linear_runner {
     void linear(const cuda_fp8_matrix& w, const kernels::bf16* x, int32_t m, kernels::bf16* y, int32_t ldy,
                 int32_t y_rows, cudaStream_t stream) const;
 
+    /// A layer's input norm with the FP8 quantization of its output fused (launch_rms_norm_fp8, bit for bit
+    /// launch_rms_norm then launch_fp8_quantize): residual and out (BF16, the norm's output) as launch_rms_norm
+    /// (x [m, hidden]; residual may be null), and the codes and scales of out kept in the runner for linear_normed
+    /// until the next call (the projections of one layer input share one quantization).
+    void rms_norm(const kernels::bf16* x, kernels::bf16* residual, const kernels::bf16* weight, kernels::bf16* out,
+                  int32_t m, float eps, cudaStream_t stream) const;
+    /// linear() of the last rms_norm's output (m its rows, w.k the hidden size), from the codes it kept: no
+    /// quantization launch.
+    void linear_normed(const cuda_fp8_matrix& w, int32_t m, kernels::bf16* y, int32_t ldy, int32_t y_rows,
+                       cudaStream_t stream) const;
+
     /// out[m, hidden] = down(silu(gate x) * up x) in FP8: x quantized, the gate/up GEMM with SiLU * up quantized in
     /// its epilogue (the CPU rounds to BF16 between gate/up and SiLU, here it stays fp32: the only difference), the
     /// down GEMM to BF16. out_rows as linear's y_rows.
@@ -63,11 +75,15 @@ class fp8_linear_runner {
               int32_t k, kernels::bf16* c, uint8_t* c_q, float* c_scales, bool swiglu, cudaStream_t stream) const;
     /// x [m, k] quantized into a_q_ / a_scales_ (through the zero-padded copy when k_pad > k).
     void quantize(const kernels::bf16* x, int32_t m, int32_t k, int32_t k_pad, cudaStream_t stream) const;
+    /// linear() from an already quantized A (codes [m, w.k_pad], scales [kb][scale_ld_]).
+    void linear_from(const cuda_fp8_matrix& w, const uint8_t* a, const float* a_scales, int32_t m, kernels::bf16* y,
+                     int32_t ldy, int32_t y_rows, cudaStream_t stream) const;
 
     fp8_linear_dims dims_;
     int32_t max_mp_ = 0, scale_ld_ = 0;
     device_buffer offsets_;             // [max_mp / 64 + 1][2]: {0, 64 i}
     device_buffer a_q_, a_scales_;      // the quantized input
+    device_buffer in_q_, in_scales_;    // rms_norm's output quantized: [max_mp, hidden], [ceil(hidden / 128)][ld]
     device_buffer x_pad_;               // [max_mp, max_k] BF16: inputs whose k is padded
     device_buffer c_;                   // [max_mp, max_n] BF16: outputs that cannot land in place
     device_buffer act_q_, act_scales_;  // MLP: SiLU(gate) * up quantized
