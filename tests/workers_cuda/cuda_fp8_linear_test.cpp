@@ -33,6 +33,14 @@ namespace {
 using namespace zmoe::cuda::testing;
 
 constexpr int32_t kMaxRows = 200;
+/// A row's relative RMS error from BF16 rounding of the output (2^-9 average, about 2^-9 / sqrt(3) RMS) and the
+/// tensor cores' accumulation order: below 4e-3 (the kernel tests' bound, tests/kernels/gemm_fp8_test.cpp).
+constexpr double kBf16RowRms = 4e-3;
+/// An MLP quantizes SiLU * up again: where an fp32-order difference in gate or up decides an e4m3 rounding of the
+/// activation, that element moves by one e4m3 step (2^-3 of it at most) and its row's output by up to about that
+/// share of the row: measured up to 3% on the fixtures (inter 48-200). Bounds: no row past kMlpFlipRowRms, and at most
+/// a quarter of the rows past kBf16RowRms.
+constexpr double kMlpFlipRowRms = 0.06;
 
 std::vector<uint16_t> to_bf16_bits(const std::vector<float>& x) {
     std::vector<uint16_t> b(x.size());
@@ -53,6 +61,8 @@ std::vector<float> activations(int32_t rows, int32_t cols, std::mt19937& rng) {
 
 /// The comparison of a BF16 device output [rows, n] (row stride ld) with the CPU's fp32 one.
 struct comparison {
+    double worst_row = 0;   // max over rows of the row's relative RMS error
+    int64_t rows_off = 0;   // rows whose relative RMS error exceeds kBf16RowRms
     int64_t beyond = 0;     // elements more than one BF16 step (2^-8 relative) from the CPU's
     double rms = 0;         // relative RMS error
     double worst_rel = 0;   // max |gpu - cpu| / max |cpu|
@@ -130,6 +140,18 @@ class CudaFp8Linear : public ::testing::TestWithParam<std::string> {
         ZMOE_CUDA_CHECK(cudaMemcpy(yb.data(), dy.as<void>(), y_elems * 2, cudaMemcpyDeviceToHost));
         comparison c;
         double err_sq = 0, ref_sq = 0, max_ref = 0, max_err = 0;
+        for (int32_t r = 0; r < m; ++r) {
+            double row_err = 0, row_ref = 0;
+            for (int32_t j = 0; j < n; ++j) {
+                const double e =
+                    bf16_to_f32(yb[static_cast<size_t>(r) * ldy + j]) - want[static_cast<size_t>(r) * n + j];
+                row_err += e * e;
+                row_ref += double(want[static_cast<size_t>(r) * n + j]) * want[static_cast<size_t>(r) * n + j];
+            }
+            const double rel = std::sqrt(row_err / std::max(row_ref, 1e-30));
+            c.worst_row = std::max(c.worst_row, rel);
+            c.rows_off += rel > kBf16RowRms;
+        }
         for (int32_t r = 0; r < m; ++r)
             for (int32_t j = 0; j < n; ++j) {
                 const double ref = want[static_cast<size_t>(r) * n + j];
@@ -210,12 +232,13 @@ TEST_P(CudaFp8Linear, MlpsMatchTheCpuFp8Mlp) {
                     const int32_t out_rows = room ? (rows + 63) / 64 * 64 : rows;
                     const comparison c = mlp(*m.first, *m.second, rows, out_rows, rng);
                     std::printf(
-                        "[fp8 mlp] %s layer %zu %s (inter %d) m %d out_rows %d: %ld beyond 1 BF16 step, rms "
-                        "%.3g, worst %.3g\n",
-                        GetParam().c_str(), l, what.c_str(), m.first->gate_up.n, rows, out_rows,
-                        static_cast<long>(c.beyond), c.rms, c.worst_rel);
+                        "[fp8 mlp] %s layer %zu %s (inter %d) m %d out_rows %d: rms %.3g, worst row %.3g, %ld "
+                        "row(s) past %.0e\n",
+                        GetParam().c_str(), l, what.c_str(), m.first->gate_up.n, rows, out_rows, c.rms, c.worst_row,
+                        static_cast<long>(c.rows_off), kBf16RowRms);
                     EXPECT_EQ(c.corrupted, 0) << what << " layer " << l << " m " << rows << " wrote outside its rows";
-                    EXPECT_LT(c.rms, 1e-2) << what << " layer " << l << " m " << rows;
+                    EXPECT_LT(c.worst_row, kMlpFlipRowRms) << what << " layer " << l << " m " << rows;
+                    EXPECT_LE(c.rows_off, std::max(2, rows / 4)) << what << " layer " << l << " m " << rows;
                 }
     }
 }
@@ -255,8 +278,13 @@ TEST_P(CudaFp8Linear, NormedProjectionsGiveTheUnfusedBits) {
                     ZMOE_CUDA_CHECK(cudaMemcpy(y.data(), dy.as<void>(), y.size() * 2, cudaMemcpyDeviceToHost));
                     (pass == 0 ? fused : unfused).push_back(std::move(y));
                 }
+            // Columns [0, n) of each row (a call through the scratch copies only those).
             for (size_t i = 0; i < mats.size(); ++i)
-                EXPECT_EQ(fused[i], unfused[i]) << "layer " << l << " projection " << i << " m " << m;
+                for (int32_t r = 0; r < m; ++r)
+                    ASSERT_EQ(0, std::memcmp(fused[i].data() + static_cast<size_t>(r) * mats[i]->n_pad,
+                                             unfused[i].data() + static_cast<size_t>(r) * mats[i]->n_pad,
+                                             static_cast<size_t>(mats[i]->n) * 2))
+                        << "layer " << l << " projection " << i << " m " << m << " row " << r;
         }
     }
 }
