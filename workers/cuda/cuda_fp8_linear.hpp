@@ -81,6 +81,7 @@ class fp8_linear_runner {
 
     fp8_linear_dims dims_;
     int32_t max_mp_ = 0, scale_ld_ = 0;
+    int32_t num_sms_ = 0;               // of the device the runner was made on (the grouped kernel's tile choice)
     device_buffer offsets_;             // [max_mp / 64 + 1][2]: {0, 64 i}
     device_buffer a_q_, a_scales_;      // the quantized input
     device_buffer in_q_, in_scales_;    // rms_norm's output quantized: [max_mp, hidden], [ceil(hidden / 128)][ld]
