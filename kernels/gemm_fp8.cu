@@ -473,9 +473,11 @@ gemm_fp8_skinny_config gemm_fp8_skinny_choice(const gemm_fp8_params& p) {
         std::clamp<int64_t>(3 * sms / std::max<int64_t>(1, tiles * slices), 1, std::min(kGemmFp8MaxSplits, kblocks)));
     // A deeper ring pays at 8 rows per CTA where the grid gives every SM two CTAs or more; elsewhere 4.
     const int stages = tokens == 8 && tiles * slices * splits >= 2 * sms ? 8 : 4;
-    // e4m3 MMAs at 8 and 32 rows per CTA; at 16 and 64 the f16 MMAs on the converted values were faster (64: by
-    // 1.3-1.5x; the e4m3 mma.sync issues slower than the f16 one on Hopper).
-    const gemm_fp8_mma mma = tokens == 16 || tokens == 64 ? gemm_fp8_mma::f16 : gemm_fp8_mma::e4m3;
+    // One MMA kind at every row count, so that a row's bits do not depend on how many rows share the launch (the
+    // two kinds sum a block's products in different orders: their bits differ). f16 on the converted values: at 16
+    // and 64 rows per CTA 1.3-1.5x faster than the e4m3 mma.sync (which issues slowly on Hopper), within 3% at 8,
+    // 15% slower at 32 (gemm_fp8_bench --sweep, H100).
+    const gemm_fp8_mma mma = gemm_fp8_mma::f16;
     return {.splits = splits, .stages = stages, .tokens_per_cta = tokens, .mma = mma};
 }
 

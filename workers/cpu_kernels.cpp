@@ -148,4 +148,8 @@ void rope_cos_sin(int64_t position, int64_t dim, double theta, float* cos_out, f
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
+void activation_rounding::round_to_bf16(float* x, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+}
+
 }  // namespace zmoe

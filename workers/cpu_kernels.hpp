@@ -71,4 +71,20 @@ inline void rope_apply(float* x, const float* cos_v, const float* sin_v, int64_t
 /// SiLU(x) = x * sigmoid(x).
 float silu(float x);
 
+/// Where the forward pass rounds its activations: nowhere (fp32 throughout, the reference of transformers' fp32
+/// model), or to BF16 (round to nearest even) at every point where the CUDA executor stores an activation in BF16:
+/// the residual stream, the norms' outputs, each linear's output, q/k after their norm and RoPE, the KV cache, the
+/// attention output, each expert's output and the combine (runner_options::bf16_activations). With block-scaled FP8
+/// this is what the CUDA path's arithmetic is compared with: FP8 quantizes those BF16 values, and a BF16 rounding
+/// that crosses an e4m3 rounding boundary moves the element by a whole e4m3 step (docs/fp8.md, "Reference and
+/// accuracy"), so the fp32 reference is not the CUDA path's.
+struct activation_rounding {
+    bool bf16 = false;
+    /// x[0, n) rounded in place (a no-op unless bf16).
+    void operator()(float* x, int64_t n) const {
+        if (bf16) round_to_bf16(x, n);
+    }
+    static void round_to_bf16(float* x, int64_t n);
+};
+
 }  // namespace zmoe

@@ -11,12 +11,13 @@
 namespace zmoe {
 
 cpu_model::cpu_model(const model_weights& weights, const expert_placement& placement, expert_comm& comm,
-                     thread_pool& pool)
+                     thread_pool& pool, activation_rounding rounding)
     : weights_(weights),
       config_(weights.config()),
       placement_(placement),
       comm_(comm),
       pool_(pool),
+      round_(rounding),
       rope_inv_freq_(config_.rope_inv_freq()) {}
 
 void cpu_model::attention(int64_t layer, const forward_batch& batch, kv_cache& cache, const float* x, float* out) {
@@ -24,7 +25,7 @@ void cpu_model::attention(int64_t layer, const forward_batch& batch, kv_cache& c
     const attention_weights& a = weights_.layers()[layer].attn;
     const int64_t T = static_cast<int64_t>(batch.tokens.size());
     if (c.is_mla()) {
-        mla_attention(pool_, c, a, cache, layer, batch.seqs, x, T, rope_cos_.data(), rope_sin_.data(), out);
+        mla_attention(pool_, c, a, cache, layer, batch.seqs, x, T, rope_cos_.data(), rope_sin_.data(), out, round_);
         return;
     }
     const int64_t D = c.head_dim, q_dim = c.num_heads * D, kv_dim = c.num_kv_heads * D;
@@ -33,6 +34,9 @@ void cpu_model::attention(int64_t layer, const forward_batch& batch, kv_cache& c
     linear(pool_, x, T, a.q, bias(a.q_bias), q.data());
     linear(pool_, x, T, a.k, bias(a.k_bias), k.data());
     linear(pool_, x, T, a.v, bias(a.v_bias), v.data());
+    // BF16 storage (the CUDA path): the GEMM's output, then q/k again after their norm and after RoPE (the fused
+    // kernel's outputs: q and the KV cache).
+    for (std::vector<float>* t : {&q, &k, &v}) round_(t->data(), static_cast<int64_t>(t->size()));
     if (c.qk_norm == qk_norm_kind::full) {
         rmsnorm(pool_, q.data(), a.q_norm.data(), T, q_dim, c.rms_norm_eps, q.data());
         rmsnorm(pool_, k.data(), a.k_norm.data(), T, kv_dim, c.rms_norm_eps, k.data());
@@ -44,6 +48,7 @@ void cpu_model::attention(int64_t layer, const forward_batch& batch, kv_cache& c
         for (std::vector<float>* t : {&q, &k, &v})
             for (float& e : *t) e = std::clamp(e, -c.clip_qkv, c.clip_qkv);
     }
+    for (std::vector<float>* t : {&q, &k}) round_(t->data(), static_cast<int64_t>(t->size()));
     const int64_t half = D / 2;
     pool_.parallel_for(
         T,
@@ -56,10 +61,12 @@ void cpu_model::attention(int64_t layer, const forward_batch& batch, kv_cache& c
             }
         },
         16);
+    for (std::vector<float>* t : {&q, &k}) round_(t->data(), static_cast<int64_t>(t->size()));
     kv_cache_store(pool_, cache, layer, batch.seqs, k.data(), v.data());
     std::vector<float> attn(static_cast<size_t>(T * q_dim));
     paged_attention(pool_, cache, layer, batch.seqs, q.data(), c.num_heads, 1.0f / std::sqrt(static_cast<float>(D)),
                     attn.data(), c.sliding_window);
+    round_(attn.data(), T * q_dim);
     linear(pool_, attn.data(), T, a.o, bias(a.o_bias), out);
 }
 
@@ -92,20 +99,25 @@ void cpu_model::forward(const forward_batch& batch, kv_cache& cache, std::vector
     for (int64_t l = 0; l < c.num_layers; ++l) {
         const layer_weights& lw = weights_.layers()[l];
         rmsnorm(pool_, h.data(), lw.input_norm.data(), T, H, c.rms_norm_eps, xn.data());
+        round_(xn.data(), T * H);
         attention(l, batch, cache, xn.data(), delta.data());
+        round_(delta.data(), T * H);
         for (int64_t i = 0; i < T * H; ++i) h[i] += delta[i];
+        round_(h.data(), T * H);
         rmsnorm(pool_, h.data(), lw.post_norm.data(), T, H, c.rms_norm_eps, xn.data());
+        round_(xn.data(), T * H);
         if (lw.moe_index >= 0 && batch.micro_batch_split >= 0) {
             moe_forward_dual(pool_, c, lw.moe, placement_, lw.moe_index, *stream_, comm_.rank(), comm_.world_size(),
                              xn.data(), T, batch.micro_batch_split, delta.data(),
-                             expert_counts.data() + lw.moe_index * E, ep_dispatch_format_of(c));
+                             expert_counts.data() + lw.moe_index * E, ep_dispatch_format_of(c), round_);
         } else if (lw.moe_index >= 0) {
             moe_forward(pool_, c, lw.moe, placement_, lw.moe_index, comm_, xn.data(), T, delta.data(),
-                        expert_counts.data() + lw.moe_index * E, ep_dispatch_format_of(c));
+                        expert_counts.data() + lw.moe_index * E, ep_dispatch_format_of(c), round_);
         } else {
-            mlp_forward(pool_, lw.dense, xn.data(), T, delta.data());
+            mlp_forward(pool_, lw.dense, xn.data(), T, delta.data(), round_);
         }
         for (int64_t i = 0; i < T * H; ++i) h[i] += delta[i];
+        round_(h.data(), T * H);
     }
 
     const auto num_out = static_cast<int64_t>(batch.logit_rows.size());
@@ -114,6 +126,7 @@ void cpu_model::forward(const forward_batch& batch, kv_cache& cache, std::vector
         const int64_t row = batch.logit_rows[i];
         ZMOE_CHECK(row >= 0 && row < T, "logit row " << row << " of " << T);
         rmsnorm_row(h.data() + row * H, weights_.final_norm().data(), H, c.rms_norm_eps, last.data() + i * H);
+        round_(last.data() + i * H, H);
     }
     logits.resize(static_cast<size_t>(num_out * V));
     linear(pool_, last.data(), num_out, weights_.lm_head(), nullptr, logits.data());

@@ -7,6 +7,7 @@
 
 #include "messages/expert_placement.hpp"
 #include "workers/comm_stream.hpp"
+#include "workers/cpu_kernels.hpp"
 #include "workers/expert_comm.hpp"
 #include "workers/kv_cache.hpp"
 #include "workers/model_weights.hpp"
@@ -28,8 +29,10 @@ struct forward_batch {
 
 class cpu_model {
   public:
-    /// All references must outlive the model.
-    cpu_model(const model_weights& weights, const expert_placement& placement, expert_comm& comm, thread_pool& pool);
+    /// All references must outlive the model. `rounding`: fp32 activations (the reference) or BF16 where the CUDA
+    /// executor stores BF16.
+    cpu_model(const model_weights& weights, const expert_placement& placement, expert_comm& comm, thread_pool& pool,
+              activation_rounding rounding = {});
 
     /// Runs `batch` through the model, storing its K/V in `cache`. logits: resized to [logit_rows, vocab].
     /// expert_counts: [num_moe_layers * num_experts], incremented for this rank's routed tokens. With an empty
@@ -46,6 +49,7 @@ class cpu_model {
     const expert_placement& placement_;
     expert_comm& comm_;
     thread_pool& pool_;
+    activation_rounding round_;
     std::unique_ptr<comm_stream> stream_;     // created by the first dual-batch step
     std::vector<float> rope_inv_freq_;        // MLA: model_config::rope_inv_freq()
     std::vector<float> rope_cos_, rope_sin_;  // [num_rows, rotated dims / 2] of the current batch

@@ -38,7 +38,7 @@ void mla_rope_apply(float* x, const float* cos_v, const float* sin_v, int64_t di
 
 void mla_attention(thread_pool& pool, const model_config& c, const attention_weights& w, kv_cache& cache, int64_t layer,
                    const std::vector<attention_seq>& seqs, const float* x, int64_t T, const float* cos,
-                   const float* sin, float* out) {
+                   const float* sin, float* out, activation_rounding round) {
     const mla_params& m = c.mla;
     const int64_t heads = c.num_heads, r = m.kv_lora_rank, dn = m.qk_nope_head_dim, dr = m.qk_rope_head_dim;
     const int64_t dv = m.v_head_dim, qk = dn + dr, width = r + dr, half = dr / 2;
@@ -51,7 +51,9 @@ void mla_attention(thread_pool& pool, const model_config& c, const attention_wei
     if (!w.mla.q_a.empty()) {
         std::vector<float> qa(static_cast<size_t>(T * m.q_lora_rank));
         linear(pool, x, T, w.mla.q_a, nullptr, qa.data());
+        round(qa.data(), T * m.q_lora_rank);
         rmsnorm(pool, qa.data(), w.mla.q_a_norm.data(), T, m.q_lora_rank, kLatentNormEps, qa.data());
+        round(qa.data(), T * m.q_lora_rank);
         linear(pool, qa.data(), T, w.mla.q_b, nullptr, q.data());
     } else {
         linear(pool, x, T, w.q, nullptr, q.data());
@@ -59,6 +61,8 @@ void mla_attention(thread_pool& pool, const model_config& c, const attention_wei
     // Latent and rope key: [T, r + dr], normalised and rotated in place: exactly the cache rows.
     std::vector<float> kv(static_cast<size_t>(T * width));
     linear(pool, x, T, w.mla.kv_a, nullptr, kv.data());
+    round(q.data(), T * heads * qk);
+    round(kv.data(), T * width);
     pool.parallel_for(
         T,
         [&](int64_t t0, int64_t t1) {
@@ -73,6 +77,8 @@ void mla_attention(thread_pool& pool, const model_config& c, const attention_wei
             }
         },
         16);
+    round(q.data(), T * heads * qk);
+    round(kv.data(), T * width);
     kv_cache_store(pool, cache, layer, seqs, kv.data(), nullptr);
 
     struct row_ref {
@@ -87,6 +93,12 @@ void mla_attention(thread_pool& pool, const model_config& c, const attention_wei
     const float scale = c.softmax_scale();
     const int64_t bs = cache.block_size();
     const float* kv_b = w.mla.kv_b.data();  // [heads * (dn + dv), r]
+    std::vector<float> kv_b_bf16;
+    if (round.bf16) {
+        kv_b_bf16.assign(w.mla.kv_b.begin(), w.mla.kv_b.end());
+        round(kv_b_bf16.data(), static_cast<int64_t>(kv_b_bf16.size()));
+        kv_b = kv_b_bf16.data();
+    }
     std::vector<float> attn(static_cast<size_t>(T * heads * dv));
     pool.parallel_for(
         T * heads,
@@ -110,6 +122,7 @@ void mla_attention(thread_pool& pool, const model_config& c, const attention_wei
                     const float* wrow = wk + d * r;
                     for (int64_t i = 0; i < r; ++i) q_lat[i] += qd * wrow[i];
                 }
+                round(q_lat.data(), r);
                 scores.resize(static_cast<size_t>(len));
                 float max_score = -INFINITY;
                 for (int64_t j = 0; j < len; ++j) {
@@ -129,11 +142,13 @@ void mla_attention(thread_pool& pool, const model_config& c, const attention_wei
                     const float* cj = cache.k(layer, s.block_table[j / bs], j % bs);
                     for (int64_t i = 0; i < r; ++i) o_lat[i] += p * cj[i];
                 }
+                round(o_lat.data(), r);
                 float* oh = attn.data() + (row * heads + h) * dv;
                 for (int64_t e = 0; e < dv; ++e) oh[e] = dot_f32(wv + e * r, o_lat.data(), r);
             }
         },
         2);
+    round(attn.data(), T * heads * dv);
     linear(pool, attn.data(), T, w.o, nullptr, out);
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/model_config.hpp"
+#include "workers/cpu_kernels.hpp"
 #include "workers/kv_cache.hpp"
 #include "workers/model_weights.hpp"
 #include "workers/paged_attention.hpp"
@@ -31,9 +32,11 @@ void mla_rope_apply(float* x, const float* cos_v, const float* sin_v, int64_t di
 /// The attention block of layer `layer` for x [num_rows, hidden] (input-normed rows of `seqs`): stores every row's
 /// latent and rope key in `cache` (kv_width() floats per token, K only), attends causally within each sequence and
 /// writes o_proj's output to out [num_rows, hidden]. cos/sin: [num_rows, qk_rope_head_dim / 2] from
-/// mla_rope_cos_sin. Deterministic per row (independent of the batch, chunking and thread count).
+/// mla_rope_cos_sin. Deterministic per row (independent of the batch, chunking and thread count). `round`: BF16
+/// where the CUDA executor stores BF16 (each projection's output, the latent norms' outputs, the cache rows, the
+/// absorbed query and latent output, the attention output; kv_b itself rounded to BF16 as the CUDA worker keeps it).
 void mla_attention(thread_pool& pool, const model_config& config, const attention_weights& w, kv_cache& cache,
                    int64_t layer, const std::vector<attention_seq>& seqs, const float* x, int64_t num_rows,
-                   const float* cos, const float* sin, float* out);
+                   const float* cos, const float* sin, float* out, activation_rounding round = {});
 
 }  // namespace zmoe

@@ -57,7 +57,7 @@ model_runner::model_runner(const model_config& config, const std::string& model_
       weights_(model_dir, config_, placement_, options.rank, options.load_format, options.dummy_router_skew),
       pool_(options.num_threads),
       cache_(kv_cache::for_model(config_, options.num_kv_blocks, options.block_size)),
-      model_(weights_, placement_, *comm_, pool_),
+      model_(weights_, placement_, *comm_, pool_, {.bf16 = options.bf16_activations}),
       masks_(options.grammar_tokenizer.empty() ? model_dir : options.grammar_tokenizer, config_.eos_token_ids,
              static_cast<int32_t>(config_.vocab_size)) {
     if (placement_.num_ranks != options.world_size)

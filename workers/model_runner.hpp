@@ -45,6 +45,10 @@ struct runner_options {
     /// `--quantization`: "" = the checkpoint's own format; "fp8": quantize at load
     /// (model_config::apply_quantization_flag).
     std::string quantization;
+    /// Round the activations to BF16 where the CUDA executor stores them in BF16 (activation_rounding in
+    /// workers/cpu_kernels.hpp): the CUDA path's arithmetic on the CPU, what the CUDA FP8 tests compare with.
+    /// Off (fp32 activations) in serving: the CPU backend is the fp32 reference.
+    bool bf16_activations = false;
 };
 
 class model_runner final : public step_executor {

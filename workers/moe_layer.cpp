@@ -30,7 +30,8 @@ bool is_fp8(const matrix_view& m) { return m.type == dtype::f8_e4m3; }
 
 // Runs every gathered batch through its expert, parallel over (batch, row chunk) items. A batch of FP8 records
 // (xq/xs) feeds FP8 gate/up projections as is; an expert without them gets the dequantized rows.
-void run_experts(thread_pool& pool, const moe_weights& w, std::vector<expert_batch>& batches, int64_t H, int64_t I) {
+void run_experts(thread_pool& pool, const moe_weights& w, std::vector<expert_batch>& batches, int64_t H, int64_t I,
+                 activation_rounding round) {
     struct item {
         expert_batch* b;
         int64_t r0, r1;
@@ -81,6 +82,7 @@ void run_experts(thread_pool& pool, const moe_weights& w, std::vector<expert_bat
             const item& it = down_items[i];
             linear_rows(it.b->act.data(), it.b->n(), I, w.experts[it.b->slot].down, it.r0, it.r1, nullptr,
                         it.b->y.data() + it.r0, H, scratch.data());
+            for (int64_t t = 0; t < it.b->n(); ++t) round(it.b->y.data() + t * H + it.r0, it.r1 - it.r0);
         }
     });
 }
@@ -109,7 +111,8 @@ routing route_token(const float* logits, int64_t num_experts, int64_t top_k, boo
                           .norm_topk_prob = norm_topk_prob});
 }
 
-void mlp_forward(thread_pool& pool, const mlp_weights& w, const float* x, int64_t num_tokens, float* out) {
+void mlp_forward(thread_pool& pool, const mlp_weights& w, const float* x, int64_t num_tokens, float* out,
+                 activation_rounding round) {
     if (num_tokens == 0) return;
     const int64_t I = w.gate.rows;
     std::vector<float> gate(static_cast<size_t>(num_tokens * I)), up(gate.size());
@@ -117,6 +120,7 @@ void mlp_forward(thread_pool& pool, const mlp_weights& w, const float* x, int64_
     linear(pool, x, num_tokens, w.up, nullptr, up.data());
     for (size_t i = 0; i < gate.size(); ++i) gate[i] = silu(gate[i]) * up[i];
     linear(pool, gate.data(), num_tokens, w.down, nullptr, out);
+    round(out, num_tokens * w.down.rows);
 }
 
 namespace {
@@ -186,7 +190,7 @@ std::vector<std::vector<float>> compute_experts(thread_pool& pool, const model_c
                                                 const moe_weights& weights, const expert_placement& placement,
                                                 int64_t moe_layer, int rank,
                                                 const std::vector<std::vector<float>>& received,
-                                                ep_dispatch_format format) {
+                                                ep_dispatch_format format, activation_rounding round) {
     const int64_t H = config.hidden_size, I = config.moe_intermediate_size;
     const int64_t rec = ep_dispatch_record_words(format, H), kb = fp8_blocks(H);
     const float* e4m3 = e4m3_table();
@@ -223,7 +227,7 @@ std::vector<std::vector<float>> compute_experts(thread_pool& pool, const model_c
             b.origin.emplace_back(src, r);
         }
     }
-    run_experts(pool, weights, batches, H, I);
+    run_experts(pool, weights, batches, H, I, round);
     std::vector<std::vector<float>> reply(static_cast<size_t>(world));
     for (int src = 0; src < world; ++src) reply[src].resize(received[src].size() / rec * H);  // fp32 combine
     for (const expert_batch& b : batches)
@@ -262,11 +266,11 @@ struct shared_output {
 };
 
 shared_output shared_expert(thread_pool& pool, const model_config& config, const moe_weights& weights, const float* x,
-                            int64_t n) {
+                            int64_t n, activation_rounding round) {
     shared_output s;
     if (!weights.has_shared || n == 0) return s;
     s.y.resize(static_cast<size_t>(n * config.hidden_size));
-    mlp_forward(pool, weights.shared, x, n, s.y.data());
+    mlp_forward(pool, weights.shared, x, n, s.y.data(), round);
     if (!weights.shared_gate.empty()) {
         s.gate.resize(static_cast<size_t>(n));
         linear(pool, x, n, weights.shared_gate, nullptr, s.gate.data());
@@ -291,22 +295,26 @@ void add_shared(const model_config& config, const shared_output& s, int64_t n, f
 
 void moe_forward(thread_pool& pool, const model_config& config, const moe_weights& weights,
                  const expert_placement& placement, int64_t moe_layer, expert_comm& comm, const float* x,
-                 int64_t num_tokens, float* out, uint32_t* expert_counts, ep_dispatch_format format) {
+                 int64_t num_tokens, float* out, uint32_t* expert_counts, ep_dispatch_format format,
+                 activation_rounding round) {
     const int world = comm.world_size();
     ZMOE_CHECK(placement.num_ranks == world, "placement world " << placement.num_ranks << " vs comm " << world);
     moe_exchange ex =
         route_and_pack(pool, config, weights, placement, moe_layer, world, x, 0, num_tokens, expert_counts, format);
     const auto received = comm.all_to_all(std::move(ex.send));
-    const auto results =
-        comm.all_to_all(compute_experts(pool, config, weights, placement, moe_layer, comm.rank(), received, format));
+    const auto results = comm.all_to_all(
+        compute_experts(pool, config, weights, placement, moe_layer, comm.rank(), received, format, round));
     combine_rows(pool, config, ex, results, num_tokens, out);
-    add_shared(config, shared_expert(pool, config, weights, x, num_tokens), num_tokens, out);
+    round(out, num_tokens * config.hidden_size);
+    const shared_output shared = shared_expert(pool, config, weights, x, num_tokens, round);
+    add_shared(config, shared, num_tokens, out);
+    if (!shared.y.empty()) round(out, num_tokens * config.hidden_size);
 }
 
 void moe_forward_dual(thread_pool& pool, const model_config& config, const moe_weights& weights,
                       const expert_placement& placement, int64_t moe_layer, comm_stream& stream, int rank, int world,
                       const float* x, int64_t num_tokens, int64_t split_row, float* out, uint32_t* expert_counts,
-                      ep_dispatch_format format) {
+                      ep_dispatch_format format, activation_rounding round) {
     ZMOE_CHECK(placement.num_ranks == world, "placement world " << placement.num_ranks << " vs comm " << world);
     ZMOE_CHECK(split_row >= 0 && split_row <= num_tokens, "split row " << split_row << " of " << num_tokens);
     const int64_t H = config.hidden_size;
@@ -320,15 +328,17 @@ void moe_forward_dual(thread_pool& pool, const model_config& config, const moe_w
     moe_exchange b =
         route_and_pack(pool, config, weights, placement, moe_layer, world, x_b, n_a, n_b, expert_counts, format);
     auto b_dispatch = stream.all_to_all(std::move(b.send));
-    auto a_combine =
-        stream.all_to_all(compute_experts(pool, config, weights, placement, moe_layer, rank, a_dispatch.get(), format));
-    auto b_combine =
-        stream.all_to_all(compute_experts(pool, config, weights, placement, moe_layer, rank, b_dispatch.get(), format));
+    auto a_combine = stream.all_to_all(
+        compute_experts(pool, config, weights, placement, moe_layer, rank, a_dispatch.get(), format, round));
+    auto b_combine = stream.all_to_all(
+        compute_experts(pool, config, weights, placement, moe_layer, rank, b_dispatch.get(), format, round));
     // The shared expert needs no exchange: it runs while the combines are in flight.
-    const shared_output shared = shared_expert(pool, config, weights, x, num_tokens);
+    const shared_output shared = shared_expert(pool, config, weights, x, num_tokens, round);
     combine_rows(pool, config, a, a_combine.get(), n_a, out);
     combine_rows(pool, config, b, b_combine.get(), n_b, out + n_a * H);
+    round(out, num_tokens * H);
     add_shared(config, shared, num_tokens, out);
+    if (!shared.y.empty()) round(out, num_tokens * H);
 }
 
 }  // namespace zmoe

@@ -19,6 +19,7 @@
 #include "messages/expert_placement.hpp"
 #include "model/model_config.hpp"
 #include "workers/comm_stream.hpp"
+#include "workers/cpu_kernels.hpp"
 #include "workers/expert_comm.hpp"
 #include "workers/model_weights.hpp"
 #include "workers/router.hpp"
@@ -47,10 +48,12 @@ routing route_token(const float* logits, int64_t num_experts, int64_t top_k, boo
 
 /// out[t] = the MoE block applied to x[t] (post-attention-normed rows), for x: [num_tokens, hidden].
 /// expert_counts[e] (size num_experts) is incremented for every token routed to logical expert e. `format`: the
-/// dispatch's records (every rank the same).
+/// dispatch's records (every rank the same). `round`: BF16 rounding of each expert's output, the combine and the
+/// shared expert's output, as the CUDA executor stores them (activation_rounding).
 void moe_forward(thread_pool& pool, const model_config& config, const moe_weights& weights,
                  const expert_placement& placement, int64_t moe_layer, expert_comm& comm, const float* x,
-                 int64_t num_tokens, float* out, uint32_t* expert_counts, ep_dispatch_format format);
+                 int64_t num_tokens, float* out, uint32_t* expert_counts, ep_dispatch_format format,
+                 activation_rounding round = {});
 
 /// moe_forward as two micro-batches (dual-batch overlap): rows [0, split_row) are A, the rest B. A's dispatch is in
 /// flight on `stream` while B routes, A's combine while B's experts run, B's combine while the shared expert runs.
@@ -60,9 +63,11 @@ void moe_forward(thread_pool& pool, const model_config& config, const moe_weight
 void moe_forward_dual(thread_pool& pool, const model_config& config, const moe_weights& weights,
                       const expert_placement& placement, int64_t moe_layer, comm_stream& stream, int rank, int world,
                       const float* x, int64_t num_tokens, int64_t split_row, float* out, uint32_t* expert_counts,
-                      ep_dispatch_format format);
+                      ep_dispatch_format format, activation_rounding round = {});
 
-/// Dense gated MLP: out = down(silu(gate x) * up x) for x: [num_tokens, H], out: [num_tokens, H].
-void mlp_forward(thread_pool& pool, const mlp_weights& w, const float* x, int64_t num_tokens, float* out);
+/// Dense gated MLP: out = down(silu(gate x) * up x) for x: [num_tokens, H], out: [num_tokens, H] (rounded by
+/// `round`; gate, up and SiLU * up stay fp32, as in the CUDA path's fused epilogue).
+void mlp_forward(thread_pool& pool, const mlp_weights& w, const float* x, int64_t num_tokens, float* out,
+                 activation_rounding round = {});
 
 }  // namespace zmoe

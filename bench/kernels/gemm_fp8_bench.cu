@@ -418,6 +418,58 @@ int main(int argc, char** argv) {
                 std::printf("  [%s m=%d] fp8 = skinny, splits %d, stages %d\n", sh.name, m, choice.splits,
                             choice.stages);
             }
+            if (m <= zmoe::kernels::kGemmFp8SkinnyMaxRows && max_m >= 64) {
+                // The grouped kernel with one group of m rounded up to 64 rows (what fp8_linear_runner ran at every
+                // row count before the skinny kernel took decode steps), for the crossover. Timing only: the scale
+                // rows past m are whatever the buffer holds.
+                const int32_t mp = (m + 63) / 64 * 64;
+                int32_t* offsets = device_alloc<int32_t>(2);
+                const int32_t host_offsets[2] = {0, mp};
+                ZMOE_CUDA_CHECK(cudaMemcpy(offsets, host_offsets, sizeof(host_offsets), cudaMemcpyHostToDevice));
+                variants.emplace_back("fp8_grouped", [&, offsets, mp](int l) {
+                    zmoe::kernels::launch_grouped_gemm_fp8({.a = x8,
+                                                            .a_scales = x_s,
+                                                            .a_scale_ld = ld_max,
+                                                            .b = w8[l],
+                                                            .b_scales = w_s[l],
+                                                            .expert_offsets = offsets,
+                                                            .c = c,
+                                                            .max_rows = mp,
+                                                            .n = n,
+                                                            .k = k,
+                                                            .num_experts = 1,
+                                                            .row_align = 64},
+                                                           stream);
+                });
+                bytes_of["fp8_grouped"] = bytes8;
+            }
+            if (m > zmoe::kernels::kGemmFp8SkinnyMaxRows && m % 64 == 0) {
+                // The grouped kernel's tile shapes forced (fp8 runs what launch_grouped_gemm_fp8 picks: wide from 191
+                // rows): more, smaller tiles for the shapes whose wide tiles leave most SMs idle.
+                int32_t* offsets = device_alloc<int32_t>(2);
+                const int32_t host_offsets[2] = {0, m};
+                ZMOE_CUDA_CHECK(cudaMemcpy(offsets, host_offsets, sizeof(host_offsets), cudaMemcpyHostToDevice));
+                for (const auto& [name, tiles] : {std::pair{"fp8_narrow", zmoe::kernels::fp8_gemm_tiles::narrow},
+                                                  std::pair{"fp8_wide", zmoe::kernels::fp8_gemm_tiles::wide}}) {
+                    variants.emplace_back(name, [&, offsets, tiles](int l) {
+                        zmoe::kernels::launch_grouped_gemm_fp8({.a = x8,
+                                                                .a_scales = x_s,
+                                                                .a_scale_ld = ld,
+                                                                .b = w8[l],
+                                                                .b_scales = w_s[l],
+                                                                .expert_offsets = offsets,
+                                                                .c = c,
+                                                                .max_rows = m,
+                                                                .n = n,
+                                                                .k = k,
+                                                                .num_experts = 1,
+                                                                .row_align = 64,
+                                                                .tiles = tiles},
+                                                               stream);
+                    });
+                    bytes_of[name] = bytes8;
+                }
+            }
             if (m > zmoe::kernels::kGemmFp8SkinnyMaxRows) {  // the skinny kernel over 64-row slices, for the crossover
                 for (const bool f16 : {false, true}) {
                     const std::string name = f16 ? "fp8_skinny_h" : "fp8_skinny";

@@ -158,6 +158,12 @@ class fp8_problem {
         EXPECT_LT(rms, 4e-3);
     }
 
+    /// c as the last launch left it (after a sync).
+    std::vector<float> output() {
+        sync_and_check();
+        return download_bf16(*d_c_);
+    }
+
   private:
     int32_t m_, n_, k_, ld_ = 0;
     std::optional<device_buffer<uint8_t>> d_a_, d_w_;
@@ -198,6 +204,77 @@ TEST(GemmFp8, SkinnyConfigurationsMatchCpuReference) {
                         problem.check();
                         if (HasFailure()) return;
                     }
+    }
+}
+
+/// Rows [0, m) of a and b where their bits differ.
+int64_t differing(const std::vector<float>& a, const std::vector<float>& b, int32_t m, int32_t n) {
+    int64_t d = 0;
+    for (size_t i = 0; i < size_t(m) * n; ++i) d += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return d;
+}
+
+// Batch invariance: a row's output bits depend on that row alone, not on how many rows share the launch (m) nor on
+// what they hold. FP8 amplifies any difference: a BF16 step in one projection's output flips e4m3 roundings in the
+// next quantization (docs/fp8.md), so a decode step that batched a sequence with others (or split the batch over
+// expert-parallel ranks) would stray from one that did not. Up to kGemmFp8SkinnyMaxRows rows (the skinny kernel).
+TEST(GemmFp8, ARowsBitsDoNotDependOnTheBatch) {
+    if (!device_has_fp8_mma()) GTEST_SKIP() << "FP8 mma needs compute capability 8.9 or later";
+    for (const auto& [n, k] : {std::pair{200, 144}, std::pair{576, 7168}, std::pair{2048, 1536}, std::pair{144, 136}}) {
+        fp8_problem problem(kGemmFp8SkinnyMaxRows, n, k);
+        launch_gemm_fp8(problem.params(), nullptr);
+        const std::vector<float> all = problem.output();
+        for (const int32_t m : {1, 5, 8, 9, 16, 17, 32, 33, 63}) {
+            gemm_fp8_params p = problem.params();
+            p.m = m;
+            launch_gemm_fp8(p, nullptr);
+            EXPECT_EQ(differing(problem.output(), all, m, n), 0)
+                << "n " << n << " k " << k << ": rows of m = " << m << " vs the same rows of m = 64";
+        }
+    }
+}
+
+// Diagnostic (prints, asserts nothing): whether the skinny kernel's MMA kinds give the grouped wgmma kernel's bits
+// for the same rows (then a row's bits would not change at the 64-row switch either).
+TEST(GemmFp8, SkinnyKindsAgainstTheGroupedKernelBits) {
+    if (!device_has_fp8_mma()) GTEST_SKIP() << "FP8 mma needs compute capability 8.9 or later";
+    int dev = 0, major = 0;
+    ZMOE_CUDA_CHECK(cudaGetDevice(&dev));
+    ZMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    if (major != 9) GTEST_SKIP() << "the grouped FP8 kernel needs sm_90";
+    for (const auto& [n, k] : {std::pair{576, 7168}, std::pair{2048, 1536}, std::pair{272, 400}}) {
+        const int32_t m = 128;
+        fp8_problem problem(m, n, k);
+        const device_buffer<int32_t> offsets = upload(std::vector<int32_t>{0, m});
+        const gemm_fp8_params p = problem.params();
+        launch_grouped_gemm_fp8({.a = p.a,
+                                 .a_scales = p.a_scales,
+                                 .a_scale_ld = p.a_scale_ld,
+                                 .b = p.w,
+                                 .b_scales = p.w_scales,
+                                 .expert_offsets = offsets.get(),
+                                 .c = p.c,
+                                 .max_rows = m,
+                                 .n = n,
+                                 .k = k,
+                                 .num_experts = 1,
+                                 .row_align = 64},
+                                nullptr);
+        const std::vector<float> grouped = problem.output();
+        std::vector<float> e4m3_splits1;
+        for (const auto mma : {detail::gemm_fp8_mma::e4m3, detail::gemm_fp8_mma::f16})
+            for (const int32_t splits : {1, 4}) {
+                detail::launch_gemm_fp8_skinny(problem.params(), {.splits = splits, .tokens_per_cta = 64, .mma = mma},
+                                               nullptr);
+                const std::vector<float> skinny = problem.output();
+                if (mma == detail::gemm_fp8_mma::e4m3 && splits == 1) e4m3_splits1 = skinny;
+                if (mma == detail::gemm_fp8_mma::f16 && splits == 1)
+                    std::printf("[gemm fp8 bits] n %d k %d: skinny f16 vs e4m3 (splits 1): %ld differ\n", n, k,
+                                static_cast<long>(differing(skinny, e4m3_splits1, m, n)));
+                std::printf("[gemm fp8 bits] n %d k %d: skinny %s splits %d vs grouped: %ld of %ld elements differ\n",
+                            n, k, mma == detail::gemm_fp8_mma::e4m3 ? "e4m3" : "f16", splits,
+                            static_cast<long>(differing(skinny, grouped, m, n)), static_cast<long>(m) * n);
+            }
     }
 }
 

@@ -28,15 +28,19 @@ void gemm(const gemm_context& g, const void* x, const void* w, void* y, int32_t 
 }
 
 /// y [m, n] = x [m, k] . w^T: the BF16 weight `w`, or `f` in FP8 when it is not empty (y_rows: rows of y the FP8
-/// GEMM may overwrite).
+/// GEMM may overwrite). x_is_xn: x is the layer's normed input, which the FP8 runner may hold quantized already
+/// (gemm_context::xn_quantized).
 void project(const gemm_context& g, const cuda_fp8_matrix& f, const device_buffer& w, const bf16* x, bf16* y, int32_t m,
-             int32_t n, int32_t k, int32_t y_rows, cudaStream_t stream) {
+             int32_t n, int32_t k, int32_t y_rows, cudaStream_t stream, bool x_is_xn = false) {
     if (f.empty()) {
         gemm(g, x, w.as<bf16>(), y, m, n, k, stream);
         return;
     }
     ZMOE_CHECK(g.fp8 != nullptr, "MLA: an FP8 projection without the FP8 runner");
-    g.fp8->linear(f, x, m, y, n, y_rows, stream);
+    if (x_is_xn && g.xn_quantized)
+        g.fp8->linear_normed(f, m, y, n, y_rows, stream);
+    else
+        g.fp8->linear(f, x, m, y, n, y_rows, stream);
 }
 
 }  // namespace
@@ -257,7 +261,7 @@ void mla_attention_runner::run(const cuda_layer& w, const mla_step& s, const bf1
     if (!w.mla.q_a.empty() || !w.fp8.q_a.empty()) {  // q LoRA (BF16 or FP8)
         const int32_t qr = i32(m.q_lora_rank);
         bf16* qa = qa_.as<bf16>();
-        project(g, w.fp8.q_a, w.mla.q_a, xn, qa, T, qr, H, max_tokens_, stream);
+        project(g, w.fp8.q_a, w.mla.q_a, xn, qa, T, qr, H, max_tokens_, stream, true);
         kernels::launch_rms_norm({.x = qa,
                                   .weight = w.mla.q_a_norm.as<bf16>(),
                                   .out = qa,
@@ -267,10 +271,10 @@ void mla_attention_runner::run(const cuda_layer& w, const mla_step& s, const bf1
                                  stream);
         project(g, w.fp8.q_b, w.mla.q_b, qa, q, T, heads * qk, qr, max_tokens_, stream);
     } else {
-        project(g, w.fp8.q_b, w.mla.q_b, xn, q, T, heads * qk, H, max_tokens_, stream);
+        project(g, w.fp8.q_b, w.mla.q_b, xn, q, T, heads * qk, H, max_tokens_, stream, true);
     }
     bf16* kv = kv_.as<bf16>();
-    project(g, w.fp8.kv_a, w.mla.kv_a, xn, kv, T, r + dr, H, max_tokens_, stream);
+    project(g, w.fp8.kv_a, w.mla.kv_a, xn, kv, T, r + dr, H, max_tokens_, stream, true);
     kernels::launch_mla_rope_kv({.q = q,
                                  .kv = kv,
                                  .kv_norm_weight = w.mla.kv_a_norm.as<bf16>(),

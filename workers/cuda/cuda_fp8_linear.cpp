@@ -16,6 +16,9 @@ constexpr int32_t kRowAlign = 64;  // the FP8 grouped GEMM's row groups
 int32_t round_up(int32_t v, int32_t a) { return (v + a - 1) / a * a; }
 int32_t blocks128(int32_t v) { return (v + 127) / 128; }
 
+/// Rows of c a GEMM of m rows writes: m on the skinny kernel, whole 64-row groups on the grouped one.
+int32_t rows_written(int32_t m) { return m <= kernels::kGemmFp8SkinnyMaxRows ? m : round_up(m, kRowAlign); }
+
 }  // namespace
 
 fp8_linear_dims fp8_linear_dims_of(const cuda_weights& w, int32_t max_rows) {
@@ -41,12 +44,18 @@ fp8_linear_dims fp8_linear_dims_of(const cuda_weights& w, int32_t max_rows) {
         see_mlp(l.fp8.dense);
         see_mlp(l.fp8.shared);
     }
-    if (d.max_n > 0 || d.max_inter > 0) d.max_rows = max_rows;
+    if (d.max_n > 0 || d.max_inter > 0) {
+        d.max_rows = max_rows;
+        d.hidden = static_cast<int32_t>(w.final_norm.bytes() / sizeof(kernels::bf16));  // [hidden] BF16
+    }
     return d;
 }
 
 fp8_linear_runner::fp8_linear_runner(const fp8_linear_dims& d) : dims_(d) {
     if (d.max_rows == 0) return;
+    int device = 0;
+    ZMOE_CUDA_CHECK(cudaGetDevice(&device));
+    ZMOE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
     max_mp_ = round_up(d.max_rows, kRowAlign);
     scale_ld_ = kernels::fp8_scale_ld(max_mp_);
     auto alloc = [&](device_buffer& b, size_t bytes) {
@@ -61,6 +70,8 @@ fp8_linear_runner::fp8_linear_runner(const fp8_linear_dims& d) : dims_(d) {
     alloc(a_q_, mp * static_cast<size_t>(d.max_k));
     alloc(a_scales_, static_cast<size_t>(blocks128(k_in)) * ld * sizeof(float));
     if (d.pads_k) alloc(x_pad_, mp * static_cast<size_t>(d.max_k) * sizeof(bf16));
+    alloc(in_q_, mp * static_cast<size_t>(d.hidden));
+    alloc(in_scales_, static_cast<size_t>(blocks128(d.hidden)) * ld * sizeof(float));
     alloc(c_, mp * static_cast<size_t>(std::max(d.max_n, 16)) * sizeof(bf16));
     if (d.max_inter > 0) {
         alloc(act_q_, mp * static_cast<size_t>(d.max_inter));
@@ -101,7 +112,27 @@ void fp8_linear_runner::quantize(const bf16* x, int32_t m, int32_t k, int32_t k_
 void fp8_linear_runner::gemm(const uint8_t* a, const float* a_scales, const uint8_t* b, const float* b_scales,
                              int32_t m, int32_t n, int32_t k, bf16* c, uint8_t* c_q, float* c_scales, bool swiglu,
                              cudaStream_t stream) const {
+    if (!swiglu && m <= kernels::kGemmFp8SkinnyMaxRows) {
+        // Decode steps: the weight-streaming skinny kernel (rows [0, m) of c only; a row's bits do not depend on m).
+        kernels::launch_gemm_fp8({.a = a,
+                                  .a_scales = a_scales,
+                                  .a_scale_ld = scale_ld_,
+                                  .w = b,
+                                  .w_scales = b_scales,
+                                  .c = c,
+                                  .m = m,
+                                  .n = n,
+                                  .k = k},
+                                 stream);
+        return;
+    }
     const int32_t mp = round_up(m, kRowAlign);
+    // The grouped kernel picks its wide tiles (128 rows x 256 columns) from 191 rows. With one group they leave most
+    // SMs idle until the rows are many: narrow tiles (128 x 128 there) while the wide ones would not fill the GPU
+    // once (H100, gemm_fp8_bench at 256 rows: Qwen3-30B-A3B's q/k/v 12.0 against 17.6 us, o 17.9 against 28.7).
+    const int64_t wide_tiles = int64_t(mp + 127) / 128 * ((n + 255) / 256);
+    const kernels::fp8_gemm_tiles tiles =
+        !swiglu && wide_tiles < num_sms_ ? kernels::fp8_gemm_tiles::narrow : kernels::fp8_gemm_tiles::automatic;
     const kernels::grouped_gemm_fp8_params p{.a = a,
                                              .a_scales = a_scales,
                                              .a_scale_ld = scale_ld_,
@@ -117,7 +148,8 @@ void fp8_linear_runner::gemm(const uint8_t* a, const float* a_scales, const uint
                                              .k = k,
                                              .num_experts = 1,
                                              .row_align = kRowAlign,
-                                             .swiglu = swiglu};
+                                             .swiglu = swiglu,
+                                             .tiles = tiles};
     kernels::launch_grouped_gemm_fp8(p, stream);
 }
 
@@ -127,10 +159,40 @@ void fp8_linear_runner::linear(const cuda_fp8_matrix& w, const bf16* x, int32_t 
     ZMOE_CHECK(!empty() && m <= dims_.max_rows && w.k_pad <= dims_.max_k && w.n_pad <= dims_.max_n,
                "fp8_linear: a call beyond the scratch (" << m << " rows, " << w.n_pad << " x " << w.k_pad << ")");
     quantize(x, m, w.k, w.k_pad, stream);
-    const bool in_place = ldy == w.n_pad && y_rows >= round_up(m, kRowAlign);
+    linear_from(w, a_q_.as<uint8_t>(), a_scales_.as<float>(), m, y, ldy, y_rows, stream);
+}
+
+void fp8_linear_runner::rms_norm(const bf16* x, bf16* residual, const bf16* weight, bf16* out, int32_t m, float eps,
+                                 cudaStream_t stream) const {
+    ZMOE_CHECK(!empty() && m <= dims_.max_rows, "fp8_linear: a norm of " << m << " rows beyond the scratch");
+    kernels::launch_rms_norm_fp8({.x = x,
+                                  .residual = residual,
+                                  .weight = weight,
+                                  .out = out,
+                                  .q = in_q_.as<uint8_t>(),
+                                  .scales = in_scales_.as<float>(),
+                                  .scale_ld = scale_ld_,
+                                  .num_tokens = m,
+                                  .hidden = dims_.hidden,
+                                  .eps = eps},
+                                 stream);
+}
+
+void fp8_linear_runner::linear_normed(const cuda_fp8_matrix& w, int32_t m, bf16* y, int32_t ldy, int32_t y_rows,
+                                      cudaStream_t stream) const {
+    if (m == 0) return;
+    ZMOE_CHECK(!empty() && m <= dims_.max_rows && w.k == dims_.hidden && w.k_pad == w.k && w.n_pad <= dims_.max_n,
+               "fp8_linear: a projection of the normed input (" << m << " rows, " << w.n_pad << " x " << w.k_pad
+                                                                << ") beyond the scratch or not of the hidden width");
+    linear_from(w, in_q_.as<uint8_t>(), in_scales_.as<float>(), m, y, ldy, y_rows, stream);
+}
+
+void fp8_linear_runner::linear_from(const cuda_fp8_matrix& w, const uint8_t* a, const float* a_scales, int32_t m,
+                                    bf16* y, int32_t ldy, int32_t y_rows, cudaStream_t stream) const {
+    const bool in_place = ldy == w.n_pad && y_rows >= rows_written(m);
     bf16* c = in_place ? y : c_.as<bf16>();
-    gemm(a_q_.as<uint8_t>(), a_scales_.as<float>(), w.codes.as<uint8_t>(), w.scales.as<float>(), m, w.n_pad, w.k_pad, c,
-         nullptr, nullptr, false, stream);
+    gemm(a, a_scales, w.codes.as<uint8_t>(), w.scales.as<float>(), m, w.n_pad, w.k_pad, c, nullptr, nullptr, false,
+         stream);
     if (!in_place)
         ZMOE_CUDA_CHECK(cudaMemcpy2DAsync(
             y, static_cast<size_t>(ldy) * sizeof(bf16), c, static_cast<size_t>(w.n_pad) * sizeof(bf16),
@@ -146,7 +208,7 @@ void fp8_linear_runner::mlp(const cuda_fp8_mlp& w, const bf16* x, int32_t m, bf1
     gemm(a_q_.as<uint8_t>(), a_scales_.as<float>(), w.gate_up.codes.as<uint8_t>(), w.gate_up.scales.as<float>(), m,
          w.gate_up.n_pad, w.gate_up.k_pad, nullptr, act_q_.as<uint8_t>(), act_scales_.as<float>(), true, stream);
     const cuda_fp8_matrix& d = w.down;
-    const bool in_place = out_rows >= round_up(m, kRowAlign) && d.n == d.n_pad;
+    const bool in_place = out_rows >= rows_written(m) && d.n == d.n_pad;
     bf16* c = in_place ? out : c_.as<bf16>();
     gemm(act_q_.as<uint8_t>(), act_scales_.as<float>(), d.codes.as<uint8_t>(), d.scales.as<float>(), m, d.n_pad,
          d.k_pad, c, nullptr, nullptr, false, stream);

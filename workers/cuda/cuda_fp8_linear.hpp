@@ -3,7 +3,10 @@
 // dense MLPs and shared experts, W8A8 with the CPU backend's arithmetic (linear_rows_fp8): the input quantized per
 // token and 128-channel group (launch_fp8_quantize), then an FP8 GEMM that promotes each 128-wide K block's fp32
 // product with the two scales. Every FP8 dense GEMM of the executor goes through fp8_linear_runner::gemm (one
-// place to change the kernel); today it is launch_grouped_gemm_fp8 with one group of rows [0, m rounded up to 64).
+// place to change the kernel): up to kGemmFp8SkinnyMaxRows rows (decode steps) launch_gemm_fp8's weight-streaming
+// skinny kernel, whose row results do not depend on the row count; beyond, and the MLPs' gate/up GEMM with SiLU * up
+// quantized in its epilogue at every row count, launch_grouped_gemm_fp8 with one group of rows [0, m rounded up to
+// 64).
 
 #include <cuda_runtime_api.h>
 
@@ -18,6 +21,7 @@ namespace zmoe::cuda {
 /// The widest FP8 dense projection of a model's weights, for sizing the scratch.
 struct fp8_linear_dims {
     int32_t max_rows = 0;   ///< rows of the largest call (a step's tokens)
+    int32_t hidden = 0;     ///< the layers' input width (rms_norm's)
     int32_t max_k = 0;      ///< widest padded input (k_pad)
     int32_t max_n = 0;      ///< widest padded output (n_pad)
     int32_t max_inter = 0;  ///< widest padded MLP FFN width (0: no FP8 MLP)
@@ -38,11 +42,22 @@ class fp8_linear_runner {
     bool empty() const { return dims_.max_rows == 0; }
 
     /// y[r, 0:n] (row stride ldy elements) = x[r, 0:k] . w^T in W8A8 for r < m, BF16 out. x: [m, k] contiguous.
-    /// y_rows: rows of y (from y) the call may overwrite, >= m: when they reach m rounded up to 64 and y is a
-    /// contiguous [*, n_pad], the GEMM writes y directly (rows m.. of the last 64 with values of no meaning); else
-    /// through the scratch and one 2D copy. No bias (the caller adds it).
+    /// y_rows: rows of y (from y) the call may overwrite, >= m: when they reach the rows the GEMM writes (m up to 64
+    /// rows, else m rounded up to 64) and y is a contiguous [*, n_pad], the GEMM writes y directly (rows m.. of the
+    /// last 64 with values of no meaning); else through the scratch and one 2D copy. No bias (the caller adds it).
     void linear(const cuda_fp8_matrix& w, const kernels::bf16* x, int32_t m, kernels::bf16* y, int32_t ldy,
                 int32_t y_rows, cudaStream_t stream) const;
+
+    /// A layer's input norm with the FP8 quantization of its output fused (launch_rms_norm_fp8, bit for bit
+    /// launch_rms_norm then launch_fp8_quantize): residual and out (BF16, the norm's output) as launch_rms_norm
+    /// (x [m, hidden]; residual may be null), and the codes and scales of out kept in the runner for linear_normed
+    /// until the next call (the projections of one layer input share one quantization).
+    void rms_norm(const kernels::bf16* x, kernels::bf16* residual, const kernels::bf16* weight, kernels::bf16* out,
+                  int32_t m, float eps, cudaStream_t stream) const;
+    /// linear() of the last rms_norm's output (m its rows, w.k the hidden size), from the codes it kept: no
+    /// quantization launch.
+    void linear_normed(const cuda_fp8_matrix& w, int32_t m, kernels::bf16* y, int32_t ldy, int32_t y_rows,
+                       cudaStream_t stream) const;
 
     /// out[m, hidden] = down(silu(gate x) * up x) in FP8: x quantized, the gate/up GEMM with SiLU * up quantized in
     /// its epilogue (the CPU rounds to BF16 between gate/up and SiLU, here it stays fp32: the only difference), the
@@ -53,17 +68,23 @@ class fp8_linear_runner {
     int64_t bytes() const { return bytes_; }
 
   private:
-    /// c[0:mp, n] = A (a_q, a_scales) . b^T with one group of mp rows (m rounded up to 64): the single place of the
-    /// dense FP8 GEMM kernel's choice. swiglu: c_q / c_scales out instead of c (b = gate rows then up rows).
+    /// c[0:m, n] = A (a_q, a_scales) . b^T: the single place of the dense FP8 GEMM kernel's choice (rows_written:
+    /// up to 64 rows the skinny kernel writes rows [0, m); beyond, the grouped kernel with one group of m rounded up
+    /// to 64 rows). swiglu (always the grouped kernel): c_q / c_scales out instead of c (b = gate rows then up rows).
     void gemm(const uint8_t* a, const float* a_scales, const uint8_t* b, const float* b_scales, int32_t m, int32_t n,
               int32_t k, kernels::bf16* c, uint8_t* c_q, float* c_scales, bool swiglu, cudaStream_t stream) const;
     /// x [m, k] quantized into a_q_ / a_scales_ (through the zero-padded copy when k_pad > k).
     void quantize(const kernels::bf16* x, int32_t m, int32_t k, int32_t k_pad, cudaStream_t stream) const;
+    /// linear() from an already quantized A (codes [m, w.k_pad], scales [kb][scale_ld_]).
+    void linear_from(const cuda_fp8_matrix& w, const uint8_t* a, const float* a_scales, int32_t m, kernels::bf16* y,
+                     int32_t ldy, int32_t y_rows, cudaStream_t stream) const;
 
     fp8_linear_dims dims_;
     int32_t max_mp_ = 0, scale_ld_ = 0;
+    int32_t num_sms_ = 0;               // of the device the runner was made on (the grouped kernel's tile choice)
     device_buffer offsets_;             // [max_mp / 64 + 1][2]: {0, 64 i}
     device_buffer a_q_, a_scales_;      // the quantized input
+    device_buffer in_q_, in_scales_;    // rms_norm's output quantized: [max_mp, hidden], [ceil(hidden / 128)][ld]
     device_buffer x_pad_;               // [max_mp, max_k] BF16: inputs whose k is padded
     device_buffer c_;                   // [max_mp, max_n] BF16: outputs that cannot land in place
     device_buffer act_q_, act_scales_;  // MLP: SiLU(gate) * up quantized

@@ -19,6 +19,9 @@ struct gemm_context {
     void* workspace = nullptr;
     size_t workspace_bytes = 0;
     const fp8_linear_runner* fp8 = nullptr;
+    /// The FP8 runner holds the layer's normed input quantized (fp8_linear_runner::rms_norm): FP8 projections of it
+    /// start from those codes.
+    bool xn_quantized = false;
 };
 
 /// Row-major y[m, n] = x[m, k] . w[n, k]^T (+ bias [n], BF16 outputs only), fp32 accumulate, y BF16 or fp32: one row,

@@ -399,14 +399,19 @@ void cuda_step_executor::layer_attention(int64_t layer, const batch_view& v) {
     bf16* xn = ws_.xn.as<bf16>() + at;
     bf16* delta = ws_.delta.as<bf16>() + at;
     const int32_t T = v.num_tokens, H = i32(c.hidden_size);
-    kernels::launch_rms_norm({.x = layer == 0 ? residual : delta,
-                              .residual = layer == 0 ? nullptr : residual,
-                              .weight = w.input_norm.as<bf16>(),
-                              .out = xn,
-                              .num_tokens = T,
-                              .hidden = H,
-                              .eps = c.rms_norm_eps},
-                             stream_);
+    if (fp8_normed_input(w)) {
+        fp8_.rms_norm(layer == 0 ? residual : delta, layer == 0 ? nullptr : residual, w.input_norm.as<bf16>(), xn, T,
+                      c.rms_norm_eps, stream_);
+    } else {
+        kernels::launch_rms_norm({.x = layer == 0 ? residual : delta,
+                                  .residual = layer == 0 ? nullptr : residual,
+                                  .weight = w.input_norm.as<bf16>(),
+                                  .out = xn,
+                                  .num_tokens = T,
+                                  .hidden = H,
+                                  .eps = c.rms_norm_eps},
+                                 stream_);
+    }
     attention(layer, v);
     kernels::launch_rms_norm({.x = delta,
                               .residual = residual,
@@ -418,6 +423,11 @@ void cuda_step_executor::layer_attention(int64_t layer, const batch_view& v) {
                              stream_);
 }
 
+bool cuda_step_executor::fp8_normed_input(const cuda_layer& w) const {
+    if (mla_) return !w.fp8.kv_a.empty() || !w.fp8.q_a.empty() || (w.mla.q_a.empty() && !w.fp8.q_b.empty());
+    return !w.fp8.qkv.empty();
+}
+
 void cuda_step_executor::attention(int64_t layer, const batch_view& v) {
     // Row-indexed buffers are offset to the view's first row; query_start stays in rows of the whole step.
     const model_config& c = config_;
@@ -427,28 +437,32 @@ void cuda_step_executor::attention(int64_t layer, const batch_view& v) {
     const int64_t f = v.first;
     if (mla_) {
         ZMOE_CHECK(f == 0, "MLA attention over a part of the step");
-        mla_->run(
-            w,
-            {.positions = ws_.positions.device,
-             .kv_slots = ws_.kv_slots.device,
-             .block_tables = v.block_tables,
-             .query_start = v.query_start,
-             .start_pos = v.start_pos,
-             .num_tokens = T,
-             .num_seqs = v.num_seqs,
-             .block_size = i32(options_.config.block_size),
-             .max_blocks_per_seq = ws_.shape.max_blocks_per_seq},
-            ws_.xn.as<bf16>(), k_cache_[layer].as<bf16>(), ws_.delta.as<bf16>(),
-            {.handle = blas_, .workspace = blas_workspace_.as<void>(), .workspace_bytes = kBlasWorkspace, .fp8 = &fp8_},
-            stream_);
+        mla_->run(w,
+                  {.positions = ws_.positions.device,
+                   .kv_slots = ws_.kv_slots.device,
+                   .block_tables = v.block_tables,
+                   .query_start = v.query_start,
+                   .start_pos = v.start_pos,
+                   .num_tokens = T,
+                   .num_seqs = v.num_seqs,
+                   .block_size = i32(options_.config.block_size),
+                   .max_blocks_per_seq = ws_.shape.max_blocks_per_seq},
+                  ws_.xn.as<bf16>(), k_cache_[layer].as<bf16>(), ws_.delta.as<bf16>(),
+                  {.handle = blas_,
+                   .workspace = blas_workspace_.as<void>(),
+                   .workspace_bytes = kBlasWorkspace,
+                   .fp8 = &fp8_,
+                   .xn_quantized = fp8_normed_input(w)},
+                  stream_);
         return;
     }
     const int32_t qkv_dim = (hq + 2 * hkv) * D;
     bf16* qkv = ws_.qkv.as<bf16>() + f * qkv_dim;
     if (!w.fp8.qkv.empty()) {
-        int32_t col = 0;  // q, k, v side by side in the row (or the one stacked matrix)
+        // q, k, v side by side in the row (or the one stacked matrix), from the codes the input norm wrote.
+        int32_t col = 0;
         for (const cuda_fp8_matrix& m : w.fp8.qkv) {
-            fp8_.linear(m, ws_.xn.as<bf16>() + f * H, T, qkv + col, qkv_dim, writable_rows(v), stream_);
+            fp8_.linear_normed(m, T, qkv + col, qkv_dim, writable_rows(v), stream_);
             col += m.n;
         }
         if (!w.qkv_bias.empty())

@@ -157,6 +157,9 @@ class cuda_step_executor final : public step_executor {
     /// The layer up to its MLP over the view's rows: input RMSNorm (+ the last MLP output into the residual),
     /// attention, post-attention RMSNorm into xn.
     void layer_attention(int64_t layer, const batch_view& v);
+    /// Whether layer w's attention input projections are FP8: then its input norm quantizes xn in the same kernel
+    /// (fp8_linear_runner::rms_norm) and the projections start from those codes.
+    bool fp8_normed_input(const cuda_layer& w) const;
     void attention(int64_t layer, const batch_view& v);
     /// out = the MLP `m` (BF16) or `f` (FP8, when not empty) of x's num_tokens rows; out_rows: rows of out the call
     /// may overwrite (writable_rows).
