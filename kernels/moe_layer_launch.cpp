@@ -213,6 +213,33 @@ void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream) {
         return;
     }
     const bool decode = moe_layer_uses_decode_path(p);
+    // FP8, one token, the router fused: one launch (router, top-k, gate/up, down and the weighted sum).
+    if (decode && e.fp8 != nullptr && p.fuse_router && e.num_tokens == 1 &&
+        detail::moe_decode_fp8_one_supported(e.top_k, p.num_experts, e.hidden, e.inter)) {
+        mark(e.mark, e.mark_context, moe_stage::moe_decode);
+        ZMOE_KERNEL_REQUIRE(e.max_rows >= 4 * e.top_k, "moe_layer: the FP8 scratch is too small for the decode act");
+        detail::launch_moe_decode_fp8_one({.router_w = p.router_w,
+                                           .router_logits = p.router_logits,
+                                           .replica_offsets = p.replica_offsets,
+                                           .replica_slots = p.replica_slots,
+                                           .num_valid = p.num_valid,
+                                           .x = e.x,
+                                           .fp8 = *e.fp8,
+                                           .topk_weights = p.topk_weights,
+                                           .slot_ids = p.slot_ids,
+                                           .expert_counts = p.expert_counts,
+                                           .scratch = p.decode_scratch,
+                                           .act = reinterpret_cast<float*>(e.fp8->act_q),  // [max_rows, inter] bytes
+                                           .out = e.out,
+                                           .top_k = e.top_k,
+                                           .num_experts = p.num_experts,
+                                           .hidden = e.hidden,
+                                           .inter = e.inter,
+                                           .renormalize = p.renormalize},
+                                          stream);
+        mark(e.mark, e.mark_context, moe_stage::end);
+        return;
+    }
     const bool fp8_decode = decode && e.fp8 != nullptr;  // its kernels take the router's slots and weights
     // The router: its logits only for the (BF16) decode path that does not compute them itself; on the grouped path
     // and before the FP8 decode kernels with the softmax top-k and the replica choice fused in.

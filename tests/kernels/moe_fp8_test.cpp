@@ -471,5 +471,149 @@ INSTANTIATE_TEST_SUITE_P(
                          suffix);
     });
 
+/// One token's FP8 layer in one launch (launch_moe_decode_fp8_one, launch_moe_layer's automatic one-token path)
+/// against the router launch followed by the two few-token launches (fuse_router = false) on the same inputs: the
+/// router GEMV sums as launch_gemv_bf16, the top-k and replica choice as launch_router_topk, the experts as
+/// launch_moe_decode_fp8, so logits, slots, weights, load counts and out must be equal bit for bit. (The CPU
+/// reference of the arithmetic is MoeExpertsFp8's layer cases, which now take this path at one token.)
+struct fp8_one_case {
+    int32_t num_experts, top_k, hidden, inter;
+    int32_t replicas = 1;  ///< slots per expert (expert e's replicas at e, e + E, ...): the first replica serves
+    bool valid = true;     ///< *num_valid = 1 (else 0: the token is padding and counts nothing)
+};
+
+class MoeDecodeFp8One : public ::testing::TestWithParam<fp8_one_case> {};
+
+TEST_P(MoeDecodeFp8One, EqualsRouterAndTwoLaunchesBitForBit) {
+    if (!device_is_sm90()) GTEST_SKIP() << "the FP8 kernels need compute capability 9.x";
+    const fp8_one_case c = GetParam();
+    const int32_t E = c.num_experts, K = c.top_k, H = c.hidden, I = c.inter, S = E * c.replicas;
+    const int32_t kbH = (H + 127) / 128, kbI = (I + 127) / 128;
+    ASSERT_TRUE(detail::moe_decode_fp8_one_supported(K, E, H, I));
+    std::mt19937 rng(E * 7 + K * 3 + H + I + c.replicas);
+    std::vector<uint8_t> gu_q(size_t(S) * 2 * I * H), dn_q(size_t(S) * H * I);
+    std::vector<float> gu_s(size_t(S) * 2 * kbI * kbH), dn_s(size_t(S) * kbH * kbI);
+    for (int32_t e = 0; e < S; ++e) {
+        for (int32_t part = 0; part < 2; ++part) {
+            const std::vector<float> w = blocky_weight(I, H, 1.f / std::sqrt(float(H)), rng);
+            quantize_fp8_blocks(w.data(), I, H, H, gu_q.data() + (size_t(e) * 2 + part) * I * H,
+                                gu_s.data() + (size_t(e) * 2 + part) * kbI * kbH);
+        }
+        const std::vector<float> w = blocky_weight(H, I, 1.f / std::sqrt(float(I)), rng);
+        quantize_fp8_blocks(w.data(), H, I, I, dn_q.data() + size_t(e) * H * I, dn_s.data() + size_t(e) * kbH * kbI);
+    }
+    std::vector<int32_t> offsets(E + 1), slots(S);
+    for (int32_t e = 0; e <= E; ++e) offsets[e] = e * c.replicas;
+    for (int32_t e = 0; e < E; ++e)
+        for (int32_t r = 0; r < c.replicas; ++r) slots[size_t(e) * c.replicas + r] = e + r * E;
+    const std::vector<float> x = grouped_activations(1, H, rng);
+    const std::vector<float> router_w = random_bf16(size_t(E) * H, 2.f / std::sqrt(float(H)), rng);
+    auto d_x = upload_bf16(x);
+    auto d_router = upload_bf16(router_w);
+    auto d_gu = upload(gu_q), d_dn = upload(dn_q);
+    auto d_gu_s = upload(gu_s), d_dn_s = upload(dn_s);
+    auto d_offsets_r = upload(offsets), d_slots_r = upload(slots);
+    auto d_valid = upload(std::vector<int32_t>{c.valid ? 1 : 0});
+    const int32_t max_rows = moe_experts_rows(1, K, S, 64), ld = fp8_scale_ld(max_rows);
+    device_buffer<uint8_t> d_blas_ws(4u << 20);
+    blas_handle blas;
+
+    struct outputs {
+        std::vector<float> logits, weights, out;
+        std::vector<int32_t> slots, counts;
+    };
+    const auto run = [&](bool fused, int launches) {
+        device_buffer<int32_t> d_offsets(S + 1), d_dest(K), d_row_token(max_rows), d_topk_ids(K), d_slot_ids(K),
+            d_counts(E), d_scratch(moe_decode_scratch_ints(kMoeDecodeMaxTokens, K));
+        device_buffer<uint8_t> d_ws(moe_permute_workspace_bytes(1, K, S));
+        device_buffer<uint8_t> d_xq(size_t(max_rows) * H), d_aq(size_t(std::max(max_rows, 4 * K)) * I);
+        device_buffer<float> d_xs(size_t(kbH) * ld), d_as(size_t(kbI) * ld), d_logits(E), d_weights(K);
+        device_buffer<bf16> d_y(size_t(max_rows) * H), d_out(H);
+        d_scratch.poison(0);
+        d_counts.poison(0);
+        d_aq.poison();
+        d_logits.poison();
+        d_out.poison();
+        const moe_fp8_experts f{.w_gate_up = d_gu.get(),
+                                .w_gate_up_scales = d_gu_s.get(),
+                                .w_down = d_dn.get(),
+                                .w_down_scales = d_dn_s.get(),
+                                .x_q = d_xq.get(),
+                                .x_scales = d_xs.get(),
+                                .act_q = d_aq.get(),
+                                .act_scales = d_as.get()};
+        const moe_layer_params p{.experts = {.x = d_x.get(),
+                                             .out = d_out.get(),
+                                             .expert_offsets = d_offsets.get(),
+                                             .dest_rows = d_dest.get(),
+                                             .row_token = d_row_token.get(),
+                                             .permute_workspace = d_ws.get(),
+                                             .y = d_y.get(),
+                                             .max_rows = std::max(max_rows, 4 * K),
+                                             .num_tokens = 1,
+                                             .top_k = K,
+                                             .num_slots = S,
+                                             .hidden = H,
+                                             .inter = I,
+                                             .fp8 = &f},
+                                 .router_w = d_router.get(),
+                                 .router_logits = d_logits.get(),
+                                 .blas = blas.handle,
+                                 .blas_workspace = d_blas_ws.get(),
+                                 .blas_workspace_bytes = 4u << 20,
+                                 .replica_offsets = d_offsets_r.get(),
+                                 .replica_slots = d_slots_r.get(),
+                                 .num_valid = d_valid.get(),
+                                 .expert_counts = d_counts.get(),
+                                 .topk_ids = d_topk_ids.get(),
+                                 .topk_weights = d_weights.get(),
+                                 .slot_ids = d_slot_ids.get(),
+                                 .decode_scratch = d_scratch.get(),
+                                 .num_experts = E,
+                                 .renormalize = true,
+                                 .fuse_router = fused};
+        EXPECT_TRUE(moe_layer_uses_decode_path(p));
+        // Repeated launches: the grid barrier's counters must be left at zero by each (counts accumulate).
+        for (int i = 0; i < launches; ++i) launch_moe_layer(p, nullptr);
+        sync_and_check();
+        outputs o{download(d_logits), download(d_weights), download_bf16(d_out), download(d_slot_ids),
+                  download(d_counts)};
+        EXPECT_EQ(download(d_scratch), std::vector<int32_t>(d_scratch.size(), 0)) << "scratch not left at zero";
+        return o;
+    };
+    const outputs two = run(false, 3), one = run(true, 3);
+    for (int32_t e = 0; e < E; ++e) ASSERT_EQ(std::memcmp(&one.logits[e], &two.logits[e], 4), 0) << "logit " << e;
+    EXPECT_EQ(one.slots, two.slots);
+    for (int32_t j = 0; j < K; ++j) {
+        ASSERT_EQ(std::memcmp(&one.weights[j], &two.weights[j], 4), 0) << "weight " << j;
+        ASSERT_TRUE(one.slots[j] >= 0 && one.slots[j] < S);
+        EXPECT_EQ(one.slots[j], slots[size_t(offsets[one.slots[j] % E])]) << "the expert's first replica";
+    }
+    EXPECT_EQ(one.counts, two.counts);
+    int64_t counted = 0;
+    for (const int32_t n : one.counts) counted += n;
+    EXPECT_EQ(counted, c.valid ? 3 * K : 0);
+    for (int32_t h = 0; h < H; ++h) {
+        ASSERT_FALSE(std::isnan(one.out[h])) << "column " << h;
+        ASSERT_EQ(std::memcmp(&one.out[h], &two.out[h], 4), 0)
+            << "column " << h << ": " << one.out[h] << " vs " << two.out[h];
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MoeDecodeFp8One,
+                         ::testing::Values(
+                             // Qwen3-30B-A3B; DeepSeek-V2-Lite's routed experts (64, top-6, FFN 1408: chunks past the
+                             // staged ones); ragged dimensions (partial scale blocks); top-16 (two groups of choices);
+                             // 512 experts with replicas in slots past the shared-memory table; a padding token.
+                             fp8_one_case{128, 8, 2048, 768}, fp8_one_case{64, 6, 2048, 1408},
+                             fp8_one_case{8, 2, 144, 208}, fp8_one_case{16, 4, 272, 336},
+                             fp8_one_case{64, 16, 256, 128}, fp8_one_case{32, 4, 256, 128, 2},
+                             fp8_one_case{512, 8, 256, 128, 3}, fp8_one_case{16, 4, 272, 336, 1, false}),
+                         [](const ::testing::TestParamInfo<fp8_one_case>& i) {
+                             const fp8_one_case& c = i.param;
+                             return make_name("e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter, "_r",
+                                              c.replicas, c.valid ? "" : "_padding");
+                         });
+
 }  // namespace
 }  // namespace zmoe::kernels::test
