@@ -14,6 +14,14 @@ namespace {
 /// Most tokens the FP8 experts take the few-token kernels for on the automatic path.
 constexpr int32_t kFp8DecodePathMaxTokens = 1;
 
+/// The FP8 decode path runs launch_moe_decode_fp8_one (the router fused; its fp32 act, 4 bytes per element, fits
+/// act_q's max_rows x inter bytes), else the router launch and launch_moe_decode_fp8.
+bool fp8_one_launch(const moe_layer_params& p) {
+    const moe_experts_params& e = p.experts;
+    return p.fuse_router && e.max_rows >= 4 * e.num_tokens * e.top_k &&
+           detail::moe_decode_fp8_one_supported(e.num_tokens, e.top_k, p.num_experts, e.hidden, e.inter);
+}
+
 void mark(moe_stage_mark fn, void* context, moe_stage stage) {
     if (fn != nullptr) fn(context, stage);
 }
@@ -196,8 +204,10 @@ void launch_moe_experts(const moe_experts_params& p, cudaStream_t stream) {
 bool moe_layer_uses_decode_path(const moe_layer_params& p) {
     const moe_experts_params& e = p.experts;
     if (e.fp8 != nullptr) {
-        // FP8: the two-launch few-token kernels at one token (automatic), or where asked and they fit.
-        if (p.path == moe_path::grouped || !detail::moe_decode_fp8_supported(e.num_tokens, e.top_k, e.hidden, e.inter))
+        // FP8: the few-token kernels (one launch with the router fused, else two after the router) at up to
+        // kFp8DecodePathMaxTokens (automatic), or where asked and they fit.
+        if (p.path == moe_path::grouped ||
+            !(fp8_one_launch(p) || detail::moe_decode_fp8_supported(e.num_tokens, e.top_k, e.hidden, e.inter)))
             return false;
         return p.path == moe_path::decode || e.num_tokens <= kFp8DecodePathMaxTokens;
     }
@@ -213,11 +223,9 @@ void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream) {
         return;
     }
     const bool decode = moe_layer_uses_decode_path(p);
-    // FP8, one token, the router fused: one launch (router, top-k, gate/up, down and the weighted sum).
-    if (decode && e.fp8 != nullptr && p.fuse_router && e.num_tokens == 1 &&
-        detail::moe_decode_fp8_one_supported(e.top_k, p.num_experts, e.hidden, e.inter)) {
+    // FP8 with the router fused: one launch (router, top-k, gate/up, down and the weighted sum).
+    if (decode && fp8_one_launch(p)) {
         mark(e.mark, e.mark_context, moe_stage::moe_decode);
-        ZMOE_KERNEL_REQUIRE(e.max_rows >= 4 * e.top_k, "moe_layer: the FP8 scratch is too small for the decode act");
         detail::launch_moe_decode_fp8_one({.router_w = p.router_w,
                                            .router_logits = p.router_logits,
                                            .replica_offsets = p.replica_offsets,
@@ -231,6 +239,7 @@ void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream) {
                                            .scratch = p.decode_scratch,
                                            .act = reinterpret_cast<float*>(e.fp8->act_q),  // [max_rows, inter] bytes
                                            .out = e.out,
+                                           .num_tokens = e.num_tokens,
                                            .top_k = e.top_k,
                                            .num_experts = p.num_experts,
                                            .hidden = e.hidden,
