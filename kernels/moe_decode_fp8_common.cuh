@@ -1,5 +1,5 @@
 #pragma once
-// Device helpers of the few-token FP8 expert kernels (moe_decode_fp8.cu, moe_decode_fp8_one.cu): e4m3 dot products
+// Device helpers of the few-token FP8 expert kernels (moe_decode_fp8.cu, moe_decode_one_launch.cu): e4m3 dot products
 // in fp32 and the per-128-channel-group activation quantization into shared memory. Both files sum with these, which
 // is what keeps their results equal bit for bit. Included by .cu files only.
 

@@ -7,6 +7,7 @@
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/moe_decode_fp8.hpp"
+#include "kernels/moe_decode_one_launch.hpp"
 
 namespace zmoe::kernels {
 namespace {
@@ -14,12 +15,15 @@ namespace {
 /// Most tokens the FP8 experts take the few-token kernels for on the automatic path.
 constexpr int32_t kFp8DecodePathMaxTokens = 1;
 
-/// The FP8 decode path runs launch_moe_decode_fp8_one (the router fused; its fp32 act, 4 bytes per element, fits
-/// act_q's max_rows x inter bytes), else the router launch and launch_moe_decode_fp8.
-bool fp8_one_launch(const moe_layer_params& p) {
+/// The decode path runs launch_moe_decode_one_launch: with the router fused, FP8 always (its fp32 act, 4 bytes per
+/// element, fits act_q's max_rows x inter bytes; else the router launch and launch_moe_decode_fp8), BF16 from two
+/// tokens (one token: launch_moe_decode, measured faster; see docs/kernels.md).
+bool one_launch(const moe_layer_params& p) {
     const moe_experts_params& e = p.experts;
-    return p.fuse_router && e.max_rows >= 4 * e.num_tokens * e.top_k &&
-           detail::moe_decode_fp8_one_supported(e.num_tokens, e.top_k, p.num_experts, e.hidden, e.inter);
+    const bool fp8 = e.fp8 != nullptr;
+    const int32_t act_rows = fp8 ? 4 * e.num_tokens * e.top_k : e.num_tokens * e.top_k;
+    return p.fuse_router && (fp8 || e.num_tokens >= 2) && e.max_rows >= act_rows &&
+           detail::moe_decode_one_launch_supported(e.num_tokens, e.top_k, p.num_experts, e.hidden, e.inter, fp8);
 }
 
 void mark(moe_stage_mark fn, void* context, moe_stage stage) {
@@ -207,13 +211,14 @@ bool moe_layer_uses_decode_path(const moe_layer_params& p) {
         // FP8: the few-token kernels (one launch with the router fused, else two after the router) at up to
         // kFp8DecodePathMaxTokens (automatic), or where asked and they fit.
         if (p.path == moe_path::grouped ||
-            !(fp8_one_launch(p) || detail::moe_decode_fp8_supported(e.num_tokens, e.top_k, e.hidden, e.inter)))
+            !(one_launch(p) || detail::moe_decode_fp8_supported(e.num_tokens, e.top_k, e.hidden, e.inter)))
             return false;
         return p.path == moe_path::decode || e.num_tokens <= kFp8DecodePathMaxTokens;
     }
     if (p.path == moe_path::automatic)
         return moe_use_decode_path(e.num_tokens, e.top_k, p.num_experts, e.hidden, e.inter);
-    return p.path == moe_path::decode && moe_decode_supported(e.num_tokens, e.top_k, p.num_experts, e.hidden, e.inter);
+    return p.path == moe_path::decode &&
+           (one_launch(p) || moe_decode_supported(e.num_tokens, e.top_k, p.num_experts, e.hidden, e.inter));
 }
 
 void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream) {
@@ -223,29 +228,32 @@ void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream) {
         return;
     }
     const bool decode = moe_layer_uses_decode_path(p);
-    // FP8 with the router fused: one launch (router, top-k, gate/up, down and the weighted sum).
-    if (decode && fp8_one_launch(p)) {
+    // The router fused: one launch (router, top-k, gate/up, down and the weighted sum).
+    if (decode && one_launch(p)) {
         mark(e.mark, e.mark_context, moe_stage::moe_decode);
-        detail::launch_moe_decode_fp8_one({.router_w = p.router_w,
-                                           .router_logits = p.router_logits,
-                                           .replica_offsets = p.replica_offsets,
-                                           .replica_slots = p.replica_slots,
-                                           .num_valid = p.num_valid,
-                                           .x = e.x,
-                                           .fp8 = *e.fp8,
-                                           .topk_weights = p.topk_weights,
-                                           .slot_ids = p.slot_ids,
-                                           .expert_counts = p.expert_counts,
-                                           .scratch = p.decode_scratch,
-                                           .act = reinterpret_cast<float*>(e.fp8->act_q),  // [max_rows, inter] bytes
-                                           .out = e.out,
-                                           .num_tokens = e.num_tokens,
-                                           .top_k = e.top_k,
-                                           .num_experts = p.num_experts,
-                                           .hidden = e.hidden,
-                                           .inter = e.inter,
-                                           .renormalize = p.renormalize},
-                                          stream);
+        detail::launch_moe_decode_one_launch({.router_w = p.router_w,
+                                              .router_logits = p.router_logits,
+                                              .replica_offsets = p.replica_offsets,
+                                              .replica_slots = p.replica_slots,
+                                              .num_valid = p.num_valid,
+                                              .x = e.x,
+                                              .fp8 = e.fp8,
+                                              .w_gate_up = e.w_gate_up,
+                                              .w_down = e.w_down,
+                                              .topk_weights = p.topk_weights,
+                                              .slot_ids = p.slot_ids,
+                                              .expert_counts = p.expert_counts,
+                                              .scratch = p.decode_scratch,
+                                              // FP8: fp32 in act_q's [max_rows, inter] bytes; BF16: act
+                                              .act = e.fp8 != nullptr ? static_cast<void*>(e.fp8->act_q) : e.act,
+                                              .out = e.out,
+                                              .num_tokens = e.num_tokens,
+                                              .top_k = e.top_k,
+                                              .num_experts = p.num_experts,
+                                              .hidden = e.hidden,
+                                              .inter = e.inter,
+                                              .renormalize = p.renormalize},
+                                             stream);
         mark(e.mark, e.mark_context, moe_stage::end);
         return;
     }

@@ -31,6 +31,7 @@
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/moe_decode_fp8.hpp"
+#include "kernels/moe_decode_one_launch.hpp"
 
 namespace {
 
@@ -262,6 +263,7 @@ struct result {
     double bf16_unfused_cold_ms = -1;    // one token: the BF16 layer with the router GEMV launched before moe_decode
     std::vector<double> fp8_unfused_stage_ms;  // its stages (router GEMV, top-k, the two launches)
     double fp8_forced_decode_cold_ms = -1;     // FP8 on the few-token one launch where automatic takes the grouped path
+    double bf16_one_launch_cold_ms = -1;  // BF16 on the few-token one launch (detail::launch_moe_decode_one_launch)
 };
 
 }  // namespace
@@ -437,6 +439,34 @@ int main(int argc, char** argv) {
                     },
                     stream, warmup, iters) /
                 double(layers.size());
+        if (zmoe::kernels::detail::moe_decode_one_launch_supported(tokens, kTopK, kExperts, kHidden, kInter, false))
+            r.bf16_one_launch_cold_ms =
+                time_graph_ms(
+                    [&](cudaStream_t s) {
+                        for (size_t l = 0; l < layers.size(); ++l)
+                            zmoe::kernels::detail::launch_moe_decode_one_launch({.router_w = b.gate_w,
+                                                                                 .router_logits = b.logits,
+                                                                                 .replica_offsets = b.replica_offsets,
+                                                                                 .replica_slots = b.replica_slots,
+                                                                                 .x = b.x,
+                                                                                 .w_gate_up = layers[l].w1,
+                                                                                 .w_down = layers[l].w2,
+                                                                                 .topk_weights = b.weights,
+                                                                                 .slot_ids = b.slots,
+                                                                                 .expert_counts = b.counts,
+                                                                                 .scratch = b.decode_scratch,
+                                                                                 .act = b.act,
+                                                                                 .out = b.out,
+                                                                                 .num_tokens = tokens,
+                                                                                 .top_k = kTopK,
+                                                                                 .num_experts = kExperts,
+                                                                                 .hidden = kHidden,
+                                                                                 .inter = kInter,
+                                                                                 .renormalize = true},
+                                                                                s);
+                    },
+                    stream, warmup, iters) /
+                double(layers.size());
         if (r.fp8_decode && r.bf16_decode) {  // A/B in the same run: the router fused into the layer's launch or not
             const auto unfused = [&](bool use_fp8) {
                 return time_graph_ms(
@@ -548,6 +578,13 @@ int main(int argc, char** argv) {
                 "default), %.4f ms (weights staged by bulk copies)\n",
                 r.tokens, r.decode_kernels_ms, r.decode_kernels_bulk_ms);
     for (const auto& r : results)
+        if (r.bf16_one_launch_cold_ms >= 0)
+            std::printf(
+                "At %d token(s), cold per layer: BF16 few-token one launch %.4f ms (%.0f%% of the byte floor) vs the "
+                "automatic path (%s) %.4f ms (%.0f%%)\n",
+                r.tokens, r.bf16_one_launch_cold_ms, 100.0 * r.bf16_floor_ms / r.bf16_one_launch_cold_ms,
+                r.bf16_decode ? "moe_decode" : "grouped", r.bf16_cold_ms, 100.0 * r.bf16_floor_ms / r.bf16_cold_ms);
+    for (const auto& r : results)
         if (r.fp8_forced_decode_cold_ms >= 0)
             std::printf(
                 "At %d tokens, cold per layer: FP8 few-token one launch (forced) %.4f ms (%.0f%% of the byte floor) vs "
@@ -621,7 +658,8 @@ int main(int argc, char** argv) {
               << ",\"decode_kernels_bulk_ms\":" << r.decode_kernels_bulk_ms
               << ",\"fp8_unfused_cold_ms\":" << r.fp8_unfused_cold_ms
               << ",\"bf16_unfused_cold_ms\":" << r.bf16_unfused_cold_ms
-              << ",\"fp8_forced_decode_cold_ms\":" << r.fp8_forced_decode_cold_ms << ",\"fp8_stages_ms\":{";
+              << ",\"fp8_forced_decode_cold_ms\":" << r.fp8_forced_decode_cold_ms
+              << ",\"bf16_one_launch_cold_ms\":" << r.bf16_one_launch_cold_ms << ",\"fp8_stages_ms\":{";
             bool first = true;
             for (int s = 0; s + 1 < kStages; ++s)
                 if (r.fp8_stage_ms[s] >= 0) {

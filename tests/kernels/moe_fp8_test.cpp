@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/moe_decode_fp8.hpp"
+#include "kernels/moe_decode_one_launch.hpp"
 #include "tests/kernels/test_util.hpp"
 #include "workers/fp8.hpp"
 
@@ -479,7 +480,7 @@ INSTANTIATE_TEST_SUITE_P(
                          suffix);
     });
 
-/// The FP8 few-token layer in one launch (launch_moe_decode_fp8_one, launch_moe_layer's decode path with the router
+/// The FP8 few-token layer in one launch (launch_moe_decode_one_launch, launch_moe_layer's decode path with the router
 /// fused) against the router launch followed by the two few-token launches (fuse_router = false) on the same inputs:
 /// the router GEMV sums as launch_gemv_bf16, the top-k and replica choice as launch_router_topk, the experts as
 /// launch_moe_decode_fp8, so logits, slots, weights, load counts and out must be equal bit for bit. (The CPU
@@ -498,7 +499,7 @@ TEST_P(MoeDecodeFp8One, EqualsRouterAndTwoLaunchesBitForBit) {
     const fp8_one_case c = GetParam();
     const int32_t T = c.num_tokens, E = c.num_experts, K = c.top_k, H = c.hidden, I = c.inter, S = E * c.replicas;
     const int32_t kbH = (H + 127) / 128, kbI = (I + 127) / 128, num_valid = c.valid ? T : T - 1;
-    ASSERT_TRUE(detail::moe_decode_fp8_one_supported(T, K, E, H, I));
+    ASSERT_TRUE(detail::moe_decode_one_launch_supported(T, K, E, H, I, true));
     ASSERT_TRUE(detail::moe_decode_fp8_supported(T, K, H, I));
     std::mt19937 rng(T * 11 + E * 7 + K * 3 + H + I + c.replicas);
     std::vector<uint8_t> gu_q(size_t(S) * 2 * I * H), dn_q(size_t(S) * H * I);
