@@ -82,9 +82,17 @@ __device__ __forceinline__ float dot8_bf16(const uint4& w, const uint4& x, float
     return acc;
 }
 
+/// The kernel's argument: the launch's parameters with the FP8 weights' pointers copied in (params.fp8 is a host
+/// pointer).
+struct one_launch_args {
+    moe_decode_one_launch_params p;
+    moe_fp8_experts fp8;
+};
+
 template <int kT, int kPerLane, bool kFp8>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-    moe_decode_one_launch_kernel(const moe_decode_one_launch_params p) {
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_decode_one_launch_kernel(const one_launch_args args) {
+    const moe_decode_one_launch_params& p = args.p;
+    const moe_fp8_experts& f8 = args.fp8;
     // 16-byte chunks per lane and row in flight in gate/up (hidden 2048: the whole row).
     constexpr int kGateUpUnroll = kFp8 ? 4 : 8;
     extern __shared__ uint4 smem4[];
@@ -108,8 +116,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     const int64_t gw = int64_t(warp) * G + blockIdx.x;  // warps numbered across blocks first: rows spread over SMs
     const int64_t W = int64_t(G) * kWarps;
     const bool fused_router = p.router_w != nullptr;
-    const uint8_t* w_gate_up = kFp8 ? p.fp8->w_gate_up : reinterpret_cast<const uint8_t*>(p.w_gate_up);
-    const uint8_t* w_down = kFp8 ? p.fp8->w_down : reinterpret_cast<const uint8_t*>(p.w_down);
+    const uint8_t* w_gate_up = kFp8 ? f8.w_gate_up : reinterpret_cast<const uint8_t*>(p.w_gate_up);
+    const uint8_t* w_down = kFp8 ? f8.w_down : reinterpret_cast<const uint8_t*>(p.w_down);
     constexpr size_t kElt = kFp8 ? 1 : 2;
 
     // Nothing earlier writes the router rows or the replica tables: towards L2 while the kernel before ends.
@@ -217,8 +225,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         const int32_t n = int32_t(item / TK), a = int32_t(item % TK), t = a / K, slot = slot_s[a];
         const auto* g_row = reinterpret_cast<const uint4*>(w_gate_up + (size_t(slot) * 2 * I + n) * H * kElt);
         const uint4* u_row = g_row + size_t(I) * hchunks;
-        const float* gs = kFp8 ? p.fp8->w_gate_up_scales + (size_t(slot) * 2 * kbI + n / 128) * kbH : nullptr;
-        const float* us = kFp8 ? p.fp8->w_gate_up_scales + ((size_t(slot) * 2 + 1) * kbI + n / 128) * kbH : nullptr;
+        const float* gs = kFp8 ? f8.w_gate_up_scales + (size_t(slot) * 2 * kbI + n / 128) * kbH : nullptr;
+        const float* us = kFp8 ? f8.w_gate_up_scales + ((size_t(slot) * 2 + 1) * kbI + n / 128) * kbH : nullptr;
         const uint4* xrow = x_s + size_t(t) * hchunks;
         float ag = 0.f, au = 0.f;
         for (int32_t c0 = lane; c0 < hchunks; c0 += 32 * kGateUpUnroll) {
@@ -284,7 +292,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                 if (i < stage_chunks && c < ichunks) {
                     sm90::cp_async_16(stage + j * pre_chunks + c, row + c, true);
                     if constexpr (kFp8) {
-                        const float* scales = p.fp8->w_down_scales + (slot * kbH + gwt / 128) * kbI;
+                        const float* scales = f8.w_down_scales + (slot * kbH + gwt / 128) * kbI;
                         asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(
                                          sm90::smem_addr(stage_scales + (j * stage_chunks + i) * 32 + lane)),
                                      "l"(scales + c / 8)
@@ -334,7 +342,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                     } else {
                         const size_t slot = size_t(tslot[j0 + j]);
                         wv[j] = load_stream(reinterpret_cast<const uint4*>(w_down + (slot * H + h) * I * kElt) + c);
-                        if constexpr (kFp8) sc[j] = __ldg(p.fp8->w_down_scales + (slot * kbH + h / 128) * kbI + c / 8);
+                        if constexpr (kFp8) sc[j] = __ldg(f8.w_down_scales + (slot * kbH + h / 128) * kbI + c / 8);
                     }
                 }
 #pragma unroll
@@ -383,7 +391,8 @@ void launch_tokens(const moe_decode_one_launch_params& p, cudaStream_t stream) {
             std::max<int64_t>({int64_t(p.num_experts), tk * p.inter, int64_t(p.num_tokens) * p.hidden});
         const int64_t blocks = std::min<int64_t>((rows + kWarps - 1) / kWarps, int64_t(per_sm) * sms);
         ZMOE_KERNEL_REQUIRE(blocks >= p.num_tokens, "moe_decode_one_launch: fewer resident blocks than tokens");
-        launch_pdl(kernel, dim3(uint32_t(blocks)), dim3(kThreads), smem, stream, p);
+        launch_pdl(kernel, dim3(uint32_t(blocks)), dim3(kThreads), smem, stream,
+                   one_launch_args{p, p.fp8 != nullptr ? *p.fp8 : moe_fp8_experts{}});
     });
 }
 
