@@ -669,7 +669,8 @@ struct moe_experts_params {
 /// launch_moe_combine: out[t] = bf16(sum_j topk_weights[t, j] * y[t, j]) in top-k order. num_tokens == 0 is a no-op.
 void launch_moe_experts(const moe_experts_params& p, cudaStream_t stream);
 
-/// The routed-expert path launch_moe_layer takes: automatic chooses by moe_use_decode_path.
+/// The routed-expert path launch_moe_layer takes: automatic chooses by moe_use_decode_path and, from two tokens, the
+/// few-token one launch's measured range (moe_layer_launch.cpp).
 enum class moe_path : int32_t { automatic = 0, decode = 1, grouped = 2 };
 
 struct moe_layer_params {

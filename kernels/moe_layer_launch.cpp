@@ -12,8 +12,15 @@
 namespace zmoe::kernels {
 namespace {
 
-/// Most tokens the FP8 experts take the few-token kernels for on the automatic path.
-constexpr int32_t kFp8DecodePathMaxTokens = 1;
+/// Most tokens the FP8 experts take the few-token one launch for on the automatic path: measured against the grouped
+/// path (H100, Qwen3-30B-A3B shapes, cold layers, ea0b81e) 1 / 2 / 4 tokens 30.4 / 49.4 / 81.3 us against 34.3 (the
+/// router + two few-token launches) / 55.7 / 82.9; 8 / 16 tokens 149 / 313 against 131 / 185 (docs/kernels.md).
+constexpr int32_t kFp8DecodePathMaxTokens = 4;
+
+/// Most tokens the BF16 experts take the few-token one launch for on the automatic path (one token: moe_decode, level
+/// with it at 38.1 against 38.6 us): 2 / 4 tokens 66.4 / 112.9 us against the grouped path's 76.8 / 121.0; 8 tokens
+/// level (205.7 / 207.6), 16 slower (405 / 312; same run as above).
+constexpr int32_t kBf16OneLaunchMaxTokens = 4;
 
 /// The decode path runs launch_moe_decode_one_launch: with the router fused, FP8 always (its fp32 act, 4 bytes per
 /// element, fits act_q's max_rows x inter bytes; else the router launch and launch_moe_decode_fp8), BF16 from two
@@ -216,7 +223,8 @@ bool moe_layer_uses_decode_path(const moe_layer_params& p) {
         return p.path == moe_path::decode || e.num_tokens <= kFp8DecodePathMaxTokens;
     }
     if (p.path == moe_path::automatic)
-        return moe_use_decode_path(e.num_tokens, e.top_k, p.num_experts, e.hidden, e.inter);
+        return moe_use_decode_path(e.num_tokens, e.top_k, p.num_experts, e.hidden, e.inter) ||
+               (e.num_tokens <= kBf16OneLaunchMaxTokens && one_launch(p));
     return p.path == moe_path::decode &&
            (one_launch(p) || moe_decode_supported(e.num_tokens, e.top_k, p.num_experts, e.hidden, e.inter));
 }

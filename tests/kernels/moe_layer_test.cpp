@@ -158,6 +158,7 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, MoeLayerLaunch,
     ::testing::Values(layer_case{1, 128, 8, 2048, 768},                         // Qwen3-30B-A3B, decode path
                       layer_case{1, 128, 8, 2048, 768, 0, -1, kGrouped},        // one token on the grouped path
+                      layer_case{3, 128, 8, 2048, 768},                         // the one launch (automatic)
                       layer_case{8, 128, 8, 2048, 768},                         // T = 8 as the executor runs it
                       layer_case{8, 128, 8, 256, 128, 20, 5, kDecode},          // decode path, replicas, padding
                       layer_case{16, 128, 8, 2048, 768, 0, -1, kDecode},        // the one launch at 16 tokens
