@@ -668,8 +668,9 @@ struct moe_experts_params {
     /// Non-null: the experts run in block-scaled FP8 (launch_fp8_quantize fused with the permutation's gather, the
     /// FP8 gate/up GEMM with SiLU * up quantized in its epilogue, the FP8 down GEMM with BF16 out); w_gate_up,
     /// w_down, x_permuted, act and impl are then unused, row_align is a multiple of 64 (0: 64), hidden and inter
-    /// multiples of 16. launch_moe_layer's decode path (one token) runs the router, then the FP8 few-token kernels
-    /// (kernels/moe_decode_fp8.hpp), which keep their fp32 act in act_q's memory (max_rows >= 4 x tokens x top_k).
+    /// multiples of 16. launch_moe_layer's decode path runs the few-token one launch with the router fused
+    /// (kernels/moe_decode_one_launch.hpp; !fuse_router: the router, then kernels/moe_decode_fp8.hpp's two launches),
+    /// which keep their fp32 act in act_q's memory (max_rows >= 4 x tokens x top_k).
     const moe_fp8_experts* fp8 = nullptr;
 };
 
@@ -678,7 +679,8 @@ struct moe_experts_params {
 /// launch_moe_combine: out[t] = bf16(sum_j topk_weights[t, j] * y[t, j]) in top-k order. num_tokens == 0 is a no-op.
 void launch_moe_experts(const moe_experts_params& p, cudaStream_t stream);
 
-/// The routed-expert path launch_moe_layer takes: automatic chooses by moe_use_decode_path.
+/// The routed-expert path launch_moe_layer takes: automatic chooses by moe_use_decode_path and, from two tokens, the
+/// few-token one launch's measured range (moe_layer_launch.cpp).
 enum class moe_path : int32_t { automatic = 0, decode = 1, grouped = 2 };
 
 struct moe_layer_params {
@@ -701,7 +703,7 @@ struct moe_layer_params {
     int32_t* decode_scratch = nullptr;         // moe_decode_scratch_ints(kMoeDecodeMaxTokens, top_k)
     int32_t num_experts = 0;
     bool renormalize = false;
-    moe_path path = moe_path::automatic;  ///< decode only where moe_decode_supported
+    moe_path path = moe_path::automatic;  ///< decode only where a few-token kernel takes the shape
     bool fuse_router = true;              ///< the decode path computes the router logits itself (else a GEMM first)
 };
 
@@ -709,9 +711,10 @@ struct moe_layer_params {
 bool moe_layer_uses_decode_path(const moe_layer_params& p);
 
 /// The routed experts of one MoE layer on one GPU with the softmax top-k router (what the CUDA executor runs per MoE
-/// layer and moe_layer_bench times): on the decode path launch_moe_decode (the router GEMV fused in unless
-/// !fuse_router: launch_moe_router's logits first); else launch_moe_router (the router GEMM, then the softmax top-k
-/// with the replica choice), then launch_moe_experts. num_tokens == 0 is a no-op.
+/// layer and moe_layer_bench times): on the decode path one launch with the router GEMV fused in (BF16: one token
+/// launch_moe_decode, from two tokens kernels/moe_decode_one_launch.hpp's; FP8: the latter) unless !fuse_router
+/// (launch_moe_router's logits, or with FP8 its top-k, first); else launch_moe_router (the router GEMM, then the
+/// softmax top-k with the replica choice), then launch_moe_experts. num_tokens == 0 is a no-op.
 void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
 #include "kernels/dispatch.cuh"
+#include "kernels/grid_barrier.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/stream_load.cuh"
 #include "kernels/warp_topk.cuh"
@@ -62,23 +63,6 @@ constexpr int kSmemSlots = 1024;           // replica tables up to this many slo
 size_t one_launch_smem(int32_t num_tokens, int32_t top_k, int32_t num_experts, int32_t hidden, int32_t inter) {
     return size_t(num_tokens) * hidden * sizeof(bf16) + (num_tokens == 1 ? size_t(top_k) * inter * sizeof(bf16) : 0) +
            size_t(num_tokens) * num_experts * sizeof(float);
-}
-
-/// All blocks of the grid meet (every block is resident): one arrival per block, a release add to *counter after
-/// the block's threads have met, then acquire loads until the count reaches target (gridDim.x times the barrier's
-/// ordinal). Writes before it are visible after it.
-__device__ __forceinline__ void grid_barrier(uint32_t* counter, uint32_t target) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(counter) : "memory");
-        uint32_t seen;
-        int64_t spins = 0;
-        do {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
-            if (++spins > (int64_t(1) << 24)) __trap();  // a block never arrived: fail loudly instead of hanging
-        } while (seen < target);
-    }
-    __syncthreads();
 }
 
 /// kT >= num_tokens bounds the per-token accumulators (1, 2, 4 or 8).
@@ -228,7 +212,7 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
                 if (lane == 0) p.router_logits[size_t(t) * E + e] = y;
             }
         }
-        grid_barrier(barrier, G);
+        detail::grid_barrier(barrier, G);
     } else {
         __syncthreads();  // the slots table
     }
@@ -352,7 +336,7 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
     const bool one_pass = kT == 1 && gw + W >= H && ivec <= 32 * kOneDownUnroll;
     uint4 down_first[kOneDownGroup][kOneDownUnroll];
     if (one_pass && gw < H) load_down_rows(down_first, p, slot_of, 0, K, gw, 0, lane);
-    grid_barrier(barrier, fused_router ? 2 * G : G);
+    detail::grid_barrier(barrier, fused_router ? 2 * G : G);
     detail::pdl_launch_dependents();  // every block is resident and past its last barrier
 
     // 3. down + combine: one warp per hidden row across the distinct slots.

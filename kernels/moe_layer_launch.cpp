@@ -7,12 +7,31 @@
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/moe_decode_fp8.hpp"
+#include "kernels/moe_decode_one_launch.hpp"
 
 namespace zmoe::kernels {
 namespace {
 
-/// Most tokens the FP8 experts take the few-token kernels for on the automatic path.
-constexpr int32_t kFp8DecodePathMaxTokens = 1;
+/// Most tokens the FP8 experts take the few-token one launch for on the automatic path: measured against the grouped
+/// path (H100, Qwen3-30B-A3B shapes, cold layers, ea0b81e) 1 / 2 / 4 tokens 30.4 / 49.4 / 81.3 us against 34.3 (the
+/// router + two few-token launches) / 55.7 / 82.9; 8 / 16 tokens 149 / 313 against 131 / 185 (docs/kernels.md).
+constexpr int32_t kFp8DecodePathMaxTokens = 4;
+
+/// Most tokens the BF16 experts take the few-token one launch for on the automatic path (one token: moe_decode, level
+/// with it at 38.1 against 38.6 us): 2 / 4 tokens 66.4 / 112.9 us against the grouped path's 76.8 / 121.0; 8 tokens
+/// level (205.7 / 207.6), 16 slower (405 / 312; same run as above).
+constexpr int32_t kBf16OneLaunchMaxTokens = 4;
+
+/// The decode path runs launch_moe_decode_one_launch: with the router fused, FP8 always (its fp32 act, 4 bytes per
+/// element, fits act_q's max_rows x inter bytes; else the router launch and launch_moe_decode_fp8), BF16 from two
+/// tokens (one token: launch_moe_decode, measured faster; see docs/kernels.md).
+bool one_launch(const moe_layer_params& p) {
+    const moe_experts_params& e = p.experts;
+    const bool fp8 = e.fp8 != nullptr;
+    const int32_t act_rows = fp8 ? 4 * e.num_tokens * e.top_k : e.num_tokens * e.top_k;
+    return p.fuse_router && (fp8 || e.num_tokens >= 2) && e.max_rows >= act_rows &&
+           detail::moe_decode_one_launch_supported(e.num_tokens, e.top_k, p.num_experts, e.hidden, e.inter, fp8);
+}
 
 void mark(moe_stage_mark fn, void* context, moe_stage stage) {
     if (fn != nullptr) fn(context, stage);
@@ -196,14 +215,18 @@ void launch_moe_experts(const moe_experts_params& p, cudaStream_t stream) {
 bool moe_layer_uses_decode_path(const moe_layer_params& p) {
     const moe_experts_params& e = p.experts;
     if (e.fp8 != nullptr) {
-        // FP8: the two-launch few-token kernels at one token (automatic), or where asked and they fit.
-        if (p.path == moe_path::grouped || !detail::moe_decode_fp8_supported(e.num_tokens, e.top_k, e.hidden, e.inter))
+        // FP8: the few-token kernels (one launch with the router fused, else two after the router) at up to
+        // kFp8DecodePathMaxTokens (automatic), or where asked and they fit.
+        if (p.path == moe_path::grouped ||
+            !(one_launch(p) || detail::moe_decode_fp8_supported(e.num_tokens, e.top_k, e.hidden, e.inter)))
             return false;
         return p.path == moe_path::decode || e.num_tokens <= kFp8DecodePathMaxTokens;
     }
     if (p.path == moe_path::automatic)
-        return moe_use_decode_path(e.num_tokens, e.top_k, p.num_experts, e.hidden, e.inter);
-    return p.path == moe_path::decode && moe_decode_supported(e.num_tokens, e.top_k, p.num_experts, e.hidden, e.inter);
+        return moe_use_decode_path(e.num_tokens, e.top_k, p.num_experts, e.hidden, e.inter) ||
+               (e.num_tokens <= kBf16OneLaunchMaxTokens && one_launch(p));
+    return p.path == moe_path::decode &&
+           (one_launch(p) || moe_decode_supported(e.num_tokens, e.top_k, p.num_experts, e.hidden, e.inter));
 }
 
 void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream) {
@@ -213,6 +236,35 @@ void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream) {
         return;
     }
     const bool decode = moe_layer_uses_decode_path(p);
+    // The router fused: one launch (router, top-k, gate/up, down and the weighted sum).
+    if (decode && one_launch(p)) {
+        mark(e.mark, e.mark_context, moe_stage::moe_decode);
+        detail::launch_moe_decode_one_launch({.router_w = p.router_w,
+                                              .router_logits = p.router_logits,
+                                              .replica_offsets = p.replica_offsets,
+                                              .replica_slots = p.replica_slots,
+                                              .num_valid = p.num_valid,
+                                              .x = e.x,
+                                              .fp8 = e.fp8,
+                                              .w_gate_up = e.w_gate_up,
+                                              .w_down = e.w_down,
+                                              .topk_weights = p.topk_weights,
+                                              .slot_ids = p.slot_ids,
+                                              .expert_counts = p.expert_counts,
+                                              .scratch = p.decode_scratch,
+                                              // FP8: fp32 in act_q's [max_rows, inter] bytes; BF16: act
+                                              .act = e.fp8 != nullptr ? static_cast<void*>(e.fp8->act_q) : e.act,
+                                              .out = e.out,
+                                              .num_tokens = e.num_tokens,
+                                              .top_k = e.top_k,
+                                              .num_experts = p.num_experts,
+                                              .hidden = e.hidden,
+                                              .inter = e.inter,
+                                              .renormalize = p.renormalize},
+                                             stream);
+        mark(e.mark, e.mark_context, moe_stage::end);
+        return;
+    }
     const bool fp8_decode = decode && e.fp8 != nullptr;  // its kernels take the router's slots and weights
     // The router: its logits only for the (BF16) decode path that does not compute them itself; on the grouped path
     // and before the FP8 decode kernels with the softmax top-k and the replica choice fused in.

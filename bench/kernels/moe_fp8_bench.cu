@@ -32,6 +32,7 @@
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/moe_decode_fp8.hpp"
+#include "kernels/moe_decode_one_launch.hpp"
 
 namespace {
 
@@ -91,7 +92,8 @@ struct buffers {
 };
 
 zmoe::kernels::moe_layer_params layer_params(const buffers& b, const expert_weights& w, int32_t tokens,
-                                             const zmoe::kernels::moe_fp8_experts* fp8) {
+                                             const zmoe::kernels::moe_fp8_experts* fp8, bool fuse_router = true,
+                                             zmoe::kernels::moe_path path = zmoe::kernels::moe_path::automatic) {
     return {.experts = {.x = b.x,
                         .w_gate_up = w.w1,
                         .w_down = w.w2,
@@ -125,7 +127,9 @@ zmoe::kernels::moe_layer_params layer_params(const buffers& b, const expert_weig
             .slot_ids = b.slots,
             .decode_scratch = b.decode_scratch,
             .num_experts = kExperts,
-            .renormalize = true};
+            .renormalize = true,
+            .path = path,
+            .fuse_router = fuse_router};
 }
 
 zmoe::kernels::moe_fp8_experts fp8_of(const buffers& b, const expert_weights& w) {
@@ -260,6 +264,11 @@ struct result {
     std::vector<double> fp8_stage_ms;    // per moe_stage, stream-ordered; -1 where not run
     double decode_kernels_ms = -1;       // the FP8 few-token kernels alone, cold graph, per layer
     double decode_kernels_bulk_ms = -1;  // the same, the gate/up kernel staging its weights by bulk copies
+    double fp8_unfused_cold_ms = -1;     // one token: the layer as the router launch + the two few-token launches
+    double bf16_unfused_cold_ms = -1;    // one token: the BF16 layer with the router GEMV launched before moe_decode
+    std::vector<double> fp8_unfused_stage_ms;  // its stages (router GEMV, top-k, the two launches)
+    double fp8_forced_decode_cold_ms = -1;     // FP8 on the few-token one launch where automatic takes the grouped path
+    double bf16_one_launch_cold_ms = -1;  // BF16 on the few-token one launch (detail::launch_moe_decode_one_launch)
 };
 
 }  // namespace
@@ -424,6 +433,61 @@ int main(int argc, char** argv) {
         r.fp8_cold_ms = time_graph_ms([&](cudaStream_t s) { enqueue(s, layers.size(), true); }, stream, warmup, iters) /
                         double(layers.size());
         r.fp8_decode = zmoe::kernels::moe_layer_uses_decode_path(layer_params(b, layers[0], tokens, &fp8[0]));
+        if (!r.fp8_decode && zmoe::kernels::moe_layer_uses_decode_path(
+                                 layer_params(b, layers[0], tokens, &fp8[0], true, zmoe::kernels::moe_path::decode)))
+            r.fp8_forced_decode_cold_ms =
+                time_graph_ms(
+                    [&](cudaStream_t s) {
+                        for (size_t l = 0; l < layers.size(); ++l)
+                            zmoe::kernels::launch_moe_layer(
+                                layer_params(b, layers[l], tokens, &fp8[l], true, zmoe::kernels::moe_path::decode), s);
+                    },
+                    stream, warmup, iters) /
+                double(layers.size());
+        if (zmoe::kernels::detail::moe_decode_one_launch_supported(tokens, kTopK, kExperts, kHidden, kInter, false))
+            r.bf16_one_launch_cold_ms =
+                time_graph_ms(
+                    [&](cudaStream_t s) {
+                        for (size_t l = 0; l < layers.size(); ++l)
+                            zmoe::kernels::detail::launch_moe_decode_one_launch({.router_w = b.gate_w,
+                                                                                 .router_logits = b.logits,
+                                                                                 .replica_offsets = b.replica_offsets,
+                                                                                 .replica_slots = b.replica_slots,
+                                                                                 .x = b.x,
+                                                                                 .w_gate_up = layers[l].w1,
+                                                                                 .w_down = layers[l].w2,
+                                                                                 .topk_weights = b.weights,
+                                                                                 .slot_ids = b.slots,
+                                                                                 .expert_counts = b.counts,
+                                                                                 .scratch = b.decode_scratch,
+                                                                                 .act = b.act,
+                                                                                 .out = b.out,
+                                                                                 .num_tokens = tokens,
+                                                                                 .top_k = kTopK,
+                                                                                 .num_experts = kExperts,
+                                                                                 .hidden = kHidden,
+                                                                                 .inter = kInter,
+                                                                                 .renormalize = true},
+                                                                                s);
+                    },
+                    stream, warmup, iters) /
+                double(layers.size());
+        if (r.fp8_decode && r.bf16_decode) {  // A/B in the same run: the router fused into the layer's launch or not
+            const auto unfused = [&](bool use_fp8) {
+                return time_graph_ms(
+                           [&](cudaStream_t s) {
+                               for (size_t l = 0; l < layers.size(); ++l)
+                                   zmoe::kernels::launch_moe_layer(
+                                       layer_params(b, layers[l], tokens, use_fp8 ? &fp8[l] : nullptr, false), s);
+                           },
+                           stream, warmup, iters) /
+                       double(layers.size());
+            };
+            r.fp8_unfused_cold_ms = unfused(true);
+            r.fp8_unfused_stage_ms =
+                stage_ms(layer_params(b, layers[0], tokens, &fp8[0], false), stream, warmup, iters);
+            r.bf16_unfused_cold_ms = unfused(false);
+        }
         r.fp8_stage_ms = stage_ms(layer_params(b, layers[0], tokens, &fp8[0]), stream, warmup, iters);
         if (r.fp8_decode) {  // the few-token kernels alone (after the router of the runs above), cold
             const auto kernels_alone = [&](bool bulk) {
@@ -506,6 +570,12 @@ int main(int argc, char** argv) {
         for (int s = 0; s + 1 < kStages; ++s) std::printf(" %12.4f", r.fp8_stage_ms[s]);
         std::printf("\n");
     }
+    for (const auto& r : results) {  // the router launched before the few-token kernels (fuse_router = false)
+        if (r.fp8_unfused_stage_ms.empty()) continue;
+        std::printf("%6du", r.tokens);
+        for (int s = 0; s + 1 < kStages; ++s) std::printf(" %12.4f", r.fp8_unfused_stage_ms[s]);
+        std::printf("\n");
+    }
     // Each stage against its own floor: the GEMMs' routed-row FLOPs at the measured dense FP8 peak (and the
     // weight bytes of the active experts at the copy bandwidth, whichever is longer); permute + quantization and the
     // combine by the bytes they must move (x read once, e4m3 rows + scales written top-k times; y read, out written).
@@ -545,6 +615,26 @@ int main(int argc, char** argv) {
                 "FP8 few-token kernels alone at %d tokens (cold graph, per layer): %.4f ms (16-byte loads, the "
                 "default), %.4f ms (weights staged by bulk copies)\n",
                 r.tokens, r.decode_kernels_ms, r.decode_kernels_bulk_ms);
+    for (const auto& r : results)
+        if (r.bf16_one_launch_cold_ms >= 0)
+            std::printf(
+                "At %d token(s), cold per layer: BF16 few-token one launch %.4f ms (%.0f%% of the byte floor) vs the "
+                "automatic path (%s) %.4f ms (%.0f%%)\n",
+                r.tokens, r.bf16_one_launch_cold_ms, 100.0 * r.bf16_floor_ms / r.bf16_one_launch_cold_ms,
+                r.bf16_decode ? "moe_decode" : "grouped", r.bf16_cold_ms, 100.0 * r.bf16_floor_ms / r.bf16_cold_ms);
+    for (const auto& r : results)
+        if (r.fp8_forced_decode_cold_ms >= 0)
+            std::printf(
+                "At %d tokens, cold per layer: FP8 few-token one launch (forced) %.4f ms (%.0f%% of the byte floor) vs "
+                "the grouped path %.4f ms (%.0f%%)\n",
+                r.tokens, r.fp8_forced_decode_cold_ms, 100.0 * r.fp8_mem_floor_ms / r.fp8_forced_decode_cold_ms,
+                r.fp8_cold_ms, 100.0 * r.fp8_mem_floor_ms / r.fp8_cold_ms);
+    for (const auto& r : results)
+        if (r.fp8_unfused_cold_ms >= 0)
+            std::printf(
+                "At %d token(s), cold per layer: FP8 one launch %.4f ms vs router + two launches %.4f ms; BF16 router "
+                "fused %.4f ms vs router GEMV launched first %.4f ms\n",
+                r.tokens, r.fp8_cold_ms, r.fp8_unfused_cold_ms, r.bf16_cold_ms, r.bf16_unfused_cold_ms);
     if (tile_variants.size() > 1) {
         std::printf("FP8 GEMM tiles (grouped path only; layer cold ms, gate/up and down stage ms, GEMM TFLOP/s):\n");
         std::printf("%7s %24s %9s %9s %9s %9s %8s\n", "tokens", "tiles", "fp8_cold", "fp8_perm", "fp8_gu", "fp8_dn",
@@ -603,7 +693,11 @@ int main(int argc, char** argv) {
               << ",\"bf16_bytes\":" << r.bf16_bytes << ",\"fp8_bytes\":" << r.fp8_bytes
               << ",\"bf16_floor_ms\":" << r.bf16_floor_ms << ",\"fp8_floor_ms\":" << r.fp8_floor_ms
               << ",\"fp8_mem_floor_ms\":" << r.fp8_mem_floor_ms << ",\"decode_kernels_ms\":" << r.decode_kernels_ms
-              << ",\"decode_kernels_bulk_ms\":" << r.decode_kernels_bulk_ms << ",\"fp8_stages_ms\":{";
+              << ",\"decode_kernels_bulk_ms\":" << r.decode_kernels_bulk_ms
+              << ",\"fp8_unfused_cold_ms\":" << r.fp8_unfused_cold_ms
+              << ",\"bf16_unfused_cold_ms\":" << r.bf16_unfused_cold_ms
+              << ",\"fp8_forced_decode_cold_ms\":" << r.fp8_forced_decode_cold_ms
+              << ",\"bf16_one_launch_cold_ms\":" << r.bf16_one_launch_cold_ms << ",\"fp8_stages_ms\":{";
             bool first = true;
             for (int s = 0; s + 1 < kStages; ++s)
                 if (r.fp8_stage_ms[s] >= 0) {

@@ -4,6 +4,9 @@
 // batch; the kernel's grid barriers leave the scratch ready for the next launch (launched again on the same scratch,
 // the same results); and the shapes whose x, act and logits overflow its shared memory are refused.
 
+#include <cstring>
+
+#include "kernels/moe_decode_one_launch.hpp"
 #include "kernels/reference/reference.hpp"
 #include "tests/kernels/test_util.hpp"
 
@@ -58,8 +61,9 @@ struct moe_outputs {
     std::vector<int32_t> slot_ids, counts;
 };
 
+/// launch_moe_decode, or (one_launch) detail::launch_moe_decode_one_launch with BF16 weights, on the same inputs.
 moe_outputs run_decode(const decode_moe_case& c, const moe_inputs& in, const std::vector<int32_t>& counts0,
-                       int launches = 1) {
+                       int launches = 1, bool one_launch = false) {
     auto d_logits = upload(in.logits);
     auto d_offsets = upload(in.offsets), d_slots = upload(in.slots);
     auto d_valid = upload(std::vector<int32_t>{c.num_valid});
@@ -78,6 +82,32 @@ moe_outputs run_decode(const decode_moe_case& c, const moe_inputs& in, const std
     d_out.poison();
     for (int l = 0; l < launches; ++l) {
         if (l > 0) d_out.poison();
+        if (one_launch) {
+            detail::launch_moe_decode_one_launch({.router_w = c.fused_router ? d_router.get() : nullptr,
+                                                  .router_logits = d_logits.get(),
+                                                  .replica_offsets = d_offsets.get(),
+                                                  .replica_slots = d_slots.get(),
+                                                  .num_valid = c.num_valid < 0 ? nullptr : d_valid.get(),
+                                                  .x = d_x.get(),
+                                                  .w_gate_up = d_gu.get(),
+                                                  .w_down = d_down.get(),
+                                                  .topk_weights = d_weights.get(),
+                                                  .slot_ids = d_slot_ids.get(),
+                                                  .expert_counts = d_counts.get(),
+                                                  .scratch = d_scratch.get(),
+                                                  .act = d_act.get(),
+                                                  .out = d_out.get(),
+                                                  .num_tokens = c.num_tokens,
+                                                  .top_k = c.top_k,
+                                                  .num_experts = c.num_experts,
+                                                  .hidden = c.hidden,
+                                                  .inter = c.inter,
+                                                  .renormalize = c.renormalize},
+                                                 nullptr);
+            sync_and_check();
+            EXPECT_EQ(download(d_scratch), std::vector<int32_t>(d_scratch.size(), 0)) << "scratch not left at zero";
+            continue;
+        }
         launch_moe_decode({.router_w = c.fused_router ? d_router.get() : nullptr,
                            .router_logits = d_logits.get(),
                            .replica_offsets = d_offsets.get(),
@@ -206,6 +236,55 @@ INSTANTIATE_TEST_SUITE_P(
         const auto& c = info.param;
         return make_name("t", c.num_tokens, "_e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter, "_extra",
                          c.extra_replicas, c.fused_router ? "_fused_router" : "");
+    });
+
+/// The BF16 few-token one launch (launch_moe_layer's decode path from two tokens) against launch_moe_decode on the
+/// same inputs: the same router sums, top-k, replica choice, gate/up and down sums in the same order, so logits,
+/// slots, weights, counts and out are equal bit for bit (launch_moe_decode is checked against ref::moe_decode above;
+/// MoeLayerLaunch checks the one launch against it at 16 tokens, past launch_moe_decode's 8).
+class MoeDecodeOneLaunch : public ::testing::TestWithParam<decode_moe_case> {};
+
+TEST_P(MoeDecodeOneLaunch, Bf16EqualsMoeDecodeBitForBit) {
+    const decode_moe_case c = GetParam();
+    ASSERT_TRUE(
+        detail::moe_decode_one_launch_supported(c.num_tokens, c.top_k, c.num_experts, c.hidden, c.inter, false));
+    std::mt19937 rng(c.num_tokens * 5 + c.num_experts + c.hidden + c.inter);
+    const moe_inputs in = make_inputs(c, rng);
+    std::vector<int32_t> counts0(c.num_experts);
+    for (auto& v : counts0) v = int32_t(rng() % 4);
+    const moe_outputs want = run_decode(c, in, counts0);
+    const moe_outputs got = run_decode(c, in, counts0, 3, true);  // three launches on one scratch
+    EXPECT_EQ(got.slot_ids, want.slot_ids);
+    for (size_t i = 0; i < want.weights.size(); ++i)
+        ASSERT_EQ(std::memcmp(&got.weights[i], &want.weights[i], 4), 0) << "weight " << i;
+    if (c.fused_router) {
+        for (size_t i = 0; i < want.logits.size(); ++i)
+            ASSERT_EQ(std::memcmp(&got.logits[i], &want.logits[i], 4), 0) << "logit " << i;
+    }
+    for (int32_t e = 0; e < c.num_experts; ++e)
+        EXPECT_EQ(got.counts[e] - counts0[e], 3 * (want.counts[e] - counts0[e])) << "expert " << e;
+    for (size_t i = 0; i < want.out.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(got.out[i])) << "element " << i;
+        ASSERT_EQ(std::memcmp(&got.out[i], &want.out[i], 4), 0)
+            << "element " << i << ": " << got.out[i] << " vs " << want.out[i];
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MoeDecodeOneLaunch,
+    ::testing::Values(decode_moe_case{1, 128, 8, 2048, 768, 0, -1, true, true},  // Qwen3-30B-A3B
+                      decode_moe_case{4, 128, 8, 2048, 768, 0, -1, true, true},
+                      decode_moe_case{8, 128, 8, 256, 128, 24, -1, true, true},   // replicas
+                      decode_moe_case{4, 128, 8, 256, 96, 0, 3, true, false},     // given logits, padding
+                      decode_moe_case{3, 8, 2, 48, 32, 3, -1, true, true},        // Mixtral-like top-2
+                      decode_moe_case{4, 64, 16, 256, 128, 0, -1, false, false},  // top-16: two groups of choices
+                      decode_moe_case{2, 64, 16, 256, 1040, 0, -1, false, true},  // FFN rows past the staged chunks
+                      decode_moe_case{5, 500, 2, 48, 32, 3, -1, true, true},      // 500 experts
+                      decode_moe_case{4, 16, 4, 64, 32, 1100, 3, false, true}),   // slots past the shared table
+    [](const auto& info) {
+        const auto& c = info.param;
+        return make_name("t", c.num_tokens, "_e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter, "_extra",
+                         c.extra_replicas, c.num_valid >= 0 ? "_padding" : "", c.fused_router ? "_fused_router" : "");
     });
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/moe_decode_fp8.hpp"
+#include "kernels/moe_decode_one_launch.hpp"
 #include "tests/kernels/test_util.hpp"
 #include "workers/fp8.hpp"
 
@@ -107,8 +108,9 @@ struct fp8_case {
     /// reference then routes as the GPU's router did (its slots and weights), and only out is compared.
     bool layer = false;
     fp8_gemm_tiles tiles = fp8_gemm_tiles::automatic;  ///< the grouped path's GEMM tiles
-    bool bulk = true;    ///< the few-token gate/up kernel stages its weights by bulk copies (same arithmetic)
-    bool gather = true;  ///< moe_experts_params::fp8_gather (wide gate/up tiles gather x's rows)
+    bool bulk = true;           ///< the few-token gate/up kernel stages its weights by bulk copies (same arithmetic)
+    bool gather = true;         ///< moe_experts_params::fp8_gather (wide gate/up tiles gather x's rows)
+    bool force_decode = false;  ///< with layer: moe_path::decode (the few-token one launch at any supported count)
 };
 
 struct blas_handle {
@@ -232,8 +234,9 @@ TEST_P(MoeExpertsFp8, MatchesCpuReference) {
                                  .slot_ids = d_slot_ids.get(),
                                  .decode_scratch = d_scratch.get(),
                                  .num_experts = E,
-                                 .renormalize = true};
-        EXPECT_EQ(moe_layer_uses_decode_path(p), T == 1);
+                                 .renormalize = true,
+                                 .path = c.force_decode ? moe_path::decode : moe_path::automatic};
+        EXPECT_EQ(moe_layer_uses_decode_path(p), T <= 4 || c.force_decode);  // the one launch's automatic range
         launch_moe_layer(p, nullptr);
         sync_and_check();
         ids = download(d_slot_ids);
@@ -472,7 +475,13 @@ INSTANTIATE_TEST_SUITE_P(
         fp8_case{3, 16, 4, 272, 336, true, false, fp8_gemm_tiles::automatic, false},
         // Through launch_moe_layer: the router, then the few-token kernels (one token) or the grouped path.
         fp8_case{1, 128, 8, 2048, 768, false, true}, fp8_case{6, 128, 8, 2048, 768, false, true},
-        fp8_case{1, 16, 4, 272, 336, false, true}),
+        fp8_case{1, 16, 4, 272, 336, false, true},
+        fp8_case{3, 128, 8, 2048, 768, false, true},  // the one launch, automatic at 2-4 tokens
+        // The few-token one launch forced at 8 and 16 tokens (one block per token in its down phase; 16: the largest
+        // instantiation), ragged.
+        fp8_case{8, 128, 8, 2048, 768, false, true, fp8_gemm_tiles::automatic, true, true, true},
+        fp8_case{16, 128, 8, 2048, 768, false, true, fp8_gemm_tiles::automatic, true, true, true},
+        fp8_case{13, 16, 4, 272, 336, false, true, fp8_gemm_tiles::automatic, true, true, true}),
     [](const ::testing::TestParamInfo<fp8_case>& i) {
         const fp8_case& c = i.param;
         const char* prefix = c.layer ? "layer_" : c.decode ? "decode_" : "";
@@ -487,8 +496,159 @@ INSTANTIATE_TEST_SUITE_P(
         if (!c.bulk) tiles = "_no_bulk";
         std::string suffix = tiles;
         if (!c.gather) suffix += "_no_gather";
+        if (c.force_decode) suffix += "_decode";
         return make_name(prefix, "t", c.num_tokens, "_e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter,
                          suffix);
+    });
+
+/// The FP8 few-token layer in one launch (launch_moe_decode_one_launch, launch_moe_layer's decode path with the router
+/// fused) against the router launch followed by the two few-token launches (fuse_router = false) on the same inputs:
+/// the router GEMV sums as launch_gemv_bf16, the top-k and replica choice as launch_router_topk, the experts as
+/// launch_moe_decode_fp8, so logits, slots, weights, load counts and out must be equal bit for bit. (The CPU
+/// reference of the arithmetic is MoeExpertsFp8's layer cases, which take this path too.)
+struct fp8_one_case {
+    int32_t num_tokens, num_experts, top_k, hidden, inter;
+    int32_t replicas =
+        1;              ///< slots per expert (expert e's replicas at e, e + E, ...): token t takes replica t % replicas
+    bool valid = true;  ///< all tokens valid (else the last one is padding and counts nothing)
+};
+
+class MoeDecodeFp8One : public ::testing::TestWithParam<fp8_one_case> {};
+
+TEST_P(MoeDecodeFp8One, EqualsRouterAndTwoLaunchesBitForBit) {
+    if (!device_is_sm90()) GTEST_SKIP() << "the FP8 kernels need compute capability 9.x";
+    const fp8_one_case c = GetParam();
+    const int32_t T = c.num_tokens, E = c.num_experts, K = c.top_k, H = c.hidden, I = c.inter, S = E * c.replicas;
+    const int32_t kbH = (H + 127) / 128, kbI = (I + 127) / 128, num_valid = c.valid ? T : T - 1;
+    ASSERT_TRUE(detail::moe_decode_one_launch_supported(T, K, E, H, I, true));
+    ASSERT_TRUE(detail::moe_decode_fp8_supported(T, K, H, I));
+    std::mt19937 rng(T * 11 + E * 7 + K * 3 + H + I + c.replicas);
+    std::vector<uint8_t> gu_q(size_t(S) * 2 * I * H), dn_q(size_t(S) * H * I);
+    std::vector<float> gu_s(size_t(S) * 2 * kbI * kbH), dn_s(size_t(S) * kbH * kbI);
+    for (int32_t e = 0; e < S; ++e) {
+        for (int32_t part = 0; part < 2; ++part) {
+            const std::vector<float> w = blocky_weight(I, H, 1.f / std::sqrt(float(H)), rng);
+            quantize_fp8_blocks(w.data(), I, H, H, gu_q.data() + (size_t(e) * 2 + part) * I * H,
+                                gu_s.data() + (size_t(e) * 2 + part) * kbI * kbH);
+        }
+        const std::vector<float> w = blocky_weight(H, I, 1.f / std::sqrt(float(I)), rng);
+        quantize_fp8_blocks(w.data(), H, I, I, dn_q.data() + size_t(e) * H * I, dn_s.data() + size_t(e) * kbH * kbI);
+    }
+    std::vector<int32_t> offsets(E + 1), slots(S);
+    for (int32_t e = 0; e <= E; ++e) offsets[e] = e * c.replicas;
+    for (int32_t e = 0; e < E; ++e)
+        for (int32_t r = 0; r < c.replicas; ++r) slots[size_t(e) * c.replicas + r] = e + r * E;
+    const std::vector<float> x = grouped_activations(T, H, rng);
+    const std::vector<float> router_w = random_bf16(size_t(E) * H, 2.f / std::sqrt(float(H)), rng);
+    auto d_x = upload_bf16(x);
+    auto d_router = upload_bf16(router_w);
+    auto d_gu = upload(gu_q), d_dn = upload(dn_q);
+    auto d_gu_s = upload(gu_s), d_dn_s = upload(dn_s);
+    auto d_offsets_r = upload(offsets), d_slots_r = upload(slots);
+    auto d_valid = upload(std::vector<int32_t>{num_valid});
+    const int32_t max_rows = std::max(moe_experts_rows(T, K, S, 64), 4 * T * K), ld = fp8_scale_ld(max_rows);
+    device_buffer<uint8_t> d_blas_ws(4u << 20);
+    blas_handle blas;
+
+    struct outputs {
+        std::vector<float> logits, weights, out;
+        std::vector<int32_t> slots, counts;
+    };
+    const auto run = [&](bool fused, int launches) {
+        device_buffer<int32_t> d_offsets(S + 1), d_dest(T * K), d_row_token(max_rows), d_topk_ids(T * K),
+            d_slot_ids(T * K), d_counts(E), d_scratch(moe_decode_scratch_ints(kMoeDecodeMaxTokens, K));
+        device_buffer<uint8_t> d_ws(moe_permute_workspace_bytes(T, K, S));
+        device_buffer<uint8_t> d_xq(size_t(max_rows) * H), d_aq(size_t(max_rows) * I);
+        device_buffer<float> d_xs(size_t(kbH) * ld), d_as(size_t(kbI) * ld), d_logits(size_t(T) * E), d_weights(T * K);
+        device_buffer<bf16> d_y(size_t(max_rows) * H), d_out(size_t(T) * H);
+        d_scratch.poison(0);
+        d_counts.poison(0);
+        d_aq.poison();
+        d_logits.poison();
+        d_out.poison();
+        const moe_fp8_experts f{.w_gate_up = d_gu.get(),
+                                .w_gate_up_scales = d_gu_s.get(),
+                                .w_down = d_dn.get(),
+                                .w_down_scales = d_dn_s.get(),
+                                .x_q = d_xq.get(),
+                                .x_scales = d_xs.get(),
+                                .act_q = d_aq.get(),
+                                .act_scales = d_as.get()};
+        const moe_layer_params p{.experts = {.x = d_x.get(),
+                                             .out = d_out.get(),
+                                             .expert_offsets = d_offsets.get(),
+                                             .dest_rows = d_dest.get(),
+                                             .row_token = d_row_token.get(),
+                                             .permute_workspace = d_ws.get(),
+                                             .y = d_y.get(),
+                                             .max_rows = max_rows,
+                                             .num_tokens = T,
+                                             .top_k = K,
+                                             .num_slots = S,
+                                             .hidden = H,
+                                             .inter = I,
+                                             .fp8 = &f},
+                                 .router_w = d_router.get(),
+                                 .router_logits = d_logits.get(),
+                                 .blas = blas.handle,
+                                 .blas_workspace = d_blas_ws.get(),
+                                 .blas_workspace_bytes = 4u << 20,
+                                 .replica_offsets = d_offsets_r.get(),
+                                 .replica_slots = d_slots_r.get(),
+                                 .num_valid = d_valid.get(),
+                                 .expert_counts = d_counts.get(),
+                                 .topk_ids = d_topk_ids.get(),
+                                 .topk_weights = d_weights.get(),
+                                 .slot_ids = d_slot_ids.get(),
+                                 .decode_scratch = d_scratch.get(),
+                                 .num_experts = E,
+                                 .renormalize = true,
+                                 .path = moe_path::decode,
+                                 .fuse_router = fused};
+        EXPECT_TRUE(moe_layer_uses_decode_path(p));
+        // Repeated launches: the grid barrier's counters must be left at zero by each (counts accumulate).
+        for (int i = 0; i < launches; ++i) launch_moe_layer(p, nullptr);
+        sync_and_check();
+        outputs o{download(d_logits), download(d_weights), download_bf16(d_out), download(d_slot_ids),
+                  download(d_counts)};
+        EXPECT_EQ(download(d_scratch), std::vector<int32_t>(d_scratch.size(), 0)) << "scratch not left at zero";
+        return o;
+    };
+    const outputs two = run(false, 3), one = run(true, 3);
+    for (size_t i = 0; i < one.logits.size(); ++i)
+        ASSERT_EQ(std::memcmp(&one.logits[i], &two.logits[i], 4), 0) << "logit " << i;
+    EXPECT_EQ(one.slots, two.slots);
+    for (int32_t a = 0; a < T * K; ++a) {
+        ASSERT_EQ(std::memcmp(&one.weights[a], &two.weights[a], 4), 0) << "weight " << a;
+        ASSERT_TRUE(one.slots[a] >= 0 && one.slots[a] < S);
+        const int32_t e = one.slots[a] % E, t = a / K;
+        EXPECT_EQ(one.slots[a], slots[size_t(offsets[e] + t % c.replicas)]) << "token t takes replica t % replicas";
+    }
+    EXPECT_EQ(one.counts, two.counts);
+    int64_t counted = 0;
+    for (const int32_t n : one.counts) counted += n;
+    EXPECT_EQ(counted, 3 * K * num_valid);
+    for (size_t i = 0; i < one.out.size(); ++i) {
+        ASSERT_FALSE(std::isnan(one.out[i])) << "token " << i / H << " column " << i % H;
+        ASSERT_EQ(std::memcmp(&one.out[i], &two.out[i], 4), 0)
+            << "token " << i / H << " column " << i % H << ": " << one.out[i] << " vs " << two.out[i];
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MoeDecodeFp8One,
+    ::testing::Values(
+        // Qwen3-30B-A3B at 1 and 4 tokens; DeepSeek-V2-Lite's routed experts (64, top-6, FFN 1408: chunks past
+        // the staged ones); ragged dimensions (partial scale blocks); top-16 (two groups of choices); replicas (two
+        // tokens take different ones), 512 experts with replicas in slots past the shared-memory table; padding.
+        fp8_one_case{1, 128, 8, 2048, 768}, fp8_one_case{4, 128, 8, 2048, 768}, fp8_one_case{1, 64, 6, 2048, 1408},
+        fp8_one_case{1, 8, 2, 144, 208}, fp8_one_case{3, 16, 4, 272, 336}, fp8_one_case{2, 64, 16, 256, 128},
+        fp8_one_case{2, 32, 4, 256, 128, 2}, fp8_one_case{3, 512, 8, 256, 128, 3},
+        fp8_one_case{1, 16, 4, 272, 336, 1, false}, fp8_one_case{4, 16, 4, 272, 336, 2, false}),
+    [](const ::testing::TestParamInfo<fp8_one_case>& i) {
+        const fp8_one_case& c = i.param;
+        return make_name("t", c.num_tokens, "_e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter, "_r",
+                         c.replicas, c.valid ? "" : "_padding");
     });
 
 }  // namespace

@@ -158,8 +158,11 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, MoeLayerLaunch,
     ::testing::Values(layer_case{1, 128, 8, 2048, 768},                         // Qwen3-30B-A3B, decode path
                       layer_case{1, 128, 8, 2048, 768, 0, -1, kGrouped},        // one token on the grouped path
+                      layer_case{3, 128, 8, 2048, 768},                         // the one launch (automatic)
                       layer_case{8, 128, 8, 2048, 768},                         // T = 8 as the executor runs it
                       layer_case{8, 128, 8, 256, 128, 20, 5, kDecode},          // decode path, replicas, padding
+                      layer_case{16, 128, 8, 2048, 768, 0, -1, kDecode},        // the one launch at 16 tokens
+                      layer_case{13, 64, 6, 512, 352, 9, 11, kDecode},          // DeepSeek-like top-6, ragged
                       layer_case{3, 60, 4, 64, 88, 7, -1, kGrouped, 16, kMma},  // mma.sync, 16-row groups
                       layer_case{37, 16, 3, 96, 40, 0, 30, kGrouped, 64, kWgmma, true},  // gathered copy, padding
                       layer_case{100, 128, 8, 256, 128, 0, -1, kGrouped, 8, kSmall},     // the small-group kernel
