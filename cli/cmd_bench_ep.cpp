@@ -63,6 +63,7 @@ struct options {
     int comm_sms = 0;  ///< executor_options::ep_comm_sms (0: the executor's default)
     bool skip_single = false;
     bool skip_dbo = false;
+    bool skip_exchange = false;
     bool exchange_only = false;
     std::string json;
 };
@@ -333,6 +334,7 @@ int run(int argc, char** argv) {
         "skip-single", po::bool_switch(&o.skip_single), "no 1-GPU run")("skip-dbo", po::bool_switch(&o.skip_dbo),
                                                                         "no dual-batch-overlap steps (DBO off only)")(
         "exchange-only", po::bool_switch(&o.exchange_only), "only the exchange timing (no decode steps)")(
+        "skip-exchange", po::bool_switch(&o.skip_exchange), "no exchange timing (the steps only)")(
         "prefill-tokens", po::value(&o.prefill_tokens),
         "comma-separated token counts per GPU: time prefill steps of each (--context tokens per sequence, eager) "
         "instead of decode steps")("json", po::value(&o.json), "write the results as JSON to this file");
@@ -365,15 +367,17 @@ int run(int argc, char** argv) {
                         {"comm_sms", o.comm_sms},
                         {"step_kind", o.prefill.empty() ? "decode" : "prefill"}};
 
+    if (o.skip_exchange && o.exchange_only)
+        throw zmoe::error(zmoe::errc::invalid_argument, "--skip-exchange and --exchange-only leave nothing to run");
     nlohmann::json exchanges = nlohmann::json::array();
 #ifdef ZMOE_WITH_CUDA
-    if (o.device == "cuda")
+    if (o.device == "cuda" && !o.skip_exchange)
         for (const int32_t tokens : exchange_tokens) exchanges.push_back(exchange_section(o, cfg, tokens));
 #endif
-    if (exchanges.empty())
-        std::printf("\nzmoe bench ep: the exchange timing runs on CUDA GPUs only (--device %s)\n", o.device.c_str());
-    else
+    if (!exchanges.empty())
         j["exchange"] = exchanges[0];  // the first size, where earlier readers look
+    else if (!o.skip_exchange)
+        std::printf("\nzmoe bench ep: the exchange timing runs on CUDA GPUs only (--device %s)\n", o.device.c_str());
     j["exchanges"] = exchanges;
 
     if (o.exchange_only) {
