@@ -133,7 +133,7 @@ def summarize_exchange(out):
                      "p2p_graph_dispatch_combine_us": {"bf16": g(bf16, "p2p_graph_dispatch_combine_us"),
                                                        "fp8": g(fp8, "p2p_graph_dispatch_combine_us")}})
     md = ("Exchange per MoE layer (dispatch + combine, µs, range over ranks; `zmoe bench ep --exchange-only`). "
-          "NCCL = the fixed window over NCCL send/recv (the path `--ep-exchange nccl` serves with; FP8 dispatch = "
+          "NCCL = the fixed window over NCCL send/recv (the path `--ep-transport nccl` serves with; FP8 dispatch = "
           "e4m3 records + scales, the combine BF16); p2p = the default peer-to-peer path.\n\n" +
           table(["tokens/rank", "GPUs", "NCCL graph d+c BF16", "NCCL graph d+c FP8", "FP8/BF16", "NCCL dispatch BF16",
                  "NCCL dispatch FP8", "NCCL eager d+c BF16", "NCCL eager d+c FP8", "p2p graph d+c BF16",

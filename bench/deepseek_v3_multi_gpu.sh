@@ -3,7 +3,7 @@
 # four parts, each under its own timeout so that one failure loses only itself:
 #   exchange  `zmoe bench ep --exchange-only`: the MoE exchange per layer (dispatch + combine) at each
 #             --exchange-tokens per rank, BF16 and FP8 dispatch, peer to peer and over NCCL;
-#   served    `zmoe serve --quantization fp8 --ep-exchange nccl` (FP8 weights, the FP8 dispatch) + `zmoe bench serve`
+#   served    `zmoe serve --quantization fp8 --ep-transport nccl` (FP8 weights, the FP8 dispatch) + `zmoe bench serve`
 #             at each --seqs-per-gpu: decode and output tok/s per GPU beside the served decode step's floor;
 #   ttft      bench/prefill_ttft.sh on the BF16 cut over the same workers: TTFT of one --ttft-len prompt at a time
 #             beside its FLOP floor;
@@ -17,7 +17,7 @@
 #       [--fp8-layers auto|N] [--bf16-layers auto|N] [--gpu-mem-gib auto|G] [--gpu-memory-utilization 0.9]
 #       [--reserve-gib 10] [--seqs-per-gpu 128,256] [--input-len 128] [--output-len 128] [--exchange-tokens 128,256]
 #       [--ttft-len 8192] [--ttft-prompts 2] [--decode-batches 128,256] [--decode-fp8]
-#       [--served-exchanges nccl[,auto]] [--only exchange,served,ttft,decode] [--timeouts exchange=120,...]
+#       [--served-transports nccl[,auto]] [--only exchange,served,ttft,decode] [--timeouts exchange=120,...]
 #       [--bin DIR] [--out DIR]
 #
 # A CPU dry run of the same code paths (tiny fixture, CPU workers):
@@ -29,7 +29,7 @@ helper=$top/bench/deepseek_v3_multi_gpu.py
 workers=4 device=cuda model=$top/bench/configs/deepseek-v3
 fp8_layers=auto bf16_layers=auto gpu_mem_gib=auto util=0.9 reserve_gib=10
 seqs_per_gpu=128,256 input_len=128 output_len=128 exchange_tokens=128,256
-ttft_len=8192 ttft_prompts=2 decode_batches=128,256 decode_fp8=0 served_exchanges=nccl
+ttft_len=8192 ttft_prompts=2 decode_batches=128,256 decode_fp8=0 served_transports=nccl
 only=exchange,served,ttft,decode
 bin=$top/build-cuda/bin out=$top/build-cuda/deepseek_v3_multi_gpu
 declare -A timeout_s=([exchange]=120 [served]=300 [ttft]=180 [decode]=150)
@@ -51,7 +51,7 @@ while (($#)); do
     --ttft-prompts) ttft_prompts=$2; shift ;;
     --decode-batches) decode_batches=$2; shift ;;
     --decode-fp8) decode_fp8=1 ;;
-    --served-exchanges) served_exchanges=$2; shift ;;
+    --served-transports) served_transports=$2; shift ;;
     --only) only=$2; shift ;;
     --timeouts)
       IFS=, read -ra kv <<<"$2"
@@ -189,10 +189,10 @@ json.dump({"model": "$fp8_model", "layers": $fp8_layers, "workers": $workers, "d
            "quantization": "fp8", "input_len": $input_len, "output_len": $output_len,
            "gpu_memory_utilization": $util}, open(sys.argv[1], "w"), indent=1)
 PY
-  for ex in ${served_exchanges//,/ }; do
+  for ex in ${served_transports//,/ }; do
     local log=$out/served/serve_$ex.log
     start_server "$log" $((deadline - SECONDS)) --model "$fp8_model" --device "$device" --workers "$workers" \
-      --load-format dummy --quantization fp8 --ep-exchange "$ex" --skip-tokenizer-init --max-num-seqs "$max_seqs" \
+      --load-format dummy --quantization fp8 --ep-transport "$ex" --skip-tokenizer-init --max-num-seqs "$max_seqs" \
       --max-model-len "$max_len" --gpu-memory-utilization "$util" || { rc=1; continue; }
     # What the workers say they loaded and how they exchange (FP8 dispatch or not).
     grep -h "cuda worker .* MiB weights" "$log" | sed 's/^/  /'

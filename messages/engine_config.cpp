@@ -90,10 +90,10 @@ engine_config read_engine_config(field_cursor& f, const char* field) {
     return c;
 }
 
-ep_exchange_mode ep_exchange_mode_of(const std::string& name) {
-    if (name == "auto") return ep_exchange_mode::automatic;
-    if (name == "nccl") return ep_exchange_mode::nccl;
-    throw error(errc::invalid_argument, "--ep-exchange must be auto or nccl, not '" + name + "'");
+ep_transport_mode ep_transport_mode_of(const std::string& name) {
+    if (name == "auto") return ep_transport_mode::automatic;
+    if (name == "nccl") return ep_transport_mode::nccl;
+    throw error(errc::invalid_argument, "--ep-transport must be auto or nccl, not '" + name + "'");
 }
 
 int engine_threads_per_worker(const engine_config& c, unsigned hardware_threads) {

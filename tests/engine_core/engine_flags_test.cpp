@@ -534,21 +534,21 @@ TEST(EngineFlags, Quantization) {
     EXPECT_TRUE(e.run(1, prompt(4), 2).finished);
 }
 
-TEST(EngineFlags, EpExchange) {
+TEST(EngineFlags, EpTransport) {
     // CUDA only (the MoE exchange between GPUs): the value reaches the worker's configuration, which the CUDA
     // executor reads; a value other than auto or nccl is refused, naming it, before the engine serves.
-    EXPECT_EQ(parse({}).ep_exchange, "auto");
-    EXPECT_EQ(ep_exchange_mode_of("auto"), ep_exchange_mode::automatic);
-    EXPECT_EQ(ep_exchange_mode_of("nccl"), ep_exchange_mode::nccl);
+    EXPECT_EQ(parse({}).ep_transport, "auto");
+    EXPECT_EQ(ep_transport_mode_of("auto"), ep_transport_mode::automatic);
+    EXPECT_EQ(ep_transport_mode_of("nccl"), ep_transport_mode::nccl);
     {
-        test::inproc_engine e(parse({"--workers", "2", "--ep-exchange", "nccl"}));
+        test::inproc_engine e(parse({"--workers", "2", "--ep-transport", "nccl"}));
         ASSERT_TRUE(e.wait_serving());
-        EXPECT_EQ(welcome_of(e, 1).config.ep_exchange, "nccl");
+        EXPECT_EQ(welcome_of(e, 1).config.ep_transport, "nccl");
         EXPECT_TRUE(e.run(1, prompt(4), 2).finished);
     }
     try {
-        ep_exchange_mode_of("p2p");
-        ADD_FAILURE() << "--ep-exchange p2p accepted";
+        ep_transport_mode_of("p2p");
+        ADD_FAILURE() << "--ep-transport p2p accepted";
     } catch (const error& e) {
         EXPECT_EQ(e.code(), errc::invalid_argument);
         EXPECT_NE(std::string(e.what()).find("'p2p'"), std::string::npos) << e.what();
@@ -558,7 +558,7 @@ TEST(EngineFlags, EpExchange) {
         void send_expert_move(const worker_expert_move&) override {}
         void send_outputs(const engine_outputs&) override {}
     } sink;
-    EXPECT_THROW(engine_core(parse({"--ep-exchange", "p2p"}), model_config::load(kModel), sink), error);
+    EXPECT_THROW(engine_core(parse({"--ep-transport", "p2p"}), model_config::load(kModel), sink), error);
 }
 
 TEST(EngineFlags, EnforceEager) {

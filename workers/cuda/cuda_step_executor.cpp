@@ -166,7 +166,7 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
         // An FP8 model whose MoE layers all run FP8 experts dispatches FP8 records (docs/fp8.md) on the NCCL paths;
         // peer to peer it sends BF16 rows, the FP8 copy kernel being the slower one there today.
         const bool p2p = options.ep_peer_to_peer && run.num_nodes <= 1 &&
-                         ep_exchange_mode_of(run.ep_exchange) == ep_exchange_mode::automatic;
+                         ep_transport_mode_of(run.ep_transport) == ep_transport_mode::automatic;
         const bool fp8_moe = !fp8_moe_.empty() && std::all_of(fp8_moe_.begin(), fp8_moe_.end(),
                                                               [](const auto& f) { return f.w_gate_up != nullptr; });
         ep_ = std::make_unique<cuda_ep_exchange>(ep_exchange_params{
