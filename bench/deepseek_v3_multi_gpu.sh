@@ -130,7 +130,24 @@ echo "deepseek_v3_multi_gpu.sh: $workers $device worker(s); FP8 cut $fp8_layers 
   "out $out"
 [[ -s $out/layers.log ]] && sed 's/^/  /' "$out/layers.log"
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# A port below the kernel's ephemeral range (no outgoing connection is handed it meanwhile) that binds now.
+free_port() {
+  python3 - <<'PY'
+import random, socket
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(1000):
+    port = random.randrange(10000, max(lo, 10001))
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
+PY
+}
 max_of() { tr , '\n' <<<"$1" | sort -n | tail -1; }
 
 server_pid=
