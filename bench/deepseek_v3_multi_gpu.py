@@ -2,9 +2,12 @@
 """Helpers of bench/deepseek_v3_multi_gpu.sh (standard library only).
 
   deepseek_v3_multi_gpu.py layers --config C --workers W --quantization fp8|bf16 --gpu-mem-gib G
-      [--utilization 0.9] [--reserve-gib 10]
-      prints the most decoder layers of C whose weights fit one GPU of W (expert parallel, dummy weights as the
-      CUDA worker lays them out), with the bytes per GPU on stderr;
+      --max-num-batched-tokens T --max-num-seqs S --kv-tokens N [--max-kv-len L] [--utilization 0.9]
+      [--other-gib 2] [--margin-gib 1]
+      prints the most decoder layers of C that fit one GPU of W (expert parallel) under utilization x G: the rank's
+      weights (dummy, as the CUDA worker lays them out), its workspace for steps of T tokens and S sequences (the
+      expert-parallel receive buffers hold W x T x top_k rows), the MLA runner's, the FP8 scratch, N tokens of KV
+      cache, the CUDA context / cuBLAS / NCCL (--other-gib) and a margin; the breakdown on stderr;
   deepseek_v3_multi_gpu.py cut --config C --layers N --out DIR
       writes DIR/config.json: C with num_hidden_layers N;
   deepseek_v3_multi_gpu.py summary --out DIR
@@ -60,19 +63,58 @@ def weight_bytes_per_gpu(c, layers, workers, fp8):
     return total
 
 
+def workspace_bytes(c, T, S, workers, fp8, max_kv_len):
+    """The CUDA worker's buffers sized by the step shape, as workers/cuda/cuda_workspace.cpp, cuda_deepseek.cpp
+    (mla_attention_runner) and cuda_fp8_linear.cpp allocate them (MLA models; the small ones left out):
+    {"workspace": ..., "mla": ..., "fp8_scratch": ...}. Checked against one H100's start-up lines (FP8 8 layers at
+    8 192 tokens / 256 sequences: 4 320 MiB workspace, 681 MiB FP8 scratch; BF16 5 layers, 64 sequences: 3 145)."""
+    H, V, K = c["hidden_size"], c["vocab_size"], c["num_experts_per_tok"]
+    E = c.get("n_routed_experts", 0) or 0
+    inter = max(c["intermediate_size"], (c.get("moe_intermediate_size") or 0) * (c.get("n_shared_experts") or 0))
+    moe_inter = c.get("moe_intermediate_size") or 0
+    slots = math.ceil(E / workers)
+    ep = workers > 1
+    ws = 3 * T * H * 2 + T * 3 * inter * 2 + T * H * 2 + T * E * 4 + 3 * S * V * 4
+    recv = workers * T * K if ep else 0
+    rows = (recv + (slots + 1) * 127) if ep else (T * K + slots * 127)
+    ws += rows * H * 2 + rows * moe_inter * 2
+    if fp8:
+        ws += rows * H + rows * (moe_inter + 15) // 16 * 16
+    if ep:
+        ws += 2 * T * K * H * 2 + 2 * recv * H * 2
+    heads = c["num_attention_heads"]
+    r, dr, dn, dv = c["kv_lora_rank"], c["qk_rope_head_dim"], c["qk_nope_head_dim"], c["v_head_dim"]
+    qr = c.get("q_lora_rank") or 0
+    mla = T * (qr * 2 + heads * (dn + dr) * 2 + (r + dr) * 2 + heads * r * 8 + heads * dv * 2)
+    per_row = 2 * (r + heads * (dn + dr + dv))
+    expand_rows = min((1 << 30) // per_row, math.ceil(max_kv_len / 64) * 64) // 64 * 64
+    mla += expand_rows * per_row
+    fp8_scratch = T * 83_000 if fp8 else 0  # 681 MiB at 8 192 rows (DeepSeek-V3's widest FP8 dense linears)
+    return {"workspace": ws, "mla": mla, "fp8_scratch": fp8_scratch}
+
+
 def cmd_layers(a):
     c = json.load(open(a.config))
-    budget = a.gpu_mem_gib * a.utilization * GiB - a.reserve_gib * GiB
     fp8 = a.quantization == "fp8"
-    best = 0
-    for n in range(1, c["num_hidden_layers"] + 1):
-        if weight_bytes_per_gpu(c, n, a.workers, fp8) <= budget:
-            best = n
+    kv_per_token_layer = 2 * (c["kv_lora_rank"] + c["qk_rope_head_dim"])  # MLA: one latent + rope-key row, BF16
+    parts = workspace_bytes(c, a.max_num_batched_tokens, a.max_num_seqs, a.workers, fp8,
+                            a.max_kv_len or a.kv_tokens)
+    fixed = sum(parts.values()) + (a.other_gib + a.margin_gib) * GiB
+    limit = a.gpu_mem_gib * a.utilization * GiB
+
+    def need(n):
+        return weight_bytes_per_gpu(c, n, a.workers, fp8) + fixed + a.kv_tokens * kv_per_token_layer * n
+
+    best = max((n for n in range(1, c["num_hidden_layers"] + 1) if need(n) <= limit), default=0)
     if best == 0:
-        sys.exit(f"layers: not even one layer fits {budget / GiB:.1f} GiB")
-    print(f"layers: {best} of {c['num_hidden_layers']} fit: {weight_bytes_per_gpu(c, best, a.workers, fp8) / GiB:.1f}"
-          f" GiB of {a.quantization} weights per GPU of {a.workers} (budget {budget / GiB:.1f} GiB = "
-          f"{a.gpu_mem_gib:.1f} x {a.utilization} - {a.reserve_gib} GiB for workspace and KV cache)", file=sys.stderr)
+        sys.exit(f"layers: not even one layer fits {limit / GiB:.1f} GiB")
+    g = lambda b: f"{b / GiB:.1f}"
+    print(f"layers: {best} of {c['num_hidden_layers']} fit one GPU of {a.workers} ({a.quantization}, steps of "
+          f"{a.max_num_batched_tokens} tokens / {a.max_num_seqs} sequences): weights "
+          f"{g(weight_bytes_per_gpu(c, best, a.workers, fp8))} + workspace {g(parts['workspace'])} + MLA "
+          f"{g(parts['mla'])} + FP8 scratch {g(parts['fp8_scratch'])} + KV of {a.kv_tokens} tokens "
+          f"{g(a.kv_tokens * kv_per_token_layer * best)} + other {a.other_gib} + margin {a.margin_gib} = "
+          f"{g(need(best))} GiB of {g(limit)} ({a.gpu_mem_gib:.1f} x {a.utilization})", file=sys.stderr)
     print(best)
 
 
@@ -143,8 +185,11 @@ def summarize_exchange(out):
 
 def served_rows(out):
     rows, data = [], []
-    for path in sorted(glob.glob(os.path.join(out, "served", "*_seqs*.json")),
-                       key=lambda p: (p, int(re.search(r"seqs(\d+)", p).group(1)))):
+    def key(p):
+        m = re.search(r"served/(.+)_seqs(\d+)\.json$", p)
+        return (m.group(1), int(m.group(2))) if m else (p, 0)
+
+    for path in sorted(glob.glob(os.path.join(out, "served", "*_seqs*.json")), key=key):
         j = load(path)
         if not j:
             continue
@@ -247,8 +292,14 @@ def main():
     s.add_argument("--workers", type=int, required=True)
     s.add_argument("--quantization", choices=["fp8", "bf16"], required=True)
     s.add_argument("--gpu-mem-gib", type=float, required=True)
+    s.add_argument("--max-num-batched-tokens", type=int, required=True)
+    s.add_argument("--max-num-seqs", type=int, required=True)
+    s.add_argument("--kv-tokens", type=int, required=True, help="KV cache positions per GPU the run needs")
+    s.add_argument("--max-kv-len", type=int, default=0, help="--max-model-len (default: --kv-tokens)")
     s.add_argument("--utilization", type=float, default=0.9)
-    s.add_argument("--reserve-gib", type=float, default=10)
+    s.add_argument("--other-gib", type=float, default=2.0,
+                   help="CUDA context, cuBLAS, NCCL (1.0-1.1 GiB measured beside the rest on one H100)")
+    s.add_argument("--margin-gib", type=float, default=1.0)
     s.set_defaults(fn=cmd_layers)
     s = sub.add_parser("cut")
     s.add_argument("--config", required=True)

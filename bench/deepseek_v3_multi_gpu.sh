@@ -4,21 +4,25 @@
 #   exchange  `zmoe bench ep --exchange-only`: the MoE exchange per layer (dispatch + combine) at each
 #             --exchange-tokens per rank, BF16 and FP8 dispatch, peer to peer and over NCCL;
 #   served    `zmoe serve --quantization fp8 --ep-transport nccl` (FP8 weights, the FP8 dispatch) + `zmoe bench serve`
-#             at each --seqs-per-gpu: decode and output tok/s per GPU beside the served decode step's floor;
+#             at each --seqs-per-gpu: decode and output tok/s per GPU beside the served decode step's floor; then
+#             the same with --ep-transport auto (peer to peer, BF16 rows) for comparison (--served-transports);
 #   ttft      bench/prefill_ttft.sh on the BF16 cut over the same workers: TTFT of one --ttft-len prompt at a time
 #             beside its FLOP floor;
 #   decode    BF16 decode steps beside their memory floor: `zmoe bench ep` (2+ workers) or `zmoe bench step` (1).
-# The layer cuts: as many layers as fit one GPU's weights (deepseek_v3_multi_gpu.py layers: weights per GPU under
-# --gpu-memory-utilization x the GPU's memory minus --reserve-gib for workspace, graphs and KV cache), or --fp8-layers
-# / --bf16-layers. Everything goes to --out: commands.sh (every command, as run), each part's logs and JSON,
+# The layer cuts: as many layers as fit one GPU (deepseek_v3_multi_gpu.py layers: the rank's weights, its workspace for
+# the part's step shape — the expert-parallel receive buffers hold workers x tokens x top_k rows —, the MLA runner's,
+# the KV cache the part needs, under --gpu-memory-utilization x the GPU's memory), or --fp8-layers / --bf16-layers.
+# The served run takes prefill chunks of --served-batched-tokens (2048: its workspace leaves room for more layers;
+# the decode steps it measures hold 128-256 tokens), the TTFT server one step of --ttft-len. Everything goes to --out: commands.sh (every command, as run), each part's logs and JSON,
 # status.json (exit code and seconds per part), summary.md and summary.json (one table per part).
 #
 #   bench/deepseek_v3_multi_gpu.sh [--workers 4] [--device cuda|cpu] [--model bench/configs/deepseek-v3]
 #       [--fp8-layers auto|N] [--bf16-layers auto|N] [--gpu-mem-gib auto|G] [--gpu-memory-utilization 0.9]
-#       [--reserve-gib 10] [--seqs-per-gpu 128,256] [--input-len 128] [--output-len 128] [--exchange-tokens 128,256]
+#       [--served-batched-tokens 2048] [--seqs-per-gpu 128,256] [--input-len 128] [--output-len 128] [--exchange-tokens 128,256]
 #       [--ttft-len 8192] [--ttft-prompts 2] [--decode-batches 128,256] [--decode-fp8]
-#       [--served-transports nccl[,auto]] [--only exchange,served,ttft,decode] [--timeouts exchange=120,...]
-#       [--bin DIR] [--out DIR]
+#       [--served-transports nccl,auto] [--only exchange,served,ttft,decode] [--timeouts exchange=90,...]
+#       [--bin DIR] [--out DIR] [--plan]
+# --plan: only print the layer cuts (and write their configs), run nothing.
 #
 # A CPU dry run of the same code paths (tiny fixture, CPU workers):
 #   bench/deepseek_v3_multi_gpu.sh --device cpu --workers 2 --model tests/fixtures/models/deepseek_v3 \
@@ -27,12 +31,13 @@ set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 helper=$top/bench/deepseek_v3_multi_gpu.py
 workers=4 device=cuda model=$top/bench/configs/deepseek-v3
-fp8_layers=auto bf16_layers=auto gpu_mem_gib=auto util=0.9 reserve_gib=10
+fp8_layers=auto bf16_layers=auto gpu_mem_gib=auto util=0.9 served_batched_tokens=2048
 seqs_per_gpu=128,256 input_len=128 output_len=128 exchange_tokens=128,256
-ttft_len=8192 ttft_prompts=2 decode_batches=128,256 decode_fp8=0 served_transports=nccl
-only=exchange,served,ttft,decode
+ttft_len=8192 ttft_prompts=2 decode_batches=128,256 decode_fp8=0 served_transports=nccl,auto
+only=exchange,served,ttft,decode plan=0
 bin=$top/build-cuda/bin out=$top/build-cuda/deepseek_v3_multi_gpu
-declare -A timeout_s=([exchange]=120 [served]=300 [ttft]=180 [decode]=150)
+# Defaults sum to 540 s (one 4-GPU call of at most 600 s); on one H100 the parts took 11 / 3 / 3 s.
+declare -A timeout_s=([exchange]=90 [served]=210 [ttft]=120 [decode]=120)
 while (($#)); do
   case $1 in
     --workers) workers=$2; shift ;;
@@ -42,7 +47,7 @@ while (($#)); do
     --bf16-layers) bf16_layers=$2; shift ;;
     --gpu-mem-gib) gpu_mem_gib=$2; shift ;;
     --gpu-memory-utilization) util=$2; shift ;;
-    --reserve-gib) reserve_gib=$2; shift ;;
+    --served-batched-tokens) served_batched_tokens=$2; shift ;;
     --seqs-per-gpu) seqs_per_gpu=$2; shift ;;
     --input-len) input_len=$2; shift ;;
     --output-len) output_len=$2; shift ;;
@@ -63,6 +68,8 @@ while (($#)); do
       shift ;;
     --bin) bin=$2; shift ;;
     --out) out=$2; shift ;;
+    --plan) plan=1 ;;
+    -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "deepseek_v3_multi_gpu.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -78,6 +85,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 model=$(cd "$model" && pwd)
 : >"$out/commands.sh"
+: >"$out/layers.log"
 echo '{}' >"$out/status.json"
 export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off (the GPU hosts do not support it)
 echo "# $(date -u +%FT%TZ) $(cd "$top" && git rev-parse --short HEAD 2>/dev/null)" >>"$out/commands.sh"
@@ -107,6 +115,7 @@ json.dump(j, open(p, "w"), indent=1)
 PY
 }
 
+max_of() { tr , '\n' <<<"$1" | sort -n | tail -1; }
 if [[ $gpu_mem_gib == auto ]]; then
   if [[ $device == cuda ]] && command -v nvidia-smi >/dev/null; then
     mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 | head -1)
@@ -116,12 +125,25 @@ if [[ $gpu_mem_gib == auto ]]; then
     exit 2
   fi
 fi
-layers_for() {  # quantization
+served_max_seqs=$(max_of "$seqs_per_gpu")
+served_max_len=$((input_len + output_len + 64))
+decode_max_batch=$(max_of "$decode_batches")
+decode_tokens=$((decode_max_batch > 4096 ? decode_max_batch : 4096))  # bench ep's and bench step's step budget
+layers_for() {  # quantization max_num_batched_tokens max_num_seqs kv_tokens max_kv_len
   python3 "$helper" layers --config "$model/config.json" --workers "$workers" --quantization "$1" \
-    --gpu-mem-gib "$gpu_mem_gib" --utilization "$util" --reserve-gib "$reserve_gib" 2>>"$out/layers.log"
+    --gpu-mem-gib "$gpu_mem_gib" --utilization "$util" --max-num-batched-tokens "$2" --max-num-seqs "$3" \
+    --kv-tokens "$4" --max-kv-len "$5" 2>>"$out/layers.log"
 }
-[[ $fp8_layers == auto ]] && { fp8_layers=$(layers_for fp8) || exit 1; }
-[[ $bf16_layers == auto ]] && { bf16_layers=$(layers_for bf16) || exit 1; }
+if [[ $fp8_layers == auto ]]; then
+  fp8_layers=$(layers_for fp8 "$served_batched_tokens" "$served_max_seqs" $((served_max_seqs * served_max_len)) \
+    "$served_max_len") || exit 1
+fi
+if [[ $bf16_layers == auto ]]; then
+  # One cut for the TTFT server (one prompt of --ttft-len in one step) and the decode steps: the smaller fit.
+  a=$(layers_for bf16 "$ttft_len" 64 $((ttft_len + 64)) $((ttft_len + 64))) || exit 1
+  b=$(layers_for bf16 "$decode_tokens" "$decode_max_batch" $((decode_max_batch * 140)) 140) || exit 1
+  bf16_layers=$((a < b ? a : b))
+fi
 fp8_model=$out/configs/$(basename "$model")-${fp8_layers}l-fp8
 bf16_model=$out/configs/$(basename "$model")-${bf16_layers}l-bf16
 python3 "$helper" cut --config "$model/config.json" --layers "$fp8_layers" --out "$fp8_model" || exit 1
@@ -129,6 +151,7 @@ python3 "$helper" cut --config "$model/config.json" --layers "$bf16_layers" --ou
 echo "deepseek_v3_multi_gpu.sh: $workers $device worker(s); FP8 cut $fp8_layers layers, BF16 cut $bf16_layers layers;" \
   "out $out"
 [[ -s $out/layers.log ]] && sed 's/^/  /' "$out/layers.log"
+((plan)) && exit 0
 
 # A port below the kernel's ephemeral range (no outgoing connection is handed it meanwhile) that binds now.
 free_port() {
@@ -148,7 +171,6 @@ for _ in range(1000):
     break
 PY
 }
-max_of() { tr , '\n' <<<"$1" | sort -n | tail -1; }
 
 server_pid=
 stop_server() {
@@ -197,20 +219,20 @@ part_exchange() {
 
 part_served() {
   mkdir -p "$out/served"
-  local deadline=$((SECONDS + $1)) max_seqs rc=0 ex
-  max_seqs=$(max_of "$seqs_per_gpu")
-  local max_len=$((input_len + output_len + 64))
+  local deadline=$((SECONDS + $1)) max_seqs=$served_max_seqs max_len=$served_max_len rc=0 ex
   python3 - "$out/served/run.json" <<PY
 import json, sys
 json.dump({"model": "$fp8_model", "layers": $fp8_layers, "workers": $workers, "device": "$device",
            "quantization": "fp8", "input_len": $input_len, "output_len": $output_len,
+           "max_num_batched_tokens": $served_batched_tokens,
            "gpu_memory_utilization": $util}, open(sys.argv[1], "w"), indent=1)
 PY
   for ex in ${served_transports//,/ }; do
     local log=$out/served/serve_$ex.log
     start_server "$log" $((deadline - SECONDS)) --model "$fp8_model" --device "$device" --workers "$workers" \
       --load-format dummy --quantization fp8 --ep-transport "$ex" --skip-tokenizer-init --max-num-seqs "$max_seqs" \
-      --max-model-len "$max_len" --gpu-memory-utilization "$util" || { rc=1; continue; }
+      --max-model-len "$max_len" --max-num-batched-tokens "$served_batched_tokens" --gpu-memory-utilization "$util" ||
+      { rc=1; continue; }
     # What the workers say they loaded and how they exchange (FP8 dispatch or not).
     grep -h "cuda worker .* MiB weights" "$log" | sed 's/^/  /'
     local dispatch
@@ -246,12 +268,13 @@ part_ttft() {
   local q
   q=$(printf '%q ' env ZMOE="$zmoe" PEAK_BIN="$bin/prefill_attention_bench" "$top/bench/prefill_ttft.sh" \
     --device "$device" --model "$bf16_model" --lens "$ttft_len" --prompts "$ttft_prompts" --out "$out/ttft" -- \
-    --workers "$workers" --skip-tokenizer-init --max-model-len $((ttft_len + 64)) --gpu-memory-utilization "$util")
+    --workers "$workers" --skip-tokenizer-init --max-model-len $((ttft_len + 64)) --max-num-batched-tokens "$ttft_len" \
+    --gpu-memory-utilization "$util")
   echo "+ $q" | tee -a "$out/commands.sh"
   timeout --kill-after=20 "$1" env ZMOE="$zmoe" PEAK_BIN="$bin/prefill_attention_bench" "$top/bench/prefill_ttft.sh" \
     --device "$device" --model "$bf16_model" --lens "$ttft_len" --prompts "$ttft_prompts" --out "$out/ttft" -- \
-    --workers "$workers" --skip-tokenizer-init --max-model-len $((ttft_len + 64)) --gpu-memory-utilization "$util" \
-    >"$out/ttft/prefill_ttft.log" 2>&1
+    --workers "$workers" --skip-tokenizer-init --max-model-len $((ttft_len + 64)) --max-num-batched-tokens "$ttft_len" \
+    --gpu-memory-utilization "$util" >"$out/ttft/prefill_ttft.log" 2>&1
   local rc=$?
   ((rc == 0)) || { echo "  exit $rc (log: $out/ttft/prefill_ttft.log)"; tail -15 "$out/ttft/prefill_ttft.log" | sed 's/^/  | /'; }
   return $rc

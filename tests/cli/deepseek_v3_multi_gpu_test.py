@@ -40,6 +40,7 @@ def main():
             check(status.get(part, {}).get("rc") == 0, f"part {part}: {status.get(part)}")
         commands = open(os.path.join(out, "commands.sh")).read()
         for needle in ("bench ep", "--exchange-only", "serve --port", "--quantization fp8 --ep-transport nccl",
+                       "--quantization fp8 --ep-transport auto",
                        "bench serve", "prefill_ttft.sh", "--skip-exchange"):
             check(needle in commands, f"commands.sh lacks {needle!r}")
         # The cuts: the fixture's config with the layers asked for.
@@ -48,7 +49,9 @@ def main():
             check(c["num_hidden_layers"] == layers, f"cut {tag}: {c['num_hidden_layers']} layers")
         s = json.load(open(os.path.join(out, "summary.json")))
         runs = s["served"]["runs"]
-        check([r["seqs_per_gpu"] for r in runs] == seqs, f"served runs {runs}")
+        # Both transports (--ep-transport nccl: the FP8 dispatch on GPUs; auto), each at every sequence count.
+        check(sorted((r["run"], r["seqs_per_gpu"]) for r in runs) ==
+              sorted((f"fp8_{t}", n) for t in ("auto", "nccl") for n in seqs), f"served runs {runs}")
         for r in runs:
             n = r["seqs_per_gpu"] * 2
             check(r["completed"] == n and r["failed"] == 0 and r["num_prompts"] == n, f"served {r}")
