@@ -276,6 +276,7 @@ part_ttft() {
     --workers "$workers" --skip-tokenizer-init --max-model-len $((ttft_len + 64)) --max-num-batched-tokens "$ttft_len" \
     --gpu-memory-utilization "$util" >"$out/ttft/prefill_ttft.log" 2>&1
   local rc=$?
+  grep '^+ ' "$out/ttft/prefill_ttft.log" | sed 's/^/  /' | tee -a "$out/commands.sh"  # the commands it ran
   ((rc == 0)) || { echo "  exit $rc (log: $out/ttft/prefill_ttft.log)"; tail -15 "$out/ttft/prefill_ttft.log" | sed 's/^/  | /'; }
   return $rc
 }

@@ -40,6 +40,7 @@ done
 mkdir -p "$out"
 if [[ $device == cuda ]]; then
   [[ -x $peak_bin ]] || { echo "prefill_ttft.sh: no prefill_attention_bench at $peak_bin (PEAK_BIN=...)" >&2; exit 1; }
+  echo "+ $peak_bin --seqs 1024 --layouts contiguous --impls mma --iters 2 --json $out/peak.json"
   "$peak_bin" --seqs 1024 --layouts contiguous --impls mma --iters 2 --json "$out/peak.json" >"$out/peak.log" 2>&1 ||
     { echo "prefill_ttft.sh: the GEMM rate measurement failed:"; tail -5 "$out/peak.log"; exit 1; }
 else
@@ -65,11 +66,17 @@ for _ in $(seq 1 1800); do
 done
 ((ok)) || { echo "prefill_ttft.sh: the server did not come up (see $out/serve.log)" >&2; tail -20 "$out/serve.log" >&2; exit 1; }
 IFS=, read -ra len_list <<<"$lens"
-# One warm-up request (lazy module loads, cuBLASLt plans), then each length.
-"$zmoe" bench serve --endpoint "tcp://127.0.0.1:$port" --model "$model" --num-prompts 1 --random-input-len 1024 \
-  --random-output-len 1 --max-concurrency 1 >"$out/warmup.log" 2>&1
+# One warm-up request (lazy module loads, cuBLASLt plans) per worker, side by side so that each rank takes one, of the
+# shortest length asked (its shapes); then each length.
+warm_len=$(printf '%s\n' "${len_list[@]}" | sort -n | head -1)
+echo "+ $zmoe bench serve --endpoint tcp://127.0.0.1:$port --model $model --num-prompts $workers" \
+  "--random-input-len $warm_len --random-output-len 1 --max-concurrency $workers"
+"$zmoe" bench serve --endpoint "tcp://127.0.0.1:$port" --model "$model" --num-prompts "$workers" \
+  --random-input-len "$warm_len" --random-output-len 1 --max-concurrency "$workers" >"$out/warmup.log" 2>&1
 for l in "${len_list[@]}"; do
   echo "== $prompts prompts of $l tokens, one at a time"
+  echo "+ $zmoe bench serve --endpoint tcp://127.0.0.1:$port --model $model --num-prompts $prompts" \
+    "--random-input-len $l --random-output-len 1 --max-concurrency 1 --json $out/len_$l.json"
   "$zmoe" bench serve --endpoint "tcp://127.0.0.1:$port" --model "$model" --num-prompts "$prompts" \
     --random-input-len "$l" --random-output-len 1 --max-concurrency 1 --json "$out/len_$l.json" >"$out/len_$l.log" 2>&1 ||
     { echo "bench serve at $l tokens failed:"; tail -20 "$out/len_$l.log"; }
