@@ -257,7 +257,7 @@ PY
         --random-input-len "$input_len" --random-output-len "$output_len" --json "$out/served/fp8_${ex}_seqs$s.json" ||
         rc=1
     done
-    "$zmoe" ctl metrics --endpoint "tcp://127.0.0.1:$port" >"$out/served/metrics_$ex.json" 2>&1
+    "$zmoe" ctl metrics --json --endpoint "tcp://127.0.0.1:$port" >"$out/served/metrics_$ex.json" 2>&1
     stop_server
   done
   return $rc

@@ -67,12 +67,14 @@ done
 ((ok)) || { echo "prefill_ttft.sh: the server did not come up (see $out/serve.log)" >&2; tail -20 "$out/serve.log" >&2; exit 1; }
 IFS=, read -ra len_list <<<"$lens"
 # One warm-up request (lazy module loads, cuBLASLt plans) per worker, side by side so that each rank takes one, of the
-# shortest length asked (its shapes); then each length.
+# shortest length asked (its shapes); then each length. The warm-up draws its prompts from another seed: the same
+# seed would give the measured prompts themselves, which the prefix cache would then serve.
 warm_len=$(printf '%s\n' "${len_list[@]}" | sort -n | head -1)
 echo "+ $zmoe bench serve --endpoint tcp://127.0.0.1:$port --model $model --num-prompts $workers" \
-  "--random-input-len $warm_len --random-output-len 1 --max-concurrency $workers"
+  "--random-input-len $warm_len --random-output-len 1 --max-concurrency $workers --seed 987654"
 "$zmoe" bench serve --endpoint "tcp://127.0.0.1:$port" --model "$model" --num-prompts "$workers" \
-  --random-input-len "$warm_len" --random-output-len 1 --max-concurrency "$workers" >"$out/warmup.log" 2>&1
+  --random-input-len "$warm_len" --random-output-len 1 --max-concurrency "$workers" --seed 987654 \
+  >"$out/warmup.log" 2>&1
 for l in "${len_list[@]}"; do
   echo "== $prompts prompts of $l tokens, one at a time"
   echo "+ $zmoe bench serve --endpoint tcp://127.0.0.1:$port --model $model --num-prompts $prompts" \
@@ -81,9 +83,15 @@ for l in "${len_list[@]}"; do
     --random-input-len "$l" --random-output-len 1 --max-concurrency 1 --json "$out/len_$l.json" >"$out/len_$l.log" 2>&1 ||
     { echo "bench serve at $l tokens failed:"; tail -20 "$out/len_$l.log"; }
 done
+# The engine's counters after the run: its prefix-cache hits must be none (every prompt computed in full).
+"$zmoe" ctl metrics --json --endpoint "tcp://127.0.0.1:$port" >"$out/metrics.json" 2>/dev/null
 python3 - "$out" "$model/config.json" "$workers" "${len_list[@]}" <<'PY'
 import json, os, sys
 out, config_path, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+try:
+    hits = json.load(open(os.path.join(out, "metrics.json")))["engine_core"]["counters"].get("prefix_cache_hits", 0)
+except (OSError, ValueError, KeyError):
+    hits = None
 lens = [int(x) for x in sys.argv[4:]]
 c = json.load(open(config_path))
 peak_path = os.path.join(out, "peak.json")
@@ -150,6 +158,8 @@ for T in lens:
     rows.append({"prompt_tokens": T, "completed": j["completed"], "ttft_ms": ttft, "p99_ttft_ms": j.get("p99_ttft_ms"),
                  "floor_ms": floor_ms, "floor_flops": local + routed, "floor_flops_one_rank": local,
                  "floor_flops_routed_experts": routed})
-json.dump({"model": config_path, "workers": workers, "gemm_peak_flops": peak, "rows": rows},
+if hits:
+    print(f"WARNING: {hits:.0f} prefix-cache hits: some prompt was served from the cache, its TTFT is not a prefill's")
+json.dump({"model": config_path, "workers": workers, "gemm_peak_flops": peak, "prefix_cache_hits": hits, "rows": rows},
           open(os.path.join(out, "summary.json"), "w"), indent=1)
 PY

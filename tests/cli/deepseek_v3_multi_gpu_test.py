@@ -64,6 +64,8 @@ def main():
         check(s["served"]["quantization"] == "fp8" and s["served"]["workers"] == 2, f"served run {s['served']}")
         ttft = s["ttft"]
         check(ttft["workers"] == 2 and len(ttft["rows"]) == 1, f"ttft {ttft}")
+        # The warm-up's prompts are not the measured ones: nothing comes from the prefix cache.
+        check(ttft["prefix_cache_hits"] == 0, f"ttft prefix-cache hits {ttft['prefix_cache_hits']}")
         row = ttft["rows"][0]
         check(row["prompt_tokens"] == 64 and row["completed"] == 1 and row["ttft_ms"] > 0, f"ttft row {row}")
         check(row["floor_ms"] is None, "a CPU run has no GEMM rate, so no floor")
