@@ -246,18 +246,30 @@ if line:
     j["worker_0_memory"] = line[line.find("cuda worker"):]
 json.dump(j, open(p, "w"), indent=1)
 PY
-    # One untimed pass (lazy module loads, the first prefill shapes), then each load.
+    # One untimed pass (lazy module loads, the first prefill shapes), then each load. Every pass draws its prompts
+    # from its own seed: the prefix cache must not serve a prompt an earlier pass sent.
     run $((deadline - SECONDS)) "$out/served/warmup_$ex.log" "$zmoe" bench serve --endpoint "tcp://127.0.0.1:$port" \
       --model "$fp8_model" --num-prompts $((workers * 4)) --max-concurrency $((workers * 4)) \
-      --random-input-len "$input_len" --random-output-len 16 || rc=1
+      --random-input-len "$input_len" --random-output-len 16 --seed 987654 || rc=1
     for s in ${seqs_per_gpu//,/ }; do
       local n=$((s * workers))
       run $((deadline - SECONDS)) "$out/served/${ex}_seqs$s.log" "$zmoe" bench serve \
         --endpoint "tcp://127.0.0.1:$port" --model "$fp8_model" --num-prompts "$n" --max-concurrency "$n" \
-        --random-input-len "$input_len" --random-output-len "$output_len" --json "$out/served/fp8_${ex}_seqs$s.json" ||
+        --random-input-len "$input_len" --random-output-len "$output_len" --seed $((1000 + s)) \
+        --json "$out/served/fp8_${ex}_seqs$s.json" ||
         rc=1
     done
     "$zmoe" ctl metrics --json --endpoint "tcp://127.0.0.1:$port" >"$out/served/metrics_$ex.json" 2>&1
+    python3 - "$out/served/run.json" "$ex" "$out/served/metrics_$ex.json" <<'PY'
+import json, sys
+p, ex, m = sys.argv[1], sys.argv[2], sys.argv[3]
+j = json.load(open(p))
+try:
+    j[f"prefix_cache_hits[{ex}]"] = json.load(open(m))["engine_core"]["counters"].get("prefix_cache_hits", 0)
+except (OSError, ValueError, KeyError):
+    j[f"prefix_cache_hits[{ex}]"] = None
+json.dump(j, open(p, "w"), indent=1)
+PY
     stop_server
   done
   return $rc

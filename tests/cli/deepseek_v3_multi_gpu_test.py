@@ -62,6 +62,8 @@ def main():
                   f"output per GPU {r}")
             check(r["mean_floor_decode_step_ms"] > 0, f"served floor {r}")
         check(s["served"]["quantization"] == "fp8" and s["served"]["workers"] == 2, f"served run {s['served']}")
+        for t in ("auto", "nccl"):  # every pass its own prompts: none from the prefix cache
+            check(s["served"][f"prefix_cache_hits[{t}]"] == 0, f"served prefix-cache hits {s['served']}")
         ttft = s["ttft"]
         check(ttft["workers"] == 2 and len(ttft["rows"]) == 1, f"ttft {ttft}")
         # The warm-up's prompts are not the measured ones: nothing comes from the prefix cache.
