@@ -159,6 +159,21 @@ nlohmann::ordered_json served_steps_summary(const nlohmann::json& before, const 
     return out;
 }
 
+int32_t engine_num_ranks(const nlohmann::json& metrics) {
+    return static_cast<int32_t>(number(section(metrics, "engine_core", "gauges"), "workers"));
+}
+
+nlohmann::ordered_json per_gpu_throughputs(const nlohmann::ordered_json& result, int32_t num_ranks) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::object();
+    if (num_ranks < 1) return out;
+    out["num_gpus"] = num_ranks;
+    for (const char* key :
+         {"output_throughput", "total_token_throughput", "decode_output_throughput", "floor_decode_output_throughput"})
+        if (const auto it = result.find(key); it != result.end() && it->is_number())
+            out[std::string(key) + "_per_gpu"] = it->get<double>() / num_ranks;
+    return out;
+}
+
 nlohmann::ordered_json multi_turn_summary(const std::vector<bench_request_record>& records,
                                           const std::vector<double>& percentiles) {
     int32_t num_turns = 0;
@@ -473,6 +488,10 @@ std::string bench_summary_table(const nlohmann::ordered_json& s, const std::vect
     row("Request throughput (req/s):", s.value("request_throughput", 0.0), 2);
     row("Output token throughput (tok/s):", s.value("output_throughput", 0.0), 2);
     row("Total token throughput (tok/s):", s.value("total_token_throughput", 0.0), 2);
+    if (s.contains("num_gpus")) {
+        row("Workers (GPUs or CPU ranks):", s.value("num_gpus", 0.0), 0);
+        row("Output token throughput per GPU (tok/s):", s.value("output_throughput_per_gpu", 0.0), 2);
+    }
     const struct {
         const char* key;
         const char* name;
@@ -496,6 +515,8 @@ std::string bench_summary_table(const nlohmann::ordered_json& s, const std::vect
         row("Decode steps:", s.value("decode_steps", 0.0), 0);
         row("Mean decode step (ms):", s.value("mean_decode_step_ms", 0.0), 3);
         row("Decode output throughput (tok/s):", s.value("decode_output_throughput", 0.0), 1);
+        if (s.contains("decode_output_throughput_per_gpu"))
+            row("Decode throughput per GPU (tok/s):", s.value("decode_output_throughput_per_gpu", 0.0), 1);
         if (s.contains("floor_decode_output_throughput")) {
             row("Floor decode step (ms):", s.value("mean_floor_decode_step_ms", 0.0), 3);
             row("Floor decode throughput (tok/s):", s.value("floor_decode_output_throughput", 0.0), 1);

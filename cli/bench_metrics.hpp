@@ -55,6 +55,14 @@ nlohmann::ordered_json bench_summary(const std::vector<bench_request_record>& re
 /// the server reported no decode step (or no metrics); the floor keys are left out when no bandwidth was reported.
 nlohmann::ordered_json served_steps_summary(const nlohmann::json& before, const nlohmann::json& after);
 
+/// The engine core's ranks in a metrics snapshot (its "workers" gauge); 0 when the snapshot has none.
+int32_t engine_num_ranks(const nlohmann::json& metrics);
+
+/// Per GPU (rank): "num_gpus" = num_ranks, and each of "output_throughput", "total_token_throughput",
+/// "decode_output_throughput" and "floor_decode_output_throughput" that `result` holds, divided by num_ranks, as
+/// "<key>_per_gpu". Empty when num_ranks < 1.
+nlohmann::ordered_json per_gpu_throughputs(const nlohmann::ordered_json& result, int32_t num_ranks);
+
 /// The multi-turn view of a run's records (each with its turn): "ttft_by_turn", one object per turn (from 1) with
 /// "turn", "completed", "mean_ttft_ms", "median_ttft_ms" and "pP_ttft_ms" for each P of percentiles;
 /// "median_ttft_ms_later_turns" and "mean_ttft_ms_later_turns" (turns 2 and later together); and the per-request

@@ -435,6 +435,9 @@ nlohmann::ordered_json run_pass(const bench_options& o, bench_path path) {
     // Beside vLLM's keys: the engine core's served decode steps and their memory floor.
     const auto served = zmoe::cli::served_steps_summary(run.metrics_before, run.metrics_after);
     for (const auto& [k, v] : served.items()) result[k] = v;
+    // Expert-parallel runs: the same per GPU (the engine core's ranks).
+    const auto per_gpu = zmoe::cli::per_gpu_throughputs(result, zmoe::cli::engine_num_ranks(run.metrics_after));
+    for (const auto& [k, v] : per_gpu.items()) result[k] = v;
     // The dataset's own views of the run: TTFT per turn, the prefix cache, the ranks' load.
     nlohmann::ordered_json extra = nlohmann::ordered_json::object();
     if (o.params.dataset == zmoe::cli::bench_dataset::multi_turn)

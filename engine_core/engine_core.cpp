@@ -26,6 +26,7 @@ namespace {
 
 int32_t checked_workers(const engine_config& c) {
     if (c.workers < 1) throw error(errc::invalid_argument, "--workers must be >= 1");
+    ep_transport_mode_of(c.ep_transport);  // a bad value fails the start, on every device
     return c.workers;
 }
 

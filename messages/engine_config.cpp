@@ -5,6 +5,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "base/error.hpp"
 #include "messages/envelope.hpp"
 
 namespace zmoe {
@@ -87,6 +88,12 @@ engine_config read_engine_config(field_cursor& f, const char* field) {
         pair.finish();
     }
     return c;
+}
+
+ep_transport_mode ep_transport_mode_of(const std::string& name) {
+    if (name == "auto") return ep_transport_mode::automatic;
+    if (name == "nccl") return ep_transport_mode::nccl;
+    throw error(errc::invalid_argument, "--ep-transport must be auto or nccl, not '" + name + "'");
 }
 
 int engine_threads_per_worker(const engine_config& c, unsigned hardware_threads) {

@@ -24,6 +24,10 @@ struct engine_config {
     // Parallel layout.
     int32_t workers = 1;    ///< expert-parallel ranks (worker processes)
     int32_t num_nodes = 1;  ///< nodes the workers span (hierarchical EPLB packing, threads per worker)
+    /// CUDA: how the MoE exchange moves tokens between the GPUs (ep_transport_mode_of): "auto" writes peer to peer
+    /// within one node (an FP8 model then sends BF16 rows, the faster copy there today) and uses NCCL send/recv
+    /// across nodes; "nccl" takes NCCL send/recv on one node too, where an FP8 model dispatches FP8 records.
+    std::string ep_transport = "auto";
     // Scheduler.
     /// Tokens per rank per step. 8192: a long prompt's chunks keep the experts compute-bound (one 8 192-token step
     /// beat four of 2 048 by 9% of the TTFT on an H100); the price, the running decodes' latency during the prompt,
@@ -189,6 +193,12 @@ void for_each_engine_flag(Config& c, Visitor&& visit) {
                            "tokenizer.json (or its directory) the workers bind structured-output grammars to "
                            "(default: --tokenizer, else --model)"},
           c.grammar_tokenizer);
+    // Appended last: the welcome carries the flags as [name, value] pairs in this order.
+    visit(engine_flag_info{"ep-transport",
+                           "CUDA: the MoE exchange between GPUs: auto (peer to peer within one node, BF16 rows; NCCL "
+                           "send/recv across nodes) or nccl (NCCL send/recv everywhere; an FP8 model dispatches FP8 "
+                           "records, docs/fp8.md)"},
+          c.ep_transport);
 }
 
 /// The configuration as `--name value` arguments (switches only when set), parseable by the same flags.
@@ -199,6 +209,14 @@ void encode_engine_config(msgpack_writer& w, const engine_config& c);
 /// Reads what encode_engine_config wrote. Throws zmoe::error(protocol) on an unknown name, a value of the wrong
 /// type, or a malformed record.
 engine_config read_engine_config(field_cursor& f, const char* field);
+
+/// What --ep-transport selects.
+enum class ep_transport_mode {
+    automatic,  ///< peer to peer within one node (when every GPU maps every other's memory), else NCCL
+    nccl,       ///< NCCL send/recv, on one node too
+};
+/// --ep-transport's value ("auto" or "nccl"). Throws zmoe::error(invalid_argument) naming any other value.
+ep_transport_mode ep_transport_mode_of(const std::string& name);
 
 /// CPU kernel threads one worker uses: `threads` if set, else the node's cores divided among its workers.
 int engine_threads_per_worker(const engine_config& c, unsigned hardware_threads);

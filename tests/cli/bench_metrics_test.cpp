@@ -147,3 +147,29 @@ TEST(BenchMetrics, ServedStepsSummaryIsTheRunsDifference) {
     EXPECT_DOUBLE_EQ(t["decode_output_throughput"].get<double>(), 3200);
     EXPECT_FALSE(t.contains("floor_decode_output_throughput"));
 }
+
+// Expert-parallel runs report throughput per GPU: the engine core's ranks are its "workers" gauge.
+TEST(BenchMetrics, PerGpuThroughputsDivideByTheEngineRanks) {
+    nlohmann::json m;
+    m["engine_core"]["gauges"] = {{"workers", 4}, {"workers_alive", 3}, {"requests_running{rank=\"0\"}", 5}};
+    EXPECT_EQ(zmoe::cli::engine_num_ranks(m), 4);
+    EXPECT_EQ(zmoe::cli::engine_num_ranks(nlohmann::json::object()), 0);
+
+    nlohmann::ordered_json r;
+    r["output_throughput"] = 8000.0;
+    r["total_token_throughput"] = 16000.0;
+    r["decode_output_throughput"] = 10000.0;
+    const auto p = zmoe::cli::per_gpu_throughputs(r, 4);
+    EXPECT_EQ(p["num_gpus"].get<int32_t>(), 4);
+    EXPECT_DOUBLE_EQ(p["output_throughput_per_gpu"].get<double>(), 2000);
+    EXPECT_DOUBLE_EQ(p["total_token_throughput_per_gpu"].get<double>(), 4000);
+    EXPECT_DOUBLE_EQ(p["decode_output_throughput_per_gpu"].get<double>(), 2500);
+    EXPECT_FALSE(p.contains("floor_decode_output_throughput_per_gpu"));  // not in the result: not made up
+    EXPECT_TRUE(zmoe::cli::per_gpu_throughputs(r, 0).empty());
+
+    // The summary table shows them.
+    nlohmann::ordered_json summary = zmoe::cli::bench_summary({}, 1.0, {});
+    for (const auto& [k, v] : p.items()) summary[k] = v;
+    const std::string table = zmoe::cli::bench_summary_table(summary, {});
+    EXPECT_NE(table.find("Output token throughput per GPU (tok/s):"), std::string::npos) << table;
+}

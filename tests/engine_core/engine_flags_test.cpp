@@ -11,6 +11,7 @@
 #include <numeric>
 #include <thread>
 
+#include "engine_core/engine_core.hpp"
 #include "model/model_config.hpp"
 #include "tests/engine_core/inproc_engine.hpp"
 #include "workers/kv_cache.hpp"
@@ -531,6 +532,33 @@ TEST(EngineFlags, Quantization) {
     ASSERT_TRUE(e.wait_serving());
     EXPECT_EQ(welcome_of(e).config.quantization, "fp8");
     EXPECT_TRUE(e.run(1, prompt(4), 2).finished);
+}
+
+TEST(EngineFlags, EpTransport) {
+    // CUDA only (the MoE exchange between GPUs): the value reaches the worker's configuration, which the CUDA
+    // executor reads; a value other than auto or nccl is refused, naming it, before the engine serves.
+    EXPECT_EQ(parse({}).ep_transport, "auto");
+    EXPECT_EQ(ep_transport_mode_of("auto"), ep_transport_mode::automatic);
+    EXPECT_EQ(ep_transport_mode_of("nccl"), ep_transport_mode::nccl);
+    {
+        test::inproc_engine e(parse({"--workers", "2", "--ep-transport", "nccl"}));
+        ASSERT_TRUE(e.wait_serving());
+        EXPECT_EQ(welcome_of(e, 1).config.ep_transport, "nccl");
+        EXPECT_TRUE(e.run(1, prompt(4), 2).finished);
+    }
+    try {
+        ep_transport_mode_of("p2p");
+        ADD_FAILURE() << "--ep-transport p2p accepted";
+    } catch (const error& e) {
+        EXPECT_EQ(e.code(), errc::invalid_argument);
+        EXPECT_NE(std::string(e.what()).find("'p2p'"), std::string::npos) << e.what();
+    }
+    struct no_sink final : engine_core_sink {
+        size_t send_step(int32_t, const step_request&) override { return 0; }
+        void send_expert_move(const worker_expert_move&) override {}
+        void send_outputs(const engine_outputs&) override {}
+    } sink;
+    EXPECT_THROW(engine_core(parse({"--ep-transport", "p2p"}), model_config::load(kModel), sink), error);
 }
 
 TEST(EngineFlags, EnforceEager) {

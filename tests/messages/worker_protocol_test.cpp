@@ -74,6 +74,7 @@ engine_config non_default_config() {
     c.device = "cuda";
     c.workers = 2;
     c.num_nodes = 2;
+    c.ep_transport = "nccl";
     c.max_num_batched_tokens = 4096;
     c.max_num_seqs = 256;
     c.block_size = 32;

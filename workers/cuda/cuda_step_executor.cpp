@@ -165,7 +165,8 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
         // whole prefill step too, so that its micro-batches can overlap (the exact path runs them one by one).
         // An FP8 model whose MoE layers all run FP8 experts dispatches FP8 records (docs/fp8.md) on the NCCL paths;
         // peer to peer it sends BF16 rows, the FP8 copy kernel being the slower one there today.
-        const bool p2p = options.ep_peer_to_peer && run.num_nodes <= 1;
+        const bool p2p = options.ep_peer_to_peer && run.num_nodes <= 1 &&
+                         ep_transport_mode_of(run.ep_transport) == ep_transport_mode::automatic;
         const bool fp8_moe = !fp8_moe_.empty() && std::all_of(fp8_moe_.begin(), fp8_moe_.end(),
                                                               [](const auto& f) { return f.w_gate_up != nullptr; });
         ep_ = std::make_unique<cuda_ep_exchange>(ep_exchange_params{
@@ -222,6 +223,7 @@ cuda_step_executor::cuda_step_executor(const executor_options& options, const ex
                                   << static_cast<int64_t>(graph_capture_ms_) << " ms"
                                   << (!ep_                  ? ""
                                       : ep_->peer_to_peer() ? ", MoE exchange peer to peer"
+                                      : ep_->fp8_dispatch() ? ", MoE exchange over NCCL, FP8 dispatch"
                                                             : ", MoE exchange over NCCL"));
 }
 
