@@ -380,17 +380,22 @@ constexpr int kWsWgBarrier = 3;     // + consumer warpgroup (3, 4): the warpgrou
 /// leading byte offset and the 8-key stride its stride byte offset (with the two swapped it gave wrong results).
 enum ws_pv : int { kPvPanels = 0, kPvWide = 1 };
 
+/// kHeadDim: of Q and K (the Q K^T reduction); kVDim: of V and the output (MLA's expanded form: 192 and 128).
 /// kQBuffers query tiles: 2 when the producer loads the next item's query rows while this one's are in use.
-template <int kHeadDim, int kKStages, int kVStages, int kQBuffers>
+template <int kHeadDim, int kVDim, int kKStages, int kVStages, int kQBuffers>
 struct ws_layout {
-    static constexpr int kRows = 128, kKeys = kWsKeys, kPanels = kHeadDim / 64, kChunks = kHeadDim / 8;
+    static_assert(kHeadDim % 64 == 0 && kVDim % 64 == 0 && kVDim <= kHeadDim,
+                  "64-column panels; the output rows are staged in the query's rows");
+    static constexpr int kRows = 128, kKeys = kWsKeys, kChunks = kHeadDim / 8;
+    static constexpr int kVPanels = kVDim / 64, kVChunks = kVDim / 8;
     static constexpr uint32_t kQBytes = uint32_t(kRows) * kHeadDim * 2;
-    static constexpr uint32_t kTileBytes = uint32_t(kKeys) * kHeadDim * 2;
+    static constexpr uint32_t kKTileBytes = uint32_t(kKeys) * kHeadDim * 2;
+    static constexpr uint32_t kVTileBytes = uint32_t(kKeys) * kVDim * 2;
     static constexpr uint32_t kPanelBytes = uint32_t(kKeys) * 128;  // one 64-column panel of a K or V tile
     // From a 1024-byte aligned base: q [kQBuffers] | k [kKStages] | v [kVStages] | k_full, k_empty [kKStages] |
     // v_full, v_empty [kVStages] | q_full [2] | q_empty [2].
-    static constexpr uint32_t kQ = 0, kK = kQBuffers * kQBytes, kV = kK + kKStages * kTileBytes;
-    static constexpr uint32_t kBar = kV + kVStages * kTileBytes;
+    static constexpr uint32_t kQ = 0, kK = kQBuffers * kQBytes, kV = kK + kKStages * kKTileBytes;
+    static constexpr uint32_t kBar = kV + kVStages * kVTileBytes;
     static constexpr uint32_t kTotal = kBar + (2 * kKStages + 2 * kVStages + 4) * 8;
     static constexpr uint32_t kSmem = kTotal + 1024;
 };
@@ -522,15 +527,16 @@ __device__ __forceinline__ void keep_fragments(uint32_t (&a)[8][4]) {
         for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[kk][e])::"memory");
 }
 
-template <int kHeadDim, int kKStages, int kVStages, int kPv, bool kPingPong, bool kQByProducer>
+template <int kHeadDim, int kVDim, int kKStages, int kVStages, int kPv, bool kPingPong, bool kQByProducer>
 __global__ void __launch_bounds__(kWsThreads, 1)
     prefill_attention_ws_kernel(const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
                                 const paged_attention_params p, int32_t box_rows, bool alternate) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    using L = ws_layout<kHeadDim, kKStages, kVStages, kQByProducer ? 2 : 1>;
-    constexpr int kRows = L::kRows, kKeys = L::kKeys, kPanels = L::kPanels, kChunks = L::kChunks;
+    using L = ws_layout<kHeadDim, kVDim, kKStages, kVStages, kQByProducer ? 2 : 1>;
+    constexpr int kRows = L::kRows, kKeys = L::kKeys, kChunks = L::kChunks;
+    constexpr int kVPanels = L::kVPanels, kVChunks = L::kVChunks;
     constexpr int kDSteps = kHeadDim / 16;
-    static_assert(kPv == kPvPanels || kHeadDim == 128, "the wide P V spans two panels");
+    static_assert(kPv == kPvPanels || kVDim == 128, "the wide P V spans two panels");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t raw = sm90::smem_addr(smem_raw);
     const uint32_t base = (raw + 1023) & ~1023u;
@@ -601,13 +607,16 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             }
             // Tile t of this item is tile it + t of the CTA in both rings. Order: K 0, then (K t + 1, V t): the
             // order the consumers use them in.
+            // A ring's tiles have `dim` columns (head_dim for K, v_head_dim for V): dim / 64 panels of boxes.
             const auto load = [&](int32_t t, const CUtensorMap* map, const bf16* cache, uint32_t ring_base,
-                                  uint64_t* ring_full, uint64_t* ring_empty, uint32_t stages) {
+                                  uint64_t* ring_full, uint64_t* ring_empty, uint32_t stages, int32_t dim) {
+                const int panels = dim / 64, chunks = dim / 8;
+                const uint32_t tile_bytes = uint32_t(kKeys) * uint32_t(dim) * 2;
                 const uint32_t i = it + uint32_t(t);
                 const int s = i % stages;
                 const int32_t kv0 = t * kKeys;
                 const int32_t whole = min(kKeys / box_rows, (item.kv_end - kv0) / box_rows);  // boxes by TMA
-                const uint32_t dst = ring_base + s * L::kTileBytes;
+                const uint32_t dst = ring_base + s * tile_bytes;
                 // Lane b's block-table entry is read before the wait for the stage, so that its latency overlaps it.
                 int32_t slot = 0;
                 if (lane < whole) {
@@ -617,32 +626,31 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 sm90::mbar_wait(&ring_empty[s], ((i / stages) & 1) ^ 1);
                 // Lane b issues box b (at most 16 boxes a tile: box_rows >= 8), so that the block-table reads
                 // overlap; the expected bytes are set before any box is issued.
-                if (lane == 0) sm90::mbar_arrive_expect_tx(&ring_full[s], uint32_t(whole) * box_bytes * kPanels);
+                if (lane == 0) sm90::mbar_arrive_expect_tx(&ring_full[s], uint32_t(whole) * box_bytes * panels);
                 __syncwarp();
                 if (lane < whole) {
-#pragma unroll
-                    for (int pn = 0; pn < kPanels; ++pn)
+                    for (int pn = 0; pn < panels; ++pn)
                         sm90::tma_load_3d(dst + pn * L::kPanelBytes + uint32_t(lane) * box_bytes, map, pn * 64, kvh,
                                           slot, &ring_full[s]);
                 }
                 // The rest of the tile (the last tile only): keys below kv_end copied, the others zeros.
-                for (int32_t v = whole * box_rows * kChunks + lane; v < kKeys * kChunks; v += 32) {
-                    const int j = v / kChunks, chunk = v % kChunks;
+                for (int32_t v = whole * box_rows * chunks + lane; v < kKeys * chunks; v += 32) {
+                    const int j = v / chunks, chunk = v % chunks;
                     const int32_t pos = kv0 + j;
                     const bool valid = pos < item.kv_end;
                     size_t off = 0;
                     if (valid) {
                         const size_t slot = size_t(item.table[pos / p.block_size]) * p.block_size + pos % p.block_size;
-                        off = (slot * p.num_kv_heads + kvh) * kHeadDim + chunk * 8;
+                        off = (slot * p.num_kv_heads + kvh) * size_t(dim) + chunk * 8;
                     }
                     cp_async_16(dst + panel_offset<kKeys>(j, chunk), cache + off, valid);
                 }
                 sm90::cp_async_arrive_on(&ring_full[s]);
             };
-            load(0, &map_k, p.k_cache, k_s, k_full, k_empty, kKStages);
+            load(0, &map_k, p.k_cache, k_s, k_full, k_empty, kKStages, kHeadDim);
             for (int32_t t = 0; t < item.num_tiles; ++t) {
-                if (t + 1 < item.num_tiles) load(t + 1, &map_k, p.k_cache, k_s, k_full, k_empty, kKStages);
-                load(t, &map_v, p.v_cache, v_s, v_full, v_empty, kVStages);
+                if (t + 1 < item.num_tiles) load(t + 1, &map_k, p.k_cache, k_s, k_full, k_empty, kKStages, kHeadDim);
+                load(t, &map_v, p.v_cache, v_s, v_full, v_empty, kVStages, kVDim);
             }
             it += uint32_t(item.num_tiles);
         }
@@ -669,7 +677,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     // S = Q K^T of the tile in stage `stage`, issued (committed, not waited for).
     uint32_t q_rows = q_s + uint32_t(c) * 64 * 128;  // this warpgroup's rows of the current query buffer
     const auto issue_scores = [&](float(&s)[64], int stage) {
-        const uint32_t k_tile = k_s + stage * L::kTileBytes;
+        const uint32_t k_tile = k_s + stage * L::kKTileBytes;
 #pragma unroll
         for (int ks = 0; ks < kDSteps; ++ks) {
             const uint32_t col = uint32_t(ks % 4) * 32;
@@ -677,17 +685,17 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                                 smem_desc(k_tile + (ks / 4) * L::kPanelBytes + col, 16), ks > 0);
         }
     };
-    float o[kPanels][32];
+    float o[kVPanels][32];
     const auto issue_values = [&](const uint32_t(&a)[8][4], int stage) {
-        const uint32_t v_tile = v_s + stage * L::kTileBytes;
+        const uint32_t v_tile = v_s + stage * L::kVTileBytes;
 #pragma unroll
         for (int kk = 0; kk < kKeys / 16; ++kk) {
             if constexpr (kPv == kPvPanels) {
 #pragma unroll
-                for (int pn = 0; pn < kPanels; ++pn)
+                for (int pn = 0; pn < kVPanels; ++pn)
                     wgmma_m64n64k16_rs<1>(o[pn], a[kk], smem_desc(v_tile + pn * L::kPanelBytes + kk * 16 * 128, 1024));
             } else {
-                wgmma_m64n128k16_rs_t(o[0], o[kPanels - 1], a[kk],
+                wgmma_m64n128k16_rs_t(o[0], o[kVPanels - 1], a[kk],
                                       smem_desc2(v_tile + kk * 16 * 128, L::kPanelBytes, 1024));
             }
         }
@@ -738,7 +746,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         // Register definitions stay where they are written (fence_accumulators, keep_fragments), never sunk past
         // the issue of a later wgmma that reads them: ptxas would serialise every wgmma.
 #pragma unroll
-        for (int pn = 0; pn < kPanels; ++pn) {
+        for (int pn = 0; pn < kVPanels; ++pn) {
 #pragma unroll
             for (int i = 0; i < 32; ++i) o[pn][i] = 0.f;
             fence_accumulators(o[pn]);
@@ -787,10 +795,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             wgmma_wait<0>();  // P V of the previous tile
             keep_fragments(a);
 #pragma unroll
-            for (int pn = 0; pn < kPanels; ++pn) fence_accumulators(o[pn]);
+            for (int pn = 0; pn < kVPanels; ++pn) fence_accumulators(o[pn]);
             release(v_empty, prev);
 #pragma unroll
-            for (int pn = 0; pn < kPanels; ++pn)
+            for (int pn = 0; pn < kVPanels; ++pn)
 #pragma unroll
                 for (int j = 0; j < 8; ++j) {
                     o[pn][4 * j + 0] *= alpha[0];
@@ -799,7 +807,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                     o[pn][4 * j + 3] *= alpha[1];
                 }
 #pragma unroll
-            for (int pn = 0; pn < kPanels; ++pn) fence_accumulators(o[pn]);
+            for (int pn = 0; pn < kVPanels; ++pn) fence_accumulators(o[pn]);
             ws_pack(s, a);  // after the wait: P's registers are not redefined while a P V reads them
             keep_fragments(a);
             prev = it % kVStages;
@@ -814,7 +822,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         wgmma_wait<0>();
         keep_fragments(a);
 #pragma unroll
-        for (int pn = 0; pn < kPanels; ++pn) fence_accumulators(o[pn]);
+        for (int pn = 0; pn < kVPanels; ++pn) fence_accumulators(o[pn]);
         release(v_empty, prev);
 
         // Normalise, stage the warp's 16 rows in its own rows of the query tile, write whole rows.
@@ -825,7 +833,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
             const int row = c * 64 + warp * 16 + g + 8 * h;
 #pragma unroll
-            for (int pn = 0; pn < kPanels; ++pn)
+            for (int pn = 0; pn < kVPanels; ++pn)
 #pragma unroll
                 for (int j = 0; j < 8; ++j) {
                     const uint32_t packed = pack_bf16(o[pn][4 * j + 2 * h] * inv, o[pn][4 * j + 2 * h + 1] * inv);
@@ -833,8 +841,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 }
         }
         __syncwarp();
-        for (int v = lane; v < 16 * kChunks; v += 32) {
-            const int rr = v / kChunks, chunk = v % kChunks;
+        for (int v = lane; v < 16 * kVChunks; v += 32) {
+            const int rr = v / kVChunks, chunk = v % kVChunks;
             const int32_t r = warp_row0 + rr;
             if (r >= item.total_rows) continue;
             detail::bf16x8 x;
@@ -844,8 +852,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                          : "r"(q_buf + panel_offset<kRows>(c * 64 + warp * 16 + rr, chunk))
                          : "memory");
             const int32_t token = item.q_begin + r / group, head = kvh * group + r % group;
-            *reinterpret_cast<detail::bf16x8*>(p.out + (size_t(token) * p.num_q_heads + head) * kHeadDim + chunk * 8) =
-                x;
+            *reinterpret_cast<detail::bf16x8*>(p.out + (size_t(token) * p.num_q_heads + head) * kVDim + chunk * 8) = x;
         }
         if constexpr (kQByProducer) {
             __syncwarp();  // the warp's staged rows are read
@@ -947,16 +954,22 @@ const std::vector<std::string>& paged_attention_ws_variants() {
     return names;
 }
 
+bool paged_attention_ws_dims_supported(int32_t head_dim, int32_t v_head_dim) {
+    const bool same_v = v_head_dim == 0 || v_head_dim == head_dim;
+    return device_has_wgmma() && (same_v ? head_dim == 64 || head_dim == 128 : head_dim == 192 && v_head_dim == 128);
+}
+
 bool paged_attention_ws_supported(const paged_attention_params& p) {
-    return paged_attention_wgmma_supported(p.head_dim) && (p.v_head_dim == 0 || p.v_head_dim == p.head_dim) &&
-           p.rows_per_item == 128 && ws_box_rows(p.block_size, 8) > 0;
+    return paged_attention_ws_dims_supported(p.head_dim, p.v_head_dim) && p.rows_per_item == 128 &&
+           ws_box_rows(p.block_size, 8) > 0;
 }
 
 void launch_paged_attention_ws(const paged_attention_params& p, const std::string& variant, cudaStream_t stream) {
     require_paged_attention_params(p);
-    ZMOE_KERNEL_REQUIRE(paged_attention_ws_supported(p),
-                        "paged_attention: the warp-specialised kernel needs compute capability 9.x, head_dim 64 or "
-                        "128, no separate v_head_dim, items of 128 rows and a block size that is a multiple of 8");
+    ZMOE_KERNEL_REQUIRE(
+        paged_attention_ws_supported(p),
+        "paged_attention: the warp-specialised kernel needs compute capability 9.x, head dims (64, 64), "
+        "(128, 128) or (192, 128), items of 128 rows and a block size that is a multiple of 8");
     const ws_variant* w = nullptr;
     for (const ws_variant& v : kWsVariants)
         if (variant == v.name) w = &v;
@@ -964,16 +977,23 @@ void launch_paged_attention_ws(const paged_attention_params& p, const std::strin
     if (p.num_work_items == 0) return;
     const int32_t box_rows = ws_box_rows(p.block_size, w->max_box_rows);
     const CUtensorMap map_k = make_cache_map(p.k_cache, p.num_kv_heads, p.head_dim, box_rows);
-    const CUtensorMap map_v = make_cache_map(p.v_cache, p.num_kv_heads, p.head_dim, box_rows);
+    const int32_t v_dim = p.v_head_dim == 0 ? p.head_dim : p.v_head_dim;
+    const CUtensorMap map_v = make_cache_map(p.v_cache, p.num_kv_heads, v_dim, box_rows);
     const int32_t units = p.num_work_items * p.num_kv_heads;
     const int grid = std::min(units, sm90::current_device().sms);
-    const auto launch = [&]<int kHeadDim, int kKStages, int kVStages, int kPv, bool kQByProducer>() {
-        const auto kernel = prefill_attention_ws_kernel<kHeadDim, kKStages, kVStages, kPv, true, kQByProducer>;
-        constexpr uint32_t smem = ws_layout < kHeadDim, kKStages, kVStages, kQByProducer ? 2 : 1 > ::kSmem;
+    const auto
+        launch = [&]<int kHeadDim, int kKStages, int kVStages, int kPv, bool kQByProducer, int kVDim = kHeadDim>() {
+        const auto kernel = prefill_attention_ws_kernel<kHeadDim, kVDim, kKStages, kVStages, kPv, true, kQByProducer>;
+        constexpr uint32_t smem = ws_layout < kHeadDim, kVDim, kKStages, kVStages, kQByProducer ? 2 : 1 > ::kSmem;
+        static_assert(smem <= 227 * 1024, "shared memory of one CTA");
         ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
         kernel<<<grid, kWsThreads, smem, stream>>>(map_k, map_v, p, box_rows, w->alternate);
     };
-    if (p.head_dim == 64) {
+    if (p.head_dim == 192) {
+        // MLA's expanded form: 2 K and 2 V stages (three of 48 + 32 KiB do not fit beside the 48 KiB query tile),
+        // one query buffer, the wide P V; the variant's box size and walk.
+        launch.template operator()<192, 2, 2, kPvWide, false, 128>();
+    } else if (p.head_dim == 64) {
         if (w->k_stages == 3 && w->v_stages == 3)
             launch.template operator()<64, 3, 3, kPvPanels, false>();
         else if (w->k_stages == 3)
