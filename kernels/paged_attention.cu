@@ -330,11 +330,12 @@ void launch_paged_attention(const paged_attention_params& p, cudaStream_t stream
     const bool same_v = p.v_head_dim == 0 || p.v_head_dim == p.head_dim;
     if (!same_v && p.impl == paged_attention_impl::automatic && p.rows_per_item == 128) {
         // MLA's expanded form over 128-row items: the warp-specialised kernel is the one built for those dims, with
-        // TMA boxes of up to 128 keys (DeepSeek's expanded rows come in blocks of 64 consecutive slots).
+        // TMA boxes of up to 128 keys (DeepSeek's expanded rows come in blocks of 64 consecutive slots) and 8-key
+        // boxes for the rest of each item's last tile.
         ZMOE_KERNEL_REQUIRE(detail::paged_attention_ws_supported(p),
                             "paged_attention: head dims (192, 128) over 128-row items need the warp-specialised "
                             "kernel: compute capability 9.x and a block size that is a multiple of 8");
-        if (p.num_work_items > 0) detail::launch_paged_attention_ws(p, "ws_box128", stream);
+        if (p.num_work_items > 0) detail::launch_paged_attention_ws(p, "ws_tail8", stream);
         return;
     }
     const bool wgmma = p.impl == paged_attention_impl::wgmma ||

@@ -369,6 +369,10 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
 // O += P V with P from registers; the next tile's Q K^T and this tile's P V are issued together and the softmax of
 // the next tile runs while P V is in flight (intra-warpgroup overlap), and the two warpgroups take turns issuing
 // their wgmmas (two named barriers passed back and forth), so that one's softmax runs under the other's products.
+// Q/K and V head dims are template parameters of their own: MLA's expanded form runs Q K^T over 192 (three panels)
+// and P V over 128, with 2 K and 2 V stages (48 + 32 KiB a stage beside the 48 KiB query tile). With tail_boxes the
+// keys of an item's last tile past its whole boxes go in 8-key boxes (a second tensor map each), only the last
+// fewer than 8 by cp.async.
 
 constexpr int kWsKeys = 128;
 constexpr int kWsThreads = 384;
@@ -530,7 +534,8 @@ __device__ __forceinline__ void keep_fragments(uint32_t (&a)[8][4]) {
 template <int kHeadDim, int kVDim, int kKStages, int kVStages, int kPv, bool kPingPong, bool kQByProducer>
 __global__ void __launch_bounds__(kWsThreads, 1)
     prefill_attention_ws_kernel(const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
-                                const paged_attention_params p, int32_t box_rows, bool alternate) {
+                                const __grid_constant__ CUtensorMap map_k8, const __grid_constant__ CUtensorMap map_v8,
+                                const paged_attention_params p, int32_t box_rows, bool tail_boxes, bool alternate) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     using L = ws_layout<kHeadDim, kVDim, kKStages, kVStages, kQByProducer ? 2 : 1>;
     constexpr int kRows = L::kRows, kKeys = L::kKeys, kChunks = L::kChunks;
@@ -579,8 +584,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         if (lane == 0) {
             sm90::tma_prefetch_map(&map_k);
             sm90::tma_prefetch_map(&map_v);
+            if (tail_boxes) {
+                sm90::tma_prefetch_map(&map_k8);
+                sm90::tma_prefetch_map(&map_v8);
+            }
         }
-        const uint32_t box_bytes = uint32_t(box_rows) * 128;
         uint32_t it = 0, uc = 0;
         for (int32_t u = ws_unit(0, alternate); u < num_units; u = ws_unit(int32_t(++uc), alternate)) {
             const int32_t kvh = u % p.num_kv_heads;
@@ -608,33 +616,44 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             // Tile t of this item is tile it + t of the CTA in both rings. Order: K 0, then (K t + 1, V t): the
             // order the consumers use them in.
             // A ring's tiles have `dim` columns (head_dim for K, v_head_dim for V): dim / 64 panels of boxes.
-            const auto load = [&](int32_t t, const CUtensorMap* map, const bf16* cache, uint32_t ring_base,
-                                  uint64_t* ring_full, uint64_t* ring_empty, uint32_t stages, int32_t dim) {
+            // map: boxes of box_rows keys; map8: of 8 keys (tail_boxes).
+            const auto load = [&](int32_t t, const CUtensorMap* map, const CUtensorMap* map8, const bf16* cache,
+                                  uint32_t ring_base, uint64_t* ring_full, uint64_t* ring_empty, uint32_t stages,
+                                  int32_t dim) {
                 const int panels = dim / 64, chunks = dim / 8;
                 const uint32_t tile_bytes = uint32_t(kKeys) * uint32_t(dim) * 2;
                 const uint32_t i = it + uint32_t(t);
                 const int s = i % stages;
                 const int32_t kv0 = t * kKeys;
-                const int32_t whole = min(kKeys / box_rows, (item.kv_end - kv0) / box_rows);  // boxes by TMA
+                const int32_t keys = min(kKeys, item.kv_end - kv0);
+                const int32_t whole = keys / box_rows;  // boxes of box_rows keys by TMA
+                // With tail_boxes, the keys after them in boxes of 8 (box_rows / 8 - 1 at most: boxes start on a
+                // multiple of 8 within a block whose size box_rows divides, so none crosses a block).
+                const int32_t small = tail_boxes ? (keys - whole * box_rows) / 8 : 0;
+                const int32_t boxed = whole * box_rows + small * 8;
                 const uint32_t dst = ring_base + s * tile_bytes;
                 // Lane b's block-table entry is read before the wait for the stage, so that its latency overlaps it.
+                // Lanes below whole: box_rows keys from kv0 + lane * box_rows; the next `small` lanes: 8 keys each.
+                const bool big = lane < whole, has_box = lane < whole + small;
+                const int32_t key0 = big ? lane * box_rows : whole * box_rows + (lane - whole) * 8;
                 int32_t slot = 0;
-                if (lane < whole) {
-                    const int32_t pos = kv0 + lane * box_rows;
+                if (has_box) {
+                    const int32_t pos = kv0 + key0;
                     slot = item.table[pos / p.block_size] * p.block_size + pos % p.block_size;
                 }
                 sm90::mbar_wait(&ring_empty[s], ((i / stages) & 1) ^ 1);
-                // Lane b issues box b (at most 16 boxes a tile: box_rows >= 8), so that the block-table reads
-                // overlap; the expected bytes are set before any box is issued.
-                if (lane == 0) sm90::mbar_arrive_expect_tx(&ring_full[s], uint32_t(whole) * box_bytes * panels);
+                // Lane b issues box b (at most 16 big boxes a tile: box_rows >= 8; whole + small <= 31), so that the
+                // block-table reads overlap; the expected bytes are set before any box is issued.
+                if (lane == 0) sm90::mbar_arrive_expect_tx(&ring_full[s], uint32_t(boxed) * 128 * panels);
                 __syncwarp();
-                if (lane < whole) {
+                if (has_box) {
+                    const CUtensorMap* m = big ? map : map8;
                     for (int pn = 0; pn < panels; ++pn)
-                        sm90::tma_load_3d(dst + pn * L::kPanelBytes + uint32_t(lane) * box_bytes, map, pn * 64, kvh,
-                                          slot, &ring_full[s]);
+                        sm90::tma_load_3d(dst + pn * L::kPanelBytes + uint32_t(key0) * 128, m, pn * 64, kvh, slot,
+                                          &ring_full[s]);
                 }
                 // The rest of the tile (the last tile only): keys below kv_end copied, the others zeros.
-                for (int32_t v = whole * box_rows * chunks + lane; v < kKeys * chunks; v += 32) {
+                for (int32_t v = boxed * chunks + lane; v < kKeys * chunks; v += 32) {
                     const int j = v / chunks, chunk = v % chunks;
                     const int32_t pos = kv0 + j;
                     const bool valid = pos < item.kv_end;
@@ -647,10 +666,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 }
                 sm90::cp_async_arrive_on(&ring_full[s]);
             };
-            load(0, &map_k, p.k_cache, k_s, k_full, k_empty, kKStages, kHeadDim);
+            load(0, &map_k, &map_k8, p.k_cache, k_s, k_full, k_empty, kKStages, kHeadDim);
             for (int32_t t = 0; t < item.num_tiles; ++t) {
-                if (t + 1 < item.num_tiles) load(t + 1, &map_k, p.k_cache, k_s, k_full, k_empty, kKStages, kHeadDim);
-                load(t, &map_v, p.v_cache, v_s, v_full, v_empty, kVStages, kVDim);
+                if (t + 1 < item.num_tiles)
+                    load(t + 1, &map_k, &map_k8, p.k_cache, k_s, k_full, k_empty, kKStages, kHeadDim);
+                load(t, &map_v, &map_v8, p.v_cache, v_s, v_full, v_empty, kVStages, kVDim);
             }
             it += uint32_t(item.num_tiles);
         }
@@ -900,12 +920,17 @@ struct ws_variant {
     int k_stages, v_stages;  // the K and V rings
     bool q_by_producer;      // two query buffers the producer fills, else one the consumers fill
     int32_t max_box_rows;
-    bool alternate = true;  // ws_unit's walk (false: a plain stride)
+    bool alternate = true;    // ws_unit's walk (false: a plain stride)
+    bool tail_boxes = false;  // the keys of an item's last tile past its whole boxes in boxes of 8, then cp.async
 };
 constexpr ws_variant kWsVariants[] = {
-    {"ws", kPvWide, 3, 3, false, 16},         {"ws_panels", kPvPanels, 3, 3, false, 16},
-    {"ws_k3", kPvWide, 3, 2, true, 16},       {"ws_2", kPvWide, 2, 2, true, 16},
-    {"ws_box128", kPvWide, 3, 3, false, 128}, {"ws_stride", kPvWide, 3, 3, false, 16, false},
+    {"ws", kPvWide, 3, 3, false, 16},
+    {"ws_panels", kPvPanels, 3, 3, false, 16},
+    {"ws_k3", kPvWide, 3, 2, true, 16},
+    {"ws_2", kPvWide, 2, 2, true, 16},
+    {"ws_box128", kPvWide, 3, 3, false, 128},
+    {"ws_stride", kPvWide, 3, 3, false, 16, false},
+    {"ws_tail8", kPvWide, 3, 3, false, 128, true, true},
 };
 
 }  // namespace
@@ -979,6 +1004,8 @@ void launch_paged_attention_ws(const paged_attention_params& p, const std::strin
     const CUtensorMap map_k = make_cache_map(p.k_cache, p.num_kv_heads, p.head_dim, box_rows);
     const int32_t v_dim = p.v_head_dim == 0 ? p.head_dim : p.v_head_dim;
     const CUtensorMap map_v = make_cache_map(p.v_cache, p.num_kv_heads, v_dim, box_rows);
+    const CUtensorMap map_k8 = w->tail_boxes ? make_cache_map(p.k_cache, p.num_kv_heads, p.head_dim, 8) : map_k;
+    const CUtensorMap map_v8 = w->tail_boxes ? make_cache_map(p.v_cache, p.num_kv_heads, v_dim, 8) : map_v;
     const int32_t units = p.num_work_items * p.num_kv_heads;
     const int grid = std::min(units, sm90::current_device().sms);
     const auto
@@ -987,7 +1014,8 @@ void launch_paged_attention_ws(const paged_attention_params& p, const std::strin
         constexpr uint32_t smem = ws_layout < kHeadDim, kVDim, kKStages, kVStages, kQByProducer ? 2 : 1 > ::kSmem;
         static_assert(smem <= 227 * 1024, "shared memory of one CTA");
         ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        kernel<<<grid, kWsThreads, smem, stream>>>(map_k, map_v, p, box_rows, w->alternate);
+        kernel<<<grid, kWsThreads, smem, stream>>>(map_k, map_v, map_k8, map_v8, p, box_rows, w->tail_boxes,
+                                                   w->alternate);
     };
     if (p.head_dim == 192) {
         // MLA's expanded form: 2 K and 2 V stages (three of 48 + 32 KiB do not fit beside the 48 KiB query tile),
