@@ -99,8 +99,8 @@ enum class paged_attention_impl : int32_t {
     automatic = 0,  ///< wgmma where it runs (compute capability 9.x, head_dim 64 or 128): the warp-specialised
                     ///< kernel for 128-row items and a block size that is a multiple of 8, else the plain one; else
                     ///< mma. Head dims (192, 128): the warp-specialised kernel for 128-row items, mma for 64-row ones
-    mma = 1,    ///< mma.sync m16n8k16 (paged_attention.cu): any device, every head_dim of the contract
-    wgmma = 2,  ///< the plain wgmma kernel (paged_attention_sm90.cu): compute capability 9.x, head_dim 64 or 128
+    mma = 1,        ///< mma.sync m16n8k16 (paged_attention.cu): any device, every head_dim of the contract
+    wgmma = 2,      ///< the plain wgmma kernel (paged_attention_sm90.cu): compute capability 9.x, head_dim 64 or 128
 };
 
 struct paged_attention_params {

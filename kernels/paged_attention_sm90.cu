@@ -535,7 +535,8 @@ template <int kHeadDim, int kVDim, int kKStages, int kVStages, int kPv, bool kPi
 __global__ void __launch_bounds__(kWsThreads, 1)
     prefill_attention_ws_kernel(const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
                                 const __grid_constant__ CUtensorMap map_k8, const __grid_constant__ CUtensorMap map_v8,
-                                const paged_attention_params p, int32_t box_rows, bool tail_boxes, bool alternate) {
+                                const paged_attention_params p, int32_t box_rows, bool tail_boxes, bool alternate,
+                                bool split_producer) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     using L = ws_layout<kHeadDim, kVDim, kKStages, kVStages, kQByProducer ? 2 : 1>;
     constexpr int kRows = L::kRows, kKeys = L::kKeys, kChunks = L::kChunks;
@@ -579,8 +580,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
     if (wg == 0) {
         sm90::warpgroup_reg_dealloc<40>();
-        if (threadIdx.x >= 32) return;
-        // The producer warp.
+        // The producer warp (split_producer: warp 0 fills the K ring and the query buffers, warp 1 the V ring).
+        const int producer = threadIdx.x / 32;
+        if (producer >= (split_producer ? 2 : 1)) return;
         if (lane == 0) {
             sm90::tma_prefetch_map(&map_k);
             sm90::tma_prefetch_map(&map_v);
@@ -593,7 +595,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         for (int32_t u = ws_unit(0, alternate); u < num_units; u = ws_unit(int32_t(++uc), alternate)) {
             const int32_t kvh = u % p.num_kv_heads;
             const ws_item item = ws_locate(p, u / p.num_kv_heads, group);
-            if constexpr (kQByProducer) {
+            if (kQByProducer && producer == 0) {
                 // The item's 128 query rows (zeros past the last row) into query buffer uc % 2, once the consumers
                 // are done with its previous item.
                 const int qb = uc % 2;
@@ -666,11 +668,21 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 }
                 sm90::cp_async_arrive_on(&ring_full[s]);
             };
-            load(0, &map_k, &map_k8, p.k_cache, k_s, k_full, k_empty, kKStages, kHeadDim);
-            for (int32_t t = 0; t < item.num_tiles; ++t) {
-                if (t + 1 < item.num_tiles)
-                    load(t + 1, &map_k, &map_k8, p.k_cache, k_s, k_full, k_empty, kKStages, kHeadDim);
-                load(t, &map_v, &map_v8, p.v_cache, v_s, v_full, v_empty, kVStages, kVDim);
+            // One warp: K 0, then (K t + 1, V t) for t < n - 1, then V n - 1 (2 n loads); split: warp 0 K 0 .. n - 1,
+            // warp 1 V 0 .. n - 1. One call site, so that the load is inlined once (the producer has 40 registers).
+            const int32_t n = item.num_tiles;
+            for (int32_t step = 0; step < (split_producer ? n : 2 * n); ++step) {
+                bool is_k = producer == 0;
+                int32_t t = step;
+                if (!split_producer && step > 0) {
+                    const int32_t m = step - 1;
+                    is_k = m < 2 * (n - 1) && m % 2 == 0;
+                    t = m < 2 * (n - 1) ? m / 2 + (is_k ? 1 : 0) : n - 1;
+                }
+                if (is_k)
+                    load(t, &map_k, &map_k8, p.k_cache, k_s, k_full, k_empty, kKStages, kHeadDim);
+                else
+                    load(t, &map_v, &map_v8, p.v_cache, v_s, v_full, v_empty, kVStages, kVDim);
             }
             it += uint32_t(item.num_tiles);
         }
@@ -920,8 +932,9 @@ struct ws_variant {
     int k_stages, v_stages;  // the K and V rings
     bool q_by_producer;      // two query buffers the producer fills, else one the consumers fill
     int32_t max_box_rows;
-    bool alternate = true;    // ws_unit's walk (false: a plain stride)
-    bool tail_boxes = false;  // the keys of an item's last tile past its whole boxes in boxes of 8, then cp.async
+    bool alternate = true;        // ws_unit's walk (false: a plain stride)
+    bool tail_boxes = false;      // the keys of an item's last tile past its whole boxes in boxes of 8, then cp.async
+    bool split_producer = false;  // two producer warps: one for the K ring, one for the V ring
 };
 constexpr ws_variant kWsVariants[] = {
     {"ws", kPvWide, 3, 3, false, 16},
@@ -931,6 +944,8 @@ constexpr ws_variant kWsVariants[] = {
     {"ws_box128", kPvWide, 3, 3, false, 128},
     {"ws_stride", kPvWide, 3, 3, false, 16, false},
     {"ws_tail8", kPvWide, 3, 3, false, 128, true, true},
+    {"ws_split", kPvWide, 3, 3, false, 16, true, false, true},
+    {"ws_split_tail8", kPvWide, 3, 3, false, 128, true, true, true},
 };
 
 }  // namespace
@@ -1015,7 +1030,7 @@ void launch_paged_attention_ws(const paged_attention_params& p, const std::strin
         static_assert(smem <= 227 * 1024, "shared memory of one CTA");
         ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
         kernel<<<grid, kWsThreads, smem, stream>>>(map_k, map_v, map_k8, map_v8, p, box_rows, w->tail_boxes,
-                                                   w->alternate);
+                                                   w->alternate, w->split_producer);
     };
     if (p.head_dim == 192) {
         // MLA's expanded form: 2 K and 2 V stages (three of 48 + 32 KiB do not fit beside the 48 KiB query tile),
