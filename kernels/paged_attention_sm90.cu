@@ -536,7 +536,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     prefill_attention_ws_kernel(const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
                                 const __grid_constant__ CUtensorMap map_k8, const __grid_constant__ CUtensorMap map_v8,
                                 const paged_attention_params p, int32_t box_rows, bool tail_boxes, bool alternate,
-                                bool split_producer) {
+                                bool split_producer, bool gather) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     using L = ws_layout<kHeadDim, kVDim, kKStages, kVStages, kQByProducer ? 2 : 1>;
     constexpr int kRows = L::kRows, kKeys = L::kKeys, kChunks = L::kChunks;
@@ -559,11 +559,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     if (threadIdx.x == 0) {
         // The producer's expect_tx arrive + its 32 lanes' cp.async arrives; one arrive per consumer warp.
         for (int s = 0; s < kKStages; ++s) {
-            sm90::mbar_init(&k_full[s], 1 + 32);
+            sm90::mbar_init(&k_full[s], 1 + (gather ? 128 : 32));
             sm90::mbar_init(&k_empty[s], 8);
         }
         for (int s = 0; s < kVStages; ++s) {
-            sm90::mbar_init(&v_full[s], 1 + 32);
+            sm90::mbar_init(&v_full[s], 1 + (gather ? 128 : 32));
             sm90::mbar_init(&v_empty[s], 8);
         }
         for (int b = 0; b < 2; ++b) {
@@ -582,7 +582,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         sm90::warpgroup_reg_dealloc<40>();
         // The producer warp (split_producer: warp 0 fills the K ring and the query buffers, warp 1 the V ring).
         const int producer = threadIdx.x / 32;
-        if (producer >= (split_producer ? 2 : 1)) return;
+        // gather: the four warps of warpgroup 0 copy every key by cp.async (no TMA), each tile together.
+        if (producer >= (gather ? 4 : split_producer ? 2 : 1)) return;
+        const int ptid = gather ? int(threadIdx.x) : lane, pthreads = gather ? 128 : 32;
         if (lane == 0) {
             sm90::tma_prefetch_map(&map_k);
             sm90::tma_prefetch_map(&map_v);
@@ -628,10 +630,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 const int s = i % stages;
                 const int32_t kv0 = t * kKeys;
                 const int32_t keys = min(kKeys, item.kv_end - kv0);
-                const int32_t whole = keys / box_rows;  // boxes of box_rows keys by TMA
+                const int32_t whole = gather ? 0 : keys / box_rows;  // boxes of box_rows keys by TMA
                 // With tail_boxes, the keys after them in boxes of 8 (box_rows / 8 - 1 at most: boxes start on a
                 // multiple of 8 within a block whose size box_rows divides, so none crosses a block).
-                const int32_t small = tail_boxes ? (keys - whole * box_rows) / 8 : 0;
+                const int32_t small = tail_boxes && !gather ? (keys - whole * box_rows) / 8 : 0;
                 const int32_t boxed = whole * box_rows + small * 8;
                 const uint32_t dst = ring_base + s * tile_bytes;
                 // Lane b's block-table entry is read before the wait for the stage, so that its latency overlaps it.
@@ -646,7 +648,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 sm90::mbar_wait(&ring_empty[s], ((i / stages) & 1) ^ 1);
                 // Lane b issues box b (at most 16 big boxes a tile: box_rows >= 8; whole + small <= 31), so that the
                 // block-table reads overlap; the expected bytes are set before any box is issued.
-                if (lane == 0) sm90::mbar_arrive_expect_tx(&ring_full[s], uint32_t(boxed) * 128 * panels);
+                if (lane == 0 && (!gather || producer == 0))
+                    sm90::mbar_arrive_expect_tx(&ring_full[s], uint32_t(boxed) * 128 * panels);
                 __syncwarp();
                 if (has_box) {
                     const CUtensorMap* m = big ? map : map8;
@@ -655,7 +658,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                                           &ring_full[s]);
                 }
                 // The rest of the tile (the last tile only): keys below kv_end copied, the others zeros.
-                for (int32_t v = boxed * chunks + lane; v < kKeys * chunks; v += 32) {
+                for (int32_t v = boxed * chunks + ptid; v < kKeys * chunks; v += pthreads) {
                     const int j = v / chunks, chunk = v % chunks;
                     const int32_t pos = kv0 + j;
                     const bool valid = pos < item.kv_end;
@@ -793,7 +796,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             float s[64];
             const int stage = it % kKStages;
             sm90::mbar_wait(&k_full[stage], (it / kKStages) & 1);
-            if (n == 1) fence_proxy_async();  // the tile's cp.async part (generic proxy) is read by wgmma
+            if (n == 1 || gather) fence_proxy_async();  // the tile's cp.async part (generic proxy) is read by wgmma
             sched_sync();
             wgmma_fence();
             issue_scores(s, stage);
@@ -812,7 +815,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             float s[64];
             sm90::mbar_wait(&k_full[stage], (it / kKStages) & 1);
             sm90::mbar_wait(&v_full[prev], ((it - 1) / kVStages) & 1);
-            if (t == n - 1) fence_proxy_async();
+            if (t == n - 1 || gather) fence_proxy_async();
             sched_sync();
             wgmma_fence();
             issue_scores(s, stage);
@@ -935,6 +938,7 @@ struct ws_variant {
     bool alternate = true;        // ws_unit's walk (false: a plain stride)
     bool tail_boxes = false;      // the keys of an item's last tile past its whole boxes in boxes of 8, then cp.async
     bool split_producer = false;  // two producer warps: one for the K ring, one for the V ring
+    bool gather = false;          // four producer warps copying every key by cp.async (no TMA)
 };
 constexpr ws_variant kWsVariants[] = {
     {"ws", kPvWide, 3, 3, false, 16},
@@ -946,6 +950,7 @@ constexpr ws_variant kWsVariants[] = {
     {"ws_tail8", kPvWide, 3, 3, false, 128, true, true},
     {"ws_split", kPvWide, 3, 3, false, 16, true, false, true},
     {"ws_split_tail8", kPvWide, 3, 3, false, 128, true, true, true},
+    {"ws_gather", kPvWide, 3, 3, false, 16, true, false, false, true},
 };
 
 }  // namespace
@@ -1030,7 +1035,7 @@ void launch_paged_attention_ws(const paged_attention_params& p, const std::strin
         static_assert(smem <= 227 * 1024, "shared memory of one CTA");
         ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
         kernel<<<grid, kWsThreads, smem, stream>>>(map_k, map_v, map_k8, map_v8, p, box_rows, w->tail_boxes,
-                                                   w->alternate, w->split_producer);
+                                                   w->alternate, w->split_producer, w->gather);
     };
     if (p.head_dim == 192) {
         // MLA's expanded form: 2 K and 2 V stages (three of 48 + 32 KiB do not fit beside the 48 KiB query tile),
