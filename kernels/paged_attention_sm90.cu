@@ -423,6 +423,21 @@ __device__ __forceinline__ ws_item ws_locate(const paged_attention_params& p, in
     return it;
 }
 
+/// KV heads whose units are interleaved (item-major within a group of heads, the groups one after another): a round
+/// of 132 units then reads the K/V of at most 16 heads, which L2 holds, where DeepSeek-V3's 128 heads in one group
+/// had each round read every head's K/V (dsv3 shape: 180 TFLOP/s against dsv2's 584 at 8 192 tokens).
+constexpr int32_t kWsHeadGroup = 16;
+
+/// Unit u's work item and KV head (item-major, as the plan's longest-first order, within each group of kWsHeadGroup
+/// heads; up to 16 heads this is item u / num_kv_heads, head u % num_kv_heads).
+__device__ __forceinline__ int32_t ws_unit_head(int32_t u, int32_t num_items, int32_t num_kv_heads, int32_t& item) {
+    const int32_t per_group = num_items * kWsHeadGroup;
+    const int32_t hg = u / per_group, r = u - hg * per_group;
+    const int32_t heads = min(kWsHeadGroup, num_kv_heads - hg * kWsHeadGroup);
+    item = r / heads;
+    return hg * kWsHeadGroup + r % heads;
+}
+
 /// The k-th unit of this CTA: rounds of gridDim.x units, walked forwards in even rounds and backwards in odd ones.
 /// The plan lists each sequence's items longest first, so a plain stride would give CTA 0 the longest unit of
 /// every round (at 8 192 tokens, ~4 tiles more a round than the last CTA: a tail of ~12%); alternating the direction
@@ -536,7 +551,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     prefill_attention_ws_kernel(const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
                                 const __grid_constant__ CUtensorMap map_k8, const __grid_constant__ CUtensorMap map_v8,
                                 const paged_attention_params p, int32_t box_rows, bool tail_boxes, bool alternate,
-                                bool split_producer, bool gather) {
+                                bool split_producer) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     using L = ws_layout<kHeadDim, kVDim, kKStages, kVStages, kQByProducer ? 2 : 1>;
     constexpr int kRows = L::kRows, kKeys = L::kKeys, kChunks = L::kChunks;
@@ -559,11 +574,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     if (threadIdx.x == 0) {
         // The producer's expect_tx arrive + its 32 lanes' cp.async arrives; one arrive per consumer warp.
         for (int s = 0; s < kKStages; ++s) {
-            sm90::mbar_init(&k_full[s], 1 + (gather ? 128 : 32));
+            sm90::mbar_init(&k_full[s], 1 + 32);
             sm90::mbar_init(&k_empty[s], 8);
         }
         for (int s = 0; s < kVStages; ++s) {
-            sm90::mbar_init(&v_full[s], 1 + (gather ? 128 : 32));
+            sm90::mbar_init(&v_full[s], 1 + 32);
             sm90::mbar_init(&v_empty[s], 8);
         }
         for (int b = 0; b < 2; ++b) {
@@ -582,9 +597,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         sm90::warpgroup_reg_dealloc<40>();
         // The producer warp (split_producer: warp 0 fills the K ring and the query buffers, warp 1 the V ring).
         const int producer = threadIdx.x / 32;
-        // gather: the four warps of warpgroup 0 copy every key by cp.async (no TMA), each tile together.
-        if (producer >= (gather ? 4 : split_producer ? 2 : 1)) return;
-        const int ptid = gather ? int(threadIdx.x) : lane, pthreads = gather ? 128 : 32;
+        if (producer >= (split_producer ? 2 : 1)) return;
         if (lane == 0) {
             sm90::tma_prefetch_map(&map_k);
             sm90::tma_prefetch_map(&map_v);
@@ -595,8 +608,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         }
         uint32_t it = 0, uc = 0;
         for (int32_t u = ws_unit(0, alternate); u < num_units; u = ws_unit(int32_t(++uc), alternate)) {
-            const int32_t kvh = u % p.num_kv_heads;
-            const ws_item item = ws_locate(p, u / p.num_kv_heads, group);
+            int32_t item_index;
+            const int32_t kvh = ws_unit_head(u, p.num_work_items, p.num_kv_heads, item_index);
+            const ws_item item = ws_locate(p, item_index, group);
             if (kQByProducer && producer == 0) {
                 // The item's 128 query rows (zeros past the last row) into query buffer uc % 2, once the consumers
                 // are done with its previous item.
@@ -630,10 +644,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 const int s = i % stages;
                 const int32_t kv0 = t * kKeys;
                 const int32_t keys = min(kKeys, item.kv_end - kv0);
-                const int32_t whole = gather ? 0 : keys / box_rows;  // boxes of box_rows keys by TMA
+                const int32_t whole = keys / box_rows;  // boxes of box_rows keys by TMA
                 // With tail_boxes, the keys after them in boxes of 8 (box_rows / 8 - 1 at most: boxes start on a
                 // multiple of 8 within a block whose size box_rows divides, so none crosses a block).
-                const int32_t small = tail_boxes && !gather ? (keys - whole * box_rows) / 8 : 0;
+                const int32_t small = tail_boxes ? (keys - whole * box_rows) / 8 : 0;
                 const int32_t boxed = whole * box_rows + small * 8;
                 const uint32_t dst = ring_base + s * tile_bytes;
                 // Lane b's block-table entry is read before the wait for the stage, so that its latency overlaps it.
@@ -648,8 +662,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 sm90::mbar_wait(&ring_empty[s], ((i / stages) & 1) ^ 1);
                 // Lane b issues box b (at most 16 big boxes a tile: box_rows >= 8; whole + small <= 31), so that the
                 // block-table reads overlap; the expected bytes are set before any box is issued.
-                if (lane == 0 && (!gather || producer == 0))
-                    sm90::mbar_arrive_expect_tx(&ring_full[s], uint32_t(boxed) * 128 * panels);
+                if (lane == 0) sm90::mbar_arrive_expect_tx(&ring_full[s], uint32_t(boxed) * 128 * panels);
                 __syncwarp();
                 if (has_box) {
                     const CUtensorMap* m = big ? map : map8;
@@ -658,7 +671,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                                           &ring_full[s]);
                 }
                 // The rest of the tile (the last tile only): keys below kv_end copied, the others zeros.
-                for (int32_t v = boxed * chunks + ptid; v < kKeys * chunks; v += pthreads) {
+                for (int32_t v = boxed * chunks + lane; v < kKeys * chunks; v += 32) {
                     const int j = v / chunks, chunk = v % chunks;
                     const int32_t pos = kv0 + j;
                     const bool valid = pos < item.kv_end;
@@ -738,12 +751,17 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
     uint32_t it = 0, uc = 0;
     // The next unit's item is read at the start of this one, so that its loads are not on the path between units.
-    ws_item next_item = ws_locate(p, min(ws_unit(0, alternate), num_units - 1) / p.num_kv_heads, group);
+    int32_t next_index;
+    ws_unit_head(min(ws_unit(0, alternate), num_units - 1), p.num_work_items, p.num_kv_heads, next_index);
+    ws_item next_item = ws_locate(p, next_index, group);
     for (int32_t u = ws_unit(0, alternate); u < num_units; u = ws_unit(int32_t(++uc), alternate)) {
-        const int32_t kvh = u % p.num_kv_heads;
+        int32_t item_index;
+        const int32_t kvh = ws_unit_head(u, p.num_work_items, p.num_kv_heads, item_index);
         const ws_item item = next_item;
-        if (const int32_t next = ws_unit(int32_t(uc) + 1, alternate); next < num_units)
-            next_item = ws_locate(p, next / p.num_kv_heads, group);
+        if (const int32_t next = ws_unit(int32_t(uc) + 1, alternate); next < num_units) {
+            ws_unit_head(next, p.num_work_items, p.num_kv_heads, next_index);
+            next_item = ws_locate(p, next_index, group);
+        }
         const int32_t wg_row0 = item.row0 + c * 64;
         const int qb = kQByProducer ? int(uc % 2) : 0;
         const uint32_t q_buf = q_s + qb * L::kQBytes;
@@ -796,7 +814,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             float s[64];
             const int stage = it % kKStages;
             sm90::mbar_wait(&k_full[stage], (it / kKStages) & 1);
-            if (n == 1 || gather) fence_proxy_async();  // the tile's cp.async part (generic proxy) is read by wgmma
+            if (n == 1) fence_proxy_async();  // the tile's cp.async part (generic proxy) is read by wgmma
             sched_sync();
             wgmma_fence();
             issue_scores(s, stage);
@@ -815,7 +833,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             float s[64];
             sm90::mbar_wait(&k_full[stage], (it / kKStages) & 1);
             sm90::mbar_wait(&v_full[prev], ((it - 1) / kVStages) & 1);
-            if (t == n - 1 || gather) fence_proxy_async();
+            if (t == n - 1) fence_proxy_async();
             sched_sync();
             wgmma_fence();
             issue_scores(s, stage);
@@ -938,7 +956,6 @@ struct ws_variant {
     bool alternate = true;        // ws_unit's walk (false: a plain stride)
     bool tail_boxes = false;      // the keys of an item's last tile past its whole boxes in boxes of 8, then cp.async
     bool split_producer = false;  // two producer warps: one for the K ring, one for the V ring
-    bool gather = false;          // four producer warps copying every key by cp.async (no TMA)
 };
 constexpr ws_variant kWsVariants[] = {
     {"ws", kPvWide, 3, 3, false, 16},
@@ -950,7 +967,6 @@ constexpr ws_variant kWsVariants[] = {
     {"ws_tail8", kPvWide, 3, 3, false, 128, true, true},
     {"ws_split", kPvWide, 3, 3, false, 16, true, false, true},
     {"ws_split_tail8", kPvWide, 3, 3, false, 128, true, true, true},
-    {"ws_gather", kPvWide, 3, 3, false, 16, true, false, false, true},
 };
 
 }  // namespace
@@ -1035,7 +1051,7 @@ void launch_paged_attention_ws(const paged_attention_params& p, const std::strin
         static_assert(smem <= 227 * 1024, "shared memory of one CTA");
         ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
         kernel<<<grid, kWsThreads, smem, stream>>>(map_k, map_v, map_k8, map_v8, p, box_rows, w->tail_boxes,
-                                                   w->alternate, w->split_producer, w->gather);
+                                                   w->alternate, w->split_producer);
     };
     if (p.head_dim == 192) {
         // MLA's expanded form: 2 K and 2 V stages (three of 48 + 32 KiB do not fit beside the 48 KiB query tile),

@@ -29,9 +29,9 @@ void launch_paged_attention_wgmma(const paged_attention_params& p, cudaStream_t 
 /// each, two query buffers), "ws_box128" (TMA boxes of up to 128 keys), "ws_stride" (each CTA takes units blockIdx.x
 /// + k gridDim.x instead of walking its rounds back and forth), "ws_tail8" (boxes of up to 128 keys, the keys of an
 /// item's last tile past them in 8-key boxes, fewer than 8 by cp.async), "ws_split" (two producer warps, one a ring),
-/// "ws_split_tail8" (both), "ws_gather" (the producer warpgroup's four warps copy every key by cp.async, no TMA). Head
-/// dim 64 runs the per-panel P V in each; head dims (192, 128) run one kernel (2 K and 2 V stages, one query buffer,
-/// the wide P V) with each variant's box size and walk.
+/// "ws_split_tail8" (both). Head dim 64 runs the per-panel P V in each;
+/// head dims (192, 128) run one kernel (2 K and 2 V stages, one query buffer, the wide P V) with each variant's box
+/// size and walk.
 const std::vector<std::string>& paged_attention_ws_variants();
 
 /// True when the current device is compute capability 9.x and the warp-specialised kernel is built for (head_dim,

@@ -72,9 +72,9 @@ struct row {
 /// The kernels --impls names: mma, wgmma_64 and wgmma_128 (the wgmma kernel over 64- or 128-row items), automatic
 /// (launch_paged_attention's choice with the rows per item paged_attention_rows_per_item gives, as the executor).
 /// ws*: the warp-specialised kernel's variants (detail::paged_attention_ws_variants), over 128-row items.
-const std::vector<std::string> kImplNames{"mma",       "wgmma_64", "wgmma_128",      "automatic", "ws",
-                                          "ws_panels", "ws_k3",    "ws_2",           "ws_box128", "ws_stride",
-                                          "ws_tail8",  "ws_split", "ws_split_tail8", "ws_gather"};
+const std::vector<std::string> kImplNames{"mma",       "wgmma_64", "wgmma_128",     "automatic", "ws",
+                                          "ws_panels", "ws_k3",    "ws_2",          "ws_box128", "ws_stride",
+                                          "ws_tail8",  "ws_split", "ws_split_tail8"};
 
 bool is_ws(const std::string& impl) { return impl.starts_with("ws"); }
 
