@@ -200,6 +200,10 @@ std::vector<attention_case> cases() {
         {"mla_ragged_bs16", {{100, 333}, {2000, 129}, {7, 1}}, 4, 4, 192, 16, 128},
         {"mla_gqa2_bs24", {{0, 257}, {50, 70}}, 8, 4, 192, 24, 128},
         {"mla_large_blocks", {{0, 700}, {300, 200}}, 4, 4, 192, 1024, 128},
+        // More than 16 KV heads: the warp-specialised kernel interleaves units per group of 16 heads (a last group
+        // of 8 here), as DeepSeek-V3's 128.
+        {"mla_many_heads", {{0, 300}, {100, 50}}, 40, 40, 192, 64, 128},
+        {"many_kv_heads", {{0, 260}, {37, 1}}, 48, 24, 128, 16},
     };
 }
 
