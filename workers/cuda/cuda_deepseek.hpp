@@ -88,8 +88,9 @@ struct mla_prefill_plan {
     size_t absorbed_offset = 0;            // offset of absorbed_tokens in the uploaded plan
     std::vector<int32_t> data;             // the int32s to upload
     int32_t num_tokens = 0;                // of the step planned
+    bool decode_only = false;              // one query token per sequence (launch_mla_decode's shape)
+
     int32_t rows_per_item = kernels::kAttentionRowsPerItem;  // of the groups' work items
-    bool decode_only = false;                                // one query token per sequence (launch_mla_decode's shape)
 };
 
 /// Expanded block granularity: each sequence's expanded rows start at a multiple of it.
