@@ -97,7 +97,8 @@ constexpr int32_t kAttentionRowsPerItem = 64;
 /// The kernel behind launch_paged_attention.
 enum class paged_attention_impl : int32_t {
     automatic = 0,  ///< wgmma where it runs (compute capability 9.x, head_dim 64 or 128): the warp-specialised
-                    ///< kernel for 128-row items and a block size that is a multiple of 8, else the plain one; else mma
+                    ///< kernel for 128-row items and a block size that is a multiple of 8, else the plain one; else
+                    ///< mma. Head dims (192, 128): the warp-specialised kernel for 128-row items, mma for 64-row ones
     mma = 1,        ///< mma.sync m16n8k16 (paged_attention.cu): any device, every head_dim of the contract
     wgmma = 2,      ///< the plain wgmma kernel (paged_attention_sm90.cu): compute capability 9.x, head_dim 64 or 128
 };
@@ -121,12 +122,13 @@ struct paged_attention_params {
     float scale = 1.f;  ///< usually 1/sqrt(head_dim)
     paged_attention_impl impl = paged_attention_impl::automatic;
     int32_t rows_per_item = kAttentionRowsPerItem;  ///< the plan's (paged_attention_plan): 64, or 128 for wgmma
-    int32_t v_head_dim = 0;  ///< of V and the output; 0: head_dim (paged_attention_dims_supported; mma only)
+    int32_t v_head_dim = 0;  ///< of V and the output; 0: head_dim (paged_attention_dims_supported)
 };
 
-/// The rows per work item launch_paged_attention runs fastest with on the current device for this head_dim: 128
-/// where the wgmma kernel runs (its two warpgroups share each K/V tile), else kAttentionRowsPerItem.
-int32_t paged_attention_rows_per_item(int32_t head_dim);
+/// The rows per work item launch_paged_attention runs fastest with on the current device for these head dims
+/// (v_head_dim 0: head_dim): 128 where a wgmma kernel runs them (its two warpgroups share each K/V tile; (192, 128)
+/// only on the warp-specialised one, which needs a block size that is a multiple of 8), else kAttentionRowsPerItem.
+int32_t paged_attention_rows_per_item(int32_t head_dim, int32_t v_head_dim = 0);
 
 /// True for the (head_dim, v_head_dim) pairs launch_paged_attention takes: (d, 0 or d) for d in 16, 32, 64, 128,
 /// 256, and (192, 128) (MLA's expanded form: nope 128 + rope 64 for Q and K, 128 for V).

@@ -270,7 +270,9 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_attention_kernel(const pa
 
 }  // namespace
 
-int32_t paged_attention_rows_per_item(int32_t head_dim) {
+int32_t paged_attention_rows_per_item(int32_t head_dim, int32_t v_head_dim) {
+    if (v_head_dim != 0 && v_head_dim != head_dim)
+        return detail::paged_attention_ws_dims_supported(head_dim, v_head_dim) ? 128 : kAttentionRowsPerItem;
     return detail::paged_attention_wgmma_supported(head_dim) ? 128 : kAttentionRowsPerItem;
 }
 
@@ -326,6 +328,16 @@ void launch_paged_attention(const paged_attention_params& p, cudaStream_t stream
                             p.impl == paged_attention_impl::wgmma,
                         "paged_attention: impl must be automatic, mma or wgmma");
     const bool same_v = p.v_head_dim == 0 || p.v_head_dim == p.head_dim;
+    if (!same_v && p.impl == paged_attention_impl::automatic && p.rows_per_item == 128) {
+        // MLA's expanded form over 128-row items: the warp-specialised kernel is the one built for those dims, with
+        // TMA boxes of up to 128 keys (DeepSeek's expanded rows come in blocks of 64 consecutive slots), 8-key
+        // boxes for the rest of each item's last tile.
+        ZMOE_KERNEL_REQUIRE(detail::paged_attention_ws_supported(p),
+                            "paged_attention: head dims (192, 128) over 128-row items need the warp-specialised "
+                            "kernel: compute capability 9.x and a block size that is a multiple of 8");
+        if (p.num_work_items > 0) detail::launch_paged_attention_ws(p, "ws_tail8", stream);
+        return;
+    }
     const bool wgmma = p.impl == paged_attention_impl::wgmma ||
                        (p.impl == paged_attention_impl::automatic && same_v &&
                         (p.rows_per_item == 128 || detail::paged_attention_wgmma_supported(p.head_dim)));
@@ -337,9 +349,11 @@ void launch_paged_attention(const paged_attention_params& p, cudaStream_t stream
     if (p.num_work_items == 0) return;
     if (wgmma) {
         // automatic: the warp-specialised kernel where it takes the launch (128-row items, block size a multiple
-        // of 8), else the plain wgmma kernel.
+        // of 8), else the plain wgmma kernel. ws_tail8: boxes of up to 128 keys and 8-key tail boxes (554 / 590
+        // TFLOP/s against ws's 335 / 441 at 8 192 / 16 384 contiguous). ws_split_tail8 (one producer warp per ring)
+        // measured faster on 16-key pages (539 / 570 against 365 / 369) but has not yet passed the tests.
         if (p.impl == paged_attention_impl::automatic && detail::paged_attention_ws_supported(p))
-            detail::launch_paged_attention_ws(p, "ws", stream);
+            detail::launch_paged_attention_ws(p, "ws_tail8", stream);
         else
             detail::launch_paged_attention_wgmma(p, stream);
         return;

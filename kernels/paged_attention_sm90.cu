@@ -369,6 +369,10 @@ __global__ void __launch_bounds__(128 * kWarpgroups, kWarpgroups == 1 ? 2 : 1)
 // O += P V with P from registers; the next tile's Q K^T and this tile's P V are issued together and the softmax of
 // the next tile runs while P V is in flight (intra-warpgroup overlap), and the two warpgroups take turns issuing
 // their wgmmas (two named barriers passed back and forth), so that one's softmax runs under the other's products.
+// Q/K and V head dims are template parameters of their own: MLA's expanded form runs Q K^T over 192 (three panels)
+// and P V over 128, with 2 K and 2 V stages (48 + 32 KiB a stage beside the 48 KiB query tile). With tail_boxes the
+// keys of an item's last tile past its whole boxes go in 8-key boxes (a second tensor map each), only the last
+// fewer than 8 by cp.async.
 
 constexpr int kWsKeys = 128;
 constexpr int kWsThreads = 384;
@@ -380,17 +384,22 @@ constexpr int kWsWgBarrier = 3;     // + consumer warpgroup (3, 4): the warpgrou
 /// leading byte offset and the 8-key stride its stride byte offset (with the two swapped it gave wrong results).
 enum ws_pv : int { kPvPanels = 0, kPvWide = 1 };
 
+/// kHeadDim: of Q and K (the Q K^T reduction); kVDim: of V and the output (MLA's expanded form: 192 and 128).
 /// kQBuffers query tiles: 2 when the producer loads the next item's query rows while this one's are in use.
-template <int kHeadDim, int kKStages, int kVStages, int kQBuffers>
+template <int kHeadDim, int kVDim, int kKStages, int kVStages, int kQBuffers>
 struct ws_layout {
-    static constexpr int kRows = 128, kKeys = kWsKeys, kPanels = kHeadDim / 64, kChunks = kHeadDim / 8;
+    static_assert(kHeadDim % 64 == 0 && kVDim % 64 == 0 && kVDim <= kHeadDim,
+                  "64-column panels; the output rows are staged in the query's rows");
+    static constexpr int kRows = 128, kKeys = kWsKeys, kChunks = kHeadDim / 8;
+    static constexpr int kVPanels = kVDim / 64, kVChunks = kVDim / 8;
     static constexpr uint32_t kQBytes = uint32_t(kRows) * kHeadDim * 2;
-    static constexpr uint32_t kTileBytes = uint32_t(kKeys) * kHeadDim * 2;
+    static constexpr uint32_t kKTileBytes = uint32_t(kKeys) * kHeadDim * 2;
+    static constexpr uint32_t kVTileBytes = uint32_t(kKeys) * kVDim * 2;
     static constexpr uint32_t kPanelBytes = uint32_t(kKeys) * 128;  // one 64-column panel of a K or V tile
     // From a 1024-byte aligned base: q [kQBuffers] | k [kKStages] | v [kVStages] | k_full, k_empty [kKStages] |
     // v_full, v_empty [kVStages] | q_full [2] | q_empty [2].
-    static constexpr uint32_t kQ = 0, kK = kQBuffers * kQBytes, kV = kK + kKStages * kTileBytes;
-    static constexpr uint32_t kBar = kV + kVStages * kTileBytes;
+    static constexpr uint32_t kQ = 0, kK = kQBuffers * kQBytes, kV = kK + kKStages * kKTileBytes;
+    static constexpr uint32_t kBar = kV + kVStages * kVTileBytes;
     static constexpr uint32_t kTotal = kBar + (2 * kKStages + 2 * kVStages + 4) * 8;
     static constexpr uint32_t kSmem = kTotal + 1024;
 };
@@ -412,6 +421,21 @@ __device__ __forceinline__ ws_item ws_locate(const paged_attention_params& p, in
     it.num_tiles = (it.kv_end + kWsKeys - 1) / kWsKeys;
     it.table = p.block_tables + size_t(it.seq) * p.max_blocks_per_seq;
     return it;
+}
+
+/// KV heads whose units are interleaved (item-major within a group of heads, the groups one after another): a round
+/// of 132 units then reads the K/V of at most 16 heads, which L2 holds, where DeepSeek-V3's 128 heads in one group
+/// had each round read every head's K/V (dsv3 shape: 180 TFLOP/s against dsv2's 584 at 8 192 tokens).
+constexpr int32_t kWsHeadGroup = 16;
+
+/// Unit u's work item and KV head (item-major, as the plan's longest-first order, within each group of kWsHeadGroup
+/// heads; up to 16 heads this is item u / num_kv_heads, head u % num_kv_heads).
+__device__ __forceinline__ int32_t ws_unit_head(int32_t u, int32_t num_items, int32_t num_kv_heads, int32_t& item) {
+    const int32_t per_group = num_items * kWsHeadGroup;
+    const int32_t hg = u / per_group, r = u - hg * per_group;
+    const int32_t heads = min(kWsHeadGroup, num_kv_heads - hg * kWsHeadGroup);
+    item = r / heads;
+    return hg * kWsHeadGroup + r % heads;
 }
 
 /// The k-th unit of this CTA: rounds of gridDim.x units, walked forwards in even rounds and backwards in odd ones.
@@ -522,15 +546,18 @@ __device__ __forceinline__ void keep_fragments(uint32_t (&a)[8][4]) {
         for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[kk][e])::"memory");
 }
 
-template <int kHeadDim, int kKStages, int kVStages, int kPv, bool kPingPong, bool kQByProducer>
+template <int kHeadDim, int kVDim, int kKStages, int kVStages, int kPv, bool kPingPong, bool kQByProducer>
 __global__ void __launch_bounds__(kWsThreads, 1)
     prefill_attention_ws_kernel(const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
-                                const paged_attention_params p, int32_t box_rows, bool alternate) {
+                                const __grid_constant__ CUtensorMap map_k8, const __grid_constant__ CUtensorMap map_v8,
+                                const paged_attention_params p, int32_t box_rows, bool tail_boxes, bool alternate,
+                                bool split_producer) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    using L = ws_layout<kHeadDim, kKStages, kVStages, kQByProducer ? 2 : 1>;
-    constexpr int kRows = L::kRows, kKeys = L::kKeys, kPanels = L::kPanels, kChunks = L::kChunks;
+    using L = ws_layout<kHeadDim, kVDim, kKStages, kVStages, kQByProducer ? 2 : 1>;
+    constexpr int kRows = L::kRows, kKeys = L::kKeys, kChunks = L::kChunks;
+    constexpr int kVPanels = L::kVPanels, kVChunks = L::kVChunks;
     constexpr int kDSteps = kHeadDim / 16;
-    static_assert(kPv == kPvPanels || kHeadDim == 128, "the wide P V spans two panels");
+    static_assert(kPv == kPvPanels || kVDim == 128, "the wide P V spans two panels");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t raw = sm90::smem_addr(smem_raw);
     const uint32_t base = (raw + 1023) & ~1023u;
@@ -568,18 +595,23 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
     if (wg == 0) {
         sm90::warpgroup_reg_dealloc<40>();
-        if (threadIdx.x >= 32) return;
-        // The producer warp.
+        // The producer warp (split_producer: warp 0 fills the K ring and the query buffers, warp 1 the V ring).
+        const int producer = threadIdx.x / 32;
+        if (producer >= (split_producer ? 2 : 1)) return;
         if (lane == 0) {
             sm90::tma_prefetch_map(&map_k);
             sm90::tma_prefetch_map(&map_v);
+            if (tail_boxes) {
+                sm90::tma_prefetch_map(&map_k8);
+                sm90::tma_prefetch_map(&map_v8);
+            }
         }
-        const uint32_t box_bytes = uint32_t(box_rows) * 128;
         uint32_t it = 0, uc = 0;
         for (int32_t u = ws_unit(0, alternate); u < num_units; u = ws_unit(int32_t(++uc), alternate)) {
-            const int32_t kvh = u % p.num_kv_heads;
-            const ws_item item = ws_locate(p, u / p.num_kv_heads, group);
-            if constexpr (kQByProducer) {
+            int32_t item_index;
+            const int32_t kvh = ws_unit_head(u, p.num_work_items, p.num_kv_heads, item_index);
+            const ws_item item = ws_locate(p, item_index, group);
+            if (kQByProducer && producer == 0) {
                 // The item's 128 query rows (zeros past the last row) into query buffer uc % 2, once the consumers
                 // are done with its previous item.
                 const int qb = uc % 2;
@@ -601,48 +633,72 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             }
             // Tile t of this item is tile it + t of the CTA in both rings. Order: K 0, then (K t + 1, V t): the
             // order the consumers use them in.
-            const auto load = [&](int32_t t, const CUtensorMap* map, const bf16* cache, uint32_t ring_base,
-                                  uint64_t* ring_full, uint64_t* ring_empty, uint32_t stages) {
+            // A ring's tiles have `dim` columns (head_dim for K, v_head_dim for V): dim / 64 panels of boxes.
+            // map: boxes of box_rows keys; map8: of 8 keys (tail_boxes).
+            const auto load = [&](int32_t t, const CUtensorMap* map, const CUtensorMap* map8, const bf16* cache,
+                                  uint32_t ring_base, uint64_t* ring_full, uint64_t* ring_empty, uint32_t stages,
+                                  int32_t dim) {
+                const int panels = dim / 64, chunks = dim / 8;
+                const uint32_t tile_bytes = uint32_t(kKeys) * uint32_t(dim) * 2;
                 const uint32_t i = it + uint32_t(t);
                 const int s = i % stages;
                 const int32_t kv0 = t * kKeys;
-                const int32_t whole = min(kKeys / box_rows, (item.kv_end - kv0) / box_rows);  // boxes by TMA
-                const uint32_t dst = ring_base + s * L::kTileBytes;
+                const int32_t keys = min(kKeys, item.kv_end - kv0);
+                const int32_t whole = keys / box_rows;  // boxes of box_rows keys by TMA
+                // With tail_boxes, the keys after them in boxes of 8 (box_rows / 8 - 1 at most: boxes start on a
+                // multiple of 8 within a block whose size box_rows divides, so none crosses a block).
+                const int32_t small = tail_boxes ? (keys - whole * box_rows) / 8 : 0;
+                const int32_t boxed = whole * box_rows + small * 8;
+                const uint32_t dst = ring_base + s * tile_bytes;
                 // Lane b's block-table entry is read before the wait for the stage, so that its latency overlaps it.
+                // Lanes below whole: box_rows keys from kv0 + lane * box_rows; the next `small` lanes: 8 keys each.
+                const bool big = lane < whole, has_box = lane < whole + small;
+                const int32_t key0 = big ? lane * box_rows : whole * box_rows + (lane - whole) * 8;
                 int32_t slot = 0;
-                if (lane < whole) {
-                    const int32_t pos = kv0 + lane * box_rows;
+                if (has_box) {
+                    const int32_t pos = kv0 + key0;
                     slot = item.table[pos / p.block_size] * p.block_size + pos % p.block_size;
                 }
                 sm90::mbar_wait(&ring_empty[s], ((i / stages) & 1) ^ 1);
-                // Lane b issues box b (at most 16 boxes a tile: box_rows >= 8), so that the block-table reads
-                // overlap; the expected bytes are set before any box is issued.
-                if (lane == 0) sm90::mbar_arrive_expect_tx(&ring_full[s], uint32_t(whole) * box_bytes * kPanels);
+                // Lane b issues box b (at most 16 big boxes a tile: box_rows >= 8; whole + small <= 31), so that the
+                // block-table reads overlap; the expected bytes are set before any box is issued.
+                if (lane == 0) sm90::mbar_arrive_expect_tx(&ring_full[s], uint32_t(boxed) * 128 * panels);
                 __syncwarp();
-                if (lane < whole) {
-#pragma unroll
-                    for (int pn = 0; pn < kPanels; ++pn)
-                        sm90::tma_load_3d(dst + pn * L::kPanelBytes + uint32_t(lane) * box_bytes, map, pn * 64, kvh,
-                                          slot, &ring_full[s]);
+                if (has_box) {
+                    const CUtensorMap* m = big ? map : map8;
+                    for (int pn = 0; pn < panels; ++pn)
+                        sm90::tma_load_3d(dst + pn * L::kPanelBytes + uint32_t(key0) * 128, m, pn * 64, kvh, slot,
+                                          &ring_full[s]);
                 }
                 // The rest of the tile (the last tile only): keys below kv_end copied, the others zeros.
-                for (int32_t v = whole * box_rows * kChunks + lane; v < kKeys * kChunks; v += 32) {
-                    const int j = v / kChunks, chunk = v % kChunks;
+                for (int32_t v = boxed * chunks + lane; v < kKeys * chunks; v += 32) {
+                    const int j = v / chunks, chunk = v % chunks;
                     const int32_t pos = kv0 + j;
                     const bool valid = pos < item.kv_end;
                     size_t off = 0;
                     if (valid) {
                         const size_t slot = size_t(item.table[pos / p.block_size]) * p.block_size + pos % p.block_size;
-                        off = (slot * p.num_kv_heads + kvh) * kHeadDim + chunk * 8;
+                        off = (slot * p.num_kv_heads + kvh) * size_t(dim) + chunk * 8;
                     }
                     cp_async_16(dst + panel_offset<kKeys>(j, chunk), cache + off, valid);
                 }
                 sm90::cp_async_arrive_on(&ring_full[s]);
             };
-            load(0, &map_k, p.k_cache, k_s, k_full, k_empty, kKStages);
-            for (int32_t t = 0; t < item.num_tiles; ++t) {
-                if (t + 1 < item.num_tiles) load(t + 1, &map_k, p.k_cache, k_s, k_full, k_empty, kKStages);
-                load(t, &map_v, p.v_cache, v_s, v_full, v_empty, kVStages);
+            // One warp: K 0, then (K t + 1, V t) for t < n - 1, then V n - 1 (2 n loads); split: warp 0 K 0 .. n - 1,
+            // warp 1 V 0 .. n - 1. One call site, so that the load is inlined once (the producer has 40 registers).
+            const int32_t n = item.num_tiles;
+            for (int32_t step = 0; step < (split_producer ? n : 2 * n); ++step) {
+                bool is_k = producer == 0;
+                int32_t t = step;
+                if (!split_producer && step > 0) {
+                    const int32_t m = step - 1;
+                    is_k = m < 2 * (n - 1) && m % 2 == 0;
+                    t = m < 2 * (n - 1) ? m / 2 + (is_k ? 1 : 0) : n - 1;
+                }
+                if (is_k)
+                    load(t, &map_k, &map_k8, p.k_cache, k_s, k_full, k_empty, kKStages, kHeadDim);
+                else
+                    load(t, &map_v, &map_v8, p.v_cache, v_s, v_full, v_empty, kVStages, kVDim);
             }
             it += uint32_t(item.num_tiles);
         }
@@ -669,7 +725,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     // S = Q K^T of the tile in stage `stage`, issued (committed, not waited for).
     uint32_t q_rows = q_s + uint32_t(c) * 64 * 128;  // this warpgroup's rows of the current query buffer
     const auto issue_scores = [&](float(&s)[64], int stage) {
-        const uint32_t k_tile = k_s + stage * L::kTileBytes;
+        const uint32_t k_tile = k_s + stage * L::kKTileBytes;
 #pragma unroll
         for (int ks = 0; ks < kDSteps; ++ks) {
             const uint32_t col = uint32_t(ks % 4) * 32;
@@ -677,17 +733,17 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                                 smem_desc(k_tile + (ks / 4) * L::kPanelBytes + col, 16), ks > 0);
         }
     };
-    float o[kPanels][32];
+    float o[kVPanels][32];
     const auto issue_values = [&](const uint32_t(&a)[8][4], int stage) {
-        const uint32_t v_tile = v_s + stage * L::kTileBytes;
+        const uint32_t v_tile = v_s + stage * L::kVTileBytes;
 #pragma unroll
         for (int kk = 0; kk < kKeys / 16; ++kk) {
             if constexpr (kPv == kPvPanels) {
 #pragma unroll
-                for (int pn = 0; pn < kPanels; ++pn)
+                for (int pn = 0; pn < kVPanels; ++pn)
                     wgmma_m64n64k16_rs<1>(o[pn], a[kk], smem_desc(v_tile + pn * L::kPanelBytes + kk * 16 * 128, 1024));
             } else {
-                wgmma_m64n128k16_rs_t(o[0], o[kPanels - 1], a[kk],
+                wgmma_m64n128k16_rs_t(o[0], o[kVPanels - 1], a[kk],
                                       smem_desc2(v_tile + kk * 16 * 128, L::kPanelBytes, 1024));
             }
         }
@@ -695,12 +751,17 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
     uint32_t it = 0, uc = 0;
     // The next unit's item is read at the start of this one, so that its loads are not on the path between units.
-    ws_item next_item = ws_locate(p, min(ws_unit(0, alternate), num_units - 1) / p.num_kv_heads, group);
+    int32_t next_index;
+    ws_unit_head(min(ws_unit(0, alternate), num_units - 1), p.num_work_items, p.num_kv_heads, next_index);
+    ws_item next_item = ws_locate(p, next_index, group);
     for (int32_t u = ws_unit(0, alternate); u < num_units; u = ws_unit(int32_t(++uc), alternate)) {
-        const int32_t kvh = u % p.num_kv_heads;
+        int32_t item_index;
+        const int32_t kvh = ws_unit_head(u, p.num_work_items, p.num_kv_heads, item_index);
         const ws_item item = next_item;
-        if (const int32_t next = ws_unit(int32_t(uc) + 1, alternate); next < num_units)
-            next_item = ws_locate(p, next / p.num_kv_heads, group);
+        if (const int32_t next = ws_unit(int32_t(uc) + 1, alternate); next < num_units) {
+            ws_unit_head(next, p.num_work_items, p.num_kv_heads, next_index);
+            next_item = ws_locate(p, next_index, group);
+        }
         const int32_t wg_row0 = item.row0 + c * 64;
         const int qb = kQByProducer ? int(uc % 2) : 0;
         const uint32_t q_buf = q_s + qb * L::kQBytes;
@@ -738,7 +799,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         // Register definitions stay where they are written (fence_accumulators, keep_fragments), never sunk past
         // the issue of a later wgmma that reads them: ptxas would serialise every wgmma.
 #pragma unroll
-        for (int pn = 0; pn < kPanels; ++pn) {
+        for (int pn = 0; pn < kVPanels; ++pn) {
 #pragma unroll
             for (int i = 0; i < 32; ++i) o[pn][i] = 0.f;
             fence_accumulators(o[pn]);
@@ -787,10 +848,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             wgmma_wait<0>();  // P V of the previous tile
             keep_fragments(a);
 #pragma unroll
-            for (int pn = 0; pn < kPanels; ++pn) fence_accumulators(o[pn]);
+            for (int pn = 0; pn < kVPanels; ++pn) fence_accumulators(o[pn]);
             release(v_empty, prev);
 #pragma unroll
-            for (int pn = 0; pn < kPanels; ++pn)
+            for (int pn = 0; pn < kVPanels; ++pn)
 #pragma unroll
                 for (int j = 0; j < 8; ++j) {
                     o[pn][4 * j + 0] *= alpha[0];
@@ -799,7 +860,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                     o[pn][4 * j + 3] *= alpha[1];
                 }
 #pragma unroll
-            for (int pn = 0; pn < kPanels; ++pn) fence_accumulators(o[pn]);
+            for (int pn = 0; pn < kVPanels; ++pn) fence_accumulators(o[pn]);
             ws_pack(s, a);  // after the wait: P's registers are not redefined while a P V reads them
             keep_fragments(a);
             prev = it % kVStages;
@@ -814,7 +875,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         wgmma_wait<0>();
         keep_fragments(a);
 #pragma unroll
-        for (int pn = 0; pn < kPanels; ++pn) fence_accumulators(o[pn]);
+        for (int pn = 0; pn < kVPanels; ++pn) fence_accumulators(o[pn]);
         release(v_empty, prev);
 
         // Normalise, stage the warp's 16 rows in its own rows of the query tile, write whole rows.
@@ -825,7 +886,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
             const int row = c * 64 + warp * 16 + g + 8 * h;
 #pragma unroll
-            for (int pn = 0; pn < kPanels; ++pn)
+            for (int pn = 0; pn < kVPanels; ++pn)
 #pragma unroll
                 for (int j = 0; j < 8; ++j) {
                     const uint32_t packed = pack_bf16(o[pn][4 * j + 2 * h] * inv, o[pn][4 * j + 2 * h + 1] * inv);
@@ -833,8 +894,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                 }
         }
         __syncwarp();
-        for (int v = lane; v < 16 * kChunks; v += 32) {
-            const int rr = v / kChunks, chunk = v % kChunks;
+        for (int v = lane; v < 16 * kVChunks; v += 32) {
+            const int rr = v / kVChunks, chunk = v % kVChunks;
             const int32_t r = warp_row0 + rr;
             if (r >= item.total_rows) continue;
             detail::bf16x8 x;
@@ -844,8 +905,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                          : "r"(q_buf + panel_offset<kRows>(c * 64 + warp * 16 + rr, chunk))
                          : "memory");
             const int32_t token = item.q_begin + r / group, head = kvh * group + r % group;
-            *reinterpret_cast<detail::bf16x8*>(p.out + (size_t(token) * p.num_q_heads + head) * kHeadDim + chunk * 8) =
-                x;
+            *reinterpret_cast<detail::bf16x8*>(p.out + (size_t(token) * p.num_q_heads + head) * kVDim + chunk * 8) = x;
         }
         if constexpr (kQByProducer) {
             __syncwarp();  // the warp's staged rows are read
@@ -893,12 +953,20 @@ struct ws_variant {
     int k_stages, v_stages;  // the K and V rings
     bool q_by_producer;      // two query buffers the producer fills, else one the consumers fill
     int32_t max_box_rows;
-    bool alternate = true;  // ws_unit's walk (false: a plain stride)
+    bool alternate = true;        // ws_unit's walk (false: a plain stride)
+    bool tail_boxes = false;      // the keys of an item's last tile past its whole boxes in boxes of 8, then cp.async
+    bool split_producer = false;  // two producer warps: one for the K ring, one for the V ring
 };
 constexpr ws_variant kWsVariants[] = {
-    {"ws", kPvWide, 3, 3, false, 16},         {"ws_panels", kPvPanels, 3, 3, false, 16},
-    {"ws_k3", kPvWide, 3, 2, true, 16},       {"ws_2", kPvWide, 2, 2, true, 16},
-    {"ws_box128", kPvWide, 3, 3, false, 128}, {"ws_stride", kPvWide, 3, 3, false, 16, false},
+    {"ws", kPvWide, 3, 3, false, 16},
+    {"ws_panels", kPvPanels, 3, 3, false, 16},
+    {"ws_k3", kPvWide, 3, 2, true, 16},
+    {"ws_2", kPvWide, 2, 2, true, 16},
+    {"ws_box128", kPvWide, 3, 3, false, 128},
+    {"ws_stride", kPvWide, 3, 3, false, 16, false},
+    {"ws_tail8", kPvWide, 3, 3, false, 128, true, true},
+    {"ws_split", kPvWide, 3, 3, false, 16, true, false, true},
+    {"ws_split_tail8", kPvWide, 3, 3, false, 128, true, true, true},
 };
 
 }  // namespace
@@ -947,16 +1015,22 @@ const std::vector<std::string>& paged_attention_ws_variants() {
     return names;
 }
 
+bool paged_attention_ws_dims_supported(int32_t head_dim, int32_t v_head_dim) {
+    const bool same_v = v_head_dim == 0 || v_head_dim == head_dim;
+    return device_has_wgmma() && (same_v ? head_dim == 64 || head_dim == 128 : head_dim == 192 && v_head_dim == 128);
+}
+
 bool paged_attention_ws_supported(const paged_attention_params& p) {
-    return paged_attention_wgmma_supported(p.head_dim) && (p.v_head_dim == 0 || p.v_head_dim == p.head_dim) &&
-           p.rows_per_item == 128 && ws_box_rows(p.block_size, 8) > 0;
+    return paged_attention_ws_dims_supported(p.head_dim, p.v_head_dim) && p.rows_per_item == 128 &&
+           ws_box_rows(p.block_size, 8) > 0;
 }
 
 void launch_paged_attention_ws(const paged_attention_params& p, const std::string& variant, cudaStream_t stream) {
     require_paged_attention_params(p);
-    ZMOE_KERNEL_REQUIRE(paged_attention_ws_supported(p),
-                        "paged_attention: the warp-specialised kernel needs compute capability 9.x, head_dim 64 or "
-                        "128, no separate v_head_dim, items of 128 rows and a block size that is a multiple of 8");
+    ZMOE_KERNEL_REQUIRE(
+        paged_attention_ws_supported(p),
+        "paged_attention: the warp-specialised kernel needs compute capability 9.x, head dims (64, 64), "
+        "(128, 128) or (192, 128), items of 128 rows and a block size that is a multiple of 8");
     const ws_variant* w = nullptr;
     for (const ws_variant& v : kWsVariants)
         if (variant == v.name) w = &v;
@@ -964,16 +1038,26 @@ void launch_paged_attention_ws(const paged_attention_params& p, const std::strin
     if (p.num_work_items == 0) return;
     const int32_t box_rows = ws_box_rows(p.block_size, w->max_box_rows);
     const CUtensorMap map_k = make_cache_map(p.k_cache, p.num_kv_heads, p.head_dim, box_rows);
-    const CUtensorMap map_v = make_cache_map(p.v_cache, p.num_kv_heads, p.head_dim, box_rows);
+    const int32_t v_dim = p.v_head_dim == 0 ? p.head_dim : p.v_head_dim;
+    const CUtensorMap map_v = make_cache_map(p.v_cache, p.num_kv_heads, v_dim, box_rows);
+    const CUtensorMap map_k8 = w->tail_boxes ? make_cache_map(p.k_cache, p.num_kv_heads, p.head_dim, 8) : map_k;
+    const CUtensorMap map_v8 = w->tail_boxes ? make_cache_map(p.v_cache, p.num_kv_heads, v_dim, 8) : map_v;
     const int32_t units = p.num_work_items * p.num_kv_heads;
     const int grid = std::min(units, sm90::current_device().sms);
-    const auto launch = [&]<int kHeadDim, int kKStages, int kVStages, int kPv, bool kQByProducer>() {
-        const auto kernel = prefill_attention_ws_kernel<kHeadDim, kKStages, kVStages, kPv, true, kQByProducer>;
-        constexpr uint32_t smem = ws_layout < kHeadDim, kKStages, kVStages, kQByProducer ? 2 : 1 > ::kSmem;
+    const auto
+        launch = [&]<int kHeadDim, int kKStages, int kVStages, int kPv, bool kQByProducer, int kVDim = kHeadDim>() {
+        const auto kernel = prefill_attention_ws_kernel<kHeadDim, kVDim, kKStages, kVStages, kPv, true, kQByProducer>;
+        constexpr uint32_t smem = ws_layout < kHeadDim, kVDim, kKStages, kVStages, kQByProducer ? 2 : 1 > ::kSmem;
+        static_assert(smem <= 227 * 1024, "shared memory of one CTA");
         ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        kernel<<<grid, kWsThreads, smem, stream>>>(map_k, map_v, p, box_rows, w->alternate);
+        kernel<<<grid, kWsThreads, smem, stream>>>(map_k, map_v, map_k8, map_v8, p, box_rows, w->tail_boxes,
+                                                   w->alternate, w->split_producer);
     };
-    if (p.head_dim == 64) {
+    if (p.head_dim == 192) {
+        // MLA's expanded form: 2 K and 2 V stages (three of 48 + 32 KiB do not fit beside the 48 KiB query tile),
+        // one query buffer, the wide P V; the variant's box size and walk.
+        launch.template operator()<192, 2, 2, kPvWide, false, 128>();
+    } else if (p.head_dim == 64) {
         if (w->k_stages == 3 && w->v_stages == 3)
             launch.template operator()<64, 3, 3, kPvPanels, false>();
         else if (w->k_stages == 3)

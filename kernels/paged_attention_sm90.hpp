@@ -27,11 +27,19 @@ void launch_paged_attention_wgmma(const paged_attention_params& p, cudaStream_t 
 /// buffer the consumers fill, one m64n128 wgmma per 16 keys for P V, TMA boxes of up to 16 keys), "ws_panels" (P V
 /// per 64-column panel), "ws_k3" (3 K stages, 2 V stages, two query buffers the producer fills), "ws_2" (2 stages
 /// each, two query buffers), "ws_box128" (TMA boxes of up to 128 keys), "ws_stride" (each CTA takes units blockIdx.x
-/// + k gridDim.x instead of walking its rounds back and forth). Head dim 64 runs the per-panel P V in each.
+/// + k gridDim.x instead of walking its rounds back and forth), "ws_tail8" (boxes of up to 128 keys, the keys of an
+/// item's last tile past them in 8-key boxes, fewer than 8 by cp.async), "ws_split" (two producer warps, one a ring),
+/// "ws_split_tail8" (both). Head dim 64 runs the per-panel P V in each;
+/// head dims (192, 128) run one kernel (2 K and 2 V stages, one query buffer, the wide P V) with each variant's box
+/// size and walk.
 const std::vector<std::string>& paged_attention_ws_variants();
 
-/// True when launch_paged_attention_ws takes p: paged_attention_wgmma_supported(p.head_dim), no separate
-/// v_head_dim, p.rows_per_item 128, p.block_size a multiple of 8.
+/// True when the current device is compute capability 9.x and the warp-specialised kernel is built for (head_dim,
+/// v_head_dim): (64, 0 or 64), (128, 0 or 128), or (192, 128) (MLA's expanded form; 2 K and 2 V stages).
+bool paged_attention_ws_dims_supported(int32_t head_dim, int32_t v_head_dim);
+
+/// True when launch_paged_attention_ws takes p: paged_attention_ws_dims_supported(p.head_dim, p.v_head_dim),
+/// p.rows_per_item 128, p.block_size a multiple of 8.
 bool paged_attention_ws_supported(const paged_attention_params& p);
 
 /// launch_paged_attention's contract on the warp-specialised kernel. Aborts unless paged_attention_ws_supported(p)

@@ -8,7 +8,7 @@
 #                                               [--out DIR]
 set -uo pipefail
 seqs=4096,8192,32768
-impls=wgmma_128,ws,ws_panels,ws_k3,ws_2,ws_box128,ws_stride
+impls=wgmma_128,ws,ws_panels,ws_k3,ws_2,ws_box128,ws_stride,ws_tail8,ws_split,ws_split_tail8
 peer=../shared/peers/attention_prefill_peer.py
 out=${OUT:-/tmp}
 while [[ $# -gt 0 ]]; do

@@ -11,8 +11,9 @@ namespace zmoe::kernels::ref {
 
 void paged_attention(const attention_shape& s, const float* q, const float* k_cache, const float* v_cache,
                      const int32_t* block_tables, const int32_t* query_start, const int32_t* start_pos, float* out) {
-    const int32_t hd = s.head_dim, group = s.num_q_heads / s.num_kv_heads;
-    std::vector<double> scores, acc(hd);
+    const int32_t hd = s.head_dim, vd = s.v_head_dim == 0 ? s.head_dim : s.v_head_dim;
+    const int32_t group = s.num_q_heads / s.num_kv_heads;
+    std::vector<double> scores, acc(vd);
     for (int32_t seq = 0; seq < s.num_seqs; ++seq) {
         const int32_t* table = block_tables + size_t(seq) * s.max_blocks_per_seq;
         for (int32_t tok = query_start[seq]; tok < query_start[seq + 1]; ++tok) {
@@ -36,11 +37,11 @@ void paged_attention(const attention_shape& s, const float* q, const float* k_ca
                     const double p = std::exp(scores[j] - max_score);
                     denom += p;
                     const size_t slot = size_t(table[j / s.block_size]) * s.block_size + j % s.block_size;
-                    const float* vrow = v_cache + (slot * s.num_kv_heads + kvh) * hd;
-                    for (int32_t d = 0; d < hd; ++d) acc[d] += p * vrow[d];
+                    const float* vrow = v_cache + (slot * s.num_kv_heads + kvh) * vd;
+                    for (int32_t d = 0; d < vd; ++d) acc[d] += p * vrow[d];
                 }
-                float* orow = out + (size_t(tok) * s.num_q_heads + h) * hd;
-                for (int32_t d = 0; d < hd; ++d) orow[d] = float(acc[d] / denom);
+                float* orow = out + (size_t(tok) * s.num_q_heads + h) * vd;
+                for (int32_t d = 0; d < vd; ++d) orow[d] = float(acc[d] / denom);
             }
         }
     }

@@ -42,6 +42,7 @@ struct attention_shape {
     int32_t block_size = 0;
     int32_t max_blocks_per_seq = 0;
     float scale = 1.f;
+    int32_t v_head_dim = 0;  ///< of V and the output; 0: head_dim
 };
 
 /// See launch_paged_attention.

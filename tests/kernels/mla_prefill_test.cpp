@@ -220,7 +220,9 @@ TEST_P(MlaPrefill, ExpandedMatchesAbsorbedReference) {
                                 nullptr);
         q_in = d_q_pad.get();
     }
-    const std::vector<int32_t> items = paged_attention_plan(query_start, c.heads, c.heads);
+    // The rows per item the DeepSeek worker plans with (128 on Hopper: the warp-specialised kernel for 192 / 128).
+    const int32_t rows_per_item = paged_attention_rows_per_item(k_dim, v_out);
+    const std::vector<int32_t> items = paged_attention_plan(query_start, c.heads, c.heads, rows_per_item);
     auto d_items = upload(items);
     launch_paged_attention({.q = q_in,
                             .k_cache = d_k.get(),
@@ -238,6 +240,7 @@ TEST_P(MlaPrefill, ExpandedMatchesAbsorbedReference) {
                             .block_size = kExpandBlock,
                             .max_blocks_per_seq = e_width,
                             .scale = scale,
+                            .rows_per_item = rows_per_item,
                             .v_head_dim = v_out},
                            nullptr);
     if (v_out != c.v_dim)

@@ -1,8 +1,9 @@
 // launch_paged_attention against ref::paged_attention over mixed batches: decodes, prefill chunks on top of
 // cached context (ending mid-block and mid-tile), whole prompts up to 4 100 tokens, lengths around the tile edges,
-// GQA groups from 1 to 8, head dims 16 to 256, block sizes 8 to 64, block tables in shuffled physical order; each
-// case through every kernel that takes it (mma.sync everywhere, wgmma on Hopper for head dims 64 and 128, over
-// 64- and 128-row work items, and the warp-specialised kernel's variants over 128-row items).
+// GQA groups from 1 to 8, head dims 16 to 256 and MLA's expanded (192, 128), block sizes 8 to 1 024, block tables in
+// shuffled physical order; each case through every kernel that takes it (mma.sync everywhere, wgmma on Hopper for
+// head dims 64 and 128, over 64- and 128-row work items, and the warp-specialised kernel's variants over 128-row
+// items, (192, 128) included).
 
 #include <numeric>
 
@@ -21,6 +22,7 @@ struct attention_case {
     std::string name;
     std::vector<seq_spec> seqs;
     int32_t num_q_heads, num_kv_heads, head_dim, block_size;
+    int32_t v_head_dim = 0;  ///< 0: head_dim
 };
 
 /// Runs case c through every kernel that takes it: automatic, mma.sync, and on Hopper wgmma over 64- and 128-row
@@ -47,10 +49,12 @@ void check_case(const attention_case& c) {
         for (int32_t b = 0; b < blocks; ++b) tables[size_t(s) * max_blocks + b] = physical[next++];
     }
     const int32_t num_tokens = query_start[num_seqs];
-    const size_t cache_elems = size_t(num_blocks) * c.block_size * c.num_kv_heads * c.head_dim;
+    const int32_t v_dim = c.v_head_dim == 0 ? c.head_dim : c.v_head_dim;
+    const bool same_v = v_dim == c.head_dim;
+    const size_t slots = size_t(num_blocks) * c.block_size * c.num_kv_heads;
     const auto q = random_bf16(size_t(num_tokens) * c.num_q_heads * c.head_dim, 1.f, rng);
-    const auto k_cache = random_bf16(cache_elems, 1.f, rng);
-    const auto v_cache = random_bf16(cache_elems, 1.f, rng);
+    const auto k_cache = random_bf16(slots * c.head_dim, 1.f, rng);
+    const auto v_cache = random_bf16(slots * v_dim, 1.f, rng);
 
     auto d_q = upload_bf16(q);
     auto d_k = upload_bf16(k_cache);
@@ -64,8 +68,9 @@ void check_case(const attention_case& c) {
                            c.head_dim,
                            c.block_size,
                            max_blocks,
-                           1.f / std::sqrt(float(c.head_dim))};
-    std::vector<float> want(q.size());
+                           1.f / std::sqrt(float(c.head_dim)),
+                           c.v_head_dim};
+    std::vector<float> want(size_t(num_tokens) * c.num_q_heads * v_dim);
     ref::paged_attention(s, q.data(), k_cache.data(), v_cache.data(), tables.data(), query_start.data(),
                          start_pos.data(), want.data());
 
@@ -76,10 +81,10 @@ void check_case(const attention_case& c) {
         int32_t rows_per_item;
     };
     std::vector<kernel_choice> kernels{
-        {"automatic", paged_attention_impl::automatic, paged_attention_rows_per_item(c.head_dim)},
+        {"automatic", paged_attention_impl::automatic, paged_attention_rows_per_item(c.head_dim, c.v_head_dim)},
         {"automatic_64", paged_attention_impl::automatic, 64},
         {"mma", paged_attention_impl::mma, 64}};
-    if (detail::paged_attention_wgmma_supported(c.head_dim)) {
+    if (same_v && detail::paged_attention_wgmma_supported(c.head_dim)) {
         kernels.push_back({"wgmma_64", paged_attention_impl::wgmma, 64});
         kernels.push_back({"wgmma_128", paged_attention_impl::wgmma, 128});
     }
@@ -87,7 +92,7 @@ void check_case(const attention_case& c) {
         SCOPED_TRACE(k.name);
         const auto items = paged_attention_plan(query_start, c.num_q_heads, c.num_kv_heads, k.rows_per_item);
         auto d_items = upload(items);
-        device_buffer<bf16> d_out(q.size());
+        device_buffer<bf16> d_out(want.size());
         d_out.poison();
         paged_attention_params p;
         p.q = d_q.get();
@@ -108,11 +113,14 @@ void check_case(const attention_case& c) {
         p.scale = s.scale;
         p.impl = k.impl;
         p.rows_per_item = k.rows_per_item;
+        p.v_head_dim = c.v_head_dim;
         launch_paged_attention(p, nullptr);
         sync_and_check();
         EXPECT_LT(rel_error(download_bf16(d_out), want), kBf16Tolerance);
-        // The warp-specialised kernel's variants, over the same 128-row items, output poisoned again.
-        if (k.name != "wgmma_128" || !detail::paged_attention_ws_supported(p)) continue;
+        // The warp-specialised kernel's variants, over the same 128-row items, output poisoned again ((192, 128):
+        // over automatic's, the only 128-row choice).
+        if ((same_v ? k.name != "wgmma_128" : k.name != "automatic") || !detail::paged_attention_ws_supported(p))
+            continue;
         for (const std::string& variant : detail::paged_attention_ws_variants()) {
             SCOPED_TRACE(variant);
             d_out.poison();
@@ -184,11 +192,25 @@ std::vector<attention_case> cases() {
         {"large_blocks", {{0, 700}, {300, 200}, {129, 1}}, 32, 4, 128, 1024},
         {"block_24", {{0, 333}, {100, 45}}, 16, 2, 128, 24},
         {"large_blocks_d64", {{1000, 300}}, 8, 2, 64, 256},
+        // MLA's expanded form (Q/K 192 = 128 nope + 64 rope, V and the output 128): DeepSeek-V2-Lite's 16 heads over
+        // its 64-row expanded blocks; chunks on cached KV beside decodes; ragged 16- and 24-key pages; GQA (the
+        // kernels take it for these dims too); 1 024-key blocks (128-key boxes, the tail by cp.async).
+        {"mla_prompt", {{0, 1000}}, 16, 16, 192, 64, 128},
+        {"mla_chunks", {{4079, 300}, {15, 17}, {33, 1}, {0, 700}, {1, 63}}, 8, 8, 192, 64, 128},
+        {"mla_ragged_bs16", {{100, 333}, {2000, 129}, {7, 1}}, 4, 4, 192, 16, 128},
+        {"mla_gqa2_bs24", {{0, 257}, {50, 70}}, 8, 4, 192, 24, 128},
+        {"mla_large_blocks", {{0, 700}, {300, 200}}, 4, 4, 192, 1024, 128},
+        // More than 16 KV heads: the warp-specialised kernel interleaves units per group of 16 heads (a last group
+        // of 8 here), as DeepSeek-V3's 128.
+        {"mla_many_heads", {{0, 300}, {100, 50}}, 40, 40, 192, 64, 128},
+        {"many_kv_heads", {{0, 260}, {37, 1}}, 48, 24, 128, 16},
     };
 }
 
 std::string case_name(const ::testing::TestParamInfo<attention_case>& info) {
     const auto& c = info.param;
+    if (c.v_head_dim != 0)
+        return make_name(c.name, "_q", c.num_q_heads, "_kv", c.num_kv_heads, "_d", c.head_dim, "_v", c.v_head_dim);
     return make_name(c.name, "_q", c.num_q_heads, "_kv", c.num_kv_heads, "_d", c.head_dim);
 }
 

@@ -91,8 +91,10 @@ void launch_deepseek_router(const model_config& c, const cuda_layer& w, const fl
         stream);
 }
 
-mla_prefill_plan plan_mla_prefill(const mla_host_step& h, int32_t num_heads, int32_t capacity_rows, bool expanded) {
+mla_prefill_plan plan_mla_prefill(const mla_host_step& h, int32_t num_heads, int32_t capacity_rows, bool expanded,
+                                  int32_t rows_per_item) {
     mla_prefill_plan p;
+    p.rows_per_item = rows_per_item;
     const auto num_seqs = static_cast<int32_t>(h.start_pos.size());
     const std::span<const int32_t> qs = h.query_start;
     p.num_tokens = num_seqs > 0 ? qs[num_seqs] : 0;
@@ -154,7 +156,7 @@ mla_prefill_plan plan_mla_prefill(const mla_host_step& h, int32_t num_heads, int
         g.work_items = d.size();
         const std::vector<int32_t> items = kernels::paged_attention_plan(
             std::span<const int32_t>(d.data() + g.query_start, static_cast<size_t>(g.num_seqs) + 1), num_heads,
-            num_heads);
+            num_heads, rows_per_item);
         g.num_work_items = static_cast<int32_t>(items.size() / 2);
         d.insert(d.end(), items.begin(), items.end());
     }
@@ -205,6 +207,8 @@ mla_attention_runner::mla_attention_runner(const model_config& c, int32_t max_to
         expand_rows_ = static_cast<int32_t>(std::min<int64_t>(rows, int64_t{1} << 30));
     }
     if (expand_rows_ > 0) {
+        // 128-row items where a wgmma kernel takes the dims (DeepSeek's 192 / 128: the warp-specialised one).
+        attn_rows_ = kernels::paged_attention_rows_per_item(k_dim_, v_dim_);
         const size_t R = static_cast<size_t>(expand_rows_);
         alloc(latent_, R * r * sizeof(bf16));
         if (!expand_direct_) alloc(kv_up_, R * heads * static_cast<size_t>(dn + dv) * sizeof(bf16));
@@ -234,7 +238,7 @@ mla_attention_runner::mla_attention_runner(const model_config& c, int32_t max_to
 }
 
 void mla_attention_runner::prepare(const mla_host_step& h, cudaStream_t stream) {
-    plan_ = plan_mla_prefill(h, i32(c_.num_heads), expand_rows_, expand_rows_ > 0);
+    plan_ = plan_mla_prefill(h, i32(c_.num_heads), expand_rows_, expand_rows_ > 0, attn_rows_);
     if (plan_.data.empty()) return;
     const size_t bytes = plan_.data.size() * sizeof(int32_t);
     if (bytes > plan_host_.bytes()) {
@@ -506,6 +510,7 @@ void mla_attention_runner::run_expanded_attention(const mla_prefill_plan::group&
                                      .block_size = kMlaExpandBlock,
                                      .max_blocks_per_seq = pg.table_width,
                                      .scale = c_.softmax_scale(),
+                                     .rows_per_item = plan_.rows_per_item,
                                      .v_head_dim = v_dim_},
                                     stream);
     if (v_dim_ != dv)

@@ -89,6 +89,8 @@ struct mla_prefill_plan {
     std::vector<int32_t> data;             // the int32s to upload
     int32_t num_tokens = 0;                // of the step planned
     bool decode_only = false;              // one query token per sequence (launch_mla_decode's shape)
+
+    int32_t rows_per_item = kernels::kAttentionRowsPerItem;  // of the groups' work items
 };
 
 /// Expanded block granularity: each sequence's expanded rows start at a multiple of it.
@@ -98,7 +100,9 @@ constexpr int32_t kMlaExpandBlock = 64;
 /// [0, start_pos + n) fit within capacity_rows rows go to the expanded form, packed greedily into groups of
 /// consecutive such sequences whose padded positions fit capacity_rows together; every other token (decodes, a
 /// one-token chunk, a sequence too long for the scratch, every token when expanded is false) to the absorbed form.
-mla_prefill_plan plan_mla_prefill(const mla_host_step& h, int32_t num_heads, int32_t capacity_rows, bool expanded);
+/// Work items of rows_per_item rows (64, or 128 where paged_attention_rows_per_item gives it).
+mla_prefill_plan plan_mla_prefill(const mla_host_step& h, int32_t num_heads, int32_t capacity_rows, bool expanded,
+                                  int32_t rows_per_item = kernels::kAttentionRowsPerItem);
 
 /// MLA attention for every layer of one executor: its scratch buffers (sized once for max_tokens, fixed addresses
 /// for the decode graphs) and the RoPE frequencies.
@@ -152,6 +156,7 @@ class mla_attention_runner {
     // Expanded prefill: head dims the prefill kernel runs (k_dim_ >= nope + rope, v_dim_ >= v_head_dim); q_pad_ and
     // out_pad_ only when they differ from the model's.
     int32_t k_dim_ = 0, v_dim_ = 0, expand_rows_ = 0;
+    int32_t attn_rows_ = kernels::kAttentionRowsPerItem;  // rows per work item (paged_attention_rows_per_item)
     bool expand_direct_ = false;  // K and V by launch_mla_expand_gemm (no kv_up): the kernel takes the model's dims
     // Tensor-core decode: on when the shape is supported; the split count per batch size needs the SM count.
     bool tc_decode_ = false;
