@@ -330,12 +330,13 @@ void launch_paged_attention(const paged_attention_params& p, cudaStream_t stream
     const bool same_v = p.v_head_dim == 0 || p.v_head_dim == p.head_dim;
     if (!same_v && p.impl == paged_attention_impl::automatic && p.rows_per_item == 128) {
         // MLA's expanded form over 128-row items: the warp-specialised kernel is the one built for those dims, with
-        // TMA boxes of up to 128 keys (DeepSeek's expanded rows come in blocks of 64 consecutive slots), 8-key
-        // boxes for the rest of each item's last tile.
+        // one producer warp per K/V ring, TMA boxes of up to 128 keys (DeepSeek's expanded rows come in blocks of
+        // 64 consecutive slots), 8-key boxes for the rest of each item's last tile (ws_split_tail8: 602 / 636
+        // TFLOP/s against ws_tail8's 508 / 588 at 8 192 / 16 384 tokens, DeepSeek-V2-Lite's shape, one H100).
         ZMOE_KERNEL_REQUIRE(detail::paged_attention_ws_supported(p),
                             "paged_attention: head dims (192, 128) over 128-row items need the warp-specialised "
                             "kernel: compute capability 9.x and a block size that is a multiple of 8");
-        if (p.num_work_items > 0) detail::launch_paged_attention_ws(p, "ws_tail8", stream);
+        if (p.num_work_items > 0) detail::launch_paged_attention_ws(p, "ws_split_tail8", stream);
         return;
     }
     const bool wgmma = p.impl == paged_attention_impl::wgmma ||
@@ -349,11 +350,11 @@ void launch_paged_attention(const paged_attention_params& p, cudaStream_t stream
     if (p.num_work_items == 0) return;
     if (wgmma) {
         // automatic: the warp-specialised kernel where it takes the launch (128-row items, block size a multiple
-        // of 8), else the plain wgmma kernel. ws_tail8: boxes of up to 128 keys and 8-key tail boxes (554 / 590
-        // TFLOP/s against ws's 335 / 441 at 8 192 / 16 384 contiguous). ws_split_tail8 (one producer warp per ring)
-        // measured faster on 16-key pages (539 / 570 against 365 / 369) but has not yet passed the tests.
+        // of 8), else the plain wgmma kernel. ws_split_tail8: one producer warp per K/V ring, boxes of up to 128
+        // keys and 8-key tail boxes; on one H100 (Qwen3 shape) 559 / 595 / 548 TFLOP/s contiguous and 544 / 577 / 545
+        // on 16-key pages at 8 192 / 16 384 / 32 768 tokens, against ws_tail8's 502 / 547 / 514 and 366 / 377 / 396.
         if (p.impl == paged_attention_impl::automatic && detail::paged_attention_ws_supported(p))
-            detail::launch_paged_attention_ws(p, "ws_tail8", stream);
+            detail::launch_paged_attention_ws(p, "ws_split_tail8", stream);
         else
             detail::launch_paged_attention_wgmma(p, stream);
         return;
