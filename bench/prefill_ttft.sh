@@ -67,8 +67,9 @@ done
 ((ok)) || { echo "prefill_ttft.sh: the server did not come up (see $out/serve.log)" >&2; tail -20 "$out/serve.log" >&2; exit 1; }
 IFS=, read -ra len_list <<<"$lens"
 # One warm-up request (lazy module loads, cuBLASLt plans) per worker, side by side so that each rank takes one, of the
-# shortest length asked (its shapes); then each length. The warm-up draws its prompts from another seed: the same
-# seed would give the measured prompts themselves, which the prefix cache would then serve.
+# shortest length asked (its shapes); then each length. The warm-up and each length draw their prompts from seeds of
+# their own: with one seed the warm-up would send the measured prompts themselves, and a longer length's prompts would
+# begin with a shorter one's tokens, which the prefix cache would then serve.
 warm_len=$(printf '%s\n' "${len_list[@]}" | sort -n | head -1)
 echo "+ $zmoe bench serve --endpoint tcp://127.0.0.1:$port --model $model --num-prompts $workers" \
   "--random-input-len $warm_len --random-output-len 1 --max-concurrency $workers --seed 987654"
@@ -78,9 +79,10 @@ echo "+ $zmoe bench serve --endpoint tcp://127.0.0.1:$port --model $model --num-
 for l in "${len_list[@]}"; do
   echo "== $prompts prompts of $l tokens, one at a time"
   echo "+ $zmoe bench serve --endpoint tcp://127.0.0.1:$port --model $model --num-prompts $prompts" \
-    "--random-input-len $l --random-output-len 1 --max-concurrency 1 --json $out/len_$l.json"
+    "--random-input-len $l --random-output-len 1 --max-concurrency 1 --seed $((100000 + l)) --json $out/len_$l.json"
   "$zmoe" bench serve --endpoint "tcp://127.0.0.1:$port" --model "$model" --num-prompts "$prompts" \
-    --random-input-len "$l" --random-output-len 1 --max-concurrency 1 --json "$out/len_$l.json" >"$out/len_$l.log" 2>&1 ||
+    --random-input-len "$l" --random-output-len 1 --max-concurrency 1 --seed $((100000 + l)) \
+    --json "$out/len_$l.json" >"$out/len_$l.log" 2>&1 ||
     { echo "bench serve at $l tokens failed:"; tail -20 "$out/len_$l.log"; }
 done
 # The engine's counters after the run: its prefix-cache hits must be none (every prompt computed in full).

@@ -177,7 +177,8 @@ bool decode_attention_supported(int32_t num_q_heads, int32_t num_kv_heads, int32
 int32_t decode_attention_slots(int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim);
 /// The split count for a step's shape: as many chunks per (sequence, KV head) as keep the batch's blocks within
 /// `slots` (decode_attention_slots), at most what a sequence of max_kv_len keys (the longest any may have) can use,
-/// at most kDecodeAttentionMaxSplits; 1 (no combine pass) when the batch alone fills the device.
+/// at most kDecodeAttentionMaxSplits; from 8 splits up rounded down to a multiple of 8 (the blocks of a wave stay
+/// whole); 1 (no combine pass) when the batch alone fills the device.
 int32_t decode_attention_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t max_kv_len, int32_t slots);
 /// The fp32 scratch of a launch with num_splits > 1 (0 otherwise): each chunk's normalised output and log-sum-exp.
 size_t decode_attention_workspace_bytes(int32_t num_seqs, int32_t num_q_heads, int32_t head_dim, int32_t num_splits);
