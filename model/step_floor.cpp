@@ -22,10 +22,11 @@ step_floor_model step_floor_model::of(const model_config& c) {
     if (c.is_mla()) {  // q (through its LoRA), kv_a, kv_b, o, the two latent norms
         const mla_params& m = c.mla;
         const int64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+        // kv_b stays BF16 in an FP8 model: the worker dequantizes it at load (docs/fp8.md), and reads it so.
         attn = (m.q_lora_rank > 0 ? lin(m.q_lora_rank, H) + lin(c.num_heads * qk, m.q_lora_rank)
                                   : lin(c.num_heads * qk, H)) +
                lin(m.kv_lora_rank + m.qk_rope_head_dim, H) +
-               lin(c.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank) +
+               2 * c.num_heads * (m.qk_nope_head_dim + m.v_head_dim) * m.kv_lora_rank +
                lin(H, c.num_heads * m.v_head_dim);
         attn_bf16 = (m.q_lora_rank > 0 ? m.q_lora_rank : 0) + m.kv_lora_rank;
     }
