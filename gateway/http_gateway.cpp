@@ -24,6 +24,7 @@
 #include "base/log.hpp"
 #include "base/metrics.hpp"
 #include "base/version.hpp"
+#include "frontend/utf8.hpp"
 #include "gateway/openai_api.hpp"
 #include "gateway/serving_metrics.hpp"
 #include "tool_calls/output_parser.hpp"
@@ -92,6 +93,9 @@ struct choice_state {
     std::vector<int32_t> pending_ids{};
     std::vector<token_logprobs> pending_logprobs{};
     size_t pending_offset = 0;  // text offset of pending_text in the choice's text
+    // The end of the last delta when it stops inside a UTF-8 character: held back until the character completes,
+    // so that no chunk, parse event or text carries half a character (JSON would turn it into U+FFFD).
+    std::string utf8_carry{};
     // Chat with tool-call or reasoning parsing: the parser, the whole parse (non-streamed) and the events not
     // written yet (streamed).
     std::unique_ptr<tool_calls::output_parser> parser{};
@@ -704,12 +708,20 @@ class session : public std::enable_shared_from_this<session> {
             }
             g.last_token = now;
         }
-        if (!c.has_pending) c.pending_offset = c.text.size();
-        c.text += d.text;
+        if (!c.has_pending) c.pending_offset = c.text.size() + c.utf8_carry.size();
+        std::string text = std::move(c.utf8_carry);
+        text += d.text;
+        c.utf8_carry.clear();
+        if (!d.finished) {
+            const size_t tail = utf8::incomplete_tail(text);
+            c.utf8_carry.assign(text, text.size() - tail, tail);
+            text.resize(text.size() - tail);
+        }
+        c.text += text;
         c.has_pending = true;
-        c.pending_text += d.text;
+        c.pending_text += text;
         if (c.parser) {
-            std::vector<tool_calls::parse_event> events = c.parser->feed(d.text);
+            std::vector<tool_calls::parse_event> events = c.parser->feed(text);
             if (d.finished)
                 for (tool_calls::parse_event& e : c.parser->finish()) events.push_back(std::move(e));
             if (g.req.stream) {

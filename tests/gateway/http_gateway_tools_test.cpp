@@ -364,4 +364,28 @@ TEST(HttpGatewayTools, AutoWithoutAParserIsRefused) {
     EXPECT_FALSE(m["choices"][0]["message"].contains("reasoning_content"));
 }
 
+// The frontend sends whole characters, but the gateway must not depend on it: a character cut between two deltas
+// is held back until it completes, so no streamed chunk carries half of one (JSON would write U+FFFD for it).
+TEST(HttpGatewayTools, CharactersCutBetweenDeltasAreWrittenWhole) {
+    const std::string text = "h\u00e9 \U0001F642 w\u00f6rld \u65e5\u672c \U0001F600\U0001F600";
+    for (bool parse : {false, true}) {
+        gateway gw(parse ? std::vector<std::string>{"--tool-call-parser", "hermes", "--reasoning-parser", "qwen3"}
+                         : std::vector<std::string>{});
+        for (size_t delta_bytes : {1, 2, 3, 5}) {
+            gw.fe.script(text, delta_bytes);
+            const auto r = gw.post("/v1/chat/completions", request(R"(, "tool_choice": "none")", true));
+            ASSERT_EQ(r.status, 200);
+            EXPECT_EQ(r.body.find("\xEF\xBF\xBD"), std::string::npos)
+                << "U+FFFD in the stream, deltas of " << delta_bytes;
+            std::string content;
+            for (const ojson& c : sse_chunks(r.body)) {
+                if (c["choices"].empty()) continue;
+                const ojson& d = c["choices"][0]["delta"];
+                if (d.contains("content") && d["content"].is_string()) content += d["content"].get<std::string>();
+            }
+            EXPECT_EQ(content, text) << "parsers " << parse << ", deltas of " << delta_bytes;
+        }
+    }
+}
+
 }  // namespace
