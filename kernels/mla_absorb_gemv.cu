@@ -14,6 +14,7 @@
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
 #include "kernels/mla_gemm.hpp"
+#include "kernels/mla_rope.cuh"
 #include "kernels/pdl.cuh"
 
 namespace zmoe::kernels {
@@ -27,6 +28,11 @@ constexpr int kRowGroups = kThreads / kChunksPerRow;  // 32
 constexpr int kMaxRowsPerThread = 8;                  // q_absorb: nope_dim <= 256
 constexpr int kVRowsPerBlock = 16;                    // v_up: output rows per block (two per warp)
 constexpr int kVPieces = kRank / 8 / 32;              // v_up: 16-byte pieces of a row per lane: 2
+constexpr int kCombineGroups = 4;                     // combine: residue classes of splits (mla_decode.cu's)
+constexpr int kCombinePerGroup = kMlaDecodeMaxSplits / kCombineGroups;  // splits a group holds: 8
+constexpr int kMaxRopeHalf = 64;                                        // rope pairs per head (rope_dim <= 128)
+static_assert(kRank / kSliceCols > kMlaAbsorbGemvMaxTokens, "the rope's latent-row blocks precede the q_pe block");
+static_assert(kThreads >= kMlaAbsorbGemvMaxTokens * kMaxRopeHalf, "a thread per q_pe pair of a head");
 
 __device__ __forceinline__ uint4 load_weights(const bf16* p) {
     uint4 v;
@@ -45,10 +51,14 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
     }
 }
 
-template <int kTokens>
-__global__ void __launch_bounds__(kThreads) mla_q_absorb_gemv_kernel(const mla_absorb_gemm_params p) {
-    // Shared memory: the row groups' partial sums, [kRowGroups][kTokens][kSliceCols] fp32 (32 KB at 4 tokens).
+template <int kTokens, bool kRope>
+__global__ void __launch_bounds__(kThreads)
+    mla_q_absorb_gemv_kernel(const mla_absorb_gemm_params p, const mla_rope_kv_params rope) {
+    // Shared memory: the row groups' partial sums, [kRowGroups][kTokens][kSliceCols] fp32 (32 KB at 4 tokens); with
+    // kRope the tokens' cos / sin [kTokens][kMaxRopeHalf] fp32 each and a reduction's 32 floats.
     __shared__ float partial[kRowGroups][kTokens][kSliceCols];
+    __shared__ float cos_s[kRope ? kTokens : 1][kMaxRopeHalf], sin_s[kRope ? kTokens : 1][kMaxRopeHalf];
+    __shared__ float scratch[32];
     const int32_t h = blockIdx.y, c = threadIdx.x % kChunksPerRow, g = threadIdx.x / kChunksPerRow;
     const int32_t dn = p.nope_dim, qk = p.nope_dim + p.rope_dim;
     const int32_t col0 = blockIdx.x * kSliceCols + c * 8;
@@ -57,9 +67,27 @@ __global__ void __launch_bounds__(kThreads) mla_q_absorb_gemv_kernel(const mla_a
 #pragma unroll
     for (int k = 0; k < kMaxRowsPerThread; ++k)
         if (g + kRowGroups * k < dn) wr[k] = load_weights(w + size_t(g + kRowGroups * k) * kRank);
+    // With kRope, launch_mla_rope_kv's work rides along: head h's q_pe in the last column slice's block of head h,
+    // token t's latent row (norm, RoPE, cache write) in block (t, head 0). The angles depend on the host's positions
+    // only: before the wait.
+    const int32_t half = rope.rope_dim / 2;
+    const bool rope_q = kRope && blockIdx.x == gridDim.x - 1;
+    const bool rope_kv = kRope && h == 0 && int32_t(blockIdx.x) < p.num_tokens;
+    if (rope_q || rope_kv) {
+        for (int32_t item = threadIdx.x; item < p.num_tokens * half; item += kThreads) {
+            const int32_t t = item / half, i = item % half;
+            detail::mla_rope_angle(rope, rope.positions[t], i, cos_s[t][i], sin_s[t][i]);
+        }
+        __syncthreads();
+    }
 
-    detail::pdl_wait();  // q comes from the kernels before
+    detail::pdl_wait();  // q (and with kRope kv) comes from the kernels before
     detail::pdl_launch_dependents();
+    if (rope_q && int32_t(threadIdx.x) < p.num_tokens * half) {
+        const int32_t t = threadIdx.x / half, i = threadIdx.x % half;
+        detail::mla_rope_q_pair(rope, t, h, i, cos_s[t][i], sin_s[t][i]);
+    }
+    if (rope_kv) detail::mla_rope_kv_row(rope, blockIdx.x, cos_s[blockIdx.x], sin_s[blockIdx.x], scratch);
     float acc[kTokens][8];
 #pragma unroll
     for (int t = 0; t < kTokens; ++t)
@@ -95,8 +123,15 @@ __global__ void __launch_bounds__(kThreads) mla_q_absorb_gemv_kernel(const mla_a
     }
 }
 
-template <int kTokens>
-__global__ void __launch_bounds__(kThreads) mla_v_up_gemv_kernel(const mla_absorb_gemm_params p) {
+template <int kTokens, bool kCombine>
+__global__ void __launch_bounds__(kThreads)
+    mla_v_up_gemv_kernel(const mla_absorb_gemm_params p, const float* partials, int32_t num_splits) {
+    // Shared memory with kCombine: the combined latents o_s [kTokens][kRank] BF16 (4 KB at 4 tokens), the four split
+    // groups' sums [kCombineGroups][kRank / 4] float4 (8 KB), the splits' weights and the inverse of their sum.
+    __shared__ __align__(16) bf16 o_s[kCombine ? kTokens : 1][kRank];
+    __shared__ float4 sums[kCombine ? kCombineGroups : 1][kRank / 4];
+    __shared__ float w_s[kMlaDecodeMaxSplits];
+    __shared__ float inv_s;
     const int32_t h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int32_t row0 = blockIdx.x * kVRowsPerBlock + warp * 2;
     uint4 wr[2][kVPieces];
@@ -107,12 +142,73 @@ __global__ void __launch_bounds__(kThreads) mla_v_up_gemv_kernel(const mla_absor
         for (int k = 0; k < kVPieces; ++k) wr[r][k] = load_weights(w + (k * 32 + lane) * 8);
     }
 
-    detail::pdl_wait();  // o_lat comes from the attention kernel before
+    detail::pdl_wait();  // o_lat (or its split partials) comes from the attention kernel before
     detail::pdl_launch_dependents();
+    if constexpr (kCombine) {
+        // launch_mla_decode_bf16's combine, for head h of every token: thread (quad q, pair) holds the splits of
+        // groups 2 pair and 2 pair + 1 (group g: splits g, g + 4, ...) at columns 4 q .. 4 q + 3, loaded before the
+        // weights are known; the groups' sums are added in group order and rounded to BF16 as that combine does.
+        const int q = threadIdx.x % (kRank / 4), pair = threadIdx.x / (kRank / 4);
+        static_assert(kThreads == 2 * (kRank / 4) && kCombineGroups == 4);
+        for (int t = 0; t < p.num_tokens; ++t) {
+            const float* part = partials + (size_t(t) * p.num_heads + h) * num_splits * kMlaDecodePartStride;
+            float4 v[2][kCombinePerGroup];
+#pragma unroll
+            for (int gi = 0; gi < 2; ++gi)
+#pragma unroll
+                for (int i = 0; i < kCombinePerGroup; ++i) {
+                    const int c = 2 * pair + gi + kCombineGroups * i;
+                    v[gi][i] = c < num_splits
+                                   ? __ldcg(reinterpret_cast<const float4*>(part + c * kMlaDecodePartStride + 4 * q))
+                                   : make_float4(0.f, 0.f, 0.f, 0.f);
+                }
+            if (warp == 0) {
+                const int c = lane;
+                const float lse = c < num_splits ? __ldcg(part + c * kMlaDecodePartStride + kRank) : -INFINITY;
+                const float mx = detail::warp_max(lse);
+                const float w = lse == -INFINITY ? 0.f : expf(lse - mx);
+                const float sum = detail::warp_sum(w);
+                if (c < num_splits) w_s[c] = w;
+                if (c == 0) inv_s = sum > 0.f ? 1.f / sum : 0.f;
+            }
+            __syncthreads();  // w_s, inv_s
+#pragma unroll
+            for (int gi = 0; gi < 2; ++gi) {
+                float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+                for (int i = 0; i < kCombinePerGroup; ++i) {
+                    const int c = 2 * pair + gi + kCombineGroups * i;
+                    if (c >= num_splits) break;
+                    const float w = w_s[c];
+                    if (w == 0.f) continue;  // an empty split (its row may be anything finite or not)
+                    acc.x = fmaf(w, v[gi][i].x, acc.x);
+                    acc.y = fmaf(w, v[gi][i].y, acc.y);
+                    acc.z = fmaf(w, v[gi][i].z, acc.z);
+                    acc.w = fmaf(w, v[gi][i].w, acc.w);
+                }
+                sums[2 * pair + gi][q] = acc;
+            }
+            __syncthreads();  // sums
+            if (pair == 0) {
+                float4 acc = sums[0][q];
+#pragma unroll
+                for (int g = 1; g < kCombineGroups; ++g) {
+                    const float4 x = sums[g][q];
+                    acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
+                }
+                const float inv = inv_s;
+                o_s[t][4 * q] = __float2bfloat16(acc.x * inv);
+                o_s[t][4 * q + 1] = __float2bfloat16(acc.y * inv);
+                o_s[t][4 * q + 2] = __float2bfloat16(acc.z * inv);
+                o_s[t][4 * q + 3] = __float2bfloat16(acc.w * inv);
+            }
+            __syncthreads();  // o_s[t]; w_s and sums are rewritten by the next token
+        }
+    }
 #pragma unroll
     for (int t = 0; t < kTokens; ++t) {
         if (t >= p.num_tokens) break;
-        const bf16* o = p.in + (size_t(t) * p.num_heads + h) * kRank;
+        const bf16* o = kCombine ? &o_s[t][0] : p.in + (size_t(t) * p.num_heads + h) * kRank;
         float sum[2] = {0.f, 0.f};
 #pragma unroll
         for (int k = 0; k < kVPieces; ++k) {
@@ -159,8 +255,27 @@ void launch_mla_q_absorb_gemv(const mla_absorb_gemm_params& p, cudaStream_t stre
                         "v_dim a multiple of 16");
     if (p.num_heads == 0) return;
     dispatch_tokens(p.num_tokens, [&](auto tokens) {
-        detail::launch_pdl(mla_q_absorb_gemv_kernel<tokens.value>, dim3(kRank / kSliceCols, p.num_heads),
-                           dim3(kThreads), 0, stream, p);
+        detail::launch_pdl(mla_q_absorb_gemv_kernel<tokens.value, false>, dim3(kRank / kSliceCols, p.num_heads),
+                           dim3(kThreads), 0, stream, p, mla_rope_kv_params{});
+    });
+    ZMOE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_mla_rope_q_absorb_gemv(const mla_rope_kv_params& rope, const mla_absorb_gemm_params& p,
+                                   cudaStream_t stream) {
+    ZMOE_KERNEL_REQUIRE(mla_absorb_gemv_supported(p.num_tokens, p.nope_dim, p.v_dim, p.kv_lora_rank),
+                        "mla_rope_q_absorb_gemv: 1..kMlaAbsorbGemvMaxTokens tokens, kv_lora_rank 512, nope_dim <= 256, "
+                        "v_dim a multiple of 16");
+    ZMOE_KERNEL_REQUIRE(rope.q == p.in && rope.num_tokens == p.num_tokens && rope.num_heads == p.num_heads &&
+                            rope.nope_dim == p.nope_dim && rope.rope_dim == p.rope_dim &&
+                            rope.kv_lora_rank == p.kv_lora_rank,
+                        "mla_rope_q_absorb_gemv: the rope and the absorption must be of the same q and dims");
+    ZMOE_KERNEL_REQUIRE(rope.rope_dim % 2 == 0 && rope.rope_dim <= 2 * kMaxRopeHalf,
+                        "mla_rope_q_absorb_gemv: rope_dim must be even and <= 128");
+    if (p.num_heads == 0) return;
+    dispatch_tokens(p.num_tokens, [&](auto tokens) {
+        detail::launch_pdl(mla_q_absorb_gemv_kernel<tokens.value, true>, dim3(kRank / kSliceCols, p.num_heads),
+                           dim3(kThreads), 0, stream, p, rope);
     });
     ZMOE_CUDA_CHECK_LAUNCH();
 }
@@ -171,8 +286,23 @@ void launch_mla_v_up_gemv(const mla_absorb_gemm_params& p, cudaStream_t stream) 
                         "multiple of 16");
     if (p.num_heads == 0) return;
     dispatch_tokens(p.num_tokens, [&](auto tokens) {
-        detail::launch_pdl(mla_v_up_gemv_kernel<tokens.value>, dim3(p.v_dim / kVRowsPerBlock, p.num_heads),
-                           dim3(kThreads), 0, stream, p);
+        detail::launch_pdl(mla_v_up_gemv_kernel<tokens.value, false>, dim3(p.v_dim / kVRowsPerBlock, p.num_heads),
+                           dim3(kThreads), 0, stream, p, static_cast<const float*>(nullptr), 1);
+    });
+    ZMOE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_mla_combine_v_up_gemv(const mla_absorb_gemm_params& p, const float* partials, int32_t num_splits,
+                                  cudaStream_t stream) {
+    ZMOE_KERNEL_REQUIRE(mla_absorb_gemv_supported(p.num_tokens, p.nope_dim, p.v_dim, p.kv_lora_rank),
+                        "mla_combine_v_up_gemv: 1..kMlaAbsorbGemvMaxTokens tokens, kv_lora_rank 512, nope_dim <= 256, "
+                        "v_dim a multiple of 16");
+    ZMOE_KERNEL_REQUIRE(num_splits >= 2 && num_splits <= kMlaDecodeMaxSplits && partials != nullptr,
+                        "mla_combine_v_up_gemv: 2..kMlaDecodeMaxSplits splits' partials");
+    if (p.num_heads == 0) return;
+    dispatch_tokens(p.num_tokens, [&](auto tokens) {
+        detail::launch_pdl(mla_v_up_gemv_kernel<tokens.value, true>, dim3(p.v_dim / kVRowsPerBlock, p.num_heads),
+                           dim3(kThreads), 0, stream, p, partials, num_splits);
     });
     ZMOE_CUDA_CHECK_LAUNCH();
 }

@@ -9,6 +9,7 @@
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_utils.cuh"
 #include "kernels/mla_gemm.hpp"
+#include "kernels/mla_rope.cuh"
 #include "kernels/pdl.cuh"
 
 namespace zmoe::kernels {
@@ -28,67 +29,26 @@ constexpr int kMaxSlices = 256;     // absorb / v_up: at most this many (head, c
 /// The step token of row i of a row-listed launch (all tokens, in order, without a list).
 __device__ __forceinline__ int32_t token_of(const int32_t* rows, int32_t i) { return rows != nullptr ? rows[i] : i; }
 
-__device__ __forceinline__ void rope_pair_index(int32_t i, int32_t dim, bool interleave, int32_t& a, int32_t& b) {
-    if (interleave) {
-        a = 2 * i;
-        b = 2 * i + 1;
-    } else {
-        a = i;
-        b = i + dim / 2;
-    }
-}
-
 __global__ void __launch_bounds__(kThreads) mla_rope_kv_kernel(const mla_rope_kv_params p) {
+    static_assert(kThreads == detail::kMlaRopeRowThreads);
     __shared__ float scratch[32];
     __shared__ float cos_s[64], sin_s[64];
     const int32_t t = blockIdx.x;
-    const int32_t r = p.kv_lora_rank, dr = p.rope_dim, half = dr / 2, width = r + dr;
+    const int32_t half = p.rope_dim / 2;
     const int32_t pos = p.positions[t];
-    for (int32_t i = threadIdx.x; i < half; i += blockDim.x) {
-        const float angle = float(pos) * p.inv_freq[i];
-        double s, c;
-        sincos(double(angle), &s, &c);
-        cos_s[i] = float(c) * p.attention_factor;
-        sin_s[i] = float(s) * p.attention_factor;
-    }
+    for (int32_t i = threadIdx.x; i < half; i += blockDim.x) detail::mla_rope_angle(p, pos, i, cos_s[i], sin_s[i]);
     // The positions are the host's (copied before the step): the angles above run under the kernel before; kv and q
     // come from it.
     detail::pdl_wait();
     detail::pdl_launch_dependents();
-    const int32_t qk = p.nope_dim + dr;
     if (blockIdx.y > 0) {  // q_pe of kThreads (head, pair) items, one each: one round trip, not one per item
         const int32_t item = (blockIdx.y - 1) * kThreads + threadIdx.x;
         __syncthreads();  // cos_s, sin_s
         if (item >= p.num_heads * half) return;
-        const int32_t h = item / half, i = item % half;
-        bf16* qh = p.q + (size_t(t) * p.num_heads + h) * qk + p.nope_dim;
-        int32_t a, b;
-        rope_pair_index(i, dr, p.interleave, a, b);
-        const float x1 = __bfloat162float(qh[a]), x2 = __bfloat162float(qh[b]);
-        qh[a] = __float2bfloat16(x1 * cos_s[i] - x2 * sin_s[i]);
-        qh[b] = __float2bfloat16(x2 * cos_s[i] + x1 * sin_s[i]);
+        detail::mla_rope_q_pair(p, t, item / half, item % half, cos_s[item % half], sin_s[item % half]);
         return;
     }
-    const bf16* kv = p.kv + size_t(t) * width;
-    float sum_sq = 0.f;
-    for (int32_t i = threadIdx.x; i < r; i += blockDim.x) {
-        const float x = __bfloat162float(kv[i]);
-        sum_sq += x * x;
-    }
-    const float inv = rsqrtf(detail::block_sum(sum_sq, scratch) / float(r) + p.eps);  // syncs: cos_s ready
-    const int32_t slot = p.slot_mapping[t];
-    if (slot >= 0) {
-        bf16* row = p.cache + (size_t(slot / p.block_size) * p.block_size + slot % p.block_size) * width;
-        for (int32_t i = threadIdx.x; i < r; i += blockDim.x)
-            row[i] = __float2bfloat16(__bfloat162float(kv[i]) * inv * __bfloat162float(p.kv_norm_weight[i]));
-        for (int32_t i = threadIdx.x; i < half; i += blockDim.x) {
-            int32_t a, b;
-            rope_pair_index(i, dr, p.interleave, a, b);
-            const float x1 = __bfloat162float(kv[r + a]), x2 = __bfloat162float(kv[r + b]);
-            row[r + a] = __float2bfloat16(x1 * cos_s[i] - x2 * sin_s[i]);
-            row[r + b] = __float2bfloat16(x2 * cos_s[i] + x1 * sin_s[i]);
-        }
-    }
+    detail::mla_rope_kv_row(p, t, cos_s, sin_s, scratch);
 }
 
 // ---------------------------------------------------------------------------------------------------------

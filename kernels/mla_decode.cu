@@ -34,9 +34,10 @@ constexpr int kRope = 64;   // rope width
 constexpr int kWidth = kRank + kRope;
 constexpr int kChunks = kWidth / 8;  // 16-byte chunks per row: 72
 constexpr int kStages = 2;
-constexpr int kColsPerWarp = kRank / kWarps;  // 128
-constexpr int kDimTiles = kColsPerWarp / 8;   // 16 n-tiles of O per warp
-constexpr int kPartStride = kRank + 4;        // floats per partial row: the output, the log-sum-exp, padding
+constexpr int kColsPerWarp = kRank / kWarps;       // 128
+constexpr int kDimTiles = kColsPerWarp / 8;        // 16 n-tiles of O per warp
+constexpr int kPartStride = kMlaDecodePartStride;  // floats per partial row: the output, the log-sum-exp, padding
+static_assert(kPartStride == kRank + 4);
 constexpr uint32_t kRowBytes = kWidth * 2;
 constexpr uint32_t kQBytes = kHeads * kRowBytes;
 constexpr uint32_t kTileBytes = kKeys * kRowBytes;
@@ -381,7 +382,9 @@ size_t mla_decode_workspace_floats(int32_t num_seqs, int32_t num_heads, int32_t 
 
 void launch_mla_decode(const mla_decode_params& p, cudaStream_t stream) { launch_mla_decode_bf16(p, {}, stream); }
 
-void launch_mla_decode_bf16(const mla_decode_params& p, const mla_latents_bf16& lat, cudaStream_t stream) {
+namespace {
+
+void check_decode(const mla_decode_params& p, const mla_latents_bf16& lat) {
     ZMOE_KERNEL_REQUIRE(mla_decode_supported(p.kv_lora_rank, p.rope_dim),
                         "mla_decode: kv_lora_rank 512 and rope_dim 64 only");
     ZMOE_KERNEL_REQUIRE(p.num_splits >= 1 && p.num_splits <= kMlaDecodeMaxSplits,
@@ -389,7 +392,10 @@ void launch_mla_decode_bf16(const mla_decode_params& p, const mla_latents_bf16& 
     ZMOE_KERNEL_REQUIRE(p.nope_dim % 8 == 0, "mla_decode: nope_dim must be a multiple of 8");
     ZMOE_KERNEL_REQUIRE((p.q_lat != nullptr) != (lat.q != nullptr), "mla_decode: exactly one of q_lat, lat.q");
     ZMOE_KERNEL_REQUIRE((p.o_lat != nullptr) != (lat.o != nullptr), "mla_decode: exactly one of o_lat, lat.o");
-    if (p.num_seqs == 0) return;
+}
+
+/// The split pass alone (the partial rows where there are splits).
+void launch_split_pass(const mla_decode_params& p, const mla_latents_bf16& lat, cudaStream_t stream) {
     // The shared-memory attribute once per device (outside the decode graphs' captures: the eager warm-up sets it).
     static std::atomic<uint64_t> configured{0};
     int device = 0;
@@ -409,11 +415,33 @@ void launch_mla_decode_bf16(const mla_decode_params& p, const mla_latents_bf16& 
     else
         mla_decode_kernel<<<grid, kThreads, kSmem, stream>>>(p, lat);
     ZMOE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_mla_decode_bf16(const mla_decode_params& p, const mla_latents_bf16& lat, cudaStream_t stream) {
+    check_decode(p, lat);
+    if (p.num_seqs == 0) return;
+    launch_split_pass(p, lat, stream);
     if (p.num_splits > 1) {
         detail::launch_pdl(mla_decode_combine_kernel, dim3(p.num_seqs * p.num_heads, kCombineQuarters), dim3(128), 0,
                            stream, p, lat);
         ZMOE_CUDA_CHECK_LAUNCH();
     }
+}
+
+void launch_mla_decode_v_up_gemv(const mla_decode_params& p, const mla_latents_bf16& lat,
+                                 const mla_absorb_gemm_params& v_up, cudaStream_t stream) {
+    check_decode(p, lat);
+    ZMOE_KERNEL_REQUIRE(lat.o != nullptr && v_up.in == lat.o && v_up.num_tokens == p.num_seqs &&
+                            v_up.num_heads == p.num_heads && v_up.kv_lora_rank == p.kv_lora_rank,
+                        "mla_decode_v_up_gemv: v_up takes the decode's BF16 output, one token per sequence");
+    if (p.num_seqs == 0) return;
+    launch_split_pass(p, lat, stream);
+    if (p.num_splits > 1)
+        launch_mla_combine_v_up_gemv(v_up, p.workspace, p.num_splits, stream);
+    else
+        launch_mla_v_up_gemv(v_up, stream);
 }
 
 }  // namespace zmoe::kernels

@@ -41,6 +41,21 @@ constexpr int32_t kMlaAbsorbGemvMaxTokens = 4;
 bool mla_absorb_gemv_supported(int32_t num_tokens, int32_t nope_dim, int32_t v_dim, int32_t kv_lora_rank);
 void launch_mla_q_absorb_gemv(const mla_absorb_gemm_params& p, cudaStream_t stream);
 void launch_mla_v_up_gemv(const mla_absorb_gemm_params& p, cudaStream_t stream);
+/// launch_mla_rope_kv(rope) and launch_mla_q_absorb_gemv(p) in one launch, with the same bits: the latent rows
+/// (norm, RoPE, cache write) and q_pe's rotation are done by a few of the absorb kernel's blocks after the wait, so a
+/// decode step's chain holds one kernel less. rope.q is p.in and the dims and token counts agree.
+void launch_mla_rope_q_absorb_gemv(const mla_rope_kv_params& rope, const mla_absorb_gemm_params& p,
+                                   cudaStream_t stream);
+
+/// Floats per split's partial row in launch_mla_decode's workspace: the kv_lora_rank (512) normalised outputs, the
+/// split's log-sum-exp, padding to 16 bytes. Row (t, h, split) is at ((t * num_heads + h) * num_splits + split).
+constexpr int32_t kMlaDecodePartStride = 512 + 4;
+/// launch_mla_v_up_gemv whose input is still split: p.in is unused; `partials` holds num_splits (2 ..
+/// kMlaDecodeMaxSplits) partial rows per (token, head) as launch_mla_decode_bf16's split pass leaves them, merged in
+/// the kernel exactly as that launch's combine merges them (the same weights, order and BF16 rounding), so the result
+/// equals the combine followed by launch_mla_v_up_gemv bit for bit, one launch fewer.
+void launch_mla_combine_v_up_gemv(const mla_absorb_gemm_params& p, const float* partials, int32_t num_splits,
+                                  cudaStream_t stream);
 
 // The expanded prefill's K and V straight from the gathered latents, in the prefill attention kernel's layouts
 // (rows of num_heads heads: K [nope | rope] = nope_dim + rope_dim wide, V v_dim wide, no padding): K[n, h, :nope] =
@@ -90,5 +105,11 @@ struct mla_latents_bf16 {
 /// launch_mla_decode with the absorbed query read from lat.q instead of p.q_lat (BF16, what the MMAs take anyway)
 /// and/or the output written to lat.o rounded to BF16 instead of p.o_lat: for each, exactly one of the two is set.
 void launch_mla_decode_bf16(const mla_decode_params& p, const mla_latents_bf16& lat, cudaStream_t stream);
+
+/// launch_mla_decode_bf16(p, lat) then launch_mla_v_up_gemv(v_up) (v_up.in == lat.o), with the split combine done
+/// inside the v_up kernel (launch_mla_combine_v_up_gemv) where there are splits: the same bits, one launch fewer.
+/// For 1..kMlaAbsorbGemvMaxTokens sequences (mla_absorb_gemv_supported).
+void launch_mla_decode_v_up_gemv(const mla_decode_params& p, const mla_latents_bf16& lat,
+                                 const mla_absorb_gemm_params& v_up, cudaStream_t stream);
 
 }  // namespace zmoe::kernels

@@ -1,14 +1,16 @@
 // The absorbed MLA decode of one layer at DeepSeek-V2-Lite's attention shape (16 heads, kv_lora_rank 512, rope 64,
 // nope 128, v 128, BF16 latents, 16-key cache blocks in shuffled physical order, every sequence at the same context):
-// q absorb -> launch_mla_decode_bf16 (the split pass and its combine) -> v up, the three launches the decode step runs
-// between the RoPE kernel and the O projection.
+// the launches the decode step runs between the q / kv_a projections and the O projection: the latent norm + RoPE +
+// cache write, q absorb, the split pass and its combine, v up.
 //
-// For each batch x context x projection kind (gemm: the batched cuBLASLt GEMMs; gemv: the streaming few-token kernels,
-// where they take the batch) x split count: the median time of one layer, from a CUDA graph of back-to-back layers
-// that cycles over enough copies of kv_b and the cache (distinct weights, blocks and block tables) that each layer
-// reads them from memory, as the step's layers do. Beside it the floor: the bytes one layer must move (W_k and W_v,
-// the latent cache rows, the query and output rows) at the device's copy bandwidth, measured in the same run; and the
-// split pass alone (the kernels between the projections).
+// For each batch x context x kind x split count: the median time of one layer, from a CUDA graph of back-to-back
+// layers that cycles over enough copies of kv_b and the cache (distinct weights, blocks and block tables) that each
+// layer reads them from memory, as the step's layers do. Kinds: gemm (launch_mla_rope_kv, the batched cuBLASLt
+// GEMMs around launch_mla_decode_bf16), gemv (the same with the streaming few-token kernels, where they take the
+// batch), fused (what the step runs at a few tokens: launch_mla_rope_q_absorb_gemv and launch_mla_decode_v_up_gemv,
+// the RoPE in the absorb kernel and the combine in the v_up kernel), attention (the split pass and its combine
+// alone). Beside it the floor: the bytes one layer must move (W_k and W_v, the latent cache rows, the query and
+// output rows) at the device's copy bandwidth, measured in the same run.
 //
 // usage: mla_decode_bench [--batches 1,4] [--contexts 1024,32000] [--splits LIST] [--iters 20] [--json PATH]
 //        (--splits adds rows at those split counts beside the step's, mla_decode_splits)
@@ -64,13 +66,45 @@ row measure(int32_t batch, int32_t context, int32_t splits, const std::string& k
     bf16* o_lat = device_alloc<bf16>(size_t(batch) * kHeads * kRank);
     bf16* out = device_alloc<bf16>(size_t(batch) * kHeads * kV);
     const size_t num_blocks = size_t(r.copies) * batch * blocks_per_seq;
-    int32_t* tables = upload_ints(zmoe::bench::shuffled_blocks(num_blocks, uint32_t(batch * 7 + context)));
+    const std::vector<int32_t> host_tables = zmoe::bench::shuffled_blocks(num_blocks, uint32_t(batch * 7 + context));
+    int32_t* tables = upload_ints(host_tables);
     int32_t* start = upload_ints(std::vector<int32_t>(batch, context - 1));
+    // The RoPE's inputs: each copy's newest rows (position context - 1 of every sequence) are its cache writes.
+    std::vector<int32_t> host_slots;
+    for (int32_t c = 0; c < r.copies; ++c)
+        for (int32_t b = 0; b < batch; ++b)
+            host_slots.push_back(host_tables[(size_t(c) * batch + b) * blocks_per_seq + (context - 1) / kBlockSize] *
+                                     kBlockSize +
+                                 (context - 1) % kBlockSize);
+    int32_t* slots = upload_ints(host_slots);
+    int32_t* positions = upload_ints(std::vector<int32_t>(batch, context - 1));
+    bf16* kv = device_alloc<bf16>(size_t(batch) * kWidth);
+    zmoe::bench::fill(kv, size_t(batch) * kWidth, 1.f, 15, stream);
+    bf16* kv_norm = device_alloc<bf16>(kRank);
+    zmoe::bench::fill(kv_norm, kRank, 1.f, 16, stream);
+    std::vector<float> host_inv_freq(kRope / 2);
+    for (int32_t i = 0; i < kRope / 2; ++i) host_inv_freq[i] = float(std::pow(10000.0, -2.0 * i / kRope));
+    float* inv_freq = device_alloc<float>(kRope / 2);
+    ZMOE_CUDA_CHECK(
+        cudaMemcpy(inv_freq, host_inv_freq.data(), sizeof(float) * host_inv_freq.size(), cudaMemcpyHostToDevice));
     float* ws =
         device_alloc<float>(std::max<size_t>(zmoe::kernels::mla_decode_workspace_floats(batch, kHeads, splits), 1));
     if (kind == "attention") zmoe::bench::fill(q_lat, size_t(batch) * kHeads * kRank, 1.f, 14, stream);
 
     auto launch = [&](int32_t copy) {
+        const zmoe::kernels::mla_rope_kv_params rope{.q = q,
+                                                     .kv = kv,
+                                                     .kv_norm_weight = kv_norm,
+                                                     .positions = positions,
+                                                     .slot_mapping = slots + size_t(copy) * batch,
+                                                     .inv_freq = inv_freq,
+                                                     .cache = cache,
+                                                     .num_tokens = batch,
+                                                     .num_heads = kHeads,
+                                                     .nope_dim = kNope,
+                                                     .rope_dim = kRope,
+                                                     .kv_lora_rank = kRank,
+                                                     .block_size = kBlockSize};
         zmoe::kernels::mla_absorb_gemm_params ab{.handle = blas,
                                                  .workspace = blas_ws,
                                                  .workspace_bytes = blas_ws_bytes,
@@ -83,25 +117,34 @@ row measure(int32_t batch, int32_t context, int32_t splits, const std::string& k
                                                  .rope_dim = kRope,
                                                  .v_dim = kV,
                                                  .kv_lora_rank = kRank};
+        const zmoe::kernels::mla_decode_params dp{.q = q,
+                                                  .cache = cache,
+                                                  .block_tables = tables + size_t(copy) * batch * blocks_per_seq,
+                                                  .start_pos = start,
+                                                  .workspace = ws,
+                                                  .num_seqs = batch,
+                                                  .num_heads = kHeads,
+                                                  .nope_dim = kNope,
+                                                  .rope_dim = kRope,
+                                                  .kv_lora_rank = kRank,
+                                                  .block_size = kBlockSize,
+                                                  .max_blocks_per_seq = blocks_per_seq,
+                                                  .num_splits = splits,
+                                                  .scale = 0.0625f};
+        const zmoe::kernels::mla_latents_bf16 lat{.q = q_lat, .o = o_lat};
+        if (kind == "fused") {
+            zmoe::kernels::launch_mla_rope_q_absorb_gemv(rope, ab, stream);
+            ab.in = o_lat;
+            ab.out = out;
+            zmoe::kernels::launch_mla_decode_v_up_gemv(dp, lat, ab, stream);
+            return;
+        }
+        if (kind != "attention") zmoe::kernels::launch_mla_rope_kv(rope, stream);
         if (kind == "gemv")
             zmoe::kernels::launch_mla_q_absorb_gemv(ab, stream);
         else if (kind == "gemm")
             zmoe::kernels::launch_mla_q_absorb_gemm(ab, stream);
-        zmoe::kernels::launch_mla_decode_bf16({.q = q,
-                                               .cache = cache,
-                                               .block_tables = tables + size_t(copy) * batch * blocks_per_seq,
-                                               .start_pos = start,
-                                               .workspace = ws,
-                                               .num_seqs = batch,
-                                               .num_heads = kHeads,
-                                               .nope_dim = kNope,
-                                               .rope_dim = kRope,
-                                               .kv_lora_rank = kRank,
-                                               .block_size = kBlockSize,
-                                               .max_blocks_per_seq = blocks_per_seq,
-                                               .num_splits = splits,
-                                               .scale = 0.0625f},
-                                              {.q = q_lat, .o = o_lat}, stream);
+        zmoe::kernels::launch_mla_decode_bf16(dp, lat, stream);
         ab.in = o_lat;
         ab.out = out;
         if (kind == "gemv")
@@ -125,8 +168,9 @@ row measure(int32_t batch, int32_t context, int32_t splits, const std::string& k
                                          double(kHeads) * (kQk + kV) * sizeof(bf16) + blocks_per_seq * 4.0);
     ZMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
     ZMOE_CUDA_CHECK(cudaGraphDestroy(graph));
-    for (void* p : {(void*)kv_b, (void*)cache, (void*)q, (void*)q_lat, (void*)o_lat, (void*)out, (void*)tables,
-                    (void*)start, (void*)ws})
+    for (void* p :
+         {(void*)kv_b, (void*)cache, (void*)q, (void*)q_lat, (void*)o_lat, (void*)out, (void*)tables, (void*)start,
+          (void*)ws, (void*)slots, (void*)positions, (void*)kv, (void*)kv_norm, (void*)inv_freq})
         ZMOE_CUDA_CHECK(cudaFree(p));
     return r;
 }
@@ -172,7 +216,10 @@ int main(int argc, char** argv) {
         for (int32_t c : contexts) {
             const int32_t chosen = zmoe::kernels::mla_decode_splits(b, kHeads, prop.multiProcessorCount);
             std::vector<std::string> kinds{"attention", "gemm"};
-            if (zmoe::kernels::mla_absorb_gemv_supported(b, kNope, kV, kRank)) kinds.push_back("gemv");
+            if (zmoe::kernels::mla_absorb_gemv_supported(b, kNope, kV, kRank)) {
+                kinds.push_back("gemv");
+                kinds.push_back("fused");
+            }
             for (const std::string& kind : kinds) {
                 rows.push_back(measure(b, c, chosen, kind, true, iters, blas, blas_ws, blas_ws_bytes, stream));
                 for (int32_t s : splits)
@@ -183,7 +230,7 @@ int main(int argc, char** argv) {
     for (row& r : rows) r.floor_ms = r.bytes / bandwidth * 1e3;
 
     std::printf(
-        "\nMLA decode layer (q absorb, attention, v up), %d heads, rank %d + rope %d, nope %d, v %d, on %s; copy "
+        "\nMLA decode layer (RoPE, q absorb, attention, v up), %d heads, rank %d + rope %d, nope %d, v %d, on %s; copy "
         "bandwidth %.0f GB/s\n",
         kHeads, kRank, kRope, kNope, kV, prop.name, bandwidth * 1e-9);
     std::printf("%6s %8s %7s %8s %10s %10s %10s %7s\n", "batch", "context", "copies", "splits", "kind", "us",

@@ -279,40 +279,43 @@ void mla_attention_runner::run(const cuda_layer& w, const mla_step& s, const bf1
     }
     bf16* kv = kv_.as<bf16>();
     project(g, w.fp8.kv_a, w.mla.kv_a, xn, kv, T, r + dr, H, max_tokens_, stream, true);
-    kernels::launch_mla_rope_kv({.q = q,
-                                 .kv = kv,
-                                 .kv_norm_weight = w.mla.kv_a_norm.as<bf16>(),
-                                 .positions = s.positions,
-                                 .slot_mapping = s.kv_slots,
-                                 .inv_freq = inv_freq_.as<float>(),
-                                 .cache = cache,
-                                 .num_tokens = T,
-                                 .num_heads = heads,
-                                 .nope_dim = dn,
-                                 .rope_dim = dr,
-                                 .kv_lora_rank = r,
-                                 .block_size = s.block_size,
-                                 .attention_factor = static_cast<float>(c_.rope.attention_factor),
-                                 .eps = kLatentNormEps,
-                                 .interleave = m.rope_interleave},
-                                stream);
     ZMOE_CHECK(plan_.num_tokens == T, "MLA attention: the step was not prepared (plan of " +
                                           std::to_string(plan_.num_tokens) + " tokens, step of " + std::to_string(T) +
                                           ")");
-    const int32_t* plan = plan_dev_.as<int32_t>();
+    const kernels::mla_rope_kv_params rope{.q = q,
+                                           .kv = kv,
+                                           .kv_norm_weight = w.mla.kv_a_norm.as<bf16>(),
+                                           .positions = s.positions,
+                                           .slot_mapping = s.kv_slots,
+                                           .inv_freq = inv_freq_.as<float>(),
+                                           .cache = cache,
+                                           .num_tokens = T,
+                                           .num_heads = heads,
+                                           .nope_dim = dn,
+                                           .rope_dim = dr,
+                                           .kv_lora_rank = r,
+                                           .block_size = s.block_size,
+                                           .attention_factor = static_cast<float>(c_.rope.attention_factor),
+                                           .eps = kLatentNormEps,
+                                           .interleave = m.rope_interleave};
     bf16* attn = attn_.as<bf16>();
+    if (tc_decode_ && plan_.all_absorbed && plan_.decode_only && s.num_seqs == T) {
+        run_decode(w, s, rope, cache, attn, g, stream);
+        project(g, w.fp8.o, w.o, attn, out, T, H, heads * dv, max_tokens_, stream);
+        return;
+    }
+    kernels::launch_mla_rope_kv(rope, stream);
+    const int32_t* plan = plan_dev_.as<int32_t>();
     for (const mla_prefill_plan::group& pg : plan_.groups) run_expanded(w, pg, q, cache, attn, g, stream);
     const int32_t* rows = plan_.all_absorbed ? nullptr : plan + plan_.absorbed_offset;
     const int32_t num_rows = plan_.all_absorbed ? T : static_cast<int32_t>(plan_.absorbed_tokens.size());
-    if (tc_decode_ && plan_.all_absorbed && plan_.decode_only && s.num_seqs == T)
-        run_decode(w, s, q, cache, attn, g, stream);
-    else if (num_rows > 0)
-        run_absorbed(w, s, rows, num_rows, q, cache, attn, stream);
+    if (num_rows > 0) run_absorbed(w, s, rows, num_rows, q, cache, attn, stream);
     project(g, w.fp8.o, w.o, attn, out, T, H, heads * dv, max_tokens_, stream);
 }
 
-void mla_attention_runner::run_decode(const cuda_layer& w, const mla_step& s, const bf16* q, const bf16* cache,
-                                      bf16* attn, const gemm_context& g, cudaStream_t stream) const {
+void mla_attention_runner::run_decode(const cuda_layer& w, const mla_step& s, const kernels::mla_rope_kv_params& rope,
+                                      const bf16* cache, bf16* attn, const gemm_context& g, cudaStream_t stream) const {
+    const bf16* q = rope.q;
     const mla_params& m = c_.mla;
     const int32_t heads = i32(c_.num_heads), r = i32(m.kv_lora_rank), dn = i32(m.qk_nope_head_dim);
     const int32_t dr = i32(m.qk_rope_head_dim), dv = i32(m.v_head_dim);
@@ -328,35 +331,40 @@ void mla_attention_runner::run_decode(const cuda_layer& w, const mla_step& s, co
                                        .rope_dim = dr,
                                        .v_dim = dv,
                                        .kv_lora_rank = r};
-    // A few tokens: the streaming kernels (weights loaded under the kernels before, the PDL chain kept); more: the
-    // batched GEMMs.
+    // A few tokens: the streaming kernels (weights loaded under the kernels before, the PDL chain kept), the latent
+    // rows and q_pe's RoPE done by the absorb kernel and the split combine by the v_up kernel (two launches fewer);
+    // more: the rope kernel and the batched GEMMs.
     // (H100, DeepSeek-V2-Lite dims, context 1 024, batch 1: the step 2.906 ms with the kernels, 2.992 with the GEMMs.)
     const bool gemv = kernels::mla_absorb_gemv_supported(s.num_seqs, dn, dv, r);
-    if (gemv)
-        kernels::launch_mla_q_absorb_gemv(ab, stream);
-    else
+    if (gemv) {
+        kernels::launch_mla_rope_q_absorb_gemv(rope, ab, stream);
+    } else {
+        kernels::launch_mla_rope_kv(rope, stream);
         kernels::launch_mla_q_absorb_gemm(ab, stream);
-    kernels::launch_mla_decode_bf16({.q = q,
-                                     .cache = cache,
-                                     .block_tables = s.block_tables,
-                                     .start_pos = s.start_pos,
-                                     .workspace = decode_ws_.as<float>(),
-                                     .num_seqs = s.num_seqs,
-                                     .num_heads = heads,
-                                     .nope_dim = dn,
-                                     .rope_dim = dr,
-                                     .kv_lora_rank = r,
-                                     .block_size = s.block_size,
-                                     .max_blocks_per_seq = s.max_blocks_per_seq,
-                                     .num_splits = kernels::mla_decode_splits(s.num_seqs, heads, num_sms_),
-                                     .scale = c_.softmax_scale()},
-                                    {.q = q_lat_bf16_.as<bf16>(), .o = o_lat_bf16_.as<bf16>()}, stream);
+    }
+    const kernels::mla_decode_params dp{.q = q,
+                                        .cache = cache,
+                                        .block_tables = s.block_tables,
+                                        .start_pos = s.start_pos,
+                                        .workspace = decode_ws_.as<float>(),
+                                        .num_seqs = s.num_seqs,
+                                        .num_heads = heads,
+                                        .nope_dim = dn,
+                                        .rope_dim = dr,
+                                        .kv_lora_rank = r,
+                                        .block_size = s.block_size,
+                                        .max_blocks_per_seq = s.max_blocks_per_seq,
+                                        .num_splits = kernels::mla_decode_splits(s.num_seqs, heads, num_sms_),
+                                        .scale = c_.softmax_scale()};
+    const kernels::mla_latents_bf16 lat{.q = q_lat_bf16_.as<bf16>(), .o = o_lat_bf16_.as<bf16>()};
     ab.in = o_lat_bf16_.as<bf16>();
     ab.out = attn;
-    if (gemv)
-        kernels::launch_mla_v_up_gemv(ab, stream);
-    else
+    if (gemv) {
+        kernels::launch_mla_decode_v_up_gemv(dp, lat, ab, stream);
+    } else {
+        kernels::launch_mla_decode_bf16(dp, lat, stream);
         kernels::launch_mla_v_up_gemm(ab, stream);
+    }
 }
 
 void mla_attention_runner::run_absorbed(const cuda_layer& w, const mla_step& s, const int32_t* rows, int32_t num_rows,

@@ -138,9 +138,11 @@ class mla_attention_runner {
     void run_absorbed(const cuda_layer& w, const mla_step& s, const int32_t* rows, int32_t num_rows,
                       const kernels::bf16* q, const kernels::bf16* cache, kernels::bf16* attn,
                       cudaStream_t stream) const;
-    /// A decode step on the tensor-core kernel: the absorbed projections as batched GEMMs around it, BF16 latents.
-    void run_decode(const cuda_layer& w, const mla_step& s, const kernels::bf16* q, const kernels::bf16* cache,
-                    kernels::bf16* attn, const gemm_context& g, cudaStream_t stream) const;
+    /// A decode step on the tensor-core kernel, its RoPE and latent cache write included (`rope`; its q is the
+    /// step's q): the absorbed projections around it (streaming kernels at a few tokens, which also take the RoPE and
+    /// the split combine; batched GEMMs beyond), BF16 latents.
+    void run_decode(const cuda_layer& w, const mla_step& s, const kernels::mla_rope_kv_params& rope,
+                    const kernels::bf16* cache, kernels::bf16* attn, const gemm_context& g, cudaStream_t stream) const;
     void run_expanded(const cuda_layer& w, const mla_prefill_plan::group& pg, const kernels::bf16* q,
                       const kernels::bf16* cache, kernels::bf16* attn, const gemm_context& g,
                       cudaStream_t stream) const;
