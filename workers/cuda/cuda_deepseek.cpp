@@ -30,10 +30,10 @@ void gemm(const gemm_context& g, const void* x, const void* w, void* y, int32_t 
 /// y [m, n] = x [m, k] . w^T: the BF16 weight `w`, or `f` in FP8 when it is not empty (y_rows: rows of y the FP8
 /// GEMM may overwrite). x_is_xn: x is the layer's normed input, which the FP8 runner may hold quantized already
 /// (gemm_context::xn_quantized).
-void project(const gemm_context& g, const cuda_fp8_matrix& f, const device_buffer& w, const bf16* x, bf16* y, int32_t m,
+void project(const gemm_context& g, const cuda_fp8_matrix& f, const bf16* w, const bf16* x, bf16* y, int32_t m,
              int32_t n, int32_t k, int32_t y_rows, cudaStream_t stream, bool x_is_xn = false) {
     if (f.empty()) {
-        gemm(g, x, w.as<bf16>(), y, m, n, k, stream);
+        gemm(g, x, w, y, m, n, k, stream);
         return;
     }
     ZMOE_CHECK(g.fp8 != nullptr, "MLA: an FP8 projection without the FP8 runner");
@@ -175,7 +175,7 @@ mla_attention_runner::mla_attention_runner(const model_config& c, int32_t max_to
         bytes_ += static_cast<int64_t>(bytes);
     };
     alloc(qa_, T * static_cast<size_t>(m.q_lora_rank) * sizeof(bf16));
-    alloc(q_, T * heads * qk * sizeof(bf16));
+    alloc(q_, (T * heads * qk + r + dr) * sizeof(bf16));  // a one-token step's latent row after its q (run)
     alloc(kv_, T * (r + dr) * sizeof(bf16));
     alloc(q_lat_, T * heads * r * sizeof(float));
     alloc(o_lat_, T * heads * r * sizeof(float));
@@ -265,7 +265,7 @@ void mla_attention_runner::run(const cuda_layer& w, const mla_step& s, const bf1
     if (!w.mla.q_a.empty() || !w.fp8.q_a.empty()) {  // q LoRA (BF16 or FP8)
         const int32_t qr = i32(m.q_lora_rank);
         bf16* qa = qa_.as<bf16>();
-        project(g, w.fp8.q_a, w.mla.q_a, xn, qa, T, qr, H, max_tokens_, stream, true);
+        project(g, w.fp8.q_a, w.mla.q_a.as<bf16>(), xn, qa, T, qr, H, max_tokens_, stream, true);
         kernels::launch_rms_norm({.x = qa,
                                   .weight = w.mla.q_a_norm.as<bf16>(),
                                   .out = qa,
@@ -273,12 +273,23 @@ void mla_attention_runner::run(const cuda_layer& w, const mla_step& s, const bf1
                                   .hidden = qr,
                                   .eps = kLatentNormEps},
                                  stream);
-        project(g, w.fp8.q_b, w.mla.q_b, qa, q, T, heads * qk, qr, max_tokens_, stream);
-    } else {
-        project(g, w.fp8.q_b, w.mla.q_b, xn, q, T, heads * qk, H, max_tokens_, stream, true);
+        project(g, w.fp8.q_b, w.mla.q_b.as<bf16>(), qa, q, T, heads * qk, qr, max_tokens_, stream);
     }
     bf16* kv = kv_.as<bf16>();
-    project(g, w.fp8.kv_a, w.mla.kv_a, xn, kv, T, r + dr, H, max_tokens_, stream, true);
+    if (!w.mla.q_kv_a.empty() && T == 1) {
+        // One token: q and the latent row side by side in q_'s row (its allocation holds the latent row after it),
+        // both projections in one GEMV over the stacked weights.
+        kv = q + static_cast<size_t>(heads) * qk;
+        gemm(g, xn, w.mla.q_kv_a.as<bf16>(), q, 1, heads * qk + r + dr, H, stream);
+    } else if (!w.mla.q_kv_a.empty()) {
+        const bf16* q_w = w.mla.q_kv_a.as<bf16>();
+        gemm(g, xn, q_w, q, T, heads * qk, H, stream);
+        gemm(g, xn, q_w + static_cast<size_t>(heads) * qk * H, kv, T, r + dr, H, stream);
+    } else {
+        if (w.mla.q_a.empty() && w.fp8.q_a.empty())
+            project(g, w.fp8.q_b, w.mla.q_b.as<bf16>(), xn, q, T, heads * qk, H, max_tokens_, stream, true);
+        project(g, w.fp8.kv_a, w.mla.kv_a.as<bf16>(), xn, kv, T, r + dr, H, max_tokens_, stream, true);
+    }
     ZMOE_CHECK(plan_.num_tokens == T, "MLA attention: the step was not prepared (plan of " +
                                           std::to_string(plan_.num_tokens) + " tokens, step of " + std::to_string(T) +
                                           ")");
@@ -301,7 +312,7 @@ void mla_attention_runner::run(const cuda_layer& w, const mla_step& s, const bf1
     bf16* attn = attn_.as<bf16>();
     if (tc_decode_ && plan_.all_absorbed && plan_.decode_only && s.num_seqs == T) {
         run_decode(w, s, rope, cache, attn, g, stream);
-        project(g, w.fp8.o, w.o, attn, out, T, H, heads * dv, max_tokens_, stream);
+        project(g, w.fp8.o, w.o.as<bf16>(), attn, out, T, H, heads * dv, max_tokens_, stream);
         return;
     }
     kernels::launch_mla_rope_kv(rope, stream);
@@ -310,7 +321,7 @@ void mla_attention_runner::run(const cuda_layer& w, const mla_step& s, const bf1
     const int32_t* rows = plan_.all_absorbed ? nullptr : plan + plan_.absorbed_offset;
     const int32_t num_rows = plan_.all_absorbed ? T : static_cast<int32_t>(plan_.absorbed_tokens.size());
     if (num_rows > 0) run_absorbed(w, s, rows, num_rows, q, cache, attn, stream);
-    project(g, w.fp8.o, w.o, attn, out, T, H, heads * dv, max_tokens_, stream);
+    project(g, w.fp8.o, w.o.as<bf16>(), attn, out, T, H, heads * dv, max_tokens_, stream);
 }
 
 void mla_attention_runner::run_decode(const cuda_layer& w, const mla_step& s, const kernels::mla_rope_kv_params& rope,

@@ -562,7 +562,8 @@ int32_t cuda_step_executor::writable_rows(const batch_view& v) const {
 }
 
 void cuda_step_executor::dense_mlp(const cuda_mlp& m, const cuda_fp8_mlp& f, const bf16* x, int32_t T, bf16* out,
-                                   int32_t out_rows) {
+                                   int32_t out_rows, const bf16* add) {
+    ZMOE_CHECK(add == nullptr || (f.empty() && T == 1), "dense_mlp: an added row only to a BF16 MLP's one token");
     if (!f.empty()) {
         fp8_.mlp(f, x, T, out, out_rows, stream_);
         return;
@@ -572,7 +573,7 @@ void cuda_step_executor::dense_mlp(const cuda_mlp& m, const cuda_fp8_mlp& f, con
     bf16* act = ws_.mlp_act.as<bf16>();
     gemm(x, m.gate_up.as<bf16>(), gu, T, 2 * I, H);
     kernels::launch_silu_mul({.gate_up = gu, .out = act, .num_tokens = T, .n = I}, stream_);
-    gemm(act, m.down.as<bf16>(), out, T, H, I);
+    gemm(act, m.down.as<bf16>(), out, T, H, I, false, add);
 }
 
 void cuda_step_executor::moe(int64_t layer, const batch_view& v) {
@@ -586,8 +587,13 @@ void cuda_step_executor::moe(int64_t layer, const batch_view& v) {
     // top-k, permute, grouped GEMMs, combine) is kernels::launch_moe_layer's, the one moe_layer_bench times.
     // DeepSeek's group-limited routers and expert parallelism take the general path below.
     const bool local_softmax = !comm_ && !uses_grouped_router(c);
+    // One token on one GPU, BF16 ungated shared experts: the routed experts' output goes to shared_out and the shared
+    // experts' down GEMV adds it as its bias (the GEMV's bias meets the BF16-rounded product, as add_shared's sum
+    // does: the same bits, one launch fewer in the step's chain).
+    const bool shared_adds_routed = T == 1 && !comm_ && w.has_shared && w.fp8.shared.empty() && w.shared_gate.empty();
+    bf16* routed_out = shared_adds_routed ? ws_.shared_out.as<bf16>() : ws_.delta.as<bf16>();
     if (local_softmax && T > 0) {
-        kernels::launch_moe_layer({.experts = expert_params(w, xn, T, K, ws_.delta.as<bf16>()),
+        kernels::launch_moe_layer({.experts = expert_params(w, xn, T, K, routed_out),
                                    .router_w = w.router.as<bf16>(),
                                    .router_logits = ws_.router_logits.as<float>(),
                                    .blas = blas_,
@@ -610,8 +616,10 @@ void cuda_step_executor::moe(int64_t layer, const batch_view& v) {
     if (comm_)
         moe_expert_parallel(w, T);  // a collective: joined with no tokens too
     else if (T > 0 && !local_softmax)
-        moe_local(w, T);
-    if (T > 0 && w.has_shared) {
+        moe_local(w, T, routed_out);
+    if (shared_adds_routed) {
+        dense_mlp(w.shared, w.fp8.shared, xn, T, ws_.delta.as<bf16>(), writable_rows(v), routed_out);
+    } else if (T > 0 && w.has_shared) {
         shared_expert(w, v);
         add_shared(w, v);
     }
@@ -716,11 +724,11 @@ void cuda_step_executor::add_shared(const cuda_layer& w, const batch_view& v) {
                               stream_);
 }
 
-void cuda_step_executor::moe_local(const cuda_layer& w, int32_t T) {
+void cuda_step_executor::moe_local(const cuda_layer& w, int32_t T, bf16* out) {
     // One GPU: every slot is here. Run the experts over the (token, k) choices and combine with the routing weights
-    // straight into delta.
+    // straight into out.
     run_experts(w, ws_.slot_ids.as<int32_t>(), ws_.xn.as<bf16>(), T, i32(config_.num_experts_per_tok),
-                ws_.topk_weights.as<float>(), ws_.delta.as<bf16>());
+                ws_.topk_weights.as<float>(), out);
 }
 
 kernels::moe_experts_params cuda_step_executor::expert_params(const cuda_layer& w, const bf16* x, int32_t num_tokens,

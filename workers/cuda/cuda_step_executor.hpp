@@ -162,9 +162,10 @@ class cuda_step_executor final : public step_executor {
     bool fp8_normed_input(const cuda_layer& w) const;
     void attention(int64_t layer, const batch_view& v);
     /// out = the MLP `m` (BF16) or `f` (FP8, when not empty) of x's num_tokens rows; out_rows: rows of out the call
-    /// may overwrite (writable_rows).
+    /// may overwrite (writable_rows). add (BF16 and one token only; not aliasing out): a row added to the down
+    /// projection's BF16-rounded output, as add_shared adds.
     void dense_mlp(const cuda_mlp& m, const cuda_fp8_mlp& f, const kernels::bf16* x, int32_t num_tokens,
-                   kernels::bf16* out, int32_t out_rows);
+                   kernels::bf16* out, int32_t out_rows, const kernels::bf16* add = nullptr);
     /// Rows of a [max_tokens, *] workspace buffer from the view's first row that its GEMMs may overwrite: up to the
     /// end of the buffer for the whole step, only the view's own rows for a micro-batch (the other one's follow).
     int32_t writable_rows(const batch_view& v) const;
@@ -177,7 +178,8 @@ class cuda_step_executor final : public step_executor {
     /// The shared expert over the view's rows into shared_out (+ its gate logits); add_shared adds it to delta.
     void shared_expert(const cuda_layer& w, const batch_view& v);
     void add_shared(const cuda_layer& w, const batch_view& v);
-    void moe_local(const cuda_layer& w, int32_t num_tokens);
+    /// The routed experts of the step's rows on one GPU, combined into out.
+    void moe_local(const cuda_layer& w, int32_t num_tokens, kernels::bf16* out);
     void moe_expert_parallel(const cuda_layer& w, int32_t num_tokens);
     // Expert parallelism (cuda_step_executor_ep.cpp).
     ep_agreement ep_agree(const step_shape& s, bool decode, bool dual, int32_t split);

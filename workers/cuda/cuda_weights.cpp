@@ -246,10 +246,13 @@ cuda_weights cuda_weights::upload(const model_weights& w) {
                 linear(m.q_a, l.mla.q_a, l.fp8.q_a, "q_a_proj");
                 l.mla.q_a_norm = vec(m.q_a_norm, bytes);
                 linear(m.q_b, l.mla.q_b, l.fp8.q_b, "q_b_proj");
+                linear(m.kv_a, l.mla.kv_a, l.fp8.kv_a, "kv_a_proj_with_mqa");
+            } else if (!is_fp8(a.q) && !is_fp8(m.kv_a)) {
+                l.mla.q_kv_a = stack({&a.q, &m.kv_a}, bytes);  // one GEMV for both at a decode token
             } else {
                 linear(a.q, l.mla.q_b, l.fp8.q_b, "q_proj");
+                linear(m.kv_a, l.mla.kv_a, l.fp8.kv_a, "kv_a_proj_with_mqa");
             }
-            linear(m.kv_a, l.mla.kv_a, l.fp8.kv_a, "kv_a_proj_with_mqa");
             l.mla.kv_a_norm = vec(m.kv_a_norm, bytes);
             // Widened from the checkpoint's BF16 on load (exact), or dequantized from FP8 in fp32 (as the CPU
             // backend keeps it) and rounded to BF16 here: the attention absorbs it, its input is never quantized.
@@ -343,6 +346,7 @@ void apply_dummy_router_skew(cuda_weights& w, const model_config& c, double skew
         zero_row0(l.o, l.o.bytes() / (H * 2), 1);
         zero_column0(l.qkv);
         zero_column0(l.mla.kv_a);
+        zero_column0(l.mla.q_kv_a);
         // q_b reads the residual only without q LoRA (BF16 or FP8)
         zero_column0(l.mla.q_a.empty() && l.fp8.q_a.empty() ? l.mla.q_b : l.mla.q_a);
         zero_column0(l.dense.gate_up);

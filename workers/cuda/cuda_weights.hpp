@@ -26,10 +26,13 @@ struct cuda_mlp {
 
 /// Multi-head latent attention (DeepSeek) on the device; shapes as mla_weights (r = kv_lora_rank).
 struct cuda_mla {
-    device_buffer q_a;        // [q_lora_rank, H]; empty without q LoRA
-    device_buffer q_a_norm;   // [q_lora_rank]
-    device_buffer q_b;        // [heads * (dn + dr), q_lora_rank], or q_proj [heads * (dn + dr), H] without q LoRA
-    device_buffer kv_a;       // [r + dr, H]
+    device_buffer q_a;       // [q_lora_rank, H]; empty without q LoRA
+    device_buffer q_a_norm;  // [q_lora_rank]
+    device_buffer q_b;       // [heads * (dn + dr), q_lora_rank], or q_proj [heads * (dn + dr), H] without q LoRA
+    device_buffer kv_a;      // [r + dr, H]
+    // Without q LoRA and in BF16: q_proj's rows then kv_a's, [heads * (dn + dr) + r + dr, H], so that a decode token
+    // takes both projections (same input) in one GEMV; q_b and kv_a are empty then.
+    device_buffer q_kv_a;
     device_buffer kv_a_norm;  // [r]
     device_buffer kv_b;       // [heads * (dn + dv), r]
 };

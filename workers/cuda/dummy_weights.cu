@@ -274,10 +274,17 @@ cuda_weights cuda_weights::dummy(const model_config& c, const expert_placement& 
                 linear(l.mla.q_a, l.fp8.q_a, qr, H, stream_of(li, 13));
                 l.mla.q_a_norm = g.ones(qr);
                 linear(l.mla.q_b, l.fp8.q_b, heads * qk, qr, stream_of(li, 14));
+                linear(l.mla.kv_a, l.fp8.kv_a, r + dr, H, stream_of(li, 15));
+            } else if (!fp8) {
+                // Stacked as cuda_weights::upload stacks them; each part's values as its own matrix would have.
+                l.mla.q_kv_a = device_buffer((heads * qk + r + dr) * H * 2);
+                g.fill(l.mla.q_kv_a.as<void>(), heads * qk * H, stream_of(li, 14), 0.f, kStd);
+                g.fill(l.mla.q_kv_a.as<std::byte>() + heads * qk * H * 2, (r + dr) * H, stream_of(li, 15), 0.f, kStd);
+                g.bytes += static_cast<int64_t>((heads * qk + r + dr) * H * 2);
             } else {
                 linear(l.mla.q_b, l.fp8.q_b, heads * qk, H, stream_of(li, 14));
+                linear(l.mla.kv_a, l.fp8.kv_a, r + dr, H, stream_of(li, 15));
             }
-            linear(l.mla.kv_a, l.fp8.kv_a, r + dr, H, stream_of(li, 15));
             l.mla.kv_a_norm = g.ones(r);
             // FP8: quantized, then dequantized to BF16 (as the CPU backend keeps it, in fp32, and the upload rounds).
             l.mla.kv_b = g.matrix(heads * (qk - dr + dv) * r, stream_of(li, 16));
