@@ -95,25 +95,30 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     // Lane j of every warp finds key j's cache row of a tile once (kKeys == 32 lanes); the copies take it by shuffle.
     static_assert(kKeys == 32);
-    auto load_tile = [&](int32_t t, int stage) {
+    // rows: 0 every key of the tile, 1 all but the newest (kv_len - 1), 2 the newest only.
+    auto load_tile = [&](int32_t t, int stage, int rows = 0) {
         const uint32_t dst = k_s + stage * kTileBytes;
         const int32_t my_pos = k_begin + t * kKeys + lane;
         const int64_t my_row =
             my_pos < k_end ? int64_t(table[my_pos / p.block_size]) * p.block_size + my_pos % p.block_size : -1;
+        const bool my_newest = my_pos == kv_len - 1;
         for (int v = threadIdx.x; v < kKeys * kChunks; v += kThreads) {
             const int j = v / kChunks, c = v % kChunks;
             const int64_t row = __shfl_sync(detail::kFullMask, my_row, j);
+            const bool newest = __shfl_sync(detail::kFullMask, my_newest, j);
+            if ((rows == 1 && newest) || (rows == 2 && !newest)) continue;
             cp_async_16(dst + swz(j, c, kChunks), p.cache + (row >= 0 ? size_t(row) * kWidth + c * 8 : 0), row >= 0);
         }
     };
     // The lengths and block tables are the host's (copied before the step) and the cache rows before the newest were
-    // written by earlier steps: a first tile wholly before the newest key loads before the programmatic wait, under
-    // the kernels before (uncommitted: it joins group 0 below); one holding the newest key after the wait.
-    const bool early = num_tiles > 0 && k_begin + kKeys <= kv_len - 1;
-    if (early) load_tile(0, 0);
+    // written by earlier steps: the first tile's rows load before the programmatic wait, under the kernels before
+    // (uncommitted: they join group 0 below), all but the newest key's, which the kernel before writes: its row after
+    // the wait. (kv_len >= 1, so the split holding the newest key has a tile.)
+    const bool newest_in_first = num_tiles > 0 && k_begin + kKeys > kv_len - 1;
+    if (num_tiles > 0) load_tile(0, 0, newest_in_first ? 1 : 0);
     detail::pdl_wait();  // the absorbed query, q_pe and the newest latent row come from the kernels before
     detail::pdl_launch_dependents();
-    if (num_tiles > 0 && !early) load_tile(0, 0);
+    if (newest_in_first) load_tile(0, 0, 2);
     cp_async_commit();
 
     // The queries: row h = [bf16(q_lat[s, h0 + h]) | q_pe[s, h0 + h]], zeros past the last head. Every load of a
