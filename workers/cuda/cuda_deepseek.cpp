@@ -7,6 +7,7 @@
 #include "base/check.hpp"
 #include "base/error.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/decode_fusion.hpp"
 #include "kernels/mla_gemm.hpp"
 #include "workers/cuda/cuda_fp8_linear.hpp"
 
@@ -347,8 +348,11 @@ void mla_attention_runner::run_decode(const cuda_layer& w, const mla_step& s, co
     // more: the rope kernel and the batched GEMMs.
     // (H100, DeepSeek-V2-Lite dims, context 1 024, batch 1: the step 2.906 ms with the kernels, 2.992 with the GEMMs.)
     const bool gemv = kernels::mla_absorb_gemv_supported(s.num_seqs, dn, dv, r);
-    if (gemv) {
+    if (gemv && kernels::kDecodeFusion) {
         kernels::launch_mla_rope_q_absorb_gemv(rope, ab, stream);
+    } else if (gemv) {
+        kernels::launch_mla_rope_kv(rope, stream);
+        kernels::launch_mla_q_absorb_gemv(ab, stream);
     } else {
         kernels::launch_mla_rope_kv(rope, stream);
         kernels::launch_mla_q_absorb_gemm(ab, stream);
@@ -370,8 +374,11 @@ void mla_attention_runner::run_decode(const cuda_layer& w, const mla_step& s, co
     const kernels::mla_latents_bf16 lat{.q = q_lat_bf16_.as<bf16>(), .o = o_lat_bf16_.as<bf16>()};
     ab.in = o_lat_bf16_.as<bf16>();
     ab.out = attn;
-    if (gemv) {
+    if (gemv && kernels::kDecodeFusion) {
         kernels::launch_mla_decode_v_up_gemv(dp, lat, ab, stream);
+    } else if (gemv) {
+        kernels::launch_mla_decode_bf16(dp, lat, stream);
+        kernels::launch_mla_v_up_gemv(ab, stream);
     } else {
         kernels::launch_mla_decode_bf16(dp, lat, stream);
         kernels::launch_mla_v_up_gemm(ab, stream);
