@@ -44,7 +44,25 @@ void project(const gemm_context& g, const cuda_fp8_matrix& f, const bf16* w, con
         g.fp8->linear(f, x, m, y, n, y_rows, stream);
 }
 
+constexpr size_t kSideBlasWorkspace = size_t(8) << 20;
+
 }  // namespace
+
+cuda_side_stream::cuda_side_stream() {
+    ZMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    for (cudaEvent_t& e : events_) ZMOE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+}
+
+cuda_side_stream::~cuda_side_stream() {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    cudaStreamDestroy(stream_);
+}
+
+void cuda_side_stream::hop(cudaStream_t from, cudaStream_t to, int i) const {
+    ZMOE_CHECK(i >= 0 && i < kEvents, "cuda_side_stream: event index out of range");
+    ZMOE_CUDA_CHECK(cudaEventRecord(events_[i], from));
+    ZMOE_CUDA_CHECK(cudaStreamWaitEvent(to, events_[i], 0));
+}
 
 void check_deepseek_supported(const model_config& c) {
     auto need = [&](bool ok, const std::string& what) {
@@ -231,6 +249,10 @@ mla_attention_runner::mla_attention_runner(const model_config& c, int32_t max_to
         const size_t latents = static_cast<size_t>(std::max(max_seqs, 1)) * heads * r;
         alloc(q_lat_bf16_, latents * sizeof(bf16));
         alloc(o_lat_bf16_, latents * sizeof(bf16));
+        if (kernels::kDecodeFusion && m.q_lora_rank == 0 && max_seqs > kernels::kMlaAbsorbGemvMaxTokens) {
+            side_ = std::make_unique<cuda_side_stream>();
+            alloc(side_blas_ws_, kSideBlasWorkspace);
+        }
     }
     const std::vector<float> inv_freq = c.rope_inv_freq();
     alloc(inv_freq_, inv_freq.size() * sizeof(float));
@@ -276,8 +298,24 @@ void mla_attention_runner::run(const cuda_layer& w, const mla_step& s, const bf1
                                  stream);
         project(g, w.fp8.q_b, w.mla.q_b.as<bf16>(), qa, q, T, heads * qk, qr, max_tokens_, stream);
     }
+    ZMOE_CHECK(plan_.num_tokens == T, "MLA attention: the step was not prepared (plan of " +
+                                          std::to_string(plan_.num_tokens) + " tokens, step of " + std::to_string(T) +
+                                          ")");
+    const bool decode = tc_decode_ && plan_.all_absorbed && plan_.decode_only && s.num_seqs == T;
+    // A decode step beyond the streaming absorb kernels with the stacked BF16 q / kv_a: kv_a's GEMM and the RoPE on
+    // the side stream, beside q's GEMM and the q absorption (plain launches there, no programmatic edge lost).
+    const bool beside =
+        side_ != nullptr && decode && !w.mla.q_kv_a.empty() && !kernels::mla_absorb_gemv_supported(T, dn, dv, r);
     bf16* kv = kv_.as<bf16>();
-    if (!w.mla.q_kv_a.empty() && T == 1) {
+    if (beside) {
+        const bf16* q_w = w.mla.q_kv_a.as<bf16>();
+        const gemm_context side_g{
+            .handle = g.handle, .workspace = side_blas_ws_.as<void>(), .workspace_bytes = side_blas_ws_.bytes()};
+        side_->hop(stream, side_->get(), 0);  // xn
+        gemm(g, xn, q_w, q, T, heads * qk, H, stream);
+        gemm(side_g, xn, q_w + static_cast<size_t>(heads) * qk * H, kv, T, r + dr, H, side_->get());
+        side_->hop(stream, side_->get(), 1);  // q, for the RoPE of q_pe (launched below)
+    } else if (!w.mla.q_kv_a.empty() && T == 1) {
         // One token: q and the latent row side by side in q_'s row (its allocation holds the latent row after it),
         // both projections in one GEMV over the stacked weights.
         kv = q + static_cast<size_t>(heads) * qk;
@@ -291,9 +329,6 @@ void mla_attention_runner::run(const cuda_layer& w, const mla_step& s, const bf1
             project(g, w.fp8.q_b, w.mla.q_b.as<bf16>(), xn, q, T, heads * qk, H, max_tokens_, stream, true);
         project(g, w.fp8.kv_a, w.mla.kv_a.as<bf16>(), xn, kv, T, r + dr, H, max_tokens_, stream, true);
     }
-    ZMOE_CHECK(plan_.num_tokens == T, "MLA attention: the step was not prepared (plan of " +
-                                          std::to_string(plan_.num_tokens) + " tokens, step of " + std::to_string(T) +
-                                          ")");
     const kernels::mla_rope_kv_params rope{.q = q,
                                            .kv = kv,
                                            .kv_norm_weight = w.mla.kv_a_norm.as<bf16>(),
@@ -311,8 +346,9 @@ void mla_attention_runner::run(const cuda_layer& w, const mla_step& s, const bf1
                                            .eps = kLatentNormEps,
                                            .interleave = m.rope_interleave};
     bf16* attn = attn_.as<bf16>();
-    if (tc_decode_ && plan_.all_absorbed && plan_.decode_only && s.num_seqs == T) {
-        run_decode(w, s, rope, cache, attn, g, stream);
+    if (beside) kernels::launch_mla_rope_kv(rope, side_->get());
+    if (decode) {
+        run_decode(w, s, rope, cache, attn, g, stream, beside);
         project(g, w.fp8.o, w.o.as<bf16>(), attn, out, T, H, heads * dv, max_tokens_, stream);
         return;
     }
@@ -326,7 +362,8 @@ void mla_attention_runner::run(const cuda_layer& w, const mla_step& s, const bf1
 }
 
 void mla_attention_runner::run_decode(const cuda_layer& w, const mla_step& s, const kernels::mla_rope_kv_params& rope,
-                                      const bf16* cache, bf16* attn, const gemm_context& g, cudaStream_t stream) const {
+                                      const bf16* cache, bf16* attn, const gemm_context& g, cudaStream_t stream,
+                                      bool rope_on_side) const {
     const bf16* q = rope.q;
     const mla_params& m = c_.mla;
     const int32_t heads = i32(c_.num_heads), r = i32(m.kv_lora_rank), dn = i32(m.qk_nope_head_dim);
@@ -354,8 +391,9 @@ void mla_attention_runner::run_decode(const cuda_layer& w, const mla_step& s, co
         kernels::launch_mla_rope_kv(rope, stream);
         kernels::launch_mla_q_absorb_gemv(ab, stream);
     } else {
-        kernels::launch_mla_rope_kv(rope, stream);
+        if (!rope_on_side) kernels::launch_mla_rope_kv(rope, stream);
         kernels::launch_mla_q_absorb_gemm(ab, stream);
+        if (rope_on_side) side_->hop(side_->get(), stream, 2);  // the rotated q_pe and the cache rows
     }
     const kernels::mla_decode_params dp{.q = q,
                                         .cache = cache,

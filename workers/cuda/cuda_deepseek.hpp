@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -104,6 +105,27 @@ constexpr int32_t kMlaExpandBlock = 64;
 mla_prefill_plan plan_mla_prefill(const mla_host_step& h, int32_t num_heads, int32_t capacity_rows, bool expanded,
                                   int32_t rows_per_item = kernels::kAttentionRowsPerItem);
 
+/// A stream beside the executor's and the events that hop work between the two (event records and waits, so a graph
+/// capture of the executor's stream takes the side's work as a parallel branch).
+class cuda_side_stream {
+  public:
+    cuda_side_stream();
+    ~cuda_side_stream();
+    cuda_side_stream(const cuda_side_stream&) = delete;
+    cuda_side_stream& operator=(const cuda_side_stream&) = delete;
+
+    cudaStream_t get() const { return stream_; }
+    /// Work enqueued on `to` from now on waits for the work enqueued on `from` so far, through event `i`
+    /// (< kEvents; one event per hop of a layer, reused by the next layer's same hop).
+    void hop(cudaStream_t from, cudaStream_t to, int i) const;
+
+    static constexpr int kEvents = 3;
+
+  private:
+    cudaStream_t stream_ = nullptr;
+    cudaEvent_t events_[kEvents] = {};
+};
+
 /// MLA attention for every layer of one executor: its scratch buffers (sized once for max_tokens, fixed addresses
 /// for the decode graphs) and the RoPE frequencies.
 class mla_attention_runner {
@@ -141,8 +163,10 @@ class mla_attention_runner {
     /// A decode step on the tensor-core kernel, its RoPE and latent cache write included (`rope`; its q is the
     /// step's q): the absorbed projections around it (streaming kernels at a few tokens, which also take the RoPE and
     /// the split combine; batched GEMMs beyond), BF16 latents.
+    /// rope_on_side: the RoPE was launched on side_ (run), joined here after the q absorption.
     void run_decode(const cuda_layer& w, const mla_step& s, const kernels::mla_rope_kv_params& rope,
-                    const kernels::bf16* cache, kernels::bf16* attn, const gemm_context& g, cudaStream_t stream) const;
+                    const kernels::bf16* cache, kernels::bf16* attn, const gemm_context& g, cudaStream_t stream,
+                    bool rope_on_side = false) const;
     void run_expanded(const cuda_layer& w, const mla_prefill_plan::group& pg, const kernels::bf16* q,
                       const kernels::bf16* cache, kernels::bf16* attn, const gemm_context& g,
                       cudaStream_t stream) const;
@@ -164,6 +188,10 @@ class mla_attention_runner {
     bool tc_decode_ = false;
     int32_t num_sms_ = 0;
     device_buffer decode_ws_, q_lat_bf16_, o_lat_bf16_;  // [max_seqs, heads, r] BF16 latents of run_decode
+    // kDecodeFusion, stacked BF16 q / kv_a, decode steps beyond the streaming absorb kernels: kv_a's GEMM and the RoPE
+    // run on side_ beside q's GEMM and the q absorption, with their own cuBLASLt workspace.
+    std::unique_ptr<cuda_side_stream> side_;
+    device_buffer side_blas_ws_;
     device_buffer latent_, kv_up_, k_, v_, q_pad_, out_pad_, plan_dev_;
     pinned_buffer plan_host_;
     mla_prefill_plan plan_;
