@@ -17,7 +17,6 @@
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
-#include "kernels/decode_fusion.hpp"
 #include "kernels/device_utils.cuh"
 #include "kernels/mla_gemm.hpp"
 #include "kernels/mma_sm80.cuh"
@@ -106,8 +105,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         for (int v = threadIdx.x; v < kKeys * kChunks; v += kThreads) {
             const int j = v / kChunks, c = v % kChunks;
             const int64_t row = __shfl_sync(detail::kFullMask, my_row, j);
-            // No second shuffle where rows == 0 (the loop's tiles; every call without kDecodeFusion, which then
-            // compiles to the kernel as it was before the option).
+            // No second shuffle where rows == 0 (the loop's tiles).
             const bool newest = rows != 0 && __shfl_sync(detail::kFullMask, my_newest, j);
             if ((rows == 1 && newest) || (rows == 2 && !newest)) continue;
             cp_async_16(dst + swz(j, c, kChunks), p.cache + (row >= 0 ? size_t(row) * kWidth + c * 8 : 0), row >= 0);
@@ -117,12 +115,11 @@ __global__ void __launch_bounds__(kThreads, 2)
     // written by earlier steps: the first tile's rows load before the programmatic wait, under the kernels before
     // (uncommitted: they join group 0 below), all but the newest key's, which the kernel before writes: its row after
     // the wait. (kv_len >= 1, so the split holding the newest key has a tile.)
-    // (Without kDecodeFusion the first tile holding the newest key loads whole after the wait.)
     const bool newest_in_first = num_tiles > 0 && k_begin + kKeys > kv_len - 1;
-    if (num_tiles > 0 && (kDecodeFusion || !newest_in_first)) load_tile(0, 0, kDecodeFusion && newest_in_first ? 1 : 0);
+    if (num_tiles > 0) load_tile(0, 0, newest_in_first ? 1 : 0);
     detail::pdl_wait();  // the absorbed query, q_pe and the newest latent row come from the kernels before
     detail::pdl_launch_dependents();
-    if (newest_in_first) load_tile(0, 0, kDecodeFusion ? 2 : 0);
+    if (newest_in_first) load_tile(0, 0, 2);
     cp_async_commit();
 
     // The queries: row h = [bf16(q_lat[s, h0 + h]) | q_pe[s, h0 + h]], zeros past the last head. Every load of a

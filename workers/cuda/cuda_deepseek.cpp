@@ -7,7 +7,6 @@
 #include "base/check.hpp"
 #include "base/error.hpp"
 #include "kernels/cuda_check.hpp"
-#include "kernels/decode_fusion.hpp"
 #include "kernels/mla_gemm.hpp"
 #include "workers/cuda/cuda_fp8_linear.hpp"
 
@@ -249,7 +248,7 @@ mla_attention_runner::mla_attention_runner(const model_config& c, int32_t max_to
         const size_t latents = static_cast<size_t>(std::max(max_seqs, 1)) * heads * r;
         alloc(q_lat_bf16_, latents * sizeof(bf16));
         alloc(o_lat_bf16_, latents * sizeof(bf16));
-        if (kernels::kDecodeFusion && m.q_lora_rank == 0 && max_seqs > kernels::kMlaAbsorbGemvMaxTokens) {
+        if (m.q_lora_rank == 0 && max_seqs > kernels::kMlaAbsorbGemvMaxTokens) {
             side_ = std::make_unique<cuda_side_stream>();
             alloc(side_blas_ws_, kSideBlasWorkspace);
         }
@@ -381,15 +380,15 @@ void mla_attention_runner::run_decode(const cuda_layer& w, const mla_step& s, co
                                        .v_dim = dv,
                                        .kv_lora_rank = r};
     // A few tokens: the streaming kernels (weights loaded under the kernels before, the PDL chain kept), the latent
-    // rows and q_pe's RoPE done by the absorb kernel and the split combine by the v_up kernel (two launches fewer);
-    // more: the rope kernel and the batched GEMMs.
-    // (H100, DeepSeek-V2-Lite dims, context 1 024, batch 1: the step 2.906 ms with the kernels, 2.992 with the GEMMs.)
+    // rows and q_pe's RoPE done by the absorb kernel, and at one token the split combine by the v_up kernel; more:
+    // the rope kernel and the batched GEMMs.
+    // (H100, DeepSeek-V2-Lite dims, context 1 024, batch 1: the step 2.906 ms with the kernels, 2.992 with the GEMMs;
+    // 2026-11-28, the RoPE and the combine folded in: 2.957 -> 2.739 ms. The combine in v_up repeats the split merge
+    // in every block: one layer's chain at batch 4 took 23.3 us that way against 19.7 us with the combine launch,
+    // mla_decode_bench, so from two tokens the combine stays a launch of its own.)
     const bool gemv = kernels::mla_absorb_gemv_supported(s.num_seqs, dn, dv, r);
-    if (gemv && kernels::kDecodeFusion) {
+    if (gemv) {
         kernels::launch_mla_rope_q_absorb_gemv(rope, ab, stream);
-    } else if (gemv) {
-        kernels::launch_mla_rope_kv(rope, stream);
-        kernels::launch_mla_q_absorb_gemv(ab, stream);
     } else {
         if (!rope_on_side) kernels::launch_mla_rope_kv(rope, stream);
         kernels::launch_mla_q_absorb_gemm(ab, stream);
@@ -412,7 +411,7 @@ void mla_attention_runner::run_decode(const cuda_layer& w, const mla_step& s, co
     const kernels::mla_latents_bf16 lat{.q = q_lat_bf16_.as<bf16>(), .o = o_lat_bf16_.as<bf16>()};
     ab.in = o_lat_bf16_.as<bf16>();
     ab.out = attn;
-    if (gemv && kernels::kDecodeFusion) {
+    if (gemv && s.num_seqs == 1) {
         kernels::launch_mla_decode_v_up_gemv(dp, lat, ab, stream);
     } else if (gemv) {
         kernels::launch_mla_decode_bf16(dp, lat, stream);

@@ -188,7 +188,7 @@ class mla_attention_runner {
     bool tc_decode_ = false;
     int32_t num_sms_ = 0;
     device_buffer decode_ws_, q_lat_bf16_, o_lat_bf16_;  // [max_seqs, heads, r] BF16 latents of run_decode
-    // kDecodeFusion, stacked BF16 q / kv_a, decode steps beyond the streaming absorb kernels: kv_a's GEMM and the RoPE
+    // Stacked BF16 q / kv_a, decode steps beyond the streaming absorb kernels: kv_a's GEMM and the RoPE
     // run on side_ beside q's GEMM and the q absorption, with their own cuBLASLt workspace.
     std::unique_ptr<cuda_side_stream> side_;
     device_buffer side_blas_ws_;

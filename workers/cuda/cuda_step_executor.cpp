@@ -10,7 +10,6 @@
 #include "base/log.hpp"
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
-#include "kernels/decode_fusion.hpp"
 #include "workers/micro_batch.hpp"
 #include "workers/step_validation.hpp"
 
@@ -591,8 +590,7 @@ void cuda_step_executor::moe(int64_t layer, const batch_view& v) {
     // One token on one GPU, BF16 ungated shared experts: the routed experts' output goes to shared_out and the shared
     // experts' down GEMV adds it as its bias (the GEMV's bias meets the BF16-rounded product, as add_shared's sum
     // does: the same bits, one launch fewer in the step's chain).
-    const bool shared_adds_routed =
-        kernels::kDecodeFusion && T == 1 && !comm_ && w.has_shared && w.fp8.shared.empty() && w.shared_gate.empty();
+    const bool shared_adds_routed = T == 1 && !comm_ && w.has_shared && w.fp8.shared.empty() && w.shared_gate.empty();
     bf16* routed_out = shared_adds_routed ? ws_.shared_out.as<bf16>() : ws_.delta.as<bf16>();
     if (local_softmax && T > 0) {
         kernels::launch_moe_layer({.experts = expert_params(w, xn, T, K, routed_out),

@@ -7,7 +7,6 @@
 
 #include "base/error.hpp"
 #include "kernels/cuda_check.hpp"
-#include "kernels/decode_fusion.hpp"
 #include "workers/dummy_weights.hpp"
 #include "workers/fp8.hpp"
 
@@ -248,7 +247,7 @@ cuda_weights cuda_weights::upload(const model_weights& w) {
                 l.mla.q_a_norm = vec(m.q_a_norm, bytes);
                 linear(m.q_b, l.mla.q_b, l.fp8.q_b, "q_b_proj");
                 linear(m.kv_a, l.mla.kv_a, l.fp8.kv_a, "kv_a_proj_with_mqa");
-            } else if (kernels::kDecodeFusion && !is_fp8(a.q) && !is_fp8(m.kv_a)) {
+            } else if (!is_fp8(a.q) && !is_fp8(m.kv_a)) {
                 l.mla.q_kv_a = stack({&a.q, &m.kv_a}, bytes);  // one GEMV for both at a decode token
             } else {
                 linear(a.q, l.mla.q_b, l.fp8.q_b, "q_proj");

@@ -9,7 +9,6 @@
 
 #include "base/error.hpp"
 #include "kernels/cuda_check.hpp"
-#include "kernels/decode_fusion.hpp"
 #include "kernels/fp8_weight_quantize.hpp"
 #include "workers/cuda/cuda_weights.hpp"
 #include "workers/fp8.hpp"
@@ -276,7 +275,7 @@ cuda_weights cuda_weights::dummy(const model_config& c, const expert_placement& 
                 l.mla.q_a_norm = g.ones(qr);
                 linear(l.mla.q_b, l.fp8.q_b, heads * qk, qr, stream_of(li, 14));
                 linear(l.mla.kv_a, l.fp8.kv_a, r + dr, H, stream_of(li, 15));
-            } else if (kernels::kDecodeFusion && !fp8) {
+            } else if (!fp8) {
                 // Stacked as cuda_weights::upload stacks them; each part's values as its own matrix would have.
                 l.mla.q_kv_a = device_buffer((heads * qk + r + dr) * H * 2);
                 g.fill(l.mla.q_kv_a.as<void>(), heads * qk * H, stream_of(li, 14), 0.f, kStd);
