@@ -1,7 +1,9 @@
 // The block-scaled FP8 dense projections (launch_gemm_fp8) at the dense shapes of Qwen3-30B-A3B and DeepSeek-V3,
 // beside the BF16 GEMMs the engine runs today and cuBLASLt's own block-scaled FP8 where it serves on this device.
 //
-// Variants per (shape, m): fp8 (launch_gemm_fp8: the skinny kernel up to 64 rows, the grouped FP8 GEMM above; with
+// Variants per (shape, m): fp8 (launch_gemm_fp8: on sm_90 the wgmma kernel of gemm_fp8_sm90.cu up to 512 rows, beside
+// it fp8_skinny, the skinny kernel that ran up to 64 rows before, and with --sweep-sm90 fp8_sm90_sS, the sm_90 kernel
+// with S CTAs per cluster; elsewhere the skinny kernel up to 64 rows, the grouped FP8 GEMM above; with
 // --sweep also fp8_tN_stT[_h] (the skinny kernel with N rows of a per CTA, a T-stage ring, _h: f16 MMAs on the
 // e4m3 values converted) and fp8_sS (S CTAs per
 // cluster), the others automatic; past 64 rows fp8_skinny[_h],
@@ -18,8 +20,8 @@
 // (cuBLASLt e4m3 GEMM 8192^3, per-tensor scales, BF16 out). TB/s = (weights + activations + output bytes) / time;
 // %bw = that / copy bandwidth (the floor of small m); TFLOP/s = 2 m n k / time; %peak = that / the FP8 peak.
 //
-//   gemm_fp8_bench [--m 1,4,16,64,256,4096,16384] [--shapes qwen_qkv,...] [--no-cublas-fp8] [--sweep] [--iters N]
-//                  [--json PATH]
+//   gemm_fp8_bench [--m 1,4,16,64,256,4096,16384] [--shapes qwen_qkv,...] [--no-cublas-fp8] [--sweep]
+//                  [--sweep-sm90] [--iters N] [--json PATH]
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -40,6 +42,7 @@
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/gemm_fp8.hpp"
+#include "kernels/gemm_fp8_sm90.hpp"
 
 namespace {
 
@@ -290,7 +293,7 @@ int main(int argc, char** argv) {
     std::string only;
     int iters = 20;
     std::string json_path;
-    bool with_cublas = true, sweep = false;
+    bool with_cublas = true, sweep = false, sweep_sm90 = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--m" && i + 1 < argc)
@@ -305,12 +308,15 @@ int main(int argc, char** argv) {
             with_cublas = false;
         else if (a == "--sweep")
             sweep = true;
+        else if (a == "--sweep-sm90")
+            sweep_sm90 = true;
         else
-            return std::fprintf(
-                       stderr,
-                       "usage: gemm_fp8_bench [--m 1,4,16,64,256,4096,16384] [--no-cublas-fp8] [--sweep] [--shapes "
-                       "qwen_qkv,qwen_o,ds_q_a,ds_q_b,ds_kv_a,ds_o,ds_shared_gate_up,ds_shared_down] "
-                       "[--iters N] [--json PATH]\n"),
+            return std::fprintf(stderr,
+                                "usage: gemm_fp8_bench [--m 1,4,16,64,256,4096,16384] [--no-cublas-fp8] [--sweep] "
+                                "[--sweep-sm90] "
+                                "[--shapes "
+                                "qwen_qkv,qwen_o,ds_q_a,ds_q_b,ds_kv_a,ds_o,ds_shared_gate_up,ds_shared_down] "
+                                "[--iters N] [--json PATH]\n"),
                    2;
     }
     // Qwen3-30B-A3B (hidden 2048, 32 query / 4 KV heads of 128; every MLP is MoE) and DeepSeek-V3 (hidden 7168,
@@ -413,10 +419,31 @@ int main(int argc, char** argv) {
             bytes_of["bf16"] = bytes16;
             variants.emplace_back("fp8", [&](int l) { zmoe::kernels::launch_gemm_fp8(fp8_params(l), stream); });
             bytes_of["fp8"] = bytes8;
-            if (m <= zmoe::kernels::kGemmFp8SkinnyMaxRows) {
+            const bool sm90 = zmoe::kernels::detail::gemm_fp8_sm90_applies(fp8_params(0));
+            if (sm90) {
+                const auto choice = zmoe::kernels::detail::gemm_fp8_sm90_choice(fp8_params(0));
+                std::printf("  [%s m=%d] fp8 = sm90, splits %d, tokens per CTA %d\n", sh.name, m, choice.splits,
+                            choice.tokens_per_cta);
+            } else if (m <= zmoe::kernels::kGemmFp8SkinnyMaxRows) {
                 const auto choice = zmoe::kernels::detail::gemm_fp8_skinny_choice(fp8_params(0));
                 std::printf("  [%s m=%d] fp8 = skinny, splits %d, stages %d\n", sh.name, m, choice.splits,
                             choice.stages);
+            }
+            if (sm90 && m <= zmoe::kernels::kGemmFp8SkinnyMaxRows) {  // the skinny kernel that ran these rows before
+                variants.emplace_back("fp8_skinny", [&](int l) {
+                    zmoe::kernels::detail::launch_gemm_fp8_skinny(fp8_params(l), {}, stream);
+                });
+                bytes_of["fp8_skinny"] = bytes8;
+            }
+            if (sm90 && sweep_sm90) {
+                for (const int32_t sp : {1, 2, 4, 8})
+                    if (sp <= kb) {
+                        const std::string name = "fp8_sm90_s" + std::to_string(sp);
+                        variants.emplace_back(name, [&, sp](int l) {
+                            zmoe::kernels::detail::launch_gemm_fp8_sm90(fp8_params(l), {.splits = sp}, stream);
+                        });
+                        bytes_of[name] = bytes8;
+                    }
             }
             if (m <= zmoe::kernels::kGemmFp8SkinnyMaxRows && max_m >= 64) {
                 // The grouped kernel with one group of m rounded up to 64 rows (what fp8_linear_runner ran at every
