@@ -311,7 +311,7 @@ std::vector<gemm_fp8_case> sm90_cases() {
         cases.push_back({m, 136, 1040});  // 9 K blocks over uneven split ranges
     }
     cases.push_back({64, 5120, 2048});  // Qwen3-30B-A3B: q/k/v, o
-    cases.push_back({256, 2048, 4096});
+    cases.push_back({136, 2048, 4096});
     cases.push_back({130, 576, 7168});  // DeepSeek-V3: kv_a, q_a, shared down
     cases.push_back({40, 1536, 7168});
     cases.push_back({72, 7168, 2048});
