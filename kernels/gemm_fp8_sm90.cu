@@ -36,28 +36,34 @@ namespace {
 using namespace sm90;
 namespace cg = cooperative_groups;
 
-constexpr int kMathThreads = 128;              // one warpgroup: wgmma's M = 64 weight rows
-constexpr int kThreads = kMathThreads + 32;    // + the producer warp
-constexpr int kTileRows = 64;                  // weight rows per CTA
-constexpr int kBK = 128;                       // K bytes of a stage: one scale block, one 128-byte swizzle row
-constexpr int kMaxSplits = 8;                  // the portable cluster size
-constexpr int kPartialStride = kTileRows + 4;  // fp32 partial tile [token][row]: conflict-free fragment stores
-constexpr uint32_t kWBytes = kTileRows * kBK;  // a stage's weight tile
+constexpr int kWgRows = 64;    // weight rows of a math warpgroup (wgmma's M)
+constexpr int kBK = 128;       // K bytes of a stage: one scale block, one 128-byte swizzle row
+constexpr int kMaxSplits = 8;  // the portable cluster size
 
-/// Shared memory of the kernel for kN tokens per CTA: a ring of kStages stages ([64 rows][128 B] of w, then [kN
-/// tokens][128 B] of a, both 128-byte swizzled by TMA in 1024-byte atoms), the stages' activation scales [kStages][kN]
-/// fp32, the full and empty barriers; the ring is reused at the end for the fp32 partial tile [kN][kPartialStride].
-template <int kN>
+/// The kernel's shape for kN tokens per CTA and kWg math warpgroups (kWg x 64 weight rows per CTA, sharing the
+/// tokens' tile), and its shared memory: a ring of kStages stages ([kWg x 64 rows][128 B] of w, then [kN tokens][128 B]
+/// of a, both 128-byte swizzled by TMA in 1024-byte atoms), the stages' activation scales [kStages][kN] fp32, the full
+/// and empty barriers; the ring is reused at the end for the fp32 partial tile [kN][kPartialStride].
+template <int kN, int kWg>
 struct sm90_layout {
-    static constexpr int kStages = kN <= 32 ? 8 : kN == 64 ? 6 : 4;  // ~100 KB: two CTAs per SM
+    static constexpr int kMathThreads = 128 * kWg;
+    static constexpr int kThreads = kMathThreads + 32;    // + the producer warp
+    static constexpr int kTileRows = kWgRows * kWg;       // 64 or 128: inside one 128-row weight scale block
+    static constexpr int kPartialStride = kTileRows + 4;  // [token][row]: conflict-free fragment stores
+    // Two CTAs per SM (~100 KB each), but one for the widest tile (its registers: 2 x 64 fp32 a thread, 288 threads).
+    static constexpr int kCtasPerSm = kWg == 2 && kN == 128 ? 1 : 2;
+    static constexpr uint32_t kWBytes = kTileRows * kBK;
     static constexpr uint32_t kABytes = kN * kBK;
     static constexpr uint32_t kStageBytes = kWBytes + kABytes;
+    static constexpr size_t kBudget = kCtasPerSm == 1 ? 200 * 1024 : 100 * 1024;
+    static constexpr int kFit = int(kBudget / (kStageBytes + kN * sizeof(float)));
+    static constexpr int kStages = kFit < 8 ? kFit : 8;
     static constexpr size_t kScaleOffset = size_t(kStages) * kStageBytes;
     static constexpr size_t kBarOffset = kScaleOffset + size_t(kStages) * kN * sizeof(float);
     static constexpr size_t kBytes = kBarOffset + 2 * kStages * sizeof(uint64_t) + 1024;  // + alignment slack
     static_assert(kABytes % 1024 == 0 && kWBytes % 1024 == 0, "1024-byte swizzle atoms");
     static_assert(size_t(kN) * kPartialStride * sizeof(float) <= kScaleOffset, "the partial tile fits the ring");
-    static_assert(kBytes <= 113 * 1024, "two CTAs per SM");
+    static_assert(kStages >= 3 && kBytes <= (kCtasPerSm == 1 ? 227 : 113) * 1024, "shared memory");
 };
 
 /// d (64 x kN, fp32) = (kAccumulate ? d : 0) + A (64 x 32) . B (kN x 32)^T, e4m3, both K-major in shared memory.
@@ -103,14 +109,17 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
                  : "memory");
 }
 
-/// Grid (splits, token slices, ceil(n / 64)), clusters of (splits, 1, 1), kThreads threads: warps 0-3 multiply (one
-/// warpgroup), warp 4 produces.
-template <int kN>
-__global__ void __launch_bounds__(kThreads, 2)
+/// Grid (splits, token slices, ceil(n / kTileRows)), clusters of (splits, 1, 1), kThreads threads: warps [0, 4 kWg)
+/// multiply (warpgroup w: weight rows [64 w, 64 w + 64) of the tile), warp 4 kWg produces.
+template <int kN, int kWg>
+__global__ void __launch_bounds__(sm90_layout<kN, kWg>::kThreads, sm90_layout<kN, kWg>::kCtasPerSm)
     gemm_fp8_sm90_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_constant__ CUtensorMap map_a,
                          const gemm_fp8_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    using L = sm90_layout<kN>;
+    using L = sm90_layout<kN, kWg>;
+    constexpr int kMathThreads = L::kMathThreads, kThreads = L::kThreads, kTileRows = L::kTileRows;
+    constexpr int kPartialStride = L::kPartialStride;
+    constexpr uint32_t kWBytes = L::kWBytes;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     // The same offset in every CTA of the cluster (the dynamic shared memory starts at the same address in each).
     unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -176,8 +185,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     detail::pdl_launch_dependents();
 
-    // Math warpgroup. Accumulator element 4 j + 2 h + q sits at weight row r + 8 h, token 8 j + 2 (lane % 4) + q of
-    // the tile, r = 16 warp + lane / 4.
+    // Math warpgroups. Accumulator element 4 j + 2 h + q sits at weight row r + 8 h, token 8 j + 2 (lane % 4) + q of
+    // the tile, r = 16 warp + lane / 4 (warps counted over the math warpgroups).
     float acc[kN / 2];
 #pragma unroll
     for (int i = 0; i < kN / 2; ++i) acc[i] = 0.f;
@@ -191,7 +200,8 @@ __global__ void __launch_bounds__(kThreads, 2)
             const uint32_t slot = uint32_t(s % L::kStages);
             mbar_wait(&full[slot], (s / L::kStages) & 1);
             const unsigned char* base = smem + size_t(slot) * L::kStageBytes;
-            const uint64_t desc_w = smem_desc(base), desc_a = smem_desc(base + kWBytes);
+            const uint64_t desc_w = smem_desc(base + (warp / 4) * kWgRows * kBK);
+            const uint64_t desc_a = smem_desc(base + kWBytes);
             wgmma_fence();
             wgmma_e4m3<kN, 0>(part, desc_w, desc_a);
 #pragma unroll
@@ -281,22 +291,22 @@ CUtensorMap make_map(const uint8_t* base, int64_t rows, int32_t cols, int32_t bo
     return map;
 }
 
-template <int kN>
+template <int kN, int kWg>
 void launch_as(const gemm_fp8_params& p, int splits, cudaStream_t stream) {
-    using L = sm90_layout<kN>;
-    auto kernel = gemm_fp8_sm90_kernel<kN>;
+    using L = sm90_layout<kN, kWg>;
+    auto kernel = gemm_fp8_sm90_kernel<kN, kWg>;
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kBytes)));
-    const int64_t tiles = (int64_t(p.n) + kTileRows - 1) / kTileRows;
+    const int64_t tiles = (int64_t(p.n) + L::kTileRows - 1) / L::kTileRows;
     const int64_t slices = (int64_t(p.m) + kN - 1) / kN;
     ZMOE_KERNEL_REQUIRE(tiles <= 65535 && slices <= 65535, "gemm_fp8_sm90: n or m too large for the grid");
-    const CUtensorMap map_w = make_map(p.w, p.n, p.k, kTileRows);
+    const CUtensorMap map_w = make_map(p.w, p.n, p.k, L::kTileRows);
     const CUtensorMap map_a = make_map(p.a, p.m, p.k, kN);
 
     cudaLaunchConfig_t config{};
     // Token slices next to each other in launch order: a tile's slices read its weights about together (from L2
     // after the first).
     config.gridDim = dim3(unsigned(splits), unsigned(slices), unsigned(tiles));
-    config.blockDim = dim3(kThreads);
+    config.blockDim = dim3(L::kThreads);
     config.dynamicSmemBytes = L::kBytes;
     config.stream = stream;
     cudaLaunchAttribute attributes[2]{};
@@ -326,12 +336,15 @@ bool gemm_fp8_sm90_applies(const gemm_fp8_params& p) {
 
 gemm_fp8_sm90_config gemm_fp8_sm90_choice(const gemm_fp8_params& p) {
     const int tokens = p.m <= 8 ? 8 : p.m <= 16 ? 16 : p.m <= 32 ? 32 : p.m <= 64 ? 64 : 128;
-    const int64_t tiles = (int64_t(p.n) + kTileRows - 1) / kTileRows;
+    const int64_t tiles = (int64_t(p.n) + kWgRows - 1) / kWgRows;
     const int kblocks = std::max(1, (p.k + kBK - 1) / kBK);
     // About two CTAs per SM (the kernel's occupancy) at up to 128 rows, from n and k alone.
     const int splits = int(
         std::clamp<int64_t>(2 * current_device().sms / std::max<int64_t>(1, tiles), 1, std::min(kMaxSplits, kblocks)));
-    return {.splits = splits, .tokens_per_cta = tokens};
+    // Two warpgroups (128 weight rows sharing a tile of 128 tokens) past 64 rows: half the activation traffic from L2
+    // (at 256 rows of Qwen3-30B-A3B's o projection, 64-row tiles would read 32 MB of activations).
+    const int wgs = tokens == 128 ? 2 : 1;
+    return {.splits = splits, .tokens_per_cta = tokens, .math_warpgroups = wgs};
 }
 
 void launch_gemm_fp8_sm90(const gemm_fp8_params& p, const gemm_fp8_sm90_config& config, cudaStream_t stream) {
@@ -341,21 +354,24 @@ void launch_gemm_fp8_sm90(const gemm_fp8_params& p, const gemm_fp8_sm90_config& 
     const int splits =
         std::clamp(config.splits > 0 ? config.splits : auto_config.splits, 1, std::min(kMaxSplits, kblocks));
     const int tokens = config.tokens_per_cta > 0 ? config.tokens_per_cta : auto_config.tokens_per_cta;
+    const int wgs = config.math_warpgroups > 0 ? config.math_warpgroups : auto_config.math_warpgroups;
+    ZMOE_KERNEL_REQUIRE(wgs == 1 || wgs == 2, "gemm_fp8_sm90: math_warpgroups must be 1 or 2");
+    const bool two = wgs == 2;
     switch (tokens) {
         case 8:
-            launch_as<8>(p, splits, stream);
+            two ? launch_as<8, 2>(p, splits, stream) : launch_as<8, 1>(p, splits, stream);
             break;
         case 16:
-            launch_as<16>(p, splits, stream);
+            two ? launch_as<16, 2>(p, splits, stream) : launch_as<16, 1>(p, splits, stream);
             break;
         case 32:
-            launch_as<32>(p, splits, stream);
+            two ? launch_as<32, 2>(p, splits, stream) : launch_as<32, 1>(p, splits, stream);
             break;
         case 64:
-            launch_as<64>(p, splits, stream);
+            two ? launch_as<64, 2>(p, splits, stream) : launch_as<64, 1>(p, splits, stream);
             break;
         case 128:
-            launch_as<128>(p, splits, stream);
+            two ? launch_as<128, 2>(p, splits, stream) : launch_as<128, 1>(p, splits, stream);
             break;
         default:
             ZMOE_KERNEL_REQUIRE(false, "gemm_fp8_sm90: tokens_per_cta must be 8, 16, 32, 64 or 128");

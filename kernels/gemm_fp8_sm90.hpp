@@ -13,8 +13,9 @@ namespace zmoe::kernels::detail {
 constexpr int32_t kGemmFp8Sm90MaxRows = 512;
 
 struct gemm_fp8_sm90_config {
-    int32_t splits = 0;          ///< CTAs splitting k over a cluster, 1..8 (clamped to the K blocks); 0: auto
-    int32_t tokens_per_cta = 0;  ///< rows of a per CTA (wgmma N): 8, 16, 32, 64 or 128; 0: auto (by m)
+    int32_t splits = 0;           ///< CTAs splitting k over a cluster, 1..8 (clamped to the K blocks); 0: auto
+    int32_t tokens_per_cta = 0;   ///< rows of a per CTA (wgmma N): 8, 16, 32, 64 or 128; 0: auto (by m)
+    int32_t math_warpgroups = 0;  ///< 1 or 2: 64 or 128 weight rows per CTA; 0: auto
 };
 
 /// Whether the sm_90 kernel takes p: compute capability 9.x, 1 <= m <= kGemmFp8Sm90MaxRows, n >= 1, k a positive
@@ -23,8 +24,9 @@ struct gemm_fp8_sm90_config {
 bool gemm_fp8_sm90_applies(const gemm_fp8_params& p);
 
 /// launch_gemm_fp8's configuration for p: the split of k from the shape alone (n, k; never m, so that a row's bits
-/// do not depend on the batch): about two CTAs per SM at up to 128 rows; tokens_per_cta m rounded up to 8, 16, 32,
-/// 64, then 128 (more rows: 128-row slices).
+/// do not depend on the batch): about two 64-row CTAs per SM; tokens_per_cta m rounded up to 8, 16, 32, 64, then 128
+/// (more rows: 128-row slices), with two math warpgroups (128 weight rows per CTA) at 128. Neither the tokens per CTA
+/// nor the warpgroups change a row's bits (tested).
 gemm_fp8_sm90_config gemm_fp8_sm90_choice(const gemm_fp8_params& p);
 
 /// The sm_90 kernel with `config` (zero fields: gemm_fp8_sm90_choice's). Aborts unless gemm_fp8_sm90_applies(p).

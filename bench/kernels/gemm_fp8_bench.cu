@@ -1,13 +1,12 @@
 // The block-scaled FP8 dense projections (launch_gemm_fp8) at the dense shapes of Qwen3-30B-A3B and DeepSeek-V3,
 // beside the BF16 GEMMs the engine runs today and cuBLASLt's own block-scaled FP8 where it serves on this device.
 //
-// Variants per (shape, m): fp8 (launch_gemm_fp8: on sm_90 the wgmma kernel of gemm_fp8_sm90.cu up to 512 rows, beside
-// it fp8_skinny, the skinny kernel that ran up to 64 rows before, and with --sweep-sm90 fp8_sm90_sS, the sm_90 kernel
-// with S CTAs per cluster; elsewhere the skinny kernel up to 64 rows, the grouped FP8 GEMM above; with
-// --sweep also fp8_tN_stT[_h] (the skinny kernel with N rows of a per CTA, a T-stage ring, _h: f16 MMAs on the
-// e4m3 values converted) and fp8_sS (S CTAs per
-// cluster), the others automatic; past 64 rows fp8_skinny[_h],
-// the skinny kernel over 64-row slices, where the grouped kernel's tiles are few);
+// Variants per (shape, m): fp8 (launch_gemm_fp8: on sm_90 the wgmma kernel of gemm_fp8_sm90.cu up to 512 rows,
+// beside it fp8_skinny, the skinny kernel that ran up to 64 rows before, and with --sweep-sm90 fp8_sm90_wW (W math
+// warpgroups a CTA) and fp8_sm90_sS (S CTAs per cluster); elsewhere the skinny kernel up to 64 rows, the grouped FP8
+// GEMM above; with --sweep also fp8_tN_stT[_h] (the skinny kernel with N rows of a per CTA, a T-stage ring, _h: f16
+// MMAs on the e4m3 values converted) and fp8_sS (S CTAs per cluster), the others automatic; past 64 rows
+// fp8_skinny[_h], the skinny kernel over 64-row slices, and fp8_narrow / fp8_wide, the grouped kernel's tiles);
 // bf16 (launch_gemm_bf16, cuBLASLt); bf16_skinny (launch_skinny_gemm_bf16, the engine's BF16 path up to 64 rows);
 // cublas_fp8 (cuBLASLt e4m3 with CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F on the weights and VEC128_32F on the
 // activations: the format's scales, the same data as fp8). cublas_fp8 is checked against fp8's output (the same
@@ -436,6 +435,13 @@ int main(int argc, char** argv) {
                 bytes_of["fp8_skinny"] = bytes8;
             }
             if (sm90 && sweep_sm90) {
+                for (const int32_t wg : {1, 2}) {
+                    const std::string name = "fp8_sm90_w" + std::to_string(wg);
+                    variants.emplace_back(name, [&, wg](int l) {
+                        zmoe::kernels::detail::launch_gemm_fp8_sm90(fp8_params(l), {.math_warpgroups = wg}, stream);
+                    });
+                    bytes_of[name] = bytes8;
+                }
                 for (const int32_t sp : {1, 2, 4, 8})
                     if (sp <= kb) {
                         const std::string name = "fp8_sm90_s" + std::to_string(sp);
