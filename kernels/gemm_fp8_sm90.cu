@@ -110,8 +110,9 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
 }
 
 /// Grid (splits, token slices, ceil(n / kTileRows)), clusters of (splits, 1, 1), kThreads threads: warps [0, 4 kWg)
-/// multiply (warpgroup w: weight rows [64 w, 64 w + 64) of the tile), warp 4 kWg produces.
-template <int kN, int kWg>
+/// multiply (warpgroup w: weight rows [64 w, 64 w + 64) of the tile), warp 4 kWg produces. kOverlap: each block's
+/// promotion overlaps the next block's wgmmas (two partial accumulators), else they alternate.
+template <int kN, int kWg, bool kOverlap>
 __global__ void __launch_bounds__(sm90_layout<kN, kWg>::kThreads, sm90_layout<kN, kWg>::kCtasPerSm)
     gemm_fp8_sm90_kernel(const __grid_constant__ CUtensorMap map_w, const __grid_constant__ CUtensorMap map_a,
                          const gemm_fp8_params p) {
@@ -192,11 +193,9 @@ __global__ void __launch_bounds__(sm90_layout<kN, kWg>::kThreads, sm90_layout<kN
     for (int i = 0; i < kN / 2; ++i) acc[i] = 0.f;
     if (warp < kMathThreads / 32) {
         const float* ws_row = p.w_scales + size_t(row0 / 128) * kblocks + kb_begin;
-        float ws_next = nsteps > 0 ? __ldg(ws_row) : 0.f;
-        float part[kN / 2];
-        for (int s = 0; s < nsteps; ++s) {
-            const float ws = ws_next;
-            if (s + 1 < nsteps) ws_next = __ldg(ws_row + s + 1);
+        const auto w_scale = [&](int s) { return s < nsteps ? __ldg(ws_row + s) : 0.f; };
+        // Issues block s's four wgmmas into part (the first clears it), once its stage has landed.
+        const auto issue = [&](int s, float(&part)[kN / 2]) {
             const uint32_t slot = uint32_t(s % L::kStages);
             mbar_wait(&full[slot], (s / L::kStages) & 1);
             const unsigned char* base = smem + size_t(slot) * L::kStageBytes;
@@ -207,9 +206,10 @@ __global__ void __launch_bounds__(sm90_layout<kN, kWg>::kThreads, sm90_layout<kN
 #pragma unroll
             for (int kk = 1; kk < kBK / 32; ++kk) wgmma_e4m3<kN, 1>(part, desc_w + 2 * kk, desc_a + 2 * kk);
             wgmma_commit();
-            wgmma_wait<0>();
-            fence_accumulators(part);
-            // The block's promotion: acc += part x (a_scale x w_scale), per token.
+        };
+        // Block s's promotion, acc += part x (a_scale x w_scale) per token, then its stage is free.
+        const auto promote = [&](int s, const float(&part)[kN / 2], float ws) {
+            const uint32_t slot = uint32_t(s % L::kStages);
             const float* sa = a_scale_s + size_t(slot) * kN + 2 * (lane % 4);
 #pragma unroll
             for (int j = 0; j < kN / 8; ++j) {
@@ -221,6 +221,44 @@ __global__ void __launch_bounds__(sm90_layout<kN, kWg>::kThreads, sm90_layout<kN
             }
             __syncwarp();
             if (lane == 0) mbar_arrive(&empty[slot]);
+        };
+        if constexpr (kOverlap) {
+            // Two partial accumulators: block s + 1's wgmmas run while block s is promoted.
+            float part0[kN / 2], part1[kN / 2];
+            float ws0 = w_scale(0), ws1 = w_scale(1);
+            if (nsteps > 0) issue(0, part0);
+            for (int s = 0; s < nsteps; s += 2) {
+                if (s + 1 < nsteps) {
+                    issue(s + 1, part1);
+                    wgmma_wait<1>();
+                } else {
+                    wgmma_wait<0>();
+                }
+                fence_accumulators(part0);
+                promote(s, part0, ws0);
+                ws0 = w_scale(s + 2);
+                if (s + 1 >= nsteps) break;
+                if (s + 2 < nsteps) {
+                    issue(s + 2, part0);
+                    wgmma_wait<1>();
+                } else {
+                    wgmma_wait<0>();
+                }
+                fence_accumulators(part1);
+                promote(s + 1, part1, ws1);
+                ws1 = w_scale(s + 3);
+            }
+        } else {
+            float part[kN / 2];
+            float ws_next = w_scale(0);
+            for (int s = 0; s < nsteps; ++s) {
+                const float ws = ws_next;
+                ws_next = w_scale(s + 1);
+                issue(s, part);
+                wgmma_wait<0>();
+                fence_accumulators(part);
+                promote(s, part, ws);
+            }
         }
     }
     __syncthreads();  // every stage consumed (so every copy landed): the ring takes the partial tile
@@ -292,9 +330,9 @@ CUtensorMap make_map(const uint8_t* base, int64_t rows, int32_t cols, int32_t bo
 }
 
 template <int kN, int kWg>
-void launch_as(const gemm_fp8_params& p, int splits, cudaStream_t stream) {
+void launch_as(const gemm_fp8_params& p, int splits, bool overlap, cudaStream_t stream) {
     using L = sm90_layout<kN, kWg>;
-    auto kernel = gemm_fp8_sm90_kernel<kN, kWg>;
+    auto kernel = overlap ? gemm_fp8_sm90_kernel<kN, kWg, true> : gemm_fp8_sm90_kernel<kN, kWg, false>;
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kBytes)));
     const int64_t tiles = (int64_t(p.n) + L::kTileRows - 1) / L::kTileRows;
     const int64_t slices = (int64_t(p.m) + kN - 1) / kN;
@@ -344,7 +382,7 @@ gemm_fp8_sm90_config gemm_fp8_sm90_choice(const gemm_fp8_params& p) {
     // Two warpgroups (128 weight rows sharing a tile of 128 tokens) past 64 rows: half the activation traffic from L2
     // (at 256 rows of Qwen3-30B-A3B's o projection, 64-row tiles would read 32 MB of activations).
     const int wgs = tokens == 128 ? 2 : 1;
-    return {.splits = splits, .tokens_per_cta = tokens, .math_warpgroups = wgs};
+    return {.splits = splits, .tokens_per_cta = tokens, .math_warpgroups = wgs, .overlap = 1};
 }
 
 void launch_gemm_fp8_sm90(const gemm_fp8_params& p, const gemm_fp8_sm90_config& config, cudaStream_t stream) {
@@ -357,21 +395,24 @@ void launch_gemm_fp8_sm90(const gemm_fp8_params& p, const gemm_fp8_sm90_config& 
     const int wgs = config.math_warpgroups > 0 ? config.math_warpgroups : auto_config.math_warpgroups;
     ZMOE_KERNEL_REQUIRE(wgs == 1 || wgs == 2, "gemm_fp8_sm90: math_warpgroups must be 1 or 2");
     const bool two = wgs == 2;
+    const int overlap_mode = config.overlap > 0 ? config.overlap : auto_config.overlap;
+    ZMOE_KERNEL_REQUIRE(overlap_mode == 1 || overlap_mode == 2, "gemm_fp8_sm90: overlap must be 1 or 2");
+    const bool overlap = overlap_mode == 2;
     switch (tokens) {
         case 8:
-            two ? launch_as<8, 2>(p, splits, stream) : launch_as<8, 1>(p, splits, stream);
+            two ? launch_as<8, 2>(p, splits, overlap, stream) : launch_as<8, 1>(p, splits, overlap, stream);
             break;
         case 16:
-            two ? launch_as<16, 2>(p, splits, stream) : launch_as<16, 1>(p, splits, stream);
+            two ? launch_as<16, 2>(p, splits, overlap, stream) : launch_as<16, 1>(p, splits, overlap, stream);
             break;
         case 32:
-            two ? launch_as<32, 2>(p, splits, stream) : launch_as<32, 1>(p, splits, stream);
+            two ? launch_as<32, 2>(p, splits, overlap, stream) : launch_as<32, 1>(p, splits, overlap, stream);
             break;
         case 64:
-            two ? launch_as<64, 2>(p, splits, stream) : launch_as<64, 1>(p, splits, stream);
+            two ? launch_as<64, 2>(p, splits, overlap, stream) : launch_as<64, 1>(p, splits, overlap, stream);
             break;
         case 128:
-            two ? launch_as<128, 2>(p, splits, stream) : launch_as<128, 1>(p, splits, stream);
+            two ? launch_as<128, 2>(p, splits, overlap, stream) : launch_as<128, 1>(p, splits, overlap, stream);
             break;
         default:
             ZMOE_KERNEL_REQUIRE(false, "gemm_fp8_sm90: tokens_per_cta must be 8, 16, 32, 64 or 128");

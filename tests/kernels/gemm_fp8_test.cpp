@@ -322,9 +322,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmFp8Sm90, ::testing::ValuesIn(sm90_cases()),
     return make_name("m", info.param.m, "_n", info.param.n, "_k", info.param.k);
 });
 
-// Every launch configuration of the sm_90 kernel (tokens per CTA, math warpgroups, cluster split) on one ragged
-// shape, at row counts that fill the CTAs partly and need several token slices; and that neither the tokens per CTA
-// nor the warpgroups change a bit of the output (the split does: it is not chosen by m).
+// Every launch configuration of the sm_90 kernel (tokens per CTA, math warpgroups, overlap, cluster split) on one
+// ragged shape, at row counts that fill the CTAs partly and need several token slices; and that none but the split
+// changes a bit of the output (the split may: it is not chosen by m).
 TEST(GemmFp8Sm90, ConfigurationsMatchCpuReference) {
     if (!device_is_sm90()) GTEST_SKIP() << "the kernel needs sm_90";
     for (const int32_t m : {5, 20, 64, 100, 300}) {
@@ -332,19 +332,22 @@ TEST(GemmFp8Sm90, ConfigurationsMatchCpuReference) {
         for (const int32_t splits : {1, 3, 8}) {
             std::vector<float> first;
             for (const int32_t tokens : {8, 16, 32, 64, 128})
-                for (const int32_t wgs : {1, 2}) {
-                    SCOPED_TRACE(make_name("m ", m, " tokens ", tokens, " warpgroups ", wgs, " splits ", splits));
-                    detail::launch_gemm_fp8_sm90(problem.params(),
-                                                 {.splits = splits, .tokens_per_cta = tokens, .math_warpgroups = wgs},
-                                                 nullptr);
-                    problem.check();
-                    const std::vector<float> out = problem.output();
-                    if (first.empty())
-                        first = out;
-                    else
-                        EXPECT_EQ(differing(out, first, m, 200), 0) << "bits differ from 8 tokens, 1 warpgroup";
-                    if (HasFailure()) return;
-                }
+                for (const int32_t wgs : {1, 2})
+                    for (const int32_t overlap : {1, 2}) {
+                        SCOPED_TRACE(make_name("m ", m, " tokens ", tokens, " warpgroups ", wgs, " overlap ", overlap,
+                                               " splits ", splits));
+                        detail::launch_gemm_fp8_sm90(
+                            problem.params(),
+                            {.splits = splits, .tokens_per_cta = tokens, .math_warpgroups = wgs, .overlap = overlap},
+                            nullptr);
+                        problem.check();
+                        const std::vector<float> out = problem.output();
+                        if (first.empty())
+                            first = out;
+                        else
+                            EXPECT_EQ(differing(out, first, m, 200), 0) << "bits differ from the first configuration";
+                        if (HasFailure()) return;
+                    }
         }
     }
 }
