@@ -3,16 +3,16 @@
 //
 // Variants per (shape, m): fp8 (launch_gemm_fp8: on sm_90 the wgmma kernel of gemm_fp8_sm90.cu up to 512 rows,
 // beside it fp8_skinny, the skinny kernel that ran up to 64 rows before, and with --sweep-sm90 fp8_sm90_wW (W math
-// warpgroups a CTA), fp8_sm90_o (promotions overlapping the next block's wgmmas) and fp8_sm90_sS (S CTAs per
-// cluster); elsewhere the skinny kernel up to 64 rows, the grouped FP8 GEMM above; with --sweep also fp8_tN_stT[_h]
-// (the skinny kernel with N rows of a per CTA, a T-stage ring, _h: f16 MMAs on the e4m3 values converted) and fp8_sS (S
-// CTAs per cluster), the others automatic; past 64 rows fp8_skinny[_h], the skinny kernel over 64-row slices, and
-// fp8_narrow / fp8_wide, the grouped kernel's tiles); bf16 (launch_gemm_bf16, cuBLASLt); bf16_skinny
-// (launch_skinny_gemm_bf16, the engine's BF16 path up to 64 rows); cublas_fp8 (cuBLASLt e4m3 with
-// CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F on the weights and VEC128_32F on the activations: the format's scales,
-// the same data as fp8). cublas_fp8 is checked against fp8's output (the same arithmetic up to accumulation order: max
-// |diff| / max |c| below 2e-2) under each candidate layout of the scale tensors, and only a layout that matches is
-// timed; the heuristic's status is printed where cuBLASLt refuses.
+// warpgroups a CTA), fp8_sm90_tN (N tokens per CTA, narrower than the automatic tile), fp8_sm90_o (promotions
+// overlapping the next block's wgmmas) and fp8_sm90_sS (S CTAs per cluster); elsewhere the skinny kernel up to 64 rows,
+// the grouped FP8 GEMM above; with --sweep also fp8_tN_stT[_h] (the skinny kernel with N rows of a per CTA, a T-stage
+// ring, _h: f16 MMAs on the e4m3 values converted) and fp8_sS (S CTAs per cluster), the others automatic; past 64 rows
+// fp8_skinny[_h], the skinny kernel over 64-row slices, and fp8_narrow / fp8_wide, the grouped kernel's tiles); bf16
+// (launch_gemm_bf16, cuBLASLt); bf16_skinny (launch_skinny_gemm_bf16, the engine's BF16 path up to 64 rows); cublas_fp8
+// (cuBLASLt e4m3 with CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F on the weights and VEC128_32F on the activations: the
+// format's scales, the same data as fp8). cublas_fp8 is checked against fp8's output (the same arithmetic up to
+// accumulation order: max |diff| / max |c| below 2e-2) under each candidate layout of the scale tensors, and only a
+// layout that matches is timed; the heuristic's status is printed where cuBLASLt refuses.
 //
 // Each (shape, variant) runs as a step runs it: a CUDA graph of `layers` launches, each on its own copy of the weights
 // (no launch finds its weights in L2), replayed --iters times; the median replay / layers is the time per launch.
@@ -443,6 +443,16 @@ int main(int argc, char** argv) {
                     });
                     bytes_of[name] = bytes8;
                 }
+                // Narrower token tiles than the automatic one (more token slices, more CTAs).
+                const int32_t auto_tokens = zmoe::kernels::detail::gemm_fp8_sm90_choice(fp8_params(0)).tokens_per_cta;
+                for (const int32_t t : {16, 32, 64})
+                    if (t < auto_tokens && 4 * t >= auto_tokens) {
+                        const std::string name = "fp8_sm90_t" + std::to_string(t);
+                        variants.emplace_back(name, [&, t](int l) {
+                            zmoe::kernels::detail::launch_gemm_fp8_sm90(fp8_params(l), {.tokens_per_cta = t}, stream);
+                        });
+                        bytes_of[name] = bytes8;
+                    }
                 variants.emplace_back("fp8_sm90_o", [&](int l) {
                     zmoe::kernels::detail::launch_gemm_fp8_sm90(fp8_params(l), {.overlap = 2}, stream);
                 });
