@@ -1,21 +1,22 @@
 // launch_gemm_fp8's Hopper kernel for 1-512 rows (the decode batches): c[m, n] = W8A8(a[m, k], w[n, k]) with the
 // format's promotion per 128-wide K block, on the e4m3 tensor cores at their full rate (wgmma), with the operands
-// swapped: the weight rows are wgmma's M side (64 rows per CTA, one math warpgroup) and the tokens its N side (8, 16,
-// 32, 64 or 128 per CTA: m rounded up; more rows run as 128-row slices of the grid). Both operands are K-major e4m3
-// in shared memory, as FP8 wgmma requires, copied there by TMA with the 128-byte swizzle.
+// swapped: the weight rows are wgmma's M side (64 rows per math warpgroup; one or two warpgroups a CTA, sharing the
+// tokens) and the tokens its N side (8, 16, 32, 64 or 128 per CTA, m rounded up, or 256 as two N = 128 halves; more
+// rows run as token slices of the grid). Both operands are K-major e4m3 in shared memory, as FP8 wgmma requires,
+// copied there by TMA with the 128-byte swizzle.
 //
-// One pipeline stage is one K block: 64 weight rows x 128 bytes (8 KB), the tile's tokens x 128 bytes, and the
-// tokens' activation scales of that block (a bulk copy of the tile's valid tokens rounded up to 4, which a_scale_ld,
-// a multiple of 4 and >= m, keeps inside the scale rows). A producer warp (one thread) fills a ring of stages; the
-// math warpgroup multiplies each stage into a partial fp32 accumulator with four wgmma m64nNk32 (the first clears
-// it), waits for them, and promotes the partial into its main fp32 accumulator scaled by w_scale[row / 128, kb] x
-// a_scale[kb, token] (the CPU's linear_rows_fp8 arithmetic; a 64-row tile lies in one 128-row scale block). Rows of w
-// past n and tokens past m are TMA's zero fill (never stored); k past the last whole block likewise.
+// One pipeline stage is one K block: the tile's weight rows x 128 bytes, its tokens x 128 bytes, and the tokens'
+// activation scales of that block (a bulk copy of the tile's valid tokens rounded up to 4, which a_scale_ld, a
+// multiple of 4 and >= m, keeps inside the scale rows). A producer warp (one thread) fills a ring of stages; each
+// math warpgroup multiplies a stage into a partial fp32 accumulator with four wgmma m64nNk32 (the first clears it),
+// waits for them, and promotes the partial into its main fp32 accumulator scaled by w_scale[row / 128, kb] x
+// a_scale[kb, token] (the CPU's linear_rows_fp8 arithmetic; a 64- or 128-row tile lies in one 128-row scale block).
+// Rows of w past n and tokens past m are TMA's zero fill (never stored); k past the last whole block likewise.
 //
 // Split-K: the CTAs of a thread-block cluster (up to 8) take consecutive ranges of K blocks; each leaves its fp32
 // tile in its shared memory and the cluster sums them through distributed shared memory in rank order
-// (deterministic, no global workspace). The split depends on n and k only: a row's bits do not depend on m (nor on
-// the tokens per CTA: a wgmma's element sums do not depend on N).
+// (deterministic, no global workspace). The split depends on n and k only: a row's bits do not depend on m, nor on
+// the tokens or warpgroups per CTA (a wgmma's element sums do not depend on N; tested).
 //
 // Programmatic dependent launch: the producer copies the weights of the first stages (which depend on no earlier
 // kernel) before griddepcontrol.wait, the activations after.
@@ -47,11 +48,16 @@ constexpr int kMaxSplits = 8;  // the portable cluster size
 template <int kN, int kWg>
 struct sm90_layout {
     static constexpr int kMathThreads = 128 * kWg;
-    static constexpr int kThreads = kMathThreads + 32;    // + the producer warp
+    // 256 tokens on two warpgroups need 192 accumulator registers a thread: a producer warpgroup that gives its
+    // registers to them (setmaxnreg), else a producer warp.
+    static constexpr bool kProducerWg = kWg == 2 && kN == 256;
+    // Both back to the launch's count (384 threads, one CTA an SM) for the reduction, which all threads run.
+    static constexpr int kProducerRegs = 40, kMathRegs = 232, kEntryRegs = 168;
+    static constexpr int kThreads = kMathThreads + (kProducerWg ? 128 : 32);
     static constexpr int kTileRows = kWgRows * kWg;       // 64 or 128: inside one 128-row weight scale block
     static constexpr int kPartialStride = kTileRows + 4;  // [token][row]: conflict-free fragment stores
-    // Two CTAs per SM (~100 KB each), but one for the widest tile (its registers: 2 x 64 fp32 a thread, 288 threads).
-    static constexpr int kCtasPerSm = kWg == 2 && kN == 128 ? 1 : 2;
+    // Two CTAs per SM (~100 KB each), but one for the widest tiles (their registers: 2 x 64 or 3 x 64 fp32 a thread).
+    static constexpr int kCtasPerSm = (kWg == 2 && kN >= 128) || kN == 256 ? 1 : 2;
     static constexpr uint32_t kWBytes = kTileRows * kBK;
     static constexpr uint32_t kABytes = kN * kBK;
     static constexpr uint32_t kStageBytes = kWBytes + kABytes;
@@ -64,6 +70,9 @@ struct sm90_layout {
     static_assert(kABytes % 1024 == 0 && kWBytes % 1024 == 0, "1024-byte swizzle atoms");
     static_assert(size_t(kN) * kPartialStride * sizeof(float) <= kScaleOffset, "the partial tile fits the ring");
     static_assert(kStages >= 3 && kBytes <= (kCtasPerSm == 1 ? 227 : 113) * 1024, "shared memory");
+    static_assert(!kProducerWg || (128 * kProducerRegs + kMathThreads * kMathRegs <= kThreads * kEntryRegs &&
+                                   kThreads * kEntryRegs <= 65536),
+                  "setmaxnreg beyond the CTA's registers");
 };
 
 /// d (64 x kN, fp32) = (kAccumulate ? d : 0) + A (64 x 32) . B (kN x 32)^T, e4m3, both K-major in shared memory.
@@ -149,9 +158,11 @@ __global__ void __launch_bounds__(sm90_layout<kN, kWg>::kThreads, sm90_layout<kN
     }
     __syncthreads();
 
-    if (warp == kMathThreads / 32) {
+    float* partial = reinterpret_cast<float*>(smem);  // the ring, at the end: [kN][kPartialStride] fp32
+    if (warp >= kMathThreads / 32) {
+        if constexpr (L::kProducerWg) warpgroup_reg_dealloc<L::kProducerRegs>();
         // Producer: one thread issues the copies, stage after stage.
-        if (lane == 0) {
+        if (warp == kMathThreads / 32 && lane == 0) {
             tma_prefetch_map(&map_w);
             tma_prefetch_map(&map_a);
             const int pre = min(nsteps, L::kStages);
@@ -181,98 +192,110 @@ __global__ void __launch_bounds__(sm90_layout<kN, kWg>::kThreads, sm90_layout<kN
             detail::pdl_wait();
         }
         __syncwarp();
+        detail::pdl_launch_dependents();
+        if constexpr (L::kProducerWg) warpgroup_reg_alloc<L::kEntryRegs>();  // the reduction's registers
     } else {
+        if constexpr (L::kProducerWg) warpgroup_reg_alloc<L::kMathRegs>();
         detail::pdl_wait();
-    }
-    detail::pdl_launch_dependents();
-
-    // Math warpgroups. Accumulator element 4 j + 2 h + q sits at weight row r + 8 h, token 8 j + 2 (lane % 4) + q of
-    // the tile, r = 16 warp + lane / 4 (warps counted over the math warpgroups).
-    float acc[kN / 2];
+        detail::pdl_launch_dependents();
+        // Math warpgroups. Accumulator element 4 j + 2 h + q sits at weight row r + 8 h, token 8 j + 2 (lane % 4) + q
+        // of the tile, r = 16 warp + lane / 4 (warps counted over the math warpgroups). 256 tokens take two wgmma N =
+        // 128 halves, one after the other (the element sums are those of one N = 128 wgmma: the same bits).
+        constexpr int kNw = kN < 128 ? kN : 128, kSub = kN / kNw;
+        float acc[kN / 2];
 #pragma unroll
-    for (int i = 0; i < kN / 2; ++i) acc[i] = 0.f;
-    if (warp < kMathThreads / 32) {
-        const float* ws_row = p.w_scales + size_t(row0 / 128) * kblocks + kb_begin;
-        const auto w_scale = [&](int s) { return s < nsteps ? __ldg(ws_row + s) : 0.f; };
-        // Issues block s's four wgmmas into part (the first clears it), once its stage has landed.
-        const auto issue = [&](int s, float(&part)[kN / 2]) {
-            const uint32_t slot = uint32_t(s % L::kStages);
-            mbar_wait(&full[slot], (s / L::kStages) & 1);
-            const unsigned char* base = smem + size_t(slot) * L::kStageBytes;
-            const uint64_t desc_w = smem_desc(base + (warp / 4) * kWgRows * kBK);
-            const uint64_t desc_a = smem_desc(base + kWBytes);
-            wgmma_fence();
-            wgmma_e4m3<kN, 0>(part, desc_w, desc_a);
+        for (int i = 0; i < kN / 2; ++i) acc[i] = 0.f;
+        {
+            const float* ws_row = p.w_scales + size_t(row0 / 128) * kblocks + kb_begin;
+            const auto w_scale = [&](int s) { return s < nsteps ? __ldg(ws_row + s) : 0.f; };
+            // Issues block s's four wgmmas for tokens [kNw sub, kNw sub + kNw) of the tile into part (the first clears
+            // it), once its stage has landed.
+            const auto issue = [&](int s, int sub, float(&part)[kNw / 2]) {
+                const uint32_t slot = uint32_t(s % L::kStages);
+                mbar_wait(&full[slot], (s / L::kStages) & 1);
+                const unsigned char* base = smem + size_t(slot) * L::kStageBytes;
+                const uint64_t desc_w = smem_desc(base + (warp / 4) * kWgRows * kBK);
+                const uint64_t desc_a = smem_desc(base + kWBytes + sub * kNw * kBK);
+                wgmma_fence();
+                wgmma_e4m3<kNw, 0>(part, desc_w, desc_a);
 #pragma unroll
-            for (int kk = 1; kk < kBK / 32; ++kk) wgmma_e4m3<kN, 1>(part, desc_w + 2 * kk, desc_a + 2 * kk);
-            wgmma_commit();
-        };
-        // Block s's promotion, acc += part x (a_scale x w_scale) per token, then its stage is free.
-        const auto promote = [&](int s, const float(&part)[kN / 2], float ws) {
-            const uint32_t slot = uint32_t(s % L::kStages);
-            const float* sa = a_scale_s + size_t(slot) * kN + 2 * (lane % 4);
+                for (int kk = 1; kk < kBK / 32; ++kk) wgmma_e4m3<kNw, 1>(part, desc_w + 2 * kk, desc_a + 2 * kk);
+                wgmma_commit();
+            };
+            // Block s's promotion of those tokens, acc += part x (a_scale x w_scale) per token; after the last part of
+            // the tile its stage is free.
+            const auto promote = [&](int s, int sub, const float(&part)[kNw / 2], float ws) {
+                const uint32_t slot = uint32_t(s % L::kStages);
+                const float* sa = a_scale_s + size_t(slot) * kN + sub * kNw + 2 * (lane % 4);
+                float* out = acc + sub * (kNw / 2);
 #pragma unroll
-            for (int j = 0; j < kN / 8; ++j) {
-                const float f0 = sa[8 * j] * ws, f1 = sa[8 * j + 1] * ws;
-                acc[4 * j + 0] = fmaf(part[4 * j + 0], f0, acc[4 * j + 0]);
-                acc[4 * j + 1] = fmaf(part[4 * j + 1], f1, acc[4 * j + 1]);
-                acc[4 * j + 2] = fmaf(part[4 * j + 2], f0, acc[4 * j + 2]);
-                acc[4 * j + 3] = fmaf(part[4 * j + 3], f1, acc[4 * j + 3]);
-            }
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&empty[slot]);
-        };
-        if constexpr (kOverlap) {
-            // Two partial accumulators: block s + 1's wgmmas run while block s is promoted.
-            float part0[kN / 2], part1[kN / 2];
-            float ws0 = w_scale(0), ws1 = w_scale(1);
-            if (nsteps > 0) issue(0, part0);
-            for (int s = 0; s < nsteps; s += 2) {
-                if (s + 1 < nsteps) {
-                    issue(s + 1, part1);
-                    wgmma_wait<1>();
-                } else {
-                    wgmma_wait<0>();
+                for (int j = 0; j < kNw / 8; ++j) {
+                    const float f0 = sa[8 * j] * ws, f1 = sa[8 * j + 1] * ws;
+                    out[4 * j + 0] = fmaf(part[4 * j + 0], f0, out[4 * j + 0]);
+                    out[4 * j + 1] = fmaf(part[4 * j + 1], f1, out[4 * j + 1]);
+                    out[4 * j + 2] = fmaf(part[4 * j + 2], f0, out[4 * j + 2]);
+                    out[4 * j + 3] = fmaf(part[4 * j + 3], f1, out[4 * j + 3]);
                 }
-                fence_accumulators(part0);
-                promote(s, part0, ws0);
-                ws0 = w_scale(s + 2);
-                if (s + 1 >= nsteps) break;
-                if (s + 2 < nsteps) {
-                    issue(s + 2, part0);
-                    wgmma_wait<1>();
-                } else {
-                    wgmma_wait<0>();
+                if (sub == kSub - 1) {
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive(&empty[slot]);
                 }
-                fence_accumulators(part1);
-                promote(s + 1, part1, ws1);
-                ws1 = w_scale(s + 3);
-            }
-        } else {
-            float part[kN / 2];
-            float ws_next = w_scale(0);
-            for (int s = 0; s < nsteps; ++s) {
-                const float ws = ws_next;
-                ws_next = w_scale(s + 1);
-                issue(s, part);
-                wgmma_wait<0>();
-                fence_accumulators(part);
-                promote(s, part, ws);
+            };
+            if constexpr (kOverlap) {
+                // Two partial accumulators: block s + 1's wgmmas run while block s is promoted.
+                static_assert(kSub == 1, "the overlapped loop takes one wgmma per K step");
+                float part0[kN / 2], part1[kN / 2];
+                float ws0 = w_scale(0), ws1 = w_scale(1);
+                if (nsteps > 0) issue(0, 0, part0);
+                for (int s = 0; s < nsteps; s += 2) {
+                    if (s + 1 < nsteps) {
+                        issue(s + 1, 0, part1);
+                        wgmma_wait<1>();
+                    } else {
+                        wgmma_wait<0>();
+                    }
+                    fence_accumulators(part0);
+                    promote(s, 0, part0, ws0);
+                    ws0 = w_scale(s + 2);
+                    if (s + 1 >= nsteps) break;
+                    if (s + 2 < nsteps) {
+                        issue(s + 2, 0, part0);
+                        wgmma_wait<1>();
+                    } else {
+                        wgmma_wait<0>();
+                    }
+                    fence_accumulators(part1);
+                    promote(s + 1, 0, part1, ws1);
+                    ws1 = w_scale(s + 3);
+                }
+            } else {
+                float part[kNw / 2];
+                float ws_next = w_scale(0);
+                for (int s = 0; s < nsteps; ++s) {
+                    const float ws = ws_next;
+                    ws_next = w_scale(s + 1);
+#pragma unroll
+                    for (int sub = 0; sub < kSub; ++sub) {
+                        issue(s, sub, part);
+                        wgmma_wait<0>();
+                        fence_accumulators(part);
+                        promote(s, sub, part, ws);
+                    }
+                }
             }
         }
-    }
-    __syncthreads();  // every stage consumed (so every copy landed): the ring takes the partial tile
-
-    float* partial = reinterpret_cast<float*>(smem);
-    if (warp < kMathThreads / 32) {
-        const int r = warp * 16 + lane / 4;
+        named_barrier_sync<kMathThreads>(1);  // every math warp is done with the ring (so every copy landed)
+        {
+            const int r = warp * 16 + lane / 4;
 #pragma unroll
-        for (int j = 0; j < kN / 8; ++j)
+            for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int row = r + (e >= 2 ? 8 : 0), token = 8 * j + 2 * (lane % 4) + (e & 1);
-                partial[token * kPartialStride + row] = acc[4 * j + e];
-            }
+                for (int e = 0; e < 4; ++e) {
+                    const int row = r + (e >= 2 ? 8 : 0), token = 8 * j + 2 * (lane % 4) + (e & 1);
+                    partial[token * kPartialStride + row] = acc[4 * j + e];
+                }
+        }
+        if constexpr (L::kProducerWg) warpgroup_reg_dealloc<L::kEntryRegs>();
     }
     cluster.sync();  // every rank's partial tile is complete and visible to the cluster
 
@@ -332,7 +355,10 @@ CUtensorMap make_map(const uint8_t* base, int64_t rows, int32_t cols, int32_t bo
 template <int kN, int kWg>
 void launch_as(const gemm_fp8_params& p, int splits, bool overlap, cudaStream_t stream) {
     using L = sm90_layout<kN, kWg>;
-    auto kernel = overlap ? gemm_fp8_sm90_kernel<kN, kWg, true> : gemm_fp8_sm90_kernel<kN, kWg, false>;
+    auto kernel = gemm_fp8_sm90_kernel<kN, kWg, false>;
+    if constexpr (kN <= 128) {
+        if (overlap) kernel = gemm_fp8_sm90_kernel<kN, kWg, true>;
+    }
     ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kBytes)));
     const int64_t tiles = (int64_t(p.n) + L::kTileRows - 1) / L::kTileRows;
     const int64_t slices = (int64_t(p.m) + kN - 1) / kN;
@@ -414,8 +440,11 @@ void launch_gemm_fp8_sm90(const gemm_fp8_params& p, const gemm_fp8_sm90_config& 
         case 128:
             two ? launch_as<128, 2>(p, splits, overlap, stream) : launch_as<128, 1>(p, splits, overlap, stream);
             break;
+        case 256:  // two wgmma N = 128 halves a K block: no overlap
+            two ? launch_as<256, 2>(p, splits, false, stream) : launch_as<256, 1>(p, splits, false, stream);
+            break;
         default:
-            ZMOE_KERNEL_REQUIRE(false, "gemm_fp8_sm90: tokens_per_cta must be 8, 16, 32, 64 or 128");
+            ZMOE_KERNEL_REQUIRE(false, "gemm_fp8_sm90: tokens_per_cta must be 8, 16, 32, 64, 128 or 256");
     }
     ZMOE_CUDA_CHECK_LAUNCH();
 }

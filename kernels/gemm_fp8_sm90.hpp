@@ -14,7 +14,7 @@ constexpr int32_t kGemmFp8Sm90MaxRows = 512;
 
 struct gemm_fp8_sm90_config {
     int32_t splits = 0;           ///< CTAs splitting k over a cluster, 1..8 (clamped to the K blocks); 0: auto
-    int32_t tokens_per_cta = 0;   ///< rows of a per CTA (wgmma N): 8, 16, 32, 64 or 128; 0: auto (by m)
+    int32_t tokens_per_cta = 0;   ///< rows of a per CTA: 8, 16, 32, 64, 128 (wgmma N) or 256 (two N = 128); 0: auto
     int32_t math_warpgroups = 0;  ///< 1 or 2: 64 or 128 weight rows per CTA; 0: auto
     int32_t overlap = 0;  ///< 1: a K block's wgmmas, then its promotion; 2: the next block's wgmmas in flight; 0: auto
 };

@@ -3,7 +3,7 @@
 //
 // Variants per (shape, m): fp8 (launch_gemm_fp8: on sm_90 the wgmma kernel of gemm_fp8_sm90.cu up to 512 rows,
 // beside it fp8_skinny, the skinny kernel that ran up to 64 rows before, and with --sweep-sm90 fp8_sm90_wW (W math
-// warpgroups a CTA), fp8_sm90_tN (N tokens per CTA, narrower than the automatic tile), fp8_sm90_o (promotions
+// warpgroups a CTA), fp8_sm90_tN (N tokens per CTA: narrower than the automatic tile, or 256), fp8_sm90_o (promotions
 // overlapping the next block's wgmmas) and fp8_sm90_sS (S CTAs per cluster); elsewhere the skinny kernel up to 64 rows,
 // the grouped FP8 GEMM above; with --sweep also fp8_tN_stT[_h] (the skinny kernel with N rows of a per CTA, a T-stage
 // ring, _h: f16 MMAs on the e4m3 values converted) and fp8_sS (S CTAs per cluster), the others automatic; past 64 rows
@@ -453,6 +453,13 @@ int main(int argc, char** argv) {
                         });
                         bytes_of[name] = bytes8;
                     }
+                if (m > 128) {  // wider: 256 tokens on two warpgroups (two wgmma N = 128 halves a K block)
+                    variants.emplace_back("fp8_sm90_t256", [&](int l) {
+                        zmoe::kernels::detail::launch_gemm_fp8_sm90(
+                            fp8_params(l), {.tokens_per_cta = 256, .math_warpgroups = 2}, stream);
+                    });
+                    bytes_of["fp8_sm90_t256"] = bytes8;
+                }
                 variants.emplace_back("fp8_sm90_o", [&](int l) {
                     zmoe::kernels::detail::launch_gemm_fp8_sm90(fp8_params(l), {.overlap = 2}, stream);
                 });

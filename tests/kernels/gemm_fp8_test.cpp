@@ -331,7 +331,7 @@ TEST(GemmFp8Sm90, ConfigurationsMatchCpuReference) {
         fp8_problem problem(m, 200, 1040);
         for (const int32_t splits : {1, 3, 8}) {
             std::vector<float> first;
-            for (const int32_t tokens : {8, 16, 32, 64, 128})
+            for (const int32_t tokens : {8, 16, 32, 64, 128, 256})
                 for (const int32_t wgs : {1, 2})
                     for (const int32_t overlap : {1, 2}) {
                         SCOPED_TRACE(make_name("m ", m, " tokens ", tokens, " warpgroups ", wgs, " overlap ", overlap,
