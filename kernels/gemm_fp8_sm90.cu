@@ -398,6 +398,15 @@ bool gemm_fp8_sm90_applies(const gemm_fp8_params& p) {
            p.a_scales != nullptr && p.w_scales != nullptr;
 }
 
+bool gemm_fp8_sm90_routed(const gemm_fp8_params& p) {
+#if defined(ZMOE_FP8_SM90_DENSE)
+    return gemm_fp8_sm90_applies(p);
+#else
+    (void)p;
+    return false;
+#endif
+}
+
 gemm_fp8_sm90_config gemm_fp8_sm90_choice(const gemm_fp8_params& p) {
     const int tokens = p.m <= 8 ? 8 : p.m <= 16 ? 16 : p.m <= 32 ? 32 : p.m <= 64 ? 64 : 128;
     const int64_t tiles = (int64_t(p.n) + kWgRows - 1) / kWgRows;

@@ -1,7 +1,8 @@
 #pragma once
-// The Hopper path of launch_gemm_fp8 (kernels/gemm_fp8_sm90.cu): a wgmma kernel with the weights on the MMA's M side
-// and the tokens on its N side, k split over a thread-block cluster. Declared apart for launch_gemm_fp8, the tests
-// and bench/kernels/gemm_fp8_bench (its launch configuration explicit).
+// The Hopper path of launch_gemm_fp8 (kernels/gemm_fp8_sm90.cu), behind the build option ZMOE_FP8_SM90_DENSE: a
+// wgmma kernel with the weights on the MMA's M side and the tokens on its N side, k split over a thread-block
+// cluster. Declared apart for launch_gemm_fp8, the executor's FP8 linears, the tests and bench/kernels/gemm_fp8_bench
+// (its launch configuration explicit).
 
 #include <cuda_runtime_api.h>
 
@@ -9,7 +10,7 @@
 
 namespace zmoe::kernels::detail {
 
-/// Rows of a the sm_90 kernel takes (launch_gemm_fp8 runs it for m in [1, kGemmFp8Sm90MaxRows] where it applies).
+/// Rows of a the sm_90 kernel takes (launch_gemm_fp8 runs it for m in [1, kGemmFp8Sm90MaxRows] where it is routed).
 constexpr int32_t kGemmFp8Sm90MaxRows = 512;
 
 struct gemm_fp8_sm90_config {
@@ -23,6 +24,10 @@ struct gemm_fp8_sm90_config {
 /// multiple of 16, a and w 16-byte aligned (their TMA maps), a_scales 16-byte aligned (bulk copies of a tile's
 /// activation scales), w_scales 4-byte aligned.
 bool gemm_fp8_sm90_applies(const gemm_fp8_params& p);
+
+/// Whether launch_gemm_fp8 runs p on the sm_90 kernel: built with the CMake option ZMOE_FP8_SM90_DENSE (default OFF:
+/// the skinny and grouped kernels, until this one is measured on a GPU) and gemm_fp8_sm90_applies(p).
+bool gemm_fp8_sm90_routed(const gemm_fp8_params& p);
 
 /// launch_gemm_fp8's configuration for p: the split of k from the shape alone (n, k; never m, so that a row's bits
 /// do not depend on the batch): about two 64-row CTAs per SM; tokens_per_cta m rounded up to 8, 16, 32, 64, then 128

@@ -1,14 +1,15 @@
 // The block-scaled FP8 dense projections (launch_gemm_fp8) at the dense shapes of Qwen3-30B-A3B and DeepSeek-V3,
 // beside the BF16 GEMMs the engine runs today and cuBLASLt's own block-scaled FP8 where it serves on this device.
 //
-// Variants per (shape, m): fp8 (launch_gemm_fp8: on sm_90 the wgmma kernel of gemm_fp8_sm90.cu up to 512 rows,
-// beside it fp8_skinny, the skinny kernel that ran up to 64 rows before, and with --sweep-sm90 fp8_sm90_wW (W math
-// warpgroups a CTA), fp8_sm90_tN (N tokens per CTA: narrower than the automatic tile, or 256), fp8_sm90_o (promotions
-// overlapping the next block's wgmmas) and fp8_sm90_sS (S CTAs per cluster); elsewhere the skinny kernel up to 64 rows,
-// the grouped FP8 GEMM above; with --sweep also fp8_tN_stT[_h] (the skinny kernel with N rows of a per CTA, a T-stage
-// ring, _h: f16 MMAs on the e4m3 values converted) and fp8_sS (S CTAs per cluster), the others automatic; past 64 rows
-// fp8_skinny[_h], the skinny kernel over 64-row slices, and fp8_narrow / fp8_wide, the grouped kernel's tiles); bf16
-// (launch_gemm_bf16, cuBLASLt); bf16_skinny (launch_skinny_gemm_bf16, the engine's BF16 path up to 64 rows); cublas_fp8
+// Variants per (shape, m): fp8 (launch_gemm_fp8: the skinny kernel up to 64 rows, the grouped FP8 GEMM above; built
+// with ZMOE_FP8_SM90_DENSE, the sm_90 wgmma kernel of gemm_fp8_sm90.cu up to 512 rows, with fp8_skinny beside it up
+// to 64 rows); fp8_sm90 (that kernel, where launch_gemm_fp8 does not take it), and with --sweep-sm90 fp8_sm90_wW (W
+// math warpgroups a CTA), fp8_sm90_tN (N tokens per CTA: narrower than the automatic tile, or 256), fp8_sm90_o
+// (promotions overlapping the next block's wgmmas) and fp8_sm90_sS (S CTAs per cluster); with --sweep
+// fp8_tN_stT[_h] (the skinny kernel with N rows of a per CTA, a T-stage ring, _h: f16 MMAs on the e4m3 values
+// converted) and fp8_sS (S CTAs per cluster), the others automatic; past 64 rows fp8_skinny[_h], the skinny kernel
+// over 64-row slices, and fp8_narrow / fp8_wide, the grouped kernel's tiles; bf16 (launch_gemm_bf16, cuBLASLt);
+// bf16_skinny (launch_skinny_gemm_bf16, the engine's BF16 path up to 64 rows); cublas_fp8
 // (cuBLASLt e4m3 with CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F on the weights and VEC128_32F on the activations: the
 // format's scales, the same data as fp8). cublas_fp8 is checked against fp8's output (the same arithmetic up to
 // accumulation order: max |diff| / max |c| below 2e-2) under each candidate layout of the scale tensors, and only a
@@ -420,16 +421,23 @@ int main(int argc, char** argv) {
             variants.emplace_back("fp8", [&](int l) { zmoe::kernels::launch_gemm_fp8(fp8_params(l), stream); });
             bytes_of["fp8"] = bytes8;
             const bool sm90 = zmoe::kernels::detail::gemm_fp8_sm90_applies(fp8_params(0));
+            const bool routed = zmoe::kernels::detail::gemm_fp8_sm90_routed(fp8_params(0));
             if (sm90) {
                 const auto choice = zmoe::kernels::detail::gemm_fp8_sm90_choice(fp8_params(0));
-                std::printf("  [%s m=%d] fp8 = sm90, splits %d, tokens per CTA %d\n", sh.name, m, choice.splits,
-                            choice.tokens_per_cta);
-            } else if (m <= zmoe::kernels::kGemmFp8SkinnyMaxRows) {
+                std::printf("  [%s m=%d] %s = sm90, splits %d, tokens per CTA %d, math warpgroups %d\n", sh.name, m,
+                            routed ? "fp8" : "fp8_sm90", choice.splits, choice.tokens_per_cta, choice.math_warpgroups);
+            }
+            if (!routed && m <= zmoe::kernels::kGemmFp8SkinnyMaxRows) {
                 const auto choice = zmoe::kernels::detail::gemm_fp8_skinny_choice(fp8_params(0));
                 std::printf("  [%s m=%d] fp8 = skinny, splits %d, stages %d\n", sh.name, m, choice.splits,
                             choice.stages);
             }
-            if (sm90 && m <= zmoe::kernels::kGemmFp8SkinnyMaxRows) {  // the skinny kernel that ran these rows before
+            if (sm90 && !routed) {  // the sm_90 kernel beside launch_gemm_fp8's default path
+                variants.emplace_back(
+                    "fp8_sm90", [&](int l) { zmoe::kernels::detail::launch_gemm_fp8_sm90(fp8_params(l), {}, stream); });
+                bytes_of["fp8_sm90"] = bytes8;
+            }
+            if (routed && m <= zmoe::kernels::kGemmFp8SkinnyMaxRows) {  // the default path's skinny kernel beside
                 variants.emplace_back("fp8_skinny", [&](int l) {
                     zmoe::kernels::detail::launch_gemm_fp8_skinny(fp8_params(l), {}, stream);
                 });
