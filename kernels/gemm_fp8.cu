@@ -437,7 +437,7 @@ bool gemm_fp8_supported(const gemm_fp8_params& p) {
 void launch_gemm_fp8(const gemm_fp8_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(gemm_fp8_supported(p), "gemm_fp8: unsupported parameters (gemm_fp8_supported)");
     if (p.m == 0 || p.n == 0) return;
-    if (detail::gemm_fp8_sm90_routed(p)) {  // built with ZMOE_FP8_SM90_DENSE: the wgmma kernel at 1-512 rows
+    if (detail::gemm_fp8_sm90_routed(p)) {  // sm_90, 1-128 rows: the wgmma kernel
         detail::launch_gemm_fp8_sm90(p, {}, stream);
         return;
     }

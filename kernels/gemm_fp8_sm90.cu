@@ -1,9 +1,9 @@
-// launch_gemm_fp8's Hopper kernel for 1-512 rows (the decode batches): c[m, n] = W8A8(a[m, k], w[n, k]) with the
-// format's promotion per 128-wide K block, on the e4m3 tensor cores at their full rate (wgmma), with the operands
-// swapped: the weight rows are wgmma's M side (64 rows per math warpgroup; one or two warpgroups a CTA, sharing the
-// tokens) and the tokens its N side (8, 16, 32, 64 or 128 per CTA, m rounded up, or 256 as two N = 128 halves; more
-// rows run as token slices of the grid). Both operands are K-major e4m3 in shared memory, as FP8 wgmma requires,
-// copied there by TMA with the 128-byte swizzle.
+// launch_gemm_fp8's Hopper kernel for 1-128 rows (decode batches; it takes 1-512): c[m, n] = W8A8(a[m, k], w[n, k])
+// with the format's promotion per 128-wide K block, on the e4m3 tensor cores at their full rate (wgmma), with the
+// operands swapped: the weight rows are wgmma's M side (64 rows per math warpgroup; one or two warpgroups a CTA,
+// sharing the tokens) and the tokens its N side (8, 16, 32, 64 or 128 per CTA, m rounded up, or 256 as two N = 128
+// halves; more rows run as token slices of the grid). Both operands are K-major e4m3 in shared memory, as FP8 wgmma
+// requires, copied there by TMA with the 128-byte swizzle.
 //
 // One pipeline stage is one K block: the tile's weight rows x 128 bytes, its tokens x 128 bytes, and the tokens'
 // activation scales of that block (a bulk copy of the tile's valid tokens rounded up to 4, which a_scale_ld, a
@@ -399,21 +399,19 @@ bool gemm_fp8_sm90_applies(const gemm_fp8_params& p) {
 }
 
 bool gemm_fp8_sm90_routed(const gemm_fp8_params& p) {
-#if defined(ZMOE_FP8_SM90_DENSE)
-    return gemm_fp8_sm90_applies(p);
-#else
-    (void)p;
-    return false;
-#endif
+    return p.m <= kGemmFp8Sm90MaxRoutedRows && gemm_fp8_sm90_applies(p);
 }
 
 gemm_fp8_sm90_config gemm_fp8_sm90_choice(const gemm_fp8_params& p) {
     const int tokens = p.m <= 8 ? 8 : p.m <= 16 ? 16 : p.m <= 32 ? 32 : p.m <= 64 ? 64 : 128;
     const int64_t tiles = (int64_t(p.n) + kWgRows - 1) / kWgRows;
     const int kblocks = std::max(1, (p.k + kBK - 1) / kBK);
-    // About two CTAs per SM (the kernel's occupancy) at up to 128 rows, from n and k alone.
-    const int splits = int(
-        std::clamp<int64_t>(2 * current_device().sms / std::max<int64_t>(1, tiles), 1, std::min(kMaxSplits, kblocks)));
+    // About one 64-row CTA per SM at up to 64 rows, from n and k alone (gemm_fp8_bench --sweep-sm90, H100: Qwen3's
+    // q/k/v (80 tiles) fastest at 2 splits, o (32 tiles) at 4, from 16 to 128 rows; two CTAs per SM, 3 and 8 splits,
+    // ran 1.3-1.8x slower there).
+    const int64_t sms = current_device().sms;
+    const int splits =
+        int(std::clamp<int64_t>((sms + tiles / 2) / std::max<int64_t>(1, tiles), 1, std::min(kMaxSplits, kblocks)));
     // Two warpgroups (128 weight rows sharing a tile of 128 tokens) past 64 rows: half the activation traffic from L2
     // (at 256 rows of Qwen3-30B-A3B's o projection, 64-row tiles would read 32 MB of activations).
     const int wgs = tokens == 128 ? 2 : 1;

@@ -1,9 +1,9 @@
 // The block-scaled FP8 dense projections (launch_gemm_fp8) at the dense shapes of Qwen3-30B-A3B and DeepSeek-V3,
 // beside the BF16 GEMMs the engine runs today and cuBLASLt's own block-scaled FP8 where it serves on this device.
 //
-// Variants per (shape, m): fp8 (launch_gemm_fp8: the skinny kernel up to 64 rows, the grouped FP8 GEMM above; built
-// with ZMOE_FP8_SM90_DENSE, the sm_90 wgmma kernel of gemm_fp8_sm90.cu up to 512 rows, with fp8_skinny beside it up
-// to 64 rows); fp8_sm90 (that kernel, where launch_gemm_fp8 does not take it), and with --sweep-sm90 fp8_sm90_wW (W
+// Variants per (shape, m): fp8 (launch_gemm_fp8: on sm_90 the wgmma kernel of gemm_fp8_sm90.cu up to 128 rows,
+// the grouped FP8 GEMM above; elsewhere skinny up to 64 rows, grouped above);
+// fp8_sm90 (that kernel, where launch_gemm_fp8 does not take it), and with --sweep-sm90 fp8_sm90_wW (W
 // math warpgroups a CTA), fp8_sm90_tN (N tokens per CTA: narrower than the automatic tile, or 256), fp8_sm90_o
 // (promotions overlapping the next block's wgmmas) and fp8_sm90_sS (S CTAs per cluster); with --sweep
 // fp8_tN_stT[_h] (the skinny kernel with N rows of a per CTA, a T-stage ring, _h: f16 MMAs on the e4m3 values

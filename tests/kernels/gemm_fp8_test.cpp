@@ -290,9 +290,9 @@ bool device_is_sm90() {
 
 class GemmFp8Sm90 : public ::testing::TestWithParam<gemm_fp8_case> {};
 
-// The sm_90 kernel (launch_gemm_fp8's path for 1-512 rows on Hopper) with its automatic configuration, against the
-// CPU arithmetic: ragged n and k (k a multiple of 16, its TMA maps' constraint), every tokens-per-CTA width and the
-// 128-row slices past 128, the Qwen3-30B-A3B and DeepSeek-V3 dense shapes (k split over clusters of 2-8).
+// The sm_90 kernel (launch_gemm_fp8's path for 1-128 rows on Hopper; it takes 1-512) with its automatic configuration,
+// against the CPU arithmetic: ragged n and k (k a multiple of 16, its TMA maps' constraint), every tokens-per-CTA width
+// and the 128-row slices past 128, the Qwen3-30B-A3B and DeepSeek-V3 dense shapes (k split over clusters of 2-8).
 TEST_P(GemmFp8Sm90, MatchesCpuReference) {
     if (!device_is_sm90()) GTEST_SKIP() << "the kernel needs sm_90";
     const auto [m, n, k] = GetParam();
@@ -354,8 +354,7 @@ TEST(GemmFp8Sm90, ConfigurationsMatchCpuReference) {
 
 // Batch invariance over the sm_90 kernel's whole range: a row's bits depend on that row alone from 1 to
 // kGemmFp8Sm90MaxRows rows, across the automatic tokens-per-CTA widths (8 to 128) and the 128-row slices. Where
-// launch_gemm_fp8 routes to the kernel (built with ZMOE_FP8_SM90_DENSE) it gives the same bits; else (the default)
-// it runs the skinny kernel up to 64 rows, whose invariance GemmFp8.ARowsBitsDoNotDependOnTheBatch checks.
+// launch_gemm_fp8 routes to the kernel (up to 128 rows) it gives the same bits.
 TEST(GemmFp8Sm90, ARowsBitsDoNotDependOnTheBatch) {
     if (!device_is_sm90()) GTEST_SKIP() << "the kernel needs sm_90";
     const int32_t max_m = detail::kGemmFp8Sm90MaxRows;
@@ -363,20 +362,21 @@ TEST(GemmFp8Sm90, ARowsBitsDoNotDependOnTheBatch) {
         fp8_problem problem(max_m, n, k, /*with_reference=*/false);
         detail::launch_gemm_fp8_sm90(problem.params(), {}, nullptr);
         const std::vector<float> all = problem.output();
-        const bool routed = detail::gemm_fp8_sm90_routed(problem.params());
-        if (routed) {
-            launch_gemm_fp8(problem.params(), nullptr);
-            EXPECT_EQ(differing(problem.output(), all, max_m, n), 0) << "launch_gemm_fp8 took another kernel";
-        }
+        gemm_fp8_params at_max = problem.params();
+        at_max.m = detail::kGemmFp8Sm90MaxRoutedRows;
+        ASSERT_TRUE(detail::gemm_fp8_sm90_routed(at_max));
+        launch_gemm_fp8(at_max, nullptr);
+        EXPECT_EQ(differing(problem.output(), all, at_max.m, n), 0) << "launch_gemm_fp8 took another kernel";
         for (const int32_t m : {1, 5, 8, 9, 16, 17, 32, 33, 63, 64, 65, 100, 128, 129, 255, 256, 257, 511}) {
             gemm_fp8_params p = problem.params();
             p.m = m;
             detail::launch_gemm_fp8_sm90(p, {}, nullptr);
             EXPECT_EQ(differing(problem.output(), all, m, n), 0)
                 << "n " << n << " k " << k << ": rows of m = " << m << " vs the same rows of m = " << max_m;
-            if (routed) {
-                gemm_fp8_params q = problem.params();  // c poisoned again: the rows must be launch_gemm_fp8's own
-                q.m = m;
+            gemm_fp8_params q = problem.params();  // c poisoned again: the rows must be launch_gemm_fp8's own
+            q.m = m;
+            EXPECT_EQ(detail::gemm_fp8_sm90_routed(q), m <= detail::kGemmFp8Sm90MaxRoutedRows);
+            if (detail::gemm_fp8_sm90_routed(q)) {
                 launch_gemm_fp8(q, nullptr);
                 EXPECT_EQ(differing(problem.output(), all, m, n), 0) << "launch_gemm_fp8 at m = " << m;
             }

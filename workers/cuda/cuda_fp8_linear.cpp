@@ -32,9 +32,9 @@ kernels::gemm_fp8_params dense_params(const uint8_t* a, const float* a_scales, i
 }
 
 /// Whether launch_gemm_fp8 takes a product without SwiGLU (then it writes rows [0, m) of c, and a row's bits do not
-/// depend on m): up to kGemmFp8SkinnyMaxRows rows always (the skinny kernel), up to kGemmFp8Sm90MaxRows where it
-/// routes the product to its sm_90 kernel (built with ZMOE_FP8_SM90_DENSE; c's pointer aside). Else the grouped
-/// kernel takes it, writing whole 64-row groups.
+/// depend on m): up to kGemmFp8SkinnyMaxRows rows always (the skinny kernel), up to kGemmFp8Sm90MaxRoutedRows where
+/// it routes the product to its sm_90 kernel (c's pointer aside). Else the grouped kernel takes it, writing whole
+/// 64-row groups.
 bool dense_kernel_takes(kernels::gemm_fp8_params p) {
     if (p.m <= kernels::kGemmFp8SkinnyMaxRows) return true;
     p.c = reinterpret_cast<bf16*>(uintptr_t(256));  // any pointer: the choice does not depend on c
@@ -141,8 +141,8 @@ void fp8_linear_runner::gemm(const uint8_t* a, const float* a_scales, const uint
                              cudaStream_t stream) const {
     const kernels::gemm_fp8_params dense = dense_params(a, a_scales, scale_ld_, b, b_scales, m, n, k, c);
     if (!swiglu && dense_kernel_takes(dense)) {
-        // Decode steps: launch_gemm_fp8 (rows [0, m) of c only; a row's bits do not depend on m up to 64 rows, nor
-        // up to 512 on its sm_90 kernel).
+        // Decode steps: launch_gemm_fp8 (rows [0, m) of c only; a row's bits do not depend on m up to 64 rows on the
+        // skinny kernel, up to 128 on sm_90's wgmma kernel).
         kernels::launch_gemm_fp8(dense, stream);
         return;
     }
