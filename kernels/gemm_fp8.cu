@@ -27,6 +27,7 @@
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/gemm_fp8.hpp"
+#include "kernels/gemm_fp8_sm90.hpp"
 #include "kernels/mma_sm80.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/stream_load.cuh"
@@ -436,6 +437,10 @@ bool gemm_fp8_supported(const gemm_fp8_params& p) {
 void launch_gemm_fp8(const gemm_fp8_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(gemm_fp8_supported(p), "gemm_fp8: unsupported parameters (gemm_fp8_supported)");
     if (p.m == 0 || p.n == 0) return;
+    if (detail::gemm_fp8_sm90_routed(p)) {  // sm_90, 1-128 rows: the wgmma kernel
+        detail::launch_gemm_fp8_sm90(p, {}, stream);
+        return;
+    }
     if (!grouped_applies(p)) {
         launch_skinny(p, {}, stream);
         ZMOE_CUDA_CHECK_LAUNCH();

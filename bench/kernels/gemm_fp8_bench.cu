@@ -1,16 +1,19 @@
 // The block-scaled FP8 dense projections (launch_gemm_fp8) at the dense shapes of Qwen3-30B-A3B and DeepSeek-V3,
 // beside the BF16 GEMMs the engine runs today and cuBLASLt's own block-scaled FP8 where it serves on this device.
 //
-// Variants per (shape, m): fp8 (launch_gemm_fp8: the skinny kernel up to 64 rows, the grouped FP8 GEMM above; with
-// --sweep also fp8_tN_stT[_h] (the skinny kernel with N rows of a per CTA, a T-stage ring, _h: f16 MMAs on the
-// e4m3 values converted) and fp8_sS (S CTAs per
-// cluster), the others automatic; past 64 rows fp8_skinny[_h],
-// the skinny kernel over 64-row slices, where the grouped kernel's tiles are few);
-// bf16 (launch_gemm_bf16, cuBLASLt); bf16_skinny (launch_skinny_gemm_bf16, the engine's BF16 path up to 64 rows);
-// cublas_fp8 (cuBLASLt e4m3 with CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F on the weights and VEC128_32F on the
-// activations: the format's scales, the same data as fp8). cublas_fp8 is checked against fp8's output (the same
-// arithmetic up to accumulation order: max |diff| / max |c| below 2e-2) under each candidate layout of the scale
-// tensors, and only a layout that matches is timed; the heuristic's status is printed where cuBLASLt refuses.
+// Variants per (shape, m): fp8 (launch_gemm_fp8: on sm_90 the wgmma kernel of gemm_fp8_sm90.cu up to 128 rows,
+// the grouped FP8 GEMM above; elsewhere skinny up to 64 rows, grouped above);
+// fp8_sm90 (that kernel, where launch_gemm_fp8 does not take it), and with --sweep-sm90 fp8_sm90_wW (W
+// math warpgroups a CTA), fp8_sm90_tN (N tokens per CTA: narrower than the automatic tile, or 256), fp8_sm90_o
+// (promotions overlapping the next block's wgmmas) and fp8_sm90_sS (S CTAs per cluster); with --sweep
+// fp8_tN_stT[_h] (the skinny kernel with N rows of a per CTA, a T-stage ring, _h: f16 MMAs on the e4m3 values
+// converted) and fp8_sS (S CTAs per cluster), the others automatic; past 64 rows fp8_skinny[_h], the skinny kernel
+// over 64-row slices, and fp8_narrow / fp8_wide, the grouped kernel's tiles; bf16 (launch_gemm_bf16, cuBLASLt);
+// bf16_skinny (launch_skinny_gemm_bf16, the engine's BF16 path up to 64 rows); cublas_fp8
+// (cuBLASLt e4m3 with CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F on the weights and VEC128_32F on the activations: the
+// format's scales, the same data as fp8). cublas_fp8 is checked against fp8's output (the same arithmetic up to
+// accumulation order: max |diff| / max |c| below 2e-2) under each candidate layout of the scale tensors, and only a
+// layout that matches is timed; the heuristic's status is printed where cuBLASLt refuses.
 //
 // Each (shape, variant) runs as a step runs it: a CUDA graph of `layers` launches, each on its own copy of the weights
 // (no launch finds its weights in L2), replayed --iters times; the median replay / layers is the time per launch.
@@ -18,8 +21,8 @@
 // (cuBLASLt e4m3 GEMM 8192^3, per-tensor scales, BF16 out). TB/s = (weights + activations + output bytes) / time;
 // %bw = that / copy bandwidth (the floor of small m); TFLOP/s = 2 m n k / time; %peak = that / the FP8 peak.
 //
-//   gemm_fp8_bench [--m 1,4,16,64,256,4096,16384] [--shapes qwen_qkv,...] [--no-cublas-fp8] [--sweep] [--iters N]
-//                  [--json PATH]
+//   gemm_fp8_bench [--m 1,4,16,64,256,4096,16384] [--shapes qwen_qkv,...] [--no-cublas-fp8] [--sweep]
+//                  [--sweep-sm90] [--iters N] [--json PATH]
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -40,6 +43,7 @@
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/gemm_fp8.hpp"
+#include "kernels/gemm_fp8_sm90.hpp"
 
 namespace {
 
@@ -290,7 +294,7 @@ int main(int argc, char** argv) {
     std::string only;
     int iters = 20;
     std::string json_path;
-    bool with_cublas = true, sweep = false;
+    bool with_cublas = true, sweep = false, sweep_sm90 = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--m" && i + 1 < argc)
@@ -305,12 +309,15 @@ int main(int argc, char** argv) {
             with_cublas = false;
         else if (a == "--sweep")
             sweep = true;
+        else if (a == "--sweep-sm90")
+            sweep_sm90 = true;
         else
-            return std::fprintf(
-                       stderr,
-                       "usage: gemm_fp8_bench [--m 1,4,16,64,256,4096,16384] [--no-cublas-fp8] [--sweep] [--shapes "
-                       "qwen_qkv,qwen_o,ds_q_a,ds_q_b,ds_kv_a,ds_o,ds_shared_gate_up,ds_shared_down] "
-                       "[--iters N] [--json PATH]\n"),
+            return std::fprintf(stderr,
+                                "usage: gemm_fp8_bench [--m 1,4,16,64,256,4096,16384] [--no-cublas-fp8] [--sweep] "
+                                "[--sweep-sm90] "
+                                "[--shapes "
+                                "qwen_qkv,qwen_o,ds_q_a,ds_q_b,ds_kv_a,ds_o,ds_shared_gate_up,ds_shared_down] "
+                                "[--iters N] [--json PATH]\n"),
                    2;
     }
     // Qwen3-30B-A3B (hidden 2048, 32 query / 4 KV heads of 128; every MLP is MoE) and DeepSeek-V3 (hidden 7168,
@@ -413,10 +420,66 @@ int main(int argc, char** argv) {
             bytes_of["bf16"] = bytes16;
             variants.emplace_back("fp8", [&](int l) { zmoe::kernels::launch_gemm_fp8(fp8_params(l), stream); });
             bytes_of["fp8"] = bytes8;
-            if (m <= zmoe::kernels::kGemmFp8SkinnyMaxRows) {
+            const bool sm90 = zmoe::kernels::detail::gemm_fp8_sm90_applies(fp8_params(0));
+            const bool routed = zmoe::kernels::detail::gemm_fp8_sm90_routed(fp8_params(0));
+            if (sm90) {
+                const auto choice = zmoe::kernels::detail::gemm_fp8_sm90_choice(fp8_params(0));
+                std::printf("  [%s m=%d] %s = sm90, splits %d, tokens per CTA %d, math warpgroups %d\n", sh.name, m,
+                            routed ? "fp8" : "fp8_sm90", choice.splits, choice.tokens_per_cta, choice.math_warpgroups);
+            }
+            if (!routed && m <= zmoe::kernels::kGemmFp8SkinnyMaxRows) {
                 const auto choice = zmoe::kernels::detail::gemm_fp8_skinny_choice(fp8_params(0));
                 std::printf("  [%s m=%d] fp8 = skinny, splits %d, stages %d\n", sh.name, m, choice.splits,
                             choice.stages);
+            }
+            if (sm90 && !routed) {  // the sm_90 kernel beside launch_gemm_fp8's default path
+                variants.emplace_back(
+                    "fp8_sm90", [&](int l) { zmoe::kernels::detail::launch_gemm_fp8_sm90(fp8_params(l), {}, stream); });
+                bytes_of["fp8_sm90"] = bytes8;
+            }
+            if (routed && m <= zmoe::kernels::kGemmFp8SkinnyMaxRows) {  // the default path's skinny kernel beside
+                variants.emplace_back("fp8_skinny", [&](int l) {
+                    zmoe::kernels::detail::launch_gemm_fp8_skinny(fp8_params(l), {}, stream);
+                });
+                bytes_of["fp8_skinny"] = bytes8;
+            }
+            if (sm90 && sweep_sm90) {
+                for (const int32_t wg : {1, 2}) {
+                    const std::string name = "fp8_sm90_w" + std::to_string(wg);
+                    variants.emplace_back(name, [&, wg](int l) {
+                        zmoe::kernels::detail::launch_gemm_fp8_sm90(fp8_params(l), {.math_warpgroups = wg}, stream);
+                    });
+                    bytes_of[name] = bytes8;
+                }
+                // Narrower token tiles than the automatic one (more token slices, more CTAs).
+                const int32_t auto_tokens = zmoe::kernels::detail::gemm_fp8_sm90_choice(fp8_params(0)).tokens_per_cta;
+                for (const int32_t t : {16, 32, 64})
+                    if (t < auto_tokens && 4 * t >= auto_tokens) {
+                        const std::string name = "fp8_sm90_t" + std::to_string(t);
+                        variants.emplace_back(name, [&, t](int l) {
+                            zmoe::kernels::detail::launch_gemm_fp8_sm90(fp8_params(l), {.tokens_per_cta = t}, stream);
+                        });
+                        bytes_of[name] = bytes8;
+                    }
+                if (m > 128) {  // wider: 256 tokens on two warpgroups (two wgmma N = 128 halves a K block)
+                    variants.emplace_back("fp8_sm90_t256", [&](int l) {
+                        zmoe::kernels::detail::launch_gemm_fp8_sm90(
+                            fp8_params(l), {.tokens_per_cta = 256, .math_warpgroups = 2}, stream);
+                    });
+                    bytes_of["fp8_sm90_t256"] = bytes8;
+                }
+                variants.emplace_back("fp8_sm90_o", [&](int l) {
+                    zmoe::kernels::detail::launch_gemm_fp8_sm90(fp8_params(l), {.overlap = 2}, stream);
+                });
+                bytes_of["fp8_sm90_o"] = bytes8;
+                for (const int32_t sp : {1, 2, 4, 8})
+                    if (sp <= kb) {
+                        const std::string name = "fp8_sm90_s" + std::to_string(sp);
+                        variants.emplace_back(name, [&, sp](int l) {
+                            zmoe::kernels::detail::launch_gemm_fp8_sm90(fp8_params(l), {.splits = sp}, stream);
+                        });
+                        bytes_of[name] = bytes8;
+                    }
             }
             if (m <= zmoe::kernels::kGemmFp8SkinnyMaxRows && max_m >= 64) {
                 // The grouped kernel with one group of m rounded up to 64 rows (what fp8_linear_runner ran at every

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <optional>
 
+#include "kernels/gemm_fp8_sm90.hpp"
 #include "kernels/silu_f32.hpp"
 #include "tests/kernels/test_util.hpp"
 #include "workers/fp8.hpp"
@@ -62,7 +63,8 @@ struct gemm_fp8_case {
 /// reference with each output's sum of |products|.
 class fp8_problem {
   public:
-    fp8_problem(int32_t m, int32_t n, int32_t k) : m_(m), n_(n), k_(k) {
+    /// with_reference false: no CPU reference (check() unusable; for comparisons of device outputs only).
+    fp8_problem(int32_t m, int32_t n, int32_t k, bool with_reference = true) : m_(m), n_(n), k_(k) {
         const int32_t kbk = int32_t(fp8_blocks(k)), nbn = int32_t(fp8_blocks(n));
         std::mt19937 rng(m * 31 + n * 7 + k);
         // Weights: the checkpoint format, by the CPU codec.
@@ -88,6 +90,7 @@ class fp8_problem {
         d_ws_.emplace(upload(ws));
         d_c_.emplace(size_t(m) * n);
 
+        if (!with_reference) return;
         // The reference (linear_rows_fp8): per 128-wide K block an fp32 dot of the e4m3 values, added in fp32 scaled
         // by a_scale x w_scale; beside it the same sum of |products| (what the accumulation errors scale with).
         const float* table = e4m3_table();
@@ -275,6 +278,141 @@ TEST(GemmFp8, SkinnyKindsAgainstTheGroupedKernelBits) {
                             n, k, mma == detail::gemm_fp8_mma::e4m3 ? "e4m3" : "f16", splits,
                             static_cast<long>(differing(skinny, grouped, m, n)), static_cast<long>(m) * n);
             }
+    }
+}
+
+bool device_is_sm90() {
+    int dev = 0, major = 0;
+    ZMOE_CUDA_CHECK(cudaGetDevice(&dev));
+    ZMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    return major == 9;
+}
+
+class GemmFp8Sm90 : public ::testing::TestWithParam<gemm_fp8_case> {};
+
+// The sm_90 kernel (launch_gemm_fp8's path for 1-128 rows on Hopper; it takes 1-512) with its automatic configuration,
+// against the CPU arithmetic: ragged n and k (k a multiple of 16, its TMA maps' constraint), every tokens-per-CTA width
+// and the 128-row slices past 128, the Qwen3-30B-A3B and DeepSeek-V3 dense shapes (k split over clusters of 2-8).
+TEST_P(GemmFp8Sm90, MatchesCpuReference) {
+    if (!device_is_sm90()) GTEST_SKIP() << "the kernel needs sm_90";
+    const auto [m, n, k] = GetParam();
+    fp8_problem problem(m, n, k);
+    const gemm_fp8_params p = problem.params();
+    ASSERT_TRUE(detail::gemm_fp8_sm90_applies(p));
+    detail::launch_gemm_fp8_sm90(p, {}, nullptr);
+    problem.check();
+}
+
+std::vector<gemm_fp8_case> sm90_cases() {
+    std::vector<gemm_fp8_case> cases;
+    for (const int32_t m : {1, 7, 8, 9, 16, 17, 33, 64, 65, 127, 128, 129, 256, 300, 512}) {
+        cases.push_back({m, 200, 144});   // n % 64 != 0: a part-filled weight tile
+        cases.push_back({m, 272, 400});   // k % 128 != 0: a zero-filled part of the last K block
+        cases.push_back({m, 136, 1040});  // 9 K blocks over uneven split ranges
+    }
+    cases.push_back({64, 5120, 2048});  // Qwen3-30B-A3B: q/k/v, o
+    cases.push_back({136, 2048, 4096});
+    cases.push_back({130, 576, 7168});  // DeepSeek-V3: kv_a, q_a, shared down
+    cases.push_back({40, 1536, 7168});
+    cases.push_back({72, 7168, 2048});
+    return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmFp8Sm90, ::testing::ValuesIn(sm90_cases()), [](const auto& info) {
+    return make_name("m", info.param.m, "_n", info.param.n, "_k", info.param.k);
+});
+
+// Every launch configuration of the sm_90 kernel (tokens per CTA, math warpgroups, overlap, cluster split) on one
+// ragged shape, at row counts that fill the CTAs partly and need several token slices; and that none but the split
+// changes a bit of the output (the split may: it is not chosen by m).
+TEST(GemmFp8Sm90, ConfigurationsMatchCpuReference) {
+    if (!device_is_sm90()) GTEST_SKIP() << "the kernel needs sm_90";
+    for (const int32_t m : {5, 20, 64, 100, 300}) {
+        fp8_problem problem(m, 200, 1040);
+        for (const int32_t splits : {1, 3, 8}) {
+            std::vector<float> first;
+            for (const int32_t tokens : {8, 16, 32, 64, 128, 256})
+                for (const int32_t wgs : {1, 2})
+                    for (const int32_t overlap : {1, 2}) {
+                        SCOPED_TRACE(make_name("m ", m, " tokens ", tokens, " warpgroups ", wgs, " overlap ", overlap,
+                                               " splits ", splits));
+                        detail::launch_gemm_fp8_sm90(
+                            problem.params(),
+                            {.splits = splits, .tokens_per_cta = tokens, .math_warpgroups = wgs, .overlap = overlap},
+                            nullptr);
+                        problem.check();
+                        const std::vector<float> out = problem.output();
+                        if (first.empty())
+                            first = out;
+                        else
+                            EXPECT_EQ(differing(out, first, m, 200), 0) << "bits differ from the first configuration";
+                        if (HasFailure()) return;
+                    }
+        }
+    }
+}
+
+// Batch invariance over the sm_90 kernel's whole range: a row's bits depend on that row alone from 1 to
+// kGemmFp8Sm90MaxRows rows, across the automatic tokens-per-CTA widths (8 to 128) and the 128-row slices. Where
+// launch_gemm_fp8 routes to the kernel (up to 128 rows) it gives the same bits.
+TEST(GemmFp8Sm90, ARowsBitsDoNotDependOnTheBatch) {
+    if (!device_is_sm90()) GTEST_SKIP() << "the kernel needs sm_90";
+    const int32_t max_m = detail::kGemmFp8Sm90MaxRows;
+    for (const auto& [n, k] : {std::pair{200, 144}, std::pair{576, 7168}, std::pair{2048, 1536}, std::pair{272, 400}}) {
+        fp8_problem problem(max_m, n, k, /*with_reference=*/false);
+        detail::launch_gemm_fp8_sm90(problem.params(), {}, nullptr);
+        const std::vector<float> all = problem.output();
+        gemm_fp8_params at_max = problem.params();
+        at_max.m = detail::kGemmFp8Sm90MaxRoutedRows;
+        ASSERT_TRUE(detail::gemm_fp8_sm90_routed(at_max));
+        launch_gemm_fp8(at_max, nullptr);
+        EXPECT_EQ(differing(problem.output(), all, at_max.m, n), 0) << "launch_gemm_fp8 took another kernel";
+        for (const int32_t m : {1, 5, 8, 9, 16, 17, 32, 33, 63, 64, 65, 100, 128, 129, 255, 256, 257, 511}) {
+            gemm_fp8_params p = problem.params();
+            p.m = m;
+            detail::launch_gemm_fp8_sm90(p, {}, nullptr);
+            EXPECT_EQ(differing(problem.output(), all, m, n), 0)
+                << "n " << n << " k " << k << ": rows of m = " << m << " vs the same rows of m = " << max_m;
+            gemm_fp8_params q = problem.params();  // c poisoned again: the rows must be launch_gemm_fp8's own
+            q.m = m;
+            EXPECT_EQ(detail::gemm_fp8_sm90_routed(q), m <= detail::kGemmFp8Sm90MaxRoutedRows);
+            if (detail::gemm_fp8_sm90_routed(q)) {
+                launch_gemm_fp8(q, nullptr);
+                EXPECT_EQ(differing(problem.output(), all, m, n), 0) << "launch_gemm_fp8 at m = " << m;
+            }
+        }
+    }
+}
+
+// Diagnostic (prints, asserts nothing): whether the sm_90 kernel without a split of k gives the grouped kernel's bits
+// (the same e4m3 wgmma with the operands swapped), and with the split launch_gemm_fp8 picks.
+TEST(GemmFp8Sm90, BitsAgainstTheGroupedKernel) {
+    if (!device_is_sm90()) GTEST_SKIP() << "the kernel needs sm_90";
+    for (const auto& [n, k] : {std::pair{576, 7168}, std::pair{2048, 1536}, std::pair{272, 400}}) {
+        const int32_t m = 128;
+        fp8_problem problem(m, n, k, /*with_reference=*/false);
+        const device_buffer<int32_t> offsets = upload(std::vector<int32_t>{0, m});
+        const gemm_fp8_params p = problem.params();
+        launch_grouped_gemm_fp8({.a = p.a,
+                                 .a_scales = p.a_scales,
+                                 .a_scale_ld = p.a_scale_ld,
+                                 .b = p.w,
+                                 .b_scales = p.w_scales,
+                                 .expert_offsets = offsets.get(),
+                                 .c = p.c,
+                                 .max_rows = m,
+                                 .n = n,
+                                 .k = k,
+                                 .num_experts = 1,
+                                 .row_align = 64},
+                                nullptr);
+        const std::vector<float> grouped = problem.output();
+        for (const int32_t splits : {1, 0}) {
+            detail::launch_gemm_fp8_sm90(problem.params(), {.splits = splits}, nullptr);
+            std::printf("[gemm fp8 bits] n %d k %d: sm90 splits %d vs grouped: %ld of %ld elements differ\n", n, k,
+                        splits == 0 ? detail::gemm_fp8_sm90_choice(p).splits : splits,
+                        static_cast<long>(differing(problem.output(), grouped, m, n)), static_cast<long>(m) * n);
+        }
     }
 }
 

@@ -20,7 +20,10 @@
 // between the CPU with fp32 and with BF16 activations.
 //   - A one-token prompt: there attention is the identity on v and RoPE's angle is 0, so the CUDA path and the
 //     emulation compute the same roundings; only fp32 summation order differs (the tensor cores' accumulation
-//     inside a block). Measured on H100: 0 to 0.0013 of the logit scale. Bound kOneTokenTolerance = 1%.
+//     inside a block). Measured on H100 with the skinny kernel's f16 MMAs: 0 to 0.0013 of the logit scale. Bound
+//     1% there; 10% on sm_90, where launch_gemm_fp8 runs 1-128 rows on the e4m3 wgmma kernel, whose block sums in
+//     the grouped kernel's order flip a BF16 rounding in a few % of the outputs, which FP8 amplifies as it does
+//     everything else below (measured on H100 2026-11-28: 0.040-0.046).
 //   - Longer prompts: the attention kernels (BF16 probabilities in P.V, online softmax, fast exp) and RoPE (fast
 //     sin/cos) round differently from the CPU's fp32 by BF16-level amounts, which FP8 amplifies as it does BF16
 //     storage: a second realization of the same perturbation. Bound: 2 S (measured on H100: CUDA vs CPU at most
@@ -42,6 +45,7 @@
 
 #include "base/error.hpp"
 #include "cuda_test_util.hpp"
+#include "kernels/cuda_check.hpp"
 #include "workers/cuda/cuda_step_executor.hpp"
 #include "workers/model_runner.hpp"
 
@@ -51,7 +55,13 @@ namespace {
 using namespace zmoe::cuda::testing;
 using zmoe::testing::step_driver;
 
-constexpr double kOneTokenTolerance = 0.01;
+/// One token's bound (above): 1% where the one-row FP8 GEMMs run on the skinny kernel, 10% on sm_90.
+double one_token_tolerance() {
+    int dev = 0, major = 0;
+    ZMOE_CUDA_CHECK(cudaGetDevice(&dev));
+    ZMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    return major == 9 ? 0.10 : 0.01;
+}
 /// Decode steps: one whose routing lands on a near-tied expert choice moves by a whole expert's output, further than
 /// the sensitivity measured on the CPU (which did not meet that tie): at most one step in kDecodeFlipEvery beyond the
 /// bound, within the BF16 reference tests' routing-flip bound (H100: with the prefill's S alone one step of 34-43
@@ -160,7 +170,8 @@ TEST_P(CudaFp8, LastLogitsMatchTheCpuFp8Backend) {
                 relative_error(cpu_run.seqs()[0].logits.at(0), fp32_run.seqs()[0].logits.at(0)),
                 relative_error(got, prompts_[i].last_logits));
             if (prompts_[i].token_ids.size() == 1) {
-                EXPECT_LE(err, kOneTokenTolerance) << GetParam() << " prompt " << i << " (one token), chunk " << chunk;
+                EXPECT_LE(err, one_token_tolerance())
+                    << GetParam() << " prompt " << i << " (one token), chunk " << chunk;
             }
             EXPECT_LE(err, bound) << GetParam() << " prompt " << i << ", chunk " << chunk;
             EXPECT_LE(err_fp32, bound) << GetParam() << " prompt " << i << ", chunk " << chunk << " (vs fp32)";

@@ -5,6 +5,7 @@
 
 #include "base/check.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/gemm_fp8_sm90.hpp"
 
 namespace zmoe::cuda {
 namespace {
@@ -16,8 +17,34 @@ constexpr int32_t kRowAlign = 64;  // the FP8 grouped GEMM's row groups
 int32_t round_up(int32_t v, int32_t a) { return (v + a - 1) / a * a; }
 int32_t blocks128(int32_t v) { return (v + 127) / 128; }
 
-/// Rows of c a GEMM of m rows writes: m on the skinny kernel, whole 64-row groups on the grouped one.
-int32_t rows_written(int32_t m) { return m <= kernels::kGemmFp8SkinnyMaxRows ? m : round_up(m, kRowAlign); }
+/// The dense FP8 GEMM's parameters (c = nullptr: only the kernel's choice asked).
+kernels::gemm_fp8_params dense_params(const uint8_t* a, const float* a_scales, int32_t scale_ld, const uint8_t* b,
+                                      const float* b_scales, int32_t m, int32_t n, int32_t k, bf16* c) {
+    return {.a = a,
+            .a_scales = a_scales,
+            .a_scale_ld = scale_ld,
+            .w = b,
+            .w_scales = b_scales,
+            .c = c,
+            .m = m,
+            .n = n,
+            .k = k};
+}
+
+/// Whether launch_gemm_fp8 takes a product without SwiGLU (then it writes rows [0, m) of c, and a row's bits do not
+/// depend on m): up to kGemmFp8SkinnyMaxRows rows always (the skinny kernel), up to kGemmFp8Sm90MaxRoutedRows where
+/// it routes the product to its sm_90 kernel (c's pointer aside). Else the grouped kernel takes it, writing whole
+/// 64-row groups.
+bool dense_kernel_takes(kernels::gemm_fp8_params p) {
+    if (p.m <= kernels::kGemmFp8SkinnyMaxRows) return true;
+    p.c = reinterpret_cast<bf16*>(uintptr_t(256));  // any pointer: the choice does not depend on c
+    return kernels::detail::gemm_fp8_sm90_routed(p);
+}
+
+/// Rows of c a GEMM writes: m on launch_gemm_fp8's kernels, whole 64-row groups on the grouped one.
+int32_t rows_written(const kernels::gemm_fp8_params& p) {
+    return dense_kernel_takes(p) ? p.m : round_up(p.m, kRowAlign);
+}
 
 }  // namespace
 
@@ -112,18 +139,11 @@ void fp8_linear_runner::quantize(const bf16* x, int32_t m, int32_t k, int32_t k_
 void fp8_linear_runner::gemm(const uint8_t* a, const float* a_scales, const uint8_t* b, const float* b_scales,
                              int32_t m, int32_t n, int32_t k, bf16* c, uint8_t* c_q, float* c_scales, bool swiglu,
                              cudaStream_t stream) const {
-    if (!swiglu && m <= kernels::kGemmFp8SkinnyMaxRows) {
-        // Decode steps: the weight-streaming skinny kernel (rows [0, m) of c only; a row's bits do not depend on m).
-        kernels::launch_gemm_fp8({.a = a,
-                                  .a_scales = a_scales,
-                                  .a_scale_ld = scale_ld_,
-                                  .w = b,
-                                  .w_scales = b_scales,
-                                  .c = c,
-                                  .m = m,
-                                  .n = n,
-                                  .k = k},
-                                 stream);
+    const kernels::gemm_fp8_params dense = dense_params(a, a_scales, scale_ld_, b, b_scales, m, n, k, c);
+    if (!swiglu && dense_kernel_takes(dense)) {
+        // Decode steps: launch_gemm_fp8 (rows [0, m) of c only; a row's bits do not depend on m up to 64 rows on the
+        // skinny kernel, up to 128 on sm_90's wgmma kernel).
+        kernels::launch_gemm_fp8(dense, stream);
         return;
     }
     const int32_t mp = round_up(m, kRowAlign);
@@ -189,7 +209,9 @@ void fp8_linear_runner::linear_normed(const cuda_fp8_matrix& w, int32_t m, bf16*
 
 void fp8_linear_runner::linear_from(const cuda_fp8_matrix& w, const uint8_t* a, const float* a_scales, int32_t m,
                                     bf16* y, int32_t ldy, int32_t y_rows, cudaStream_t stream) const {
-    const bool in_place = ldy == w.n_pad && y_rows >= rows_written(m);
+    const bool in_place =
+        ldy == w.n_pad && y_rows >= rows_written(dense_params(a, a_scales, scale_ld_, w.codes.as<uint8_t>(),
+                                                              w.scales.as<float>(), m, w.n_pad, w.k_pad, nullptr));
     bf16* c = in_place ? y : c_.as<bf16>();
     gemm(a, a_scales, w.codes.as<uint8_t>(), w.scales.as<float>(), m, w.n_pad, w.k_pad, c, nullptr, nullptr, false,
          stream);
@@ -208,7 +230,10 @@ void fp8_linear_runner::mlp(const cuda_fp8_mlp& w, const bf16* x, int32_t m, bf1
     gemm(a_q_.as<uint8_t>(), a_scales_.as<float>(), w.gate_up.codes.as<uint8_t>(), w.gate_up.scales.as<float>(), m,
          w.gate_up.n_pad, w.gate_up.k_pad, nullptr, act_q_.as<uint8_t>(), act_scales_.as<float>(), true, stream);
     const cuda_fp8_matrix& d = w.down;
-    const bool in_place = out_rows >= rows_written(m) && d.n == d.n_pad;
+    const bool in_place = out_rows >= rows_written(dense_params(act_q_.as<uint8_t>(), act_scales_.as<float>(),
+                                                                scale_ld_, d.codes.as<uint8_t>(), d.scales.as<float>(),
+                                                                m, d.n_pad, d.k_pad, nullptr)) &&
+                          d.n == d.n_pad;
     bf16* c = in_place ? out : c_.as<bf16>();
     gemm(act_q_.as<uint8_t>(), act_scales_.as<float>(), d.codes.as<uint8_t>(), d.scales.as<float>(), m, d.n_pad,
          d.k_pad, c, nullptr, nullptr, false, stream);

@@ -3,10 +3,11 @@
 // dense MLPs and shared experts, W8A8 with the CPU backend's arithmetic (linear_rows_fp8): the input quantized per
 // token and 128-channel group (launch_fp8_quantize), then an FP8 GEMM that promotes each 128-wide K block's fp32
 // product with the two scales. Every FP8 dense GEMM of the executor goes through fp8_linear_runner::gemm (one
-// place to change the kernel): up to kGemmFp8SkinnyMaxRows rows (decode steps) launch_gemm_fp8's weight-streaming
-// skinny kernel, whose row results do not depend on the row count; beyond, and the MLPs' gate/up GEMM with SiLU * up
-// quantized in its epilogue at every row count, launch_grouped_gemm_fp8 with one group of rows [0, m rounded up to
-// 64).
+// place to change the kernel): up to kGemmFp8SkinnyMaxRows rows (decode steps), and on sm_90 up to
+// kGemmFp8Sm90MaxRoutedRows (128), launch_gemm_fp8, whose row results do not depend on the row count in
+// that range (the skinny kernel up to 64 rows; on sm_90 one wgmma kernel from 1 to 128); beyond, and the
+// MLPs' gate/up GEMM with SiLU * up quantized in its epilogue at every row count, launch_grouped_gemm_fp8 with one
+// group of rows [0, m rounded up to 64).
 
 #include <cuda_runtime_api.h>
 
@@ -43,8 +44,9 @@ class fp8_linear_runner {
 
     /// y[r, 0:n] (row stride ldy elements) = x[r, 0:k] . w^T in W8A8 for r < m, BF16 out. x: [m, k] contiguous.
     /// y_rows: rows of y (from y) the call may overwrite, >= m: when they reach the rows the GEMM writes (m up to 64
-    /// rows, else m rounded up to 64) and y is a contiguous [*, n_pad], the GEMM writes y directly (rows m.. of the
-    /// last 64 with values of no meaning); else through the scratch and one 2D copy. No bias (the caller adds it).
+    /// rows, on sm_90 up to 128; else m rounded up to 64) and y is a contiguous [*, n_pad], the GEMM
+    /// writes y directly (rows m.. of the last 64 with values of no meaning); else through the scratch and one 2D copy.
+    /// No bias (the caller adds it).
     void linear(const cuda_fp8_matrix& w, const kernels::bf16* x, int32_t m, kernels::bf16* y, int32_t ldy,
                 int32_t y_rows, cudaStream_t stream) const;
 
@@ -69,8 +71,9 @@ class fp8_linear_runner {
 
   private:
     /// c[0:m, n] = A (a_q, a_scales) . b^T: the single place of the dense FP8 GEMM kernel's choice (rows_written:
-    /// up to 64 rows the skinny kernel writes rows [0, m); beyond, the grouped kernel with one group of m rounded up
-    /// to 64 rows). swiglu (always the grouped kernel): c_q / c_scales out instead of c (b = gate rows then up rows).
+    /// launch_gemm_fp8 up to 64 rows, and up to 128 where it routes to its wgmma kernel, writes rows [0, m);
+    /// beyond, the grouped kernel with one group of m rounded up to 64 rows). swiglu (always the grouped kernel):
+    /// c_q / c_scales out instead of c (b = gate rows then up rows).
     void gemm(const uint8_t* a, const float* a_scales, const uint8_t* b, const float* b_scales, int32_t m, int32_t n,
               int32_t k, kernels::bf16* c, uint8_t* c_q, float* c_scales, bool swiglu, cudaStream_t stream) const;
     /// x [m, k] quantized into a_q_ / a_scales_ (through the zero-padded copy when k_pad > k).
