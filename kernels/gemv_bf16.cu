@@ -1,12 +1,13 @@
 // Dense BF16 GEMV for a few rows of activations (decode steps of a few sequences): y[m, n] = x[m, k] . w[n, k]^T
 // (+ bias[n]), fp32 accumulation. Memory bound: w is streamed once, so the kernel keeps many 16-byte loads in flight.
 //
-// Blocks of eight warps; x is staged once per block in shared memory (bf16 [m][k], 16-byte rows). A warp owns R
+// Blocks of four warps; x is staged once per block in shared memory (bf16 [m][k], 16-byte rows). A warp owns R
 // consecutive rows of w at a time (grid-stride over the rows): lane j reads 16-byte chunks j, j + 32, ... of each
-// row, 16 / R chunks per row in flight (a row of 2048 BF16 in one round trip), converts each chunk once and multiplies
-// it with the m rows of x; the lanes' partial sums meet in a warp reduction (fixed order: deterministic). Launched
-// programmatically dependent (pdl.cuh): each warp sends its first weight chunks towards L2 before waiting for the
-// kernel before it.
+// row, 16 / R chunks per row in flight, converts each chunk once and multiplies it with the m rows of x; the lanes'
+// partial sums meet in a warp reduction (fixed order, and a lane's chunks in the same order for every R: a row's bits
+// do not depend on the grid). R is the smallest of 1, 2, 4 whose warps all fit on the device at once (one wave), so
+// that every weight line of the launch is sent towards L2 before the programmatic wait (pdl.cuh), under the kernel
+// before; a launch larger than a wave (the LM head) takes R = 2 and sends its first rows only.
 
 #include <algorithm>
 
@@ -19,7 +20,7 @@
 namespace zmoe::kernels {
 namespace {
 
-constexpr int kWarps = 8;
+constexpr int kWarps = 4;  // small blocks: the launch spreads evenly over the multiprocessors
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxBlocks = 4096;  // grid-stride beyond (enough to fill any current GPU several times)
 constexpr size_t kMaxSmem = 64u << 10;
@@ -42,14 +43,15 @@ __global__ void __launch_bounds__(kThreads) gemv_bf16_kernel(const gemv_bf16_par
     const int32_t kv = p.k / 8;  // 16-byte chunks per row
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     {
-        // The weights depend on no earlier kernel: start this warp's first rows towards L2 while that kernel ends.
+        // The weights depend on no earlier kernel: send this warp's first R rows (whole) towards L2 while that kernel
+        // ends, one prefetch per 128-byte line.
         const int64_t row0 = (int64_t(blockIdx.x) * kWarps + warp) * R;
+        const int32_t lines = (kv + 7) / 8;
 #pragma unroll
         for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int u = 0; u < kUnroll; ++u)
-                if (row0 + r < p.n && lane + 32 * u < kv)
-                    detail::prefetch_l2(reinterpret_cast<const uint4*>(p.w) + (row0 + r) * kv + lane + 32 * u);
+            if (row0 + r < p.n)
+                for (int32_t l = lane; l < lines; l += 32)
+                    detail::prefetch_l2(reinterpret_cast<const uint4*>(p.w) + (row0 + r) * kv + l * 8);
     }
     detail::pdl_wait();
     detail::pdl_launch_dependents();
@@ -128,14 +130,39 @@ void launch_one(const gemv_bf16_params& p, cudaStream_t stream) {
     detail::launch_pdl(gemv_bf16_kernel<M, R, kF32>, dim3(int(blocks)), dim3(kThreads), smem, stream, p);
 }
 
+/// Warps of gemv_bf16_kernel<M, R, kF32> the device holds at once with x of k columns in shared memory.
+template <int M, int R, bool kF32>
+int64_t resident_warps(int32_t k) {
+    int device = 0, sms = 0, per_sm = 0;
+    ZMOE_CUDA_CHECK(cudaGetDevice(&device));
+    ZMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    ZMOE_CUDA_CHECK(
+        cudaFuncSetAttribute(gemv_bf16_kernel<M, R, kF32>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
+    ZMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_bf16_kernel<M, R, kF32>, kThreads,
+                                                                  size_t(M) * k * sizeof(bf16)));
+    return int64_t(per_sm) * sms * kWarps;
+}
+
+template <int M, bool kF32>
+void launch_rows(const gemv_bf16_params& p, cudaStream_t stream) {
+    // The fewest rows per warp whose launch fits one wave (H100, one row: QKV's 5 120 rows at 4 a warp, O's 2 048 at
+    // 1); beyond a wave, 2 (more loads in flight per warp on the grid-stride loop).
+    if (p.n <= resident_warps<M, 1, kF32>(p.k))
+        launch_one<M, 1, kF32>(p, stream);
+    else if (p.n <= 2 * resident_warps<M, 2, kF32>(p.k))
+        launch_one<M, 2, kF32>(p, stream);
+    else if (p.n <= 4 * resident_warps<M, 4, kF32>(p.k))
+        launch_one<M, 4, kF32>(p, stream);
+    else
+        launch_one<M, 2, kF32>(p, stream);
+}
+
 template <int M>
 void launch_rows(const gemv_bf16_params& p, cudaStream_t stream) {
-    // Two rows per warp once there are enough rows to fill the GPU with warps anyway (more loads in flight each).
-    const bool two = p.n >= 4096;
     if (p.y_fp32)
-        two ? launch_one<M, 2, true>(p, stream) : launch_one<M, 1, true>(p, stream);
+        launch_rows<M, true>(p, stream);
     else
-        two ? launch_one<M, 2, false>(p, stream) : launch_one<M, 1, false>(p, stream);
+        launch_rows<M, false>(p, stream);
 }
 
 }  // namespace
