@@ -5,9 +5,11 @@
 // consecutive rows of w at a time (grid-stride over the rows): lane j reads 16-byte chunks j, j + 32, ... of each
 // row, 16 / R chunks per row in flight, converts each chunk once and multiplies it with the m rows of x; the lanes'
 // partial sums meet in a warp reduction (fixed order, and a lane's chunks in the same order for every R: a row's bits
-// do not depend on the grid). R is the smallest of 1, 2, 4 whose warps all fit on the device at once (one wave), so
-// that every weight line of the launch is sent towards L2 before the programmatic wait (pdl.cuh), under the kernel
-// before; a launch larger than a wave (the LM head) takes R = 2 and sends its first rows only.
+// do not depend on the grid). R is the smallest of 1, 2, 4 whose warps all fit on the device at once (one wave), and
+// each warp loads its first chunks (at the decode shapes, QKV and O, its whole share) into registers before the
+// programmatic wait (pdl.cuh), under the kernel before: a kernel that lets this one launch early (the decode
+// attention's combine) hides the weights' streaming under its own. A launch larger than a wave (the LM head) takes
+// R = 2 on a grid-stride loop.
 
 #include <algorithm>
 
@@ -42,16 +44,30 @@ __global__ void __launch_bounds__(kThreads) gemv_bf16_kernel(const gemv_bf16_par
     uint4* x_s = reinterpret_cast<uint4*>(smem);
     const int32_t kv = p.k / 8;  // 16-byte chunks per row
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t first_row = (int64_t(blockIdx.x) * kWarps + warp) * R, row_stride = int64_t(gridDim.x) * kWarps * R;
+
+    // Chunks c0, c0 + 32, ..., c0 + 32 (kUnroll - 1) of rows row0 .. row0 + R - 1 (zero past the rows or the chunks).
+    uint4 wv[R][kUnroll];
+    auto load = [&](int64_t row0, int32_t c0) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                wv[r][u] =
+                    row0 + r < p.n && c0 + 32 * u < kv
+                        ? detail::load_stream(reinterpret_cast<const uint4*>(p.w) + (row0 + r) * kv + c0 + 32 * u)
+                        : make_uint4(0, 0, 0, 0);
+    };
+    // The weights depend on no earlier kernel: this warp's first chunks are loaded into registers while that kernel
+    // ends (at the decode shapes, QKV and O, the warp's whole share), the rest of its first rows sent towards L2.
+    load(first_row, lane);
     {
-        // The weights depend on no earlier kernel: send this warp's first R rows (whole) towards L2 while that kernel
-        // ends, one prefetch per 128-byte line.
-        const int64_t row0 = (int64_t(blockIdx.x) * kWarps + warp) * R;
         const int32_t lines = (kv + 7) / 8;
 #pragma unroll
         for (int r = 0; r < R; ++r)
-            if (row0 + r < p.n)
-                for (int32_t l = lane; l < lines; l += 32)
-                    detail::prefetch_l2(reinterpret_cast<const uint4*>(p.w) + (row0 + r) * kv + l * 8);
+            if (first_row + r < p.n)
+                for (int32_t l = 4 * kUnroll + lane; l < lines; l += 32)
+                    detail::prefetch_l2(reinterpret_cast<const uint4*>(p.w) + (first_row + r) * kv + l * 8);
     }
     detail::pdl_wait();
     detail::pdl_launch_dependents();
@@ -59,28 +75,14 @@ __global__ void __launch_bounds__(kThreads) gemv_bf16_kernel(const gemv_bf16_par
     for (int32_t i = threadIdx.x; i < M * kv; i += kThreads) x_s[i] = x[i];
     __syncthreads();
 
-    for (int64_t row0 = (int64_t(blockIdx.x) * kWarps + warp) * R; row0 < p.n;
-         row0 += int64_t(gridDim.x) * kWarps * R) {
+    for (int64_t row0 = first_row; row0 < p.n; row0 += row_stride) {
         float acc[R][M];
 #pragma unroll
         for (int r = 0; r < R; ++r)
 #pragma unroll
             for (int m = 0; m < M; ++m) acc[r][m] = 0.f;
-        const uint4* w[R];
-        bool live[R];
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            live[r] = row0 + r < p.n;
-            w[r] = reinterpret_cast<const uint4*>(p.w) + (row0 + (live[r] ? r : 0)) * kv;
-        }
         for (int32_t c0 = lane; c0 < kv; c0 += 32 * kUnroll) {
-            uint4 wv[R][kUnroll];
-#pragma unroll
-            for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-                for (int r = 0; r < R; ++r)
-                    wv[r][u] =
-                        live[r] && c0 + 32 * u < kv ? detail::load_stream(w[r] + c0 + 32 * u) : make_uint4(0, 0, 0, 0);
+            if (row0 != first_row || c0 != lane) load(row0, c0);  // the first were loaded before the wait
 #pragma unroll
             for (int u = 0; u < kUnroll; ++u) {
                 const int32_t c = c0 + 32 * u;
@@ -101,7 +103,8 @@ __global__ void __launch_bounds__(kThreads) gemv_bf16_kernel(const gemv_bf16_par
         }
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            const bool bias = live[r] && p.bias != nullptr;
+            const bool live = row0 + r < p.n;
+            const bool bias = live && p.bias != nullptr;
             const float b = bias ? __bfloat162float(p.bias[row0 + r]) : 0.f;
 #pragma unroll
             for (int m = 0; m < M; ++m) {
@@ -109,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) gemv_bf16_kernel(const gemv_bf16_par
                 // A BF16 output's bias meets the BF16-rounded product, as launch_add_bias after cuBLASLt does: both
                 // paths round alike.
                 if (bias) v = (kF32 ? v : __bfloat162float(__float2bfloat16(v))) + b;
-                if (lane == r * M + m && live[r]) {
+                if (lane == r * M + m && live) {
                     const size_t at = size_t(m) * p.n + row0 + r;
                     if constexpr (kF32)
                         static_cast<float*>(p.y)[at] = v;

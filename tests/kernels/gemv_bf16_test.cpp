@@ -1,6 +1,6 @@
 // launch_gemv_bf16 (the small-M dense path) against ref::gemm (+ bias): 1 to kGemvMaxRows rows, the decode shapes
-// of Qwen3-30B-A3B (QKV, O, router with fp32 logits), odd row counts, short and long k; and the result does not
-// depend on the grid (a row's bits are the same alone and among many).
+// of Qwen3-30B-A3B (QKV, O, router with fp32 logits), odd row counts, short and long k, one to four rows a warp; and
+// the result does not depend on the grid (a row's bits are the same alone and among many).
 
 #include "tests/kernels/dense_gemm_test_util.hpp"
 
@@ -63,8 +63,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemvBf16,
                                            gemv_case{2, 4608, 2048, false, true}, gemv_case{3, 1000, 768, false, false},
                                            gemv_case{4, 50001, 256, true, false}, gemv_case{5, 33, 8, false, true},
                                            gemv_case{6, 777, 136, true, true}, gemv_case{7, 3, 4096, false, true},
-                                           gemv_case{8, 4096, 4096, false, false},
-                                           gemv_case{8, 129, 2048, true, false}),
+                                           gemv_case{8, 4096, 4096, false, false}, gemv_case{8, 129, 2048, true, false},
+                                           // Four rows a warp (more rows than a wave holds at two), and rows longer
+                                           // than a warp's loads before the wait (the rest through L2).
+                                           gemv_case{1, 9000, 2048, false, true}, gemv_case{3, 7001, 6144, true, false},
+                                           gemv_case{1, 3000, 12288, false, false}),
                          [](const auto& info) {
                              const auto& c = info.param;
                              return make_name("m", c.m, "_n", c.n, "_k", c.k, (c.y_fp32 ? "_f32" : "_bf16"),
