@@ -9,7 +9,7 @@
 // tiles to fill the GPU (5 120 rows: 80 tiles; 2 048: 32) split k over a thread-block cluster of `splits` CTAs; the
 // cluster reduces its fp32 partials through distributed shared memory, each CTA summing a share of the tile over the
 // ranks in rank order (deterministic: no atomics, no global scratch). Launched programmatically dependent (pdl.cuh):
-// each CTA sends its first weight stages towards L2 before waiting for the kernel before it.
+// each CTA copies its first weight stages into shared memory before waiting for the kernel before it.
 
 #include <cooperative_groups.h>
 
@@ -72,24 +72,17 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const skinny_gemm
         valid = row < p.n && c < kc;
         return reinterpret_cast<const uint4*>(p.w) + (valid ? row * kc + c : 0);
     };
-    // The weights depend on no earlier kernel: send the first stages towards L2 (one prefetch per 128-byte row of a
-    // step) while that kernel ends.
-    for (int i = threadIdx.x; i < kTileRows * min(nsteps, kStages - 1); i += kThreads) {
-        bool valid = false;
-        const uint4* src = w_src(step_begin + i / kTileRows, (i % kTileRows) * 8, valid);
-        if (valid) detail::prefetch_l2(src);
-    }
-    detail::pdl_wait();
-    detail::pdl_launch_dependents();
-
-    auto load_stage = [&](int s) {
-        const int step = step_begin + s;
+    auto load_w = [&](int s) {  // stage s's weight rows
         const uint32_t base = smem_base + (s % kStages) * kStageBytes;
         for (int i = threadIdx.x; i < kTileRows * 8; i += kThreads) {
             bool valid = false;
-            const uint4* src = w_src(step, i, valid);
+            const uint4* src = w_src(step_begin + s, i, valid);
             cp_async_16(base + swizzle(i / 8, i % 8), src, valid);
         }
+    };
+    auto load_x = [&](int s) {  // stage s's activations
+        const int step = step_begin + s;
+        const uint32_t base = smem_base + (s % kStages) * kStageBytes;
         for (int i = threadIdx.x; i < kTokens * 8; i += kThreads) {
             const int32_t t = i / 8, c = step * 8 + i % 8;
             const bool valid = t < p.m && c < kc;
@@ -97,6 +90,15 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const skinny_gemm
                         reinterpret_cast<const uint4*>(p.x) + (valid ? int64_t(t) * kc + c : 0), valid);
         }
     };
+    // The weights depend on no earlier kernel: the first kStages - 1 stages' rows are copied into shared memory while
+    // that kernel ends (a kernel that lets this one launch early, the decode attention's combine, hides them under its
+    // own streaming; shared memory, unlike L2, keeps them until used). Uncommitted, they join group 0, which stage
+    // 0's wait covers: every stage's rows are in a group no later than its own.
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s)
+        if (s < nsteps) load_w(s);
+    detail::pdl_wait();
+    detail::pdl_launch_dependents();
 
     float acc[4][NT][4];  // [16-row tile][8-token tile][fragment]
 #pragma unroll
@@ -108,14 +110,14 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const skinny_gemm
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-        if (s < nsteps) load_stage(s);
+        if (s < nsteps) load_x(s);
         cp_async_commit();
     }
     static_assert(kStepK == 16 * kWarps, "one 16-wide k slice of a stage per warp");
     for (int s = 0; s < nsteps; ++s) {
         cp_async_wait<kStages - 2>();
         __syncthreads();  // stage s landed for every thread; stage s - 1's slot is free
-        if (s + kStages - 1 < nsteps) load_stage(s + kStages - 1);
+        if (s + kStages - 1 < nsteps) load_w(s + kStages - 1), load_x(s + kStages - 1);
         cp_async_commit();
         const uint32_t w_base = smem_base + (s % kStages) * kStageBytes, x_base = w_base + kWBytes;
         uint32_t a[4][4];
