@@ -313,8 +313,11 @@ __global__ void __launch_bounds__(kCombineThreads) decode_attention_combine_kern
     __shared__ float reduce[kCombineThreads / 32];
     __shared__ float4 partial[kLanes][kCols];
 
-    detail::pdl_wait();  // the chunk pass's states
+    // The next kernel (the O projection) may launch now, under the chunk pass: it waits for this whole launch before
+    // it reads the output, and meanwhile loads its weights into registers (gemv_bf16) or shared memory (skinny_gemm)
+    // while the chunk pass streams the KV.
     detail::pdl_launch_dependents();
+    detail::pdl_wait();  // the chunk pass's states
     const int32_t head = blockIdx.x, seq = blockIdx.y;
     const int32_t kv_len = p.start_pos[seq] + 1;
     const int32_t chunk = decode_attention_chunk(kv_len, p.num_splits);
