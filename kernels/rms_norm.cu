@@ -27,8 +27,9 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const rms_norm_param
         if (vec >= num_vecs) break;
         w_raw[i] = *reinterpret_cast<const detail::bf16x8*>(p.weight + vec * 8);
     }
-    detail::pdl_wait();
+    // Before the wait: the projection after this short kernel launches now and loads its weights under it.
     detail::pdl_launch_dependents();
+    detail::pdl_wait();
     const size_t row = size_t(blockIdx.x) * p.hidden;
     float v[kMaxVecs][8];
     float sum_sq = 0.f;
@@ -66,8 +67,9 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const rms_norm_param
 
 __global__ void __launch_bounds__(kThreads) rms_norm_fp8_kernel(const rms_norm_fp8_params p) {
     __shared__ float scratch[32];  // one partial sum per warp
-    detail::pdl_wait();
+    // Before the wait: the projection after this short kernel launches now and loads its weights under it.
     detail::pdl_launch_dependents();
+    detail::pdl_wait();
     const size_t row = size_t(blockIdx.x) * p.hidden;
     const int32_t num_vecs = p.hidden / 8;
     float v[kMaxVecs][8];

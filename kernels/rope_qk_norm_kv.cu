@@ -24,8 +24,10 @@ __global__ void __launch_bounds__(kThreads) rope_qk_norm_kv_kernel(const rope_qk
     // qk: [(num_q_heads + num_kv_heads) * head_dim] fp32 = this token's q heads then k heads, 4 bytes each.
     extern __shared__ float qk[];
     __shared__ float scratch[32];
-    detail::pdl_wait();
+    // Before the wait: the decode attention after this short kernel launches now and loads its first K/V tiles
+    // under it.
     detail::pdl_launch_dependents();
+    detail::pdl_wait();
     const int32_t t = blockIdx.x, hd = p.head_dim;
     const int32_t num_heads = p.num_q_heads + p.num_kv_heads;
     const int32_t q_size = p.num_q_heads * hd, kv_size = p.num_kv_heads * hd;
@@ -102,8 +104,10 @@ __global__ void __launch_bounds__(kHeadWarps * 32) rope_per_head_kernel(const ro
             sincosf(float(pos) * inv_freq, &sn[m], &cs[m]);
         }
     }
-    detail::pdl_wait();
+    // Before the wait: the decode attention after this short kernel launches now and loads its first K/V tiles
+    // under it.
     detail::pdl_launch_dependents();
+    detail::pdl_wait();
     const int32_t h = blockIdx.y * kHeadWarps + threadIdx.x / 32;
     if (h >= p.num_q_heads + p.num_kv_heads) return;
     const int32_t q_size = p.num_q_heads * hd, kv_size = p.num_kv_heads * hd;
