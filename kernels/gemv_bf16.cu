@@ -1,20 +1,25 @@
 // Dense BF16 GEMV for a few rows of activations (decode steps of a few sequences): y[m, n] = x[m, k] . w[n, k]^T
 // (+ bias[n]), fp32 accumulation. Memory bound: w is streamed once, so the kernel keeps many 16-byte loads in flight.
 //
-// Blocks of four warps; x is staged once per block in shared memory (bf16 [m][k], 16-byte rows). A warp owns R
+// Blocks of kWarps warps; x is staged once per block in shared memory (bf16 [m][k], 16-byte rows). A warp owns R
 // consecutive rows of w at a time (grid-stride over the rows): lane j reads 16-byte chunks j, j + 32, ... of each
 // row, 16 / R chunks per row in flight, converts each chunk once and multiplies it with the m rows of x; the lanes'
-// partial sums meet in a warp reduction (fixed order, and a lane's chunks in the same order for every R: a row's bits
-// do not depend on the grid). R is the smallest of 1, 2, 4 whose warps all fit on the device at once (one wave), and
-// each warp loads its first chunks (at the decode shapes, QKV and O, its whole share) into registers before the
-// programmatic wait (pdl.cuh), under the kernel before: a kernel that lets this one launch early (the decode
-// attention's combine) hides the weights' streaming under its own. A launch larger than a wave (the LM head) takes
-// R = 2 on a grid-stride loop.
+// partial sums meet in a warp reduction (fixed order, and a lane's chunks in the same order for every R and block
+// shape: a row's bits do not depend on the grid, nor on the variant below).
+//
+// Measured (docs/kernels.md): blocks of eight warps, two rows a warp from 4 096 rows (else one), each warp's first
+// chunks sent towards L2 before the programmatic wait (pdl.cuh).
+// Variant gemv_wave (decode_tuning.hpp, off by default: not yet measured): blocks of four warps and R the smallest
+// of 1, 2, 4 whose warps all fit on the device at once (QKV's 5 120 rows at one row of x: eight-warp blocks of two
+// rows ran 320 blocks where 264 fit, so 56 started late and unprefetched), each warp's first chunks (QKV's and O's
+// whole share) loaded into registers before the wait: a kernel that lets this one launch early (the decode
+// attention's combine, variant combine_early) hides the weights' streaming under its own.
 
 #include <algorithm>
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/decode_tuning.hpp"
 #include "kernels/device_utils.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/stream_load.cuh"
@@ -22,8 +27,8 @@
 namespace zmoe::kernels {
 namespace {
 
-constexpr int kWarps = 4;  // small blocks: the launch spreads evenly over the multiprocessors
-constexpr int kThreads = kWarps * 32;
+constexpr int kWaveWarps = 4;     // gemv_wave: small blocks, the launch spread evenly over the multiprocessors
+constexpr int kWarps = 8;         // the measured kernel
 constexpr int kMaxBlocks = 4096;  // grid-stride beyond (enough to fill any current GPU several times)
 constexpr size_t kMaxSmem = 64u << 10;
 
@@ -37,14 +42,16 @@ __device__ __forceinline__ void to_f32x8(const uint4& u, float (&f)[8]) {
     }
 }
 
-template <int M, int R, bool kF32>
-__global__ void __launch_bounds__(kThreads) gemv_bf16_kernel(const gemv_bf16_params p) {
+template <int M, int R, bool kF32, bool kWave>
+__global__ void __launch_bounds__((kWave ? kWaveWarps : kWarps) * 32) gemv_bf16_kernel(const gemv_bf16_params p) {
+    constexpr int kBlockWarps = kWave ? kWaveWarps : kWarps, kThreads = kBlockWarps * 32;
     constexpr int kUnroll = 16 / R;  // 16-byte chunks of one row in flight per lane: 16 loads per lane in all
     extern __shared__ __align__(16) unsigned char smem[];  // x: [M][k] bf16
     uint4* x_s = reinterpret_cast<uint4*>(smem);
     const int32_t kv = p.k / 8;  // 16-byte chunks per row
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t first_row = (int64_t(blockIdx.x) * kWarps + warp) * R, row_stride = int64_t(gridDim.x) * kWarps * R;
+    const int64_t first_row = (int64_t(blockIdx.x) * kBlockWarps + warp) * R;
+    const int64_t row_stride = int64_t(gridDim.x) * kBlockWarps * R;
 
     // Chunks c0, c0 + 32, ..., c0 + 32 (kUnroll - 1) of rows row0 .. row0 + R - 1 (zero past the rows or the chunks).
     uint4 wv[R][kUnroll];
@@ -58,16 +65,23 @@ __global__ void __launch_bounds__(kThreads) gemv_bf16_kernel(const gemv_bf16_par
                         ? detail::load_stream(reinterpret_cast<const uint4*>(p.w) + (row0 + r) * kv + c0 + 32 * u)
                         : make_uint4(0, 0, 0, 0);
     };
-    // The weights depend on no earlier kernel: this warp's first chunks are loaded into registers while that kernel
-    // ends (at the decode shapes, QKV and O, the warp's whole share), the rest of its first rows sent towards L2.
-    load(first_row, lane);
-    {
+    // The weights depend on no earlier kernel: this warp's first chunks are loaded (gemv_wave: into registers, the
+    // rest of its first rows sent towards L2; else sent towards L2) while that kernel ends.
+    if constexpr (kWave) {
+        load(first_row, lane);
         const int32_t lines = (kv + 7) / 8;
 #pragma unroll
         for (int r = 0; r < R; ++r)
             if (first_row + r < p.n)
                 for (int32_t l = 4 * kUnroll + lane; l < lines; l += 32)
                     detail::prefetch_l2(reinterpret_cast<const uint4*>(p.w) + (first_row + r) * kv + l * 8);
+    } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u)
+                if (first_row + r < p.n && lane + 32 * u < kv)
+                    detail::prefetch_l2(reinterpret_cast<const uint4*>(p.w) + (first_row + r) * kv + lane + 32 * u);
     }
     detail::pdl_wait();
     detail::pdl_launch_dependents();
@@ -82,7 +96,7 @@ __global__ void __launch_bounds__(kThreads) gemv_bf16_kernel(const gemv_bf16_par
 #pragma unroll
             for (int m = 0; m < M; ++m) acc[r][m] = 0.f;
         for (int32_t c0 = lane; c0 < kv; c0 += 32 * kUnroll) {
-            if (row0 != first_row || c0 != lane) load(row0, c0);  // the first were loaded before the wait
+            if (!kWave || row0 != first_row || c0 != lane) load(row0, c0);  // gemv_wave: the first were loaded
 #pragma unroll
             for (int u = 0; u < kUnroll; ++u) {
                 const int32_t c = c0 + 32 * u;
@@ -124,40 +138,50 @@ __global__ void __launch_bounds__(kThreads) gemv_bf16_kernel(const gemv_bf16_par
     }
 }
 
-template <int M, int R, bool kF32>
+template <int M, int R, bool kF32, bool kWave>
 void launch_one(const gemv_bf16_params& p, cudaStream_t stream) {
+    constexpr int kBlockWarps = kWave ? kWaveWarps : kWarps;
     const size_t smem = size_t(M) * p.k * sizeof(bf16);
-    ZMOE_CUDA_CHECK(
-        cudaFuncSetAttribute(gemv_bf16_kernel<M, R, kF32>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
-    const int64_t blocks = std::min<int64_t>((int64_t(p.n) + kWarps * R - 1) / (kWarps * R), kMaxBlocks);
-    detail::launch_pdl(gemv_bf16_kernel<M, R, kF32>, dim3(int(blocks)), dim3(kThreads), smem, stream, p);
+    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(gemv_bf16_kernel<M, R, kF32, kWave>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
+    const int64_t blocks = std::min<int64_t>((int64_t(p.n) + kBlockWarps * R - 1) / (kBlockWarps * R), kMaxBlocks);
+    detail::launch_pdl(gemv_bf16_kernel<M, R, kF32, kWave>, dim3(int(blocks)), dim3(kBlockWarps * 32), smem, stream, p);
 }
 
-/// Warps of gemv_bf16_kernel<M, R, kF32> the device holds at once with x of k columns in shared memory.
+/// gemv_wave: warps of gemv_bf16_kernel<M, R, kF32, true> the device holds at once with x of k columns in shared
+/// memory.
 template <int M, int R, bool kF32>
 int64_t resident_warps(int32_t k) {
     int device = 0, sms = 0, per_sm = 0;
     ZMOE_CUDA_CHECK(cudaGetDevice(&device));
     ZMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    ZMOE_CUDA_CHECK(
-        cudaFuncSetAttribute(gemv_bf16_kernel<M, R, kF32>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
-    ZMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_bf16_kernel<M, R, kF32>, kThreads,
-                                                                  size_t(M) * k * sizeof(bf16)));
-    return int64_t(per_sm) * sms * kWarps;
+    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(gemv_bf16_kernel<M, R, kF32, true>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
+    ZMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_bf16_kernel<M, R, kF32, true>,
+                                                                  kWaveWarps * 32, size_t(M) * k * sizeof(bf16)));
+    return int64_t(per_sm) * sms * kWaveWarps;
 }
 
 template <int M, bool kF32>
 void launch_rows(const gemv_bf16_params& p, cudaStream_t stream) {
-    // The fewest rows per warp whose launch fits one wave (H100, one row: QKV's 5 120 rows at 4 a warp, O's 2 048 at
-    // 1); beyond a wave, 2 (more loads in flight per warp on the grid-stride loop).
+    if (!current_decode_tuning().gemv_wave) {
+        // Two rows per warp once there are enough rows to fill the GPU with warps anyway (more loads in flight each).
+        if (p.n >= 4096)
+            launch_one<M, 2, kF32, false>(p, stream);
+        else
+            launch_one<M, 1, kF32, false>(p, stream);
+        return;
+    }
+    // gemv_wave: the fewest rows per warp whose launch fits one wave (H100, one row of x: QKV's 5 120 rows at 2 a
+    // warp, O's 2 048 at 1); beyond a wave, 2 (more loads in flight per warp on the grid-stride loop).
     if (p.n <= resident_warps<M, 1, kF32>(p.k))
-        launch_one<M, 1, kF32>(p, stream);
+        launch_one<M, 1, kF32, true>(p, stream);
     else if (p.n <= 2 * resident_warps<M, 2, kF32>(p.k))
-        launch_one<M, 2, kF32>(p, stream);
+        launch_one<M, 2, kF32, true>(p, stream);
     else if (p.n <= 4 * resident_warps<M, 4, kF32>(p.k))
-        launch_one<M, 4, kF32>(p, stream);
+        launch_one<M, 4, kF32, true>(p, stream);
     else
-        launch_one<M, 2, kF32>(p, stream);
+        launch_one<M, 2, kF32, true>(p, stream);
 }
 
 template <int M>

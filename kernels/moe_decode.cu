@@ -28,6 +28,7 @@
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/decode_tuning.hpp"
 #include "kernels/device_utils.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/grid_barrier.cuh"
@@ -370,8 +371,9 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
     const bool one_pass = kT == 1 && gw + W >= H && ivec <= 32 * kOneDownUnroll;
     uint4 down_first[kOneDownGroup][kOneDownUnroll];
     if (one_pass && gw < H) load_down_rows(down_first, p, slot_of, 0, K, gw, 0, lane);
-    // The second group goes to shared memory by cp.async, where the launch gave the room (launch_one_launch): the
-    // whole down phase is then requested as each warp leaves gate|up, under the other warps' gate|up and the barrier.
+    // moe_down_stage (decode_tuning.hpp, off by default: not yet measured): the second group goes to shared memory by
+    // cp.async, where the launch gave the room (launch_one_launch): the whole down phase is then requested as each
+    // warp leaves gate|up, under the other warps' gate|up and the barrier (the bits are the same either way).
     uint4* down_stage = nullptr;
     if constexpr (kT == 1) {
         uint32_t dynamic_smem = 0;
@@ -498,9 +500,10 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
 template <int kT>
 void launch_one_launch(const moe_decode_params& p, cudaStream_t stream) {
     size_t smem = one_launch_smem(p.num_tokens, p.top_k, p.num_experts, p.hidden, p.inter);
-    // One token: room for the second group of down rows where two blocks still fit a multiprocessor (the kernel reads
-    // whether it is there from its dynamic shared memory size).
-    if (kT == 1 && p.top_k > kOneDownGroup && down_stage_offset(smem) <= kDownStageMaxBase)
+    // moe_down_stage, one token: room for the second group of down rows where two blocks still fit a multiprocessor
+    // (the kernel reads whether it is there from its dynamic shared memory size).
+    if (kT == 1 && current_decode_tuning().moe_down_stage && p.top_k > kOneDownGroup &&
+        down_stage_offset(smem) <= kDownStageMaxBase)
         smem = down_stage_offset(smem) + kDownStageBytes;
     DISPATCH_EXPERTS_PER_LANE(p.num_experts, kPerLane, {
         const auto kernel = moe_decode_one_kernel<kT, kPerLane>;

@@ -9,7 +9,10 @@
 // tiles to fill the GPU (5 120 rows: 80 tiles; 2 048: 32) split k over a thread-block cluster of `splits` CTAs; the
 // cluster reduces its fp32 partials through distributed shared memory, each CTA summing a share of the tile over the
 // ranks in rank order (deterministic: no atomics, no global scratch). Launched programmatically dependent (pdl.cuh):
-// each CTA copies its first weight stages into shared memory before waiting for the kernel before it.
+// each CTA sends its first weight stages towards L2 before waiting for the kernel before it; variant skinny_smem
+// (decode_tuning.hpp, off by default: not yet measured) copies them into shared memory instead, where they stay until
+// used when the kernel before lets this one launch early (the decode attention's combine, variant combine_early: the
+// O projection's first stages would then load under the attention, whose KV streaming would evict them from L2).
 
 #include <cooperative_groups.h>
 
@@ -17,6 +20,7 @@
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/decode_tuning.hpp"
 #include "kernels/mma_sm80.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/stream_load.cuh"
@@ -49,7 +53,7 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 /// NT tiles of 8 tokens (m <= 8 * NT). Grid: (splits, ceil(n / 64)), clusters of (splits, 1, 1).
-template <int NT, bool kF32>
+template <int NT, bool kF32, bool kEarlySmem>
 __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const skinny_gemm_bf16_params p) {
     constexpr int kTokens = NT * 8;
     constexpr uint32_t kWBytes = kTileRows * 128, kXBytes = kTokens * 128, kStageBytes = kWBytes + kXBytes;
@@ -90,13 +94,20 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const skinny_gemm
                         reinterpret_cast<const uint4*>(p.x) + (valid ? int64_t(t) * kc + c : 0), valid);
         }
     };
-    // The weights depend on no earlier kernel: the first kStages - 1 stages' rows are copied into shared memory while
-    // that kernel ends (a kernel that lets this one launch early, the decode attention's combine, hides them under its
-    // own streaming; shared memory, unlike L2, keeps them until used). Uncommitted, they join group 0, which stage
-    // 0's wait covers: every stage's rows are in a group no later than its own.
+    // The weights depend on no earlier kernel: the first kStages - 1 stages' rows go towards L2 (one prefetch per
+    // 128-byte row of a step), or with kEarlySmem into shared memory, while that kernel ends. Uncommitted, the copies
+    // join group 0, which stage 0's wait covers: every stage's rows are in a group no later than its own.
+    if constexpr (kEarlySmem) {
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s)
-        if (s < nsteps) load_w(s);
+        for (int s = 0; s < kStages - 1; ++s)
+            if (s < nsteps) load_w(s);
+    } else {
+        for (int i = threadIdx.x; i < kTileRows * min(nsteps, kStages - 1); i += kThreads) {
+            bool valid = false;
+            const uint4* src = w_src(step_begin + i / kTileRows, (i % kTileRows) * 8, valid);
+            if (valid) detail::prefetch_l2(src);
+        }
+    }
     detail::pdl_wait();
     detail::pdl_launch_dependents();
 
@@ -110,7 +121,10 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const skinny_gemm
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-        if (s < nsteps) load_x(s);
+        if (s < nsteps) {
+            if constexpr (!kEarlySmem) load_w(s);
+            load_x(s);
+        }
         cp_async_commit();
     }
     static_assert(kStepK == 16 * kWarps, "one 16-wide k slice of a stage per warp");
@@ -230,13 +244,13 @@ int sm_count() {
     return count;
 }
 
-template <int NT, bool kF32>
+template <int NT, bool kF32, bool kEarlySmem>
 void launch_one(const skinny_gemm_bf16_params& p, cudaStream_t stream) {
     constexpr size_t stage_bytes = size_t(kTileRows + NT * 8) * 128;
     constexpr size_t smem = std::max(kStages * stage_bytes, size_t(kWarps * NT * 8) * kPartialStride * sizeof(float));
     static_assert(smem <= 227u << 10, "shared memory");
-    ZMOE_CUDA_CHECK(
-        cudaFuncSetAttribute(skinny_gemm_kernel<NT, kF32>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(skinny_gemm_kernel<NT, kF32, kEarlySmem>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     const int tiles = (p.n + kTileRows - 1) / kTileRows;
     const int steps = (p.k + kStepK - 1) / kStepK;
     int splits = p.splits;
@@ -257,12 +271,15 @@ void launch_one(const skinny_gemm_bf16_params& p, cudaStream_t stream) {
     attributes[1].val.programmaticStreamSerializationAllowed = 1;
     config.attrs = attributes;
     config.numAttrs = 2;
-    ZMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, skinny_gemm_kernel<NT, kF32>, p));
+    ZMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, skinny_gemm_kernel<NT, kF32, kEarlySmem>, p));
 }
 
 template <int NT>
 void launch_tokens(const skinny_gemm_bf16_params& p, cudaStream_t stream) {
-    p.y_fp32 ? launch_one<NT, true>(p, stream) : launch_one<NT, false>(p, stream);
+    if (current_decode_tuning().skinny_smem)
+        p.y_fp32 ? launch_one<NT, true, true>(p, stream) : launch_one<NT, false, true>(p, stream);
+    else
+        p.y_fp32 ? launch_one<NT, true, false>(p, stream) : launch_one<NT, false, false>(p, stream);
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 // launch_gemv_bf16 (the small-M dense path) against ref::gemm (+ bias): 1 to kGemvMaxRows rows, the decode shapes
 // of Qwen3-30B-A3B (QKV, O, router with fp32 logits), odd row counts, short and long k, one to four rows a warp; and
-// the result does not depend on the grid (a row's bits are the same alone and among many).
+// the result does not depend on the grid (a row's bits are the same alone and among many); variant gemv_wave gives
+// the measured kernel's bits.
 
 #include "tests/kernels/dense_gemm_test_util.hpp"
+#include "tests/kernels/tuning_scope.hpp"
 
 namespace zmoe::kernels::test {
 namespace {
@@ -47,6 +49,30 @@ TEST(GemvBf16, RowDoesNotDependOnTheGrid) {
     const std::vector<float> w_row(w.begin() + size_t(row) * many.k, w.begin() + size_t(row + 1) * many.k);
     const std::vector<float> alone = run_gemv(one, x, w_row, {});
     for (int32_t i = 0; i < many.m; ++i) EXPECT_EQ(alone[i], all[size_t(i) * many.n + row]) << "row of x " << i;
+}
+
+TEST(GemvBf16, WaveVariantEqualsTheMeasuredKernelBitForBit) {
+    // One to four rows a warp, blocks of four warps instead of eight, the first chunks loaded before the wait: a lane's
+    // chunks and the warp reduction are in the same order, so every output bit is the same.
+    for (const gemv_case c : {gemv_case{1, 5120, 2048, false, false}, gemv_case{1, 2048, 4096, false, true},
+                              gemv_case{1, 9000, 2048, true, false}, gemv_case{2, 12000, 1024, false, false},
+                              gemv_case{4, 50001, 256, true, true}, gemv_case{8, 4096, 4096, false, false},
+                              gemv_case{3, 7001, 6144, true, false}, gemv_case{1, 151669, 64, false, false}}) {
+        std::mt19937 rng(c.m + c.n + c.k);
+        const auto x = random_bf16(size_t(c.m) * c.k, 1.f, rng);
+        const auto w = random_bf16(size_t(c.n) * c.k, 1.f / std::sqrt(float(c.k)), rng);
+        const auto bias = random_bf16(size_t(c.n), 1.f, rng);
+        std::vector<float> measured, wave;
+        {
+            const tuning_scope off({});
+            measured = run_gemv(c, x, w, bias);
+        }
+        {
+            const tuning_scope on({.gemv_wave = true});
+            wave = run_gemv(c, x, w, bias);
+        }
+        EXPECT_EQ(measured, wave) << "m " << c.m << " n " << c.n << " k " << c.k;
+    }
 }
 
 TEST(GemvBf16, Supported) {

@@ -61,20 +61,6 @@ mirrored<T> view(const device_buffer& d, const pinned_buffer& h, size_t offset) 
     return {reinterpret_cast<T*>(d.as<std::byte>() + offset), reinterpret_cast<T*>(h.as<std::byte>() + offset)};
 }
 
-/// ZMOE_DECODE_ATTENTION_SPLITS: a split count in [1, kDecodeAttentionMaxSplits] every decode step takes; unset or
-/// empty: 0 (the shape's choice). Anything else is refused, not ignored.
-int32_t fixed_attention_splits() {
-    const char* env = std::getenv("ZMOE_DECODE_ATTENTION_SPLITS");
-    if (env == nullptr || *env == '\0') return 0;
-    char* end = nullptr;
-    const long v = std::strtol(env, &end, 10);
-    if (*end != '\0' || v < 1 || v > kernels::kDecodeAttentionMaxSplits)
-        throw error(errc::invalid_argument, std::string("ZMOE_DECODE_ATTENTION_SPLITS must be an integer in [1, ") +
-                                                std::to_string(kernels::kDecodeAttentionMaxSplits) + "], got '" + env +
-                                                "'");
-    return int32_t(v);
-}
-
 }  // namespace
 
 cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
@@ -85,7 +71,7 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
         (s.max_tokens * group + kernels::kAttentionRowsPerItem - 1) / kernels::kAttentionRowsPerItem + s.max_seqs;
     if (kernels::decode_attention_supported(s.num_q_heads, s.num_kv_heads, s.head_dim))
         attn_slots = kernels::decode_attention_slots(s.num_q_heads, s.num_kv_heads, s.head_dim);
-    attn_splits_fixed = fixed_attention_splits();
+    attn_splits_fixed = parse_attention_splits(std::getenv("ZMOE_DECODE_ATTENTION_SPLITS"));
     const bool ep = s.world_size > 1;
     max_recv_rows = ep ? s.world_size * s.max_tokens * s.top_k : 0;
     max_moe_rows = s.num_experts == 0 ? 0
@@ -200,6 +186,17 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
     alloc(counts, S * static_cast<size_t>(s.vocab_size) * i32);
     sample_side.allocate();
     bytes_ += static_cast<int64_t>(sample_side.bytes());
+}
+
+int32_t parse_attention_splits(const char* value) {
+    if (value == nullptr || *value == '\0') return 0;
+    char* end = nullptr;
+    const long v = std::strtol(value, &end, 10);
+    if (*end != '\0' || v < 1 || v > kernels::kDecodeAttentionMaxSplits)
+        throw error(errc::invalid_argument, std::string("ZMOE_DECODE_ATTENTION_SPLITS must be an integer in [1, ") +
+                                                std::to_string(kernels::kDecodeAttentionMaxSplits) + "], got '" +
+                                                value + "'");
+    return int32_t(v);
 }
 
 int32_t cuda_workspace::attn_splits(int32_t num_seqs) const {

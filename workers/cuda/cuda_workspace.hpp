@@ -100,6 +100,10 @@ struct mirrored {
     T* host = nullptr;
 };
 
+/// A ZMOE_DECODE_ATTENTION_SPLITS value: a split count in [1, kDecodeAttentionMaxSplits]; null or empty: 0 (the
+/// shape's choice). Anything else throws errc::invalid_argument naming the value (refused, not ignored).
+int32_t parse_attention_splits(const char* value);
+
 struct cuda_workspace {
     workspace_shape shape;
     int32_t max_work_items = 0;  ///< attention work items one step can need
