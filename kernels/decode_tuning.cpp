@@ -11,11 +11,10 @@ struct named_switch {
     const char* name;
     bool decode_tuning::*field;
 };
-constexpr named_switch kSwitches[] = {{"gemv_wave", &decode_tuning::gemv_wave},
-                                      {"skinny_smem", &decode_tuning::skinny_smem},
-                                      {"combine_early", &decode_tuning::combine_early},
-                                      {"moe_down_stage", &decode_tuning::moe_down_stage},
-                                      {"norm_early", &decode_tuning::norm_early}};
+constexpr named_switch kSwitches[] = {
+    {"gemv_wave", &decode_tuning::gemv_wave},         {"skinny_smem", &decode_tuning::skinny_smem},
+    {"combine_early", &decode_tuning::combine_early}, {"moe_down_stage", &decode_tuning::moe_down_stage},
+    {"norm_early", &decode_tuning::norm_early},       {"qkv_skinny", &decode_tuning::qkv_skinny}};
 
 std::mutex g_mutex;
 bool g_loaded = false;

@@ -10,6 +10,8 @@
 //     combine_early   decode attention combine: the next kernel may launch before the combine waits for the chunks
 //     moe_down_stage  moe_decode, one token: the second group of down rows staged in shared memory before the barrier
 //     norm_early      rms_norm, rope_qk_norm_kv: the next kernel may launch before they wait
+//     qkv_skinny      the executor's dense projections (workers/cuda/cuda_gemm.cpp): 2-4 rows of up to 8 192 outputs
+//                     (QKV at batch 2-4) on skinny_gemm, programmatically dependent, instead of cuBLASLt
 // An unknown name is refused (the process stops with the list of names), never ignored.
 
 #include <string>
@@ -23,6 +25,7 @@ struct decode_tuning {
     bool combine_early = false;
     bool moe_down_stage = false;
     bool norm_early = false;
+    bool qkv_skinny = false;
     bool operator==(const decode_tuning&) const = default;
 };
 

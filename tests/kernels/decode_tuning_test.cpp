@@ -23,11 +23,16 @@ TEST(DecodeTuning, NamesTurnOnTheirVariantOnly) {
     EXPECT_EQ(parsed("gemv_wave"), (decode_tuning{.gemv_wave = true}));
     EXPECT_EQ(parsed("combine_early,moe_down_stage"), (decode_tuning{.combine_early = true, .moe_down_stage = true}));
     EXPECT_EQ(parsed("norm_early,skinny_smem,norm_early"), (decode_tuning{.skinny_smem = true, .norm_early = true}));
+    EXPECT_EQ(parsed("qkv_skinny"), (decode_tuning{.qkv_skinny = true}));
 }
 
 TEST(DecodeTuning, AllTurnsOnEveryVariant) {
-    const decode_tuning every{
-        .gemv_wave = true, .skinny_smem = true, .combine_early = true, .moe_down_stage = true, .norm_early = true};
+    const decode_tuning every{.gemv_wave = true,
+                              .skinny_smem = true,
+                              .combine_early = true,
+                              .moe_down_stage = true,
+                              .norm_early = true,
+                              .qkv_skinny = true};
     EXPECT_EQ(parsed("all"), every);
     EXPECT_EQ(parsed("gemv_wave,all"), every);
 }
