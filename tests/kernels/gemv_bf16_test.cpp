@@ -54,10 +54,15 @@ TEST(GemvBf16, RowDoesNotDependOnTheGrid) {
 TEST(GemvBf16, WaveVariantEqualsTheMeasuredKernelBitForBit) {
     // One to four rows a warp, blocks of four warps instead of eight, the first chunks loaded before the wait: a lane's
     // chunks and the warp reduction are in the same order, so every output bit is the same.
+    // Rows per warp on H100/H200 (132 multiprocessors; ptxas at sm_90a: 96 registers at one row of x and R = 1 or 2,
+    // 118 at R = 4, so 5 / 5 / 4 blocks of four warps a multiprocessor): 2 048 rows R = 1, 5 120 R = 2, 8 000 R = 4
+    // (over the 5 280 two rows a warp hold, within the 8 448 four do), 9 000 R = 2 (past a wave at four); at three
+    // rows of x, 7 001 rows of k 6 144 R = 4.
     for (const gemv_case c : {gemv_case{1, 5120, 2048, false, false}, gemv_case{1, 2048, 4096, false, true},
-                              gemv_case{1, 9000, 2048, true, false}, gemv_case{2, 12000, 1024, false, false},
-                              gemv_case{4, 50001, 256, true, true}, gemv_case{8, 4096, 4096, false, false},
-                              gemv_case{3, 7001, 6144, true, false}, gemv_case{1, 151669, 64, false, false}}) {
+                              gemv_case{1, 8000, 2048, false, true}, gemv_case{1, 9000, 2048, true, false},
+                              gemv_case{2, 12000, 1024, false, false}, gemv_case{4, 50001, 256, true, true},
+                              gemv_case{8, 4096, 4096, false, false}, gemv_case{3, 7001, 6144, true, false},
+                              gemv_case{1, 151669, 64, false, false}}) {
         std::mt19937 rng(c.m + c.n + c.k);
         const auto x = random_bf16(size_t(c.m) * c.k, 1.f, rng);
         const auto w = random_bf16(size_t(c.n) * c.k, 1.f / std::sqrt(float(c.k)), rng);
@@ -90,9 +95,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemvBf16,
                                            gemv_case{4, 50001, 256, true, false}, gemv_case{5, 33, 8, false, true},
                                            gemv_case{6, 777, 136, true, true}, gemv_case{7, 3, 4096, false, true},
                                            gemv_case{8, 4096, 4096, false, false}, gemv_case{8, 129, 2048, true, false},
-                                           // Four rows a warp (more rows than a wave holds at two), and rows longer
+                                           // Shapes where gemv_wave takes four rows a warp (8 000 at one row of x,
+                                           // 7 001 at three; 9 000 is past a wave even at four), and rows longer
                                            // than a warp's loads before the wait (the rest through L2).
-                                           gemv_case{1, 9000, 2048, false, true}, gemv_case{3, 7001, 6144, true, false},
+                                           gemv_case{1, 8000, 2048, false, true}, gemv_case{1, 9000, 2048, false, true},
+                                           gemv_case{3, 7001, 6144, true, false},
                                            gemv_case{1, 3000, 12288, false, false}),
                          [](const auto& info) {
                              const auto& c = info.param;
