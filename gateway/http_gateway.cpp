@@ -92,7 +92,7 @@ struct choice_state {
     std::string pending_text{};
     std::vector<int32_t> pending_ids{};
     std::vector<token_logprobs> pending_logprobs{};
-    size_t pending_offset = 0;  // text offset of pending_text in the choice's text
+    size_t pending_offset = 0;  // text offset of the first pending token (logprobs)
     // The end of the last delta when it stops inside a UTF-8 character: held back until the character completes,
     // so that no chunk, parse event or text carries half a character (JSON would turn it into U+FFFD).
     std::string utf8_carry{};
