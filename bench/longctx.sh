@@ -18,8 +18,8 @@
 #   layers   (only when named) ncu over ~5 layers of one decode step at 32 000 tokens, batch 1 and 4, clocks and caches
 #            as they are: each launch's time and DRAM bytes (bench/ncu_launch_table.py)
 #
-# ZMOE_DECODE_TUNING (kernels/decode_tuning.hpp) in the environment applies to every step: the untested kernel
-# variants, off by default.
+# ZMOE_DECODE_TUNING (kernels/decode_tuning.hpp) in the environment applies to every step: unset, the default
+# decode-step kernel variants; `none` the older kernels, or a list of variants.
 #   bench/longctx.sh [--out DIR] [--bin DIR] [--only tests,kernel,step,prefill,profile,mixed,workers,layers]
 #                    [--peak-tflops 790] [--chunks 2048,4096,8192,16384,32768]
 set -u

@@ -19,9 +19,10 @@
 // The four warps' states then meet in shared memory and merge in warp order. A sequence of one chunk writes its output
 // directly; otherwise each chunk writes its normalised output and its log-sum-exp (base 2) to the workspace.
 // Combine pass (only when num_splits > 1): one block per (query head, sequence) weighs the chunks' outputs by their
-// log-sum-exps, in chunk order (deterministic). Both launched programmatically dependent (pdl.cuh); with variant
-// combine_early (decode_tuning.hpp, off by default: not yet measured) the combine lets the next kernel launch before
-// it waits for the chunk pass.
+// log-sum-exps, in chunk order (deterministic). Both launched programmatically dependent (pdl.cuh); for one sequence
+// (variant combine_early, decode_tuning.hpp, the default there) the combine lets the next kernel launch before it
+// waits for the chunk pass (H100, 32 000 tokens, with gemv_wave: 5.05 -> 4.91 ms a step at batch 1; at batch 4 the
+// pair cost ~0.26 ms, so there the combine triggers after its wait).
 
 #include <algorithm>
 #include <type_traits>
@@ -317,8 +318,8 @@ __global__ void __launch_bounds__(kCombineThreads) decode_attention_combine_kern
     __shared__ float4 partial[kLanes][kCols];
 
     // combine_early: the next kernel (the O projection) may launch now, under the chunk pass: it waits for this whole
-    // launch before it reads the output, and meanwhile loads its weights into registers (gemv_bf16, gemv_wave) or
-    // shared memory (skinny_gemm, skinny_smem) while the chunk pass streams the KV.
+    // launch before it reads the output, and meanwhile loads its weights into registers (gemv_bf16, gemv_wave) while
+    // the chunk pass streams the KV.
     if constexpr (kEarlyLaunch) detail::pdl_launch_dependents();
     detail::pdl_wait();  // the chunk pass's states
     if constexpr (!kEarlyLaunch) detail::pdl_launch_dependents();
@@ -417,8 +418,9 @@ void launch_one(const decode_attention_params& p, int32_t stages, cudaStream_t s
         launch_chunks<kHeadDim, kGroup, 2>(p, stream);
     }
     if (p.num_splits > 1) {
-        const auto combine = current_decode_tuning().combine_early ? decode_attention_combine_kernel<kHeadDim, true>
-                                                                   : decode_attention_combine_kernel<kHeadDim, false>;
+        const bool early = p.num_seqs == 1 && current_decode_tuning().combine_early;
+        const auto combine =
+            early ? decode_attention_combine_kernel<kHeadDim, true> : decode_attention_combine_kernel<kHeadDim, false>;
         detail::launch_pdl(combine, dim3(p.num_q_heads, p.num_seqs), dim3(kCombineThreads), 0, stream, p);
     }
 }

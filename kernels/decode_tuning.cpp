@@ -11,10 +11,15 @@ struct named_switch {
     const char* name;
     bool decode_tuning::*field;
 };
-constexpr named_switch kSwitches[] = {
-    {"gemv_wave", &decode_tuning::gemv_wave},         {"skinny_smem", &decode_tuning::skinny_smem},
-    {"combine_early", &decode_tuning::combine_early}, {"moe_down_stage", &decode_tuning::moe_down_stage},
-    {"norm_early", &decode_tuning::norm_early},       {"qkv_skinny", &decode_tuning::qkv_skinny}};
+constexpr named_switch kSwitches[] = {{"gemv_wave", &decode_tuning::gemv_wave},
+                                      {"combine_early", &decode_tuning::combine_early},
+                                      {"norm_early", &decode_tuning::norm_early}};
+
+std::string known_names() {
+    std::string names = "all, none";
+    for (const named_switch& s : kSwitches) names += std::string(", ") + s.name;
+    return names;
+}
 
 std::mutex g_mutex;
 bool g_loaded = false;
@@ -23,9 +28,17 @@ decode_tuning g_tuning;
 }  // namespace
 
 bool parse_decode_tuning(std::string_view value, decode_tuning* out, std::string* error) {
+    if (value.empty()) {  // as unset
+        *out = kDefaultDecodeTuning;
+        return true;
+    }
+    if (value == "none") {
+        *out = decode_tuning{};
+        return true;
+    }
     decode_tuning t;
-    // Every comma-separated entry, empty ones included (a stray comma is refused, not skipped); "" alone is none.
-    for (size_t start = 0; !value.empty();) {
+    // Every comma-separated entry, empty ones included (a stray comma is refused, not skipped).
+    for (size_t start = 0;;) {
         const size_t comma = value.find(',', start);
         const std::string_view name =
             value.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
@@ -36,13 +49,16 @@ bool parse_decode_tuning(std::string_view value, decode_tuning* out, std::string
             if (last) break;
             continue;
         }
+        if (name == "none") {
+            *error = "ZMOE_DECODE_TUNING: 'none' stands alone, got '" + std::string(value) +
+                     "' (known: " + known_names() + ")";
+            return false;
+        }
         bool known = false;
         for (const named_switch& s : kSwitches)
             if (name == s.name) t.*s.field = known = true;
         if (!known) {
-            std::string names = "all";
-            for (const named_switch& s : kSwitches) names += std::string(", ") + s.name;
-            *error = "ZMOE_DECODE_TUNING: unknown variant '" + std::string(name) + "' (known: " + names + ")";
+            *error = "ZMOE_DECODE_TUNING: unknown variant '" + std::string(name) + "' (known: " + known_names() + ")";
             return false;
         }
         if (last) break;
@@ -56,7 +72,7 @@ decode_tuning current_decode_tuning() {
     if (!g_loaded) {
         const char* env = std::getenv("ZMOE_DECODE_TUNING");
         std::string error;
-        if (env != nullptr && !parse_decode_tuning(env, &g_tuning, &error)) {
+        if (!parse_decode_tuning(env == nullptr ? "" : env, &g_tuning, &error)) {
             std::fprintf(stderr, "zmoe: %s\n", error.c_str());
             std::fflush(stderr);
             std::abort();

@@ -7,13 +7,16 @@
 // partial sums meet in a warp reduction (fixed order, and a lane's chunks in the same order for every R and block
 // shape: a row's bits do not depend on the grid, nor on the variant below).
 //
-// Measured (docs/kernels.md): blocks of eight warps, two rows a warp from 4 096 rows (else one), each warp's first
-// chunks sent towards L2 before the programmatic wait (pdl.cuh).
-// Variant gemv_wave (decode_tuning.hpp, off by default: not yet measured): blocks of four warps and R the smallest
-// of 1, 2, 4 whose warps all fit on the device at once (QKV's 5 120 rows at one row of x: eight-warp blocks of two
-// rows ran 320 blocks where 264 fit, so 56 started late and unprefetched), each warp's first chunks (QKV's and O's
-// whole share) loaded into registers before the wait: a kernel that lets this one launch early (the decode
-// attention's combine, variant combine_early) hides the weights' streaming under its own.
+// Two block shapes (docs/kernels.md, "Decode step variants", H100 2026-11-28):
+// - one row of x (variant gemv_wave, decode_tuning.hpp, the default there): blocks of four warps and R the smallest
+//   of 1, 2, 4 whose warps all fit on the device at once (QKV's 5 120 rows: eight-warp blocks of two rows ran 320
+//   blocks where 264 fit, so 56 started late and unprefetched), each warp's first chunks (QKV's and O's whole share)
+//   loaded into registers before the programmatic wait (pdl.cuh), so a kernel that lets this one launch early (the
+//   one-sequence decode attention's combine, variant combine_early) hides the weights' streaming under its own. O at
+//   one row: 7.87 -> 6.91 us.
+// - 2-8 rows of x (and one row with ZMOE_DECODE_TUNING=none): blocks of eight warps, two rows a warp from 4 096 rows
+//   (else one), each warp's first chunks sent towards L2 before the wait (at four rows the four-warp form measured
+//   10.10 against 9.95 us for O).
 
 #include <algorithm>
 
@@ -28,7 +31,7 @@ namespace zmoe::kernels {
 namespace {
 
 constexpr int kWaveWarps = 4;     // gemv_wave: small blocks, the launch spread evenly over the multiprocessors
-constexpr int kWarps = 8;         // the measured kernel
+constexpr int kWarps = 8;         // otherwise
 constexpr int kMaxBlocks = 4096;  // grid-stride beyond (enough to fill any current GPU several times)
 constexpr size_t kMaxSmem = 64u << 10;
 
@@ -164,24 +167,26 @@ int64_t resident_warps(int32_t k) {
 
 template <int M, bool kF32>
 void launch_rows(const gemv_bf16_params& p, cudaStream_t stream) {
-    if (!current_decode_tuning().gemv_wave) {
-        // Two rows per warp once there are enough rows to fill the GPU with warps anyway (more loads in flight each).
-        if (p.n >= 4096)
-            launch_one<M, 2, kF32, false>(p, stream);
-        else
-            launch_one<M, 1, kF32, false>(p, stream);
-        return;
+    if constexpr (M == 1) {
+        if (current_decode_tuning().gemv_wave) {
+            // gemv_wave: the fewest rows per warp whose launch fits one wave (H100: QKV's 5 120 rows at 2 a warp,
+            // O's 2 048 at 1); beyond a wave, 2 (more loads in flight per warp on the grid-stride loop).
+            if (p.n <= resident_warps<M, 1, kF32>(p.k))
+                launch_one<M, 1, kF32, true>(p, stream);
+            else if (p.n <= 2 * resident_warps<M, 2, kF32>(p.k))
+                launch_one<M, 2, kF32, true>(p, stream);
+            else if (p.n <= 4 * resident_warps<M, 4, kF32>(p.k))
+                launch_one<M, 4, kF32, true>(p, stream);
+            else
+                launch_one<M, 2, kF32, true>(p, stream);
+            return;
+        }
     }
-    // gemv_wave: the fewest rows per warp whose launch fits one wave (H100, one row of x: QKV's 5 120 rows at 2 a
-    // warp, O's 2 048 at 1); beyond a wave, 2 (more loads in flight per warp on the grid-stride loop).
-    if (p.n <= resident_warps<M, 1, kF32>(p.k))
-        launch_one<M, 1, kF32, true>(p, stream);
-    else if (p.n <= 2 * resident_warps<M, 2, kF32>(p.k))
-        launch_one<M, 2, kF32, true>(p, stream);
-    else if (p.n <= 4 * resident_warps<M, 4, kF32>(p.k))
-        launch_one<M, 4, kF32, true>(p, stream);
+    // Two rows per warp once there are enough rows to fill the GPU with warps anyway (more loads in flight each).
+    if (p.n >= 4096)
+        launch_one<M, 2, kF32, false>(p, stream);
     else
-        launch_one<M, 2, kF32, true>(p, stream);
+        launch_one<M, 1, kF32, false>(p, stream);
 }
 
 template <int M>

@@ -28,7 +28,6 @@
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
-#include "kernels/decode_tuning.hpp"
 #include "kernels/device_utils.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/grid_barrier.cuh"
@@ -61,18 +60,10 @@ constexpr int kSmemSlots = 1024;           // replica tables up to this many slo
 
 /// Dynamic shared memory of the kernel: x [T, hidden] bf16, act [top_k, inter] bf16 (one token only), logits
 /// [T, experts] fp32.
-__host__ __device__ size_t one_launch_smem(int32_t num_tokens, int32_t top_k, int32_t num_experts, int32_t hidden,
-                                           int32_t inter) {
+size_t one_launch_smem(int32_t num_tokens, int32_t top_k, int32_t num_experts, int32_t hidden, int32_t inter) {
     return size_t(num_tokens) * hidden * sizeof(bf16) + (num_tokens == 1 ? size_t(top_k) * inter * sizeof(bf16) : 0) +
            size_t(num_tokens) * num_experts * sizeof(float);
 }
-
-/// One token: per warp, the second group of choices' down vectors [kOneDownGroup][kOneDownUnroll][32 lanes] copied
-/// into shared memory before the second barrier (after one_launch_smem, 16-byte aligned).
-constexpr size_t kDownStageBytes = size_t(kOneWarps) * kOneDownGroup * kOneDownUnroll * 32 * sizeof(uint4);
-/// The staging is taken where two blocks still fit a multiprocessor's shared memory within kOneMaxSmem each.
-constexpr size_t kDownStageMaxBase = kOneMaxSmem - kDownStageBytes;
-__host__ __device__ size_t down_stage_offset(size_t base) { return (base + 15) / 16 * 16; }
 
 /// kT >= num_tokens bounds the per-token accumulators (1, 2, 4 or 8).
 /// This lane's kOneDownUnroll 16-byte vectors (from vector v0 on) of down row h of the distinct slots u0 .. u0 + kG - 1
@@ -91,32 +82,6 @@ __device__ __forceinline__ void load_down_rows(uint4 (&wv)[kG][kOneDownUnroll], 
         for (int i = 0; i < kOneDownUnroll; ++i) {
             const int32_t v = v0 + i * 32 + lane;
             if (u < U && v < ivec) wv[jj][i] = detail::load_stream(row + v);
-        }
-    }
-}
-
-/// 16 bytes global -> shared, asynchronously (not read when !valid; the slot is then never used).
-__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src, bool valid) {
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
-/// load_down_rows' vectors of the kOneDownGroup slots from u0, copied into this warp's stage [jj][i][lane] instead
-/// of registers (no registers held over the barrier).
-template <typename SlotOf>
-__device__ __forceinline__ void stage_down_rows(uint4* stage, const moe_decode_params& p, const SlotOf& slot_of,
-                                                int32_t u0, int32_t U, int64_t h, int lane) {
-    const int32_t ivec = p.inter / 8;
-#pragma unroll
-    for (int jj = 0; jj < kOneDownGroup; ++jj) {
-        const int32_t u = u0 + jj;
-        const auto* row =
-            reinterpret_cast<const uint4*>(p.w_down + (size_t(slot_of(u < U ? u : 0)) * p.hidden + h) * p.inter);
-#pragma unroll
-        for (int i = 0; i < kOneDownUnroll; ++i) {
-            const int32_t v = i * 32 + lane;
-            cp_async_16(stage + (jj * kOneDownUnroll + i) * 32 + lane, row + (v < ivec ? v : 0), u < U && v < ivec);
         }
     }
 }
@@ -371,19 +336,6 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
     const bool one_pass = kT == 1 && gw + W >= H && ivec <= 32 * kOneDownUnroll;
     uint4 down_first[kOneDownGroup][kOneDownUnroll];
     if (one_pass && gw < H) load_down_rows(down_first, p, slot_of, 0, K, gw, 0, lane);
-    // moe_down_stage (decode_tuning.hpp, off by default: not yet measured): the second group goes to shared memory by
-    // cp.async, where the launch gave the room (launch_one_launch): the whole down phase is then requested as each
-    // warp leaves gate|up, under the other warps' gate|up and the barrier (the bits are the same either way).
-    uint4* down_stage = nullptr;
-    if constexpr (kT == 1) {
-        uint32_t dynamic_smem = 0;
-        asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_smem));
-        const size_t at = down_stage_offset(one_launch_smem(T, K, E, H, I));
-        if (dynamic_smem >= at + kDownStageBytes)
-            down_stage = reinterpret_cast<uint4*>(one_smem + at) + size_t(warp) * kOneDownGroup * kOneDownUnroll * 32;
-    }
-    const bool staged = one_pass && down_stage != nullptr && K > kOneDownGroup;
-    if (staged && gw < H) stage_down_rows(down_stage, p, slot_of, kOneDownGroup, K, gw, lane);
     detail::grid_barrier(barrier, fused_router ? 2 * G : G);
     detail::pdl_launch_dependents();  // every block is resident and past its last barrier
 
@@ -402,16 +354,7 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
                 for (int g0 = kOneDownGroup; g0 < kOneMaxTopK; g0 += kOneDownGroup) {
                     if (g0 >= K) break;
                     uint4 wv[kOneDownGroup][kOneDownUnroll];
-                    if (staged && g0 == kOneDownGroup) {
-                        cp_async_wait_all();  // this lane's copies; the lane reads only its own vectors
-#pragma unroll
-                        for (int jj = 0; jj < kOneDownGroup; ++jj)
-#pragma unroll
-                            for (int i = 0; i < kOneDownUnroll; ++i)
-                                wv[jj][i] = down_stage[(jj * kOneDownUnroll + i) * 32 + lane];
-                    } else {
-                        load_down_rows(wv, p, slot_of, g0, K, gw, 0, lane);
-                    }
+                    load_down_rows(wv, p, slot_of, g0, K, gw, 0, lane);
                     accumulate_down(acc, wv, act_s, p, K, g0, 0, lane);
                 }
                 store_down_row(acc, weight_s, p, K, gw, lane);
@@ -499,12 +442,7 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
 
 template <int kT>
 void launch_one_launch(const moe_decode_params& p, cudaStream_t stream) {
-    size_t smem = one_launch_smem(p.num_tokens, p.top_k, p.num_experts, p.hidden, p.inter);
-    // moe_down_stage, one token: room for the second group of down rows where two blocks still fit a multiprocessor
-    // (the kernel reads whether it is there from its dynamic shared memory size).
-    if (kT == 1 && current_decode_tuning().moe_down_stage && p.top_k > kOneDownGroup &&
-        down_stage_offset(smem) <= kDownStageMaxBase)
-        smem = down_stage_offset(smem) + kDownStageBytes;
+    const size_t smem = one_launch_smem(p.num_tokens, p.top_k, p.num_experts, p.hidden, p.inter);
     DISPATCH_EXPERTS_PER_LANE(p.num_experts, kPerLane, {
         const auto kernel = moe_decode_one_kernel<kT, kPerLane>;
         ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kOneMaxSmem)));

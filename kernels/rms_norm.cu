@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const rms_norm_param
         if (vec >= num_vecs) break;
         w_raw[i] = *reinterpret_cast<const detail::bf16x8*>(p.weight + vec * 8);
     }
-    // norm_early (decode_tuning.hpp, off by default: not yet measured) triggers before the wait: the projection after
+    // norm_early (decode_tuning.hpp, the default) triggers before the wait: the projection after
     // this short kernel launches now and loads its weights under it.
     if constexpr (kEarly) detail::pdl_launch_dependents();
     detail::pdl_wait();
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const rms_norm_param
 template <bool kEarly>
 __global__ void __launch_bounds__(kThreads) rms_norm_fp8_kernel(const rms_norm_fp8_params p) {
     __shared__ float scratch[32];  // one partial sum per warp
-    // norm_early (decode_tuning.hpp, off by default: not yet measured) triggers before the wait: the projection after
+    // norm_early (decode_tuning.hpp, the default) triggers before the wait: the projection after
     // this short kernel launches now and loads its weights under it.
     if constexpr (kEarly) detail::pdl_launch_dependents();
     detail::pdl_wait();

@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(kThreads) rope_qk_norm_kv_kernel(const rope_qk
     // qk: [(num_q_heads + num_kv_heads) * head_dim] fp32 = this token's q heads then k heads, 4 bytes each.
     extern __shared__ float qk[];
     __shared__ float scratch[32];
-    // norm_early (decode_tuning.hpp, off by default: not yet measured) triggers before the wait: the decode attention
+    // norm_early (decode_tuning.hpp, the default) triggers before the wait: the decode attention
     // after this short kernel launches now and loads its first K/V tiles under it.
     if constexpr (kEarly) detail::pdl_launch_dependents();
     detail::pdl_wait();
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kHeadWarps * 32) rope_per_head_kernel(const ro
             sincosf(float(pos) * inv_freq, &sn[m], &cs[m]);
         }
     }
-    // norm_early (decode_tuning.hpp, off by default: not yet measured) triggers before the wait: the decode attention
+    // norm_early (decode_tuning.hpp, the default) triggers before the wait: the decode attention
     // after this short kernel launches now and loads its first K/V tiles under it.
     if constexpr (kEarly) detail::pdl_launch_dependents();
     detail::pdl_wait();

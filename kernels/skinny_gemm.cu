@@ -9,10 +9,7 @@
 // tiles to fill the GPU (5 120 rows: 80 tiles; 2 048: 32) split k over a thread-block cluster of `splits` CTAs; the
 // cluster reduces its fp32 partials through distributed shared memory, each CTA summing a share of the tile over the
 // ranks in rank order (deterministic: no atomics, no global scratch). Launched programmatically dependent (pdl.cuh):
-// each CTA sends its first weight stages towards L2 before waiting for the kernel before it; variant skinny_smem
-// (decode_tuning.hpp, off by default: not yet measured) copies them into shared memory instead, where they stay until
-// used when the kernel before lets this one launch early (the decode attention's combine, variant combine_early: the
-// O projection's first stages would then load under the attention, whose KV streaming would evict them from L2).
+// each CTA sends its first weight stages towards L2 before waiting for the kernel before it.
 
 #include <cooperative_groups.h>
 
@@ -20,7 +17,6 @@
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
-#include "kernels/decode_tuning.hpp"
 #include "kernels/mma_sm80.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/stream_load.cuh"
@@ -53,7 +49,7 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 /// NT tiles of 8 tokens (m <= 8 * NT). Grid: (splits, ceil(n / 64)), clusters of (splits, 1, 1).
-template <int NT, bool kF32, bool kEarlySmem>
+template <int NT, bool kF32>
 __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const skinny_gemm_bf16_params p) {
     constexpr int kTokens = NT * 8;
     constexpr uint32_t kWBytes = kTileRows * 128, kXBytes = kTokens * 128, kStageBytes = kWBytes + kXBytes;
@@ -76,17 +72,24 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const skinny_gemm
         valid = row < p.n && c < kc;
         return reinterpret_cast<const uint4*>(p.w) + (valid ? row * kc + c : 0);
     };
-    auto load_w = [&](int s) {  // stage s's weight rows
+    // The weights depend on no earlier kernel: send the first stages towards L2 (one prefetch per 128-byte row of a
+    // step) while that kernel ends.
+    for (int i = threadIdx.x; i < kTileRows * min(nsteps, kStages - 1); i += kThreads) {
+        bool valid = false;
+        const uint4* src = w_src(step_begin + i / kTileRows, (i % kTileRows) * 8, valid);
+        if (valid) detail::prefetch_l2(src);
+    }
+    detail::pdl_wait();
+    detail::pdl_launch_dependents();
+
+    auto load_stage = [&](int s) {
+        const int step = step_begin + s;
         const uint32_t base = smem_base + (s % kStages) * kStageBytes;
         for (int i = threadIdx.x; i < kTileRows * 8; i += kThreads) {
             bool valid = false;
-            const uint4* src = w_src(step_begin + s, i, valid);
+            const uint4* src = w_src(step, i, valid);
             cp_async_16(base + swizzle(i / 8, i % 8), src, valid);
         }
-    };
-    auto load_x = [&](int s) {  // stage s's activations
-        const int step = step_begin + s;
-        const uint32_t base = smem_base + (s % kStages) * kStageBytes;
         for (int i = threadIdx.x; i < kTokens * 8; i += kThreads) {
             const int32_t t = i / 8, c = step * 8 + i % 8;
             const bool valid = t < p.m && c < kc;
@@ -94,22 +97,6 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const skinny_gemm
                         reinterpret_cast<const uint4*>(p.x) + (valid ? int64_t(t) * kc + c : 0), valid);
         }
     };
-    // The weights depend on no earlier kernel: the first kStages - 1 stages' rows go towards L2 (one prefetch per
-    // 128-byte row of a step), or with kEarlySmem into shared memory, while that kernel ends. Uncommitted, the copies
-    // join group 0, which stage 0's wait covers: every stage's rows are in a group no later than its own.
-    if constexpr (kEarlySmem) {
-#pragma unroll
-        for (int s = 0; s < kStages - 1; ++s)
-            if (s < nsteps) load_w(s);
-    } else {
-        for (int i = threadIdx.x; i < kTileRows * min(nsteps, kStages - 1); i += kThreads) {
-            bool valid = false;
-            const uint4* src = w_src(step_begin + i / kTileRows, (i % kTileRows) * 8, valid);
-            if (valid) detail::prefetch_l2(src);
-        }
-    }
-    detail::pdl_wait();
-    detail::pdl_launch_dependents();
 
     float acc[4][NT][4];  // [16-row tile][8-token tile][fragment]
 #pragma unroll
@@ -121,17 +108,14 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const skinny_gemm
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-        if (s < nsteps) {
-            if constexpr (!kEarlySmem) load_w(s);
-            load_x(s);
-        }
+        if (s < nsteps) load_stage(s);
         cp_async_commit();
     }
     static_assert(kStepK == 16 * kWarps, "one 16-wide k slice of a stage per warp");
     for (int s = 0; s < nsteps; ++s) {
         cp_async_wait<kStages - 2>();
         __syncthreads();  // stage s landed for every thread; stage s - 1's slot is free
-        if (s + kStages - 1 < nsteps) load_w(s + kStages - 1), load_x(s + kStages - 1);
+        if (s + kStages - 1 < nsteps) load_stage(s + kStages - 1);
         cp_async_commit();
         const uint32_t w_base = smem_base + (s % kStages) * kStageBytes, x_base = w_base + kWBytes;
         uint32_t a[4][4];
@@ -244,13 +228,13 @@ int sm_count() {
     return count;
 }
 
-template <int NT, bool kF32, bool kEarlySmem>
+template <int NT, bool kF32>
 void launch_one(const skinny_gemm_bf16_params& p, cudaStream_t stream) {
     constexpr size_t stage_bytes = size_t(kTileRows + NT * 8) * 128;
     constexpr size_t smem = std::max(kStages * stage_bytes, size_t(kWarps * NT * 8) * kPartialStride * sizeof(float));
     static_assert(smem <= 227u << 10, "shared memory");
-    ZMOE_CUDA_CHECK(cudaFuncSetAttribute(skinny_gemm_kernel<NT, kF32, kEarlySmem>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    ZMOE_CUDA_CHECK(
+        cudaFuncSetAttribute(skinny_gemm_kernel<NT, kF32>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     const int tiles = (p.n + kTileRows - 1) / kTileRows;
     const int steps = (p.k + kStepK - 1) / kStepK;
     int splits = p.splits;
@@ -271,15 +255,12 @@ void launch_one(const skinny_gemm_bf16_params& p, cudaStream_t stream) {
     attributes[1].val.programmaticStreamSerializationAllowed = 1;
     config.attrs = attributes;
     config.numAttrs = 2;
-    ZMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, skinny_gemm_kernel<NT, kF32, kEarlySmem>, p));
+    ZMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, skinny_gemm_kernel<NT, kF32>, p));
 }
 
 template <int NT>
 void launch_tokens(const skinny_gemm_bf16_params& p, cudaStream_t stream) {
-    if (current_decode_tuning().skinny_smem)
-        p.y_fp32 ? launch_one<NT, true, true>(p, stream) : launch_one<NT, false, true>(p, stream);
-    else
-        p.y_fp32 ? launch_one<NT, true, false>(p, stream) : launch_one<NT, false, false>(p, stream);
+    p.y_fp32 ? launch_one<NT, true>(p, stream) : launch_one<NT, false>(p, stream);
 }
 
 }  // namespace

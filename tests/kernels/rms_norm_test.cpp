@@ -1,5 +1,6 @@
-// launch_rms_norm against ref::rms_norm, with and without the fused residual add; the measured launch order and
-// variant norm_early (decode_tuning.hpp: the next kernel may launch before the wait) alike.
+// launch_rms_norm against ref::rms_norm, with and without the fused residual add; the older launch order
+// (ZMOE_DECODE_TUNING=none) and variant norm_early (decode_tuning.hpp, the default: the next kernel may launch
+// before the wait) alike.
 
 #include "kernels/reference/reference.hpp"
 #include "tests/kernels/test_util.hpp"

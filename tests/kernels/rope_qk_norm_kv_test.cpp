@@ -1,5 +1,6 @@
 // launch_rope_qk_norm_kv against ref::rope_qk_norm_kv: q output and the whole K/V caches (slots not written
-// must keep their old contents); the measured launch order and variant norm_early (decode_tuning.hpp) alike.
+// must keep their old contents); the older launch order (ZMOE_DECODE_TUNING=none) and variant norm_early
+// (decode_tuning.hpp, the default) alike.
 
 #include <numeric>
 

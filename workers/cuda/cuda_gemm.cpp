@@ -4,7 +4,6 @@
 
 #include "base/check.hpp"
 #include "kernels/api.hpp"
-#include "kernels/decode_tuning.hpp"
 
 namespace zmoe::cuda {
 namespace {
@@ -25,13 +24,7 @@ bool gemv_preferred(int32_t m, int32_t n) { return m == 1 || n <= 1024 || n >= 6
 /// of back-to-back launches; docs/benchmarks.md): it beats cuBLASLt on O (2 048 outputs) from 2 to 16 rows (7.2-8.3
 /// against 8.6-8.8 us) and on the router's 128 outputs from 9 to 32 rows (3.8-4.5 against 4.9-5.1 us), not on QKV's
 /// 5 120 outputs beyond 4 rows, nor on anything beyond 32 rows (at 64 rows QKV + O take 26.6 against 17.2 us).
-/// Variant qkv_skinny (kernels/decode_tuning.hpp, off by default: not yet measured) also takes 2-4 rows of up to
-/// 8 192 outputs (QKV at batch 2-4: 5 120): back to back the two were level there (H200, 2 rows: 7.9 against 8.0 us),
-/// but cuBLASLt's kernels are not programmatically dependent, so in the step QKV cannot load its weights under the
-/// input RMSNorm, nor RoPE launch under QKV; the skinny kernel does both.
-bool skinny_preferred(int32_t m, int32_t n) {
-    return m >= 2 && m <= 16 && (n <= 4096 || (m <= 4 && n <= 8192 && kernels::current_decode_tuning().qkv_skinny));
-}
+bool skinny_preferred(int32_t m, int32_t n) { return m >= 2 && m <= 16 && n <= 4096; }
 
 /// The params of launch_gemv_bf16 or launch_skinny_gemm_bf16 (the same leading fields), the rest defaulted.
 template <typename Params>
