@@ -3,7 +3,8 @@
 # (a failing step does not stop the others); logs and JSON into OUT:
 #   tests    kernels_test's decode attention tests
 #   kernel   decode_attention_bench at 32 000 tokens of context, batch 1 and 4, the step's split and a sweep of others
-#            (9 and 33: the counts before they were rounded to multiples of 8), 2 and 4 stages at the step's split;
+#            (9 and 33: the counts before they were rounded to multiples of 8), 2 and 4 stages at the step's split,
+#            each back to back and isolated (--isolated: no overlap with the launch before, as in the step);
 #            and batch 1 / 64 / 256 at 128 and 4 096 (the short-context cases must not get slower)
 #   step     zmoe bench step --context 32000 --batch-sizes 1,4: the decode step beside its memory floor (KV + weights);
 #            and the usual table (context 128, batch 1 / 64 / 256)
@@ -14,8 +15,12 @@
 #            per --max-num-batched-tokens: its TTFT beside the decodes' inter-token latency
 #
 #   workers  (only when named) workers_cuda_test's decode graph and transformers-reference tests
+#   layers   (only when named) ncu over ~5 layers of one decode step at 32 000 tokens, batch 1 and 4, clocks and caches
+#            as they are: each launch's time and DRAM bytes (bench/ncu_launch_table.py)
 #
-#   bench/longctx.sh [--out DIR] [--bin DIR] [--only tests,kernel,step,prefill,profile,mixed,workers]
+# ZMOE_DECODE_TUNING (kernels/decode_tuning.hpp) in the environment applies to every step: unset, the default
+# decode-step kernel variants; `none` the older kernels, or a list of variants.
+#   bench/longctx.sh [--out DIR] [--bin DIR] [--only tests,kernel,step,prefill,profile,mixed,workers,layers]
 #                    [--peak-tflops 790] [--chunks 2048,4096,8192,16384,32768]
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -56,7 +61,7 @@ if want workers; then
 fi
 if want kernel; then
   step kernel_32k 90 "$bin/decode_attention_bench" --batches 1,4 --contexts 32000 --stages 2,4 \
-    --splits 8,9,16,24,32,33,48,99 --iters 10 --json "$out/decode_attention_32k.json"
+    --splits 8,9,16,24,32,33,48,99 --iters 10 --isolated --json "$out/decode_attention_32k.json"
   step kernel_short 60 "$bin/decode_attention_bench" --batches 1,64,256 --contexts 128,4096 --iters 10 \
     --json "$out/decode_attention_short.json"
 fi
@@ -80,6 +85,15 @@ if want profile; then
       --log-file "$out/ncu_$chunk.csv" "$bin/zmoe" bench prefill --model "$cut" --load-format dummy --lens 8192 \
       --chunks "$chunk" --reps 1 --profile-len 8192 --profile-chunk "$chunk"
     python3 bench/ncu_kernel_summary.py "$out/ncu_$chunk.csv" --layers 4 --json "$out/ncu_$chunk.json" 2>&1 | head -40
+  done
+fi
+if want layers; then
+  for b in 1 4; do
+    step "layers_b$b" 150 ncu --profile-from-start off --launch-skip 90 --launch-count 45 --clock-control none \
+      --cache-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum --csv \
+      --print-units base --log-file "$out/layers_b$b.csv" "$bin/zmoe" bench step --model "$model" --load-format dummy \
+      --batch-sizes "$b" --context 32000 --steps 1 --warmup 2 --profile
+    python3 bench/ncu_launch_table.py "$out/layers_b$b.csv" --json "$out/layers_b$b.json" 2>&1 | head -70
   done
 fi
 if want mixed; then

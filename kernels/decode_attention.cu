@@ -19,7 +19,10 @@
 // The four warps' states then meet in shared memory and merge in warp order. A sequence of one chunk writes its output
 // directly; otherwise each chunk writes its normalised output and its log-sum-exp (base 2) to the workspace.
 // Combine pass (only when num_splits > 1): one block per (query head, sequence) weighs the chunks' outputs by their
-// log-sum-exps, in chunk order (deterministic). Both launched programmatically dependent (pdl.cuh).
+// log-sum-exps, in chunk order (deterministic). Both launched programmatically dependent (pdl.cuh); for one sequence
+// (variant combine_early, decode_tuning.hpp, the default there) the combine lets the next kernel launch before it
+// waits for the chunk pass (H100, 32 000 tokens, with gemv_wave: 5.05 -> 4.91 ms a step at batch 1; at batch 4 the
+// pair cost ~0.26 ms, so there the combine triggers after its wait).
 
 #include <algorithm>
 #include <type_traits>
@@ -27,6 +30,7 @@
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/decode_attention.hpp"
+#include "kernels/decode_tuning.hpp"
 #include "kernels/device_utils.cuh"
 #include "kernels/mma_sm80.cuh"
 #include "kernels/pdl.cuh"
@@ -303,7 +307,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const decode
 constexpr int kCombineThreads = 128;
 
 /// One block per (query head, sequence): out = sum_c 2^(lse_c - M) o_c / sum_c 2^(lse_c - M), chunks in order.
-template <int kHeadDim>
+template <int kHeadDim, bool kEarlyLaunch>
 __global__ void __launch_bounds__(kCombineThreads) decode_attention_combine_kernel(const decode_attention_params p) {
     constexpr int kCols = kHeadDim / 4;              // float4 columns of a row
     constexpr int kLanes = kCombineThreads / kCols;  // threads that share a column, each over every kLanes-th chunk
@@ -313,8 +317,12 @@ __global__ void __launch_bounds__(kCombineThreads) decode_attention_combine_kern
     __shared__ float reduce[kCombineThreads / 32];
     __shared__ float4 partial[kLanes][kCols];
 
+    // combine_early: the next kernel (the O projection) may launch now, under the chunk pass: it waits for this whole
+    // launch before it reads the output, and meanwhile loads its weights into registers (gemv_bf16, gemv_wave) while
+    // the chunk pass streams the KV.
+    if constexpr (kEarlyLaunch) detail::pdl_launch_dependents();
     detail::pdl_wait();  // the chunk pass's states
-    detail::pdl_launch_dependents();
+    if constexpr (!kEarlyLaunch) detail::pdl_launch_dependents();
     const int32_t head = blockIdx.x, seq = blockIdx.y;
     const int32_t kv_len = p.start_pos[seq] + 1;
     const int32_t chunk = decode_attention_chunk(kv_len, p.num_splits);
@@ -409,9 +417,12 @@ void launch_one(const decode_attention_params& p, int32_t stages, cudaStream_t s
     } else {
         launch_chunks<kHeadDim, kGroup, 2>(p, stream);
     }
-    if (p.num_splits > 1)
-        detail::launch_pdl(decode_attention_combine_kernel<kHeadDim>, dim3(p.num_q_heads, p.num_seqs),
-                           dim3(kCombineThreads), 0, stream, p);
+    if (p.num_splits > 1) {
+        const bool early = p.num_seqs == 1 && current_decode_tuning().combine_early;
+        const auto combine =
+            early ? decode_attention_combine_kernel<kHeadDim, true> : decode_attention_combine_kernel<kHeadDim, false>;
+        detail::launch_pdl(combine, dim3(p.num_q_heads, p.num_seqs), dim3(kCombineThreads), 0, stream, p);
+    }
 }
 
 template <int kValue>

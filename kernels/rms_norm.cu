@@ -5,6 +5,7 @@
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/decode_tuning.hpp"
 #include "kernels/device_utils.cuh"
 #include "kernels/pdl.cuh"
 
@@ -15,6 +16,7 @@ constexpr int kThreads = 256;
 /// Vectors of 8 each thread holds: rows up to kThreads * 8 * kMaxVecs = 16384 wide.
 constexpr int kMaxVecs = 8;
 
+template <bool kEarly>
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const rms_norm_params p) {
     __shared__ float scratch[32];  // one partial sum per warp
     const int32_t num_vecs = p.hidden / 8;
@@ -27,8 +29,11 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const rms_norm_param
         if (vec >= num_vecs) break;
         w_raw[i] = *reinterpret_cast<const detail::bf16x8*>(p.weight + vec * 8);
     }
+    // norm_early (decode_tuning.hpp, the default) triggers before the wait: the projection after
+    // this short kernel launches now and loads its weights under it.
+    if constexpr (kEarly) detail::pdl_launch_dependents();
     detail::pdl_wait();
-    detail::pdl_launch_dependents();
+    if constexpr (!kEarly) detail::pdl_launch_dependents();
     const size_t row = size_t(blockIdx.x) * p.hidden;
     float v[kMaxVecs][8];
     float sum_sq = 0.f;
@@ -64,10 +69,14 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const rms_norm_param
     }
 }
 
+template <bool kEarly>
 __global__ void __launch_bounds__(kThreads) rms_norm_fp8_kernel(const rms_norm_fp8_params p) {
     __shared__ float scratch[32];  // one partial sum per warp
+    // norm_early (decode_tuning.hpp, the default) triggers before the wait: the projection after
+    // this short kernel launches now and loads its weights under it.
+    if constexpr (kEarly) detail::pdl_launch_dependents();
     detail::pdl_wait();
-    detail::pdl_launch_dependents();
+    if constexpr (!kEarly) detail::pdl_launch_dependents();
     const size_t row = size_t(blockIdx.x) * p.hidden;
     const int32_t num_vecs = p.hidden / 8;
     float v[kMaxVecs][8];
@@ -137,7 +146,8 @@ void launch_rms_norm_fp8(const rms_norm_fp8_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(p.scale_ld >= p.num_tokens && reinterpret_cast<uintptr_t>(p.q) % 8 == 0,
                         "rms_norm_fp8: scale_ld >= num_tokens, q 8-byte aligned");
     if (p.num_tokens == 0) return;
-    detail::launch_pdl(rms_norm_fp8_kernel, dim3(p.num_tokens), dim3(kThreads), 0, stream, p);
+    detail::launch_pdl(current_decode_tuning().norm_early ? rms_norm_fp8_kernel<true> : rms_norm_fp8_kernel<false>,
+                       dim3(p.num_tokens), dim3(kThreads), 0, stream, p);
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 
@@ -145,7 +155,8 @@ void launch_rms_norm(const rms_norm_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(p.hidden % 8 == 0 && p.hidden <= kThreads * 8 * kMaxVecs,
                         "rms_norm: hidden must be a multiple of 8, at most 16384");
     if (p.num_tokens == 0) return;
-    detail::launch_pdl(rms_norm_kernel, dim3(p.num_tokens), dim3(kThreads), 0, stream, p);
+    detail::launch_pdl(current_decode_tuning().norm_early ? rms_norm_kernel<true> : rms_norm_kernel<false>,
+                       dim3(p.num_tokens), dim3(kThreads), 0, stream, p);
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 

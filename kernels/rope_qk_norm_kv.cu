@@ -4,6 +4,7 @@
 
 #include "kernels/api.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/decode_tuning.hpp"
 #include "kernels/device_utils.cuh"
 #include "kernels/pdl.cuh"
 
@@ -20,12 +21,16 @@ __device__ void norm_span(float* v, int32_t n, const bf16* w, float eps, float* 
     for (int32_t i = threadIdx.x; i < n; i += kThreads) v[i] *= inv * __bfloat162float(w[i]);
 }
 
+template <bool kEarly>
 __global__ void __launch_bounds__(kThreads) rope_qk_norm_kv_kernel(const rope_qk_norm_kv_params p) {
     // qk: [(num_q_heads + num_kv_heads) * head_dim] fp32 = this token's q heads then k heads, 4 bytes each.
     extern __shared__ float qk[];
     __shared__ float scratch[32];
+    // norm_early (decode_tuning.hpp, the default) triggers before the wait: the decode attention
+    // after this short kernel launches now and loads its first K/V tiles under it.
+    if constexpr (kEarly) detail::pdl_launch_dependents();
     detail::pdl_wait();
-    detail::pdl_launch_dependents();
+    if constexpr (!kEarly) detail::pdl_launch_dependents();
     const int32_t t = blockIdx.x, hd = p.head_dim;
     const int32_t num_heads = p.num_q_heads + p.num_kv_heads;
     const int32_t q_size = p.num_q_heads * hd, kv_size = p.num_kv_heads * hd;
@@ -87,6 +92,7 @@ constexpr int kMaxPairsPerLane = 4;  // head_dim <= 256
 /// Per-head norm (or none): one warp per (token, head), so a decode step spreads over many blocks. Lane l holds the
 /// rotation pairs (i, i + head_dim / 2) for i = l, l + 32, ...; the sum of squares runs over the same elements in
 /// the same order as rope_qk_norm_kv_kernel's (d = l, l + 32, ...), so both give the same bits.
+template <bool kEarly>
 __global__ void __launch_bounds__(kHeadWarps * 32) rope_per_head_kernel(const rope_qk_norm_kv_params p) {
     const int32_t t = blockIdx.x, hd = p.head_dim, half = hd / 2;
     const int lane = threadIdx.x % 32;
@@ -102,8 +108,11 @@ __global__ void __launch_bounds__(kHeadWarps * 32) rope_per_head_kernel(const ro
             sincosf(float(pos) * inv_freq, &sn[m], &cs[m]);
         }
     }
+    // norm_early (decode_tuning.hpp, the default) triggers before the wait: the decode attention
+    // after this short kernel launches now and loads its first K/V tiles under it.
+    if constexpr (kEarly) detail::pdl_launch_dependents();
     detail::pdl_wait();
-    detail::pdl_launch_dependents();
+    if constexpr (!kEarly) detail::pdl_launch_dependents();
     const int32_t h = blockIdx.y * kHeadWarps + threadIdx.x / 32;
     if (h >= p.num_q_heads + p.num_kv_heads) return;
     const int32_t q_size = p.num_q_heads * hd, kv_size = p.num_kv_heads * hd;
@@ -162,16 +171,18 @@ void launch_rope_qk_norm_kv(const rope_qk_norm_kv_params& p, cudaStream_t stream
     if (p.num_tokens == 0) return;
     if (p.norm != qk_norm_mode::whole && p.head_dim <= 2 * 32 * kMaxPairsPerLane) {
         const int32_t heads = p.num_q_heads + p.num_kv_heads;
-        detail::launch_pdl(rope_per_head_kernel, dim3(p.num_tokens, (heads + kHeadWarps - 1) / kHeadWarps),
-                           dim3(kHeadWarps * 32), 0, stream, p);
+        detail::launch_pdl(
+            current_decode_tuning().norm_early ? rope_per_head_kernel<true> : rope_per_head_kernel<false>,
+            dim3(p.num_tokens, (heads + kHeadWarps - 1) / kHeadWarps), dim3(kHeadWarps * 32), 0, stream, p);
         ZMOE_CUDA_CHECK_LAUNCH();
         return;
     }
     const size_t smem = size_t(p.num_q_heads + p.num_kv_heads) * p.head_dim * sizeof(float);
+    const auto kernel =
+        current_decode_tuning().norm_early ? rope_qk_norm_kv_kernel<true> : rope_qk_norm_kv_kernel<false>;
     if (smem > 48 * 1024)
-        ZMOE_CUDA_CHECK(
-            cudaFuncSetAttribute(rope_qk_norm_kv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    detail::launch_pdl(rope_qk_norm_kv_kernel, dim3(p.num_tokens), dim3(kThreads), smem, stream, p);
+        ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    detail::launch_pdl(kernel, dim3(p.num_tokens), dim3(kThreads), smem, stream, p);
     ZMOE_CUDA_CHECK_LAUNCH();
 }
 

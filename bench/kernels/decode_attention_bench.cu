@@ -14,8 +14,13 @@
 // keys, default the context); --splits 1,8,... times those counts too, each a row; --stages 2,4 times the step's
 // split count with those K/V tiles in flight per warp (decode_attention_params::num_stages), each a row.
 //
+// --isolated adds a column "alone": the same graph with a one-thread kernel, launched without programmatic
+// dependence, before every launch (its own graph's time subtracted), so a launch cannot overlap the one before it
+// (back to back, the next launch's block-table reads and early K/V tiles run under this launch's tail; in the decode
+// step the kernel before it is the RoPE/KV-write kernel, and the split that wins back to back need not win there).
+//
 // usage: decode_attention_bench [--batches 1,64,256] [--contexts 128,1024,4096] [--iters 20] [--splits LIST]
-//                               [--stages LIST] [--max-kv-len N] [--peer CMD] [--json PATH]
+//                               [--stages LIST] [--max-kv-len N] [--isolated] [--peer CMD] [--json PATH]
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -53,9 +58,13 @@ struct row {
     int32_t batch = 0, context = 0, copies = 0, splits = 0, stages = 0;  // stages 0: the launch's own choice
     bool automatic = true;                                               // the split the decode step takes
     double ms = 0, floor_ms = 0, bytes = 0, peer_ms = -1;                // peer_ms < 0: no peer row for this shape
+    double alone_ms = -1;                                                // --isolated: < 0 when not measured
 };
 
-row measure(int32_t batch, int32_t context, int32_t splits, int32_t stages, bool automatic, int iters,
+/// The separator of --isolated: launched plainly, it ends before the next (programmatically dependent) launch starts.
+__global__ void separator_kernel() {}
+
+row measure(int32_t batch, int32_t context, int32_t splits, int32_t stages, bool automatic, int iters, bool isolated,
             cudaStream_t stream) {
     row r{.batch = batch, .context = context, .splits = splits, .stages = stages, .automatic = automatic};
     const int32_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
@@ -99,18 +108,35 @@ row measure(int32_t batch, int32_t context, int32_t splits, int32_t stages, bool
     ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
 
     const int32_t launches = std::max(r.copies, 16);
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    ZMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    for (int32_t i = 0; i < launches; ++i) launch(i % r.copies);
-    ZMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    ZMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    r.ms = event_median_ms([&] { ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, stream, iters) / launches;
+    // The median time of one graph of `launches` rounds of body(i).
+    auto graph_ms = [&](auto&& body) {
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        ZMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        for (int32_t i = 0; i < launches; ++i) body(i);
+        ZMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+        ZMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        const double ms = event_median_ms([&] { ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, stream, iters);
+        ZMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+        ZMOE_CUDA_CHECK(cudaGraphDestroy(graph));
+        return ms;
+    };
+    r.ms = graph_ms([&](int32_t i) { launch(i % r.copies); }) / launches;
+    if (isolated) {
+        auto separator = [&] {
+            separator_kernel<<<1, 1, 0, stream>>>();
+            ZMOE_CUDA_CHECK(cudaGetLastError());
+        };
+        const double both = graph_ms([&](int32_t i) {
+            separator();
+            launch(i % r.copies);
+        });
+        const double alone = graph_ms([&](int32_t) { separator(); });
+        r.alone_ms = (both - alone) / launches;
+    }
     r.bytes = double(batch) * (double(context) * kKvHeads * kHeadDim * 2 * sizeof(bf16) +
                                2.0 * kQHeads * kHeadDim * sizeof(bf16) + blocks_per_seq * 4.0);
 
-    ZMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    ZMOE_CUDA_CHECK(cudaGraphDestroy(graph));
     for (void* p : {(void*)d_tables, (void*)d_start, (void*)workspace}) ZMOE_CUDA_CHECK(cudaFree(p));
     return r;
 }
@@ -133,6 +159,7 @@ double copy_bandwidth(cudaStream_t stream) {
 int main(int argc, char** argv) {
     std::vector<int32_t> batches{1, 64, 256}, contexts{128, 1024, 4096}, splits, stages;
     int iters = 20, max_kv_len = 0;
+    bool isolated = false;
     std::string peer, json;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -149,6 +176,8 @@ int main(int argc, char** argv) {
             stages = parse_list(argv[++i]);
         else if (a == "--max-kv-len" && has_value)
             max_kv_len = std::stoi(argv[++i]);
+        else if (a == "--isolated")
+            isolated = true;
         else if (a == "--peer" && has_value)
             peer = argv[++i];
         else if (a == "--json" && has_value)
@@ -156,7 +185,7 @@ int main(int argc, char** argv) {
         else {
             std::fprintf(stderr,
                          "usage: %s [--batches 1,64,256] [--contexts 128,1024,4096] [--iters N] [--splits LIST] "
-                         "[--stages LIST] [--max-kv-len N] [--peer CMD] [--json PATH]\n",
+                         "[--stages LIST] [--max-kv-len N] [--isolated] [--peer CMD] [--json PATH]\n",
                          argv[0]);
             return 2;
         }
@@ -173,10 +202,10 @@ int main(int argc, char** argv) {
         for (int32_t c : contexts) {
             const int32_t chosen =
                 zmoe::kernels::decode_attention_splits(b, kKvHeads, max_kv_len > 0 ? max_kv_len : c, slots);
-            rows.push_back(measure(b, c, chosen, 0, true, iters, stream));
-            for (int32_t st : stages) rows.push_back(measure(b, c, chosen, st, false, iters, stream));
+            rows.push_back(measure(b, c, chosen, 0, true, iters, isolated, stream));
+            for (int32_t st : stages) rows.push_back(measure(b, c, chosen, st, false, iters, isolated, stream));
             for (int32_t s : splits)
-                if (s != chosen) rows.push_back(measure(b, c, s, 0, false, iters, stream));
+                if (s != chosen) rows.push_back(measure(b, c, s, 0, false, iters, isolated, stream));
         }
     for (row& r : rows) r.floor_ms = r.bytes / bandwidth * 1e3;
 
@@ -201,23 +230,26 @@ int main(int argc, char** argv) {
         "\ndecode attention, %d query / %d KV heads of %d, BF16, block size %d, on %s; copy bandwidth %.0f GB/s; %d "
         "block slots\n",
         kQHeads, kKvHeads, kHeadDim, kBlockSize, prop.name, bandwidth * 1e-9, slots);
-    std::printf("%6s %8s %7s %8s %6s %10s %10s %10s %7s %9s %8s\n", "batch", "context", "copies", "splits", "stages",
-                "zmoe us", "floor us", "peer us", "floor%", "GB/s", "vs peer");
+    std::printf("%6s %8s %7s %8s %6s %10s %10s %10s %10s %7s %9s %8s\n", "batch", "context", "copies", "splits",
+                "stages", "zmoe us", "alone us", "floor us", "peer us", "floor%", "GB/s", "vs peer");
     for (const row& r : rows) {
         char vs[16] = "-", peer_us[16] = "-";
         if (r.peer_ms > 0) {
             std::snprintf(vs, sizeof vs, "%.2fx", r.peer_ms / r.ms);
             std::snprintf(peer_us, sizeof peer_us, "%.2f", r.peer_ms * 1e3);
         }
+        char alone_us[16] = "-";
+        if (r.alone_ms >= 0) std::snprintf(alone_us, sizeof alone_us, "%.2f", r.alone_ms * 1e3);
         char stages_s[16] = "auto";
         if (r.stages > 0) std::snprintf(stages_s, sizeof stages_s, "%d", r.stages);
-        std::printf("%6d %8d %7d %7d%c %6s %10.2f %10.2f %10s %6.0f%% %9.0f %8s\n", r.batch, r.context, r.copies,
-                    r.splits, r.automatic ? '*' : ' ', stages_s, r.ms * 1e3, r.floor_ms * 1e3, peer_us,
+        std::printf("%6d %8d %7d %7d%c %6s %10.2f %10s %10.2f %10s %6.0f%% %9.0f %8s\n", r.batch, r.context, r.copies,
+                    r.splits, r.automatic ? '*' : ' ', stages_s, r.ms * 1e3, alone_us, r.floor_ms * 1e3, peer_us,
                     100.0 * r.floor_ms / r.ms, r.bytes / r.ms * 1e-6, vs);
     }
     std::printf(
         "(splits *: the decode step's choice; floor: K + V + query + output + block-table bytes at the copy "
-        "bandwidth; vs peer: peer time / zmoe's, > 1 means zmoe is faster)\n");
+        "bandwidth; alone: --isolated, no overlap with the launch before; vs peer: peer time / zmoe's, > 1 means zmoe "
+        "is faster)\n");
 
     if (!json.empty()) {
         std::ofstream f(json);
@@ -230,7 +262,8 @@ int main(int argc, char** argv) {
             f << (i ? "," : "") << "{\"batch\":" << r.batch << ",\"context\":" << r.context
               << ",\"copies\":" << r.copies << ",\"num_splits\":" << r.splits << ",\"num_stages\":" << r.stages
               << ",\"automatic\":" << (r.automatic ? "true" : "false") << ",\"ms\":" << r.ms << ",\"bytes\":" << r.bytes
-              << ",\"floor_ms\":" << r.floor_ms << ",\"peer_ms\":" << r.peer_ms << "}";
+              << ",\"floor_ms\":" << r.floor_ms << ",\"peer_ms\":" << r.peer_ms << ",\"alone_ms\":" << r.alone_ms
+              << "}";
         }
         f << "]}\n";
         std::printf("wrote %s\n", json.c_str());

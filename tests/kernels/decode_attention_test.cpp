@@ -11,6 +11,7 @@
 
 #include "kernels/reference/reference.hpp"
 #include "tests/kernels/test_util.hpp"
+#include "tests/kernels/tuning_scope.hpp"
 
 namespace zmoe::kernels::test {
 namespace {
@@ -230,6 +231,28 @@ TEST(DecodeAttention, StagesGiveTheSameBits) {
         const std::vector<float> four = run_decode(c, in);
         EXPECT_EQ(two, four) << c.name;
         EXPECT_LT(rel_error(four, reference(c, in)), kBf16Tolerance) << c.name;
+    }
+}
+
+TEST(DecodeAttention, CombineEarlyGivesTheSameBits) {
+    // combine_early (one sequence only, the default there) only moves the combine's launch_dependents before its
+    // wait: the same output, split or not. At several sequences it does not apply: the same launch either way.
+    for (const decode_case& c :
+         {decode_case{"e_32k", {31999}, 32, 4, 128, 16}, decode_case{"e_five_splits", {1500}, 32, 4, 128, 16, 5},
+          decode_case{"e_one_split", {900}, 32, 4, 128, 16, 1},
+          decode_case{"e_batch", {700, 3, 1500, 129, 40}, 32, 4, 128, 16, 5}}) {
+        std::mt19937 rng(21);
+        const decode_inputs in = make_inputs(c, rng);
+        std::vector<float> measured, early;
+        {
+            const tuning_scope off({});
+            measured = run_decode(c, in);
+        }
+        {
+            const tuning_scope on({.combine_early = true});
+            early = run_decode(c, in);
+        }
+        EXPECT_EQ(measured, early) << c.name;
     }
 }
 

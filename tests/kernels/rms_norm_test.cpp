@@ -1,7 +1,10 @@
-// launch_rms_norm against ref::rms_norm, with and without the fused residual add.
+// launch_rms_norm against ref::rms_norm, with and without the fused residual add; the older launch order
+// (ZMOE_DECODE_TUNING=none) and variant norm_early (decode_tuning.hpp, the default: the next kernel may launch
+// before the wait) alike.
 
 #include "kernels/reference/reference.hpp"
 #include "tests/kernels/test_util.hpp"
+#include "tests/kernels/tuning_scope.hpp"
 
 namespace zmoe::kernels::test {
 namespace {
@@ -18,31 +21,34 @@ TEST_P(RmsNorm, MatchesReference) {
     std::mt19937 rng(c.num_tokens * 7 + c.hidden + c.residual);
     const size_t n = size_t(c.num_tokens) * c.hidden;
     const auto x = random_bf16(n, 2.f, rng);
-    auto residual = random_bf16(n, 2.f, rng);
+    const auto residual0 = random_bf16(n, 2.f, rng);
     const auto weight = random_bf16(c.hidden, 1.5f, rng);
+    for (const bool early : {false, true}) {
+        const tuning_scope tuning({.norm_early = early});
+        auto residual = residual0;  // the reference adds x into it, as the kernel does
+        auto d_x = upload_bf16(x);
+        auto d_res = upload_bf16(residual);
+        auto d_w = upload_bf16(weight);
+        device_buffer<bf16> d_out(n);
+        d_out.poison();
+        launch_rms_norm({.x = d_x.get(),
+                         .residual = c.residual ? d_res.get() : nullptr,
+                         .weight = d_w.get(),
+                         .out = d_out.get(),
+                         .num_tokens = c.num_tokens,
+                         .hidden = c.hidden,
+                         .eps = 1e-6f},
+                        nullptr);
+        sync_and_check();
 
-    auto d_x = upload_bf16(x);
-    auto d_res = upload_bf16(residual);
-    auto d_w = upload_bf16(weight);
-    device_buffer<bf16> d_out(n);
-    d_out.poison();
-    launch_rms_norm({.x = d_x.get(),
-                     .residual = c.residual ? d_res.get() : nullptr,
-                     .weight = d_w.get(),
-                     .out = d_out.get(),
-                     .num_tokens = c.num_tokens,
-                     .hidden = c.hidden,
-                     .eps = 1e-6f},
-                    nullptr);
-    sync_and_check();
-
-    std::vector<float> want(n);
-    ref::rms_norm(x.data(), c.residual ? residual.data() : nullptr, weight.data(), want.data(), c.num_tokens, c.hidden,
-                  1e-6f);
-    EXPECT_LT(rel_error(download_bf16(d_out), want), kBf16Tolerance);
-    // The residual sum is one fp32 add rounded to BF16 on both sides: exact.
-    if (c.residual) {
-        EXPECT_EQ(download_bf16(d_res), residual);
+        std::vector<float> want(n);
+        ref::rms_norm(x.data(), c.residual ? residual.data() : nullptr, weight.data(), want.data(), c.num_tokens,
+                      c.hidden, 1e-6f);
+        EXPECT_LT(rel_error(download_bf16(d_out), want), kBf16Tolerance);
+        // The residual sum is one fp32 add rounded to BF16 on both sides: exact.
+        if (c.residual) {
+            EXPECT_EQ(download_bf16(d_res), residual);
+        }
     }
 }
 

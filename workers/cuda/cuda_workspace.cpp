@@ -1,6 +1,7 @@
 #include "workers/cuda/cuda_workspace.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -70,6 +71,7 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
         (s.max_tokens * group + kernels::kAttentionRowsPerItem - 1) / kernels::kAttentionRowsPerItem + s.max_seqs;
     if (kernels::decode_attention_supported(s.num_q_heads, s.num_kv_heads, s.head_dim))
         attn_slots = kernels::decode_attention_slots(s.num_q_heads, s.num_kv_heads, s.head_dim);
+    attn_splits_fixed = parse_attention_splits(std::getenv("ZMOE_DECODE_ATTENTION_SPLITS"));
     const bool ep = s.world_size > 1;
     max_recv_rows = ep ? s.world_size * s.max_tokens * s.top_k : 0;
     max_moe_rows = s.num_experts == 0 ? 0
@@ -186,7 +188,19 @@ cuda_workspace::cuda_workspace(const workspace_shape& s) : shape(s) {
     bytes_ += static_cast<int64_t>(sample_side.bytes());
 }
 
+int32_t parse_attention_splits(const char* value) {
+    if (value == nullptr || *value == '\0') return 0;
+    char* end = nullptr;
+    const long v = std::strtol(value, &end, 10);
+    if (*end != '\0' || v < 1 || v > kernels::kDecodeAttentionMaxSplits)
+        throw error(errc::invalid_argument, std::string("ZMOE_DECODE_ATTENTION_SPLITS must be an integer in [1, ") +
+                                                std::to_string(kernels::kDecodeAttentionMaxSplits) + "], got '" +
+                                                value + "'");
+    return int32_t(v);
+}
+
 int32_t cuda_workspace::attn_splits(int32_t num_seqs) const {
+    if (attn_splits_fixed > 0) return attn_splits_fixed;
     return kernels::decode_attention_splits(num_seqs, shape.num_kv_heads, shape.max_kv_len, attn_slots);
 }
 

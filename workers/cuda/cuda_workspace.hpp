@@ -100,12 +100,19 @@ struct mirrored {
     T* host = nullptr;
 };
 
+/// A ZMOE_DECODE_ATTENTION_SPLITS value: a split count in [1, kDecodeAttentionMaxSplits]; null or empty: 0 (the
+/// shape's choice). Anything else throws errc::invalid_argument naming the value (refused, not ignored).
+int32_t parse_attention_splits(const char* value);
+
 struct cuda_workspace {
     workspace_shape shape;
     int32_t max_work_items = 0;  ///< attention work items one step can need
     int32_t max_moe_rows = 0;    ///< rows of the permuted expert buffers
     int32_t max_recv_rows = 0;   ///< rows this rank's experts can receive in one exchange
     int32_t attn_slots = 0;      ///< decode attention blocks the device holds at once (0: shape not supported)
+    /// A fixed decode attention split count for every batch size, from ZMOE_DECODE_ATTENTION_SPLITS (a measurement
+    /// knob: the step's time at another split than decode_attention_splits picks); 0: the shape's choice.
+    int32_t attn_splits_fixed = 0;
 
     // Step inputs: [small fields | block tables] in `inputs`, mirrored in `inputs_host`.
     device_buffer inputs;
