@@ -406,12 +406,14 @@ gemm_fp8_sm90_config gemm_fp8_sm90_choice(const gemm_fp8_params& p) {
     const int tokens = p.m <= 8 ? 8 : p.m <= 16 ? 16 : p.m <= 32 ? 32 : p.m <= 64 ? 64 : 128;
     const int64_t tiles = (int64_t(p.n) + kWgRows - 1) / kWgRows;
     const int kblocks = std::max(1, (p.k + kBK - 1) / kBK);
-    // About one 64-row CTA per SM at up to 64 rows, from n and k alone (gemm_fp8_bench --sweep-sm90, H100: Qwen3's
-    // q/k/v (80 tiles) fastest at 2 splits, o (32 tiles) at 4, from 16 to 128 rows; two CTAs per SM, 3 and 8 splits,
-    // ran 1.3-1.8x slower there).
+    // The fewest of 1, 2, 4, 8 splits that give 64-row CTAs for about 0.9 of the SMs, from n and k alone
+    // (gemm_fp8_bench --sweep-sm90, H100, 16-128 rows: Qwen3's q/k/v (80 tiles) fastest at 2 splits, o (32 tiles) at
+    // 4, DeepSeek-V3's o and shared down (112 tiles) at 2, q_a (24) and kv_a (9) at 8 or near it; about two CTAs per
+    // SM ran 1.3-1.8x slower on Qwen3's, one split 1.6x slower on DeepSeek's o at 128 rows).
     const int64_t sms = current_device().sms;
-    const int splits =
-        int(std::clamp<int64_t>((sms + tiles / 2) / std::max<int64_t>(1, tiles), 1, std::min(kMaxSplits, kblocks)));
+    int splits = 1;
+    while (splits < kMaxSplits && splits < kblocks && tiles * splits * 10 < sms * 9) splits *= 2;
+    splits = std::min(splits, kblocks);
     // Two warpgroups (128 weight rows sharing a tile of 128 tokens) past 64 rows: half the activation traffic from L2
     // (at 256 rows of Qwen3-30B-A3B's o projection, 64-row tiles would read 32 MB of activations).
     const int wgs = tokens == 128 ? 2 : 1;
