@@ -25,6 +25,7 @@
 #include <algorithm>
 
 #include "kernels/api.hpp"
+#include "kernels/cluster_sum.cuh"
 #include "kernels/cuda_check.hpp"
 #include "kernels/gemm_fp8.hpp"
 #include "kernels/gemm_fp8_sm90.hpp"
@@ -248,21 +249,9 @@ __global__ void __launch_bounds__(kThreads) gemm_fp8_skinny_kernel(const gemm_fp
     const int tokens = min(p.m - token0, kTokens);
     for (int gi = rank * kThreads + int(threadIdx.x); gi < tokens * kGroups; gi += splits * kThreads) {
         const int token = gi / kGroups, row = (gi % kGroups) * 4;
-        float4 parts[kMaxSplits];
-#pragma unroll
-        for (int r = 0; r < kMaxSplits; ++r)
-            if (r < splits)
-                parts[r] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial, r) +
-                                                            token * kPartialStride + row);
-        float v[4] = {parts[0].x, parts[0].y, parts[0].z, parts[0].w};
-#pragma unroll
-        for (int r = 1; r < kMaxSplits; ++r)
-            if (r < splits) {
-                v[0] += parts[r].x;
-                v[1] += parts[r].y;
-                v[2] += parts[r].z;
-                v[3] += parts[r].w;
-            }
+        const float4 sum =
+            detail::cluster_rank_sum4<kMaxSplits>(cluster, partial, splits, token * kPartialStride + row);
+        float v[4] = {sum.x, sum.y, sum.z, sum.w};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int64_t col = row0 + row + i;

@@ -26,6 +26,7 @@
 
 #include <algorithm>
 
+#include "kernels/cluster_sum.cuh"
 #include "kernels/cuda_check.hpp"
 #include "kernels/gemm_fp8_sm90.hpp"
 #include "kernels/pdl.cuh"
@@ -305,21 +306,9 @@ __global__ void __launch_bounds__(sm90_layout<kN, kWg>::kThreads, sm90_layout<kN
     const bool vector_store = p.n % 4 == 0 && (reinterpret_cast<uintptr_t>(p.c) & 7) == 0;
     for (int gi = rank * kThreads + int(threadIdx.x); gi < tokens * kGroups; gi += splits * kThreads) {
         const int token = gi / kGroups, row = (gi % kGroups) * 4;
-        float4 parts[kMaxSplits];
-#pragma unroll
-        for (int q = 0; q < kMaxSplits; ++q)
-            if (q < splits)
-                parts[q] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial, q) +
-                                                            token * kPartialStride + row);
-        float v[4] = {parts[0].x, parts[0].y, parts[0].z, parts[0].w};
-#pragma unroll
-        for (int q = 1; q < kMaxSplits; ++q)
-            if (q < splits) {
-                v[0] += parts[q].x;
-                v[1] += parts[q].y;
-                v[2] += parts[q].z;
-                v[3] += parts[q].w;
-            }
+        const float4 sum =
+            detail::cluster_rank_sum4<kMaxSplits>(cluster, partial, splits, token * kPartialStride + row);
+        float v[4] = {sum.x, sum.y, sum.z, sum.w};
         const int64_t col = int64_t(row0) + row;
         bf16* out = p.c + size_t(token0 + token) * p.n + col;
         if (vector_store && col + 4 <= p.n) {

@@ -16,6 +16,7 @@
 #include <algorithm>
 
 #include "kernels/api.hpp"
+#include "kernels/cluster_sum.cuh"
 #include "kernels/cuda_check.hpp"
 #include "kernels/mma_sm80.cuh"
 #include "kernels/pdl.cuh"
@@ -186,21 +187,9 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const skinny_gemm
     // remote loads of a group issued before the sums.
     for (int gi = rank * kThreads + int(threadIdx.x); gi < tokens * kGroups; gi += splits * kThreads) {
         const int token = gi / kGroups, row = (gi % kGroups) * 4;
-        float4 part[kMaxSplits];
-#pragma unroll
-        for (int r = 0; r < kMaxSplits; ++r)
-            if (r < splits)
-                part[r] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial, r) +
-                                                           token * kPartialStride + row);
-        float v[4] = {part[0].x, part[0].y, part[0].z, part[0].w};
-#pragma unroll
-        for (int r = 1; r < kMaxSplits; ++r)
-            if (r < splits) {
-                v[0] += part[r].x;
-                v[1] += part[r].y;
-                v[2] += part[r].z;
-                v[3] += part[r].w;
-            }
+        const float4 sum =
+            detail::cluster_rank_sum4<kMaxSplits>(cluster, partial, splits, token * kPartialStride + row);
+        float v[4] = {sum.x, sum.y, sum.z, sum.w};
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const int64_t n_at = row0 + row + j;

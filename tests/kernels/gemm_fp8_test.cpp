@@ -237,6 +237,26 @@ TEST(GemmFp8, ARowsBitsDoNotDependOnTheBatch) {
     }
 }
 
+/// The grouped FP8 kernel's output for p as one group of p.m rows (the diagnostics compare other kernels' bits with
+/// it).
+std::vector<float> grouped_kernel_output(fp8_problem& problem, const gemm_fp8_params& p) {
+    const device_buffer<int32_t> offsets = upload(std::vector<int32_t>{0, p.m});
+    launch_grouped_gemm_fp8({.a = p.a,
+                             .a_scales = p.a_scales,
+                             .a_scale_ld = p.a_scale_ld,
+                             .b = p.w,
+                             .b_scales = p.w_scales,
+                             .expert_offsets = offsets.get(),
+                             .c = p.c,
+                             .max_rows = p.m,
+                             .n = p.n,
+                             .k = p.k,
+                             .num_experts = 1,
+                             .row_align = 64},
+                            nullptr);
+    return problem.output();
+}
+
 // Diagnostic (prints, asserts nothing): whether the skinny kernel's MMA kinds give the grouped wgmma kernel's bits
 // for the same rows (then a row's bits would not change at the 64-row switch either).
 TEST(GemmFp8, SkinnyKindsAgainstTheGroupedKernelBits) {
@@ -248,22 +268,8 @@ TEST(GemmFp8, SkinnyKindsAgainstTheGroupedKernelBits) {
     for (const auto& [n, k] : {std::pair{576, 7168}, std::pair{2048, 1536}, std::pair{272, 400}}) {
         const int32_t m = 128;
         fp8_problem problem(m, n, k);
-        const device_buffer<int32_t> offsets = upload(std::vector<int32_t>{0, m});
         const gemm_fp8_params p = problem.params();
-        launch_grouped_gemm_fp8({.a = p.a,
-                                 .a_scales = p.a_scales,
-                                 .a_scale_ld = p.a_scale_ld,
-                                 .b = p.w,
-                                 .b_scales = p.w_scales,
-                                 .expert_offsets = offsets.get(),
-                                 .c = p.c,
-                                 .max_rows = m,
-                                 .n = n,
-                                 .k = k,
-                                 .num_experts = 1,
-                                 .row_align = 64},
-                                nullptr);
-        const std::vector<float> grouped = problem.output();
+        const std::vector<float> grouped = grouped_kernel_output(problem, p);
         std::vector<float> e4m3_splits1;
         for (const auto mma : {detail::gemm_fp8_mma::e4m3, detail::gemm_fp8_mma::f16})
             for (const int32_t splits : {1, 4}) {
@@ -391,22 +397,8 @@ TEST(GemmFp8Sm90, BitsAgainstTheGroupedKernel) {
     for (const auto& [n, k] : {std::pair{576, 7168}, std::pair{2048, 1536}, std::pair{272, 400}}) {
         const int32_t m = 128;
         fp8_problem problem(m, n, k, /*with_reference=*/false);
-        const device_buffer<int32_t> offsets = upload(std::vector<int32_t>{0, m});
         const gemm_fp8_params p = problem.params();
-        launch_grouped_gemm_fp8({.a = p.a,
-                                 .a_scales = p.a_scales,
-                                 .a_scale_ld = p.a_scale_ld,
-                                 .b = p.w,
-                                 .b_scales = p.w_scales,
-                                 .expert_offsets = offsets.get(),
-                                 .c = p.c,
-                                 .max_rows = m,
-                                 .n = n,
-                                 .k = k,
-                                 .num_experts = 1,
-                                 .row_align = 64},
-                                nullptr);
-        const std::vector<float> grouped = problem.output();
+        const std::vector<float> grouped = grouped_kernel_output(problem, p);
         for (const int32_t splits : {1, 0}) {
             detail::launch_gemm_fp8_sm90(problem.params(), {.splits = splits}, nullptr);
             std::printf("[gemm fp8 bits] n %d k %d: sm90 splits %d vs grouped: %ld of %ld elements differ\n", n, k,

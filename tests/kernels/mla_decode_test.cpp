@@ -24,36 +24,55 @@ struct decode_case {
 
 class MlaDecode : public ::testing::TestWithParam<decode_case> {};
 
-TEST_P(MlaDecode, MatchesLatentAttentionReference) {
-    const decode_case c = GetParam();
-    constexpr int32_t kBlock = 16, kRank = 512, kRope = 64, kNope = 128, kV = 128;
-    std::mt19937 rng(c.heads * 31 + int(c.positions.size()));
-    const auto num_seqs = int32_t(c.positions.size());
-    const int32_t width = kRank + kRope, qk = kNope + kRope;
-    int32_t max_blocks = 1;
-    for (int32_t pos : c.positions) max_blocks = std::max(max_blocks, pos / kBlock + 1);
-    const int32_t num_blocks = num_seqs * max_blocks + 1;
-    std::vector<int32_t> perm(num_blocks);
+constexpr int32_t kBlock = 16, kRank = 512, kRope = 64, kNope = 128, kV = 128;
+constexpr int32_t kWidth = kRank + kRope, kQk = kNope + kRope;
+
+/// A case's paged cache: each sequence's blocks at shuffled places of num_blocks blocks (one spare), one query row a
+/// sequence, and the reference's shape (softmax scale `scale`).
+struct decode_layout {
+    int32_t num_seqs = 0, max_blocks = 1, num_blocks = 0;
+    std::vector<int32_t> tables, query_start;
+    ref::mla_shape shape;
+};
+
+decode_layout make_layout(const decode_case& c, float scale, std::mt19937& rng) {
+    decode_layout l;
+    l.num_seqs = int32_t(c.positions.size());
+    for (int32_t pos : c.positions) l.max_blocks = std::max(l.max_blocks, pos / kBlock + 1);
+    l.num_blocks = l.num_seqs * l.max_blocks + 1;
+    std::vector<int32_t> perm(l.num_blocks);
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng);
-    std::vector<int32_t> tables(size_t(num_seqs) * max_blocks), query_start(num_seqs + 1);
-    for (int32_t s = 0; s < num_seqs; ++s)
-        for (int32_t b = 0; b < max_blocks; ++b) tables[size_t(s) * max_blocks + b] = perm[s * max_blocks + b];
-    std::iota(query_start.begin(), query_start.end(), 0);
-    const std::vector<float> q = random_bf16(size_t(num_seqs) * c.heads * qk, 1.f, rng);
+    l.tables.resize(size_t(l.num_seqs) * l.max_blocks);
+    l.query_start.resize(l.num_seqs + 1);
+    for (int32_t s = 0; s < l.num_seqs; ++s)
+        for (int32_t b = 0; b < l.max_blocks; ++b) l.tables[size_t(s) * l.max_blocks + b] = perm[s * l.max_blocks + b];
+    std::iota(l.query_start.begin(), l.query_start.end(), 0);
+    l.shape = {.num_tokens = l.num_seqs,
+               .num_seqs = l.num_seqs,
+               .num_heads = c.heads,
+               .nope_dim = kNope,
+               .rope_dim = kRope,
+               .v_dim = kV,
+               .kv_lora_rank = kRank,
+               .block_size = kBlock,
+               .max_blocks_per_seq = l.max_blocks,
+               .scale = scale};
+    return l;
+}
+
+TEST_P(MlaDecode, MatchesLatentAttentionReference) {
+    const decode_case c = GetParam();
+    std::mt19937 rng(c.heads * 31 + int(c.positions.size()));
+    const decode_layout layout = make_layout(c, 0.125f, rng);
+    const int32_t num_seqs = layout.num_seqs, max_blocks = layout.max_blocks, num_blocks = layout.num_blocks;
+    const std::vector<int32_t>& tables = layout.tables;
+    const std::vector<int32_t>& query_start = layout.query_start;
+    const std::vector<float> q = random_bf16(size_t(num_seqs) * c.heads * kQk, 1.f, rng);
     const std::vector<float> q_lat = random_f32(size_t(num_seqs) * c.heads * kRank, 0.5f, rng);
-    const std::vector<float> cache = random_bf16(size_t(num_blocks) * kBlock * width, 1.f, rng);
+    const std::vector<float> cache = random_bf16(size_t(num_blocks) * kBlock * kWidth, 1.f, rng);
     const float scale = 0.125f;
-    const ref::mla_shape shape{.num_tokens = num_seqs,
-                               .num_seqs = num_seqs,
-                               .num_heads = c.heads,
-                               .nope_dim = kNope,
-                               .rope_dim = kRope,
-                               .v_dim = kV,
-                               .kv_lora_rank = kRank,
-                               .block_size = kBlock,
-                               .max_blocks_per_seq = max_blocks,
-                               .scale = scale};
+    const ref::mla_shape& shape = layout.shape;
     std::vector<float> want(q_lat.size());
     ref::mla_attention(shape, q_lat.data(), q.data(), cache.data(), tables.data(), query_start.data(),
                        c.positions.data(), want.data());
@@ -95,33 +114,15 @@ TEST_P(MlaDecode, MatchesLatentAttentionReference) {
 // latents in and out, the batched v_up GEMM, against the double reference chain (fp32 q_lat and o_lat).
 TEST_P(MlaDecode, Bf16LatentsThroughBatchedGemmsMatchReference) {
     const decode_case c = GetParam();
-    constexpr int32_t kBlock = 16, kRank = 512, kRope = 64, kNope = 128, kV = 128;
     std::mt19937 rng(c.heads * 57 + int(c.positions.size()));
-    const auto num_seqs = int32_t(c.positions.size());
-    const int32_t width = kRank + kRope, qk = kNope + kRope;
-    int32_t max_blocks = 1;
-    for (int32_t pos : c.positions) max_blocks = std::max(max_blocks, pos / kBlock + 1);
-    const int32_t num_blocks = num_seqs * max_blocks + 1;
-    std::vector<int32_t> perm(num_blocks);
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
-    std::vector<int32_t> tables(size_t(num_seqs) * max_blocks), query_start(num_seqs + 1);
-    for (int32_t s = 0; s < num_seqs; ++s)
-        for (int32_t b = 0; b < max_blocks; ++b) tables[size_t(s) * max_blocks + b] = perm[s * max_blocks + b];
-    std::iota(query_start.begin(), query_start.end(), 0);
-    const std::vector<float> q = random_bf16(size_t(num_seqs) * c.heads * qk, 1.f, rng);
+    const decode_layout layout = make_layout(c, 0.0625f, rng);
+    const int32_t num_seqs = layout.num_seqs, max_blocks = layout.max_blocks, num_blocks = layout.num_blocks;
+    const std::vector<int32_t>& tables = layout.tables;
+    const std::vector<int32_t>& query_start = layout.query_start;
+    const std::vector<float> q = random_bf16(size_t(num_seqs) * c.heads * kQk, 1.f, rng);
     const std::vector<float> kv_b = random_bf16(size_t(c.heads) * (kNope + kV) * kRank, 0.1f, rng);
-    const std::vector<float> cache = random_bf16(size_t(num_blocks) * kBlock * width, 1.f, rng);
-    const ref::mla_shape shape{.num_tokens = num_seqs,
-                               .num_seqs = num_seqs,
-                               .num_heads = c.heads,
-                               .nope_dim = kNope,
-                               .rope_dim = kRope,
-                               .v_dim = kV,
-                               .kv_lora_rank = kRank,
-                               .block_size = kBlock,
-                               .max_blocks_per_seq = max_blocks,
-                               .scale = 0.0625f};
+    const std::vector<float> cache = random_bf16(size_t(num_blocks) * kBlock * kWidth, 1.f, rng);
+    const ref::mla_shape& shape = layout.shape;
     std::vector<float> q_lat(size_t(num_seqs) * c.heads * kRank), o_lat(q_lat.size());
     std::vector<float> want(size_t(num_seqs) * c.heads * kV);
     ref::mla_q_absorb(shape, q.data(), kv_b.data(), q_lat.data());
@@ -191,7 +192,7 @@ TEST(MlaDecode, AbsorbGemvsMatchReference) {
     struct dims {
         int32_t heads, nope, v;
     };
-    constexpr int32_t kRank = 512, kRope = 64;
+
     for (const dims d : {dims{16, 128, 128}, dims{128, 128, 128}, dims{20, 72, 48}, dims{3, 256, 16}})
         for (int32_t tokens = 1; tokens <= kMlaAbsorbGemvMaxTokens; ++tokens) {
             ASSERT_TRUE(mla_absorb_gemv_supported(tokens, d.nope, d.v, kRank));
@@ -261,7 +262,7 @@ TEST(MlaDecode, RopeInAbsorbGemvMatchesRopeKernel) {
         int32_t heads, nope, rope;
         bool interleave;
     };
-    constexpr int32_t kRank = 512, kV = 128, kBlock = 16;
+
     for (const dims d : {dims{16, 128, 64, true}, dims{16, 128, 64, false}, dims{128, 128, 64, true},
                          dims{20, 72, 32, false}, dims{3, 256, 128, true}})
         for (int32_t tokens = 1; tokens <= kMlaAbsorbGemvMaxTokens; ++tokens) {
@@ -364,33 +365,16 @@ TEST_P(MlaDecode, CombineInVUpGemvMatchesCombine) {
     const decode_case c = GetParam();
     const auto num_seqs = int32_t(c.positions.size());
     if (num_seqs > kMlaAbsorbGemvMaxTokens) GTEST_SKIP() << "more sequences than the streaming kernels take";
-    constexpr int32_t kBlock = 16, kRank = 512, kRope = 64, kNope = 128, kV = 128;
     std::mt19937 rng(c.heads * 91 + num_seqs);
-    const int32_t width = kRank + kRope, qk = kNope + kRope;
-    int32_t max_blocks = 1;
-    for (int32_t pos : c.positions) max_blocks = std::max(max_blocks, pos / kBlock + 1);
-    const int32_t num_blocks = num_seqs * max_blocks + 1;
-    std::vector<int32_t> perm(num_blocks);
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
-    std::vector<int32_t> tables(size_t(num_seqs) * max_blocks), query_start(num_seqs + 1);
-    for (int32_t s = 0; s < num_seqs; ++s)
-        for (int32_t b = 0; b < max_blocks; ++b) tables[size_t(s) * max_blocks + b] = perm[s * max_blocks + b];
-    std::iota(query_start.begin(), query_start.end(), 0);
-    const std::vector<float> q = random_bf16(size_t(num_seqs) * c.heads * qk, 1.f, rng);
+    const decode_layout layout = make_layout(c, 0.0625f, rng);
+    const int32_t max_blocks = layout.max_blocks, num_blocks = layout.num_blocks;
+    const std::vector<int32_t>& tables = layout.tables;
+    const std::vector<int32_t>& query_start = layout.query_start;
+    const std::vector<float> q = random_bf16(size_t(num_seqs) * c.heads * kQk, 1.f, rng);
     const std::vector<float> q_lat = random_bf16(size_t(num_seqs) * c.heads * kRank, 0.5f, rng);
     const std::vector<float> kv_b = random_bf16(size_t(c.heads) * (kNope + kV) * kRank, 0.1f, rng);
-    const std::vector<float> cache = random_bf16(size_t(num_blocks) * kBlock * width, 1.f, rng);
-    const ref::mla_shape shape{.num_tokens = num_seqs,
-                               .num_seqs = num_seqs,
-                               .num_heads = c.heads,
-                               .nope_dim = kNope,
-                               .rope_dim = kRope,
-                               .v_dim = kV,
-                               .kv_lora_rank = kRank,
-                               .block_size = kBlock,
-                               .max_blocks_per_seq = max_blocks,
-                               .scale = 0.0625f};
+    const std::vector<float> cache = random_bf16(size_t(num_blocks) * kBlock * kWidth, 1.f, rng);
+    const ref::mla_shape& shape = layout.shape;
     std::vector<float> o_lat(q_lat.size()), want(size_t(num_seqs) * c.heads * kV);
     ref::mla_attention(shape, q_lat.data(), q.data(), cache.data(), tables.data(), query_start.data(),
                        c.positions.data(), o_lat.data());
