@@ -290,23 +290,10 @@ void launch_skinny_as(const gemm_fp8_params& p, int32_t token_slices, int splits
     const int64_t tiles = (int64_t(p.n) + kTileRows - 1) / kTileRows;
     ZMOE_KERNEL_REQUIRE(tiles <= 65535 && token_slices <= 65535, "gemm_fp8: n or m too large for the grid");
 
-    cudaLaunchConfig_t config{};
     // Token slices next to each other in launch order: a tile's slices read its weights about together (from L2
     // after the first).
-    config.gridDim = dim3(unsigned(splits), unsigned(token_slices), unsigned(tiles));
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    cudaLaunchAttribute attributes[2]{};
-    attributes[0].id = cudaLaunchAttributeClusterDimension;
-    attributes[0].val.clusterDim.x = unsigned(splits);
-    attributes[0].val.clusterDim.y = 1;
-    attributes[0].val.clusterDim.z = 1;
-    attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attributes[1].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attributes;
-    config.numAttrs = 2;
-    ZMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
+    detail::launch_pdl_clustered(kernel, dim3(unsigned(splits), unsigned(token_slices), unsigned(tiles)),
+                                 dim3(kThreads), smem, unsigned(splits), stream, p);
 }
 
 template <int kChunk, int kStages, bool kF16>

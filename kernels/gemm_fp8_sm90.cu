@@ -355,23 +355,10 @@ void launch_as(const gemm_fp8_params& p, int splits, bool overlap, cudaStream_t 
     const CUtensorMap map_w = make_map(p.w, p.n, p.k, L::kTileRows);
     const CUtensorMap map_a = make_map(p.a, p.m, p.k, kN);
 
-    cudaLaunchConfig_t config{};
     // Token slices next to each other in launch order: a tile's slices read its weights about together (from L2
     // after the first).
-    config.gridDim = dim3(unsigned(splits), unsigned(slices), unsigned(tiles));
-    config.blockDim = dim3(L::kThreads);
-    config.dynamicSmemBytes = L::kBytes;
-    config.stream = stream;
-    cudaLaunchAttribute attributes[2]{};
-    attributes[0].id = cudaLaunchAttributeClusterDimension;
-    attributes[0].val.clusterDim.x = unsigned(splits);
-    attributes[0].val.clusterDim.y = 1;
-    attributes[0].val.clusterDim.z = 1;
-    attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attributes[1].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attributes;
-    config.numAttrs = 2;
-    ZMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, map_w, map_a, p));
+    detail::launch_pdl_clustered(kernel, dim3(unsigned(splits), unsigned(slices), unsigned(tiles)), dim3(L::kThreads),
+                                 L::kBytes, unsigned(splits), stream, map_w, map_a, p);
 }
 
 bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }

@@ -230,21 +230,8 @@ void launch_one(const skinny_gemm_bf16_params& p, cudaStream_t stream) {
     if (splits <= 0) splits = (3 * sm_count()) / tiles;  // about three CTAs per SM
     splits = std::clamp(std::min(splits, steps), 1, kMaxSplits);
 
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(unsigned(splits), unsigned(tiles));
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    cudaLaunchAttribute attributes[2]{};
-    attributes[0].id = cudaLaunchAttributeClusterDimension;
-    attributes[0].val.clusterDim.x = unsigned(splits);
-    attributes[0].val.clusterDim.y = 1;
-    attributes[0].val.clusterDim.z = 1;
-    attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attributes[1].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attributes;
-    config.numAttrs = 2;
-    ZMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, skinny_gemm_kernel<NT, kF32>, p));
+    detail::launch_pdl_clustered(skinny_gemm_kernel<NT, kF32>, dim3(unsigned(splits), unsigned(tiles)), dim3(kThreads),
+                                 smem, unsigned(splits), stream, p);
 }
 
 template <int NT>
