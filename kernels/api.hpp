@@ -440,6 +440,13 @@ bool moe_decode_supported(int32_t num_tokens, int32_t top_k, int32_t num_experts
 /// alone; the CUDA executor and bench/kernels/moe_layer_bench both choose by it.
 bool moe_use_decode_path(int32_t num_tokens, int32_t top_k, int32_t num_experts, int32_t hidden, int32_t inter);
 
+/// True when launch_moe_decode takes one token of this shape with ungated shared experts of shared_inter columns
+/// (moe_decode_params::shared_inter): moe_decode_supported(1, ...), shared_inter a positive multiple of 8, and x + act
+/// [top_k * inter + shared_inter] BF16 + logits within 96 KB of shared memory (DeepSeek-V2-Lite: 27 KB; V3's 7 168 x
+/// top-8 x 2 048 + 2 048: 51 KB).
+bool moe_decode_shared_supported(int32_t top_k, int32_t num_experts, int32_t hidden, int32_t inter,
+                                 int32_t shared_inter);
+
 /// int32 scratch launch_moe_decode needs for num_tokens x top_k choices: its grid barrier's counters and the counter
 /// of its gate|up tail. Zero it once before the first launch; every launch leaves it zero again.
 size_t moe_decode_scratch_ints(int32_t num_tokens, int32_t top_k);
@@ -457,6 +464,7 @@ struct moe_decode_params {
     int32_t* slot_ids = nullptr;               // [num_tokens, top_k] out: the slot serving each choice
     int32_t* scratch = nullptr;                // moe_decode_scratch_ints(num_tokens, top_k)
     bf16* act = nullptr;                       // [num_tokens * top_k, inter] scratch: SiLU(gate) * up per choice
+                                               // (+ shared_inter elements after them with shared experts)
     int32_t* expert_counts = nullptr;          // [num_experts] or nullptr: += the valid choices of each expert
     bf16* out = nullptr;                       // [num_tokens, hidden]
     int32_t num_tokens = 0;
@@ -465,6 +473,10 @@ struct moe_decode_params {
     int32_t hidden = 0;
     int32_t inter = 0;
     bool renormalize = false;
+    /// Ungated shared experts (DeepSeek's), one token only (moe_decode_shared_supported): shared_inter == 0 none.
+    const bf16* shared_gate_up = nullptr;  // [2 * shared_inter, hidden]: gate rows, then up rows
+    const bf16* shared_down = nullptr;     // [hidden, shared_inter]
+    int32_t shared_inter = 0;
 };
 
 /// What (the router GEMM +) launch_router_topk + launch_moe_route + launch_moe_permute + the two grouped GEMMs +
@@ -476,7 +488,10 @@ struct moe_decode_params {
 /// the tokens that chose each; (2) per distinct slot and FFN column, act = bf16(silu(x . gate) * (x . up)) for every
 /// token that chose it, each weight row read once; (3) per hidden row, y = bf16(act . down) per choice, then out[t] =
 /// bf16(sum_j weights[t, j] * y[t, j]) in top-k order. A token's result does not depend on the other tokens of the
-/// batch.
+/// batch. With shared experts (one token): (2) also act_s = bf16(silu(bf16(x . gate_s)) * bf16(x . up_s)) per shared
+/// column, after the routed act; (3) out = bf16(bf16(routed sum) + bf16(act_s . down_s)): what launch_gemv_bf16
+/// gate|up, launch_silu_mul and launch_gemv_bf16 down with the routed out as its bias compute, bit for bit (the dots
+/// in the GEMV's order).
 void launch_moe_decode(const moe_decode_params& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
@@ -708,10 +723,20 @@ struct moe_layer_params {
     bool renormalize = false;
     moe_path path = moe_path::automatic;  ///< decode only where a few-token kernel takes the shape
     bool fuse_router = true;              ///< the decode path computes the router logits itself (else a GEMM first)
+    /// Ungated shared experts added to out (shared_inter == 0: none): only where moe_layer_takes_shared, else refused.
+    /// experts.act then holds top_k * inter + shared_inter elements.
+    const bf16* shared_gate_up = nullptr;  // [2 * shared_inter, hidden]: gate rows, then up rows
+    const bf16* shared_down = nullptr;     // [hidden, shared_inter]
+    int32_t shared_inter = 0;
 };
 
 /// True when launch_moe_layer takes the decode path for p (p.path, moe_use_decode_path, moe_decode_supported).
 bool moe_layer_uses_decode_path(const moe_layer_params& p);
+
+/// True when launch_moe_layer can add ungated shared experts of shared_inter columns to p's routed experts in the same
+/// launch: p (whatever its shared_* fields) takes the BF16 one-token launch_moe_decode, which takes shared_inter
+/// (moe_decode_shared_supported), and experts.act holds top_k * inter + shared_inter elements (max_rows x inter).
+bool moe_layer_takes_shared(const moe_layer_params& p, int32_t shared_inter);
 
 /// The routed experts of one MoE layer on one GPU with the softmax top-k router (what the CUDA executor runs per MoE
 /// layer and moe_layer_bench times): on the decode path one launch with the router GEMV fused in (BF16: one token

@@ -18,10 +18,24 @@
 //      every choice rounded to bf16 and summed with its routing weight in top-k order in registers; more tokens:
 //      act read through L2 and each (slot, token) sum rounded into shared memory, then summed per token in top-k
 //      order. out is written once: no combine step, no atomics.
-// The kernel is instantiated for 1, 2, 4 and 8 tokens (per-token sums in registers). Launched programmatically
-// dependent (pdl.cuh): the router rows and replica tables are prefetched before the wait, and the next kernel may
-// launch once every block is past the last barrier. Every dot product is summed in a fixed order (lanes, then a
-// warp reduction), so a token's result does not depend on which other tokens share the batch.
+// One token with shared experts (shared_inter > 0; DeepSeek's ungated ones): phase 2 deals the shared gate|up
+// columns out after the routed (slot, column) items and writes their act after the routed act; phase 3 adds, per
+// hidden row, the shared down row's product to the routed sum. The arithmetic is that of the separate launches the
+// CUDA executor runs otherwise (launch_gemv_bf16 gate|up, launch_silu_mul, launch_gemv_bf16 down with the routed out
+// as its bias), so the result is the same bit for bit:
+//   - gate|up: a lane sums its 16-byte vectors lane, lane + 32, ... in ascending order, 8 elements each in order,
+//     then detail::warp_sum: the GEMV's order (its lane j reads chunks j, j + 32, ...; the same warp_sum). The gate
+//     and up sums are rounded to BF16 (the GEMV's BF16 output), then act = bf16(g / (1 + __expf(-g)) * u) in fp32,
+//     launch_silu_mul's expression;
+//   - down: the same lane order over the shared row, warp_sum, rounded to BF16 (the GEMV's product before its bias);
+//     the routed sum is rounded to BF16 first (the routed out the GEMV reads as its bias), then out =
+//     bf16(routed + shared) in fp32 (two terms: the order of the addition does not matter).
+// Bits may differ only where nvcc contracts the sums differently in the two kernels (both write acc += w * x, an FMA).
+// The kernel is instantiated for 1, 2, 4 and 8 tokens (per-token sums in registers), and for one token with shared
+// experts (kShared; without them the one-token kernel is today's). Launched programmatically dependent (pdl.cuh): the
+// router rows and replica tables are prefetched before the wait, and the next kernel may launch once every block is
+// past the last barrier. Every dot product is summed in a fixed order (lanes, then a warp reduction), so a token's
+// result does not depend on which other tokens share the batch.
 // Measured (H200, Qwen3-30B-A3B shapes) it beats the grouped path at one token only: see kDecodePathMaxTokens.
 
 #include <algorithm>
@@ -50,18 +64,22 @@ constexpr int32_t kTailCounter = 32;
 
 constexpr int kOneThreads = 256;
 constexpr int kOneWarps = kOneThreads / 32;
-constexpr int kOneUnroll = 8;      // gate|up: 16-byte vectors per lane in flight per row (gate and up each)
-constexpr int kOneDownGroup = 4;   // down: choices whose rows are loaded together
-constexpr int kOneDownUnroll = 3;  // down: 16-byte vectors per lane per row in flight (768 / 8 / 32 = 3 at Qwen3)
-constexpr int kOneMaxTopK = 16;    // one token: its choices' sums in registers
+constexpr int kOneUnroll = 8;        // gate|up: 16-byte vectors per lane in flight per row (gate and up each)
+constexpr int kOneDownGroup = 4;     // down: choices whose rows are loaded together
+constexpr int kOneDownUnroll = 3;    // down: 16-byte vectors per lane per row in flight (768 / 8 / 32 = 3 at Qwen3)
+constexpr int kOneMaxTopK = 16;      // one token: its choices' sums in registers
+constexpr int kOneSharedUnroll = 4;  // down: 16-byte vectors per lane of the shared row in flight (ptxas, sm_90a:
+                                     // 6 spills 16 bytes, 12 spills 180; 4 none)
 constexpr size_t kOneMaxSmem = 96u << 10;  // two blocks per multiprocessor
 constexpr int kMaxExperts = 512;           // moe_decode_supported's bound
 constexpr int kSmemSlots = 1024;           // replica tables up to this many slots are copied to shared memory
 
-/// Dynamic shared memory of the kernel: x [T, hidden] bf16, act [top_k, inter] bf16 (one token only), logits
-/// [T, experts] fp32.
-size_t one_launch_smem(int32_t num_tokens, int32_t top_k, int32_t num_experts, int32_t hidden, int32_t inter) {
-    return size_t(num_tokens) * hidden * sizeof(bf16) + (num_tokens == 1 ? size_t(top_k) * inter * sizeof(bf16) : 0) +
+/// Dynamic shared memory of the kernel: x [T, hidden] bf16, act [top_k * inter + shared_inter] bf16 (one token only),
+/// logits [T, experts] fp32.
+size_t one_launch_smem(int32_t num_tokens, int32_t top_k, int32_t num_experts, int32_t hidden, int32_t inter,
+                       int32_t shared_inter = 0) {
+    return size_t(num_tokens) * hidden * sizeof(bf16) +
+           (num_tokens == 1 ? (size_t(top_k) * inter + size_t(shared_inter)) * sizeof(bf16) : 0) +
            size_t(num_tokens) * num_experts * sizeof(float);
 }
 
@@ -108,9 +126,42 @@ __device__ __forceinline__ void accumulate_down(float (&acc)[kOneMaxTopK],
     }
 }
 
-/// One token, down: out[h] = the choices' sums, each rounded to bf16, weighted and added in top-k order.
+/// One token with shared experts, down: the shared down row h . the shared act (act_s from top_k * inter on), summed
+/// over the whole warp and rounded to bf16 (launch_gemv_bf16's order: this lane's vectors lane, lane + 32, ...
+/// ascending, kOneSharedUnroll of them in flight).
+__device__ __forceinline__ float shared_down_row(const moe_decode_params& p, const bf16* act_s, int32_t K, int64_t h,
+                                                 int lane) {
+    const int32_t svec = p.shared_inter / 8;
+    const auto* row = reinterpret_cast<const uint4*>(p.shared_down + size_t(h) * p.shared_inter);
+    const bf16* act = act_s + size_t(K) * p.inter;
+    float acc = 0.f;
+    for (int32_t v0 = 0; v0 < svec; v0 += 32 * kOneSharedUnroll) {
+        uint4 wv[kOneSharedUnroll];
+#pragma unroll
+        for (int i = 0; i < kOneSharedUnroll; ++i) {
+            const int32_t v = v0 + i * 32 + lane;
+            if (v < svec) wv[i] = detail::load_stream(row + v);
+        }
+#pragma unroll
+        for (int i = 0; i < kOneSharedUnroll; ++i) {
+            const int32_t v = v0 + i * 32 + lane;
+            if (v >= svec) break;
+            float wf[8], av[8];
+            detail::load_f32x8(reinterpret_cast<const bf16*>(&wv[i]), wf);
+            detail::load_f32x8(act + v * 8, av);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc += wf[e] * av[e];
+        }
+    }
+    return __bfloat162float(__float2bfloat16(detail::warp_sum(acc)));
+}
+
+/// One token, down: out[h] = the choices' sums, each rounded to bf16, weighted and added in top-k order; with shared
+/// experts (kShared) that sum rounded to bf16, then shared (already bf16) added and the whole rounded again.
+template <bool kShared>
 __device__ __forceinline__ void store_down_row(const float (&acc)[kOneMaxTopK], const float* weight_s,
-                                               const moe_decode_params& p, int32_t K, int64_t h, int lane) {
+                                               const moe_decode_params& p, int32_t K, int64_t h, int lane,
+                                               float shared) {
     float out = 0.f;
 #pragma unroll
     for (int j = 0; j < kOneMaxTopK; ++j) {
@@ -118,20 +169,23 @@ __device__ __forceinline__ void store_down_row(const float (&acc)[kOneMaxTopK], 
         const float y = __bfloat162float(__float2bfloat16(detail::warp_sum(acc[j])));
         out += weight_s[j] * y;
     }
+    if constexpr (kShared) out = __bfloat162float(__float2bfloat16(out)) + shared;
     if (lane == 0) p.out[h] = __float2bfloat16(out);
 }
 
-template <int kT, int kPerLane>
+template <int kT, int kPerLane, bool kShared>
 __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const moe_decode_params p) {
+    static_assert(!kShared || kT == 1, "shared experts in the one-token kernel only");
     extern __shared__ __align__(16) unsigned char one_smem[];
     constexpr int kPairs = kT == 1 ? kOneMaxTopK : kMoeDecodeMaxPairs;
     constexpr int kUnroll = kT <= 2 ? kOneUnroll : kOneUnroll / 2;        // fewer loads in flight where more sums are
     constexpr int kGroupT = kT <= 2 ? kOneDownGroup : kOneDownGroup / 2;  // the same in down
     const int32_t T = p.num_tokens, K = p.top_k, H = p.hidden, I = p.inter, E = p.num_experts, TK = T * K;
-    bf16* x_s = reinterpret_cast<bf16*>(one_smem);  // [T, hidden]
-    bf16* act_s = x_s + size_t(T) * H;              // [top_k, inter], one token only
-    float* logits_s = reinterpret_cast<float*>(act_s + (kT == 1 ? size_t(K) * I : 0));  // [T, experts]
-    __shared__ int32_t slot_s[kPairs];                                                  // per choice t * top_k + j
+    bf16* x_s = reinterpret_cast<bf16*>(one_smem);   // [T, hidden]
+    bf16* act_s = x_s + size_t(T) * H;               // [top_k * inter + shared_inter], one token only
+    const int32_t S = kShared ? p.shared_inter : 0;  // shared experts' columns
+    float* logits_s = reinterpret_cast<float*>(act_s + (kT == 1 ? size_t(K) * I + S : 0));  // [T, experts]
+    __shared__ int32_t slot_s[kPairs];                                                      // per choice t * top_k + j
     __shared__ float weight_s[kPairs];
     // More than one token: the distinct slots in ascending order, and per slot the choice of each token (-1: none).
     __shared__ int32_t uslot_s[kT == 1 ? 1 : kPairs];
@@ -267,8 +321,10 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
     auto slot_of = [&](int32_t u) { return kT == 1 ? slot_s[u] : uslot_s[u]; };
     auto choice_of = [&](int32_t u, int32_t t) { return kT == 1 ? u : uchoice_s[u * T + t]; };
 
-    // 2. gate|up: item = (distinct slot, FFN column), grid-stride; every row read once for all its tokens.
-    const int64_t items = int64_t(U) * I;
+    // 2. gate|up: item = (distinct slot, FFN column), grid-stride; every row read once for all its tokens. With shared
+    // experts, items from U * I on are the shared columns (after the routed ones: the tail takes them).
+    const int64_t routed_items = int64_t(U) * I;
+    const int64_t items = routed_items + S;
     auto gate_row = [&](int64_t item) {
         return p.w_gate_up + (size_t(slot_of(int32_t(item / I))) * 2 * I + size_t(item % I)) * H;
     };
@@ -287,14 +343,16 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
     int64_t item = gw < dealt ? gw : tail_item(ask_tail());
     while (item < items) {
         const bool next_dealt = item + W < dealt;
-        if (!next_dealt) asked = ask_tail();  // answered while this item is computed
+        if (!next_dealt) asked = ask_tail();                  // answered while this item is computed
+        const bool shared = kShared && item >= routed_items;  // a shared column: item - routed_items
         const int32_t u = int32_t(item / I), c = int32_t(item % I);
         int32_t choice[kT];
 #pragma unroll
         for (int t = 0; t < kT; ++t) choice[t] = t < T ? choice_of(u, t) : -1;
-        const bf16* g_row = gate_row(item);
+        const bf16* g_row =
+            shared ? p.shared_gate_up + size_t(item - routed_items) * H : gate_row(item);  // shared: [2 S, H]
         const auto* gr = reinterpret_cast<const detail::bf16x8*>(g_row);
-        const auto* ur = reinterpret_cast<const detail::bf16x8*>(g_row + size_t(I) * H);
+        const auto* ur = reinterpret_cast<const detail::bf16x8*>(g_row + size_t(shared ? S : I) * H);
         float ag[kT] = {}, au[kT] = {};
         for (int32_t v0 = 0; v0 < hvec; v0 += 32 * kUnroll) {
             uint4 gv[kUnroll], uv[kUnroll];
@@ -324,6 +382,16 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
         for (int t = 0; t < kT; ++t) {
             if (choice[t] < 0) continue;
             const float g = detail::warp_sum(ag[t]), up = detail::warp_sum(au[t]);
+            if constexpr (kShared) {
+                if (shared) {  // the GEMV's BF16 gate|up, then launch_silu_mul's expression, after the routed act
+                    const float gs = __bfloat162float(__float2bfloat16(g));
+                    const float us = __bfloat162float(__float2bfloat16(up));
+                    if (lane == 0)
+                        p.act[size_t(K) * I + size_t(item - routed_items)] =
+                            __float2bfloat16(gs / (1.f + __expf(-gs)) * us);
+                    continue;
+                }
+            }
             if (lane == 0) p.act[size_t(choice[t]) * I + c] = __float2bfloat16(g / (1.f + __expf(-g)) * up);
         }
         item = next_dealt ? item + W : tail_item(asked);
@@ -341,7 +409,7 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
 
     // 3. down + combine: one warp per hidden row across the distinct slots.
     if constexpr (kT == 1) {
-        for (int32_t v = threadIdx.x; v < K * ivec; v += kOneThreads)
+        for (int32_t v = threadIdx.x; v < K * ivec + S / 8; v += kOneThreads)
             reinterpret_cast<uint4*>(act_s)[v] = __ldcg(reinterpret_cast<const uint4*>(p.act) + v);
         __syncthreads();
         if (one_pass) {
@@ -357,7 +425,8 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
                     load_down_rows(wv, p, slot_of, g0, K, gw, 0, lane);
                     accumulate_down(acc, wv, act_s, p, K, g0, 0, lane);
                 }
-                store_down_row(acc, weight_s, p, K, gw, lane);
+                const float shared = kShared ? shared_down_row(p, act_s, K, gw, lane) : 0.f;
+                store_down_row<kShared>(acc, weight_s, p, K, gw, lane, shared);
             }
         } else {
             for (int64_t h = gw; h < H; h += W) {
@@ -373,7 +442,8 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
                         accumulate_down(acc, wv, act_s, p, K, g0, v0, lane);
                     }
                 }
-                store_down_row(acc, weight_s, p, K, h, lane);
+                const float shared = kShared ? shared_down_row(p, act_s, K, h, lane) : 0.f;
+                store_down_row<kShared>(acc, weight_s, p, K, h, lane, shared);
             }
         }
     } else {
@@ -440,11 +510,12 @@ __global__ void __launch_bounds__(kOneThreads, 2) moe_decode_one_kernel(const mo
     }
 }
 
-template <int kT>
+template <int kT, bool kShared = false>
 void launch_one_launch(const moe_decode_params& p, cudaStream_t stream) {
-    const size_t smem = one_launch_smem(p.num_tokens, p.top_k, p.num_experts, p.hidden, p.inter);
+    const int32_t S = kShared ? p.shared_inter : 0;
+    const size_t smem = one_launch_smem(p.num_tokens, p.top_k, p.num_experts, p.hidden, p.inter, S);
     DISPATCH_EXPERTS_PER_LANE(p.num_experts, kPerLane, {
-        const auto kernel = moe_decode_one_kernel<kT, kPerLane>;
+        const auto kernel = moe_decode_one_kernel<kT, kPerLane, kShared>;
         ZMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kOneMaxSmem)));
         int device = 0, sms = 0, per_sm = 0;
         ZMOE_CUDA_CHECK(cudaGetDevice(&device));
@@ -453,7 +524,7 @@ void launch_one_launch(const moe_decode_params& p, cudaStream_t stream) {
         ZMOE_KERNEL_REQUIRE(per_sm >= 1, "moe_decode: the one-launch kernel does not fit a multiprocessor");
         // Enough warps for the widest phase, never more blocks than fit at once (the grid barriers need them all).
         const int64_t tk = int64_t(p.num_tokens) * p.top_k;
-        const int64_t rows = std::max<int64_t>({int64_t(p.num_experts), tk * p.inter, p.hidden});
+        const int64_t rows = std::max<int64_t>({int64_t(p.num_experts), tk * p.inter + S, p.hidden});
         const int64_t blocks = std::min<int64_t>((rows + kOneWarps - 1) / kOneWarps, int64_t(per_sm) * sms);
         detail::launch_pdl(kernel, dim3(uint32_t(blocks)), dim3(kOneThreads), smem, stream, p);
     });
@@ -472,13 +543,25 @@ bool moe_use_decode_path(int32_t num_tokens, int32_t top_k, int32_t num_experts,
     return num_tokens <= kDecodePathMaxTokens && moe_decode_supported(num_tokens, top_k, num_experts, hidden, inter);
 }
 
+bool moe_decode_shared_supported(int32_t top_k, int32_t num_experts, int32_t hidden, int32_t inter,
+                                 int32_t shared_inter) {
+    return moe_decode_supported(1, top_k, num_experts, hidden, inter) && shared_inter > 0 && shared_inter % 8 == 0 &&
+           one_launch_smem(1, top_k, num_experts, hidden, inter, shared_inter) <= kOneMaxSmem;
+}
+
 size_t moe_decode_scratch_ints(int32_t /*num_tokens*/, int32_t /*top_k*/) { return kOneScratchInts; }
 
 void launch_moe_decode(const moe_decode_params& p, cudaStream_t stream) {
     ZMOE_KERNEL_REQUIRE(moe_decode_supported(p.num_tokens, p.top_k, p.num_experts, p.hidden, p.inter),
                         "moe_decode: 1..8 tokens, tokens x top_k <= 64, top_k <= 16, <= 512 experts, hidden and "
                         "inter multiples of 8, x + act + logits within 96 KB of shared memory");
-    if (p.num_tokens == 1)
+    if (p.shared_inter != 0) {
+        ZMOE_KERNEL_REQUIRE(p.num_tokens == 1 && p.shared_gate_up != nullptr && p.shared_down != nullptr &&
+                                moe_decode_shared_supported(p.top_k, p.num_experts, p.hidden, p.inter, p.shared_inter),
+                            "moe_decode: shared experts with one token only, both weights given, shared_inter a "
+                            "positive multiple of 8, x + act (routed and shared) + logits within 96 KB");
+        launch_one_launch<1, true>(p, stream);
+    } else if (p.num_tokens == 1)
         launch_one_launch<1>(p, stream);
     else if (p.num_tokens == 2)
         launch_one_launch<2>(p, stream);

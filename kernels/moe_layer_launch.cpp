@@ -229,12 +229,23 @@ bool moe_layer_uses_decode_path(const moe_layer_params& p) {
            (one_launch(p) || moe_decode_supported(e.num_tokens, e.top_k, p.num_experts, e.hidden, e.inter));
 }
 
+bool moe_layer_takes_shared(const moe_layer_params& p, int32_t shared_inter) {
+    const moe_experts_params& e = p.experts;
+    moe_layer_params routed = p;
+    routed.shared_inter = 0;
+    return e.fp8 == nullptr && e.num_tokens == 1 && moe_layer_uses_decode_path(routed) && !one_launch(routed) &&
+           moe_decode_shared_supported(e.top_k, p.num_experts, e.hidden, e.inter, shared_inter) &&
+           int64_t(e.max_rows) * e.inter >= int64_t(e.top_k) * e.inter + shared_inter;
+}
+
 void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream) {
     moe_experts_params e = p.experts;
     if (e.num_tokens == 0) {
         mark(e.mark, e.mark_context, moe_stage::end);
         return;
     }
+    ZMOE_KERNEL_REQUIRE(p.shared_inter == 0 || moe_layer_takes_shared(p, p.shared_inter),
+                        "moe_layer: shared experts only on the one-token BF16 decode path (moe_layer_takes_shared)");
     const bool decode = moe_layer_uses_decode_path(p);
     // The router fused: one launch (router, top-k, gate/up, down and the weighted sum).
     if (decode && one_launch(p)) {
@@ -330,7 +341,10 @@ void launch_moe_layer(const moe_layer_params& p, cudaStream_t stream) {
                            .num_experts = p.num_experts,
                            .hidden = e.hidden,
                            .inter = e.inter,
-                           .renormalize = p.renormalize},
+                           .renormalize = p.renormalize,
+                           .shared_gate_up = p.shared_gate_up,
+                           .shared_down = p.shared_down,
+                           .shared_inter = p.shared_inter},
                           stream);
         mark(e.mark, e.mark_context, moe_stage::end);
         return;

@@ -592,24 +592,38 @@ void cuda_step_executor::moe(int64_t layer, const batch_view& v) {
     // does: the same bits, one launch fewer in the step's chain).
     const bool shared_adds_routed = T == 1 && !comm_ && w.has_shared && w.fp8.shared.empty() && w.shared_gate.empty();
     bf16* routed_out = shared_adds_routed ? ws_.shared_out.as<bf16>() : ws_.delta.as<bf16>();
+    bool shared_in_moe = false;  // the shared experts computed inside the routed experts' launch
     if (local_softmax && T > 0) {
-        kernels::launch_moe_layer({.experts = expert_params(w, xn, T, K, routed_out),
-                                   .router_w = w.router.as<bf16>(),
-                                   .router_logits = ws_.router_logits.as<float>(),
-                                   .blas = blas_,
-                                   .blas_workspace = blas_workspace_.as<void>(),
-                                   .blas_workspace_bytes = kBlasWorkspace,
-                                   .replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1),
-                                   .replica_slots = ws_.replica_slots.as<int32_t>() + mi * int64_t(ws_.shape.num_slots),
-                                   .num_valid = v.num_valid,
-                                   .expert_counts = ws_.expert_counts.device + mi * E,
-                                   .topk_ids = ws_.topk_ids.as<int32_t>(),
-                                   .topk_weights = ws_.topk_weights.as<float>(),
-                                   .slot_ids = ws_.slot_ids.as<int32_t>(),
-                                   .decode_scratch = ws_.moe_decode_scratch.as<int32_t>(),
-                                   .num_experts = E,
-                                   .renormalize = c.norm_topk_prob},
-                                  stream_);
+        kernels::moe_layer_params layer{
+            .experts = expert_params(w, xn, T, K, routed_out),
+            .router_w = w.router.as<bf16>(),
+            .router_logits = ws_.router_logits.as<float>(),
+            .blas = blas_,
+            .blas_workspace = blas_workspace_.as<void>(),
+            .blas_workspace_bytes = kBlasWorkspace,
+            .replica_offsets = ws_.replica_offsets.as<int32_t>() + mi * (E + 1),
+            .replica_slots = ws_.replica_slots.as<int32_t>() + mi * int64_t(ws_.shape.num_slots),
+            .num_valid = v.num_valid,
+            .expert_counts = ws_.expert_counts.device + mi * E,
+            .topk_ids = ws_.topk_ids.as<int32_t>(),
+            .topk_weights = ws_.topk_weights.as<float>(),
+            .slot_ids = ws_.slot_ids.as<int32_t>(),
+            .decode_scratch = ws_.moe_decode_scratch.as<int32_t>(),
+            .num_experts = E,
+            .renormalize = c.norm_topk_prob};
+#if defined(ZMOE_SHARED_IN_MOE)
+        // Built with ZMOE_SHARED_IN_MOE: one token's BF16 ungated shared experts (DeepSeek's) inside the one-token
+        // routed launch (launch_moe_decode with shared_inter), its out straight into delta; the same bits as the
+        // shared MLP's launches with the routed out as the down GEMV's bias (launch_moe_decode's contract).
+        shared_in_moe = shared_adds_routed && kernels::moe_layer_takes_shared(layer, i32(w.shared.inter));
+        if (shared_in_moe) {
+            layer.experts.out = ws_.delta.as<bf16>();
+            layer.shared_gate_up = w.shared.gate_up.as<bf16>();
+            layer.shared_down = w.shared.down.as<bf16>();
+            layer.shared_inter = i32(w.shared.inter);
+        }
+#endif
+        kernels::launch_moe_layer(layer, stream_);
     } else if (T > 0) {
         route(w, v);
     }
@@ -617,7 +631,9 @@ void cuda_step_executor::moe(int64_t layer, const batch_view& v) {
         moe_expert_parallel(w, T);  // a collective: joined with no tokens too
     else if (T > 0 && !local_softmax)
         moe_local(w, T, routed_out);
-    if (shared_adds_routed) {
+    if (shared_in_moe) {
+        // The shared experts ran in the routed launch above (ZMOE_SHARED_IN_MOE).
+    } else if (shared_adds_routed) {
         dense_mlp(w.shared, w.fp8.shared, xn, T, ws_.delta.as<bf16>(), writable_rows(v), routed_out);
     } else if (T > 0 && w.has_shared) {
         shared_expert(w, v);
