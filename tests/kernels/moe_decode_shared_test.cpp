@@ -249,16 +249,17 @@ TEST_P(MoeDecodeShared, EqualsSeparateLaunchesBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, MoeDecodeShared,
-    ::testing::Values(shared_case{64, 6, 2048, 1408, 2816, 0, false, true},   // DeepSeek-V2-Lite
-                      shared_case{64, 6, 2048, 1408, 2816, 0, false, false},  // the same, logits given
-                      // down in one pass (inter <= 768 and a row per warp at most): the shared row after it
-                      shared_case{128, 8, 2048, 768, 1536, 8, true, true},
-                      // ragged: hidden, inter and shared_inter not multiples of the kernel's vector chunks
-                      shared_case{20, 3, 136, 40, 24, 2, true, true}, shared_case{60, 4, 2056, 88, 776, 0, false, true},
-                      // a shared row past one round of the lanes' 12 vectors (3 080 columns: 385 vectors)
-                      shared_case{16, 2, 264, 64, 3080, 1, true, true},
-                      // more than the 1 024 replica slots the kernel copies to shared memory
-                      shared_case{16, 4, 64, 24, 16, 1100, true, true}),
+    ::testing::Values(
+        // DeepSeek-V2-Lite; then its expert dims with logits given (16 experts: a quarter of the weights to generate)
+        shared_case{64, 6, 2048, 1408, 2816, 0, false, true}, shared_case{16, 6, 2048, 1408, 2816, 0, false, false},
+        // down in one pass (inter <= 768, a row per warp at most), the shared row after it
+        shared_case{32, 8, 2048, 768, 1536, 8, true, true},
+        // ragged: hidden, inter and shared_inter not multiples of the kernel's vector chunks
+        shared_case{20, 3, 136, 40, 24, 2, true, true}, shared_case{60, 4, 2056, 88, 776, 0, false, true},
+        // a shared row past one round of the lanes' vectors (3 080 columns: 385 vectors)
+        shared_case{16, 2, 264, 64, 3080, 1, true, true},
+        // more than the 1 024 replica slots the kernel copies to shared memory
+        shared_case{16, 4, 64, 24, 16, 1100, true, true}),
     [](const auto& info) {
         const auto& c = info.param;
         return make_name("e", c.num_experts, "_k", c.top_k, "_h", c.hidden, "_i", c.inter, "_s", c.shared_inter,
