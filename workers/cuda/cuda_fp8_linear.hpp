@@ -10,7 +10,8 @@
 // group of rows [0, m rounded up to 64). Built with ZMOE_FP8_CUBLASLT, the products without SwiGLU of 129 to
 // kFp8BlasMaxRows rows go through cuBLASLt's block-scaled FP8 instead (launch_gemm_fp8_blas, on the runner's own
 // handle and workspace) over the same m rounded up to 64 rows, their inputs' scales laid out with that row count as
-// leading dimension (cuBLASLt's layout); where cuBLASLt has no algorithm for a shape, the grouped kernel.
+// leading dimension (cuBLASLt's layout); where cuBLASLt does not take a shape (gemm_fp8_blas_supported: its layout
+// constraints, an algorithm), the grouped kernel.
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
