@@ -374,7 +374,9 @@ TEST_P(CudaFp8Linear, ModelShapesAt129To512Rows) {
 }
 
 // A decode graph's replay of the projections and the MLP (captured after an eager call of the same shape: cuBLASLt's
-// plans exist) writes the eager call's bits, at row counts of every path (cuBLASLt's with ZMOE_FP8_CUBLASLT).
+// plans exist) writes the eager call's bits, at row counts of every kernel's. With ZMOE_FP8_CUBLASLT, 129-512 rows run
+// the grouped kernel on the scales laid out for cuBLASLt, not cuBLASLt itself: the fixtures' 1-2 K blocks are not its
+// shapes (GemmFp8Blas.GraphReplayMatchesTheEagerLaunch replays cuBLASLt).
 TEST_P(CudaFp8Linear, GraphReplayGivesTheEagerBits) {
     std::mt19937 rng(17);
     const int32_t H = static_cast<int32_t>(config_.hidden_size);
