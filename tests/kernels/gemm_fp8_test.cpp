@@ -7,9 +7,12 @@
 
 #include "kernels/gemm_fp8.hpp"
 
+#include <cublasLt.h>
+
 #include <cstring>
 #include <optional>
 
+#include "kernels/gemm_fp8_blas.hpp"
 #include "kernels/gemm_fp8_sm90.hpp"
 #include "kernels/silu_f32.hpp"
 #include "tests/kernels/test_util.hpp"
@@ -63,10 +66,13 @@ struct gemm_fp8_case {
 /// reference with each output's sum of |products|.
 class fp8_problem {
   public:
-    /// with_reference false: no CPU reference (check() unusable; for comparisons of device outputs only).
-    fp8_problem(int32_t m, int32_t n, int32_t k, bool with_reference = true) : m_(m), n_(n), k_(k) {
+    /// with_reference false: no CPU reference (check() unusable; for comparisons of device outputs only). scale_ld:
+    /// the activation scales' leading dimension (0: fp8_scale_ld(m) + 4; cuBLASLt's layout needs m). seed: other
+    /// data of the same shape (problems of one shape otherwise hold the same values).
+    fp8_problem(int32_t m, int32_t n, int32_t k, bool with_reference = true, int32_t scale_ld = 0, uint32_t seed = 0)
+        : m_(m), n_(n), k_(k) {
         const int32_t kbk = int32_t(fp8_blocks(k)), nbn = int32_t(fp8_blocks(n));
-        std::mt19937 rng(m * 31 + n * 7 + k);
+        std::mt19937 rng(uint32_t(m * 31 + n * 7 + k) + seed);
         // Weights: the checkpoint format, by the CPU codec.
         const std::vector<float> w = blocky_weight(n, k, 1.f / std::sqrt(float(k)), rng);
         std::vector<uint8_t> wq(size_t(n) * k);
@@ -75,7 +81,7 @@ class fp8_problem {
         // Activations quantized by the CPU (launch_fp8_quantize's bits, tested in moe_fp8_test), scales laid out
         // [kb][ld] with a leading dimension past fp8_scale_ld(m) (the kernel must use it, not m).
         const std::vector<float> x = grouped_activations(m, k, rng);
-        ld_ = fp8_scale_ld(m) + 4;
+        ld_ = scale_ld > 0 ? scale_ld : fp8_scale_ld(m) + 4;
         std::vector<float> aq(size_t(m) * k), as_row(size_t(m) * kbk), as(size_t(kbk) * ld_, 0.f);
         std::vector<uint8_t> a_codes(size_t(m) * k);
         for (int32_t r = 0; r < m; ++r) {
@@ -125,6 +131,24 @@ class fp8_problem {
         return {.a = d_a_->get(),
                 .a_scales = d_as_->get(),
                 .a_scale_ld = ld_,
+                .w = d_w_->get(),
+                .w_scales = d_ws_->get(),
+                .c = d_c_->get(),
+                .m = m_,
+                .n = n_,
+                .k = k_};
+    }
+
+    /// launch_gemm_fp8_blas's parameters over the device buffers (the scales' leading dimension must be m), c
+    /// poisoned.
+    gemm_fp8_blas_params blas_params(cublasLtHandle_t handle, void* workspace, size_t workspace_bytes) {
+        EXPECT_EQ(ld_, m_) << "cuBLASLt reads the activation scales with leading dimension m";
+        d_c_->poison();
+        return {.handle = handle,
+                .workspace = workspace,
+                .workspace_bytes = workspace_bytes,
+                .a = d_a_->get(),
+                .a_scales = d_as_->get(),
                 .w = d_w_->get(),
                 .w_scales = d_ws_->get(),
                 .c = d_c_->get(),
@@ -406,6 +430,98 @@ TEST(GemmFp8Sm90, BitsAgainstTheGroupedKernel) {
                         static_cast<long>(differing(problem.output(), grouped, m, n)), static_cast<long>(m) * n);
         }
     }
+}
+
+// cuBLASLt's block-scaled FP8 (launch_gemm_fp8_blas: the CUDA worker's FP8 dense projections of 129-512 rows with
+// ZMOE_FP8_CUBLASLT, over m rounded up to 64) against the CPU arithmetic with launch_gemm_fp8's tolerance: the
+// Qwen3-30B-A3B and DeepSeek-V3 dense shapes at 132-512 rows (one row count each: the CPU reference is slow), and
+// ragged ones (n, k not multiples of 128; K blocks a multiple of 4, its layout's constraint) at every row count.
+class GemmFp8Blas : public ::testing::TestWithParam<gemm_fp8_case> {
+  protected:
+    void SetUp() override {
+        if (!device_is_sm90()) GTEST_SKIP() << "the block-scaled FP8 path is measured and used on sm_90 only";
+        ZMOE_CUBLAS_CHECK(cublasLtCreate(&handle_));
+    }
+    void TearDown() override {
+        if (handle_ != nullptr) cublasLtDestroy(handle_);
+    }
+    cublasLtHandle_t handle_ = nullptr;
+    device_buffer<uint8_t> ws_{32u << 20};
+};
+
+TEST_P(GemmFp8Blas, MatchesCpuReference) {
+    const auto [m, n, k] = GetParam();
+    fp8_problem problem(m, n, k, /*with_reference=*/true, /*scale_ld=*/m);
+    const gemm_fp8_blas_params p = problem.blas_params(handle_, ws_.get(), ws_.size());
+    ASSERT_TRUE(gemm_fp8_blas_supported(p)) << "cuBLASLt has no block-scaled FP8 algorithm for this shape";
+    launch_gemm_fp8_blas(p, nullptr);
+    problem.check();
+}
+
+std::vector<gemm_fp8_case> blas_cases() {
+    std::vector<gemm_fp8_case> cases;
+    for (const int32_t m : {132, 192, 200, 256, 320, 512}) {
+        cases.push_back({m, 208, 400});   // n, k ragged in 128: a part-filled scale block, a zero-filled K block part
+        cases.push_back({m, 576, 1008});  // 8 K blocks, the last ragged; n = 4.5 scale blocks (DeepSeek-V3's kv_a)
+    }
+    cases.push_back({256, 5120, 2048});  // Qwen3-30B-A3B: q/k/v
+    cases.push_back({200, 2048, 4096});  // o
+    cases.push_back({512, 576, 7168});   // DeepSeek-V3: kv_a
+    cases.push_back({192, 1536, 7168});  // q_a
+    cases.push_back({132, 7168, 2048});  // shared expert's down
+    return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmFp8Blas, ::testing::ValuesIn(blas_cases()), [](const auto& info) {
+    return make_name("m", info.param.m, "_n", info.param.n, "_k", info.param.k);
+});
+
+// Its launches replayed from a CUDA graph (the decode graphs' use: the plan made by an eager call first) compute what
+// the eager launch does, for two weights of one shape (the scale pointers set per launch, captured per node: the two
+// problems hold different values, so a node reading the other's activation scales fails its check; their weights'
+// block scales are about equal, each block's amax being near its bound).
+TEST_F(GemmFp8Blas, GraphReplayMatchesTheEagerLaunch) {
+    fp8_problem first(256, 272, 400, /*with_reference=*/true, /*scale_ld=*/256);
+    fp8_problem second(256, 272, 400, /*with_reference=*/true, /*scale_ld=*/256, /*seed=*/1);
+    cudaStream_t stream = nullptr;
+    ZMOE_CUDA_CHECK(cudaStreamCreate(&stream));
+    launch_gemm_fp8_blas(first.blas_params(handle_, ws_.get(), ws_.size()), stream);
+    const std::vector<float> eager = first.output();
+    const gemm_fp8_blas_params p1 = first.blas_params(handle_, ws_.get(), ws_.size());
+    const gemm_fp8_blas_params p2 = second.blas_params(handle_, ws_.get(), ws_.size());
+    cudaGraph_t graph = nullptr;
+    ZMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    launch_gemm_fp8_blas(p1, stream);
+    launch_gemm_fp8_blas(p2, stream);
+    ZMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    cudaGraphExec_t exec = nullptr;
+    ZMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(differing(first.output(), eager, 256, 272), 0) << "the replay differs from the eager launch";
+    first.check();
+    second.check();
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+}
+
+TEST_F(GemmFp8Blas, RefusesWhatItsLayoutCannotTake) {
+    fp8_problem problem(256, 272, 400, /*with_reference=*/false, /*scale_ld=*/256);
+    gemm_fp8_blas_params p = problem.blas_params(handle_, ws_.get(), ws_.size());
+    EXPECT_TRUE(gemm_fp8_blas_supported(p));
+    gemm_fp8_blas_params odd = p;
+    odd.m = 130;  // not a multiple of 4: the scales' leading dimension is m
+    EXPECT_FALSE(gemm_fp8_blas_supported(odd));
+    odd = p;
+    odd.n = 200;  // not a multiple of 16
+    EXPECT_FALSE(gemm_fp8_blas_supported(odd));
+    odd = p;
+    odd.k = 144;  // 2 K blocks: cuBLASLt's block-scale layout pads them to 4, the checkpoint's does not
+    EXPECT_FALSE(gemm_fp8_blas_supported(odd));
+    odd = p;
+    odd.handle = nullptr;
+    EXPECT_FALSE(gemm_fp8_blas_supported(odd));
 }
 
 std::vector<gemm_fp8_case> gemm_cases() {

@@ -8,7 +8,9 @@
 // block read past its end, padding that is not zero, or rows of the in-place write landing on the caller's rows
 // would be off by O(the output). The MLP's SiLU * up is quantized again before the down projection: there an fp32
 // order difference can flip an e4m3 rounding of the activation (one element of a row moved by 2^-3 of itself), so
-// the MLP's outputs are held to a relative RMS bound instead, with the elementwise bound reported.
+// the MLP's outputs are held to a relative RMS bound instead, with the elementwise bound reported. The row counts
+// reach kFp8BlasMaxRows: built with ZMOE_FP8_CUBLASLT, 129-512 rows take cuBLASLt (uses_cublaslt, printed), else the
+// grouped kernel; both are held to the same bounds, and a graph's replay to the eager call's bits.
 
 #include "workers/cuda/cuda_fp8_linear.hpp"
 
@@ -23,6 +25,7 @@
 #include "kernels/cuda_check.hpp"
 #include "workers/cpu_kernels.hpp"
 #include "workers/cuda/cuda_weights.hpp"
+#include "workers/fp8.hpp"
 #include "workers/model_weights.hpp"
 #include "workers/moe_layer.hpp"
 #include "workers/tensor_view.hpp"
@@ -32,7 +35,9 @@ namespace {
 
 using namespace zmoe::cuda::testing;
 
-constexpr int32_t kMaxRows = 200;
+constexpr int32_t kMaxRows = kFp8BlasMaxRows;
+/// Decode steps' row counts (the skinny and wgmma kernels), the grouped kernel's or cuBLASLt's (129 and more).
+constexpr int32_t kRowCounts[] = {1, 5, 17, 64, 100, 129, 200, 256, kMaxRows};
 /// A row's relative RMS error from BF16 rounding of the output (2^-9 average, about 2^-9 / sqrt(3) RMS) and the
 /// tensor cores' accumulation order: below 4e-3 (the kernel tests' bound, tests/kernels/gemm_fp8_test.cpp).
 constexpr double kBf16RowRms = 4e-3;
@@ -198,7 +203,7 @@ TEST_P(CudaFp8Linear, ProjectionsMatchTheCpuFp8Linear) {
         if (!f.kv_a.empty()) mats.push_back({"kv_a", {&f.kv_a, {&a.mla.kv_a}}});
         for (const auto& [what, m] : mats) {
             comparison worst;
-            for (const int32_t rows : {1, 5, 17, 64, 100, kMaxRows})
+            for (const int32_t rows : kRowCounts)
                 for (const bool room : {false, true}) {
                     const comparison c = linear(*m.first, m.second, rows, room, rng);
                     EXPECT_EQ(c.corrupted, 0) << what << " layer " << l << " m " << rows << " wrote outside its rows";
@@ -210,10 +215,11 @@ TEST_P(CudaFp8Linear, ProjectionsMatchTheCpuFp8Linear) {
                     worst.worst_rel = std::max(worst.worst_rel, c.worst_rel);
                 }
             std::printf(
-                "[fp8 linear] %s layer %zu %s (n %d, k %d), m 1-%d: %ld outputs beyond 1 BF16 step, worst rms "
-                "%.3g, worst element %.3g of max |y|\n",
-                GetParam().c_str(), l, what.c_str(), m.first->n, m.first->k, kMaxRows, static_cast<long>(worst.beyond),
-                worst.rms, worst.worst_rel);
+                "[fp8 linear] %s layer %zu %s (n %d, k %d), m 1-%d (cuBLASLt at 256 rows: %s): %ld outputs beyond 1 "
+                "BF16 step, worst rms %.3g, worst element %.3g of max |y|\n",
+                GetParam().c_str(), l, what.c_str(), m.first->n, m.first->k, kMaxRows,
+                runner_.uses_cublaslt(*m.first, 256) ? "yes" : "no", static_cast<long>(worst.beyond), worst.rms,
+                worst.worst_rel);
         }
     }
 }
@@ -227,7 +233,7 @@ TEST_P(CudaFp8Linear, MlpsMatchTheCpuFp8Mlp) {
         if (!f.dense.empty()) mlps.push_back({"dense", {&f.dense, &hw.dense}});
         if (!f.shared.empty()) mlps.push_back({"shared", {&f.shared, &hw.moe.shared}});
         for (const auto& [what, m] : mlps)
-            for (const int32_t rows : {1, 5, 17, 64, 100, kMaxRows})
+            for (const int32_t rows : kRowCounts)
                 for (const bool room : {false, true}) {
                     const int32_t out_rows = room ? (rows + 63) / 64 * 64 : rows;
                     const comparison c = mlp(*m.first, *m.second, rows, out_rows, rng);
@@ -248,7 +254,7 @@ TEST_P(CudaFp8Linear, MlpsMatchTheCpuFp8Mlp) {
 TEST_P(CudaFp8Linear, NormedProjectionsGiveTheUnfusedBits) {
     std::mt19937 rng(13);
     const int32_t H = static_cast<int32_t>(config_.hidden_size);
-    for (const int32_t m : {1, 7, 64, 130}) {
+    for (const int32_t m : {1, 7, 64, 130, 256}) {
         const std::vector<uint16_t> xb = to_bf16_bits(activations(m, H, rng));
         device_buffer dx(xb.size() * 2), dn(xb.size() * 2);
         ZMOE_CUDA_CHECK(cudaMemcpy(dx.as<void>(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
@@ -285,6 +291,149 @@ TEST_P(CudaFp8Linear, NormedProjectionsGiveTheUnfusedBits) {
                                              static_cast<size_t>(mats[i]->n) * 2))
                         << "layer " << l << " projection " << i << " m " << m << " row " << r;
         }
+    }
+}
+
+int compute_major() {
+    int dev = 0, major = 0;
+    ZMOE_CUDA_CHECK(cudaGetDevice(&dev));
+    ZMOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    return major;
+}
+
+/// A synthetic FP8 weight [n, k] (n, k multiples of 16: no padding) in the checkpoint format by the CPU codec: the
+/// host codes and scales under a matrix_view (the CPU linear's operand) and their device copy.
+struct synthetic_fp8 {
+    std::vector<uint8_t> codes;
+    std::vector<float> scales;
+    matrix_view view;
+    cuda_fp8_matrix dev;
+
+    synthetic_fp8(int32_t n, int32_t k, std::mt19937& rng)
+        : codes(static_cast<size_t>(n) * k), scales(static_cast<size_t>(fp8_blocks(n) * fp8_blocks(k))) {
+        std::uniform_real_distribution<float> u(-1.f, 1.f);
+        std::vector<float> w(static_cast<size_t>(n) * k);
+        for (int32_t r = 0; r < n; ++r)  // 128 x 128 blocks of different magnitudes: a wrong block scale shows
+            for (int32_t c = 0; c < k; ++c)
+                w[static_cast<size_t>(r) * k + c] =
+                    u(rng) * float(1 + (r / 128 + 2 * (c / 128)) % 4) / std::sqrt(static_cast<float>(k));
+        quantize_fp8_blocks(w.data(), n, k, k, codes.data(), scales.data());
+        view = {.type = dtype::f8_e4m3,
+                .data = reinterpret_cast<const std::byte*>(codes.data()),
+                .rows = n,
+                .cols = k,
+                .scale = scales.data()};
+        dev.n = dev.n_pad = n;
+        dev.k = dev.k_pad = k;
+        dev.codes = device_buffer(codes.size());
+        dev.scales = device_buffer(scales.size() * sizeof(float));
+        ZMOE_CUDA_CHECK(cudaMemcpy(dev.codes.as<void>(), codes.data(), codes.size(), cudaMemcpyHostToDevice));
+        ZMOE_CUDA_CHECK(
+            cudaMemcpy(dev.scales.as<void>(), scales.data(), scales.size() * sizeof(float), cudaMemcpyHostToDevice));
+    }
+};
+
+// The dense shapes of Qwen3-30B-A3B and DeepSeek-V3 (K blocks a multiple of 4: what cuBLASLt's block-scale layout
+// takes from the checkpoint's; the fixtures' 1-2 K blocks stay on the grouped kernel) and a ragged n, against the CPU
+// FP8 linear at 129-512 rows, in place and through the scratch: with ZMOE_FP8_CUBLASLT the cuBLASLt path, else the
+// grouped kernel, under the same bounds. Synthetic weights: run for one fixture only (the CPU reference is slow).
+TEST_P(CudaFp8Linear, ModelShapesAt129To512Rows) {
+    if (GetParam() != "qwen3_moe_with_fp8_flag") GTEST_SKIP() << "synthetic weights: one fixture runs it";
+    struct shape_case {
+        const char* what;
+        int32_t n, k;
+        std::vector<int32_t> rows;
+    };
+    const std::vector<shape_case> cases = {
+        {"ragged n", 272, 512, {129, 200, 256, kMaxRows}},
+        {"Qwen3-30B-A3B q/k/v", 5120, 2048, {256}},
+        {"Qwen3-30B-A3B o", 2048, 4096, {200}},
+        {"DeepSeek-V3 kv_a", 576, 7168, {129}},
+    };
+    std::mt19937 rng(19);
+    for (const shape_case& sc : cases) {
+        const synthetic_fp8 w(sc.n, sc.k, rng);
+        runner_ = fp8_linear_runner({.max_rows = kMaxRows, .hidden = sc.k, .max_k = sc.k, .max_n = sc.n});
+        for (const int32_t rows : sc.rows)
+            for (const bool room : {false, true}) {
+                const comparison c = linear(w.dev, {&w.view}, rows, room, rng);
+                std::printf(
+                    "[fp8 linear] %s (n %d, k %d) m %d%s%s: rms %.3g, worst element %.3g of max |y|, %ld "
+                    "beyond 1 BF16 step\n",
+                    sc.what, sc.n, sc.k, rows, room ? " in place" : "",
+                    runner_.uses_cublaslt(w.dev, rows) ? " (cuBLASLt)" : "", c.rms, c.worst_rel,
+                    static_cast<long>(c.beyond));
+                if (fp8_linear_runner::cublaslt_built() && compute_major() == 9) {
+                    EXPECT_TRUE(runner_.uses_cublaslt(w.dev, rows)) << sc.what << " m " << rows << " not on cuBLASLt";
+                }
+                EXPECT_EQ(c.corrupted, 0) << sc.what << " m " << rows << " wrote outside its rows";
+                EXPECT_LT(c.rms, 4e-3) << sc.what << " m " << rows << (room ? " in place" : "");
+                EXPECT_LT(c.worst_rel, 1.5e-2) << sc.what << " m " << rows << (room ? " in place" : "");
+            }
+    }
+}
+
+// A decode graph's replay of the projections and the MLP (captured after an eager call of the same shape: cuBLASLt's
+// plans exist) writes the eager call's bits, at row counts of every kernel's. With ZMOE_FP8_CUBLASLT, 129-512 rows run
+// the grouped kernel on the scales laid out for cuBLASLt, not cuBLASLt itself: the fixtures' 1-2 K blocks are not its
+// shapes (GemmFp8Blas.GraphReplayMatchesTheEagerLaunch replays cuBLASLt).
+TEST_P(CudaFp8Linear, GraphReplayGivesTheEagerBits) {
+    std::mt19937 rng(17);
+    const int32_t H = static_cast<int32_t>(config_.hidden_size);
+    const cuda_layer& w = dev_.layers.back();
+    for (const int32_t m : {64, 129, 256, kMaxRows}) {
+        const int32_t mp = (m + 63) / 64 * 64;
+        const std::vector<uint16_t> xb = to_bf16_bits(activations(m, H, rng));
+        device_buffer dx(xb.size() * 2);
+        ZMOE_CUDA_CHECK(cudaMemcpy(dx.as<void>(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+        std::vector<const cuda_fp8_matrix*> mats;
+        for (const cuda_fp8_matrix& q : w.fp8.qkv) mats.push_back(&q);
+        if (!w.fp8.q_a.empty()) mats.push_back(&w.fp8.q_a);
+        if (!w.fp8.kv_a.empty()) mats.push_back(&w.fp8.kv_a);
+        const cuda_fp8_mlp* f = !w.fp8.dense.empty() ? &w.fp8.dense : !w.fp8.shared.empty() ? &w.fp8.shared : nullptr;
+        // Outputs in place (mp rows of n_pad) and the MLP's [mp, H].
+        std::vector<device_buffer> ys;
+        for (const cuda_fp8_matrix* q : mats) ys.emplace_back(static_cast<size_t>(mp) * q->n_pad * 2);
+        device_buffer out(static_cast<size_t>(mp) * H * 2);
+        auto calls = [&] {
+            for (size_t i = 0; i < mats.size(); ++i)
+                runner_.linear(*mats[i], dx.as<kernels::bf16>(), m, ys[i].as<kernels::bf16>(), mats[i]->n_pad, mp,
+                               stream_);
+            if (f != nullptr) runner_.mlp(*f, dx.as<kernels::bf16>(), m, out.as<kernels::bf16>(), mp, stream_);
+        };
+        auto rows_of = [&] {
+            ZMOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+            std::vector<std::vector<uint16_t>> r;
+            for (size_t i = 0; i < mats.size(); ++i) {
+                std::vector<uint16_t> y(static_cast<size_t>(m) * mats[i]->n_pad);
+                ZMOE_CUDA_CHECK(cudaMemcpy(y.data(), ys[i].as<void>(), y.size() * 2, cudaMemcpyDeviceToHost));
+                r.push_back(std::move(y));
+            }
+            std::vector<uint16_t> o(static_cast<size_t>(m) * H);
+            ZMOE_CUDA_CHECK(cudaMemcpy(o.data(), out.as<void>(), o.size() * 2, cudaMemcpyDeviceToHost));
+            r.push_back(std::move(o));
+            return r;
+        };
+        auto clear = [&] {
+            for (device_buffer& y : ys) ZMOE_CUDA_CHECK(cudaMemset(y.as<void>(), 0xff, y.bytes()));
+            ZMOE_CUDA_CHECK(cudaMemset(out.as<void>(), 0xff, out.bytes()));
+        };
+        clear();
+        calls();
+        const std::vector<std::vector<uint16_t>> eager = rows_of();
+        clear();
+        cudaGraph_t graph = nullptr;
+        ZMOE_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+        calls();
+        ZMOE_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+        cudaGraphExec_t exec = nullptr;
+        ZMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        ZMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+        const std::vector<std::vector<uint16_t>> replayed = rows_of();
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        for (size_t i = 0; i < eager.size(); ++i)
+            EXPECT_EQ(eager[i], replayed[i]) << (i < mats.size() ? "projection " : "MLP ") << i << " m " << m;
     }
 }
 

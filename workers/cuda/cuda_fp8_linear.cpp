@@ -14,6 +14,16 @@ using kernels::bf16;
 
 constexpr int32_t kRowAlign = 64;  // the FP8 grouped GEMM's row groups
 
+#ifdef ZMOE_FP8_CUBLASLT
+constexpr bool kBlasBuilt = true;
+#else
+constexpr bool kBlasBuilt = false;
+#endif
+constexpr size_t kBlasWorkspace = 32u << 20;  // as the executor's BF16 GEMMs'
+
+/// Whether products of m rows (without SwiGLU) take the cuBLASLt path: they then compute m rounded up to 64 rows.
+bool blas_rows(int32_t m) { return kBlasBuilt && m >= kFp8BlasMinRows && m <= kFp8BlasMaxRows; }
+
 int32_t round_up(int32_t v, int32_t a) { return (v + a - 1) / a * a; }
 int32_t blocks128(int32_t v) { return (v + 127) / 128; }
 
@@ -41,9 +51,9 @@ bool dense_kernel_takes(kernels::gemm_fp8_params p) {
     return kernels::detail::gemm_fp8_sm90_routed(p);
 }
 
-/// Rows of c a GEMM writes: m on launch_gemm_fp8's kernels, whole 64-row groups on the grouped one.
+/// Rows of c a GEMM writes: m on launch_gemm_fp8's kernels, whole 64-row groups on the grouped one and cuBLASLt.
 int32_t rows_written(const kernels::gemm_fp8_params& p) {
-    return dense_kernel_takes(p) ? p.m : round_up(p.m, kRowAlign);
+    return !blas_rows(p.m) && dense_kernel_takes(p) ? p.m : round_up(p.m, kRowAlign);
 }
 
 }  // namespace
@@ -104,6 +114,13 @@ fp8_linear_runner::fp8_linear_runner(const fp8_linear_dims& d) : dims_(d) {
         alloc(act_q_, mp * static_cast<size_t>(d.max_inter));
         alloc(act_scales_, static_cast<size_t>(blocks128(d.max_inter)) * ld * sizeof(float));
     }
+    if (blas_rows(std::min(d.max_rows, kFp8BlasMaxRows))) {
+        cublasLtHandle_t h = nullptr;
+        ZMOE_CUBLAS_CHECK(cublasLtCreate(&h));
+        blas_.reset(h);
+        blas_workspace_ = device_buffer(kBlasWorkspace);
+        bytes_ += static_cast<int64_t>(kBlasWorkspace);
+    }
     std::vector<int32_t> offsets;
     for (int32_t i = 0; i <= max_mp_ / kRowAlign; ++i) {
         offsets.push_back(0);
@@ -112,6 +129,36 @@ fp8_linear_runner::fp8_linear_runner(const fp8_linear_dims& d) : dims_(d) {
     alloc(offsets_, offsets.size() * sizeof(int32_t));
     ZMOE_CUDA_CHECK(
         cudaMemcpy(offsets_.as<void>(), offsets.data(), offsets.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+}
+
+void fp8_linear_runner::blas_deleter::operator()(cublasLtHandle_t h) const { cublasLtDestroy(h); }
+
+bool fp8_linear_runner::cublaslt_built() { return kBlasBuilt; }
+
+bool fp8_linear_runner::blas_layout(int32_t m) const { return blas_rows(m) && blas_ != nullptr; }
+
+int32_t fp8_linear_runner::scale_ld(int32_t m) const { return blas_layout(m) ? round_up(m, kRowAlign) : scale_ld_; }
+
+kernels::gemm_fp8_blas_params fp8_linear_runner::blas_params(const uint8_t* a, const float* a_scales, const uint8_t* b,
+                                                             const float* b_scales, int32_t m, int32_t n, int32_t k,
+                                                             bf16* c) const {
+    return {.handle = blas_.get(),
+            .workspace = blas_workspace_.as<void>(),
+            .workspace_bytes = blas_workspace_.bytes(),
+            .a = a,
+            .a_scales = a_scales,
+            .w = b,
+            .w_scales = b_scales,
+            .c = c,
+            .m = round_up(m, kRowAlign),
+            .n = n,
+            .k = k};
+}
+
+bool fp8_linear_runner::uses_cublaslt(const cuda_fp8_matrix& w, int32_t m) const {
+    return blas_layout(m) && kernels::gemm_fp8_blas_supported(blas_params(a_q_.as<uint8_t>(), a_scales_.as<float>(),
+                                                                          w.codes.as<uint8_t>(), w.scales.as<float>(),
+                                                                          m, w.n_pad, w.k_pad, c_.as<bf16>()));
 }
 
 void fp8_linear_runner::quantize(const bf16* x, int32_t m, int32_t k, int32_t k_pad, cudaStream_t stream) const {
@@ -132,21 +179,31 @@ void fp8_linear_runner::quantize(const bf16* x, int32_t m, int32_t k, int32_t k_
                                   .scales = a_scales_.as<float>(),
                                   .num_tokens = m,
                                   .cols = k_pad,
-                                  .scale_ld = scale_ld_},
+                                  .scale_ld = scale_ld(m)},
                                  stream);
 }
 
 void fp8_linear_runner::gemm(const uint8_t* a, const float* a_scales, const uint8_t* b, const float* b_scales,
                              int32_t m, int32_t n, int32_t k, bf16* c, uint8_t* c_q, float* c_scales, bool swiglu,
                              cudaStream_t stream) const {
-    const kernels::gemm_fp8_params dense = dense_params(a, a_scales, scale_ld_, b, b_scales, m, n, k, c);
-    if (!swiglu && dense_kernel_takes(dense)) {
+    const int32_t ld = scale_ld(m);
+    const int32_t mp = round_up(m, kRowAlign);
+    if (!swiglu && blas_layout(m)) {
+        // 129-512 rows (ZMOE_FP8_CUBLASLT): cuBLASLt's block-scaled FP8 over the mp rows the grouped kernel would
+        // write (the scales' leading dimension is its row count: ld == mp; rows m.. hold finite stale codes).
+        const kernels::gemm_fp8_blas_params bp = blas_params(a, a_scales, b, b_scales, m, n, k, c);
+        if (kernels::gemm_fp8_blas_supported(bp)) {
+            kernels::launch_gemm_fp8_blas(bp, stream);
+            return;
+        }
+    }
+    const kernels::gemm_fp8_params dense = dense_params(a, a_scales, ld, b, b_scales, m, n, k, c);
+    if (!swiglu && !blas_rows(m) && dense_kernel_takes(dense)) {
         // Decode steps: launch_gemm_fp8 (rows [0, m) of c only; a row's bits do not depend on m up to 64 rows on the
         // skinny kernel, up to 128 on sm_90's wgmma kernel).
         kernels::launch_gemm_fp8(dense, stream);
         return;
     }
-    const int32_t mp = round_up(m, kRowAlign);
     // The grouped kernel picks its wide tiles (128 rows x 256 columns) from 191 rows. With one group they leave most
     // SMs idle until the rows are many: narrow tiles (128 x 128 there) while the wide ones would not fill the GPU
     // once (H100, gemm_fp8_bench at 256 rows: Qwen3-30B-A3B's q/k/v 12.0 against 17.6 us, o 17.9 against 28.7).
@@ -155,14 +212,14 @@ void fp8_linear_runner::gemm(const uint8_t* a, const float* a_scales, const uint
         !swiglu && wide_tiles < num_sms_ ? kernels::fp8_gemm_tiles::narrow : kernels::fp8_gemm_tiles::automatic;
     const kernels::grouped_gemm_fp8_params p{.a = a,
                                              .a_scales = a_scales,
-                                             .a_scale_ld = scale_ld_,
+                                             .a_scale_ld = ld,
                                              .b = b,
                                              .b_scales = b_scales,
                                              .expert_offsets = offsets_.as<int32_t>() + 2 * (mp / kRowAlign),
                                              .c = c,
                                              .c_q = c_q,
                                              .c_scales = c_scales,
-                                             .c_scale_ld = scale_ld_,
+                                             .c_scale_ld = ld,
                                              .max_rows = mp,
                                              .n = n,
                                              .k = k,
@@ -191,7 +248,7 @@ void fp8_linear_runner::rms_norm(const bf16* x, bf16* residual, const bf16* weig
                                   .out = out,
                                   .q = in_q_.as<uint8_t>(),
                                   .scales = in_scales_.as<float>(),
-                                  .scale_ld = scale_ld_,
+                                  .scale_ld = scale_ld(m),
                                   .num_tokens = m,
                                   .hidden = dims_.hidden,
                                   .eps = eps},
@@ -210,7 +267,7 @@ void fp8_linear_runner::linear_normed(const cuda_fp8_matrix& w, int32_t m, bf16*
 void fp8_linear_runner::linear_from(const cuda_fp8_matrix& w, const uint8_t* a, const float* a_scales, int32_t m,
                                     bf16* y, int32_t ldy, int32_t y_rows, cudaStream_t stream) const {
     const bool in_place =
-        ldy == w.n_pad && y_rows >= rows_written(dense_params(a, a_scales, scale_ld_, w.codes.as<uint8_t>(),
+        ldy == w.n_pad && y_rows >= rows_written(dense_params(a, a_scales, scale_ld(m), w.codes.as<uint8_t>(),
                                                               w.scales.as<float>(), m, w.n_pad, w.k_pad, nullptr));
     bf16* c = in_place ? y : c_.as<bf16>();
     gemm(a, a_scales, w.codes.as<uint8_t>(), w.scales.as<float>(), m, w.n_pad, w.k_pad, c, nullptr, nullptr, false,
@@ -231,8 +288,8 @@ void fp8_linear_runner::mlp(const cuda_fp8_mlp& w, const bf16* x, int32_t m, bf1
          w.gate_up.n_pad, w.gate_up.k_pad, nullptr, act_q_.as<uint8_t>(), act_scales_.as<float>(), true, stream);
     const cuda_fp8_matrix& d = w.down;
     const bool in_place = out_rows >= rows_written(dense_params(act_q_.as<uint8_t>(), act_scales_.as<float>(),
-                                                                scale_ld_, d.codes.as<uint8_t>(), d.scales.as<float>(),
-                                                                m, d.n_pad, d.k_pad, nullptr)) &&
+                                                                scale_ld(m), d.codes.as<uint8_t>(),
+                                                                d.scales.as<float>(), m, d.n_pad, d.k_pad, nullptr)) &&
                           d.n == d.n_pad;
     bf16* c = in_place ? out : c_.as<bf16>();
     gemm(act_q_.as<uint8_t>(), act_scales_.as<float>(), d.codes.as<uint8_t>(), d.scales.as<float>(), m, d.n_pad,

@@ -7,17 +7,30 @@
 // kGemmFp8Sm90MaxRoutedRows (128), launch_gemm_fp8, whose row results do not depend on the row count in
 // that range (the skinny kernel up to 64 rows; on sm_90 one wgmma kernel from 1 to 128); beyond, and the
 // MLPs' gate/up GEMM with SiLU * up quantized in its epilogue at every row count, launch_grouped_gemm_fp8 with one
-// group of rows [0, m rounded up to 64).
+// group of rows [0, m rounded up to 64). Built with ZMOE_FP8_CUBLASLT, the products without SwiGLU of 129 to
+// kFp8BlasMaxRows rows go through cuBLASLt's block-scaled FP8 instead (launch_gemm_fp8_blas, on the runner's own
+// handle and workspace) over the same m rounded up to 64 rows, their inputs' scales laid out with that row count as
+// leading dimension (cuBLASLt's layout); where cuBLASLt does not take a shape (gemm_fp8_blas_supported: its layout
+// constraints, an algorithm), the grouped kernel.
 
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <memory>
+#include <type_traits>
 
 #include "kernels/api.hpp"
+#include "kernels/gemm_fp8_blas.hpp"
 #include "workers/cuda/cuda_weights.hpp"
 #include "workers/cuda/device_buffer.hpp"
 
 namespace zmoe::cuda {
+
+/// Rows of the products the cuBLASLt path takes when built with ZMOE_FP8_CUBLASLT: [kFp8BlasMinRows,
+/// kFp8BlasMaxRows] (below, the sm_90 wgmma kernel is faster; beyond, not measured).
+constexpr int32_t kFp8BlasMinRows = 129;
+constexpr int32_t kFp8BlasMaxRows = 512;
 
 /// The widest FP8 dense projection of a model's weights, for sizing the scratch.
 struct fp8_linear_dims {
@@ -69,16 +82,37 @@ class fp8_linear_runner {
 
     int64_t bytes() const { return bytes_; }
 
+    /// Whether linear() of w over m rows runs on cuBLASLt: built with ZMOE_FP8_CUBLASLT, m within [kFp8BlasMinRows,
+    /// kFp8BlasMaxRows], and gemm_fp8_blas_supported for w's shape (else the grouped kernel). Outside a capture (it
+    /// may make the shape's cuBLASLt plan).
+    bool uses_cublaslt(const cuda_fp8_matrix& w, int32_t m) const;
+    /// Whether this build has the cuBLASLt path (ZMOE_FP8_CUBLASLT).
+    static bool cublaslt_built();
+
   private:
-    /// c[0:m, n] = A (a_q, a_scales) . b^T: the single place of the dense FP8 GEMM kernel's choice (rows_written:
-    /// launch_gemm_fp8 up to 64 rows, and up to 128 where it routes to its wgmma kernel, writes rows [0, m);
-    /// beyond, the grouped kernel with one group of m rounded up to 64 rows). swiglu (always the grouped kernel):
-    /// c_q / c_scales out instead of c (b = gate rows then up rows).
+    struct blas_deleter {
+        void operator()(cublasLtHandle_t h) const;
+    };
+    /// Whether products of m rows without SwiGLU try cuBLASLt (ZMOE_FP8_CUBLASLT, m in its range, a handle).
+    bool blas_layout(int32_t m) const;
+    /// The leading dimension of the activation scales of a call of m rows: m rounded up to 64 where blas_layout(m)
+    /// (cuBLASLt's layout: the rows it computes; the grouped kernel takes it too), else scale_ld_.
+    int32_t scale_ld(int32_t m) const;
+    /// launch_gemm_fp8_blas's parameters for c[0:mp, n] = A . b^T (mp: m rounded up to 64).
+    kernels::gemm_fp8_blas_params blas_params(const uint8_t* a, const float* a_scales, const uint8_t* b,
+                                              const float* b_scales, int32_t m, int32_t n, int32_t k,
+                                              kernels::bf16* c) const;
+
+    /// c[0:m, n] = A (a_q, a_scales at scale_ld(m)) . b^T: the single place of the dense FP8 GEMM kernel's choice
+    /// (rows_written: launch_gemm_fp8 up to 64 rows, and up to 128 where it routes to its wgmma kernel, writes rows
+    /// [0, m); beyond, the grouped kernel with one group of m rounded up to 64 rows, or cuBLASLt over those rows).
+    /// swiglu (always the grouped kernel): c_q / c_scales (at scale_ld(m)) out instead of c (b = gate rows then up
+    /// rows).
     void gemm(const uint8_t* a, const float* a_scales, const uint8_t* b, const float* b_scales, int32_t m, int32_t n,
               int32_t k, kernels::bf16* c, uint8_t* c_q, float* c_scales, bool swiglu, cudaStream_t stream) const;
     /// x [m, k] quantized into a_q_ / a_scales_ (through the zero-padded copy when k_pad > k).
     void quantize(const kernels::bf16* x, int32_t m, int32_t k, int32_t k_pad, cudaStream_t stream) const;
-    /// linear() from an already quantized A (codes [m, w.k_pad], scales [kb][scale_ld_]).
+    /// linear() from an already quantized A (codes [m, w.k_pad], scales [kb][scale_ld(m)]).
     void linear_from(const cuda_fp8_matrix& w, const uint8_t* a, const float* a_scales, int32_t m, kernels::bf16* y,
                      int32_t ldy, int32_t y_rows, cudaStream_t stream) const;
 
@@ -87,10 +121,13 @@ class fp8_linear_runner {
     int32_t num_sms_ = 0;               // of the device the runner was made on (the grouped kernel's tile choice)
     device_buffer offsets_;             // [max_mp / 64 + 1][2]: {0, 64 i}
     device_buffer a_q_, a_scales_;      // the quantized input
-    device_buffer in_q_, in_scales_;    // rms_norm's output quantized: [max_mp, hidden], [ceil(hidden / 128)][ld]
+    device_buffer in_q_, in_scales_;    // rms_norm's output quantized: [max_mp, hidden], [ceil(hidden / 128)][ld(m)]
     device_buffer x_pad_;               // [max_mp, max_k] BF16: inputs whose k is padded
     device_buffer c_;                   // [max_mp, max_n] BF16: outputs that cannot land in place
     device_buffer act_q_, act_scales_;  // MLP: SiLU(gate) * up quantized
+    // The cuBLASLt path's handle and workspace (ZMOE_FP8_CUBLASLT and max_rows >= kFp8BlasMinRows only).
+    std::unique_ptr<std::remove_pointer_t<cublasLtHandle_t>, blas_deleter> blas_;
+    device_buffer blas_workspace_;
     int64_t bytes_ = 0;
 };
 
