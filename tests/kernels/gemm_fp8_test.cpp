@@ -432,8 +432,8 @@ TEST(GemmFp8Sm90, BitsAgainstTheGroupedKernel) {
     }
 }
 
-// cuBLASLt's block-scaled FP8 (launch_gemm_fp8_blas: the CUDA worker's FP8 dense projections of 129-512 rows with
-// ZMOE_FP8_CUBLASLT, over m rounded up to 64) against the CPU arithmetic with launch_gemm_fp8's tolerance: the
+// cuBLASLt's block-scaled FP8 (launch_gemm_fp8_blas: the CUDA worker's FP8 dense projections of 129-512 rows, over
+// m rounded up to 64) against the CPU arithmetic with launch_gemm_fp8's tolerance: the
 // Qwen3-30B-A3B and DeepSeek-V3 dense shapes at 132-512 rows (one row count each: the CPU reference is slow), and
 // ragged ones (n, k not multiples of 128; K blocks a multiple of 4, its layout's constraint) at every row count.
 class GemmFp8Blas : public ::testing::TestWithParam<gemm_fp8_case> {

@@ -9,7 +9,7 @@
 // would be off by O(the output). The MLP's SiLU * up is quantized again before the down projection: there an fp32
 // order difference can flip an e4m3 rounding of the activation (one element of a row moved by 2^-3 of itself), so
 // the MLP's outputs are held to a relative RMS bound instead, with the elementwise bound reported. The row counts
-// reach kFp8BlasMaxRows: built with ZMOE_FP8_CUBLASLT, 129-512 rows take cuBLASLt (uses_cublaslt, printed), else the
+// reach kFp8BlasMaxRows: 129-512 rows take cuBLASLt where it takes the shape (uses_cublaslt, printed), else the
 // grouped kernel; both are held to the same bounds, and a graph's replay to the eager call's bits.
 
 #include "workers/cuda/cuda_fp8_linear.hpp"
@@ -335,8 +335,9 @@ struct synthetic_fp8 {
 
 // The dense shapes of Qwen3-30B-A3B and DeepSeek-V3 (K blocks a multiple of 4: what cuBLASLt's block-scale layout
 // takes from the checkpoint's; the fixtures' 1-2 K blocks stay on the grouped kernel) and a ragged n, against the CPU
-// FP8 linear at 129-512 rows, in place and through the scratch: with ZMOE_FP8_CUBLASLT the cuBLASLt path, else the
-// grouped kernel, under the same bounds. Synthetic weights: run for one fixture only (the CPU reference is slow).
+// FP8 linear at 129-512 rows, in place and through the scratch: on sm_90 the cuBLASLt path (asserted), elsewhere
+// whichever the runner takes, under the same bounds. Synthetic weights: run for one fixture only (the CPU reference is
+// slow).
 TEST_P(CudaFp8Linear, ModelShapesAt129To512Rows) {
     if (GetParam() != "qwen3_moe_with_fp8_flag") GTEST_SKIP() << "synthetic weights: one fixture runs it";
     struct shape_case {
@@ -363,7 +364,7 @@ TEST_P(CudaFp8Linear, ModelShapesAt129To512Rows) {
                     sc.what, sc.n, sc.k, rows, room ? " in place" : "",
                     runner_.uses_cublaslt(w.dev, rows) ? " (cuBLASLt)" : "", c.rms, c.worst_rel,
                     static_cast<long>(c.beyond));
-                if (fp8_linear_runner::cublaslt_built() && compute_major() == 9) {
+                if (compute_major() == 9) {
                     EXPECT_TRUE(runner_.uses_cublaslt(w.dev, rows)) << sc.what << " m " << rows << " not on cuBLASLt";
                 }
                 EXPECT_EQ(c.corrupted, 0) << sc.what << " m " << rows << " wrote outside its rows";
@@ -374,7 +375,7 @@ TEST_P(CudaFp8Linear, ModelShapesAt129To512Rows) {
 }
 
 // A decode graph's replay of the projections and the MLP (captured after an eager call of the same shape: cuBLASLt's
-// plans exist) writes the eager call's bits, at row counts of every kernel's. With ZMOE_FP8_CUBLASLT, 129-512 rows run
+// plans exist) writes the eager call's bits, at row counts of every kernel's. At 129-512 rows the fixtures run
 // the grouped kernel on the scales laid out for cuBLASLt, not cuBLASLt itself: the fixtures' 1-2 K blocks are not its
 // shapes (GemmFp8Blas.GraphReplayMatchesTheEagerLaunch replays cuBLASLt).
 TEST_P(CudaFp8Linear, GraphReplayGivesTheEagerBits) {

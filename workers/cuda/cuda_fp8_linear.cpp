@@ -14,15 +14,10 @@ using kernels::bf16;
 
 constexpr int32_t kRowAlign = 64;  // the FP8 grouped GEMM's row groups
 
-#ifdef ZMOE_FP8_CUBLASLT
-constexpr bool kBlasBuilt = true;
-#else
-constexpr bool kBlasBuilt = false;
-#endif
 constexpr size_t kBlasWorkspace = 32u << 20;  // as the executor's BF16 GEMMs'
 
 /// Whether products of m rows (without SwiGLU) take the cuBLASLt path: they then compute m rounded up to 64 rows.
-bool blas_rows(int32_t m) { return kBlasBuilt && m >= kFp8BlasMinRows && m <= kFp8BlasMaxRows; }
+bool blas_rows(int32_t m) { return m >= kFp8BlasMinRows && m <= kFp8BlasMaxRows; }
 
 int32_t round_up(int32_t v, int32_t a) { return (v + a - 1) / a * a; }
 int32_t blocks128(int32_t v) { return (v + 127) / 128; }
@@ -133,8 +128,6 @@ fp8_linear_runner::fp8_linear_runner(const fp8_linear_dims& d) : dims_(d) {
 
 void fp8_linear_runner::blas_deleter::operator()(cublasLtHandle_t h) const { cublasLtDestroy(h); }
 
-bool fp8_linear_runner::cublaslt_built() { return kBlasBuilt; }
-
 bool fp8_linear_runner::blas_layout(int32_t m) const { return blas_rows(m) && blas_ != nullptr; }
 
 int32_t fp8_linear_runner::scale_ld(int32_t m) const { return blas_layout(m) ? round_up(m, kRowAlign) : scale_ld_; }
@@ -189,7 +182,7 @@ void fp8_linear_runner::gemm(const uint8_t* a, const float* a_scales, const uint
     const int32_t ld = scale_ld(m);
     const int32_t mp = round_up(m, kRowAlign);
     if (!swiglu && blas_layout(m)) {
-        // 129-512 rows (ZMOE_FP8_CUBLASLT): cuBLASLt's block-scaled FP8 over the mp rows the grouped kernel would
+        // 129-512 rows: cuBLASLt's block-scaled FP8 over the mp rows the grouped kernel would
         // write (the scales' leading dimension is its row count: ld == mp; rows m.. hold finite stale codes).
         const kernels::gemm_fp8_blas_params bp = blas_params(a, a_scales, b, b_scales, m, n, k, c);
         if (kernels::gemm_fp8_blas_supported(bp)) {

@@ -7,8 +7,8 @@
 // kGemmFp8Sm90MaxRoutedRows (128), launch_gemm_fp8, whose row results do not depend on the row count in
 // that range (the skinny kernel up to 64 rows; on sm_90 one wgmma kernel from 1 to 128); beyond, and the
 // MLPs' gate/up GEMM with SiLU * up quantized in its epilogue at every row count, launch_grouped_gemm_fp8 with one
-// group of rows [0, m rounded up to 64). Built with ZMOE_FP8_CUBLASLT, the products without SwiGLU of 129 to
-// kFp8BlasMaxRows rows go through cuBLASLt's block-scaled FP8 instead (launch_gemm_fp8_blas, on the runner's own
+// group of rows [0, m rounded up to 64). The products without SwiGLU of 129 to kFp8BlasMaxRows rows go
+// through cuBLASLt's block-scaled FP8 instead (launch_gemm_fp8_blas, on the runner's own
 // handle and workspace) over the same m rounded up to 64 rows, their inputs' scales laid out with that row count as
 // leading dimension (cuBLASLt's layout); where cuBLASLt does not take a shape (gemm_fp8_blas_supported: its layout
 // constraints, an algorithm), the grouped kernel.
@@ -27,8 +27,8 @@
 
 namespace zmoe::cuda {
 
-/// Rows of the products the cuBLASLt path takes when built with ZMOE_FP8_CUBLASLT: [kFp8BlasMinRows,
-/// kFp8BlasMaxRows] (below, the sm_90 wgmma kernel is faster; beyond, not measured).
+/// Rows of the products the cuBLASLt path takes: [kFp8BlasMinRows, kFp8BlasMaxRows] (below, the sm_90 wgmma kernel
+/// is faster; beyond, not measured).
 constexpr int32_t kFp8BlasMinRows = 129;
 constexpr int32_t kFp8BlasMaxRows = 512;
 
@@ -82,18 +82,16 @@ class fp8_linear_runner {
 
     int64_t bytes() const { return bytes_; }
 
-    /// Whether linear() of w over m rows runs on cuBLASLt: built with ZMOE_FP8_CUBLASLT, m within [kFp8BlasMinRows,
+    /// Whether linear() of w over m rows runs on cuBLASLt: m within [kFp8BlasMinRows,
     /// kFp8BlasMaxRows], and gemm_fp8_blas_supported for w's shape (else the grouped kernel). Outside a capture (it
     /// may make the shape's cuBLASLt plan).
     bool uses_cublaslt(const cuda_fp8_matrix& w, int32_t m) const;
-    /// Whether this build has the cuBLASLt path (ZMOE_FP8_CUBLASLT).
-    static bool cublaslt_built();
 
   private:
     struct blas_deleter {
         void operator()(cublasLtHandle_t h) const;
     };
-    /// Whether products of m rows without SwiGLU try cuBLASLt (ZMOE_FP8_CUBLASLT, m in its range, a handle).
+    /// Whether products of m rows without SwiGLU try cuBLASLt (m in its range, a handle).
     bool blas_layout(int32_t m) const;
     /// The leading dimension of the activation scales of a call of m rows: m rounded up to 64 where blas_layout(m)
     /// (cuBLASLt's layout: the rows it computes; the grouped kernel takes it too), else scale_ld_.
@@ -125,7 +123,7 @@ class fp8_linear_runner {
     device_buffer x_pad_;               // [max_mp, max_k] BF16: inputs whose k is padded
     device_buffer c_;                   // [max_mp, max_n] BF16: outputs that cannot land in place
     device_buffer act_q_, act_scales_;  // MLP: SiLU(gate) * up quantized
-    // The cuBLASLt path's handle and workspace (ZMOE_FP8_CUBLASLT and max_rows >= kFp8BlasMinRows only).
+    // The cuBLASLt path's handle and workspace (max_rows >= kFp8BlasMinRows only).
     std::unique_ptr<std::remove_pointer_t<cublasLtHandle_t>, blas_deleter> blas_;
     device_buffer blas_workspace_;
     int64_t bytes_ = 0;
