@@ -28,14 +28,10 @@ struct shared_inputs {
 
 shared_inputs make_inputs(const shared_case& c, std::mt19937& rng) {
     shared_inputs in;
-    std::vector<int32_t> replicas(c.num_experts, 1);
-    for (int32_t i = 0; i < c.extra_replicas; ++i) ++replicas[rng() % c.num_experts];
-    in.offsets.assign(c.num_experts + 1, 0);
-    for (int32_t e = 0; e < c.num_experts; ++e) in.offsets[e + 1] = in.offsets[e] + replicas[e];
+    replica_tables r = random_replicas(c.num_experts, c.extra_replicas, rng);
+    in.offsets = std::move(r.offsets);
+    in.slots = std::move(r.slots);
     in.num_slots = in.offsets.back();
-    in.slots.resize(in.num_slots);
-    for (int32_t i = 0; i < in.num_slots; ++i) in.slots[i] = i;
-    std::shuffle(in.slots.begin(), in.slots.end(), rng);
     in.x = random_bf16(c.hidden, 1.f, rng);
     in.logits.resize(c.num_experts);
     if (c.fused_router) {  // logits from a router matrix, in double (the kernel sums in fp32)

@@ -29,14 +29,10 @@ struct moe_inputs {
 
 moe_inputs make_inputs(const decode_moe_case& c, std::mt19937& rng) {
     moe_inputs in;
-    std::vector<int32_t> replicas(c.num_experts, 1);
-    for (int32_t i = 0; i < c.extra_replicas; ++i) ++replicas[rng() % c.num_experts];
-    in.offsets.assign(c.num_experts + 1, 0);
-    for (int32_t e = 0; e < c.num_experts; ++e) in.offsets[e + 1] = in.offsets[e] + replicas[e];
+    replica_tables r = random_replicas(c.num_experts, c.extra_replicas, rng);
+    in.offsets = std::move(r.offsets);
+    in.slots = std::move(r.slots);
     in.num_slots = in.offsets.back();
-    in.slots.resize(in.num_slots);
-    for (int32_t i = 0; i < in.num_slots; ++i) in.slots[i] = i;
-    std::shuffle(in.slots.begin(), in.slots.end(), rng);
     std::normal_distribution<float> n(0.f, 2.f);
     in.logits.resize(size_t(c.num_tokens) * c.num_experts);
     for (auto& v : in.logits) v = n(rng);

@@ -35,13 +35,8 @@ TEST_P(MoeLayerLaunch, MatchesReference) {
     const int32_t T = c.num_tokens, E = c.num_experts, K = c.top_k, H = c.hidden, I = c.inter;
     std::mt19937 rng(T * 7 + E * 3 + H + K);
     // Replicas: expert e's slots, shuffled over the slot numbers.
-    std::vector<int32_t> replicas(E, 1), offsets(E + 1, 0);
-    for (int32_t i = 0; i < c.extra_replicas; ++i) ++replicas[rng() % E];
-    for (int32_t e = 0; e < E; ++e) offsets[e + 1] = offsets[e] + replicas[e];
+    const auto [offsets, slots] = random_replicas(E, c.extra_replicas, rng);
     const int32_t S = offsets.back();
-    std::vector<int32_t> slots(S);
-    for (int32_t i = 0; i < S; ++i) slots[i] = i;
-    std::shuffle(slots.begin(), slots.end(), rng);
     // A router that prefers a few experts, so some experts get no rows at large batches too.
     std::vector<float> router_w = random_bf16(size_t(E) * H, 2.f / std::sqrt(float(H)), rng);
     for (int32_t e = 0; e < E; e += 3)

@@ -19,13 +19,7 @@ TEST_P(MoeRoute, MatchesReference) {
     const auto c = GetParam();
     std::mt19937 rng(c.num_tokens * 7 + c.num_experts + c.extra_replicas);
     // Replica lists: expert e has 1 + (its share of extra) replicas, slots numbered over a shuffled slot space.
-    std::vector<int32_t> replicas(c.num_experts, 1);
-    for (int32_t i = 0; i < c.extra_replicas; ++i) ++replicas[rng() % c.num_experts];
-    std::vector<int32_t> offsets(c.num_experts + 1, 0);
-    for (int32_t e = 0; e < c.num_experts; ++e) offsets[e + 1] = offsets[e] + replicas[e];
-    std::vector<int32_t> slots(offsets.back());
-    for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<int32_t>(i);
-    std::shuffle(slots.begin(), slots.end(), rng);
+    const auto [offsets, slots] = random_replicas(c.num_experts, c.extra_replicas, rng);
     std::vector<int32_t> ids(size_t(c.num_tokens) * c.top_k);
     for (auto& id : ids) id = static_cast<int32_t>(rng() % c.num_experts);
 

@@ -86,6 +86,23 @@ inline std::vector<float> random_bf16(size_t n, float scale, std::mt19937& rng) 
     return v;
 }
 
+/// Replica tables of num_experts experts: each has one slot plus a random share of `extra` more; expert e's slots are
+/// slots[offsets[e] .. offsets[e + 1]), the slot numbers 0 .. offsets.back() - 1 shuffled over them.
+struct replica_tables {
+    std::vector<int32_t> offsets, slots;
+};
+inline replica_tables random_replicas(int32_t num_experts, int32_t extra, std::mt19937& rng) {
+    std::vector<int32_t> replicas(num_experts, 1);
+    for (int32_t i = 0; i < extra; ++i) ++replicas[rng() % num_experts];
+    replica_tables t;
+    t.offsets.assign(num_experts + 1, 0);
+    for (int32_t e = 0; e < num_experts; ++e) t.offsets[e + 1] = t.offsets[e] + replicas[e];
+    t.slots.resize(t.offsets.back());
+    for (size_t i = 0; i < t.slots.size(); ++i) t.slots[i] = static_cast<int32_t>(i);
+    std::shuffle(t.slots.begin(), t.slots.end(), rng);
+    return t;
+}
+
 inline std::vector<float> random_f32(size_t n, float scale, std::mt19937& rng) {
     std::uniform_real_distribution<float> dist(-scale, scale);
     std::vector<float> v(n);
