@@ -111,14 +111,6 @@ __device__ __forceinline__ void wgmma_e4m3(float (&d)[kN / 2], uint64_t desc_a, 
     }
 }
 
-/// 1D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) into shared memory, completing on bar.
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                     smem_addr(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
-                 : "memory");
-}
-
 /// Grid (splits, token slices, ceil(n / kTileRows)), clusters of (splits, 1, 1), kThreads threads: warps [0, 4 kWg)
 /// multiply (warpgroup w: weight rows [64 w, 64 w + 64) of the tile), warp 4 kWg produces. kOverlap: each block's
 /// promotion overlaps the next block's wgmmas (two partial accumulators), else they alternate.

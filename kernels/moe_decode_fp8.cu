@@ -22,14 +22,6 @@ constexpr int kBulkItems = 2;             // gate/up bulk: (pair, column) items 
 constexpr int32_t kBulkMaxHidden = 4096;  // gate/up bulk: hidden sizes whose rows are staged in shared memory
 constexpr size_t kMaxSmem = 96u << 10;
 
-/// 1D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) into shared memory, completing on bar.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                     sm90::smem_addr(dst)),
-                 "l"(src), "r"(bytes), "r"(sm90::smem_addr(bar))
-                 : "memory");
-}
-
 /// act[pair, n] = silu(gate) * up for one (pair, n) from its gate and up rows (wg_row, wu_row: in global or shared
 /// memory) and the token's quantized x in shared memory; the warp's lanes take 16-byte chunks lane, lane + 32, ...
 template <typename Load>
@@ -129,8 +121,8 @@ __global__ void __launch_bounds__(kThreads, 3) gate_up_bulk_kernel(const moe_dec
         for (int i = 0; i < kBulkItems; ++i) {
             if (i >= active) break;
             const uint8_t* g_row = p.fp8.w_gate_up + (size_t(slot[i]) * 2 * I + n[i]) * H;
-            bulk_copy(rows + size_t(2 * i) * H, g_row, uint32_t(H), bar);
-            bulk_copy(rows + size_t(2 * i + 1) * H, g_row + size_t(I) * H, uint32_t(H), bar);
+            sm90::bulk_load(rows + size_t(2 * i) * H, g_row, uint32_t(H), bar);
+            sm90::bulk_load(rows + size_t(2 * i + 1) * H, g_row + size_t(I) * H, uint32_t(H), bar);
         }
     }
     quantize_x_to_smem(p, xq, xs);
