@@ -182,8 +182,8 @@ void fp8_linear_runner::gemm(const uint8_t* a, const float* a_scales, const uint
     const int32_t ld = scale_ld(m);
     const int32_t mp = round_up(m, kRowAlign);
     if (!swiglu && blas_layout(m)) {
-        // 129-512 rows: cuBLASLt's block-scaled FP8 over the mp rows the grouped kernel would
-        // write (the scales' leading dimension is its row count: ld == mp; rows m.. hold finite stale codes).
+        // 129-512 rows: cuBLASLt's block-scaled FP8 over the mp rows the grouped kernel would write (the scales'
+        // leading dimension is its row count: ld == mp; rows m.. hold finite stale codes).
         const kernels::gemm_fp8_blas_params bp = blas_params(a, a_scales, b, b_scales, m, n, k, c);
         if (kernels::gemm_fp8_blas_supported(bp)) {
             kernels::launch_gemm_fp8_blas(bp, stream);

@@ -611,9 +611,9 @@ void cuda_step_executor::moe(int64_t layer, const batch_view& v) {
             .decode_scratch = ws_.moe_decode_scratch.as<int32_t>(),
             .num_experts = E,
             .renormalize = c.norm_topk_prob};
-        // One token's BF16 ungated shared experts (DeepSeek's) inside the one-token
-        // routed launch (launch_moe_decode with shared_inter), its out straight into delta; the same bits as the
-        // shared MLP's launches with the routed out as the down GEMV's bias (launch_moe_decode's contract).
+        // One token's BF16 ungated shared experts (DeepSeek's) inside the one-token routed launch (launch_moe_decode
+        // with shared_inter), its out straight into delta; the same bits as the shared MLP's launches with the routed
+        // out as the down GEMV's bias (launch_moe_decode's contract).
         shared_in_moe = shared_adds_routed && kernels::moe_layer_takes_shared(layer, i32(w.shared.inter));
         if (shared_in_moe) {
             layer.experts.out = ws_.delta.as<bf16>();
@@ -629,10 +629,9 @@ void cuda_step_executor::moe(int64_t layer, const batch_view& v) {
         moe_expert_parallel(w, T);  // a collective: joined with no tokens too
     else if (T > 0 && !local_softmax)
         moe_local(w, T, routed_out);
-    if (shared_in_moe) {
-        // The shared experts ran in the routed launch above.
-    } else if (shared_adds_routed) {
-        dense_mlp(w.shared, w.fp8.shared, xn, T, ws_.delta.as<bf16>(), writable_rows(v), routed_out);
+    if (shared_adds_routed) {
+        if (!shared_in_moe)  // else they ran in the routed launch above
+            dense_mlp(w.shared, w.fp8.shared, xn, T, ws_.delta.as<bf16>(), writable_rows(v), routed_out);
     } else if (T > 0 && w.has_shared) {
         shared_expert(w, v);
         add_shared(w, v);
